@@ -1,0 +1,242 @@
+"""WordPiece tokenizers the BERT way: trained here in seconds, or loaded from a BERT folder (tokenizer.json or vocab.txt)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bert_core.errors import BertCoreError
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+# Trained vocabularies put the specials first so that [PAD] is 0, matching BertConfig.pad_token_id.
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+DEFAULT_MODEL_MAX_LENGTH = 512
+
+
+def _bert_pipeline(tok: Tokenizer, lowercase: bool = True) -> None:
+    """Attach BERT's normalizer, pre-tokenizer and decoder (the same pieces HF's BertTokenizerFast builds)."""
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None if lowercase else False, lowercase=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+
+
+def _attach_post_processor(tok: Tokenizer) -> None:
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0",
+        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
+
+
+class BertTokenizer:
+    """A BERT WordPiece tokenizer (wraps `tokenizers.Tokenizer`) with the special ids the data pipeline needs."""
+
+    def __init__(self, tokenizer: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH, do_lower_case: bool = True):
+        missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
+        if missing:
+            raise BertCoreError(
+                f"the tokenizer vocabulary lacks the special tokens {', '.join(missing)}; "
+                "use a BERT vocabulary (it must contain [PAD] [UNK] [CLS] [SEP] [MASK])"
+            )
+        self.tokenizer = tokenizer
+        self.model_max_length = int(model_max_length)
+        self.do_lower_case = bool(do_lower_case)
+        self.pad_id = tokenizer.token_to_id(PAD)
+        self.unk_id = tokenizer.token_to_id(UNK)
+        self.cls_id = tokenizer.token_to_id(CLS)
+        self.sep_id = tokenizer.token_to_id(SEP)
+        self.mask_id = tokenizer.token_to_id(MASK)
+        self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        # [unusedN] rows of Google's vocabularies are specials too: never a random replacement.
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        self.never_sample_ids = self.special_ids | frozenset(
+            i for t, i in vocab.items() if t.startswith("[unused") or (t.startswith("[") and t.endswith("]") and t.isupper())
+        )
+
+    # -- encoding -------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, no [CLS]/[SEP] added."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of many texts at once (parallel in Rust); no specials added."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece strings of `text` (e.g. ['play', '##ing']), no specials."""
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def encode_pair(self, a: str, b: str | None = None, max_length: int | None = None) -> dict:
+        """`[CLS] a [SEP] (b [SEP])` ids and token types, trimming the longer side from its end (HF's longest_first)."""
+        max_length = self.model_max_length if max_length is None else int(max_length)
+        ids_a = self.encode(a)
+        ids_b = self.encode(b) if b is not None else None
+        budget = max_length - (3 if ids_b is not None else 2)
+        if budget < (2 if ids_b is not None else 1):
+            raise BertCoreError(f"max_length={max_length} is too short to hold [CLS] text [SEP]; use at least 8")
+        if ids_b is None:
+            ids_a = ids_a[:budget]
+            input_ids = [self.cls_id, *ids_a, self.sep_id]
+            return {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids)}
+        if len(ids_a) + len(ids_b) > budget:
+            # The shorter side keeps up to half the budget, the longer gets the rest; on a tie A is the
+            # "shorter" one, exactly as the `tokenizers` library's longest_first does it.
+            if len(ids_a) > len(ids_b):
+                keep_b = min(len(ids_b), budget // 2)
+                ids_a, ids_b = ids_a[: budget - keep_b], ids_b[:keep_b]
+            else:
+                keep_a = min(len(ids_a), budget // 2)
+                ids_a, ids_b = ids_a[:keep_a], ids_b[: budget - keep_a]
+        input_ids = [self.cls_id, *ids_a, self.sep_id, *ids_b, self.sep_id]
+        types = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+        return {"input_ids": input_ids, "token_type_ids": types}
+
+    # -- decoding -------------------------------------------------------------------------------
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text of `ids`, '##' pieces glued back to their word."""
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, i: int) -> str:
+        """The vocabulary string of id `i`."""
+        tok = self.tokenizer.id_to_token(int(i))
+        if tok is None:
+            raise BertCoreError(f"token id {i} is outside the vocabulary (size {self.vocab_size})")
+        return tok
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Vocabulary strings of `ids`."""
+        return [self.id_to_token(i) for i in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of a vocabulary string, or None when it is not in the vocabulary."""
+        return self.tokenizer.token_to_id(token)
+
+    def is_continuation(self, ids: Iterable[int]) -> list[bool]:
+        """Per id: True for a '##' piece that continues the previous word (for whole-word masking)."""
+        table = self._continuation_table()
+        return [bool(table[int(i)]) for i in ids]
+
+    def _continuation_table(self) -> list[bool]:
+        if not hasattr(self, "_cont"):
+            cont = [False] * self.vocab_size
+            for tok, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
+                if tok.startswith("##") and i < self.vocab_size:
+                    cont[i] = True
+            self._cont = cont
+        return self._cont
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"BertTokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+    # -- files ----------------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json (HF's BertTokenizerFast reads them)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save(str(folder / "tokenizer.json"))
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+        if [i for _, i in by_id] != list(range(len(by_id))):
+            raise BertCoreError("the vocabulary ids are not contiguous; cannot write vocab.txt")
+        (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.do_lower_case,
+            "strip_accents": None,
+            "tokenize_chinese_chars": True,
+            "model_max_length": self.model_max_length,
+            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
+        }
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+        (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "BertTokenizer":
+        """Load from a folder holding tokenizer.json, or only vocab.txt (e.g. a downloaded bert-base-uncased)."""
+        folder = Path(folder)
+        if folder.is_file():
+            folder = folder.parent
+        config = {}
+        config_file = folder / "tokenizer_config.json"
+        if config_file.is_file():
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise BertCoreError(f"{config_file} is not valid JSON ({exc}); fix or delete it") from exc
+        lower = bool(config.get("do_lower_case", True))
+        max_len = config.get("model_max_length", DEFAULT_MODEL_MAX_LENGTH)
+        # HF writes a huge sentinel when a tokenizer has no limit; BERT's positions stop at 512.
+        max_len = DEFAULT_MODEL_MAX_LENGTH if not isinstance(max_len, int) or max_len > 10**6 else max_len
+        if (folder / "tokenizer.json").is_file():
+            try:
+                tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as exc:  # the Rust side raises a plain Exception on bad JSON
+                raise BertCoreError(f"{folder / 'tokenizer.json'} could not be read ({exc}); re-save the tokenizer") from exc
+            if not isinstance(tok.model, models.WordPiece):
+                raise BertCoreError(f"{folder / 'tokenizer.json'} is not a WordPiece tokenizer; BERT needs WordPiece")
+            return cls(tok, model_max_length=max_len, do_lower_case=lower)
+        vocab_file = folder / "vocab.txt"
+        if vocab_file.is_file():
+            return cls(_tokenizer_from_vocab(vocab_file, lower), model_max_length=max_len, do_lower_case=lower)
+        raise BertCoreError(f"no tokenizer.json or vocab.txt in {folder}; point at a BERT checkpoint or tokenizer folder")
+
+
+def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
+    try:
+        lines = vocab_file.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise BertCoreError(f"{vocab_file} is not UTF-8 text; a BERT vocab.txt holds one token per line") from exc
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        token = line.rstrip("\r")
+        vocab.setdefault(token, i)  # HF keeps the first id of a duplicated line too
+    if not vocab:
+        raise BertCoreError(f"{vocab_file} is empty; a BERT vocab.txt holds one token per line")
+    if UNK not in vocab:
+        raise BertCoreError(f"{vocab_file} has no [UNK] line; it does not look like a BERT vocabulary")
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
+    _bert_pipeline(tok, lowercase)
+    if CLS in vocab and SEP in vocab:
+        _attach_post_processor(tok)
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> BertTokenizer:
+    """Train an uncased BERT WordPiece tokenizer on `texts` with [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4."""
+    if vocab_size < len(SPECIAL_TOKENS) + 26:
+        raise BertCoreError(f"vocab_size={vocab_size} is too small; use at least 100 (BERT uses 30522)")
+    seen = {"any": False}
+
+    def nonempty():
+        for t in texts:
+            if t and t.strip():
+                seen["any"] = True
+                yield t
+
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
+    _bert_pipeline(tok, lowercase=True)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    tok.train_from_iterator(nonempty(), trainer=trainer)
+    if not seen["any"]:
+        raise BertCoreError("no text to train the tokenizer on; give a corpus with at least one non-empty sentence")
+    _attach_post_processor(tok)
+    return BertTokenizer(tok)
