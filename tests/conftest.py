@@ -1,0 +1,20 @@
+import pytest
+import torch
+
+from bert_core.paths import shared_data_dir
+
+
+@pytest.fixture
+def shared_data():
+    """The shared real-text folder; the test is skipped when it is absent."""
+    path = shared_data_dir()
+    if path is None:
+        pytest.skip("../shared/data is absent (set BERT_SHARED_DATA to point at it)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    # Tests share a 2-core machine with other work; one intra-op thread keeps them predictable.
+    torch.set_num_threads(1)
+    yield
