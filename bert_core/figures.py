@@ -1,0 +1,375 @@
+"""Plotly figures for the explorer: architecture, training curves, masking, attention and predictions.
+
+Every function returns a `plotly.graph_objects.Figure` built from plain results (inspection dataclasses, trainer
+events); nothing here imports Streamlit, so the same figures serve the app, notebooks and tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from bert_core.inspection import AttentionResult, HeadSummary, MaskingRow
+
+DECISION_COLORS = {
+    "[MASK]": "#d62728",
+    "random": "#ff7f0e",
+    "kept": "#2ca02c",
+    "not chosen": "#e8e8e8",
+}
+SERIES_COLORS = {"total": "#1f77b4", "mlm": "#d62728", "nsp": "#2ca02c", "eval": "#9467bd", "baseline": "#7f7f7f"}
+# Long runs log thousands of steps; drawing every one makes the live page slow without showing more.
+MAX_POINTS = 1500
+HEAD_MEASURES = ("[CLS]", "[SEP]", "previous", "next", "self", "entropy")
+
+
+def plotly_config(filename: str = "bert-explorer", scale: int = 2) -> dict:
+    """The `config=` for `st.plotly_chart`: toolbar download as PNG (switchable to SVG) under a sensible name."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": scale},
+        "modeBarButtonsToAdd": ["toImage"],
+    }
+
+
+def _get(event: Any, name: str, default=None):
+    if isinstance(event, Mapping):
+        return event.get(name, default)
+    return getattr(event, name, default)
+
+
+def _thin(events: Sequence[Any]) -> list:
+    events = list(events)
+    if len(events) <= MAX_POINTS:
+        return events
+    stride = math.ceil(len(events) / MAX_POINTS)
+    thinned = events[::stride]
+    if thinned[-1] is not events[-1]:
+        thinned.append(events[-1])
+    return thinned
+
+
+def _series(events: Sequence[Any], name: str) -> tuple[list, list]:
+    xs, ys = [], []
+    for e in events:
+        v = _get(e, name)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        xs.append(_get(e, "step"))
+        ys.append(float(v))
+    return xs, ys
+
+
+def unigram_baseline_values(baselines: Mapping | None) -> dict:
+    """Pull the unigram accuracy and loss (log perplexity) out of a trainer's `baselines` dict, whatever its nesting."""
+    if not baselines:
+        return {}
+    src = baselines.get("unigram", baselines) if isinstance(baselines, Mapping) else {}
+    if not isinstance(src, Mapping):
+        return {}
+    out = {}
+    if src.get("accuracy") is not None:
+        out["accuracy"] = float(src["accuracy"])
+    if src.get("loss") is not None:
+        out["loss"] = float(src["loss"])
+    elif src.get("perplexity"):
+        out["loss"] = math.log(float(src["perplexity"]))
+    return out
+
+
+def _layout(fig: go.Figure, title: str, height: int = 340, **kw) -> go.Figure:
+    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=50, b=40),
+                      template="plotly_white", legend=dict(orientation="h", y=-0.2), **kw)
+    return fig
+
+
+def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
+    """Training MLM, NSP and total loss per step, the held-out MLM loss, and the unigram baseline as a line."""
+    history = _thin(history)
+    fig = go.Figure()
+    for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp")):
+        xs, ys = _series(history, key)
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{label} loss (train)",
+                                     line=dict(color=SERIES_COLORS[label])))
+    xs, ys = _series(evals, "mlm_loss")
+    if xs:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="MLM loss (held-out)",
+                                 line=dict(color=SERIES_COLORS["eval"], dash="dot")))
+    base = unigram_baseline_values(baselines)
+    if "loss" in base:
+        fig.add_hline(y=base["loss"], line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
+                      annotation_text="unigram baseline (MLM)", annotation_position="top right")
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="loss (nats)")
+    return _layout(fig, "Loss")
+
+
+def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
+    """MLM and NSP accuracy per step, held-out MLM/NSP accuracy, and the unigram baseline's MLM accuracy."""
+    history = _thin(history)
+    fig = go.Figure()
+    for key, label, color in (("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
+                              ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])):
+        xs, ys = _series(history, key)
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, line=dict(color=color)))
+    for key, label in (("mlm_acc", "MLM accuracy (held-out)"), ("nsp_acc", "NSP accuracy (held-out)")):
+        xs, ys = _series(evals, key)
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label, line=dict(dash="dot")))
+    base = unigram_baseline_values(baselines)
+    if "accuracy" in base:
+        fig.add_hline(y=base["accuracy"], line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
+                      annotation_text="unigram baseline (MLM)", annotation_position="bottom right")
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="accuracy", range=[0, 1])
+    return _layout(fig, "Accuracy")
+
+
+def decision_accuracy_figure(history: Sequence[Any]) -> go.Figure:
+    """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged."""
+    history = _thin(history)
+    fig = go.Figure()
+    for key, label, color in (("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
+                              ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
+                              ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])):
+        xs, ys = _series(history, key)
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, line=dict(color=color)))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="MLM accuracy", range=[0, 1])
+    return _layout(fig, "MLM accuracy by masking decision")
+
+
+def rate_figure(history: Sequence[Any]) -> go.Figure:
+    """Learning rate and training speed (tokens/s) per step, on two y axes."""
+    history = _thin(history)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    xs, ys = _series(history, "lr")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate"), secondary_y=False)
+    xs, ys = _series(history, "tokens_per_s")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="tokens/s", line=dict(color="#8c564b")),
+                  secondary_y=True)
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="learning rate", secondary_y=False)
+    fig.update_yaxes(title="tokens / s", secondary_y=True)
+    return _layout(fig, "Learning rate and speed")
+
+
+def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
+    """The instance's tokens as coloured boxes: red [MASK], orange random (original -> replacement), green kept."""
+    fig = go.Figure()
+    n = len(rows)
+    lines = max(1, math.ceil(n / per_line))
+    for decision, color in DECISION_COLORS.items():
+        xs, ys, texts, hovers = [], [], [], []
+        for r in rows:
+            if r.decision != decision:
+                continue
+            xs.append(r.position % per_line)
+            ys.append(-(r.position // per_line))
+            label = r.token if decision in ("not chosen", "kept") else f"{r.token}→{r.shown}"
+            if decision == "[MASK]":
+                label = f"{r.token}→[M]"
+            texts.append(label)
+            hovers.append(f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
+                          f"decision: {decision}; model sees {r.shown}")
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers+text", name=decision, text=texts, hovertext=hovers, hoverinfo="text",
+            marker=dict(symbol="square", size=44, color=color, line=dict(color="#555", width=1)),
+            textfont=dict(size=10, color="#000"), showlegend=True,
+        ))
+    fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
+    fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
+    return _layout(fig, "Masking decisions", height=90 + 60 * lines)
+
+
+def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
+    """Observed masking shares against BERT's targets: 15% chosen, then 80% [MASK] / 10% random / 10% kept."""
+    names = ["chosen (of tokens)", "[MASK] (of chosen)", "random (of chosen)", "kept (of chosen)"]
+    observed = [counts.get("chosen_share", 0), counts.get("masked_share", 0),
+                counts.get("random_share", 0), counts.get("kept_share", 0)]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=observed, name="observed", text=[f"{v:.1%}" for v in observed],
+                         marker_color=["#1f77b4", DECISION_COLORS["[MASK]"], DECISION_COLORS["random"],
+                                       DECISION_COLORS["kept"]]))
+    fig.add_trace(go.Scatter(x=names, y=[counts.get("target_rate", 0.15), 0.8, 0.1, 0.1], mode="markers",
+                             name="target", marker=dict(symbol="line-ew-open", size=40, color="#000",
+                                                        line=dict(width=3))))
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    return _layout(fig, f"Masking over {counts.get('candidates', 0):,} tokens")
+
+
+def _token_labels(tokens: Sequence[str]) -> list[str]:
+    # Plotly merges equal category labels; numbering keeps repeated tokens (two "the"s) apart.
+    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+
+
+def head_view_figure(result: AttentionResult, layer: int, head: int, label: str = "") -> go.Figure:
+    """One head as a large heatmap: rows are the attending (query) tokens, columns the attended (key) tokens."""
+    att = result.attentions[layer, head]
+    labels = _token_labels(result.tokens)
+    fig = go.Figure(go.Heatmap(
+        z=att, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=float(max(att.max(), 1e-6)),
+        hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
+    ))
+    size = max(420, min(900, 24 * len(labels) + 160))
+    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=10))
+    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=10))
+    title = f"Layer {layer + 1}, head {head + 1}" + (f" — {label}" if label else "")
+    return _layout(fig, title, height=size, width=None)
+
+
+def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None) -> go.Figure:
+    """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label."""
+    n_layers, n_heads = result.num_layers, result.num_heads
+    titles = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            extra = f": {labels[layer * n_heads + head]}" if labels else ""
+            titles.append(f"L{layer + 1} H{head + 1}{extra}")
+    fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles,
+                        horizontal_spacing=0.02, vertical_spacing=0.06 if n_layers < 8 else 0.03)
+    tok = _token_labels(result.tokens)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            fig.add_trace(go.Heatmap(
+                z=result.attentions[layer, head], x=tok, y=tok, coloraxis="coloraxis",
+                hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>",
+            ), row=layer + 1, col=head + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_annotations(font_size=9)
+    cell = 170 if n_heads <= 4 else 110
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1), height=60 + cell * n_layers,
+                      margin=dict(l=10, r=10, t=60, b=10), template="plotly_white",
+                      title="Model view: every layer (row) and head (column)")
+    return fig
+
+
+def token_view_figure(result: AttentionResult, token_index: int, direction: str = "from") -> go.Figure:
+    """One token's attention across all heads: rows are layer/head, columns the other tokens.
+
+    direction "from" shows where the token looks; "to" shows which tokens look at it.
+    """
+    n_layers, n_heads = result.num_layers, result.num_heads
+    att = result.attentions
+    z = att[:, :, token_index, :] if direction == "from" else att[:, :, :, token_index]
+    z = z.reshape(n_layers * n_heads, -1)
+    rows = [f"L{l + 1} H{h + 1}" for l in range(n_layers) for h in range(n_heads)]
+    tok = _token_labels(result.tokens)
+    verb = "attends to" if direction == "from" else "is attended by"
+    fig = go.Figure(go.Heatmap(z=z, x=tok, y=rows, colorscale="Purples", zmin=0,
+                               hovertemplate=f"%{{y}}: {result.tokens[token_index]} {verb} %{{x}}: "
+                                             "%{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-60)
+    return _layout(fig, f"Token view: {tok[token_index]} {verb}…", height=max(300, 120 + 22 * len(rows)))
+
+
+def head_summary_figure(summaries: Sequence[HeadSummary], measure: str = "[CLS]") -> go.Figure:
+    """A layers x heads grid coloured by one head measure, each cell labelled with the head's short label."""
+    if not summaries:
+        return go.Figure()
+    n_layers = max(s.layer for s in summaries) + 1
+    n_heads = max(s.head for s in summaries) + 1
+    z = np.zeros((n_layers, n_heads))
+    text = [["" for _ in range(n_heads)] for _ in range(n_layers)]
+    for s in summaries:
+        z[s.layer, s.head] = s.measures[measure]
+        text[s.layer][s.head] = s.label
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"head {h + 1}" for h in range(n_heads)], y=[f"layer {l + 1}" for l in range(n_layers)],
+        text=text, texttemplate="%{text}", zmin=0, zmax=1, colorscale="Oranges",
+        hovertemplate=f"%{{y}} %{{x}}<br>{measure}: %{{z:.2f}}<br>%{{text}}<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, f"What each head does (colour: {measure if measure != 'entropy' else 'normalised entropy'})",
+                   height=120 + 50 * n_layers)
+
+
+def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
+                baseline: Sequence[tuple[str, float]] | None = None) -> go.Figure:
+    """Top-k candidates as horizontal probability bars, with the unigram baseline's candidates beside them."""
+    cols = 2 if baseline else 1
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=("model", "unigram baseline")[:cols],
+                        horizontal_spacing=0.25)
+    toks = [t for t, _ in candidates]
+    fig.add_trace(go.Bar(x=[p for _, p in candidates], y=toks, orientation="h", name="model",
+                         text=[f"{p:.1%}" for _, p in candidates], textposition="auto",
+                         marker_color="#1f77b4", hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=1)
+    if baseline:
+        fig.add_trace(go.Bar(x=[p for _, p in baseline], y=[t for t, _ in baseline], orientation="h",
+                             name="unigram", text=[f"{p:.1%}" for _, p in baseline], textposition="auto",
+                             marker_color=SERIES_COLORS["baseline"],
+                             hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, height=max(220, 80 + 32 * len(candidates)))
+
+
+def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
+    """How the top candidates' probabilities changed over training steps: one line per token ever in a top-k."""
+    steps = [s for s, _ in snapshots]
+    tokens: list[str] = []
+    for _, cands in snapshots:
+        for t, _ in cands:
+            if t not in tokens:
+                tokens.append(t)
+    fig = go.Figure()
+    for t in tokens:
+        ys = [dict(cands).get(t) for _, cands in snapshots]
+        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=t, connectgaps=False))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="probability (blank = outside the top k)", range=[0, 1])
+    return _layout(fig, title or "Top candidates over training")
+
+
+def architecture_figure(config: Any = None) -> go.Figure:
+    """A block diagram of BERT for pretraining, annotated with the sizes of `config` when one is given."""
+    layers = getattr(config, "num_hidden_layers", "L")
+    hidden = getattr(config, "hidden_size", "H")
+    heads = getattr(config, "num_attention_heads", "A")
+    ffn = getattr(config, "intermediate_size", "4H")
+    vocab = getattr(config, "vocab_size", "V")
+    positions = getattr(config, "max_position_embeddings", "512")
+    boxes = [
+        # (x0, y0, x1, y1, text, colour)
+        (0.05, 0.02, 0.95, 0.12, "Input: [CLS] sentence A [SEP] sentence B [SEP]  (WordPiece tokens)", "#f2f2f2"),
+        (0.05, 0.17, 0.33, 0.29, f"Token embedding<br>{vocab} x {hidden}", "#dbe9f6"),
+        (0.36, 0.17, 0.64, 0.29, f"Position embedding<br>{positions} x {hidden}", "#dbe9f6"),
+        (0.67, 0.17, 0.95, 0.29, f"Segment embedding<br>2 x {hidden}", "#dbe9f6"),
+        (0.05, 0.34, 0.95, 0.41, "sum → LayerNorm → dropout", "#eef5fb"),
+        (0.15, 0.46, 0.85, 0.56, f"Multi-head self-attention: {heads} heads, every token sees every token",
+         "#fde0c5"),
+        (0.15, 0.58, 0.85, 0.66, f"Feed-forward {hidden} → {ffn} → {hidden} (GELU)", "#fde0c5"),
+        (0.05, 0.79, 0.45, 0.93, "MLM head: predict the<br>masked tokens (vocab softmax)", "#d5f0d5"),
+        (0.55, 0.79, 0.95, 0.93, "NSP head: from [CLS],<br>does B follow A? (2 classes)", "#d5f0d5"),
+    ]
+    fig = go.Figure()
+    for x0, y0, x1, y1, text, color in boxes:
+        fig.add_shape(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, fillcolor=color, line=dict(color="#555"),
+                      layer="below")
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=text, showarrow=False, font=dict(size=12))
+    # the encoder stack, repeated L times, with residual connections
+    fig.add_shape(type="rect", x0=0.1, y0=0.44, x1=0.9, y1=0.71, line=dict(color="#c0504d", dash="dash"))
+    fig.add_annotation(x=0.5, y=0.69, text=f"Transformer encoder layer × {layers}  (residual + LayerNorm after each "
+                                           "sub-layer)", showarrow=False, font=dict(size=11, color="#c0504d"))
+    for x, y0, y1 in ((0.5, 0.12, 0.17), (0.5, 0.29, 0.34), (0.5, 0.41, 0.46), (0.5, 0.56, 0.58),
+                      (0.25, 0.71, 0.79), (0.75, 0.71, 0.79)):
+        fig.add_annotation(x=x, y=y1, ax=x, ay=y0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                           arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor="#555", text="")
+    fig.add_annotation(x=0.5, y=0.97, text="hidden states → every position's vector (MLM) and [CLS]'s (NSP)",
+                       showarrow=False, font=dict(size=11, color="#555"))
+    fig.update_xaxes(visible=False, range=[0, 1])
+    fig.update_yaxes(visible=False, range=[1.0, 0])
+    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
+                      title="BERT for pretraining", showlegend=False)
+    return fig
+

@@ -1,0 +1,130 @@
+"""figures.py: the pictures carry the numbers they claim to show, and the module stays free of Streamlit."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from bert_core import figures
+from bert_core.config import BertConfig
+from bert_core.inspection import AttentionResult, MaskingRow, head_summaries
+from bert_core.training import EvalEvent, StepEvent
+
+
+def _attention(layers=2, heads=3, seq=5, seed=0) -> AttentionResult:
+    rng = np.random.default_rng(seed)
+    att = rng.random((layers, heads, seq, seq)).astype(np.float32)
+    att /= att.sum(-1, keepdims=True)
+    tokens = ["[CLS]", "the", "the", "cat", "[SEP]"][:seq]
+    return AttentionResult(tokens=tokens, attentions=att, token_type_ids=[0] * seq,
+                           special_mask=[t.startswith("[") for t in tokens])
+
+
+def _step(step, loss):
+    return StepEvent(step=step, tokens_seen=100 * step, lr=1e-3, loss=loss, mlm_loss=loss - 0.5, nsp_loss=0.5,
+                     mlm_acc=0.1, mlm_acc_masked=0.1, mlm_acc_random=0.05, mlm_acc_kept=0.6, nsp_acc=0.5,
+                     tokens_per_s=1000.0, grad_norm=1.0, elapsed_s=step * 0.1)
+
+
+def test_figures_module_never_imports_streamlit():
+    code = "import sys, bert_core.figures, bert_core.inspection; print('streamlit' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_model_view_has_one_heatmap_per_head_with_its_weights():
+    result = _attention()
+    fig = figures.model_view_figure(result)
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    assert len(heatmaps) == 6
+    np.testing.assert_allclose(np.asarray(heatmaps[4].z), result.attentions[1, 1])
+    assert fig.layout.annotations[4].text.startswith("L2 H2")
+
+
+def test_head_view_labels_keep_repeated_tokens_apart():
+    result = _attention()
+    fig = figures.head_view_figure(result, layer=1, head=2, label="self 60%")
+    (hm,) = fig.data
+    assert list(hm.x) == ["0:[CLS]", "1:the", "2:the", "3:cat", "4:[SEP]"]
+    np.testing.assert_allclose(np.asarray(hm.z), result.attentions[1, 2])
+    assert "Layer 2, head 3" in fig.layout.title.text and "self 60%" in fig.layout.title.text
+
+
+def test_token_view_rows_are_every_head_for_one_token():
+    result = _attention()
+    fig = figures.token_view_figure(result, token_index=3, direction="from")
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (6, 5)
+    np.testing.assert_allclose(z[5], result.attentions[1, 2, 3])
+    to = np.asarray(figures.token_view_figure(result, 3, direction="to").data[0].z)
+    np.testing.assert_allclose(to[0], result.attentions[0, 0, :, 3])
+
+
+def test_head_summary_figure_grid_shows_the_chosen_measure():
+    result = _attention()
+    summaries = head_summaries(result)
+    fig = figures.head_summary_figure(summaries, measure="self")
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (2, 3)
+    assert z[1, 2] == pytest.approx(summaries[5].to_self)
+    assert fig.data[0].text[1][2] == summaries[5].label
+
+
+def test_loss_figure_draws_train_heldout_and_unigram_baseline():
+    history = [_step(i, 10 - i * 0.1) for i in range(1, 21)]
+    evals = [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5),
+             EvalEvent(step=20, mlm_loss=8.0, mlm_acc=0.1, perplexity=math.exp(8), nsp_acc=0.6)]
+    fig = figures.loss_figure(history, evals, {"unigram": {"accuracy": 0.05, "perplexity": math.exp(6.5)}})
+    names = [t.name for t in fig.data]
+    assert names == ["total loss (train)", "mlm loss (train)", "nsp loss (train)", "MLM loss (held-out)"]
+    assert list(fig.data[0].y) == [e.loss for e in history]
+    assert list(fig.data[3].x) == [0, 20]
+    assert fig.layout.shapes[0].y0 == pytest.approx(6.5)
+    acc = figures.accuracy_figure(history, evals, {"unigram": {"accuracy": 0.05}})
+    assert acc.layout.shapes[0].y0 == pytest.approx(0.05)
+    split = figures.decision_accuracy_figure(history)
+    assert [t.name for t in split.data] == ["shown as [MASK]", "replaced by a random token", "kept unchanged"]
+
+
+def test_long_histories_are_thinned_but_keep_the_last_step():
+    history = [_step(i, 5.0) for i in range(1, 10_001)]
+    fig = figures.loss_figure(history)
+    xs = list(fig.data[0].x)
+    assert len(xs) <= figures.MAX_POINTS + 1 and xs[-1] == 10_000 and xs[0] == 1
+
+
+def test_topk_figure_has_model_and_baseline_bars():
+    fig = figures.topk_figure([("cat", 0.5), ("dog", 0.2)], title="mask 1", baseline=[("the", 0.07)])
+    assert list(fig.data[0].y) == ["cat", "dog"] and list(fig.data[0].x) == [0.5, 0.2]
+    assert list(fig.data[1].y) == ["the"]
+
+
+def test_topk_history_has_a_line_per_token_with_gaps_where_it_left_the_top_k():
+    fig = figures.topk_history_figure([(0, [("the", 0.1), ("a", 0.05)]), (100, [("store", 0.4), ("the", 0.2)])])
+    lines = {t.name: list(t.y) for t in fig.data}
+    assert lines == {"the": [0.1, 0.2], "a": [0.05, None], "store": [None, 0.4]}
+
+
+def test_masking_figure_colours_each_decision():
+    rows = [MaskingRow(0, "[CLS]", 2, 0, "not chosen", "[CLS]", 2), MaskingRow(1, "cat", 7, 0, "[MASK]", "[MASK]", 4),
+            MaskingRow(2, "sat", 8, 0, "random", "dog", 9), MaskingRow(3, "on", 10, 0, "kept", "on", 10)]
+    fig = figures.masking_figure(rows)
+    by_name = {t.name: t for t in fig.data}
+    assert by_name["random"].text == ("sat→dog",)
+    assert by_name["[MASK]"].marker.color == figures.DECISION_COLORS["[MASK]"]
+    assert by_name["kept"].text == ("on",)
+
+
+def test_architecture_figure_shows_the_config_sizes():
+    fig = figures.architecture_figure(BertConfig.preset("mini", vocab_size=8000))
+    texts = " ".join(a.text for a in fig.layout.annotations)
+    assert "8000 x 256" in texts and "4 heads" in texts and "× 4" in texts and "256 → 1024 → 256" in texts
+
+
+def test_plotly_config_offers_image_download():
+    cfg = figures.plotly_config("loss")
+    assert cfg["toImageButtonOptions"]["filename"] == "loss"
+    assert cfg["toImageButtonOptions"]["format"] in ("png", "svg")
