@@ -1,0 +1,732 @@
+"""Pretraining loop (MLM + NSP) that can be watched, stopped, resumed exactly and run under torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bert_core.errors import BertCoreError
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("linear", "cosine", "time", "constant")
+STATES = ("idle", "running", "stopped", "finished", "failed")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a pretraining run; stored in trainer_state.json so a run can be resumed and reported."""
+
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_ratio: float = 0.1
+    max_steps: int | None = 1000
+    time_budget_s: float | None = None
+    # "linear"/"cosine": warmup then decay over max_steps (or over the time budget when there is no step count);
+    # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out.
+    schedule: str = "linear"
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-6
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still reported)
+    grad_accum: int = 1
+    max_seq_length: int = 128
+    mask_rate: float = 0.15
+    nsp: bool = True
+    seed: int = 0
+    eval_every: int = 0  # steps between held-out evaluations; 0 = only before the first and after the last step
+    eval_batches: int = 20
+    probe_every: int = 0  # steps between probe snapshots; 0 = none
+    checkpoint_every_s: float = 0.0  # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
+    device: str = "auto"
+    bf16: bool = True  # autocast to bfloat16 on CUDA (ignored on CPU, where it is slower than fp32)
+
+    def __post_init__(self):
+        def need(ok: bool, message: str):
+            if not ok:
+                raise BertCoreError(message)
+
+        need(self.batch_size >= 1, f"batch_size must be at least 1, got {self.batch_size}")
+        need(self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}")
+        need(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        need(self.max_steps is None or self.max_steps >= 1, f"max_steps must be at least 1, got {self.max_steps}")
+        need(
+            self.time_budget_s is None or self.time_budget_s > 0,
+            f"time_budget_s must be positive, got {self.time_budget_s}",
+        )
+        need(
+            self.max_steps is not None or self.time_budget_s is not None,
+            "give a number of steps (max_steps) or a time budget (time_budget_s)",
+        )
+        need(self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        need(
+            self.schedule != "time" or self.time_budget_s is not None,
+            "the 'time' schedule needs a time budget (time_budget_s)",
+        )
+        need(self.grad_accum >= 1, f"grad_accum must be at least 1, got {self.grad_accum}")
+        need(0 < self.mask_rate < 1, f"mask_rate must be in (0, 1), got {self.mask_rate}")
+        need(self.max_seq_length >= 8, f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.eval_every >= 0 and self.probe_every >= 0, "eval_every and probe_every must be >= 0")
+        need(self.eval_batches >= 1, f"eval_batches must be at least 1, got {self.eval_batches}")
+
+    def replace(self, **changes) -> "TrainConfig":
+        """Return a copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """JSON-able form, as stored in trainer_state.json."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """Inverse of to_dict; unknown keys (from newer versions) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
+    """Fraction of the peak learning rate for the update that follows `step` completed updates.
+
+    Step-based schedules use update number step+1 for warmup (so the first update is not wasted at lr 0) and
+    never reach exactly zero; time-based progress reaches zero when elapsed_s equals the budget.
+    """
+    if config.schedule == "constant":
+        return 1.0
+    by_time = config.schedule == "time" or config.max_steps is None
+    if by_time:
+        p = min(max(elapsed_s / config.time_budget_s, 0.0), 1.0)
+        warm = config.warmup_ratio
+        if warm > 0 and p < warm:
+            return max(p / warm, 1e-3)  # a tiny floor: at p == 0 the first update would otherwise do nothing
+        q = (p - warm) / (1.0 - warm)
+    else:
+        total = config.max_steps
+        warm_steps = int(round(config.warmup_ratio * total))
+        if step < warm_steps:
+            return (step + 1) / warm_steps
+        q = (step - warm_steps) / max(total - warm_steps, 1)
+    q = min(max(q, 0.0), 1.0)
+    if config.schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * q))
+    return 1.0 - q
+
+
+@dataclass
+class StepEvent:
+    """What one optimizer update did, averaged over the global batch (all ranks, all accumulation steps)."""
+
+    step: int
+    tokens_seen: int
+    lr: float
+    loss: float
+    mlm_loss: float
+    nsp_loss: float | None
+    mlm_acc: float | None
+    mlm_acc_masked: float | None  # tokens replaced by [MASK]
+    mlm_acc_random: float | None  # tokens replaced by a random token
+    mlm_acc_kept: float | None  # tokens left unchanged but still predicted
+    nsp_acc: float | None
+    tokens_per_s: float
+    grad_norm: float
+    elapsed_s: float
+
+
+@dataclass
+class EvalEvent:
+    """A held-out evaluation at a given step (step 0 is the untrained model)."""
+
+    step: int
+    mlm_loss: float
+    mlm_acc: float
+    perplexity: float
+    nsp_acc: float | None
+
+
+@dataclass
+class Progress:
+    """How far a run is: fraction in [0, 1] and estimated seconds left (None before the first step)."""
+
+    fraction: float
+    eta_s: float | None
+    step: int
+    elapsed_s: float
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in a torchrun job (rank 0 of 1 when not distributed)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto") -> DistInfo:
+    """Join the torchrun process group when WORLD_SIZE > 1 (nccl on GPU, gloo on CPU); a no-op otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistInfo()
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and device in ("auto", "cuda")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def current_dist() -> DistInfo:
+    """The DistInfo of the initialised process group, or the single-process default."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return DistInfo()
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group if one was joined."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_device(name: str, dist_info: DistInfo | None = None) -> torch.device:
+    """'auto' -> CUDA when present (this rank's GPU under torchrun), else CPU; other names as given."""
+    dist_info = dist_info or DistInfo()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise BertCoreError("device 'cuda' was asked for but no CUDA GPU is visible; use --device cpu or auto")
+        return torch.device("cuda", dist_info.local_rank if dist_info.world_size > 1 else torch.cuda.current_device())
+    try:
+        return torch.device(name)
+    except RuntimeError as e:
+        raise BertCoreError(f"unknown device {name!r}: use auto, cpu or cuda") from e
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if hasattr(model, "module") else model
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num) / float(den) if den > 0 else None
+
+
+class Trainer:
+    """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread.
+
+    Another thread may read `history`, `evals`, `state`, `progress`, `probes` and `error` at any time and call
+    `stop()`; `run()` may be called again after a stop to continue from where it stopped.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        data,
+        config: TrainConfig,
+        eval_data=None,
+        callbacks: Sequence[Callable[[Any], None]] = (),
+        probes=None,
+        checkpoint_dir=None,
+        metadata: dict | None = None,
+    ):
+        from bert_core.model import param_groups
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.data = data
+        self.eval_data = eval_data
+        self.callbacks = list(callbacks)
+        self.probes = probes
+        self.checkpoint_dir = checkpoint_dir
+        # Free-form facts recorded in trainer_state.json (held-out split, command line, corpora...).
+        self.metadata: dict = dict(metadata or {})
+        self.dist = current_dist()
+        self.device = resolve_device(config.device, self.dist)
+
+        self.model = model.to(self.device)
+        self.model.train()
+        self._ddp = None
+        if self.dist.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = torch.optim.AdamW(
+            param_groups(self.model, config.weight_decay),
+            lr=config.learning_rate,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
+        )
+
+        self.step = 0
+        self.tokens_seen = 0
+        self.elapsed_s = 0.0
+        self.baselines: dict = {}
+        self.error: str | None = None
+        self._state = "idle"
+        self._history: list[StepEvent] = []
+        self._evals: list[EvalEvent] = []
+        self._lock = threading.Lock()  # guards history/evals/state for readers in other threads
+        self._step_lock = threading.RLock()  # held during an update and during save, so a save sees a whole step
+        self._stop = threading.Event()
+        self._run_started: float | None = None
+        self._eval_batches = None
+        self._last_checkpoint = time.monotonic()
+        # Dropout draws from torch's global generator; the trainer keeps its own copy of that state so that a
+        # stop/resume (even through a checkpoint) replays exactly the same dropout masks.
+        gen = torch.Generator().manual_seed(config.seed * 1_000_003 + self.dist.rank)
+        self._rng_state: dict = {"torch": gen.get_state()}
+        if torch.cuda.is_available():
+            self._rng_state["cuda"] = None  # seeded on first run from the config seed
+        self._data_iter = None
+
+    # ------------------------------------------------------------------ observation (thread-safe)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def history(self) -> list[StepEvent]:
+        """A snapshot copy of the per-step events so far."""
+        with self._lock:
+            return list(self._history)
+
+    @property
+    def evals(self) -> list[EvalEvent]:
+        """A snapshot copy of the held-out evaluations so far (step 0 = untrained model)."""
+        with self._lock:
+            return list(self._evals)
+
+    @property
+    def progress(self) -> Progress:
+        """Fraction of the run done and estimated seconds left, from steps or from the time budget."""
+        cfg = self.config
+        elapsed = self._elapsed_now()
+        fractions = []
+        if cfg.max_steps:
+            fractions.append(self.step / cfg.max_steps)
+        if cfg.time_budget_s:
+            fractions.append(elapsed / cfg.time_budget_s)
+        frac = min(max(fractions), 1.0)
+        eta = None
+        if self._state == "finished":
+            frac, eta = 1.0, 0.0
+        elif frac > 0 and elapsed > 0:
+            eta = elapsed * (1.0 - frac) / frac
+        return Progress(fraction=frac, eta_s=eta, step=self.step, elapsed_s=elapsed)
+
+    def stop(self) -> None:
+        """Ask a running `run()` to return at the next step boundary (safe to call from any thread)."""
+        self._stop.set()
+
+    @property
+    def is_main(self) -> bool:
+        return self.dist.is_main
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Train until max_steps / the time budget / stop(); never raises: failures set `error` and state 'failed'."""
+        with self._lock:
+            if self._state == "running":
+                raise BertCoreError("this trainer is already running; call stop() first")
+            if self._state == "failed":
+                return
+            self._state = "running"
+        outer_rng = torch.get_rng_state()
+        outer_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        final = "failed"
+        try:
+            self._install_rng()
+            if self._data_iter is None:
+                self._data_iter = iter(self.data)
+            self._run_started = time.monotonic()
+            if self.step == 0 and not self._evals:
+                self._prepare_baselines()
+                self._evaluate()
+                self._snapshot_probes()
+            while not self._done():
+                if self._stop.is_set():
+                    final = "stopped"
+                    break
+                with self._step_lock:
+                    event = self._train_step()
+                if event is None:
+                    break  # failed: self.error says why
+                self._publish(event)
+                cfg = self.config
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and not self._done():
+                    self._evaluate()
+                if cfg.probe_every and self.step % cfg.probe_every == 0:
+                    self._snapshot_probes()
+                if (
+                    self.checkpoint_dir is not None
+                    and cfg.checkpoint_every_s
+                    and time.monotonic() - self._last_checkpoint >= cfg.checkpoint_every_s
+                ):
+                    self._checkpoint()
+            else:
+                final = "finished"
+            if final == "finished":
+                if not self._evals or self._evals[-1].step != self.step:
+                    self._evaluate()
+                if self.probes is not None and self.config.probe_every and self.step % self.config.probe_every:
+                    self._snapshot_probes()
+            if final in ("finished", "stopped") and self.checkpoint_dir is not None and self.error is None:
+                self._checkpoint()
+        except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
+            log.exception("training failed")
+            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
+        finally:
+            if self.error is not None:
+                final = "failed"
+            self._capture_rng()
+            self.elapsed_s = self._elapsed_now()
+            self._run_started = None
+            torch.set_rng_state(outer_rng)
+            if outer_cuda is not None:
+                torch.cuda.set_rng_state_all(outer_cuda)
+            self._stop.clear()
+            with self._lock:
+                self._state = final
+
+    def _done(self) -> bool:
+        cfg = self.config
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            return True
+        return cfg.time_budget_s is not None and self._elapsed_now() >= cfg.time_budget_s
+
+    def _elapsed_now(self) -> float:
+        started = self._run_started
+        return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
+
+    def _install_rng(self):
+        torch.set_rng_state(self._rng_state["torch"])
+        if torch.cuda.is_available():
+            cuda_state = self._rng_state.get("cuda")
+            if cuda_state is None:
+                torch.cuda.manual_seed_all(self.config.seed * 1_000_003 + self.dist.rank)
+            else:
+                torch.cuda.set_rng_state_all(cuda_state)
+
+    def _capture_rng(self):
+        self._rng_state = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            self._rng_state["cuda"] = torch.cuda.get_rng_state_all()
+
+    def _publish(self, event) -> None:
+        with self._lock:
+            if isinstance(event, StepEvent):
+                self._history.append(event)
+            elif isinstance(event, EvalEvent):
+                self._evals.append(event)
+        for callback in self.callbacks:
+            callback(event)
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.config.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _train_step(self) -> StepEvent | None:
+        """One optimizer update over grad_accum micro-batches; returns None (and sets error) on a non-finite loss."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        batches = [next(self._data_iter) for _ in range(cfg.grad_accum)]
+        # The loss is a mean over every masked token (and every sequence) of the *global* batch, so that
+        # accumulation and data parallelism give the same gradient as one big batch. DDP averages gradients
+        # over ranks, hence the world_size factor.
+        counts = torch.tensor(
+            [float(sum(int((b.mlm_labels != -100).sum()) for b in batches)), float(sum(len(b.input_ids) for b in batches))],
+            dtype=torch.float64,
+        )
+        counts = self._all_reduce(counts)
+        n_masked_global, n_seq_global = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0)
+        world = self.dist.world_size
+        forward = self._ddp if self._ddp is not None else self.model
+        # stats: mlm loss sum, masked, correct, (n, correct) per decision 1..3, nsp loss sum, nsp correct, seqs, tokens
+        stats = torch.zeros(13, dtype=torch.float64)
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            sync = self._ddp is None or i == len(batches) - 1
+            ctx = contextlib.nullcontext() if sync else self._ddp.no_sync()
+            with ctx:
+                with self._autocast():
+                    out = forward(
+                        input_ids=batch.input_ids,
+                        attention_mask=batch.attention_mask,
+                        token_type_ids=batch.token_type_ids,
+                        labels=batch.mlm_labels,
+                        full_mlm_logits=False,
+                    )
+                positions = batch.mlm_labels != -100
+                targets = batch.mlm_labels[positions]
+                logits = out.mlm_logits.float()
+                mlm_sum = F.cross_entropy(logits, targets, reduction="sum")
+                nsp_logits = out.nsp_logits.float()
+                if cfg.nsp:
+                    nsp_sum = F.cross_entropy(nsp_logits, batch.next_sentence_label, reduction="sum")
+                    loss = (mlm_sum / n_masked_global + nsp_sum / n_seq_global) * world
+                else:
+                    nsp_sum = torch.zeros((), device=logits.device)
+                    # Touch the NSP head so DDP sees every parameter take part (its gradient is zero).
+                    loss = mlm_sum / n_masked_global * world + 0.0 * nsp_logits.sum()
+                loss.backward()
+            with torch.no_grad():
+                pred = logits.argmax(-1)
+                right = pred == targets
+                decisions = batch.decisions[positions]
+                stats[0] += mlm_sum.item()
+                stats[1] += targets.numel()
+                stats[2] += right.sum().item()
+                for code in (1, 2, 3):
+                    sel = decisions == code
+                    stats[1 + 2 * code] += sel.sum().item()
+                    stats[2 + 2 * code] += (right & sel).sum().item()
+                if cfg.nsp:
+                    stats[9] += nsp_sum.item()
+                    stats[10] += (nsp_logits.argmax(-1) == batch.next_sentence_label).sum().item()
+                stats[11] += len(batch.input_ids)
+                stats[12] += batch.attention_mask.sum().item()
+        stats = self._all_reduce(stats)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        mlm_loss = stats[0].item() / max(stats[1].item(), 1.0)
+        nsp_loss = stats[9].item() / max(stats[11].item(), 1.0) if cfg.nsp else None
+        loss_value = mlm_loss + (nsp_loss or 0.0)
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.error = (
+                f"training stopped at step {self.step + 1}: the loss became {loss_value} (gradient norm {grad_norm}). "
+                f"The learning rate ({cfg.learning_rate:g}) is probably too high; lower it and resume from the "
+                "last checkpoint."
+            )
+            log.error(self.error)
+            return None
+        lr = cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        tokens = int(stats[12].item())
+        self.tokens_seen += tokens
+        dt = time.perf_counter() - t0
+        return StepEvent(
+            step=self.step,
+            tokens_seen=self.tokens_seen,
+            lr=lr,
+            loss=loss_value,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            mlm_acc=_ratio(stats[2], stats[1]),
+            mlm_acc_masked=_ratio(stats[4], stats[3]),
+            mlm_acc_random=_ratio(stats[6], stats[5]),
+            mlm_acc_kept=_ratio(stats[8], stats[7]),
+            nsp_acc=_ratio(stats[10], stats[11]) if cfg.nsp else None,
+            tokens_per_s=tokens / dt if dt > 0 else 0.0,
+            grad_norm=grad_norm,
+            elapsed_s=self._elapsed_now(),
+        )
+
+    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.dist.world_size == 1:
+            return t
+        import torch.distributed as dist
+
+        # nccl reduces only GPU tensors; gloo only CPU ones.
+        moved = t.to(self.device) if self.device.type == "cuda" else t
+        dist.all_reduce(moved)
+        return moved.cpu()
+
+    # ------------------------------------------------------------------ evaluation, probes, checkpoints
+
+    def heldout_batches(self) -> list:
+        """The fixed held-out batches (same masks at every evaluation), built once on first use."""
+        if self._eval_batches is None:
+            if self.eval_data is None:
+                self._eval_batches = []
+            elif isinstance(self.eval_data, (list, tuple)):
+                self._eval_batches = list(self.eval_data)
+            else:
+                self._eval_batches = self.eval_data.eval_batches(self.config.eval_batches, seed=self.config.seed)
+        return self._eval_batches
+
+    def _prepare_baselines(self):
+        from bert_core.evaluation import unigram_baseline_for
+
+        batches = self.heldout_batches()
+        if batches and not self.baselines:
+            self.baselines = unigram_baseline_for(self.data, batches)
+
+    def _evaluate(self):
+        from bert_core.evaluation import evaluate
+
+        batches = self.heldout_batches()
+        if not batches:
+            return
+        result = evaluate(_unwrap(self.model), batches, device=self.device, bf16=self.config.bf16)
+        self.model.train()
+        event = EvalEvent(
+            step=self.step,
+            mlm_loss=result.mlm_loss,
+            mlm_acc=result.mlm_acc,
+            perplexity=result.perplexity,
+            nsp_acc=result.nsp_acc if self.config.nsp else None,
+        )
+        if self.step == 0 and "untrained" not in self.baselines:
+            self.baselines["untrained"] = dataclasses.asdict(event)
+        self._publish(event)
+
+    def _snapshot_probes(self):
+        if self.probes is None or not self.is_main:
+            return
+        snap = self.probes.snapshot(_unwrap(self.model), self.tokenizer, self.step)
+        self.model.train()
+        for callback in self.callbacks:
+            callback(snap)
+
+    def _checkpoint(self):
+        if self.is_main:
+            self.save(self.checkpoint_dir)
+        self._last_checkpoint = time.monotonic()
+
+    def state_dict(self) -> dict:
+        """Everything but tensors needed to continue this run exactly (the content of trainer_state.json)."""
+        from bert_core.checkpoint import rng_state_to_json
+
+        with self._step_lock:
+            rng = self._rng_state
+            if self._state == "running":
+                rng = {"torch": torch.get_rng_state()}
+                if torch.cuda.is_available():
+                    rng["cuda"] = torch.cuda.get_rng_state_all()
+            with self._lock:
+                return {
+                    "format": 1,
+                    "step": self.step,
+                    "tokens_seen": self.tokens_seen,
+                    "elapsed_s": self._elapsed_now(),
+                    "state": self._state,
+                    "train_config": self.config.to_dict(),
+                    "history": [dataclasses.asdict(e) for e in self._history],
+                    "evals": [dataclasses.asdict(e) for e in self._evals],
+                    "baselines": self.baselines,
+                    "data_state": self.data.state_dict() if hasattr(self.data, "state_dict") else None,
+                    "rng": rng_state_to_json(rng),
+                    "world_size": self.dist.world_size,
+                    "metadata": self.metadata,
+                }
+
+    def save(self, folder) -> None:
+        """Write a checkpoint folder atomically (model, tokenizer, trainer state, optimizer); rank 0 only."""
+        from bert_core.checkpoint import save_checkpoint
+
+        if not self.is_main:
+            return
+        with self._step_lock:
+            save_checkpoint(
+                folder,
+                _unwrap(self.model),
+                tokenizer=self.tokenizer,
+                trainer_state=self.state_dict(),
+                optimizer=self.optimizer,
+            )
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore counters, history, RNG and data position from a trainer_state.json dict."""
+        from bert_core.checkpoint import rng_state_from_json
+
+        with self._step_lock, self._lock:
+            self.step = int(state["step"])
+            self.tokens_seen = int(state.get("tokens_seen", 0))
+            self.elapsed_s = float(state.get("elapsed_s", 0.0))
+            self._history = [StepEvent(**e) for e in state.get("history", [])]
+            self._evals = [EvalEvent(**e) for e in state.get("evals", [])]
+            self.baselines = dict(state.get("baselines", {}))
+            self.metadata = {**state.get("metadata", {}), **self.metadata}
+            if state.get("rng"):
+                rng = rng_state_from_json(state["rng"])
+                if state.get("world_size", 1) == self.dist.world_size or self.dist.world_size == 1:
+                    self._rng_state = rng
+            if state.get("data_state") is not None and hasattr(self.data, "load_state_dict"):
+                self.data.load_state_dict(state["data_state"])
+                self._data_iter = None
+            prior = state.get("state", "stopped")
+            self._state = "stopped" if prior in ("running", "finished", "failed") else prior
+            if self._state == "idle" and self.step > 0:
+                self._state = "stopped"
+
+    @classmethod
+    def resume(
+        cls,
+        folder,
+        data,
+        eval_data=None,
+        callbacks: Iterable[Callable[[Any], None]] = (),
+        probes=None,
+        checkpoint_dir=None,
+        config_overrides: dict | None = None,
+        metadata: dict | None = None,
+    ) -> "Trainer":
+        """Rebuild a trainer from a checkpoint folder: weights, optimizer, RNG, history and data position.
+
+        `data` must be built from the same corpus and tokenizer as the original run (its position is restored).
+        `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
+        """
+        from bert_core.checkpoint import load_checkpoint, load_optimizer_state
+
+        ckpt = load_checkpoint(folder)
+        if ckpt.trainer_state is None:
+            raise BertCoreError(f"{folder} has no trainer_state.json, so training cannot resume from it")
+        config = TrainConfig.from_dict(ckpt.trainer_state["train_config"])
+        if config_overrides:
+            config = config.replace(**config_overrides)
+        trainer = cls(
+            ckpt.model,
+            ckpt.tokenizer,
+            data,
+            config,
+            eval_data=eval_data,
+            callbacks=list(callbacks),
+            probes=probes,
+            checkpoint_dir=checkpoint_dir,
+            metadata=metadata,
+        )
+        load_optimizer_state(trainer.optimizer, folder)
+        trainer.load_state_dict(ckpt.trainer_state)
+        return trainer
