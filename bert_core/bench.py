@@ -1,0 +1,134 @@
+"""`python -m bert_core bench`: training speed of our BertForPreTraining against transformers', side by side.
+
+Both models get the same config, weights, batch and masking; their training steps (forward, backward, AdamW)
+are alternated in one process so that machine noise hits both alike. It prints tokens/s of each, the ratio of the
+medians, and our achieved GFLOP/s as a fraction of a large fp32 matmul measured in the same run.
+`transformers` is only a test/benchmark dependency: without it, only our figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from bert_core.config import BertConfig
+from bert_core.model import BertForPreTraining, param_groups
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `bench` subcommand."""
+    p = subparsers.add_parser("bench", help="training speed against transformers.BertForPreTraining",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="mini")
+    p.add_argument("--vocab-size", type=int, default=30522, help="BERT's WordPiece size by default")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--mask-rate", type=float, default=0.15)
+    p.add_argument("--rounds", type=int, default=7, help="timed steps per model, alternated")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    return p
+
+
+def _matmul_gflops(n: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of an n x n fp32 matmul: the machine's practical ceiling for dense math."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def training_flops(config: BertConfig, batch: int, seq: int, masked: int, sparse_head: bool) -> float:
+    """Matmul FLOPs of one training step (forward + backward = 3x forward), counting what the model computes."""
+    h, i, layers, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    tokens = batch * seq
+    per_layer = tokens * (2 * 4 * h * h + 2 * 2 * h * i) + 2 * 2 * batch * seq * seq * h
+    head_rows = masked if sparse_head else tokens
+    head = head_rows * (2 * h * h + 2 * h * v)
+    pooler_nsp = batch * (2 * h * h + 2 * h * 2)
+    return 3.0 * (layers * per_layer + head + pooler_nsp)
+
+
+def _batch(config: BertConfig, batch: int, seq: int, mask_rate: float, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (batch, seq), generator=g)
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(ids.shape, generator=g) < mask_rate
+    labels[chosen] = ids[chosen]
+    ids[chosen] = 4
+    tt = torch.zeros_like(ids)
+    tt[:, seq // 2:] = 1
+    return dict(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=tt,
+                labels=labels, next_sentence_label=torch.randint(0, 2, (batch,), generator=g))
+
+
+def run_bench(args) -> dict:
+    """Run the side-by-side benchmark and return its figures (also printed)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
+    torch.manual_seed(0)
+    ours = BertForPreTraining(config).train()
+    models = {"ours": ours}
+    try:
+        import transformers
+
+        ref = transformers.BertForPreTraining(
+            transformers.BertConfig(**{k: v for k, v in config.to_hf_dict().items() if k != "architectures"}),
+        )
+        ref.config._attn_implementation = "sdpa"
+        ref.load_state_dict(ours.state_dict())
+        models["transformers"] = ref.train()
+    except ImportError:
+        pass
+    batch = _batch(config, args.batch_size, args.seq_len, args.mask_rate)
+    optims = {k: torch.optim.AdamW(param_groups(m), lr=1e-4, eps=1e-6) for k, m in models.items()}
+
+    def step(name):
+        t = time.perf_counter()
+        optims[name].zero_grad(set_to_none=True)
+        models[name](**batch).loss.backward()
+        optims[name].step()
+        return time.perf_counter() - t
+
+    for _ in range(args.warmup):
+        for name in models:
+            step(name)
+    times = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name in models:
+            times[name].append(step(name))
+    ceiling = _matmul_gflops()
+    tokens = args.batch_size * args.seq_len
+    masked = int((batch["labels"] != -100).sum())
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "
+                  f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, {args.mask_rate:.0%} masked",
+        "matmul_gflops": round(ceiling, 1),
+    }
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        result[f"{name}_step_s"] = round(med, 4)
+        result[f"{name}_tokens_per_s"] = round(tokens / med, 1)
+    ours_flops = training_flops(config, args.batch_size, args.seq_len, masked, sparse_head=True)
+    result["ours_gflops"] = round(ours_flops / result["ours_step_s"] / 1e9, 1)
+    result["ours_fraction_of_matmul"] = round(result["ours_gflops"] / ceiling, 3)
+    if "transformers" in times:
+        result["speedup"] = round(result["transformers_step_s"] / result["ours_step_s"], 3)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>28}: {v}")
+    return result

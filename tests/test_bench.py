@@ -1,0 +1,24 @@
+"""The speed benchmark runs end to end on a small config (its figures are checked by reading them, not by time)."""
+
+import argparse
+
+from bert_core import bench
+from bert_core.config import BertConfig
+
+
+def test_bench_reports_both_models_and_the_ratio(capsys):
+    parser = argparse.ArgumentParser()
+    bench.add_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["bench", "--preset", "nano", "--vocab-size", "300", "--seq-len", "16",
+                              "--batch-size", "2", "--rounds", "1", "--warmup", "0", "--json"])
+    result = bench.run_bench(args)
+    assert result["ours_tokens_per_s"] > 0 and result["transformers_tokens_per_s"] > 0
+    assert result["speedup"] > 0 and 0 < result["ours_fraction_of_matmul"]
+    assert '"speedup"' in capsys.readouterr().out
+
+
+def test_sparse_head_flops_are_fewer_than_dense():
+    config = BertConfig.preset("mini", vocab_size=30522)
+    dense = bench.training_flops(config, 32, 128, 614, sparse_head=False)
+    sparse = bench.training_flops(config, 32, 128, 614, sparse_head=True)
+    assert sparse < dense / 2  # the decoder dominates a small BERT with a 30k vocabulary
