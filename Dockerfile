@@ -1,0 +1,21 @@
+# Hugging Face Spaces (Docker SDK) image for the BERT explorer. CPU only.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Spaces run the container as user 1000.
+RUN useradd --create-home --uid 1000 user
+WORKDIR /home/user/app
+
+COPY --chown=user requirements.txt .
+# The CPU wheel index keeps torch small; the rest comes from PyPI.
+RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+ && pip install -r requirements.txt
+
+COPY --chown=user . .
+USER user
+ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core
+
+EXPOSE 8501
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"
+CMD ["streamlit", "run", "app.py", "--server.port", "8501", "--server.address", "0.0.0.0"]
