@@ -427,3 +427,45 @@ def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, p
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
     for start in range(0, len(order), batch_size):
         yield collate(encoded, labels, order[start : start + batch_size], pad_id)
+
+
+def _topic_words() -> dict[str, str]:
+    from bert_core.toy_grammar import TOPICS
+
+    words = {}
+    for topic, parts in TOPICS.items():
+        for key in ("places", "adjectives"):
+            words.update((w, topic) for w in parts[key])
+        for key in ("people", "things", "verbs"):
+            words.update((w, topic) for pair in parts[key] for w in pair)
+    return words
+
+
+def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
+    """The built-in offline task: name the topic (farm, sea, castle...) of a toy story from one of its middle sentences.
+
+    Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0); the label is
+    the story's topic, read back from its topic-only words, and the text one sentence from between the
+    introduction and the closing, so the clue is a word or two that pretraining has seen in context.
+    """
+    from bert_core.toy_grammar import TOPICS, generate_toy_corpus
+
+    if num_examples < 20:
+        raise BertCoreError(f"the toy topic task needs at least 20 examples, got {num_examples}")
+    corpus = generate_toy_corpus(num_documents=num_examples, seed=10_000 + seed)
+    names = sorted(TOPICS)
+    topic_of = _topic_words()
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for story in corpus.documents:
+        votes: dict[str, int] = {}
+        for sentence in story:
+            for word in re.findall(r"[a-z]+", sentence.lower()):
+                if word in topic_of:
+                    votes[topic_of[word]] = votes.get(topic_of[word], 0) + 1
+        middle = story[1:-1] or story
+        texts.append(rng.choice(middle))
+        labels.append(names.index(max(votes, key=votes.get)))
+    return ClassificationData(texts=texts, labels=labels, label_names=names,
+                              source=f"toy story topics (seed {seed})", text_columns=("sentence",),
+                              label_column="topic")

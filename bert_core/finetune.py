@@ -1,0 +1,634 @@
+"""Fine-tuning BERT for sequence classification: the [CLS] classifier trained from a pretrained checkpoint or from scratch.
+
+The lesson the app shows: the same architecture, the same data and the same budget, with and without pretraining.
+`Finetuner` is observable and stoppable from another thread like `training.Trainer` and reuses its schedule
+(`lr_multiplier`), device choice and AdamW parameter groups; the budget counts training time only, so the
+validation passes that draw the accuracy curve do not eat into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bert_core.classification_data import (
+    ClassificationData,
+    encode_examples,
+    eval_batches,
+    load_classification_csv,
+    split_train_val,
+    toy_topic_task,
+    train_batches,
+)
+from bert_core.errors import BertCoreError
+from bert_core.training import Progress, TrainConfig, lr_multiplier, resolve_device
+
+__all__ = [
+    "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
+    "classifier_from_checkpoint", "classifier_from_scratch", "classify_text", "evaluate_classifier",
+    "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier", "add_parser", "run",
+]
+
+log = logging.getLogger(__name__)
+RESULT_FILE = "finetune_result.json"
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Knobs of one fine-tuning run; the pretrained and the from-scratch run of a comparison share one."""
+
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    warmup_ratio: float = 0.1
+    max_steps: int | None = None
+    time_budget_s: float | None = 60.0
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-6
+    max_grad_norm: float = 1.0
+    max_length: int = 128
+    eval_points: int = 10  # validation passes spread over the budget (plus one before the first step)
+    eval_batch_size: int = 128
+    num_misclassified: int = 20
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self):
+        self.train_config()  # validates the shared fields with TrainConfig's messages
+        if self.eval_points < 1:
+            raise BertCoreError(f"eval_points must be at least 1, got {self.eval_points}")
+
+    def train_config(self) -> TrainConfig:
+        """The pretraining TrainConfig with the same schedule, used for its learning-rate schedule."""
+        return TrainConfig(
+            batch_size=self.batch_size, learning_rate=self.learning_rate, warmup_ratio=self.warmup_ratio,
+            max_steps=self.max_steps, time_budget_s=self.time_budget_s, schedule="linear",
+            weight_decay=self.weight_decay, adam_eps=self.adam_eps, max_grad_norm=self.max_grad_norm,
+            max_seq_length=self.max_length, seed=self.seed, device=self.device,
+        )
+
+    def replace(self, **changes) -> "FinetuneConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class FinetuneStep:
+    """One optimizer update."""
+
+    step: int
+    examples_seen: int
+    lr: float
+    loss: float
+    train_acc: float
+    grad_norm: float
+    elapsed_s: float  # training seconds so far (validation time excluded)
+
+
+@dataclass
+class FinetuneEval:
+    """A pass over the validation set (step 0 = the fresh head, before any update)."""
+
+    step: int
+    elapsed_s: float
+    accuracy: float
+    macro_f1: float
+    loss: float
+
+
+@dataclass
+class Misclassified:
+    """A validation example the classifier got wrong, with how sure it was."""
+
+    text: str
+    true_label: str
+    predicted_label: str
+    confidence: float
+
+
+@dataclass
+class FinetuneResult:
+    """Final validation metrics, curves and the trained model of one run."""
+
+    name: str
+    accuracy: float
+    macro_f1: float
+    loss: float
+    confusion: list[list[int]]  # rows: true label, columns: predicted label
+    label_names: list[str]
+    evals: list[FinetuneEval]
+    history: list[FinetuneStep]
+    misclassified: list[Misclassified]
+    steps: int
+    train_seconds: float
+    state: str
+    model: torch.nn.Module | None = field(default=None, repr=False)
+    tokenizer: object | None = field(default=None, repr=False)
+
+    def to_dict(self, with_history: bool = False) -> dict:
+        """JSON-able summary (the model is left out; the per-step history only when asked)."""
+        out = {
+            "name": self.name, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "loss": self.loss,
+            "confusion": self.confusion, "label_names": self.label_names, "steps": self.steps,
+            "train_seconds": self.train_seconds, "state": self.state,
+            "evals": [dataclasses.asdict(e) for e in self.evals],
+            "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
+        }
+        if with_history:
+            out["history"] = [dataclasses.asdict(e) for e in self.history]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Run model construction on a private copy of torch's global generator, seeded, leaving the caller's intact."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
+    """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder + pooler, a fresh head."""
+    from bert_core.hf import load_pretrained
+    from bert_core.model import BertForSequenceClassification
+    from bert_core.tokenization import BertTokenizer
+
+    folder = Path(folder)
+    with _seeded(seed):
+        model = load_pretrained(folder, model_class=BertForSequenceClassification, num_labels=num_labels)
+    if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
+        raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
+                            "the model was pretrained with")
+    return model, BertTokenizer.load(folder)
+
+
+def classifier_from_scratch(config, num_labels: int, seed: int = 0):
+    """A randomly initialised classifier of the given BertConfig: the no-pretraining baseline."""
+    from bert_core.model import BertForSequenceClassification
+
+    with _seeded(seed):
+        return BertForSequenceClassification(config, num_labels)
+
+
+def save_classifier(result: FinetuneResult, folder) -> Path:
+    """Write the fine-tuned classifier as a Hugging Face folder (+ tokenizer, label names, finetune_result.json)."""
+    from bert_core.checkpoint import write_json
+    from bert_core.hf import save_pretrained
+
+    if result.model is None:
+        raise BertCoreError("this result holds no model to save")
+    folder = save_pretrained(result.model, folder, tokenizer=result.tokenizer, label_names=result.label_names)
+    write_json(Path(folder) / RESULT_FILE, result.to_dict())
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def confusion_matrix(truth: Sequence[int], predicted: Sequence[int], num_labels: int) -> list[list[int]]:
+    """K x K counts, rows = true label, columns = predicted label."""
+    m = [[0] * num_labels for _ in range(num_labels)]
+    for t, p in zip(truth, predicted):
+        m[t][p] += 1
+    return m
+
+
+def macro_f1(confusion: list[list[int]]) -> float:
+    """Unweighted mean over classes of F1 (a class never predicted nor present scores 0, as sklearn does)."""
+    k = len(confusion)
+    scores = []
+    for c in range(k):
+        tp = confusion[c][c]
+        predicted = sum(confusion[r][c] for r in range(k))
+        actual = sum(confusion[c])
+        scores.append(2 * tp / (predicted + actual) if predicted + actual else 0.0)
+    return sum(scores) / k
+
+
+@torch.no_grad()
+def _predict(model, batches, device) -> tuple[list[int], list[int], list[int], torch.Tensor, float]:
+    """(row indices, true labels, predicted labels, probabilities [N, K], mean loss) over the given batches."""
+    was_training = model.training
+    model.eval()
+    rows, truth, probs, loss_sum = [], [], [], 0.0
+    for batch in batches:
+        batch = batch.to(device)
+        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        logits = out.logits.float()
+        loss_sum += torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum").item()
+        probs.append(logits.softmax(-1).cpu())
+        rows.extend(batch.indices.tolist())
+        truth.extend(batch.labels.tolist())
+    model.train(was_training)
+    p = torch.cat(probs) if probs else torch.zeros(0, model.num_labels)
+    return rows, truth, p.argmax(-1).tolist(), p, loss_sum / max(len(truth), 1)
+
+
+def evaluate_classifier(model, tokenizer, data: ClassificationData, max_length: int = 128, batch_size: int = 128,
+                        device="cpu", num_misclassified: int = 20) -> dict:
+    """Accuracy, macro-F1, loss, confusion matrix and the most confident mistakes of `model` on `data`."""
+    encoded = encode_examples(data, tokenizer, max_length)
+    return _metrics(model, encoded, data, batch_size, torch.device(device), tokenizer.pad_id, num_misclassified)
+
+
+def _metrics(model, encoded, data, batch_size, device, pad_id, num_misclassified) -> dict:
+    rows, truth, pred, probs, loss = _predict(model, eval_batches(encoded, data.labels, batch_size, pad_id), device)
+    confusion = confusion_matrix(truth, pred, data.num_labels)
+    wrong = [
+        Misclassified(data.example_text(r), data.label_names[t], data.label_names[p], float(probs[i, p]))
+        for i, (r, t, p) in enumerate(zip(rows, truth, pred)) if t != p
+    ]
+    wrong.sort(key=lambda m: -m.confidence)
+    accuracy = sum(t == p for t, p in zip(truth, pred)) / max(len(truth), 1)
+    return dict(accuracy=accuracy, macro_f1=macro_f1(confusion), loss=loss, confusion=confusion,
+                misclassified=wrong[:num_misclassified])
+
+
+@torch.no_grad()
+def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_length: int = 128) -> list[float]:
+    """Class probabilities for one text (or sentence pair), in label-id order."""
+    if not text or not text.strip():
+        raise BertCoreError("type a sentence to classify")
+    enc = tokenizer.encode_pair(text, text_b, max_length)
+    device = next(model.parameters()).device
+    ids = torch.tensor([enc["input_ids"]], device=device)
+    types = torch.tensor([enc["token_type_ids"]], device=device)
+    was_training = model.training
+    model.eval()
+    logits = model(ids, torch.ones_like(ids), types).logits.float()
+    model.train(was_training)
+    return logits.softmax(-1)[0].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+
+class Finetuner:
+    """Trains a BertForSequenceClassification on `train`, validating on `val`; observable and stoppable from any thread.
+
+    Another thread may read `state`, `history`, `evals`, `progress`, `error` and `result` at any time and call
+    `stop()`; the run then ends at the next step boundary with a final validation pass.
+    """
+
+    def __init__(self, model, tokenizer, train: ClassificationData, val: ClassificationData,
+                 config: FinetuneConfig = FinetuneConfig(), name: str = "run",
+                 callbacks: Sequence[Callable[[object], None]] = ()):
+        from bert_core.model import param_groups
+
+        if train.label_names != val.label_names:
+            raise BertCoreError("train and validation sets have different label names; split one dataset")
+        if model.num_labels != train.num_labels:
+            raise BertCoreError(f"the classifier has {model.num_labels} outputs but the data has "
+                                f"{train.num_labels} labels")
+        self.config = config
+        self.name = name
+        self.tokenizer = tokenizer
+        self.train_data, self.val_data = train, val
+        self.callbacks = list(callbacks)
+        self.device = resolve_device(config.device)
+        self.model = model.to(self.device)
+        self._train_config = config.train_config()
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.learning_rate,
+                                           eps=config.adam_eps)
+        self.step = 0
+        self.examples_seen = 0
+        self.elapsed_s = 0.0
+        self.error: str | None = None
+        self.result: FinetuneResult | None = None
+        self._state = "idle"
+        self._history: list[FinetuneStep] = []
+        self._evals: list[FinetuneEval] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._run_started: float | None = None
+        self._train_encoded = None
+        self._val_encoded = None
+
+    # ------------------------------------------------------------------ observation (thread-safe)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def history(self) -> list[FinetuneStep]:
+        """A snapshot copy of the per-step events so far."""
+        with self._lock:
+            return list(self._history)
+
+    @property
+    def evals(self) -> list[FinetuneEval]:
+        """A snapshot copy of the validation passes so far."""
+        with self._lock:
+            return list(self._evals)
+
+    @property
+    def progress(self) -> Progress:
+        """Fraction of the budget used and estimated training seconds left."""
+        cfg, elapsed = self.config, self._elapsed_now()
+        fractions = [self.step / cfg.max_steps] if cfg.max_steps else []
+        if cfg.time_budget_s:
+            fractions.append(elapsed / cfg.time_budget_s)
+        frac = 1.0 if self._state == "finished" else min(max(fractions), 1.0)
+        eta = 0.0 if frac >= 1.0 else (elapsed * (1 - frac) / frac if frac > 0 else None)
+        return Progress(fraction=frac, eta_s=eta, step=self.step, elapsed_s=elapsed)
+
+    def stop(self) -> None:
+        """Ask `run()` to end at the next step boundary (safe from any thread)."""
+        self._stop.set()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> FinetuneResult | None:
+        """Train until the budget or stop(); never raises: a failure sets `error` and state 'failed'."""
+        with self._lock:
+            if self._state in ("running", "failed", "finished"):
+                raise BertCoreError(f"this fine-tuning run is already {self._state}; start a new one")
+            self._state = "running"
+        final = "failed"
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.config.seed)  # dropout masks repeat with the seed
+                final = self._loop()
+        except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
+            log.exception("fine-tuning failed")
+            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
+        finally:
+            if self.error is not None:
+                final = "failed"
+            self.elapsed_s = self._elapsed_now()
+            self._run_started = None
+            with self._lock:
+                self._state = final
+            if self.result is not None:
+                self.result.state = final
+        return self.result
+
+    def _loop(self) -> str:
+        cfg = self.config
+        pad = self.tokenizer.pad_id
+        self._train_encoded = encode_examples(self.train_data, self.tokenizer, cfg.max_length)
+        self._val_encoded = encode_examples(self.val_data, self.tokenizer, cfg.max_length)
+        batches = train_batches(self._train_encoded, self.train_data.labels, cfg.batch_size, cfg.seed, pad)
+        self.model.train()
+        self._evaluate()
+        next_eval = 1
+        final = "finished"
+        while not self._done():
+            if self._stop.is_set():
+                final = "stopped"
+                break
+            self._run_started = time.monotonic()
+            event = self._train_step(next(batches))
+            self.elapsed_s = self._elapsed_now()
+            self._run_started = None
+            if event is None:
+                return "failed"
+            self._publish(event)
+            if next_eval < cfg.eval_points and self._fraction_done() >= next_eval / cfg.eval_points:
+                next_eval = math.floor(self._fraction_done() * cfg.eval_points) + 1
+                if not self._done():
+                    self._evaluate()
+        metrics = _metrics(self.model, self._val_encoded, self.val_data, cfg.eval_batch_size, self.device, pad,
+                           cfg.num_misclassified)
+        self._publish(FinetuneEval(self.step, self.elapsed_s, metrics["accuracy"], metrics["macro_f1"],
+                                   metrics["loss"]))
+        self.model.eval()
+        self.result = FinetuneResult(
+            name=self.name, accuracy=metrics["accuracy"], macro_f1=metrics["macro_f1"], loss=metrics["loss"],
+            confusion=metrics["confusion"], label_names=list(self.train_data.label_names), evals=self.evals,
+            history=self.history, misclassified=metrics["misclassified"], steps=self.step,
+            train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
+        )
+        return final
+
+    def _fraction_done(self) -> float:
+        cfg = self.config
+        parts = [self.step / cfg.max_steps] if cfg.max_steps else []
+        if cfg.time_budget_s:
+            parts.append(self.elapsed_s / cfg.time_budget_s)
+        return max(parts)
+
+    def _done(self) -> bool:
+        return self._fraction_done() >= 1.0
+
+    def _elapsed_now(self) -> float:
+        started = self._run_started
+        return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
+
+    def _publish(self, event) -> None:
+        with self._lock:
+            (self._history if isinstance(event, FinetuneStep) else self._evals).append(event)
+        for callback in self.callbacks:
+            callback(event)
+
+    def _train_step(self, batch) -> FinetuneStep | None:
+        cfg = self.config
+        batch = batch.to(self.device)
+        out = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=batch.labels)
+        out.loss.backward()
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        loss = out.loss.item()
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.error = (f"fine-tuning stopped at step {self.step + 1}: the loss became {loss}. The learning rate "
+                          f"({cfg.learning_rate:g}) is probably too high; lower it and start again.")
+            return None
+        lr = cfg.learning_rate * lr_multiplier(self._train_config, self.step, self._elapsed_now())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.examples_seen += len(batch.labels)
+        acc = (out.logits.argmax(-1) == batch.labels).float().mean().item()
+        return FinetuneStep(self.step, self.examples_seen, lr, loss, acc, grad_norm, self._elapsed_now())
+
+    def _evaluate(self) -> None:
+        rows, truth, pred, _, loss = _predict(
+            self.model, eval_batches(self._val_encoded, self.val_data.labels, self.config.eval_batch_size,
+                                     self.tokenizer.pad_id), self.device)
+        confusion = confusion_matrix(truth, pred, self.val_data.num_labels)
+        acc = sum(t == p for t, p in zip(truth, pred)) / max(len(truth), 1)
+        self._publish(FinetuneEval(self.step, self.elapsed_s, acc, macro_f1(confusion), loss))
+
+
+def finetune(model, tokenizer, train: ClassificationData, val: ClassificationData,
+             config: FinetuneConfig = FinetuneConfig(), name: str = "run", callbacks=()) -> FinetuneResult:
+    """Fine-tune `model` in this thread and return its result; a failure raises BertCoreError."""
+    tuner = Finetuner(model, tokenizer, train, val, config, name=name, callbacks=callbacks)
+    result = tuner.run()
+    if tuner.error is not None or result is None:
+        raise BertCoreError(tuner.error or "fine-tuning produced no result")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+
+
+def scratch_twin(model, num_labels: int, seed: int = 0):
+    """A from-scratch classifier with the same BertConfig as `model`: the baseline of the pretraining lesson."""
+    return classifier_from_scratch(model.config, num_labels, seed)
+
+
+def tokenizer_for_scratch(train: ClassificationData, vocab_size: int = 8000):
+    """A WordPiece tokenizer trained on the training texts, for a from-scratch model with no checkpoint to borrow one."""
+    from bert_core.tokenization import train_tokenizer
+
+    texts = list(train.texts) + list(train.texts_b or [])
+    return train_tokenizer(texts, vocab_size=vocab_size)
+
+
+def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
+              drop_empty=False, seed: int = 0) -> ClassificationData:
+    """The labelled data for a run: a CSV file, or the built-in toy topic task when `task == "toy"`."""
+    if csv is not None and task is not None:
+        raise BertCoreError("give a CSV file or a built-in task, not both")
+    if csv is not None:
+        return load_classification_csv(csv, text_columns, label_column, as_pair=as_pair, drop_empty=drop_empty)
+    if task in (None, "toy"):
+        return toy_topic_task(seed)
+    raise BertCoreError(f"unknown task {task!r}; the built-in task is 'toy' (or give --csv FILE)")
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def add_parser(subparsers):
+    """Register `python -m bert_core finetune` and return its parser."""
+    p = subparsers.add_parser(
+        "finetune", help="fine-tune a classifier on a labelled CSV, from a checkpoint and/or from scratch",
+        description="Fine-tune BertForSequenceClassification on a labelled CSV (or the built-in toy topic task) "
+                    "from a pretrained checkpoint, optionally against the same architecture from scratch.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--checkpoint", metavar="DIR", help="pretrained checkpoint folder (default: the shipped one)")
+    src.add_argument("--scratch-preset", metavar="NAME", help="no pretraining: a fresh model of this preset "
+                     "(nano tiny mini small medium base) with a tokenizer trained on the training texts")
+    p.add_argument("--csv", metavar="FILE", help="labelled CSV: headed, AG News (class,title,description) or label,text")
+    p.add_argument("--task", choices=["toy"], help="built-in offline task: topic of a toy story sentence")
+    p.add_argument("--text-column", action="append", metavar="NAME",
+                   help="text column (give twice to join two, e.g. title and description)")
+    p.add_argument("--label-column", metavar="NAME")
+    p.add_argument("--pair", action="store_true", help="feed two text columns as a sentence pair, not joined")
+    p.add_argument("--drop-empty", action="store_true", help="skip rows with an empty text or label (counted)")
+    p.add_argument("--train-size", type=int, help="training examples (default: all but the validation set)")
+    p.add_argument("--val-size", type=int, help="validation examples (default: 10%%)")
+    p.add_argument("--seed", type=int, default=0, help="split, head initialisation, batches and dropout")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--time-budget", type=float, metavar="S", help="training seconds per model (default 60)")
+    budget.add_argument("--steps", type=int, metavar="N", help="optimizer steps per model")
+    p.add_argument("--lr", type=float, default=FinetuneConfig.learning_rate)
+    p.add_argument("--batch-size", type=int, default=FinetuneConfig.batch_size)
+    p.add_argument("--max-length", type=int, default=FinetuneConfig.max_length, help="tokens per example (64-128)")
+    p.add_argument("--warmup-ratio", type=float, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--eval-points", type=int, default=FinetuneConfig.eval_points,
+                   help="validation passes over the run (the accuracy curve)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", metavar="DIR", help="write the classifier here (a Hugging Face folder); with "
+                   "--compare-scratch the from-scratch one goes to DIR/from-scratch")
+    p.add_argument("--compare-scratch", action="store_true",
+                   help="also train the same architecture from scratch with the same budget")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def config_from_args(args) -> FinetuneConfig:
+    """The FinetuneConfig a `finetune` command line asks for."""
+    steps = args.steps
+    budget = args.time_budget if args.time_budget is not None else (None if steps else 60.0)
+    return FinetuneConfig(batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup_ratio,
+                          max_steps=steps, time_budget_s=budget, max_length=args.max_length,
+                          eval_points=args.eval_points, seed=args.seed, device=args.device)
+
+
+def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
+    """A text confusion matrix (rows = true label, columns = predicted)."""
+    names = [n[:12] for n in label_names]
+    width = max(6, *(len(n) for n in names), *(len(str(v)) for row in confusion for v in row)) + 1
+    lines = [" " * width + "".join(n.rjust(width) for n in names)]
+    for name, row in zip(names, confusion):
+        lines.append(name.ljust(width) + "".join(str(v).rjust(width) for v in row))
+    return "\n".join(lines)
+
+
+def format_results(results: list[FinetuneResult]) -> str:
+    """The results table and each run's confusion matrix, as the CLI prints them."""
+    lines = [f"{'run':<12}{'steps':>7}{'seconds':>9}{'accuracy':>10}{'macro-F1':>10}"]
+    for r in results:
+        lines.append(f"{r.name:<12}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>9.2f}%{100 * r.macro_f1:>9.2f}%")
+    for r in results:
+        lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",
+                  format_confusion(r.confusion, r.label_names)]
+    return "\n".join(lines)
+
+
+def _progress_printer(name: str, stream):
+    def callback(event):
+        if isinstance(event, FinetuneEval):
+            print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation accuracy "
+                  f"{100 * event.accuracy:5.1f}%  macro-F1 {100 * event.macro_f1:5.1f}%", file=stream, flush=True)
+    return callback
+
+
+def run(args) -> int:
+    """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
+    import sys
+
+    from bert_core.config import BertConfig
+    from bert_core.paths import DEFAULT_CHECKPOINT
+
+    config = config_from_args(args)
+    data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
+                     args.seed)
+    train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
+    print(f"data: {data.source}, {len(train)} train / {len(val)} validation, {data.num_labels} labels "
+          f"({', '.join(data.label_names)})", file=sys.stderr)
+    for note in data.notes:
+        print(f"note: {note}", file=sys.stderr)
+    runs = []
+    if args.scratch_preset:
+        tokenizer = tokenizer_for_scratch(train)
+        model_config = BertConfig.preset(args.scratch_preset, vocab_size=tokenizer.vocab_size)
+        runs.append(("scratch", classifier_from_scratch(model_config, data.num_labels, args.seed), tokenizer))
+    else:
+        folder = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+        if not args.checkpoint and not folder.is_dir():
+            raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
+                                "--scratch-preset NAME")
+        model, tokenizer = classifier_from_checkpoint(folder, data.num_labels, args.seed)
+        runs.append(("pretrained", model, tokenizer))
+        if args.compare_scratch:
+            runs.append(("scratch", scratch_twin(model, data.num_labels, args.seed), tokenizer))
+    results = []
+    for name, model, tokenizer in runs:
+        results.append(finetune(model, tokenizer, train, val, config, name=name,
+                                callbacks=[_progress_printer(name, sys.stderr)]))
+    saved = []
+    if args.out:
+        for i, r in enumerate(results):
+            folder = Path(args.out) if i == 0 else Path(args.out) / "from-scratch"
+            saved.append(str(save_classifier(r, folder)))
+    if args.json:
+        print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
+                                   "label_names": data.label_names, "notes": data.notes},
+                          "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
+                          "saved": saved}, indent=1))
+    else:
+        print(format_results(results))
+        for folder in saved:
+            print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
+                  ".from_pretrained)")
+    return 0
