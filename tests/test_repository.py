@@ -1,0 +1,43 @@
+"""The repository keeps its promises: CI runs the README's test command, torch is pinned, no shared data is committed."""
+
+import re
+import subprocess
+from pathlib import Path
+
+from bert_core.paths import REPO_ROOT, shared_data_dir
+
+
+def readme_commands() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", text, flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    test_cmds = [c for c in readme_commands() if "pytest" in c and "pip install" in c]
+    assert len(test_cmds) == 1, test_cmds
+    ci_lines = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test_cmds[0] in ci_lines
+
+
+def test_readme_app_command_installs_runtime_requirements_and_runs_the_app():
+    app_cmds = [c for c in readme_commands() if "streamlit run app.py" in c and "pip install" in c]
+    assert len(app_cmds) == 1 and "requirements.txt" in app_cmds[0]
+
+
+def test_torch_is_pinned_to_a_cpu_installable_release():
+    lines = (REPO_ROOT / "requirements.txt").read_text().splitlines()
+    assert "torch==2.13.0" in lines
+    assert not any(line.startswith("transformers") for line in lines), "transformers is a test-only dependency"
+
+
+def test_no_shared_data_file_is_committed():
+    shared = shared_data_dir()
+    if shared is None:
+        return
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
+    hashes = {line.split()[1] for line in tracked.splitlines() if line}
+    for f in Path(shared).rglob("*"):
+        if f.is_file() and f.name != "README.md":
+            h = subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True).stdout.strip()
+            assert h not in hashes, f"{f} is committed; read it from ../shared/data instead"
