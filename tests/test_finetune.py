@@ -1,0 +1,293 @@
+"""Fine-tuning: the classifier against transformers, save/load, the training loop's schedule, seeds, stop, metrics, CLI."""
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from bert_core.classification_data import ClassificationData, collate, encode_examples, split_train_val
+from bert_core.config import BertConfig
+from bert_core.errors import BertCoreError
+from bert_core.finetune import (
+    FinetuneConfig,
+    Finetuner,
+    classifier_from_checkpoint,
+    classifier_from_scratch,
+    classify_text,
+    confusion_matrix,
+    finetune,
+    format_confusion,
+    macro_f1,
+    save_classifier,
+    scratch_twin,
+    toy_topic_task,
+)
+from bert_core.hf import load_pretrained, save_pretrained
+from bert_core.model import BertForPreTraining, BertForSequenceClassification
+from bert_core.tokenization import train_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def topics():
+    """The toy topic task, small: 300 train / 100 validation sentences over 10 topics."""
+    return split_train_val(toy_topic_task(seed=0, num_examples=400), 300, 100, seed=0)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, topics):
+    """A pretraining checkpoint folder (nano BERT, untrained weights, WordPiece tokenizer on the toy sentences)."""
+    train, _ = topics
+    folder = tmp_path_factory.mktemp("pretrained")
+    tokenizer = train_tokenizer(train.texts, vocab_size=400)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
+    save_pretrained(model, folder, tokenizer=tokenizer)
+    return folder
+
+
+def _quick(**changes) -> FinetuneConfig:
+    base = dict(max_steps=6, time_budget_s=None, batch_size=16, learning_rate=1e-3, max_length=32,
+                eval_points=3, device="cpu")
+    return FinetuneConfig(**{**base, **changes})
+
+
+def test_finetuned_classifier_logits_match_transformers_on_padded_batches(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels, seed=1)
+    result = finetune(model, tokenizer, train, val, _quick(), name="pretrained")
+    model = result.model.eval()
+    ref = transformers.BertForSequenceClassification(
+        transformers.BertConfig(**model.config.to_hf_dict(), num_labels=train.num_labels)).eval()
+    ref.config._attn_implementation = "eager"
+    missing, unexpected = ref.load_state_dict(model.state_dict(), strict=False)
+    assert not missing and not unexpected
+    pairs = ClassificationData(texts=val.texts[:6], texts_b=val.texts[6:12], labels=val.labels[:6],
+                               label_names=val.label_names)
+    for data in (val, pairs):  # single sentences and sentence pairs, padded to different lengths
+        encoded = encode_examples(data, tokenizer, max_length=32)
+        batch = collate(encoded, data.labels, list(range(6)), tokenizer.pad_id)
+        assert (batch.attention_mask == 0).any()
+        with torch.no_grad():
+            ours = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=batch.labels)
+            theirs = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                         token_type_ids=batch.token_type_ids, labels=batch.labels)
+        assert (ours.logits - theirs.logits).abs().max().item() <= 1e-5
+        assert abs(ours.loss.item() - theirs.loss.item()) <= 1e-5
+
+
+def test_saved_classifier_loads_in_transformers_and_back_with_the_same_logits(checkpoint, topics, tmp_path):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels, seed=0)
+    result = finetune(model, tokenizer, train, val, _quick(max_steps=3))
+    folder = save_classifier(result, tmp_path / "clf")
+    ref, info = transformers.BertForSequenceClassification.from_pretrained(
+        folder, attn_implementation="eager", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert [ref.config.id2label[i] for i in range(train.num_labels)] == train.label_names
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(folder)
+    text = val.texts[0]
+    enc = tokenizer.encode_pair(text, None, 32)
+    assert hf_tok(text)["input_ids"] == enc["input_ids"]
+    ids = torch.tensor([enc["input_ids"]])
+    with torch.no_grad():
+        ours = result.model.eval()(ids).logits
+        theirs = ref.eval()(input_ids=ids).logits
+    assert (ours - theirs).abs().max().item() <= 1e-5
+    back = load_pretrained(folder, BertForSequenceClassification)
+    assert back.label_names == train.label_names and back.num_labels == train.num_labels
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, ours)
+    saved = json.loads((folder / "finetune_result.json").read_text())
+    assert saved["accuracy"] == result.accuracy and saved["confusion"] == result.confusion
+
+
+def test_checkpoint_encoder_is_kept_and_the_fresh_head_is_seeded(checkpoint):
+    pre = load_pretrained(checkpoint, BertForPreTraining)
+    a, _ = classifier_from_checkpoint(checkpoint, 3, seed=5)
+    b, _ = classifier_from_checkpoint(checkpoint, 3, seed=5)
+    c, _ = classifier_from_checkpoint(checkpoint, 3, seed=6)
+    for name, value in pre.bert.state_dict().items():
+        assert torch.equal(a.bert.state_dict()[name], value), name
+    assert torch.equal(a.classifier.weight, b.classifier.weight)
+    assert not torch.equal(a.classifier.weight, c.classifier.weight)
+
+
+def test_scratch_twin_has_the_same_architecture_and_none_of_the_weights(checkpoint):
+    pre, _ = classifier_from_checkpoint(checkpoint, 4)
+    twin = scratch_twin(pre, 4, seed=0)
+    assert twin.config == pre.config
+    assert [k for k in twin.state_dict()] == [k for k in pre.state_dict()]
+    assert not torch.equal(twin.bert.embeddings.word_embeddings.weight, pre.bert.embeddings.word_embeddings.weight)
+
+
+def test_the_same_seed_repeats_the_run_exactly(checkpoint, topics):
+    train, val = topics
+    runs = []
+    for _ in range(2):
+        model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels, seed=0)
+        runs.append(finetune(model, tokenizer, train, val, _quick(max_steps=4)))
+    assert [h.loss for h in runs[0].history] == [h.loss for h in runs[1].history]
+    assert runs[0].confusion == runs[1].confusion
+
+
+def test_learning_rate_warms_up_then_decays_linearly(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels)
+    result = finetune(model, tokenizer, train, val, _quick(max_steps=10, warmup_ratio=0.2, learning_rate=1e-3))
+    lrs = [h.lr for h in result.history]
+    assert lrs[:2] == pytest.approx([5e-4, 1e-3])
+    assert lrs[2:] == pytest.approx([1e-3 * (1 - k / 8) for k in range(8)])
+
+
+def test_gradient_norm_is_clipped_before_the_update(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels)
+    tuner = Finetuner(model, tokenizer, train, val, _quick(max_steps=1, max_grad_norm=1e-3, learning_rate=1e-3))
+    seen = {}
+    original = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        seen["norm"] = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        return original(self, *args, **kwargs)
+
+    torch.optim.AdamW.step = spy
+    try:
+        tuner.run()
+    finally:
+        torch.optim.AdamW.step = original
+    assert tuner.history[0].grad_norm > 1e-2  # the norm before clipping is reported
+    assert seen["norm"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_finetuning_from_scratch_learns_the_toy_topics(topics):
+    train, val = topics
+    tokenizer = train_tokenizer(train.texts, vocab_size=400)
+    model = classifier_from_scratch(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size), train.num_labels)
+    result = finetune(model, tokenizer, train, val, _quick(max_steps=200, batch_size=32, learning_rate=2e-3, eval_points=4))
+    assert result.evals[0].step == 0 and result.evals[-1].step == 200
+    assert result.evals[0].accuracy < 0.3  # a fresh head is at chance (10 topics)
+    assert result.accuracy > 0.6
+    assert result.accuracy == result.evals[-1].accuracy
+    assert sum(map(sum, result.confusion)) == len(val)
+
+
+def test_stop_from_another_thread_ends_with_a_result(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels)
+    tuner = Finetuner(model, tokenizer, train, val, _quick(max_steps=None, time_budget_s=120), name="pretrained")
+    thread = threading.Thread(target=tuner.run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while len(tuner.history) < 3 and time.monotonic() < deadline:
+        assert tuner.state in ("idle", "running")
+        time.sleep(0.01)
+    tuner.stop()
+    thread.join(30)
+    assert tuner.state == "stopped" and tuner.error is None
+    assert tuner.result is not None and tuner.result.steps == len(tuner.history) >= 3
+    assert tuner.progress.fraction < 0.5
+    assert tuner.evals[-1].step == tuner.result.steps
+
+
+def test_misclassified_examples_are_wrong_and_most_confident_first(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels)
+    result = finetune(model, tokenizer, train, val, _quick(max_steps=2, num_misclassified=5))
+    assert len(result.misclassified) == 5
+    assert all(m.true_label != m.predicted_label for m in result.misclassified)
+    conf = [m.confidence for m in result.misclassified]
+    assert conf == sorted(conf, reverse=True)
+    assert result.misclassified[0].text in val.texts
+
+
+def test_classify_text_gives_probabilities_and_refuses_empty_text(checkpoint):
+    model, tokenizer = classifier_from_checkpoint(checkpoint, 3)
+    probs = classify_text(model, tokenizer, "the farmer feeds the cows")
+    assert len(probs) == 3 and sum(probs) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(BertCoreError, match="type a sentence"):
+        classify_text(model, tokenizer, "   ")
+
+
+def test_confusion_matrix_and_macro_f1_against_hand_computed_values():
+    m = confusion_matrix([0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 2, 0], 3)
+    assert m == [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
+    # F1: class 0 = 2*1/(2+2) = 0.5, class 1 = 2*2/(3+2) = 0.8, class 2 = 2*1/(1+2) = 2/3
+    assert macro_f1(m) == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
+    assert "Sci/Tech" in format_confusion([[1, 0], [0, 1]], ["World", "Sci/Tech"])
+
+
+def test_label_count_mismatch_and_bad_settings_are_refused(checkpoint, topics):
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, 3)
+    with pytest.raises(BertCoreError, match="3 outputs but the data has 10 labels"):
+        Finetuner(model, tokenizer, train, val, _quick())
+    with pytest.raises(BertCoreError, match="learning_rate must be positive"):
+        FinetuneConfig(learning_rate=0)
+    with pytest.raises(BertCoreError, match="give a number of steps"):
+        FinetuneConfig(max_steps=None, time_budget_s=None)
+
+
+def test_checkpoint_without_tokenizer_is_refused(tmp_path):
+    save_pretrained(BertForPreTraining(BertConfig.preset("nano", vocab_size=50)), tmp_path)
+    with pytest.raises(BertCoreError, match="has no tokenizer"):
+        classifier_from_checkpoint(tmp_path, 2)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def _labelled_csv(path, topics):
+    train, _ = topics
+    rows = ["sentence,topic"] + [f'"{t}",{train.label_names[y]}' for t, y in zip(train.texts, train.labels)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_cli_finetune_prints_metrics_and_saves_loadable_folders(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli import main
+
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    out = tmp_path / "out"
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--train-size", "200",
+                 "--val-size", "50", "--steps", "3", "--max-length", "32", "--device", "cpu",
+                 "--compare-scratch", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "accuracy" in captured.out and "macro-F1" in captured.out
+    assert "pretrained" in captured.out and "scratch" in captured.out
+    assert "rows = true label" in captured.out and "castle" in captured.out
+    for folder in (out, out / "from-scratch"):
+        model, info = transformers.BertForSequenceClassification.from_pretrained(folder, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"]
+        assert model.config.num_labels == 10
+
+
+def test_cli_finetune_json_output(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli import main
+
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--text-column", "sentence",
+                 "--label-column", "topic", "--train-size", "100", "--val-size", "40", "--steps", "2",
+                 "--max-length", "32", "--device", "cpu", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["data"]["train"] == 100 and report["data"]["validation"] == 40
+    (run,) = report["results"]
+    assert run["name"] == "pretrained" and run["steps"] == 2 and 0 <= run["accuracy"] <= 1
+    assert len(run["confusion"]) == 10
+
+
+def test_cli_finetune_bad_column_is_one_error_line(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli import main
+
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--label-column", "stars",
+                 "--steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1] == "error: no label column 'stars'; the columns are: sentence, topic. Choose one of those."
