@@ -134,7 +134,7 @@ def _heldout_record(corpus, heldout) -> dict:
     indices = [i for i, d in enumerate(corpus.documents) if tuple(d) in held]
     return {
         "name": corpus.name,
-        "source": str(corpus.source),
+        "source": str(heldout.source),
         "documents": len(corpus.documents),
         "heldout_documents": len(heldout.documents),
         "heldout_sentences": heldout.num_sentences,
@@ -143,7 +143,7 @@ def _heldout_record(corpus, heldout) -> dict:
 
 
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
-                   seed: int, heldout_fraction: float, rank: int = 0, world_size: int = 1, train_tokenizer=None):
+                   seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None):
     """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
 
     Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
@@ -166,9 +166,11 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
         from bert_core.tokenization import train_tokenizer as train_tok
 
         tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
-    common = dict(max_seq_length=seq_len, batch_size=batch_size, mask_rate=mask_rate, seed=seed, nsp=nsp)
-    train_data = PretrainingData(train, tokenizer, rank=rank, world_size=world_size, **common)
-    eval_data = PretrainingData(heldout, tokenizer, **common)
+    common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp)
+    # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
+    # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
+    train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)
+    eval_data = PretrainingData(heldout, tokenizer, batch_size=batch_size, **common)
     heldout_by_corpus = {c.name: s[1] for c, s in zip(corpora, splits)}
     return train_data, eval_data, heldout_by_corpus, tokenizer, record
 
@@ -240,7 +242,7 @@ def cmd_train(args) -> int:
             cfg = state["train_config"]
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
                 meta["corpora"], ckpt.tokenizer, cfg["max_seq_length"], cfg["batch_size"], cfg["mask_rate"],
-                cfg["nsp"], cfg["seed"], meta["heldout"]["fraction"], dist_info.rank, dist_info.world_size)
+                cfg["nsp"], cfg["seed"], meta["heldout"]["fraction"], dist_info.world_size)
             if overrides.get("time_budget_s") is not None:
                 # A time budget on resume means "this many more seconds".
                 overrides["time_budget_s"] += float(state.get("elapsed_s", 0.0))
@@ -271,22 +273,19 @@ def cmd_train(args) -> int:
                 print(f"loading {', '.join(specs)} ...", file=sys.stderr)
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
                 specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, not args.no_nsp, args.seed,
-                args.heldout_fraction, dist_info.rank, dist_info.world_size, train_tokenizer=args.vocab_size)
+                args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size)
             overrides_model = {"vocab_size": tokenizer.vocab_size, "max_position_embeddings": max(512, args.seq_len)}
             if args.dropout is not None:
                 overrides_model.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
             model_config = BertConfig.preset(args.preset, **overrides_model)
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
             model = BertForPreTraining(model_config)
-            from bert_core.evaluation import token_counts
-
-            counts = token_counts(train_data)
             metadata = {
                 "corpora": specs,
                 "preset": args.preset,
                 "heldout": record,
                 "commands": [_command_line()],
-                "unigram_counts": [int(counts.get(i, 0)) for i in range(tokenizer.vocab_size)],
+                "unigram_counts": train_data.token_counts.tolist(),
             }
             trainer = Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
                               checkpoint_dir=out, metadata=metadata)
@@ -399,11 +398,11 @@ def _add_eval(sub) -> None:
 def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
                        device="auto") -> dict:
     """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict."""
-    from collections import Counter
+    import torch
 
     from bert_core.checkpoint import load_checkpoint
     from bert_core.corpora import load_corpus
-    from bert_core.evaluation import evaluate, token_counts
+    from bert_core.evaluation import evaluate
     from bert_core.pretraining_data import PretrainingData, unigram_baseline
     from bert_core.training import resolve_device
 
@@ -423,11 +422,12 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     dev = resolve_device(device)
     result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
     counts_list = state.get("metadata", {}).get("unigram_counts")
-    if counts_list:
-        counts, source = Counter({i: c for i, c in enumerate(counts_list) if c}), "the checkpoint's training text"
+    never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
+    if counts_list and len(counts_list) == ckpt.tokenizer.vocab_size:
+        counts, source = torch.tensor(counts_list), "the checkpoint's training text"
     else:
-        counts, source = token_counts(data), "the evaluated text itself (the checkpoint records no training counts)"
-    baseline = dict(unigram_baseline(counts, eval_batches))
+        counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
+    baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
     return {
         "checkpoint": str(checkpoint),
         "text_file": str(text_file),

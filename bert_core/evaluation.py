@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import Counter
 from dataclasses import asdict, dataclass
 
 import torch
@@ -96,22 +95,6 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
     )
 
 
-def token_counts(data) -> Counter:
-    """Unigram counts of the training tokens behind a PretrainingData (special tokens excluded)."""
-    if hasattr(data, "token_counts"):
-        return Counter(data.token_counts())
-    docs = getattr(data, "token_docs", None)
-    if docs is None:
-        raise BertCoreError("the training data does not expose its tokens, so no unigram baseline can be computed")
-    counts: Counter = Counter()
-    for doc in docs:
-        for sentence in doc:
-            counts.update(sentence)
-    return counts
-
-
 def unigram_baseline_for(data, batches) -> dict:
-    """The unigram baseline (accuracy, perplexity) on `batches`, with counts from the training data `data`."""
-    from bert_core.pretraining_data import unigram_baseline
-
-    return {"unigram": dict(unigram_baseline(token_counts(data), batches))}
+    """{"unigram": accuracy/perplexity of the most-frequent-token guess on `batches`}, counts from training `data`."""
+    return {"unigram": dict(data.unigram_baseline(batches))}

@@ -41,6 +41,7 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still reported)
+    # Each batch is split into this many micro-batches whose gradients add up: less memory, the same update.
     grad_accum: int = 1
     max_seq_length: int = 128
     mask_rate: float = 0.15
@@ -232,6 +233,33 @@ def resolve_device(name: str, dist_info: DistInfo | None = None) -> torch.device
 
 
 # ---------------------------------------------------------------------------------------------- trainer
+
+
+def split_rows(batch, parts: int) -> list:
+    """Cut a Batch into up to `parts` consecutive row ranges, each trimmed to its own longest sequence."""
+    n = len(batch.input_ids)
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    out = []
+    for start, stop in zip(bounds, bounds[1:]):
+        if stop > start:
+            out.append(take_rows(batch, start, stop))
+    return out
+
+
+def take_rows(batch, start: int, stop: int):
+    """Rows start:stop of a Batch, with padding columns beyond their longest sequence dropped."""
+    width = int(batch.attention_mask[start:stop].sum(1).max()) if stop > start else 0
+    changes = {}
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        if isinstance(value, torch.Tensor):
+            value = value[start:stop]
+            if value.dim() == 2:
+                value = value[:, :width]
+        elif isinstance(value, list):
+            value = value[start:stop]
+        changes[f.name] = value
+    return dataclasses.replace(batch, **changes)
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -465,7 +493,13 @@ class Trainer:
         """One optimizer update over grad_accum micro-batches; returns None (and sets error) on a non-finite loss."""
         cfg = self.config
         t0 = time.perf_counter()
-        batches = [next(self._data_iter) for _ in range(cfg.grad_accum)]
+        batch = next(self._data_iter)
+        if self.dist.world_size > 1 and getattr(self.data, "world_size", 1) == 1:
+            # The data yields the global batch (the same on every rank): this rank trains on its slice of rows,
+            # so N processes with batch b do exactly what one process with batch N*b does.
+            bounds = [round(i * len(batch) / self.dist.world_size) for i in range(self.dist.world_size + 1)]
+            batch = take_rows(batch, bounds[self.dist.rank], bounds[self.dist.rank + 1])
+        batches = split_rows(batch, cfg.grad_accum)
         # The loss is a mean over every masked token (and every sequence) of the *global* batch, so that
         # accumulation and data parallelism give the same gradient as one big batch. DDP averages gradients
         # over ranks, hence the world_size factor.
