@@ -1,0 +1,288 @@
+"""The built-in `toy` corpus: short stories from a small probabilistic English grammar that a tiny BERT learns in minutes.
+
+What a model can learn from it, and why each piece is there:
+- subject-verb agreement ("the farmer feeds" / "the farmers feed"), also across a relative clause
+  ("the sailors who mend the nets are tired"), so a masked verb or noun needs the words on its right too;
+- pronouns that refer back to the story's named character ("Anna ... she ... her"), so a masked
+  pronoun needs a name several sentences away;
+- one topic per story (farm, sea, castle...) that every sentence draws its places, people, objects,
+  verbs and adjectives from, so a masked noun is guessable from the other sentences and NSP is
+  learnable (a random B comes from another story, usually another topic and another name).
+The vocabulary is about 500 words and no single word is more than about 10% of the tokens, so the
+most-frequent-token baseline stays low while most masks can be filled by reading the context.
+"""
+
+from __future__ import annotations
+
+import random
+
+from bert_core.errors import BertCoreError
+
+# topic -> places, (occupation, plural), (object, plural), (verb, 3rd person singular), adjectives
+TOPICS: dict[str, dict[str, list]] = {
+    "farm": dict(
+        places=["barn", "field", "meadow"],
+        people=[("farmer", "farmers"), ("shepherd", "shepherds")],
+        things=[("cow", "cows"), ("goat", "goats"), ("horse", "horses"), ("pig", "pigs"), ("hen", "hens"),
+                ("tractor", "tractors"), ("fence", "fences"), ("bucket", "buckets")],
+        verbs=[("feed", "feeds"), ("milk", "milks"), ("count", "counts"), ("wash", "washes"), ("chase", "chases")],
+        adjectives=["muddy", "hungry", "noisy", "dusty"],
+    ),
+    "sea": dict(
+        places=["harbour", "beach", "island"],
+        people=[("sailor", "sailors"), ("fisherman", "fishermen")],
+        things=[("boat", "boats"), ("net", "nets"), ("shell", "shells"), ("wave", "waves"), ("anchor", "anchors"),
+                ("crab", "crabs"), ("sail", "sails"), ("gull", "gulls")],
+        verbs=[("row", "rows"), ("mend", "mends"), ("pull", "pulls"), ("catch", "catches"), ("paint", "paints")],
+        adjectives=["salty", "windy", "wet", "stormy"],
+    ),
+    "forest": dict(
+        places=["woods", "cabin", "clearing"],
+        people=[("hunter", "hunters"), ("woodcutter", "woodcutters")],
+        things=[("tree", "trees"), ("fox", "foxes"), ("owl", "owls"), ("wolf", "wolves"), ("axe", "axes"),
+                ("mushroom", "mushrooms"), ("log", "logs"), ("bear", "bears")],
+        verbs=[("chop", "chops"), ("track", "tracks"), ("gather", "gathers"), ("follow", "follows"), ("stack", "stacks")],
+        adjectives=["dark", "wild", "mossy", "silent"],
+    ),
+    "city": dict(
+        places=["station", "market", "square"],
+        people=[("driver", "drivers"), ("banker", "bankers")],
+        things=[("bus", "buses"), ("taxi", "taxis"), ("train", "trains"), ("ticket", "tickets"), ("shop", "shops"),
+                ("bridge", "bridges"), ("lamp", "lamps"), ("coin", "coins")],
+        verbs=[("drive", "drives"), ("sell", "sells"), ("buy", "buys"), ("check", "checks"), ("clean", "cleans")],
+        adjectives=["busy", "crowded", "bright", "loud"],
+    ),
+    "school": dict(
+        places=["classroom", "library", "playground"],
+        people=[("teacher", "teachers"), ("student", "students")],
+        things=[("book", "books"), ("pencil", "pencils"), ("lesson", "lessons"), ("desk", "desks"), ("map", "maps"),
+                ("poem", "poems"), ("letter", "letters"), ("exam", "exams")],
+        verbs=[("read", "reads"), ("write", "writes"), ("study", "studies"), ("copy", "copies"), ("grade", "grades")],
+        adjectives=["strict", "clever", "long", "difficult"],
+    ),
+    "kitchen": dict(
+        places=["bakery", "restaurant", "pantry"],
+        people=[("cook", "cooks"), ("baker", "bakers")],
+        things=[("cake", "cakes"), ("loaf", "loaves"), ("soup", "soups"), ("pan", "pans"), ("spoon", "spoons"),
+                ("onion", "onions"), ("pie", "pies"), ("plate", "plates")],
+        verbs=[("bake", "bakes"), ("stir", "stirs"), ("slice", "slices"), ("taste", "tastes"), ("serve", "serves")],
+        adjectives=["hot", "sweet", "spicy", "fresh"],
+    ),
+    "castle": dict(
+        places=["palace", "courtyard", "dungeon"],
+        people=[("knight", "knights"), ("guard", "guards")],
+        things=[("sword", "swords"), ("shield", "shields"), ("crown", "crowns"), ("dragon", "dragons"),
+                ("gate", "gates"), ("banner", "banners"), ("key", "keys"), ("candle", "candles")],
+        verbs=[("polish", "polishes"), ("defend", "defends"), ("lock", "locks"), ("raise", "raises"),
+               ("sharpen", "sharpens")],
+        adjectives=["royal", "golden", "ancient", "proud"],
+    ),
+    "garden": dict(
+        places=["greenhouse", "orchard", "pond"],
+        people=[("gardener", "gardeners"), ("florist", "florists")],
+        things=[("rose", "roses"), ("tulip", "tulips"), ("seed", "seeds"), ("apple", "apples"), ("bee", "bees"),
+                ("frog", "frogs"), ("hose", "hoses"), ("basket", "baskets")],
+        verbs=[("water", "waters"), ("plant", "plants"), ("pick", "picks"), ("trim", "trims"), ("grow", "grows")],
+        adjectives=["green", "sunny", "fragrant", "blooming"],
+    ),
+    "mountain": dict(
+        places=["peak", "valley", "camp"],
+        people=[("climber", "climbers"), ("guide", "guides")],
+        things=[("rock", "rocks"), ("tent", "tents"), ("boot", "boots"), ("eagle", "eagles"), ("cliff", "cliffs"),
+                ("stone", "stones"), ("lantern", "lanterns"), ("compass", "compasses")],
+        verbs=[("climb", "climbs"), ("pack", "packs"), ("lift", "lifts"), ("cross", "crosses"), ("mark", "marks")],
+        adjectives=["cold", "steep", "snowy", "high"],
+    ),
+    "workshop": dict(
+        places=["laboratory", "observatory", "garage"],
+        people=[("scientist", "scientists"), ("engineer", "engineers")],
+        things=[("robot", "robots"), ("rocket", "rockets"), ("magnet", "magnets"), ("wire", "wires"),
+                ("battery", "batteries"), ("telescope", "telescopes"), ("engine", "engines"), ("machine", "machines")],
+        verbs=[("build", "builds"), ("fix", "fixes"), ("measure", "measures"), ("repair", "repairs"),
+               ("launch", "launches")],
+        adjectives=["shiny", "strange", "electric", "precise"],
+    ),
+}
+MALE_NAMES = ["Tom", "Sam", "Leo", "Max", "Ben", "Jack", "Oscar", "Hugo", "Felix", "Omar",
+              "Ivan", "Pablo", "Ravi", "Kenji", "Peter", "Liam"]
+FEMALE_NAMES = ["Anna", "Mia", "Lucy", "Emma", "Sara", "Nora", "Alice", "Julia", "Rosa", "Aisha",
+                "Yuki", "Maria", "Chloe", "Ella", "Hannah", "Zoe"]
+# Verbs and adjectives that fit any topic, so a topic word is a clue, not a certainty.
+COMMON_VERBS = [("like", "likes"), ("see", "sees"), ("find", "finds"), ("love", "loves"), ("watch", "watches"),
+                ("need", "needs"), ("want", "wants"), ("carry", "carries")]
+COMMON_ADJECTIVES = ["big", "small", "old", "new", "heavy", "little"]
+COLOURS = ["red", "blue", "yellow", "white", "black", "brown", "grey", "orange"]
+FEELINGS = ["happy", "tired", "worried", "calm", "excited", "sleepy", "angry", "glad"]
+TIMES = ["morning", "evening", "afternoon", "day", "week", "spring", "summer", "winter"]
+DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+NUMBERS = ["two", "three", "four", "five", "six", "many", "some", "several"]
+PRONOUNS = {"m": ("he", "him", "his"), "f": ("she", "her", "her")}
+
+
+class _Story:
+    """One story's fixed choices: topic, hero (name and gender), friend; sentences draw on them."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.topic_name = rng.choice(sorted(TOPICS))
+        self.topic = TOPICS[self.topic_name]
+        self.gender = rng.choice("mf")
+        self.name = rng.choice(MALE_NAMES if self.gender == "m" else FEMALE_NAMES)
+        self.friend_gender = rng.choice("mf")
+        pool = [n for n in (MALE_NAMES if self.friend_gender == "m" else FEMALE_NAMES) if n != self.name]
+        self.friend = rng.choice(pool)
+        self.job = rng.choice(self.topic["people"])
+        self.place = rng.choice(self.topic["places"])
+        # The hero's own thing comes back in later sentences ("her cow ... the cow").
+        self.pet = rng.choice(self.topic["things"])
+
+    # pieces ------------------------------------------------------------------------------------
+    def he(self):
+        return PRONOUNS[self.gender][0]
+
+    def him(self):
+        return PRONOUNS[self.gender][1]
+
+    def his(self):
+        return PRONOUNS[self.gender][2]
+
+    def subject(self):
+        """The hero as a subject: mostly the pronoun, sometimes the name again."""
+        return self.name if self.rng.random() < 0.25 else self.he()
+
+    def thing(self, plural=None):
+        sing, plur = self.rng.choice(self.topic["things"])
+        plural = self.rng.random() < 0.5 if plural is None else plural
+        return plur if plural else sing
+
+    def verb(self, third_person: bool, topical_p=0.75):
+        pool = self.topic["verbs"] if self.rng.random() < topical_p else COMMON_VERBS
+        base, s = self.rng.choice(pool)
+        return s if third_person else base
+
+    def adjective(self, topical_p=0.6):
+        r = self.rng.random()
+        if r < topical_p:
+            return self.rng.choice(self.topic["adjectives"])
+        return self.rng.choice(COMMON_ADJECTIVES if r < topical_p + (1 - topical_p) / 2 else COLOURS)
+
+    def place_(self):
+        return self.place if self.rng.random() < 0.6 else self.rng.choice(self.topic["places"])
+
+    def people(self, plural: bool):
+        sing, plur = self.rng.choice(self.topic["people"])
+        return plur if plural else sing
+
+    def article(self, noun_plural: bool):
+        if noun_plural:
+            return self.rng.choice(["the", "the", "some", "these", "those"])
+        return self.rng.choice(["the", "the", "a", "this", "that"])
+
+    def np(self, plural=None):
+        """A noun phrase with an agreeing determiner and maybe an adjective."""
+        plural = self.rng.random() < 0.5 if plural is None else plural
+        words = [self.article(plural)]
+        if self.rng.random() < 0.4:
+            words.append(self.adjective())
+        words.append(self.thing(plural))
+        return words
+
+    # sentences ---------------------------------------------------------------------------------
+    def intro(self):
+        r = self.rng.random()
+        a_or_an = "an" if self.job[0][0] in "aeiou" else "a"
+        if r < 0.5:
+            return [self.name, "is", a_or_an, self.job[0], "who", "lives", "near", "the", self.place, "."]
+        if r < 0.8:
+            return [self.name, "works", "as", a_or_an, self.job[0], "at", "the", self.place, "."]
+        return ["there", "is", a_or_an, self.job[0], "called", self.name, "at", "the", self.place, "."]
+
+    def pet_sentence(self):
+        adj = self.adjective()
+        return [self.he(), "has", "a", adj, self.pet[0], "and", self.he(), "loves", "it", "very", "much", "."]
+
+    def routine(self):
+        time = self.rng.choice(TIMES)
+        if self.rng.random() < 0.5:
+            return ["every", time, self.subject(), self.verb(True), *self.np(), "."]
+        return ["on", self.rng.choice(DAYS), self.subject(), self.verb(True), *self.np(), "in", "the", self.place_(), "."]
+
+    def possessive(self):
+        return [self.subject(), self.rng.choice(["likes", "loves", "needs"]), self.his(), self.adjective(),
+                self.pet[0] if self.rng.random() < 0.5 else self.thing(False), "more", "than", "anything", "."]
+
+    def friend_helps(self):
+        return [self.friend, ",", self.his(), "friend", ",", self.verb(True), *self.np(), "with", self.him(), "."]
+
+    def crowd(self):
+        many = self.rng.random() < 0.5
+        number = [self.rng.choice(NUMBERS)] if many else [self.rng.choice(["the", "a"])]
+        who = self.people(many)
+        if number[0] == "a" and who[0] in "aeiou":
+            number = ["an"]
+        return [*number, who, self.verb(not many), *self.np(), "near", "the", self.place_(), "."]
+
+    def relative(self):
+        many = self.rng.random() < 0.5
+        who = self.people(many)
+        be = "are" if many else "is"
+        return ["the", who, "who", self.verb(not many), *self.np(), be, self.rng.choice(FEELINGS), "."]
+
+    def feeling(self):
+        many = self.rng.random() < 0.5
+        return [self.subject(), "is", self.rng.choice(FEELINGS), "because", *self.np(many),
+                "are" if many else "is", self.adjective(), "."]
+
+    def when(self):
+        return ["when", self.he(), self.verb(True), *self.np(), ",", self.friend, self.verb(True), *self.np(), "."]
+
+    def closing(self):
+        r = self.rng.random()
+        if r < 0.4:
+            return ["at", "night", self.name, "goes", "home", "and", self.he(), "sleeps", "."]
+        if r < 0.7:
+            return ["in", "the", "end", self.he(), "and", self.friend, self.verb(False), *self.np(), "together", "."]
+        return ["the", "next", "day", self.name, "comes", "back", "to", "the", self.place, "."]
+
+    def sentences(self):
+        middle = [self.routine, self.possessive, self.friend_helps, self.crowd, self.relative, self.feeling,
+                  self.when, self.pet_sentence, self.routine, self.crowd]
+        n = self.rng.randint(3, 7)
+        body = [self.rng.choice(middle)() for _ in range(n)]
+        return [self.intro(), *body, self.closing()]
+
+
+def _render(words: list[str]) -> str:
+    text = " ".join(words).replace(" ,", ",").replace(" .", ".")
+    return text[0].upper() + text[1:]
+
+
+def generate_toy_corpus(num_documents: int = 2000, seed: int = 0):
+    """Return the `toy` Corpus: `num_documents` stories of 5-9 sentences, deterministic for a seed."""
+    from bert_core.corpora import Corpus
+
+    if not isinstance(num_documents, int) or num_documents < 1:
+        raise BertCoreError(f"num_documents must be a positive whole number, got {num_documents!r}")
+    rng = random.Random(seed)
+    docs = [[_render(s) for s in _Story(rng).sentences()] for _ in range(num_documents)]
+    return Corpus(name="toy", documents=docs, source=f"toy grammar (bert_core.toy_grammar), seed {seed}")
+
+
+def toy_vocabulary() -> set[str]:
+    """Every lower-case word the grammar can write (for tests and the UI)."""
+    words = {"the", "a", "an", "some", "these", "those", "this", "that", "every", "on", "in", "near", "at", "as",
+             "is", "are", "who", "lives", "works", "called", "there", "has", "and", "it", "very", "much", "more",
+             "than", "anything", "friend", "with", "because", "when", "night", "goes", "home", "sleeps", "end",
+             "together", "next", "day", "comes", "back", "to", "likes", "loves", "needs", ",", "."}
+    for t in TOPICS.values():
+        words.update(t["places"], t["adjectives"])
+        for pair in t["people"] + t["things"] + t["verbs"]:
+            words.update(pair)
+    for pair in COMMON_VERBS:
+        words.update(pair)
+    for group in (COMMON_ADJECTIVES, COLOURS, FEELINGS, TIMES, DAYS, NUMBERS):
+        words.update(group)
+    words.update(n.lower() for n in MALE_NAMES + FEMALE_NAMES)
+    for p in PRONOUNS.values():
+        words.update(p)
+    return words
