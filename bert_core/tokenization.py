@@ -209,6 +209,8 @@ def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
         raise BertCoreError(f"{vocab_file} has no [UNK] line; it does not look like a BERT vocabulary")
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase)
+    # As in HF's BertTokenizerFast: "[MASK]" typed in text is the mask token, not "[", "mask", "]".
+    tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
     if CLS in vocab and SEP in vocab:
         _attach_post_processor(tok)
     return tok

@@ -86,11 +86,12 @@ def test_vocab_txt_only_folder_loads_like_bert_base(tmp_path):
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
     assert 5 in tok.never_sample_ids  # [unused4] is never a random replacement
     hf = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))
-    for text in ["The fox jumps over the lazy dog.", "Unbelievable CAFÉ jumped, zebra!"]:
+    for text in ["The fox jumps over the lazy dog.", "Unbelievable CAFÉ jumped, zebra!", "the [MASK] jumps."]:
         assert tok.encode(text) == hf(text, add_special_tokens=False)["input_ids"]
         assert tok.encode_pair(text, "the dog", 64)["input_ids"] == hf(text, "the dog")["input_ids"]
     assert tok.tokenize("unbelievable") == ["un", "##believ", "##able"]
     assert tok.encode("zebra") == [100]
+    assert tok.encode("the [MASK] fox") == [104, 103, 105]
 
 
 def test_folder_without_tokenizer_files_is_a_clear_error(tmp_path):
@@ -107,3 +108,7 @@ def test_vocabulary_without_specials_is_rejected(tmp_path):
 def test_training_on_no_text_is_a_clear_error():
     with pytest.raises(BertCoreError, match="no text to train the tokenizer on"):
         train_tokenizer(["", "   "], vocab_size=200)
+
+
+def test_mask_token_typed_in_text_is_the_mask_id(tok):
+    assert tok.encode("the [MASK] fox") == [tok.token_to_id("the"), tok.mask_id, tok.token_to_id("fox")]
