@@ -354,3 +354,43 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
         "random_share": random_ / chosen if chosen else 0.0,
         "kept_share": kept / chosen if chosen else 0.0,
     }
+
+
+def _mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
+    """Mask a padded [B, S] batch as pretraining does: specials and padding never chosen nor used as replacements."""
+    from bert_core.pretraining_data import mask_tokens
+
+    never = set(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids))
+    specials = torch.tensor(sorted(set(tokenizer.special_ids) - {tokenizer.unk_id}), dtype=torch.long)
+    special_mask = torch.isin(ids, specials) | (attention_mask == 0)
+    candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in never], dtype=torch.long)
+    generator = torch.Generator().manual_seed(int(seed))
+    result = mask_tokens(ids, special_mask, generator, tokenizer.vocab_size, tokenizer.mask_id,
+                         candidate_ids=candidates, mask_rate=mask_rate)
+    return result, special_mask
+
+
+def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
+                 mask_rate: float = 0.15) -> list[MaskingRow]:
+    """Mask one instance with `seed` and `mask_rate` (BERT's 80/10/10 rule) and describe every position."""
+    ids = torch.tensor([list(input_ids)], dtype=torch.long)
+    result, _ = _mask_padded(tokenizer, ids, torch.ones_like(ids), seed, mask_rate)
+    return masking_rows(tokenizer, input_ids, token_type_ids, result.input_ids[0].tolist(),
+                        result.decisions[0].tolist())
+
+
+def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, mask_rate: float = 0.15) -> dict:
+    """Mask many instances (lists of ids) at once and count decisions against the 15% and 80/10/10 targets."""
+    if not instances:
+        raise BertCoreError("no instances to mask")
+    longest = max(len(x) for x in instances)
+    ids = torch.full((len(instances), longest), tokenizer.pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for r, x in enumerate(instances):
+        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
+        attention[r, :len(x)] = 1
+    result, special_mask = _mask_padded(tokenizer, ids, attention, seed, mask_rate)
+    counts = decision_counts(result.decisions, attention, special_mask)
+    counts["target_rate"] = mask_rate
+    counts["instances"] = len(instances)
+    return counts

@@ -184,3 +184,24 @@ def test_masking_rows_and_decision_counts(tokenizer):
     counts = decision_counts(torch.tensor([decisions]), special_mask=torch.tensor([[1, 0, 0, 0, 1]]))
     assert counts["candidates"] == 3 and counts["chosen"] == 3
     assert counts["masked_share"] == pytest.approx(1 / 3)
+
+
+def test_masking_stats_meet_bert_targets_over_many_instances(tokenizer):
+    from bert_core.inspection import mask_example, masking_stats
+
+    ids = [tokenizer.cls_id, *tokenizer.encode(" ".join(SENTENCES)), tokenizer.sep_id]
+    stats = masking_stats(tokenizer, [ids] * 400, seed=3, mask_rate=0.15)
+    assert stats["candidates"] == 400 * (len(ids) - 2)
+    assert stats["chosen_share"] == pytest.approx(0.15, abs=0.01)
+    assert stats["masked_share"] == pytest.approx(0.8, abs=0.03)
+    assert stats["random_share"] == pytest.approx(0.1, abs=0.03)
+    rows = mask_example(tokenizer, ids, [0] * len(ids), seed=3, mask_rate=0.3)
+    assert rows[0].decision == rows[-1].decision == "not chosen"
+    assert rows == mask_example(tokenizer, ids, [0] * len(ids), seed=3, mask_rate=0.3)
+    for r in rows:
+        if r.decision == "[MASK]":
+            assert r.shown == "[MASK]"
+        elif r.decision == "random":
+            assert r.shown_id not in tokenizer.special_ids
+        else:
+            assert r.shown == r.token

@@ -1,0 +1,108 @@
+"""Tokens & masking: what one pretraining example looks like to the model, and how its tokens get masked."""
+
+import streamlit as st
+
+from bert_core import app_state, figures
+from bert_core.errors import BertCoreError
+from bert_core.inspection import encode_input, mask_example, masking_stats
+
+st.set_page_config(page_title="Tokens & masking · BERT explorer", page_icon="🔤", layout="wide")
+active = app_state.sidebar()
+st.title("Tokens & masking")
+st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about 15% "
+            "of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a random "
+            "token and 10% are kept, so the model cannot rely on seeing `[MASK]`. Half the time B is the real "
+            "next sentence; otherwise it comes from elsewhere (the NSP label).")
+if active is None:
+    st.stop()
+tok = active.tokenizer
+
+
+@st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
+def _toy_data(key: str, _tokenizer, seq_len: int):
+    from bert_core.pretraining_data import PretrainingData
+    from bert_core.toy_grammar import generate_toy_corpus
+
+    return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
+
+
+def _corpus_data():
+    """Pretraining data to draw pairs from: this session's training corpus when it uses this tokenizer, else toy."""
+    job = app_state.current_job()
+    if job is not None and job.trainer is not None and job.trainer.tokenizer is tok:
+        return job.trainer.data, f"this session's training corpus ({job.spec.corpus_label if job.spec else ''})"
+    seq_len = min(128, active.config.max_position_embeddings, getattr(tok, "model_max_length", 512))
+    key = f"{active.source}:{active.path}:{id(tok)}"
+    return _toy_data(key, tok, seq_len), "the toy grammar corpus (200 documents)"
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _instances(key: str, _data, seed: int):
+    return _data.build_instances(seed)
+
+
+app_state.init_widget("tm_mode", "draw")
+app_state.init_widget("tm_pair_seed", 0, int)
+app_state.init_widget("tm_a", "the cat sat on the mat .")
+app_state.init_widget("tm_b", "it was tired after the long day .")
+app_state.init_widget("tm_seed", 0, int)
+app_state.init_widget("tm_rate", 0.15, float)
+app_state.persist_keys("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
+if st.session_state["tm_mode"] not in ("draw", "type"):
+    st.session_state["tm_mode"] = "draw"
+
+try:
+    data, data_name = _corpus_data()
+except BertCoreError as exc:
+    app_state.show_error(exc)
+    st.stop()
+
+st.radio("Sentence pair", ["draw", "type"], key="tm_mode", horizontal=True,
+         format_func={"draw": "draw one from the corpus", "type": "type my own"}.get)
+instance = None
+if st.session_state["tm_mode"] == "draw":
+    st.number_input("Pair number (each number draws another pair)", 0, 1_000_000, key="tm_pair_seed")
+    instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
+    instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
+    input_ids, token_type_ids = instance.input_ids, instance.token_type_ids
+    label = "1: B is random" if instance.is_random_next else "0: B follows A"
+    st.markdown(f"Drawn from {data_name}. **NSP label {label}**. {instance.note}. "
+                f"A = document {instance.a_span[0]}, sentences {instance.a_span[1]}–{instance.a_span[2] - 1}; "
+                f"B = document {instance.b_span[0]}, sentences {instance.b_span[1]}–{instance.b_span[2] - 1}.")
+else:
+    c1, c2 = st.columns(2)
+    c1.text_area("Sentence A", key="tm_a", height=70)
+    c2.text_area("Sentence B (optional)", key="tm_b", height=70)
+    try:
+        enc = encode_input(tok, st.session_state["tm_a"], st.session_state["tm_b"] or None,
+                           max_length=active.config.max_position_embeddings)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        st.stop()
+    if enc.truncated:
+        st.warning(f"Longer than the model's {enc.max_length} positions: {enc.dropped_tokens} word pieces cut.")
+    input_ids, token_type_ids = enc.input_ids, enc.token_type_ids
+    st.caption("A pair you typed has no NSP label: the label says whether the corpus had B right after A.")
+
+m1, m2 = st.columns(2)
+m1.number_input("Masking seed (same seed, same masks)", 0, 2**31 - 1, key="tm_seed")
+m2.slider("Mask rate", 0.05, 0.5, step=0.01, key="tm_rate")
+seed, rate = int(st.session_state["tm_seed"]), float(st.session_state["tm_rate"])
+
+rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
+app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
+st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
+           "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
+with st.expander("Token table: ids, segments, positions"):
+    st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id, "segment": "AB"[min(r.segment, 1)],
+                   "decision": r.decision, "model sees": r.shown} for r in rows], hide_index=True, width="stretch")
+
+st.subheader("Over a large batch")
+pool = [x.input_ids for x in _instances(f"{id(data)}:{data_name}", data, seed)[:512]]
+stats = masking_stats(tok, pool, seed=seed, mask_rate=rate)
+app_state.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
+st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
+           f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
+           f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
+
+app_state.sync_query("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")

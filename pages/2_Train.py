@@ -1,0 +1,237 @@
+"""Train a tiny BERT live: pick a corpus, sizes and settings, start, and watch the curves and probes move."""
+
+import tempfile
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from bert_core import app_state, figures
+from bert_core.config import PRESETS
+from bert_core.errors import BertCoreError
+
+st.set_page_config(page_title="Train · BERT explorer", page_icon="🏋️", layout="wide")
+app_state.sidebar()
+st.title("Train a tiny BERT")
+
+CORPORA = {
+    "toy": "Toy grammar (generated, instant)",
+    "tinyshakespeare": "Tiny Shakespeare (1 MB)",
+    "wikitext-2": "WikiText-2 (Wikipedia articles)",
+    "upload": "Upload a text file",
+    "paste": "Paste text",
+}
+PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
+
+defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=300, batch=16, lr=1e-3, seq=64, mask=0.15,
+                nsp=True, seed=0, eval_every=50, probe_every=25, layers=2, hidden=64, heads=2, ffn=256)
+casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int,
+             probe_every=int, layers=int, hidden=int, heads=int, ffn=int,
+             nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
+for name, value in defaults.items():
+    app_state.init_widget(f"train_{name}", value, casts.get(name, str))
+app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste")
+if st.session_state["train_corpus"] not in CORPORA:
+    st.session_state["train_corpus"] = "toy"
+if st.session_state["train_preset"] not in PRESET_NAMES:
+    st.session_state["train_preset"] = "nano"
+
+sid = app_state.session_id()
+job = app_state.current_job()
+
+with st.expander("Settings", expanded=job is None):
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.markdown("**Corpus**")
+        corpus = st.selectbox("Text to learn from", list(CORPORA), format_func=CORPORA.get, key="train_corpus")
+        upload = None
+        if corpus == "upload":
+            upload = st.file_uploader("A UTF-8 text file (.txt), up to 50 MB", type=["txt", "md", "text"],
+                                      key="train_upload")
+        elif corpus == "paste":
+            st.text_area("Paste a few paragraphs (blank lines separate documents)", key="train_paste", height=150)
+        elif corpus != "toy":
+            st.caption("Read from the local data folder when present, else downloaded once (checksum-verified).")
+        st.number_input("WordPiece vocabulary size", 100, 60000, step=100, key="train_vocab")
+    with c2:
+        st.markdown("**Model**")
+        preset = st.selectbox("Size preset", PRESET_NAMES, key="train_preset",
+                              help="nano: 2 layers x 64; tiny: 2 x 128; mini: 4 x 256; small: 4 x 512")
+        if preset == "custom":
+            st.number_input("Layers", 1, 12, key="train_layers")
+            st.number_input("Hidden size", 8, 768, step=8, key="train_hidden")
+            st.number_input("Attention heads", 1, 16, key="train_heads")
+            st.number_input("Feed-forward size", 8, 3072, step=8, key="train_ffn")
+        else:
+            sizes = PRESETS[preset]
+            st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
+                       f"{sizes['num_attention_heads']} heads, feed-forward {4 * sizes['hidden_size']}")
+    with c3:
+        st.markdown("**Training**")
+        st.number_input("Steps", 1, 1_000_000, key="train_steps")
+        st.number_input("Batch size", 1, 512, key="train_batch")
+        st.number_input("Peak learning rate", 1e-6, 1.0, format="%.5f", key="train_lr")
+        st.number_input("Max sequence length", 16, 512, step=16, key="train_seq")
+        st.slider("Mask rate", 0.01, 0.5, key="train_mask")
+        st.checkbox("Next-sentence prediction", key="train_nsp")
+        st.number_input("Seed", 0, 2**31 - 1, key="train_seed")
+        st.number_input("Held-out evaluation every N steps (0 = start and end)", 0, 100000, key="train_eval_every")
+        st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
+
+app_state.sync_query(*(f"train_{name}" for name in defaults))
+
+
+def _corpus_spec() -> tuple[str, str]:
+    """(load_corpus spec, label); an upload or paste is checked, then written to a per-session file."""
+    from bert_core.corpora import corpus_from_bytes, corpus_from_text
+
+    choice = st.session_state["train_corpus"]
+    if choice not in ("upload", "paste"):
+        return choice, choice
+    if choice == "upload":
+        file = st.session_state.get("train_upload")
+        if file is None:
+            raise BertCoreError("choose a text file to upload first")
+        data, label = file.getvalue(), file.name
+        corpus_from_bytes(data, name=label)
+        text = data.decode("utf-8-sig")
+    else:
+        text, label = st.session_state.get("train_paste", ""), "pasted text"
+        corpus_from_text(text, name=label)
+    folder = Path(tempfile.gettempdir()) / "bert-explorer" / sid
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    return str(path), label
+
+
+def _spec() -> app_state.TrainSpec:
+    s = st.session_state
+    spec_corpus, label = _corpus_spec()
+    overrides = {}
+    preset = s["train_preset"]
+    if preset == "custom":
+        preset = "nano"
+        overrides = dict(num_hidden_layers=int(s["train_layers"]), hidden_size=int(s["train_hidden"]),
+                         num_attention_heads=int(s["train_heads"]), intermediate_size=int(s["train_ffn"]))
+    train = dict(max_steps=int(s["train_steps"]), batch_size=int(s["train_batch"]), learning_rate=float(s["train_lr"]),
+                 max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
+                 seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
+                 probe_every=int(s["train_probe_every"]), eval_batches=5, device="cpu")
+    spec = app_state.TrainSpec(corpus=spec_corpus, corpus_label=label, vocab_size=int(s["train_vocab"]),
+                               preset=preset, model_overrides=overrides, train=train,
+                               probes=int(s["train_probe_every"]) > 0)
+    app_state.validate_spec(spec)
+    return spec
+
+
+busy = job is not None and job.busy
+b1, b2, b3, b4, b5 = st.columns(5)
+try:
+    if b1.button("▶ Start", disabled=busy, type="primary", help="Start a new run with these settings"):
+        spec = _spec()
+        if job is not None:
+            app_state.REGISTRY.discard(sid)
+        app_state.REGISTRY.start(app_state.TrainingJob(sid, spec))
+        st.rerun()
+    if b2.button("⏹ Stop", disabled=not busy):
+        job.stop(wait=10)
+        st.rerun()
+    can_resume = job is not None and not busy and job.trainer is not None
+    if b3.button("⏯ Resume", disabled=not can_resume,
+                 help="Continue a stopped run; a finished run gets as many steps again"):
+        trainer = job.trainer
+        if trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
+            job.extend(int(st.session_state["train_steps"]))
+        app_state.REGISTRY.start(job)
+        st.rerun()
+    if b4.button("↺ Reset", disabled=job is None, help="Forget this session's run and its model"):
+        app_state.REGISTRY.discard(sid)
+        st.session_state.pop("train_zip", None)
+        st.rerun()
+    if b5.button("📦 Prepare download", disabled=job is None or job.trainer is None,
+                 help="Save the checkpoint folder and offer it as a zip"):
+        st.session_state["train_zip"] = (job.trainer.step, job.zip_bytes())
+except BertCoreError as exc:
+    app_state.show_error(exc)
+
+if job is not None and job.trainer is not None:
+    with st.expander("Save the checkpoint on the server"):
+        folder = st.text_input("Folder", value=str(Path("runs") / f"app-{sid[:8]}"), key="train_save_folder")
+        if st.button("💾 Save"):
+            try:
+                path = job.save(folder)
+                st.success(f"Saved to `{path}`. Pick *Checkpoint folder* in the sidebar to load it later.")
+            except (BertCoreError, OSError) as exc:
+                st.error(f"could not save to {folder}: {exc}")
+    if "train_zip" in st.session_state:
+        step, data = st.session_state["train_zip"]
+        st.download_button(f"⬇ Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
+                           file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip")
+
+
+def _fmt_s(seconds) -> str:
+    if seconds is None:
+        return "…"
+    seconds = int(seconds)
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _live() -> None:
+    job = app_state.current_job()
+    if job is None:
+        st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
+                "pages meanwhile and pick *Model trained in this session* in the sidebar.")
+        return
+    if job.error:
+        st.error(f"Training failed: {job.error}")
+    trainer = job.trainer
+    if trainer is None:
+        st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…")
+        return
+    prog = trainer.progress
+    history, evals = trainer.history, trainer.evals
+    st.progress(min(max(prog.fraction, 0.0), 1.0),
+                text=f"{job.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
+                     f"elapsed {_fmt_s(prog.elapsed_s)} · time left {_fmt_s(prog.eta_s)}")
+    last = history[-1] if history else None
+    m = st.columns(5)
+    m[0].metric("Loss", f"{last.loss:.3f}" if last else "–")
+    m[1].metric("MLM accuracy", f"{last.mlm_acc:.1%}" if last and last.mlm_acc is not None else "–")
+    m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
+    m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
+    m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
+    c1, c2 = st.columns(2)
+    with c1:
+        app_state.plotly(figures.loss_figure(history, evals, trainer.baselines), "loss", key="live_loss")
+        app_state.plotly(figures.decision_accuracy_figure(history), "accuracy-by-decision", key="live_dec")
+    with c2:
+        app_state.plotly(figures.accuracy_figure(history, evals, trainer.baselines), "accuracy", key="live_acc")
+        app_state.plotly(figures.rate_figure(history), "learning-rate", key="live_rate")
+    probes = trainer.probes
+    snaps = probes.snapshots() if probes is not None else []
+    if snaps:
+        st.subheader(f"Probe sentences (snapshot at step {snaps[-1].step:,})")
+        previous = snaps[-2] if len(snaps) > 1 else None
+        rows = []
+        for i, sentence in enumerate(probes.sentences):
+            for j, cands in enumerate(snaps[-1].predictions[i]):
+                before = previous.predictions[i][j] if previous else []
+                rows.append({
+                    "sentence": sentence,
+                    "now": ", ".join(f"{t} {p:.0%}" for t, p in cands[:3]),
+                    f"before (step {previous.step})" if previous else "before": ", ".join(
+                        f"{t} {p:.0%}" for t, p in before[:3]),
+                })
+        st.dataframe(rows, hide_index=True, width="stretch")
+    if job.phase in ("finished", "stopped") and not job.busy:
+        st.success(f"Run {job.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
+                   "sidebar to inspect it on the other pages.")
+    if st.session_state.get("_was_busy") and not job.busy:
+        st.session_state["_was_busy"] = False
+        st.rerun()  # the run ended: redraw the whole page so the buttons and polling follow
+    st.session_state["_was_busy"] = job.busy
+
+
+st.divider()
+st.fragment(_live, run_every=1.0 if busy else None)()

@@ -1,0 +1,114 @@
+"""Attention: every head at once, one head large, one token across heads, and heads labelled by what they do."""
+
+import numpy as np
+import streamlit as st
+
+from bert_core import app_state, figures
+from bert_core.errors import BertCoreError
+from bert_core.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
+
+st.set_page_config(page_title="Attention · BERT explorer", page_icon="👀", layout="wide")
+active = app_state.sidebar()
+st.title("Attention")
+st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
+            "one attending token; its weights sum to 1.")
+if active is None:
+    st.stop()
+
+app_state.init_widget("att_a", "the cat sat on the mat because it was tired .")
+app_state.init_widget("att_b", "")
+app_state.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
+app_state.init_widget("att_layer", 1, int)
+app_state.init_widget("att_head", 1, int)
+app_state.init_widget("att_measure", "[CLS]")
+app_state.init_widget("att_token", 1, int)
+app_state.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")
+
+c1, c2 = st.columns(2)
+c1.text_area("Sentence A", key="att_a", height=80)
+c2.text_area("Sentence B (optional)", key="att_b", height=80)
+st.checkbox("Hide [CLS] and [SEP], renormalising each row over the other tokens", key="att_hide")
+
+cfg = active.config
+st.session_state["att_layer"] = min(max(int(st.session_state["att_layer"]), 1), cfg.num_hidden_layers)
+st.session_state["att_head"] = min(max(int(st.session_state["att_head"]), 1), cfg.num_attention_heads)
+
+try:
+    result = attention_maps(active.model, active.tokenizer, st.session_state["att_a"],
+                            st.session_state["att_b"] or None)
+except BertCoreError as exc:
+    app_state.show_error(exc)
+    st.stop()
+if result.truncated:
+    st.warning(f"The text is longer than the model's {cfg.max_position_embeddings} positions: it was truncated.")
+full = result
+if st.session_state["att_hide"]:
+    try:
+        result = hide_special_tokens(result)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        st.stop()
+summaries = head_summaries(full)
+labels = [s.label for s in summaries]
+
+tab_model, tab_head, tab_token, tab_labels, tab_time = st.tabs(
+    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse"])
+
+with tab_model:
+    app_state.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
+
+with tab_head:
+    h1, h2 = st.columns(2)
+    h1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="att_layer")
+    h2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="att_head")
+    layer, head = st.session_state["att_layer"] - 1, st.session_state["att_head"] - 1
+    app_state.plotly(figures.head_view_figure(result, layer, head, labels[layer * cfg.num_attention_heads + head]),
+                     f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
+
+with tab_token:
+    options = list(range(len(result.tokens)))
+    if st.session_state.get("att_token") not in options:
+        st.session_state["att_token"] = min(1, len(options) - 1)
+    t1, t2 = st.columns([3, 1])
+    t1.selectbox("Token", options, format_func=lambda i: f"{i}: {result.tokens[i]}", key="att_token")
+    direction = t2.radio("Direction", ["from", "to"], horizontal=True,
+                         format_func={"from": "where it looks", "to": "who looks at it"}.get)
+    app_state.plotly(figures.token_view_figure(result, st.session_state["att_token"], direction),
+                     "attention-token-view", key="att_token_view")
+
+with tab_labels:
+    st.markdown("Each head's share of attention (averaged over the attending tokens) going to [CLS], to [SEP], "
+                "to the previous or next token or to itself, and its entropy (1 = spread evenly). Measured with "
+                "the special tokens present.")
+    st.selectbox("Colour by", list(figures.HEAD_MEASURES), key="att_measure")
+    app_state.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
+                     key="att_summary")
+    st.dataframe([{"layer": s.layer + 1, "head": s.head + 1, "label": s.label, "[CLS]": round(s.to_cls, 3),
+                   "[SEP]": round(s.to_sep, 3), "previous": round(s.to_previous, 3), "next": round(s.to_next, 3),
+                   "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 3)} for s in summaries],
+                 hide_index=True, width="stretch")
+
+with tab_time:
+    job = app_state.current_job()
+    probes = job.trainer.probes if job is not None and job.trainer is not None else None
+    snaps = [s for s in (probes.snapshots() if probes is not None else []) if s.attention is not None]
+    if active.source != app_state.SOURCE_SESSION or not snaps:
+        st.info("The time-lapse replays the attention of a fixed probe sentence at the snapshots taken while "
+                "training in this session: train on the Train page (with probe snapshots on), then pick "
+                "*Model trained in this session* in the sidebar.")
+    else:
+        steps = [s.step for s in snaps]
+        step = st.select_slider("Training step", steps, value=steps[-1], key="att_step")
+        snap = snaps[steps.index(step)]
+        tokens = list(snap.attention_tokens)
+        specials = [t in ("[CLS]", "[SEP]", "[PAD]") for t in tokens]
+        snap_result = AttentionResult(tokens=tokens, attentions=np.asarray(snap.attention, dtype=np.float32),
+                                      token_type_ids=[0] * len(tokens), special_mask=specials)
+        snap_labels = [s.label for s in head_summaries(snap_result)]
+        if st.session_state["att_hide"]:
+            snap_result = hide_special_tokens(snap_result)
+        st.caption(f"Probe sentence: “{probes.attention_sentence}” at step {step:,}")
+        app_state.plotly(figures.model_view_figure(snap_result, snap_labels), f"attention-step{step}",
+                         key="att_time")
+
+app_state.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")

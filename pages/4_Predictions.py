@@ -1,0 +1,99 @@
+"""Predictions: the model's top-k words for each [MASK], next-sentence probability, and the unigram baseline."""
+
+import streamlit as st
+
+from bert_core import app_state, figures
+from bert_core.errors import BertCoreError
+from bert_core.inspection import encode_input, predict_masks, predict_nsp, unigram_top_k
+
+st.set_page_config(page_title="Predictions · BERT explorer", page_icon="🎯", layout="wide")
+active = app_state.sidebar()
+st.title("Predictions")
+if active is None:
+    st.stop()
+
+app_state.init_widget("pred_text", "the man went to the [MASK] to buy some milk .")
+app_state.init_widget("pred_k", 5, int)
+app_state.init_widget("nsp_a", "the man went to the store .")
+app_state.init_widget("nsp_b", "he bought a gallon of milk .")
+app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
+
+st.subheader("Fill in the blanks")
+st.text_area("Text with one or more [MASK]", key="pred_text", height=80)
+st.slider("Candidates per mask (k)", 1, 20, key="pred_k")
+tok = active.tokenizer
+max_len = active.config.max_position_embeddings
+
+
+
+def _mask_word(words: list[str], pick: int) -> None:
+    # A callback: it runs before the text box is drawn again, so it may change its value.
+    pieces = list(words)
+    pieces[pick] = "[MASK]"
+    text = ""
+    for p in pieces:  # glue '##' continuations back to their word so the text reads naturally
+        text += p[2:] if p.startswith("##") else (" " + p if text else p)
+    st.session_state["pred_text"] = text
+
+
+with st.expander("…or pick a word to mask"):
+    plain = st.session_state["pred_text"]
+    try:
+        words = encode_input(tok, plain, max_length=max_len).tokens[1:-1]
+    except BertCoreError:
+        words = []
+    choices = [i for i, w in enumerate(words) if w != "[MASK]"]
+    if choices:
+        pick = st.selectbox("Word piece to hide", choices, format_func=lambda i: f"{i + 1}: {words[i]}",
+                            key="pred_pick")
+        st.button("Mask it", on_click=_mask_word, args=(words, pick))
+    else:
+        st.caption("Type some text first.")
+
+counts = active.unigram_counts()
+baseline = unigram_top_k(counts, tok, st.session_state["pred_k"]) if counts else None
+try:
+    encoded = encode_input(tok, st.session_state["pred_text"], max_length=max_len)
+    if encoded.truncated:
+        st.warning(f"The text is longer than the model's {max_len} positions: {encoded.dropped_tokens} word "
+                   "pieces at the end were cut off.")
+    preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
+except BertCoreError as exc:
+    app_state.show_error(exc)
+    preds = []
+if preds and baseline is None:
+    st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
+cols = st.columns(min(len(preds), 3) or 1)
+for n, pred in enumerate(preds):
+    context = " ".join(encoded.tokens[max(1, pred.position - 4):pred.position]) + " ___"
+    with cols[n % len(cols)]:
+        app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
+                         f"mask-{n + 1}", key=f"pred_fig_{n}")
+
+st.subheader("Does sentence B follow sentence A?")
+n1, n2 = st.columns(2)
+n1.text_input("Sentence A", key="nsp_a")
+n2.text_input("Sentence B", key="nsp_b")
+try:
+    p = predict_nsp(active.model, tok, st.session_state["nsp_a"], st.session_state["nsp_b"])
+    st.metric("P(B follows A)", f"{p:.1%}", help="The NSP head's probability for class 0 (B is the real next "
+                                                  "sentence). Chance is 50%: pretraining draws B at random half the time.")
+    st.progress(p)
+except BertCoreError as exc:
+    app_state.show_error(exc)
+
+st.subheader("How the guesses changed during training")
+job = app_state.current_job()
+probes = job.trainer.probes if job is not None and job.trainer is not None else None
+snaps = probes.snapshots() if probes is not None else []
+if active.source != app_state.SOURCE_SESSION or not snaps:
+    st.info("Probe sentences are filled in at snapshots while a model trains in this session. Train one on the "
+            "Train page and pick *Model trained in this session* to see its guesses evolve.")
+else:
+    sentence = st.selectbox("Probe sentence", list(range(len(probes.sentences))),
+                            format_func=lambda i: probes.sentences[i], key="pred_probe")
+    history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
+    app_state.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
+                     key="pred_history")
+
+app_state.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")

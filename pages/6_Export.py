@@ -1,0 +1,77 @@
+"""Export: the loss history as CSV, the configuration as JSON, figures as PNG or SVG, and shareable links."""
+
+import csv
+import dataclasses
+import io
+import json
+
+import streamlit as st
+
+from bert_core import app_state, figures
+
+st.set_page_config(page_title="Export · BERT explorer", page_icon="📦", layout="wide")
+active = app_state.sidebar()
+st.title("Export")
+
+
+def _history_and_config():
+    """(history rows, evaluation rows, baselines, config dict) of the active model, from its run or its folder."""
+    job = app_state.current_job()
+    if active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer:
+        trainer = job.trainer
+        history = [dataclasses.asdict(e) for e in trainer.history]
+        evals = [dataclasses.asdict(e) for e in trainer.evals]
+        train_config = trainer.config.to_dict()
+        baselines = trainer.baselines
+    else:
+        state = (active.trainer_state if active is not None else None) or {}
+        history, evals = state.get("history", []), state.get("evals", [])
+        train_config, baselines = state.get("train_config"), state.get("baselines", {})
+    config = {"model": active.config.to_hf_dict() if active is not None else None, "training": train_config}
+    return history, evals, baselines, config
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return buf.getvalue()
+
+
+history, evals, baselines, config = _history_and_config()
+if active is None:
+    st.info("Pick a model in the sidebar to export its history and configuration.")
+else:
+    st.subheader("Data")
+    c1, c2, c3 = st.columns(3)
+    if history:
+        c1.download_button(f"⬇ Loss history ({len(history):,} steps, CSV)", _csv(history), "loss_history.csv",
+                           "text/csv")
+    else:
+        c1.caption("No training history recorded for this model.")
+    if evals:
+        c2.download_button(f"⬇ Held-out evaluations ({len(evals)}, CSV)", _csv(evals), "evaluations.csv",
+                           "text/csv")
+    c3.download_button("⬇ Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
+    with st.expander("Configuration"):
+        st.json(config)
+
+st.subheader("Figures")
+app_state.init_widget("image_format", "png")
+if st.session_state["image_format"] not in ("png", "svg"):
+    st.session_state["image_format"] = "png"
+st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
+         horizontal=True)
+st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
+            "in this format. The curves of the active model:")
+if history:
+    app_state.plotly(figures.loss_figure(history, evals, baselines), "loss", key="exp_loss")
+    app_state.plotly(figures.accuracy_figure(history, evals, baselines), "accuracy", key="exp_acc")
+
+st.subheader("Share a view")
+st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
+            "the address of a page once it shows what you want, and whoever opens the link sees the same view "
+            "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
+app_state.sync_query("image_format")
