@@ -35,7 +35,8 @@ from bert_core.training import Progress, TrainConfig, lr_multiplier, resolve_dev
 
 __all__ = [
     "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
-    "classifier_from_checkpoint", "classifier_from_scratch", "classify_text", "evaluate_classifier",
+    "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch",
+    "FinetuneComparison", "classify_text", "evaluate_classifier",
     "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier", "add_parser", "run",
 ]
 
@@ -172,6 +173,16 @@ def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
         raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
                             "the model was pretrained with")
     return model, BertTokenizer.load(folder)
+
+
+def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
+    """A classifier whose encoder + pooler are copies of `pretrained.bert` (e.g. the app's active model), fresh head."""
+    from bert_core.model import BertForSequenceClassification
+
+    with _seeded(seed):
+        model = BertForSequenceClassification(pretrained.config, num_labels)
+    model.bert.load_state_dict(pretrained.bert.state_dict())
+    return model
 
 
 def classifier_from_scratch(config, num_labels: int, seed: int = 0):
@@ -477,6 +488,67 @@ def finetune(model, tokenizer, train: ClassificationData, val: ClassificationDat
 
 
 # ---------------------------------------------------------------------------------------------- comparisons
+
+
+class FinetuneComparison:
+    """Several fine-tuning runs ("pretrained", then "scratch") with one config, one after the other on this thread.
+
+    Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
+    """
+
+    def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData,
+                 val: ClassificationData, config: FinetuneConfig, callbacks=()):
+        self.train_data, self.val_data, self.config = train, val, config
+        self.tuners = [Finetuner(m, tok, train, val, config, name=name, callbacks=callbacks) for name, m, tok in runs]
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._started = False
+
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.tuners)
+
+    @property
+    def state(self) -> str:
+        states = [t.state for t in self.tuners]
+        if self.error is not None or "failed" in states:
+            return "failed"
+        if "running" in states or (self._started and "idle" in states and not self._stop.is_set()):
+            return "running"
+        if all(s == "finished" for s in states):
+            return "finished"
+        return "stopped" if self._started else "idle"
+
+    @property
+    def progress(self) -> Progress:
+        """Overall fraction over all runs; eta from the current run's pace."""
+        parts = [t.progress for t in self.tuners]
+        fraction = sum(p.fraction for p in parts) / len(parts)
+        elapsed = sum(p.elapsed_s for p in parts)
+        eta = elapsed * (1 - fraction) / fraction if 0 < fraction < 1 else (0.0 if fraction >= 1 else None)
+        return Progress(fraction=fraction, eta_s=eta, step=self.step, elapsed_s=elapsed)
+
+    @property
+    def results(self) -> dict[str, FinetuneResult]:
+        """Finished (or stopped) runs' results by name."""
+        return {t.name: t.result for t in self.tuners if t.result is not None}
+
+    def stop(self) -> None:
+        """Stop the running run at its next step and skip the ones not started."""
+        self._stop.set()
+        for t in self.tuners:
+            t.stop()
+
+    def run(self) -> None:
+        """Run each fine-tuning in turn; never raises (a failure sets `error`)."""
+        self._started = True
+        for tuner in self.tuners:
+            if self._stop.is_set():
+                break
+            tuner.run()
+            if tuner.error is not None:
+                self.error = f"{tuner.name}: {tuner.error}"
+                break
 
 
 def scratch_twin(model, num_labels: int, seed: int = 0):

@@ -3,6 +3,7 @@
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -291,3 +292,49 @@ def test_cli_finetune_bad_column_is_one_error_line(checkpoint, topics, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1] == "error: no label column 'stars'; the columns are: sentence, topic. Choose one of those."
+
+
+# ---------------------------------------------------------------------------------------------- the page
+
+
+@pytest.fixture
+def page(checkpoint, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(checkpoint))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_page_runs_both_models_and_classifies_a_typed_sentence(page):
+    at = page
+    assert "does pretraining pay" in at.title[0].value
+    at.number_input(key="ft_train").set_value(100)
+    at.number_input(key="ft_val").set_value(40)
+    at.number_input(key="ft_budget").set_value(1)
+    at.number_input(key="ft_maxlen").set_value(32)
+    at.run()
+    next(b for b in at.button if "Fine-tune both" in b.label).click().run()
+    deadline = time.monotonic() + 60
+    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert not at.exception, at.exception
+    assert any(h.value == "Results" for h in at.subheader)
+    table = next(d.value for d in at.dataframe if "run" in d.value.columns)
+    assert list(table["run"]) == ["from pretrained", "from scratch"]
+    at.text_input(key="ft_sentence").input("the farmer feeds the hungry cows").run()
+    assert not at.exception, at.exception
+    predictions = at.dataframe[-1].value
+    assert list(predictions["model"]) == ["from pretrained", "from scratch"]
+    assert set(predictions["prediction"]) <= set(toy_topic_task(0, 20).label_names)
+
+
+def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
+    at = page
+    at.number_input(key="ft_train").set_value(100_000).run()
+    next(b for b in at.button if "Fine-tune both" in b.label).click().run()
+    assert not at.exception
+    assert any("has only 3000" in e.value for e in at.error)

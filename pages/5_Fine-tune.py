@@ -1,0 +1,268 @@
+"""Fine-tune the active model to classify text, and the same architecture from scratch with the same budget."""
+
+import pandas as pd
+import streamlit as st
+
+from bert_core import app_state, finetune_figures
+from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
+from bert_core.errors import BertCoreError
+from bert_core.finetune import (
+    FinetuneComparison,
+    FinetuneConfig,
+    classifier_from_model,
+    classify_text,
+    scratch_twin,
+)
+from bert_core.paths import shared_data_dir
+
+st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
+active = app_state.sidebar()
+st.title("Fine-tune: does pretraining pay?")
+st.markdown(
+    "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a classifier on its "
+    "[CLS] vector and is trained on a small labelled set. Then **the same architecture from scratch** (random "
+    "weights, same tokenizer) gets the same data and the same time budget. Their validation accuracy curves are "
+    "drawn on one chart.")
+
+SHARED = shared_data_dir()
+DATASETS = {"toy": "Toy story topics (built-in, 10 classes)"}
+SHARED_FILES = {"ag_news": ("ag_news/news.csv", "AG News topics (4 classes)"),
+                "polarity": ("sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)")}
+for key, (rel, label) in SHARED_FILES.items():
+    if SHARED is not None and (SHARED / rel).is_file():
+        DATASETS[key] = label
+DATASETS["upload"] = "Upload a CSV"
+SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500)}
+
+defaults = dict(data="toy", train=200, val=500, seed=0, budget=30, lr=1e-4, batch=32, maxlen=64)
+casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
+for name, value in defaults.items():
+    app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
+app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair")
+if st.session_state["ft_data"] not in DATASETS:
+    st.session_state["ft_data"] = "toy"
+
+
+@st.cache_resource
+def _registry():
+    # Fine-tuning jobs live beside the Train page's (one per session each), reaped the same way.
+    return app_state.JobRegistry()
+
+
+@st.cache_data(max_entries=8, show_spinner="Reading the data…")
+def _load_shared(rel: str, text_columns, label_column, drop_empty: bool):
+    return load_classification_csv(SHARED / rel, text_columns, label_column, drop_empty=drop_empty)
+
+
+@st.cache_data(max_entries=4, show_spinner="Reading the CSV…")
+def _load_upload(data: bytes, name: str, text_columns, label_column, drop_empty: bool, as_pair: bool):
+    return load_classification_csv(data, text_columns, label_column, drop_empty=drop_empty, as_pair=as_pair,
+                                   name=name)
+
+
+@st.cache_data(max_entries=4)
+def _toy(seed: int):
+    return toy_topic_task(seed)
+
+
+def _on_data_change():
+    train, val = SIZES[st.session_state["ft_data"]]
+    st.session_state["ft_train"], st.session_state["ft_val"] = train, val
+
+
+sid = app_state.session_id()
+registry = _registry()
+job = registry.get(sid)
+busy = job is not None and job.busy
+
+with st.expander("Data and settings", expanded=not (job is not None and job.trainer is not None)):
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.markdown("**Labelled data**")
+        choice = st.radio("Task", list(DATASETS), format_func=DATASETS.get, key="ft_data", on_change=_on_data_change)
+        upload = None
+        if choice == "upload":
+            upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
+                                      type=["csv", "txt"], key="ft_upload")
+            if upload is not None:
+                try:
+                    columns = csv_columns(upload.getvalue(), upload.name)
+                    st.multiselect("Text column(s) (two are joined, e.g. title and description)", columns,
+                                   key="ft_text_cols", max_selections=2)
+                    st.selectbox("Label column", [None, *columns], key="ft_label_col",
+                                 format_func=lambda c: "(guess)" if c is None else c)
+                    st.checkbox("Two text columns as a sentence pair (not joined)", key="ft_pair")
+                except BertCoreError as exc:
+                    app_state.show_error(exc)
+        if choice != "toy":
+            st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
+    with c2:
+        st.markdown("**Split**")
+        st.number_input("Training examples", 10, 100_000, step=100, key="ft_train")
+        st.number_input("Validation examples", 10, 20_000, step=100, key="ft_val")
+        st.number_input("Seed (split, head, batches)", 0, 2**31 - 1, key="ft_seed")
+    with c3:
+        st.markdown("**Budget (each model)**")
+        st.number_input("Training seconds per model", 1, 600, step=5, key="ft_budget")
+        st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr")
+        st.number_input("Batch size", 1, 256, key="ft_batch")
+        st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
+
+app_state.sync_query(*(f"ft_{n}" for n in defaults))
+
+
+def _data():
+    """The chosen labelled data (cached), or raises BertCoreError with what to fix."""
+    s = st.session_state
+    choice = s["ft_data"]
+    if choice == "toy":
+        return _toy(0)
+    if choice in SHARED_FILES:
+        return _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
+    file = s.get("ft_upload")
+    if file is None:
+        raise BertCoreError("choose a CSV file to upload first")
+    cols = tuple(s.get("ft_text_cols") or ()) or None
+    return _load_upload(file.getvalue(), file.name, cols, s.get("ft_label_col"), bool(s.get("ft_drop_empty")),
+                        bool(s.get("ft_pair")))
+
+
+data = None
+try:
+    data = _data()
+except BertCoreError as exc:
+    app_state.show_error(exc)
+
+if data is not None:
+    counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
+    st.caption(f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
+               f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
+    for note in data.notes:
+        st.caption(f"ℹ️ {note}")
+    with st.expander("A few examples"):
+        st.dataframe(pd.DataFrame({"label": [data.label_names[y] for y in data.labels[:8]],
+                                   "text": [data.example_text(i) for i in range(min(8, len(data)))]}),
+                     hide_index=True, width="stretch")
+
+
+def _builder(data, active_model, settings: dict):
+    """Runs on the job's thread: split, copy the active model into a classifier, make its scratch twin."""
+    def build():
+        train, val = split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])
+        config = FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None,
+                                learning_rate=settings["lr"], batch_size=settings["batch"],
+                                max_length=settings["maxlen"], seed=settings["seed"], device="cpu", eval_points=10)
+        pre = classifier_from_model(active_model.model, data.num_labels, settings["seed"])
+        scratch = scratch_twin(pre, data.num_labels, settings["seed"])
+        tok = active_model.tokenizer
+        return FinetuneComparison([("pretrained", pre, tok), ("scratch", scratch, tok)], train, val, config)
+    return build
+
+
+b1, b2, b3 = st.columns(3)
+try:
+    if active is None:
+        st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
+    start_help = "Fine-tune the active model, then train the same architecture from scratch, same budget"
+    if b1.button("▶ Fine-tune both", type="primary", disabled=busy or data is None or active is None,
+                 help=start_help):
+        s = st.session_state
+        settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
+        split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
+        FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None, learning_rate=settings["lr"],
+                       batch_size=settings["batch"], max_length=settings["maxlen"])
+        if job is not None:
+            registry.discard(sid)
+        new_job = app_state.TrainingJob(sid, builder=_builder(data, active, settings))
+        registry.start(new_job)
+        st.rerun()
+    if b2.button("⏹ Stop", disabled=not busy):
+        job.stop(wait=10)
+        st.rerun()
+    if b3.button("↺ Reset", disabled=job is None):
+        registry.discard(sid)
+        st.rerun()
+except BertCoreError as exc:
+    app_state.show_error(exc)
+
+
+def _fmt_s(seconds) -> str:
+    return "…" if seconds is None else f"{int(seconds)}s"
+
+
+def _live() -> None:
+    job = registry.get(sid)
+    if job is None:
+        return
+    if job.error:
+        st.error(f"Fine-tuning failed: {job.error}")
+    comparison = job.trainer
+    if comparison is None:
+        st.info("Preparing: splitting the data and copying the model…")
+        return
+    prog = comparison.progress
+    current = next((t.name for t in comparison.tuners if t.state == "running"), None)
+    st.progress(min(max(prog.fraction, 0.0), 1.0),
+                text=f"{job.phase}" + (f": training {current}" if current else "") +
+                     f" · time left {_fmt_s(prog.eta_s)}")
+    runs = {t.name: t.evals for t in comparison.tuners}
+    counts = comparison.train_data.label_counts()
+    chance = max(comparison.val_data.label_counts()) / max(len(comparison.val_data), 1)
+    cols = st.columns(len(comparison.tuners))
+    for col, tuner in zip(cols, comparison.tuners):
+        ev = tuner.evals
+        col.metric(f"{finetune_figures.RUN_LABELS.get(tuner.name, tuner.name)}: validation accuracy",
+                   f"{ev[-1].accuracy:.1%}" if ev else "–", help=f"{tuner.step:,} steps so far")
+    app_state.plotly(finetune_figures.accuracy_curves_figure(runs, chance=chance), "finetune-accuracy",
+                     key="ft_curves")
+    st.caption(f"{len(comparison.train_data):,} training examples ({', '.join(map(str, counts))} per label), "
+               f"{len(comparison.val_data):,} validation; the dashed line is always guessing the largest class.")
+    if st.session_state.get("_ft_was_busy") and not job.busy:
+        st.session_state["_ft_was_busy"] = False
+        st.rerun()  # the runs ended: redraw the page so the results below appear
+    st.session_state["_ft_was_busy"] = job.busy
+
+
+st.divider()
+st.fragment(_live, run_every=1.0 if busy else None)()
+
+if job is not None and job.trainer is not None and not busy:
+    results = job.trainer.results
+    if results:
+        st.subheader("Results")
+        st.dataframe(pd.DataFrame([{
+            "run": finetune_figures.RUN_LABELS.get(r.name, r.name), "accuracy": f"{r.accuracy:.1%}",
+            "macro-F1": f"{r.macro_f1:.1%}", "steps": r.steps, "training seconds": round(r.train_seconds, 1),
+            "state": r.state} for r in results.values()]), hide_index=True, width="stretch")
+        cols = st.columns(len(results))
+        for col, r in zip(cols, results.values()):
+            with col:
+                app_state.plotly(finetune_figures.confusion_figure(
+                    r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name)}"),
+                    f"confusion-{r.name}", key=f"ft_conf_{r.name}")
+                st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name)})**")
+                if r.misclassified:
+                    st.dataframe(pd.DataFrame([{"text": m.text, "true": m.true_label,
+                                                "predicted": m.predicted_label, "confidence": f"{m.confidence:.0%}"}
+                                               for m in r.misclassified[:8]]), hide_index=True, width="stretch")
+                else:
+                    st.caption("No mistakes on the validation set.")
+        st.subheader("Classify a sentence with both")
+        sentence = st.text_input("Sentence", key="ft_sentence",
+                                 placeholder="e.g. the farmers feed the hungry cows in the barn")
+        if sentence.strip():
+            try:
+                first = next(iter(results.values()))
+                probs = {name: classify_text(r.model, r.tokenizer, sentence, max_length=job.trainer.config.max_length)
+                         for name, r in results.items()}
+                rows = [{"model": finetune_figures.RUN_LABELS.get(n, n),
+                         "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],
+                         "confidence": f"{max(p):.0%}"} for n, p in probs.items()]
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                app_state.plotly(finetune_figures.class_probabilities_figure(probs, first.label_names),
+                                 "finetune-probabilities", key="ft_probs")
+            except BertCoreError as exc:
+                app_state.show_error(exc)
+elif job is None:
+    st.info("Choose the data and the budget, then press **Fine-tune both**. Each model trains for the same "
+            "number of seconds, one after the other.")
