@@ -26,25 +26,33 @@ max_len = active.config.max_position_embeddings
 
 
 
-def _mask_word(words: list[str], pick: int) -> None:
-    # A callback: it runs before the text box is drawn again, so it may change its value.
-    pieces = list(words)
-    pieces[pick] = "[MASK]"
-    text = ""
-    for p in pieces:  # glue '##' continuations back to their word so the text reads naturally
-        text += p[2:] if p.startswith("##") else (" " + p if text else p)
-    st.session_state["pred_text"] = text
+def _words(pieces: list[str]) -> list[list[str]]:
+    """Group word pieces into words ('play', '##ing' -> one word)."""
+    words: list[list[str]] = []
+    for p in pieces:
+        if p.startswith("##") and words:
+            words[-1].append(p)
+        else:
+            words.append([p])
+    return words
+
+
+def _mask_word(words: list[list[str]], pick: int) -> None:
+    # A callback: it runs before the text box is drawn again, so it may change its value. Every piece of the
+    # word becomes a [MASK] (as whole-word masking does), since half a word cannot be written as text.
+    parts = [" ".join(["[MASK]"] * len(w)) if i == pick else "".join(x.removeprefix("##") for x in w)
+             for i, w in enumerate(words)]
+    st.session_state["pred_text"] = " ".join(parts)
 
 
 with st.expander("…or pick a word to mask"):
-    plain = st.session_state["pred_text"]
     try:
-        words = encode_input(tok, plain, max_length=max_len).tokens[1:-1]
+        words = _words(encode_input(tok, st.session_state["pred_text"], max_length=max_len).tokens[1:-1])
     except BertCoreError:
         words = []
-    choices = [i for i, w in enumerate(words) if w != "[MASK]"]
+    choices = [i for i, w in enumerate(words) if w != ["[MASK]"]]
     if choices:
-        pick = st.selectbox("Word piece to hide", choices, format_func=lambda i: f"{i + 1}: {words[i]}",
+        pick = st.selectbox("Word to hide", choices, format_func=lambda i: f"{i + 1}: {''.join(x.removeprefix('##') for x in words[i])}",
                             key="pred_pick")
         st.button("Mask it", on_click=_mask_word, args=(words, pick))
     else:

@@ -1,0 +1,415 @@
+"""The Streamlit explorer under `streamlit.testing.v1.AppTest`: every page renders, bad input gets a message,
+a real (nano, toy corpus, few steps) training run goes through the Train page, and jobs of closed sessions stop."""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from bert_core import app_state  # noqa: E402
+from bert_core.errors import BertCoreError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A real checkpoint folder: a nano BERT trained 3 steps on the toy corpus, with its trainer state."""
+    from bert_core.config import BertConfig
+    from bert_core.corpora import Corpus
+    from bert_core.model import BertForPreTraining
+    from bert_core.pretraining_data import PretrainingData
+    from bert_core.tokenization import train_tokenizer
+    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.training import TrainConfig, Trainer
+
+    corpus = generate_toy_corpus(num_documents=60, seed=0)
+    corpus = Corpus(name="toy", documents=corpus.documents, source="toy")
+    tok = train_tokenizer(corpus.texts(), vocab_size=300)
+    data = PretrainingData(corpus, tok, max_seq_length=32, batch_size=4)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tok.vocab_size, max_position_embeddings=48))
+    trainer = Trainer(model, tok, data, TrainConfig(max_steps=3, batch_size=4, max_seq_length=32, device="cpu",
+                                                    eval_batches=1),
+                      eval_data=data, metadata={"corpora": ["toy"], "unigram_counts": data.token_counts.tolist()})
+    trainer.run()
+    assert trainer.state == "finished", trainer.error
+    folder = tmp_path_factory.mktemp("ckpt") / "nano-toy"
+    trainer.save(folder)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _app_env(checkpoint, monkeypatch):
+    monkeypatch.setenv(app_state.CHECKPOINT_ENV, str(checkpoint))
+    monkeypatch.delenv(app_state.MAX_TRAININGS_ENV, raising=False)
+    yield
+    # Join every training thread a test started, so none outlives it.
+    for registry in list(app_state.JobRegistry._all):
+        for sid in list(registry._jobs):
+            registry.discard(sid, wait=30)
+
+
+def _open(page: str = "app.py", **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    if page != "app.py":
+        at.switch_page(page).run()
+    return at
+
+
+def _texts(elements) -> list[str]:
+    return [str(e.value) for e in elements]
+
+
+def _assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.mark.parametrize("page", ["app.py", *PAGES])
+def test_every_page_renders_without_exception_on_the_checkpoint(page):
+    at = _open(page)
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
+    assert at.title, "every page has a title"
+
+
+def test_home_shows_architecture_and_where_the_model_came_from(checkpoint):
+    at = _open()
+    _assert_clean(at)
+    assert any(str(checkpoint) in m.value and "Trained for 3 steps on toy" in m.value for m in at.markdown)
+
+
+def test_missing_shipped_checkpoint_is_explained(monkeypatch, tmp_path):
+    monkeypatch.setenv(app_state.CHECKPOINT_ENV, str(tmp_path / "absent"))
+    for page in ["app.py", *PAGES]:
+        at = _open(page)
+        _assert_clean(at)
+        assert any("not here yet" in t for t in _texts(at.sidebar.info)), page
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("", "Type the path"),
+    ("/definitely/not/here", "does not exist"),
+    ("EMPTY", "not a checkpoint folder"),
+    ("FILE", "is a file"),
+])
+def test_checkpoint_folder_choice_rejects_bad_folders_with_a_message(tmp_path, folder, message):
+    if folder == "EMPTY":
+        folder = str(tmp_path)
+    elif folder == "FILE":
+        (tmp_path / "x.txt").write_text("hi")
+        folder = str(tmp_path / "x.txt")
+    at = _open("pages/3_Attention.py")
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.text_input(key="model_folder").input(folder).run()
+    _assert_clean(at)
+    assert any(message in t for t in _texts(at.sidebar.error) + _texts(at.sidebar.info))
+
+
+def test_checkpoint_folder_choice_loads_a_folder(checkpoint):
+    at = _open("pages/4_Predictions.py")
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.text_input(key="model_folder").input(str(checkpoint)).run()
+    _assert_clean(at)
+    assert not at.error
+    assert any("step 3" in c.value for c in at.sidebar.caption)
+
+
+def test_predictions_without_mask_says_where_to_put_one():
+    at = _open("pages/4_Predictions.py")
+    at.text_area(key="pred_text").input("the cat sat on the mat").run()
+    _assert_clean(at)
+    assert any("no [MASK]" in t for t in _texts(at.error))
+
+
+def test_predictions_text_longer_than_positions_is_truncated_with_a_note():
+    at = _open("pages/4_Predictions.py")
+    at.text_area(key="pred_text").input("the [MASK] sat " + "on the mat " * 60).run()
+    _assert_clean(at)
+    assert not at.error
+    assert any("cut off" in t for t in _texts(at.warning))
+
+
+def test_predictions_mask_a_picked_word_and_nsp_needs_two_sentences():
+    at = _open("pages/4_Predictions.py")
+    at.text_area(key="pred_text").input("the cat sat on the mat").run()
+    at.selectbox(key="pred_pick").set_value(1).run()
+    at.button[0].click().run()
+    _assert_clean(at)
+    assert at.text_area(key="pred_text").value.startswith("the [MASK]") and "sat on the mat" in at.text_area(key="pred_text").value
+    assert not at.error
+    at.text_input(key="nsp_b").input("").run()
+    assert any("sentence B is empty" in t for t in _texts(at.error))
+
+
+def test_attention_bad_and_long_text_and_hidden_specials():
+    at = _open("pages/3_Attention.py")
+    at.text_area(key="att_a").input("   ").run()
+    _assert_clean(at)
+    assert any("empty" in t for t in _texts(at.error))
+    at.text_area(key="att_a").input("the cat " * 60).run()
+    _assert_clean(at)
+    assert any("truncated" in t for t in _texts(at.warning))
+    at.checkbox(key="att_hide").check().run()
+    at.selectbox(key="att_layer").set_value(2).run()
+    at.selectbox(key="att_head").set_value(2).run()
+    _assert_clean(at)
+    assert not at.error
+
+
+def test_attention_page_settings_come_from_and_go_to_the_url():
+    at = _open("pages/3_Attention.py", att_a="a dog ran", att_layer="2", att_head="2", att_hide="true")
+    _assert_clean(at)
+    assert at.text_area(key="att_a").value == "a dog ran"
+    assert at.selectbox(key="att_layer").value == 2 and at.checkbox(key="att_hide").value is True
+    at.selectbox(key="att_head").set_value(1).run()
+    assert at.query_params["att_head"] == ["1"] or at.query_params["att_head"] == "1"
+
+
+def test_tokens_page_typed_pair_and_drawn_pair():
+    at = _open("pages/1_Tokens_and_masking.py")
+    at.number_input(key="tm_pair_seed").set_value(7).run()
+    at.slider(key="tm_rate").set_value(0.3).run()
+    _assert_clean(at)
+    assert any("NSP label" in m.value for m in at.markdown)
+    at.radio(key="tm_mode").set_value("type").run()
+    at.text_area(key="tm_a").input("").run()
+    _assert_clean(at)
+    assert any("empty" in t for t in _texts(at.error))
+
+
+def _small_run(at: AppTest, steps: int = 4) -> None:
+    at.number_input(key="train_steps").set_value(steps)
+    at.number_input(key="train_batch").set_value(4)
+    at.number_input(key="train_seq").set_value(32)
+    at.number_input(key="train_vocab").set_value(300)
+    at.number_input(key="train_eval_every").set_value(2)
+    at.number_input(key="train_probe_every").set_value(2)
+
+
+def _job() -> app_state.TrainingJob:
+    jobs = list(app_state.REGISTRY._jobs.values())
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+def test_train_page_runs_a_real_training_and_other_pages_follow_it():
+    at = _open("pages/2_Train.py")
+    _small_run(at)
+    at.button[0].click().run()          # Start
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
+    job = _job()
+    job.thread.join(TIMEOUT)
+    assert job.phase == "finished", job.error
+    assert job.trainer.step == 4 and len(job.trainer.history) == 4 and len(job.trainer.evals) >= 2
+    assert len(job.trainer.probes) >= 2
+    at.run()
+    _assert_clean(at)
+    assert any("finished at step 4" in t for t in _texts(at.success))
+    assert len(at.get("plotly_chart")) >= 4
+    # Resume a finished run: it goes on for as many steps again.
+    at.button[2].click().run()
+    job.thread.join(TIMEOUT)
+    assert job.trainer.step == 8 and job.phase == "finished"
+    # The session's model becomes the active one everywhere.
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()
+    for page in ["pages/3_Attention.py", "pages/4_Predictions.py", "pages/1_Tokens_and_masking.py",
+                 "pages/6_Export.py", "app.py"]:
+        at.switch_page(page).run()
+        _assert_clean(at)
+        assert not at.error, (page, _texts(at.error))
+        assert any("step 8" in c.value for c in at.sidebar.caption), page
+    at.switch_page("pages/3_Attention.py").run()
+    assert at.select_slider(key="att_step").value == 8
+    at.select_slider(key="att_step").set_value(0).run()
+    _assert_clean(at)
+    at.switch_page("pages/6_Export.py").run()
+    assert any("8 steps" in b.label for b in at.get("download_button"))
+    at.switch_page("pages/2_Train.py").run()
+    at.button[4].click().run()          # Prepare download
+    _assert_clean(at)
+    assert any("Download checkpoint (step 8" in b.label for b in at.get("download_button"))
+    at.button[3].click().run()          # Reset
+    assert app_state.REGISTRY.get(job.session_id) is None
+
+
+def test_stop_ends_the_run_early_and_resume_continues():
+    at = _open("pages/2_Train.py")
+    _small_run(at, steps=100_000)
+    at.button[0].click().run()
+    job = _job()
+    deadline = time.time() + TIMEOUT
+    while (job.trainer is None or job.trainer.step < 2) and time.time() < deadline:
+        time.sleep(0.2)
+    at.run()
+    at.button[1].click().run()          # Stop
+    _assert_clean(at)
+    assert not job.busy and job.phase == "stopped"
+    stopped_at = job.trainer.step
+    assert 2 <= stopped_at < 100_000
+    at.button[2].click().run()          # Resume
+    assert job.busy
+    job.stop(wait=TIMEOUT)
+    assert job.trainer.step >= stopped_at
+
+
+@pytest.mark.parametrize("setup, message", [
+    ({"train_preset": "custom", "train_hidden": 64, "train_heads": 3}, "divisible"),
+    ({"train_corpus": "paste"}, "empty"),
+])
+def test_train_page_rejects_bad_configs_with_a_message(setup, message):
+    at = _open("pages/2_Train.py")
+    _small_run(at, steps=1)
+    for key, value in setup.items():
+        if key in ("train_preset", "train_corpus"):
+            at.selectbox(key=key).set_value(value).run()
+        else:
+            at.number_input(key=key).set_value(value).run()
+    at.button[0].click().run()
+    _assert_clean(at)
+    assert any(message in t for t in _texts(at.error)), _texts(at.error)
+    assert not app_state.REGISTRY._jobs, "no run starts on a rejected config"
+
+
+@pytest.mark.parametrize("content, message", [(b"", "empty"), (b"\x00\x01\x02binary", "binary"),
+                                              (b"\xff\xfe caf\xe9", "not UTF-8")])
+def test_train_page_bad_upload_gets_a_message(content, message):
+    at = _open("pages/2_Train.py")
+    at.selectbox(key="train_corpus").set_value("upload").run()
+    at.file_uploader(key="train_upload").upload("notes.txt", content, "text/plain").run()
+    at.button[0].click().run()
+    _assert_clean(at)
+    assert any(message in t for t in _texts(at.error)), _texts(at.error)
+    assert not app_state.REGISTRY._jobs
+
+
+def test_global_training_limit_gives_a_clear_message(monkeypatch):
+    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "1")
+    release = threading.Event()
+
+    class Blocking:
+        state, error, step = "running", None, 0
+
+        def run(self):
+            release.wait(TIMEOUT)
+
+        def stop(self):
+            release.set()
+
+    other = app_state.TrainingJob("someone-else", builder=Blocking)
+    app_state.REGISTRY.start(other)
+    try:
+        at = _open("pages/2_Train.py")
+        _small_run(at, steps=1)
+        at.button[0].click().run()
+        _assert_clean(at)
+        assert any("limit" in t and app_state.MAX_TRAININGS_ENV in t for t in _texts(at.error))
+    finally:
+        app_state.REGISTRY.discard("someone-else")
+    assert not other.busy
+
+
+class _Spinner:
+    """A stand-in trainer that spins until stopped (what a real run does, minus the CPU)."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self.state, self.error, self.step = "idle", None, 0
+
+    def run(self):
+        self.state = "running"
+        while not self._stop.wait(0.01):
+            self.step += 1
+        self.state = "stopped"
+
+    def stop(self):
+        self._stop.set()
+
+
+def test_registry_stops_jobs_whose_session_closed_after_the_grace_period():
+    alive = {"a": True, "b": True}
+    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=alive.get, grace_s=0.3, poll_s=0.05)
+    job_a, job_b = app_state.TrainingJob("a", builder=_Spinner), app_state.TrainingJob("b", builder=_Spinner)
+    reg.start(job_a)
+    reg.start(job_b)
+    alive["a"] = False
+    time.sleep(0.1)
+    alive["a"] = True                     # a page reload: back within the grace period
+    time.sleep(0.5)
+    assert job_a.busy and reg.get("a") is job_a
+    alive["a"] = False                    # the tab is closed for good
+    deadline = time.time() + 5
+    while reg.get("a") is not None and time.time() < deadline:
+        time.sleep(0.05)
+    assert reg.get("a") is None and "a" in reg.reaped
+    job_a.thread.join(5)
+    assert not job_a.busy and job_a.trainer.state == "stopped"
+    assert job_b.busy and reg.get("b") is job_b
+    reg.discard("b")
+    assert not job_b.busy
+
+
+def test_registry_never_reaps_when_liveness_is_unknown():
+    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None, grace_s=0.0, poll_s=0.02)
+    job = app_state.TrainingJob("x", builder=_Spinner)
+    reg.start(job)
+    time.sleep(0.2)
+    assert job.busy
+    reg.discard("x")
+    assert not job.busy
+
+
+def test_limit_counts_jobs_of_every_registry():
+    other = app_state.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
+    mine = app_state.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
+    other.start(app_state.TrainingJob("s1", builder=_Spinner))
+    try:
+        with pytest.raises(BertCoreError, match="limit"):
+            mine.start(app_state.TrainingJob("s2", builder=_Spinner))
+    finally:
+        other.discard("s1")
+    mine.start(app_state.TrainingJob("s2", builder=_Spinner))
+    mine.discard("s2")
+
+
+def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():
+    # Outside `streamlit run` there is no runtime: liveness is unknown, so nothing is ever reaped on a guess.
+    assert app_state._session_alive_from_runtime("whatever") is None
+
+
+def test_model_snapshot_is_a_frozen_copy(checkpoint):
+    model, tok, _ = app_state.load_folder(checkpoint)
+    model.train()
+
+    class T:
+        step = 5
+        tokenizer = tok
+
+    T.model = model
+    job = app_state.TrainingJob("snap", builder=lambda: None)
+    job.trainer = T()
+    snap = job.model_snapshot()
+    assert snap is not model and not snap.training and model.training
+    assert job.model_snapshot() is snap
+    T.step = 6
+    assert job.model_snapshot() is not snap
+
+
+def test_env_var_limit_parsing(monkeypatch):
+    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "3")
+    assert app_state.max_trainings() == 3
+    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "lots")
+    assert app_state.max_trainings() == app_state.DEFAULT_MAX_TRAININGS
+    assert os.environ[app_state.CHECKPOINT_ENV]
