@@ -160,7 +160,7 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
         "seed": seed,
         "fraction": heldout_fraction,
         "method": "bert_core.corpora.split_heldout(corpus, fraction, seed) on each corpus",
-        "corpora": [_heldout_record(c, s[1]) for c, s in zip(corpora, splits)],
+        "corpora": [{"spec": spec, **_heldout_record(c, s[1])} for spec, c, s in zip(specs, corpora, splits)],
     }
     if tokenizer is None:
         from bert_core.tokenization import train_tokenizer as train_tok
@@ -171,7 +171,7 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
     # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
     train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)
     eval_data = PretrainingData(heldout, tokenizer, batch_size=batch_size, **common)
-    heldout_by_corpus = {c.name: s[1] for c, s in zip(corpora, splits)}
+    heldout_by_corpus = {spec: s[1] for spec, s in zip(specs, splits)}
     return train_data, eval_data, heldout_by_corpus, tokenizer, record
 
 
@@ -185,9 +185,9 @@ def _machine() -> dict:
     return info
 
 
-def _command_line() -> str:
+def _command_line(args) -> str:
     prefix = "torchrun ... -m bert_core" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "python -m bert_core"
-    return prefix + " " + shlex.join(sys.argv[1:])
+    return prefix + " " + shlex.join(args.argv)
 
 
 def _progress_callback(trainer_ref, bar: ProgressBar):
@@ -250,7 +250,7 @@ def cmd_train(args) -> int:
                 overrides.setdefault("schedule", "time")
             trainer = Trainer.resume(args.resume, train_data, eval_data=eval_data, callbacks=callbacks,
                                      checkpoint_dir=out, config_overrides=overrides or None)
-            trainer.metadata.setdefault("commands", []).append(_command_line())
+            trainer.metadata.setdefault("commands", []).append(_command_line(args))
         else:
             specs = args.corpus or ["toy"]
             tokenizer = None
@@ -284,7 +284,7 @@ def cmd_train(args) -> int:
                 "corpora": specs,
                 "preset": args.preset,
                 "heldout": record,
-                "commands": [_command_line()],
+                "commands": [_command_line(args)],
                 "unigram_counts": train_data.token_counts.tolist(),
             }
             trainer = Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
@@ -534,7 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Entry point: parse, run, and turn user errors into one `error:` line with exit status 2."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # recorded in trainer_state.json / metrics.json as the exact command
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

@@ -1,0 +1,136 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bert_core.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def toy_file(tmp_path_factory):
+    """A small toy corpus as a text file, documents separated by blank lines."""
+    from bert_core.toy_grammar import generate_toy_corpus
+
+    corpus = generate_toy_corpus(num_documents=60, seed=2)
+    path = tmp_path_factory.mktemp("cli") / "toy.txt"
+    path.write_text("\n\n".join("\n".join(doc) for doc in corpus.documents) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(toy_file, tmp_path_factory):
+    """A checkpoint written by `train` (4 steps of a nano model) and the JSON it printed."""
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    argv = ["train", "--corpus", str(toy_file), "--preset", "nano", "--vocab-size", "300", "--seq-len", "32",
+            "--batch-size", "4", "--steps", "4", "--eval-batches", "2", "--device", "cpu", "--out", str(out),
+            "--json"]
+    return out, argv
+
+
+def _run_main(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_train_writes_a_checkpoint_that_transformers_loads_and_a_metrics_file(trained, capsys):
+    out, argv = trained
+    code, stdout, stderr = _run_main(argv, capsys)
+    assert code == 0, stderr
+    printed = json.loads(stdout)
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "trainer_state.json",
+            "optimizer.safetensors", "metrics.json"} <= names
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics == printed
+    assert metrics["steps"] == 4
+    assert 0 <= metrics["heldout"]["masked_token_accuracy"] <= 1
+    assert {"unigram", "untrained"} <= set(metrics["baselines"])
+    split = metrics["heldout_split"]["corpora"][0]
+    assert split["heldout_documents"] == len(split["heldout_document_indices"]) > 0
+    assert metrics["commands"][0].startswith("python -m bert_core train --corpus")
+    assert "%" in stderr  # the progress bar
+    transformers = pytest.importorskip("transformers")
+    transformers.BertForPreTraining.from_pretrained(out)
+
+
+def test_train_resume_continues_the_same_run(trained, capsys):
+    out, argv = trained
+    if not (out / "trainer_state.json").exists():
+        assert _run_main(argv, capsys)[0] == 0
+    code, stdout, stderr = _run_main(["train", "--resume", str(out), "--steps", "6", "--json"], capsys)
+    assert code == 0, stderr
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["step"] == 6
+    assert [e["step"] for e in state["history"]] == [1, 2, 3, 4, 5, 6]
+    assert len(state["metadata"]["commands"]) == 2
+
+
+def test_eval_is_seeded_and_reports_the_unigram_baseline(trained, toy_file, capsys):
+    out, argv = trained
+    if not (out / "model.safetensors").exists():
+        assert _run_main(argv, capsys)[0] == 0
+    args = ["eval", "--checkpoint", str(out), "--text-file", str(toy_file), "--batches", "3", "--batch-size", "4",
+            "--seed", "3", "--json"]
+    code, stdout, stderr = _run_main(args, capsys)
+    assert code == 0, stderr
+    first = json.loads(stdout)
+    assert set(first) >= {"masked_token_accuracy", "perplexity", "nsp_accuracy", "unigram_baseline"}
+    assert first["unigram_baseline"]["counts_from"] == "the checkpoint's training text"
+    assert json.loads(_run_main(args, capsys)[1]) == first
+    code, text, _ = _run_main(args[:-1], capsys)
+    assert "masked-token accuracy" in text and "unigram baseline" in text and "NSP accuracy" in text
+
+
+def test_fill_mask_prints_top_k_candidates_for_each_mask(trained, capsys):
+    out, argv = trained
+    if not (out / "model.safetensors").exists():
+        assert _run_main(argv, capsys)[0] == 0
+    code, stdout, stderr = _run_main(["fill-mask", "--checkpoint", str(out), "--top-k", "3", "--json",
+                                      "the [MASK] sat on the [MASK] ."], capsys)
+    assert code == 0, stderr
+    result = json.loads(stdout)
+    assert len(result) == 2 and all(len(r["candidates"]) == 3 for r in result)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["fill-mask", "--checkpoint", "/nonexistent/ckpt", "a [MASK] b"], "does not exist"),
+        (["train", "--corpus", "toy", "--steps", "1"], "--out"),
+        (["train", "--corpus", "/nonexistent/file.txt", "--steps", "1", "--out", "/tmp/x"], "unknown corpus"),
+        (["train", "--corpus", "toy", "--out", "/tmp/x"], "--steps"),
+        (["eval", "--checkpoint", "/nonexistent", "--text-file", "/nonexistent.txt"], "does not exist"),
+        (["train", "--steps", "nope"], "invalid int"),
+    ],
+)
+def test_user_errors_print_one_line_and_exit_2(argv, words, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and sum(ln.startswith("error") for ln in lines) == 1, err
+    assert "Traceback" not in err
+    assert words in lines[-1]
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "fill-mask", "bench"])
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: python -m bert_core " + command in capsys.readouterr().out
+
+
+def test_python_dash_m_reports_errors_without_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "bert_core", "fill-mask", "--checkpoint", "/nonexistent", "x [MASK]"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
