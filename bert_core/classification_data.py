@@ -407,18 +407,29 @@ def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: 
                                torch.tensor(indices, dtype=torch.long))
 
 
-def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0):
-    """Endless seeded batches: each epoch a fresh shuffle drawn from (seed, epoch)."""
+def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,
+                  bucket_batches: int = 50):
+    """Endless seeded batches: each epoch a fresh shuffle drawn from (seed, epoch), grouped by length.
+
+    Within each run of `bucket_batches` batches the examples are sorted by length before being cut into batches
+    (then the batches are shuffled), so a batch pads to a length near its members' own: about twice the
+    throughput of purely random batches on AG News, with the same examples per epoch. 1 turns grouping off.
+    """
     if batch_size < 1:
         raise BertCoreError(f"batch size must be at least 1 (got {batch_size}).")
     epoch = 0
     while True:
-        order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            if len(chunk) < batch_size and start > 0:
-                break  # a ragged last batch would weigh its few examples more
-            yield collate(encoded, labels, chunk, pad_id)
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        order = torch.randperm(len(encoded), generator=g).tolist()
+        # A ragged last batch would weigh its few examples more; drop it unless it is all there is.
+        order = order[: (len(order) // batch_size) * batch_size or len(order)]
+        span = batch_size * max(bucket_batches, 1)
+        batches = []
+        for start in range(0, len(order), span):
+            chunk = sorted(order[start : start + span], key=lambda i: len(encoded[i]["input_ids"]))
+            batches += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
+        for b in torch.randperm(len(batches), generator=g).tolist():
+            yield collate(encoded, labels, batches[b], pad_id)
         epoch += 1
 
 

@@ -326,6 +326,7 @@ class Finetuner:
         self._run_started: float | None = None
         self._train_encoded = None
         self._val_encoded = None
+        self._step_seconds: list[float] = []
 
     # ------------------------------------------------------------------ observation (thread-safe)
 
@@ -403,6 +404,7 @@ class Finetuner:
                 break
             self._run_started = time.monotonic()
             event = self._train_step(next(batches))
+            self._step_seconds.append(time.monotonic() - self._run_started)
             self.elapsed_s = self._elapsed_now()
             self._run_started = None
             if event is None:
@@ -433,7 +435,11 @@ class Finetuner:
         return max(parts)
 
     def _done(self) -> bool:
-        return self._fraction_done() >= 1.0
+        if self._fraction_done() >= 1.0:
+            return True
+        # The time budget is a hard limit: a step that would end after it (at the recent pace) is not begun.
+        budget, recent = self.config.time_budget_s, self._step_seconds[-5:]
+        return bool(budget and recent and self.elapsed_s + sum(recent) / len(recent) > budget)
 
     def _elapsed_now(self) -> float:
         started = self._run_started

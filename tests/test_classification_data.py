@@ -218,3 +218,21 @@ def test_too_short_max_length_is_refused():
     tok = train_tokenizer(["a b c d e f g"] * 5, vocab_size=100)
     with pytest.raises(BertCoreError, match=r"at least 8"):
         encode_examples(_numbers(3), tok, max_length=4)
+
+
+def test_length_grouped_batches_cover_each_example_once_per_epoch_with_less_padding():
+    tok = train_tokenizer([" ".join(["word"] * (i % 40 + 1)) for i in range(50)], vocab_size=100)
+    data = ClassificationData(texts=[" ".join(["word"] * (i * 7 % 60 + 1)) for i in range(320)],
+                              labels=[i % 2 for i in range(320)], label_names=["a", "b"])
+    enc = encode_examples(data, tok, max_length=64)
+
+    def epoch(bucket):
+        batches = [b for _, b in zip(range(10), train_batches(enc, data.labels, 32, seed=1, bucket_batches=bucket))]
+        return batches, sum(b.input_ids.numel() for b in batches)
+
+    grouped, grouped_cells = epoch(50)
+    plain, plain_cells = epoch(1)
+    assert sorted(i for b in grouped for i in b.indices.tolist()) == list(range(320))
+    assert sorted(i for b in plain for i in b.indices.tolist()) == list(range(320))
+    real = sum(len(e["input_ids"]) for e in enc)
+    assert grouped_cells - real < (plain_cells - real) / 4
