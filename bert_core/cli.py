@@ -246,8 +246,12 @@ def cmd_train(args) -> int:
             if overrides.get("time_budget_s") is not None:
                 # A time budget on resume means "this many more seconds".
                 overrides["time_budget_s"] += float(state.get("elapsed_s", 0.0))
-            if overrides.get("max_steps") is None and overrides and cfg.get("schedule") != "time":
-                overrides.setdefault("schedule", "time")
+            if overrides.get("time_budget_s") is not None and cfg.get("schedule") != "time":
+                overrides["schedule"] = "time"
+            if overrides.get("max_steps") is not None and cfg.get("schedule") == "time":
+                overrides["schedule"] = "linear"
+            if args.schedule is not None:
+                overrides["schedule"] = args.schedule
             trainer = Trainer.resume(args.resume, train_data, eval_data=eval_data, callbacks=callbacks,
                                      checkpoint_dir=out, config_overrides=overrides or None)
             trainer.metadata.setdefault("commands", []).append(_command_line(args))

@@ -99,6 +99,17 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+# The model side of the default recipe (the rest is TrainConfig's defaults); tuned for short CPU runs with
+# benchmarks/time_to_quality.py, figures in docs/benchmarks.md.
+DEFAULT_PRESET = "mini"
+DEFAULT_DROPOUT = 0.1
+
+
+def default_recipe() -> dict:
+    """Our default pretraining recipe: model preset, dropout, and a TrainConfig (what `train` uses by default)."""
+    return {"preset": DEFAULT_PRESET, "dropout": DEFAULT_DROPOUT, "train_config": TrainConfig()}
+
+
 def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     """Fraction of the peak learning rate for the update that follows `step` completed updates.
 
@@ -512,7 +523,8 @@ class Trainer:
         world = self.dist.world_size
         forward = self._ddp if self._ddp is not None else self.model
         # stats: mlm loss sum, masked, correct, (n, correct) per decision 1..3, nsp loss sum, nsp correct, seqs, tokens
-        stats = torch.zeros(13, dtype=torch.float64)
+        stats = torch.zeros(13, dtype=torch.float64, device=self.device)
+        zero = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = self._ddp is None or i == len(batches) - 1
@@ -540,22 +552,18 @@ class Trainer:
                     loss = mlm_sum / n_masked_global * world + 0.0 * nsp_logits.sum()
                 loss.backward()
             with torch.no_grad():
-                pred = logits.argmax(-1)
-                right = pred == targets
+                right = logits.argmax(-1) == targets
                 decisions = batch.decisions[positions]
-                stats[0] += mlm_sum.item()
-                stats[1] += targets.numel()
-                stats[2] += right.sum().item()
+                per_decision = []
                 for code in (1, 2, 3):
                     sel = decisions == code
-                    stats[1 + 2 * code] += sel.sum().item()
-                    stats[2 + 2 * code] += (right & sel).sum().item()
-                if cfg.nsp:
-                    stats[9] += nsp_sum.item()
-                    stats[10] += (nsp_logits.argmax(-1) == batch.next_sentence_label).sum().item()
-                stats[11] += len(batch.input_ids)
-                stats[12] += batch.attention_mask.sum().item()
-        stats = self._all_reduce(stats)
+                    per_decision += [sel.sum(), (right & sel).sum()]
+                nsp_right = (nsp_logits.argmax(-1) == batch.next_sentence_label).sum() if cfg.nsp else zero
+                # One tensor on the device, read back once per step: no host sync per micro-batch on a GPU.
+                parts = [mlm_sum.detach(), zero + targets.numel(), right.sum(), *per_decision, nsp_sum.detach(),
+                         nsp_right, zero + len(batch.input_ids), batch.attention_mask.sum()]
+                stats += torch.stack([x.to(torch.float64) for x in parts])
+        stats = self._all_reduce(stats).cpu()
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -603,9 +611,9 @@ class Trainer:
         import torch.distributed as dist
 
         # nccl reduces only GPU tensors; gloo only CPU ones.
-        moved = t.to(self.device) if self.device.type == "cuda" else t
+        moved = t.to(self.device) if self.device.type == "cuda" else t.cpu()
         dist.all_reduce(moved)
-        return moved.cpu()
+        return moved
 
     # ------------------------------------------------------------------ evaluation, probes, checkpoints
 
