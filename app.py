@@ -9,15 +9,15 @@ from bert_core.figures import architecture_figure
 
 ROOT = Path(__file__).parent
 WALKTHROUGH = [
-    ("pages/1_Tokens_and_masking.py", "1. Tokens & masking: what the model is shown", "🔤"),
-    ("pages/2_Train.py", "2. Train: pretrain a tiny BERT live", "🏋️"),
-    ("pages/3_Attention.py", "3. Attention: what each head looks at", "👀"),
-    ("pages/4_Predictions.py", "4. Predictions: fill in [MASK]s, judge sentence pairs", "🎯"),
-    ("pages/5_Fine-tune.py", "5. Fine-tune: teach it to classify text", "🏷️"),
-    ("pages/6_Export.py", "6. Export: curves, configuration, figures", "📦"),
+    ("pages/1_Tokens_and_masking.py", "1. Tokens & masking: what the model is shown", ":material/text_fields:"),
+    ("pages/2_Train.py", "2. Train: pretrain a tiny BERT live", ":material/model_training:"),
+    ("pages/3_Attention.py", "3. Attention: what each head looks at", ":material/visibility:"),
+    ("pages/4_Predictions.py", "4. Predictions: fill in [MASK]s, judge sentence pairs", ":material/target:"),
+    ("pages/5_Fine-tune.py", "5. Fine-tune: teach it to classify text", ":material/label:"),
+    ("pages/6_Export.py", "6. Export: curves, configuration, figures", ":material/download:"),
 ]
 
-st.set_page_config(page_title="BERT explorer", page_icon="🔎", layout="wide")
+st.set_page_config(page_title="BERT explorer", page_icon=":material/search:", layout="wide")
 active = app_state.sidebar()
 
 st.title("BERT explorer")

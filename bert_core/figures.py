@@ -246,7 +246,10 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
     fig.update_yaxes(showticklabels=False, autorange="reversed")
     fig.update_annotations(font_size=9)
     cell = 170 if n_heads <= 4 else 110
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1), height=60 + cell * n_layers,
+    # One scale for all heads, topped at the largest weight: a fixed 0..1 scale leaves an untrained model's
+    # near-uniform maps (about 1/S everywhere) invisible.
+    top = float(max(result.attentions.max(), 1e-6))
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top), height=60 + cell * n_layers,
                       margin=dict(l=10, r=10, t=60, b=10), template="plotly_white",
                       title="Model view: every layer (row) and head (column)")
     return fig

@@ -10,7 +10,7 @@ from bert_core import app_state, figures
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
-st.set_page_config(page_title="Train · BERT explorer", page_icon="🏋️", layout="wide")
+st.set_page_config(page_title="Train · BERT explorer", page_icon=":material/model_training:", layout="wide")
 app_state.sidebar()
 st.title("Train a tiny BERT")
 
@@ -128,28 +128,28 @@ def _spec() -> app_state.TrainSpec:
 busy = job is not None and job.busy
 b1, b2, b3, b4, b5 = st.columns(5)
 try:
-    if b1.button("▶ Start", disabled=busy, type="primary", help="Start a new run with these settings"):
+    if b1.button("Start", icon=":material/play_arrow:", disabled=busy, type="primary", help="Start a new run with these settings"):
         spec = _spec()
         if job is not None:
             app_state.REGISTRY.discard(sid)
         app_state.REGISTRY.start(app_state.TrainingJob(sid, spec))
         st.rerun()
-    if b2.button("⏹ Stop", disabled=not busy):
+    if b2.button("Stop", icon=":material/stop:", disabled=not busy):
         job.stop(wait=10)
         st.rerun()
     can_resume = job is not None and not busy and job.trainer is not None
-    if b3.button("⏯ Resume", disabled=not can_resume,
+    if b3.button("Resume", icon=":material/resume:", disabled=not can_resume,
                  help="Continue a stopped run; a finished run gets as many steps again"):
         trainer = job.trainer
         if trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
             job.extend(int(st.session_state["train_steps"]))
         app_state.REGISTRY.start(job)
         st.rerun()
-    if b4.button("↺ Reset", disabled=job is None, help="Forget this session's run and its model"):
+    if b4.button("Reset", icon=":material/restart_alt:", disabled=job is None, help="Forget this session's run and its model"):
         app_state.REGISTRY.discard(sid)
         st.session_state.pop("train_zip", None)
         st.rerun()
-    if b5.button("📦 Prepare download", disabled=job is None or job.trainer is None,
+    if b5.button("Prepare download", icon=":material/folder_zip:", disabled=job is None or job.trainer is None,
                  help="Save the checkpoint folder and offer it as a zip"):
         st.session_state["train_zip"] = (job.trainer.step, job.zip_bytes())
 except BertCoreError as exc:
@@ -158,7 +158,7 @@ except BertCoreError as exc:
 if job is not None and job.trainer is not None:
     with st.expander("Save the checkpoint on the server"):
         folder = st.text_input("Folder", value=str(Path("runs") / f"app-{sid[:8]}"), key="train_save_folder")
-        if st.button("💾 Save"):
+        if st.button("Save", icon=":material/save:"):
             try:
                 path = job.save(folder)
                 st.success(f"Saved to `{path}`. Pick *Checkpoint folder* in the sidebar to load it later.")
@@ -166,8 +166,9 @@ if job is not None and job.trainer is not None:
                 st.error(f"could not save to {folder}: {exc}")
     if "train_zip" in st.session_state:
         step, data = st.session_state["train_zip"]
-        st.download_button(f"⬇ Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
-                           file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip")
+        st.download_button(f"Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
+                           file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip",
+                           icon=":material/download:")
 
 
 def _fmt_s(seconds) -> str:
@@ -219,9 +220,9 @@ def _live() -> None:
                 before = previous.predictions[i][j] if previous else []
                 rows.append({
                     "sentence": sentence,
-                    "now": ", ".join(f"{t} {p:.0%}" for t, p in cands[:3]),
+                    "now": ", ".join(f"{t} {p:.1%}" for t, p in cands[:3]),
                     f"before (step {previous.step})" if previous else "before": ", ".join(
-                        f"{t} {p:.0%}" for t, p in before[:3]),
+                        f"{t} {p:.1%}" for t, p in before[:3]),
                 })
         st.dataframe(rows, hide_index=True, width="stretch")
     if job.phase in ("finished", "stopped") and not job.busy:

@@ -6,7 +6,7 @@ from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
 from bert_core.inspection import encode_input, predict_masks, predict_nsp, unigram_top_k
 
-st.set_page_config(page_title="Predictions · BERT explorer", page_icon="🎯", layout="wide")
+st.set_page_config(page_title="Predictions · BERT explorer", page_icon=":material/target:", layout="wide")
 active = app_state.sidebar()
 st.title("Predictions")
 if active is None:
@@ -73,7 +73,8 @@ if preds and baseline is None:
     st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
 cols = st.columns(min(len(preds), 3) or 1)
 for n, pred in enumerate(preds):
-    context = " ".join(encoded.tokens[max(1, pred.position - 4):pred.position]) + " ___"
+    before = _words(encoded.tokens[max(1, pred.position - 6):pred.position])[-4:]
+    context = " ".join("".join(x.removeprefix("##") for x in w) for w in before) + " ___"
     with cols[n % len(cols)]:
         app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
                          f"mask-{n + 1}", key=f"pred_fig_{n}")

@@ -9,7 +9,7 @@ import streamlit as st
 
 from bert_core import app_state, figures
 
-st.set_page_config(page_title="Export · BERT explorer", page_icon="📦", layout="wide")
+st.set_page_config(page_title="Export · BERT explorer", page_icon=":material/download:", layout="wide")
 active = app_state.sidebar()
 st.title("Export")
 
@@ -47,14 +47,14 @@ else:
     st.subheader("Data")
     c1, c2, c3 = st.columns(3)
     if history:
-        c1.download_button(f"⬇ Loss history ({len(history):,} steps, CSV)", _csv(history), "loss_history.csv",
+        c1.download_button(f"Loss history ({len(history):,} steps, CSV)", _csv(history), "loss_history.csv",
                            "text/csv")
     else:
         c1.caption("No training history recorded for this model.")
     if evals:
-        c2.download_button(f"⬇ Held-out evaluations ({len(evals)}, CSV)", _csv(evals), "evaluations.csv",
+        c2.download_button(f"Held-out evaluations ({len(evals)}, CSV)", _csv(evals), "evaluations.csv",
                            "text/csv")
-    c3.download_button("⬇ Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
+    c3.download_button("Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
     with st.expander("Configuration"):
         st.json(config)
 
