@@ -17,7 +17,7 @@ WALKTHROUGH = [
     ("pages/6_Export.py", "6. Export: curves, configuration, figures", ":material/download:"),
 ]
 
-st.set_page_config(page_title="BERT explorer", page_icon=":material/search:", layout="wide")
+st.set_page_config(page_title="BERT explorer", layout="wide")
 active = app_state.sidebar()
 
 st.title("BERT explorer")

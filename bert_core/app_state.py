@@ -55,9 +55,9 @@ def max_trainings() -> int:
 
 
 def training_threads() -> int:
-    """Torch intra-op threads for app trainings: `$BERT_EXPLORER_TORCH_THREADS`, else the cores shared out
-    between the allowed concurrent trainings. Oversubscribed OpenMP threads spin-wait: on a busy 2-core machine
-    two threads ran a nano BERT 8x slower than one."""
+    """Torch intra-op threads in the app (training and inspection): `$BERT_EXPLORER_TORCH_THREADS`, else the
+    cores shared out between the allowed concurrent trainings. Oversubscribed OpenMP threads spin-wait: on a
+    busy 2-core machine two threads ran a nano BERT's training 8x and a mini BERT's forward pass 35x slower."""
     raw = os.environ.get(THREADS_ENV, "")
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
@@ -516,9 +516,23 @@ def _folder_model(folder: str):
                        (state or {}).get("step")), None
 
 
+_TORCH_THREADS_SET = False
+
+
+def _configure_torch() -> None:
+    global _TORCH_THREADS_SET
+    if not _TORCH_THREADS_SET:
+        import torch
+
+        torch.set_num_threads(training_threads())
+        _TORCH_THREADS_SET = True
+
+
 def sidebar() -> ActiveModel | None:
     """Draw the sidebar's model picker (every page calls this) and return the active model, or None with a note."""
     import streamlit as st
+
+    _configure_torch()
 
     persist_keys("model_source", "model_folder")
     with st.sidebar:

@@ -228,31 +228,36 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
 def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None) -> go.Figure:
     """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label."""
     n_layers, n_heads = result.num_layers, result.num_heads
-    titles = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            extra = f": {labels[layer * n_heads + head]}" if labels else ""
-            titles.append(f"L{layer + 1} H{head + 1}{extra}")
-    fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles,
-                        horizontal_spacing=0.02, vertical_spacing=0.06 if n_layers < 8 else 0.03)
     tok = _token_labels(result.tokens)
+    gap_x, gap_y = 0.02, (0.06 if n_layers < 8 else 0.03)
+    # Axes laid out by hand: make_subplots costs more than the heatmaps themselves at 16+ panels.
+    traces, layout, titles = [], {}, []
     for layer in range(n_layers):
         for head in range(n_heads):
-            fig.add_trace(go.Heatmap(
-                z=result.attentions[layer, head], x=tok, y=tok, coloraxis="coloraxis",
-                hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>",
-            ), row=layer + 1, col=head + 1)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_annotations(font_size=9)
+            n = layer * n_heads + head + 1
+            suffix = "" if n == 1 else str(n)
+            traces.append(go.Heatmap(
+                z=result.attentions[layer, head], x=tok, y=tok, coloraxis="coloraxis", xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>"))
+            x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
+            y1 = 1 - layer / n_layers - gap_y
+            y0 = 1 - (layer + 1) / n_layers
+            layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}", showticklabels=False)
+            layout[f"yaxis{suffix}"] = dict(domain=[y0, y1], anchor=f"x{suffix}", showticklabels=False,
+                                            autorange="reversed")
+            extra = f": {labels[n - 1]}" if labels else ""
+            titles.append(dict(text=f"L{layer + 1} H{head + 1}{extra}", x=(x0 + x1) / 2, y=y1, xref="paper",
+                               yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
+                               font=dict(size=9)))
     cell = 170 if n_heads <= 4 else 110
     # One scale for all heads, topped at the largest weight: a fixed 0..1 scale leaves an untrained model's
     # near-uniform maps (about 1/S everywhere) invisible.
     top = float(max(result.attentions.max(), 1e-6))
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top), height=60 + cell * n_layers,
-                      margin=dict(l=10, r=10, t=60, b=10), template="plotly_white",
-                      title="Model view: every layer (row) and head (column)")
-    return fig
+    layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top), height=60 + cell * n_layers,
+                  margin=dict(l=10, r=10, t=60, b=10), template="plotly_white", annotations=titles,
+                  title="Model view: every layer (row) and head (column)")
+    return go.Figure(data=traces, layout=layout)
 
 
 def token_view_figure(result: AttentionResult, token_index: int, direction: str = "from") -> go.Figure:

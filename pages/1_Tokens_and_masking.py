@@ -6,7 +6,7 @@ from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
 from bert_core.inspection import encode_input, mask_example, masking_stats
 
-st.set_page_config(page_title="Tokens & masking · BERT explorer", page_icon=":material/text_fields:", layout="wide")
+st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Tokens & masking")
 st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about 15% "

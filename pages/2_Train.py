@@ -10,7 +10,7 @@ from bert_core import app_state, figures
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
-st.set_page_config(page_title="Train · BERT explorer", page_icon=":material/model_training:", layout="wide")
+st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
 st.title("Train a tiny BERT")
 

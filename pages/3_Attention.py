@@ -7,7 +7,7 @@ from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
 from bert_core.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 
-st.set_page_config(page_title="Attention · BERT explorer", page_icon=":material/visibility:", layout="wide")
+st.set_page_config(page_title="Attention · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Attention")
 st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "

@@ -6,7 +6,7 @@ from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
 from bert_core.inspection import encode_input, predict_masks, predict_nsp, unigram_top_k
 
-st.set_page_config(page_title="Predictions · BERT explorer", page_icon=":material/target:", layout="wide")
+st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Predictions")
 if active is None:

@@ -9,7 +9,7 @@ import streamlit as st
 
 from bert_core import app_state, figures
 
-st.set_page_config(page_title="Export · BERT explorer", page_icon=":material/download:", layout="wide")
+st.set_page_config(page_title="Export · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Export")
 

@@ -197,6 +197,8 @@ def _open(page, base: str, path: str, query: str = "") -> None:
 def test_every_page_opens_without_exception_and_is_screenshotted(server, browser, screenshot_dirs):
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    outside: list[str] = []  # the app must work offline: no CDN fonts, scripts or emoji images
+    page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:")) else outside.append(r.url))
     try:
         for path, name in PAGES.items():
             if path == "Fine-tune" and not (ROOT / "pages" / "5_Fine-tune.py").exists():
@@ -207,6 +209,7 @@ def test_every_page_opens_without_exception_and_is_screenshotted(server, browser
                 page.get_by_role("tab", name="Head view").click()
                 time.sleep(1.0)
             _shoot(page, name, screenshot_dirs)
+        assert not outside, f"requests left the server: {outside[:5]}"
     finally:
         page.close()
 

@@ -1,0 +1,265 @@
+"""Benchmarks of the Streamlit explorer (not tests): startup, attention figure cost, app vs CLI training speed, memory.
+
+    python benchmarks/app_bench.py [--repeats 3] [--preset tiny --steps 120 --batch 16 --seq 64] [--json out.json]
+
+1. time from `streamlit run app.py` to the home page rendered in headless Chromium (architecture chart drawn);
+2. server time to compute and build the attention figures for a 64-token input (attention_maps, head_summaries,
+   model/head/token/summary figures, and their JSON serialisation) on the shipped checkpoint (target < 300 ms);
+3. training tokens/s inside the app (Train page open in a browser, live charts polling) against
+   `python -m bert_core train` on the same settings and the same torch thread count, alternated (target: the app
+   loses < 10%);
+4. memory of one training session: server RSS before the run and its peak (VmHWM) after.
+Needs the system Chromium (/usr/bin/chromium) and the playwright package; prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_kb(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+class Server:
+    """`streamlit run app.py` on a free port, as a context manager; `started` is when the process was spawned."""
+
+    def __init__(self, env: dict):
+        self.port = _free_port()
+        self.env = dict(os.environ, **env)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+             str(self.port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=1) as r:
+                    if r.read().strip() == b"ok":
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("streamlit did not start")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _settled(page, timeout_s: float = 120) -> None:
+    page.wait_for_selector("h1", timeout=timeout_s * 1000)
+    deadline, quiet = time.time() + timeout_s, None
+    while time.time() < deadline:
+        if page.locator('[data-testid="stStatusWidget"]').count():
+            quiet = None
+        elif quiet is None:
+            quiet = time.time()
+        elif time.time() - quiet > 0.5:
+            return
+        time.sleep(0.05)
+
+
+def bench_startup(browser, env: dict, repeats: int) -> list[float]:
+    """Seconds from spawning `streamlit run` to the home page's architecture chart drawn in the browser."""
+    times = []
+    for _ in range(repeats):
+        with Server(env) as server:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(server.url)
+            page.wait_for_selector(".js-plotly-plot .shapelayer path", timeout=120_000)
+            times.append(time.perf_counter() - server.started)
+            page.close()
+    return times
+
+
+def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str]:
+    """Milliseconds to compute and build every attention figure for a 64-token input, JSON included."""
+    import torch
+
+    from bert_core import figures
+    from bert_core.inspection import attention_maps, head_summaries
+
+    if folder is not None:
+        from bert_core.app_state import load_folder
+
+        model, tok, _ = load_folder(folder)
+        what = f"checkpoint {folder.name}"
+    else:  # no shipped checkpoint yet: a randomly initialised mini BERT has the same cost
+        from bert_core.config import BertConfig
+        from bert_core.model import BertForPreTraining
+        from bert_core.tokenization import train_tokenizer
+        from bert_core.toy_grammar import generate_toy_corpus
+
+        tok = train_tokenizer(generate_toy_corpus(200).texts(), vocab_size=2000)
+        model = BertForPreTraining(BertConfig.preset("mini", vocab_size=tok.vocab_size)).eval()
+        what = "mini preset, random weights (no shipped checkpoint)"
+    words = "the man went to the store because he wanted to buy some milk for the children".split()
+    text = " ".join(words * 8)
+    ids = tok.encode(text)[:62]
+    text = tok.decode(ids)
+    from bert_core.app_state import training_threads
+
+    torch.set_num_threads(training_threads())  # what the app's server uses
+    times = []
+    for i in range(repeats + 2):
+        t0 = time.perf_counter()
+        result = attention_maps(model, tok, text)
+        summaries = head_summaries(result)
+        labels = [s.label for s in summaries]
+        figs = [figures.model_view_figure(result, labels), figures.head_view_figure(result, 0, 0, labels[0]),
+                figures.token_view_figure(result, 5), figures.head_summary_figure(summaries)]
+        for f in figs:
+            f.to_json()
+        if i >= 2:  # two warm-up runs
+            times.append((time.perf_counter() - t0) * 1000)
+    assert len(result.tokens) == 64, len(result.tokens)
+    what += (f", {model.config.num_hidden_layers} layers x {model.config.num_attention_heads} heads, "
+             f"{torch.get_num_threads()} torch thread(s)")
+    return times, what
+
+
+def _median_tps(history: list[dict], skip: int = 5) -> float:
+    vals = [h["tokens_per_s"] for h in history[skip:]] or [h["tokens_per_s"] for h in history]
+    return statistics.median(vals)
+
+
+def bench_cli(args, threads: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "bert_core", "train", "--corpus", "toy", "--preset", args.preset,
+               "--vocab-size", str(args.vocab), "--steps", str(args.steps), "--batch-size", str(args.batch),
+               "--seq-len", str(args.seq), "--eval-every", str(args.eval_every), "--eval-batches", "5",
+               "--checkpoint-every", "0", "--device", "cpu", "--out", str(out)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+        state = json.loads((out / "trainer_state.json").read_text())
+    return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"]}
+
+
+def bench_app(browser, args, env: dict) -> dict:
+    query = (f"?train_corpus=toy&train_preset={args.preset}&train_vocab={args.vocab}&train_steps={args.steps}"
+             f"&train_batch={args.batch}&train_seq={args.seq}&train_eval_every={args.eval_every}"
+             "&train_probe_every=25")
+    with Server(env) as server:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(server.url + "/Train" + query)
+        _settled(page)
+        rss_before = _rss_kb(server.proc.pid)
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
+        _settled(page)
+        peak = _rss_kb(server.proc.pid, "VmHWM")
+        page.get_by_role("button", name="Prepare download").click()
+        _settled(page)
+        with page.expect_download() as dl:
+            page.get_by_role("button", name="Download checkpoint").click()
+        data = Path(dl.value.path()).read_bytes()
+        page.close()
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        state = json.loads(zf.read("bert-checkpoint/trainer_state.json"))
+    return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"],
+            "rss_before_mb": rss_before / 1024, "rss_peak_mb": peak / 1024}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3, help="startup runs and training rounds (alternated)")
+    p.add_argument("--attention-repeats", type=int, default=20)
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--vocab", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both the CLI and the app run")
+    p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training"])
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    from bert_core.paths import DEFAULT_CHECKPOINT
+
+    folder = DEFAULT_CHECKPOINT if (DEFAULT_CHECKPOINT / "config.json").is_file() else None
+    env = {"BERT_EXPLORER_TORCH_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}
+    if folder is not None:
+        env["BERT_EXPLORER_CHECKPOINT"] = str(folder)
+    out: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}}
+    rows = []
+    if "attention" not in args.skip:
+        ms, what = bench_attention(folder, args.attention_repeats)
+        out["attention_ms"] = ms
+        rows.append(("attention figures, 64 tokens (" + what + ")", f"median {statistics.median(ms):.0f} ms "
+                     f"(min {min(ms):.0f}, max {max(ms):.0f}, n={len(ms)})", "< 300 ms"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            if "startup" not in args.skip:
+                s = bench_startup(browser, env, args.repeats)
+                out["startup_s"] = s
+                rows.append(("`streamlit run` to home page rendered", f"median {statistics.median(s):.1f} s "
+                             f"(n={len(s)})", ""))
+            if "training" not in args.skip:
+                cli, app = [], []
+                for _ in range(args.repeats):
+                    cli.append(bench_cli(args, args.threads))
+                    app.append(bench_app(browser, args, env))
+                out["cli"], out["app"] = cli, app
+                c = statistics.median(r["tokens_per_s"] for r in cli)
+                a = statistics.median(r["tokens_per_s"] for r in app)
+                setting = (f"{args.preset}, toy, batch {args.batch} x seq {args.seq}, {args.steps} steps, "
+                           f"{args.threads} thread(s)")
+                rows.append((f"training tokens/s, CLI ({setting})", f"median {c:,.0f}", ""))
+                rows.append(("training tokens/s, app (Train page open, live charts)", f"median {a:,.0f} "
+                             f"({(a / c - 1) * 100:+.1f}% vs CLI)", "app loses < 10%"))
+                rows.append(("server memory, one training session", f"{app[-1]['rss_before_mb']:.0f} MB before, "
+                             f"peak {max(r['rss_peak_mb'] for r in app):.0f} MB", ""))
+        finally:
+            browser.close()
+    out["machine"]["load_avg_end"] = os.getloadavg()
+    print("| measure | result | target |\n| --- | --- | --- |")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    print(f"\nload average at start {out['machine']['load_avg_start']}, at end {out['machine']['load_avg_end']}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
