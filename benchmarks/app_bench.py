@@ -180,14 +180,14 @@ def bench_app(browser, args, env: dict) -> dict:
         page.goto(server.url + "/Train" + query)
         _settled(page)
         rss_before = _rss_kb(server.proc.pid)
-        page.get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         _settled(page)
         peak = _rss_kb(server.proc.pid, "VmHWM")
-        page.get_by_role("button", name="Prepare download").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Prepare download").click()
         _settled(page)
         with page.expect_download() as dl:
-            page.get_by_role("button", name="Download checkpoint").click()
+            page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Download checkpoint").click()
         data = Path(dl.value.path()).read_bytes()
         page.close()
     with zipfile.ZipFile(io.BytesIO(data)) as zf:

@@ -128,7 +128,8 @@ def _spec() -> app_state.TrainSpec:
 busy = job is not None and job.busy
 b1, b2, b3, b4, b5 = st.columns(5)
 try:
-    if b1.button("Start", icon=":material/play_arrow:", disabled=busy, type="primary", help="Start a new run with these settings"):
+    if b1.button("Start", icon=":material/play_arrow:", disabled=busy, type="primary",
+                 help="Start a new run with these settings"):
         spec = _spec()
         if job is not None:
             app_state.REGISTRY.discard(sid)
@@ -145,7 +146,8 @@ try:
             job.extend(int(st.session_state["train_steps"]))
         app_state.REGISTRY.start(job)
         st.rerun()
-    if b4.button("Reset", icon=":material/restart_alt:", disabled=job is None, help="Forget this session's run and its model"):
+    if b4.button("Reset", icon=":material/restart_alt:", disabled=job is None,
+                 help="Forget this session's run and its model"):
         app_state.REGISTRY.discard(sid)
         st.session_state.pop("train_zip", None)
         st.rerun()

@@ -52,8 +52,8 @@ with st.expander("…or pick a word to mask"):
         words = []
     choices = [i for i, w in enumerate(words) if w != ["[MASK]"]]
     if choices:
-        pick = st.selectbox("Word to hide", choices, format_func=lambda i: f"{i + 1}: {''.join(x.removeprefix('##') for x in words[i])}",
-                            key="pred_pick")
+        pick = st.selectbox("Word to hide", choices, key="pred_pick",
+                            format_func=lambda i: f"{i + 1}: {''.join(x.removeprefix('##') for x in words[i])}")
         st.button("Mask it", on_click=_mask_word, args=(words, pick))
     else:
         st.caption("Type some text first.")
@@ -85,8 +85,9 @@ n1.text_input("Sentence A", key="nsp_a")
 n2.text_input("Sentence B", key="nsp_b")
 try:
     p = predict_nsp(active.model, tok, st.session_state["nsp_a"], st.session_state["nsp_b"])
-    st.metric("P(B follows A)", f"{p:.1%}", help="The NSP head's probability for class 0 (B is the real next "
-                                                  "sentence). Chance is 50%: pretraining draws B at random half the time.")
+    st.metric("P(B follows A)", f"{p:.1%}",
+              help="The NSP head's probability for class 0 (B is the real next sentence). Chance is 50%: "
+                   "pretraining draws B at random half the time.")
     st.progress(p)
 except BertCoreError as exc:
     app_state.show_error(exc)

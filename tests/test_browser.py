@@ -80,27 +80,10 @@ def model_folder(tmp_path_factory) -> Path:
 
     if (DEFAULT_CHECKPOINT / "config.json").is_file():
         return DEFAULT_CHECKPOINT
-    import torch
+    from tests.app_fixtures import train_nano_checkpoint
 
-    from bert_core.config import BertConfig
-    from bert_core.model import BertForPreTraining
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.toy_grammar import generate_toy_corpus
-    from bert_core.training import TrainConfig, Trainer
-
-    corpus = generate_toy_corpus(num_documents=200, seed=0)
-    tok = train_tokenizer(corpus.texts(), vocab_size=500)
-    data = PretrainingData(corpus, tok, max_seq_length=64, batch_size=16)
-    torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tok.vocab_size, max_position_embeddings=128))
-    trainer = Trainer(model, tok, data, TrainConfig(max_steps=40, batch_size=16, max_seq_length=64, device="cpu",
-                                                    eval_batches=2),
-                      eval_data=data, metadata={"corpora": ["toy"], "unigram_counts": data.token_counts.tolist()})
-    trainer.run()
-    folder = tmp_path_factory.mktemp("browser-ckpt") / "nano-toy"
-    trainer.save(folder)
-    return folder
+    return train_nano_checkpoint(tmp_path_factory.mktemp("browser-ckpt") / "nano-toy", documents=200, steps=40,
+                                 batch_size=16, seq_len=64, vocab_size=500, max_positions=128)
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +222,7 @@ def test_training_run_gains_points_and_stops(server, browser, screenshot_dirs):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         _open(page, base, "Train", "?train_steps=100000&train_eval_every=20&train_probe_every=20")
-        page.get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
         page.wait_for_function(
             "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
             ".some(d => (d.data || []).some(t => (t.x || []).length >= 3))", timeout=120_000)
@@ -249,7 +232,7 @@ def test_training_run_gains_points_and_stops(server, browser, screenshot_dirs):
         assert later > first, "the live loss chart did not gain points"
         _no_exception(page, "train (running)")
         _shoot(page, "train-running", screenshot_dirs)
-        page.get_by_role("button", name="Stop").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop").click()
         page.get_by_text("Run stopped at step").wait_for(timeout=60_000)
         _settle(page)
         stopped = max(max(x, default=0) for x in _trace_lengths(page))
@@ -279,7 +262,7 @@ def test_bad_upload_gets_a_message_not_a_traceback(server, browser, tmp_path, co
         _open(page, base, "Train", "?train_corpus=upload")
         page.locator('[data-testid="stFileUploader"] input[type=file]').set_input_files(str(upload))
         _settle(page)
-        page.get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
         _settle(page)
         alert = page.locator('[data-testid="stAlert"]', has_text=message)
         alert.first.wait_for(timeout=30_000)
@@ -293,7 +276,7 @@ def test_closing_the_tab_stops_its_training(server, browser):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     _open(page, base, "Train", "?train_steps=100000")
-    page.get_by_role("button", name="Start").click()
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
         ".some(d => (d.data || []).some(t => (t.x || []).length >= 2))", timeout=120_000)
