@@ -374,7 +374,7 @@ class PretrainingData:
         self.candidate_ids = torch.nonzero(allowed).squeeze(1)
         self._special = torch.zeros(vocab_size, dtype=torch.bool)
         self._special[torch.tensor(sorted(tokenizer.special_ids - {tokenizer.unk_id}))] = True
-        self._continuation = torch.tensor(tokenizer._continuation_table(), dtype=torch.bool) if whole_word_masking else None
+        self._continuation = torch.tensor(tokenizer.continuation_table(), dtype=torch.bool) if whole_word_masking else None
         counts = torch.zeros(vocab_size, dtype=torch.long)
         all_ids = torch.tensor([t for d in self.token_docs for s in d for t in s], dtype=torch.long)
         counts.scatter_add_(0, all_ids, torch.ones_like(all_ids))

@@ -120,10 +120,11 @@ class BertTokenizer:
 
     def is_continuation(self, ids: Iterable[int]) -> list[bool]:
         """Per id: True for a '##' piece that continues the previous word (for whole-word masking)."""
-        table = self._continuation_table()
+        table = self.continuation_table()
         return [bool(table[int(i)]) for i in ids]
 
-    def _continuation_table(self) -> list[bool]:
+    def continuation_table(self) -> list[bool]:
+        """Indexed by id: True for '##' pieces (whole-word masking groups them with the word before)."""
         if not hasattr(self, "_cont"):
             cont = [False] * self.vocab_size
             for tok, i in self.tokenizer.get_vocab(with_added_tokens=True).items():

@@ -310,3 +310,21 @@ def test_pipeline_batches_keep_the_rates_and_never_touch_specials(toy):
         counts += torch.bincount(b.decisions[picked], minlength=4)
     assert abs(chosen / real - 0.15) < 0.005
     assert torch.allclose(counts[1:] / counts[1:].sum(), torch.tensor([0.8, 0.1, 0.1]), atol=0.015)
+
+
+def test_whole_word_masking_in_batches_keeps_words_together():
+    corpus = generate_toy_corpus(num_documents=300, seed=4)
+    tok = train_tokenizer(corpus.texts(), vocab_size=120)  # small: most words split into "##" pieces
+    data = PretrainingData(corpus, tok, max_seq_length=64, batch_size=32, whole_word_masking=True)
+    pieces_seen = 0
+    for _ in range(5):
+        b = next(data)
+        chosen = b.decisions != NOT_CHOSEN
+        cont = torch.tensor(tok.continuation_table())[b.original_ids]
+        # A piece right after [CLS]/[SEP] (its word's start was truncated away) is a word of its own.
+        prev_special = torch.isin(b.original_ids, torch.tensor(sorted(tok.special_ids)))
+        cont[:, 1:] &= ~prev_special[:, :-1]
+        prev_chosen = torch.cat([torch.zeros(len(b), 1, dtype=torch.bool), chosen[:, :-1]], 1)
+        assert (chosen[cont] == prev_chosen[cont]).all()
+        pieces_seen += int((chosen & cont).sum())
+    assert pieces_seen > 100
