@@ -69,9 +69,10 @@ def _pct(x) -> str:
 
 
 def _add_train(sub) -> None:
-    from bert_core.training import SCHEDULES, TrainConfig
+    from bert_core.training import SCHEDULES, default_recipe
 
-    d = TrainConfig()
+    recipe = default_recipe()
+    d = recipe["train_config"]
     p = sub.add_parser(
         "train",
         help="pretrain a BERT (MLM + NSP) on one or more corpora",
@@ -83,13 +84,14 @@ def _add_train(sub) -> None:
                    help="toy | tinyshakespeare | wikitext-2 | brown | a text file; repeat for several (default toy)")
     p.add_argument("--out", type=Path, help="checkpoint folder to write (required unless --resume)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run saved in DIR (same corpora)")
-    p.add_argument("--preset", default="mini", help="model size: nano tiny mini small medium base (default mini)")
+    p.add_argument("--preset", default=recipe["preset"],
+                   help=f"model size: nano tiny mini small medium base (default {recipe['preset']})")
     p.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size to train (default 8000)")
     p.add_argument("--tokenizer", type=Path, help="use the tokenizer in this folder instead of training one")
     p.add_argument("--seq-len", type=int, default=d.max_seq_length, help="maximum sequence length (default 128)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per step per process")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sequences per step per process (default {d.batch_size})")
     p.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
-    p.add_argument("--lr", type=float, default=d.learning_rate, help="peak learning rate (default 1e-3)")
+    p.add_argument("--lr", type=float, default=d.learning_rate, help=f"peak learning rate (default {d.learning_rate:g})")
     p.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warmup as a fraction of the run")
     p.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="learning-rate schedule (default linear; 'time' when only --time-budget is given)")
@@ -99,9 +101,11 @@ def _add_train(sub) -> None:
     g.add_argument("--steps", type=int, help="number of optimizer steps")
     g.add_argument("--time-budget", type=float, metavar="SECONDS", help="train for this many seconds")
     p.add_argument("--mask-rate", type=float, default=d.mask_rate)
-    p.add_argument("--no-nsp", action="store_true", help="train MLM only (no next-sentence prediction)")
-    p.add_argument("--dropout", type=float, default=None,
-                   help="hidden and attention dropout (default: the BERT paper's 0.1)")
+    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=d.nsp,
+                   help=f"next-sentence prediction beside MLM (--no-nsp: MLM only; default {'on' if d.nsp else 'off'})")
+    p.add_argument("--dropout", type=float, default=recipe["dropout"],
+                   help=f"hidden and attention dropout (default {recipe['dropout']}; the BERT paper uses 0.1, which "
+                        "only slows a model that is far from overfitting)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations (0 = start/end)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="held-out batches per evaluation")
@@ -269,18 +273,17 @@ def cmd_train(args) -> int:
                 batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup,
                 max_steps=args.steps, time_budget_s=args.time_budget, schedule=schedule,
                 weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
-                max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=not args.no_nsp, seed=args.seed,
+                max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
                 eval_every=args.eval_every, eval_batches=args.eval_batches,
                 checkpoint_every_s=args.checkpoint_every, device=args.device,
             )
             if dist_info.is_main:
                 print(f"loading {', '.join(specs)} ...", file=sys.stderr)
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
-                specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, not args.no_nsp, args.seed,
+                specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, args.nsp, args.seed,
                 args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size)
             overrides_model = {"vocab_size": tokenizer.vocab_size, "max_position_embeddings": max(512, args.seq_len)}
-            if args.dropout is not None:
-                overrides_model.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+            overrides_model.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
             model_config = BertConfig.preset(args.preset, **overrides_model)
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
             model = BertForPreTraining(model_config)
