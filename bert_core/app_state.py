@@ -28,6 +28,7 @@ CHECKPOINT_ENV = "BERT_EXPLORER_CHECKPOINT"        # overrides the shipped check
 MAX_TRAININGS_ENV = "BERT_EXPLORER_MAX_TRAININGS"  # concurrent trainings on one server
 GRACE_ENV = "BERT_EXPLORER_SESSION_GRACE_S"        # how long a vanished session's job may live (page reloads)
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
+POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training charts redraw
 DEFAULT_MAX_TRAININGS = 2
 DEFAULT_GRACE_S = 10.0
 
@@ -62,6 +63,14 @@ def training_threads() -> int:
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return max(1, (os.cpu_count() or 1) // max_trainings())
+
+
+def poll_seconds() -> float:
+    """Seconds between redraws of the live training view (`$BERT_EXPLORER_POLL_S`, default 2)."""
+    try:
+        return max(0.25, float(os.environ.get(POLL_ENV, "2")))
+    except ValueError:
+        return 2.0
 
 
 # ---------------------------------------------------------------------------------------------- models

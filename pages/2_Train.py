@@ -237,4 +237,4 @@ def _live() -> None:
 
 
 st.divider()
-st.fragment(_live, run_every=1.0 if busy else None)()
+st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
