@@ -146,6 +146,30 @@ def _heldout_record(corpus, heldout) -> dict:
     }
 
 
+def _rank0_tokenizer(train):
+    """Train the tokenizer on rank 0 and send it to every rank: WordPiece training breaks frequency ties in a
+    different order from run to run, so ranks training their own could disagree on the vocabulary."""
+    import torch
+    import torch.distributed as dist
+    from tokenizers import Tokenizer
+
+    from bert_core.tokenization import BertTokenizer
+
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tokenizer = train() if rank == 0 else None
+    payload = tokenizer.tokenizer.to_str().encode("utf-8") if rank == 0 else b""
+    size = torch.tensor([len(payload)], dtype=torch.long, device=device)
+    dist.broadcast(size, src=0)
+    buffer = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
+    if rank == 0:
+        buffer.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+    dist.broadcast(buffer, src=0)
+    if rank == 0:
+        return tokenizer
+    return BertTokenizer(Tokenizer.from_str(bytes(buffer.cpu().tolist()).decode("utf-8")))
+
+
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
                    seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None):
     """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
@@ -169,7 +193,10 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
     if tokenizer is None:
         from bert_core.tokenization import train_tokenizer as train_tok
 
-        tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
+        if world_size > 1:
+            tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
+        else:
+            tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
     common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp)
     # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
     # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).

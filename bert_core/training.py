@@ -358,6 +358,7 @@ class Trainer:
         if torch.cuda.is_available():
             self._rng_state["cuda"] = None  # seeded on first run from the config seed
         self._data_iter = None
+        self._ranks_checked = False
 
     # ------------------------------------------------------------------ observation (thread-safe)
 
@@ -516,6 +517,8 @@ class Trainer:
         if self.dist.world_size > 1 and getattr(self.data, "world_size", 1) == 1:
             # The data yields the global batch (the same on every rank): this rank trains on its slice of rows,
             # so N processes with batch b do exactly what one process with batch N*b does.
+            if not self._ranks_checked:
+                self._check_ranks_agree(batch)
             bounds = [round(i * len(batch) / self.dist.world_size) for i in range(self.dist.world_size + 1)]
             batch = take_rows(batch, bounds[self.dist.rank], bounds[self.dist.rank + 1])
         batches = split_rows(batch, cfg.grad_accum)
@@ -612,6 +615,23 @@ class Trainer:
             grad_norm=grad_norm,
             elapsed_s=self._elapsed_now(),
         )
+
+    def _check_ranks_agree(self, batch) -> None:
+        """Every rank must read the same global batch; a different corpus, tokenizer or seed would silently
+        train each rank on other data, so compare a fingerprint of the first batch across ranks."""
+        import torch.distributed as dist
+
+        weights = torch.arange(1, batch.input_ids.numel() + 1, dtype=torch.float64)
+        fingerprint = float((batch.input_ids.flatten().to(torch.float64) * weights).sum())
+        both = torch.tensor([fingerprint, -fingerprint], dtype=torch.float64)
+        both = both.to(self.device) if self.device.type == "cuda" else both
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+        if float(both[0]) != fingerprint or float(-both[1]) != fingerprint:
+            raise BertCoreError(
+                "the processes of this distributed run read different training batches: give every rank the same "
+                "corpus files, tokenizer and seed"
+            )
+        self._ranks_checked = True
 
     def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.dist.world_size == 1:

@@ -32,12 +32,13 @@ def toy_files(tmp_path_factory):
     return folder
 
 
-def _train(toy_files, out: Path, batch_size: int, nproc: int | None):
+def _train(toy_files, out: Path, batch_size: int, nproc: int | None, own_tokenizer: bool = False, steps: int = 2):
     args = [
-        "-m", "bert_core", "train", "--corpus", str(toy_files / "toy.txt"), "--tokenizer", str(toy_files / "tok"),
-        "--preset", "nano", "--seq-len", "32", "--batch-size", str(batch_size), "--steps", "2", "--lr", "1e-2",
+        "-m", "bert_core", "train", "--corpus", str(toy_files / "toy.txt"),
+        "--preset", "nano", "--seq-len", "32", "--batch-size", str(batch_size), "--steps", str(steps), "--lr", "1e-2",
         "--dropout", "0", "--device", "cpu", "--eval-batches", "1", "--checkpoint-every", "0", "--out", str(out),
     ]
+    args += ["--vocab-size", "300"] if own_tokenizer else ["--tokenizer", str(toy_files / "tok")]
     if nproc is None:
         cmd = [sys.executable, *args]
     else:
@@ -71,3 +72,13 @@ def test_two_gloo_processes_with_batch_b_match_one_process_with_batch_2b(toy_fil
         # Adam hides a uniformly scaled gradient from the weights; the norm shows it.
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     assert "world size 2" in ddp.stderr
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_ranks_train_on_the_tokenizer_of_rank_0(toy_files, tmp_path):
+    # WordPiece training is not deterministic run to run; if each rank trained its own, the ranks' batches
+    # would differ and the Trainer's first-batch fingerprint check would stop the run.
+    if _torchrun() is None:
+        pytest.skip("torchrun is not installed")
+    _train(toy_files, tmp_path / "ddp", batch_size=4, nproc=2, own_tokenizer=True, steps=1)
+    assert (tmp_path / "ddp" / "tokenizer.json").is_file()
