@@ -121,7 +121,7 @@ def test_user_errors_print_one_line_and_exit_2(argv, words, capsys):
     assert words in lines[-1]
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "fill-mask", "bench"])
+@pytest.mark.parametrize("command", ["train", "eval", "fill-mask", "bench", "finetune"])
 def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
