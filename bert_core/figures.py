@@ -89,23 +89,27 @@ def _layout(fig: go.Figure, title: str, height: int = 340, **kw) -> go.Figure:
     return fig
 
 
+def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None) -> None:
+    """One line per (event field, legend name, colour or None) that the events carry."""
+    for key, name, color in specs:
+        xs, ys = _series(events, key)
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode=mode, name=name, line=dict(color=color, dash=dash)))
+
+
+def _baseline_line(fig: go.Figure, y: float | None, position: str) -> None:
+    if y is not None:
+        fig.add_hline(y=y, line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
+                      annotation_text="unigram baseline (MLM)", annotation_position=position)
+
+
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
     """Training MLM, NSP and total loss per step, the held-out MLM loss, and the unigram baseline as a line."""
-    history = _thin(history)
     fig = go.Figure()
-    for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp")):
-        xs, ys = _series(history, key)
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{label} loss (train)",
-                                     line=dict(color=SERIES_COLORS[label])))
-    xs, ys = _series(evals, "mlm_loss")
-    if xs:
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="MLM loss (held-out)",
-                                 line=dict(color=SERIES_COLORS["eval"], dash="dot")))
-    base = unigram_baseline_values(baselines)
-    if "loss" in base:
-        fig.add_hline(y=base["loss"], line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
-                      annotation_text="unigram baseline (MLM)", annotation_position="top right")
+    _add_lines(fig, _thin(history), [(key, f"{label} loss (train)", SERIES_COLORS[label])
+                                     for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp"))])
+    _add_lines(fig, evals, [("mlm_loss", "MLM loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right")
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="loss (nats)")
     return _layout(fig, "Loss")
@@ -113,21 +117,12 @@ def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Ma
 
 def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
     """MLM and NSP accuracy per step, held-out MLM/NSP accuracy, and the unigram baseline's MLM accuracy."""
-    history = _thin(history)
     fig = go.Figure()
-    for key, label, color in (("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
-                              ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])):
-        xs, ys = _series(history, key)
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, line=dict(color=color)))
-    for key, label in (("mlm_acc", "MLM accuracy (held-out)"), ("nsp_acc", "NSP accuracy (held-out)")):
-        xs, ys = _series(evals, key)
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label, line=dict(dash="dot")))
-    base = unigram_baseline_values(baselines)
-    if "accuracy" in base:
-        fig.add_hline(y=base["accuracy"], line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
-                      annotation_text="unigram baseline (MLM)", annotation_position="bottom right")
+    _add_lines(fig, _thin(history), [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
+                                     ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])])
+    _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", None),
+                            ("nsp_acc", "NSP accuracy (held-out)", None)], "lines+markers", "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right")
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="accuracy", range=[0, 1])
     return _layout(fig, "Accuracy")
@@ -135,14 +130,10 @@ def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines
 
 def decision_accuracy_figure(history: Sequence[Any]) -> go.Figure:
     """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged."""
-    history = _thin(history)
     fig = go.Figure()
-    for key, label, color in (("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
-                              ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
-                              ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])):
-        xs, ys = _series(history, key)
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, line=dict(color=color)))
+    _add_lines(fig, _thin(history), [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
+                                     ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
+                                     ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])])
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="MLM accuracy", range=[0, 1])
     return _layout(fig, "MLM accuracy by masking decision")
