@@ -175,7 +175,7 @@ def bench_cli(args, threads: int) -> dict:
 def bench_app(browser, args, env: dict) -> dict:
     query = (f"?train_corpus=toy&train_preset={args.preset}&train_vocab={args.vocab}&train_steps={args.steps}"
              f"&train_batch={args.batch}&train_seq={args.seq}&train_eval_every={args.eval_every}"
-             "&train_probe_every=25")
+             f"&train_probe_every={args.probe_every}")
     with Server(env) as server:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(server.url + "/Train" + query)
@@ -208,6 +208,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--probe-every", type=int, default=0,
+                   help="probe snapshots in the app run (the CLI takes none, so 0 compares like with like)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both the CLI and the app run")
     p.add_argument("--poll", type=float, default=None, help="seconds between live redraws (default: the app's)")
     p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training"])
