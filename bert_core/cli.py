@@ -1,4 +1,4 @@
-"""`python -m bert_core train | eval | fill-mask | bench | finetune`: the command-line face of bert_core.
+"""`python -m bert_core train | eval | fill-mask | bench | finetune | heldout`: the command-line face of bert_core.
 
 User mistakes print one line `error: ...` and exit with status 2; progress goes to stderr, results to stdout
 (as JSON with --json).
@@ -336,6 +336,11 @@ def cmd_train(args) -> int:
         if not dist_info.is_main:
             return 0
         metrics = final_metrics(trainer, heldout, time.time() - started)
+        if trainer.state == "finished":
+            from bert_core.heldout import reproducible_eval
+
+            # The figures a reader can reproduce with `heldout` + `eval` (the commands are recorded beside them).
+            metrics["eval"] = reproducible_eval(out)
         _write_metrics(Path(out), metrics)
         if args.json:
             print(json.dumps(metrics, indent=1))
@@ -562,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fill_mask(sub)
     _add_lazy(sub, "bench")
     _add_lazy(sub, "finetune")
+    _add_lazy(sub, "heldout")
     return parser
 
 

@@ -97,6 +97,38 @@ def test_fill_mask_prints_top_k_candidates_for_each_mask(trained, capsys):
     assert len(result) == 2 and all(len(r["candidates"]) == 3 for r in result)
 
 
+def test_heldout_text_reproduces_the_eval_figures_in_metrics_json(trained, capsys, tmp_path):
+    out, argv = trained
+    if not (out / "metrics.json").exists():
+        assert main(argv) == 0
+    capsys.readouterr()
+    metrics = json.loads((out / "metrics.json").read_text())
+    recorded = metrics["eval"]
+    assert recorded["commands"] == [f"python -m bert_core heldout --checkpoint {out} --out heldout.txt",
+                                    f"python -m bert_core eval --checkpoint {out} --text-file heldout.txt"]
+    text_file = tmp_path / "heldout.txt"
+    code, stdout, stderr = _run_main(["heldout", "--checkpoint", str(out), "--out", str(text_file)], capsys)
+    assert code == 0, stderr
+    held = metrics["heldout_split"]["corpora"][0]
+    assert f"wrote {held['heldout_documents']} held-out documents ({held['heldout_sentences']} sentences)" in stdout
+    # The written text reads back as exactly the held-out documents.
+    from bert_core.corpora import load_corpus, split_heldout
+
+    expected = split_heldout(load_corpus(held["spec"]), fraction=0.1, seed=0)[1].documents
+    assert load_corpus(str(text_file)).documents == expected
+    code, stdout, stderr = _run_main(["eval", "--checkpoint", str(out), "--text-file", str(text_file), "--json"], capsys)
+    assert code == 0, stderr
+    again = json.loads(stdout)
+    for key in ("masked_token_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "masked_tokens", "sequences"):
+        assert again[key] == recorded[key], key
+    assert again["unigram_baseline"] == recorded["unigram_baseline"]
+
+
+def test_heldout_errors_on_a_folder_without_a_split(tmp_path, capsys):
+    code, _, stderr = _run_main(["heldout", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "h.txt")], capsys)
+    assert code == 2 and "records no held-out split" in stderr
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -121,7 +153,7 @@ def test_user_errors_print_one_line_and_exit_2(argv, words, capsys):
     assert words in lines[-1]
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "fill-mask", "bench", "finetune"])
+@pytest.mark.parametrize("command", ["train", "eval", "fill-mask", "bench", "finetune", "heldout"])
 def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
