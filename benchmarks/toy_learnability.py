@@ -94,6 +94,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--initializer-range", type=float, default=0.02,
+                   help="std of the initial weights (BERT's 0.02; wider starts leave the unigram plateau sooner)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the budget is one core's time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -111,7 +113,8 @@ def main(argv=None) -> int:
     prep_s = time.perf_counter() - t0
 
     config = BertConfig.preset(args.preset, vocab_size=tok.vocab_size, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0, max_position_embeddings=max(128, args.max_seq_length))
+                               attention_probs_dropout_prob=0.0, max_position_embeddings=max(128, args.max_seq_length),
+                               initializer_range=args.initializer_range)
     torch.manual_seed(args.seed)
     model = BertForPreTraining(config)
     eval_batches = held_data.eval_batches(None, seed=args.seed)
@@ -121,6 +124,7 @@ def main(argv=None) -> int:
     result = {
         "preset": args.preset,
         "budget_cpu_s": args.budget_s,
+        "initializer_range": args.initializer_range,
         "wall_s": round(final["wall_s"], 1),
         "steps": final["step"],
         "batch_size": args.batch_size,

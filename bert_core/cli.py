@@ -106,6 +106,8 @@ def _add_train(sub) -> None:
     p.add_argument("--dropout", type=float, default=recipe["dropout"],
                    help=f"hidden and attention dropout (default {recipe['dropout']}; the BERT paper uses 0.1, which "
                         "only slows a model that is far from overfitting)")
+    p.add_argument("--initializer-range", type=float, default=None, metavar="STD",
+                   help="std of the initial weights (default: the preset's, BERT's 0.02)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations (0 = start/end)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="held-out batches per evaluation")
@@ -147,8 +149,8 @@ def _heldout_record(corpus, heldout) -> dict:
 
 
 def _rank0_tokenizer(train):
-    """Train the tokenizer on rank 0 and send it to every rank: WordPiece training breaks frequency ties in a
-    different order from run to run, so ranks training their own could disagree on the vocabulary."""
+    """Train the tokenizer on rank 0 and send it to every rank: the others skip the work, and all ranks are sure
+    to share one vocabulary (training is deterministic, but ranks on other machines may run other library versions)."""
     import torch
     import torch.distributed as dist
     from tokenizers import Tokenizer
@@ -311,6 +313,8 @@ def cmd_train(args) -> int:
                 args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size)
             overrides_model = {"vocab_size": tokenizer.vocab_size, "max_position_embeddings": max(512, args.seq_len)}
             overrides_model.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+            if args.initializer_range is not None:
+                overrides_model["initializer_range"] = args.initializer_range
             model_config = BertConfig.preset(args.preset, **overrides_model)
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
             model = BertForPreTraining(model_config)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from bert_core.errors import BertCoreError
 
@@ -208,6 +210,14 @@ def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
         raise BertCoreError(f"{vocab_file} is empty; a BERT vocab.txt holds one token per line")
     if UNK not in vocab:
         raise BertCoreError(f"{vocab_file} has no [UNK] line; it does not look like a BERT vocabulary")
+    return _tokenizer_from_vocab_dict(vocab, lowercase)
+
+
+def _tokenizer_from_vocab_list(tokens: list[str], lowercase: bool) -> Tokenizer:
+    return _tokenizer_from_vocab_dict({t: i for i, t in enumerate(tokens)}, lowercase)
+
+
+def _tokenizer_from_vocab_dict(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase)
     # As in HF's BertTokenizerFast: "[MASK]" typed in text is the mask token, not "[", "mask", "]".
@@ -218,28 +228,97 @@ def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> BertTokenizer:
-    """Train an uncased BERT WordPiece tokenizer on `texts` with [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4."""
+    """Train an uncased BERT WordPiece tokenizer on `texts` with [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
+
+    The same texts always give the same vocabulary (see `learn_wordpiece_vocab`), so a seed fixes a whole run.
+    """
     if vocab_size < len(SPECIAL_TOKENS) + 26:
         raise BertCoreError(f"vocab_size={vocab_size} is too small; use at least 100 (BERT uses 30522)")
-    seen = {"any": False}
-
-    def nonempty():
-        for t in texts:
-            if t and t.strip():
-                seen["any"] = True
-                yield t
-
     tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase=True)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=False,
-    )
-    tok.train_from_iterator(nonempty(), trainer=trainer)
-    if not seen["any"]:
+    counts = word_counts(texts, tok)
+    if not counts:
         raise BertCoreError("no text to train the tokenizer on; give a corpus with at least one non-empty sentence")
-    _attach_post_processor(tok)
-    return BertTokenizer(tok)
+    vocab = learn_wordpiece_vocab(counts, vocab_size, min_frequency)
+    return BertTokenizer(_tokenizer_from_vocab_list(vocab, lowercase=True))
+
+
+def word_counts(texts: Iterable[str], tok: Tokenizer) -> Counter:
+    """How often each word occurs after BERT's normalizer and pre-tokenizer (lowercase, accents off, punctuation apart).
+
+    Both act within whitespace-separated chunks, so each distinct chunk goes through them once.
+    """
+    raw: Counter = Counter()
+    for text in texts:
+        if text:
+            raw.update(text.split())
+    counts: Counter = Counter()
+    normalize, pre_tokenize = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
+    for chunk, n in raw.items():
+        for word, _ in pre_tokenize(normalize(chunk)):
+            counts[word] += n
+    return counts
+
+
+def learn_wordpiece_vocab(counts: dict[str, int], vocab_size: int, min_frequency: int = 2,
+                          prefix: str = "##") -> list[str]:
+    """WordPiece vocabulary by greedy pair merges, as the `tokenizers` WordPiece trainer builds it, but deterministic.
+
+    Start from every character (word-initial as is, inside a word with the "##" prefix), then repeatedly add the
+    merge of the most frequent adjacent pair (ties: the alphabetically first pair) until `vocab_size` or until no
+    pair occurs `min_frequency` times. The `tokenizers` trainer breaks ties by hash order, so the same text gave a
+    slightly different vocabulary on every run; here it gives the same one.
+    """
+    words = sorted(counts.items())
+    syms = [[w[0]] + [prefix + ch for ch in w[1:]] for w, _ in words]
+    freq = [c for _, c in words]
+    vocab = list(SPECIAL_TOKENS) + sorted({s for ss in syms for s in ss} - set(SPECIAL_TOKENS))
+    have = set(vocab)
+    pair_count: dict[tuple[str, str], int] = defaultdict(int)
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for i, ss in enumerate(syms):
+        for pair in zip(ss, ss[1:]):
+            pair_count[pair] += freq[i]
+            where[pair].add(i)
+    heap = [(-c, a, b) for (a, b), c in pair_count.items()]
+    heapq.heapify(heap)
+    cut = len(prefix)
+    while len(vocab) < vocab_size and heap:
+        neg, a, b = heapq.heappop(heap)
+        if pair_count.get((a, b), 0) != -neg:
+            continue  # a stale entry; the pair's current count was pushed when it changed
+        if -neg < min_frequency:
+            break
+        merged = a + b[cut:]
+        if merged not in have:  # two different merges can spell the same piece
+            have.add(merged)
+            vocab.append(merged)
+        changed: set[tuple[str, str]] = set()
+        for i in where.pop((a, b)):
+            old = syms[i]
+            new, j = [], 0
+            while j < len(old):
+                if j + 1 < len(old) and old[j] == a and old[j + 1] == b:
+                    new.append(merged)
+                    j += 2
+                else:
+                    new.append(old[j])
+                    j += 1
+            if len(new) == len(old):
+                continue  # the pair left this word in an earlier merge
+            for pair in zip(old, old[1:]):
+                pair_count[pair] -= freq[i]
+                changed.add(pair)
+            for pair in zip(new, new[1:]):
+                pair_count[pair] += freq[i]
+                where[pair].add(i)
+                changed.add(pair)
+            syms[i] = new
+        for pair in changed:
+            c = pair_count.get(pair, 0)
+            if c > 0:
+                heapq.heappush(heap, (-c, *pair))
+            else:
+                pair_count.pop(pair, None)
+        pair_count.pop((a, b), None)
+    return vocab

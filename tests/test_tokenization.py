@@ -2,6 +2,8 @@ import json
 
 import pytest
 
+from pathlib import Path
+
 from bert_core.errors import BertCoreError
 from bert_core.tokenization import BertTokenizer, train_tokenizer
 
@@ -112,3 +114,47 @@ def test_training_on_no_text_is_a_clear_error():
 
 def test_mask_token_typed_in_text_is_the_mask_id(tok):
     assert tok.encode("the [MASK] fox") == [tok.token_to_id("the"), tok.mask_id, tok.token_to_id("fox")]
+
+
+_VOCAB_OF_TEXT = """
+import hashlib, sys
+from bert_core.toy_grammar import generate_toy_corpus
+from bert_core.tokenization import train_tokenizer
+tok = train_tokenizer(generate_toy_corpus(num_documents=300, seed=1).texts(), vocab_size=400)
+print(hashlib.sha256("\\n".join(tok.id_to_token(i) for i in range(tok.vocab_size)).encode()).hexdigest())
+"""
+
+
+def test_training_is_deterministic_across_processes():
+    """Same text, same vocabulary, in fresh processes with different hash seeds (the `tokenizers` trainer was not)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    digests = set()
+    for hash_seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        done = subprocess.run([sys.executable, "-c", _VOCAB_OF_TEXT], capture_output=True, text=True, env=env,
+                              timeout=120, check=True)
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_learned_vocabulary_merges_the_most_frequent_pairs_first():
+    from bert_core.tokenization import SPECIAL_TOKENS, learn_wordpiece_vocab
+
+    vocab = learn_wordpiece_vocab({"low": 5, "lower": 2, "newest": 6, "widest": 3}, vocab_size=100, min_frequency=2)
+    assert vocab[:5] == list(SPECIAL_TOKENS)
+    alphabet = ["l", "n", "w", "##d", "##e", "##i", "##o", "##r", "##s", "##t", "##w"]
+    assert sorted(vocab[5:5 + len(alphabet)]) == sorted(alphabet)
+    merges = vocab[5 + len(alphabet):]
+    # Worked by hand: ##e ##s and ##s ##t both occur 9 times (newest 6 + widest 3); the alphabetically first pair
+    # wins, then ##es ##t (9); then ##o ##w and l ##o tie at 7 ("#" sorts before "l"), and so on.
+    assert merges == ["##es", "##est", "##ow", "low", "##ew", "##ewest", "newest", "##dest", "##idest", "widest",
+                      "##er", "lower"]
+    # min_frequency 3: the pairs only "lower" (2 occurrences) has are never merged.
+    assert learn_wordpiece_vocab({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 100, 3)[5 + len(alphabet):] == \
+        merges[:-2]
+    # The vocabulary size is a cap.
+    assert len(learn_wordpiece_vocab({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 20, 2)) == 20
