@@ -24,8 +24,10 @@ CORPORA = {
 PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 
 defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=300, batch=16, lr=1e-3, seq=64, mask=0.15,
-                nsp=True, seed=0, eval_every=50, probe_every=25, layers=2, hidden=64, heads=2, ffn=256)
-casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int,
+                nsp=True, seed=0, eval_every=50, probe_every=25, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
+                init=0.02)
+casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int, dropout=float,
+             init=float,
              probe_every=int, layers=int, hidden=int, heads=int, ffn=int,
              nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
 for name, value in defaults.items():
@@ -66,6 +68,12 @@ with st.expander("Settings", expanded=job is None):
             sizes = PRESETS[preset]
             st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
                        f"{sizes['num_attention_heads']} heads, feed-forward {4 * sizes['hidden_size']}")
+        st.number_input("Dropout", 0.0, 0.9, step=0.05, key="train_dropout",
+                        help="BERT uses 0.1. A model trained for minutes is far from overfitting, so 0 learns faster.")
+        st.number_input("Initial weight scale (std)", 0.001, 1.0, step=0.01, format="%.3f", key="train_init",
+                        help="BERT's initializer_range, 0.02, was chosen for hidden size 768. Small models start "
+                             "with near-uniform attention and can sit on the 'predict the most frequent token' "
+                             "plateau for a long time; try 0.1 and compare.")
     with c3:
         st.markdown("**Training**")
         st.number_input("Steps", 1, 1_000_000, key="train_steps")
@@ -114,6 +122,8 @@ def _spec() -> app_state.TrainSpec:
         preset = "nano"
         overrides = dict(num_hidden_layers=int(s["train_layers"]), hidden_size=int(s["train_hidden"]),
                          num_attention_heads=int(s["train_heads"]), intermediate_size=int(s["train_ffn"]))
+    overrides.update(hidden_dropout_prob=float(s["train_dropout"]), attention_probs_dropout_prob=float(s["train_dropout"]),
+                     initializer_range=float(s["train_init"]))
     train = dict(max_steps=int(s["train_steps"]), batch_size=int(s["train_batch"]), learning_rate=float(s["train_lr"]),
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
