@@ -88,6 +88,9 @@ def _add_train(sub) -> None:
                    help=f"model size: nano tiny mini small medium base (default {recipe['preset']})")
     p.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size to train (default 8000)")
     p.add_argument("--tokenizer", type=Path, help="use the tokenizer in this folder instead of training one")
+    p.add_argument("--init-from", type=Path, metavar="DIR",
+                   help="start from the weights, size and tokenizer of this checkpoint (a new run: new data order, "
+                        "optimizer and schedule), e.g. to continue at a longer --seq-len as BERT's paper did")
     p.add_argument("--seq-len", type=int, default=d.max_seq_length, help="maximum sequence length (default 128)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sequences per step per process (default {d.batch_size})")
     p.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
@@ -295,6 +298,12 @@ def cmd_train(args) -> int:
                 from bert_core.tokenization import BertTokenizer
 
                 tokenizer = BertTokenizer.load(args.tokenizer)
+            start = None
+            if args.init_from is not None:
+                start = load_checkpoint(args.init_from)
+                if start.tokenizer is None:
+                    raise BertCoreError(f"{args.init_from} has no tokenizer files; --init-from needs a full checkpoint")
+                tokenizer = start.tokenizer
             schedule = args.schedule or ("time" if args.steps is None and args.time_budget else "linear")
             if args.steps is None and args.time_budget is None:
                 raise BertCoreError("give --steps N or --time-budget SECONDS")
@@ -316,8 +325,16 @@ def cmd_train(args) -> int:
             if args.initializer_range is not None:
                 overrides_model["initializer_range"] = args.initializer_range
             model_config = BertConfig.preset(args.preset, **overrides_model)
+            if start is not None:
+                drop = {k: v for k, v in overrides_model.items() if k.endswith("dropout_prob")}
+                model_config = start.model.config.replace(**drop)
+                if model_config.max_position_embeddings < args.seq_len:
+                    raise BertCoreError(f"{args.init_from} has {model_config.max_position_embeddings} positions, "
+                                        f"fewer than --seq-len {args.seq_len}")
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
             model = BertForPreTraining(model_config)
+            if start is not None:
+                model.load_state_dict(start.model.state_dict())
             metadata = {
                 "corpora": specs,
                 "preset": args.preset,
@@ -325,6 +342,15 @@ def cmd_train(args) -> int:
                 "commands": [_command_line(args)],
                 "unigram_counts": train_data.token_counts.tolist(),
             }
+            if start is not None:
+                _check_same_heldout(args.init_from, (start.trainer_state or {}).get("metadata", {}).get("heldout"),
+                                    record)
+                # The run that made the starting weights, so metrics.json names every command behind the model.
+                before = (start.trainer_state or {}).get("metadata", {})
+                metadata["commands"] = before.get("commands", []) + metadata["commands"]
+                metadata["init_from"] = {"folder": str(args.init_from), "step": (start.trainer_state or {}).get("step"),
+                                         "preset": before.get("preset"), "corpora": before.get("corpora")}
+                metadata["preset"] = before.get("preset", args.preset)
             trainer = Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
                               checkpoint_dir=out, metadata=metadata)
         trainer_ref[0] = trainer
@@ -353,6 +379,22 @@ def cmd_train(args) -> int:
         return 0
     finally:
         shutdown_distributed()
+
+
+def _check_same_heldout(folder, before: dict | None, now: dict) -> None:
+    """A warm start must hold out the same documents, or its held-out figures would include trained-on text."""
+    if not before:
+        return
+
+    def key(r):
+        return [(c.get("spec"), c.get("heldout_document_indices")) for c in r.get("corpora", [])], r.get("seed"), \
+            r.get("fraction")
+
+    if key(before) != key(now):
+        specs = ", ".join(c.get("spec", "?") for c in before.get("corpora", []))
+        raise BertCoreError(f"{folder} was trained with another held-out split (corpora {specs}, seed "
+                            f"{before.get('seed')}, fraction {before.get('fraction')}); use the same --corpus list, "
+                            "--seed and --heldout-fraction so that its held-out text stays unseen")
 
 
 def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:

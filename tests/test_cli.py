@@ -166,3 +166,29 @@ def test_python_dash_m_reports_errors_without_a_traceback():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained, toy_file, capsys, tmp_path):
+    out, argv = trained
+    if not (out / "model.safetensors").exists():
+        assert main(argv) == 0
+    capsys.readouterr()
+    second = tmp_path / "longer"
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seq-len", "64",
+                                 "--batch-size", "4", "--steps", "1", "--lr", "1e-12", "--eval-batches", "1",
+                                 "--device", "cpu", "--out", str(second)], capsys)
+    assert code == 0, stderr
+    from bert_core.checkpoint import load_checkpoint
+
+    a, b = load_checkpoint(out), load_checkpoint(second)
+    assert a.model.config.hidden_size == b.model.config.hidden_size
+    assert b.tokenizer.vocab_size == a.tokenizer.vocab_size
+    wa, wb = a.model.state_dict(), b.model.state_dict()
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6  # an update at lr 1e-12 moves nothing
+    metrics = json.loads((second / "metrics.json").read_text())
+    assert metrics["commands"][0].startswith("python -m bert_core train") and "--init-from" in metrics["commands"][-1]
+    assert len(metrics["commands"]) >= 2
+    # Another held-out split would leak trained-on text into the evaluation: refused.
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seed", "5",
+                                 "--steps", "1", "--out", str(tmp_path / "other")], capsys)
+    assert code == 2 and "another held-out split" in stderr
