@@ -296,7 +296,7 @@ class Finetuner:
     def __init__(self, model, tokenizer, train: ClassificationData, val: ClassificationData,
                  config: FinetuneConfig = FinetuneConfig(), name: str = "run",
                  callbacks: Sequence[Callable[[object], None]] = ()):
-        from bert_core.model import param_groups
+        from bert_core.model import adamw
 
         if train.label_names != val.label_names:
             raise BertCoreError("train and validation sets have different label names; split one dataset")
@@ -311,8 +311,7 @@ class Finetuner:
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
         self._train_config = config.train_config()
-        self.optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.learning_rate,
-                                           eps=config.adam_eps)
+        self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps)
         self.step = 0
         self.examples_seen = 0
         self.elapsed_s = 0.0

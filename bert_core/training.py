@@ -308,7 +308,7 @@ class Trainer:
         checkpoint_dir=None,
         metadata: dict | None = None,
     ):
-        from bert_core.model import param_groups
+        from bert_core.model import adamw
 
         self.config = config
         self.tokenizer = tokenizer
@@ -330,12 +330,8 @@ class Trainer:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._ddp = DistributedDataParallel(self.model, device_ids=ids)
-        self.optimizer = torch.optim.AdamW(
-            param_groups(self.model, config.weight_decay),
-            lr=config.learning_rate,
-            betas=(config.adam_beta1, config.adam_beta2),
-            eps=config.adam_eps,
-        )
+        self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay,
+                               betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps)
 
         self.step = 0
         self.tokens_seen = 0
