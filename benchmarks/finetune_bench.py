@@ -49,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=FinetuneConfig.learning_rate)
     p.add_argument("--batch-size", type=int, default=FinetuneConfig.batch_size)
     p.add_argument("--warmup-ratio", type=float, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--dropout", type=float, default=FinetuneConfig.dropout, help="fine-tuning dropout (both models)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: 128 AG News, 64 polarity)")
     p.add_argument("--seed", type=int, default=0, help="split, head initialisation, batches, dropout")
     p.add_argument("--eval-points", type=int, default=4,
@@ -69,7 +70,7 @@ def run_task(task: str, args) -> dict:
     config = FinetuneConfig(time_budget_s=args.time_budget, max_steps=None, learning_rate=args.lr,
                             batch_size=args.batch_size, warmup_ratio=args.warmup_ratio,
                             max_length=args.max_length or max_length, seed=args.seed, device="cpu",
-                            eval_points=args.eval_points)
+                            eval_points=args.eval_points, dropout=args.dropout)
     pre_model, tokenizer = classifier_from_checkpoint(args.checkpoint, data.num_labels, args.seed)
     scratch_model = scratch_twin(pre_model, data.num_labels, args.seed)
     results = {}
@@ -85,7 +86,7 @@ def run_task(task: str, args) -> dict:
         "task": task, "file": rel, "train": len(train), "validation": len(val), "labels": data.label_names,
         "majority_baseline": majority, "config": {k: getattr(config, k) for k in
                                                   ("learning_rate", "batch_size", "warmup_ratio", "max_length",
-                                                   "time_budget_s", "seed")},
+                                                   "time_budget_s", "seed", "dropout")},
         "runs": {name: {k: v for k, v in r.to_dict().items() if k not in ("misclassified",)}
                  for name, r in results.items()},
         "gap_points": 100 * (results["pretrained"].accuracy - results["scratch"].accuracy),

@@ -34,7 +34,7 @@ for key, (rel, label) in SHARED_FILES.items():
 DATASETS["upload"] = "Upload a CSV"
 SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500)}
 
-defaults = dict(data="toy", train=200, val=500, seed=0, budget=30, lr=1e-4, batch=32, maxlen=64)
+defaults = dict(data="toy", train=200, val=500, seed=0, budget=30, lr=1e-3, batch=32, maxlen=64)
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
@@ -104,7 +104,8 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
     with c3:
         st.markdown("**Budget (each model)**")
         st.number_input("Training seconds per model", 1, 600, step=5, key="ft_budget")
-        st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr")
+        st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr",
+                        help="1e-3 suits the tiny shipped model; BERT-base wants about 2e-5 to 5e-5")
         st.number_input("Batch size", 1, 256, key="ft_batch")
         st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
 

@@ -23,6 +23,7 @@ from bert_core.finetune import (
     macro_f1,
     save_classifier,
     scratch_twin,
+    set_dropout,
     toy_topic_task,
 )
 from bert_core.hf import load_pretrained, save_pretrained
@@ -231,6 +232,27 @@ def test_label_count_mismatch_and_bad_settings_are_refused(checkpoint, topics):
         FinetuneConfig(learning_rate=0)
     with pytest.raises(BertCoreError, match="give a number of steps"):
         FinetuneConfig(max_steps=None, time_budget_s=None)
+
+
+def test_finetuning_dropout_is_applied_and_saved_in_the_config(checkpoint, topics, tmp_path):
+    """A fine-tuning dropout is applied to every dropout layer and recorded; None keeps the model's own."""
+    train, val = topics
+    model, tokenizer = classifier_from_checkpoint(checkpoint, train.num_labels)
+    set_dropout(model, 0.0)  # as our pretraining recipe leaves it
+    result = finetune(model, tokenizer, train, val, _quick(max_steps=2, dropout=0.1))
+    drops = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops and all(p == 0.1 for p in drops)
+    assert model.config.hidden_dropout_prob == 0.1 and model.config.attention_probs_dropout_prob == 0.1
+    saved = json.loads((save_classifier(result, tmp_path / "clf") / "config.json").read_text())
+    assert saved["hidden_dropout_prob"] == 0.1 and saved["attention_probs_dropout_prob"] == 0.1
+
+    kept, _ = classifier_from_checkpoint(checkpoint, train.num_labels)
+    set_dropout(kept, 0.3)
+    finetune(kept, tokenizer, train, val, _quick(max_steps=2, dropout=None))  # None: the model's own setting
+    assert all(m.p == 0.3 for m in kept.modules() if isinstance(m, torch.nn.Dropout))
+    assert kept.config.hidden_dropout_prob == 0.3
+    with pytest.raises(BertCoreError, match="dropout must be in"):
+        FinetuneConfig(dropout=1.0)
 
 
 def test_checkpoint_without_tokenizer_is_refused(tmp_path):
