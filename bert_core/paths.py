@@ -8,7 +8,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 # The pretrained model the app opens by default (trained by `python -m bert_core train`, see its metrics.json).
-DEFAULT_CHECKPOINT = CHECKPOINTS_DIR / "bert-mini-english"
+DEFAULT_CHECKPOINT = CHECKPOINTS_DIR / "bert-tiny-english"
 
 
 def shared_data_dir() -> Path | None:
