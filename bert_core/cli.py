@@ -397,6 +397,16 @@ def _check_same_heldout(folder, before: dict | None, now: dict) -> None:
                             "--seed and --heldout-fraction so that its held-out text stays unseen")
 
 
+def _baselines(trainer) -> dict:
+    """The trainer's baselines; after --init-from its step-0 evaluation is the starting checkpoint, so it is
+    recorded as "start" (with where it came from), not as "untrained"."""
+    baselines = dict(trainer.baselines)
+    source = trainer.metadata.get("init_from")
+    if source and "untrained" in baselines:
+        baselines["start"] = {**baselines.pop("untrained"), "model": source}
+    return baselines
+
+
 def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
     """metrics.json: held-out figures (overall and per corpus) beside the baselines, time, machine, command."""
     from bert_core.evaluation import evaluate, unigram_baseline_for
@@ -423,7 +433,7 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
             "nsp_accuracy": final.nsp_acc if final else None,
             "step": final.step if final else None,
         },
-        "baselines": trainer.baselines,
+        "baselines": _baselines(trainer),
         "per_corpus": per_corpus,
         "heldout_split": trainer.metadata.get("heldout"),
         "steps": trainer.step,
@@ -449,13 +459,14 @@ def _write_metrics(folder: Path, metrics: dict) -> None:
 def _metrics_text(m: dict) -> str:
     h, b = m["heldout"], m["baselines"]
     uni = b.get("unigram", {})
-    untrained = b.get("untrained", {})
+    label = "start" if "start" in b else "untrained"
+    first = b.get(label, {})
     rows = [
         f"held-out after {m['steps']} steps ({_fmt_seconds(m['training_time_s'])}):",
         f"  masked-token accuracy {_pct(h['masked_token_accuracy'])}   (unigram baseline {_pct(uni.get('accuracy'))}, "
-        f"untrained {_pct(untrained.get('mlm_acc'))})",
+        f"{label} {_pct(first.get('mlm_acc'))})",
         f"  MLM perplexity        {h['perplexity']:.1f}   (unigram {uni.get('perplexity', float('nan')):.1f}, "
-        f"untrained {untrained.get('perplexity', float('nan')):.1f})" if h["perplexity"] is not None else "",
+        f"{label} {first.get('perplexity', float('nan')):.1f})" if h["perplexity"] is not None else "",
         f"  NSP accuracy          {_pct(h['nsp_accuracy'])}   (chance 50%)",
     ]
     return "\n".join(r for r in rows if r)

@@ -174,10 +174,11 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
         assert main(argv) == 0
     capsys.readouterr()
     second = tmp_path / "longer"
-    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seq-len", "64",
-                                 "--batch-size", "4", "--steps", "1", "--lr", "1e-12", "--eval-batches", "1",
-                                 "--device", "cpu", "--out", str(second)], capsys)
+    code, stdout, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seq-len", "64",
+                                      "--batch-size", "4", "--steps", "1", "--lr", "1e-12", "--eval-batches", "1",
+                                      "--device", "cpu", "--out", str(second)], capsys)
     assert code == 0, stderr
+    assert "start " in stdout + stderr and "untrained" not in stdout + stderr
     from bert_core.checkpoint import load_checkpoint
 
     a, b = load_checkpoint(out), load_checkpoint(second)
@@ -188,6 +189,9 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["commands"][0].startswith("python -m bert_core train") and "--init-from" in metrics["commands"][-1]
     assert len(metrics["commands"]) >= 2
+    # Step 0 of this run is the starting checkpoint, not an untrained model: labelled so.
+    assert "untrained" not in metrics["baselines"]
+    assert metrics["baselines"]["start"]["model"]["folder"] == str(out)
     # Another held-out split would leak trained-on text into the evaluation: refused.
     code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seed", "5",
                                  "--steps", "1", "--out", str(tmp_path / "other")], capsys)
