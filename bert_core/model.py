@@ -253,7 +253,8 @@ class BertModel(nn.Module):
         """Return the [B, 1, 1 or S, S] mask added to attention scores: 0 where allowed, a huge negative elsewhere.
 
         None when nothing is masked (no padding, bidirectional): adding zeros changes nothing, and without a mask
-        scaled_dot_product_attention takes its fused CPU kernel (about 20% faster per attention with dropout)."""
+        scaled_dot_product_attention skips reading one (on one CPU core with dropout 0.1, one attention call at
+        batch 32 x 4 heads x 128 tokens took 46 ms instead of 58 ms). The check costs a device sync on CUDA."""
         if self.config.attention != "causal" and bool(attention_mask.bool().all()):
             return None
         allowed = attention_mask[:, None, None, :].bool()
@@ -405,7 +406,8 @@ def param_groups(model: nn.Module, weight_decay: float = 0.01) -> list[dict]:
 
 def adamw(model: nn.Module, lr: float, weight_decay: float = 0.01, betas=(0.9, 0.999), eps: float = 1e-6):
     """BERT's AdamW (groups from `param_groups`), with torch's fused kernel: one pass over each parameter instead
-    of a dozen small ops, about 8% of a `mini` training step on one CPU core. Same update, same state format."""
+    of a dozen small ops (on a `mini` training step, one CPU core: 1-8% faster in noisy runs). Same update
+    rule and the same state format, so checkpoints written with either load in both."""
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=True)
 
 
