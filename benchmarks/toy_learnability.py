@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--documents", type=int, default=2000, help="stories in the toy corpus")
     p.add_argument("--vocab-size", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-seq-length", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--initializer-range", type=float, default=0.02,
                    help="std of the initial weights (BERT's 0.02; wider starts leave the unigram plateau sooner)")
