@@ -1,6 +1,7 @@
 """Benchmarks of the Streamlit explorer (not tests): startup, attention figure cost, app vs CLI training speed, memory.
 
-    python benchmarks/app_bench.py [--repeats 3] [--preset tiny --steps 120 --batch 16 --seq 64] [--json out.json]
+    python benchmarks/app_bench.py [--repeats 3] [--modes process thread]
+                                   [--preset tiny --steps 120 --batch 16 --seq 64] [--json out.json]
 
 1. time from `streamlit run app.py` to the home page rendered in headless Chromium (architecture chart drawn);
 2. server time to compute and build the attention figures for a 64-token input (attention_maps, head_summaries,
@@ -8,7 +9,8 @@
 3. training tokens/s inside the app (Train page open in a browser, live charts polling) against
    `python -m bert_core train` on the same settings and the same torch thread count, alternated (target: the app
    loses < 10%);
-4. memory of one training session: server RSS before the run and its peak (VmHWM) after.
+4. memory of one training session: server RSS before the run and its peak (VmHWM) after, and the peak of the
+   training process the app starts for it.
 Needs the system Chromium (/usr/bin/chromium) and the playwright package; prints a Markdown table.
 """
 
@@ -46,6 +48,19 @@ def _rss_kb(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is `pid` (the app's training processes)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
 
 
 class Server:
@@ -172,10 +187,11 @@ def bench_cli(args, threads: int) -> dict:
             "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"]}
 
 
-def bench_app(browser, args, env: dict) -> dict:
+def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
     query = (f"?train_corpus=toy&train_preset={args.preset}&train_vocab={args.vocab}&train_steps={args.steps}"
              f"&train_batch={args.batch}&train_seq={args.seq}&train_eval_every={args.eval_every}"
              f"&train_probe_every={args.probe_every}")
+    env = dict(env, BERT_EXPLORER_TRAIN_PROCESS="1" if mode == "process" else "0")
     with Server(env) as server:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(server.url + "/Train" + query)
@@ -185,6 +201,7 @@ def bench_app(browser, args, env: dict) -> dict:
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         _settled(page)
         peak = _rss_kb(server.proc.pid, "VmHWM")
+        child_peak = sum(_rss_kb(kid, "VmHWM") for kid in _children(server.proc.pid))
         page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Prepare download").click()
         _settled(page)
         with page.expect_download() as dl:
@@ -195,7 +212,7 @@ def bench_app(browser, args, env: dict) -> dict:
         state = json.loads(zf.read("bert-checkpoint/trainer_state.json"))
     return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"],
             "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"],
-            "rss_before_mb": rss_before / 1024, "rss_peak_mb": peak / 1024}
+            "rss_before_mb": rss_before / 1024, "rss_peak_mb": peak / 1024, "child_peak_mb": child_peak / 1024}
 
 
 def main() -> int:
@@ -213,6 +230,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads for both the CLI and the app run")
     p.add_argument("--poll", type=float, default=None, help="seconds between live redraws (default: the app's)")
     p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training"])
+    p.add_argument("--modes", nargs="+", default=["process"], choices=["process", "thread"],
+                   help="how the app trains: in a child process (the default) and/or on a server thread (the "
+                        "old way, BERT_EXPLORER_TRAIN_PROCESS=0), each alternated with the CLI")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
 
@@ -243,25 +263,31 @@ def main() -> int:
                 rows.append(("`streamlit run` to home page rendered", f"median {statistics.median(s):.1f} s "
                              f"(n={len(s)})", ""))
             if "training" not in args.skip:
-                cli, app = [], []
+                cli, apps = [], {mode: [] for mode in args.modes}
                 for _ in range(args.repeats):
                     cli.append(bench_cli(args, args.threads))
-                    app.append(bench_app(browser, args, env))
-                out["cli"], out["app"] = cli, app
+                    for mode in args.modes:
+                        apps[mode].append(bench_app(browser, args, env, mode))
+                out["cli"], out["app"] = cli, apps
                 c = statistics.median(r["tokens_per_s"] for r in cli)
-                a = statistics.median(r["tokens_per_s"] for r in app)
                 co = statistics.median(r["overall_tokens_per_s"] for r in cli)
-                ao = statistics.median(r["overall_tokens_per_s"] for r in app)
                 setting = (f"{args.preset}, toy, batch {args.batch} x seq {args.seq}, {args.steps} steps, "
                            f"{args.threads} thread(s)")
                 poll = args.poll or poll_seconds()
                 rows.append((f"training tokens/s, CLI ({setting})", f"median step {c:,.0f}; whole run {co:,.0f}",
                              ""))
-                rows.append((f"training tokens/s, app (Train page open, live charts every {poll:g} s)",
-                             f"median step {a:,.0f} ({(a / c - 1) * 100:+.1f}%); whole run {ao:,.0f} "
-                             f"({(ao / co - 1) * 100:+.1f}%)", "app loses < 10%"))
-                rows.append(("server memory, one training session", f"{app[-1]['rss_before_mb']:.0f} MB before, "
-                             f"peak {max(r['rss_peak_mb'] for r in app):.0f} MB", ""))
+                for mode, app in apps.items():
+                    a = statistics.median(r["tokens_per_s"] for r in app)
+                    ao = statistics.median(r["overall_tokens_per_s"] for r in app)
+                    where = "child process" if mode == "process" else "server thread"
+                    rows.append((f"training tokens/s, app, {where} (Train page open, live charts every {poll:g} s)",
+                                 f"median step {a:,.0f} ({(a / c - 1) * 100:+.1f}%); whole run {ao:,.0f} "
+                                 f"({(ao / co - 1) * 100:+.1f}%)", "app loses < 10%"))
+                    child = (f"; training process peak {max(r['child_peak_mb'] for r in app):.0f} MB"
+                             if mode == "process" else "")
+                    rows.append((f"memory, one training session ({where})",
+                                 f"server {app[-1]['rss_before_mb']:.0f} MB before, peak "
+                                 f"{max(r['rss_peak_mb'] for r in app):.0f} MB{child}", ""))
         finally:
             browser.close()
     out["machine"]["load_avg_end"] = os.getloadavg()

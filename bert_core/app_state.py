@@ -29,6 +29,7 @@ MAX_TRAININGS_ENV = "BERT_EXPLORER_MAX_TRAININGS"  # concurrent trainings on one
 GRACE_ENV = "BERT_EXPLORER_SESSION_GRACE_S"        # how long a vanished session's job may live (page reloads)
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
 POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training charts redraw
+PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: pretrain on a server thread instead of a child process
 DEFAULT_MAX_TRAININGS = 2
 DEFAULT_GRACE_S = 10.0
 
@@ -347,15 +348,62 @@ class TrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
-        with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
-            folder = Path(tmp) / "bert-checkpoint"
-            self.save(folder)
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-                for path in sorted(folder.rglob("*")):
-                    if path.is_file():
-                        zf.write(path, Path("bert-checkpoint") / path.relative_to(folder))
-            return buf.getvalue()
+        return zip_checkpoint(self.save)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the thread has ended; True when it has."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return not self.busy
+
+    def close(self, wait: float = 10.0) -> None:
+        """Nothing to release beyond stopping: the thread ends with its run."""
+
+
+def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
+    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes."""
+    with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
+        folder = Path(tmp) / "bert-checkpoint"
+        save(folder)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    zf.write(path, Path("bert-checkpoint") / path.relative_to(folder))
+        return buf.getvalue()
+
+
+def training_data_for(spec: TrainSpec, tokenizer):
+    """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
+    from bert_core.cli import build_datasets
+
+    config = _train_config(spec)
+    train_data, *_ = build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size,
+                                    config.mask_rate, config.nsp, config.seed, spec.heldout_fraction)
+    return train_data
+
+
+def _train_config(spec: TrainSpec):
+    from bert_core.training import TrainConfig
+
+    return TrainConfig(**spec.train)
+
+
+def train_in_process() -> bool:
+    """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread)."""
+    return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
+
+
+def pretraining_job(session_id: str, spec: TrainSpec):
+    """A job for the Train page: by default in a child process (off the server's GIL), else on a thread."""
+    if not train_in_process():
+        return TrainingJob(session_id, spec)
+    from functools import partial
+
+    from bert_core.training_process import ProcessTrainingJob
+
+    return ProcessTrainingJob(session_id, partial(build_trainer, spec), spec=spec, threads=training_threads(),
+                              data_factory=partial(training_data_for, spec))
 
 
 def _session_alive_from_runtime(session_id: str) -> bool | None:
@@ -434,6 +482,7 @@ class JobRegistry:
             self._gone_since.pop(session_id, None)
         if job is not None:
             job.stop(wait=wait)
+            job.close(wait=wait)
 
     def reap(self, now: float | None = None) -> list[str]:
         """Stop jobs whose session has been gone longer than the grace period; return their session ids."""

@@ -65,7 +65,11 @@ class ProbeStore:
         if self.attention_sentence is not None:
             result = attention_maps(model, tokenizer, self.attention_sentence)
             tokens, attention = result.tokens, result.attentions.astype(np.float16)
-        snap = ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens, attention=attention)
+        return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens,
+                                      attention=attention))
+
+    def add(self, snap: ProbeSnapshot) -> ProbeSnapshot:
+        """Store a snapshot (taken here or received from a training process), thinning when full."""
         with self._lock:
             self._snapshots.append(snap)
             if len(self._snapshots) > self.max_snapshots:

@@ -186,6 +186,22 @@ class Progress:
     elapsed_s: float
 
 
+def run_progress(config: TrainConfig, step: int, elapsed_s: float, finished: bool = False) -> Progress:
+    """How far a run with this config is after `step` steps and `elapsed_s` seconds of training."""
+    fractions = []
+    if config.max_steps:
+        fractions.append(step / config.max_steps)
+    if config.time_budget_s:
+        fractions.append(elapsed_s / config.time_budget_s)
+    frac = min(max(fractions), 1.0)
+    eta = None
+    if finished:
+        frac, eta = 1.0, 0.0
+    elif frac > 0 and elapsed_s > 0:
+        eta = elapsed_s * (1.0 - frac) / frac
+    return Progress(fraction=frac, eta_s=eta, step=step, elapsed_s=elapsed_s)
+
+
 # ---------------------------------------------------------------------------------------------- distributed
 
 
@@ -377,20 +393,7 @@ class Trainer:
     @property
     def progress(self) -> Progress:
         """Fraction of the run done and estimated seconds left, from steps or from the time budget."""
-        cfg = self.config
-        elapsed = self._elapsed_now()
-        fractions = []
-        if cfg.max_steps:
-            fractions.append(self.step / cfg.max_steps)
-        if cfg.time_budget_s:
-            fractions.append(elapsed / cfg.time_budget_s)
-        frac = min(max(fractions), 1.0)
-        eta = None
-        if self._state == "finished":
-            frac, eta = 1.0, 0.0
-        elif frac > 0 and elapsed > 0:
-            eta = elapsed * (1.0 - frac) / frac
-        return Progress(fraction=frac, eta_s=eta, step=self.step, elapsed_s=elapsed)
+        return run_progress(self.config, self.step, self._elapsed_now(), self._state == "finished")
 
     def stop(self) -> None:
         """Ask a running `run()` to return at the next step boundary (safe to call from any thread)."""

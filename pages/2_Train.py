@@ -143,7 +143,7 @@ try:
         spec = _spec()
         if job is not None:
             app_state.REGISTRY.discard(sid)
-        app_state.REGISTRY.start(app_state.TrainingJob(sid, spec))
+        app_state.REGISTRY.start(app_state.pretraining_job(sid, spec))
         st.rerun()
     if b2.button("Stop", icon=":material/stop:", disabled=not busy):
         job.stop(wait=10)

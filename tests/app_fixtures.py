@@ -29,3 +29,17 @@ def train_nano_checkpoint(folder: Path, documents: int = 60, steps: int = 3, bat
     assert trainer.state == "finished", trainer.error
     trainer.save(folder)
     return folder
+
+
+def crashing_builder():
+    """A trainer builder for the training-process tests that kills its process outright (as an OOM kill would)."""
+    import os
+
+    os._exit(7)
+
+
+def failing_builder():
+    """A trainer builder that fails the way a bad corpus does, with a user-facing message."""
+    from bert_core.errors import BertCoreError
+
+    raise BertCoreError("the corpus file is empty: give some text")

@@ -191,7 +191,7 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     _assert_clean(at)
     assert not at.error, _texts(at.error)
     job = _job()
-    job.thread.join(TIMEOUT)
+    job.wait(TIMEOUT)
     assert job.phase == "finished", job.error
     assert job.trainer.step == 4 and len(job.trainer.history) == 4 and len(job.trainer.evals) >= 2
     assert len(job.trainer.probes) >= 2
@@ -201,7 +201,7 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     assert len(at.get("plotly_chart")) >= 4
     # Resume a finished run: it goes on for as many steps again.
     at.button[2].click().run()
-    job.thread.join(TIMEOUT)
+    job.wait(TIMEOUT)
     assert job.trainer.step == 8 and job.phase == "finished"
     # The session's model becomes the active one everywhere.
     at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()

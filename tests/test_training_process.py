@@ -1,0 +1,169 @@
+"""The app's pretraining in a child process: the mirror shows exactly what the child's Trainer did, weights and
+saves come back whole, stop is prompt, failures and crashes are messages, and no process outlives its owner."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bert_core import app_state
+from bert_core.training_process import ProcessTrainingJob
+from tests import app_fixtures
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+def _spec(steps: int = 12, **train) -> app_state.TrainSpec:
+    settings = dict(max_steps=steps, batch_size=4, max_seq_length=32, eval_every=4, probe_every=4, eval_batches=2,
+                    device="cpu", seed=3)
+    return app_state.TrainSpec(corpus="toy", vocab_size=300, preset="nano", train={**settings, **train})
+
+
+def _job(spec: app_state.TrainSpec, sid: str = "proc") -> ProcessTrainingJob:
+    return ProcessTrainingJob(sid, partial(app_state.build_trainer, spec), spec=spec, threads=1,
+                              data_factory=partial(app_state.training_data_for, spec))
+
+
+@pytest.fixture
+def jobs():
+    started = []
+    yield started
+    for job in started:
+        job.close(wait=10)
+        assert job.process is None or job.process.poll() is not None
+
+
+def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(jobs, tmp_path):
+    spec = _spec()
+    job = _job(spec)
+    jobs.append(job)
+    job.start()
+    assert job.busy and job.phase == "preparing"
+    assert job.wait(TIMEOUT)
+    assert job.phase == "finished", job.error
+    mirror = job.trainer
+    assert mirror.step == 12 and mirror.progress.fraction == 1.0
+
+    # The same spec trained here, in this process, gives the same numbers: the child is not a different run.
+    local = app_state.build_trainer(spec)
+    local.run()
+    assert [e.loss for e in mirror.history] == [e.loss for e in local.history]
+    assert mirror.evals == local.evals and mirror.baselines == local.baselines
+    assert [s.step for s in mirror.probes.snapshots()] == [s.step for s in local.probes.snapshots()]
+    assert mirror.probes.snapshots()[-1].predictions == local.probes.snapshots()[-1].predictions
+
+    # The weights copied back equal the in-process run's, and a save by the child writes them too.
+    snapshot = job.model_snapshot()
+    assert not snapshot.training
+    for name, tensor in local.model.state_dict().items():
+        assert torch.equal(snapshot.state_dict()[name], tensor), name
+    assert job.model_snapshot() is snapshot  # same step: no second copy
+    folder = job.save(tmp_path / "ckpt")
+    saved = load_file(folder / "model.safetensors")
+    assert torch.equal(saved["bert.embeddings.word_embeddings.weight"],
+                       local.model.bert.embeddings.word_embeddings.weight)
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["step"] == 12 and len(state["history"]) == 12
+
+    # The training data rebuilt on the server side is the run's (same tokenizer, same first pairs).
+    assert mirror.data.build_instances(0)[:3] == local.data.build_instances(0)[:3]
+
+
+def test_stop_resume_and_extend(jobs):
+    job = _job(_spec(steps=100_000, eval_every=0, probe_every=0))
+    jobs.append(job)
+    job.start()
+    deadline = time.time() + TIMEOUT
+    while (job.trainer is None or job.trainer.step < 3) and time.time() < deadline:
+        time.sleep(0.05)
+    job.stop(wait=TIMEOUT)
+    assert not job.busy and job.phase == "stopped"
+    stopped_at = job.trainer.step
+    time.sleep(0.5)
+    assert job.trainer.step == stopped_at  # really stopped, not only reported so
+    job.start()  # resume
+    assert job.busy
+    with pytest.raises(app_state.BertCoreError, match="no stopped or finished"):
+        job.extend(5)
+    while job.trainer.step <= stopped_at + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    job.stop(wait=TIMEOUT)
+    assert job.phase == "stopped" and job.trainer.step > stopped_at
+
+
+def test_a_finished_run_goes_on_after_extend(jobs):
+    job = _job(_spec(steps=4, eval_every=0, probe_every=0))
+    jobs.append(job)
+    job.start()
+    job.wait(TIMEOUT)
+    job.extend(3)
+    job.start()
+    job.wait(TIMEOUT)
+    assert job.phase == "finished" and job.trainer.step == 7
+
+
+def test_a_builder_error_is_a_message(jobs):
+    job = ProcessTrainingJob("bad", app_fixtures.failing_builder)
+    jobs.append(job)
+    job.start()
+    job.wait(TIMEOUT)
+    assert job.phase == "failed" and job.error == "the corpus file is empty: give some text"
+
+
+def test_a_crashed_child_is_reported_not_waited_for(jobs):
+    job = ProcessTrainingJob("crash", app_fixtures.crashing_builder)
+    jobs.append(job)
+    job.start()
+    assert job.wait(TIMEOUT)
+    assert job.phase == "failed" and "exit code 7" in job.error
+    with pytest.raises(app_state.BertCoreError, match="nothing to save"):
+        job.save("/tmp/never")
+
+
+def test_close_ends_the_process_and_the_registry_closes_discarded_jobs():
+    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None)
+    job = _job(_spec(steps=100_000, eval_every=0, probe_every=0), sid="reg")
+    reg.start(job)
+    deadline = time.time() + TIMEOUT
+    while job.phase != "running" and time.time() < deadline:
+        time.sleep(0.05)
+    reg.discard("reg", wait=30)
+    assert job.process.poll() is not None and not job.busy
+    assert job.error is None and job.phase == "stopped"
+
+
+def test_the_child_exits_when_the_server_dies(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from functools import partial
+        from bert_core import app_state
+        from bert_core.training_process import ProcessTrainingJob
+        spec = app_state.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
+                                   train=dict(max_steps=10**6, batch_size=4, max_seq_length=32, eval_every=0,
+                                              probe_every=0, device="cpu"))
+        job = ProcessTrainingJob("orphan", partial(app_state.build_trainer, spec), spec=spec)
+        job.start()
+        while job.trainer is None or job.trainer.step < 2:
+            time.sleep(0.05)
+        print(job.process.pid, flush=True)
+        os._exit(0)  # the server dies without any cleanup (as with SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    child = int(out.stdout.split()[-1])
+    deadline = time.time() + 30
+    while Path(f"/proc/{child}").exists() and time.time() < deadline:
+        status = Path(f"/proc/{child}/status").read_text() if Path(f"/proc/{child}").exists() else ""
+        if "State:\tZ" in status:
+            break
+        time.sleep(0.1)
+    alive = Path(f"/proc/{child}").exists() and "State:\tZ" not in Path(f"/proc/{child}/status").read_text()
+    assert not alive, "the training process outlived the server"
