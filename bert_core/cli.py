@@ -114,6 +114,9 @@ def _add_train(sub) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations (0 = start/end)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="held-out batches per evaluation")
+    p.add_argument("--history-limit", type=int, default=d.history_limit,
+                   help=f"per-step records kept in trainer_state.json; beyond it every 2nd, 4th... step, evenly "
+                        f"(default {d.history_limit}; 0 keeps all)")
     p.add_argument("--heldout-fraction", type=float, default=HELDOUT_FRACTION)
     p.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
                    help="seconds between checkpoints (default 600; 0 = only at the end)")
@@ -313,7 +316,7 @@ def cmd_train(args) -> int:
                 weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
                 max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
                 eval_every=args.eval_every, eval_batches=args.eval_batches,
-                checkpoint_every_s=args.checkpoint_every, device=args.device,
+                checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
             )
             if dist_info.is_main:
                 print(f"loading {', '.join(specs)} ...", file=sys.stderr)

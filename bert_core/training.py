@@ -53,6 +53,10 @@ class TrainConfig:
     checkpoint_every_s: float = 0.0  # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     device: str = "auto"
     bf16: bool = True  # autocast to bfloat16 on CUDA (ignored on CPU, where it is slower than fp32)
+    # Per-step events kept in `history` (and trainer_state.json): past this many, every 2nd, then every 4th...
+    # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
+    # history was 13 MB of JSON in its checkpoint folder; thinned to 4,096 it is 1.7 MB.
+    history_limit: int = 4096
 
     def __post_init__(self):
         def need(ok: bool, message: str):
@@ -83,6 +87,8 @@ class TrainConfig:
         need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
         need(self.eval_every >= 0 and self.probe_every >= 0, "eval_every and probe_every must be >= 0")
         need(self.eval_batches >= 1, f"eval_batches must be at least 1, got {self.eval_batches}")
+        need(self.history_limit == 0 or self.history_limit >= 2,
+             f"history_limit must be 0 (keep all) or at least 2, got {self.history_limit}")
 
     def replace(self, **changes) -> "TrainConfig":
         """Return a copy with some fields changed (validated again)."""
@@ -200,6 +206,29 @@ def run_progress(config: TrainConfig, step: int, elapsed_s: float, finished: boo
     elif frac > 0 and elapsed_s > 0:
         eta = elapsed_s * (1.0 - frac) / frac
     return Progress(fraction=frac, eta_s=eta, step=step, elapsed_s=elapsed_s)
+
+
+def history_stride(step: int, limit: int) -> int:
+    """The spacing of the steps kept in a history after `step` steps: the smallest power of two that keeps at
+    most `limit` of them (1 when `limit` is 0: keep all)."""
+    stride = 1
+    while limit and step // stride > limit:
+        stride *= 2
+    return stride
+
+
+def append_thinned(history: list, event: StepEvent, limit: int) -> None:
+    """Append `event` to `history` in place, keeping the steps that are multiples of `history_stride` and the newest.
+
+    Depends only on the step numbers, so a resumed run thins exactly as an uninterrupted one.
+    """
+    stride = history_stride(event.step, limit)
+    if history and history[-1].step % stride:
+        history.pop()  # the previous newest, kept only while it was the newest
+    # Kept steps are consecutive multiples of the old stride, so when it doubles one of the first two is off it.
+    if stride > 1 and any(e.step % stride for e in history[:2]):
+        history[:] = [e for e in history if e.step % stride == 0]
+    history.append(event)
 
 
 # ---------------------------------------------------------------------------------------------- distributed
@@ -497,7 +526,7 @@ class Trainer:
     def _publish(self, event) -> None:
         with self._lock:
             if isinstance(event, StepEvent):
-                self._history.append(event)
+                append_thinned(self._history, event, self.config.history_limit)
             elif isinstance(event, EvalEvent):
                 self._evals.append(event)
         for callback in self.callbacks:

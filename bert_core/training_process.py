@@ -216,11 +216,11 @@ class TrainerProxy:
 
     def _receive(self, event, extra) -> None:
         from bert_core.probes import ProbeSnapshot
-        from bert_core.training import EvalEvent, StepEvent
+        from bert_core.training import EvalEvent, StepEvent, append_thinned
 
         with self._lock:
             if isinstance(event, StepEvent):
-                self._history.append(event)
+                append_thinned(self._history, event, self.config.history_limit)
                 self.step, self.tokens_seen = event.step, event.tokens_seen
                 self._elapsed, self._elapsed_at = event.elapsed_s, time.monotonic()
             elif isinstance(event, EvalEvent):

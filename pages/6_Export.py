@@ -47,8 +47,11 @@ else:
     st.subheader("Data")
     c1, c2, c3 = st.columns(3)
     if history:
-        c1.download_button(f"Loss history ({len(history):,} steps, CSV)", _csv(history), "loss_history.csv",
-                           "text/csv")
+        last = history[-1].get("step", len(history))
+        rows = f"{len(history):,} steps" if len(history) >= last else f"{len(history):,} of {last:,} steps"
+        c1.download_button(f"Loss history ({rows}, CSV)", _csv(history), "loss_history.csv", "text/csv",
+                           help="Long runs keep every 2nd, 4th, ... step evenly over the run, and the newest "
+                                "(TrainConfig.history_limit)")
     else:
         c1.caption("No training history recorded for this model.")
     if evals:

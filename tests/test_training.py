@@ -10,7 +10,7 @@ from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
 from bert_core.model import BertForPreTraining
 from bert_core.probes import ProbeStore
-from bert_core.training import EvalEvent, StepEvent, Trainer, TrainConfig, lr_multiplier
+from bert_core.training import EvalEvent, StepEvent, Trainer, TrainConfig, history_stride, lr_multiplier
 
 TIMING_FIELDS = ("tokens_per_s", "elapsed_s")
 
@@ -164,6 +164,32 @@ def test_resume_through_a_checkpoint_is_exact(toy, tmp_path):
     for k, v in straight.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=0, msg=k)
     assert _without_timing(resumed.history) == _without_timing(straight.history)
+
+
+def test_history_is_thinned_evenly_and_resumes_exactly(toy, tmp_path):
+    config = _config(max_steps=45, history_limit=8)
+    straight = Trainer(_model(toy), toy[2], _data(toy), config)
+    steps_seen = []
+    straight.callbacks.append(lambda e: steps_seen.append(e.step) if isinstance(e, StepEvent) else None)
+    straight.run()
+    assert steps_seen == list(range(1, 46))  # every step is still reported to listeners
+    # 45 steps, at most 8 kept: every 8th step (5 of them), plus the newest.
+    assert [e.step for e in straight.history] == [8, 16, 24, 32, 40, 45]
+
+    first = Trainer(_model(toy), toy[2], _data(toy), config)
+    first.callbacks.append(lambda e: first.stop() if isinstance(e, StepEvent) and e.step == 19 else None)
+    first.run()
+    assert [e.step for e in first.history] == [4, 8, 12, 16, 19]
+    first.save(tmp_path / "ckpt")
+    resumed = Trainer.resume(tmp_path / "ckpt", _data(toy))
+    resumed.run()
+    assert _without_timing(resumed.history) == _without_timing(straight.history)
+
+
+def test_history_limit_zero_keeps_every_step_and_bad_limits_are_refused(toy):
+    assert [history_stride(10_000, 0), history_stride(100, 100), history_stride(101, 100)] == [1, 1, 2]
+    with pytest.raises(BertCoreError, match="history_limit"):
+        _config(history_limit=1)
 
 
 def test_gradient_accumulation_gives_the_same_update_as_the_whole_batch(toy):
