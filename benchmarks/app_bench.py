@@ -184,7 +184,8 @@ def bench_cli(args, threads: int) -> dict:
         subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
         state = json.loads((out / "trainer_state.json").read_text())
     return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"],
-            "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"]}
+            "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"],
+            "step_elapsed_s": [h["elapsed_s"] for h in state["history"]]}
 
 
 def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
@@ -212,6 +213,7 @@ def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
         state = json.loads(zf.read("bert-checkpoint/trainer_state.json"))
     return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"],
             "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"],
+            "step_elapsed_s": [h["elapsed_s"] for h in state["history"]],
             "rss_before_mb": rss_before / 1024, "rss_peak_mb": peak / 1024, "child_peak_mb": child_peak / 1024}
 
 

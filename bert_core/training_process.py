@@ -412,6 +412,9 @@ class ProcessTrainingJob:
         cmd_read, cmd_write = os.pipe()
         evt_read, evt_write = os.pipe()
         env = dict(os.environ, OMP_NUM_THREADS=str(self._threads), MKL_NUM_THREADS=str(self._threads))
+        # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "bert_core.training_process", str(cmd_read), str(evt_write)],

@@ -157,7 +157,9 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
         print(job.process.pid, flush=True)
         os._exit(0)  # the server dies without any cleanup (as with SIGKILL)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    # Started from another directory, as a server may be: the child must still find bert_core.
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT,
+                         cwd=tmp_path)
     child = int(out.stdout.split()[-1])
     deadline = time.time() + 30
     while Path(f"/proc/{child}").exists() and time.time() < deadline:
