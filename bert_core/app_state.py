@@ -302,7 +302,7 @@ class TrainingJob:
     def stop(self, wait: float | None = None) -> None:
         """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for the thread."""
         self._stop_requested.set()
-        if self.trainer is not None:
+        if self.trainer is not None and self.busy:  # a stop flag left on an idle trainer would end the next run
             self.trainer.stop()
         if wait and self.thread is not None:
             self.thread.join(wait)

@@ -53,14 +53,10 @@ def _child_main(commands: Connection, events: Connection) -> None:
     def handle(cmd: tuple) -> None:
         kind, request = cmd[0], cmd[1]
         try:
-            if kind == "stop":
-                state["stop_before_run"] = True
-                if trainer is not None:
-                    trainer.stop()
-                return
-            if kind == "quit":
-                state["quit"] = True
-                if trainer is not None:
+            if kind in ("stop", "quit"):
+                state["stop_before_run" if kind == "stop" else "quit"] = True
+                # Only a running run is told: a stop flag set while idle would end the next Resume at once.
+                if trainer is not None and trainer.state == "running":
                     trainer.stop()
                 return
             if kind == "config":

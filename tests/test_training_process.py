@@ -104,6 +104,7 @@ def test_a_finished_run_goes_on_after_extend(jobs):
     jobs.append(job)
     job.start()
     job.wait(TIMEOUT)
+    job.stop(wait=5)  # a late Stop, after the run finished, must not cut the next run short
     job.extend(3)
     job.start()
     job.wait(TIMEOUT)
