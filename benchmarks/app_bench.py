@@ -50,6 +50,14 @@ def _rss_kb(pid: int, field: str = "VmRSS") -> int:
     return 0
 
 
+ALL_CPUS = sorted(os.sched_getaffinity(0))
+
+
+def _all_cpus() -> None:
+    """preexec_fn for the server and the CLI: every core, whatever this process is pinned to."""
+    os.sched_setaffinity(0, ALL_CPUS)
+
+
 def _children(pid: int) -> list[int]:
     """Process ids whose parent is `pid` (the app's training processes)."""
     kids = []
@@ -77,7 +85,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
              str(self.port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+            cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_all_cpus)
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -181,7 +189,7 @@ def bench_cli(args, threads: int) -> dict:
                "--seq-len", str(args.seq), "--eval-every", str(args.eval_every), "--eval-batches", "5",
                "--checkpoint-every", "0", "--device", "cpu", "--out", str(out)]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, preexec_fn=_all_cpus)
         state = json.loads((out / "trainer_state.json").read_text())
     return {"tokens_per_s": _median_tps(state["history"]), "train_s": state["elapsed_s"],
             "overall_tokens_per_s": state["tokens_seen"] / state["elapsed_s"],
@@ -235,6 +243,9 @@ def main() -> int:
     p.add_argument("--modes", nargs="+", default=["process"], choices=["process", "thread"],
                    help="how the app trains: in a child process (the default) and/or on a server thread (the "
                         "old way, BERT_EXPLORER_TRAIN_PROCESS=0), each alternated with the CLI")
+    p.add_argument("--browser-cpus", type=int, nargs="+", default=None, metavar="CPU",
+                   help="pin the browser (and this script) to these cores, as if it ran on the student's machine; "
+                        "the server, its training process and the CLI keep every core (default: no pinning)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
 
@@ -256,6 +267,9 @@ def main() -> int:
         out["attention_ms"] = ms
         rows.append(("attention figures, 64 tokens (" + what + ")", f"median {statistics.median(ms):.0f} ms "
                      f"(min {min(ms):.0f}, max {max(ms):.0f}, n={len(ms)})", "< 300 ms"))
+    if args.browser_cpus:
+        os.sched_setaffinity(0, args.browser_cpus)  # inherited by playwright's driver and Chromium
+        out["machine"]["browser_cpus"] = args.browser_cpus
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
