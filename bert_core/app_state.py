@@ -390,7 +390,12 @@ def _train_config(spec: TrainSpec):
 
 
 def train_in_process() -> bool:
-    """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread)."""
+    """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread).
+
+    The child talks over inherited pipe descriptors (`pass_fds`), which only POSIX systems have: on Windows the
+    run stays on a server thread."""
+    if os.name != "posix":
+        return False
     return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
 
 

@@ -225,7 +225,7 @@ def _live() -> None:
 
 
 st.divider()
-st.fragment(_live, run_every=1.0 if busy else None)()
+st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
 
 if job is not None and job.trainer is not None and not busy:
     results = job.trainer.results

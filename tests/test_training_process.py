@@ -170,3 +170,11 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
         time.sleep(0.1)
     alive = Path(f"/proc/{child}").exists() and "State:\tZ" not in Path(f"/proc/{child}/status").read_text()
     assert not alive, "the training process outlived the server"
+
+
+def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
+    spec = _spec()
+    monkeypatch.delenv(app_state.PROCESS_ENV, raising=False)
+    assert isinstance(app_state.pretraining_job("s", spec), ProcessTrainingJob)
+    monkeypatch.setenv(app_state.PROCESS_ENV, "0")
+    assert isinstance(app_state.pretraining_job("s", spec), app_state.TrainingJob)
