@@ -399,6 +399,16 @@ def train_in_process() -> bool:
     return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
 
 
+def finetune_job(session_id: str, builder: Callable[[], Any]):
+    """A job for the Fine-tune page (`builder` returns a FinetuneComparison and must be picklable): in a child
+    process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0."""
+    if not train_in_process():
+        return TrainingJob(session_id, builder=builder)
+    from bert_core.training_process import ProcessTrainingJob
+
+    return ProcessTrainingJob(session_id, builder, threads=training_threads())
+
+
 def pretraining_job(session_id: str, spec: TrainSpec):
     """A job for the Train page: by default in a child process (off the server's GIL), else on a thread."""
     if not train_in_process():

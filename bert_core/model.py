@@ -24,12 +24,18 @@ from bert_core.errors import BertCoreError
 
 IGNORE_INDEX = -100  # label value for tokens that are not predicted (Hugging Face's convention)
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),  # exact erf GELU, as in the original BERT
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU, as in the original BERT."""
+    return F.gelu(x)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """The tanh approximation of GELU (Hugging Face's "gelu_new")."""
+    return F.gelu(x, approximate="tanh")
+
+
+# Named functions, not lambdas, so that a model pickles (the app sends one to its training process).
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu}
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A pretraining run in a child process, steered and observed from the Streamlit server.
+"""A pretraining (or fine-tuning) run in a child process, steered and observed from the Streamlit server.
 
 Why a process and not a thread: a training step of a small BERT is hundreds of short torch calls, each needing
 Python's GIL between them. In the server's process the trainer thread shares that GIL with Streamlit's event loop
@@ -7,7 +7,9 @@ and the live charts' redraws, and lost 16% of its speed per step and a third ove
 
 Parent side: `ProcessTrainingJob` (the same interface as `app_state.TrainingJob`: start, stop, busy, phase, error,
 trainer, model_snapshot, save, zip_bytes, extend) and `TrainerProxy`, a read-only mirror of the child's `Trainer`
-(config, step, history, evals, baselines, probes, progress, tokenizer, metadata) fed by a pump thread.
+(config, step, history, evals, baselines, probes, progress, tokenizer, metadata) fed by a pump thread; for the
+Fine-tune page's `FinetuneComparison`, `ComparisonProxy` (runs, progress, and at the end the results with the
+trained models).
 Child side: `_child_main` builds the trainer, runs it when told, and answers commands at step boundaries, so a
 save or a weight snapshot always sees whole steps. The child is a fresh interpreter (`python -m
 bert_core.training_process`), so it inherits none of the server's threads and never re-runs the server's main
@@ -20,10 +22,12 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
@@ -35,10 +39,33 @@ log = logging.getLogger("bert_core.app")
 REPLY_TIMEOUT_S = 120.0   # a save or weight copy waits at most one step (or one evaluation) of the child
 
 
+class _Channel:
+    """One direction of a pipe carrying Python objects, pickled with the standard pickler.
+
+    Not `Connection.send`: its pickler hands torch tensors over as shared-memory handles that only a
+    multiprocessing child may open; plain pickle copies them into the message, which any process can read.
+    """
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+
+    def send(self, obj) -> None:
+        self.connection.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv(self):
+        return pickle.loads(self.connection.recv_bytes())
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self.connection.poll(timeout)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 # ---------------------------------------------------------------------------------------------- child
 
 
-def _child_main(commands: Connection, events: Connection) -> None:
+def _child_main(commands: _Channel, events: _Channel) -> None:
     """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
     step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
     _, path, threads = commands.recv()
@@ -94,12 +121,21 @@ def _child_main(commands: Connection, events: Connection) -> None:
             if cmd[0] != "run":  # already running
                 handle(cmd)
 
+    last_view = [0.0]
+
     def forward(event) -> None:
         from bert_core.training import EvalEvent
 
-        extra = dict(trainer.baselines) if isinstance(event, EvalEvent) else None
         try:
-            events.send(("event", event, extra, None))
+            if comparison:
+                # Fine-tuning steps are many and small: send the runs' state a few times a second, and at evals.
+                now = time.monotonic()
+                if type(event).__name__ == "FinetuneEval" or now - last_view[0] >= 0.25:
+                    last_view[0] = now
+                    events.send(("view", None, _comparison_view(trainer), None))
+            else:
+                extra = dict(trainer.baselines) if isinstance(event, EvalEvent) else None
+                events.send(("event", event, extra, None))
             drain()
         except (EOFError, OSError):
             state["quit"] = True
@@ -112,14 +148,21 @@ def _child_main(commands: Connection, events: Connection) -> None:
             log.exception("building the trainer failed")
         events.send(("failed", None, None, _message(exc)))
         return
-    trainer.callbacks.append(forward)
-    p = trainer.probes
-    events.send(("built", None, {
-        "config": trainer.config, "model_config": _unwrapped(trainer).config, "tokenizer": trainer.tokenizer,
-        "metadata": trainer.metadata, "baselines": dict(trainer.baselines), "step": trainer.step,
-        "history": trainer.history, "evals": trainer.evals,
-        "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
-    }, None))
+    comparison = hasattr(trainer, "tuners")  # a FinetuneComparison rather than a pretraining Trainer
+    if comparison:
+        for tuner in trainer.tuners:
+            tuner.callbacks.append(forward)
+        events.send(("built", None, {"kind": "comparison", "config": trainer.config, "train_data": trainer.train_data,
+                                     "val_data": trainer.val_data, "view": _comparison_view(trainer)}, None))
+    else:
+        trainer.callbacks.append(forward)
+        p = trainer.probes
+        events.send(("built", None, {
+            "kind": "pretraining", "config": trainer.config, "model_config": _unwrapped(trainer).config,
+            "tokenizer": trainer.tokenizer, "metadata": trainer.metadata, "baselines": dict(trainer.baselines),
+            "step": trainer.step, "history": trainer.history, "evals": trainer.evals,
+            "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
+        }, None))
     drain()
     pending_run = not state["stop_before_run"] and not state["quit"]
     if not pending_run:
@@ -131,6 +174,9 @@ def _child_main(commands: Connection, events: Connection) -> None:
             trainer.run()
             if state["quit"]:
                 break
+            if comparison:
+                events.send(("view", None, _comparison_view(trainer), None))
+                events.send(("results", None, trainer.results, None))  # with the trained models
             events.send(("phase", None, trainer.state, trainer.error))
             continue
         cmd = next_command(5.0)
@@ -144,6 +190,12 @@ def _child_main(commands: Connection, events: Connection) -> None:
         events.send(("phase", None, "closed", None))
     except (EOFError, OSError):
         pass
+
+
+def _comparison_view(comparison) -> dict:
+    """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
+    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals) for t in comparison.tuners],
+            "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
 
 
 def _unwrapped(trainer):
@@ -227,6 +279,35 @@ class TrainerProxy:
             self.probes.add(event)
 
 
+@dataclass
+class TunerView:
+    """One fine-tuning run as the page sees it."""
+
+    name: str
+    state: str
+    step: int
+    evals: list
+
+
+class ComparisonProxy:
+    """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
+
+    def __init__(self, built: dict):
+        self.config = built["config"]
+        self.train_data, self.val_data = built["train_data"], built["val_data"]
+        self.results: dict = {}
+        self.error: str | None = None
+        self._update(built["view"])
+
+    def _update(self, view: dict) -> None:
+        self.tuners, self.progress = view["tuners"], view["progress"]
+        self.state, self.error = view["state"], view["error"]
+
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.tuners)
+
+
 class ProcessTrainingJob:
     """One session's pretraining run in a child process (a fresh interpreter: nothing of the server is inherited).
 
@@ -246,8 +327,8 @@ class ProcessTrainingJob:
         self.phase = "new"          # new | preparing | running | stopped | finished | failed
         self.created = time.time()
         self.process: subprocess.Popen | None = None
-        self._commands: Connection | None = None
-        self._events: Connection | None = None
+        self._commands: _Channel | None = None
+        self._events: _Channel | None = None
         self._send_lock = threading.Lock()
         self._pump: threading.Thread | None = None
         self._replies: dict[int, list] = {}
@@ -418,8 +499,8 @@ class ProcessTrainingJob:
         finally:
             os.close(cmd_read)
             os.close(evt_write)
-        self._commands = Connection(cmd_write, readable=False)
-        self._events = Connection(evt_read, writable=False)
+        self._commands = _Channel(Connection(cmd_write, readable=False))
+        self._events = _Channel(Connection(evt_read, writable=False))
         self._send(("init", sys.path, self._threads))
         self._send(("builder", self._builder))
 
@@ -452,9 +533,17 @@ class ProcessTrainingJob:
             return
         with self._changed:
             if kind == "built":
-                self.trainer = TrainerProxy(payload, self._data_factory)
+                if payload["kind"] == "comparison":
+                    self.trainer = ComparisonProxy(payload)
+                else:
+                    self.trainer = TrainerProxy(payload, self._data_factory)
                 self.trainer.state = "running"
                 self.phase = "running"
+            elif kind == "view":
+                if isinstance(self.trainer, ComparisonProxy):
+                    self.trainer._update(payload)
+            elif kind == "results":
+                self.trainer.results = payload
             elif kind == "phase":
                 if self.trainer is not None:
                     self.trainer.state = payload
@@ -485,4 +574,8 @@ class ProcessTrainingJob:
 
 
 if __name__ == "__main__":
-    _child_main(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+    # Run the imported module, not this `__main__` copy, so that what it pickles names bert_core.training_process.
+    from bert_core import training_process
+
+    training_process._child_main(training_process._Channel(Connection(int(sys.argv[1]), writable=False)),
+                                 training_process._Channel(Connection(int(sys.argv[2]), readable=False)))

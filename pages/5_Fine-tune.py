@@ -1,18 +1,14 @@
 """Fine-tune the active model to classify text, and the same architecture from scratch with the same budget."""
 
+from functools import partial
+
 import pandas as pd
 import streamlit as st
 
 from bert_core import app_state, finetune_figures
 from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
 from bert_core.errors import BertCoreError
-from bert_core.finetune import (
-    FinetuneComparison,
-    FinetuneConfig,
-    classifier_from_model,
-    classify_text,
-    scratch_twin,
-)
+from bert_core.finetune import FinetuneConfig, build_comparison, classify_text
 from bert_core.paths import shared_data_dir
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
@@ -146,20 +142,6 @@ if data is not None:
                      hide_index=True, width="stretch")
 
 
-def _builder(data, active_model, settings: dict):
-    """Runs on the job's thread: split, copy the active model into a classifier, make its scratch twin."""
-    def build():
-        train, val = split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])
-        config = FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None,
-                                learning_rate=settings["lr"], batch_size=settings["batch"],
-                                max_length=settings["maxlen"], seed=settings["seed"], device="cpu", eval_points=10)
-        pre = classifier_from_model(active_model.model, data.num_labels, settings["seed"])
-        scratch = scratch_twin(pre, data.num_labels, settings["seed"])
-        tok = active_model.tokenizer
-        return FinetuneComparison([("pretrained", pre, tok), ("scratch", scratch, tok)], train, val, config)
-    return build
-
-
 b1, b2, b3 = st.columns(3)
 try:
     if active is None:
@@ -174,7 +156,8 @@ try:
                        batch_size=settings["batch"], max_length=settings["maxlen"])
         if job is not None:
             registry.discard(sid)
-        new_job = app_state.TrainingJob(sid, builder=_builder(data, active, settings))
+        new_job = app_state.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
+                                                      settings))
         registry.start(new_job)
         st.rerun()
     if b2.button("⏹ Stop", disabled=not busy):

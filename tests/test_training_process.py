@@ -178,3 +178,28 @@ def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
     assert isinstance(app_state.pretraining_job("s", spec), ProcessTrainingJob)
     monkeypatch.setenv(app_state.PROCESS_ENV, "0")
     assert isinstance(app_state.pretraining_job("s", spec), app_state.TrainingJob)
+
+
+def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(jobs, tmp_path):
+    from bert_core.classification_data import toy_topic_task
+    from bert_core.finetune import build_comparison, classify_text
+    from bert_core.training_process import ComparisonProxy
+
+    model, tok, _ = app_state.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
+    data = toy_topic_task(0, 200)
+    settings = dict(train=120, val=40, seed=0, budget=1, lr=1e-3, batch=16, maxlen=32)
+    job = app_state.finetune_job("ft", partial(build_comparison, data, model, tok, settings))
+    jobs.append(job)
+    job.start()
+    assert job.wait(TIMEOUT) and job.phase == "finished", job.error
+    comparison = job.trainer
+    assert isinstance(comparison, ComparisonProxy)
+    assert [t.name for t in comparison.tuners] == ["pretrained", "scratch"]
+    assert all(t.state == "finished" and t.step > 0 and t.evals for t in comparison.tuners)
+    assert comparison.progress.fraction == 1.0 and len(comparison.val_data) == 40
+    results = comparison.results
+    assert set(results) == {"pretrained", "scratch"}
+    for r in results.values():
+        assert r.steps == next(t.step for t in comparison.tuners if t.name == r.name)
+        probs = classify_text(r.model, r.tokenizer, "the farmer feeds the cows", max_length=32)
+        assert len(probs) == data.num_labels and abs(sum(probs) - 1) < 1e-5
