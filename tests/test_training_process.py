@@ -203,3 +203,21 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(jobs
         assert r.steps == next(t.step for t in comparison.tuners if t.name == r.name)
         probs = classify_text(r.model, r.tokenizer, "the farmer feeds the cows", max_length=32)
         assert len(probs) == data.num_labels and abs(sum(probs) - 1) < 1e-5
+
+
+def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(jobs, tmp_path):
+    from bert_core.classification_data import toy_topic_task
+    from bert_core.finetune import build_comparison
+
+    model, tok, _ = app_state.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
+    settings = dict(train=120, val=40, seed=0, budget=600, lr=1e-3, batch=16, maxlen=32)
+    job = app_state.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
+    jobs.append(job)
+    job.start()
+    deadline = time.time() + TIMEOUT
+    while (job.trainer is None or job.trainer.step < 5) and time.time() < deadline:
+        time.sleep(0.1)
+    job.stop(wait=TIMEOUT)
+    assert job.phase == "stopped" and not job.busy
+    assert list(job.trainer.results) == ["pretrained"] and job.trainer.results["pretrained"].state == "stopped"
+    assert job.trainer.progress.fraction < 0.5
