@@ -211,6 +211,16 @@ def validate_spec(spec: TrainSpec) -> None:
         raise BertCoreError("the held-out fraction must be between 0 and 1")
 
 
+def _datasets(spec: TrainSpec, tokenizer):
+    """`cli.build_datasets` for a spec: with `tokenizer` None one is trained on the training part."""
+    from bert_core.cli import build_datasets
+    from bert_core.training import TrainConfig
+
+    config = TrainConfig(**spec.train)
+    return build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size, config.mask_rate,
+                          config.nsp, config.seed, spec.heldout_fraction, train_tokenizer=spec.vocab_size)
+
+
 def build_trainer(spec: TrainSpec, callbacks=()):
     """Load the corpus, train a tokenizer, build data, model and Trainer, as `python -m bert_core train` does."""
     import torch
@@ -222,9 +232,7 @@ def build_trainer(spec: TrainSpec, callbacks=()):
     from bert_core.training import TrainConfig, Trainer
 
     config = TrainConfig(**spec.train)
-    train_data, eval_data, _heldout, tokenizer, record = build_datasets(
-        [spec.corpus], None, config.max_seq_length, config.batch_size, config.mask_rate, config.nsp, config.seed,
-        spec.heldout_fraction, train_tokenizer=spec.vocab_size)
+    train_data, eval_data, _heldout, tokenizer, record = _datasets(spec, None)
     overrides = {"vocab_size": tokenizer.vocab_size,
                  "max_position_embeddings": max(512, config.max_seq_length), **spec.model_overrides}
     model_config = BertConfig.preset(spec.preset, **overrides)
@@ -311,11 +319,9 @@ class TrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
-        cfg = self.trainer.config
-        if cfg.max_steps is not None and self.trainer.step >= cfg.max_steps:
-            self.trainer.config = cfg.replace(max_steps=self.trainer.step + int(more_steps))
-        elif cfg.max_steps is None and cfg.time_budget_s is not None and self.trainer.progress.fraction >= 1:
-            self.trainer.config = cfg.replace(time_budget_s=cfg.time_budget_s + 60.0)
+        cfg = extended_config(self.trainer, more_steps)
+        if cfg is not None:
+            self.trainer.config = cfg
 
     def model_snapshot(self):
         """A frozen eval-mode copy of the model being trained, refreshed when the step changes.
@@ -360,6 +366,17 @@ class TrainingJob:
         """Nothing to release beyond stopping: the thread ends with its run."""
 
 
+def extended_config(trainer, more_steps: int):
+    """The config that lets a finished run (a Trainer or its mirror) go on: `more_steps` more steps, or a minute
+    more of a spent time budget; None when the run is not at its end."""
+    cfg = trainer.config
+    if cfg.max_steps is not None and trainer.step >= cfg.max_steps:
+        return cfg.replace(max_steps=trainer.step + int(more_steps))
+    if cfg.max_steps is None and cfg.time_budget_s is not None and trainer.progress.fraction >= 1:
+        return cfg.replace(time_budget_s=cfg.time_budget_s + 60.0)
+    return None
+
+
 def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
     """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes."""
     with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
@@ -375,18 +392,7 @@ def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
 
 def training_data_for(spec: TrainSpec, tokenizer):
     """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
-    from bert_core.cli import build_datasets
-
-    config = _train_config(spec)
-    train_data, *_ = build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size,
-                                    config.mask_rate, config.nsp, config.seed, spec.heldout_fraction)
-    return train_data
-
-
-def _train_config(spec: TrainSpec):
-    from bert_core.training import TrainConfig
-
-    return TrainConfig(**spec.train)
+    return _datasets(spec, tokenizer)[0]
 
 
 def train_in_process() -> bool:

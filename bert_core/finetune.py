@@ -574,14 +574,19 @@ class FinetuneComparison:
                 break
 
 
+def comparison_config(settings: dict) -> FinetuneConfig:
+    """The Fine-tune page's settings (budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated)."""
+    return FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None, learning_rate=settings["lr"],
+                          batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
+                          device="cpu", eval_points=10)
+
+
 def build_comparison(data: ClassificationData, model, tokenizer, settings: dict) -> "FinetuneComparison":
     """The Fine-tune page's two runs: split `data`, copy `model` into a classifier ("pretrained") and make its
     from-scratch twin ("scratch"), each for the same time budget. `settings`: train, val (sizes), seed, budget (s),
     lr, batch, maxlen. Module-level so that it can run in the app's training process."""
     train, val = split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])
-    config = FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None, learning_rate=settings["lr"],
-                            batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
-                            device="cpu", eval_points=10)
+    config = comparison_config(settings)
     pre = classifier_from_model(model, data.num_labels, settings["seed"])
     scratch = scratch_twin(pre, data.num_labels, settings["seed"])
     return FinetuneComparison([("pretrained", pre, tokenizer), ("scratch", scratch, tokenizer)], train, val, config)

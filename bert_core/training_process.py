@@ -102,8 +102,8 @@ def _child_main(commands: _Channel, events: _Channel) -> None:
                 events.send(("reply", request, str(cmd[2]), None))
             else:
                 events.send(("reply", request, None, f"unknown command {kind!r}"))
-        except (EOFError, OSError, BrokenPipeError):
-            raise
+        except (EOFError, OSError):
+            raise  # the server is gone: not a command's failure
         except Exception as exc:  # noqa: BLE001 - the server shows the message; the run goes on
             log.exception("command %s failed", kind)
             events.send(("reply", request, None, _message(exc)))
@@ -409,12 +409,10 @@ class ProcessTrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
-        cfg = self.trainer.config
-        if cfg.max_steps is not None and self.trainer.step >= cfg.max_steps:
-            cfg = cfg.replace(max_steps=self.trainer.step + int(more_steps))
-        elif cfg.max_steps is None and cfg.time_budget_s is not None and self.trainer.progress.fraction >= 1:
-            cfg = cfg.replace(time_budget_s=cfg.time_budget_s + 60.0)
-        else:
+        from bert_core.app_state import extended_config
+
+        cfg = extended_config(self.trainer, more_steps)
+        if cfg is None:
             return
         self.trainer.config = cfg
         self._send(("config", None, cfg.to_dict()))

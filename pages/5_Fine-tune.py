@@ -8,7 +8,7 @@ import streamlit as st
 from bert_core import app_state, finetune_figures
 from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
 from bert_core.errors import BertCoreError
-from bert_core.finetune import FinetuneConfig, build_comparison, classify_text
+from bert_core.finetune import build_comparison, classify_text, comparison_config
 from bert_core.paths import shared_data_dir
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
@@ -152,8 +152,7 @@ try:
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
         split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
-        FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None, learning_rate=settings["lr"],
-                       batch_size=settings["batch"], max_length=settings["maxlen"])
+        comparison_config(settings)  # and config errors, before any process starts
         if job is not None:
             registry.discard(sid)
         new_job = app_state.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,

@@ -32,6 +32,12 @@ def _job(spec: app_state.TrainSpec, sid: str = "proc") -> ProcessTrainingJob:
                               data_factory=partial(app_state.training_data_for, spec))
 
 
+def _wait_for_step(job, step: int) -> None:
+    deadline = time.time() + TIMEOUT
+    while (job.trainer is None or job.trainer.step < step) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def jobs():
     started = []
@@ -81,9 +87,7 @@ def test_stop_resume_and_extend(jobs):
     job = _job(_spec(steps=100_000, eval_every=0, probe_every=0))
     jobs.append(job)
     job.start()
-    deadline = time.time() + TIMEOUT
-    while (job.trainer is None or job.trainer.step < 3) and time.time() < deadline:
-        time.sleep(0.05)
+    _wait_for_step(job, 3)
     job.stop(wait=TIMEOUT)
     assert not job.busy and job.phase == "stopped"
     stopped_at = job.trainer.step
@@ -93,8 +97,7 @@ def test_stop_resume_and_extend(jobs):
     assert job.busy
     with pytest.raises(app_state.BertCoreError, match="no stopped or finished"):
         job.extend(5)
-    while job.trainer.step <= stopped_at + 2 and time.time() < deadline:
-        time.sleep(0.05)
+    _wait_for_step(job, stopped_at + 3)
     job.stop(wait=TIMEOUT)
     assert job.phase == "stopped" and job.trainer.step > stopped_at
 
@@ -214,9 +217,7 @@ def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(jobs, tmp_path):
     job = app_state.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
     jobs.append(job)
     job.start()
-    deadline = time.time() + TIMEOUT
-    while (job.trainer is None or job.trainer.step < 5) and time.time() < deadline:
-        time.sleep(0.1)
+    _wait_for_step(job, 5)
     job.stop(wait=TIMEOUT)
     assert job.phase == "stopped" and not job.busy
     assert list(job.trainer.results) == ["pretrained"] and job.trainer.results["pretrained"].state == "stopped"
