@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from bert_core.allocator import keep_freed_memory
 from bert_core.errors import BertCoreError
 
 HELDOUT_FRACTION = 0.1
@@ -631,6 +632,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose process trains and then exits: they keep freed memory for reuse (see bert_core.allocator).
+_TRAINING_COMMANDS = {"train", "finetune", "bench"}
+
+
 def main(argv=None) -> int:
     """Entry point: parse, run, and turn user errors into one `error:` line with exit status 2."""
     parser = build_parser()
@@ -640,6 +645,8 @@ def main(argv=None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command in _TRAINING_COMMANDS:
+        keep_freed_memory()
     try:
         return int(args.func(args) or 0)
     except BertCoreError as e:

@@ -6,8 +6,10 @@ Hugging Face's keys, and weights move between the two without a conversion table
 The architecture is the paper's: learned position embeddings, a LayerNorm on the embeddings, post-LN blocks
 (LayerNorm after each residual addition), exact (erf) GELU, a tanh pooler on [CLS], and an MLM head of
 dense + GELU + LayerNorm followed by a decoder tied to the word embeddings with its own bias.
-Two speed paths change no numbers: `scaled_dot_product_attention` when attention probabilities are not requested,
-and the MLM head run only on the labelled positions when the full logits are not requested.
+Speed paths that change no numbers: `scaled_dot_product_attention` when attention probabilities are not requested
+(and no CPU dropout is due), the MLM head run only on the labelled positions when the full logits are not
+requested, and on the CPU a cross-entropy for those positions that makes fewer passes over the logits.
+One that changes random numbers, not results: dropout on the CPU draws its masks 16 bits at a time (`Dropout`).
 """
 
 from __future__ import annotations
@@ -34,13 +36,88 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+class Dropout(nn.Dropout):
+    """`nn.Dropout`, with masks that cost a quarter of the random numbers on the CPU.
+
+    torch's CPU dropout draws one 32-bit number per element from its Mersenne Twister, serially, and that was 10%
+    of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
+    element is kept when its number is at least p x 65,536 (rounded), and kept elements are scaled by the inverse
+    of the kept fraction so that the expected output equals the input, as in the paper. The rate is thus
+    quantised to 1/65,536 (0.1 is 0.100006). Masks come from torch's default generator, so `torch.manual_seed`
+    makes them repeat. On a GPU, and for rates that round to 0 or 1, this is `nn.Dropout`.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        drop_levels = round(self.p * 65536)
+        if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < drop_levels < 65536:
+            return super().forward(x)
+        return x * dropout_scale_mask(x.shape, drop_levels, x.dtype)
+
+
+def dropout_scale_mask(shape, drop_levels: int, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of `shape` holding 0 (dropped) or 65536 / (65536 - drop_levels) (kept); see `Dropout`."""
+    numel = math.prod(shape)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)  # all 64 bits random
+    levels = words.view(torch.int16)[:numel].view(shape)  # uniform over -32768..32767
+    keep = levels >= drop_levels - 32768
+    return keep.to(dtype).mul_(65536 / (65536 - drop_levels))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, returning the logits too.
+
+    The same loss and gradients as `F.cross_entropy(F.linear(hidden, weight, bias), targets)`, in fewer passes over
+    the [rows x vocab] logits, which for a real vocabulary are the largest tensors of a training step: the forward
+    keeps the softmax (not the log-softmax), and the backward turns it into the gradient in place,
+    softmax - one_hot, instead of zero-filling a gradient buffer and running log-softmax's backward over it.
+    The logits are returned for reading (accuracy, predictions) and carry no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets):
+        logits = torch.addmm(bias, hidden, weight.t())
+        probs = torch.softmax(logits, dim=-1)
+        rows = torch.arange(targets.shape[0], device=targets.device)
+        p_target = probs[rows, targets]
+        log_p = p_target.log()
+        underflow = p_target < 1e-30  # a probability this small has lost digits: take those rows' log-softmax
+        if bool(underflow.any()):
+            log_p[underflow] = torch.log_softmax(logits[underflow], dim=-1)[
+                torch.arange(int(underflow.sum()), device=targets.device), targets[underflow]]
+        ctx.save_for_backward(hidden, weight, probs, targets)
+        ctx.mark_non_differentiable(logits)
+        ctx.set_materialize_grads(False)  # else autograd passes a zero-filled [rows x vocab] "gradient" of the logits
+        ctx.spent = False
+        return -log_p.mean(), logits
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss, _grad_logits):
+        if ctx.spent:
+            raise BertCoreError("the fused MLM loss cannot be back-propagated twice (its softmax became the gradient)")
+        ctx.spent = True
+        hidden, weight, probs, targets = ctx.saved_tensors
+        if grad_loss is None:
+            return None, None, None, None
+        scale = grad_loss / targets.shape[0]
+        grad_logits = probs.mul_(scale)  # d(mean CE)/d logits = (softmax - one_hot) / rows
+        grad_logits[torch.arange(targets.shape[0], device=targets.device), targets] -= scale
+        grad_hidden = grad_logits @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = grad_logits.t() @ hidden if ctx.needs_input_grad[1] else None
+        grad_bias = grad_logits.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_hidden, grad_weight, grad_bias, None
+
+
 # Named functions, not lambdas, so that a model pickles (the app sends one to its training process).
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu}
 
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions."""
+    """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions.
+
+    Train on `loss` / `mlm_loss`: sparse `mlm_logits` may carry no gradient (on the CPU they come out of the
+    fused cross-entropy, `_LinearCrossEntropy`)."""
 
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
@@ -72,7 +149,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -94,7 +171,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = Dropout(config.attention_probs_dropout_prob)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -104,8 +181,11 @@ class BertSelfAttention(nn.Module):
         q = self._heads(self.query(hidden_states))
         k = self._heads(self.key(hidden_states))
         v = self._heads(self.value(hidden_states))
-        if output_attentions:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.attention_head_size)
+        # On the CPU, scaled_dot_product_attention with dropout runs these same steps (its "math" kernel) with
+        # torch's slower dropout and an extra pass for fully masked rows, so written out they are faster there.
+        cpu_dropout = self.training and self.dropout.p > 0 and hidden_states.device.type == "cpu"
+        if output_attentions or cpu_dropout:
+            scores = (q / math.sqrt(self.attention_head_size)) @ k.transpose(-1, -2)  # scaling q: half the elements
             if additive_mask is not None:
                 scores = scores + additive_mask
             probs = scores.softmax(dim=-1)
@@ -116,7 +196,7 @@ class BertSelfAttention(nn.Module):
                 q, k, v, attn_mask=additive_mask, dropout_p=self.dropout.p if self.training else 0.0
             )
         b, _, s, _ = context.shape
-        return context.transpose(1, 2).reshape(b, s, -1), probs
+        return context.transpose(1, 2).reshape(b, s, -1), probs if output_attentions else None
 
 
 class BertSelfOutput(nn.Module):
@@ -126,7 +206,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, input_tensor):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -162,7 +242,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, input_tensor):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -352,11 +432,16 @@ class BertForPreTraining(nn.Module):
             # Only ~15% of tokens carry a label; the decoder (H x vocab) is the largest matmul of a small BERT,
             # so running the head on those rows alone gives the same loss for a fraction of the work.
             positions = labels != IGNORE_INDEX
-            mlm_logits = head(sequence_output[positions])
-            if mlm_logits.shape[0]:
-                mlm_loss = F.cross_entropy(mlm_logits.float(), labels[positions])
+            masked = sequence_output[positions]
+            fused = (masked.device.type == "cpu" and masked.dtype in (torch.float32, torch.float64)
+                     and not torch.is_autocast_enabled("cpu"))  # its softmax needs the full precision
+            if masked.shape[0] and fused:
+                mlm_loss, mlm_logits = _LinearCrossEntropy.apply(
+                    head.transform(masked), head.decoder.weight, head.decoder.bias, labels[positions])
             else:
-                mlm_loss = mlm_logits.sum() * 0.0  # nothing masked: zero loss, not NaN
+                mlm_logits = head(masked)
+                mlm_loss = (F.cross_entropy(mlm_logits.float(), labels[positions]) if masked.shape[0]
+                            else mlm_logits.sum() * 0.0)  # nothing masked: zero loss, not NaN
         nsp_logits = self.cls.seq_relationship(pooled)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
@@ -383,7 +468,7 @@ class BertForSequenceClassification(nn.Module):
         self.config = config
         self.num_labels = num_labels
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.apply(lambda m: _init_weights(m, config.initializer_range))
 

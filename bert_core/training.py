@@ -580,7 +580,7 @@ class Trainer:
                 positions = batch.mlm_labels != -100
                 targets = batch.mlm_labels[positions]
                 logits = out.mlm_logits.float()
-                mlm_sum = F.cross_entropy(logits, targets, reduction="sum")
+                mlm_sum = out.mlm_loss * targets.numel()  # the model's mean back to a sum (sparse logits: no grad)
                 nsp_logits = out.nsp_logits.float()
                 if cfg.nsp:
                     nsp_sum = F.cross_entropy(nsp_logits, batch.next_sentence_label, reduction="sum")

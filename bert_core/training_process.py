@@ -72,6 +72,9 @@ def _child_main(commands: _Channel, events: _Channel) -> None:
     sys.path[:0] = [p for p in path if p not in sys.path]
     import torch
 
+    from bert_core.allocator import keep_freed_memory
+
+    keep_freed_memory()  # this process only trains, and exits when the run is done with
     torch.set_num_threads(max(1, threads))
     _, builder = commands.recv()
     state = {"stop_before_run": False, "quit": False}

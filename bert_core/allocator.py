@@ -1,0 +1,45 @@
+"""Keep freed memory in the process for reuse, so training steps stop paying the kernel for fresh pages.
+
+glibc's malloc serves every allocation above a threshold (at most 32 MB) with its own `mmap` and returns it to
+the kernel with `munmap` when freed. A training step of a BERT with a real vocabulary allocates and frees several
+such buffers every step (the MLM logits of `mini` at batch 32 x 128 are 608 x 30,522 floats = 74 MB, and their
+softmax and gradient as many again), so every step the kernel hands out and zeroes tens of thousands of fresh
+4 KB pages: on a 2-core VM that was ~100,000 page faults and ~20% of a `mini` step. This is the problem that
+Intel's PyTorch CPU tuning guide solves by preloading jemalloc or tcmalloc; here two `mallopt` calls do it
+without another library: serve large blocks from the heap too (M_MMAP_MAX = 0), and keep up to 1 GiB of freed
+memory at the top of the heap instead of trimming it (M_TRIM_THRESHOLD). The cost is that the process keeps its
+peak memory until it exits (a loop that allocates and frees one 80 MB tensor settles at ~600 MB instead of
+~220 MB), which is why only the processes that train call it (CLI `train`, `finetune`, `bench`, and the app's
+training process), never the app's server. Measured on `tiny` with a 30,522 vocabulary, batch 32 x 128, one
+thread, 300 steps: with it, memory stopped growing at 1.2 GB by step 150 and page faults stopped; without it,
+42,000 page faults a step and 1.45 GB at step 250, still growing (glibc's own fragmentation); 15% more steps/s.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_TRIM_THRESHOLD = -1  # from glibc's malloc.h
+_M_MMAP_MAX = -4
+_KEEP_BYTES = 1 << 30
+_applied = False
+
+
+def keep_freed_memory() -> bool:
+    """Apply the setting above to this process (glibc on Linux only); return whether it is in effect."""
+    global _applied
+    if _applied:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success; a C library that rejects either value leaves the default behaviour.
+    _applied = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1
+    return _applied

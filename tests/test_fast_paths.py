@@ -1,0 +1,181 @@
+"""The CPU speed paths against the plain PyTorch computation they replace: fused MLM cross-entropy, 16-bit dropout
+masks, written-out attention with dropout, and the allocator setting of the training processes."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bert_core.config import BertConfig
+from bert_core.errors import BertCoreError
+from bert_core.model import BertForPreTraining, Dropout, _LinearCrossEntropy
+
+# ------------------------------------------------------------------------------------------- cross-entropy
+
+
+def _head_inputs(rows=37, hidden=24, vocab=301, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(rows, hidden, generator=g)
+    w = torch.randn(vocab, hidden, generator=g) * 0.3
+    b = torch.randn(vocab, generator=g) * 0.1
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    return h, w, b, targets
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_fused_cross_entropy_equals_torch_loss_and_gradients(extreme):
+    h, w, b, targets = _head_inputs()
+    if extreme:  # rows whose target probability underflows float32: the loss must stay finite and exact
+        h[0] *= 400.0
+        targets[0] = int((h[0] @ w.t() + b).argmin())
+        h[5] *= -300.0
+        targets[5] = int((h[5] @ w.t() + b).argmin())
+    if extreme:
+        row_losses = F.cross_entropy(h @ w.t() + b, targets, reduction="none")
+        assert row_losses[0] > 200 and row_losses[5] > 200  # target probabilities below float32's range
+    grads = []
+    losses = []
+    for fused in (True, False):
+        hh, ww, bb = (t.clone().requires_grad_() for t in (h, w, b))
+        if fused:
+            loss, logits = _LinearCrossEntropy.apply(hh, ww, bb, targets)
+            assert not logits.requires_grad
+            assert torch.equal(logits, torch.addmm(b, h, w.t()))
+        else:
+            loss = F.cross_entropy(F.linear(hh, ww, bb), targets)
+        (loss * 2.5).backward()  # an upstream gradient that is not 1
+        losses.append(loss.detach())
+        grads.append((hh.grad, ww.grad, bb.grad))
+    assert torch.isfinite(losses[0])
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=1e-6)
+    for ours, ref in zip(*grads):
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_cross_entropy_refuses_a_second_backward():
+    h, w, b, targets = _head_inputs()
+    loss, _ = _LinearCrossEntropy.apply(h.requires_grad_(), w, b, targets)
+    loss.backward(retain_graph=True)
+    with pytest.raises(BertCoreError, match="twice"):
+        loss.backward()
+
+
+def test_sparse_mlm_gradients_equal_dense_gradients_for_every_parameter():
+    config = BertConfig.preset("nano", vocab_size=211, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(config)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 211, (3, 19), generator=g)
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(ids.shape, generator=g) < 0.3
+    labels[chosen] = ids[chosen]
+    nsp = torch.tensor([0, 1, 1])
+    grads = []
+    for full in (False, True):
+        model.zero_grad()
+        model(ids, labels=labels, next_sentence_label=nsp, full_mlm_logits=full).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_nothing_masked_gives_zero_loss_not_nan():
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=50))
+    ids = torch.randint(5, 50, (2, 8))
+    out = model(ids, labels=torch.full_like(ids, -100))
+    assert out.mlm_loss.item() == 0.0
+    out.loss.backward()
+
+
+# ------------------------------------------------------------------------------------------------ dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_rate_scale_and_expectation(p):
+    torch.manual_seed(0)
+    drop = Dropout(p).train()
+    x = torch.ones(4, 1_000_000)
+    y = drop(x)
+    kept = y != 0
+    levels = round(p * 65536)
+    assert torch.all(y[kept] == 65536 / (65536 - levels))
+    # Each 64-bit draw feeds four elements in a row: every one of the four lanes must drop at rate p, which
+    # fails if some bits of the draw were not random (e.g. a sign bit always 0).
+    lanes = (~kept).reshape(-1, 4).float().mean(0)
+    assert torch.all((lanes - p).abs() < 0.003), lanes
+    assert abs(y.mean().item() - 1.0) < 0.003  # unbiased: kept elements are scaled up by 1 / kept fraction
+
+
+def test_dropout_masks_follow_the_seed_and_gradients_use_the_same_mask():
+    drop = Dropout(0.1).train()
+    x = torch.randn(64, 257, requires_grad=True)
+    torch.manual_seed(3)
+    a = drop(x)
+    torch.manual_seed(3)
+    b = drop(x)
+    c = drop(x)
+    assert torch.equal(a, b) and not torch.equal(b, c)
+    a.backward(torch.ones_like(a))
+    torch.testing.assert_close(x.grad, a.detach() / x.detach())
+    assert torch.equal(drop.eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+
+
+def test_dropout_rates_too_small_or_large_for_16_bits_fall_back_to_torch():
+    x = torch.ones(10_000)
+    torch.manual_seed(0)
+    almost_all = Dropout(0.999999).train()(x)  # rounds to 65536 levels: torch's own dropout
+    assert almost_all.count_nonzero() < 10
+    assert Dropout(1e-7).train()(x).count_nonzero() > 9990
+
+
+def test_training_attention_with_dropout_is_seeded_and_reports_probabilities():
+    config = BertConfig.preset("nano", vocab_size=80, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.3)
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).train()
+    ids = torch.randint(5, 80, (2, 12))
+    torch.manual_seed(7)
+    a = model(ids).mlm_logits
+    torch.manual_seed(7)
+    b = model(ids).mlm_logits
+    c = model(ids).mlm_logits
+    assert torch.equal(a, b) and not torch.equal(b, c)
+    out = model(ids, output_attentions=True)
+    assert out.attentions[0].shape == (2, 2, 12, 12)
+    torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(2, 2, 12))  # before dropout: rows sum to 1
+    assert model(ids).attentions is None
+    with torch.no_grad():  # in eval mode the written-out path and scaled_dot_product_attention agree
+        model.eval()
+        torch.testing.assert_close(model(ids).mlm_logits, model(ids, output_attentions=True).mlm_logits,
+                                   rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- allocator
+
+_FAULTS = textwrap.dedent("""
+    import resource, sys, torch
+    from bert_core.allocator import keep_freed_memory
+    if sys.argv[1] == "keep":
+        assert keep_freed_memory()
+    for _ in range(20):  # 80 MB, above glibc's mmap threshold; the heap settles after a few
+        torch.empty(20_000_000).fill_(1.0)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        torch.empty(20_000_000).fill_(1.0)  # written, as a step's logits are
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_keeping_freed_memory_stops_page_faults_on_large_buffers():
+    def faults(mode):
+        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    default, kept = faults("default"), faults("keep")
+    assert default > 50_000  # 5 x 80 MB of fresh 4 KB pages (~97,000), each faulted in by the kernel
+    assert kept < 2_000
