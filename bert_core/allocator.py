@@ -9,7 +9,7 @@ Intel's PyTorch CPU tuning guide solves by preloading jemalloc or tcmalloc; here
 without another library: serve large blocks from the heap too (M_MMAP_MAX = 0), and keep up to 1 GiB of freed
 memory at the top of the heap instead of trimming it (M_TRIM_THRESHOLD). The cost is that the process keeps its
 peak memory until it exits (a loop that allocates and frees one 80 MB tensor settles at ~600 MB instead of
-~220 MB), which is why only the processes that train call it (CLI `train`, `finetune`, `bench`, and the app's
+~220 MB), which is why only the processes that train call it (CLI `train`, `finetune` and `bench`, and the app's
 training process), never the app's server. Measured on `tiny` with a 30,522 vocabulary, batch 32 x 128, one
 thread, 300 steps: with it, memory stopped growing at 1.2 GB by step 150 and page faults stopped; without it,
 42,000 page faults a step and 1.45 GB at step 250, still growing (glibc's own fragmentation); 15% more steps/s.

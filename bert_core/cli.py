@@ -633,7 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands whose process trains and then exits: they keep freed memory for reuse (see bert_core.allocator).
-_TRAINING_COMMANDS = {"train", "finetune", "bench"}
+# (`bench` applies it itself, with a flag to compare without it.)
+_TRAINING_COMMANDS = {"train", "finetune"}
 
 
 def main(argv=None) -> int:

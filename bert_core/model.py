@@ -59,8 +59,8 @@ def dropout_scale_mask(shape, drop_levels: int, dtype: torch.dtype) -> torch.Ten
     numel = math.prod(shape)
     words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)  # all 64 bits random
     levels = words.view(torch.int16)[:numel].view(shape)  # uniform over -32768..32767
-    keep = levels >= drop_levels - 32768
-    return keep.to(dtype).mul_(65536 / (65536 - drop_levels))
+    mask = torch.ge(levels, drop_levels - 32768, out=torch.empty(shape, dtype=dtype))  # 1.0 kept, 0.0 dropped
+    return mask.mul_(65536 / (65536 - drop_levels))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

@@ -10,7 +10,7 @@ def test_bench_reports_both_models_and_the_ratio(capsys):
     parser = argparse.ArgumentParser()
     bench.add_parser(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["bench", "--preset", "nano", "--vocab-size", "300", "--seq-len", "16",
-                              "--batch-size", "2", "--rounds", "1", "--warmup", "0", "--json"])
+                              "--batch-size", "2", "--rounds", "1", "--warmup", "0", "--json", "--default-malloc"])
     result = bench.run_bench(args)
     assert result["ours_tokens_per_s"] > 0 and result["transformers_tokens_per_s"] > 0
     assert result["speedup"] > 0 and 0 < result["ours_fraction_of_matmul"]
