@@ -39,8 +39,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 class Dropout(nn.Dropout):
     """`nn.Dropout`, with masks that cost a quarter of the random numbers on the CPU.
 
-    torch's CPU dropout draws one 32-bit number per element from its Mersenne Twister, serially, and that was 10%
-    of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
+    torch's CPU dropout draws a random number per element, on one core (~6 ns each on our 2-core VM), and that was
+    10% of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
     element is kept when its number is at least p x 65,536 (rounded), and kept elements are scaled by the inverse
     of the kept fraction so that the expected output equals the input, as in the paper. The rate is thus
     quantised to 1/65,536 (0.1 is 0.100006). Masks come from torch's default generator, so `torch.manual_seed`
