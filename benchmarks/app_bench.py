@@ -10,7 +10,9 @@
    `python -m bert_core train` on the same settings and the same torch thread count, alternated (target: the app
    loses < 10%);
 4. memory of one training session: server RSS before the run and its peak (VmHWM) after, and the peak of the
-   training process the app starts for it.
+   training process the app starts for it;
+5. the Fine-tune page's pretrained-vs-scratch comparison (toy topics, the page's defaults): steps each model makes
+   in its time budget inside the app against `python -m bert_core finetune --compare-scratch`, alternated.
 Needs the system Chromium (/usr/bin/chromium) and the playwright package; prints a Markdown table.
 """
 
@@ -225,6 +227,40 @@ def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
             "rss_before_mb": rss_before / 1024, "rss_peak_mb": peak / 1024, "child_peak_mb": child_peak / 1024}
 
 
+FT_SETTINGS = dict(train=200, val=500, seed=0, lr=1e-3, batch=32, maxlen=64)  # the Fine-tune page's defaults
+
+
+def bench_finetune_cli(args, threads: int) -> dict:
+    """Steps each model of the pretrained-vs-scratch comparison makes in the budget, outside the app."""
+    s = FT_SETTINGS
+    cmd = [sys.executable, "-m", "bert_core", "finetune", "--task", "toy", "--train-size", str(s["train"]),
+           "--val-size", str(s["val"]), "--seed", str(s["seed"]), "--lr", str(s["lr"]), "--batch-size",
+           str(s["batch"]), "--max-length", str(s["maxlen"]), "--time-budget", str(args.ft_budget),
+           "--compare-scratch", "--device", "cpu", "--json"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    done = subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True, preexec_fn=_all_cpus)
+    return {r["name"]: r["steps"] for r in json.loads(done.stdout)["results"]}
+
+
+def bench_finetune_app(browser, args, env: dict, mode: str = "process") -> dict:
+    """The same comparison from the Fine-tune page (open in the browser, live charts polling): steps per model,
+    read from the results table."""
+    env = dict(env, BERT_EXPLORER_TRAIN_PROCESS="1" if mode == "process" else "0")
+    query = "?ft_data=toy&" + "&".join(f"ft_{k}={v}" for k, v in FT_SETTINGS.items()) + f"&ft_budget={args.ft_budget}"
+    with Server(env) as server:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(server.url + "/Fine-tune" + query)
+        _settled(page)
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Fine-tune both").click()
+        page.get_by_text("Results").wait_for(timeout=args.ft_budget * 4000 + 120_000)
+        _settled(page)
+        cells = page.locator('[data-testid="stDataFrame"] [role="gridcell"]').all_inner_texts()
+        page.close()
+    rows = [cells[i:i + 6] for i in range(0, 12, 6)]  # run, accuracy, macro-F1, steps, seconds, state
+    names = {"from pretrained": "pretrained", "from scratch": "scratch"}
+    return {names[r[0]]: int(r[3].replace(",", "")) for r in rows}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="startup runs and training rounds (alternated)")
@@ -239,7 +275,8 @@ def main() -> int:
                    help="probe snapshots in the app run (the CLI takes none, so 0 compares like with like)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both the CLI and the app run")
     p.add_argument("--poll", type=float, default=None, help="seconds between live redraws (default: the app's)")
-    p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training"])
+    p.add_argument("--ft-budget", type=int, default=30, help="seconds per model of the fine-tuning comparison")
+    p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training", "finetune"])
     p.add_argument("--modes", nargs="+", default=["process"], choices=["process", "thread"],
                    help="how the app trains: in a child process (the default) and/or on a server thread (the "
                         "old way, BERT_EXPLORER_TRAIN_PROCESS=0), each alternated with the CLI")
@@ -304,6 +341,23 @@ def main() -> int:
                     rows.append((f"memory, one training session ({where})",
                                  f"server {app[-1]['rss_before_mb']:.0f} MB before, peak "
                                  f"{max(r['rss_peak_mb'] for r in app):.0f} MB{child}", ""))
+            if "finetune" not in args.skip:
+                cli, apps = [], {mode: [] for mode in args.modes}
+                for _ in range(args.repeats):
+                    cli.append(bench_finetune_cli(args, args.threads))
+                    for mode in args.modes:
+                        apps[mode].append(bench_finetune_app(browser, args, env, mode))
+                out["finetune_cli"], out["finetune_app"] = cli, apps
+                setting = (f"toy topics, {FT_SETTINGS['train']} examples, batch {FT_SETTINGS['batch']} x "
+                           f"{FT_SETTINGS['maxlen']}, {args.ft_budget} s per model, {args.threads} thread(s)")
+                for name in ("pretrained", "scratch"):
+                    c = statistics.median(r[name] for r in cli)
+                    rows.append((f"fine-tuning steps, {name}, CLI ({setting})", f"median {c:,.0f}", ""))
+                    for mode, app in apps.items():
+                        a = statistics.median(r[name] for r in app)
+                        where = "child process" if mode == "process" else "server thread"
+                        rows.append((f"fine-tuning steps, {name}, app, {where} (Fine-tune page open)",
+                                     f"median {a:,.0f} ({(a / c - 1) * 100:+.1f}%)", ""))
         finally:
             browser.close()
     out["machine"]["load_avg_end"] = os.getloadavg()
