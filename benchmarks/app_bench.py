@@ -261,6 +261,16 @@ def bench_finetune_app(browser, args, env: dict, mode: str = "process") -> dict:
     return {names[r[0]]: int(r[3].replace(",", "")) for r in rows}
 
 
+def _alternate(args, cli_run, app_run) -> tuple[list, dict]:
+    """`args.repeats` rounds, each a CLI run then an app run per mode, so that machine noise hits all alike."""
+    cli, apps = [], {mode: [] for mode in args.modes}
+    for _ in range(args.repeats):
+        cli.append(cli_run())
+        for mode in args.modes:
+            apps[mode].append(app_run(mode))
+    return cli, apps
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="startup runs and training rounds (alternated)")
@@ -316,11 +326,8 @@ def main() -> int:
                 rows.append(("`streamlit run` to home page rendered", f"median {statistics.median(s):.1f} s "
                              f"(n={len(s)})", ""))
             if "training" not in args.skip:
-                cli, apps = [], {mode: [] for mode in args.modes}
-                for _ in range(args.repeats):
-                    cli.append(bench_cli(args, args.threads))
-                    for mode in args.modes:
-                        apps[mode].append(bench_app(browser, args, env, mode))
+                cli, apps = _alternate(args, lambda: bench_cli(args, args.threads),
+                                       lambda mode: bench_app(browser, args, env, mode))
                 out["cli"], out["app"] = cli, apps
                 c = statistics.median(r["tokens_per_s"] for r in cli)
                 co = statistics.median(r["overall_tokens_per_s"] for r in cli)
@@ -342,11 +349,8 @@ def main() -> int:
                                  f"server {app[-1]['rss_before_mb']:.0f} MB before, peak "
                                  f"{max(r['rss_peak_mb'] for r in app):.0f} MB{child}", ""))
             if "finetune" not in args.skip:
-                cli, apps = [], {mode: [] for mode in args.modes}
-                for _ in range(args.repeats):
-                    cli.append(bench_finetune_cli(args, args.threads))
-                    for mode in args.modes:
-                        apps[mode].append(bench_finetune_app(browser, args, env, mode))
+                cli, apps = _alternate(args, lambda: bench_finetune_cli(args, args.threads),
+                                       lambda mode: bench_finetune_app(browser, args, env, mode))
                 out["finetune_cli"], out["finetune_app"] = cli, apps
                 setting = (f"toy topics, {FT_SETTINGS['train']} examples, batch {FT_SETTINGS['batch']} x "
                            f"{FT_SETTINGS['maxlen']}, {args.ft_budget} s per model, {args.threads} thread(s)")
