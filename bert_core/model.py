@@ -8,8 +8,9 @@ The architecture is the paper's: learned position embeddings, a LayerNorm on the
 dense + GELU + LayerNorm followed by a decoder tied to the word embeddings with its own bias.
 Speed paths that change no numbers: `scaled_dot_product_attention` when attention probabilities are not requested
 (and no CPU dropout is due), the MLM head run only on the labelled positions when the full logits are not
-requested, and on the CPU a cross-entropy for those positions that makes fewer passes over the logits.
-One that changes random numbers, not results: dropout on the CPU draws its masks 16 bits at a time (`Dropout`).
+requested, and, for CPU training, the pieces in `fast_paths`: a cross-entropy for those positions that makes
+fewer passes over the logits, and self-attention with its backward written by hand. One that changes random
+numbers, not results: dropout on the CPU draws its masks 16 bits at a time (`fast_paths.Dropout`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
+from bert_core import fast_paths
+from bert_core.fast_paths import Dropout
 
 IGNORE_INDEX = -100  # label value for tokens that are not predicted (Hugging Face's convention)
 
@@ -37,85 +39,6 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-class Dropout(nn.Dropout):
-    """`nn.Dropout`, with masks that cost a quarter of the random numbers on the CPU.
-
-    torch's CPU dropout draws a random number per element, on one core (~6 ns each on our 2-core VM), and that was
-    10% of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
-    element is kept when its number is at least p x 65,536 (rounded), and kept elements are scaled by the inverse
-    of the kept fraction so that the expected output equals the input, as in the paper. The rate is thus
-    quantised to 1/65,536 (0.1 is 0.100006). The 64-bit draws come from numpy's PCG64DXSM, 2.5x faster than torch's
-    CPU generator (mt19937, ~4 ns per 64 bits) and still on one core, seeded by one draw from torch's default
-    generator, so `torch.manual_seed` makes the masks repeat. On a GPU, and for rates that round to 0 or 1, this is
-    `nn.Dropout`.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        drop_levels = round(self.p * 65536)
-        if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < drop_levels < 65536:
-            return super().forward(x)
-        return x * dropout_scale_mask(x.shape, drop_levels, x.dtype)
-
-
-def dropout_scale_mask(shape, drop_levels: int, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor of `shape` holding 0 (dropped) or 65536 / (65536 - drop_levels) (kept); see `Dropout`."""
-    numel = math.prod(shape)
-    seed = int(torch.empty((), dtype=torch.int64).random_())  # torch's generator decides, so its seed repeats masks
-    words = torch.from_numpy(np.random.PCG64DXSM(seed).random_raw((numel + 3) // 4).view(np.int64))  # 64 random bits
-    levels = words.view(torch.int16)[:numel].view(shape)  # uniform over -32768..32767
-    mask = torch.ge(levels, drop_levels - 32768, out=torch.empty(shape, dtype=dtype))  # 1.0 kept, 0.0 dropped
-    return mask.mul_(65536 / (65536 - drop_levels))
-
-
-class _LinearCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, returning the logits too.
-
-    The same loss and gradients as `F.cross_entropy(F.linear(hidden, weight, bias), targets)`, in fewer passes over
-    the [rows x vocab] logits, which for a real vocabulary are the largest tensors of a training step: the forward
-    keeps the softmax (not the log-softmax), and the backward turns it into the gradient in place,
-    softmax - one_hot, instead of zero-filling a gradient buffer and running log-softmax's backward over it.
-    The logits are returned for reading (accuracy, predictions) and carry no gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, targets):
-        logits = torch.addmm(bias, hidden, weight.t())
-        probs = torch.softmax(logits, dim=-1)
-        rows = torch.arange(targets.shape[0], device=targets.device)
-        p_target = probs[rows, targets]
-        log_p = p_target.log()
-        underflow = p_target < 1e-30  # a probability this small has lost digits: take those rows' log-softmax
-        if bool(underflow.any()):
-            log_p[underflow] = torch.log_softmax(logits[underflow], dim=-1)[
-                torch.arange(int(underflow.sum()), device=targets.device), targets[underflow]]
-        ctx.save_for_backward(hidden, weight, probs, targets)
-        ctx.mark_non_differentiable(logits)
-        ctx.set_materialize_grads(False)  # else autograd passes a zero-filled [rows x vocab] "gradient" of the logits
-        ctx.spent = False
-        return -log_p.mean(), logits
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_loss, _grad_logits):
-        if ctx.spent:
-            raise BertCoreError("the fused MLM loss cannot be back-propagated twice (its softmax became the gradient)")
-        ctx.spent = True
-        hidden, weight, probs, targets = ctx.saved_tensors
-        if grad_loss is None:
-            return None, None, None, None
-        # d(mean CE)/d logits = (softmax - one_hot) * scale. The scale is applied by the matmuls (their alpha, free)
-        # and to the bias gradient, not to the [rows x vocab] tensor: one pass less over the largest tensor.
-        scale = float(grad_loss) / targets.shape[0]
-        grad_logits = probs
-        grad_logits[torch.arange(targets.shape[0], device=targets.device), targets] -= 1.0
-        unused = grad_logits.new_zeros(())  # beta=0: addmm only scales the product
-        grad_hidden = torch.addmm(unused, grad_logits, weight, beta=0, alpha=scale) if ctx.needs_input_grad[0] else None
-        grad_weight = (torch.addmm(unused, grad_logits.t(), hidden, beta=0, alpha=scale)
-                       if ctx.needs_input_grad[1] else None)
-        grad_bias = grad_logits.sum(0).mul_(scale) if ctx.needs_input_grad[2] else None
-        return grad_hidden, grad_weight, grad_bias, None
-
-
 # Named functions, not lambdas, so that a model pickles (the app sends one to its training process).
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu}
 
@@ -125,7 +48,7 @@ class PreTrainingOutput:
     """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions.
 
     Train on `loss` / `mlm_loss`: sparse `mlm_logits` may carry no gradient (on the CPU they come out of the
-    fused cross-entropy, `_LinearCrossEntropy`)."""
+    fused cross-entropy, `fast_paths.LinearCrossEntropy`)."""
 
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
@@ -186,12 +109,20 @@ class BertSelfAttention(nn.Module):
         return x.view(b, s, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
 
     def forward(self, hidden_states, additive_mask, output_attentions=False):
+        # On the CPU, scaled_dot_product_attention with dropout runs the written-out steps below (its "math"
+        # kernel) with torch's slower dropout and an extra pass for fully masked rows; for training, the same steps
+        # with a hand-written backward are faster still (fast_paths).
+        cpu_dropout = self.training and self.dropout.p > 0 and hidden_states.device.type == "cpu"
+        if cpu_dropout and not output_attentions and fast_paths.applies(hidden_states):
+            b, s, _ = hidden_states.shape
+            keep = self.dropout.scale_mask(hidden_states, (b, self.num_attention_heads, s, s), scaled=False)
+            if keep is not None:
+                return fast_paths.self_attention_with_dropout(
+                    hidden_states, self.query, self.key, self.value, additive_mask, keep, self.dropout.keep_scale,
+                    self.num_attention_heads), None
         q = self._heads(self.query(hidden_states))
         k = self._heads(self.key(hidden_states))
         v = self._heads(self.value(hidden_states))
-        # On the CPU, scaled_dot_product_attention with dropout runs these same steps (its "math" kernel) with
-        # torch's slower dropout and an extra pass for fully masked rows, so written out they are faster there.
-        cpu_dropout = self.training and self.dropout.p > 0 and hidden_states.device.type == "cpu"
         if output_attentions or cpu_dropout:
             scores = (q / math.sqrt(self.attention_head_size)) @ k.transpose(-1, -2)  # scaling q: half the elements
             if additive_mask is not None:
@@ -441,10 +372,8 @@ class BertForPreTraining(nn.Module):
             # so running the head on those rows alone gives the same loss for a fraction of the work.
             positions = labels != IGNORE_INDEX
             masked = sequence_output[positions]
-            fused = (masked.device.type == "cpu" and masked.dtype in (torch.float32, torch.float64)
-                     and not torch.is_autocast_enabled("cpu"))  # its softmax needs the full precision
-            if masked.shape[0] and fused:
-                mlm_loss, mlm_logits = _LinearCrossEntropy.apply(
+            if masked.shape[0] and fast_paths.applies(masked):  # its softmax needs the full precision
+                mlm_loss, mlm_logits = fast_paths.LinearCrossEntropy.apply(
                     head.transform(masked), head.decoder.weight, head.decoder.bias, labels[positions])
             else:
                 mlm_logits = head(masked)

@@ -1,5 +1,6 @@
-"""The CPU speed paths against the plain PyTorch computation they replace: fused MLM cross-entropy, 16-bit dropout
-masks, written-out attention with dropout, and the allocator setting of the training processes."""
+"""The CPU speed paths (bert_core/fast_paths.py) against the plain PyTorch computation they replace: fused MLM
+cross-entropy, 16-bit dropout masks, self-attention with a hand-written backward, and the allocator setting of the
+training processes."""
 
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import torch.nn.functional as F
 
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.model import BertForPreTraining, Dropout, _LinearCrossEntropy
+from bert_core.fast_paths import Dropout, LinearCrossEntropy, self_attention_with_dropout
+from bert_core.model import BertForPreTraining
 
 # ------------------------------------------------------------------------------------------- cross-entropy
 
@@ -41,7 +43,7 @@ def test_fused_cross_entropy_equals_torch_loss_and_gradients(extreme):
     for fused in (True, False):
         hh, ww, bb = (t.clone().requires_grad_() for t in (h, w, b))
         if fused:
-            loss, logits = _LinearCrossEntropy.apply(hh, ww, bb, targets)
+            loss, logits = LinearCrossEntropy.apply(hh, ww, bb, targets)
             assert not logits.requires_grad
             assert torch.equal(logits, torch.addmm(b, h, w.t()))
         else:
@@ -57,7 +59,7 @@ def test_fused_cross_entropy_equals_torch_loss_and_gradients(extreme):
 
 def test_fused_cross_entropy_refuses_a_second_backward():
     h, w, b, targets = _head_inputs()
-    loss, _ = _LinearCrossEntropy.apply(h.requires_grad_(), w, b, targets)
+    loss, _ = LinearCrossEntropy.apply(h.requires_grad_(), w, b, targets)
     loss.backward(retain_graph=True)
     with pytest.raises(BertCoreError, match="twice"):
         loss.backward()
@@ -152,6 +154,85 @@ def test_training_attention_with_dropout_is_seeded_and_reports_probabilities():
         model.eval()
         torch.testing.assert_close(model(ids).mlm_logits, model(ids, output_attentions=True).mlm_logits,
                                    rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------- self-attention
+
+
+def _plain_attention(x, lin, additive_mask, keep_mask, keep_scale, heads):
+    """BertSelfAttention's written-out steps in plain ops: the reference for the hand-written backward."""
+    b, s, h = x.shape
+    q, k, v = (F.linear(x, w, bias).view(b, s, heads, h // heads).transpose(1, 2) for w, bias in lin)
+    scores = q @ k.transpose(-1, -2) / (h // heads) ** 0.5
+    if additive_mask is not None:
+        scores = scores + additive_mask
+    context = (scores.softmax(-1) * keep_mask * keep_scale) @ v
+    return context.transpose(1, 2).reshape(b, s, h)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal"])
+def test_self_attention_backward_by_hand_equals_autograd(mask_kind):
+    g = torch.Generator().manual_seed(0)
+    b, s, h, heads = 3, 9, 12, 3
+    x = torch.randn(b, s, h, generator=g, dtype=torch.float64)
+    lin = [(torch.randn(h, h, generator=g, dtype=torch.float64) * 0.3,
+            torch.randn(h, generator=g, dtype=torch.float64) * 0.1) for _ in range(3)]
+    keep = (torch.rand(b, heads, s, s, generator=g) > 0.25).double()
+    allowed = torch.ones(b, 1, s, s, dtype=torch.bool)
+    if mask_kind == "padding":
+        allowed[1, :, :, 6:] = False
+    if mask_kind == "causal":
+        allowed &= torch.ones(s, s, dtype=torch.bool).tril()
+    additive = None if mask_kind == "none" else torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(
+        ~allowed, torch.finfo(torch.float64).min)
+    upstream = torch.randn(b, s, h, generator=g, dtype=torch.float64)
+    results = []
+    for fused in (True, False):
+        xx = x.clone().requires_grad_()
+        params = [(w.clone().requires_grad_(), bias.clone().requires_grad_()) for w, bias in lin]
+        if fused:
+            modules = [torch.nn.Linear(h, h) for _ in range(3)]
+            for m, (w, bias) in zip(modules, params):
+                m.weight, m.bias = torch.nn.Parameter(w), torch.nn.Parameter(bias)
+            params = [(m.weight, m.bias) for m in modules]
+            out = self_attention_with_dropout(xx, *modules, additive, keep, 1 / 0.75, heads)
+        else:
+            out = _plain_attention(xx, params, additive, keep, 1 / 0.75, heads)
+        out.backward(upstream)
+        results.append([out.detach(), xx.grad] + [t.grad for pair in params for t in pair])
+    for ours, ref in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_training_step_through_the_fused_attention_equals_the_written_out_path(monkeypatch):
+    """With the same seed, the model's training loss and every gradient are the same whether attention takes the
+    hand-written path (no probabilities asked for) or the plain one (output_attentions=True)."""
+    from bert_core import fast_paths
+
+    calls = []
+    fused = fast_paths.self_attention_with_dropout
+    monkeypatch.setattr(fast_paths, "self_attention_with_dropout", lambda *a: calls.append(1) or fused(*a))
+    config = BertConfig.preset("nano", vocab_size=90, attention_probs_dropout_prob=0.3, hidden_dropout_prob=0.1,
+                               attention="causal")
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).double().train()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 90, (3, 11), generator=g)
+    attention_mask = torch.ones_like(ids)
+    attention_mask[2, 8:] = 0
+    labels = torch.where(torch.rand(ids.shape, generator=g) < 0.3, ids, -100)
+    results = []
+    for probabilities in (False, True):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        out = model(ids, attention_mask=attention_mask, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]),
+                    output_attentions=probabilities)
+        out.loss.backward()
+        results.append((out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert len(calls) == config.num_hidden_layers  # the first pass took the fused path, the second did not
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-12, atol=1e-12)
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(grad, results[1][1][name], rtol=1e-9, atol=1e-12, msg=name)
 
 
 # ---------------------------------------------------------------------------------------------- allocator
