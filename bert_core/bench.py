@@ -3,6 +3,8 @@
 Both models get the same config, weights, batch and masking; their training steps (forward, backward, AdamW)
 are alternated in one process so that machine noise hits both alike. It prints tokens/s of each, the ratio of the
 medians, and our achieved GFLOP/s as a fraction of a large fp32 matmul sampled between the steps of the same run.
+A memory-bandwidth probe is sampled there too, and the spread of each set of timings is printed: on a shared
+machine, a busy neighbour shows up there, and the run says so.
 `transformers` is only a test/benchmark dependency: without it, only our figures are printed.
 """
 
@@ -59,6 +61,33 @@ class _MatmulCeiling:
     def gflops(self) -> float:
         """From the median sample."""
         return 2 * self.n**3 / statistics.median(self.times) / 1e9
+
+
+class _MemoryProbe:
+    """GB/s of a 64 MB elementwise pass (read + write), sampled between the training steps like the matmul. Much of
+    a training step is memory-bound, and on a shared VM memory bandwidth varies with the neighbours far more than
+    the matmul does: a low or spread figure here says the run's timings are not comparable with a quiet one."""
+
+    def __init__(self, numel: int = 16 * 1024 * 1024):
+        self.x, self.out = torch.randn(numel), torch.empty(numel)
+        self.times: list[float] = []
+
+    def sample(self, repeats: int = 2) -> None:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            torch.mul(self.x, 2.0, out=self.out)
+            self.times.append(time.perf_counter() - t)
+
+    def gbps(self) -> float:
+        return 8 * self.x.numel() / statistics.median(self.times) / 1e9
+
+
+def _spread(times: list[float]) -> float:
+    """Interquartile range / median of a list of timings: how much the middle half varied, ignoring an outlier."""
+    if len(times) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return (q3 - q1) / statistics.median(times)
 
 
 def training_flops(config: BertConfig, batch: int, seq: int, masked: int, sparse_head: bool) -> float:
@@ -119,11 +148,12 @@ def run_bench(args) -> dict:
         for name in models:
             step(name)
     times = {name: [] for name in models}
-    matmul = _MatmulCeiling()
+    matmul, memory = _MatmulCeiling(), _MemoryProbe()
     for _ in range(args.rounds):
         for name in models:
             times[name].append(step(name))
         matmul.sample()
+        memory.sample()
     ceiling = matmul.gflops()
     tokens = args.batch_size * args.seq_len
     masked = int((batch["labels"] != -100).sum())
@@ -133,16 +163,23 @@ def run_bench(args) -> dict:
                   f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, {args.mask_rate:.0%} masked",
         "freed_memory_kept": kept,
         "matmul_gflops": round(ceiling, 1),
+        "matmul_spread": round(_spread(matmul.times), 3),
+        "memory_gbps": round(memory.gbps(), 1),
+        "memory_spread": round(_spread(memory.times), 3),
     }
     for name, ts in times.items():
         med = statistics.median(ts)
         result[f"{name}_step_s"] = round(med, 4)
         result[f"{name}_tokens_per_s"] = round(tokens / med, 1)
+        result[f"{name}_step_spread"] = round(_spread(ts), 3)
     ours_flops = training_flops(config, args.batch_size, args.seq_len, masked, sparse_head=True)
     result["ours_gflops"] = round(ours_flops / result["ours_step_s"] / 1e9, 1)
     result["ours_fraction_of_matmul"] = round(result["ours_gflops"] / ceiling, 3)
     if "transformers" in times:
         result["speedup"] = round(result["transformers_step_s"] / result["ours_step_s"], 3)
+    if max(result["matmul_spread"], result["memory_spread"]) > 0.1:
+        result["warning"] = ("the machine was busy during this run (the middle half of the matmul or memory samples "
+                             "spread over more than 10% of their median): compare its figures only with quiet runs")
     if args.json:
         print(json.dumps(result))
     else:

@@ -14,6 +14,7 @@ def test_bench_reports_both_models_and_the_ratio(capsys):
     result = bench.run_bench(args)
     assert result["ours_tokens_per_s"] > 0 and result["transformers_tokens_per_s"] > 0
     assert result["speedup"] > 0 and 0 < result["ours_fraction_of_matmul"]
+    assert result["memory_gbps"] > 0 and result["matmul_spread"] >= 0 and result["ours_step_spread"] >= 0
     assert '"speedup"' in capsys.readouterr().out
 
 
