@@ -24,6 +24,7 @@ DECISION_COLORS = {
 SERIES_COLORS = {"total": "#1f77b4", "mlm": "#d62728", "nsp": "#2ca02c", "eval": "#9467bd", "baseline": "#7f7f7f"}
 # Long runs log thousands of steps; drawing every one makes the live page slow without showing more.
 MAX_POINTS = 1500
+DEFAULT_SMOOTHING = 0.9  # of the training curves (`ema`): about a 10-step window; a batch of 16 is noisy
 HEAD_MEASURES = ("[CLS]", "[SEP]", "previous", "next", "self", "entropy")
 
 
@@ -43,6 +44,7 @@ def _get(event: Any, name: str, default=None):
 
 
 def _thin(events: Sequence[Any]) -> list:
+    """At most MAX_POINTS (+ the last) of `events`, evenly spaced, always keeping the first and the last."""
     events = list(events)
     if len(events) <= MAX_POINTS:
         return events
@@ -51,6 +53,18 @@ def _thin(events: Sequence[Any]) -> list:
     if thinned[-1] is not events[-1]:
         thinned.append(events[-1])
     return thinned
+
+
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """Exponential moving average with TensorBoard's debiasing: s_t = weight * s_(t-1) + (1 - weight) * v_t, divided
+    by 1 - weight^t so that the first points are not pulled toward 0. weight 0 returns the values; 0.99 is heavy."""
+    if not 0 <= weight < 1:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    out, acc = [], 0.0
+    for t, v in enumerate(values, start=1):
+        acc = weight * acc + (1 - weight) * v
+        out.append(acc / (1 - weight**t))
+    return out
 
 
 def _series(events: Sequence[Any], name: str) -> tuple[list, list]:
@@ -89,12 +103,27 @@ def _layout(fig: go.Figure, title: str, height: int = 340, **kw) -> go.Figure:
     return fig
 
 
-def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None) -> None:
-    """One line per (event field, legend name, colour or None) that the events carry."""
+def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
+               smoothing: float = 0.0) -> None:
+    """One line per (event field, legend name, colour or None) that the events carry. With smoothing > 0, the
+    line is the series' moving average (`ema`, over every step, before thinning) and the raw values are drawn
+    faintly behind it, in the same legend group so that clicking the legend hides both."""
     for key, name, color in specs:
         xs, ys = _series(events, key)
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode=mode, name=name, line=dict(color=color, dash=dash)))
+        if not xs:
+            continue
+        if smoothing > 0:
+            smoothed = ema(ys, smoothing)
+            keep = _thin(range(len(xs)))
+            fig.add_trace(go.Scatter(x=[xs[i] for i in keep], y=[ys[i] for i in keep], mode=mode, name=name,
+                                     legendgroup=name, showlegend=False, opacity=0.25, hoverinfo="skip",
+                                     line=dict(color=color, dash=dash)))
+            xs, ys = [xs[i] for i in keep], [smoothed[i] for i in keep]
+        else:
+            keep = _thin(range(len(xs)))
+            xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode=mode, name=name, legendgroup=name,
+                                 line=dict(color=color, dash=dash)))
 
 
 def _baseline_line(fig: go.Figure, y: float | None, position: str) -> None:
@@ -103,11 +132,14 @@ def _baseline_line(fig: go.Figure, y: float | None, position: str) -> None:
                       annotation_text="unigram baseline (MLM)", annotation_position=position)
 
 
-def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
-    """Training MLM, NSP and total loss per step, the held-out MLM loss, and the unigram baseline as a line."""
+def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
+                smoothing: float = 0.0) -> go.Figure:
+    """Training MLM, NSP and total loss per step (smoothed by `ema` when smoothing > 0, the raw values faint behind),
+    the held-out MLM loss, and the unigram baseline as a line."""
     fig = go.Figure()
-    _add_lines(fig, _thin(history), [(key, f"{label} loss (train)", SERIES_COLORS[label])
-                                     for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp"))])
+    _add_lines(fig, history, [(key, f"{label} loss (train)", SERIES_COLORS[label])
+                              for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp"))],
+               smoothing=smoothing)
     _add_lines(fig, evals, [("mlm_loss", "MLM loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
     _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right")
     fig.update_xaxes(title="step")
@@ -115,11 +147,13 @@ def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Ma
     return _layout(fig, "Loss")
 
 
-def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None) -> go.Figure:
-    """MLM and NSP accuracy per step, held-out MLM/NSP accuracy, and the unigram baseline's MLM accuracy."""
+def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
+                    smoothing: float = 0.0) -> go.Figure:
+    """MLM and NSP accuracy per step (smoothed as in `loss_figure`), held-out MLM/NSP accuracy, and the unigram
+    baseline's MLM accuracy."""
     fig = go.Figure()
-    _add_lines(fig, _thin(history), [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
-                                     ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])])
+    _add_lines(fig, history, [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
+                              ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])], smoothing=smoothing)
     _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", None),
                             ("nsp_acc", "NSP accuracy (held-out)", None)], "lines+markers", "dot")
     _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right")
@@ -128,12 +162,13 @@ def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines
     return _layout(fig, "Accuracy")
 
 
-def decision_accuracy_figure(history: Sequence[Any]) -> go.Figure:
-    """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged."""
+def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> go.Figure:
+    """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged
+    (smoothed as in `loss_figure`: a batch holds only a few random and kept positions, so these are noisy)."""
     fig = go.Figure()
-    _add_lines(fig, _thin(history), [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
-                                     ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
-                                     ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])])
+    _add_lines(fig, history, [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
+                              ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
+                              ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])], smoothing=smoothing)
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="MLM accuracy", range=[0, 1])
     return _layout(fig, "MLM accuracy by masking decision")

@@ -70,11 +70,16 @@ st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"],
 st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
             "in this format. The curves of the active model:")
 if history:
-    app_state.plotly(figures.loss_figure(history, evals, baselines), "loss", key="exp_loss")
-    app_state.plotly(figures.accuracy_figure(history, evals, baselines), "accuracy", key="exp_acc")
+    app_state.init_widget("exp_smoothing", figures.DEFAULT_SMOOTHING, float)
+    if not 0.0 <= st.session_state["exp_smoothing"] <= 0.99:
+        st.session_state["exp_smoothing"] = figures.DEFAULT_SMOOTHING
+    smoothing = st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key="exp_smoothing",
+                          help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
+    app_state.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
+    app_state.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
 
 st.subheader("Share a view")
 st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
             "the address of a page once it shows what you want, and whoever opens the link sees the same view "
             "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
-app_state.sync_query("image_format")
+app_state.sync_query("image_format", "exp_smoothing")

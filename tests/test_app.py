@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core import app_state  # noqa: E402
+from bert_core import app_state, figures  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,6 +199,12 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     _assert_clean(at)
     assert any("finished at step 4" in t for t in _texts(at.success))
     assert len(at.get("plotly_chart")) >= 4
+    # The training curves are smoothed by default, the raw values drawn faintly behind; 0 shows the raw alone.
+    assert at.slider(key="train_smoothing").value == figures.DEFAULT_SMOOTHING
+    assert '"opacity":0.25' in at.get("plotly_chart")[0].proto.spec.replace(" ", "")
+    at.slider(key="train_smoothing").set_value(0.0).run()
+    _assert_clean(at)
+    assert '"opacity":0.25' not in at.get("plotly_chart")[0].proto.spec.replace(" ", "")
     # Resume a finished run: it goes on for as many steps again.
     at.button[2].click().run()
     job.wait(TIMEOUT)

@@ -89,6 +89,46 @@ def test_loss_figure_draws_train_heldout_and_unigram_baseline():
     assert [t.name for t in split.data] == ["shown as [MASK]", "replaced by a random token", "kept unchanged"]
 
 
+def test_ema_is_tensorboards_debiased_moving_average():
+    values = [4.0, 2.0, 6.0, 1.0]
+    w = 0.6
+    acc, expected = 0.0, []
+    for t, v in enumerate(values, start=1):
+        acc = w * acc + (1 - w) * v
+        expected.append(acc / (1 - w**t))
+    assert figures.ema(values, w) == pytest.approx(expected)
+    assert figures.ema(values, w)[0] == pytest.approx(4.0)  # debiased: the first point is the first value
+    assert figures.ema([3.0] * 50, 0.99) == pytest.approx([3.0] * 50)  # a constant stays put
+    assert figures.ema(values, 0.0) == values
+    with pytest.raises(ValueError, match="smoothing"):
+        figures.ema(values, 1.0)
+
+
+def test_smoothed_curves_keep_the_raw_values_faint_behind_and_leave_evaluations_alone():
+    history = [_step(i, 10 - i * 0.1 + (0.5 if i % 2 else -0.5)) for i in range(1, 41)]
+    evals = [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5),
+             EvalEvent(step=40, mlm_loss=8.0, mlm_acc=0.1, perplexity=math.exp(8), nsp_acc=0.6)]
+    fig = figures.loss_figure(history, evals, smoothing=0.8)
+    raw, smooth = fig.data[0], fig.data[1]
+    assert raw.opacity == 0.25 and raw.showlegend is False and raw.legendgroup == smooth.legendgroup
+    assert list(raw.y) == [e.loss for e in history]
+    assert list(smooth.y) == pytest.approx(figures.ema([e.loss for e in history], 0.8))
+    assert smooth.name == "total loss (train)"
+    assert max(abs(a - b) for a, b in zip(smooth.y[11:], smooth.y[10:-1])) < 0.3  # the zigzag (1.0) is gone
+    held_out = [t for t in fig.data if t.name == "MLM loss (held-out)"]
+    assert len(held_out) == 1 and list(held_out[0].y) == [10.0, 8.0]
+    for build in (lambda h, s: figures.accuracy_figure(h, smoothing=s), figures.decision_accuracy_figure):
+        assert len(build(history, 0.5).data) == 2 * len(build(history, 0.0).data)
+
+
+def test_smoothing_runs_over_every_step_before_thinning():
+    history = [_step(i, float(i % 7)) for i in range(1, 10_001)]
+    fig = figures.loss_figure(history, smoothing=0.9)
+    smooth = fig.data[1]
+    assert len(smooth.x) <= figures.MAX_POINTS + 1 and smooth.x[-1] == 10_000
+    assert smooth.y[-1] == pytest.approx(figures.ema([e.loss for e in history], 0.9)[-1])
+
+
 def test_long_histories_are_thinned_but_keep_the_last_step():
     history = [_step(i, 5.0) for i in range(1, 10_001)]
     fig = figures.loss_figure(history)
