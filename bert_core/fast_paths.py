@@ -5,6 +5,8 @@ against the plain computation in tests/test_fast_paths.py:
 
 - `Dropout`: masks from 16-bit slices of 64-bit random draws (changes the random numbers, not the results);
 - `LinearCrossEntropy`: the MLM decoder and its cross-entropy, keeping the softmax as the gradient;
+- `DecoderGradSlot` + `embedding_lookup`: the tied word-embedding matrix's two gradients (decoder and lookup)
+  summed in place;
 - `self_attention_with_dropout`: the self-attention sub-layer (query/key/value projections to context) with
   its backward written by hand.
 
@@ -17,6 +19,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bert_core.errors import BertCoreError
@@ -71,6 +74,54 @@ def applies(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu"))
 
 
+class DecoderGradSlot:
+    """Where the fused MLM loss leaves the decoder's weight gradient for the word-embedding lookup to finish.
+
+    The decoder's weight is the word-embedding matrix, so its gradient is the sum of a dense [vocab x hidden]
+    part from the decoder and a part from the lookup that touches only the rows of the batch's tokens. Autograd
+    would have the lookup build a zero-filled [vocab x hidden] matrix for those rows and then add the two matrices;
+    instead the loss hands its part over here and the lookup adds its rows into it in place (~4 ms of a `mini`
+    step with a 30k vocabulary). The order is safe: the lookup's gradient depends on everything after it, the MLM
+    loss included, so the loss's backward has always run first; when it did not run (say, only the NSP loss was
+    back-propagated), the lookup starts from zeros, as autograd would have."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self):
+        self.grad = None
+
+
+def embedding_lookup(input_ids, embedding: nn.Embedding, slot: DecoderGradSlot) -> torch.Tensor:
+    """`embedding(input_ids)`, whose weight gradient is finished in the gradient the slot holds (see there)."""
+    return _EmbeddingLookup.apply(input_ids, embedding.weight, embedding.padding_idx, slot)
+
+
+class _EmbeddingLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input_ids, weight, padding_idx, slot):
+        ctx.save_for_backward(input_ids)
+        ctx.weight_meta = weight.shape, weight.dtype, weight.device
+        ctx.padding_idx, ctx.slot = padding_idx, slot
+        return F.embedding(input_ids, weight, padding_idx)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None, None
+        (input_ids,) = ctx.saved_tensors
+        grad, ctx.slot.grad = ctx.slot.grad, None
+        if grad is None:
+            shape, dtype, device = ctx.weight_meta
+            grad = torch.zeros(shape, dtype=dtype, device=device)
+        ids, rows = input_ids.reshape(-1), grad_output.reshape(-1, grad_output.shape[-1])
+        if ctx.padding_idx is not None:  # as nn.Embedding: the padding row gets no gradient from the lookup
+            real = ids != ctx.padding_idx
+            if not bool(real.all()):
+                ids, rows = ids[real], rows[real]
+        return None, grad.index_add_(0, ids, rows), None, None
+
+
 class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, returning the logits too.
 
@@ -78,11 +129,12 @@ class LinearCrossEntropy(torch.autograd.Function):
     the [rows x vocab] logits, which for a real vocabulary are the largest tensors of a training step: the forward
     keeps the softmax (not the log-softmax), and the backward turns it into the gradient in place,
     softmax - one_hot, instead of zero-filling a gradient buffer and running log-softmax's backward over it.
-    The logits are returned for reading (accuracy, predictions) and carry no gradient.
+    The logits are returned for reading (accuracy, predictions) and carry no gradient. With a `DecoderGradSlot`
+    (the weight is also looked up by `embedding_lookup`), the weight's gradient is left there instead of returned.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets):
+    def forward(ctx, hidden, weight, bias, targets, slot=None):
         logits = torch.addmm(bias, hidden, weight.t())
         probs = torch.softmax(logits, dim=-1)
         rows = torch.arange(targets.shape[0], device=targets.device)
@@ -93,6 +145,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             log_p[underflow] = torch.log_softmax(logits[underflow], dim=-1)[
                 torch.arange(int(underflow.sum()), device=targets.device), targets[underflow]]
         ctx.save_for_backward(hidden, weight, probs, targets)
+        ctx.slot = slot
         ctx.mark_non_differentiable(logits)
         ctx.set_materialize_grads(False)  # else autograd passes a zero-filled [rows x vocab] "gradient" of the logits
         ctx.spent = False
@@ -106,7 +159,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         ctx.spent = True
         hidden, weight, probs, targets = ctx.saved_tensors
         if grad_loss is None:
-            return None, None, None, None
+            return None, None, None, None, None
         # d(mean CE)/d logits = (softmax - one_hot) * scale. The scale is applied by the matmuls (their alpha, free)
         # and to the bias gradient, not to the [rows x vocab] tensor: one pass less over the largest tensor.
         scale = float(grad_loss) / targets.shape[0]
@@ -117,7 +170,9 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad_weight = (torch.addmm(unused, grad_logits.t(), hidden, beta=0, alpha=scale)
                        if ctx.needs_input_grad[1] else None)
         grad_bias = grad_logits.sum(0).mul_(scale) if ctx.needs_input_grad[2] else None
-        return grad_hidden, grad_weight, grad_bias, None
+        if ctx.slot is not None and grad_weight is not None:
+            ctx.slot.grad, grad_weight = grad_weight, None
+        return grad_hidden, grad_weight, grad_bias, None, None
 
 
 def self_attention_with_dropout(hidden_states, query: nn.Linear, key: nn.Linear, value: nn.Linear,

@@ -82,10 +82,12 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, word_grad_slot=None) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        words = (self.word_embeddings(input_ids) if word_grad_slot is None
+                 else fast_paths.embedding_lookup(input_ids, self.word_embeddings, word_grad_slot))
         embeddings = (
-            self.word_embeddings(input_ids)
+            words
             + self.position_embeddings(positions)[None]
             + self.token_type_embeddings(token_type_ids)
         )
@@ -292,9 +294,10 @@ class BertModel(nn.Module):
         )
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None,
-                output_attentions=False, output_hidden_states=False):
+                output_attentions=False, output_hidden_states=False, word_grad_slot=None):
+        """`word_grad_slot`: a `fast_paths.DecoderGradSlot` from `BertForPreTraining`, else None."""
         attention_mask, token_type_ids = _check_inputs(self.config, input_ids, attention_mask, token_type_ids)
-        hidden = self.embeddings(input_ids, token_type_ids)
+        hidden = self.embeddings(input_ids, token_type_ids, word_grad_slot)
         mask = self.additive_mask(attention_mask, hidden.dtype)
         sequence_output, all_hidden, all_probs = self.encoder(hidden, mask, output_attentions, output_hidden_states)
         pooled = self.pooler(sequence_output) if self.pooler is not None else None
@@ -353,12 +356,17 @@ class BertForPreTraining(nn.Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, next_sentence_label=None,
                 output_attentions=False, output_hidden_states=False, full_mlm_logits=None) -> PreTrainingOutput:
         """Run the model; with labels, return losses too. `full_mlm_logits=None` means full only when labels is None."""
-        sequence_output, pooled, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
         if full_mlm_logits is None:
             full_mlm_logits = labels is None
         head = self.cls.predictions
+        words = self.bert.embeddings.word_embeddings.weight
+        # The fused MLM loss below and the word-embedding lookup sum their parts of the tied matrix's gradient
+        # in place (fast_paths.DecoderGradSlot) when both are sure to run on the CPU path.
+        slot = (fast_paths.DecoderGradSlot() if labels is not None and not full_mlm_logits and words.requires_grad
+                and torch.is_grad_enabled() and head.decoder.weight is words and fast_paths.applies(words) else None)
+        sequence_output, pooled, hidden_states, attentions = self.bert(
+            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states, slot
+        )
         mlm_loss = nsp_loss = positions = None
         if full_mlm_logits:
             mlm_logits = head(sequence_output)
@@ -374,7 +382,7 @@ class BertForPreTraining(nn.Module):
             masked = sequence_output[positions]
             if masked.shape[0] and fast_paths.applies(masked):  # its softmax needs the full precision
                 mlm_loss, mlm_logits = fast_paths.LinearCrossEntropy.apply(
-                    head.transform(masked), head.decoder.weight, head.decoder.bias, labels[positions])
+                    head.transform(masked), head.decoder.weight, head.decoder.bias, labels[positions], slot)
             else:
                 mlm_logits = head(masked)
                 mlm_loss = (F.cross_entropy(mlm_logits.float(), labels[positions]) if masked.shape[0]

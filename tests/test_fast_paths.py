@@ -1,6 +1,6 @@
 """The CPU speed paths (bert_core/fast_paths.py) against the plain PyTorch computation they replace: fused MLM
-cross-entropy, 16-bit dropout masks, self-attention with a hand-written backward, and the allocator setting of the
-training processes."""
+cross-entropy, the tied word-embedding gradient summed in place, 16-bit dropout masks, self-attention with a
+hand-written backward, and the allocator setting of the training processes."""
 
 import subprocess
 import sys
@@ -91,6 +91,45 @@ def test_nothing_masked_gives_zero_loss_not_nan():
     out = model(ids, labels=torch.full_like(ids, -100))
     assert out.mlm_loss.item() == 0.0
     out.loss.backward()
+
+
+def _padded_batch(vocab=97, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (3, 13), generator=g)
+    ids[:, :4] = ids[0, :4]  # repeated tokens: their lookup rows add up
+    attention_mask = torch.ones_like(ids)
+    ids[1, 9:], attention_mask[1, 9:] = 0, 0  # padding (id 0 = the padding row, which the lookup must not update)
+    ids[2, 5] = 0  # the padding id at an attended position: its output has a gradient, its row still gets none
+    labels = torch.where((torch.rand(ids.shape, generator=g) < 0.35) & (attention_mask == 1), ids, -100)
+    return ids, attention_mask, labels, torch.tensor([0, 1, 1])
+
+
+@pytest.mark.parametrize("loss_name", ["loss", "nsp_loss"])
+def test_tied_word_embedding_gradient_is_summed_in_place_as_autograd_would(monkeypatch, loss_name):
+    """The fused MLM loss leaves the decoder's part of the tied matrix's gradient for the lookup to add its rows
+    to; the result equals autograd's sum of the two (the plain path: full logits), every parameter, including
+    when only the NSP loss is back-propagated and the lookup must start from zeros."""
+    from bert_core import fast_paths
+
+    lookups = []
+    real_lookup = fast_paths.embedding_lookup
+    monkeypatch.setattr(fast_paths, "embedding_lookup", lambda *a: lookups.append(1) or real_lookup(*a))
+    config = BertConfig.preset("nano", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).double()
+    ids, attention_mask, labels, nsp = _padded_batch()
+    grads = []
+    for full in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, attention_mask=attention_mask, labels=labels, next_sentence_label=nsp, full_mlm_logits=full)
+        getattr(out, loss_name).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert lookups == [1]  # the fused path took the slot, the full-logits path did not
+    assert grads[0].keys() == grads[1].keys()
+    word = "bert.embeddings.word_embeddings.weight"
+    assert grads[0][word].layout == torch.strided and grads[0][word].abs().sum() > 0
+    for name in grads[0]:  # the full-logits path takes its cross-entropy in float32, hence the tolerance
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-6, atol=1e-7, msg=name)
 
 
 # ------------------------------------------------------------------------------------------------ dropout
