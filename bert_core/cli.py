@@ -632,8 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Commands whose process trains and then exits: they keep freed memory for reuse (see bert_core.allocator).
-# (`bench` applies it itself, with a flag to compare without it.)
+# Commands whose process trains and then exits keep freed memory for reuse (see bert_core.allocator; `python -m
+# bert_core` has also restarted them with malloc's huge pages). `bench` applies it itself, with a flag to compare
+# without it.
 _TRAINING_COMMANDS = {"train", "finetune"}
 
 

@@ -2,9 +2,12 @@
 cross-entropy, the tied word-embedding gradient summed in place, 16-bit dropout masks, self-attention with a
 hand-written backward, and the allocator setting of the training processes."""
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -299,3 +302,28 @@ def test_keeping_freed_memory_stops_page_faults_on_large_buffers():
     default, kept = faults("default"), faults("keep")
     assert default > 50_000  # 5 x 80 MB of fresh 4 KB pages (~97,000), each faulted in by the kernel
     assert kept < 2_000
+
+
+def test_huge_page_tunable_is_added_to_what_the_user_set():
+    from bert_core.allocator import HUGE_PAGES_TUNABLE, with_huge_pages
+
+    assert with_huge_pages({})["GLIBC_TUNABLES"] == HUGE_PAGES_TUNABLE
+    merged = with_huge_pages({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "X": "1"})
+    assert merged == {"GLIBC_TUNABLES": f"glibc.malloc.arena_max=2:{HUGE_PAGES_TUNABLE}", "X": "1"}
+    mine = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}  # the user's own choice stands
+    assert with_huge_pages(mine) == mine
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a glibc tunable")
+@pytest.mark.parametrize("flag, expected", [([], True), (["--default-malloc"], False)])
+def test_training_commands_restart_with_huge_pages(flag, expected):
+    """`python -m bert_core bench` (a training command) runs with malloc's huge pages unless it is measuring
+    glibc's defaults; the process reports what it ran with."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    out = subprocess.run(
+        [sys.executable, "-m", "bert_core", "bench", "--preset", "nano", "--vocab-size", "300", "--seq-len", "16",
+         "--batch-size", "2", "--rounds", "1", "--warmup", "0", "--json", *flag],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["huge_pages"] is expected and result["freed_memory_kept"] is expected
