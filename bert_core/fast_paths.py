@@ -231,6 +231,7 @@ class _SelfAttention(torch.autograd.Function):
         torch.baddbmm(unused, g_scores.transpose(1, 2), q, beta=0, alpha=alpha, out=g_qkv[1])
         g_rows = g_qkv.view(3, batch, num_heads, seq, head_dim).permute(1, 3, 0, 2, 4).reshape(batch * seq, 3 * hidden)
         g_x = (g_rows @ weight).view(batch, seq, hidden) if ctx.needs_input_grad[0] else None
-        g_w = (g_rows.t() @ x2).split(hidden) if ctx.needs_input_grad[1] else (None,) * 3
-        g_b = g_rows.sum(0).split(hidden) if ctx.needs_input_grad[2] else (None,) * 3
+        needs = ctx.needs_input_grad  # weights at 1, 3, 5 and biases at 2, 4, 6; autograd drops what is not needed
+        g_w = (g_rows.t() @ x2).split(hidden) if any(needs[1:7:2]) else (None,) * 3
+        g_b = g_rows.sum(0).split(hidden) if any(needs[2:7:2]) else (None,) * 3
         return g_x, g_w[0], g_b[0], g_w[1], g_b[1], g_w[2], g_b[2], None, None, None, None

@@ -246,6 +246,24 @@ def test_self_attention_backward_by_hand_equals_autograd(mask_kind):
         torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
 
 
+def test_self_attention_backward_with_only_the_key_projection_trainable():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    modules = [torch.nn.Linear(8, 8).double() for _ in range(3)]
+    for m in (modules[0], modules[2]):
+        m.requires_grad_(False)
+    keep = torch.ones(2, 2, 5, 5, dtype=torch.float64)
+    self_attention_with_dropout(x, *modules, None, keep, 1.0, 2).sum().backward()
+    fused = (x.grad.clone(), modules[1].weight.grad.clone(), modules[1].bias.grad.clone())
+    x.grad = None
+    modules[1].zero_grad(set_to_none=True)
+    params = [(m.weight, m.bias) for m in modules]
+    _plain_attention(x, params, None, keep, 1.0, 2).sum().backward()
+    for ours, ref in zip(fused, (x.grad, modules[1].weight.grad, modules[1].bias.grad)):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+    assert modules[0].weight.grad is None and modules[2].bias.grad is None
+
+
 def test_a_training_step_through_the_fused_attention_equals_the_written_out_path(monkeypatch):
     """With the same seed, the model's training loss and every gradient are the same whether attention takes the
     hand-written path (no probabilities asked for) or the plain one (output_attentions=True)."""
