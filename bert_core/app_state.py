@@ -680,6 +680,19 @@ def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
         st.session_state[key] = query_default(param or key, default, cast)
 
 
+def smoothing_slider(key: str, help: str) -> float:
+    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default,
+    an out-of-range URL value replaced by the default; returns its value."""
+    import streamlit as st
+
+    from bert_core.figures import DEFAULT_SMOOTHING
+
+    init_widget(key, DEFAULT_SMOOTHING, float)
+    if not 0.0 <= st.session_state[key] <= 0.99:
+        st.session_state[key] = DEFAULT_SMOOTHING
+    return st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key=key, help=help)
+
+
 def sync_query(*keys: str) -> None:
     """Write these widgets' current values into the URL query, so the address bar is a shareable link."""
     import streamlit as st

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bert_core.allocator import keep_freed_memory
+from bert_core.allocator import TRAINING_COMMANDS, keep_freed_memory
 from bert_core.errors import BertCoreError
 
 HELDOUT_FRACTION = 0.1
@@ -635,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands whose process trains and then exits keep freed memory for reuse (see bert_core.allocator; `python -m
 # bert_core` has also restarted them with malloc's huge pages). `bench` applies it itself, with a flag to compare
 # without it.
-_TRAINING_COMMANDS = {"train", "finetune"}
+_KEEPS_FREED_MEMORY = set(TRAINING_COMMANDS) - {"bench"}
 
 
 def main(argv=None) -> int:
@@ -647,7 +647,7 @@ def main(argv=None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    if args.command in _TRAINING_COMMANDS:
+    if args.command in _KEEPS_FREED_MEMORY:
         keep_freed_memory()
     try:
         return int(args.func(args) or 0)

@@ -46,17 +46,20 @@ class Dropout(nn.Dropout):
         """The mask this module would multiply `x` (or a tensor of `shape` like it) by: 0 or the keep scale, or,
         with scaled=False, 0 or 1 (the caller applies `keep_scale`). None where it applies torch's dropout
         instead, or none at all."""
-        drop_levels = round(self.p * 65536)
-        if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < drop_levels < 65536:
+        if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < self.drop_levels < 65536:
             return None
-        mask = dropout_keep_mask(x.shape if shape is None else shape, drop_levels, x.dtype)
+        mask = dropout_keep_mask(x.shape if shape is None else shape, self.drop_levels, x.dtype)
         return mask.mul_(self.keep_scale) if scaled else mask
+
+    @property
+    def drop_levels(self) -> int:
+        """The rate in 65,536ths: an element is dropped when its 16-bit number falls below this many levels."""
+        return round(self.p * 65536)
 
     @property
     def keep_scale(self) -> float:
         """What kept elements are multiplied by: the inverse of the (quantised) kept fraction."""
-        drop_levels = round(self.p * 65536)
-        return 65536 / (65536 - drop_levels)
+        return 65536 / (65536 - self.drop_levels)
 
 
 def dropout_keep_mask(shape, drop_levels: int, dtype: torch.dtype) -> torch.Tensor:

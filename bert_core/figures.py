@@ -112,17 +112,14 @@ def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines"
         xs, ys = _series(events, key)
         if not xs:
             continue
+        keep = _thin(range(len(xs)))
+        shown_x, raw = [xs[i] for i in keep], [ys[i] for i in keep]
         if smoothing > 0:
+            fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name, showlegend=False,
+                                     opacity=0.25, hoverinfo="skip", line=dict(color=color, dash=dash)))
             smoothed = ema(ys, smoothing)
-            keep = _thin(range(len(xs)))
-            fig.add_trace(go.Scatter(x=[xs[i] for i in keep], y=[ys[i] for i in keep], mode=mode, name=name,
-                                     legendgroup=name, showlegend=False, opacity=0.25, hoverinfo="skip",
-                                     line=dict(color=color, dash=dash)))
-            xs, ys = [xs[i] for i in keep], [smoothed[i] for i in keep]
-        else:
-            keep = _thin(range(len(xs)))
-            xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode=mode, name=name, legendgroup=name,
+            raw = [smoothed[i] for i in keep]
+        fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name,
                                  line=dict(color=color, dash=dash)))
 
 

@@ -9,7 +9,8 @@ dense + GELU + LayerNorm followed by a decoder tied to the word embeddings with 
 Speed paths that change no numbers: `scaled_dot_product_attention` when attention probabilities are not requested
 (and no CPU dropout is due), the MLM head run only on the labelled positions when the full logits are not
 requested, and, for CPU training, the pieces in `fast_paths`: a cross-entropy for those positions that makes
-fewer passes over the logits, and self-attention with its backward written by hand. One that changes random
+fewer passes over the logits, the tied word-embedding gradient summed in place, and self-attention with its
+backward written by hand. One that changes random
 numbers, not results: dropout on the CPU draws its masks 16 bits at a time (`fast_paths.Dropout`).
 """
 

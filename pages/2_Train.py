@@ -36,10 +36,7 @@ casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, see
 for name, value in defaults.items():
     app_state.init_widget(f"train_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste")
-app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, float)  # a view setting, not a training one
-app_state.persist_keys("train_smoothing")
-if not 0.0 <= st.session_state["train_smoothing"] <= 0.99:
-    st.session_state["train_smoothing"] = figures.DEFAULT_SMOOTHING
+app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
 if st.session_state["train_preset"] not in PRESET_NAMES:
@@ -221,10 +218,10 @@ def _live() -> None:
     m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
     m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
     m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
-    smoothing = st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key="train_smoothing",
-                          help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
-                               "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
-                               "Held-out evaluations are never smoothed.")
+    smoothing = app_state.smoothing_slider(
+        "train_smoothing", help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
+                                "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
+                                "Held-out evaluations are never smoothed.")
     c1, c2 = st.columns(2)
     with c1:
         app_state.plotly(figures.loss_figure(history, evals, trainer.baselines, smoothing), "loss", key="live_loss")

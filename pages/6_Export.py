@@ -70,11 +70,8 @@ st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"],
 st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
             "in this format. The curves of the active model:")
 if history:
-    app_state.init_widget("exp_smoothing", figures.DEFAULT_SMOOTHING, float)
-    if not 0.0 <= st.session_state["exp_smoothing"] <= 0.99:
-        st.session_state["exp_smoothing"] = figures.DEFAULT_SMOOTHING
-    smoothing = st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key="exp_smoothing",
-                          help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
+    smoothing = app_state.smoothing_slider(
+        "exp_smoothing", help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
     app_state.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
     app_state.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
 
