@@ -31,12 +31,21 @@ THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for traini
 POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training charts redraw
 PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: pretrain on a server thread instead of a child process
 DEFAULT_MAX_TRAININGS = 2
-DEFAULT_GRACE_S = 10.0
+DEFAULT_GRACE_S = 4.0   # a closed tab frees its CPU within ~grace + poll + 2 s of stopping
 
 SOURCE_SHIPPED = "Shipped checkpoint"
 SOURCE_SESSION = "Model trained in this session"
-SOURCE_FOLDER = "Checkpoint folder"
-SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_FOLDER)
+SOURCE_SAVED = "A saved run"
+SOURCE_UPLOAD = "Upload a checkpoint (zip)"
+SOURCE_FOLDER = "Checkpoint folder"   # a server path: local use only, off in public mode
+SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_SAVED, SOURCE_UPLOAD, SOURCE_FOLDER)
+
+
+def model_sources() -> tuple[str, ...]:
+    """The sidebar's choices: every source on the user's own machine; no server path in public mode."""
+    from bert_core.app_storage import public_mode
+
+    return tuple(s for s in SOURCES if s != SOURCE_FOLDER) if public_mode() else SOURCES
 
 
 def default_checkpoint() -> Path:
@@ -64,6 +73,14 @@ def training_threads() -> int:
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return max(1, (os.cpu_count() or 1) // max_trainings())
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if 0 <= value < float("inf") else default
 
 
 def poll_seconds() -> float:
@@ -454,7 +471,7 @@ class JobRegistry:
                  grace_s: float | None = None, poll_s: float = 1.0):
         self._limit = limit
         self._is_alive = is_alive
-        self.grace_s = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)) if grace_s is None else grace_s
+        self.grace_s = _env_seconds(GRACE_ENV, DEFAULT_GRACE_S) if grace_s is None else grace_s
         self.poll_s = poll_s
         self._jobs: dict[str, TrainingJob] = {}
         self._gone_since: dict[str, float] = {}
@@ -520,7 +537,8 @@ class JobRegistry:
                     doomed.append(sid)
         for sid in doomed:
             log.warning("stopping the training of closed session %s", sid)
-            self.discard(sid, wait=10.0)
+            # Nobody will see this run again: end its process at once rather than at a step boundary.
+            self.discard(sid, wait=1.0)
             self.reaped.append(sid)
         return doomed
 
@@ -587,11 +605,39 @@ def _session_model():
 
 
 def _folder_model(folder: str):
+    from bert_core.app_storage import public_mode
+
+    if public_mode():  # a stale URL or session value must not reopen a server path on a public server
+        return None, "Opening a folder by its server path is off on this public server: upload a zip instead."
     if not folder.strip():
         return None, "Type the path of a checkpoint folder (ours or a Hugging Face BERT folder)."
     model, tok, state = load_folder_cached(folder)
     path = Path(folder).expanduser()
     return ActiveModel(model, tok, SOURCE_FOLDER, path, describe_checkpoint(path, model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _saved_model(name: str | None):
+    from bert_core.app_storage import saved_run_folder
+
+    if not name:
+        return None, "No run has been saved on this server yet: train one and press **Save** on the Train page."
+    path = saved_run_folder(name)
+    model, tok, state = load_folder_cached(path)
+    return ActiveModel(model, tok, SOURCE_SAVED, Path(name), describe_checkpoint(Path(name), model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _uploaded_model(upload):
+    from bert_core.app_storage import unpack_uploaded_checkpoint
+
+    if upload is None:
+        return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
+                      "such as the one the Train page's download gives.")
+    path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
+    model, tok, state = load_folder_cached(path)
+    label = Path(upload.name)
+    return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
                        (state or {}).get("step")), None
 
 
@@ -611,28 +657,48 @@ def sidebar() -> ActiveModel | None:
     """Draw the sidebar's model picker (every page calls this) and return the active model, or None with a note."""
     import streamlit as st
 
-    _configure_torch()
+    from bert_core.app_storage import list_runs, start_janitor, upload_cap_bytes
 
-    persist_keys("model_source", "model_folder")
+    _configure_torch()
+    start_janitor(_session_alive_from_runtime)
+
+    persist_keys("model_source", "model_folder", "model_saved")
+    sources = model_sources()
     with st.sidebar:
         st.markdown("### Active model")
-        if "model_source" not in st.session_state:
+        if st.session_state.get("model_source") not in sources:
             st.session_state["model_source"] = SOURCE_SHIPPED
-        source = st.radio("Which model do the pages look at?", SOURCES, key="model_source")
-        folder = ""
+        source = st.radio("Which model do the pages look at?", sources, key="model_source")
+        folder, saved, upload = "", None, None
         if source == SOURCE_FOLDER:
             folder = st.text_input("Checkpoint folder on the server", key="model_folder",
                                    placeholder="/path/to/checkpoint (config.json + model.safetensors)")
+        elif source == SOURCE_SAVED:
+            names = [r.name for r in list_runs()]
+            if st.session_state.get("model_saved") not in names:
+                st.session_state.pop("model_saved", None)
+            saved = st.selectbox("Saved run", names, key="model_saved") if names else None
+        elif source == SOURCE_UPLOAD:
+            upload = st.file_uploader(f"A zipped checkpoint folder (up to {upload_cap_bytes() // 2**20} MB)",
+                                      type=["zip"], key="model_upload")
         try:
             if source == SOURCE_SHIPPED:
                 active, note = _shipped_model()
             elif source == SOURCE_SESSION:
                 active, note = _session_model()
+            elif source == SOURCE_SAVED:
+                active, note = _saved_model(saved)
+            elif source == SOURCE_UPLOAD:
+                active, note = _uploaded_model(upload)
             else:
                 active, note = _folder_model(folder)
         except BertCoreError as exc:
             active, note = None, None
             st.error(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a checkpoint we cannot read is a message, never a traceback
+            log.exception("loading the model failed")
+            active, note = None, None
+            st.error(f"could not load this model: {type(exc).__name__}: {exc}")
         if note:
             st.info(note)
         if active is not None:

@@ -1,12 +1,8 @@
 """Train a tiny BERT live: pick a corpus, sizes and settings, start, and watch the curves and probes move."""
 
-import tempfile
-import time
-from pathlib import Path
-
 import streamlit as st
 
-from bert_core import app_state, figures
+from bert_core import app_state, app_storage, figures
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
@@ -110,10 +106,8 @@ def _corpus_spec() -> tuple[str, str]:
     else:
         text, label = st.session_state.get("train_paste", ""), "pasted text"
         corpus_from_text(text, name=label)
-    folder = Path(tempfile.gettempdir()) / "bert-explorer" / sid
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "corpus.txt"
-    path.write_text(text, encoding="utf-8")
+    # The child process reads the corpus from a file in this session's scratch folder (removed when it ends).
+    path = app_storage.write_session_file(sid, "corpus.txt", text.encode("utf-8"))
     return str(path), label
 
 
@@ -172,14 +166,18 @@ except BertCoreError as exc:
     app_state.show_error(exc)
 
 if job is not None and job.trainer is not None:
-    with st.expander("Save the checkpoint on the server"):
-        folder = st.text_input("Folder", value=str(Path("runs") / f"app-{sid[:8]}"), key="train_save_folder")
+    with st.expander("Save this run on the server"):
+        st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
+                      help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
+                           "replaces a run saved by someone else (it adds -2, -3...).")
         if st.button("Save", icon=":material/save:"):
             try:
-                path = job.save(folder)
-                st.success(f"Saved to `{path}`. Pick *Checkpoint folder* in the sidebar to load it later.")
-            except (BertCoreError, OSError) as exc:
-                st.error(f"could not save to {folder}: {exc}")
+                path = app_storage.save_run(job.save, st.session_state.get("train_save_name", ""), owner=sid)
+                where = "" if app_storage.public_mode() else f" (`{path}`)"
+                st.success(f"Saved as **{path.name}**{where}. Pick *{app_state.SOURCE_SAVED}* in the sidebar to "
+                           "open it later, or download it as a zip.")
+            except BertCoreError as exc:
+                app_state.show_error(exc)
     if "train_zip" in st.session_state:
         step, data = st.session_state["train_zip"]
         st.download_button(f"Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
@@ -250,10 +248,10 @@ def _live() -> None:
     if job.phase in ("finished", "stopped") and not job.busy:
         st.success(f"Run {job.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
                    "sidebar to inspect it on the other pages.")
-    if st.session_state.get("_was_busy") and not job.busy:
-        st.session_state["_was_busy"] = False
-        st.rerun()  # the run ended: redraw the whole page so the buttons and polling follow
-    st.session_state["_was_busy"] = job.busy
+    if busy and not job.busy:
+        # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
+        # whole page so that the buttons, the save box and the polling follow, however short the run was.
+        st.rerun()
 
 
 st.divider()

@@ -200,10 +200,8 @@ def _live() -> None:
                      key="ft_curves")
     st.caption(f"{len(comparison.train_data):,} training examples ({', '.join(map(str, counts))} per label), "
                f"{len(comparison.val_data):,} validation; the dashed line is always guessing the largest class.")
-    if st.session_state.get("_ft_was_busy") and not job.busy:
-        st.session_state["_ft_was_busy"] = False
-        st.rerun()  # the runs ended: redraw the page so the results below appear
-    st.session_state["_ft_was_busy"] = job.busy
+    if busy and not job.busy:
+        st.rerun()  # drawn while running (the only time this polls) and now ended: redraw so the results appear
 
 
 st.divider()

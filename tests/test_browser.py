@@ -35,7 +35,7 @@ PAGES = {  # URL path -> screenshot name
     "Fine-tune": "fine-tune",
     "Export": "export",
 }
-GRACE_S = 3
+CLOSED_TAB_LIMIT_S = 10  # a closed tab's training process is gone within this (default grace period)
 
 
 def _unavailable(reason: str):
@@ -86,12 +86,48 @@ def model_folder(tmp_path_factory) -> Path:
                                  batch_size=16, seq_len=64, vocab_size=500, max_positions=128)
 
 
+def _make_decoy(folder: Path) -> Path:
+    """A folder of somebody's files, for the tests that type its path into the app's boxes."""
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("somebody's notes")
+    (folder / "sub" / "data.bin").write_bytes(os.urandom(256))
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts and ".venv" not in p.parts
+            and "test-artifacts" not in p.parts}
+
+
+class _Server(tuple):
+    """(base URL, log path), with the server's pid and its runs folder as attributes."""
+
+    def __new__(cls, base: str, log_path: Path, pid: int, runs: Path):
+        self = super().__new__(cls, (base, log_path))
+        self.pid, self.runs = pid, runs
+        return self
+
+
 @pytest.fixture(scope="module")
-def server(model_folder, tmp_path_factory):
+def server_home(tmp_path_factory) -> Path:
+    """The server's $HOME (so that `~` typed into a box names a folder the test watches)."""
+    home = tmp_path_factory.mktemp("home")
+    _make_decoy(home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def server(model_folder, tmp_path_factory, server_home):
     port = _free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = dict(os.environ, BERT_EXPLORER_CHECKPOINT=str(model_folder), BERT_EXPLORER_SESSION_GRACE_S=str(GRACE_S),
-               BERT_EXPLORER_MAX_TRAININGS="2", PYTHONUNBUFFERED="1")
+    runs = tmp_path_factory.mktemp("app-runs")
+    # Local mode (the default), where the sidebar takes server paths: the riskier of the two modes. The session
+    # grace period is the default one, so the closed-tab test measures what a user gets.
+    env = dict(os.environ, BERT_EXPLORER_CHECKPOINT=str(model_folder), BERT_EXPLORER_MAX_TRAININGS="2",
+               PYTHONUNBUFFERED="1", HOME=str(server_home), BERT_EXPLORER_RUNS_DIR=str(runs))
+    env.pop("BERT_EXPLORER_SESSION_GRACE_S", None)
+    env.pop("BERT_EXPLORER_PUBLIC", None)
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
@@ -110,7 +146,7 @@ def server(model_folder, tmp_path_factory):
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"streamlit did not come up:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}", log_path
+        yield _Server(f"http://127.0.0.1:{port}", log_path, pid=proc.pid, runs=runs)
     finally:
         proc.terminate()
         try:
@@ -272,8 +308,28 @@ def test_bad_upload_gets_a_message_not_a_traceback(server, browser, tmp_path, co
         page.close()
 
 
-def test_closing_the_tab_stops_its_training(server, browser):
+def _training_children(server_pid: int) -> set[int]:
+    """Pids of the server's training processes (`python -m bert_core.training_process`), read from /proc."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server_pid and b"bert_core.training_process" in cmdline:
+            found.add(int(proc.name))
+    return found
+
+
+def test_closing_the_tab_frees_its_training_process_within_10_s(server, browser):
     base, log_path = server
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs /proc to see the training process")
+    before = _training_children(server.pid)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     _open(page, base, "Train", "?train_steps=100000")
@@ -281,11 +337,60 @@ def test_closing_the_tab_stops_its_training(server, browser):
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
         ".some(d => (d.data || []).some(t => (t.x || []).length >= 2))", timeout=120_000)
+    mine = _training_children(server.pid) - before
+    assert mine, "no training process was found for the run"
+    closed = time.monotonic()
     context.close()
-    deadline = time.time() + GRACE_S + 30
-    while time.time() < deadline:
-        if "stopping the training of closed session" in log_path.read_text():
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"no job was stopped after the tab closed:\n{log_path.read_text()[-2000:]}")
+    while _training_children(server.pid) & mine and time.monotonic() - closed < 60:
+        time.sleep(0.2)
+    freed_after = time.monotonic() - closed
+    assert not _training_children(server.pid) & mine, "the training process outlived its closed tab by a minute"
+    assert freed_after <= CLOSED_TAB_LIMIT_S, f"the closed tab's training process ran {freed_after:.1f} s more"
+    assert "stopping the training of closed session" in log_path.read_text()
+
+
+def test_typed_paths_never_touch_the_servers_files(server, browser, server_home, tmp_path):
+    """Somebody's folder, named absolutely, relatively with '..', as '~' and as nothing, typed into every box
+    that takes a path or a name (the sidebar's checkpoint folder on every page, the Train page's run name), with
+    every button beside it pressed: the folder, the server's home and the app's own files stay as they were."""
+    base, _ = server
+    decoy = _make_decoy(tmp_path / "decoy")
+    typed = [str(decoy), os.path.relpath(decoy, ROOT), "~", ""]
+    assert ".." in typed[1]
+    watched = {"decoy": (decoy, _snapshot(decoy)), "home": (server_home, _snapshot(server_home)),
+               "app": (ROOT, _snapshot(ROOT))}
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Train", "?train_steps=3&train_eval_every=0&train_probe_every=0")
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Start").click()
+        page.get_by_text("Run finished at step 3").wait_for(timeout=120_000)
+        _settle(page)
+        page.get_by_text("Save this run on the server").click()
+        for text in typed:
+            box = page.get_by_label("Name", exact=True)
+            box.fill(text)
+            box.press("Enter")
+            _settle(page)
+            main.get_by_role("button", name="Save", exact=True).click()
+            _settle(page)
+            page.locator('[data-testid="stAlert"]', has_text="Saved as").first.wait_for(timeout=30_000)
+            _no_exception(page, f"save as {text!r}")
+        saved = sorted(p.name for p in server.runs.iterdir())
+        assert set(saved) <= {"decoy", "tmp", "run", "run-2"} and saved, saved
+        for path in [p for p in PAGES if p != "Fine-tune" or (ROOT / "pages" / "5_Fine-tune.py").exists()]:
+            _open(page, base, path)
+            page.get_by_test_id("stSidebar").get_by_text("Checkpoint folder", exact=True).click()
+            _settle(page)
+            for text in typed:
+                box = page.get_by_label("Checkpoint folder on the server")
+                box.fill(text)
+                box.press("Enter")
+                _settle(page)
+                _no_exception(page, f"{path or 'home'}: folder {text!r}")
+                alerts = page.get_by_test_id("stSidebar").locator('[data-testid="stAlert"]')
+                assert alerts.count() >= 1, f"{path}: no message for {text!r}"
+    finally:
+        page.close()
+    for name, (folder, before) in watched.items():
+        assert _snapshot(folder) == before, f"{name} folder changed"

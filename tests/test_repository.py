@@ -41,3 +41,22 @@ def test_no_shared_data_file_is_committed():
         if f.is_file() and f.name != "README.md":
             h = subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True).stdout.strip()
             assert h not in hashes, f"{f} is committed; read it from ../shared/data instead"
+
+
+def test_the_space_image_starts_in_public_mode():
+    from bert_core.app_storage import PUBLIC_ENV
+
+    env_lines = [line for line in (REPO_ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENV ")]
+    assert any(f"{PUBLIC_ENV}=1" in line.split() for line in env_lines), env_lines
+
+
+def test_the_readme_names_every_server_setting():
+    import bert_core.app_state as app_state
+    import bert_core.app_storage as app_storage
+
+    names = {v for m in (app_state, app_storage) for k, v in vars(m).items()
+             if k.endswith("_ENV") and isinstance(v, str) and v.startswith("BERT_EXPLORER_")}
+    # Test-only and tuning knobs documented elsewhere in the README or docs are not server settings.
+    names -= {app_state.CHECKPOINT_ENV, app_state.THREADS_ENV, app_state.POLL_ENV, app_state.PROCESS_ENV}
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert names and all(f"`{n}`" in readme for n in names), sorted(n for n in names if f"`{n}`" not in readme)
