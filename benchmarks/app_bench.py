@@ -140,7 +140,7 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     from bert_core.inspection import attention_maps, head_summaries
 
     if folder is not None:
-        from bert_core.app_state import load_folder
+        from bert_core.model_sources import load_folder
 
         model, tok, _ = load_folder(folder)
         what = f"checkpoint {folder.name}"
@@ -157,7 +157,7 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     text = " ".join(words * 8)
     ids = tok.encode(text)[:62]
     text = tok.decode(ids)
-    from bert_core.app_state import training_threads
+    from bert_core.jobs import training_threads
 
     torch.set_num_threads(training_threads())  # what the app's server uses
     times = []

@@ -5,7 +5,7 @@ Python's GIL between them. In the server's process the trainer thread shares tha
 and the live charts' redraws, and lost 16% of its speed per step and a third over a whole run (measured in
 `docs/benchmarks.md`). In its own process it shares nothing but the cores.
 
-Parent side: `ProcessTrainingJob` (the same interface as `app_state.TrainingJob`: start, stop, busy, phase, error,
+Parent side: `ProcessTrainingJob` (the same interface as `jobs.TrainingJob`: start, stop, busy, phase, error,
 trainer, model_snapshot, save, zip_bytes, extend) and `TrainerProxy`, a read-only mirror of the child's `Trainer`
 (config, step, history, evals, baselines, probes, progress, tokenizer, metadata) fed by a pump thread; for the
 Fine-tune page's `FinetuneComparison`, `ComparisonProxy` (runs, progress, and at the end the results with the
@@ -413,7 +413,7 @@ class ProcessTrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
-        from bert_core.app_state import extended_config
+        from bert_core.jobs import extended_config
 
         cfg = extended_config(self.trainer, more_steps)
         if cfg is None:
@@ -475,7 +475,7 @@ class ProcessTrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
-        from bert_core.app_state import zip_checkpoint
+        from bert_core.jobs import zip_checkpoint
 
         return zip_checkpoint(self.save)
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, figures
+from bert_core import app_state, app_storage, figures, jobs
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
@@ -111,7 +111,7 @@ def _corpus_spec() -> tuple[str, str]:
     return str(path), label
 
 
-def _spec() -> app_state.TrainSpec:
+def _spec() -> jobs.TrainSpec:
     s = st.session_state
     spec_corpus, label = _corpus_spec()
     overrides = {}
@@ -126,10 +126,10 @@ def _spec() -> app_state.TrainSpec:
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
                  probe_every=int(s["train_probe_every"]), eval_batches=5, device="cpu")
-    spec = app_state.TrainSpec(corpus=spec_corpus, corpus_label=label, vocab_size=int(s["train_vocab"]),
+    spec = jobs.TrainSpec(corpus=spec_corpus, corpus_label=label, vocab_size=int(s["train_vocab"]),
                                preset=preset, model_overrides=overrides, train=train,
                                probes=int(s["train_probe_every"]) > 0)
-    app_state.validate_spec(spec)
+    jobs.validate_spec(spec)
     return spec
 
 
@@ -141,7 +141,7 @@ try:
         spec = _spec()
         if job is not None:
             app_state.REGISTRY.discard(sid)
-        app_state.REGISTRY.start(app_state.pretraining_job(sid, spec))
+        app_state.REGISTRY.start(jobs.pretraining_job(sid, spec))
         st.rerun()
     if b2.button("Stop", icon=":material/stop:", disabled=not busy):
         job.stop(wait=10)

@@ -5,7 +5,7 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
-from bert_core import app_state, finetune_figures
+from bert_core import app_state, finetune_figures, jobs
 from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
 from bert_core.errors import BertCoreError
 from bert_core.finetune import build_comparison, classify_text, comparison_config
@@ -39,12 +39,6 @@ if st.session_state["ft_data"] not in DATASETS:
     st.session_state["ft_data"] = "toy"
 
 
-@st.cache_resource
-def _registry():
-    # Fine-tuning jobs live beside the Train page's (one per session each), reaped the same way.
-    return app_state.JobRegistry()
-
-
 @st.cache_data(max_entries=8, show_spinner="Reading the data…")
 def _load_shared(rel: str, text_columns, label_column, drop_empty: bool):
     return load_classification_csv(SHARED / rel, text_columns, label_column, drop_empty=drop_empty)
@@ -67,7 +61,7 @@ def _on_data_change():
 
 
 sid = app_state.session_id()
-registry = _registry()
+registry = app_state.FINETUNE_REGISTRY
 job = registry.get(sid)
 busy = job is not None and job.busy
 
@@ -155,7 +149,7 @@ try:
         comparison_config(settings)  # and config errors, before any process starts
         if job is not None:
             registry.discard(sid)
-        new_job = app_state.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
+        new_job = jobs.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
                                                       settings))
         registry.start(new_job)
         st.rerun()

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core import app_state, figures  # noqa: E402
+from bert_core import app_state, figures, jobs, model_sources  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,11 +28,11 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _app_env(checkpoint, monkeypatch):
-    monkeypatch.setenv(app_state.CHECKPOINT_ENV, str(checkpoint))
-    monkeypatch.delenv(app_state.MAX_TRAININGS_ENV, raising=False)
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
+    monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
     yield
     # Join every training thread a test started, so none outlives it.
-    for registry in list(app_state.JobRegistry._all):
+    for registry in list(jobs.JobRegistry._all):
         for sid in list(registry._jobs):
             registry.discard(sid, wait=30)
 
@@ -70,7 +70,7 @@ def test_home_shows_architecture_and_where_the_model_came_from(checkpoint):
 
 
 def test_missing_shipped_checkpoint_is_explained(monkeypatch, tmp_path):
-    monkeypatch.setenv(app_state.CHECKPOINT_ENV, str(tmp_path / "absent"))
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(tmp_path / "absent"))
     for page in ["app.py", *PAGES]:
         at = _open(page)
         _assert_clean(at)
@@ -178,10 +178,10 @@ def _small_run(at: AppTest, steps: int = 4) -> None:
     at.number_input(key="train_probe_every").set_value(2)
 
 
-def _job() -> app_state.TrainingJob:
-    jobs = list(app_state.REGISTRY._jobs.values())
-    assert len(jobs) == 1
-    return jobs[0]
+def _job() -> jobs.TrainingJob:
+    running = list(app_state.REGISTRY._jobs.values())
+    assert len(running) == 1
+    return running[0]
 
 
 def test_train_page_runs_a_real_training_and_other_pages_follow_it():
@@ -282,7 +282,7 @@ def test_train_page_bad_upload_gets_a_message(content, message):
 
 
 def test_global_training_limit_gives_a_clear_message(monkeypatch):
-    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "1")
+    monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")
     release = threading.Event()
 
     class Blocking:
@@ -294,14 +294,14 @@ def test_global_training_limit_gives_a_clear_message(monkeypatch):
         def stop(self):
             release.set()
 
-    other = app_state.TrainingJob("someone-else", builder=Blocking)
+    other = jobs.TrainingJob("someone-else", builder=Blocking)
     app_state.REGISTRY.start(other)
     try:
         at = _open("pages/2_Train.py")
         _small_run(at, steps=1)
         at.button[0].click().run()
         _assert_clean(at)
-        assert any("limit" in t and app_state.MAX_TRAININGS_ENV in t for t in _texts(at.error))
+        assert any("limit" in t and jobs.MAX_TRAININGS_ENV in t for t in _texts(at.error))
     finally:
         app_state.REGISTRY.discard("someone-else")
     assert not other.busy
@@ -326,8 +326,8 @@ class _Spinner:
 
 def test_registry_stops_jobs_whose_session_closed_after_the_grace_period():
     alive = {"a": True, "b": True}
-    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=alive.get, grace_s=0.3, poll_s=0.05)
-    job_a, job_b = app_state.TrainingJob("a", builder=_Spinner), app_state.TrainingJob("b", builder=_Spinner)
+    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=alive.get, grace_s=0.3, poll_s=0.05)
+    job_a, job_b = jobs.TrainingJob("a", builder=_Spinner), jobs.TrainingJob("b", builder=_Spinner)
     reg.start(job_a)
     reg.start(job_b)
     alive["a"] = False
@@ -348,8 +348,8 @@ def test_registry_stops_jobs_whose_session_closed_after_the_grace_period():
 
 
 def test_registry_never_reaps_when_liveness_is_unknown():
-    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None, grace_s=0.0, poll_s=0.02)
-    job = app_state.TrainingJob("x", builder=_Spinner)
+    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None, grace_s=0.0, poll_s=0.02)
+    job = jobs.TrainingJob("x", builder=_Spinner)
     reg.start(job)
     time.sleep(0.2)
     assert job.busy
@@ -358,15 +358,15 @@ def test_registry_never_reaps_when_liveness_is_unknown():
 
 
 def test_limit_counts_jobs_of_every_registry():
-    other = app_state.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
-    mine = app_state.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
-    other.start(app_state.TrainingJob("s1", builder=_Spinner))
+    other = jobs.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
+    mine = jobs.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
+    other.start(jobs.TrainingJob("s1", builder=_Spinner))
     try:
         with pytest.raises(BertCoreError, match="limit"):
-            mine.start(app_state.TrainingJob("s2", builder=_Spinner))
+            mine.start(jobs.TrainingJob("s2", builder=_Spinner))
     finally:
         other.discard("s1")
-    mine.start(app_state.TrainingJob("s2", builder=_Spinner))
+    mine.start(jobs.TrainingJob("s2", builder=_Spinner))
     mine.discard("s2")
 
 
@@ -376,7 +376,7 @@ def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():
 
 
 def test_model_snapshot_is_a_frozen_copy(checkpoint):
-    model, tok, _ = app_state.load_folder(checkpoint)
+    model, tok, _ = model_sources.load_folder(checkpoint)
     model.train()
 
     class T:
@@ -384,7 +384,7 @@ def test_model_snapshot_is_a_frozen_copy(checkpoint):
         tokenizer = tok
 
     T.model = model
-    job = app_state.TrainingJob("snap", builder=lambda: None)
+    job = jobs.TrainingJob("snap", builder=lambda: None)
     job.trainer = T()
     snap = job.model_snapshot()
     assert snap is not model and not snap.training and model.training
@@ -394,8 +394,8 @@ def test_model_snapshot_is_a_frozen_copy(checkpoint):
 
 
 def test_env_var_limit_parsing(monkeypatch):
-    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "3")
-    assert app_state.max_trainings() == 3
-    monkeypatch.setenv(app_state.MAX_TRAININGS_ENV, "lots")
-    assert app_state.max_trainings() == app_state.DEFAULT_MAX_TRAININGS
-    assert os.environ[app_state.CHECKPOINT_ENV]
+    monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "3")
+    assert jobs.max_trainings() == 3
+    monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "lots")
+    assert jobs.max_trainings() == jobs.DEFAULT_MAX_TRAININGS
+    assert os.environ[model_sources.CHECKPOINT_ENV]

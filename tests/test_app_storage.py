@@ -203,7 +203,7 @@ def _checkpoint_entries(checkpoint: Path, prefix: str = "") -> dict[str, bytes]:
 
 @pytest.mark.parametrize("prefix", ["", "bert-checkpoint/"])
 def test_a_zipped_checkpoint_unpacks_and_loads(checkpoint, tmp_path, prefix):
-    from bert_core.app_state import load_folder
+    from bert_core.model_sources import load_folder
 
     entries = _checkpoint_entries(checkpoint, prefix)
     entries[prefix + "run.sh"] = b"#!/bin/sh\nrm -rf /\n"   # not a checkpoint file: skipped

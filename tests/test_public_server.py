@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from bert_core import app_state, app_storage  # noqa: E402
+from bert_core import app_state, app_storage, jobs, model_sources  # noqa: E402
 from tests.test_app import TIMEOUT, _assert_clean, _job, _open, _small_run, _texts  # noqa: E402
 from tests.test_app_storage import decoy, snapshot  # noqa: E402,F401  (decoy: a fixture)
 
@@ -27,12 +27,12 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _env(checkpoint, monkeypatch, tmp_path):
-    monkeypatch.setenv(app_state.CHECKPOINT_ENV, str(checkpoint))
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
     monkeypatch.setenv(app_storage.RUNS_DIR_ENV, str(tmp_path / "runs"))
     monkeypatch.setenv(app_storage.SCRATCH_DIR_ENV, str(tmp_path / "scratch"))
     monkeypatch.delenv(app_storage.PUBLIC_ENV, raising=False)
     yield
-    for registry in list(app_state.JobRegistry._all):
+    for registry in list(jobs.JobRegistry._all):
         for sid in list(registry._jobs):
             registry.discard(sid, wait=30)
 

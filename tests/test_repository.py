@@ -51,12 +51,11 @@ def test_the_space_image_starts_in_public_mode():
 
 
 def test_the_readme_names_every_server_setting():
-    import bert_core.app_state as app_state
-    import bert_core.app_storage as app_storage
+    from bert_core import app_state, app_storage, jobs, model_sources
 
-    names = {v for m in (app_state, app_storage) for k, v in vars(m).items()
+    names = {v for m in (app_state, app_storage, jobs, model_sources) for k, v in vars(m).items()
              if k.endswith("_ENV") and isinstance(v, str) and v.startswith("BERT_EXPLORER_")}
     # Test-only and tuning knobs documented elsewhere in the README or docs are not server settings.
-    names -= {app_state.CHECKPOINT_ENV, app_state.THREADS_ENV, app_state.POLL_ENV, app_state.PROCESS_ENV}
+    names -= {model_sources.CHECKPOINT_ENV, jobs.THREADS_ENV, app_state.POLL_ENV, jobs.PROCESS_ENV}
     readme = (REPO_ROOT / "README.md").read_text()
     assert names and all(f"`{n}`" in readme for n in names), sorted(n for n in names if f"`{n}`" not in readme)

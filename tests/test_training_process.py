@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_core import app_state
+from bert_core import app_state, jobs, model_sources
 from bert_core.training_process import ProcessTrainingJob
 from tests import app_fixtures
 
@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
 
 
-def _spec(steps: int = 12, **train) -> app_state.TrainSpec:
+def _spec(steps: int = 12, **train) -> jobs.TrainSpec:
     settings = dict(max_steps=steps, batch_size=4, max_seq_length=32, eval_every=4, probe_every=4, eval_batches=2,
                     device="cpu", seed=3)
-    return app_state.TrainSpec(corpus="toy", vocab_size=300, preset="nano", train={**settings, **train})
+    return jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano", train={**settings, **train})
 
 
-def _job(spec: app_state.TrainSpec, sid: str = "proc") -> ProcessTrainingJob:
-    return ProcessTrainingJob(sid, partial(app_state.build_trainer, spec), spec=spec, threads=1,
-                              data_factory=partial(app_state.training_data_for, spec))
+def _job(spec: jobs.TrainSpec, sid: str = "proc") -> ProcessTrainingJob:
+    return ProcessTrainingJob(sid, partial(jobs.build_trainer, spec), spec=spec, threads=1,
+                              data_factory=partial(jobs.training_data_for, spec))
 
 
 def _wait_for_step(job, step: int) -> None:
@@ -39,7 +39,7 @@ def _wait_for_step(job, step: int) -> None:
 
 
 @pytest.fixture
-def jobs():
+def started_jobs():
     started = []
     yield started
     for job in started:
@@ -47,10 +47,10 @@ def jobs():
         assert job.process is None or job.process.poll() is not None
 
 
-def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(jobs, tmp_path):
+def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(started_jobs, tmp_path):
     spec = _spec()
     job = _job(spec)
-    jobs.append(job)
+    started_jobs.append(job)
     job.start()
     assert job.busy and job.phase == "preparing"
     assert job.wait(TIMEOUT)
@@ -59,7 +59,7 @@ def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(jobs,
     assert mirror.step == 12 and mirror.progress.fraction == 1.0
 
     # The same spec trained here, in this process, gives the same numbers: the child is not a different run.
-    local = app_state.build_trainer(spec)
+    local = jobs.build_trainer(spec)
     local.run()
     assert [e.loss for e in mirror.history] == [e.loss for e in local.history]
     assert mirror.evals == local.evals and mirror.baselines == local.baselines
@@ -83,9 +83,9 @@ def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(jobs,
     assert mirror.data.build_instances(0)[:3] == local.data.build_instances(0)[:3]
 
 
-def test_stop_resume_and_extend(jobs):
+def test_stop_resume_and_extend(started_jobs):
     job = _job(_spec(steps=100_000, eval_every=0, probe_every=0))
-    jobs.append(job)
+    started_jobs.append(job)
     job.start()
     _wait_for_step(job, 3)
     job.stop(wait=TIMEOUT)
@@ -102,9 +102,9 @@ def test_stop_resume_and_extend(jobs):
     assert job.phase == "stopped" and job.trainer.step > stopped_at
 
 
-def test_a_finished_run_goes_on_after_extend(jobs):
+def test_a_finished_run_goes_on_after_extend(started_jobs):
     job = _job(_spec(steps=4, eval_every=0, probe_every=0))
-    jobs.append(job)
+    started_jobs.append(job)
     job.start()
     job.wait(TIMEOUT)
     job.stop(wait=5)  # a late Stop, after the run finished, must not cut the next run short
@@ -114,17 +114,17 @@ def test_a_finished_run_goes_on_after_extend(jobs):
     assert job.phase == "finished" and job.trainer.step == 7
 
 
-def test_a_builder_error_is_a_message(jobs):
+def test_a_builder_error_is_a_message(started_jobs):
     job = ProcessTrainingJob("bad", app_fixtures.failing_builder)
-    jobs.append(job)
+    started_jobs.append(job)
     job.start()
     job.wait(TIMEOUT)
     assert job.phase == "failed" and job.error == "the corpus file is empty: give some text"
 
 
-def test_a_crashed_child_is_reported_not_waited_for(jobs):
+def test_a_crashed_child_is_reported_not_waited_for(started_jobs):
     job = ProcessTrainingJob("crash", app_fixtures.crashing_builder)
-    jobs.append(job)
+    started_jobs.append(job)
     job.start()
     assert job.wait(TIMEOUT)
     assert job.phase == "failed" and "exit code 7" in job.error
@@ -133,7 +133,7 @@ def test_a_crashed_child_is_reported_not_waited_for(jobs):
 
 
 def test_close_ends_the_process_and_the_registry_closes_discarded_jobs():
-    reg = app_state.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None)
+    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None)
     job = _job(_spec(steps=100_000, eval_every=0, probe_every=0), sid="reg")
     reg.start(job)
     deadline = time.time() + TIMEOUT
@@ -149,12 +149,12 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from functools import partial
-        from bert_core import app_state
+        from bert_core import jobs
         from bert_core.training_process import ProcessTrainingJob
-        spec = app_state.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
-                                   train=dict(max_steps=10**6, batch_size=4, max_seq_length=32, eval_every=0,
+        spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
+                              train=dict(max_steps=10**6, batch_size=4, max_seq_length=32, eval_every=0,
                                               probe_every=0, device="cpu"))
-        job = ProcessTrainingJob("orphan", partial(app_state.build_trainer, spec), spec=spec)
+        job = ProcessTrainingJob("orphan", partial(jobs.build_trainer, spec), spec=spec)
         job.start()
         while job.trainer is None or job.trainer.step < 2:
             time.sleep(0.05)
@@ -177,22 +177,22 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
 
 def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
     spec = _spec()
-    monkeypatch.delenv(app_state.PROCESS_ENV, raising=False)
-    assert isinstance(app_state.pretraining_job("s", spec), ProcessTrainingJob)
-    monkeypatch.setenv(app_state.PROCESS_ENV, "0")
-    assert isinstance(app_state.pretraining_job("s", spec), app_state.TrainingJob)
+    monkeypatch.delenv(jobs.PROCESS_ENV, raising=False)
+    assert isinstance(jobs.pretraining_job("s", spec), ProcessTrainingJob)
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")
+    assert isinstance(jobs.pretraining_job("s", spec), jobs.TrainingJob)
 
 
-def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(jobs, tmp_path):
+def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
     from bert_core.classification_data import toy_topic_task
     from bert_core.finetune import build_comparison, classify_text
     from bert_core.training_process import ComparisonProxy
 
-    model, tok, _ = app_state.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
+    model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     data = toy_topic_task(0, 200)
     settings = dict(train=120, val=40, seed=0, budget=1, lr=1e-3, batch=16, maxlen=32)
-    job = app_state.finetune_job("ft", partial(build_comparison, data, model, tok, settings))
-    jobs.append(job)
+    job = jobs.finetune_job("ft", partial(build_comparison, data, model, tok, settings))
+    started_jobs.append(job)
     job.start()
     assert job.wait(TIMEOUT) and job.phase == "finished", job.error
     comparison = job.trainer
@@ -208,14 +208,14 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(jobs
         assert len(probs) == data.num_labels and abs(sum(probs) - 1) < 1e-5
 
 
-def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(jobs, tmp_path):
+def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(started_jobs, tmp_path):
     from bert_core.classification_data import toy_topic_task
     from bert_core.finetune import build_comparison
 
-    model, tok, _ = app_state.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
+    model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     settings = dict(train=120, val=40, seed=0, budget=600, lr=1e-3, batch=16, maxlen=32)
-    job = app_state.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
-    jobs.append(job)
+    job = jobs.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
+    started_jobs.append(job)
     job.start()
     _wait_for_step(job, 5)
     job.stop(wait=TIMEOUT)

@@ -1,0 +1,104 @@
+"""Where the explorer's models come from: checkpoint folders (ours or Hugging Face's) loaded and described for
+the pages. No Streamlit here; `bert_core.app_state` caches and picks among them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bert_core.errors import BertCoreError
+
+CHECKPOINT_ENV = "BERT_EXPLORER_CHECKPOINT"        # overrides the shipped checkpoint (tests point it at a fixture)
+
+
+def default_checkpoint() -> Path:
+    """The checkpoint the app opens by default: `$BERT_EXPLORER_CHECKPOINT` or `bert_core.paths.DEFAULT_CHECKPOINT`."""
+    from bert_core.paths import DEFAULT_CHECKPOINT
+
+    env = os.environ.get(CHECKPOINT_ENV)
+    return Path(env) if env else DEFAULT_CHECKPOINT
+
+
+@dataclass
+class ActiveModel:
+    """The model every page looks at, with where it came from."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    path: Path | None = None
+    description: str = ""
+    trainer_state: dict | None = None
+    step: int | None = None
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def unigram_counts(self) -> dict[int, int] | None:
+        """Token counts of the model's training text, when the checkpoint or run recorded them."""
+        meta = (self.trainer_state or {}).get("metadata", {})
+        counts = meta.get("unigram_counts")
+        if counts:
+            return {i: c for i, c in enumerate(counts) if c}
+        return None
+
+
+def folder_stamp(folder: Path) -> float:
+    """The newest modification time of the files in `folder` (a re-saved checkpoint gets a new stamp)."""
+    stamps = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
+    return max(stamps) if stamps else 0.0
+
+
+def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
+    """Load (model, tokenizer, trainer_state or None) from a checkpoint folder, ours or a Hugging Face BERT."""
+    from bert_core.checkpoint import read_json
+    from bert_core.hf import is_checkpoint_folder, load_pretrained
+    from bert_core.tokenization import BertTokenizer
+
+    text = str(folder).strip()
+    if not text:
+        raise BertCoreError("type the path of a checkpoint folder")
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise BertCoreError(f"{path} does not exist: give the path of a checkpoint folder on the server")
+    if not path.is_dir():
+        raise BertCoreError(f"{path} is a file, not a folder: give the folder holding config.json")
+    if not is_checkpoint_folder(path):
+        raise BertCoreError(f"{path} is not a checkpoint folder: it needs config.json and model.safetensors "
+                            "(or pytorch_model.bin) plus tokenizer files")
+    model = load_pretrained(path)
+    tokenizer = BertTokenizer.load(path)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise BertCoreError(f"the tokenizer in {path} has {tokenizer.vocab_size} tokens but the model only "
+                            f"{model.config.vocab_size}: they do not belong together")
+    state = None
+    state_file = path / "trainer_state.json"
+    if state_file.is_file():
+        try:
+            state = read_json(state_file)
+        except Exception:  # noqa: BLE001 - a damaged state file only loses the history, not the model
+            state = None
+    return model, tokenizer, state
+
+
+
+def describe_checkpoint(path: Path, model, state: dict | None) -> str:
+    """One paragraph on where a checkpoint came from: sizes, and the training recorded in it."""
+    cfg = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    text = (f"`{path}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
+            f"{cfg.num_attention_heads} heads, vocabulary {cfg.vocab_size:,} ({n_params / 1e6:.1f}M parameters).")
+    if state:
+        meta = state.get("metadata", {})
+        corpora = ", ".join(meta.get("corpora", [])) or "unrecorded corpora"
+        text += f" Trained for {state.get('step', 0):,} steps on {corpora}"
+        if state.get("elapsed_s"):
+            text += f" in {state['elapsed_s'] / 60:.0f} min"
+        text += "."
+    else:
+        text += " No training record (e.g. a Hugging Face download)."
+    return text
