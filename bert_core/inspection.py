@@ -394,3 +394,34 @@ def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, 
     counts["target_rate"] = mask_rate
     counts["instances"] = len(instances)
     return counts
+
+
+# ---------------------------------------------------------------------------------------------- words
+
+
+def group_word_pieces(pieces: Sequence[str]) -> list[list[str]]:
+    """Group WordPiece tokens into words: ['play', '##ing', 'on'] -> [['play', '##ing'], ['on']]."""
+    words: list[list[str]] = []
+    for piece in pieces:
+        if piece.startswith("##") and words:
+            words[-1].append(piece)
+        else:
+            words.append([piece])
+    return words
+
+
+def word_text(word: Sequence[str]) -> str:
+    """A word's pieces written as text: ['play', '##ing'] -> 'playing'."""
+    return "".join(piece.removeprefix("##") for piece in word)
+
+
+def text_with_word_masked(words: Sequence[Sequence[str]], pick: int) -> str:
+    """The text of `words` with word `pick` replaced by one [MASK] per piece (as whole-word masking does: half a
+    word cannot be written as text)."""
+    return " ".join(" ".join(["[MASK]"] * len(w)) if i == pick else word_text(w) for i, w in enumerate(words))
+
+
+def context_before(tokens: Sequence[str], position: int, words: int = 4) -> str:
+    """Up to `words` words before token `position` (after [CLS]), then '___': a short label for a [MASK]."""
+    before = group_word_pieces(tokens[max(1, position - 6):position])[-words:]
+    return " ".join(word_text(w) for w in before) + " ___"

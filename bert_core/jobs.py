@@ -34,6 +34,14 @@ DEFAULT_MAX_TRAININGS = 2
 DEFAULT_GRACE_S = 4.0   # a closed tab frees its CPU within ~grace + poll + 2 s of stopping
 
 
+def format_duration(seconds) -> str:
+    """'…' for unknown, '42s', '3m 05s': how the pages show elapsed time and time left."""
+    if seconds is None:
+        return "…"
+    seconds = int(seconds)
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 def max_trainings() -> int:
     """The global limit on concurrent training runs (`$BERT_EXPLORER_MAX_TRAININGS`, default 2)."""
     raw = os.environ.get(MAX_TRAININGS_ENV, "")

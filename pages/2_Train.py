@@ -185,13 +185,6 @@ if job is not None and job.trainer is not None:
                            icon=":material/download:")
 
 
-def _fmt_s(seconds) -> str:
-    if seconds is None:
-        return "…"
-    seconds = int(seconds)
-    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def _live() -> None:
     job = app_state.current_job()
     if job is None:
@@ -208,7 +201,7 @@ def _live() -> None:
     history, evals = trainer.history, trainer.evals
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{job.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
-                     f"elapsed {_fmt_s(prog.elapsed_s)} · time left {_fmt_s(prog.eta_s)}")
+                     f"elapsed {jobs.format_duration(prog.elapsed_s)} · time left {jobs.format_duration(prog.eta_s)}")
     last = history[-1] if history else None
     m = st.columns(5)
     m[0].metric("Loss", f"{last.loss:.3f}" if last else "–")

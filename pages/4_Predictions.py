@@ -4,7 +4,8 @@ import streamlit as st
 
 from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
-from bert_core.inspection import encode_input, predict_masks, predict_nsp, unigram_top_k
+from bert_core.inspection import (context_before, encode_input, group_word_pieces, predict_masks, predict_nsp,
+                                  text_with_word_masked, unigram_top_k, word_text)
 
 st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
 active = app_state.sidebar()
@@ -25,35 +26,20 @@ tok = active.tokenizer
 max_len = active.config.max_position_embeddings
 
 
-
-def _words(pieces: list[str]) -> list[list[str]]:
-    """Group word pieces into words ('play', '##ing' -> one word)."""
-    words: list[list[str]] = []
-    for p in pieces:
-        if p.startswith("##") and words:
-            words[-1].append(p)
-        else:
-            words.append([p])
-    return words
-
-
 def _mask_word(words: list[list[str]], pick: int) -> None:
-    # A callback: it runs before the text box is drawn again, so it may change its value. Every piece of the
-    # word becomes a [MASK] (as whole-word masking does), since half a word cannot be written as text.
-    parts = [" ".join(["[MASK]"] * len(w)) if i == pick else "".join(x.removeprefix("##") for x in w)
-             for i, w in enumerate(words)]
-    st.session_state["pred_text"] = " ".join(parts)
+    # A callback: it runs before the text box is drawn again, so it may change its value.
+    st.session_state["pred_text"] = text_with_word_masked(words, pick)
 
 
 with st.expander("…or pick a word to mask"):
     try:
-        words = _words(encode_input(tok, st.session_state["pred_text"], max_length=max_len).tokens[1:-1])
+        words = group_word_pieces(encode_input(tok, st.session_state["pred_text"], max_length=max_len).tokens[1:-1])
     except BertCoreError:
         words = []
     choices = [i for i, w in enumerate(words) if w != ["[MASK]"]]
     if choices:
         pick = st.selectbox("Word to hide", choices, key="pred_pick",
-                            format_func=lambda i: f"{i + 1}: {''.join(x.removeprefix('##') for x in words[i])}")
+                            format_func=lambda i: f"{i + 1}: {word_text(words[i])}")
         st.button("Mask it", on_click=_mask_word, args=(words, pick))
     else:
         st.caption("Type some text first.")
@@ -73,8 +59,7 @@ if preds and baseline is None:
     st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
 cols = st.columns(min(len(preds), 3) or 1)
 for n, pred in enumerate(preds):
-    before = _words(encoded.tokens[max(1, pred.position - 6):pred.position])[-4:]
-    context = " ".join("".join(x.removeprefix("##") for x in w) for w in before) + " ___"
+    context = context_before(encoded.tokens, pred.position)
     with cols[n % len(cols)]:
         app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
                          f"mask-{n + 1}", key=f"pred_fig_{n}")

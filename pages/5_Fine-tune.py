@@ -163,10 +163,6 @@ except BertCoreError as exc:
     app_state.show_error(exc)
 
 
-def _fmt_s(seconds) -> str:
-    return "…" if seconds is None else f"{int(seconds)}s"
-
-
 def _live() -> None:
     job = registry.get(sid)
     if job is None:
@@ -181,7 +177,7 @@ def _live() -> None:
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{job.phase}" + (f": training {current}" if current else "") +
-                     f" · time left {_fmt_s(prog.eta_s)}")
+                     f" · time left {jobs.format_duration(prog.eta_s)}")
     runs = {t.name: t.evals for t in comparison.tuners}
     counts = comparison.train_data.label_counts()
     chance = max(comparison.val_data.label_counts()) / max(len(comparison.val_data), 1)

@@ -1,61 +1,34 @@
 """Export: the loss history as CSV, the configuration as JSON, figures as PNG or SVG, and shareable links."""
 
-import csv
-import dataclasses
-import io
 import json
 
 import streamlit as st
 
 from bert_core import app_state, figures
+from bert_core.export import history_label, rows_to_csv, run_record
 
 st.set_page_config(page_title="Export · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Export")
 
-
-def _history_and_config():
-    """(history rows, evaluation rows, baselines, config dict) of the active model, from its run or its folder."""
-    job = app_state.current_job()
-    if active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer:
-        trainer = job.trainer
-        history = [dataclasses.asdict(e) for e in trainer.history]
-        evals = [dataclasses.asdict(e) for e in trainer.evals]
-        train_config = trainer.config.to_dict()
-        baselines = trainer.baselines
-    else:
-        state = (active.trainer_state if active is not None else None) or {}
-        history, evals = state.get("history", []), state.get("evals", [])
-        train_config, baselines = state.get("train_config"), state.get("baselines", {})
-    config = {"model": active.config.to_hf_dict() if active is not None else None, "training": train_config}
-    return history, evals, baselines, config
-
-
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return buf.getvalue()
-
-
-history, evals, baselines, config = _history_and_config()
+job = app_state.current_job()
+live = active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer
+record = run_record(active.config if active is not None else None, trainer=job.trainer if live else None,
+                    trainer_state=active.trainer_state if active is not None else None)
+history, evals, baselines, config = record.history, record.evals, record.baselines, record.config
 if active is None:
     st.info("Pick a model in the sidebar to export its history and configuration.")
 else:
     st.subheader("Data")
     c1, c2, c3 = st.columns(3)
     if history:
-        last = history[-1].get("step", len(history))
-        rows = f"{len(history):,} steps" if len(history) >= last else f"{len(history):,} of {last:,} steps"
-        c1.download_button(f"Loss history ({rows}, CSV)", _csv(history), "loss_history.csv", "text/csv",
-                           help="Long runs keep every 2nd, 4th, ... step evenly over the run, and the newest "
+        c1.download_button(f"Loss history ({history_label(history)}, CSV)", rows_to_csv(history),
+                           "loss_history.csv", "text/csv", help="Long runs keep every 2nd, 4th, ... step evenly over the run, and the newest "
                                 "(TrainConfig.history_limit)")
     else:
         c1.caption("No training history recorded for this model.")
     if evals:
-        c2.download_button(f"Held-out evaluations ({len(evals)}, CSV)", _csv(evals), "evaluations.csv",
+        c2.download_button(f"Held-out evaluations ({len(evals)}, CSV)", rows_to_csv(evals), "evaluations.csv",
                            "text/csv")
     c3.download_button("Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
     with st.expander("Configuration"):

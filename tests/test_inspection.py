@@ -205,3 +205,17 @@ def test_masking_stats_meet_bert_targets_over_many_instances(tokenizer):
             assert r.shown_id not in tokenizer.special_ids
         else:
             assert r.shown == r.token
+
+
+def test_word_pieces_group_into_words_and_a_picked_word_is_masked_whole():
+    from bert_core.inspection import context_before, group_word_pieces, text_with_word_masked, word_text
+
+    pieces = ["the", "play", "##ing", "##s", "cat", "##s", "ran"]
+    words = group_word_pieces(pieces)
+    assert words == [["the"], ["play", "##ing", "##s"], ["cat", "##s"], ["ran"]]
+    assert group_word_pieces(["##x", "y"]) == [["##x"], ["y"]]  # a leading continuation starts a word
+    assert word_text(words[1]) == "playings"
+    assert text_with_word_masked(words, 1) == "the [MASK] [MASK] [MASK] cats ran"
+    tokens = ["[CLS]", "a", "b", "##c", "d", "e", "f", "[MASK]", "[SEP]"]
+    assert context_before(tokens, 7) == "bc d e f ___"
+    assert context_before(tokens, 2) == "a ___"
