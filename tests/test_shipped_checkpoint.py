@@ -62,5 +62,9 @@ def test_heldout_and_eval_reproduce_the_recorded_figures(metrics, shared_data, t
     recorded = metrics["eval"]
     for key in ("masked_tokens", "sequences"):
         assert again[key] == recorded[key], key
-    for key in ("masked_token_accuracy", "mlm_loss", "perplexity", "nsp_accuracy"):
-        assert again[key] == pytest.approx(recorded[key], abs=1e-6), key
+    # Float sums differ between CPUs (Intel, AMD, ARM: other kernels, other orders), so figures are compared
+    # relatively: the loss to 1e-4 (exp() turns it into perplexity, so the same for both), the accuracies to 1e-3
+    # (an argmax that flips on a near-tie moves masked-token accuracy by 1/28,540 = 3.5e-5).
+    for key, rel in (("mlm_loss", 1e-4), ("perplexity", 1e-4), ("masked_token_accuracy", 1e-3),
+                     ("nsp_accuracy", 1e-3)):
+        assert again[key] == pytest.approx(recorded[key], rel=rel), key
