@@ -11,17 +11,27 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from bert_core.arguments import MAX_SEED
 from bert_core.errors import BertCoreError
 
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("linear", "cosine", "time", "constant")
 STATES = ("idle", "running", "stopped", "finished", "failed")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -63,10 +73,22 @@ class TrainConfig:
             if not ok:
                 raise BertCoreError(message)
 
-        need(self.batch_size >= 1, f"batch_size must be at least 1, got {self.batch_size}")
+        # Types first: a config read back from a hand-edited trainer_state.json may hold "32" or 1e999.
+        for name, low in (("batch_size", 1), ("grad_accum", 1), ("max_seq_length", 8), ("eval_every", 0),
+                          ("eval_batches", 1), ("probe_every", 0), ("history_limit", 0), ("seed", 0)):
+            value = getattr(self, name)
+            need(_is_int(value) and value >= low, f"{name} must be a whole number of at least {low}, got {value!r}")
+        need(self.seed <= MAX_SEED, f"seed must be between 0 and {MAX_SEED} (2**32 - 1), got {self.seed}")
+        need(self.max_steps is None or (_is_int(self.max_steps) and self.max_steps >= 1),
+             f"max_steps must be at least 1, got {self.max_steps!r}")
+        for name in ("learning_rate", "weight_decay", "max_grad_norm", "checkpoint_every_s", "adam_eps",
+                     "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            need(_is_finite(value), f"{name} must be a finite number, got {value!r}")
+        need(self.time_budget_s is None or _is_finite(self.time_budget_s),
+             f"time_budget_s must be a finite number of seconds, got {self.time_budget_s!r}")
         need(self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}")
         need(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        need(self.max_steps is None or self.max_steps >= 1, f"max_steps must be at least 1, got {self.max_steps}")
         need(
             self.time_budget_s is None or self.time_budget_s > 0,
             f"time_budget_s must be positive, got {self.time_budget_s}",
@@ -80,15 +102,17 @@ class TrainConfig:
             self.schedule != "time" or self.time_budget_s is not None,
             "the 'time' schedule needs a time budget (time_budget_s)",
         )
-        need(self.grad_accum >= 1, f"grad_accum must be at least 1, got {self.grad_accum}")
         need(0 < self.mask_rate < 1, f"mask_rate must be in (0, 1), got {self.mask_rate}")
-        need(self.max_seq_length >= 8, f"max_seq_length must be at least 8, got {self.max_seq_length}")
         need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.eval_every >= 0 and self.probe_every >= 0, "eval_every and probe_every must be >= 0")
-        need(self.eval_batches >= 1, f"eval_batches must be at least 1, got {self.eval_batches}")
+        need(self.checkpoint_every_s >= 0, f"checkpoint_every_s must be >= 0 (0 = only at the end), got "
+                                           f"{self.checkpoint_every_s}")
+        need(self.adam_eps > 0 and 0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1,
+             "adam_eps must be positive and adam_beta1 / adam_beta2 in [0, 1)")
         need(self.history_limit == 0 or self.history_limit >= 2,
              f"history_limit must be 0 (keep all) or at least 2, got {self.history_limit}")
+        need(isinstance(self.nsp, bool) and isinstance(self.bf16, bool), "nsp and bf16 must be true or false")
+        need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
 
     def replace(self, **changes) -> "TrainConfig":
         """Return a copy with some fields changed (validated again)."""
@@ -103,6 +127,66 @@ class TrainConfig:
         """Inverse of to_dict; unknown keys (from newer versions) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _damaged(path, why: str) -> BertCoreError:
+    return BertCoreError(f"{path} is damaged: {why}; restore it from a backup, or start a new run from these weights "
+                         "with --init-from (the folder was left as it was)")
+
+
+def check_trainer_state(state, path) -> TrainConfig:
+    """Check a trainer_state.json read back from disk: the types and ranges of everything a resume uses, so that a
+    damaged or hand-edited file is refused by name before anything is built or written. Returns its TrainConfig."""
+    if not isinstance(state, dict):
+        raise _damaged(path, "it does not hold a JSON object")
+    for key in ("step", "tokens_seen"):
+        value = state.get(key, 0)
+        if not _is_int(value) or value < 0:
+            raise _damaged(path, f'"{key}" must be a whole number >= 0, not {value!r}')
+    elapsed = state.get("elapsed_s", 0.0)
+    if not _is_finite(elapsed) or elapsed < 0:
+        raise _damaged(path, f'"elapsed_s" must be a number of seconds >= 0, not {elapsed!r}')
+    if not isinstance(state.get("train_config"), dict):
+        raise _damaged(path, '"train_config" is missing or not an object')
+    try:
+        config = TrainConfig.from_dict(state["train_config"])
+    except (BertCoreError, TypeError) as e:
+        raise _damaged(path, f'"train_config": {e}') from e
+    for key, event_class in (("history", StepEvent), ("evals", EvalEvent)):
+        events = state.get(key, [])
+        if not isinstance(events, list):
+            raise _damaged(path, f'"{key}" must be a list')
+        for entry in events:
+            try:
+                event = event_class(**entry)
+            except TypeError as e:
+                raise _damaged(path, f'an entry of "{key}" does not fit ({e})') from e
+            values = dataclasses.asdict(event)
+            if not _is_int(values.pop("step")) or not all(v is None or _is_finite(v) for v in values.values()):
+                raise _damaged(path, f'an entry of "{key}" holds a value that is not a number: {entry}'[:300])
+    for key in ("baselines", "metadata"):
+        if not isinstance(state.get(key, {}), dict):
+            raise _damaged(path, f'"{key}" must be an object')
+    if state.get("data_state") is not None and not isinstance(state["data_state"], dict):
+        raise _damaged(path, '"data_state" must be an object')
+    rng = state.get("rng")
+    if rng is not None:
+        saved = rng.get("torch") if isinstance(rng, dict) else None
+        if not (isinstance(saved, list) and len(saved) == torch.get_rng_state().numel()
+                and all(_is_int(b) and 0 <= b < 256 for b in saved)):
+            raise _damaged(path, '"rng" does not hold a torch generator state')
+    meta = state.get("metadata", {})
+    corpora = meta.get("corpora")
+    if corpora is not None and not (isinstance(corpora, list) and corpora and all(isinstance(c, str) for c in corpora)):
+        raise _damaged(path, '"metadata.corpora" must be a list of corpus names')
+    held = meta.get("heldout")
+    if held is not None:
+        ok = (isinstance(held, dict) and _is_finite(held.get("fraction")) and 0 < held["fraction"] < 1
+              and _is_int(held.get("seed")) and isinstance(held.get("corpora", []), list)
+              and all(isinstance(c, dict) for c in held.get("corpora", [])))
+        if not ok:
+            raise _damaged(path, '"metadata.heldout" must record the held-out split (seed, fraction, corpora)')
+    return config
 
 
 # The default recipe, tuned for a few minutes of CPU with benchmarks/time_to_quality.py (figures in
@@ -383,6 +467,8 @@ class Trainer:
         self.elapsed_s = 0.0
         self.baselines: dict = {}
         self.error: str | None = None
+        self.diverged = False  # the error is a non-finite loss (a learning rate too high), not a crash
+        self.last_checkpoint_step: int | None = None  # the step of the newest checkpoint in checkpoint_dir
         self._state = "idle"
         self._history: list[StepEvent] = []
         self._evals: list[EvalEvent] = []
@@ -454,6 +540,10 @@ class Trainer:
                 self._prepare_baselines()
                 self._evaluate()
                 self._snapshot_probes()
+            if self.checkpoint_dir is not None and self.last_checkpoint_step is None:
+                # A checkpoint before the first update (of a new run, or of a resumed one saving elsewhere): should
+                # the loss turn NaN before the first timed save, there is a good state to resume from.
+                self._checkpoint()
             while not self._done():
                 if self._stop.is_set():
                     final = "stopped"
@@ -610,11 +700,16 @@ class Trainer:
         nsp_loss = stats[9].item() / max(stats[11].item(), 1.0) if cfg.nsp else None
         loss_value = mlm_loss + (nsp_loss or 0.0)
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            # The update is refused, but the weights that gave this loss came from the previous update, so they are
+            # not saved: the last checkpoint (at the latest the one written before step 1) stays the good state.
             self.optimizer.zero_grad(set_to_none=True)
+            self.diverged = True
+            kept = (f" ({self.checkpoint_dir}, step {self.last_checkpoint_step})"
+                    if self.checkpoint_dir is not None and self.last_checkpoint_step is not None else "")
             self.error = (
                 f"training stopped at step {self.step + 1}: the loss became {loss_value} (gradient norm {grad_norm}). "
                 f"The learning rate ({cfg.learning_rate:g}) is probably too high; lower it and resume from the "
-                "last checkpoint."
+                f"last checkpoint{kept}."
             )
             log.error(self.error)
             return None
@@ -722,6 +817,7 @@ class Trainer:
         if self.is_main:
             self.save(self.checkpoint_dir)
         self._last_checkpoint = time.monotonic()
+        self.last_checkpoint_step = self.step
 
     def state_dict(self) -> dict:
         """Everything but tensors needed to continue this run exactly (the content of trainer_state.json)."""
@@ -806,12 +902,13 @@ class Trainer:
         `data` must be built from the same corpus and tokenizer as the original run (its position is restored).
         `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
         """
-        from bert_core.checkpoint import load_checkpoint, load_optimizer_state
+        from bert_core.checkpoint import TRAINER_STATE, load_checkpoint, load_optimizer_state
 
         ckpt = load_checkpoint(folder)
         if ckpt.trainer_state is None:
             raise BertCoreError(f"{folder} has no trainer_state.json, so training cannot resume from it")
-        config = TrainConfig.from_dict(ckpt.trainer_state["train_config"])
+        state_file = Path(folder) / TRAINER_STATE
+        config = check_trainer_state(ckpt.trainer_state, state_file)
         if config_overrides:
             config = config.replace(**config_overrides)
         trainer = cls(
@@ -826,5 +923,12 @@ class Trainer:
             metadata=metadata,
         )
         load_optimizer_state(trainer.optimizer, folder)
-        trainer.load_state_dict(ckpt.trainer_state)
+        try:
+            trainer.load_state_dict(ckpt.trainer_state)
+        except BertCoreError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:
+            raise _damaged(state_file, f"{type(e).__name__}: {e}") from e
+        same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
+        trainer.last_checkpoint_step = trainer.step if same else None
         return trainer
