@@ -117,7 +117,7 @@ def test_crash_during_save_leaves_the_previous_checkpoint_whole(tmp_path, monkey
 
     # The model files of the new checkpoint are already written when the optimizer writer dies.
     monkeypatch.setattr(checkpoint, "save_optimizer_state", crash)
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(BertCoreError, match="could not write .*simulated"):  # one line for the user, not a trace
         save_checkpoint(folder, second, trainer_state={"step": 2}, optimizer=opt)
 
     loaded = load_checkpoint(folder)
