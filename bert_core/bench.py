@@ -25,16 +25,20 @@ from bert_core.model import BertForPreTraining, adamw
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `bench` subcommand."""
+    from bert_core.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, int_arg
+    from bert_core.config import PRESETS
+
     p = subparsers.add_parser("bench", help="training speed against transformers.BertForPreTraining",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="mini")
-    p.add_argument("--vocab-size", type=int, default=30522, help="BERT's WordPiece size by default")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--mask-rate", type=float, default=0.15)
-    p.add_argument("--rounds", type=int, default=7, help="timed steps per model, alternated")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
+    p.add_argument("--preset", default="mini", choices=list(PRESETS))
+    # Ids 0-4 are the special tokens the random batch leaves out, so a vocabulary needs a few more.
+    p.add_argument("--vocab-size", type=int_arg(8, 2**22), default=30522, help="BERT's WordPiece size by default")
+    p.add_argument("--seq-len", type=int_arg(2, MAX_SEQ_LEN), default=128)
+    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=32)
+    p.add_argument("--mask-rate", type=FRACTION, default=0.15)
+    p.add_argument("--rounds", type=int_arg(1, 10**4), default=7, help="timed steps per model, alternated")
+    p.add_argument("--warmup", type=int_arg(0, 10**4), default=2, help="untimed steps per model first")
+    p.add_argument("--threads", type=int_arg(0, 4096), default=0, help="torch intra-op threads (0: leave as is)")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc as it is instead of keeping freed memory and using huge pages, as "
                         "training does (see bert_core.allocator): shows what those settings are worth")
@@ -116,10 +120,12 @@ def _batch(config: BertConfig, batch: int, seq: int, mask_rate: float, seed: int
 
 def run_bench(args) -> dict:
     """Run the side-by-side benchmark and return its figures (also printed)."""
+    config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
+    # Two models train side by side: refuse, before allocating either, a size that could not train even once.
+    config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
     kept = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
     torch.manual_seed(0)
     ours = BertForPreTraining(config).train()
     models = {"ours": ours}

@@ -83,6 +83,8 @@ def _read_bytes(path_or_bytes: str | Path | bytes, name: str) -> tuple[bytes, st
     if isinstance(path_or_bytes, (bytes, bytearray)):
         return bytes(path_or_bytes), name, None
     path = Path(path_or_bytes)
+    if path.is_dir():
+        raise BertCoreError(f"{path} is a folder. Give the path of a .csv file.")
     if not path.is_file():
         raise BertCoreError(f"CSV file not found: {path}. Give the path of an existing .csv file.")
     size = path.stat().st_size

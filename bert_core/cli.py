@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
+import math
 import os
 import platform
 import shlex
@@ -17,9 +19,19 @@ import time
 from pathlib import Path
 
 from bert_core.allocator import TRAINING_COMMANDS, keep_freed_memory
+from bert_core.arguments import (
+    FRACTION,
+    MAX_BATCH,
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    NON_NEGATIVE,
+    POSITIVE,
+    RATE,
+    SEED,
+    int_arg,
+    path_arg,
+)
 from bert_core.errors import BertCoreError
-
-HELDOUT_FRACTION = 0.1
 
 
 class ProgressBar:
@@ -69,150 +81,92 @@ def _pct(x) -> str:
 # ---------------------------------------------------------------------------------------------- train
 
 
-def _add_train(sub) -> None:
-    from bert_core.training import SCHEDULES, default_recipe
+# On --resume, these options may change how the run goes on (they are None unless given, so that only what the
+# user typed overrides the saved config); the others shape the data or the model and must stay as they were.
+RESUMABLE = {"lr": "learning_rate", "warmup": "warmup_ratio", "schedule": "schedule", "weight_decay": "weight_decay",
+             "max_grad_norm": "max_grad_norm", "grad_accum": "grad_accum", "eval_every": "eval_every",
+             "history_limit": "history_limit", "checkpoint_every": "checkpoint_every_s", "device": "device"}
+
+
+def _train_defaults() -> dict:
+    """The value each `train` option takes when it is not given on a new run (from the default recipe)."""
+    from bert_core.pretraining_data import HELDOUT_FRACTION
+    from bert_core.training import default_recipe
 
     recipe = default_recipe()
     d = recipe["train_config"]
+    return {"preset": recipe["preset"], "vocab_size": 8000, "seq_len": d.max_seq_length, "batch_size": d.batch_size,
+            "grad_accum": d.grad_accum, "lr": d.learning_rate, "warmup": d.warmup_ratio, "schedule": None,
+            "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "mask_rate": d.mask_rate,
+            "nsp": d.nsp, "dropout": recipe["dropout"], "seed": d.seed, "eval_every": 0,
+            "eval_batches": d.eval_batches, "history_limit": d.history_limit, "heldout_fraction": HELDOUT_FRACTION,
+            "checkpoint_every": 600.0, "device": "auto"}
+
+
+def _add_train(sub) -> None:
+    from bert_core.config import PRESETS
+    from bert_core.pretraining_data import HELDOUT_FRACTION
+    from bert_core.training import SCHEDULES
+
+    d = _train_defaults()
     p = sub.add_parser(
         "train",
         help="pretrain a BERT (MLM + NSP) on one or more corpora",
         description="Pretrain a BERT with masked-language modelling and next-sentence prediction. "
         f"{int(HELDOUT_FRACTION * 100)}%% of each corpus's documents (seeded) are held out for evaluation. "
-        "Runs unchanged under torchrun --nproc_per_node=N (DistributedDataParallel).",
+        "Runs unchanged under torchrun --nproc_per_node=N (DistributedDataParallel). On --resume, the learning-rate "
+        "schedule, optimizer and housekeeping options given override the saved ones; the data and model stay.",
     )
     p.add_argument("--corpus", action="append", required=False, metavar="SPEC",
                    help="toy | tinyshakespeare | wikitext-2 | brown | a text file; repeat for several (default toy)")
-    p.add_argument("--out", type=Path, help="checkpoint folder to write (required unless --resume)")
-    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run saved in DIR (same corpora)")
-    p.add_argument("--preset", default=recipe["preset"],
-                   help=f"model size: nano tiny mini small medium base (default {recipe['preset']})")
-    p.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size to train (default 8000)")
-    p.add_argument("--tokenizer", type=Path, help="use the tokenizer in this folder instead of training one")
-    p.add_argument("--init-from", type=Path, metavar="DIR",
+    p.add_argument("--out", type=path_arg, help="checkpoint folder to write (required unless --resume); a new or "
+                                                "empty folder, or an existing checkpoint with --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace the checkpoint already in --out")
+    p.add_argument("--resume", type=path_arg, metavar="DIR", help="continue the run saved in DIR (same corpora)")
+    p.add_argument("--preset", choices=list(PRESETS), help=f"model size (default {d['preset']})")
+    p.add_argument("--vocab-size", type=int_arg(100, 2**20),
+                   help=f"WordPiece vocabulary size to train (default {d['vocab_size']})")
+    p.add_argument("--tokenizer", type=path_arg, help="use the tokenizer in this folder instead of training one")
+    p.add_argument("--init-from", type=path_arg, metavar="DIR",
                    help="start from the weights, size and tokenizer of this checkpoint (a new run: new data order, "
                         "optimizer and schedule), e.g. to continue at a longer --seq-len as BERT's paper did")
-    p.add_argument("--seq-len", type=int, default=d.max_seq_length, help="maximum sequence length (default 128)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sequences per step per process (default {d.batch_size})")
-    p.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
-    p.add_argument("--lr", type=float, default=d.learning_rate, help=f"peak learning rate (default {d.learning_rate:g})")
-    p.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warmup as a fraction of the run")
-    p.add_argument("--schedule", choices=SCHEDULES, default=None,
+    p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), help=f"maximum sequence length (default {d['seq_len']})")
+    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH),
+                   help=f"sequences per step per process (default {d['batch_size']})")
+    p.add_argument("--grad-accum", type=int_arg(1, MAX_BATCH), help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--lr", type=POSITIVE, help=f"peak learning rate (default {d['lr']:g})")
+    p.add_argument("--warmup", type=RATE, help=f"warmup as a fraction of the run (default {d['warmup']:g})")
+    p.add_argument("--schedule", choices=SCHEDULES,
                    help="learning-rate schedule (default linear; 'time' when only --time-budget is given)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="gradient clipping (0 = off)")
+    p.add_argument("--weight-decay", type=NON_NEGATIVE, help=f"default {d['weight_decay']:g}")
+    p.add_argument("--max-grad-norm", type=NON_NEGATIVE,
+                   help=f"gradient clipping (0 = off; default {d['max_grad_norm']:g})")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, help="number of optimizer steps")
-    g.add_argument("--time-budget", type=float, metavar="SECONDS", help="train for this many seconds")
-    p.add_argument("--mask-rate", type=float, default=d.mask_rate)
-    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=d.nsp,
-                   help=f"next-sentence prediction beside MLM (--no-nsp: MLM only; default {'on' if d.nsp else 'off'})")
-    p.add_argument("--dropout", type=float, default=recipe["dropout"],
-                   help=f"hidden and attention dropout (default {recipe['dropout']}; the BERT paper uses 0.1, which "
+    g.add_argument("--steps", type=int_arg(1, 2**40), help="number of optimizer steps (on --resume: the new total)")
+    g.add_argument("--time-budget", type=POSITIVE, metavar="SECONDS",
+                   help="train for this many seconds (on --resume: this many more)")
+    p.add_argument("--mask-rate", type=FRACTION, help=f"default {d['mask_rate']:g}")
+    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
+                   help="next-sentence prediction beside MLM (--no-nsp: MLM only; default "
+                        f"{'on' if d['nsp'] else 'off'})")
+    p.add_argument("--dropout", type=RATE,
+                   help=f"hidden and attention dropout (default {d['dropout']}; the BERT paper uses 0.1, which "
                         "only slows a model that is far from overfitting)")
-    p.add_argument("--initializer-range", type=float, default=None, metavar="STD",
+    p.add_argument("--initializer-range", type=POSITIVE, metavar="STD",
                    help="std of the initial weights (default: the preset's, BERT's 0.02)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations (0 = start/end)")
-    p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="held-out batches per evaluation")
-    p.add_argument("--history-limit", type=int, default=d.history_limit,
+    p.add_argument("--seed", type=SEED, help=f"0 to {MAX_SEED} (default {d['seed']})")
+    p.add_argument("--eval-every", type=int_arg(0), help="steps between held-out evaluations (0 = start/end)")
+    p.add_argument("--eval-batches", type=int_arg(1, 10**6),
+                   help=f"held-out batches per evaluation (default {d['eval_batches']})")
+    p.add_argument("--history-limit", type=int_arg(0),
                    help=f"per-step records kept in trainer_state.json; beyond it every 2nd, 4th... step, evenly "
-                        f"(default {d.history_limit}; 0 keeps all)")
-    p.add_argument("--heldout-fraction", type=float, default=HELDOUT_FRACTION)
-    p.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
+                        f"(default {d['history_limit']}; 0 keeps all)")
+    p.add_argument("--heldout-fraction", type=FRACTION, help=f"default {d['heldout_fraction']:g}")
+    p.add_argument("--checkpoint-every", type=NON_NEGATIVE, metavar="SECONDS",
                    help="seconds between checkpoints (default 600; 0 = only at the end)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--device", help="auto | cpu | cuda (default auto)")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON on stdout")
     p.set_defaults(func=cmd_train)
-
-
-def _load_corpora(specs: list[str], seed: int):
-    from bert_core.corpora import load_corpus
-
-    return [load_corpus(spec, seed=seed) for spec in specs]
-
-
-def _merge(corpora, name: str):
-    from bert_core.corpora import Corpus
-
-    if len(corpora) == 1:
-        return corpora[0]
-    docs = [doc for c in corpora for doc in c.documents]
-    return Corpus(name=name, documents=docs, source=" + ".join(c.source for c in corpora))
-
-
-def _heldout_record(corpus, heldout) -> dict:
-    """Which documents of `corpus` were held out: their indices (by identity of content) and sizes."""
-    held = {tuple(d) for d in heldout.documents}
-    indices = [i for i, d in enumerate(corpus.documents) if tuple(d) in held]
-    return {
-        "name": corpus.name,
-        "source": str(heldout.source),
-        "documents": len(corpus.documents),
-        "heldout_documents": len(heldout.documents),
-        "heldout_sentences": heldout.num_sentences,
-        "heldout_document_indices": indices,
-    }
-
-
-def _rank0_tokenizer(train):
-    """Train the tokenizer on rank 0 and send it to every rank: the others skip the work, and all ranks are sure
-    to share one vocabulary (training is deterministic, but ranks on other machines may run other library versions)."""
-    import torch
-    import torch.distributed as dist
-    from tokenizers import Tokenizer
-
-    from bert_core.tokenization import BertTokenizer
-
-    rank = dist.get_rank()
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    tokenizer = train() if rank == 0 else None
-    payload = tokenizer.tokenizer.to_str().encode("utf-8") if rank == 0 else b""
-    size = torch.tensor([len(payload)], dtype=torch.long, device=device)
-    dist.broadcast(size, src=0)
-    buffer = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
-    if rank == 0:
-        buffer.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
-    dist.broadcast(buffer, src=0)
-    if rank == 0:
-        return tokenizer
-    return BertTokenizer(Tokenizer.from_str(bytes(buffer.cpu().tolist()).decode("utf-8")))
-
-
-def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
-                   seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None):
-    """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
-
-    Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
-    trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
-    """
-    from bert_core.corpora import split_heldout
-    from bert_core.pretraining_data import PretrainingData
-
-    corpora = _load_corpora(specs, seed)
-    splits = [split_heldout(c, fraction=heldout_fraction, seed=seed) for c in corpora]
-    train = _merge([s[0] for s in splits], "+".join(c.name for c in corpora))
-    heldout = _merge([s[1] for s in splits], "heldout")
-    record = {
-        "seed": seed,
-        "fraction": heldout_fraction,
-        "method": "bert_core.corpora.split_heldout(corpus, fraction, seed) on each corpus",
-        "corpora": [{"spec": spec, **_heldout_record(c, s[1])} for spec, c, s in zip(specs, corpora, splits)],
-    }
-    if tokenizer is None:
-        from bert_core.tokenization import train_tokenizer as train_tok
-
-        if world_size > 1:
-            tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
-        else:
-            tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
-    common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp)
-    # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
-    # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
-    train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)
-    eval_data = PretrainingData(heldout, tokenizer, batch_size=batch_size, **common)
-    heldout_by_corpus = {spec: s[1] for spec, s in zip(specs, splits)}
-    return train_data, eval_data, heldout_by_corpus, tokenizer, record
 
 
 def _machine() -> dict:
@@ -249,92 +203,178 @@ def _progress_callback(trainer_ref, bar: ProgressBar):
     return callback
 
 
+# Library code that used to live here, still importable from bert_core.cli by older callers.
+_MOVED = {"build_datasets": "bert_core.pretraining_data", "HELDOUT_FRACTION": "bert_core.pretraining_data",
+          "evaluate_text_file": "bert_core.heldout"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _same_folder(a, b) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def _resume_plan(args):
+    """Load and check the run to resume: (checkpoint, its state, the TrainConfig to go on with, the changes the
+    command line asked for). Options that shape the data or the model may be repeated but not changed."""
+    from bert_core.checkpoint import TRAINER_STATE, load_checkpoint
+    from bert_core.training import check_trainer_state
+
+    ckpt = load_checkpoint(args.resume, require_tokenizer=True)
+    if ckpt.trainer_state is None:
+        raise BertCoreError(f"{args.resume} has no {TRAINER_STATE}, so training cannot resume from it; start a new run "
+                            f"from its weights with --init-from {args.resume}")
+    state = ckpt.trainer_state
+    config = check_trainer_state(state, Path(args.resume) / TRAINER_STATE)
+    meta = state.get("metadata", {})
+    if not meta.get("corpora") or not meta.get("heldout"):
+        raise BertCoreError(f"{args.resume} was not written by `train`, so its corpora are unknown; start a new run "
+                            f"from its weights with --init-from {args.resume}")
+    saved = {"corpus": meta["corpora"], "seq_len": config.max_seq_length, "batch_size": config.batch_size,
+             "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed,
+             "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
+             "preset": meta.get("preset"), "dropout": ckpt.model.config.hidden_dropout_prob,
+             "initializer_range": ckpt.model.config.initializer_range}
+    for name, value in saved.items():
+        given = getattr(args, name)
+        if given is not None and value is not None and given != value:
+            raise BertCoreError(f"--{name.replace('_', '-')} cannot change on --resume (the run has {value!r}; the "
+                                "data and the model depend on it): leave it out, or start a new run from these "
+                                f"weights with --init-from {args.resume} --out NEW_FOLDER")
+    for name in ("vocab_size", "tokenizer", "init_from"):
+        if getattr(args, name) is not None:
+            raise BertCoreError(f"--{name.replace('_', '-')} only shapes a new run; --resume takes the tokenizer and "
+                                f"weights from {args.resume}: leave it out")
+    changes = {field: getattr(args, name) for name, field in RESUMABLE.items() if getattr(args, name) is not None}
+    if args.steps is not None:
+        changes.update(max_steps=args.steps, time_budget_s=None)
+        if config.schedule == "time" and args.schedule is None:
+            changes["schedule"] = "linear"
+    if args.time_budget is not None:
+        # A time budget on resume means "this many more seconds".
+        changes.update(time_budget_s=args.time_budget + float(state.get("elapsed_s", 0.0)), max_steps=None)
+        if args.schedule is None:
+            changes["schedule"] = "time"
+    return ckpt, state, config.replace(**changes), changes
+
+
+def _check_training_size(model_config, config) -> None:
+    """Refuse, before any data is read, a model and batch whose training would not fit in memory (on CPU, where
+    weights, gradients, AdamW state and activations all live in this machine's memory)."""
+    from bert_core.training import resolve_device
+
+    if resolve_device(config.device).type == "cpu":
+        model_config.check_memory(training=True, batch_size=math.ceil(config.batch_size / config.grad_accum),
+                                  seq_len=config.max_seq_length)
+
+
+def _check_enough_text(trainer) -> None:
+    """Build the first epoch's examples and the held-out batches now (the trainer reuses both), so that a corpus
+    too small to train on is refused before the output folder is touched."""
+    _ = trainer.data.batches_per_epoch
+    if not trainer.heldout_batches():
+        raise BertCoreError("the held-out part of the corpus is too short to make one evaluation batch: give more text "
+                            "(at least a few dozen sentences; a useful model needs thousands) or a larger "
+                            "--heldout-fraction")
+
+
 def cmd_train(args) -> int:
     import torch
 
-    from bert_core.checkpoint import load_checkpoint
+    from bert_core.checkpoint import check_output_folder, load_checkpoint
     from bert_core.config import BertConfig
     from bert_core.model import BertForPreTraining
-    from bert_core.training import Trainer, TrainConfig, init_distributed, shutdown_distributed
+    from bert_core.pretraining_data import build_datasets
+    from bert_core.tokenization import DEFAULT_MODEL_MAX_LENGTH
+    from bert_core.training import Trainer, TrainConfig, check_trainer_state, init_distributed, shutdown_distributed
 
     if args.out is None and args.resume is None:
         raise BertCoreError("give --out DIR (where to write the checkpoint) or --resume DIR")
-    if not 0 < args.heldout_fraction < 1:
-        raise BertCoreError("--heldout-fraction must be between 0 and 1")
-    dist_info = init_distributed(args.device)
+    # Everything is checked (options, output folder, checkpoints, corpora, sizes) before anything is written.
+    if args.resume is not None:
+        ckpt, state, config, changes = _resume_plan(args)
+        out = args.out if args.out is not None else args.resume
+        # Saving replaces the whole folder, so a resume folder holding the user's own files is refused too.
+        check_output_folder(out, overwrite=args.overwrite or _same_folder(out, args.resume))
+        _check_training_size(ckpt.model.config, config)
+        resume_tokenizer = ckpt.tokenizer
+        del ckpt  # Trainer.resume loads it again; the memory is better free meanwhile
+    else:
+        if args.steps is None and args.time_budget is None:
+            raise BertCoreError("give --steps N or --time-budget SECONDS")
+        for name, value in _train_defaults().items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        out = check_output_folder(args.out, overwrite=args.overwrite)
+        schedule = args.schedule or ("time" if args.steps is None else "linear")
+        config = TrainConfig(
+            batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup,
+            max_steps=args.steps, time_budget_s=args.time_budget, schedule=schedule,
+            weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
+            max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
+            eval_every=args.eval_every, eval_batches=args.eval_batches,
+            checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
+        )
+        size = {"max_position_embeddings": max(512, args.seq_len), "hidden_dropout_prob": args.dropout,
+                "attention_probs_dropout_prob": args.dropout}
+        if args.initializer_range is not None:
+            size["initializer_range"] = args.initializer_range
+        # The vocabulary asked for is an upper bound of the one trained, so this check cannot pass a model too big.
+        _check_training_size(BertConfig.preset(args.preset, vocab_size=args.vocab_size, **size), config)
+        tokenizer = start = None
+        if args.tokenizer is not None:
+            from bert_core.tokenization import BertTokenizer
+
+            tokenizer = BertTokenizer.load(args.tokenizer)
+        if args.init_from is not None:
+            start = load_checkpoint(args.init_from, require_tokenizer=True)
+            if start.trainer_state is not None:
+                from bert_core.checkpoint import TRAINER_STATE
+
+                check_trainer_state(start.trainer_state, Path(args.init_from) / TRAINER_STATE)
+            tokenizer = start.tokenizer
+            if start.model.config.max_position_embeddings < args.seq_len:
+                raise BertCoreError(f"{args.init_from} has {start.model.config.max_position_embeddings} positions, "
+                                    f"fewer than --seq-len {args.seq_len}")
+            _check_training_size(start.model.config, config)
+        limit = tokenizer.model_max_length if tokenizer is not None else DEFAULT_MODEL_MAX_LENGTH
+        if args.seq_len > limit:
+            raise BertCoreError(f"--seq-len {args.seq_len} is longer than the tokenizer's {limit} tokens; use at most "
+                                f"{limit}")
+    dist_info = init_distributed(config.device)
     try:
-        out = args.out or args.resume
         bar = ProgressBar()
         trainer_ref: list = [None]
         callbacks = [_progress_callback(trainer_ref, bar)] if dist_info.is_main else []
-        overrides = {}
-        if args.steps is not None:
-            overrides.update(max_steps=args.steps, time_budget_s=None)
-        if args.time_budget is not None:
-            overrides.update(time_budget_s=args.time_budget, max_steps=None)
         started = time.time()
         if args.resume is not None:
-            ckpt = load_checkpoint(args.resume)
-            state = ckpt.trainer_state or {}
-            meta = state.get("metadata", {})
-            if "corpora" not in meta:
-                raise BertCoreError(f"{args.resume} was not written by `train`, so its corpora are unknown")
-            cfg = state["train_config"]
-            train_data, eval_data, heldout, tokenizer, record = build_datasets(
-                meta["corpora"], ckpt.tokenizer, cfg["max_seq_length"], cfg["batch_size"], cfg["mask_rate"],
-                cfg["nsp"], cfg["seed"], meta["heldout"]["fraction"], dist_info.world_size)
-            if overrides.get("time_budget_s") is not None:
-                # A time budget on resume means "this many more seconds".
-                overrides["time_budget_s"] += float(state.get("elapsed_s", 0.0))
-            if overrides.get("time_budget_s") is not None and cfg.get("schedule") != "time":
-                overrides["schedule"] = "time"
-            if overrides.get("max_steps") is not None and cfg.get("schedule") == "time":
-                overrides["schedule"] = "linear"
-            if args.schedule is not None:
-                overrides["schedule"] = args.schedule
+            meta = state["metadata"]
+            if dist_info.is_main:
+                print(f"loading {', '.join(meta['corpora'])} ...", file=sys.stderr)
+            train_data, eval_data, heldout, _, _ = build_datasets(
+                meta["corpora"], resume_tokenizer, config.max_seq_length, config.batch_size,
+                config.mask_rate, config.nsp, config.seed, meta["heldout"]["fraction"], dist_info.world_size)
             trainer = Trainer.resume(args.resume, train_data, eval_data=eval_data, callbacks=callbacks,
-                                     checkpoint_dir=out, config_overrides=overrides or None)
+                                     checkpoint_dir=out, config_overrides=changes or None)
             trainer.metadata.setdefault("commands", []).append(_command_line(args))
+            if changes:
+                # What this resume changed, beside the command that changed it.
+                trainer.metadata.setdefault("resumed_with", []).append({"step": trainer.step, "changes": changes})
         else:
             specs = args.corpus or ["toy"]
-            tokenizer = None
-            if args.tokenizer is not None:
-                from bert_core.tokenization import BertTokenizer
-
-                tokenizer = BertTokenizer.load(args.tokenizer)
-            start = None
-            if args.init_from is not None:
-                start = load_checkpoint(args.init_from)
-                if start.tokenizer is None:
-                    raise BertCoreError(f"{args.init_from} has no tokenizer files; --init-from needs a full checkpoint")
-                tokenizer = start.tokenizer
-            schedule = args.schedule or ("time" if args.steps is None and args.time_budget else "linear")
-            if args.steps is None and args.time_budget is None:
-                raise BertCoreError("give --steps N or --time-budget SECONDS")
-            config = TrainConfig(
-                batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup,
-                max_steps=args.steps, time_budget_s=args.time_budget, schedule=schedule,
-                weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
-                max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
-                eval_every=args.eval_every, eval_batches=args.eval_batches,
-                checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
-            )
             if dist_info.is_main:
                 print(f"loading {', '.join(specs)} ...", file=sys.stderr)
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
                 specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, args.nsp, args.seed,
                 args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size)
-            overrides_model = {"vocab_size": tokenizer.vocab_size, "max_position_embeddings": max(512, args.seq_len)}
-            overrides_model.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
-            if args.initializer_range is not None:
-                overrides_model["initializer_range"] = args.initializer_range
-            model_config = BertConfig.preset(args.preset, **overrides_model)
+            model_config = BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, **size)
             if start is not None:
-                drop = {k: v for k, v in overrides_model.items() if k.endswith("dropout_prob")}
+                drop = {k: v for k, v in size.items() if k.endswith("dropout_prob")}
                 model_config = start.model.config.replace(**drop)
-                if model_config.max_position_embeddings < args.seq_len:
-                    raise BertCoreError(f"{args.init_from} has {model_config.max_position_embeddings} positions, "
-                                        f"fewer than --seq-len {args.seq_len}")
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
             model = BertForPreTraining(model_config)
             if start is not None:
@@ -357,6 +397,7 @@ def cmd_train(args) -> int:
                 metadata["preset"] = before.get("preset", args.preset)
             trainer = Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
                               checkpoint_dir=out, metadata=metadata)
+        _check_enough_text(trainer)
         trainer_ref[0] = trainer
         if dist_info.is_main:
             n_params = sum(p.numel() for p in trainer.model.parameters())
@@ -365,7 +406,11 @@ def cmd_train(args) -> int:
         trainer.run()
         bar.close()
         if trainer.state == "failed":
-            print(f"error: {trainer.error}", file=sys.stderr)
+            advice = ""
+            if trainer.diverged and trainer.last_checkpoint_step is not None:
+                lower = trainer.config.learning_rate / 10
+                advice = f" For example: python -m bert_core train --resume {shlex.quote(str(out))} --lr {lower:g}"
+            print(f"error: {_one_line(trainer.error)}{advice}", file=sys.stderr)
             return 1
         if not dist_info.is_main:
             return 0
@@ -453,11 +498,9 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
 
 
 def _write_metrics(folder: Path, metrics: dict) -> None:
-    from bert_core.checkpoint import write_json
+    from bert_core.checkpoint import write_json_atomic
 
-    tmp = folder / ".metrics.json.tmp"
-    write_json(tmp, metrics)
-    os.replace(tmp, folder / "metrics.json")
+    write_json_atomic(folder / "metrics.json", metrics)
 
 
 def _metrics_text(m: dict) -> str:
@@ -483,67 +526,22 @@ def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint on a text file (seeded masking)",
                        description="Masked-token accuracy, MLM perplexity and NSP accuracy of a checkpoint on a "
                                    "text file, with seeded masking, beside the unigram baseline.")
-    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint folder")
-    p.add_argument("--text-file", type=Path, required=True, help="plain text to evaluate on")
-    p.add_argument("--seed", type=int, default=0, help="seed of the masking and NSP pairs")
-    p.add_argument("--batches", type=int, default=50, help="maximum number of batches to evaluate")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=None, help="default: the checkpoint's training length or 128")
-    p.add_argument("--mask-rate", type=float, default=0.15)
+    p.add_argument("--checkpoint", type=path_arg, required=True, help="checkpoint folder")
+    p.add_argument("--text-file", type=path_arg, required=True, help="plain text to evaluate on")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the masking and NSP pairs")
+    p.add_argument("--batches", type=int_arg(1, 10**6), default=50, help="maximum number of batches to evaluate")
+    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=32)
+    p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), default=None,
+                   help="default: the checkpoint's training length or 128 (at most its positions)")
+    p.add_argument("--mask-rate", type=FRACTION, default=0.15)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_eval)
 
 
-def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
-                       device="auto") -> dict:
-    """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict."""
-    import torch
-
-    from bert_core.checkpoint import load_checkpoint
-    from bert_core.corpora import load_corpus
-    from bert_core.evaluation import evaluate
-    from bert_core.pretraining_data import PretrainingData, unigram_baseline
-    from bert_core.training import resolve_device
-
-    if not Path(text_file).is_file():
-        raise BertCoreError(f"text file {text_file} does not exist")
-    ckpt = load_checkpoint(checkpoint)
-    if ckpt.tokenizer is None:
-        raise BertCoreError(f"{checkpoint} has no tokenizer files (tokenizer.json or vocab.txt)")
-    state = ckpt.trainer_state or {}
-    if seq_len is None:
-        seq_len = state.get("train_config", {}).get("max_seq_length", 128)
-    seq_len = min(seq_len, ckpt.model.config.max_position_embeddings)
-    corpus = load_corpus(str(text_file), seed=seed)
-    data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
-                           mask_rate=mask_rate, seed=seed)
-    eval_batches = data.eval_batches(batches, seed=seed)
-    dev = resolve_device(device)
-    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
-    counts_list = state.get("metadata", {}).get("unigram_counts")
-    never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
-    if counts_list and len(counts_list) == ckpt.tokenizer.vocab_size:
-        counts, source = torch.tensor(counts_list), "the checkpoint's training text"
-    else:
-        counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
-    baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
-    return {
-        "checkpoint": str(checkpoint),
-        "text_file": str(text_file),
-        "seed": seed,
-        "masked_token_accuracy": result.mlm_acc,
-        "mlm_loss": result.mlm_loss,
-        "perplexity": result.perplexity,
-        "nsp_accuracy": result.nsp_acc,
-        "accuracy_by_decision": result.acc_by_decision,
-        "masked_tokens": result.num_masked,
-        "sequences": result.num_sequences,
-        "unigram_baseline": {**baseline, "counts_from": source},
-    }
-
-
 def cmd_eval(args) -> int:
+    from bert_core.heldout import evaluate_text_file
+
     r = evaluate_text_file(args.checkpoint, args.text_file, seed=args.seed, batches=args.batches,
                            batch_size=args.batch_size, seq_len=args.seq_len, mask_rate=args.mask_rate,
                            device=args.device)
@@ -564,9 +562,9 @@ def cmd_eval(args) -> int:
 def _add_fill_mask(sub) -> None:
     p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
                        description="Print the checkpoint's top-k candidates for every [MASK] in TEXT.")
-    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    p.add_argument("--checkpoint", type=path_arg, default=None, help="checkpoint folder (default: the shipped model)")
     p.add_argument("text", help='text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
-    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--top-k", type=int_arg(1, 10**6), default=5, help="candidates per [MASK] (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fill_mask)
 
@@ -577,9 +575,7 @@ def cmd_fill_mask(args) -> int:
     from bert_core.paths import DEFAULT_CHECKPOINT
 
     folder = args.checkpoint or DEFAULT_CHECKPOINT
-    ckpt = load_checkpoint(folder)
-    if ckpt.tokenizer is None:
-        raise BertCoreError(f"{folder} has no tokenizer files (tokenizer.json or vocab.txt)")
+    ckpt = load_checkpoint(folder, require_tokenizer=True)
     predictions = fill_mask(ckpt.model, ckpt.tokenizer, args.text, top_k=args.top_k)
     if args.json:
         print(json.dumps([{"position": p.position, "candidates": [{"token": t, "prob": pr} for t, pr in p.candidates]}
@@ -638,8 +634,56 @@ def build_parser() -> argparse.ArgumentParser:
 _KEEPS_FREED_MEMORY = set(TRAINING_COMMANDS) - {"bench"}
 
 
+DEBUG_ENV = "BERT_CORE_DEBUG"  # set to 1 for full tracebacks instead of one `error:` line
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception's message on one line (some libraries' messages span several)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _check_text_arguments(args) -> None:
+    """Refuse text that is not UTF-8. On Linux, argv bytes that are not UTF-8 arrive as lone surrogates, which the
+    tokenizer cannot take and stdout cannot print; paths (Path values, corpus specs) may hold them legitimately."""
+    for name, value in vars(args).items():
+        if name in ("argv", "corpus", "func"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str):
+                continue
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                flag = "TEXT" if name == "text" else "--" + name.replace("_", "-")
+                byte = ord(item[e.start]) - 0xDC00 if 0xDC80 <= ord(item[e.start]) <= 0xDCFF else None
+                where = f"byte 0x{byte:02x}" if byte is not None else f"character {item[e.start]!r}"
+                raise BertCoreError(f"{flag} is not valid UTF-8 ({where} at position {e.start}); give it as UTF-8 "
+                                    "text (check the terminal's encoding, e.g. LANG=C.UTF-8)") from None
+
+
+class _WarningsOnly(logging.Handler):
+    """Library warnings as one `warning:` line each on stderr. Errors are left out: the command reports them as
+    its one `error:` line, and a logged traceback (Trainer.run's log.exception) would only bury it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.WARNING <= record.levelno < logging.ERROR:
+            print(f"warning: {_one_line(record.getMessage())}", file=sys.stderr)
+
+
+def _setup_output() -> None:
+    # Paths with undecodable bytes must not turn a message into a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    logger = logging.getLogger("bert_core")
+    if not os.environ.get(DEBUG_ENV) and not any(isinstance(h, _WarningsOnly) for h in logger.handlers):
+        logger.addHandler(_WarningsOnly())
+
+
 def main(argv=None) -> int:
-    """Entry point: parse, run, and turn user errors into one `error:` line with exit status 2."""
+    """Entry point: parse, run, and turn every failure into one `error:` line: user errors exit with status 2,
+    a failed run with 1, and anything unexpected with 1 as an "internal error" (BERT_CORE_DEBUG=1 shows its trace)."""
+    _setup_output()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -650,10 +694,24 @@ def main(argv=None) -> int:
     if args.command in _KEEPS_FREED_MEMORY:
         keep_freed_memory()
     try:
+        _check_text_arguments(args)
         return int(args.func(args) or 0)
     except BertCoreError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("error: out of memory: use a smaller model, batch, sequence length or text", file=sys.stderr)
+        return 1
+    except OSError as e:  # the machine's answer (permission denied, disk full...) to an operation on a path
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or _one_line(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the last resort: a bug, said in one line, never a traceback
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"error: internal error: {type(e).__name__}: {_one_line(e)[:500]}; please report it (run again with "
+              f"{DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+        return 1

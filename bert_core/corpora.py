@@ -12,6 +12,11 @@ from pathlib import Path
 from bert_core.errors import BertCoreError
 
 MAX_INPUT_BYTES = 50 * 1024 * 1024
+# A "sentence" longer than this (a file without punctuation, or one line of 50 MB) is cut at spaces into pieces
+# of at most this many characters. No real sentence comes near it (the longest in the shared corpora is about
+# 3,000), and a piece already fills a 512-token sequence, but it bounds the tokenizer's memory per call and the
+# pair-building work per sentence, which grow with the sentence's length (a 50 MB line took gigabytes).
+MAX_SENTENCE_CHARS = 10_000
 NAMED_CORPORA = ("toy", "tinyshakespeare", "wikitext-2", "brown")
 
 
@@ -103,6 +108,20 @@ def _block_sentences(lines: list[str]) -> list[str]:
     return split_sentences(" ".join(lines))
 
 
+def cap_sentence_length(sentences: list[str], limit: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """`sentences` with each one longer than `limit` characters cut at spaces (mid-word only when a word is longer)."""
+    out = []
+    for sentence in sentences:
+        start = 0
+        while len(sentence) - start > limit:
+            cut = sentence.rfind(" ", start + 1, start + limit + 1)
+            end = cut if cut > start else start + limit
+            out.append(sentence[start:end])
+            start = end + (1 if cut > start else 0)
+        out.append(sentence[start:])
+    return out
+
+
 def documents_from_text(text: str) -> list[list[str]]:
     """Documents at blank lines, sentences by `split_sentences` (or one per line when the text is already so)."""
     docs: list[list[str]] = []
@@ -183,6 +202,7 @@ def corpus_from_text(text: str, name: str = "pasted") -> Corpus:
     if not text.strip():
         raise BertCoreError(f"{name!r} is empty; give some text (a few paragraphs at least) or use the 'toy' corpus")
     docs = wikitext_documents(text) if _looks_like_wikitext(text) else documents_from_text(text)
+    docs = [cap_sentence_length(doc) for doc in docs]
     if not docs:
         raise BertCoreError(f"{name!r} has no sentences; give some prose or use the 'toy' corpus")
     return Corpus(name=name, documents=docs, source=name)

@@ -168,6 +168,7 @@ def _seeded(seed: int):
 
 def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
     """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder + pooler, a fresh head."""
+    from bert_core.checkpoint import check_tokenizer_fits
     from bert_core.hf import load_pretrained
     from bert_core.model import BertForSequenceClassification
     from bert_core.tokenization import BertTokenizer
@@ -178,7 +179,9 @@ def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
     if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
         raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
                             "the model was pretrained with")
-    return model, BertTokenizer.load(folder)
+    tokenizer = BertTokenizer.load(folder)
+    check_tokenizer_fits(tokenizer, model.config, folder)
+    return model, tokenizer
 
 
 def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
@@ -210,15 +213,14 @@ def classifier_from_scratch(config, num_labels: int, seed: int = 0):
 
 
 def save_classifier(result: FinetuneResult, folder) -> Path:
-    """Write the fine-tuned classifier as a Hugging Face folder (+ tokenizer, label names, finetune_result.json)."""
-    from bert_core.checkpoint import write_json
-    from bert_core.hf import save_pretrained
+    """Write the fine-tuned classifier as a Hugging Face folder (+ tokenizer, label names, finetune_result.json),
+    atomically: a failed write (full disk, read-only folder) leaves what was there whole."""
+    from bert_core.checkpoint import save_checkpoint
 
     if result.model is None:
         raise BertCoreError("this result holds no model to save")
-    folder = save_pretrained(result.model, folder, tokenizer=result.tokenizer, label_names=result.label_names)
-    write_json(Path(folder) / RESULT_FILE, result.to_dict())
-    return folder
+    return save_checkpoint(folder, result.model, tokenizer=result.tokenizer, label_names=result.label_names,
+                           extra={RESULT_FILE: result.to_dict()})
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -478,8 +480,11 @@ class Finetuner:
         loss = out.loss.item()
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
+            # As in Trainer: the update is refused, but the weights that gave this loss are already the previous
+            # update's, so nothing of this run is worth keeping; the checkpoint it started from is untouched.
             self.error = (f"fine-tuning stopped at step {self.step + 1}: the loss became {loss}. The learning rate "
-                          f"({cfg.learning_rate:g}) is probably too high; lower it and start again.")
+                          f"({cfg.learning_rate:g}) is probably too high; lower it and start again (the checkpoint "
+                          "it started from is unchanged, and nothing was saved).")
             return None
         lr = cfg.learning_rate * lr_multiplier(self._train_config, self.step, self._elapsed_now())
         for group in self.optimizer.param_groups:
@@ -622,39 +627,50 @@ def load_task(csv=None, task: str | None = None, text_columns=None, label_column
 
 def add_parser(subparsers):
     """Register `python -m bert_core finetune` and return its parser."""
+    from bert_core.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, int_arg, path_arg
+    from bert_core.config import PRESETS
+
     p = subparsers.add_parser(
         "finetune", help="fine-tune a classifier on a labelled CSV, from a checkpoint and/or from scratch",
         description="Fine-tune BertForSequenceClassification on a labelled CSV (or the built-in toy topic task) "
                     "from a pretrained checkpoint, optionally against the same architecture from scratch.")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--checkpoint", metavar="DIR", help="pretrained checkpoint folder (default: the shipped one)")
-    src.add_argument("--scratch-preset", metavar="NAME", help="no pretraining: a fresh model of this preset "
-                     "(nano tiny mini small medium base) with a tokenizer trained on the training texts")
-    p.add_argument("--csv", metavar="FILE", help="labelled CSV: headed, AG News (class,title,description) or label,text")
+    src.add_argument("--checkpoint", type=path_arg, metavar="DIR",
+                     help="pretrained checkpoint folder (default: the shipped one)")
+    src.add_argument("--scratch-preset", metavar="NAME", choices=list(PRESETS),
+                     help="no pretraining: a fresh model of this preset (nano tiny mini small medium base) with a "
+                          "tokenizer trained on the training texts")
+    p.add_argument("--csv", type=path_arg, metavar="FILE",
+                   help="labelled CSV: headed, AG News (class,title,description) or label,text")
     p.add_argument("--task", choices=["toy"], help="built-in offline task: topic of a toy story sentence")
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")
     p.add_argument("--pair", action="store_true", help="feed two text columns as a sentence pair, not joined")
     p.add_argument("--drop-empty", action="store_true", help="skip rows with an empty text or label (counted)")
-    p.add_argument("--train-size", type=int, help="training examples (default: all but the validation set)")
-    p.add_argument("--val-size", type=int, help="validation examples (default: 10%%)")
-    p.add_argument("--seed", type=int, default=0, help="split, head initialisation, batches and dropout")
+    p.add_argument("--train-size", type=int_arg(1), help="training examples (default: all but the validation set)")
+    p.add_argument("--val-size", type=int_arg(1), help="validation examples (default: 10%%)")
+    p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--time-budget", type=float, metavar="S", help="training seconds per model (default 60)")
-    budget.add_argument("--steps", type=int, metavar="N", help="optimizer steps per model")
-    p.add_argument("--lr", type=float, default=FinetuneConfig.learning_rate)
-    p.add_argument("--batch-size", type=int, default=FinetuneConfig.batch_size)
-    p.add_argument("--max-length", type=int, default=FinetuneConfig.max_length, help="tokens per example (64-128)")
-    p.add_argument("--warmup-ratio", type=float, default=FinetuneConfig.warmup_ratio)
-    p.add_argument("--dropout", type=float, default=FinetuneConfig.dropout,
+    budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
+    budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
+    p.add_argument("--lr", type=POSITIVE, default=FinetuneConfig.learning_rate)
+    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
+    p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
+                   help=f"tokens per example (64-128; default {FinetuneConfig.max_length} or the model's positions if "
+                        "fewer)")
+    p.add_argument("--warmup-ratio", type=RATE, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--dropout", type=RATE, default=FinetuneConfig.dropout,
                    help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT "
                         "fine-tuned with 0.1, the shipped checkpoint was pretrained with 0)")
-    p.add_argument("--eval-points", type=int, default=FinetuneConfig.eval_points,
+    p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
                    help="validation passes over the run (the accuracy curve)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--out", metavar="DIR", help="write the classifier here (a Hugging Face folder); with "
-                   "--compare-scratch the from-scratch one goes to DIR/from-scratch")
+    p.add_argument("--out", type=path_arg, metavar="DIR",
+                   help="write the classifier here (a Hugging Face folder: a new or empty folder, or an earlier "
+                        "classifier with --overwrite); with --compare-scratch the from-scratch one goes to "
+                        "DIR/from-scratch")
+    p.add_argument("--overwrite", action="store_true", help="replace the classifier already in --out")
     p.add_argument("--compare-scratch", action="store_true",
                    help="also train the same architecture from scratch with the same budget")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -666,7 +682,8 @@ def config_from_args(args) -> FinetuneConfig:
     steps = args.steps
     budget = args.time_budget if args.time_budget is not None else (None if steps else 60.0)
     return FinetuneConfig(batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup_ratio,
-                          max_steps=steps, time_budget_s=budget, max_length=args.max_length, dropout=args.dropout,
+                          max_steps=steps, time_budget_s=budget,
+                          max_length=args.max_length or FinetuneConfig.max_length, dropout=args.dropout,
                           eval_points=args.eval_points, seed=args.seed, device=args.device)
 
 
@@ -703,10 +720,33 @@ def run(args) -> int:
     """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     import sys
 
+    from bert_core.checkpoint import check_output_folder
     from bert_core.config import BertConfig
+    from bert_core.hf import require_checkpoint_folder
     from bert_core.paths import DEFAULT_CHECKPOINT
 
+    # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
     config = config_from_args(args)
+    if args.out is not None:
+        check_output_folder(args.out, overwrite=args.overwrite, subfolders=("from-scratch",))
+    folder = None
+    if args.scratch_preset:
+        # The vocabulary trained below is at most 8000 tokens, so this bounds the model before any data is read.
+        bound = BertConfig.preset(args.scratch_preset, vocab_size=8000)
+    else:
+        folder = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+        if not args.checkpoint and not folder.is_dir():
+            raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
+                                "--scratch-preset NAME")
+        bound = BertConfig.load(require_checkpoint_folder(folder))
+    if resolve_device(config.device).type == "cpu":
+        bound.check_memory(training=True, batch_size=config.batch_size, seq_len=config.max_length)
+    if config.max_length > bound.max_position_embeddings:
+        if args.max_length is not None:
+            raise BertCoreError(f"--max-length {config.max_length} is longer than the model's "
+                                f"{bound.max_position_embeddings} positions; use at most "
+                                f"{bound.max_position_embeddings}")
+        config = config.replace(max_length=bound.max_position_embeddings)
     data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
                      args.seed)
     train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
@@ -715,15 +755,11 @@ def run(args) -> int:
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
     runs = []
-    if args.scratch_preset:
+    if folder is None:
         tokenizer = tokenizer_for_scratch(train)
         model_config = BertConfig.preset(args.scratch_preset, vocab_size=tokenizer.vocab_size)
         runs.append(("scratch", classifier_from_scratch(model_config, data.num_labels, args.seed), tokenizer))
     else:
-        folder = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
-        if not args.checkpoint and not folder.is_dir():
-            raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
-                                "--scratch-preset NAME")
         model, tokenizer = classifier_from_checkpoint(folder, data.num_labels, args.seed)
         runs.append(("pretrained", model, tokenizer))
         if args.compare_scratch:

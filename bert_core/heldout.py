@@ -1,4 +1,5 @@
-"""`python -m bert_core heldout`: write a checkpoint's held-out text to a file, so anyone can re-run its evaluation.
+"""`python -m bert_core heldout`: write a checkpoint's held-out text to a file, so anyone can re-run its evaluation,
+and `evaluate_text_file`, what `python -m bert_core eval` runs on it.
 
 `train` keeps part of every corpus out of training (`split_heldout`, by seed) and records the split in
 `metrics.json` / `trainer_state.json`. This module rebuilds exactly those documents and writes them one sentence
@@ -12,26 +13,42 @@ reproduces the `eval` figures that `train` wrote into `metrics.json`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bert_core.errors import BertCoreError
 
 
+def _valid_record(record) -> bool:
+    """A held-out split as `train` records it (the types heldout_documents relies on)."""
+    if not isinstance(record, dict) or not isinstance(record.get("corpora"), list) or not record["corpora"]:
+        return False
+    seed, fraction = record.get("seed"), record.get("fraction")
+    return (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32
+            and isinstance(fraction, (int, float)) and 0 < fraction < 1
+            and all(isinstance(c, dict) and isinstance(c.get("spec"), str) and c["spec"]
+                    and isinstance(c.get("documents", 0), int) for c in record["corpora"]))
+
+
 def heldout_split_record(checkpoint: str | Path) -> dict:
     """The held-out split a checkpoint recorded: {"seed", "fraction", "corpora": [{"spec", ...}, ...]}."""
+    from bert_core.checkpoint import read_json
+    from bert_core.hf import require_checkpoint_folder
+
     folder = Path(checkpoint)
+    if folder.is_file():
+        require_checkpoint_folder(folder)  # says what the file is (a pickle, a zip, a file inside a checkpoint)
     if not folder.is_dir():
-        raise BertCoreError(f"{folder} is not a folder; give a checkpoint folder written by `python -m bert_core train`")
-    for name, get in (("metrics.json", lambda d: d.get("heldout_split")),
-                      ("trainer_state.json", lambda d: d.get("metadata", {}).get("heldout"))):
+        raise BertCoreError(f"{folder} does not exist; give a checkpoint folder written by `python -m bert_core train`")
+    for name, section, key in (("metrics.json", None, "heldout_split"), ("trainer_state.json", "metadata", "heldout")):
         path = folder / name
         if path.is_file():
-            try:
-                record = get(json.loads(path.read_text(encoding="utf-8")))
-            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
-                raise BertCoreError(f"{path} is not valid JSON: {e}") from e
-            if record and record.get("corpora"):
+            data = read_json(path)
+            part = data.get(section) if section and isinstance(data, dict) else data
+            record = part.get(key) if isinstance(part, dict) else None
+            if record is not None and not _valid_record(record):
+                raise BertCoreError(f"{path} records a held-out split that is damaged ({key} must hold seed, fraction "
+                                    "and corpora); restore the file from a backup")
+            if record:
                 return record
     raise BertCoreError(f"{folder} records no held-out split (no metrics.json or trainer_state.json from "
                         "`python -m bert_core train`)")
@@ -61,13 +78,71 @@ def documents_to_text(documents: list[list[str]]) -> str:
 
 def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=None) -> dict:
     """Write the checkpoint's held-out text to `out`; returns what was written (path, documents, sentences)."""
+    from bert_core.checkpoint import write_text_atomic
+
     record = heldout_split_record(checkpoint)
     docs = heldout_documents(record, corpus_loader)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(documents_to_text(docs), encoding="utf-8")
+    out = write_text_atomic(out, documents_to_text(docs))
     return {"path": str(out), "documents": len(docs), "sentences": sum(len(d) for d in docs),
             "corpora": [e["spec"] for e in record["corpora"]], "seed": record["seed"], "fraction": record["fraction"]}
+
+
+def _field(state, section: str, key: str):
+    """state[section][key] when both levels are objects, else None."""
+    part = state.get(section) if isinstance(state, dict) else None
+    return part.get(key) if isinstance(part, dict) else None
+
+
+def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
+                       device="auto") -> dict:
+    """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict."""
+    import torch
+
+    from bert_core.checkpoint import load_checkpoint
+    from bert_core.corpora import corpus_from_file
+    from bert_core.evaluation import evaluate
+    from bert_core.pretraining_data import PretrainingData, unigram_baseline
+    from bert_core.training import resolve_device
+
+    if Path(text_file).is_dir():
+        raise BertCoreError(f"--text-file {text_file} is a folder; give a plain text file")
+    if not Path(text_file).is_file():
+        raise BertCoreError(f"text file {text_file} does not exist")
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(checkpoint, require_tokenizer=True)
+    state = ckpt.trainer_state or {}
+    # Read defensively: a Hugging Face Trainer's trainer_state.json has other keys, and eval needs only these two.
+    saved_len = _field(state, "train_config", "max_seq_length")
+    if seq_len is None:
+        seq_len = saved_len if isinstance(saved_len, int) and not isinstance(saved_len, bool) else 128
+    seq_len = max(16, min(seq_len, ckpt.model.config.max_position_embeddings, ckpt.tokenizer.model_max_length))
+    # The same reader as `train`'s corpora: size-checked, UTF-8-checked, and very long lines cut into pieces.
+    corpus = corpus_from_file(text_file)
+    data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
+                           mask_rate=mask_rate, seed=seed)
+    eval_batches = data.eval_batches(batches, seed=seed)
+    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
+    counts_list = _field(state, "metadata", "unigram_counts")
+    never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
+    if isinstance(counts_list, list) and len(counts_list) == ckpt.tokenizer.vocab_size \
+            and all(isinstance(c, int) and c >= 0 for c in counts_list):
+        counts, source = torch.tensor(counts_list), "the checkpoint's training text"
+    else:
+        counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
+    baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
+    return {
+        "checkpoint": str(checkpoint),
+        "text_file": str(text_file),
+        "seed": seed,
+        "masked_token_accuracy": result.mlm_acc,
+        "mlm_loss": result.mlm_loss,
+        "perplexity": result.perplexity,
+        "nsp_accuracy": result.nsp_acc,
+        "accuracy_by_decision": result.acc_by_decision,
+        "masked_tokens": result.num_masked,
+        "sequences": result.num_sequences,
+        "unigram_baseline": {**baseline, "counts_from": source},
+    }
 
 
 def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
@@ -76,8 +151,6 @@ def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
     `train` stores this under "eval" in metrics.json, so the published figures are the ones a reader reproduces.
     """
     import tempfile
-
-    from bert_core.cli import evaluate_text_file
 
     with tempfile.TemporaryDirectory() as tmp:
         text_file = Path(tmp) / "heldout.txt"
@@ -95,23 +168,26 @@ def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
 
 def update_metrics(checkpoint: str | Path, corpus_loader=None) -> dict:
     """Add (or refresh) the reproducible "eval" section of a checkpoint's metrics.json; returns it."""
-    from bert_core.checkpoint import write_json
+    from bert_core.checkpoint import read_json, write_json_atomic
 
     path = Path(checkpoint) / "metrics.json"
-    metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    metrics = read_json(path) if path.is_file() else {}
+    if not isinstance(metrics, dict):
+        raise BertCoreError(f"{path} does not hold a JSON object; restore it from a backup or delete it")
     metrics["eval"] = reproducible_eval(checkpoint, corpus_loader)
-    tmp = path.with_name(".metrics.json.tmp")
-    write_json(tmp, metrics)
-    tmp.replace(path)
+    write_json_atomic(path, metrics)
     return metrics["eval"]
 
 
 def add_parser(sub):
+    from bert_core.arguments import path_arg
+
     p = sub.add_parser("heldout", help="write a checkpoint's held-out text to a file (to re-run its evaluation)",
                        description="Rebuild the documents that `train` held out (the split recorded in the "
                                    "checkpoint's metrics.json) and write them as plain text for `eval --text-file`.")
-    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint folder written by `train`")
-    p.add_argument("--out", type=Path, help="text file to write")
+    p.add_argument("--checkpoint", type=path_arg, required=True, help="checkpoint folder written by `train`")
+    p.add_argument("--out", type=path_arg, help="text file to write (a new file, or an existing one with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the file --out if it exists")
     p.add_argument("--update-metrics", action="store_true",
                    help="also evaluate the checkpoint on it and store the figures and commands under \"eval\" "
                         "in its metrics.json")
@@ -119,8 +195,13 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from bert_core.checkpoint import check_output_file
+
     if args.out is None and not args.update_metrics:
         raise BertCoreError("give --out FILE (and/or --update-metrics)")
+    if args.out is not None:
+        check_output_file(args.out, overwrite=args.overwrite)
+    heldout_split_record(args.checkpoint)  # a folder without a split is refused before any evaluation
     if args.update_metrics:
         r = update_metrics(args.checkpoint)
         print(f"metrics.json eval: masked-token accuracy {100 * r['masked_token_accuracy']:.2f}% on "

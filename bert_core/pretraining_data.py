@@ -402,6 +402,12 @@ class PretrainingData:
 
     def _num_global_batches(self, n_instances: int) -> int:
         # Full batches only, so every rank of a distributed run takes the same number of steps.
+        if n_instances == 0:
+            c = self.corpus
+            raise BertCoreError(
+                f"{c.name!r} gives no training examples: its {c.num_sentences} sentence(s) in {c.num_documents} "
+                "document(s) make no [CLS] A [SEP] B [SEP] pair. Give more text: at least a few dozen sentences "
+                "(a useful model needs thousands)")
         full = n_instances // self.batch_size
         if full >= self.world_size:
             return full - full % self.world_size
@@ -490,3 +496,95 @@ def unigram_baseline(train_counts, batches: Sequence[Batch], never_ids: frozense
     accuracy = float((labels == top).double().mean())
     perplexity = float(torch.exp(-torch.log(probs[labels]).mean()))
     return {"accuracy": accuracy, "perplexity": perplexity, "token_id": top, "num_predictions": int(labels.numel())}
+
+
+# ---------------------------------------------------------------------------------------------- `train`'s data
+# The share of each corpus's documents `train` holds out for evaluation by default (seeded, by document).
+HELDOUT_FRACTION = 0.1
+
+
+def _load_corpora(specs: list[str], seed: int):
+    from bert_core.corpora import load_corpus
+
+    return [load_corpus(spec, seed=seed) for spec in specs]
+
+
+def _merge(corpora, name: str):
+    from bert_core.corpora import Corpus
+
+    if len(corpora) == 1:
+        return corpora[0]
+    docs = [doc for c in corpora for doc in c.documents]
+    return Corpus(name=name, documents=docs, source=" + ".join(c.source for c in corpora))
+
+
+def _heldout_record(corpus, heldout) -> dict:
+    """Which documents of `corpus` were held out: their indices (by identity of content) and sizes."""
+    held = {tuple(d) for d in heldout.documents}
+    indices = [i for i, d in enumerate(corpus.documents) if tuple(d) in held]
+    return {
+        "name": corpus.name,
+        "source": str(heldout.source),
+        "documents": len(corpus.documents),
+        "heldout_documents": len(heldout.documents),
+        "heldout_sentences": heldout.num_sentences,
+        "heldout_document_indices": indices,
+    }
+
+
+def _rank0_tokenizer(train):
+    """Train the tokenizer on rank 0 and send it to every rank: the others skip the work, and all ranks are sure
+    to share one vocabulary (training is deterministic, but ranks on other machines may run other library versions)."""
+    import torch.distributed as dist
+    from tokenizers import Tokenizer
+
+    from bert_core.tokenization import BertTokenizer
+
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tokenizer = train() if rank == 0 else None
+    payload = tokenizer.tokenizer.to_str().encode("utf-8") if rank == 0 else b""
+    size = torch.tensor([len(payload)], dtype=torch.long, device=device)
+    dist.broadcast(size, src=0)
+    buffer = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
+    if rank == 0:
+        buffer.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+    dist.broadcast(buffer, src=0)
+    if rank == 0:
+        return tokenizer
+    return BertTokenizer(Tokenizer.from_str(bytes(buffer.cpu().tolist()).decode("utf-8")))
+
+
+def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
+                   seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None):
+    """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
+
+    Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
+    trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
+    """
+    from bert_core.corpora import split_heldout
+
+    corpora = _load_corpora(specs, seed)
+    splits = [split_heldout(c, fraction=heldout_fraction, seed=seed) for c in corpora]
+    train = _merge([s[0] for s in splits], "+".join(c.name for c in corpora))
+    heldout = _merge([s[1] for s in splits], "heldout")
+    record = {
+        "seed": seed,
+        "fraction": heldout_fraction,
+        "method": "bert_core.corpora.split_heldout(corpus, fraction, seed) on each corpus",
+        "corpora": [{"spec": spec, **_heldout_record(c, s[1])} for spec, c, s in zip(specs, corpora, splits)],
+    }
+    if tokenizer is None:
+        from bert_core.tokenization import train_tokenizer as train_tok
+
+        if world_size > 1:
+            tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
+        else:
+            tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
+    common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp)
+    # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
+    # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
+    train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)
+    eval_data = PretrainingData(heldout, tokenizer, batch_size=batch_size, **common)
+    heldout_by_corpus = {spec: s[1] for spec, s in zip(specs, splits)}
+    return train_data, eval_data, heldout_by_corpus, tokenizer, record

@@ -169,7 +169,12 @@ class BertTokenizer:
         """Load from a folder holding tokenizer.json, or only vocab.txt (e.g. a downloaded bert-base-uncased)."""
         folder = Path(folder)
         if folder.is_file():
+            if folder.name not in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+                raise BertCoreError(f"{folder} is a file, not a tokenizer: give the folder that holds tokenizer.json "
+                                    "or vocab.txt")
             folder = folder.parent
+        elif not folder.is_dir():
+            raise BertCoreError(f"tokenizer folder {folder} does not exist")
         config = {}
         config_file = folder / "tokenizer_config.json"
         if config_file.is_file():
