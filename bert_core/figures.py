@@ -7,13 +7,14 @@ events); nothing here imports Streamlit, so the same figures serve the app, note
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bert_core.inspection import AttentionResult, HeadSummary, MaskingRow
+if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
+    from bert_core.inspection import AttentionResult, HeadSummary, MaskingRow
 
 DECISION_COLORS = {
     "[MASK]": "#d62728",
@@ -21,7 +22,14 @@ DECISION_COLORS = {
     "kept": "#2ca02c",
     "not chosen": "#e8e8e8",
 }
-SERIES_COLORS = {"total": "#1f77b4", "mlm": "#d62728", "nsp": "#2ca02c", "eval": "#9467bd", "baseline": "#7f7f7f"}
+SERIES_COLORS = {"total": "#1f77b4", "mlm": "#d62728", "nsp": "#2ca02c", "eval": "#9467bd", "eval_nsp": "#17becf",
+                 "baseline": "#7f7f7f", "lr": "#1f77b4", "speed": "#8c564b"}
+# Ten colours a reader tells apart (Plotly's D3 palette): a chart never gives two lines the same one.
+DISTINCT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                   "#bcbd22", "#17becf")
+SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"})
+HISTORY_CANDIDATES = 6   # lines in the guesses-over-training chart: the tokens that were ever in the top 3
+LABEL_CHARS = 7          # characters of a token that fit in a masking box before it is shortened
 # Long runs log thousands of steps; drawing every one makes the live page slow without showing more.
 MAX_POINTS = 1500
 DEFAULT_SMOOTHING = 0.9  # of the training curves (`ema`): about a 10-step window; a batch of 16 is noisy
@@ -95,12 +103,22 @@ def unigram_baseline_values(baselines: Mapping | None) -> dict:
     return out
 
 
-def _layout(fig: go.Figure, title: str, height: int = 340, **kw) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right", **kw) -> go.Figure:
+    """Title, height and margins; the legend to the right of the plot (one entry per line: entries never overlap
+    each other or the x-axis title) or, for a few category swatches, below it."""
     # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
     # live training view pays four times per redraw.
-    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.2), **kw)
+    if legend == "right":
+        place = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
+    else:
+        place = dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top")
+    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=50), legend=place, **kw)
     return fig
+
+
+def shorten(text: str, limit: int = LABEL_CHARS) -> str:
+    """`text` cut to `limit` characters with an ellipsis (the full text goes in the hover)."""
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
 
 
 def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
@@ -151,8 +169,9 @@ def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines
     fig = go.Figure()
     _add_lines(fig, history, [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
                               ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])], smoothing=smoothing)
-    _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", None),
-                            ("nsp_acc", "NSP accuracy (held-out)", None)], "lines+markers", "dot")
+    _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", SERIES_COLORS["eval"]),
+                            ("nsp_acc", "NSP accuracy (held-out)", SERIES_COLORS["eval_nsp"])], "lines+markers",
+               "dot")
     _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right")
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="accuracy", range=[0, 1])
@@ -172,16 +191,22 @@ def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> 
 
 
 def rate_figure(history: Sequence[Any]) -> go.Figure:
-    """Learning rate and training speed (tokens/s) per step, on two y axes."""
+    """Learning rate (top) and training speed in tokens/s (bottom) per step: two panels, each with its own y axis
+    from 0, sharing the step axis, so that neither scale hides the other."""
     history = _thin(history)
-    fig = go.Figure()
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("learning rate", "speed (tokens / s)"))
     xs, ys = _series(history, "lr")
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate"))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate", line=dict(color=SERIES_COLORS["lr"]),
+                             hovertemplate="step %{x}: %{y:.2e}<extra></extra>"), row=1, col=1)
     xs, ys = _series(history, "tokens_per_s")
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="tokens/s", line=dict(color="#8c564b"), yaxis="y2"))
-    fig.update_layout(xaxis=dict(title="step"), yaxis=dict(title="learning rate"),
-                      yaxis2=dict(title="tokens / s", overlaying="y", side="right", showgrid=False))
-    return _layout(fig, "Learning rate and speed")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="tokens / s", line=dict(color=SERIES_COLORS["speed"]),
+                             hovertemplate="step %{x}: %{y:,.0f} tokens/s<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", exponentformat="e", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title="step", row=2, col=1)
+    fig.update_layout(showlegend=False)
+    return _layout(fig, "Learning rate and speed", height=380)
 
 
 def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
@@ -196,20 +221,20 @@ def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
                 continue
             xs.append(r.position % per_line)
             ys.append(-(r.position // per_line))
-            label = r.token if decision in ("not chosen", "kept") else f"{r.token}→{r.shown}"
-            if decision == "[MASK]":
-                label = f"{r.token}→[M]"
+            # Two short lines fit a box: the token, then what the model sees instead (the full text on hover).
+            label = shorten(r.token) if decision in ("not chosen", "kept") else \
+                f"{shorten(r.token)}<br>→{shorten(r.shown, LABEL_CHARS - 1)}"
             texts.append(label)
             hovers.append(f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
                           f"decision: {decision}; model sees {r.shown}")
         fig.add_trace(go.Scatter(
             x=xs, y=ys, mode="markers+text", name=decision, text=texts, hovertext=hovers, hoverinfo="text",
             marker=dict(symbol="square", size=44, color=color, line=dict(color="#555", width=1)),
-            textfont=dict(size=10, color="#000"), showlegend=True,
+            textfont=dict(size=9, color="#000"), showlegend=True,
         ))
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
-    return _layout(fig, "Masking decisions", height=90 + 60 * lines)
+    return _layout(fig, "Masking decisions", height=110 + 60 * lines, legend="below")
 
 
 def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
@@ -248,13 +273,26 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
     return _layout(fig, title, height=size, width=None)
 
 
-def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None) -> go.Figure:
-    """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label."""
+def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None,
+                      zmax: float | None = None) -> go.Figure:
+    """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label.
+
+    The scale runs from 0 to `zmax`, by default the largest weight shown (a fixed 0..1 scale leaves an untrained
+    model's near-uniform maps, about 1/S everywhere, invisible); a time-lapse passes one `zmax` for every step so
+    that learning shows as colour appearing. The panels carry token labels (rows: the first column's, columns:
+    the bottom row's) when a token gets at least 8 pixels; smaller ones name their tokens on hover only.
+    """
     n_layers, n_heads = result.num_layers, result.num_heads
     tok = _token_labels(result.tokens)
+    seq = len(tok)
+    cell = 170 if n_heads <= 4 else 110
+    labelled = cell / max(seq, 1) >= 8
+    if labelled:  # room for the labels' text: tall enough rows, and margins for the words
+        cell = max(cell, min(14 * seq, 360))
     gap_x, gap_y = 0.02, (0.06 if n_layers < 8 else 0.03)
     # Axes laid out by hand: make_subplots costs more than the heatmaps themselves at 16+ panels.
     traces, layout, titles = [], {}, []
+    shown = [shorten(t, 10) for t in result.tokens]
     for layer in range(n_layers):
         for head in range(n_heads):
             n = layer * n_heads + head + 1
@@ -266,19 +304,20 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
             x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
             y1 = 1 - layer / n_layers - gap_y
             y0 = 1 - (layer + 1) / n_layers
-            layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}", showticklabels=False)
-            layout[f"yaxis{suffix}"] = dict(domain=[y0, y1], anchor=f"x{suffix}", showticklabels=False,
-                                            autorange="reversed")
+            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=dict(size=9))
+            layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}",
+                                            showticklabels=labelled and layer == n_layers - 1,
+                                            tickangle=-90, **ticks)
+            layout[f"yaxis{suffix}"] = dict(domain=[y0, y1], anchor=f"x{suffix}",
+                                            showticklabels=labelled and head == 0, autorange="reversed", **ticks)
             extra = f": {labels[n - 1]}" if labels else ""
             titles.append(dict(text=f"L{layer + 1} H{head + 1}{extra}", x=(x0 + x1) / 2, y=y1, xref="paper",
                                yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
-                               font=dict(size=9)))
-    cell = 170 if n_heads <= 4 else 110
-    # One scale for all heads, topped at the largest weight: a fixed 0..1 scale leaves an untrained model's
-    # near-uniform maps (about 1/S everywhere) invisible.
-    top = float(max(result.attentions.max(), 1e-6))
-    layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top), height=60 + cell * n_layers,
-                  margin=dict(l=10, r=10, t=60, b=10), annotations=titles,
+                               font=dict(size=10)))
+    top = float(max(result.attentions.max(), 1e-6)) if zmax is None else float(zmax)
+    margin = dict(l=80, r=10, t=60, b=80) if labelled else dict(l=10, r=10, t=60, b=10)
+    layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")),
+                  height=margin["t"] + margin["b"] + cell * n_layers, margin=margin, annotations=titles,
                   title="Model view: every layer (row) and head (column)")
     return go.Figure(data=traces, layout=layout)
 
@@ -320,8 +359,8 @@ def head_summary_figure(summaries: Sequence[HeadSummary], measure: str = "[CLS]"
         hovertemplate=f"%{{y}} %{{x}}<br>{measure}: %{{z:.2f}}<br>%{{text}}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, f"What each head does (colour: {measure if measure != 'entropy' else 'normalised entropy'})",
-                   height=120 + 50 * n_layers)
+    what = measure if measure != "entropy" else "evenness, entropy / its maximum (1 = spread evenly)"
+    return _layout(fig, f"What each head does (colour: {what})", height=120 + 50 * n_layers)
 
 
 def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
@@ -345,21 +384,37 @@ def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
     return _layout(fig, title, height=max(220, 80 + 32 * len(candidates)))
 
 
-def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
-    """How the top candidates' probabilities changed over training steps: one line per token ever in a top-k."""
-    steps = [s for s, _ in snapshots]
-    tokens: list[str] = []
+def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], top: int = 3,
+                       limit: int = HISTORY_CANDIDATES) -> list[str]:
+    """The few tokens worth a line: the latest snapshot's `top` candidates (where the model ended), then the
+    tokens that were among some snapshot's `top` at the highest probability, at most `limit` in all; special
+    tokens left out."""
+    def ranked(cands):
+        return [(t, p) for t, p in cands if t not in SPECIAL_TOKENS][:top]
+
+    best: dict[str, float] = {}
     for _, cands in snapshots:
-        for t, _ in cands:
-            if t not in tokens:
-                tokens.append(t)
+        for t, p in ranked(cands):
+            best[t] = max(best.get(t, 0.0), p)
+    latest = [t for t, _ in ranked(snapshots[-1][1])] if snapshots else []
+    others = sorted((t for t in best if t not in latest), key=lambda t: -best[t])
+    return (latest + others)[:limit]
+
+
+def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
+    """How the top candidates' probabilities changed over training steps: one line, in its own colour, per token
+    that was ever among the top 3 (special tokens left out; a gap where it was outside the snapshot's top k)."""
+    steps = [s for s, _ in snapshots]
     fig = go.Figure()
-    for t in tokens:
+    for i, t in enumerate(history_candidates(snapshots)):
         ys = [dict(cands).get(t) for _, cands in snapshots]
-        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=t, connectgaps=False))
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(title="probability (blank = outside the top k)", range=[0, 1])
-    return _layout(fig, title or "Top candidates over training")
+        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=t, connectgaps=False,
+                                 line=dict(color=DISTINCT_COLORS[i % len(DISTINCT_COLORS)]),
+                                 hovertemplate=f"{t}<br>step %{{x}}: %{{y:.1%}}<extra></extra>"))
+    fig.update_xaxes(title="training step")
+    fig.update_yaxes(title="probability", range=[0, 1], tickformat=".0%")
+    fig.update_layout(legend_title_text="candidate")
+    return _layout(fig, title or "Top candidates over training", height=380)
 
 
 def architecture_figure(config: Any = None) -> go.Figure:

@@ -35,6 +35,12 @@ def test_figures_module_never_imports_streamlit():
     assert out.stdout.strip() == "False"
 
 
+def test_figures_module_leaves_torch_unloaded_so_the_home_page_draws_at_once():
+    code = "import sys, bert_core.figures; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_model_view_has_one_heatmap_per_head_with_its_weights():
     result = _attention()
     fig = figures.model_view_figure(result)
@@ -42,6 +48,30 @@ def test_model_view_has_one_heatmap_per_head_with_its_weights():
     assert len(heatmaps) == 6
     np.testing.assert_allclose(np.asarray(heatmaps[4].z), result.attentions[1, 1])
     assert fig.layout.annotations[4].text.startswith("L2 H2")
+
+
+def test_model_view_labels_its_tokens_where_they_fit_and_on_hover_always():
+    result = _attention(layers=2, heads=2, seq=5)
+    fig = figures.model_view_figure(result)
+    layout = fig.layout.to_plotly_json()
+    # Rows are labelled on the first column, columns on the bottom row, with the tokens themselves.
+    assert layout["yaxis"]["showticklabels"] and not layout["yaxis2"]["showticklabels"]
+    assert layout["xaxis3"]["showticklabels"] and not layout["xaxis"]["showticklabels"]
+    assert list(layout["yaxis"]["ticktext"]) == result.tokens
+    assert all("%{y} → %{x}" in t.hovertemplate for t in fig.data)
+    long = AttentionResult(tokens=["t"] * 60, attentions=np.full((2, 2, 60, 60), 1 / 60, np.float32),
+                           token_type_ids=[0] * 60, special_mask=[False] * 60)
+    crowded = figures.model_view_figure(long).layout.to_plotly_json()
+    assert not any(crowded[k].get("showticklabels") for k in crowded if k.startswith(("xaxis", "yaxis")))
+    assert all("%{y} → %{x}" in t.hovertemplate for t in figures.model_view_figure(long).data)
+
+
+def test_model_view_colour_scale_is_fixed_when_asked_and_the_largest_weight_otherwise():
+    uniform = AttentionResult(tokens=["[CLS]", "a", "b", "[SEP]"], attentions=np.full((1, 2, 4, 4), 0.25, np.float32),
+                              token_type_ids=[0] * 4, special_mask=[True, False, False, True])
+    assert figures.model_view_figure(uniform).layout.coloraxis.cmax == pytest.approx(0.25)
+    fixed = figures.model_view_figure(uniform, zmax=1.0).layout.coloraxis
+    assert (fixed.cmin, fixed.cmax) == (0, 1.0)
 
 
 def test_head_view_labels_keep_repeated_tokens_apart():
@@ -145,7 +175,42 @@ def test_topk_figure_has_model_and_baseline_bars():
 def test_topk_history_has_a_line_per_token_with_gaps_where_it_left_the_top_k():
     fig = figures.topk_history_figure([(0, [("the", 0.1), ("a", 0.05)]), (100, [("store", 0.4), ("the", 0.2)])])
     lines = {t.name: list(t.y) for t in fig.data}
-    assert lines == {"the": [0.1, 0.2], "a": [0.05, None], "store": [None, 0.4]}
+    assert lines == {"store": [None, 0.4], "the": [0.1, 0.2], "a": [0.05, None]}
+    assert [t.name for t in fig.data][:2] == ["store", "the"]  # where the model ended comes first
+
+
+def test_topk_history_shows_few_candidates_in_distinct_colours_and_no_special_tokens():
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    snaps = []
+    for step in range(0, 2000, 100):  # 20 snapshots of 5 candidates each, 30+ tokens in all
+        picks = rng.choice(words, 4, replace=False)
+        snaps.append((step, [("[CLS]", 0.3)] + [(str(w), 0.2 - 0.03 * k) for k, w in enumerate(picks)]))
+    fig = figures.topk_history_figure(snaps)
+    names = [t.name for t in fig.data]
+    assert 1 <= len(names) <= figures.HISTORY_CANDIDATES and "[CLS]" not in names
+    top3 = {t for _, cands in snaps for t, _ in [c for c in cands if c[0] != "[CLS]"][:3]}
+    assert set(names) <= top3
+    assert names[:3] == [t for t, _ in snaps[-1][1][1:4]]  # the final guesses are always drawn
+    colours = [t.line.color for t in fig.data]
+    assert len(set(colours)) == len(colours)
+    assert fig.layout.legend.orientation == "v"  # beside the plot: never on the x-axis title
+
+
+def test_learning_rate_and_speed_each_get_their_own_axis():
+    history = [_step(i, 5.0) for i in range(1, 50)]
+    fig = figures.rate_figure(history)
+    lr, speed = fig.data
+    assert lr.name == "learning rate" and speed.name == "tokens / s"
+    assert lr.yaxis != speed.yaxis and lr.xaxis != speed.xaxis
+    assert fig.layout[speed.yaxis.replace("y", "yaxis")].overlaying is None
+
+
+def test_line_chart_legends_sit_beside_the_plot():
+    history = [_step(i, 5.0) for i in range(1, 30)]
+    for fig in (figures.loss_figure(history), figures.accuracy_figure(history),
+                figures.decision_accuracy_figure(history)):
+        assert fig.layout.legend.orientation == "v" and fig.layout.legend.x >= 1
 
 
 def test_masking_figure_colours_each_decision():
@@ -153,9 +218,20 @@ def test_masking_figure_colours_each_decision():
             MaskingRow(2, "sat", 8, 0, "random", "dog", 9), MaskingRow(3, "on", 10, 0, "kept", "on", 10)]
     fig = figures.masking_figure(rows)
     by_name = {t.name: t for t in fig.data}
-    assert by_name["random"].text == ("sat→dog",)
+    assert by_name["random"].text == ("sat<br>→dog",)
     assert by_name["[MASK]"].marker.color == figures.DECISION_COLORS["[MASK]"]
     assert by_name["kept"].text == ("on",)
+
+
+def test_long_masking_labels_are_shortened_with_the_full_text_on_hover():
+    rows = [MaskingRow(0, "watching", 7, 0, "[MASK]", "[MASK]", 4), MaskingRow(1, "##ness", 8, 0, "random",
+                                                                              "elephants", 9)]
+    by_name = {t.name: t for t in figures.masking_figure(rows).data}
+    for trace in (by_name["[MASK]"], by_name["random"]):
+        for line in trace.text[0].split("<br>"):
+            assert len(line) <= figures.LABEL_CHARS, line
+    assert "watching" in by_name["[MASK]"].hovertext[0] and "elephants" in by_name["random"].hovertext[0]
+    assert figures.shorten("watching") == "watchi…"
 
 
 def test_architecture_figure_shows_the_config_sizes():
