@@ -82,6 +82,13 @@ class TrainSpec:
     train: dict = field(default_factory=dict)   # TrainConfig fields
     heldout_fraction: float = 0.1
     probes: bool = True
+    # The probe snapshots' [MASK] sentences and the time-lapse's attention sentence; empty/None: drawn from the
+    # held-out part of the corpus (bert_core.probes.heldout_probes), as the Train page shows them before Start.
+    probe_sentences: tuple[str, ...] = ()
+    attention_probe: str | None = None
+    # A checkpoint folder to start from (its weights, size and tokenizer; a new optimizer and schedule), as
+    # `train --init-from` does; the model settings of the spec are then ignored.
+    init_from: str | None = None
 
 
 def validate_spec(spec: TrainSpec) -> None:
@@ -113,24 +120,47 @@ def build_trainer(spec: TrainSpec, callbacks=()):
 
     from bert_core.config import BertConfig
     from bert_core.model import BertForPreTraining
-    from bert_core.probes import ProbeStore
+    from bert_core.probes import ENGLISH_PROBES, ProbeStore, probes_from_documents
     from bert_core.training import TrainConfig, Trainer
 
     config = TrainConfig(**spec.train)
-    train_data, eval_data, _heldout, tokenizer, record = _datasets(spec, None)
-    overrides = {"vocab_size": tokenizer.vocab_size,
-                 "max_position_embeddings": max(512, config.max_seq_length), **spec.model_overrides}
-    model_config = BertConfig.preset(spec.preset, **overrides)
+    start = None
+    if spec.init_from:
+        from bert_core.model_sources import load_folder
+
+        start_model, start_tokenizer, start_state = load_folder(spec.init_from)
+        if start_model.config.max_position_embeddings < config.max_seq_length:
+            raise BertCoreError(f"the starting model has {start_model.config.max_position_embeddings} positions, "
+                                f"fewer than the sequence length {config.max_seq_length}")
+        start = (start_model, start_tokenizer, start_state or {})
+    train_data, eval_data, heldout, tokenizer, record = _datasets(spec, start[1] if start else None)
     torch.manual_seed(config.seed)
-    model = BertForPreTraining(model_config)
+    if start is None:
+        overrides = {"vocab_size": tokenizer.vocab_size,
+                     "max_position_embeddings": max(512, config.max_seq_length), **spec.model_overrides}
+        model = BertForPreTraining(BertConfig.preset(spec.preset, **overrides))
+    else:
+        model = start[0].train()
+    try:
+        drawn = probes_from_documents([d for c in heldout.values() for d in c.documents], seed=config.seed,
+                                      source=f"held-out part of {spec.corpus_label}")
+    except BertCoreError:  # held-out text without a sentence to mask (a tiny paste): English sentences
+        drawn = ENGLISH_PROBES
+    sentences = tuple(spec.probe_sentences) or drawn.sentences
+    attention = spec.attention_probe or drawn.attention_sentence
     metadata = {
         "corpora": [spec.corpus_label],
         "preset": spec.preset,
         "heldout": record,
         "commands": ["streamlit app"],
         "unigram_counts": train_data.token_counts.tolist(),
+        "probes": {"sentences": list(sentences), "attention_sentence": attention, "pair": list(drawn.pair),
+                   "source": drawn.source if not spec.probe_sentences else "the Train page's probe sentences"},
     }
-    probes = ProbeStore() if spec.probes else None
+    if start is not None:
+        metadata["init_from"] = {"folder": "the model of an earlier run in this session",
+                                 "step": start[2].get("step"), "corpora": start[2].get("metadata", {}).get("corpora")}
+    probes = ProbeStore(sentences, attention) if spec.probes else None
     return Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
                    probes=probes, metadata=metadata)
 

@@ -219,3 +219,81 @@ def test_word_pieces_group_into_words_and_a_picked_word_is_masked_whole():
     tokens = ["[CLS]", "a", "b", "##c", "d", "e", "f", "[MASK]", "[SEP]"]
     assert context_before(tokens, 7) == "bc d e f ___"
     assert context_before(tokens, 2) == "a ___"
+
+
+# ---------------------------------------------------------------------------------------------- probe sentences
+
+
+def _probe_words(sentence: str) -> set[str]:
+    return {w.strip(".,!?;:").lower() for w in sentence.replace("[MASK]", " ").split() if w.strip(".,!?;:")}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_toy_probes_are_held_out_story_sentences_with_a_content_word_masked(seed):
+    from bert_core.corpora import split_heldout
+    from bert_core.probes import STOPWORDS, probes_for_corpus
+    from bert_core.toy_grammar import generate_toy_corpus, toy_vocabulary
+
+    probes = probes_for_corpus("toy", seed)
+    assert len(probes.sentences) == 4 and len(set(probes.sentences)) == 4
+    _, held = split_heldout(generate_toy_corpus(seed=seed), fraction=0.1, seed=seed)
+    held_sentences = {s for d in held.documents for s in d}
+    masked = []
+    for probe in probes.sentences:
+        assert probe.count("[MASK]") == 1
+        assert _probe_words(probe) <= toy_vocabulary()
+        # Exactly one held-out sentence gives this probe with one word put back.
+        originals = [s for s in held_sentences if len(s.split()) == len(probe.split()) and all(
+            a == b or "[MASK]" in b for a, b in zip(s.split(), probe.split()))]
+        assert originals, probe
+        word = next(a for a, b in zip(originals[0].split(), probe.split()) if "[MASK]" in b).strip(".,")
+        assert word.islower() and word not in STOPWORDS and len(word) >= 3
+        masked.append(word)
+    assert len(set(masked)) >= 3  # not the same blank four times
+    assert probes.attention_sentence in held_sentences and "[MASK]" not in probes.attention_sentence
+    a, b = probes.pair
+    assert any(a in d and d.index(a) + 1 < len(d) and d[d.index(a) + 1] == b for d in held.documents)
+    assert probes_for_corpus("toy", seed) == probes  # seeded
+
+
+def test_probes_are_drawn_again_from_a_recorded_corpus_and_kept_when_recorded():
+    from bert_core.errors import BertCoreError
+    from bert_core.probes import ENGLISH_PROBES, CorpusProbes, probes_for_corpus, recorded_probes
+
+    toy = {"heldout": {"seed": 1, "fraction": 0.1, "corpora": [{"spec": "toy"}]}}
+    assert recorded_probes(toy).sentences == probes_for_corpus("toy", 1).sentences
+    assert recorded_probes({"corpora": ["toy"]}).sentences == probes_for_corpus("toy", 0).sentences
+    mine = CorpusProbes(("my [MASK] .",), "my sentence .", ("a .", "b ."), "typed")
+    assert recorded_probes({"probes": mine.to_dict(), **toy}) == mine
+    assert recorded_probes({"probes": {"sentences": ["no blank"]}, **toy}).sentences != ("no blank",)
+    assert recorded_probes({}) is None and recorded_probes({"corpora": ["not-a-corpus-anywhere"]}) is None
+    with pytest.raises(BertCoreError):
+        CorpusProbes.from_dict({"sentences": [], "attention_sentence": "x", "pair": ["a", "b"]})
+    assert ENGLISH_PROBES.sentences and all("[MASK]" in s for s in ENGLISH_PROBES.sentences)
+
+
+def test_a_public_server_never_reads_a_file_that_a_checkpoint_names(tmp_path):
+    from bert_core.probes import readable_offline, recorded_probes
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("The quiet banker hides the golden coins under the wooden floor every night.\n\n" * 30)
+    meta = {"corpora": [str(secret)]}
+    assert readable_offline(str(secret)) and not readable_offline(str(secret), allow_paths=False)
+    assert recorded_probes(meta, allow_paths=False) is None
+    assert recorded_probes(meta, allow_paths=True) is not None
+
+
+def test_a_run_draws_the_probes_the_train_page_shows_before_start():
+    from bert_core import jobs
+    from bert_core.probes import probes_for_corpus
+
+    spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
+                          train=dict(max_steps=1, batch_size=2, max_seq_length=32, seed=2, device="cpu"))
+    trainer = jobs.build_trainer(spec)
+    drawn = probes_for_corpus("toy", 2)
+    assert tuple(trainer.probes.sentences) == drawn.sentences
+    assert trainer.probes.attention_sentence == drawn.attention_sentence
+    assert trainer.metadata["probes"]["sentences"] == list(drawn.sentences)
+    typed = jobs.TrainSpec(**{**spec.__dict__, "probe_sentences": ("my [MASK] .",), "attention_probe": "my cat ."})
+    trainer = jobs.build_trainer(typed)
+    assert trainer.probes.sentences == ["my [MASK] ."] and trainer.probes.attention_sentence == "my cat ."
