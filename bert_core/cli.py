@@ -684,16 +684,16 @@ def main(argv=None) -> int:
     """Entry point: parse, run, and turn every failure into one `error:` line: user errors exit with status 2,
     a failed run with 1, and anything unexpected with 1 as an "internal error" (BERT_CORE_DEBUG=1 shows its trace)."""
     _setup_output()
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv  # recorded in trainer_state.json / metrics.json as the exact command
-    if getattr(args, "func", None) is None:
-        parser.print_help(sys.stderr)
-        return 2
-    if args.command in _KEEPS_FREED_MEMORY:
-        keep_freed_memory()
     try:
+        parser = build_parser()  # imports every command's module: a broken installation fails here
+        args = parser.parse_args(argv)  # argparse's own errors exit here, as one line (see _Parser)
+        args.argv = argv  # recorded in trainer_state.json / metrics.json as the exact command
+        if getattr(args, "func", None) is None:
+            parser.print_help(sys.stderr)
+            return 2
+        if args.command in _KEEPS_FREED_MEMORY:
+            keep_freed_memory()
         _check_text_arguments(args)
         return int(args.func(args) or 0)
     except BertCoreError as e:
