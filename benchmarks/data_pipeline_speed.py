@@ -22,7 +22,7 @@ from bert_core.corpora import load_corpus  # noqa: E402
 from bert_core.paths import shared_data_dir  # noqa: E402
 from bert_core.pretraining_data import PretrainingData  # noqa: E402
 from bert_core.tokenization import train_tokenizer  # noqa: E402
-from bert_core.toy_grammar import generate_toy_corpus  # noqa: E402
+from bert_core.corpora import generate_toy_corpus  # noqa: E402
 
 
 def timed(fn):

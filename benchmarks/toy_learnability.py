@@ -25,7 +25,7 @@ from bert_core.corpora import split_heldout  # noqa: E402
 from bert_core.model import BertForPreTraining  # noqa: E402
 from bert_core.pretraining_data import PretrainingData  # noqa: E402
 from bert_core.tokenization import train_tokenizer  # noqa: E402
-from bert_core.toy_grammar import generate_toy_corpus  # noqa: E402
+from bert_core.corpora import generate_toy_corpus  # noqa: E402
 
 
 def lr_at(fraction: float, peak: float, warmup: float = 0.05) -> float:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import io
 import json
 import os
 import re
 import shutil
+import tempfile
 import uuid
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
@@ -384,3 +387,16 @@ def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -
         raise BertCoreError(f"{folder / TRAINER_STATE} holds {type(state).__name__}, not a JSON object; the checkpoint "
                             "folder is damaged")
     return Checkpoint(folder=folder, model=model, tokenizer=tokenizer, trainer_state=state)
+
+
+def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
+    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes."""
+    with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
+        folder = Path(tmp) / "bert-checkpoint"
+        save(folder)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    zf.write(path, Path("bert-checkpoint") / path.relative_to(folder))
+        return buf.getvalue()

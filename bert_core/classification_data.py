@@ -461,7 +461,8 @@ def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     the story's topic, read back from its topic-only words, and the text one sentence from between the
     introduction and the closing, so the clue is a word or two that pretraining has seen in context.
     """
-    from bert_core.toy_grammar import TOPICS, generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
+    from bert_core.toy_grammar import TOPICS
 
     if num_examples < 20:
         raise BertCoreError(f"the toy topic task needs at least 20 examples, got {num_examples}")

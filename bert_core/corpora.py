@@ -249,6 +249,14 @@ def brown_documents(text: str) -> list[list[str]]:
     return docs
 
 
+def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
+    """The `toy` Corpus: `num_documents` stories of the built-in grammar (bert_core.toy_grammar), seeded."""
+    from bert_core.toy_grammar import generate_toy_documents
+
+    return Corpus(name="toy", documents=generate_toy_documents(num_documents, seed),
+                  source=f"toy grammar (bert_core.toy_grammar), seed {seed}")
+
+
 def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None,
                 progress: Callable[[int, int | None], None] | None = None) -> Corpus:
     """Corpus by name ("toy", "tinyshakespeare", "wikitext-2", "brown") or a path to a UTF-8 text file.
@@ -260,8 +268,6 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
         raise BertCoreError(f"no corpus given; use one of {', '.join(NAMED_CORPORA)} or a path to a UTF-8 text file")
     key = str(spec).strip()
     if key.lower() == "toy":
-        from bert_core.toy_grammar import generate_toy_corpus
-
         return generate_toy_corpus(seed=seed)
     if key.lower() in ("tinyshakespeare", "wikitext-2", "brown"):
         from bert_core.downloads import fetch_corpus_text

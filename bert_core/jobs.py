@@ -10,14 +10,11 @@ mirror), model_snapshot, save, zip_bytes, extend, wait, close.
 from __future__ import annotations
 
 import copy
-import io
 import logging
 import os
-import tempfile
 import threading
 import time
 import weakref
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -105,8 +102,8 @@ def validate_spec(spec: TrainSpec) -> None:
 
 
 def _datasets(spec: TrainSpec, tokenizer):
-    """`cli.build_datasets` for a spec: with `tokenizer` None one is trained on the training part."""
-    from bert_core.cli import build_datasets
+    """`pretraining_data.build_datasets` for a spec: with `tokenizer` None one is trained on the training part."""
+    from bert_core.pretraining_data import build_datasets
     from bert_core.training import TrainConfig
 
     config = TrainConfig(**spec.train)
@@ -234,6 +231,8 @@ class TrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
+        from bert_core.training import extended_config
+
         cfg = extended_config(self.trainer, more_steps)
         if cfg is not None:
             self.trainer.config = cfg
@@ -269,6 +268,8 @@ class TrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
+        from bert_core.checkpoint import zip_checkpoint
+
         return zip_checkpoint(self.save)
 
     def wait(self, timeout: float) -> bool:
@@ -279,30 +280,6 @@ class TrainingJob:
 
     def close(self, wait: float = 10.0) -> None:
         """Nothing to release beyond stopping: the thread ends with its run."""
-
-
-def extended_config(trainer, more_steps: int):
-    """The config that lets a finished run (a Trainer or its mirror) go on: `more_steps` more steps, or a minute
-    more of a spent time budget; None when the run is not at its end."""
-    cfg = trainer.config
-    if cfg.max_steps is not None and trainer.step >= cfg.max_steps:
-        return cfg.replace(max_steps=trainer.step + int(more_steps))
-    if cfg.max_steps is None and cfg.time_budget_s is not None and trainer.progress.fraction >= 1:
-        return cfg.replace(time_budget_s=cfg.time_budget_s + 60.0)
-    return None
-
-
-def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
-    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes."""
-    with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
-        folder = Path(tmp) / "bert-checkpoint"
-        save(folder)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(folder.rglob("*")):
-                if path.is_file():
-                    zf.write(path, Path("bert-checkpoint") / path.relative_to(folder))
-        return buf.getvalue()
 
 
 def training_data_for(spec: TrainSpec, tokenizer):

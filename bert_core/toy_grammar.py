@@ -270,15 +270,13 @@ def _render(words: list[str]) -> str:
     return text[0].upper() + text[1:]
 
 
-def generate_toy_corpus(num_documents: int = 2000, seed: int = 0):
-    """Return the `toy` Corpus: `num_documents` stories of 5-9 sentences, deterministic for a seed."""
-    from bert_core.corpora import Corpus
-
+def generate_toy_documents(num_documents: int = 2000, seed: int = 0) -> list[list[str]]:
+    """`num_documents` stories of 5-9 sentences each, deterministic for a seed (corpora.generate_toy_corpus wraps
+    them as the `toy` Corpus)."""
     if not isinstance(num_documents, int) or num_documents < 1:
         raise BertCoreError(f"num_documents must be a positive whole number, got {num_documents!r}")
     rng = random.Random(seed)
-    docs = [[_render(s) for s in _Story(rng).sentences()] for _ in range(num_documents)]
-    return Corpus(name="toy", documents=docs, source=f"toy grammar (bert_core.toy_grammar), seed {seed}")
+    return [[_render(s) for s in _Story(rng).sentences()] for _ in range(num_documents)]
 
 
 def toy_vocabulary() -> set[str]:

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -932,3 +932,14 @@ class Trainer:
         same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
         trainer.last_checkpoint_step = trainer.step if same else None
         return trainer
+
+
+def extended_config(trainer, more_steps: int):
+    """The config that lets a finished run (a Trainer or its mirror) go on: `more_steps` more steps, or a minute
+    more of a spent time budget; None when the run is not at its end."""
+    cfg = trainer.config
+    if cfg.max_steps is not None and trainer.step >= cfg.max_steps:
+        return cfg.replace(max_steps=trainer.step + int(more_steps))
+    if cfg.max_steps is None and cfg.time_budget_s is not None and trainer.progress.fraction >= 1:
+        return cfg.replace(time_budget_s=cfg.time_budget_s + 60.0)
+    return None

@@ -413,7 +413,7 @@ class ProcessTrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
-        from bert_core.jobs import extended_config
+        from bert_core.training import extended_config
 
         cfg = extended_config(self.trainer, more_steps)
         if cfg is None:
@@ -475,7 +475,7 @@ class ProcessTrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
-        from bert_core.jobs import zip_checkpoint
+        from bert_core.checkpoint import zip_checkpoint
 
         return zip_checkpoint(self.save)
 

@@ -12,7 +12,7 @@ def train_nano_checkpoint(folder: Path, documents: int = 60, steps: int = 3, bat
     from bert_core.model import BertForPreTraining
     from bert_core.pretraining_data import PretrainingData
     from bert_core.tokenization import train_tokenizer
-    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
     from bert_core.training import TrainConfig, Trainer
 
     corpus = generate_toy_corpus(num_documents=documents, seed=0)

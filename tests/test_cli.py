@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def toy_file(tmp_path_factory):
     """A small toy corpus as a text file, documents separated by blank lines."""
-    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
 
     corpus = generate_toy_corpus(num_documents=60, seed=2)
     path = tmp_path_factory.mktemp("cli") / "toy.txt"

@@ -22,7 +22,7 @@ def _torchrun() -> str | None:
 def toy_files(tmp_path_factory):
     """A small toy corpus as a text file (blank line between documents) and a tokenizer folder trained on it."""
     from bert_core.tokenization import train_tokenizer
-    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
 
     folder = tmp_path_factory.mktemp("ddp")
     corpus = generate_toy_corpus(num_documents=60, seed=1)

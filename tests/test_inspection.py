@@ -232,7 +232,8 @@ def _probe_words(sentence: str) -> set[str]:
 def test_toy_probes_are_held_out_story_sentences_with_a_content_word_masked(seed):
     from bert_core.corpora import split_heldout
     from bert_core.probes import STOPWORDS, probes_for_corpus
-    from bert_core.toy_grammar import generate_toy_corpus, toy_vocabulary
+    from bert_core.corpora import generate_toy_corpus
+    from bert_core.toy_grammar import toy_vocabulary
 
     probes = probes_for_corpus("toy", seed)
     assert len(probes.sentences) == 4 and len(set(probes.sentences)) == 4

@@ -10,7 +10,7 @@ from bert_core.pretraining_data import (FAR_SENTENCES, IGNORE_INDEX, KEPT, MASKE
                                         PretrainingData, create_nsp_instances, mask_tokens, truncate_seq_pair,
                                         unigram_baseline)
 from bert_core.tokenization import train_tokenizer
-from bert_core.toy_grammar import generate_toy_corpus
+from bert_core.corpora import generate_toy_corpus
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIALS = torch.tensor([0, 1, 2, 3, 4])

@@ -118,7 +118,7 @@ def test_mask_token_typed_in_text_is_the_mask_id(tok):
 
 _VOCAB_OF_TEXT = """
 import hashlib, sys
-from bert_core.toy_grammar import generate_toy_corpus
+from bert_core.corpora import generate_toy_corpus
 from bert_core.tokenization import train_tokenizer
 tok = train_tokenizer(generate_toy_corpus(num_documents=300, seed=1).texts(), vocab_size=400)
 print(hashlib.sha256("\\n".join(tok.id_to_token(i) for i in range(tok.vocab_size)).encode()).hexdigest())

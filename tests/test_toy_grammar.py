@@ -6,7 +6,8 @@ from bert_core.corpora import split_heldout
 from bert_core.errors import BertCoreError
 from bert_core.pretraining_data import PretrainingData
 from bert_core.tokenization import train_tokenizer
-from bert_core.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS, generate_toy_corpus, toy_vocabulary
+from bert_core.corpora import generate_toy_corpus
+from bert_core.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS, toy_vocabulary
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ def toy():
     """A small toy corpus split into train / held-out, and a tokenizer trained on the train part."""
     from bert_core.corpora import split_heldout
     from bert_core.tokenization import train_tokenizer
-    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
 
     corpus = generate_toy_corpus(num_documents=80, seed=0)
     train, held = split_heldout(corpus, fraction=0.2, seed=0)
