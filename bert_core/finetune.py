@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from bert_core.classification_data import (
     train_batches,
 )
 from bert_core.errors import BertCoreError
+from bert_core.run_loop import RunLoop
 from bert_core.training import Progress, TrainConfig, lr_multiplier, resolve_device
 
 __all__ = [
@@ -160,7 +160,8 @@ class FinetuneResult:
 
 @contextlib.contextmanager
 def _seeded(seed: int):
-    """Run model construction on a private copy of torch's global generator, seeded, leaving the caller's intact."""
+    """Run under a private copy of torch's global generator, seeded (model construction, a run's dropout masks),
+    leaving the caller's intact."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
@@ -304,12 +305,18 @@ def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_le
 # ---------------------------------------------------------------------------------------------- the loop
 
 
-class Finetuner:
-    """Trains a BertForSequenceClassification on `train`, validating on `val`; observable and stoppable from any thread.
+class Finetuner(RunLoop):
+    """Trains a BertForSequenceClassification on `train`, validating on `val`; observable and stoppable from any
+    thread (run_loop), run once.
 
     Another thread may read `state`, `history`, `evals`, `progress`, `error` and `result` at any time and call
     `stop()`; the run then ends at the next step boundary with a final validation pass.
     """
+
+    step_event_type = FinetuneStep
+    times_only_steps = True   # the budget is training time: the validation passes that draw the curve are free
+    rerunnable = False
+    run_name = "fine-tuning"
 
     def __init__(self, model, tokenizer, train: ClassificationData, val: ClassificationData,
                  config: FinetuneConfig = FinetuneConfig(), name: str = "run",
@@ -321,120 +328,65 @@ class Finetuner:
         if model.num_labels != train.num_labels:
             raise BertCoreError(f"the classifier has {model.num_labels} outputs but the data has "
                                 f"{train.num_labels} labels")
+        super().__init__(callbacks)
         self.config = config
         self.name = name
         self.tokenizer = tokenizer
         self.train_data, self.val_data = train, val
-        self.callbacks = list(callbacks)
         self.device = resolve_device(config.device)
         if config.dropout is not None:
             set_dropout(model, config.dropout)
         self.model = model.to(self.device)
         self._train_config = config.train_config()
         self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps)
-        self.step = 0
         self.examples_seen = 0
-        self.elapsed_s = 0.0
-        self.error: str | None = None
         self.result: FinetuneResult | None = None
-        self._state = "idle"
-        self._history: list[FinetuneStep] = []
-        self._evals: list[FinetuneEval] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._run_started: float | None = None
         self._train_encoded = None
         self._val_encoded = None
+        self._batches = None
+        self._next_eval = 1
         self._step_seconds: list[float] = []
-
-    # ------------------------------------------------------------------ observation (thread-safe)
-
-    @property
-    def state(self) -> str:
-        return self._state
-
-    @property
-    def history(self) -> list[FinetuneStep]:
-        """A snapshot copy of the per-step events so far."""
-        with self._lock:
-            return list(self._history)
-
-    @property
-    def evals(self) -> list[FinetuneEval]:
-        """A snapshot copy of the validation passes so far."""
-        with self._lock:
-            return list(self._evals)
-
-    @property
-    def progress(self) -> Progress:
-        """Fraction of the budget used and estimated training seconds left."""
-        cfg, elapsed = self.config, self._elapsed_now()
-        fractions = [self.step / cfg.max_steps] if cfg.max_steps else []
-        if cfg.time_budget_s:
-            fractions.append(elapsed / cfg.time_budget_s)
-        frac = 1.0 if self._state == "finished" else min(max(fractions), 1.0)
-        eta = 0.0 if frac >= 1.0 else (elapsed * (1 - frac) / frac if frac > 0 else None)
-        return Progress(fraction=frac, eta_s=eta, step=self.step, elapsed_s=elapsed)
-
-    def stop(self) -> None:
-        """Ask `run()` to end at the next step boundary (safe from any thread)."""
-        self._stop.set()
-
-    # ------------------------------------------------------------------ running
+        self._elapsed_before_step = 0.0
 
     def run(self) -> FinetuneResult | None:
         """Train until the budget or stop(); never raises: a failure sets `error` and state 'failed'."""
-        with self._lock:
-            if self._state in ("running", "failed", "finished"):
-                raise BertCoreError(f"this fine-tuning run is already {self._state}; start a new one")
-            self._state = "running"
-        final = "failed"
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.config.seed)  # dropout masks repeat with the seed
-                final = self._loop()
-        except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
-            log.exception("fine-tuning failed")
-            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
-        finally:
-            if self.error is not None:
-                final = "failed"
-            self.elapsed_s = self._elapsed_now()
-            self._run_started = None
-            with self._lock:
-                self._state = final
-            if self.result is not None:
-                self.result.state = final
+        super().run()
         return self.result
 
-    def _loop(self) -> str:
+    # ------------------------------------------------------------------ the loop's hooks (run_loop.RunLoop.run)
+
+    def _run_context(self):
+        return _seeded(self.config.seed)  # dropout masks repeat with the seed; the caller's RNG state comes back
+
+    def _before_loop(self) -> None:
         cfg = self.config
         pad = self.tokenizer.pad_id
         self._train_encoded = encode_examples(self.train_data, self.tokenizer, cfg.max_length)
         self._val_encoded = encode_examples(self.val_data, self.tokenizer, cfg.max_length)
-        batches = train_batches(self._train_encoded, self.train_data.labels, cfg.batch_size, cfg.seed, pad)
+        self._batches = train_batches(self._train_encoded, self.train_data.labels, cfg.batch_size, cfg.seed, pad)
         self.model.train()
         self._evaluate()
-        next_eval = 1
-        final = "finished"
-        while not self._done():
-            if self._stop.is_set():
-                final = "stopped"
-                break
-            self._run_started = time.monotonic()
-            event = self._train_step(next(batches))
-            self._step_seconds.append(time.monotonic() - self._run_started)
-            self.elapsed_s = self._elapsed_now()
-            self._run_started = None
-            if event is None:
-                return "failed"
-            self._publish(event)
-            if next_eval < cfg.eval_points and self._fraction_done() >= next_eval / cfg.eval_points:
-                next_eval = math.floor(self._fraction_done() * cfg.eval_points) + 1
-                if not self._done():
-                    self._evaluate()
-        metrics = _metrics(self.model, self._val_encoded, self.val_data, cfg.eval_batch_size, self.device, pad,
-                           cfg.num_misclassified)
+
+    def _after_step(self) -> None:
+        self._step_seconds.append(self.elapsed_s - self._elapsed_before_step)
+        self._elapsed_before_step = self.elapsed_s
+        points = self.config.eval_points
+        if self._next_eval < points and self._fraction_done() >= self._next_eval / points:
+            self._next_eval = math.floor(self._fraction_done() * points) + 1
+            if not self._done():
+                self._evaluate()
+
+    def _done(self) -> bool:
+        if super()._done():
+            return True
+        # The time budget is a hard limit: a step that would end after it (at the recent pace) is not begun.
+        budget, recent = self.config.time_budget_s, self._step_seconds[-5:]
+        return bool(budget and recent and self.elapsed_s + sum(recent) / len(recent) > budget)
+
+    def _after_loop(self, final: str) -> None:
+        cfg = self.config
+        metrics = _metrics(self.model, self._val_encoded, self.val_data, cfg.eval_batch_size, self.device,
+                           self.tokenizer.pad_id, cfg.num_misclassified)
         self._publish(FinetuneEval(self.step, self.elapsed_s, metrics["accuracy"], metrics["macro_f1"],
                                    metrics["loss"]))
         self.model.eval()
@@ -444,47 +396,25 @@ class Finetuner:
             history=self.history, misclassified=metrics["misclassified"], steps=self.step,
             train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
         )
-        return final
 
-    def _fraction_done(self) -> float:
+    def _after_run(self, final: str) -> None:
+        if self.result is not None:
+            self.result.state = final
+
+    def _after_divergence(self) -> str:
+        # As in Trainer: the update is refused, but the weights that gave this loss are already the previous
+        # update's, so nothing of this run is worth keeping; the checkpoint it started from is untouched.
+        return "lower it and start again (the checkpoint it started from is unchanged, and nothing was saved)."
+
+    def _train_step(self) -> FinetuneStep | None:
         cfg = self.config
-        parts = [self.step / cfg.max_steps] if cfg.max_steps else []
-        if cfg.time_budget_s:
-            parts.append(self.elapsed_s / cfg.time_budget_s)
-        return max(parts)
-
-    def _done(self) -> bool:
-        if self._fraction_done() >= 1.0:
-            return True
-        # The time budget is a hard limit: a step that would end after it (at the recent pace) is not begun.
-        budget, recent = self.config.time_budget_s, self._step_seconds[-5:]
-        return bool(budget and recent and self.elapsed_s + sum(recent) / len(recent) > budget)
-
-    def _elapsed_now(self) -> float:
-        started = self._run_started
-        return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
-
-    def _publish(self, event) -> None:
-        with self._lock:
-            (self._history if isinstance(event, FinetuneStep) else self._evals).append(event)
-        for callback in self.callbacks:
-            callback(event)
-
-    def _train_step(self, batch) -> FinetuneStep | None:
-        cfg = self.config
-        batch = batch.to(self.device)
+        batch = next(self._batches).to(self.device)
         out = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=batch.labels)
         out.loss.backward()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
         loss = out.loss.item()
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            # As in Trainer: the update is refused, but the weights that gave this loss are already the previous
-            # update's, so nothing of this run is worth keeping; the checkpoint it started from is untouched.
-            self.error = (f"fine-tuning stopped at step {self.step + 1}: the loss became {loss}. The learning rate "
-                          f"({cfg.learning_rate:g}) is probably too high; lower it and start again (the checkpoint "
-                          "it started from is unchanged, and nothing was saved).")
+        if not self._update_is_finite(loss, grad_norm):
             return None
         lr = cfg.learning_rate * lr_multiplier(self._train_config, self.step, self._elapsed_now())
         for group in self.optimizer.param_groups:

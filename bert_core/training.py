@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 
 from bert_core.arguments import MAX_SEED
 from bert_core.errors import BertCoreError
+from bert_core.run_loop import Progress, RunLoop, run_progress  # noqa: F401  (Progress, run_progress: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -266,32 +266,6 @@ class EvalEvent:
     nsp_acc: float | None
 
 
-@dataclass
-class Progress:
-    """How far a run is: fraction in [0, 1] and estimated seconds left (None before the first step)."""
-
-    fraction: float
-    eta_s: float | None
-    step: int
-    elapsed_s: float
-
-
-def run_progress(config: TrainConfig, step: int, elapsed_s: float, finished: bool = False) -> Progress:
-    """How far a run with this config is after `step` steps and `elapsed_s` seconds of training."""
-    fractions = []
-    if config.max_steps:
-        fractions.append(step / config.max_steps)
-    if config.time_budget_s:
-        fractions.append(elapsed_s / config.time_budget_s)
-    frac = min(max(fractions), 1.0)
-    eta = None
-    if finished:
-        frac, eta = 1.0, 0.0
-    elif frac > 0 and elapsed_s > 0:
-        eta = elapsed_s * (1.0 - frac) / frac
-    return Progress(fraction=frac, eta_s=eta, step=step, elapsed_s=elapsed_s)
-
-
 def history_stride(step: int, limit: int) -> int:
     """The spacing of the steps kept in a history after `step` steps: the smallest power of two that keeps at
     most `limit` of them (1 when `limit` is 0: keep all)."""
@@ -418,12 +392,14 @@ def _ratio(num: float, den: float) -> float | None:
     return float(num) / float(den) if den > 0 else None
 
 
-class Trainer:
-    """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread.
+class Trainer(RunLoop):
+    """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread (run_loop).
 
     Another thread may read `history`, `evals`, `state`, `progress`, `probes` and `error` at any time and call
     `stop()`; `run()` may be called again after a stop to continue from where it stopped.
     """
+
+    step_event_type = StepEvent
 
     def __init__(
         self,
@@ -439,11 +415,11 @@ class Trainer:
     ):
         from bert_core.model import adamw
 
+        super().__init__(callbacks)
         self.config = config
         self.tokenizer = tokenizer
         self.data = data
         self.eval_data = eval_data
-        self.callbacks = list(callbacks)
         self.probes = probes
         self.checkpoint_dir = checkpoint_dir
         # Free-form facts recorded in trainer_state.json (held-out split, command line, corpora...).
@@ -462,20 +438,9 @@ class Trainer:
         self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay,
                                betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps)
 
-        self.step = 0
         self.tokens_seen = 0
-        self.elapsed_s = 0.0
         self.baselines: dict = {}
-        self.error: str | None = None
-        self.diverged = False  # the error is a non-finite loss (a learning rate too high), not a crash
         self.last_checkpoint_step: int | None = None  # the step of the newest checkpoint in checkpoint_dir
-        self._state = "idle"
-        self._history: list[StepEvent] = []
-        self._evals: list[EvalEvent] = []
-        self._lock = threading.Lock()  # guards history/evals/state for readers in other threads
-        self._step_lock = threading.RLock()  # held during an update and during save, so a save sees a whole step
-        self._stop = threading.Event()
-        self._run_started: float | None = None
         self._eval_batches = None
         self._last_checkpoint = time.monotonic()
         # Dropout draws from torch's global generator; the trainer keeps its own copy of that state so that a
@@ -487,117 +452,68 @@ class Trainer:
         self._data_iter = None
         self._ranks_checked = False
 
-    # ------------------------------------------------------------------ observation (thread-safe)
-
-    @property
-    def state(self) -> str:
-        return self._state
-
-    @property
-    def history(self) -> list[StepEvent]:
-        """A snapshot copy of the per-step events so far."""
-        with self._lock:
-            return list(self._history)
-
-    @property
-    def evals(self) -> list[EvalEvent]:
-        """A snapshot copy of the held-out evaluations so far (step 0 = untrained model)."""
-        with self._lock:
-            return list(self._evals)
-
-    @property
-    def progress(self) -> Progress:
-        """Fraction of the run done and estimated seconds left, from steps or from the time budget."""
-        return run_progress(self.config, self.step, self._elapsed_now(), self._state == "finished")
-
-    def stop(self) -> None:
-        """Ask a running `run()` to return at the next step boundary (safe to call from any thread)."""
-        self._stop.set()
-
     @property
     def is_main(self) -> bool:
         return self.dist.is_main
 
-    # ------------------------------------------------------------------ the loop
+    @property
+    def history_limit(self) -> int:
+        return self.config.history_limit
 
-    def run(self) -> None:
-        """Train until max_steps / the time budget / stop(); never raises: failures set `error` and state 'failed'."""
-        with self._lock:
-            if self._state == "running":
-                raise BertCoreError("this trainer is already running; call stop() first")
-            if self._state == "failed":
-                return
-            self._state = "running"
+    # ------------------------------------------------------------------ the loop's hooks (run_loop.RunLoop.run)
+
+    @contextlib.contextmanager
+    def _run_context(self):
+        # The run's own RNG state goes into torch's global generator for the run, and the caller's comes back after.
         outer_rng = torch.get_rng_state()
         outer_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        final = "failed"
+        self._install_rng()
         try:
-            self._install_rng()
-            if self._data_iter is None:
-                self._data_iter = iter(self.data)
-            self._run_started = time.monotonic()
-            if self.step == 0 and not self._evals:
-                self._prepare_baselines()
-                self._evaluate()
-                self._snapshot_probes()
-            if self.checkpoint_dir is not None and self.last_checkpoint_step is None:
-                # A checkpoint before the first update (of a new run, or of a resumed one saving elsewhere): should
-                # the loss turn NaN before the first timed save, there is a good state to resume from.
-                self._checkpoint()
-            while not self._done():
-                if self._stop.is_set():
-                    final = "stopped"
-                    break
-                with self._step_lock:
-                    event = self._train_step()
-                if event is None:
-                    break  # failed: self.error says why
-                self._publish(event)
-                cfg = self.config
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and not self._done():
-                    self._evaluate()
-                if cfg.probe_every and self.step % cfg.probe_every == 0:
-                    self._snapshot_probes()
-                if (
-                    self.checkpoint_dir is not None
-                    and cfg.checkpoint_every_s
-                    and time.monotonic() - self._last_checkpoint >= cfg.checkpoint_every_s
-                ):
-                    self._checkpoint()
-            else:
-                final = "finished"
-            if final == "finished":
-                if not self._evals or self._evals[-1].step != self.step:
-                    self._evaluate()
-                if self.probes is not None and self.config.probe_every and self.step % self.config.probe_every:
-                    self._snapshot_probes()
-            if final in ("finished", "stopped") and self.checkpoint_dir is not None and self.error is None:
-                self._checkpoint()
-        except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
-            log.exception("training failed")
-            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
+            yield
         finally:
-            if self.error is not None:
-                final = "failed"
             self._capture_rng()
-            self.elapsed_s = self._elapsed_now()
-            self._run_started = None
             torch.set_rng_state(outer_rng)
             if outer_cuda is not None:
                 torch.cuda.set_rng_state_all(outer_cuda)
-            self._stop.clear()
-            with self._lock:
-                self._state = final
 
-    def _done(self) -> bool:
+    def _before_loop(self) -> None:
+        if self._data_iter is None:
+            self._data_iter = iter(self.data)
+        if self.step == 0 and not self._evals:
+            self._prepare_baselines()
+            self._evaluate()
+            self._snapshot_probes()
+        if self.checkpoint_dir is not None and self.last_checkpoint_step is None:
+            # A checkpoint before the first update (of a new run, or of a resumed one saving elsewhere): should
+            # the loss turn NaN before the first timed save, there is a good state to resume from.
+            self._checkpoint()
+
+    def _after_step(self) -> None:
         cfg = self.config
-        if cfg.max_steps is not None and self.step >= cfg.max_steps:
-            return True
-        return cfg.time_budget_s is not None and self._elapsed_now() >= cfg.time_budget_s
+        if cfg.eval_every and self.step % cfg.eval_every == 0 and not self._done():
+            self._evaluate()
+        if cfg.probe_every and self.step % cfg.probe_every == 0:
+            self._snapshot_probes()
+        if (
+            self.checkpoint_dir is not None
+            and cfg.checkpoint_every_s
+            and time.monotonic() - self._last_checkpoint >= cfg.checkpoint_every_s
+        ):
+            self._checkpoint()
 
-    def _elapsed_now(self) -> float:
-        started = self._run_started
-        return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
+    def _after_loop(self, final: str) -> None:
+        if final == "finished":
+            if not self._evals or self._evals[-1].step != self.step:
+                self._evaluate()
+            if self.probes is not None and self.config.probe_every and self.step % self.config.probe_every:
+                self._snapshot_probes()
+        if self.checkpoint_dir is not None and self.error is None:
+            self._checkpoint()
+
+    def _after_divergence(self) -> str:
+        kept = (f" ({self.checkpoint_dir}, step {self.last_checkpoint_step})"
+                if self.checkpoint_dir is not None and self.last_checkpoint_step is not None else "")
+        return f"lower it and resume from the last checkpoint{kept}."
 
     def _install_rng(self):
         torch.set_rng_state(self._rng_state["torch"])
@@ -612,15 +528,6 @@ class Trainer:
         self._rng_state = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             self._rng_state["cuda"] = torch.cuda.get_rng_state_all()
-
-    def _publish(self, event) -> None:
-        with self._lock:
-            if isinstance(event, StepEvent):
-                append_thinned(self._history, event, self.config.history_limit)
-            elif isinstance(event, EvalEvent):
-                self._evals.append(event)
-        for callback in self.callbacks:
-            callback(event)
 
     def _autocast(self):
         if self.device.type == "cuda" and self.config.bf16:
@@ -699,19 +606,7 @@ class Trainer:
         mlm_loss = stats[0].item() / max(stats[1].item(), 1.0)
         nsp_loss = stats[9].item() / max(stats[11].item(), 1.0) if cfg.nsp else None
         loss_value = mlm_loss + (nsp_loss or 0.0)
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-            # The update is refused, but the weights that gave this loss came from the previous update, so they are
-            # not saved: the last checkpoint (at the latest the one written before step 1) stays the good state.
-            self.optimizer.zero_grad(set_to_none=True)
-            self.diverged = True
-            kept = (f" ({self.checkpoint_dir}, step {self.last_checkpoint_step})"
-                    if self.checkpoint_dir is not None and self.last_checkpoint_step is not None else "")
-            self.error = (
-                f"training stopped at step {self.step + 1}: the loss became {loss_value} (gradient norm {grad_norm}). "
-                f"The learning rate ({cfg.learning_rate:g}) is probably too high; lower it and resume from the "
-                f"last checkpoint{kept}."
-            )
-            log.error(self.error)
+        if not self._update_is_finite(loss_value, grad_norm):
             return None
         lr = cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
         for group in self.optimizer.param_groups:

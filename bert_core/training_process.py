@@ -214,7 +214,7 @@ def _message(exc: Exception) -> str:
 # ---------------------------------------------------------------------------------------------- parent
 
 
-class TrainerProxy:
+class TrainerProxy(EventLog):
     """The server's read-only view of the child's Trainer, with the attributes the pages read."""
 
     def __init__(self, built: dict, data_factory: Callable[[Any], Any] | None = None):
@@ -229,26 +229,14 @@ class TrainerProxy:
 
             self.probes = ProbeStore(*built["probes"])
         self.step = built["step"]
-        self._history = list(built["history"])
-        self._evals = list(built["evals"])
+        EventLog.__init__(self, built["history"], built["evals"])
         self.tokens_seen = self._history[-1].tokens_seen if self._history else 0
         self.state = "idle"
         self.error: str | None = None
         self._elapsed = self._history[-1].elapsed_s if self._history else 0.0
         self._elapsed_at = None          # monotonic time of the last step event while running
-        self._lock = threading.Lock()
         self._data_factory = data_factory
         self._data = None
-
-    @property
-    def history(self) -> list:
-        with self._lock:
-            return list(self._history)
-
-    @property
-    def evals(self) -> list:
-        with self._lock:
-            return list(self._evals)
 
     @property
     def progress(self):

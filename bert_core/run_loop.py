@@ -1,0 +1,238 @@
+"""The observable run loop that pretraining (`training.Trainer`) and fine-tuning (`finetune.Finetuner`) share.
+
+It owns what a watcher sees and steers: the state ('idle', 'running', 'stopped', 'finished', 'failed'), the step
+and evaluation events (kept thread-safely and handed to callbacks), progress against the step count or the time
+budget, `stop()` from any thread, and the guard that refuses an update whose loss or gradient is not finite. A
+subclass adds only its own step and evaluations, through the hooks below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bert_core.errors import BertCoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """How far a run is: fraction in [0, 1] and estimated seconds left (None before the first step)."""
+
+    fraction: float
+    eta_s: float | None
+    step: int
+    elapsed_s: float
+
+
+def run_progress(config, step: int, elapsed_s: float, finished: bool = False) -> Progress:
+    """How far a run with this config (`max_steps` and/or `time_budget_s`) is after `step` steps and `elapsed_s`
+    seconds of training."""
+    fractions = []
+    if config.max_steps:
+        fractions.append(step / config.max_steps)
+    if config.time_budget_s:
+        fractions.append(elapsed_s / config.time_budget_s)
+    frac = min(max(fractions), 1.0)
+    eta = None
+    if finished:
+        frac, eta = 1.0, 0.0
+    elif frac > 0 and elapsed_s > 0:
+        eta = elapsed_s * (1.0 - frac) / frac
+    return Progress(fraction=frac, eta_s=eta, step=step, elapsed_s=elapsed_s)
+
+
+class EventLog:
+    """A run's step and evaluation events, read as snapshot copies from any thread (a run, or its mirror in the
+    app's server)."""
+
+    def __init__(self, history=(), evals=()):
+        self._lock = threading.Lock()
+        self._history: list = list(history)
+        self._evals: list = list(evals)
+
+    @property
+    def history(self) -> list:
+        """A snapshot copy of the per-step events so far."""
+        with self._lock:
+            return list(self._history)
+
+    @property
+    def evals(self) -> list:
+        """A snapshot copy of the evaluations so far (step 0 is the model before training)."""
+        with self._lock:
+            return list(self._evals)
+
+
+class RunLoop(EventLog):
+    """One training run, observable and stoppable from another thread.
+
+    Another thread may read `state`, `history`, `evals`, `progress` and `error` at any time and call `stop()`;
+    the run then ends at the next step boundary. `run()` never raises: a failure sets `error` and state 'failed'.
+
+    A subclass sets `config` (with max_steps / time_budget_s), `optimizer` and `step_event_type`, and defines
+    `_train_step()` (one optimizer update: its event, or None after `_refuse_update` or with `error` set). Hooks,
+    each a no-op here: `_run_context()` (RNG handling around a run), `_before_loop()`, `_after_step()`,
+    `_after_loop(final)`, `_after_run(final)`. `times_only_steps` makes the budget count training steps only (not
+    evaluations); `history_limit` thins long step histories (training.append_thinned).
+    """
+
+    step_event_type: type = object
+    times_only_steps = False
+    rerunnable = True     # may run() continue after a stop (the Trainer), or is a run done once (the Finetuner)
+    run_name = "training"
+
+    def __init__(self, callbacks: Sequence[Callable[[Any], None]] = ()):
+        super().__init__()  # the lock also guards `state` for readers in other threads
+        self.callbacks = list(callbacks)
+        self.step = 0
+        self.elapsed_s = 0.0
+        self.error: str | None = None
+        self.diverged = False  # the error is a non-finite loss (a learning rate too high), not a crash
+        self._state = "idle"
+        self._step_lock = threading.RLock()  # held during an update (and a save), so a reader sees whole steps
+        self._stop = threading.Event()
+        self._run_started: float | None = None
+
+    # ------------------------------------------------------------------ observation (thread-safe)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def progress(self):
+        """Fraction of the run done and estimated seconds left, from steps or from the time budget."""
+        return run_progress(self.config, self.step, self._elapsed_now(), self._state == "finished")
+
+    def stop(self) -> None:
+        """Ask a running `run()` to return at the next step boundary (safe to call from any thread)."""
+        self._stop.set()
+
+    @property
+    def history_limit(self) -> int:
+        return 0
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Train until the step count or time budget is reached, or stop() is called."""
+        with self._lock:
+            if self._state == "running":
+                raise BertCoreError(f"this {self.run_name} run is already running; call stop() first")
+            if self._state == "failed":
+                return
+            if not self.rerunnable and self._state != "idle":
+                raise BertCoreError(f"this {self.run_name} run is already {self._state}; start a new one")
+            self._state = "running"
+        final = "failed"
+        try:
+            with self._run_context():
+                if not self.times_only_steps:
+                    self._run_started = time.monotonic()
+                self._before_loop()
+                final = "finished"
+                while not self._done():
+                    if self._stop.is_set():
+                        final = "stopped"
+                        break
+                    event = self._timed_step()
+                    if event is None:
+                        final = "failed"  # self.error says why
+                        break
+                    self._publish(event)
+                    self._after_step()
+                if final != "failed":
+                    self._after_loop(final)
+        except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
+            log.exception("%s failed", self.run_name)
+            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
+        finally:
+            if self.error is not None:
+                final = "failed"
+            self.elapsed_s = self._elapsed_now()
+            self._run_started = None
+            self._stop.clear()
+            with self._lock:
+                self._state = final
+            self._after_run(final)
+
+    def _timed_step(self):
+        with self._step_lock:
+            if not self.times_only_steps:
+                return self._train_step()
+            self._run_started = time.monotonic()
+            try:
+                return self._train_step()
+            finally:
+                self.elapsed_s = self._elapsed_now()
+                self._run_started = None
+
+    def _fraction_done(self) -> float:
+        cfg, elapsed = self.config, self._elapsed_now()
+        parts = [self.step / cfg.max_steps] if cfg.max_steps else []
+        if cfg.time_budget_s:
+            parts.append(elapsed / cfg.time_budget_s)
+        return max(parts) if parts else 0.0
+
+    def _done(self) -> bool:
+        return self._fraction_done() >= 1.0
+
+    def _elapsed_now(self) -> float:
+        started = self._run_started
+        return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
+
+    def _publish(self, event) -> None:
+        from bert_core.training import append_thinned
+
+        with self._lock:
+            if isinstance(event, self.step_event_type):
+                append_thinned(self._history, event, self.history_limit)
+            else:
+                self._evals.append(event)
+        for callback in self.callbacks:
+            callback(event)
+
+    def _update_is_finite(self, loss: float, grad_norm: float) -> bool:
+        """The NaN guard: False (with the update refused and `error` set) when the loss or the gradient is not
+        finite. The weights that gave this loss came from the previous update, so nothing is saved here."""
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            return True
+        self.optimizer.zero_grad(set_to_none=True)
+        self.diverged = True
+        self.error = (f"{self.run_name} stopped at step {self.step + 1}: the loss became {loss} (gradient norm "
+                      f"{grad_norm}). The learning rate ({self.config.learning_rate:g}) is probably too high; "
+                      f"{self._after_divergence()}")
+        log.error(self.error)
+        return False
+
+    # ------------------------------------------------------------------ hooks
+
+    def _run_context(self):
+        return contextlib.nullcontext()
+
+    def _before_loop(self) -> None:
+        pass
+
+    def _train_step(self):
+        raise NotImplementedError
+
+    def _after_step(self) -> None:
+        pass
+
+    def _after_loop(self, final: str) -> None:
+        pass
+
+    def _after_run(self, final: str) -> None:
+        pass
+
+    def _after_divergence(self) -> str:
+        """What the user should do after a non-finite loss (the end of the NaN guard's message)."""
+        return "lower it and start again."
