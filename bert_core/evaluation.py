@@ -8,13 +8,14 @@ masked tokens.
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
 from bert_core.errors import BertCoreError
+from bert_core.mlm_stats import MlmStats, batch_stats
+from bert_core.model import IGNORE_INDEX
 
 
 @dataclass
@@ -45,9 +46,7 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and bf16 else contextlib.nullcontext()
     )
-    loss_sum = 0.0
-    masked = correct = nsp_correct = sequences = 0
-    by_decision = {1: [0, 0], 2: [0, 0], 3: [0, 0]}
+    totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=device)
     has_nsp = True
     try:
         for batch in batches:
@@ -60,38 +59,24 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
                     labels=batch.mlm_labels,
                     full_mlm_logits=False,
                 )
-            positions = batch.mlm_labels != -100
-            targets = batch.mlm_labels[positions]
             logits = out.mlm_logits.float()
-            loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-            right = logits.argmax(-1) == targets
-            masked += targets.numel()
-            correct += int(right.sum())
-            decisions = batch.decisions[positions]
-            for code, tally in by_decision.items():
-                sel = decisions == code
-                tally[0] += int(sel.sum())
-                tally[1] += int((right & sel).sum())
-            labels = batch.next_sentence_label
-            if labels is None:
-                has_nsp = False
-            else:
-                nsp_correct += int((out.nsp_logits.argmax(-1) == labels.reshape(-1)).sum())
-            sequences += len(batch.input_ids)
+            loss_sum = F.cross_entropy(logits, batch.mlm_labels[batch.mlm_labels != IGNORE_INDEX], reduction="sum")
+            has_nsp = has_nsp and batch.next_sentence_label is not None
+            totals += batch_stats(logits, batch.mlm_labels, batch.decisions, loss_sum, out.nsp_logits,
+                                  batch.next_sentence_label, None, batch.attention_mask)
     finally:
         model.train(was_training)
-    if masked == 0:
+    stats = MlmStats.from_tensor(totals)
+    if stats.masked == 0:
         raise BertCoreError("the evaluation batches hold no masked tokens; use more text or a higher mask rate")
-    mlm_loss = loss_sum / masked
-    names = {1: "masked", 2: "random", 3: "kept"}
     return EvalResult(
-        mlm_loss=mlm_loss,
-        mlm_acc=correct / masked,
-        perplexity=math.exp(min(mlm_loss, 700.0)),
-        nsp_acc=nsp_correct / sequences if has_nsp and sequences else None,
-        num_masked=masked,
-        num_sequences=sequences,
-        acc_by_decision={names[c]: (t[1] / t[0] if t[0] else None) for c, t in by_decision.items()},
+        mlm_loss=stats.mlm_loss,
+        mlm_acc=stats.mlm_acc,
+        perplexity=stats.perplexity,
+        nsp_acc=stats.nsp_acc if has_nsp else None,
+        num_masked=int(stats.masked),
+        num_sequences=int(stats.sequences),
+        acc_by_decision=stats.acc_by_decision(),
     )
 
 

@@ -30,8 +30,8 @@ from bert_core.classification_data import (
     train_batches,
 )
 from bert_core.errors import BertCoreError
-from bert_core.run_loop import RunLoop
-from bert_core.training import Progress, TrainConfig, lr_multiplier, resolve_device
+from bert_core.run_loop import Progress, RunLoop
+from bert_core.training import TrainConfig, lr_multiplier, resolve_device
 
 __all__ = [
     "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.model import IGNORE_INDEX  # noqa: F401  (labels of tokens not predicted; re-exported)
 
+# The masking decision recorded for every token (Batch.decisions); names for people and keys for figures.
 NOT_CHOSEN, MASKED, RANDOM, KEPT = 0, 1, 2, 3
 DECISION_NAMES = {NOT_CHOSEN: "not chosen", MASKED: "[MASK]", RANDOM: "random token", KEPT: "kept"}
-IGNORE_INDEX = -100
+DECISION_KEYS = {MASKED: "masked", RANDOM: "random", KEPT: "kept"}
 # In a corpus of one document a "random" B is taken at least this many sentences away from A (fewer when
 # the text is short), so that it is almost never the true continuation.
 FAR_SENTENCES = 50

@@ -49,6 +49,29 @@ def run_progress(config, step: int, elapsed_s: float, finished: bool = False) ->
     return Progress(fraction=frac, eta_s=eta, step=step, elapsed_s=elapsed_s)
 
 
+def history_stride(step: int, limit: int) -> int:
+    """The spacing of the steps kept in a history after `step` steps: the smallest power of two that keeps at
+    most `limit` of them (1 when `limit` is 0: keep all)."""
+    stride = 1
+    while limit and step // stride > limit:
+        stride *= 2
+    return stride
+
+
+def append_thinned(history: list, event, limit: int) -> None:
+    """Append `event` to `history` in place, keeping the steps that are multiples of `history_stride` and the newest.
+
+    Depends only on the step numbers, so a resumed run thins exactly as an uninterrupted one.
+    """
+    stride = history_stride(event.step, limit)
+    if history and history[-1].step % stride:
+        history.pop()  # the previous newest, kept only while it was the newest
+    # Kept steps are consecutive multiples of the old stride, so when it doubles one of the first two is off it.
+    if stride > 1 and any(e.step % stride for e in history[:2]):
+        history[:] = [e for e in history if e.step % stride == 0]
+    history.append(event)
+
+
 class EventLog:
     """A run's step and evaluation events, read as snapshot copies from any thread (a run, or its mirror in the
     app's server)."""
@@ -81,7 +104,7 @@ class RunLoop(EventLog):
     `_train_step()` (one optimizer update: its event, or None after `_refuse_update` or with `error` set). Hooks,
     each a no-op here: `_run_context()` (RNG handling around a run), `_before_loop()`, `_after_step()`,
     `_after_loop(final)`, `_after_run(final)`. `times_only_steps` makes the budget count training steps only (not
-    evaluations); `history_limit` thins long step histories (training.append_thinned).
+    evaluations); `history_limit` thins long step histories (append_thinned).
     """
 
     step_event_type: type = object
@@ -190,8 +213,6 @@ class RunLoop(EventLog):
         return self.elapsed_s + (time.monotonic() - started if started is not None else 0.0)
 
     def _publish(self, event) -> None:
-        from bert_core.training import append_thinned
-
         with self._lock:
             if isinstance(event, self.step_event_type):
                 append_thinned(self._history, event, self.history_limit)

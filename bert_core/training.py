@@ -18,7 +18,9 @@ import torch.nn.functional as F
 
 from bert_core.arguments import MAX_SEED
 from bert_core.errors import BertCoreError
-from bert_core.run_loop import Progress, RunLoop, run_progress  # noqa: F401  (Progress, run_progress: re-exported)
+from bert_core.mlm_stats import MlmStats, batch_stats
+from bert_core.model import IGNORE_INDEX
+from bert_core.run_loop import RunLoop
 
 log = logging.getLogger(__name__)
 
@@ -266,29 +268,6 @@ class EvalEvent:
     nsp_acc: float | None
 
 
-def history_stride(step: int, limit: int) -> int:
-    """The spacing of the steps kept in a history after `step` steps: the smallest power of two that keeps at
-    most `limit` of them (1 when `limit` is 0: keep all)."""
-    stride = 1
-    while limit and step // stride > limit:
-        stride *= 2
-    return stride
-
-
-def append_thinned(history: list, event: StepEvent, limit: int) -> None:
-    """Append `event` to `history` in place, keeping the steps that are multiples of `history_stride` and the newest.
-
-    Depends only on the step numbers, so a resumed run thins exactly as an uninterrupted one.
-    """
-    stride = history_stride(event.step, limit)
-    if history and history[-1].step % stride:
-        history.pop()  # the previous newest, kept only while it was the newest
-    # Kept steps are consecutive multiples of the old stride, so when it doubles one of the first two is off it.
-    if stride > 1 and any(e.step % stride for e in history[:2]):
-        history[:] = [e for e in history if e.step % stride == 0]
-    history.append(event)
-
-
 # ---------------------------------------------------------------------------------------------- distributed
 
 
@@ -386,10 +365,6 @@ def take_rows(batch, start: int, stop: int):
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
-
-
-def _ratio(num: float, den: float) -> float | None:
-    return float(num) / float(den) if den > 0 else None
 
 
 class Trainer(RunLoop):
@@ -551,16 +526,17 @@ class Trainer(RunLoop):
         # accumulation and data parallelism give the same gradient as one big batch. DDP averages gradients
         # over ranks, hence the world_size factor.
         counts = torch.tensor(
-            [float(sum(int((b.mlm_labels != -100).sum()) for b in batches)), float(sum(len(b.input_ids) for b in batches))],
+            [float(sum(int((b.mlm_labels != IGNORE_INDEX).sum()) for b in batches)),
+             float(sum(len(b.input_ids) for b in batches))],
             dtype=torch.float64,
         )
         counts = self._all_reduce(counts)
         n_masked_global, n_seq_global = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0)
         world = self.dist.world_size
         forward = self._ddp if self._ddp is not None else self.model
-        # stats: mlm loss sum, masked, correct, (n, correct) per decision 1..3, nsp loss sum, nsp correct, seqs, tokens
-        stats = torch.zeros(13, dtype=torch.float64, device=self.device)
-        zero = torch.zeros((), device=self.device)
+        # One vector of sums on the device (mlm_stats.MlmStats), read back once per step: no host sync per
+        # micro-batch on a GPU.
+        totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = self._ddp is None or i == len(batches) - 1
@@ -574,37 +550,26 @@ class Trainer(RunLoop):
                         labels=batch.mlm_labels,
                         full_mlm_logits=False,
                     )
-                positions = batch.mlm_labels != -100
-                targets = batch.mlm_labels[positions]
                 logits = out.mlm_logits.float()
-                mlm_sum = out.mlm_loss * targets.numel()  # the model's mean back to a sum (sparse logits: no grad)
+                # The model's mean back to a sum over this micro-batch's masked tokens (sparse logits: no grad).
+                mlm_sum = out.mlm_loss * int((batch.mlm_labels != IGNORE_INDEX).sum())
                 nsp_logits = out.nsp_logits.float()
                 if cfg.nsp:
                     nsp_sum = F.cross_entropy(nsp_logits, batch.next_sentence_label, reduction="sum")
                     loss = (mlm_sum / n_masked_global + nsp_sum / n_seq_global) * world
                 else:
-                    nsp_sum = torch.zeros((), device=logits.device)
+                    nsp_sum = None
                     # Touch the NSP head so DDP sees every parameter take part (its gradient is zero).
                     loss = mlm_sum / n_masked_global * world + 0.0 * nsp_logits.sum()
                 loss.backward()
-            with torch.no_grad():
-                right = logits.argmax(-1) == targets
-                decisions = batch.decisions[positions]
-                per_decision = []
-                for code in (1, 2, 3):
-                    sel = decisions == code
-                    per_decision += [sel.sum(), (right & sel).sum()]
-                nsp_right = (nsp_logits.argmax(-1) == batch.next_sentence_label).sum() if cfg.nsp else zero
-                # One tensor on the device, read back once per step: no host sync per micro-batch on a GPU.
-                parts = [mlm_sum.detach(), zero + targets.numel(), right.sum(), *per_decision, nsp_sum.detach(),
-                         nsp_right, zero + len(batch.input_ids), batch.attention_mask.sum()]
-                stats += torch.stack([x.to(torch.float64) for x in parts])
-        stats = self._all_reduce(stats).cpu()
+            totals += batch_stats(logits, batch.mlm_labels, batch.decisions, mlm_sum, nsp_logits,
+                                  batch.next_sentence_label if cfg.nsp else None, nsp_sum, batch.attention_mask)
+        stats = MlmStats.from_tensor(self._all_reduce(totals))
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        mlm_loss = stats[0].item() / max(stats[1].item(), 1.0)
-        nsp_loss = stats[9].item() / max(stats[11].item(), 1.0) if cfg.nsp else None
+        mlm_loss = stats.mlm_loss
+        nsp_loss = stats.nsp_loss if cfg.nsp else None
         loss_value = mlm_loss + (nsp_loss or 0.0)
         if not self._update_is_finite(loss_value, grad_norm):
             return None
@@ -614,9 +579,10 @@ class Trainer(RunLoop):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        tokens = int(stats[12].item())
+        tokens = int(stats.tokens)
         self.tokens_seen += tokens
         dt = time.perf_counter() - t0
+        by_decision = stats.acc_by_decision()
         return StepEvent(
             step=self.step,
             tokens_seen=self.tokens_seen,
@@ -624,11 +590,11 @@ class Trainer(RunLoop):
             loss=loss_value,
             mlm_loss=mlm_loss,
             nsp_loss=nsp_loss,
-            mlm_acc=_ratio(stats[2], stats[1]),
-            mlm_acc_masked=_ratio(stats[4], stats[3]),
-            mlm_acc_random=_ratio(stats[6], stats[5]),
-            mlm_acc_kept=_ratio(stats[8], stats[7]),
-            nsp_acc=_ratio(stats[10], stats[11]) if cfg.nsp else None,
+            mlm_acc=stats.mlm_acc,
+            mlm_acc_masked=by_decision["masked"],
+            mlm_acc_random=by_decision["random"],
+            mlm_acc_kept=by_decision["kept"],
+            nsp_acc=stats.nsp_acc if cfg.nsp else None,
             tokens_per_s=tokens / dt if dt > 0 else 0.0,
             grad_norm=grad_norm,
             elapsed_s=self._elapsed_now(),

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from bert_core.allocator import with_huge_pages
 from bert_core.errors import BertCoreError
+from bert_core.run_loop import EventLog
 
 log = logging.getLogger("bert_core.app")
 
@@ -240,7 +241,7 @@ class TrainerProxy(EventLog):
 
     @property
     def progress(self):
-        from bert_core.training import run_progress
+        from bert_core.run_loop import run_progress
 
         elapsed = self._elapsed
         if self.state == "running" and self._elapsed_at is not None:
@@ -256,7 +257,8 @@ class TrainerProxy(EventLog):
 
     def _receive(self, event, extra) -> None:
         from bert_core.probes import ProbeSnapshot
-        from bert_core.training import EvalEvent, StepEvent, append_thinned
+        from bert_core.run_loop import append_thinned
+        from bert_core.training import EvalEvent, StepEvent
 
         with self._lock:
             if isinstance(event, StepEvent):

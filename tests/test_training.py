@@ -10,7 +10,8 @@ from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
 from bert_core.model import BertForPreTraining
 from bert_core.probes import ProbeStore
-from bert_core.training import EvalEvent, StepEvent, Trainer, TrainConfig, history_stride, lr_multiplier
+from bert_core.run_loop import history_stride
+from bert_core.training import EvalEvent, StepEvent, Trainer, TrainConfig, lr_multiplier
 
 TIMING_FIELDS = ("tokens_per_s", "elapsed_s")
 
