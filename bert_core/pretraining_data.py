@@ -253,8 +253,18 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: 
         length = torch.zeros((B, S), dtype=torch.long).scatter_add_(1, word, cand.long())
         word_scores = scores.masked_fill(torch.arange(S)[None, :] >= n_words[:, None], 2.0)
         order = word_scores.argsort(dim=1)
-        # Whole words in random order while the token budget allows (Google skips a word that would overflow).
-        taken_sorted = length.gather(1, order).cumsum(1) <= k[:, None]
+        # Whole words in random order, as Google's create_masked_lm_predictions does: a word that would take the
+        # count past the budget is skipped, and shorter words after it may still fit.
+        lengths = length.gather(1, order).tolist()
+        taken_sorted = torch.zeros((B, S), dtype=torch.bool)
+        for row, budget in enumerate(k.tolist()):
+            used = 0
+            for j, n in enumerate(lengths[row][:int(n_words[row])]):
+                if used >= budget:
+                    break
+                if used + n <= budget:
+                    taken_sorted[row, j] = True
+                    used += n
         taken = torch.zeros((B, S), dtype=torch.bool).scatter_(1, order, taken_sorted)
         chosen = cand & taken.gather(1, word)
     if not chosen.any() and cand.any():

@@ -328,3 +328,34 @@ def test_whole_word_masking_in_batches_keeps_words_together():
         assert (chosen[cont] == prev_chosen[cont]).all()
         pieces_seen += int((chosen & cont).sum())
     assert pieces_seen > 100
+
+
+def test_whole_word_masking_skips_a_word_that_would_overflow_and_goes_on_as_google_does():
+    """Google's create_masked_lm_predictions skips a word that would take the count past the budget and keeps
+    trying the words after it. So at the end no unchosen word still fits: for every word left out, the chosen
+    count plus its length exceeds the budget (which is floor(n * rate) or one more, by stochastic rounding)."""
+    ids, special = synthetic_batch(rows=400, seed=9)
+    g = torch.Generator().manual_seed(9)
+    starts = torch.rand(ids.shape, generator=g) < 0.4  # long words: many would overflow a small budget
+    m = mask_tokens(ids, special, torch.Generator().manual_seed(9), 500, MASK, candidate_ids=torch.arange(5, 500),
+                    whole_word_starts=starts)
+    chosen = m.decisions != NOT_CHOSEN
+    real = ~special
+    checked = 0
+    for row in range(ids.shape[0]):
+        words, current = [], None
+        for j in range(ids.shape[1]):
+            if not real[row, j]:
+                current = None
+                continue
+            if current is None or starts[row, j]:
+                current = []
+                words.append(current)
+            current.append(j)
+        used = int(chosen[row].sum())
+        budget_floor = int(real[row].sum() * 0.15)
+        for word in words:
+            if not chosen[row, word[0]]:
+                assert used + len(word) > budget_floor, (row, used, len(word), budget_floor)
+                checked += 1
+    assert checked > 1000
