@@ -52,13 +52,7 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
         for batch in batches:
             batch = batch.to(device)
             with autocast:
-                out = model(
-                    input_ids=batch.input_ids,
-                    attention_mask=batch.attention_mask,
-                    token_type_ids=batch.token_type_ids,
-                    labels=batch.mlm_labels,
-                    full_mlm_logits=False,
-                )
+                out = model(**batch.model_inputs(), full_mlm_logits=False)
             logits = out.mlm_logits.float()
             loss_sum = F.cross_entropy(logits, batch.mlm_labels[batch.mlm_labels != IGNORE_INDEX], reduction="sum")
             has_nsp = has_nsp and batch.next_sentence_label is not None

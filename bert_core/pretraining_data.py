@@ -305,6 +305,12 @@ class Batch:
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
         return Batch(**moved)
 
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The keyword arguments of BertForPreTraining for this batch's masked-LM loss (no NSP label: the
+        callers weigh the NSP loss themselves)."""
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "token_type_ids": self.token_type_ids, "labels": self.mlm_labels}
+
     @property
     def num_tokens(self) -> int:
         """Real (non-padding) tokens in the batch."""

@@ -543,13 +543,7 @@ class Trainer(RunLoop):
             ctx = contextlib.nullcontext() if sync else self._ddp.no_sync()
             with ctx:
                 with self._autocast():
-                    out = forward(
-                        input_ids=batch.input_ids,
-                        attention_mask=batch.attention_mask,
-                        token_type_ids=batch.token_type_ids,
-                        labels=batch.mlm_labels,
-                        full_mlm_logits=False,
-                    )
+                    out = forward(**batch.model_inputs(), full_mlm_logits=False)
                 logits = out.mlm_logits.float()
                 # The model's mean back to a sum over this micro-batch's masked tokens (sparse logits: no grad).
                 mlm_sum = out.mlm_loss * int((batch.mlm_labels != IGNORE_INDEX).sum())
