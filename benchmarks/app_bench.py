@@ -148,7 +148,7 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
         from bert_core.config import BertConfig
         from bert_core.model import BertForPreTraining
         from bert_core.tokenization import train_tokenizer
-        from bert_core.toy_grammar import generate_toy_corpus
+        from bert_core.corpora import generate_toy_corpus
 
         tok = train_tokenizer(generate_toy_corpus(200).texts(), vocab_size=2000)
         model = BertForPreTraining(BertConfig.preset("mini", vocab_size=tok.vocab_size)).eval()

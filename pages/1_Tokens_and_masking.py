@@ -21,7 +21,7 @@ tok = active.tokenizer
 @st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
 def _toy_data(key: str, _tokenizer, seq_len: int):
     from bert_core.pretraining_data import PretrainingData
-    from bert_core.toy_grammar import generate_toy_corpus
+    from bert_core.corpora import generate_toy_corpus
 
     return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
 
