@@ -1,25 +1,25 @@
-"""Home page of the BERT explorer: what BERT is, its architecture, and the walkthrough order."""
+"""Home page of the BERT explorer: what BERT is, its architecture, and the walkthrough order.
 
-from pathlib import Path
+It draws its text and figure before anything loads PyTorch or a checkpoint (the sizes come from config.json), so
+the page shows within seconds of `streamlit run app.py`; the sidebar then loads the active model.
+"""
 
 import streamlit as st
 
 from bert_core import app_state
 from bert_core.figures import architecture_figure
 
-ROOT = Path(__file__).parent
-WALKTHROUGH = [
-    ("pages/1_Tokens_and_masking.py", "1. Tokens & masking: what the model is shown", ":material/text_fields:"),
-    ("pages/2_Train.py", "2. Train: pretrain a tiny BERT live", ":material/model_training:"),
-    ("pages/3_Attention.py", "3. Attention: what each head looks at", ":material/visibility:"),
-    ("pages/4_Predictions.py", "4. Predictions: fill in [MASK]s, judge sentence pairs", ":material/target:"),
-    ("pages/5_Fine-tune.py", "5. Fine-tune: teach it to classify text", ":material/label:"),
-    ("pages/6_Export.py", "6. Export: curves, configuration, figures", ":material/download:"),
-]
+WALKTHROUGH = {  # page -> what it teaches (the sidebar lists the same pages under short names)
+    "pages/1_Tokens_and_masking.py": "1. Tokens & masking: what the model is shown",
+    "pages/2_Train.py": "2. Train: pretrain a tiny BERT live",
+    "pages/3_Attention.py": "3. Attention: what each head looks at",
+    "pages/4_Predictions.py": "4. Predictions: fill in [MASK]s, judge sentence pairs",
+    "pages/5_Fine-tune.py": "5. Fine-tune: teach it to classify text",
+    "pages/6_Export.py": "6. Export: curves, configuration, figures",
+}
 
 st.set_page_config(page_title="BERT explorer", layout="wide")
-active = app_state.sidebar()
-
+app_state.navigation()
 st.title("BERT explorer")
 st.markdown(
     "**BERT** (Devlin et al., 2018) is a stack of Transformer encoder layers that reads a whole sentence pair "
@@ -32,13 +32,22 @@ st.markdown(
 )
 
 left, right = st.columns([3, 2])
-with left:
-    app_state.plotly(architecture_figure(active.config if active else None), "bert-architecture")
 with right:
     st.subheader("Walkthrough")
-    for page, label, icon in WALKTHROUGH:
-        if (ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
-            st.page_link(page, label=label, icon=icon)
+    for page, label, icon in app_state.NAVIGATION:
+        if page in WALKTHROUGH and (app_state.APP_ROOT / page).is_file():
+            st.page_link(page, label=WALKTHROUGH[page], icon=icon)
+with left:
+    figure = st.empty()
+config = app_state.quick_config()
+with figure.container():
+    app_state.plotly(architecture_figure(config), "bert-architecture")
+
+active = app_state.sidebar(navigation_drawn=True)  # loads PyTorch and the model: after the page is on screen
+if active is not None and active.config != config:
+    with figure.container():
+        app_state.plotly(architecture_figure(active.config), "bert-architecture")
+with right:
     st.subheader("The active model")
     if active is None:
         st.info("No model is active yet. Pick one in the sidebar, or train one on the Train page.")

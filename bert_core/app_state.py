@@ -27,6 +27,19 @@ SOURCE_UPLOAD = "Upload a checkpoint (zip)"
 SOURCE_FOLDER = "Checkpoint folder"   # a server path: local use only, off in public mode
 SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_SAVED, SOURCE_UPLOAD, SOURCE_FOLDER)
 
+# The sidebar's page list, in teaching order. Streamlit would name the main script's entry after its file ("app");
+# .streamlit/config.toml hides that list (client.showSidebarNavigation) and every page draws this one instead.
+NAVIGATION = (
+    ("app.py", "Home", ":material/home:"),
+    ("pages/1_Tokens_and_masking.py", "Tokens & masking", ":material/text_fields:"),
+    ("pages/2_Train.py", "Train", ":material/model_training:"),
+    ("pages/3_Attention.py", "Attention", ":material/visibility:"),
+    ("pages/4_Predictions.py", "Predictions", ":material/target:"),
+    ("pages/5_Fine-tune.py", "Fine-tune", ":material/label:"),
+    ("pages/6_Export.py", "Export", ":material/download:"),
+)
+APP_ROOT = Path(__file__).resolve().parent.parent
+
 
 def model_sources() -> tuple[str, ...]:
     """The sidebar's choices: every source on the user's own machine; no server path in public mode."""
@@ -41,6 +54,20 @@ def poll_seconds() -> float:
         return max(0.25, float(os.environ.get(POLL_ENV, "2")))
     except ValueError:
         return 2.0
+
+
+CHART_POLL_ENV = "BERT_EXPLORER_CHART_POLL_S"       # how often the live training charts redraw
+
+
+def chart_poll_seconds() -> float:
+    """Seconds between redraws of the live training charts (`$BERT_EXPLORER_CHART_POLL_S`, default three polls).
+    The numbers above them redraw at every poll; a headless browser redrawing four Plotly charts every 2 s took
+    about as much CPU as the training of the default nano run and made it up to twice as slow on a 2-core machine
+    (docs/benchmarks.md, "The default Train run")."""
+    try:
+        return max(poll_seconds(), float(os.environ.get(CHART_POLL_ENV, "") or 3 * poll_seconds()))
+    except ValueError:
+        return 3 * poll_seconds()
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -180,12 +207,45 @@ def _configure_torch() -> None:
         _TORCH_THREADS_SET = True
 
 
-def sidebar() -> ActiveModel | None:
-    """Draw the sidebar's model picker (every page calls this) and return the active model, or None with a note."""
+def navigation() -> None:
+    """The sidebar's list of pages (Home first), the ones present in this install."""
+    import streamlit as st
+
+    with st.sidebar:
+        for page, label, icon in NAVIGATION:
+            if (APP_ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
+                st.page_link(page, label=label, icon=icon)
+        st.divider()
+
+
+def quick_config():
+    """The active model's sizes (a BertConfig) read from its config.json, without torch or the weights, for the
+    home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""
+    import streamlit as st
+
+    from bert_core.config import BertConfig
+
+    source = st.session_state.get("model_source", query_default("model_source", SOURCE_SHIPPED))
+    try:
+        if source == SOURCE_SHIPPED:
+            return BertConfig.load(default_checkpoint())
+        if source == SOURCE_SESSION:
+            job = current_job()
+            return getattr(job.trainer, "model_config", None) or job.trainer.model.config
+    except Exception:  # noqa: BLE001 - only a first drawing: the sidebar reports what is wrong
+        return None
+    return None
+
+
+def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
+    """Draw the sidebar: the page list and the model picker (every page calls this). Returns the active model,
+    or None with a note."""
     import streamlit as st
 
     from bert_core.app_storage import list_runs, start_janitor, upload_cap_bytes
 
+    if not navigation_drawn:
+        navigation()
     _configure_torch()
     start_janitor(_session_alive_from_runtime)
 
@@ -260,6 +320,50 @@ def query_default(name: str, default, cast=str):
         return cast(raw)
     except (TypeError, ValueError):
         return default
+
+
+def follow_default(key: str, default, cast=str) -> None:
+    """Seed a widget like `init_widget`, and when its default changes (another model, corpus or seed) replace the
+    value too, unless the user has changed it: what they typed stays, an untouched default follows."""
+    import streamlit as st
+
+    marker = f"_default_of_{key}"
+    init_widget(key, default, cast)
+    previous = st.session_state.get(marker)
+    if previous is not None and previous != default and st.session_state[key] == previous:
+        st.session_state[key] = default
+    st.session_state[marker] = default
+
+
+def _recorded_probes_cached():
+    import streamlit as st
+
+    from bert_core.probes import recorded_probes
+
+    @st.cache_data(max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
+    def probes(key: str, allow_paths: bool, _metadata):
+        return recorded_probes(_metadata, allow_paths)
+
+    return probes
+
+
+_PROBES = None
+
+
+def model_probes(active: ActiveModel | None):
+    """Sentences for the Attention and Predictions pages from the active model's own held-out text (the probes
+    its run recorded, or drawn again from its recorded corpora when they can be read here); English sentences
+    for a model without a readable corpus (e.g. a Hugging Face download)."""
+    global _PROBES
+    from bert_core.app_storage import public_mode
+    from bert_core.probes import ENGLISH_PROBES, probes_key
+
+    meta = ((active.trainer_state or {}).get("metadata") if active is not None else None) or {}
+    if not meta:
+        return ENGLISH_PROBES
+    if _PROBES is None:
+        _PROBES = _recorded_probes_cached()
+    return _PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES
 
 
 def init_widget(key: str, default, cast=str, param: str | None = None) -> None:

@@ -5,6 +5,7 @@ Built from plain results (`FinetuneEval` lists, confusion lists); nothing here i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -12,6 +13,28 @@ import plotly.graph_objects as go
 RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728"}
 RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch"}
 _FALLBACK = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
+
+
+def relabel(data, names: Sequence[str] | None):
+    """A copy of ClassificationData whose label names are `names` (e.g. "negative", "positive" for a file that
+    writes 0 and 1), when the file's own names are only those numbers and the counts match; otherwise `data`
+    itself: a CSV's own label names are always kept."""
+    if not names or len(names) != data.num_labels or not all(n.strip().lstrip("-").isdigit() for n in data.label_names):
+        return data
+    return dataclasses.replace(data, label_names=list(names))
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """A text cut to `limit` characters with an ellipsis."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mistakes_table(misclassified: Sequence, limit: int = 8, text_chars: int = 200) -> list[dict]:
+    """Rows for a "most confident mistakes" table: true label, predicted label and confidence first (so that a
+    narrow column shows them), then the text, shortened to `text_chars`."""
+    return [{"true label": m.true_label, "predicted": m.predicted_label, "confidence": f"{m.confidence:.0%}",
+             "text": shorten(m.text, text_chars)} for m in list(misclassified)[:limit]]
 
 
 def _color(name: str, i: int) -> str:

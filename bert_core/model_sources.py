@@ -98,6 +98,10 @@ def describe_checkpoint(path: Path, model, state: dict | None) -> str:
         text += f" Trained for {state.get('step', 0):,} steps on {corpora}"
         if state.get("elapsed_s"):
             text += f" in {state['elapsed_s'] / 60:.0f} min"
+        start = meta.get("init_from")
+        if isinstance(start, dict):  # the time above is this run's only: name the run it started from
+            before = f" ({start['step']:,} steps)" if isinstance(start.get("step"), int) else ""
+            text += f", starting from the weights of an earlier run, {start.get('folder', 'unrecorded')}{before}"
         text += "."
     else:
         text += " No training record (e.g. a Hugging Face download)."

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, figures, jobs
+from bert_core import app_state, app_storage, figures, jobs, probes
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
@@ -19,10 +19,11 @@ CORPORA = {
 }
 PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 
-# The defaults train nano on the toy corpus to ~50% held-out masked-token accuracy (unigram baseline ~8%) in about
-# 20 seconds of one core: 32 tokens hold two or three of its short sentences, and 2,000 cheap steps teach more than
-# 300 long ones (docs/benchmarks.md, toy corpus).
-defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=1e-3, seq=32, mask=0.15,
+# The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
+# under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
+# startup; docs/benchmarks.md, "The default Train run"): 32 tokens hold two or three of its short sentences,
+# 2,000 cheap steps teach more than 300 long ones, and nano takes a peak rate of 3e-3 (1e-3 ended near 40%).
+defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=3e-3, seq=32, mask=0.15,
                 nsp=True, seed=0, eval_every=100, probe_every=100, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
                 init=0.02)
 casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int, dropout=float,
@@ -31,7 +32,7 @@ casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, see
              nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
 for name, value in defaults.items():
     app_state.init_widget(f"train_{name}", value, casts.get(name, str))
-app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste")
+app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
@@ -40,6 +41,45 @@ if st.session_state["train_preset"] not in PRESET_NAMES:
 
 sid = app_state.session_id()
 job = app_state.current_job()
+
+
+@st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")
+def _default_probes(corpus: str, seed: int, text: str | None):
+    """Probes from the held-out part of the chosen corpus as a run with this seed splits it (None: not readable
+    here before training, e.g. a corpus that is not downloaded yet)."""
+    from bert_core.corpora import corpus_from_text
+
+    try:
+        if text is not None:
+            return probes.heldout_probes(corpus_from_text(text, name=corpus), seed)
+        return probes.probes_for_corpus(corpus, seed)
+    except BertCoreError:
+        return None
+
+
+def _probe_editor() -> None:
+    """The probe sentences, drawn from the held-out part of the chosen corpus and editable before Start."""
+    s = st.session_state
+    text = None
+    if s["train_corpus"] == "paste":
+        text = s.get("train_paste") or ""
+    elif s["train_corpus"] == "upload":
+        file = s.get("train_upload")
+        text = file.getvalue().decode("utf-8-sig", errors="replace") if file is not None else ""
+    drawn = _default_probes(s["train_corpus"], int(s["train_seed"]), text) if text != "" else None
+    app_state.follow_default("train_probes", "\n".join(drawn.sentences) if drawn else "")
+    app_state.follow_default("train_att_probe", drawn.attention_sentence if drawn else "")
+    st.markdown("**Probe sentences**")
+    p1, p2 = st.columns([3, 2])
+    p1.text_area("Sentences the model fills in while it trains (one per line, each with [MASK])",
+                 key="train_probes", height=120,
+                 help="Drawn from the held-out part of the corpus (text the model never trains on), a content word "
+                      "masked. Edit them or add your own before Start.")
+    p2.text_input("Sentence for the attention time-lapse", key="train_att_probe")
+    where = f"the {drawn.source}" if drawn else "the held-out part of the corpus, when the run starts"
+    p2.caption(f"Drawn from {where}. Each probe snapshot records the model's top guesses for every [MASK] and the "
+               "attention of this sentence (the Predictions and Attention pages replay them).")
+
 
 with st.expander("Settings", expanded=job is None):
     c1, c2, c3 = st.columns(3)
@@ -85,6 +125,7 @@ with st.expander("Settings", expanded=job is None):
         st.number_input("Seed", 0, 2**31 - 1, key="train_seed")
         st.number_input("Held-out evaluation every N steps (0 = start and end)", 0, 100000, key="train_eval_every")
         st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
+    _probe_editor()
 
 app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing")
 
@@ -111,7 +152,7 @@ def _corpus_spec() -> tuple[str, str]:
     return str(path), label
 
 
-def _spec() -> jobs.TrainSpec:
+def _spec(init_from: str | None = None) -> jobs.TrainSpec:
     s = st.session_state
     spec_corpus, label = _corpus_spec()
     overrides = {}
@@ -125,33 +166,47 @@ def _spec() -> jobs.TrainSpec:
     train = dict(max_steps=int(s["train_steps"]), batch_size=int(s["train_batch"]), learning_rate=float(s["train_lr"]),
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
-                 probe_every=int(s["train_probe_every"]), eval_batches=5, device="cpu")
+                 probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu")
+    sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
+    attention = s.get("train_att_probe", "").strip() or None
+    if sentences:
+        probes.ProbeStore(sentences, attention)  # a line without [MASK] is a message now, not a failed run
     spec = jobs.TrainSpec(corpus=spec_corpus, corpus_label=label, vocab_size=int(s["train_vocab"]),
-                               preset=preset, model_overrides=overrides, train=train,
-                               probes=int(s["train_probe_every"]) > 0)
+                          preset=preset, model_overrides=overrides, train=train,
+                          probes=int(s["train_probe_every"]) > 0, probe_sentences=sentences,
+                          attention_probe=attention, init_from=init_from)
     jobs.validate_spec(spec)
     return spec
 
 
 busy = job is not None and job.busy
+finished = (job is not None and not busy and job.trainer is not None and job.phase == "finished")
 b1, b2, b3, b4, b5 = st.columns(5)
+notice = st.empty()  # what a pressed button is doing, shown before the work starts
+
+
+def _start(init_from: str | None = None) -> None:
+    spec = _spec(init_from)
+    notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
+                icon=":material/hourglass_top:")
+    st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
+    if job is not None:
+        app_state.REGISTRY.discard(sid)
+    app_state.REGISTRY.start(jobs.pretraining_job(sid, spec))
+    st.rerun()
+
+
 try:
     if b1.button("Start", icon=":material/play_arrow:", disabled=busy, type="primary",
                  help="Start a new run with these settings"):
-        spec = _spec()
-        if job is not None:
-            app_state.REGISTRY.discard(sid)
-        app_state.REGISTRY.start(jobs.pretraining_job(sid, spec))
-        st.rerun()
+        _start()
     if b2.button("Stop", icon=":material/stop:", disabled=not busy):
+        notice.info("Stopping: the run ends after the step it is on…", icon=":material/hourglass_top:")
         job.stop(wait=10)
         st.rerun()
-    can_resume = job is not None and not busy and job.trainer is not None
-    if b3.button("Resume", icon=":material/resume:", disabled=not can_resume,
-                 help="Continue a stopped run; a finished run gets as many steps again"):
-        trainer = job.trainer
-        if trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
-            job.extend(int(st.session_state["train_steps"]))
+    if b3.button("Resume", icon=":material/resume:", disabled=job is None or busy or finished or job.trainer is None,
+                 help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished run "
+                      "has nothing left to resume: its learning rate has decayed to zero."):
         app_state.REGISTRY.start(job)
         st.rerun()
     if b4.button("Reset", icon=":material/restart_alt:", disabled=job is None,
@@ -161,7 +216,23 @@ try:
         st.rerun()
     if b5.button("Prepare download", icon=":material/folder_zip:", disabled=job is None or job.trainer is None,
                  help="Save the checkpoint folder and offer it as a zip"):
-        st.session_state["train_zip"] = (job.trainer.step, job.zip_bytes())
+        notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
+        st.session_state["train_zip"] = (job.created, job.trainer.step, job.zip_bytes())
+        notice.empty()
+    if finished:
+        with st.container(border=True):
+            st.markdown(
+                f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has decayed to "
+                "zero, so *Resume* has nothing to continue. To train it further, start **a new run from these "
+                "weights**: the same model and tokenizer, with the settings above (steps, learning rate, corpus) "
+                "and a fresh optimizer and learning-rate schedule, warmup included. Its curves start again at step "
+                "0, where this run ended.")
+            if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
+                         icon=":material/fast_forward:", key="train_continue"):
+                notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
+                folder = app_storage.session_scratch(sid) / "start-weights"
+                job.save(folder)
+                _start(str(folder))
 except BertCoreError as exc:
     app_state.show_error(exc)
 
@@ -178,14 +249,16 @@ if job is not None and job.trainer is not None:
                            "open it later, or download it as a zip.")
             except BertCoreError as exc:
                 app_state.show_error(exc)
-    if "train_zip" in st.session_state:
-        step, data = st.session_state["train_zip"]
+    zipped = st.session_state.get("train_zip")
+    if zipped is not None and zipped[0] == job.created:  # never an earlier run's checkpoint
+        _, step, data = zipped
         st.download_button(f"Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
                            file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip",
                            icon=":material/download:")
 
 
-def _live() -> None:
+def _status() -> None:
+    """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
     job = app_state.current_job()
     if job is None:
         st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
@@ -195,7 +268,8 @@ def _live() -> None:
         st.error(f"Training failed: {job.error}")
     trainer = job.trainer
     if trainer is None:
-        st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…")
+        st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…",
+                icon=":material/hourglass_top:")
         return
     prog = trainer.progress
     history, evals = trainer.history, trainer.evals
@@ -209,10 +283,29 @@ def _live() -> None:
     m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
     m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
     m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
+    if job.phase in ("finished", "stopped") and not job.busy:
+        st.success(f"Run {job.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
+                   "sidebar to inspect it on the other pages.")
+    if busy and not job.busy:
+        # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
+        # whole page so that the buttons, the save box and the charts follow, however short the run was.
+        st.rerun()
+
+
+def _charts() -> None:
+    """The training curves and the probe sentences: redrawn less often than the numbers above, because a
+    browser redrawing four charts costs the training as much CPU as the training itself on a 2-core machine."""
+    job = app_state.current_job()
+    trainer = job.trainer if job is not None else None
+    if trainer is None:
+        return
+    history, evals = trainer.history, trainer.evals
     smoothing = app_state.smoothing_slider(
         "train_smoothing", help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
                                 "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
                                 "Held-out evaluations are never smoothed.")
+    if busy:
+        st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
     c1, c2 = st.columns(2)
     with c1:
         app_state.plotly(figures.loss_figure(history, evals, trainer.baselines, smoothing), "loss", key="live_loss")
@@ -222,13 +315,15 @@ def _live() -> None:
         app_state.plotly(figures.accuracy_figure(history, evals, trainer.baselines, smoothing), "accuracy",
                          key="live_acc")
         app_state.plotly(figures.rate_figure(history), "learning-rate", key="live_rate")
-    probes = trainer.probes
-    snaps = probes.snapshots() if probes is not None else []
+    store = trainer.probes
+    snaps = store.snapshots() if store is not None else []
     if snaps:
         st.subheader(f"Probe sentences (snapshot at step {snaps[-1].step:,})")
+        st.caption("Held-out sentences: the model never trains on them. Its three best guesses for each [MASK], "
+                   "now and at the snapshot before.")
         previous = snaps[-2] if len(snaps) > 1 else None
         rows = []
-        for i, sentence in enumerate(probes.sentences):
+        for i, sentence in enumerate(store.sentences):
             for j, cands in enumerate(snaps[-1].predictions[i]):
                 before = previous.predictions[i][j] if previous else []
                 rows.append({
@@ -237,15 +332,9 @@ def _live() -> None:
                     f"before (step {previous.step})" if previous else "before": ", ".join(
                         f"{t} {p:.1%}" for t, p in before[:3]),
                 })
-        st.dataframe(rows, hide_index=True, width="stretch")
-    if job.phase in ("finished", "stopped") and not job.busy:
-        st.success(f"Run {job.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
-                   "sidebar to inspect it on the other pages.")
-    if busy and not job.busy:
-        # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
-        # whole page so that the buttons, the save box and the polling follow, however short the run was.
-        st.rerun()
+        st.table(rows, hide_index=True)
 
 
 st.divider()
-st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
+st.fragment(_status, run_every=app_state.poll_seconds() if busy else None)()
+st.fragment(_charts, run_every=app_state.chart_poll_seconds() if busy else None)()

@@ -7,6 +7,8 @@ from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
 from bert_core.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 
+TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
+
 st.set_page_config(page_title="Attention · BERT explorer", layout="wide")
 active = app_state.sidebar()
 st.title("Attention")
@@ -15,7 +17,9 @@ st.markdown("Each head turns every token into a weighted mix of the tokens it at
 if active is None:
     st.stop()
 
-app_state.init_widget("att_a", "the cat sat on the mat because it was tired .")
+# The default sentence comes from the active model's own held-out text (the toy stories for a model trained on toy):
+# it follows the model until the student types another.
+app_state.follow_default("att_a", app_state.model_probes(active).attention_sentence)
 app_state.init_widget("att_b", "")
 app_state.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
 app_state.init_widget("att_layer", 1, int)
@@ -56,6 +60,8 @@ tab_model, tab_head, tab_token, tab_labels, tab_time = st.tabs(
 
 with tab_model:
     app_state.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
+    st.caption("Rows: the attending token; columns: the token it attends to (labelled when they fit; hover over a "
+               "cell for its tokens and weight). One colour scale for every head, from 0 to the largest weight.")
 
 with tab_head:
     h1, h2 = st.columns(2)
@@ -77,15 +83,20 @@ with tab_token:
                      "attention-token-view", key="att_token_view")
 
 with tab_labels:
+    n_tokens = len(full.tokens)
     st.markdown("Each head's share of attention (averaged over the attending tokens) going to [CLS], to [SEP], "
-                "to the previous or next token or to itself, and its entropy (1 = spread evenly). Measured with "
-                "the special tokens present.")
+                "to the previous or next token or to itself, and how spread out it is. **Entropy** is in bits: "
+                f"0 bits = all of a token's attention on one token; with these {n_tokens} tokens, "
+                f"log2({n_tokens}) = {np.log2(n_tokens):.2f} bits = spread evenly over all of them. **Evenness** is "
+                "the entropy divided by that maximum (0 to 1, 1 = spread evenly); the grid's *entropy* colour "
+                "shows it. Measured with the special tokens present.")
     st.selectbox("Colour by", list(figures.HEAD_MEASURES), key="att_measure")
     app_state.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
                      key="att_summary")
     st.dataframe([{"layer": s.layer + 1, "head": s.head + 1, "label": s.label, "[CLS]": round(s.to_cls, 3),
                    "[SEP]": round(s.to_sep, 3), "previous": round(s.to_previous, 3), "next": round(s.to_next, 3),
-                   "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 3)} for s in summaries],
+                   "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 2),
+                   "evenness (0-1)": round(s.normalized_entropy, 2)} for s in summaries],
                  hide_index=True, width="stretch")
 
 with tab_time:
@@ -107,8 +118,10 @@ with tab_time:
         snap_labels = [s.label for s in head_summaries(snap_result)]
         if st.session_state["att_hide"]:
             snap_result = hide_special_tokens(snap_result)
-        st.caption(f"Probe sentence: “{probes.attention_sentence}” at step {step:,}")
-        app_state.plotly(figures.model_view_figure(snap_result, snap_labels), f"attention-step{step}",
-                         key="att_time")
+        st.caption(f"Probe sentence (held out): “{probes.attention_sentence}” at step {step:,}. The colour scale "
+                   "is the same at every step, from 0 to 1: at step 0 every head spreads its attention evenly "
+                   "(pale), and colour appears as heads learn where to look.")
+        app_state.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
+                         f"attention-step{step}", key="att_time")
 
 app_state.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")

@@ -13,10 +13,13 @@ st.title("Predictions")
 if active is None:
     st.stop()
 
-app_state.init_widget("pred_text", "the man went to the [MASK] to buy some milk .")
+# Default sentences from the active model's own held-out text (a toy story for a model trained on toy), following
+# the model until the student types their own.
+examples = app_state.model_probes(active)
+app_state.follow_default("pred_text", examples.sentences[0])
 app_state.init_widget("pred_k", 5, int)
-app_state.init_widget("nsp_a", "the man went to the store .")
-app_state.init_widget("nsp_b", "he bought a gallon of milk .")
+app_state.follow_default("nsp_a", examples.pair[0])
+app_state.follow_default("nsp_b", examples.pair[1])
 app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
 
 st.subheader("Fill in the blanks")
@@ -90,5 +93,8 @@ else:
     history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
     app_state.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
                      key="pred_history")
+    st.caption(f"The candidates that were ever among the model's top 3 at a snapshot (special tokens left out), "
+               f"at most {figures.HISTORY_CANDIDATES}; a gap means the word was outside that snapshot's top "
+               f"{probes.top_k}.")
 
 app_state.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")

@@ -24,6 +24,9 @@ SHARED = shared_data_dir()
 DATASETS = {"toy": "Toy story topics (built-in, 10 classes)"}
 SHARED_FILES = {"ag_news": ("ag_news/news.csv", "AG News topics (4 classes)"),
                 "polarity": ("sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)")}
+# What the numbers of a shared file's label column mean (its README): polarity writes 0 and 1. AG News names its
+# classes in a classes.txt beside the file, which the loader reads; an uploaded CSV keeps its own labels.
+LABEL_NAMES = {"polarity": ("negative", "positive")}
 for key, (rel, label) in SHARED_FILES.items():
     if SHARED is not None and (SHARED / rel).is_file():
         DATASETS[key] = label
@@ -109,7 +112,8 @@ def _data():
     if choice == "toy":
         return _toy(0)
     if choice in SHARED_FILES:
-        return _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
+        data = _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
+        return finetune_figures.relabel(data, LABEL_NAMES.get(choice))
     file = s.get("ft_upload")
     if file is None:
         raise BertCoreError("choose a CSV file to upload first")
@@ -137,6 +141,7 @@ if data is not None:
 
 
 b1, b2, b3 = st.columns(3)
+notice = st.empty()  # what a pressed button is doing, shown before the work starts
 try:
     if active is None:
         st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
@@ -147,6 +152,8 @@ try:
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
         split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
         comparison_config(settings)  # and config errors, before any process starts
+        notice.info("Starting: a training process is loading PyTorch and receiving a copy of the model and the "
+                    "data (a few seconds)…", icon=":material/hourglass_top:")
         if job is not None:
             registry.discard(sid)
         new_job = jobs.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
@@ -154,6 +161,7 @@ try:
         registry.start(new_job)
         st.rerun()
     if b2.button("⏹ Stop", disabled=not busy):
+        notice.info("Stopping: the model in training ends after the step it is on…", icon=":material/hourglass_top:")
         job.stop(wait=10)
         st.rerun()
     if b3.button("↺ Reset", disabled=job is None):
@@ -171,7 +179,7 @@ def _live() -> None:
         st.error(f"Fine-tuning failed: {job.error}")
     comparison = job.trainer
     if comparison is None:
-        st.info("Preparing: splitting the data and copying the model…")
+        st.info("Preparing: splitting the data and copying the model…", icon=":material/hourglass_top:")
         return
     prog = comparison.progress
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
@@ -213,14 +221,16 @@ if job is not None and job.trainer is not None and not busy:
                     f"confusion-{r.name}", key=f"ft_conf_{r.name}")
                 st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name)})**")
                 if r.misclassified:
-                    st.dataframe(pd.DataFrame([{"text": m.text, "true": m.true_label,
-                                                "predicted": m.predicted_label, "confidence": f"{m.confidence:.0%}"}
-                                               for m in r.misclassified[:8]]), hide_index=True, width="stretch")
+                    # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).
+                    st.table(pd.DataFrame(finetune_figures.mistakes_table(r.misclassified)), hide_index=True)
                 else:
                     st.caption("No mistakes on the validation set.")
         st.subheader("Classify a sentence with both")
+        val = getattr(job.trainer, "val_data", None) or data
+        example = val.example_text(0) if val is not None and len(val) else "a sentence like the task's"
         sentence = st.text_input("Sentence", key="ft_sentence",
-                                 placeholder="e.g. the farmers feed the hungry cows in the barn")
+                                 placeholder=f"e.g. {finetune_figures.shorten(example)}",
+                                 help="Any text; the placeholder is a validation example of this task.")
         if sentence.strip():
             try:
                 first = next(iter(results.values()))

@@ -205,10 +205,22 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     at.slider(key="train_smoothing").set_value(0.0).run()
     _assert_clean(at)
     assert '"opacity":0.25' not in at.get("plotly_chart")[0].proto.spec.replace(" ", "")
-    # Resume a finished run: it goes on for as many steps again.
-    at.button[2].click().run()
-    job.wait(TIMEOUT)
-    assert job.trainer.step == 8 and job.phase == "finished"
+    # A finished run has nothing to resume (its learning rate has decayed to zero): the page says so and offers a
+    # new run from its weights, with a fresh schedule, instead of silently starting the warmup again.
+    assert at.button[2].disabled
+    assert any("This run has finished" in m.value and "fresh optimizer" in m.value for m in at.markdown)
+    at.button(key="train_continue").click().run()
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
+    again = _job()
+    assert again is not job
+    again.wait(TIMEOUT)
+    assert again.phase == "finished" and again.trainer.step == 4, again.error
+    # It starts where the first run ended: the same weights score the same on the same held-out batches.
+    assert again.trainer.evals[0].mlm_loss == pytest.approx(job.trainer.evals[-1].mlm_loss, rel=1e-4)
+    assert again.trainer.metadata["init_from"]["step"] == 4
+    job = again
+    at.run()
     # The session's model becomes the active one everywhere.
     at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()
     for page in ["pages/3_Attention.py", "pages/4_Predictions.py", "pages/1_Tokens_and_masking.py",
@@ -216,19 +228,50 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
         at.switch_page(page).run()
         _assert_clean(at)
         assert not at.error, (page, _texts(at.error))
-        assert any("step 8" in c.value for c in at.sidebar.caption), page
+        assert any("step 4" in c.value for c in at.sidebar.caption), page
     at.switch_page("pages/3_Attention.py").run()
-    assert at.select_slider(key="att_step").value == 8
+    assert at.select_slider(key="att_step").value == 4
     at.select_slider(key="att_step").set_value(0).run()
     _assert_clean(at)
     at.switch_page("pages/6_Export.py").run()
-    assert any("8 steps" in b.label for b in at.get("download_button"))
+    assert any("4 steps" in b.label for b in at.get("download_button"))
     at.switch_page("pages/2_Train.py").run()
     at.button[4].click().run()          # Prepare download
     _assert_clean(at)
-    assert any("Download checkpoint (step 8" in b.label for b in at.get("download_button"))
+    assert any("Download checkpoint (step 4" in b.label for b in at.get("download_button"))
+    # A new Start drops the previous run's download at once.
+    at.button[0].click().run()
+    assert not any("Download checkpoint" in b.label for b in at.get("download_button"))
+    _job().wait(TIMEOUT)
+    at.run()
     at.button[3].click().run()          # Reset
     assert app_state.REGISTRY.get(job.session_id) is None
+
+
+def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edited():
+    from bert_core.probes import probes_for_corpus
+    from bert_core.toy_grammar import toy_vocabulary
+
+    at = _open("pages/2_Train.py")
+    _assert_clean(at)
+    shown = at.text_area(key="train_probes").value.splitlines()
+    assert shown == list(probes_for_corpus("toy", 0).sentences) and len(shown) == 4
+    vocab = toy_vocabulary()
+    for sentence in shown:
+        assert "[MASK]" in sentence
+        words = [w.strip(".,").lower() for w in sentence.replace("[MASK]", " ").split() if w.strip(".,")]
+        assert set(words) <= vocab, set(words) - vocab
+    at.number_input(key="train_seed").set_value(1).run()
+    assert at.text_area(key="train_probes").value.splitlines() == list(probes_for_corpus("toy", 1).sentences)
+    mine = "the farmer feeds the [MASK] .\nmy own [MASK] sentence"
+    at.text_area(key="train_probes").input(mine).run()
+    at.number_input(key="train_seed").set_value(2).run()
+    assert at.text_area(key="train_probes").value == mine  # what the student typed stays
+    at.text_area(key="train_probes").input("no blank here").run()
+    _small_run(at, steps=1)
+    at.button[0].click().run()
+    assert any("no [MASK]" in t for t in _texts(at.error)), _texts(at.error)
+    assert not app_state.REGISTRY._jobs
 
 
 def test_stop_ends_the_run_early_and_resume_continues():
@@ -399,3 +442,15 @@ def test_env_var_limit_parsing(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "lots")
     assert jobs.max_trainings() == jobs.DEFAULT_MAX_TRAININGS
     assert os.environ[model_sources.CHECKPOINT_ENV]
+
+
+def test_live_charts_redraw_less_often_than_the_numbers(monkeypatch):
+    monkeypatch.delenv(app_state.CHART_POLL_ENV, raising=False)
+    monkeypatch.setenv(app_state.POLL_ENV, "2")
+    assert app_state.chart_poll_seconds() == 6
+    monkeypatch.setenv(app_state.CHART_POLL_ENV, "2")
+    assert app_state.chart_poll_seconds() == 2
+    monkeypatch.setenv(app_state.CHART_POLL_ENV, "0.1")  # never faster than the numbers
+    assert app_state.chart_poll_seconds() == 2
+    monkeypatch.setenv(app_state.CHART_POLL_ENV, "often")
+    assert app_state.chart_poll_seconds() == 6
