@@ -10,38 +10,28 @@ without another library: serve large blocks from the heap too (M_MMAP_MAX = 0), 
 memory at the top of the heap instead of trimming it (M_TRIM_THRESHOLD). The cost is that the process keeps its
 peak memory until it exits (a loop that allocates and frees one 80 MB tensor settles at ~600 MB instead of
 ~220 MB), which is why only the processes that train call it (CLI `train`, `finetune` and `bench`, and the app's
-training process), never the app's server. Measured on `tiny` with a 30,522 vocabulary, batch 32 x 128, one
-thread, 300 steps: with it, memory stopped growing at 1.2 GB by step 150 and page faults stopped; without it,
-42,000 page faults a step and 1.45 GB at step 250, still growing (glibc's own fragmentation); 15% more steps/s.
-It suits a process that trains one model with steady shapes. One that interleaves trainings with very different
-buffers can lose by it: in benchmarks/time_to_quality.py (ours and a `transformers` loop with 4,096 x 8,000
-logits alternating in one process) our recipe made 21% fewer steps with it in 5 minutes (2,276 against 2,884;
-the reference 578 against 435), so that benchmark leaves it off.
+training process), never the app's server. It changes the process's own malloc, not its environment, and needs
+no restart.
 
-The same processes also ask glibc's malloc for transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1,
-glibc 2.35+): the heap that now holds every activation is then mapped in 2 MB pages, not 4 KB ones, and the
-memory-bound half of a step misses the TLB far less. glibc reads tunables only when a process starts, so the
-CLI's training commands start again once with it set (`reexec_with_huge_pages`, from `python -m bert_core`), and
-the app's training process is started with it. Measured with `bench` (`mini`, 2 threads, separate processes
-alternated): median step 0.553 s with it (9 runs, 0.550-0.582) against 0.583 s without (11 runs, 0.562-0.605); it
-also removed most of the runs where the whole process was slow. Where the kernel's huge pages are off ("never")
-or the C library is not glibc, the variable does nothing.
+What it is worth (docs/benchmarks.md, "Speed paths"; one thread, CPU time per step): +4% on a `bench` step;
+between -2.5% and +1% on the app's default run, the CLI's default recipe and fine-tuning the shipped model, whose
+buffers stay under glibc's threshold. It suits a process that trains one model with steady shapes. One that interleaves trainings with very
+different buffers can lose by it: in benchmarks/time_to_quality.py (ours and a `transformers` loop with
+4,096 x 8,000 logits alternating in one process) our recipe made 21% fewer steps with it in 5 minutes (2,276
+against 2,884; the reference 578 against 435), so that benchmark leaves it off.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
-from typing import Mapping
 
 _M_TRIM_THRESHOLD = -1  # from glibc's malloc.h
 _M_MMAP_MAX = -4
 _KEEP_BYTES = 1 << 30
 _applied = False
-HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
-# CLI commands whose process trains and then exits: they keep freed memory and use huge pages.
+# CLI commands whose process trains and then exits: they keep freed memory.
 TRAINING_COMMANDS = ("train", "finetune", "bench")
 
 
@@ -61,29 +51,3 @@ def keep_freed_memory() -> bool:
     # mallopt returns 1 on success; a C library that rejects either value leaves the default behaviour.
     _applied = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1
     return _applied
-
-
-def with_huge_pages(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `env` whose GLIBC_TUNABLES also asks malloc for transparent huge pages (kept if already set)."""
-    tunables = env.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.hugetlb" in tunables:
-        return dict(env)
-    return dict(env, GLIBC_TUNABLES=":".join(t for t in (tunables, HUGE_PAGES_TUNABLE) if t))
-
-
-def huge_pages_requested() -> bool:
-    """Whether this process was started with the huge-page tunable (its value chosen by us or by the user)."""
-    return "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", "")
-
-
-def reexec_with_huge_pages(argv: list[str]) -> None:
-    """For `python -m bert_core <command> ...`: when the command trains (TRAINING_COMMANDS; not `bench
-    --default-malloc`, which measures glibc's defaults) and the tunable is not set, replace this process with the
-    same command line and the tunable set. Call it before importing torch: nothing done before is kept."""
-    if not sys.platform.startswith("linux") or huge_pages_requested() or not hasattr(sys, "orig_argv"):
-        return
-    if not argv or argv[0] not in TRAINING_COMMANDS or "--default-malloc" in argv:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, with_huge_pages(os.environ))

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from bert_core.allocator import huge_pages_requested, keep_freed_memory
+from bert_core.allocator import keep_freed_memory
 from bert_core.config import BertConfig
 from bert_core.model import BertForPreTraining, adamw
 
@@ -40,8 +40,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int_arg(0, 10**4), default=2, help="untimed steps per model first")
     p.add_argument("--threads", type=int_arg(0, 4096), default=0, help="torch intra-op threads (0: leave as is)")
     p.add_argument("--default-malloc", action="store_true",
-                   help="leave glibc's malloc as it is instead of keeping freed memory and using huge pages, as "
-                        "training does (see bert_core.allocator): shows what those settings are worth")
+                   help="leave glibc's malloc as it is instead of keeping freed memory, as training does (see "
+                        "bert_core.allocator): shows what that setting is worth")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p
 
@@ -168,7 +168,6 @@ def run_bench(args) -> dict:
         "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "
                   f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, {args.mask_rate:.0%} masked",
         "freed_memory_kept": kept,
-        "huge_pages": huge_pages_requested(),
         "matmul_gflops": round(ceiling, 1),
         "matmul_spread": round(_spread(matmul.times), 3),
         "memory_gbps": round(memory.gbps(), 1),

@@ -628,9 +628,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Commands whose process trains and then exits keep freed memory for reuse (see bert_core.allocator; `python -m
-# bert_core` has also restarted them with malloc's huge pages). `bench` applies it itself, with a flag to compare
-# without it.
+# Commands whose process trains and then exits keep freed memory for reuse (see bert_core.allocator). `bench`
+# applies it itself, with a flag to compare without it.
 _KEEPS_FREED_MEMORY = set(TRAINING_COMMANDS) - {"bench"}
 
 

@@ -32,7 +32,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
-from bert_core.allocator import with_huge_pages
 from bert_core.errors import BertCoreError
 from bert_core.run_loop import EventLog
 
@@ -480,9 +479,7 @@ class ProcessTrainingJob:
         """Start `python -m bert_core.training_process` with two private pipes and hand it its work."""
         cmd_read, cmd_write = os.pipe()
         evt_read, evt_write = os.pipe()
-        # Huge pages for malloc (bert_core.allocator): glibc reads the tunable only at start, so it goes in here.
-        env = with_huge_pages(dict(os.environ, OMP_NUM_THREADS=str(self._threads),
-                                   MKL_NUM_THREADS=str(self._threads)))
+        env = dict(os.environ, OMP_NUM_THREADS=str(self._threads), MKL_NUM_THREADS=str(self._threads))
         # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
