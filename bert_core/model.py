@@ -6,12 +6,11 @@ Hugging Face's keys, and weights move between the two without a conversion table
 The architecture is the paper's: learned position embeddings, a LayerNorm on the embeddings, post-LN blocks
 (LayerNorm after each residual addition), exact (erf) GELU, a tanh pooler on [CLS], and an MLM head of
 dense + GELU + LayerNorm followed by a decoder tied to the word embeddings with its own bias.
-Speed paths that change no numbers: `scaled_dot_product_attention` when attention probabilities are not requested
-(and no CPU dropout is due), the MLM head run only on the labelled positions when the full logits are not
-requested, and, for CPU training, the pieces in `fast_paths`: a cross-entropy for those positions that makes
-fewer passes over the logits, the tied word-embedding gradient summed in place, and self-attention with its
-backward written by hand. One that changes random
-numbers, not results: dropout on the CPU draws its masks 16 bits at a time (`fast_paths.Dropout`).
+Speed paths that change no numbers: the MLM head run only on the labelled positions when the full logits are not
+requested, and one switch in attention: `scaled_dot_product_attention`, unless attention probabilities are
+requested or CPU dropout is due, when the steps are written out. One that changes random numbers, not results:
+dropout on the CPU draws its masks 16 bits at a time (`FastDropout`, from `fast_paths`). What each is worth, and
+the paths that were removed for gaining too little: docs/benchmarks.md, "Speed paths".
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from torch import nn
 
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core import fast_paths
-from bert_core.fast_paths import Dropout
+from bert_core.fast_paths import FastDropout
 
 IGNORE_INDEX = -100  # label value for tokens that are not predicted (Hugging Face's convention)
 
@@ -46,10 +44,7 @@ ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_ta
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions.
-
-    Train on `loss` / `mlm_loss`: sparse `mlm_logits` may carry no gradient (on the CPU they come out of the
-    fused cross-entropy, `fast_paths.LinearCrossEntropy`)."""
+    """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions."""
 
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
@@ -81,14 +76,12 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = FastDropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, word_grad_slot=None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        words = (self.word_embeddings(input_ids) if word_grad_slot is None
-                 else fast_paths.embedding_lookup(input_ids, self.word_embeddings, word_grad_slot))
         embeddings = (
-            words
+            self.word_embeddings(input_ids)
             + self.position_embeddings(positions)[None]
             + self.token_type_embeddings(token_type_ids)
         )
@@ -105,27 +98,20 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = Dropout(config.attention_probs_dropout_prob)
+        self.dropout = FastDropout(config.attention_probs_dropout_prob)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         return x.view(b, s, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
 
     def forward(self, hidden_states, additive_mask, output_attentions=False):
-        # On the CPU, scaled_dot_product_attention with dropout runs the written-out steps below (its "math"
-        # kernel) with torch's slower dropout and an extra pass for fully masked rows; for training, the same steps
-        # with a hand-written backward are faster still (fast_paths).
-        cpu_dropout = self.training and self.dropout.p > 0 and hidden_states.device.type == "cpu"
-        if cpu_dropout and not output_attentions and fast_paths.applies(hidden_states):
-            b, s, _ = hidden_states.shape
-            keep = self.dropout.scale_mask(hidden_states, (b, self.num_attention_heads, s, s), scaled=False)
-            if keep is not None:
-                return fast_paths.self_attention_with_dropout(
-                    hidden_states, self.query, self.key, self.value, additive_mask, keep, self.dropout.keep_scale,
-                    self.num_attention_heads), None
         q = self._heads(self.query(hidden_states))
         k = self._heads(self.key(hidden_states))
         v = self._heads(self.value(hidden_states))
+        # The model's one switch between a plain path and a fast one: the steps written out when the probabilities
+        # are asked for, and for dropout on the CPU (where scaled_dot_product_attention runs these same steps with
+        # torch's slower dropout masks); else scaled_dot_product_attention.
+        cpu_dropout = self.training and self.dropout.p > 0 and hidden_states.device.type == "cpu"
         if output_attentions or cpu_dropout:
             scores = (q / math.sqrt(self.attention_head_size)) @ k.transpose(-1, -2)  # scaling q: half the elements
             if additive_mask is not None:
@@ -148,7 +134,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = FastDropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, input_tensor):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -184,7 +170,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = FastDropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, input_tensor):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -295,10 +281,9 @@ class BertModel(nn.Module):
         )
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None,
-                output_attentions=False, output_hidden_states=False, word_grad_slot=None):
-        """`word_grad_slot`: a `fast_paths.DecoderGradSlot` from `BertForPreTraining`, else None."""
+                output_attentions=False, output_hidden_states=False):
         attention_mask, token_type_ids = _check_inputs(self.config, input_ids, attention_mask, token_type_ids)
-        hidden = self.embeddings(input_ids, token_type_ids, word_grad_slot)
+        hidden = self.embeddings(input_ids, token_type_ids)
         mask = self.additive_mask(attention_mask, hidden.dtype)
         sequence_output, all_hidden, all_probs = self.encoder(hidden, mask, output_attentions, output_hidden_states)
         pooled = self.pooler(sequence_output) if self.pooler is not None else None
@@ -360,13 +345,8 @@ class BertForPreTraining(nn.Module):
         if full_mlm_logits is None:
             full_mlm_logits = labels is None
         head = self.cls.predictions
-        words = self.bert.embeddings.word_embeddings.weight
-        # The fused MLM loss below and the word-embedding lookup sum their parts of the tied matrix's gradient
-        # in place (fast_paths.DecoderGradSlot) when both are sure to run on the CPU path.
-        slot = (fast_paths.DecoderGradSlot() if labels is not None and not full_mlm_logits and words.requires_grad
-                and torch.is_grad_enabled() and head.decoder.weight is words and fast_paths.applies(words) else None)
         sequence_output, pooled, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states, slot
+            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
         )
         mlm_loss = nsp_loss = positions = None
         if full_mlm_logits:
@@ -380,14 +360,9 @@ class BertForPreTraining(nn.Module):
             # Only ~15% of tokens carry a label; the decoder (H x vocab) is the largest matmul of a small BERT,
             # so running the head on those rows alone gives the same loss for a fraction of the work.
             positions = labels != IGNORE_INDEX
-            masked = sequence_output[positions]
-            if masked.shape[0] and fast_paths.applies(masked):  # its softmax needs the full precision
-                mlm_loss, mlm_logits = fast_paths.LinearCrossEntropy.apply(
-                    head.transform(masked), head.decoder.weight, head.decoder.bias, labels[positions], slot)
-            else:
-                mlm_logits = head(masked)
-                mlm_loss = (F.cross_entropy(mlm_logits.float(), labels[positions]) if masked.shape[0]
-                            else mlm_logits.sum() * 0.0)  # nothing masked: zero loss, not NaN
+            mlm_logits = head(sequence_output[positions])
+            mlm_loss = (F.cross_entropy(mlm_logits.float(), labels[positions]) if mlm_logits.shape[0]
+                        else mlm_logits.sum() * 0.0)  # nothing masked: zero loss, not NaN
         nsp_logits = self.cls.seq_relationship(pooled)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
@@ -414,7 +389,7 @@ class BertForSequenceClassification(nn.Module):
         self.config = config
         self.num_labels = num_labels
         self.bert = BertModel(config)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = FastDropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.apply(lambda m: _init_weights(m, config.initializer_range))
 

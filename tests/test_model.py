@@ -183,6 +183,34 @@ def test_sparse_mlm_gradients_equal_dense_gradients():
     assert_close(grads[0], grads[1], 1e-6)
 
 
+def test_sparse_mlm_gradients_equal_dense_gradients_for_every_parameter():
+    """The sparse head (decoder on the labelled rows) against the full logits, padded rows included: every
+    parameter's gradient, the tied word-embedding matrix's (decoder + lookup) among them; also with only the NSP
+    loss back-propagated."""
+    config = BertConfig(**PARITY_CONFIGS[0], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).double()
+    inputs, labels, nsp = make_batch(config)
+    for loss_name in ("loss", "nsp_loss"):
+        grads = []
+        for full in (False, True):
+            model.zero_grad(set_to_none=True)
+            out = model(**inputs, labels=labels, next_sentence_label=nsp, full_mlm_logits=full)
+            getattr(out, loss_name).backward()
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        assert grads[0].keys() == grads[1].keys()
+        for name in grads[0]:  # the loss is taken in float32, hence the tolerance
+            torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_nothing_masked_gives_zero_loss_not_nan():
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=50))
+    ids = torch.randint(5, 50, (2, 8))
+    out = model(ids, labels=torch.full_like(ids, -100))
+    assert out.mlm_loss.item() == 0.0
+    out.loss.backward()
+
+
 @pytest.mark.parametrize("kind", ["causal", "bidirectional"])
 def test_causal_mask_hides_the_future_and_bidirectional_does_not(kind):
     config = BertConfig.preset("nano", vocab_size=60, attention=kind)
