@@ -146,8 +146,8 @@ try:
     if active is None:
         st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
     start_help = "Fine-tune the active model, then train the same architecture from scratch, same budget"
-    if b1.button("▶ Fine-tune both", type="primary", disabled=busy or data is None or active is None,
-                 help=start_help):
+    if b1.button("Fine-tune both", icon=":material/play_arrow:", type="primary",
+                 disabled=busy or data is None or active is None, help=start_help):
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
         split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
@@ -160,11 +160,11 @@ try:
                                                       settings))
         registry.start(new_job)
         st.rerun()
-    if b2.button("⏹ Stop", disabled=not busy):
+    if b2.button("Stop", icon=":material/stop:", disabled=not busy):
         notice.info("Stopping: the model in training ends after the step it is on…", icon=":material/hourglass_top:")
         job.stop(wait=10)
         st.rerun()
-    if b3.button("↺ Reset", disabled=job is None):
+    if b3.button("Reset", icon=":material/restart_alt:", disabled=job is None):
         registry.discard(sid)
         st.rerun()
 except BertCoreError as exc:

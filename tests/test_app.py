@@ -454,3 +454,9 @@ def test_live_charts_redraw_less_often_than_the_numbers(monkeypatch):
     assert app_state.chart_poll_seconds() == 2
     monkeypatch.setenv(app_state.CHART_POLL_ENV, "often")
     assert app_state.chart_poll_seconds() == 6
+
+
+def test_a_page_run_on_its_own_draws_without_the_page_list():
+    at = AppTest.from_file(str(ROOT / "pages" / "4_Predictions.py"), default_timeout=TIMEOUT).run()
+    _assert_clean(at)
+    assert at.title
