@@ -1,9 +1,13 @@
-"""Benchmarks of the Streamlit explorer (not tests): startup, attention figure cost, app vs CLI training speed, memory.
+"""Benchmarks of the Streamlit explorer (not tests): startup, attention figure cost, app vs CLI training speed, memory,
+and the Train page's default run as a student presses it.
 
     python benchmarks/app_bench.py [--repeats 3] [--modes process thread]
                                    [--preset tiny --steps 120 --batch 16 --seq 64] [--json out.json]
+    python benchmarks/app_bench.py --only default-run --seeds 0 1 2       # the README's promise, on three seeds
+    python benchmarks/app_bench.py --only startup --repeats 5 --load 2    # startup beside 2 CPU-bound processes
 
-1. time from `streamlit run app.py` to the home page rendered in headless Chromium (architecture chart drawn);
+1. time from `streamlit run app.py` to the home page's first text and to its architecture chart drawn in headless
+   Chromium (target: the chart within 5 s on a quiet machine), optionally with `--load N` busy processes beside it;
 2. server time to compute and build the attention figures for a 64-token input (attention_maps, head_summaries,
    model/head/token/summary figures, and their JSON serialisation) on the shipped checkpoint (target < 300 ms);
 3. training tokens/s inside the app (Train page open in a browser, live charts polling) against
@@ -12,7 +16,10 @@
 4. memory of one training session: server RSS before the run and its peak (VmHWM) after, and the peak of the
    training process the app starts for it;
 5. the Fine-tune page's pretrained-vs-scratch comparison (toy topics, the page's defaults): steps each model makes
-   in its time budget inside the app against `python -m bert_core finetune --compare-scratch`, alternated.
+   in its time budget inside the app against `python -m bert_core finetune --compare-scratch`, alternated;
+6. the Train page's default run (`default-run`): a fresh server per seed, the Train page opened with only the seed
+   set (`?train_seed=S`), Start pressed in the browser, the held-out accuracy read off the page when the run has
+   finished; the run's training seconds and its held-out curve from the checkpoint the page's download gives.
 Needs the system Chromium (/usr/bin/chromium) and the playwright package; prints a Markdown table.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import socket
 import statistics
@@ -119,17 +127,116 @@ def _settled(page, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
-def bench_startup(browser, env: dict, repeats: int) -> list[float]:
-    """Seconds from spawning `streamlit run` to the home page's architecture chart drawn in the browser."""
+def _burn() -> None:
+    while True:
+        pass
+
+
+class Load:
+    """`n` CPU-bound processes (busy loops) for as long as the context lasts: a machine where others work."""
+
+    def __init__(self, n: int):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        import multiprocessing
+
+        for _ in range(self.n):
+            proc = multiprocessing.Process(target=_burn, daemon=True)
+            proc.start()
+            self.procs.append(proc)
+        time.sleep(1.0 if self.n else 0.0)
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.terminate()
+            proc.join(5)
+
+
+def bench_startup(browser, env: dict, repeats: int, load: int = 0) -> list[dict]:
+    """Seconds from spawning `streamlit run` to the home page's title shown and to its architecture chart drawn in
+    the browser, beside `load` busy processes; each with the load average when it started."""
     times = []
-    for _ in range(repeats):
-        with Server(env) as server:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(server.url)
-            page.wait_for_selector(".js-plotly-plot .shapelayer path", timeout=120_000)
-            times.append(time.perf_counter() - server.started)
-            page.close()
+    with Load(load):
+        for _ in range(repeats):
+            load_avg = os.getloadavg()[0]
+            with Server(env) as server:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(server.url)
+                page.wait_for_selector("h1", timeout=120_000)
+                title = time.perf_counter() - server.started
+                page.wait_for_selector(".js-plotly-plot .shapelayer path", timeout=120_000)
+                times.append({"title_s": title, "figure_s": time.perf_counter() - server.started,
+                              "load_avg": load_avg})
+                page.close()
     return times
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    kids = _children(pid)
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _cpu_split(server_pid: int) -> dict:
+    """CPU seconds so far of the server, its training processes, and this script's browser processes."""
+    browser = [p for p in _descendants(os.getpid())
+               if b"chrom" in (Path(f"/proc/{p}/cmdline").read_bytes() if Path(f"/proc/{p}/cmdline").exists()
+                               else b"")]
+    return {"server": _cpu_seconds(server_pid),
+            "training": sum(_cpu_seconds(p) for p in _children(server_pid)),
+            "browser": sum(_cpu_seconds(p) for p in browser)}
+
+
+def bench_default_run(browser, env: dict, seed: int) -> dict:
+    """The Train page's default run for one seed, pressed in the browser: held-out accuracy read off the page, the
+    run's own record (training seconds, held-out curve) from the page's checkpoint download, and the CPU seconds
+    the server, the training process and the browser spent from the click to the end."""
+    with Server(env) as server:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(server.url + f"/Train?train_seed={seed}")
+        _settled(page)
+        load_avg = os.getloadavg()
+        main = page.get_by_test_id("stMainBlockContainer")
+        before = _cpu_split(server.proc.pid)
+        main.get_by_role("button", name="Start").click()
+        clicked = time.perf_counter()
+        page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
+        wall = time.perf_counter() - clicked
+        after = _cpu_split(server.proc.pid)
+        _settled(page)
+        shown = page.locator('[data-testid="stMetric"]', has_text="Held-out MLM acc.").locator(
+            '[data-testid="stMetricValue"]').first.inner_text()
+        main.get_by_role("button", name="Prepare download").click()
+        _settled(page)
+        with page.expect_download() as dl:
+            main.get_by_role("button", name="Download checkpoint").click()
+        data = Path(dl.value.path()).read_bytes()
+        page.close()
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        state = json.loads(zf.read("bert-checkpoint/trainer_state.json"))
+    cfg = state["train_config"]
+    evals = [(e["step"], e["mlm_acc"]) for e in state["evals"]]
+    at_step = {h["step"]: h["elapsed_s"] for h in state["history"]}
+    first50 = next((step for step, acc in evals if acc >= 0.5), None)
+    unigram_loss = math.log(state["baselines"]["unigram"]["perplexity"])
+    below = next((e["step"] for e in state["evals"] if e["mlm_loss"] < unigram_loss), None)
+    return {"seed": seed, "page_heldout": shown, "heldout": evals[-1][1], "steps": state["step"],
+            "train_s": state["elapsed_s"], "wall_s": wall, "first_50_step": first50,
+            "first_50_s": at_step.get(first50), "below_unigram_step": below, "below_unigram_s": at_step.get(below),
+            "unigram": state["baselines"]["unigram"]["accuracy"],
+            "evals": evals, "load_avg_start": load_avg, "load_avg_end": os.getloadavg(),
+            "cpu_s": {k: after[k] - before[k] for k in after},
+            "settings": {k: cfg[k] for k in ("max_steps", "batch_size", "learning_rate", "max_seq_length",
+                                             "eval_every", "eval_batches", "probe_every", "seed")}}
 
 
 def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str]:
@@ -178,6 +285,9 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     return times, what
 
 
+EVAL_BATCHES = 20  # held-out batches per evaluation on the Train page (pages/2_Train.py); the CLI run matches it
+
+
 def _median_tps(history: list[dict], skip: int = 5) -> float:
     vals = [h["tokens_per_s"] for h in history[skip:]] or [h["tokens_per_s"] for h in history]
     return statistics.median(vals)
@@ -188,7 +298,7 @@ def bench_cli(args, threads: int) -> dict:
         out = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "bert_core", "train", "--corpus", "toy", "--preset", args.preset,
                "--vocab-size", str(args.vocab), "--steps", str(args.steps), "--batch-size", str(args.batch),
-               "--seq-len", str(args.seq), "--eval-every", str(args.eval_every), "--eval-batches", "5",
+               "--seq-len", str(args.seq), "--eval-every", str(args.eval_every), "--eval-batches", str(EVAL_BATCHES),
                "--checkpoint-every", "0", "--device", "cpu", "--out", str(out)]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, preexec_fn=_all_cpus)
@@ -285,8 +395,15 @@ def main() -> int:
                    help="probe snapshots in the app run (the CLI takes none, so 0 compares like with like)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both the CLI and the app run")
     p.add_argument("--poll", type=float, default=None, help="seconds between live redraws (default: the app's)")
+    p.add_argument("--chart-poll", type=float, default=None,
+                   help="seconds between live chart redraws (default: the app's, three polls)")
     p.add_argument("--ft-budget", type=int, default=30, help="seconds per model of the fine-tuning comparison")
-    p.add_argument("--skip", nargs="*", default=[], choices=["startup", "attention", "training", "finetune"])
+    parts = ["startup", "attention", "training", "finetune", "default-run"]
+    p.add_argument("--skip", nargs="*", default=[], choices=parts)
+    p.add_argument("--only", nargs="+", default=None, choices=parts, help="run only these parts")
+    p.add_argument("--load", type=int, default=0,
+                   help="busy processes beside the startup measurement (a machine where others work)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the default-run part")
     p.add_argument("--modes", nargs="+", default=["process"], choices=["process", "thread"],
                    help="how the app trains: in a child process (the default) and/or on a server thread (the "
                         "old way, BERT_EXPLORER_TRAIN_PROCESS=0), each alternated with the CLI")
@@ -295,10 +412,14 @@ def main() -> int:
                         "the server, its training process and the CLI keep every core (default: no pinning)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    if args.only:
+        args.skip = [part for part in parts if part not in args.only]
+    elif "default-run" not in args.skip:
+        args.skip.append("default-run")  # minutes per seed: only when asked for
 
     from playwright.sync_api import sync_playwright
 
-    from bert_core.app_state import poll_seconds
+    from bert_core.app_state import chart_poll_seconds, poll_seconds
     from bert_core.paths import DEFAULT_CHECKPOINT
 
     folder = DEFAULT_CHECKPOINT if (DEFAULT_CHECKPOINT / "config.json").is_file() else None
@@ -307,6 +428,8 @@ def main() -> int:
         env["BERT_EXPLORER_CHECKPOINT"] = str(folder)
     if args.poll is not None:
         env["BERT_EXPLORER_POLL_S"] = str(args.poll)
+    if args.chart_poll is not None:
+        env["BERT_EXPLORER_CHART_POLL_S"] = str(args.chart_poll)
     out: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}}
     rows = []
     if "attention" not in args.skip:
@@ -321,10 +444,32 @@ def main() -> int:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             if "startup" not in args.skip:
-                s = bench_startup(browser, env, args.repeats)
-                out["startup_s"] = s
-                rows.append(("`streamlit run` to home page rendered", f"median {statistics.median(s):.1f} s "
-                             f"(n={len(s)})", ""))
+                s = bench_startup(browser, env, args.repeats, args.load)
+                out["startup"] = s
+                fig = [r["figure_s"] for r in s]
+                title = [r["title_s"] for r in s]
+                loads = [r["load_avg"] for r in s]
+                rows.append((f"`streamlit run` to the home page's title / architecture chart drawn ({args.load} busy "
+                             f"processes beside it; load average {min(loads):.1f}-{max(loads):.1f})",
+                             f"title median {statistics.median(title):.1f} s; chart median "
+                             f"{statistics.median(fig):.1f} s ({', '.join(f'{x:.1f}' for x in fig)})",
+                             "chart < 5 s on a quiet machine"))
+            if "default-run" not in args.skip:
+                runs = [bench_default_run(browser, env, seed) for seed in args.seeds]
+                out["default_run"] = runs
+                for r in runs:
+                    reached = (f"50% first at step {r['first_50_step']:,} ({r['first_50_s'] or 0:.1f} s)"
+                               if r["first_50_step"] else "never 50%")
+                    if r["below_unigram_step"]:
+                        reached += (f"; held-out loss below the unigram line from step {r['below_unigram_step']:,} "
+                                    f"({r['below_unigram_s'] or 0:.1f} s)")
+                    cpu = ", ".join(f"{k} {v:.1f} s" for k, v in r["cpu_s"].items())
+                    rows.append((f"Train page defaults, seed {r['seed']} ({r['settings']}), load average "
+                                 f"{r['load_avg_start'][0]:.1f} at Start",
+                                 f"held-out {r['page_heldout']} on the page (unigram {r['unigram']:.1%}) after "
+                                 f"{r['steps']:,} steps, {r['train_s']:.1f} s of training ({r['wall_s']:.1f} s from "
+                                 f"the click); {reached}; CPU from the click: {cpu}",
+                                 ">= 50% within 30 s of training"))
             if "training" not in args.skip:
                 cli, apps = _alternate(args, lambda: bench_cli(args, args.threads),
                                        lambda mode: bench_app(browser, args, env, mode))
@@ -334,13 +479,15 @@ def main() -> int:
                 setting = (f"{args.preset}, toy, batch {args.batch} x seq {args.seq}, {args.steps} steps, "
                            f"{args.threads} thread(s)")
                 poll = args.poll or poll_seconds()
+                chart_poll = args.chart_poll or chart_poll_seconds()
                 rows.append((f"training tokens/s, CLI ({setting})", f"median step {c:,.0f}; whole run {co:,.0f}",
                              ""))
                 for mode, app in apps.items():
                     a = statistics.median(r["tokens_per_s"] for r in app)
                     ao = statistics.median(r["overall_tokens_per_s"] for r in app)
                     where = "child process" if mode == "process" else "server thread"
-                    rows.append((f"training tokens/s, app, {where} (Train page open, live charts every {poll:g} s)",
+                    rows.append((f"training tokens/s, app, {where} (Train page open, numbers every {poll:g} s, "
+                                 f"charts every {chart_poll:g} s)",
                                  f"median step {a:,.0f} ({(a / c - 1) * 100:+.1f}%); whole run {ao:,.0f} "
                                  f"({(ao / co - 1) * 100:+.1f}%)", "app loses < 10%"))
                     child = (f"; training process peak {max(r['child_peak_mb'] for r in app):.0f} MB"
