@@ -401,9 +401,9 @@ class JobRegistry:
                     doomed.append(sid)
         for sid in doomed:
             log.warning("stopping the training of closed session %s", sid)
+            self.reaped.append(sid)  # before the job leaves the registry, so a reader never sees it in neither
             # Nobody will see this run again: end its process at once rather than at a step boundary.
             self.discard(sid, wait=1.0)
-            self.reaped.append(sid)
         return doomed
 
     def _ensure_watchdog(self) -> None:

@@ -99,9 +99,14 @@ def _make_decoy(folder: Path) -> Path:
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts and ".venv" not in p.parts
-            and "test-artifacts" not in p.parts}
+    """Every file under `folder` (relative path -> content); for the repository, the files git tracks (the app's
+    own files), so that what other tests write beside them (caches, artifacts) does not count."""
+    if folder == ROOT:
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        paths = [ROOT / name for name in tracked.decode().split("\0") if name]
+    else:
+        paths = sorted(folder.rglob("*"))
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in paths if p.is_file()}
 
 
 class _Server(tuple):
