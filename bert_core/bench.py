@@ -20,7 +20,7 @@ import torch
 
 from bert_core.allocator import keep_freed_memory
 from bert_core.config import BertConfig
-from bert_core.model import BertForPreTraining, adamw
+from bert_core.model import IGNORE_INDEX, BertForPreTraining, adamw
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -108,7 +108,7 @@ def training_flops(config: BertConfig, batch: int, seq: int, masked: int, sparse
 def _batch(config: BertConfig, batch: int, seq: int, mask_rate: float, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, config.vocab_size, (batch, seq), generator=g)
-    labels = torch.full_like(ids, -100)
+    labels = torch.full_like(ids, IGNORE_INDEX)
     chosen = torch.rand(ids.shape, generator=g) < mask_rate
     labels[chosen] = ids[chosen]
     ids[chosen] = 4
@@ -162,7 +162,7 @@ def run_bench(args) -> dict:
         memory.sample()
     ceiling = matmul.gflops()
     tokens = args.batch_size * args.seq_len
-    masked = int((batch["labels"] != -100).sum())
+    masked = int((batch["labels"] != IGNORE_INDEX).sum())
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "

@@ -16,9 +16,11 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
 
 MASK_MARKER = re.compile(r"\[mask\]", re.IGNORECASE)
-DECISION_NAMES = {0: "not chosen", 1: "[MASK]", 2: "random", 3: "kept"}
+# The masking page shows "random" (short) where pretraining_data.DECISION_NAMES says "random token".
+DECISION_NAMES = {NOT_CHOSEN: "not chosen", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
 
 
 @dataclass
@@ -343,7 +345,7 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
         valid &= ~torch.as_tensor(special_mask).bool()
     d = dec[valid]
     total = int(d.numel())
-    masked, random_, kept = (int((d == code).sum()) for code in (1, 2, 3))
+    masked, random_, kept = (int((d == code).sum()) for code in (MASKED, RANDOM, KEPT))
     chosen = masked + random_ + kept
     return {
         "candidates": total,
