@@ -188,7 +188,15 @@ def _uploaded_model(upload):
     if upload is None:
         return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
                       "such as the one the Train page's download gives.")
-    path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
+    import streamlit as st
+
+    # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
+    known = st.session_state.get("_model_upload_folder")
+    if known and known[0] == upload.file_id and Path(known[1]).is_dir():
+        path = Path(known[1])
+    else:
+        path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
+        st.session_state["_model_upload_folder"] = (upload.file_id, str(path))
     model, tok, state = load_folder_cached(path)
     label = Path(upload.name)
     return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
