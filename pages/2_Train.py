@@ -232,6 +232,7 @@ try:
                 notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
                 folder = app_storage.session_scratch(sid) / "start-weights"
                 job.save(folder)
+                app_storage.enforce_scratch_cap(keep=folder.parent)  # this session's folder counts in the cap
                 _start(str(folder))
 except BertCoreError as exc:
     app_state.show_error(exc)
