@@ -154,9 +154,9 @@ class BertConfig:
         d = dataclasses.asdict(self)
         attention = d.pop("attention")
         d.update(model_type="bert", architectures=["BertForPreTraining"], tie_word_embeddings=True)
-        if attention != "bidirectional":
-            # Hugging Face ignores unknown keys; ours reads it back. A causal BERT has no HF twin.
-            d["attention"] = attention
+        if attention == "causal":
+            # Hugging Face's name for the same switch: its BertModel masks causally when is_decoder is true.
+            d["is_decoder"] = True
         return d
 
     @classmethod
@@ -166,6 +166,8 @@ class BertConfig:
             raise BertCoreError(f"this is a {d.get('model_type')!r} model, not a BERT; only BERT checkpoints load here")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
+        if d.get("is_decoder") is True:
+            kwargs.setdefault("attention", "causal")  # older folders of ours wrote "attention": "causal" instead
         if kwargs.get("pad_token_id") is None:
             kwargs.pop("pad_token_id", None)
         return cls(**kwargs)

@@ -1,8 +1,8 @@
 """Reading and writing Hugging Face BERT checkpoint folders (config.json + model.safetensors) with our model classes.
 
 A folder we save loads in `transformers.BertForPreTraining.from_pretrained(folder)` (or
-`BertForSequenceClassification`) as it is, and a Hugging Face BERT folder (e.g. a user's bert-base-uncased
-download, safetensors or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
+`BertForSequenceClassification`, or `BertLMHeadModel` for a causal model) as it is, and a Hugging Face BERT folder
+(e.g. a user's bert-base-uncased download, safetensors or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.model import BertForPreTraining, BertForSequenceClassification
+from bert_core.model import BertForPreTraining, BertForSequenceClassification, BertLMHeadModel
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
@@ -94,6 +94,8 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
             "id2label": {str(i): n for i, n in enumerate(names)},
             "label2id": {n: i for i, n in enumerate(names)},
         }
+    if isinstance(model, BertLMHeadModel):
+        extra = {"architectures": ["BertLMHeadModel"]}
     model.config.save(folder, extra)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in TIED_KEYS}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -154,15 +156,18 @@ def _label_names(folder: Path) -> list[str] | None:
         return None  # label names that are not {"0": name, ...}: the classifier keeps generic LABEL_i names
 
 
-def load_pretrained(folder: str | Path, model_class=BertForPreTraining, num_labels: int | None = None,
+def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
                     strict_heads: bool = False) -> nn.Module:
-    """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode.
+    """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode; by default the class the
+    folder is: BertLMHeadModel for a causal (is_decoder) model, else BertForPreTraining.
 
     Encoder weights must all be present; head weights missing from the folder (a bare `BertModel` checkpoint, or
     a fresh classifier on a pretraining checkpoint) keep their BERT initialisation unless `strict_heads` is set.
     """
     folder = require_checkpoint_folder(folder)
     config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
+    if model_class is None:
+        model_class = BertLMHeadModel if config.attention == "causal" else BertForPreTraining
     if model_class is BertForSequenceClassification:
         names = _label_names(folder)
         if num_labels is None:

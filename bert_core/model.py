@@ -320,6 +320,25 @@ class BertLMPredictionHead(nn.Module):
         return self.decoder(self.transform(hidden_states))
 
 
+def _lm_head(head: BertLMPredictionHead, sequence_output: torch.Tensor, targets: torch.Tensor | None, full: bool):
+    """(logits, loss, positions) of the LM head for `targets` (the token each position must predict, IGNORE_INDEX
+    where none): full logits [B, S, V] with positions None, or sparse ones, a row per position that has a target."""
+    if full:
+        logits = head(sequence_output)
+        loss = None if targets is None else F.cross_entropy(
+            logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return logits, loss, None
+    if targets is None:
+        raise BertCoreError("sparse logits need labels: pass labels or full_mlm_logits=True")
+    # Only ~15% of tokens carry an MLM label; the decoder (H x vocab) is the largest matmul of a small BERT, so
+    # running the head on those rows alone gives the same loss for a fraction of the work.
+    positions = targets != IGNORE_INDEX
+    logits = head(sequence_output[positions])
+    loss = (F.cross_entropy(logits.float(), targets[positions]) if logits.shape[0]
+            else logits.sum() * 0.0)  # nothing to predict: zero loss, not NaN
+    return logits, loss, positions
+
+
 class BertPreTrainingHeads(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -344,25 +363,11 @@ class BertForPreTraining(nn.Module):
         """Run the model; with labels, return losses too. `full_mlm_logits=None` means full only when labels is None."""
         if full_mlm_logits is None:
             full_mlm_logits = labels is None
-        head = self.cls.predictions
         sequence_output, pooled, hidden_states, attentions = self.bert(
             input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
         )
-        mlm_loss = nsp_loss = positions = None
-        if full_mlm_logits:
-            mlm_logits = head(sequence_output)
-            if labels is not None:
-                mlm_loss = F.cross_entropy(mlm_logits.view(-1, mlm_logits.shape[-1]).float(), labels.reshape(-1),
-                                           ignore_index=IGNORE_INDEX)
-        else:
-            if labels is None:
-                raise BertCoreError("sparse MLM logits need labels: pass labels or full_mlm_logits=True")
-            # Only ~15% of tokens carry a label; the decoder (H x vocab) is the largest matmul of a small BERT,
-            # so running the head on those rows alone gives the same loss for a fraction of the work.
-            positions = labels != IGNORE_INDEX
-            mlm_logits = head(sequence_output[positions])
-            mlm_loss = (F.cross_entropy(mlm_logits.float(), labels[positions]) if mlm_logits.shape[0]
-                        else mlm_logits.sum() * 0.0)  # nothing masked: zero loss, not NaN
+        mlm_logits, mlm_loss, positions = _lm_head(self.cls.predictions, sequence_output, labels, full_mlm_logits)
+        nsp_loss = None
         nsp_logits = self.cls.seq_relationship(pooled)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
@@ -377,6 +382,60 @@ class BertForPreTraining(nn.Module):
             attentions=attentions,
             hidden_states=hidden_states,
         )
+
+
+class BertOnlyMLMHead(nn.Module):
+    """The language-model head alone (no NSP), under Hugging Face's name `cls.predictions`."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's causal-LM labels (label i is token i) as the target of each position's prediction: position i
+    predicts label i + 1, and the last position predicts nothing (IGNORE_INDEX), as transformers' ForCausalLMLoss."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+
+
+class BertLMHeadModel(nn.Module):
+    """GPT in BERT's house: the same encoder with causal attention (each token sees itself and the tokens before
+    it), no pooler, and the LM head predicting the next token; Hugging Face's `BertLMHeadModel` with
+    `is_decoder=True`, key for key. It returns a PreTrainingOutput whose `mlm_*` fields hold the next-token loss and
+    logits (the same head, `cls.predictions`), so the Trainer and the evaluation run it as they run MLM."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        if config.attention != "causal":
+            raise BertCoreError("a next-token model needs causal attention (config attention='causal'): with "
+                                "bidirectional attention every position would see the token it must predict")
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.apply(lambda m: _init_weights(m, config.initializer_range))
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight  # tied, as in BERT
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, next_sentence_label=None,
+                output_attentions=False, output_hidden_states=False, full_mlm_logits=None) -> PreTrainingOutput:
+        """Run the model. `labels` follow Hugging Face (usually input_ids with padding set to IGNORE_INDEX); the
+        loss is over next_token_targets(labels). Logits are [B, S, V], or with `full_mlm_logits=False` only the rows
+        of positions that have a target, as BertForPreTraining's sparse MLM logits."""
+        if next_sentence_label is not None:
+            raise BertCoreError("a next-token model has no next-sentence prediction; leave next_sentence_label out")
+        if full_mlm_logits is None:
+            full_mlm_logits = labels is None
+        sequence_output, _, hidden_states, attentions = self.bert(
+            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
+        )
+        targets = next_token_targets(labels) if labels is not None else None
+        logits, loss, positions = _lm_head(self.cls.predictions, sequence_output, targets, full_mlm_logits)
+        return PreTrainingOutput(loss=loss, mlm_loss=loss, mlm_logits=logits, mlm_positions=positions,
+                                 attentions=attentions, hidden_states=hidden_states)
+
+
+def is_causal(model: nn.Module) -> bool:
+    """Whether `model` predicts the next token (causal attention) rather than filling in masked ones."""
+    return getattr(getattr(model, "config", None), "attention", "bidirectional") == "causal"
 
 
 class BertForSequenceClassification(nn.Module):
