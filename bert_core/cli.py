@@ -100,7 +100,8 @@ def _train_defaults() -> dict:
             "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "mask_rate": d.mask_rate,
             "nsp": d.nsp, "dropout": recipe["dropout"], "seed": d.seed, "eval_every": 0,
             "eval_batches": d.eval_batches, "history_limit": d.history_limit, "heldout_fraction": HELDOUT_FRACTION,
-            "checkpoint_every": 600.0, "device": "auto"}
+            "checkpoint_every": 600.0, "device": "auto", "whole_word_masking": d.whole_word_masking,
+            "mask_only": d.mask_only}
 
 
 def _add_train(sub) -> None:
@@ -149,6 +150,16 @@ def _add_train(sub) -> None:
     p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
                    help="next-sentence prediction beside MLM (--no-nsp: MLM only; default "
                         f"{'on' if d['nsp'] else 'off'})")
+    p.add_argument("--whole-word-masking", action=argparse.BooleanOptionalAction, default=None,
+                   help="mask all the WordPieces of a chosen word together (Google's 2019 variant; default off)")
+    p.add_argument("--mask-only", action=argparse.BooleanOptionalAction, default=None,
+                   help="every chosen token becomes [MASK], no 10%% random / 10%% kept (a deviation from the paper's "
+                        "80/10/10, to compare against it; default off)")
+    p.add_argument("--layers", type=int_arg(1, 512), help="number of layers (default: the preset's)")
+    p.add_argument("--hidden-size", type=int_arg(8, 2**15), help="hidden size (default: the preset's)")
+    p.add_argument("--heads", type=int_arg(1, 2**12), help="attention heads (default: the preset's)")
+    p.add_argument("--intermediate-size", type=int_arg(8, 2**17),
+                   help="feed-forward size (default: 4 x the hidden size)")
     p.add_argument("--dropout", type=RATE,
                    help=f"hidden and attention dropout (default {d['dropout']}; the BERT paper uses 0.1, which "
                         "only slows a model that is far from overfitting)")
@@ -218,6 +229,11 @@ def _same_folder(a, b) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
+# The model-size options of `train` and the BertConfig field each sets (the preset's value when not given).
+MODEL_SIZE_OPTIONS = {"layers": "num_hidden_layers", "hidden_size": "hidden_size", "heads": "num_attention_heads",
+                      "intermediate_size": "intermediate_size"}
+
+
 def _resume_plan(args):
     """Load and check the run to resume: (checkpoint, its state, the TrainConfig to go on with, the changes the
     command line asked for). Options that shape the data or the model may be repeated but not changed."""
@@ -237,6 +253,7 @@ def _resume_plan(args):
     saved = {"corpus": meta["corpora"], "seq_len": config.max_seq_length, "batch_size": config.batch_size,
              "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed,
              "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
+             "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
              "preset": meta.get("preset"), "dropout": ckpt.model.config.hidden_dropout_prob,
              "initializer_range": ckpt.model.config.initializer_range}
     for name, value in saved.items():
@@ -245,7 +262,7 @@ def _resume_plan(args):
             raise BertCoreError(f"--{name.replace('_', '-')} cannot change on --resume (the run has {value!r}; the "
                                 "data and the model depend on it): leave it out, or start a new run from these "
                                 f"weights with --init-from {args.resume} --out NEW_FOLDER")
-    for name in ("vocab_size", "tokenizer", "init_from"):
+    for name in ("vocab_size", "tokenizer", "init_from", *MODEL_SIZE_OPTIONS):
         if getattr(args, name) is not None:
             raise BertCoreError(f"--{name.replace('_', '-')} only shapes a new run; --resume takes the tokenizer and "
                                 f"weights from {args.resume}: leave it out")
@@ -318,11 +335,17 @@ def cmd_train(args) -> int:
             max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
             eval_every=args.eval_every, eval_batches=args.eval_batches,
             checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
+            whole_word_masking=args.whole_word_masking, mask_only=args.mask_only,
         )
         size = {"max_position_embeddings": max(512, args.seq_len), "hidden_dropout_prob": args.dropout,
                 "attention_probs_dropout_prob": args.dropout}
         if args.initializer_range is not None:
             size["initializer_range"] = args.initializer_range
+        size.update({field: getattr(args, name) for name, field in MODEL_SIZE_OPTIONS.items()
+                     if getattr(args, name) is not None})
+        if args.init_from is not None and any(getattr(args, name) is not None for name in MODEL_SIZE_OPTIONS):
+            raise BertCoreError("--init-from takes the model's size from its checkpoint: leave out --layers, "
+                                "--hidden-size, --heads and --intermediate-size")
         # The vocabulary asked for is an upper bound of the one trained, so this check cannot pass a model too big.
         _check_training_size(BertConfig.preset(args.preset, vocab_size=args.vocab_size, **size), config)
         tokenizer = start = None
@@ -357,7 +380,8 @@ def cmd_train(args) -> int:
                 print(f"loading {', '.join(meta['corpora'])} ...", file=sys.stderr)
             train_data, eval_data, heldout, _, _ = build_datasets(
                 meta["corpora"], resume_tokenizer, config.max_seq_length, config.batch_size,
-                config.mask_rate, config.nsp, config.seed, meta["heldout"]["fraction"], dist_info.world_size)
+                config.mask_rate, config.nsp, config.seed, meta["heldout"]["fraction"], dist_info.world_size,
+                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
             trainer = Trainer.resume(args.resume, train_data, eval_data=eval_data, callbacks=callbacks,
                                      checkpoint_dir=out, config_overrides=changes or None)
             trainer.metadata.setdefault("commands", []).append(_command_line(args))
@@ -370,7 +394,8 @@ def cmd_train(args) -> int:
                 print(f"loading {', '.join(specs)} ...", file=sys.stderr)
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
                 specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, args.nsp, args.seed,
-                args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size)
+                args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size,
+                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
             model_config = BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, **size)
             if start is not None:
                 drop = {k: v for k, v in size.items() if k.endswith("dropout_prob")}
@@ -468,7 +493,8 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
     for name, corpus in heldout_by_corpus.items():
         try:
             data = PretrainingData(corpus, trainer.tokenizer, max_seq_length=cfg.max_seq_length,
-                                   batch_size=cfg.batch_size, mask_rate=cfg.mask_rate, seed=cfg.seed, nsp=cfg.nsp)
+                                   batch_size=cfg.batch_size, mask_rate=cfg.mask_rate, seed=cfg.seed, nsp=cfg.nsp,
+                                   whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only)
             batches = data.eval_batches(cfg.eval_batches, seed=cfg.seed)
             result = evaluate(_unwrap(trainer.model), batches, device=trainer.device)
             per_corpus[name] = {**result.to_dict(), "baselines": unigram_baseline_for(trainer.data, batches)}

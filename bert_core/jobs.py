@@ -108,7 +108,8 @@ def _datasets(spec: TrainSpec, tokenizer):
 
     config = TrainConfig(**spec.train)
     return build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size, config.mask_rate,
-                          config.nsp, config.seed, spec.heldout_fraction, train_tokenizer=spec.vocab_size)
+                          config.nsp, config.seed, spec.heldout_fraction, train_tokenizer=spec.vocab_size,
+                          whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
 
 
 def build_trainer(spec: TrainSpec, callbacks=()):
@@ -145,11 +146,19 @@ def build_trainer(spec: TrainSpec, callbacks=()):
         drawn = ENGLISH_PROBES
     sentences = tuple(spec.probe_sentences) or drawn.sentences
     attention = spec.attention_probe or drawn.attention_sentence
+    from bert_core.comparison import train_command
+
+    try:  # the command that repeats this run (bert_core.comparison), as `train` records its own
+        commands = [train_command(spec)]
+    except BertCoreError as exc:
+        commands = [f"streamlit app (no equivalent command: {exc})"]
+    if start is not None:
+        commands = (start[2].get("metadata", {}).get("commands") or []) + commands
     metadata = {
         "corpora": [spec.corpus_label],
         "preset": spec.preset,
         "heldout": record,
-        "commands": ["streamlit app"],
+        "commands": commands,
         "unigram_counts": train_data.token_counts.tolist(),
         "probes": {"sentences": list(sentences), "attention_sentence": attention, "pair": list(drawn.pair),
                    "source": drawn.source if not spec.probe_sentences else "the Train page's probe sentences"},

@@ -221,11 +221,13 @@ def _how_many(n_candidates: torch.Tensor, mask_rate: float, generator: torch.Gen
 
 def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: torch.Generator, vocab_size: int,
                 mask_id: int, candidate_ids: torch.Tensor | None = None, mask_rate: float = 0.15,
-                whole_word_starts: torch.Tensor | None = None) -> MaskingResult:
+                whole_word_starts: torch.Tensor | None = None, mask_only: bool = False) -> MaskingResult:
     """BERT's MLM masking over a [B, S] batch: pick `mask_rate` of the non-special tokens, then 80% [MASK],
     10% a random non-special token, 10% unchanged. `special_mask` is True at [CLS]/[SEP]/[PAD].
 
     `whole_word_starts` (bool [B, S], True where a token starts a word) picks whole words instead of pieces.
+    `mask_only` (a deviation from the paper, for comparing runs: TrainConfig.mask_only) turns every chosen token
+    into [MASK], never a random or kept one; the same tokens are chosen as with 80/10/10.
     """
     if not 0.0 < mask_rate < 1.0:
         raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses 0.15), got {mask_rate!r}")
@@ -273,6 +275,8 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: 
         pick = flat[torch.randint(len(flat), (1,), generator=generator)]
         chosen.view(-1)[pick] = True
     u = torch.rand((B, S), generator=generator)
+    if mask_only:
+        u.zero_()  # every chosen token falls in the [MASK] share; the draws stay the same as with 80/10/10
     decisions = torch.full((B, S), NOT_CHOSEN, dtype=torch.long)
     decisions[chosen & (u < 0.8)] = MASKED
     decisions[chosen & (u >= 0.8) & (u < 0.9)] = RANDOM
@@ -356,7 +360,7 @@ class PretrainingData:
 
     def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = 0.15,
                  seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, mask_only: bool = False):
         if batch_size < 1:
             raise BertCoreError(f"batch_size must be at least 1, got {batch_size!r}")
         if not 0.0 < mask_rate < 1.0:
@@ -375,6 +379,7 @@ class PretrainingData:
         self.short_seq_prob = float(short_seq_prob)
         self.nsp = bool(nsp)
         self.whole_word_masking = bool(whole_word_masking)
+        self.mask_only = bool(mask_only)
         self.rank, self.world_size = int(rank), int(world_size)
         # Tokenise every sentence once, in one parallel call, then cut back into documents.
         flat = tokenizer.encode_batch(list(corpus.texts()))
@@ -447,7 +452,8 @@ class PretrainingData:
         if self._continuation is not None:
             starts = ~self._continuation[ids]
         m = mask_tokens(ids, special, generator, self.tokenizer.vocab_size, self.tokenizer.mask_id,
-                        candidate_ids=self.candidate_ids, mask_rate=self.mask_rate, whole_word_starts=starts)
+                        candidate_ids=self.candidate_ids, mask_rate=self.mask_rate, whole_word_starts=starts,
+                        mask_only=self.mask_only)
         return Batch(input_ids=m.input_ids, attention_mask=cols["attention_mask"], token_type_ids=cols["token_type_ids"],
                      mlm_labels=m.mlm_labels, next_sentence_label=cols["next_sentence_label"], decisions=m.decisions,
                      original_ids=m.original_ids, instances=list(instances))
@@ -574,11 +580,13 @@ def _rank0_tokenizer(train):
 
 
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
-                   seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None):
+                   seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None,
+                   whole_word_masking: bool = False, mask_only: bool = False):
     """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
 
     Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
     trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
+    The held-out batches are masked the way training is (whole words, [MASK] only), as evaluation always was.
     """
     from bert_core.corpora import split_heldout
 
@@ -599,7 +607,8 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
             tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
         else:
             tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
-    common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp)
+    common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp,
+                  whole_word_masking=whole_word_masking, mask_only=mask_only)
     # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
     # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
     train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)

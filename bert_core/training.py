@@ -69,6 +69,11 @@ class TrainConfig:
     # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
     # history was 13 MB of JSON in its checkpoint folder; thinned to 4,096 it is 1.7 MB.
     history_limit: int = 4096
+    # Masking switches for one-knob comparisons (bert_core.comparison). Whole-word masking is the paper's later
+    # variant (Google's 2019 release): a word's pieces are masked together. mask_only is a deviation from the
+    # paper: every chosen token becomes [MASK] (no 10% random, no 10% kept), to show what 80/10/10 buys.
+    whole_word_masking: bool = False
+    mask_only: bool = False
 
     def __post_init__(self):
         def need(ok: bool, message: str):
@@ -114,6 +119,8 @@ class TrainConfig:
         need(self.history_limit == 0 or self.history_limit >= 2,
              f"history_limit must be 0 (keep all) or at least 2, got {self.history_limit}")
         need(isinstance(self.nsp, bool) and isinstance(self.bf16, bool), "nsp and bf16 must be true or false")
+        need(isinstance(self.whole_word_masking, bool) and isinstance(self.mask_only, bool),
+             "whole_word_masking and mask_only must be true or false")
         need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
 
     def replace(self, **changes) -> "TrainConfig":
