@@ -106,13 +106,14 @@ def _train_defaults() -> dict:
 
 def _add_train(sub) -> None:
     from bert_core.config import PRESETS
+    from bert_core.pretraining_data import OBJECTIVES
     from bert_core.pretraining_data import HELDOUT_FRACTION
     from bert_core.training import SCHEDULES
 
     d = _train_defaults()
     p = sub.add_parser(
         "train",
-        help="pretrain a BERT (MLM + NSP) on one or more corpora",
+        help="pretrain a BERT (MLM + NSP), or a GPT-style causal model (--objective clm), on corpora",
         description="Pretrain a BERT with masked-language modelling and next-sentence prediction. "
         f"{int(HELDOUT_FRACTION * 100)}%% of each corpus's documents (seeded) are held out for evaluation. "
         "Runs unchanged under torchrun --nproc_per_node=N (DistributedDataParallel). On --resume, the learning-rate "
@@ -150,6 +151,10 @@ def _add_train(sub) -> None:
     p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
                    help="next-sentence prediction beside MLM (--no-nsp: MLM only; default "
                         f"{'on' if d['nsp'] else 'off'})")
+    p.add_argument("--objective", choices=OBJECTIVES,
+                   help="mlm: BERT's masked LM (+ NSP); clm: GPT's next token on every position, with causal "
+                        "attention, no NSP and nothing masked; the checkpoint loads in transformers as "
+                        "BertLMHeadModel (default mlm)")
     p.add_argument("--whole-word-masking", action=argparse.BooleanOptionalAction, default=None,
                    help="mask all the WordPieces of a chosen word together (Google's 2019 variant; default off)")
     p.add_argument("--mask-only", action=argparse.BooleanOptionalAction, default=None,
@@ -195,6 +200,10 @@ def _command_line(args) -> str:
     return prefix + " " + shlex.join(args.argv)
 
 
+def _acc_name(config) -> str:
+    return "next-token acc" if config.objective == "clm" else "mlm acc"
+
+
 def _progress_callback(trainer_ref, bar: ProgressBar):
     from bert_core.training import EvalEvent, StepEvent
 
@@ -203,11 +212,12 @@ def _progress_callback(trainer_ref, bar: ProgressBar):
         if isinstance(event, StepEvent):
             prog = trainer.progress
             acc = _pct(event.mlm_acc)
-            bar.update(prog.fraction, f"step {event.step} loss {event.loss:.3f} mlm acc {acc} "
+            bar.update(prog.fraction, f"step {event.step} loss {event.loss:.3f} {_acc_name(trainer.config)} {acc} "
                                       f"{event.tokens_per_s:,.0f} tok/s eta {_fmt_seconds(prog.eta_s)}")
         elif isinstance(event, EvalEvent):
-            bar.update(trainer.progress.fraction, f"eval step {event.step}: held-out acc {_pct(event.mlm_acc)} "
-                                                  f"ppl {event.perplexity:.1f} nsp {_pct(event.nsp_acc)}", force=True)
+            bar.update(trainer.progress.fraction, f"eval step {event.step}: held-out {_acc_name(trainer.config)} "
+                                                  f"{_pct(event.mlm_acc)} ppl {event.perplexity:.1f} "
+                                                  f"nsp {_pct(event.nsp_acc)}", force=True)
             if bar.tty:
                 bar.stream.write("\n")
 
@@ -251,7 +261,7 @@ def _resume_plan(args):
         raise BertCoreError(f"{args.resume} was not written by `train`, so its corpora are unknown; start a new run "
                             f"from its weights with --init-from {args.resume}")
     saved = {"corpus": meta["corpora"], "seq_len": config.max_seq_length, "batch_size": config.batch_size,
-             "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed,
+             "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed, "objective": config.objective,
              "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
              "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
              "preset": meta.get("preset"), "dropout": ckpt.model.config.hidden_dropout_prob,
@@ -304,7 +314,7 @@ def cmd_train(args) -> int:
 
     from bert_core.checkpoint import check_output_folder, load_checkpoint
     from bert_core.config import BertConfig
-    from bert_core.model import BertForPreTraining
+    from bert_core.model import is_causal, pretraining_model
     from bert_core.pretraining_data import build_datasets
     from bert_core.tokenization import DEFAULT_MODEL_MAX_LENGTH
     from bert_core.training import Trainer, TrainConfig, check_trainer_state, init_distributed, shutdown_distributed
@@ -323,6 +333,12 @@ def cmd_train(args) -> int:
     else:
         if args.steps is None and args.time_budget is None:
             raise BertCoreError("give --steps N or --time-budget SECONDS")
+        if args.objective == "clm":  # before the defaults: NSP is on by default for BERT only
+            if args.nsp:
+                raise BertCoreError("--nsp: the next-token objective (--objective clm) has no next-sentence "
+                                    "prediction; leave --nsp out")
+            args.nsp = False
+        args.objective = args.objective or "mlm"
         for name, value in _train_defaults().items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
@@ -333,6 +349,7 @@ def cmd_train(args) -> int:
             max_steps=args.steps, time_budget_s=args.time_budget, schedule=schedule,
             weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
             max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
+            objective=args.objective,
             eval_every=args.eval_every, eval_batches=args.eval_batches,
             checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
             whole_word_masking=args.whole_word_masking, mask_only=args.mask_only,
@@ -341,6 +358,8 @@ def cmd_train(args) -> int:
                 "attention_probs_dropout_prob": args.dropout}
         if args.initializer_range is not None:
             size["initializer_range"] = args.initializer_range
+        if args.objective == "clm":
+            size["attention"] = "causal"
         size.update({field: getattr(args, name) for name, field in MODEL_SIZE_OPTIONS.items()
                      if getattr(args, name) is not None})
         if args.init_from is not None and any(getattr(args, name) is not None for name in MODEL_SIZE_OPTIONS):
@@ -360,6 +379,10 @@ def cmd_train(args) -> int:
 
                 check_trainer_state(start.trainer_state, Path(args.init_from) / TRAINER_STATE)
             tokenizer = start.tokenizer
+            if is_causal(start.model) != (args.objective == "clm"):
+                kind = "causal (next-token)" if is_causal(start.model) else "bidirectional (masked-LM)"
+                raise BertCoreError(f"--init-from {args.init_from} is a {kind} model; it cannot start an "
+                                    f"--objective {args.objective} run")
             if start.model.config.max_position_embeddings < args.seq_len:
                 raise BertCoreError(f"{args.init_from} has {start.model.config.max_position_embeddings} positions, "
                                     f"fewer than --seq-len {args.seq_len}")
@@ -381,7 +404,8 @@ def cmd_train(args) -> int:
             train_data, eval_data, heldout, _, _ = build_datasets(
                 meta["corpora"], resume_tokenizer, config.max_seq_length, config.batch_size,
                 config.mask_rate, config.nsp, config.seed, meta["heldout"]["fraction"], dist_info.world_size,
-                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
+                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only,
+                objective=config.objective)
             trainer = Trainer.resume(args.resume, train_data, eval_data=eval_data, callbacks=callbacks,
                                      checkpoint_dir=out, config_overrides=changes or None)
             trainer.metadata.setdefault("commands", []).append(_command_line(args))
@@ -395,13 +419,14 @@ def cmd_train(args) -> int:
             train_data, eval_data, heldout, tokenizer, record = build_datasets(
                 specs, tokenizer, args.seq_len, args.batch_size, args.mask_rate, args.nsp, args.seed,
                 args.heldout_fraction, dist_info.world_size, train_tokenizer=args.vocab_size,
-                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
+                whole_word_masking=config.whole_word_masking, mask_only=config.mask_only,
+                objective=config.objective)
             model_config = BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, **size)
             if start is not None:
                 drop = {k: v for k, v in size.items() if k.endswith("dropout_prob")}
                 model_config = start.model.config.replace(**drop)
             torch.manual_seed(args.seed)  # the same initial weights on every rank and every rerun
-            model = BertForPreTraining(model_config)
+            model = pretraining_model(model_config)
             if start is not None:
                 model.load_state_dict(start.model.state_dict())
             metadata = {
@@ -494,16 +519,22 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
         try:
             data = PretrainingData(corpus, trainer.tokenizer, max_seq_length=cfg.max_seq_length,
                                    batch_size=cfg.batch_size, mask_rate=cfg.mask_rate, seed=cfg.seed, nsp=cfg.nsp,
-                                   whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only)
+                                   whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only,
+                                   objective=cfg.objective)
             batches = data.eval_batches(cfg.eval_batches, seed=cfg.seed)
             result = evaluate(_unwrap(trainer.model), batches, device=trainer.device)
             per_corpus[name] = {**result.to_dict(), "baselines": unigram_baseline_for(trainer.data, batches)}
         except BertCoreError as e:
             per_corpus[name] = {"error": str(e)}
+    if cfg.objective == "clm":  # the same head and sums, but every position predicts the token after it
+        heldout = {"objective": "clm", "next_token_accuracy": final.mlm_acc if final else None,
+                   "next_token_loss": final.mlm_loss if final else None}
+    else:
+        heldout = {"masked_token_accuracy": final.mlm_acc if final else None,
+                   "mlm_loss": final.mlm_loss if final else None}
     return {
         "heldout": {
-            "masked_token_accuracy": final.mlm_acc if final else None,
-            "mlm_loss": final.mlm_loss if final else None,
+            **heldout,
             "perplexity": final.perplexity if final else None,
             "nsp_accuracy": final.nsp_acc if final else None,
             "step": final.step if final else None,
@@ -531,16 +562,18 @@ def _write_metrics(folder: Path, metrics: dict) -> None:
 
 def _metrics_text(m: dict) -> str:
     h, b = m["heldout"], m["baselines"]
+    causal = h.get("objective") == "clm"
+    what, ppl = ("next-token", "next-token perplexity") if causal else ("masked-token", "MLM perplexity")
     uni = b.get("unigram", {})
     label = "start" if "start" in b else "untrained"
     first = b.get(label, {})
     rows = [
         f"held-out after {m['steps']} steps ({_fmt_seconds(m['training_time_s'])}):",
-        f"  masked-token accuracy {_pct(h['masked_token_accuracy'])}   (unigram baseline {_pct(uni.get('accuracy'))}, "
-        f"{label} {_pct(first.get('mlm_acc'))})",
-        f"  MLM perplexity        {h['perplexity']:.1f}   (unigram {uni.get('perplexity', float('nan')):.1f}, "
+        f"  {what + ' accuracy':<21} {_pct(h[what.replace('-', '_') + '_accuracy'])}   (unigram baseline "
+        f"{_pct(uni.get('accuracy'))}, {label} {_pct(first.get('mlm_acc'))})",
+        f"  {ppl:<21} {h['perplexity']:.1f}   (unigram {uni.get('perplexity', float('nan')):.1f}, "
         f"{label} {first.get('perplexity', float('nan')):.1f})" if h["perplexity"] is not None else "",
-        f"  NSP accuracy          {_pct(h['nsp_accuracy'])}   (chance 50%)",
+        f"  NSP accuracy          {_pct(h['nsp_accuracy'])}   (chance 50%)" if not causal else "",
     ]
     return "\n".join(r for r in rows if r)
 
@@ -575,6 +608,12 @@ def cmd_eval(args) -> int:
         print(json.dumps(r, indent=1))
         return 0
     u = r["unigram_baseline"]
+    if r.get("objective") == "clm":
+        print(f"{r['text_file']}: {r['predicted_tokens']} next-token predictions in {r['sequences']} sequences "
+              "(a causal model: each position predicts the token after it, seeing only the tokens before)")
+        print(f"next-token accuracy   {_pct(r['next_token_accuracy'])}   unigram baseline {_pct(u.get('accuracy'))}")
+        print(f"next-token perplexity {r['perplexity']:.1f}   unigram baseline {u.get('perplexity', float('nan')):.1f}")
+        return 0
     print(f"{r['text_file']}: {r['masked_tokens']} masked tokens in {r['sequences']} sequences (seed {r['seed']})")
     print(f"masked-token accuracy {_pct(r['masked_token_accuracy'])}   unigram baseline {_pct(u.get('accuracy'))}")
     print(f"MLM perplexity        {r['perplexity']:.1f}   unigram baseline {u.get('perplexity', float('nan')):.1f}")

@@ -1,4 +1,5 @@
-"""Held-out evaluation of a pretraining model: masked-token accuracy, MLM loss and perplexity, NSP accuracy.
+"""Held-out evaluation of a pretraining model: masked-token accuracy, MLM loss and perplexity, NSP accuracy; for a
+causal (GPT-style) model the same figures over next-token predictions at every position (`objective` "clm").
 
 Figures only mean something beside baselines, so this module also gives the unigram baseline (always predict
 the training corpus's most frequent token; its perplexity is that of the unigram distribution) for the same
@@ -15,12 +16,13 @@ import torch.nn.functional as F
 
 from bert_core.errors import BertCoreError
 from bert_core.mlm_stats import MlmStats, batch_stats
-from bert_core.model import IGNORE_INDEX
+from bert_core.model import IGNORE_INDEX, is_causal
 
 
 @dataclass
 class EvalResult:
-    """Held-out figures over every masked token (and every sequence) of the evaluation batches."""
+    """Held-out figures over every masked token (and every sequence) of the evaluation batches. With objective
+    "clm" the token figures are next-token ones: mlm_acc is next-token accuracy, num_masked the predicted tokens."""
 
     mlm_loss: float
     mlm_acc: float
@@ -29,6 +31,7 @@ class EvalResult:
     num_masked: int
     num_sequences: int
     acc_by_decision: dict  # "masked" / "random" / "kept" -> accuracy (None when no such token)
+    objective: str = "mlm"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -36,7 +39,8 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
-    """Evaluate `model` (BertForPreTraining) on fixed batches; restores the model's train/eval mode afterwards."""
+    """Evaluate `model` (BertForPreTraining, or BertLMHeadModel on next-token batches) on fixed batches; restores
+    the model's train/eval mode afterwards."""
     if not batches:
         raise BertCoreError("no evaluation batches: the held-out text is too short to build one")
     was_training = model.training
@@ -55,7 +59,7 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
                 out = model(**batch.model_inputs(), full_mlm_logits=False)
             logits = out.mlm_logits.float()
             loss_sum = F.cross_entropy(logits, batch.mlm_labels[batch.mlm_labels != IGNORE_INDEX], reduction="sum")
-            has_nsp = has_nsp and batch.next_sentence_label is not None
+            has_nsp = has_nsp and batch.next_sentence_label is not None and out.nsp_logits is not None
             totals += batch_stats(logits, batch.mlm_labels, batch.decisions, loss_sum, out.nsp_logits,
                                   batch.next_sentence_label, None, batch.attention_mask)
     finally:
@@ -71,6 +75,7 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
         num_masked=int(stats.masked),
         num_sequences=int(stats.sequences),
         acc_by_decision=stats.acc_by_decision(),
+        objective="clm" if is_causal(model) else "mlm",
     )
 
 

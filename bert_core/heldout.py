@@ -95,12 +95,14 @@ def _field(state, section: str, key: str):
 
 def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
                        device="auto") -> dict:
-    """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict."""
+    """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
+    figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""
     import torch
 
     from bert_core.checkpoint import load_checkpoint
     from bert_core.corpora import corpus_from_file
     from bert_core.evaluation import evaluate
+    from bert_core.model import is_causal
     from bert_core.pretraining_data import PretrainingData, unigram_baseline
     from bert_core.training import resolve_device
 
@@ -118,8 +120,9 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     seq_len = max(16, min(seq_len, ckpt.model.config.max_position_embeddings, ckpt.tokenizer.model_max_length))
     # The same reader as `train`'s corpora: size-checked, UTF-8-checked, and very long lines cut into pieces.
     corpus = corpus_from_file(text_file)
+    causal = is_causal(ckpt.model)  # a next-token model is scored on plain text: every position, nothing masked
     data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
-                           mask_rate=mask_rate, seed=seed)
+                           mask_rate=mask_rate, seed=seed, nsp=not causal, objective="clm" if causal else "mlm")
     eval_batches = data.eval_batches(batches, seed=seed)
     result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
     counts_list = _field(state, "metadata", "unigram_counts")
@@ -130,10 +133,21 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     else:
         counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
     baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
+    common = {"checkpoint": str(checkpoint), "text_file": str(text_file), "seed": seed}
+    if causal:
+        return {
+            **common,
+            "objective": "clm",
+            "next_token_accuracy": result.mlm_acc,
+            "next_token_loss": result.mlm_loss,
+            "perplexity": result.perplexity,
+            "predicted_tokens": result.num_masked,
+            "sequences": result.num_sequences,
+            "unigram_baseline": {**baseline, "counts_from": source},
+        }
     return {
-        "checkpoint": str(checkpoint),
-        "text_file": str(text_file),
-        "seed": seed,
+        **common,
+        "objective": "mlm",
         "masked_token_accuracy": result.mlm_acc,
         "mlm_loss": result.mlm_loss,
         "perplexity": result.perplexity,
@@ -204,9 +218,13 @@ def run(args) -> int:
     heldout_split_record(args.checkpoint)  # a folder without a split is refused before any evaluation
     if args.update_metrics:
         r = update_metrics(args.checkpoint)
-        print(f"metrics.json eval: masked-token accuracy {100 * r['masked_token_accuracy']:.2f}% on "
-              f"{r['masked_tokens']} masked tokens, perplexity {r['perplexity']:.1f}, "
-              f"NSP {100 * r['nsp_accuracy']:.2f}%")
+        if r["objective"] == "clm":
+            print(f"metrics.json eval: next-token accuracy {100 * r['next_token_accuracy']:.2f}% on "
+                  f"{r['predicted_tokens']} predicted tokens, next-token perplexity {r['perplexity']:.1f}")
+        else:
+            print(f"metrics.json eval: masked-token accuracy {100 * r['masked_token_accuracy']:.2f}% on "
+                  f"{r['masked_tokens']} masked tokens, perplexity {r['perplexity']:.1f}, "
+                  f"NSP {100 * r['nsp_accuracy']:.2f}%")
     if args.out is None:
         return 0
     info = write_heldout_text(args.checkpoint, args.out)

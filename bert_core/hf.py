@@ -21,7 +21,7 @@ from torch import nn
 
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.model import BertForPreTraining, BertForSequenceClassification, BertLMHeadModel
+from bert_core.model import BertForSequenceClassification, BertLMHeadModel, pretraining_model
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
@@ -166,8 +166,6 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
     """
     folder = require_checkpoint_folder(folder)
     config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
-    if model_class is None:
-        model_class = BertLMHeadModel if config.attention == "causal" else BertForPreTraining
     if model_class is BertForSequenceClassification:
         names = _label_names(folder)
         if num_labels is None:
@@ -175,7 +173,7 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
         model = BertForSequenceClassification(config, num_labels)
         model.label_names = names if names and len(names) == num_labels else None
     else:
-        model = model_class(config)
+        model = pretraining_model(config) if model_class is None else model_class(config)
     state = read_state_dict(folder)
     if not any(k.startswith("bert.") for k in state):
         state = {"bert." + k: v for k, v in state.items()}  # a bare BertModel checkpoint

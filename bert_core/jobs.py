@@ -109,7 +109,8 @@ def _datasets(spec: TrainSpec, tokenizer):
     config = TrainConfig(**spec.train)
     return build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size, config.mask_rate,
                           config.nsp, config.seed, spec.heldout_fraction, train_tokenizer=spec.vocab_size,
-                          whole_word_masking=config.whole_word_masking, mask_only=config.mask_only)
+                          whole_word_masking=config.whole_word_masking, mask_only=config.mask_only,
+                          objective=config.objective)
 
 
 def build_trainer(spec: TrainSpec, callbacks=()):
@@ -117,7 +118,7 @@ def build_trainer(spec: TrainSpec, callbacks=()):
     import torch
 
     from bert_core.config import BertConfig
-    from bert_core.model import BertForPreTraining
+    from bert_core.model import pretraining_model
     from bert_core.probes import ENGLISH_PROBES, ProbeStore, probes_from_documents
     from bert_core.training import TrainConfig, Trainer
 
@@ -136,7 +137,9 @@ def build_trainer(spec: TrainSpec, callbacks=()):
     if start is None:
         overrides = {"vocab_size": tokenizer.vocab_size,
                      "max_position_embeddings": max(512, config.max_seq_length), **spec.model_overrides}
-        model = BertForPreTraining(BertConfig.preset(spec.preset, **overrides))
+        if config.objective == "clm":  # GPT in BERT's house: the same encoder, attending only leftwards
+            overrides["attention"] = "causal"
+        model = pretraining_model(BertConfig.preset(spec.preset, **overrides))
     else:
         model = start[0].train()
     try:

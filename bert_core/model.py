@@ -433,6 +433,12 @@ class BertLMHeadModel(nn.Module):
                                  attentions=attentions, hidden_states=hidden_states)
 
 
+def pretraining_model(config: BertConfig) -> nn.Module:
+    """A fresh pretraining model of the kind `config` describes: BertLMHeadModel (next token) for causal attention,
+    else BertForPreTraining (masked LM + NSP)."""
+    return BertLMHeadModel(config) if config.attention == "causal" else BertForPreTraining(config)
+
+
 def is_causal(model: nn.Module) -> bool:
     """Whether `model` predicts the next token (causal attention) rather than filling in masked ones."""
     return getattr(getattr(model, "config", None), "attention", "bidirectional") == "causal"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model import IGNORE_INDEX  # noqa: F401  (labels of tokens not predicted; re-exported)
+from bert_core.model import IGNORE_INDEX, next_token_targets  # IGNORE_INDEX: labels not predicted (re-exported)
 
 # The masking decision recorded for every token (Batch.decisions); names for people and keys for figures.
 NOT_CHOSEN, MASKED, RANDOM, KEPT = 0, 1, 2, 3
@@ -26,6 +26,9 @@ NOTE_FOLLOWS = "B is the text that follows A"
 NOTE_FAR = "B from far away in the same (only) document"
 NOTE_NEAR = "B from elsewhere in the same (only) document; the text is too short to take it from far away"
 NOTE_SINGLE = "one segment of contiguous text (NSP off)"
+# Pretraining objectives: BERT's masked LM (with or without NSP), or GPT's next token ("causal LM") on plain
+# contiguous text, nothing masked.
+OBJECTIVES = ("mlm", "clm")
 
 
 @dataclass
@@ -291,9 +294,18 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: 
 
 
 # -- batches ---------------------------------------------------------------------------------------
+def causal_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A causal LM's labels in Hugging Face's convention: the input ids themselves, IGNORE_INDEX on padding (the
+    model shifts them: position i is scored on token i + 1)."""
+    return input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+
+
 @dataclass
 class Batch:
-    """Padded tensors for one step (dynamic padding to the longest sequence), with the masking decisions."""
+    """Padded tensors for one step (dynamic padding to the longest sequence), with the masking decisions.
+
+    `mlm_labels[b, i]` is the token the model must predict at position i (IGNORE_INDEX where none): the original
+    token for a masked LM, the next token for a causal one (`causal`), whose `decisions` are all NOT_CHOSEN."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -303,6 +315,7 @@ class Batch:
     decisions: torch.Tensor
     original_ids: torch.Tensor
     instances: list[NspInstance] = field(default_factory=list, repr=False)
+    causal: bool = False
 
     def to(self, device) -> "Batch":
         """The same batch with every tensor on `device`."""
@@ -311,9 +324,11 @@ class Batch:
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """The keyword arguments of BertForPreTraining for this batch's masked-LM loss (no NSP label: the
-        callers weigh the NSP loss themselves)."""
+        callers weigh the NSP loss themselves), or of BertLMHeadModel for its next-token loss (labels unshifted,
+        as Hugging Face takes them)."""
+        labels = causal_labels(self.input_ids, self.attention_mask) if self.causal else self.mlm_labels
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids, "labels": self.mlm_labels}
+                "token_type_ids": self.token_type_ids, "labels": labels}
 
     @property
     def num_tokens(self) -> int:
@@ -354,13 +369,18 @@ class PretrainingData:
     Each epoch builds fresh NSP pairs (rng seeded by seed and epoch) and shuffles them; batch j of an epoch is
     masked with a generator seeded by (seed, epoch, j), so a restored iterator continues exactly.
     With world_size > 1, rank r takes batches r, r + world_size, ... and every rank gets the same count.
+    With objective "clm" the batches are segments of contiguous text labelled with the next token, nothing masked.
     """
 
     STATE_VERSION = 1
 
     def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = 0.15,
                  seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
-                 rank: int = 0, world_size: int = 1, mask_only: bool = False):
+                 rank: int = 0, world_size: int = 1, mask_only: bool = False, objective: str = "mlm"):
+        if objective not in OBJECTIVES:
+            raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        if objective == "clm" and nsp:
+            raise BertCoreError("the next-token objective (clm) has no next-sentence prediction: turn NSP off")
         if batch_size < 1:
             raise BertCoreError(f"batch_size must be at least 1, got {batch_size!r}")
         if not 0.0 < mask_rate < 1.0:
@@ -379,6 +399,7 @@ class PretrainingData:
         self.short_seq_prob = float(short_seq_prob)
         self.nsp = bool(nsp)
         self.whole_word_masking = bool(whole_word_masking)
+        self.objective = objective
         self.mask_only = bool(mask_only)
         self.rank, self.world_size = int(rank), int(world_size)
         # Tokenise every sentence once, in one parallel call, then cut back into documents.
@@ -447,6 +468,11 @@ class PretrainingData:
     def _make_batch(self, instances: Sequence[NspInstance], generator: torch.Generator) -> Batch:
         cols = collate(instances, self.tokenizer.pad_id)
         ids = cols["input_ids"]
+        if self.objective == "clm":
+            return Batch(input_ids=ids, attention_mask=cols["attention_mask"], token_type_ids=cols["token_type_ids"],
+                         mlm_labels=next_token_targets(causal_labels(ids, cols["attention_mask"])),
+                         next_sentence_label=cols["next_sentence_label"], decisions=torch.zeros_like(ids),
+                         original_ids=ids.clone(), instances=list(instances), causal=True)
         special = self._special[ids] | (cols["attention_mask"] == 0)
         starts = None
         if self._continuation is not None:
@@ -581,7 +607,7 @@ def _rank0_tokenizer(train):
 
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
                    seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None,
-                   whole_word_masking: bool = False, mask_only: bool = False):
+                   whole_word_masking: bool = False, mask_only: bool = False, objective: str = "mlm"):
     """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
 
     Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
@@ -608,7 +634,7 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
         else:
             tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
     common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp,
-                  whole_word_masking=whole_word_masking, mask_only=mask_only)
+                  whole_word_masking=whole_word_masking, mask_only=mask_only, objective=objective)
     # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
     # processes with batch b is the same computation as one process with batch N*b (and resumes on any N).
     train_data = PretrainingData(train, tokenizer, batch_size=batch_size * world_size, **common)

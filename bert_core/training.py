@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from bert_core.arguments import MAX_SEED
 from bert_core.errors import BertCoreError
 from bert_core.mlm_stats import MlmStats, batch_stats
-from bert_core.model import IGNORE_INDEX
+from bert_core.model import IGNORE_INDEX, is_causal
+from bert_core.pretraining_data import OBJECTIVES
 from bert_core.run_loop import RunLoop
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ class TrainConfig:
     max_seq_length: int = 128
     mask_rate: float = 0.15
     nsp: bool = True
+    # "mlm": BERT's masked LM (+ NSP when nsp); "clm": GPT's next token on every position, a causal model (no NSP,
+    # nothing masked, mask_rate unused).
+    objective: str = "mlm"
     seed: int = 0
     eval_every: int = 0  # steps between held-out evaluations; 0 = only before the first and after the last step
     eval_batches: int = 20
@@ -122,6 +126,9 @@ class TrainConfig:
         need(isinstance(self.whole_word_masking, bool) and isinstance(self.mask_only, bool),
              "whole_word_masking and mask_only must be true or false")
         need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
+        need(self.objective in OBJECTIVES, f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        need(self.objective != "clm" or not self.nsp,
+             "the next-token objective (clm) has no next-sentence prediction: set nsp off")
 
     def replace(self, **changes) -> "TrainConfig":
         """Return a copy with some fields changed (validated again)."""
@@ -409,6 +416,10 @@ class Trainer(RunLoop):
         self.dist = current_dist()
         self.device = resolve_device(config.device, self.dist)
 
+        want, kind = ("causal" if config.objective == "clm" else "bidirectional"), \
+            ("causal" if is_causal(model) else "bidirectional")
+        if want != kind:
+            raise BertCoreError(f"the {config.objective} objective trains a {want} model, and this one is {kind}")
         self.model = model.to(self.device)
         self.model.train()
         self._ddp = None
@@ -554,14 +565,16 @@ class Trainer(RunLoop):
                 logits = out.mlm_logits.float()
                 # The model's mean back to a sum over this micro-batch's masked tokens (sparse logits: no grad).
                 mlm_sum = out.mlm_loss * int((batch.mlm_labels != IGNORE_INDEX).sum())
-                nsp_logits = out.nsp_logits.float()
+                nsp_logits = out.nsp_logits.float() if out.nsp_logits is not None else None  # None: a causal LM
                 if cfg.nsp:
                     nsp_sum = F.cross_entropy(nsp_logits, batch.next_sentence_label, reduction="sum")
                     loss = (mlm_sum / n_masked_global + nsp_sum / n_seq_global) * world
                 else:
                     nsp_sum = None
-                    # Touch the NSP head so DDP sees every parameter take part (its gradient is zero).
-                    loss = mlm_sum / n_masked_global * world + 0.0 * nsp_logits.sum()
+                    loss = mlm_sum / n_masked_global * world
+                    if nsp_logits is not None:
+                        # Touch the NSP head so DDP sees every parameter take part (its gradient is zero).
+                        loss = loss + 0.0 * nsp_logits.sum()
                 loss.backward()
             totals += batch_stats(logits, batch.mlm_labels, batch.decisions, mlm_sum, nsp_logits,
                                   batch.next_sentence_label if cfg.nsp else None, nsp_sum, batch.attention_mask)

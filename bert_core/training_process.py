@@ -445,10 +445,10 @@ class ProcessTrainingJob:
             return self._snapshot[1] if self._snapshot is not None else None
         from safetensors.torch import load as from_bytes
 
-        from bert_core.model import BertForPreTraining
+        from bert_core.model import pretraining_model
 
         step, blob = self._request("weights")
-        model = BertForPreTraining(self.trainer.model_config)
+        model = pretraining_model(self.trainer.model_config)
         model.load_state_dict(from_bytes(blob))
         model.eval()
         self._snapshot = (step, model)

@@ -10,6 +10,7 @@ from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
 from bert_core.hf import load_pretrained, save_pretrained
 from bert_core.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel, next_token_targets
+from tests.test_cli import toy_file  # noqa: F401  (the CLI tests' toy corpus file, a fixture)
 
 transformers = pytest.importorskip("transformers")
 
@@ -146,3 +147,120 @@ def test_a_causal_pretraining_model_has_a_transformers_twin_too(tmp_path):
     inputs, _ = padded_batch(ours.config)
     with torch.no_grad():
         assert_close(ours(**inputs).mlm_logits, ref(**inputs).prediction_logits)
+
+
+# ---------------------------------------------------------------------------------------------- data and training
+
+
+@pytest.fixture(scope="module")
+def toy_data():
+    from bert_core.corpora import generate_toy_corpus
+    from bert_core.pretraining_data import PretrainingData
+    from bert_core.tokenization import train_tokenizer
+
+    corpus = generate_toy_corpus(num_documents=30, seed=0)
+    tok = train_tokenizer(corpus.texts(), vocab_size=200)
+    return corpus, tok, PretrainingData(corpus, tok, max_seq_length=24, batch_size=4, nsp=False, objective="clm")
+
+
+def test_next_token_batches_are_plain_text_labelled_with_the_following_token(toy_data):
+    from bert_core.pretraining_data import NOT_CHOSEN, PretrainingData
+
+    corpus, tok, data = toy_data
+    batch = next(iter(PretrainingData(corpus, tok, max_seq_length=24, batch_size=4, nsp=False, objective="clm")))
+    assert batch.causal and torch.equal(batch.input_ids, batch.original_ids)  # nothing masked or replaced
+    assert tok.mask_id not in batch.input_ids.tolist()
+    assert (batch.decisions == NOT_CHOSEN).all()
+    for row in range(len(batch)):
+        n = int(batch.attention_mask[row].sum())
+        assert batch.mlm_labels[row, :n - 1].tolist() == batch.input_ids[row, 1:n].tolist()
+        assert (batch.mlm_labels[row, n - 1:] == IGNORE_INDEX).all()  # after the last token, and padding
+    # The model gets Hugging Face's unshifted labels, which it shifts back to exactly these targets.
+    assert torch.equal(next_token_targets(batch.model_inputs()["labels"]), batch.mlm_labels)
+    # Pure and seeded: the same settings give the same batches.
+    again = next(iter(PretrainingData(corpus, tok, max_seq_length=24, batch_size=4, nsp=False, objective="clm")))
+    assert torch.equal(again.input_ids, batch.input_ids)
+
+
+def test_next_token_data_refuses_nsp_and_unknown_objectives(toy_data):
+    from bert_core.pretraining_data import PretrainingData
+    from bert_core.training import TrainConfig
+
+    corpus, tok, _ = toy_data
+    with pytest.raises(BertCoreError, match="no next-sentence prediction"):
+        PretrainingData(corpus, tok, max_seq_length=24, objective="clm")
+    with pytest.raises(BertCoreError, match="objective must be one of"):
+        PretrainingData(corpus, tok, max_seq_length=24, objective="gpt")
+    with pytest.raises(BertCoreError, match="no next-sentence prediction"):
+        TrainConfig(objective="clm")
+
+
+def test_trainer_refuses_a_model_of_the_other_kind(toy_data):
+    from bert_core.training import TrainConfig, Trainer
+
+    _, tok, data = toy_data
+    config = TrainConfig(max_steps=1, batch_size=4, max_seq_length=24, nsp=False, objective="clm", device="cpu")
+    bert = BertForPreTraining(BertConfig.preset("nano", vocab_size=tok.vocab_size))
+    with pytest.raises(BertCoreError, match="trains a causal model, and this one is bidirectional"):
+        Trainer(bert, tok, data, config)
+
+
+def test_a_causal_model_learns_the_next_token(toy_data):
+    from bert_core.evaluation import evaluate
+    from bert_core.training import TrainConfig, Trainer
+
+    _, tok, data = toy_data
+    torch.manual_seed(0)
+    model = BertLMHeadModel(BertConfig.preset("nano", vocab_size=tok.vocab_size, attention="causal",
+                                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    config = TrainConfig(max_steps=60, batch_size=4, max_seq_length=24, nsp=False, objective="clm",
+                         learning_rate=3e-3, device="cpu", eval_batches=2)
+    trainer = Trainer(model, tok, data, config, eval_data=data)
+    trainer.run()
+    assert trainer.state == "finished", trainer.error
+    first, last = trainer.evals[0], trainer.evals[-1]
+    assert last.mlm_loss < first.mlm_loss - 1.0 and last.nsp_acc is None
+    assert trainer.history[-1].mlm_acc_masked is None  # no masking decisions in a next-token run
+    result = evaluate(model, data.eval_batches(2, seed=0))
+    assert result.objective == "clm" and result.nsp_acc is None
+    assert result.mlm_acc > trainer.baselines["unigram"]["accuracy"]
+
+
+def test_train_objective_clm_writes_a_bert_lm_head_model_and_eval_reports_next_token_figures(toy_file, tmp_path,
+                                                                                             capsys):
+    from bert_core.cli import main
+
+    out = tmp_path / "gpt"
+    argv = ["train", "--objective", "clm", "--corpus", str(toy_file), "--preset", "nano", "--vocab-size", "300",
+            "--seq-len", "32", "--batch-size", "4", "--steps", "3", "--eval-batches", "2", "--device", "cpu",
+            "--out", str(out), "--json"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["train_config"]["objective"] == "clm" and metrics["train_config"]["nsp"] is False
+    held = metrics["heldout"]
+    assert held["objective"] == "clm" and 0 <= held["next_token_accuracy"] <= 1 and held["nsp_accuracy"] is None
+    assert "masked_token_accuracy" not in held
+    assert metrics["eval"]["objective"] == "clm" and metrics["eval"]["predicted_tokens"] > 0
+    _, info = transformers.BertLMHeadModel.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert isinstance(load_pretrained(out), BertLMHeadModel)
+
+    assert main(["eval", "--checkpoint", str(out), "--text-file", str(toy_file), "--batches", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "next-token accuracy" in printed and "next-token perplexity" in printed
+    assert "masked-token" not in printed and "NSP" not in printed
+
+    assert main(["train", "--resume", str(out), "--steps", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 4
+    assert main(["train", "--resume", str(out), "--objective", "mlm", "--steps", "5"]) == 2
+    assert "--objective cannot change on --resume" in capsys.readouterr().err
+
+
+def test_train_objective_clm_refuses_nsp_in_one_line(toy_file, tmp_path, capsys):
+    from bert_core.cli import main
+
+    code = main(["train", "--objective", "clm", "--nsp", "--corpus", str(toy_file), "--steps", "2",
+                 "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and "no next-sentence prediction" in err
+    assert len(err.strip().splitlines()) == 1
