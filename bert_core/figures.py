@@ -463,3 +463,38 @@ def architecture_figure(config: Any = None) -> go.Figure:
                       title="BERT for pretraining", showlegend=False)
     return fig
 
+
+
+MAX_OVERLAID_RUNS = 4  # more lines than this on two small panels stop being readable
+
+
+def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], evals: Sequence[Sequence[Any]],
+                   names: Sequence[str] | None = None, smoothing: float = 0.0) -> go.Figure:
+    """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
+    dotted, and held-out masked-token accuracy. Each run has one colour and one legend entry, which names the
+    knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4')."""
+    from bert_core.comparison import run_labels
+
+    if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
+        raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
+    labels = run_labels(list(specs), names)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("MLM loss (line: training; dots: held-out)",
+                                                        "held-out masked-token accuracy"))
+    for i, (label, history, run_evals) in enumerate(zip(labels, histories, evals)):
+        color = DISTINCT_COLORS[i]
+        xs, ys = _series(history, "mlm_loss")
+        if xs:
+            keep = _thin(range(len(xs)))
+            smooth = ema(ys, smoothing) if smoothing > 0 else ys
+            fig.add_trace(go.Scatter(x=[xs[j] for j in keep], y=[smooth[j] for j in keep], mode="lines", name=label,
+                                     legendgroup=label, line=dict(color=color)), row=1, col=1)
+        ex, ey = _series(run_evals, "mlm_loss")
+        fig.add_trace(go.Scatter(x=ex, y=ey, mode="markers", name=label, legendgroup=label, showlegend=not xs,
+                                 marker=dict(color=color, size=5)), row=1, col=1)
+        ax, ay = _series(run_evals, "mlm_acc")
+        fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", name=label, legendgroup=label, showlegend=False,
+                                 line=dict(color=color), marker=dict(size=4)), row=1, col=2)
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="loss (nats)", row=1, col=1)
+    fig.update_yaxes(title="accuracy", range=[0, 1], row=1, col=2)
+    return _layout(fig, "Runs compared", height=380, legend="below")
