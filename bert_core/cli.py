@@ -690,6 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lazy(sub, "bench")
     _add_lazy(sub, "finetune")
     _add_lazy(sub, "heldout")
+    _add_lazy(sub, "generation")
     return parser
 
 

@@ -16,11 +16,18 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.model import is_causal
 from bert_core.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
 
 MASK_MARKER = re.compile(r"\[mask\]", re.IGNORECASE)
 # The masking page shows "random" (short) where pretraining_data.DECISION_NAMES says "random token".
 DECISION_NAMES = {NOT_CHOSEN: "not chosen", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
+# What each kind of model cannot do, and why, in one line each (the Predictions page and the errors say them).
+CAUSAL_CANNOT_FILL = ("A GPT-style (causal) model cannot fill a [MASK]: each token sees only the tokens before it, "
+                      "so the words after the blank never reach it. It continues text instead.")
+BIDIRECTIONAL_CANNOT_CONTINUE = ("A BERT cannot continue text: it learned to fill blanks from the words on both "
+                                 "sides, and after the end of a text there is no right side to read. It fills "
+                                 "[MASK]s instead.")
 
 
 @dataclass
@@ -168,6 +175,8 @@ def _forward(model, encoded: EncodedInput, output_attentions: bool = False):
 
 def predict_masks(model, tokenizer, encoded: EncodedInput, top_k: int = 5) -> list[MaskPrediction]:
     """Return the model's top-k candidates for every [MASK] in an already encoded input."""
+    if is_causal(model):
+        raise BertCoreError(CAUSAL_CANNOT_FILL)
     positions = [i for i, t in enumerate(encoded.input_ids) if t == tokenizer.mask_id]
     if not positions:
         if encoded.truncated:
@@ -194,6 +203,9 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, text_b: str | None = 
 
 def predict_nsp(model, tokenizer, a: str, b: str) -> float:
     """Return the model's probability that sentence `b` follows sentence `a` (NSP class 0)."""
+    if getattr(model, "cls", None) is None or not hasattr(model.cls, "seq_relationship"):
+        raise BertCoreError("this model has no next-sentence head (a GPT-style model is trained on the next token "
+                            "only), so it cannot say whether B follows A")
     if not isinstance(b, str) or not b.strip():
         raise BertCoreError("sentence B is empty: next-sentence prediction needs two sentences")
     encoded = encode_input(tokenizer, a, b, max_length=_max_positions(model))

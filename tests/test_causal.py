@@ -250,6 +250,16 @@ def test_train_objective_clm_writes_a_bert_lm_head_model_and_eval_reports_next_t
     assert "next-token accuracy" in printed and "next-token perplexity" in printed
     assert "masked-token" not in printed and "NSP" not in printed
 
+    # generate: seeded, the same text twice; a causal model refuses fill-mask with its reason, in one line.
+    sample = ["generate", "--checkpoint", str(out), "the dog", "--sample", "--seed", "5", "--max-new-tokens", "6"]
+    assert main(sample) == 0
+    first = capsys.readouterr().out
+    assert main(sample) == 0
+    assert capsys.readouterr().out == first and "stopped:" in first
+    assert main(["fill-mask", "--checkpoint", str(out), "the [MASK] sat ."]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "cannot fill a [MASK]" in err and len(err.strip().splitlines()) == 1
+
     assert main(["train", "--resume", str(out), "--steps", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["steps"] == 4
     assert main(["train", "--resume", str(out), "--objective", "mlm", "--steps", "5"]) == 2
