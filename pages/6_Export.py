@@ -5,7 +5,8 @@ import json
 import streamlit as st
 
 from bert_core import app_state, figures
-from bert_core.export import history_label, rows_to_csv, run_record
+from bert_core.errors import BertCoreError
+from bert_core.export import checkpoint_saver, history_label, rows_to_csv, run_bundle, run_figures, run_record
 
 st.set_page_config(page_title="Export · BERT explorer", layout="wide")
 active = app_state.sidebar()
@@ -33,6 +34,25 @@ else:
     c3.download_button("Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
     with st.expander("Configuration"):
         st.json(config)
+    # One zip with everything: built on request (it saves the checkpoint), kept for this model and step only.
+    which = (active.source, str(active.path), active.step)
+    if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:",
+                 help="The checkpoint folder (loads in Hugging Face transformers), the history as CSV, the "
+                      "configuration, the command that repeats the run, and the curves as Plotly JSON/HTML"):
+        try:
+            with st.spinner("Saving the checkpoint and the figures…"):
+                save = job.save if live else checkpoint_saver(active.model, active.tokenizer, active.trainer_state)
+                smoothing = float(st.session_state.get("exp_smoothing", figures.DEFAULT_SMOOTHING))
+                st.session_state["exp_bundle"] = (which, run_bundle(save, record, run_figures(record, smoothing)))
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+    bundle = st.session_state.get("exp_bundle")
+    if bundle is not None and bundle[0] == which:
+        st.download_button(f"Download run bundle ({len(bundle[1]) / 1e6:.1f} MB zip)", bundle[1],
+                           f"bert-run-step{active.step or 0}.zip", "application/zip", icon=":material/download:")
+    if record.commands:
+        st.caption("The commands that made this model, oldest first (the last repeats this run):")
+        st.code("\n".join(record.commands), language="bash")
 
 st.subheader("Figures")
 app_state.init_widget("image_format", "png")

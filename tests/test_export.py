@@ -39,3 +39,76 @@ def test_rows_become_csv_with_a_header_and_thinned_histories_say_so():
     assert rows_to_csv([]) == ""
     assert history_label(rows) == "2 steps"
     assert history_label([{"step": 2}, {"step": 4}, {"step": 5}]) == "3 of 5 steps"
+
+
+def _unzip(data: bytes, where):
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        zf.extractall(where)
+    return where
+
+
+def test_a_run_bundle_holds_a_folder_transformers_loads_the_history_the_command_and_the_figures(tmp_path):
+    import json
+
+    import torch
+    from transformers import BertForPreTraining
+
+    from bert_core.comparison import train_command
+    from bert_core.export import run_bundle, run_figures
+    from bert_core.jobs import TrainSpec, build_trainer
+
+    from bert_core.corpora import generate_toy_corpus
+
+    text = tmp_path / "stories.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in generate_toy_corpus(num_documents=60, seed=1).documents))
+    spec = TrainSpec(corpus=str(text), corpus_label="stories.txt", vocab_size=300, probes=False,
+                     train=dict(max_steps=3, batch_size=4, max_seq_length=32, eval_batches=1, device="cpu",
+                                mask_only=True))
+    trainer = build_trainer(spec)
+    trainer.run()
+    record = run_record(trainer.model.config, trainer=trainer)
+    folder = _unzip(run_bundle(trainer.save, record, run_figures(record, 0.5)), tmp_path / "bundle")
+    hf = BertForPreTraining.from_pretrained(folder / "checkpoint")
+    ids = torch.tensor([[2, 10, 11, 3]])
+    assert torch.allclose(hf(input_ids=ids).prediction_logits,
+                          trainer.model.eval()(input_ids=ids).mlm_logits, atol=1e-5)
+    assert (folder / "command.txt").read_text().strip() == train_command(spec)
+    assert "--mask-only" in train_command(spec)
+    history = list(csv.DictReader(io.StringIO((folder / "history.csv").read_text())))
+    assert [int(r["step"]) for r in history] == [1, 2, 3]
+    assert len(list(csv.DictReader(io.StringIO((folder / "evaluations.csv").read_text())))) == 2
+    config = json.loads((folder / "config.json").read_text())
+    assert config["training"]["mask_only"] is True and config["model"]["hidden_size"] == 64
+    for name in ("loss", "accuracy", "accuracy-by-decision", "learning-rate"):
+        assert json.loads((folder / "figures" / f"{name}.json").read_text())["data"], name
+        assert "plotly" in (folder / "figures" / f"{name}.html").read_text()[:5000].lower()
+    assert not list((folder / "figures").glob("*.png"))
+
+
+def test_the_export_page_offers_the_active_models_bundle(tmp_path):
+    import pytest
+
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core import model_sources
+    from bert_core.paths import REPO_ROOT
+    from tests.app_fixtures import train_nano_checkpoint
+
+    checkpoint = train_nano_checkpoint(tmp_path / "nano")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
+    try:
+        at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=120)
+        at.run()
+        at.switch_page("pages/6_Export.py").run()
+        assert not at.exception and not at.error
+        assert not any("run bundle" in b.label for b in at.get("download_button"))
+        next(b for b in at.button if b.label == "Prepare run bundle (zip)").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not at.error, [e.value for e in at.error]
+        assert any(b.label.startswith("Download run bundle (") for b in at.get("download_button"))
+    finally:
+        mp.undo()
