@@ -262,18 +262,39 @@ def _token_labels(tokens: Sequence[str]) -> list[str]:
     return [f"{i}:{t}" for i, t in enumerate(tokens)]
 
 
+# Where a causal model's mask hides the future: the cells above the diagonal are left empty over this colour, so
+# "never allowed to look" reads differently from "allowed, but looked little" (a pale blue).
+FUTURE_COLOUR = "#d9d9d9"
+FUTURE_NOTE = "grey: later tokens, hidden by the causal mask"
+
+
+def future_hidden(att: np.ndarray, causal: bool) -> np.ndarray:
+    """The attention map to draw: a causal model's cells above the diagonal (keys after the query) as NaN, which
+    Plotly leaves empty; a bidirectional model's map unchanged."""
+    if not causal:
+        return att
+    shown = np.array(att, dtype=np.float32, copy=True)
+    rows, cols = np.triu_indices(shown.shape[-1], k=1)
+    shown[..., rows, cols] = np.nan
+    return shown
+
+
 def head_view_figure(result: AttentionResult, layer: int, head: int, label: str = "") -> go.Figure:
-    """One head as a large heatmap: rows are the attending (query) tokens, columns the attended (key) tokens."""
+    """One head as a large heatmap: rows are the attending (query) tokens, columns the attended (key) tokens; for a
+    causal model the hidden future (above the diagonal) is grey."""
     att = result.attentions[layer, head]
     labels = _token_labels(result.tokens)
     fig = go.Figure(go.Heatmap(
-        z=att, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=float(max(att.max(), 1e-6)),
+        z=future_hidden(att, result.causal), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=float(max(att.max(), 1e-6)),
         hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
     ))
     size = max(420, min(900, 24 * len(labels) + 160))
     fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=10))
     fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=10))
     title = f"Layer {layer + 1}, head {head + 1}" + (f" — {label}" if label else "")
+    if result.causal:
+        title += f" ({FUTURE_NOTE})"
+        fig.update_layout(plot_bgcolor=FUTURE_COLOUR)
     return _layout(fig, title, height=size, width=None)
 
 
@@ -302,7 +323,8 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
             n = layer * n_heads + head + 1
             suffix = "" if n == 1 else str(n)
             traces.append(go.Heatmap(
-                z=result.attentions[layer, head], x=tok, y=tok, coloraxis="coloraxis", xaxis=f"x{suffix}",
+                z=future_hidden(result.attentions[layer, head], result.causal), x=tok, y=tok, coloraxis="coloraxis",
+                xaxis=f"x{suffix}",
                 yaxis=f"y{suffix}",
                 hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>"))
             x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
@@ -322,7 +344,10 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
     margin = dict(l=80, r=10, t=60, b=80) if labelled else dict(l=10, r=10, t=60, b=10)
     layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")),
                   height=margin["t"] + margin["b"] + cell * n_layers, margin=margin, annotations=titles,
-                  title="Model view: every layer (row) and head (column)")
+                  title="Model view: every layer (row) and head (column)"
+                  + (f"; {FUTURE_NOTE}" if result.causal else ""))
+    if result.causal:
+        layout["plot_bgcolor"] = FUTURE_COLOUR
     return go.Figure(data=traces, layout=layout)
 
 

@@ -168,3 +168,10 @@ def run(args) -> int:
     print(f"{args.prompt} -> {out.text}")
     print(f"stopped: {out.stopped}")
     return 0
+
+
+def step_rows(result: Generation) -> list[dict]:
+    """The generated tokens as table rows for the app: step, token, its probability, and the other candidates."""
+    return [{"step": n, "token": s.token, "probability": round(s.probability, 4),
+             "other candidates": ", ".join(f"{t} {p:.1%}" for t, p in s.alternatives if t != s.token)}
+            for n, s in enumerate(result.steps, 1)]

@@ -60,6 +60,7 @@ class AttentionResult:
     special_mask: list[bool]          # True for [CLS], [SEP], [PAD], [MASK]...
     truncated: bool = False
     specials_hidden: bool = False
+    causal: bool = False              # a GPT-style model: no token attends to a later one (zeros above the diagonal)
 
     @property
     def num_layers(self) -> int:
@@ -233,6 +234,7 @@ def attention_from_encoded(model, tokenizer, encoded: EncodedInput) -> Attention
         token_type_ids=list(encoded.token_type_ids),
         special_mask=[i in special_ids for i in encoded.input_ids],
         truncated=encoded.truncated,
+        causal=is_causal(model),
     )
 
 

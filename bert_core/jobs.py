@@ -67,6 +67,25 @@ def _env_seconds(name: str, default: float) -> float:
 
 
 
+# The Train page's objective choice, mapped onto TrainSpec.train (TrainConfig's objective and nsp).
+OBJECTIVE_LABELS = {"mlm": "BERT: masked LM + NSP", "clm": "GPT: next token"}
+OBJECTIVE_HELP = ("BERT hides 15% of the tokens and predicts them from both sides (and, with NSP, whether B follows "
+                  "A); GPT predicts every next token from the tokens before it, with causal attention. Same "
+                  "encoder, data and budget: only what is predicted, and from what, differs.")
+# Said beside a GPT run's charts: the curves keep their MLM names but measure something else.
+NEXT_TOKEN_NOTE = ("A GPT-style run: the loss and accuracy curves are next-token figures (every position predicts "
+                   "the token after it, seeing only the tokens before), not masked-token ones, so they do not "
+                   "compare one for one with a BERT's; there are no masking decisions to split them by.")
+
+
+def objective_settings(objective: str) -> dict:
+    """TrainSpec.train entries for an objective of OBJECTIVE_LABELS: a GPT run predicts the next token, so it has
+    no next-sentence prediction (and nothing is masked)."""
+    if objective not in OBJECTIVE_LABELS:
+        raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVE_LABELS)}, got {objective!r}")
+    return {"objective": "clm", "nsp": False} if objective == "clm" else {"objective": "mlm"}
+
+
 @dataclass
 class TrainSpec:
     """Everything the Train page asks for; `build_trainer` turns it into a Trainer."""

@@ -260,10 +260,12 @@ class ProbeStore:
 
     def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
         """Run the probes through `model` (its train/eval mode is restored), store and return the snapshot."""
-        from bert_core.inspection import attention_maps, fill_mask
+        from bert_core.inspection import attention_maps, fill_mask, is_causal
 
+        # A causal model cannot fill a [MASK] (inspection.CAUSAL_CANNOT_FILL): its snapshots keep the attention only.
         predictions = [
-            [p.candidates for p in fill_mask(model, tokenizer, s, top_k=self.top_k)] for s in self.sentences
+            [] if is_causal(model) else [p.candidates for p in fill_mask(model, tokenizer, s, top_k=self.top_k)]
+            for s in self.sentences
         ]
         tokens = attention = None
         if self.attention_sentence is not None:

@@ -34,6 +34,10 @@ for name, value in defaults.items():
     app_state.init_widget(f"train_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
+app_state.init_widget("train_objective", "mlm")
+app_state.persist_keys("train_objective")
+if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
+    st.session_state["train_objective"] = "mlm"
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
 if st.session_state["train_preset"] not in PRESET_NAMES:
@@ -120,14 +124,16 @@ with st.expander("Settings", expanded=job is None):
         st.number_input("Batch size", 1, 512, key="train_batch")
         st.number_input("Peak learning rate", 1e-6, 1.0, format="%.5f", key="train_lr")
         st.number_input("Max sequence length", 16, 512, step=16, key="train_seq")
-        st.slider("Mask rate", 0.01, 0.5, key="train_mask")
-        st.checkbox("Next-sentence prediction", key="train_nsp")
+        gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
+                       key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
+        st.slider("Mask rate", 0.01, 0.5, key="train_mask", disabled=gpt)
+        st.checkbox("Next-sentence prediction", key="train_nsp", disabled=gpt)
         st.number_input("Seed", 0, 2**31 - 1, key="train_seed")
         st.number_input("Held-out evaluation every N steps (0 = start and end)", 0, 100000, key="train_eval_every")
         st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
     _probe_editor()
 
-app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing")
+app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing", "train_objective")
 
 
 def _corpus_spec() -> tuple[str, str]:
@@ -167,6 +173,7 @@ def _spec(init_from: str | None = None) -> jobs.TrainSpec:
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
                  probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu")
+    train.update(jobs.objective_settings(s["train_objective"]))
     sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
     attention = s.get("train_att_probe", "").strip() or None
     if sentences:
@@ -316,6 +323,8 @@ def _charts() -> None:
         app_state.plotly(figures.accuracy_figure(history, evals, trainer.baselines, smoothing), "accuracy",
                          key="live_acc")
         app_state.plotly(figures.rate_figure(history), "learning-rate", key="live_rate")
+    if trainer.config.objective == "clm":
+        st.caption(jobs.NEXT_TOKEN_NOTE)
     store = trainer.probes
     snaps = store.snapshots() if store is not None else []
     if snaps:

@@ -54,6 +54,10 @@ if st.session_state["att_hide"]:
         st.stop()
 summaries = head_summaries(full)
 labels = [s.label for s in summaries]
+if full.causal:
+    st.info("A GPT-style (causal) model: each token attends only to itself and the tokens before it, so every map "
+            "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
+            "(their weight is exactly 0); a BERT's maps are full squares.")
 
 tab_model, tab_head, tab_token, tab_labels, tab_time = st.tabs(
     ["Model view", "Head view", "Token view", "What heads do", "Time-lapse"])
@@ -114,7 +118,7 @@ with tab_time:
         tokens = list(snap.attention_tokens)
         specials = [t in ("[CLS]", "[SEP]", "[PAD]") for t in tokens]
         snap_result = AttentionResult(tokens=tokens, attentions=np.asarray(snap.attention, dtype=np.float32),
-                                      token_type_ids=[0] * len(tokens), special_mask=specials)
+                                      token_type_ids=[0] * len(tokens), special_mask=specials, causal=full.causal)
         snap_labels = [s.label for s in head_summaries(snap_result)]
         if st.session_state["att_hide"]:
             snap_result = hide_special_tokens(snap_result)

@@ -1,11 +1,13 @@
-"""Predictions: the model's top-k words for each [MASK], next-sentence probability, and the unigram baseline."""
+"""Predictions: a BERT's top-k words for each [MASK], next-sentence probability and the unigram baseline; a
+GPT-style (causal) model's continuation of a text, token by token."""
 
 import streamlit as st
 
-from bert_core import app_state, figures
+from bert_core import app_state, figures, generation
 from bert_core.errors import BertCoreError
-from bert_core.inspection import (context_before, encode_input, group_word_pieces, predict_masks, predict_nsp,
-                                  text_with_word_masked, unigram_top_k, word_text)
+from bert_core.inspection import (BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, context_before, encode_input,
+                                  group_word_pieces, is_causal, predict_masks, predict_nsp, text_with_word_masked,
+                                  unigram_top_k, word_text)
 
 st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
 active = app_state.sidebar()
@@ -16,6 +18,50 @@ if active is None:
 # Default sentences from the active model's own held-out text (a toy story for a model trained on toy), following
 # the model until the student types their own.
 examples = app_state.model_probes(active)
+
+if is_causal(active.model):
+    st.info(CAUSAL_CANNOT_FILL)
+    st.subheader("Continue the text")
+    app_state.follow_default("gen_prompt", " ".join(examples.attention_sentence.split()[:6]))
+    app_state.init_widget("gen_strategy", "greedy")
+    app_state.init_widget("gen_temperature", 1.0, float)
+    app_state.init_widget("gen_top_k", 0, int)
+    app_state.init_widget("gen_seed", 0, int)
+    app_state.init_widget("gen_tokens", 20, int)
+    gen_keys = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
+    app_state.persist_keys(*gen_keys)
+    st.text_area("The start of a text", key="gen_prompt", height=80)
+    g1, g2, g3, g4 = st.columns(4)
+    g1.radio("Decoding", list(generation.STRATEGIES), key="gen_strategy", horizontal=True,
+             format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
+    sampled = st.session_state["gen_strategy"] == "sample"
+    g2.slider("Temperature", 0.1, 2.0, step=0.1, key="gen_temperature", disabled=not sampled,
+              help="Sampling divides the scores by it: below 1 the likely tokens get likelier, above 1 the choice "
+                   "spreads out.")
+    g3.number_input("Top-k (0 = all tokens)", 0, 1000, key="gen_top_k", disabled=not sampled)
+    g4.number_input("Seed", 0, 2**31 - 1, key="gen_seed", disabled=not sampled,
+                    help="The same seed draws the same text.")
+    st.slider("New tokens", 1, 60, key="gen_tokens")
+    try:
+        out = generation.generate(active.model, active.tokenizer, st.session_state["gen_prompt"],
+                                  max_new_tokens=int(st.session_state["gen_tokens"]),
+                                  strategy=st.session_state["gen_strategy"],
+                                  temperature=float(st.session_state["gen_temperature"]),
+                                  top_k=int(st.session_state["gen_top_k"]), seed=int(st.session_state["gen_seed"]))
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        if out.truncated_prompt:
+            st.warning(f"The text is longer than the model's positions: its first {out.truncated_prompt} word "
+                       "pieces were left out.")
+        st.markdown(f"{st.session_state['gen_prompt'].strip()} **{out.text}**")
+        st.caption(f"Stopped: {out.stopped}. Each row is one new token, the probability the model gave it, and "
+                   "the other tokens it weighed at that step.")
+        st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")
+    app_state.sync_query(*gen_keys)
+    st.stop()
+
+st.info(BIDIRECTIONAL_CANNOT_CONTINUE)
 app_state.follow_default("pred_text", examples.sentences[0])
 app_state.init_widget("pred_k", 5, int)
 app_state.follow_default("nsp_a", examples.pair[0])

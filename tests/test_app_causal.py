@@ -1,0 +1,121 @@
+"""The explorer with a GPT-style (causal) model beside BERT, under `streamlit.testing.v1.AppTest`: Predictions
+continues text (greedy, and sampled with a seed that repeats), each kind says what the other cannot do, Attention
+shows the causal triangle, and the Train page's Objective choice becomes the job spec."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from bert_core import figures, jobs, model_sources  # noqa: E402
+from bert_core.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
+from bert_core.training import TrainConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def gpt_checkpoint(tmp_path_factory):
+    """A nano GPT-style model trained 30 steps on the toy corpus, saved with its tokenizer and trainer state."""
+    import torch
+
+    from bert_core.config import BertConfig
+    from bert_core.corpora import generate_toy_corpus
+    from bert_core.model import BertLMHeadModel
+    from bert_core.pretraining_data import PretrainingData
+    from bert_core.tokenization import train_tokenizer
+    from bert_core.training import Trainer
+
+    corpus = generate_toy_corpus(num_documents=60, seed=0)
+    tok = train_tokenizer(corpus.texts(), vocab_size=300)
+    data = PretrainingData(corpus, tok, max_seq_length=32, batch_size=8, nsp=False, objective="clm")
+    torch.manual_seed(0)
+    model = BertLMHeadModel(BertConfig.preset("nano", vocab_size=tok.vocab_size, max_position_embeddings=48,
+                                              attention="causal"))
+    config = TrainConfig(max_steps=30, batch_size=8, max_seq_length=32, nsp=False, objective="clm",
+                         learning_rate=3e-3, device="cpu", eval_batches=1)
+    trainer = Trainer(model, tok, data, config, eval_data=data,
+                      metadata={"corpora": ["toy"], "unigram_counts": data.token_counts.tolist()})
+    trainer.run()
+    assert trainer.state == "finished", trainer.error
+    folder = tmp_path_factory.mktemp("gpt") / "nano-gpt"
+    trainer.save(folder)
+    return folder
+
+
+def _open(page: str, checkpoint, monkeypatch) -> AppTest:
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _texts(elements) -> list[str]:
+    return [str(e.value) for e in elements]
+
+
+def test_predictions_continue_text_with_a_causal_model_greedy_and_seeded(gpt_checkpoint, monkeypatch):
+    at = _open("pages/4_Predictions.py", gpt_checkpoint, monkeypatch)
+    assert CAUSAL_CANNOT_FILL in _texts(at.info)
+    assert not at.error and not at.text_area(key="gen_prompt").value == ""
+    assert not any("[MASK]" in t.label for t in at.text_area)  # no fill-in box for a model that cannot fill
+    at.text_area(key="gen_prompt").input("the dog").run()
+    greedy = at.dataframe[0].value
+    assert len(greedy) == 20 and list(greedy.columns[:3]) == ["step", "token", "probability"]
+    at.radio(key="gen_strategy").set_value("sample").run()
+    at.slider(key="gen_temperature").set_value(1.5).run()
+    at.number_input(key="gen_seed").set_value(11).run()
+    first = at.dataframe[0].value
+    at.number_input(key="gen_seed").set_value(12).run()
+    at.number_input(key="gen_seed").set_value(11).run()
+    assert not at.exception
+    assert first.equals(at.dataframe[0].value)  # the same seed, the same text
+    at.text_area(key="gen_prompt").input("   ").run()
+    assert any("prompt is empty" in t for t in _texts(at.error))
+
+
+def test_predictions_with_a_bert_say_what_it_cannot_do(monkeypatch, tmp_path_factory):
+    from tests.app_fixtures import train_nano_checkpoint
+
+    bert = train_nano_checkpoint(tmp_path_factory.mktemp("bert") / "nano", steps=1)
+    at = _open("pages/4_Predictions.py", bert, monkeypatch)
+    assert BIDIRECTIONAL_CANNOT_CONTINUE in _texts(at.info)
+    assert not any(t.key == "gen_prompt" for t in at.text_area)
+
+
+def test_attention_shows_the_causal_triangle(gpt_checkpoint, monkeypatch):
+    at = _open("pages/3_Attention.py", gpt_checkpoint, monkeypatch)
+    assert not at.error
+    assert any("lower triangle" in t for t in _texts(at.info))
+
+
+def test_causal_maps_leave_the_future_empty_and_bidirectional_ones_do_not():
+    att = np.full((1, 1, 3, 3), 1 / 3, dtype=np.float32)
+    for causal in (True, False):
+        result = AttentionResult(tokens=["[CLS]", "a", "b"], attentions=att, token_type_ids=[0] * 3,
+                                 special_mask=[True, False, False], causal=causal)
+        for fig in (figures.head_view_figure(result, 0, 0), figures.model_view_figure(result)):
+            z = np.asarray(fig.data[0].z, dtype=float)
+            above = np.triu(np.ones((3, 3), dtype=bool), 1)
+            assert np.isnan(z[above]).all() == causal and not np.isnan(z[~above]).any()
+            assert (figures.FUTURE_NOTE in fig.layout.title.text) == causal
+
+
+def test_train_page_objective_becomes_the_job_spec(monkeypatch, gpt_checkpoint):
+    at = _open("pages/2_Train.py", gpt_checkpoint, monkeypatch)
+    assert at.radio(key="train_objective").value == "mlm"
+    assert not at.slider(key="train_mask").disabled
+    at.radio(key="train_objective").set_value("clm").run()
+    assert not at.exception
+    assert at.slider(key="train_mask").disabled and at.checkbox(key="train_nsp").disabled
+    assert at.query_params["train_objective"] in ("clm", ["clm"])
+    # What _spec adds to the page's train settings: a valid GPT TrainConfig even with the NSP box still ticked.
+    train = {"max_steps": 5, "nsp": True, **jobs.objective_settings("clm")}
+    assert TrainConfig(**train).objective == "clm" and TrainConfig(**train).nsp is False
+    assert jobs.objective_settings("mlm") == {"objective": "mlm"}
