@@ -17,8 +17,8 @@ from bert_core.config import PRESETS, BertConfig
 from bert_core.errors import BertCoreError
 
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
-# The causal (GPT) objective of the BERT-against-GPT issue: when TrainConfig has this field, the attention knob
-# switches it together with BertConfig.attention ("clm" with causal attention, "mlm" with bidirectional).
+# The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
+# token (jobs.build_trainer and `train --objective clm` make the model causal from it), "mlm" is BERT's.
 OBJECTIVE_FIELD = "objective"
 
 
@@ -158,7 +158,8 @@ def objective_available() -> bool:
 
 
 def _attention_get(spec):
-    return spec.model_overrides.get("attention", "bidirectional")
+    causal = spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
+    return "causal" if causal else "bidirectional"
 
 
 def _no_objective() -> BertCoreError:
@@ -169,7 +170,9 @@ def _no_objective() -> BertCoreError:
 def _attention_put(spec, value):
     if not objective_available():
         raise _no_objective()
-    new = dataclasses.replace(spec, model_overrides={**spec.model_overrides, "attention": value})
+    # As jobs.objective_settings: the objective decides the attention (the model is made causal from it).
+    new = dataclasses.replace(spec, model_overrides={k: v for k, v in spec.model_overrides.items()
+                                                     if k != "attention"})
     if value == "causal":  # GPT predicts the next token and has no next-sentence task (IMPLIED)
         return _with_train(new, **{OBJECTIVE_FIELD: "clm", "nsp": False})
     return _with_train(new, **{OBJECTIVE_FIELD: "mlm"})
@@ -404,8 +407,7 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
         positions = overrides.pop("max_position_embeddings", None)
         if positions is not None and positions != max(512, config.max_seq_length):
             raise BertCoreError("the command line sets max_position_embeddings to max(512, --seq-len) only")
-        attention = overrides.pop("attention", "bidirectional")
-        if (attention == "causal") != (getattr(config, OBJECTIVE_FIELD, "mlm") == "clm"):
+        if overrides.pop("attention", "bidirectional") == "causal" and getattr(config, OBJECTIVE_FIELD, "mlm") != "clm":
             raise BertCoreError("the command line makes causal attention with --objective clm only")
         overrides = {k: v for k, v in overrides.items() if k not in ("hidden_dropout_prob",
                                                                      "attention_probs_dropout_prob")}
