@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, figures, jobs, probes
+from bert_core import app_state, app_storage, comparison, figures, jobs, probes
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
@@ -158,9 +158,9 @@ def _corpus_spec() -> tuple[str, str]:
     return str(path), label
 
 
-def _spec(init_from: str | None = None) -> jobs.TrainSpec:
+def _spec(init_from: str | None = None, corpus: tuple[str, str] | None = None) -> jobs.TrainSpec:
     s = st.session_state
-    spec_corpus, label = _corpus_spec()
+    spec_corpus, label = corpus or _corpus_spec()
     overrides = {}
     preset = s["train_preset"]
     if preset == "custom":
@@ -184,6 +184,31 @@ def _spec(init_from: str | None = None) -> jobs.TrainSpec:
                           attention_probe=attention, init_from=init_from)
     jobs.validate_spec(spec)
     return spec
+
+
+def _command_preview(spec_of) -> None:
+    """The settings above as the equivalent `python -m bert_core train` command (st.code has a copy button):
+    the same data, initial weights and updates, so the same held-out figures (tests/test_comparison.py)."""
+    choice = st.session_state["train_corpus"]
+    corpus = (choice, choice)
+    if choice in ("upload", "paste"):  # not written to the server before Start: named as a file to save it in
+        file = st.session_state.get("train_upload")
+        corpus = ("", (file.name if file is not None else "your text") if choice == "upload" else "pasted text")
+    with st.expander("The same run from the command line"):
+        try:
+            spec = spec_of(corpus)
+            command = comparison.train_command(spec)
+        except BertCoreError as exc:
+            st.caption(f"The equivalent command line appears once the settings are valid: {exc}")
+            return
+        st.caption("`python -m bert_core train` with these settings trains the same model (the same data, "
+                   "initial weights and updates, so the same held-out figures). Run it in this project's folder:")
+        st.code(command, language="bash", wrap_lines=True)
+        if choice in ("upload", "paste"):
+            st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
+
+
+_command_preview(lambda corpus: _spec(corpus=corpus))
 
 
 busy = job is not None and job.busy

@@ -195,3 +195,24 @@ def test_the_command_run_by_the_cli_reproduces_an_app_run(tmp_path, capsys, knob
     mine = trainer.model.state_dict()
     for name, tensor in cli.model.state_dict().items():
         assert torch.allclose(tensor, mine[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_the_train_page_shows_the_command_of_its_settings():
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.paths import REPO_ROOT
+
+    at = AppTest.from_file(str(REPO_ROOT / "pages" / "2_Train.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = [c.value for c in at.code if "bert_core train" in c.value]
+    expected = train_command(page_spec())
+    assert shown == [expected], shown
+    at.checkbox(key="train_nsp").uncheck().run()
+    at.slider(key="train_mask").set_value(0.4).run()
+    assert [c.value for c in at.code if "bert_core train" in c.value] == [
+        train_command(one_change(one_change(page_spec(), "nsp", False), "mask_rate", 0.4))]
+    at.selectbox(key="train_corpus").set_value("paste").run()
+    assert any("--corpus pasted-text.txt" in c.value for c in at.code)
+    assert any("pasted-text.txt" in c.value and "Save your text" in c.value for c in at.caption)
