@@ -168,7 +168,8 @@ def _seeded(seed: int):
 
 
 def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
-    """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder + pooler, a fresh head."""
+    """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder (+ pooler), a fresh
+    head; a causal (GPT-style) folder gives a classifier reading the last token (model.LAST_TOKEN_POOLING)."""
     from bert_core.checkpoint import check_tokenizer_fits
     from bert_core.hf import load_pretrained
     from bert_core.model import BertForSequenceClassification
@@ -186,7 +187,8 @@ def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
 
 
 def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
-    """A classifier whose encoder + pooler are copies of `pretrained.bert` (e.g. the app's active model), fresh head."""
+    """A classifier whose encoder (+ pooler) are copies of `pretrained.bert` (e.g. the app's active model), fresh
+    head; reading the last token when `pretrained` is causal (model.LAST_TOKEN_POOLING), so GPT fine-tunes too."""
     from bert_core.model import BertForSequenceClassification
 
     with _seeded(seed):

@@ -93,6 +93,10 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
             "architectures": ["BertForSequenceClassification"],
             "id2label": {str(i): n for i, n in enumerate(names)},
             "label2id": {n: i for i, n in enumerate(names)},
+            # Ours, not Hugging Face's: which vector the classifier reads (model.LAST_TOKEN_POOLING). transformers'
+            # BertForSequenceClassification always reads [CLS] through the pooler, so a "last" classifier loads
+            # there with a fresh pooler (reported missing) and different logits: it loads as trained only here.
+            "classifier_pooling": model.pooling,
         }
     if isinstance(model, BertLMHeadModel):
         extra = {"architectures": ["BertLMHeadModel"]}
@@ -156,6 +160,15 @@ def _label_names(folder: Path) -> list[str] | None:
         return None  # label names that are not {"0": name, ...}: the classifier keeps generic LABEL_i names
 
 
+def _classifier_pooling(folder: Path) -> str | None:
+    """The reading a saved classifier was trained with (None: the default for its kind, e.g. a pretraining folder)."""
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
+    if raw.get("architectures") != ["BertForSequenceClassification"]:
+        return None  # a pretraining folder's new classifier reads what suits its kind
+    pooling = raw.get("classifier_pooling")
+    return pooling if isinstance(pooling, str) else None
+
+
 def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
                     strict_heads: bool = False) -> nn.Module:
     """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode; by default the class the
@@ -170,7 +183,7 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
         names = _label_names(folder)
         if num_labels is None:
             num_labels = len(names) if names else 2
-        model = BertForSequenceClassification(config, num_labels)
+        model = BertForSequenceClassification(config, num_labels, _classifier_pooling(folder))
         model.label_names = names if names and len(names) == num_labels else None
     else:
         model = pretraining_model(config) if model_class is None else model_class(config)

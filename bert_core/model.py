@@ -444,25 +444,55 @@ def is_causal(model: nn.Module) -> bool:
     return getattr(getattr(model, "config", None), "attention", "bidirectional") == "causal"
 
 
-class BertForSequenceClassification(nn.Module):
-    """BERT with a classifier on the pooled [CLS] vector: pooled -> dropout -> linear."""
+# Which vector the sequence classifier reads. "cls": BERT's pooled [CLS] (dense + tanh on position 0), as the paper
+# and Hugging Face's BertForSequenceClassification do. "last": the final hidden state of the last real (non-padding)
+# token, fed straight to the linear layer, as GPT-1 did with its end token (Radford et al., 2018, section 3.3). A
+# deviation from BERT for causal models: under causal attention position 0 sees only itself, so [CLS] would carry
+# nothing of the sentence, while the last token ([SEP] here, our end token) has seen all of it.
+CLS_POOLING, LAST_TOKEN_POOLING = "cls", "last"
+POOLING_KINDS = (CLS_POOLING, LAST_TOKEN_POOLING)
 
-    def __init__(self, config: BertConfig, num_labels: int = 2):
+
+def default_pooling(config: BertConfig) -> str:
+    """The classifier's reading for a model of this kind: the last token for a causal model, else [CLS]."""
+    return LAST_TOKEN_POOLING if config.attention == "causal" else CLS_POOLING
+
+
+def last_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B] index of each row's last non-padding position (wherever the padding sits)."""
+    flipped = attention_mask.flip(1).ne(0).int().argmax(1)
+    return attention_mask.shape[1] - 1 - flipped
+
+
+class BertForSequenceClassification(nn.Module):
+    """BERT with a classifier on the pooled [CLS] vector: pooled -> dropout -> linear. With `pooling="last"` (the
+    default for a causal model, see LAST_TOKEN_POOLING) there is no pooler and the classifier reads the last real
+    token's hidden state instead."""
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, pooling: str | None = None):
         super().__init__()
         if num_labels < 2:
             raise BertCoreError(f"a classifier needs at least 2 labels, got {num_labels}")
+        pooling = default_pooling(config) if pooling is None else pooling
+        if pooling not in POOLING_KINDS:
+            raise BertCoreError(f"pooling must be {' or '.join(map(repr, POOLING_KINDS))}, got {pooling!r}")
         self.config = config
         self.num_labels = num_labels
-        self.bert = BertModel(config)
+        self.pooling = pooling
+        self.bert = BertModel(config, add_pooling_layer=pooling == CLS_POOLING)
         self.dropout = FastDropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.apply(lambda m: _init_weights(m, config.initializer_range))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_attentions=False, output_hidden_states=False) -> ClassifierOutput:
-        _, pooled, hidden_states, attentions = self.bert(
+        sequence_output, pooled, hidden_states, attentions = self.bert(
             input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
         )
+        if self.pooling == LAST_TOKEN_POOLING:
+            mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+            rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+            pooled = sequence_output[rows, last_token_positions(mask)]
         logits = self.classifier(self.dropout(pooled))
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)
