@@ -27,6 +27,10 @@ MAX_CLASSES = 50
 LABEL_COLUMN_NAMES = ("label", "labels", "class", "category", "target", "sentiment", "topic", "y")
 TEXT_COLUMN_NAMES = ("text", "sentence", "review", "content", "document", "body", "description")
 AG_NEWS_COLUMNS = ("class", "title", "description")
+# What the numbers of a shared data file's label column mean, from the shared data's README (folder/file ->
+# names of 0, 1, ...): the sentence-polarity file writes 0 and 1. AG News names its classes in a classes.txt
+# beside the file instead. A CSV whose labels are words keeps its own words.
+DOCUMENTED_LABEL_NAMES = {("sentence_polarity", "polarity.csv"): ("negative", "positive")}
 PAIR_JOINER = " . "
 
 
@@ -142,7 +146,8 @@ def _class_names_beside(path: Path | None, count: int) -> list[str] | None:
         return None
     classes = path.parent / "classes.txt"
     if not classes.is_file():
-        return None
+        documented = DOCUMENTED_LABEL_NAMES.get((path.parent.name, path.name))
+        return list(documented) if documented is not None and len(documented) == count else None
     names = [line.strip() for line in classes.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     return names if len(names) == count else None
 
@@ -251,7 +256,8 @@ def load_classification_csv(
     """Read a labelled CSV (headed, AG News's headerless class/title/description, or `label,text`) with checks.
 
     Two text columns are joined with ' . ' into one segment, or kept as a sentence pair when `as_pair`.
-    Labels become ids 0..K-1 in sorted order; class names come from a `classes.txt` beside the file if present.
+    Labels become ids 0..K-1 in sorted order. Their names are the column's own values (e.g. "business", "sports");
+    numbered classes take names from a `classes.txt` beside the file if present, or from DOCUMENTED_LABEL_NAMES.
     """
     data, name, path = _read_bytes(path_or_bytes, name)
     text = _decode(data, name)

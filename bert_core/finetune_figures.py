@@ -5,7 +5,6 @@ Built from plain results (`FinetuneEval` lists, confusion lists); nothing here i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -13,15 +12,6 @@ import plotly.graph_objects as go
 RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728"}
 RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch"}
 _FALLBACK = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
-
-
-def relabel(data, names: Sequence[str] | None):
-    """A copy of ClassificationData whose label names are `names` (e.g. "negative", "positive" for a file that
-    writes 0 and 1), when the file's own names are only those numbers and the counts match; otherwise `data`
-    itself: a CSV's own label names are always kept."""
-    if not names or len(names) != data.num_labels or not all(n.strip().lstrip("-").isdigit() for n in data.label_names):
-        return data
-    return dataclasses.replace(data, label_names=list(names))
 
 
 def shorten(text: str, limit: int = 80) -> str:

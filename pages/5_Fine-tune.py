@@ -24,9 +24,6 @@ SHARED = shared_data_dir()
 DATASETS = {"toy": "Toy story topics (built-in, 10 classes)"}
 SHARED_FILES = {"ag_news": ("ag_news/news.csv", "AG News topics (4 classes)"),
                 "polarity": ("sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)")}
-# What the numbers of a shared file's label column mean (its README): polarity writes 0 and 1. AG News names its
-# classes in a classes.txt beside the file, which the loader reads; an uploaded CSV keeps its own labels.
-LABEL_NAMES = {"polarity": ("negative", "positive")}
 for key, (rel, label) in SHARED_FILES.items():
     if SHARED is not None and (SHARED / rel).is_file():
         DATASETS[key] = label
@@ -112,8 +109,9 @@ def _data():
     if choice == "toy":
         return _toy(0)
     if choice in SHARED_FILES:
-        data = _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
-        return finetune_figures.relabel(data, LABEL_NAMES.get(choice))
+        # Label names as the loader gives them: polarity's 0/1 as negative/positive (documented in the shared data's
+        # README), AG News's from its classes.txt; an uploaded CSV keeps its own labels.
+        return _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
     file = s.get("ft_upload")
     if file is None:
         raise BertCoreError("choose a CSV file to upload first")

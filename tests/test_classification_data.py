@@ -93,7 +93,22 @@ def test_shared_ag_news_file_loads_with_its_class_names(shared_data):
 
 def test_shared_polarity_file_loads_as_label_text(shared_data):
     data = load_classification_csv(shared_data / "sentence_polarity" / "polarity.csv")
-    assert len(data) == 9000 and data.label_names == ["0", "1"] and data.label_counts() == [4500, 4500]
+    # 0 and 1 as the shared data's README documents them.
+    assert len(data) == 9000 and data.label_names == ["negative", "positive"] and data.label_counts() == [4500, 4500]
+
+
+def test_a_csvs_own_label_words_are_its_label_names_and_numbers_take_documented_names(tmp_path):
+    words = load_classification_csv(_csv("label,text\nsports,a late goal\nbusiness,shares fell\nsports,a win\n"))
+    assert words.label_names == ["business", "sports"] and words.labels == [1, 0, 1]
+    folder = tmp_path / "sentence_polarity"
+    folder.mkdir()
+    (folder / "polarity.csv").write_text("label,text\n1,a joy\n0,a bore\n")
+    assert load_classification_csv(folder / "polarity.csv").label_names == ["negative", "positive"]
+    # The same numbers in any other file stay numbers; words in the polarity file stay words.
+    (tmp_path / "polarity.csv").write_text("label,text\n1,a joy\n0,a bore\n")
+    assert load_classification_csv(tmp_path / "polarity.csv").label_names == ["0", "1"]
+    (folder / "polarity.csv").write_text("label,text\ngood,a joy\nbad,a bore\n")
+    assert load_classification_csv(folder / "polarity.csv").label_names == ["bad", "good"]
 
 
 def test_missing_column_names_the_columns_that_exist():

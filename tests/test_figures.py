@@ -246,19 +246,6 @@ def test_plotly_config_offers_image_download():
     assert cfg["toImageButtonOptions"]["format"] in ("png", "svg")
 
 
-def test_fine_tune_labels_get_names_only_where_the_file_has_numbers():
-    from bert_core.classification_data import ClassificationData
-    from bert_core.finetune_figures import relabel
-
-    numbers = ClassificationData(texts=["a", "b"], labels=[0, 1], label_names=["0", "1"])
-    named = relabel(numbers, ("negative", "positive"))
-    assert named.label_names == ["negative", "positive"] and named.labels == [0, 1]
-    assert numbers.label_names == ["0", "1"]  # a copy: the cached data is not changed
-    own = ClassificationData(texts=["a", "b"], labels=[0, 1], label_names=["bad", "good"])
-    assert relabel(own, ("negative", "positive")) is own  # a CSV's own names are kept
-    assert relabel(numbers, ("one", "two", "three")) is numbers and relabel(numbers, None) is numbers
-
-
 def test_mistakes_table_puts_labels_and_confidence_before_the_text():
     from types import SimpleNamespace
 
