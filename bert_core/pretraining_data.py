@@ -4,6 +4,7 @@ vectorised over a batch, and a seeded, resumable batch iterator. Every decision 
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import random
 from collections.abc import Sequence
@@ -500,6 +501,17 @@ class PretrainingData:
         gen = torch.Generator().manual_seed(_mix(self.seed, self.epoch, j))
         self.position += 1
         return self._make_batch(chunk, gen)
+
+    def resized(self, max_seq_length: int, batch_size: int) -> "PretrainingData":
+        """The same tokenised corpus and settings, cut into sequences of another length and batched anew (at the
+        start of its epoch 0): the short-sequence phase of a run (TrainConfig.short_seq_length), no re-tokenising."""
+        if not 16 <= max_seq_length <= getattr(self.tokenizer, "model_max_length", 512) or batch_size < 1:
+            raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's limit, and "
+                                f"batch_size={batch_size} at least 1")
+        other = copy.copy(self)
+        other.max_seq_length, other.batch_size = int(max_seq_length), int(batch_size)
+        other.epoch, other.position, other._instances_epoch, other._instances = 0, 0, None, []
+        return other
 
     # -- resuming ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:

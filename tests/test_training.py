@@ -102,6 +102,9 @@ def test_time_schedule_reaches_zero_exactly_at_the_end_of_the_budget():
         (dict(learning_rate=0), "learning_rate"),
         (dict(mask_rate=1.5), "mask_rate"),
         (dict(grad_accum=0), "grad_accum"),
+        (dict(short_seq_length=8), "short_seq_length"),
+        (dict(short_seq_length=256), "short_seq_length"),
+        (dict(short_seq_fraction=1.0), "short_seq_fraction"),
     ],
 )
 def test_bad_train_config_is_refused_with_a_message(kw, match):
@@ -165,6 +168,72 @@ def test_resume_through_a_checkpoint_is_exact(toy, tmp_path):
     for k, v in straight.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=0, msg=k)
     assert _without_timing(resumed.history) == _without_timing(straight.history)
+
+
+def _recording_data(toy, shapes, **kw):
+    """Training data that records the shape of every batch it (or a resized copy of it) yields."""
+    from bert_core.pretraining_data import PretrainingData
+
+    class Recording(PretrainingData):
+        def __next__(self):
+            batch = super().__next__()
+            shapes.append(tuple(batch.input_ids.shape))
+            return batch
+
+    train, _, tokenizer = toy
+    return Recording(train, tokenizer, max_seq_length=32, batch_size=4, seed=0, **kw)
+
+
+def test_short_sequences_first_then_the_full_length(toy):
+    shapes = []
+    config = _config(max_steps=10, short_seq_length=16, short_seq_fraction=0.4)
+    trainer = Trainer(_model(toy), toy[2], _recording_data(toy, shapes), config)
+    trainer.run()
+    assert trainer.state == "finished", trainer.error
+    assert len(shapes) == 10
+    # The first 40% of the steps: 16-token sequences, 8 of them (as many tokens a step as 4 x 32); then 4 x 32.
+    assert all(rows == 8 and width <= 16 for rows, width in shapes[:4]), shapes
+    assert all(rows == 4 and width <= 32 for rows, width in shapes[4:]), shapes
+    assert max(width for _, width in shapes[4:]) > 16
+
+
+def test_short_phase_batch_size_can_be_set(toy):
+    shapes = []
+    config = _config(max_steps=4, short_seq_length=16, short_seq_fraction=0.5, short_seq_batch_size=3)
+    Trainer(_model(toy), toy[2], _recording_data(toy, shapes), config).run()
+    assert [rows for rows, _ in shapes] == [3, 3, 4, 4]
+
+
+def test_resume_inside_the_short_phase_through_a_checkpoint_is_exact(toy, tmp_path):
+    config = _config(max_steps=12, short_seq_length=16, short_seq_fraction=0.5)
+    straight = Trainer(_model(toy), toy[2], _data(toy), config)
+    straight.run()
+    assert straight.state == "finished", straight.error
+
+    first = Trainer(_model(toy), toy[2], _data(toy), config)
+    first.callbacks.append(lambda e: first.stop() if isinstance(e, StepEvent) and e.step == 3 else None)
+    first.run()
+    assert first.step == 3
+    first.save(tmp_path / "ckpt")
+    resumed = Trainer.resume(tmp_path / "ckpt", _data(toy))
+    resumed.run()
+    assert resumed.state == "finished" and resumed.step == 12, resumed.error
+    for k, v in straight.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=0, msg=k)
+    assert _without_timing(resumed.history) == _without_timing(straight.history)
+
+
+def test_a_run_extended_after_its_short_phase_never_goes_back_to_short_sequences(toy, tmp_path):
+    config = _config(max_steps=6, short_seq_length=16, short_seq_fraction=0.5)
+    first = Trainer(_model(toy), toy[2], _data(toy), config)
+    first.run()
+    first.save(tmp_path / "ckpt")
+    shapes = []
+    # Twice the steps: 6 of 12 done is under the fraction again, but the long phase has begun.
+    more = Trainer.resume(tmp_path / "ckpt", _recording_data(toy, shapes), config_overrides={"max_steps": 12})
+    more.run()
+    assert more.state == "finished", more.error
+    assert [rows for rows, _ in shapes] == [4] * 6
 
 
 def test_history_is_thinned_evenly_and_resumes_exactly(toy, tmp_path):
