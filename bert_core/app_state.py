@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertCoreError
-from bert_core.jobs import JobRegistry, TrainingJob, training_threads
+from bert_core.jobs import JobRegistry, TrainingJob, busy_everywhere, share_capacity, training_threads
 from bert_core.model_sources import ActiveModel, default_checkpoint, describe_checkpoint, folder_stamp, load_folder
+from bert_core.runs import OWNER, VIEWER, Run, RunStore, scratch_key
 
 log = logging.getLogger("bert_core.app")
 
@@ -26,6 +27,8 @@ SOURCE_SAVED = "A saved run"
 SOURCE_UPLOAD = "Upload a checkpoint (zip)"
 SOURCE_FOLDER = "Checkpoint folder"   # a server path: local use only, off in public mode
 SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_SAVED, SOURCE_UPLOAD, SOURCE_FOLDER)
+SOURCE_CODES = {"shipped": SOURCE_SHIPPED, "session": SOURCE_SESSION, "saved": SOURCE_SAVED,
+                "upload": SOURCE_UPLOAD, "folder": SOURCE_FOLDER}   # the URL's ?model=...
 
 # The sidebar's page list, in teaching order. Streamlit would name the main script's entry after its file ("app");
 # .streamlit/config.toml hides that list (client.showSidebarNavigation) and every page draws this one instead.
@@ -112,9 +115,32 @@ def _session_alive_from_runtime(session_id: str) -> bool | None:
         return None
 
 
-# One registry per kind of job (a session may pretrain and fine-tune at once); both count towards the server's
-# limit and are reaped when the session's tab has been closed for the grace period.
-REGISTRY = JobRegistry(is_alive=_session_alive_from_runtime)
+def _run_job(run: Run):
+    from bert_core.jobs import pretraining_job
+
+    return pretraining_job(run.run_id, run.spec)
+
+
+def _release_folder(run: Run) -> Path:
+    from bert_core.app_storage import session_scratch
+
+    return session_scratch(scratch_key(run.run_id)) / "checkpoint"
+
+
+def _scratch_alive(key: str) -> bool | None:
+    """The scratch janitor's question: a run's folder lives as long as the server keeps the run, a session's as
+    long as its tab."""
+    if key.startswith("run:"):
+        return RUNS.has(key[4:])
+    return _session_alive_from_runtime(key)
+
+
+# Pretraining runs belong to run ids (they outlive a tab, queue for the CPU, and can be watched by a class:
+# bert_core.runs); fine-tuning jobs belong to a session and end a few seconds after its tab closes. Both count
+# towards the server's limit of concurrent trainings.
+RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder,
+                busy_elsewhere=lambda: busy_everywhere(exclude=RUNS))
+share_capacity(RUNS)
 FINETUNE_REGISTRY = JobRegistry(is_alive=_session_alive_from_runtime)
 
 
@@ -129,9 +155,77 @@ def session_id() -> str:
     return ctx.session_id if ctx is not None else "no-session"
 
 
+RUN_PARAM, WATCH_PARAM = "run", "watch"   # the URL's run ids: the owner's, and a share link's
+
+
+def attach_run() -> None:
+    """Find this tab's run from its URL (a reload, a reopened link, a share link) or its session, note this session
+    as watching it, and write its id back into the URL so that the address bar always reopens it."""
+    import streamlit as st
+
+    s = st.session_state
+    for param, state_key, lookup in ((RUN_PARAM, "run_id", RUNS.get), (WATCH_PARAM, "watch_id", RUNS.by_view)):
+        token = st.query_params.get(param)
+        if not token or token == s.get(state_key):
+            continue
+        if lookup(token) is not None:
+            s.pop("run_id", None)
+            s.pop("watch_id", None)
+            s[state_key] = token
+        else:
+            s["run_note"] = ("The run of this link was dropped: the server keeps only its latest ended runs. Save "
+                             "a run you want to keep (Train page, *Save this run on the server*)."
+                             if RUNS.was_dropped(token) else
+                             "The run of this link is not on this server (it may have restarted). Start a new run "
+                             "on the Train page.")
+            del st.query_params[param]
+    run, role = current_run()
+    if run is None:
+        s.pop("run_id", None)   # dropped or reset meanwhile
+        s.pop("watch_id", None)
+        for param in (RUN_PARAM, WATCH_PARAM):
+            if param in st.query_params:
+                del st.query_params[param]
+        return
+    RUNS.attach(run, session_id(), role)
+    param, token = (RUN_PARAM, run.run_id) if role == OWNER else (WATCH_PARAM, run.view_id)
+    if st.query_params.get(param) != token:
+        st.query_params[param] = token
+
+
+def current_run() -> tuple[Run | None, str | None]:
+    """(this tab's run, OWNER or VIEWER), or (None, None)."""
+    import streamlit as st
+
+    s = st.session_state
+    run = RUNS.get(s.get("run_id"))
+    if run is not None:
+        return run, OWNER
+    run = RUNS.by_view(s.get("watch_id"))
+    return (run, VIEWER) if run is not None else (None, None)
+
+
+def set_current_run(run: Run | None) -> None:
+    """Make `run` (started by this tab) the tab's run, or forget the tab's run."""
+    import streamlit as st
+
+    st.session_state.pop("watch_id", None)
+    if WATCH_PARAM in st.query_params:
+        del st.query_params[WATCH_PARAM]
+    if run is None:
+        st.session_state.pop("run_id", None)
+        if RUN_PARAM in st.query_params:
+            del st.query_params[RUN_PARAM]
+    else:
+        st.session_state["run_id"] = run.run_id
+        st.query_params[RUN_PARAM] = run.run_id   # the URL names the tab's run (else it would reopen the last)
+        RUNS.attach(run, session_id(), OWNER)
+
+
 def current_job() -> TrainingJob | None:
-    """The training job of this session, if one was started."""
-    return REGISTRY.get(session_id())
+    """The training job of this tab's run (its own or one it watches), once the run has started."""
+    run, _ = current_run()
+    return run.job if run is not None else None
 
 
 def _shipped_model():
@@ -152,7 +246,8 @@ def _session_model():
     trainer = job.trainer
     state = {"metadata": trainer.metadata, "step": trainer.step}
     spec = job.spec
-    desc = (f"Trained in this session on {spec.corpus_label if spec else 'a corpus'}: step {trainer.step:,}"
+    whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
+    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {trainer.step:,}"
             f" ({job.phase}); {model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size}, "
             f"{model.config.num_attention_heads} heads.")
     return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, trainer.step), None
@@ -237,7 +332,7 @@ def quick_config():
 
     from bert_core.config import BertConfig
 
-    source = st.session_state.get("model_source", query_default("model_source", SOURCE_SHIPPED))
+    source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
     try:
         if source == SOURCE_SHIPPED:
             return BertConfig.load(default_checkpoint())
@@ -256,18 +351,28 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
 
     from bert_core.app_storage import list_runs, start_janitor, upload_cap_bytes
 
+    _persist_every_page_keys()
     if not navigation_drawn:
         navigation()
     _configure_torch()
-    start_janitor(_session_alive_from_runtime)
+    start_janitor(_scratch_alive)
+    attach_run()
 
     persist_keys("model_source", "model_folder", "model_saved")
     sources = model_sources()
+    # The model choice travels in the URL (`?model=session`), so a shared link opens the same model; a share link
+    # of a run opens that run's model.
+    watching = current_run()[1] == VIEWER
+    init_widget("model_source", SOURCE_SESSION if watching else SOURCE_SHIPPED,
+                lambda v: SOURCE_CODES.get(v, SOURCE_SHIPPED), param="model")
     with st.sidebar:
         st.markdown("### Active model")
         if st.session_state.get("model_source") not in sources:
             st.session_state["model_source"] = SOURCE_SHIPPED
         source = st.radio("Which model do the pages look at?", sources, key="model_source")
+        code = next(c for c, name in SOURCE_CODES.items() if name == source)
+        if st.query_params.get("model") != code:
+            st.query_params["model"] = code
         folder, saved, upload = "", None, None
         if source == SOURCE_FOLDER:
             folder = st.text_input("Checkpoint folder on the server", key="model_folder",
@@ -305,20 +410,33 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
             st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
                        f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}"
                        + (f", step {active.step:,}" if active.step else ""))
-        job = current_job()
-        if job is not None and job.busy:
+        run, role = current_run()
+        if run is not None and run.active:
             # Drawn outside the live fragment, so it would go stale: no step count here.
-            st.caption("A training run of this session is going on in the background (see the Train page).")
+            st.caption("A training run of this tab is going on in the background (see the Train page)."
+                       if role == OWNER else "You are watching a shared training run (see the Train page).")
+        note = st.session_state.pop("run_note", None)
+        if note:
+            st.warning(note)
     return active
 
 
 def persist_keys(*keys: str) -> None:
-    """Keep widget values across page switches (Streamlit drops a widget's state when its page is left)."""
+    """Keep widget values across page switches. Streamlit drops a widget's state at the end of any script run that
+    does not draw the widget, so every page's run (through `sidebar`) re-saves the keys that any page named here."""
     import streamlit as st
 
+    st.session_state.setdefault("_persisted_keys", set()).update(keys)
     for key in keys:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
+
+
+def _persist_every_page_keys() -> None:
+    """Re-save the keys every page has named (see `persist_keys`); first thing in `sidebar`, before any widget."""
+    import streamlit as st
+
+    persist_keys(*st.session_state.get("_persisted_keys", ()))
 
 
 def query_default(name: str, default, cast=str):

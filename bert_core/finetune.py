@@ -36,7 +36,7 @@ from bert_core.training import TrainConfig, lr_multiplier, resolve_device
 __all__ = [
     "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
-    "FinetuneComparison", "classify_text", "evaluate_classifier",
+    "FinetuneComparison", "classify_text", "result_probabilities", "evaluate_classifier",
     "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier", "add_parser", "run",
 ]
 
@@ -304,6 +304,18 @@ def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_le
     return logits.softmax(-1)[0].tolist()
 
 
+def result_probabilities(result: FinetuneResult, text: str, max_length: int = 128) -> list[float]:
+    """Class probabilities for one typed text from any run's result: a fine-tuned model, or the bag-of-words
+    baseline (bag_of_words.BagOfWordsClassifier), whose model takes raw text and has no tokenizer."""
+    if result.model is None:
+        raise BertCoreError(f"the run {result.name!r} kept no model to classify with")
+    if hasattr(result.model, "probabilities"):
+        if not text or not text.strip():
+            raise BertCoreError("type a sentence to classify")
+        return result.model.probabilities([text])[0]
+    return classify_text(result.model, result.tokenizer, text, max_length=max_length)
+
+
 # ---------------------------------------------------------------------------------------------- the loop
 
 
@@ -451,15 +463,25 @@ def finetune(model, tokenizer, train: ClassificationData, val: ClassificationDat
 
 
 class FinetuneComparison:
-    """Several fine-tuning runs ("pretrained", then "scratch") with one config, one after the other on this thread.
+    """Several fine-tuning runs ("pretrained", then "scratch", or a race of pretrained models) with one config, one
+    after the other on this thread; with `baseline`, the bag-of-words line (bag_of_words.BagOfWordsRun) first,
+    on the same split.
 
     Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
     """
 
     def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData,
-                 val: ClassificationData, config: FinetuneConfig, callbacks=()):
+                 val: ClassificationData, config: FinetuneConfig, callbacks=(), baseline: bool = False):
         self.train_data, self.val_data, self.config = train, val, config
+        names = [name for name, _, _ in runs]
+        if len(set(names)) != len(names):
+            raise BertCoreError(f"two runs of a comparison share a name: {', '.join(names)}")
         self.tuners = [Finetuner(m, tok, train, val, config, name=name, callbacks=callbacks) for name, m, tok in runs]
+        if baseline:
+            from bert_core.bag_of_words import BagOfWordsRun
+
+            self.tuners.insert(0, BagOfWordsRun(train, val, config.seed, num_misclassified=config.num_misclassified,
+                                                callbacks=callbacks))
         self.error: str | None = None
         self._stop = threading.Event()
         self._started = False
@@ -481,8 +503,8 @@ class FinetuneComparison:
 
     @property
     def progress(self) -> Progress:
-        """Overall fraction over all runs; eta from the current run's pace."""
-        parts = [t.progress for t in self.tuners]
+        """Overall fraction over the budgeted runs (the baseline's seconds are not a share); eta from their pace."""
+        parts = [t.progress for t in self.tuners if getattr(t, "budgeted", True)]
         fraction = sum(p.fraction for p in parts) / len(parts)
         elapsed = sum(p.elapsed_s for p in parts)
         eta = elapsed * (1 - fraction) / fraction if 0 < fraction < 1 else (0.0 if fraction >= 1 else None)
@@ -512,21 +534,29 @@ class FinetuneComparison:
 
 
 def comparison_config(settings: dict) -> FinetuneConfig:
-    """The Fine-tune page's settings (budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated)."""
-    return FinetuneConfig(time_budget_s=float(settings["budget"]), max_steps=None, learning_rate=settings["lr"],
+    """The Fine-tune page's settings (budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated); an optional
+    "steps" replaces the time budget (a step budget is the same on a busy machine, for benchmarks and tests)."""
+    steps = settings.get("steps")
+    return FinetuneConfig(time_budget_s=None if steps else float(settings["budget"]), max_steps=steps or None,
+                          learning_rate=settings["lr"],
                           batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
                           device="cpu", eval_points=10)
 
 
-def build_comparison(data: ClassificationData, model, tokenizer, settings: dict) -> "FinetuneComparison":
-    """The Fine-tune page's two runs: split `data`, copy `model` into a classifier ("pretrained") and make its
-    from-scratch twin ("scratch"), each for the same time budget. `settings`: train, val (sizes), seed, budget (s),
-    lr, batch, maxlen. Module-level so that it can run in the app's training process."""
+def build_comparison(data: ClassificationData, model, tokenizer, settings: dict, others=(),
+                     baseline: bool = False) -> "FinetuneComparison":
+    """The Fine-tune page's runs: split `data`, copy `model` into a classifier ("pretrained") and make its
+    from-scratch twin ("scratch"), each for the same time budget; `others` ((name, model, tokenizer) of more
+    pretrained models, e.g. a GPT-style one beside a BERT) race from their own weights with the same data, budget
+    and seed, and `baseline` adds the bag-of-words line. `settings`: train, val (sizes), seed, budget (s), lr, batch,
+    maxlen. Module-level so that it can run in the app's training process."""
     train, val = split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])
     config = comparison_config(settings)
     pre = classifier_from_model(model, data.num_labels, settings["seed"])
-    scratch = scratch_twin(pre, data.num_labels, settings["seed"])
-    return FinetuneComparison([("pretrained", pre, tokenizer), ("scratch", scratch, tokenizer)], train, val, config)
+    runs = [("pretrained", pre, tokenizer)]
+    runs += [(name, classifier_from_model(m, data.num_labels, settings["seed"]), tok) for name, m, tok in others]
+    runs.append(("scratch", scratch_twin(pre, data.num_labels, settings["seed"]), tokenizer))
+    return FinetuneComparison(runs, train, val, config, baseline=baseline)
 
 
 def scratch_twin(model, num_labels: int, seed: int = 0):
@@ -565,7 +595,9 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "finetune", help="fine-tune a classifier on a labelled CSV, from a checkpoint and/or from scratch",
         description="Fine-tune BertForSequenceClassification on a labelled CSV (or the built-in toy topic task) "
-                    "from a pretrained checkpoint, optionally against the same architecture from scratch.")
+                    "from a pretrained checkpoint, optionally against the same architecture from scratch, other "
+                    "checkpoints (--compare, e.g. a GPT-style one) and a bag-of-words baseline (--baseline), with "
+                    "the same data, budget and seed.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", type=path_arg, metavar="DIR",
                      help="pretrained checkpoint folder (default: the shipped one)")
@@ -605,6 +637,13 @@ def add_parser(subparsers):
     p.add_argument("--overwrite", action="store_true", help="replace the classifier already in --out")
     p.add_argument("--compare-scratch", action="store_true",
                    help="also train the same architecture from scratch with the same budget")
+    p.add_argument("--compare", action="append", type=path_arg, metavar="DIR",
+                   help="also fine-tune from this checkpoint with the same data, budget and seed (repeat for several), "
+                        "e.g. a GPT-style one beside a BERT: the race; a causal model's classifier reads the last "
+                        "token. With --out its classifier goes to DIR/from-NAME")
+    p.add_argument("--baseline", action="store_true",
+                   help="also fit TF-IDF + logistic regression (scikit-learn) on the same split: the bag-of-words "
+                        "line to beat")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
 
@@ -631,9 +670,11 @@ def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
 
 def format_results(results: list[FinetuneResult]) -> str:
     """The results table and each run's confusion matrix, as the CLI prints them."""
-    lines = [f"{'run':<12}{'steps':>7}{'seconds':>9}{'accuracy':>10}{'macro-F1':>10}"]
+    w = max(12, *(len(r.name) + 2 for r in results))
+    lines = [f"{'run':<{w}}{'steps':>7}{'seconds':>9}{'accuracy':>10}{'macro-F1':>10}"]
     for r in results:
-        lines.append(f"{r.name:<12}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>9.2f}%{100 * r.macro_f1:>9.2f}%")
+        lines.append(f"{r.name:<{w}}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>9.2f}%"
+                     f"{100 * r.macro_f1:>9.2f}%")
     for r in results:
         lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",
                   format_confusion(r.confusion, r.label_names)]
@@ -648,6 +689,18 @@ def _progress_printer(name: str, stream):
     return callback
 
 
+def _race_names(folders: list[Path]) -> dict[str, Path]:
+    """A run name for each --compare checkpoint: its folder's name, numbered when two share one or it is taken."""
+    names: dict[str, Path] = {}
+    for folder in folders:
+        base = folder.resolve().name or "checkpoint"
+        name, n = base, 2
+        while name in names or name in ("pretrained", "scratch", "tfidf"):
+            name, n = f"{base}-{n}", n + 1
+        names[name] = folder
+    return names
+
+
 def run(args) -> int:
     """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     import sys
@@ -655,12 +708,15 @@ def run(args) -> int:
     from bert_core.checkpoint import check_output_folder
     from bert_core.config import BertConfig
     from bert_core.hf import require_checkpoint_folder
+    from bert_core.model import LAST_TOKEN_POOLING
     from bert_core.paths import DEFAULT_CHECKPOINT
 
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
     config = config_from_args(args)
+    compares = _race_names([Path(c) for c in args.compare or ()])
     if args.out is not None:
-        check_output_folder(args.out, overwrite=args.overwrite, subfolders=("from-scratch",))
+        check_output_folder(args.out, overwrite=args.overwrite,
+                            subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
     folder = None
     if args.scratch_preset:
         # The vocabulary trained below is at most 8000 tokens, so this bounds the model before any data is read.
@@ -671,14 +727,16 @@ def run(args) -> int:
             raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
                                 "--scratch-preset NAME")
         bound = BertConfig.load(require_checkpoint_folder(folder))
-    if resolve_device(config.device).type == "cpu":
-        bound.check_memory(training=True, batch_size=config.batch_size, seq_len=config.max_length)
-    if config.max_length > bound.max_position_embeddings:
-        if args.max_length is not None:
-            raise BertCoreError(f"--max-length {config.max_length} is longer than the model's "
-                                f"{bound.max_position_embeddings} positions; use at most "
-                                f"{bound.max_position_embeddings}")
-        config = config.replace(max_length=bound.max_position_embeddings)
+    # Every racer is checked before any data is read; the shortest model's positions bound them all.
+    for bound in [bound, *(BertConfig.load(require_checkpoint_folder(c)) for c in compares.values())]:
+        if resolve_device(config.device).type == "cpu":
+            bound.check_memory(training=True, batch_size=config.batch_size, seq_len=config.max_length)
+        if config.max_length > bound.max_position_embeddings:
+            if args.max_length is not None:
+                raise BertCoreError(f"--max-length {config.max_length} is longer than the model's "
+                                    f"{bound.max_position_embeddings} positions; use at most "
+                                    f"{bound.max_position_embeddings}")
+            config = config.replace(max_length=bound.max_position_embeddings)
     data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
                      args.seed)
     train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
@@ -694,16 +752,26 @@ def run(args) -> int:
     else:
         model, tokenizer = classifier_from_checkpoint(folder, data.num_labels, args.seed)
         runs.append(("pretrained", model, tokenizer))
-        if args.compare_scratch:
-            runs.append(("scratch", scratch_twin(model, data.num_labels, args.seed), tokenizer))
+    for name, other in compares.items():
+        runs.append((name, *classifier_from_checkpoint(other, data.num_labels, args.seed)))
+    if folder is not None and args.compare_scratch:
+        runs.append(("scratch", scratch_twin(runs[0][1], data.num_labels, args.seed), tokenizer))
     results = []
+    if args.baseline:
+        from bert_core.bag_of_words import BagOfWordsRun
+
+        line = BagOfWordsRun(train, val, args.seed, num_misclassified=config.num_misclassified,
+                             callbacks=[_progress_printer("tfidf", sys.stderr)])
+        if line.run() is None:
+            raise BertCoreError(line.error or "the bag-of-words baseline produced no result")
+        results.append(line.result)
     for name, model, tokenizer in runs:
         results.append(finetune(model, tokenizer, train, val, config, name=name,
                                 callbacks=[_progress_printer(name, sys.stderr)]))
     saved = []
     if args.out:
-        for i, r in enumerate(results):
-            folder = Path(args.out) if i == 0 else Path(args.out) / "from-scratch"
+        for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
+            folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
             saved.append(str(save_classifier(r, folder)))
     if args.json:
         print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
@@ -712,7 +780,11 @@ def run(args) -> int:
                           "saved": saved}, indent=1))
     else:
         print(format_results(results))
-        for folder in saved:
-            print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
-                  ".from_pretrained)")
+        for folder, r in zip(saved, (r for r in results if r.tokenizer is not None)):
+            if getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
+                print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
+                      "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
+            else:
+                print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
+                      ".from_pretrained)")
     return 0

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.runs import SLOTS_ENV, default_slots
 
 log = logging.getLogger("bert_core.app")
 
-MAX_TRAININGS_ENV = "BERT_EXPLORER_MAX_TRAININGS"  # concurrent trainings on one server
-GRACE_ENV = "BERT_EXPLORER_SESSION_GRACE_S"        # how long a vanished session's job may live (a network blip)
+MAX_TRAININGS_ENV = SLOTS_ENV                       # concurrent trainings on one server (bert_core.runs)
+GRACE_ENV = "BERT_EXPLORER_SESSION_GRACE_S"        # how long a vanished session's fine-tuning may live (a blip)
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
 PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread instead of a child process
-DEFAULT_MAX_TRAININGS = 2
-DEFAULT_GRACE_S = 4.0   # a closed tab frees its CPU within ~grace + poll + 2 s of stopping
+DEFAULT_GRACE_S = 4.0   # a closed tab's fine-tuning frees its CPU within ~grace + poll + 2 s of stopping
 
 
 def format_duration(seconds) -> str:
@@ -40,22 +40,34 @@ def format_duration(seconds) -> str:
 
 
 def max_trainings() -> int:
-    """The global limit on concurrent training runs (`$BERT_EXPLORER_MAX_TRAININGS`, default 2)."""
-    raw = os.environ.get(MAX_TRAININGS_ENV, "")
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_MAX_TRAININGS
-    except ValueError:
-        return DEFAULT_MAX_TRAININGS
+    """The server's limit on concurrent trainings (`$BERT_EXPLORER_MAX_TRAININGS`, default cores - 1)."""
+    return default_slots()
 
 
 def training_threads() -> int:
     """Torch intra-op threads in the app (training and inspection): `$BERT_EXPLORER_TORCH_THREADS`, else the
-    cores shared out between the allowed concurrent trainings. Oversubscribed OpenMP threads spin-wait: on a
-    busy 2-core machine two threads ran a nano BERT's training 8x and a mini BERT's forward pass 35x slower."""
+    cores but one (the web server's) shared out between the allowed concurrent trainings: one each by default.
+    Oversubscribed OpenMP threads spin-wait: on a busy 2-core machine two threads ran a nano BERT's training 8x
+    and a mini BERT's forward pass 35x slower."""
     raw = os.environ.get(THREADS_ENV, "")
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return max(1, (os.cpu_count() or 1) // max_trainings())
+    return max(1, ((os.cpu_count() or 1) - 1) // max_trainings())
+
+
+# Everything on this server that trains (the Fine-tune page's registry, the Train page's run store) shares one
+# CPU and one limit: each counts the others' busy trainings.
+_CAPACITY_USERS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def share_capacity(user) -> None:
+    """Count `user.busy_count()` in every other user's view of the server's load."""
+    _CAPACITY_USERS.add(user)
+
+
+def busy_everywhere(exclude=None) -> int:
+    """Trainings running on this server now, leaving out `exclude`'s own."""
+    return sum(u.busy_count() for u in list(_CAPACITY_USERS) if u is not exclude)
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -312,6 +324,9 @@ class TrainingJob:
     def close(self, wait: float = 10.0) -> None:
         """Nothing to release beyond stopping: the thread ends with its run."""
 
+    def release(self, folder: str | Path) -> None:
+        """Nothing to end: a run on a server thread holds no process (its model stays in memory)."""
+
 
 def training_data_for(spec: TrainSpec, tokenizer):
     """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
@@ -359,8 +374,6 @@ class JobRegistry:
     registry in the process (pretraining and fine-tuning share one CPU).
     """
 
-    _all: "weakref.WeakSet[JobRegistry]" = weakref.WeakSet()
-
     def __init__(self, limit: Callable[[], int] = max_trainings,
                  is_alive: Callable[[str], bool | None] = lambda session_id: None,
                  grace_s: float | None = None, poll_s: float = 1.0):
@@ -373,7 +386,7 @@ class JobRegistry:
         self._lock = threading.Lock()
         self._watchdog: threading.Thread | None = None
         self.reaped: list[str] = []
-        JobRegistry._all.add(self)
+        share_capacity(self)
 
     def get(self, session_id: str) -> TrainingJob | None:
         """This session's job, if any."""
@@ -385,16 +398,12 @@ class JobRegistry:
         with self._lock:
             return sum(1 for j in self._jobs.values() if j.busy)
 
-    @staticmethod
-    def busy_everywhere() -> int:
-        """How many jobs of all registries in this process are preparing or training right now."""
-        return sum(reg.busy_count() for reg in list(JobRegistry._all))
-
     def start(self, job: TrainingJob) -> None:
         """Register and start (or resume) a job, unless the server is already running its limit of trainings."""
+        elsewhere = busy_everywhere(exclude=self)  # before our lock: the others take theirs
         with self._lock:
-            others = sum(1 for reg in list(JobRegistry._all) for j in list(reg._jobs.values())
-                         if j.busy and j is not job and not (reg is self and j.session_id == job.session_id))
+            others = elsewhere + sum(1 for j in self._jobs.values()
+                                     if j.busy and j is not job and j.session_id != job.session_id)
             limit = self._limit()
             if others >= limit:
                 raise BertCoreError(

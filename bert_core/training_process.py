@@ -329,6 +329,8 @@ class ProcessTrainingJob:
         self._changed = threading.Condition()
         self._snapshot = None
         self._closing = False
+        self.released: Path | None = None   # where the checkpoint went when the process was ended (release)
+        self._release_lock = threading.Lock()  # a save waits for a release under way, then copies its folder
 
     # -------------------------------------------------------------- lifecycle
 
@@ -436,31 +438,63 @@ class ProcessTrainingJob:
 
     def model_snapshot(self):
         """An eval-mode copy of the model being trained (weights copied from the child), refreshed when the step
-        changes."""
+        changes; after `release`, the model read back from the released folder."""
         if self.trainer is None:
             return None
         if self._snapshot is not None and self._snapshot[0] == self.trainer.step:
             return self._snapshot[1]
-        if not self._alive():
-            return self._snapshot[1] if self._snapshot is not None else None
+        with self._release_lock:   # not while the process is being ended
+            if self.released is not None or not self._alive():
+                if self._snapshot is None and self.released is not None:
+                    self._snapshot = (self.trainer.step, self._released_model())
+                return self._snapshot[1] if self._snapshot is not None else None
+            step, blob = self._request("weights")
         from safetensors.torch import load as from_bytes
 
         from bert_core.model import pretraining_model
 
-        step, blob = self._request("weights")
         model = pretraining_model(self.trainer.model_config)
         model.load_state_dict(from_bytes(blob))
         model.eval()
         self._snapshot = (step, model)
         return model
 
+    def _released_folder(self) -> Path:
+        if self.released is None or not (self.released / "config.json").is_file():
+            raise BertCoreError("this run's checkpoint is no longer on the server (its scratch space was "
+                                "reclaimed); start a new run")
+        return self.released
+
+    def _released_model(self):
+        from bert_core.model_sources import load_folder
+
+        return load_folder(self._released_folder())[0].eval()
+
     def save(self, folder: str | Path) -> Path:
-        """Have the child write the run's checkpoint folder (model, tokenizer, trainer state, optimizer)."""
+        """Have the child write the run's checkpoint folder (model, tokenizer, trainer state, optimizer); after
+        `release`, copy the released folder."""
         if self.trainer is None:
             raise BertCoreError("nothing to save yet: start a training run first")
         folder = Path(folder).expanduser().resolve()
-        self._request("save", str(folder))
+        with self._release_lock:
+            if self.released is not None:
+                import shutil
+
+                shutil.copytree(self._released_folder(), folder, dirs_exist_ok=True)
+                return folder
+            self._request("save", str(folder))
         return folder
+
+    def release(self, folder: str | Path) -> None:
+        """Write the checkpoint to `folder` and end the child process: an ended run then costs the server a folder
+        on disk, not a process. Saving, downloading and inspecting it read the folder afterwards."""
+        with self._release_lock:
+            if self.trainer is not None and self._alive() and not self.busy:
+                folder = Path(folder).expanduser().resolve()
+                self._request("save", str(folder))
+                self.released = folder
+                self._snapshot = None   # read back from the folder when someone looks (bounded memory per run)
+            self.close()
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, comparison, figures, jobs, probes
+from bert_core import app_state, app_storage, comparison, figures, jobs, probes, runs
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
 
@@ -44,7 +44,9 @@ if st.session_state["train_preset"] not in PRESET_NAMES:
     st.session_state["train_preset"] = "nano"
 
 sid = app_state.session_id()
-job = app_state.current_job()
+run, role = app_state.current_run()       # this tab's run (from its URL: a reload finds it again), if any
+job = run.job if run is not None else None
+viewer = role == app_state.VIEWER          # watching someone's shared run: it can look, never steer
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")
@@ -85,7 +87,7 @@ def _probe_editor() -> None:
                "attention of this sentence (the Predictions and Attention pages replay them).")
 
 
-with st.expander("Settings", expanded=job is None):
+with st.expander("Settings", expanded=run is None):
     c1, c2, c3 = st.columns(3)
     with c1:
         st.markdown("**Corpus**")
@@ -136,8 +138,8 @@ with st.expander("Settings", expanded=job is None):
 app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing", "train_objective")
 
 
-def _corpus_spec() -> tuple[str, str]:
-    """(load_corpus spec, label); an upload or paste is checked, then written to a per-session file."""
+def _corpus_spec(folder_key: str) -> tuple[str, str]:
+    """(load_corpus spec, label); an upload or paste is checked, then written to the run's scratch folder."""
     from bert_core.corpora import corpus_from_bytes, corpus_from_text
 
     choice = st.session_state["train_corpus"]
@@ -153,14 +155,16 @@ def _corpus_spec() -> tuple[str, str]:
     else:
         text, label = st.session_state.get("train_paste", ""), "pasted text"
         corpus_from_text(text, name=label)
-    # The child process reads the corpus from a file in this session's scratch folder (removed when it ends).
-    path = app_storage.write_session_file(sid, "corpus.txt", text.encode("utf-8"))
+    # The child process reads the corpus from a file in the run's scratch folder (removed when the run is dropped;
+    # a queued run may start after its tab has closed).
+    path = app_storage.write_session_file(folder_key, "corpus.txt", text.encode("utf-8"))
     return str(path), label
 
 
-def _spec(init_from: str | None = None, corpus: tuple[str, str] | None = None) -> jobs.TrainSpec:
+def _spec(folder_key: str, init_from: str | None = None, corpus: tuple[str, str] | None = None
+          ) -> jobs.TrainSpec:
     s = st.session_state
-    spec_corpus, label = corpus or _corpus_spec()
+    spec_corpus, label = corpus or _corpus_spec(folder_key)
     overrides = {}
     preset = s["train_preset"]
     if preset == "custom":
@@ -208,42 +212,60 @@ def _command_preview(spec_of) -> None:
             st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
 
 
-_command_preview(lambda corpus: _spec(corpus=corpus))
+_command_preview(lambda corpus: _spec("preview", corpus=corpus))
 
 
-busy = job is not None and job.busy
-finished = (job is not None and not busy and job.trainer is not None and job.phase == "finished")
+active = run is not None and run.active            # queued, preparing or training
+phase = run.phase if run is not None else None
+weights_only = (job is not None and job.trainer is not None and not active
+                and (phase == "finished" or run.released))   # nothing left to resume: train on from its weights
 b1, b2, b3, b4, b5 = st.columns(5)
 notice = st.empty()  # what a pressed button is doing, shown before the work starts
 
 
-def _start(init_from: str | None = None) -> None:
-    spec = _spec(init_from)
+def _start(init_from_run=None) -> None:
+    run_id = runs.new_token()
+    init_from = None
+    if init_from_run is not None:
+        notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
+        folder = app_storage.session_scratch(runs.scratch_key(run_id)) / "start-weights"
+        init_from_run.save(folder)
+        app_storage.enforce_scratch_cap(keep=folder.parent)  # the new run's folder counts in the cap
+        init_from = str(folder)
+    spec = _spec(runs.scratch_key(run_id), init_from)
     notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
                 icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
-    if job is not None:
-        app_state.REGISTRY.discard(sid)
-    app_state.REGISTRY.start(jobs.pretraining_job(sid, spec))
+    if run is not None and role == app_state.OWNER:
+        app_state.RUNS.retire(run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
+    new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run if role == app_state.OWNER else None)
+    app_state.set_current_run(new)
     st.rerun()
 
 
+if viewer:
+    st.info("**You are watching a shared run.** Its curves, probes and progress update here, and the Attention and "
+            "Predictions pages inspect its current model (pick *Model trained in this session* in the sidebar). "
+            "Only the person who started it can stop, resume or reset it. *Start* trains a run of your own.",
+            icon=":material/groups:")
 try:
-    if b1.button("Start", icon=":material/play_arrow:", disabled=busy, type="primary",
-                 help="Start a new run with these settings"):
+    if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
+                 help="Start a new run with these settings (it waits in the queue when the server is full)"):
         _start()
-    if b2.button("Stop", icon=":material/stop:", disabled=not busy):
+    if b2.button("Stop", icon=":material/stop:", disabled=viewer or not active,
+                 help="Stop the run at the next step (a queued run that has not started is cancelled)"):
         notice.info("Stopping: the run ends after the step it is on…", icon=":material/hourglass_top:")
-        job.stop(wait=10)
+        app_state.RUNS.stop(run.run_id, wait=10)
         st.rerun()
-    if b3.button("Resume", icon=":material/resume:", disabled=job is None or busy or finished or job.trainer is None,
+    if b3.button("Resume", icon=":material/resume:", disabled=viewer or phase != "stopped" or weights_only,
                  help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished run "
                       "has nothing left to resume: its learning rate has decayed to zero."):
-        app_state.REGISTRY.start(job)
+        app_state.RUNS.resume(run.run_id)
         st.rerun()
-    if b4.button("Reset", icon=":material/restart_alt:", disabled=job is None,
-                 help="Forget this session's run and its model"):
-        app_state.REGISTRY.discard(sid)
+    if b4.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None,
+                 help="Forget this tab's run and its model"):
+        app_state.RUNS.discard(run.run_id)
+        app_state.set_current_run(None)
         st.session_state.pop("train_zip", None)
         st.rerun()
     if b5.button("Prepare download", icon=":material/folder_zip:", disabled=job is None or job.trainer is None,
@@ -251,25 +273,31 @@ try:
         notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
         st.session_state["train_zip"] = (job.created, job.trainer.step, job.zip_bytes())
         notice.empty()
-    if finished:
+    if weights_only and not viewer:
         with st.container(border=True):
+            what = (f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has decayed to "
+                    "zero, so *Resume* has nothing to continue." if phase == "finished" else
+                    f"**This run's training process has ended** (step {job.trainer.step:,}), so it cannot be resumed.")
             st.markdown(
-                f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has decayed to "
-                "zero, so *Resume* has nothing to continue. To train it further, start **a new run from these "
-                "weights**: the same model and tokenizer, with the settings above (steps, learning rate, corpus) "
-                "and a fresh optimizer and learning-rate schedule, warmup included. Its curves start again at step "
-                "0, where this run ended.")
+                f"{what} To train it further, start **a new run from these weights**: the same model and tokenizer, "
+                "with the settings above (steps, learning rate, corpus) and a fresh optimizer and learning-rate "
+                "schedule, warmup included. Its curves start again at step 0, where this run ended.")
             if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
                          icon=":material/fast_forward:", key="train_continue"):
-                notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
-                folder = app_storage.session_scratch(sid) / "start-weights"
-                job.save(folder)
-                app_storage.enforce_scratch_cap(keep=folder.parent)  # this session's folder counts in the cap
-                _start(str(folder))
+                _start(init_from_run=job)
 except BertCoreError as exc:
     app_state.show_error(exc)
 
-if job is not None and job.trainer is not None:
+if run is not None and role == app_state.OWNER:
+    with st.expander("Share this run with a class", icon=":material/share:"):
+        base = (st.context.url or "").split("?")[0]
+        st.code(f"{base}?{app_state.WATCH_PARAM}={run.view_id}", language=None)
+        st.caption("Everyone who opens this link watches this run live: its curves, probes and progress, and on the "
+                   "Attention and Predictions pages its current model, each with their own sentences. They cannot "
+                   "stop, reset or resume it. Your own address bar holds the run's private link (`?run=...`): "
+                   "reloading or reopening it brings you back to this run.")
+
+if job is not None and job.trainer is not None and not viewer:
     with st.expander("Save this run on the server"):
         st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
                       help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
@@ -292,22 +320,37 @@ if job is not None and job.trainer is not None:
 
 def _status() -> None:
     """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
-    job = app_state.current_job()
-    if job is None:
+    run, _ = app_state.current_run()
+    if run is None:
         st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
-                "pages meanwhile and pick *Model trained in this session* in the sidebar.")
+                "pages meanwhile (pick *Model trained in this session* in the sidebar), and a reload comes back to "
+                "the same run.")
         return
-    if job.error:
+    if run.note:
+        st.warning(f"This run was {run.note}.")
+    job = run.job
+    if run.phase == "queued":
+        ahead, wait = app_state.RUNS.queue_position(run)
+        paused = (f"Its turn was up, so it paused at step {job.trainer.step:,} and continues where it stopped "
+                  "when its turn comes again. " if job is not None and job.trainer is not None else "")
+        st.info(f"**Queued**: {ahead} run(s) ahead of yours, estimated wait {jobs.format_duration(wait)}. {paused}"
+                "It starts by itself; *Stop* cancels it.", icon=":material/schedule:")
+        st.caption(app_state.RUNS.policy())
+        if job is None or job.trainer is None:
+            return
+    elif job is not None and job.error:
         st.error(f"Training failed: {job.error}")
-    trainer = job.trainer
+    trainer = job.trainer if job is not None else None
     if trainer is None:
+        if run.phase == "cancelled":
+            return
         st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…",
                 icon=":material/hourglass_top:")
         return
     prog = trainer.progress
     history, evals = trainer.history, trainer.evals
     st.progress(min(max(prog.fraction, 0.0), 1.0),
-                text=f"{job.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
+                text=f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
                      f"elapsed {jobs.format_duration(prog.elapsed_s)} · time left {jobs.format_duration(prog.eta_s)}")
     last = history[-1] if history else None
     m = st.columns(5)
@@ -316,10 +359,10 @@ def _status() -> None:
     m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
     m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
     m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
-    if job.phase in ("finished", "stopped") and not job.busy:
-        st.success(f"Run {job.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
+    if run.phase in ("finished", "stopped") and not run.active:
+        st.success(f"Run {run.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
                    "sidebar to inspect it on the other pages.")
-    if busy and not job.busy:
+    if active and not run.active:
         # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
         # whole page so that the buttons, the save box and the charts follow, however short the run was.
         st.rerun()
@@ -337,7 +380,7 @@ def _charts() -> None:
         "train_smoothing", help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
                                 "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
                                 "Held-out evaluations are never smoothed.")
-    if busy:
+    if active:
         st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
     c1, c2 = st.columns(2)
     with c1:
@@ -371,5 +414,5 @@ def _charts() -> None:
 
 
 st.divider()
-st.fragment(_status, run_every=app_state.poll_seconds() if busy else None)()
-st.fragment(_charts, run_every=app_state.chart_poll_seconds() if busy else None)()
+st.fragment(_status, run_every=app_state.poll_seconds() if active else None)()
+st.fragment(_charts, run_every=app_state.chart_poll_seconds() if active else None)()

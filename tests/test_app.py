@@ -31,10 +31,11 @@ def _app_env(checkpoint, monkeypatch):
     monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
     monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
     yield
-    # Join every training thread a test started, so none outlives it.
-    for registry in list(jobs.JobRegistry._all):
-        for sid in list(registry._jobs):
-            registry.discard(sid, wait=30)
+    # End every run and job a test started, so none outlives it.
+    for run in app_state.RUNS.runs():
+        app_state.RUNS.discard(run.run_id, wait=30)
+    for sid in list(app_state.FINETUNE_REGISTRY._jobs):
+        app_state.FINETUNE_REGISTRY.discard(sid, wait=30)
 
 
 def _open(page: str = "app.py", **query) -> AppTest:
@@ -178,10 +179,20 @@ def _small_run(at: AppTest, steps: int = 4) -> None:
     at.number_input(key="train_probe_every").set_value(2)
 
 
-def _job() -> jobs.TrainingJob:
-    running = list(app_state.REGISTRY._jobs.values())
-    assert len(running) == 1
-    return running[0]
+def _run():
+    """The run started last (the tab's current one)."""
+    runs = app_state.RUNS.runs()
+    assert runs
+    return max(runs, key=lambda r: r.created)
+
+
+def _job():
+    """The job of the run started last, once it has a slot."""
+    run = _run()
+    deadline = time.time() + TIMEOUT
+    while run.job is None and time.time() < deadline:
+        time.sleep(0.05)
+    return run.job
 
 
 def test_train_page_runs_a_real_training_and_other_pages_follow_it():
@@ -244,8 +255,9 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     assert not any("Download checkpoint" in b.label for b in at.get("download_button"))
     _job().wait(TIMEOUT)
     at.run()
+    last = _run()
     at.button[3].click().run()          # Reset
-    assert app_state.REGISTRY.get(job.session_id) is None
+    assert app_state.RUNS.get(last.run_id) is None
 
 
 def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edited():
@@ -271,7 +283,7 @@ def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edi
     _small_run(at, steps=1)
     at.button[0].click().run()
     assert any("no [MASK]" in t for t in _texts(at.error)), _texts(at.error)
-    assert not app_state.REGISTRY._jobs
+    assert not app_state.RUNS.runs()
 
 
 def test_stop_ends_the_run_early_and_resume_continues():
@@ -309,7 +321,7 @@ def test_train_page_rejects_bad_configs_with_a_message(setup, message):
     at.button[0].click().run()
     _assert_clean(at)
     assert any(message in t for t in _texts(at.error)), _texts(at.error)
-    assert not app_state.REGISTRY._jobs, "no run starts on a rejected config"
+    assert not app_state.RUNS.runs(), "no run starts on a rejected config"
 
 
 @pytest.mark.parametrize("content, message", [(b"", "empty"), (b"\x00\x01\x02binary", "binary"),
@@ -321,10 +333,10 @@ def test_train_page_bad_upload_gets_a_message(content, message):
     at.button[0].click().run()
     _assert_clean(at)
     assert any(message in t for t in _texts(at.error)), _texts(at.error)
-    assert not app_state.REGISTRY._jobs
+    assert not app_state.RUNS.runs()
 
 
-def test_global_training_limit_gives_a_clear_message(monkeypatch):
+def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")
     release = threading.Event()
 
@@ -333,21 +345,59 @@ def test_global_training_limit_gives_a_clear_message(monkeypatch):
 
         def run(self):
             release.wait(TIMEOUT)
+            self.state = "finished"
 
         def stop(self):
             release.set()
 
     other = jobs.TrainingJob("someone-else", builder=Blocking)
-    app_state.REGISTRY.start(other)
+    app_state.FINETUNE_REGISTRY.start(other)    # the one slot is taken (a fine-tuning counts too)
     try:
         at = _open("pages/2_Train.py")
-        _small_run(at, steps=1)
-        at.button[0].click().run()
+        _small_run(at, steps=2)
+        at.button[0].click().run()              # Start: answered at once, as queued
         _assert_clean(at)
-        assert any("limit" in t and jobs.MAX_TRAININGS_ENV in t for t in _texts(at.error))
+        assert not at.error, _texts(at.error)
+        run = _run()
+        assert run.phase == "queued" and run.job is None
+        assert any("Queued" in t and "0 run(s) ahead" in t for t in _texts(at.info)), _texts(at.info)
+        assert any("at a time" in c.value for c in at.caption)   # the sharing policy is on the page
+        release.set()                           # the other training ends: the queued run starts by itself
+        job = _job()
+        assert job.wait(TIMEOUT) and job.phase == "finished", job.error
     finally:
-        app_state.REGISTRY.discard("someone-else")
+        app_state.FINETUNE_REGISTRY.discard("someone-else")
     assert not other.busy
+
+
+def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering():
+    at = _open("pages/2_Train.py")
+    _small_run(at, steps=3)
+    at.button[0].click().run()
+    run = _run()
+    assert at.query_params["run"] == run.run_id   # the address bar holds the run
+    _job().wait(TIMEOUT)
+    # A reload is a new session with the same URL: it comes back to the same run, finished, with its curves.
+    again = _open("pages/2_Train.py", run=run.run_id)
+    _assert_clean(again)
+    assert any("finished at step 3" in t for t in _texts(again.success))
+    assert len(again.get("plotly_chart")) >= 4
+    assert not again.button[3].disabled          # its owner may reset it
+    # A share link: the same run, watched; Stop, Resume and Reset are off, and the sidebar's model is the run's.
+    viewer = _open("pages/2_Train.py", watch=run.view_id)
+    _assert_clean(viewer)
+    assert any("watching a shared run" in t for t in _texts(viewer.info))
+    assert viewer.button[1].disabled and viewer.button[2].disabled and viewer.button[3].disabled
+    assert viewer.sidebar.radio(key="model_source").value == app_state.SOURCE_SESSION
+    assert any("step 3" in c.value for c in viewer.sidebar.caption)
+    assert viewer.query_params["watch"] == run.view_id and "run" not in viewer.query_params
+    with pytest.raises(BertCoreError):
+        app_state.RUNS.stop(run.view_id)         # the share id gives no control
+    # A link to a run the server no longer has is a message, not a traceback.
+    app_state.RUNS.discard(run.run_id)
+    gone = _open("app.py", run=run.run_id)
+    _assert_clean(gone)
+    assert any("not on this server" in t for t in _texts(gone.sidebar.warning))
 
 
 class _Spinner:
@@ -440,7 +490,10 @@ def test_env_var_limit_parsing(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "3")
     assert jobs.max_trainings() == 3
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "lots")
-    assert jobs.max_trainings() == jobs.DEFAULT_MAX_TRAININGS
+    # The default: one run per core, one core left for the web server (one run on a 2-vCPU Space), one thread each.
+    assert jobs.max_trainings() == max(1, (os.cpu_count() or 1) - 1)
+    monkeypatch.delenv(jobs.THREADS_ENV, raising=False)
+    assert jobs.training_threads() == 1
     assert os.environ[model_sources.CHECKPOINT_ENV]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from bert_core import app_state, app_storage, jobs, model_sources  # noqa: E402
+from bert_core import app_state, app_storage, model_sources, runs  # noqa: E402
 from tests.test_app import TIMEOUT, _assert_clean, _job, _open, _small_run, _texts  # noqa: E402
 from tests.test_app_storage import decoy, snapshot  # noqa: E402,F401  (decoy: a fixture)
 
@@ -32,9 +32,8 @@ def _env(checkpoint, monkeypatch, tmp_path):
     monkeypatch.setenv(app_storage.SCRATCH_DIR_ENV, str(tmp_path / "scratch"))
     monkeypatch.delenv(app_storage.PUBLIC_ENV, raising=False)
     yield
-    for registry in list(jobs.JobRegistry._all):
-        for sid in list(registry._jobs):
-            registry.discard(sid, wait=30)
+    for run in app_state.RUNS.runs():
+        app_state.RUNS.discard(run.run_id, wait=30)
 
 
 def _zip_of(folder: Path) -> bytes:
@@ -163,7 +162,7 @@ def test_in_public_mode_the_save_message_names_no_server_path(monkeypatch, tmp_p
     assert "my-run" in message and str(tmp_path) not in message
 
 
-def test_a_pasted_corpus_lives_in_the_session_scratch_folder(tmp_path):
+def test_a_pasted_corpus_lives_in_the_runs_scratch_folder(tmp_path):
     at = _open("pages/2_Train.py")
     _small_run(at, steps=1)
     at.selectbox(key="train_corpus").set_value("paste").run()
@@ -175,4 +174,6 @@ def test_a_pasted_corpus_lives_in_the_session_scratch_folder(tmp_path):
     job.wait(TIMEOUT)
     assert job.phase == "finished", job.error
     files = list((tmp_path / "scratch").rglob("corpus.txt"))
-    assert len(files) == 1 and files[0].parent == app_storage.session_scratch(job.session_id, create=False)
+    # The run's own folder (a queued run may start after its tab has closed), removed when the run is dropped.
+    assert len(files) == 1 and files[0].parent == app_storage.session_scratch(runs.scratch_key(job.session_id),
+                                                                              create=False)

@@ -1,0 +1,231 @@
+"""In a real browser: the README's classroom walkthrough with the defaults (the default run past 50% held-out
+accuracy, probes from the toy stories, the time-lapse on one colour scale, the guesses chart), fine-tuning's
+status and tables, and the life of a run on a shared server: a reload finds it again, a share link watches it
+without steering it, and a run nobody watches ends and its training process goes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    FEEDBACK_S, PAGES, ROOT, _no_exception, _open, _settle, _shoot, browser, chromium,
+    model_folder, screenshot_dirs, server, server_home, DEFAULT_RUN_TARGET, UNWATCHED_S,
+    _metric, _trace_lengths, _training_children, _visible_plots, _words)
+
+
+def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
+    """README, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults untouched,
+    Start, the run to its end, then the Attention time-lapse and the Predictions page on the trained model."""
+    from bert_core.toy_grammar import toy_vocabulary
+
+    base, _ = server
+    vocab = toy_vocabulary()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Train")
+        sidebar = page.get_by_test_id("stSidebar")
+        assert sidebar.get_by_role("link", name="Home", exact=True).count() == 1
+        assert sidebar.get_by_role("link", name="app", exact=True).count() == 0
+        # The probe sentences come from the held-out toy stories: every word is one the toy grammar writes.
+        probes = page.get_by_role("textbox", name="Sentences the model fills in while it trains").input_value().splitlines()
+        assert len(probes) == 4 and all("[MASK]" in p for p in probes), probes
+        assert set().union(*map(_words, probes)) <= vocab, set().union(*map(_words, probes)) - vocab
+        attention_probe = page.get_by_role("textbox", name="Sentence for the attention time-lapse").input_value()
+        assert attention_probe and _words(attention_probe) <= vocab
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Start").click()
+        page.get_by_text("Starting", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+            timeout=FEEDBACK_S * 1000)
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".some(d => (d.data || []).some(t => (t.x || []).length >= 3))", timeout=120_000)
+        first = max(max(x, default=0) for x in _trace_lengths(page))
+        time.sleep(6)
+        later = max(max(x, default=0) for x in _trace_lengths(page))
+        assert later > first, "the live loss chart did not gain points"
+        _no_exception(page, "train (running)")
+        # Past the unigram plateau (step 1,000 of 2,000), the picture the README shows.
+        page.get_by_text("running: step 1,", exact=False).or_(page.get_by_text("Run finished")).first.wait_for(
+            timeout=300_000)
+        _shoot(page, "train-running", screenshot_dirs)
+        page.get_by_text("Run finished at step 2,000").wait_for(timeout=300_000)
+        _settle(page)
+        held_out = float(_metric(page, "Held-out MLM acc.").rstrip("%")) / 100
+        assert held_out >= DEFAULT_RUN_TARGET, f"the default run ended at {held_out:.1%} held-out accuracy"
+        # The probe table: the held-out sentences shown before Start, each with the model's guesses now.
+        table = page.locator('[data-testid="stTable"]').last
+        assert table.locator("tbody tr td").first.inner_text() == probes[0]
+        assert "%" in table.locator("tbody tr").first.locator("td").nth(1).inner_text()
+        # A finished run has nothing to resume: the page says so and offers a new run from its weights.
+        assert main.get_by_role("button", name="Resume").is_disabled()
+        assert page.get_by_text("This run has finished").count() == 1
+        assert main.get_by_role("button", name="Train on from these weights").count() == 1
+        _no_exception(page, "train (finished)")
+        _shoot(page, "train-finished", screenshot_dirs)
+
+        # Step 3: the trained model's attention, and its time-lapse on one colour scale.
+        sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
+        _settle(page)
+        sidebar.get_by_role("link", name="Attention").click()
+        _settle(page)
+        assert _words(page.get_by_role("textbox", name="Sentence A").input_value()) <= vocab
+        page.get_by_role("tab", name="Time-lapse").click()
+        time.sleep(1)
+        last = _visible_plots(page, "Model view")
+        assert len(last) == 1 and (last[0]["cmin"], last[0]["cmax"]) == (0, 1), last
+        _shoot(page, "attention-timelapse", screenshot_dirs)
+        page.get_by_role("tab", name="Time-lapse").click()
+        page.get_by_role("slider").first.focus()
+        page.keyboard.press("Home")  # the first snapshot: step 0, an untrained model
+        _settle(page)
+        page.get_by_role("tab", name="Time-lapse").click()
+        time.sleep(1)
+        assert page.get_by_text("at step 0.", exact=False).count() >= 1
+        start = _visible_plots(page, "Model view")
+        assert len(start) == 1 and (start[0]["cmin"], start[0]["cmax"]) == (0, 1), start
+        _no_exception(page, "attention (time-lapse)")
+        _shoot(page, "attention-timelapse-step0", screenshot_dirs)
+        page.get_by_role("tab", name="What heads do").click()
+        time.sleep(1)
+        assert page.get_by_text("Entropy", exact=False).first.is_visible()
+        _shoot(page, "attention-heads", screenshot_dirs)
+
+        # Step 4: predictions on a toy sentence, and how the guesses changed during training.
+        sidebar.get_by_role("link", name="Predictions").click()
+        _settle(page)
+        assert _words(page.get_by_role("textbox", name="Text with one or more [MASK]").input_value()) <= vocab
+        history = _visible_plots(page, "“")
+        assert len(history) == 1, history
+        names = history[0]["names"]
+        assert 1 <= len(names) <= 6 and not {"[CLS]", "[SEP]", "[MASK]", "[PAD]"} & set(names), names
+        assert len(set(history[0]["colors"])) == len(names)
+        _no_exception(page, "predictions (session model)")
+        _shoot(page, "predictions-trained", screenshot_dirs)
+    finally:
+        page.close()
+
+
+def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(server, browser, screenshot_dirs):
+    """README step 5 with a short budget: the click says at once that work has started, and each model's most
+    confident mistakes show the true label, the predicted label and the confidence on screen."""
+    if not (ROOT / "pages" / "5_Fine-tune.py").exists():
+        pytest.skip("no Fine-tune page in this install")
+    base, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Fine-tune", "?ft_budget=3")
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Fine-tune both").click()
+        page.get_by_text("Starting", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+            timeout=FEEDBACK_S * 1000)
+        page.get_by_role("heading", name="Results").wait_for(timeout=180_000)
+        _settle(page)
+        tables = page.locator('[data-testid="stTable"]')
+        mistakes = [tables.nth(i) for i in range(tables.count())]
+        assert len(mistakes) == 2, [t.inner_text()[:200] for t in mistakes]
+        width = page.viewport_size["width"]
+        for table in mistakes:
+            headers = table.locator("th").all_inner_texts()
+            assert headers[:3] == ["true label", "predicted", "confidence"], headers
+            first_row = table.locator("tbody tr").first.locator("td").all_inner_texts()
+            assert first_row[2].endswith("%") and first_row[0] and first_row[1], first_row
+            for cell in table.locator("thead th").all()[:3]:
+                box = cell.bounding_box()
+                assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= width, "a column is off-screen"
+        _no_exception(page, "fine-tune (results)")
+        _shoot(page, "fine-tune-results", screenshot_dirs)
+        from bert_core.paths import shared_data_dir
+
+        shared = shared_data_dir()
+        if shared is not None and (shared / "sentence_polarity" / "polarity.csv").is_file():
+            page.get_by_text("Data and settings").click()  # folded once a run has results
+            page.get_by_text("Movie-review polarity (2 classes)").click()
+            _settle(page)
+            page.get_by_text("2 labels (negative", exact=False).first.wait_for(timeout=30_000)
+            assert page.get_by_text("(0 ", exact=False).count() == 0
+    finally:
+        page.close()
+
+
+def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when_nobody_watches(server, browser,
+                                                                                              screenshot_dirs):
+    """A student's run on a shared server: Stop and Resume say what they do at once; a reload comes back to the
+    same run in the same training process; a classmate with the share link watches it and cannot stop it; when
+    every tab is closed, the run ends after the grace period and its process is gone; its link still shows it."""
+    base, log_path = server
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs /proc to see the training process")
+    before = _training_children(server.pid)
+    owner = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = owner.new_page()
+    _open(page, base, "Train", "?train_steps=100000")
+    main = page.get_by_test_id("stMainBlockContainer")
+    main.get_by_role("button", name="Start").click()
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        ".some(d => (d.data || []).some(t => (t.x || []).length >= 2))", timeout=120_000)
+    mine = _training_children(server.pid) - before
+    assert mine, "no training process was found for the run"
+    # Stop says so at once, the run stops, and Resume continues it (exactly: a stopped run keeps its schedule).
+    main.get_by_role("button", name="Stop").click()
+    page.get_by_text("Stopping", exact=False).first.wait_for(timeout=FEEDBACK_S * 1000)
+    page.get_by_text("Run stopped at step").wait_for(timeout=60_000)
+    _settle(page)
+    stopped = max(max(x, default=0) for x in _trace_lengths(page))
+    time.sleep(3)
+    assert max(max(x, default=0) for x in _trace_lengths(page)) == stopped, "points kept coming after Stop"
+    main.get_by_role("button", name="Resume").click()
+    page.wait_for_function(
+        f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        f".some(d => (d.data || []).some(t => (t.x || []).length > {stopped}))", timeout=60_000)
+    # A reload (a new browser session) comes back to the same run, still training, in the same process.
+    url = page.url
+    assert "run=" in url, url
+    page.reload()
+    _settle(page)
+    assert page.url == url
+    page.get_by_text("running: step", exact=False).first.wait_for(timeout=30_000)
+    page.wait_for_function(
+        f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        f".some(d => (d.data || []).some(t => (t.x || []).length > {stopped}))", timeout=60_000)
+    assert _training_children(server.pid) & mine == mine, "the reload started another process"
+    # The share link: a classmate watches the same run and cannot steer it.
+    page.get_by_text("Share this run with a class").click()
+    link = page.locator('[data-testid="stCode"]', has_text="watch=").first.inner_text().strip()
+    assert link.startswith(base) and "watch=" in link and "run=" not in link, link
+    viewer = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watching = viewer.new_page()
+    watching.goto(link)
+    _settle(watching)
+    watching.get_by_text("You are watching a shared run").wait_for(timeout=30_000)
+    watching.get_by_text("running: step", exact=False).first.wait_for(timeout=30_000)
+    viewer_main = watching.get_by_test_id("stMainBlockContainer")
+    for name in ("Stop", "Resume", "Reset"):
+        assert viewer_main.get_by_role("button", name=name, exact=True).is_disabled(), name
+    _no_exception(watching, "train (watching a shared run)")
+    _shoot(watching, "train-shared-run", screenshot_dirs)
+    # Everyone leaves: after the grace period the run is stopped and its process is gone.
+    closed = time.monotonic()
+    viewer.close()
+    owner.close()
+    while _training_children(server.pid) & mine and time.monotonic() - closed < UNWATCHED_S + 60:
+        time.sleep(0.2)
+    freed_after = time.monotonic() - closed
+    assert not _training_children(server.pid) & mine, "the run outlived its grace period by a minute"
+    assert UNWATCHED_S - 1 <= freed_after <= UNWATCHED_S + 10, f"the unwatched run's process went after {freed_after:.1f} s"
+    assert "nobody watched it" in log_path.read_text()
+    # Its link still opens it: ended by the server, with its curves and its model.
+    again = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        back = again.new_page()
+        back.goto(url)
+        _settle(back)
+        back.get_by_text("nobody watched it", exact=False).first.wait_for(timeout=30_000)
+        assert back.get_by_role("button", name="Train on from these weights").count() == 1
+        assert max(max(x, default=0) for x in _trace_lengths(back)) > stopped
+        _no_exception(back, "train (an ended run reopened)")
+    finally:
+        again.close()
