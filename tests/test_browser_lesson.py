@@ -225,7 +225,9 @@ def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when
         _settle(back)
         back.get_by_text("nobody watched it", exact=False).first.wait_for(timeout=30_000)
         assert back.get_by_role("button", name="Train on from these weights").count() == 1
-        assert max(max(x, default=0) for x in _trace_lengths(back)) > stopped
+        back.wait_for_function(
+            f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            f".some(d => (d.data || []).some(t => (t.x || []).length > {stopped}))", timeout=30_000)
         _no_exception(back, "train (an ended run reopened)")
     finally:
         again.close()
