@@ -365,6 +365,26 @@ def start_janitor(is_alive: Callable[[str], bool | None]) -> None:
         _JANITOR.start()
 
 
+def carry_run_files(spec, folder_key: str):
+    """A copy of a run's spec whose files (an uploaded or pasted corpus, the weights it started from) are copied
+    into another run's scratch folder, so that the copy never depends on the first run's folder, which goes when
+    that run is dropped. Files outside this server's scratch area (a corpus the user named) stay where they are."""
+    import dataclasses
+
+    root = scratch_root().resolve()
+    target = session_scratch(folder_key)
+    changes = {}
+    corpus = Path(spec.corpus)
+    if corpus.is_file() and root in corpus.resolve().parents:
+        shutil.copy2(corpus, target / "corpus.txt")
+        changes["corpus"] = str(target / "corpus.txt")
+    if spec.init_from and root in Path(spec.init_from).resolve().parents:
+        shutil.copytree(spec.init_from, target / "start-weights", dirs_exist_ok=True)
+        changes["init_from"] = str(target / "start-weights")
+    enforce_scratch_cap(keep=target)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
 # ---------------------------------------------------------------------------------------------- checkpoint zips
 
 

@@ -416,3 +416,52 @@ def _charts() -> None:
 st.divider()
 st.fragment(_status, run_every=app_state.poll_seconds() if active else None)()
 st.fragment(_charts, run_every=app_state.chart_poll_seconds() if active else None)()
+
+
+def _compare() -> None:
+    """This tab's runs, one after another: overlay two to four of them (the legend names the knobs that differ),
+    and start a copy of the current run with one knob changed."""
+    run, role = app_state.current_run()
+    if run is None or role != app_state.OWNER:
+        return
+    family = [r for r in app_state.RUNS.family(run) if r.trainer is not None and hasattr(r.trainer, "history")]
+    st.subheader("Compare runs, one knob at a time")
+    names = {r.run_id: f"run {i + 1}" for i, r in enumerate(app_state.RUNS.family(run))}
+    if len(family) >= 2:
+        default = [r.run_id for r in family][-figures.MAX_OVERLAID_RUNS:]
+        chosen = st.multiselect("Runs to overlay (the first is the reference)", [r.run_id for r in family],
+                                default=default, format_func=names.get, max_selections=figures.MAX_OVERLAID_RUNS,
+                                key=f"train_overlay_{run.family[:8]}")
+        picked = [r for r in family if r.run_id in chosen]
+        if len(picked) >= 2:
+            app_state.plotly(figures.overlay_figure([r.spec for r in picked], [r.trainer.history for r in picked],
+                                                    [r.trainer.evals for r in picked],
+                                                    [names[r.run_id] for r in picked]), "compare-runs")
+    else:
+        st.caption("Every run this tab starts joins this list. Start a second one (below, or with other settings "
+                   "above) to overlay their curves.")
+    changes = comparison.suggested_changes(run.spec)
+    if not changes:
+        return
+    c1, c2 = st.columns([3, 1])
+    pick = c1.selectbox("Try one change to this run's settings", range(len(changes)),
+                        format_func=lambda i: changes[i].label, key="train_one_change")
+    c2.markdown("&nbsp;")
+    if c2.button("Start with this change", icon=":material/science:", disabled=active, key="train_one_change_go"):
+        try:
+            change = changes[pick]
+            run_id = runs.new_token()
+            spec = comparison.one_change(app_storage.carry_run_files(run.spec, runs.scratch_key(run_id)),
+                                         change.knob, change.after)
+            jobs.validate_spec(spec)
+            app_state.RUNS.retire(run.run_id)
+            new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run)
+            app_state.set_current_run(new)
+            st.rerun()
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+    if active:
+        st.caption("A new run can start once this one has ended (or been stopped).")
+
+
+_compare()

@@ -513,3 +513,34 @@ def test_a_page_run_on_its_own_draws_without_the_page_list():
     at = AppTest.from_file(str(ROOT / "pages" / "4_Predictions.py"), default_timeout=TIMEOUT).run()
     _assert_clean(at)
     assert at.title
+
+
+def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_names_it():
+    from bert_core import comparison
+
+    at = _open("pages/2_Train.py")
+    _small_run(at, steps=3)
+    at.button[0].click().run()
+    first = _run()
+    _job().wait(TIMEOUT)
+    at.run()
+    _assert_clean(at)
+    box = at.selectbox(key="train_one_change")
+    nsp = next(i for i, label in enumerate(box.options) if label.startswith("NSP on → off"))
+    box.set_value(nsp).run()
+    at.button(key="train_one_change_go").click().run()
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
+    second = _run()
+    assert second is not first and app_state.RUNS.family(second) == [first, second]
+    assert [c.knob for c in comparison.knob_diff(first.spec, second.spec)] == ["nsp"]
+    assert comparison.other_differences(first.spec, second.spec) == []
+    _job().wait(TIMEOUT)
+    at.run()
+    _assert_clean(at)
+    overlay = [c for c in at.get("plotly_chart") if "reference" in c.proto.spec]
+    import json
+
+    assert len(overlay) == 1
+    names = {t.get("name") for t in json.loads(overlay[0].proto.spec)["data"]}
+    assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= names, names
