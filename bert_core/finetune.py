@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +37,14 @@ from bert_core.training import TrainConfig, lr_multiplier, resolve_device
 __all__ = [
     "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
-    "FinetuneComparison", "classify_text", "result_probabilities", "evaluate_classifier",
+    "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
+    "evaluate_classifier",
     "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier", "add_parser", "run",
 ]
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "finetune_result.json"
+BASELINE_NAME = "tfidf"  # the bag-of-words run of a comparison (BagOfWordsRun); drawn as a level line
 
 
 @dataclass(frozen=True)
@@ -462,9 +465,71 @@ def finetune(model, tokenizer, train: ClassificationData, val: ClassificationDat
 # ---------------------------------------------------------------------------------------------- comparisons
 
 
+class BagOfWordsRun:
+    """The bag-of-words baseline (bag_of_words: TF-IDF + logistic regression) as one run of a comparison: fitted on
+    `train`, evaluated once on `val`; its result a FinetuneResult whose `model` is the BagOfWordsClassifier (no
+    steps, no curve: a level line). Shaped like a Finetuner (name, state, step, evals, callbacks, progress, run,
+    stop, error, result) so that FinetuneComparison and the app's training process carry it unchanged."""
+
+    budgeted = False  # fitting takes seconds, not a share of the comparison's budget: left out of its progress
+
+    def __init__(self, train: ClassificationData, val: ClassificationData, seed: int = 0, name: str = BASELINE_NAME,
+                 num_misclassified: int = 20, callbacks: Sequence[Callable[[object], None]] = ()):
+        self.train_data, self.val_data, self.seed, self.name = train, val, seed, name
+        self.num_misclassified = num_misclassified
+        self.callbacks = list(callbacks)
+        self.state, self.step, self.evals = "idle", 0, []
+        self.error: str | None = None
+        self.result: FinetuneResult | None = None
+        self._seconds = 0.0
+        self._stopped = False
+
+    @property
+    def progress(self) -> Progress:
+        done = self.state in ("finished", "stopped", "failed")
+        return Progress(fraction=1.0 if done else 0.0, eta_s=0.0 if done else None, step=0, elapsed_s=self._seconds)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def run(self) -> FinetuneResult | None:
+        """Fit and evaluate; never raises (a failure sets `error` and state 'failed')."""
+        from bert_core.bag_of_words import fit_bag_of_words, texts_of
+
+        if self._stopped:
+            self.state = "stopped"
+            return None
+        self.state = "running"
+        start = time.perf_counter()
+        try:
+            model = fit_bag_of_words(self.train_data, self.seed)
+            self._seconds = time.perf_counter() - start  # fitting time: a neural run counts training time only
+            probs = model.probabilities(texts_of(self.val_data))
+        except BertCoreError as exc:
+            self.error, self.state = str(exc), "failed"
+            return None
+        data = self.val_data
+        pred = [max(range(len(p)), key=p.__getitem__) for p in probs]
+        confusion = confusion_matrix(data.labels, pred, data.num_labels)
+        accuracy = sum(t == y for t, y in zip(data.labels, pred)) / max(len(data), 1)
+        loss = -sum(math.log(max(p[t], 1e-12)) for p, t in zip(probs, data.labels)) / max(len(data), 1)
+        wrong = sorted((Misclassified(data.example_text(i), data.label_names[t], data.label_names[y], probs[i][y])
+                        for i, (t, y) in enumerate(zip(data.labels, pred)) if t != y), key=lambda m: -m.confidence)
+        self.evals.append(FinetuneEval(0, self._seconds, accuracy, macro_f1(confusion), loss))
+        self.result = FinetuneResult(
+            name=self.name, accuracy=accuracy, macro_f1=macro_f1(confusion), loss=loss, confusion=confusion,
+            label_names=list(self.train_data.label_names), evals=self.evals, history=[],
+            misclassified=wrong[:self.num_misclassified], steps=0, train_seconds=self._seconds, state="finished",
+            model=model)
+        self.state = "finished"
+        for callback in self.callbacks:
+            callback(self.evals[-1])
+        return self.result
+
+
 class FinetuneComparison:
     """Several fine-tuning runs ("pretrained", then "scratch", or a race of pretrained models) with one config, one
-    after the other on this thread; with `baseline`, the bag-of-words line (bag_of_words.BagOfWordsRun) first,
+    after the other on this thread; with `baseline`, the bag-of-words line (BagOfWordsRun) first,
     on the same split.
 
     Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
@@ -478,8 +543,6 @@ class FinetuneComparison:
             raise BertCoreError(f"two runs of a comparison share a name: {', '.join(names)}")
         self.tuners = [Finetuner(m, tok, train, val, config, name=name, callbacks=callbacks) for name, m, tok in runs]
         if baseline:
-            from bert_core.bag_of_words import BagOfWordsRun
-
             self.tuners.insert(0, BagOfWordsRun(train, val, config.seed, num_misclassified=config.num_misclassified,
                                                 callbacks=callbacks))
         self.error: str | None = None
@@ -695,7 +758,7 @@ def _race_names(folders: list[Path]) -> dict[str, Path]:
     for folder in folders:
         base = folder.resolve().name or "checkpoint"
         name, n = base, 2
-        while name in names or name in ("pretrained", "scratch", "tfidf"):
+        while name in names or name in ("pretrained", "scratch", BASELINE_NAME):
             name, n = f"{base}-{n}", n + 1
         names[name] = folder
     return names
@@ -758,10 +821,8 @@ def run(args) -> int:
         runs.append(("scratch", scratch_twin(runs[0][1], data.num_labels, args.seed), tokenizer))
     results = []
     if args.baseline:
-        from bert_core.bag_of_words import BagOfWordsRun
-
         line = BagOfWordsRun(train, val, args.seed, num_misclassified=config.num_misclassified,
-                             callbacks=[_progress_printer("tfidf", sys.stderr)])
+                             callbacks=[_progress_printer(BASELINE_NAME, sys.stderr)])
         if line.run() is None:
             raise BertCoreError(line.error or "the bag-of-words baseline produced no result")
         results.append(line.result)

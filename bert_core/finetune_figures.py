@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728"}
-RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch"}
+RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728", "tfidf": "#ff7f0e"}
+RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch", "tfidf": "TF-IDF + logistic regression"}
+# Runs drawn as a level line across the chart (finetune.BASELINE_NAME): fitted once, they have no curve.
+LEVEL_RUNS = ("tfidf",)
 _FALLBACK = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 
 
@@ -37,10 +39,19 @@ def _value(event, key):
 
 def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", chance: float | None = None,
                            metric: str = "accuracy") -> go.Figure:
-    """Validation accuracy (or macro_f1) of each run against training seconds (or step), one line per run."""
+    """Validation accuracy (or macro_f1) of each run against training seconds (or step), one line per run; a run
+    in LEVEL_RUNS (the bag-of-words baseline) is a dashed level line across the others."""
     fig = go.Figure()
+    ends = [_value(e, x) for name, evals in runs.items() if name not in LEVEL_RUNS for e in evals]
     for i, (name, evals) in enumerate(runs.items()):
         if not evals:
+            continue
+        if name in LEVEL_RUNS:
+            level, label = _value(evals[-1], metric), RUN_LABELS.get(name, name)
+            fig.add_trace(go.Scatter(
+                x=[0, max(ends, default=_value(evals[-1], x)) or 1], y=[level, level], mode="lines", name=label,
+                line=dict(color=_color(name, i), width=2, dash="dash"),
+                hovertemplate=f"{label}<br>{metric} {level:.1%}<extra></extra>"))
             continue
         fig.add_trace(go.Scatter(
             x=[_value(e, x) for e in evals], y=[_value(e, metric) for e in evals], mode="lines+markers",
@@ -51,7 +62,9 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
                       annotation_position="bottom right")
     fig.update_xaxes(title="training seconds" if x == "elapsed_s" else "step", rangemode="tozero")
     fig.update_yaxes(title=f"validation {metric.replace('_', '-')}", range=[0, 1], tickformat=".0%")
-    fig.update_layout(title="Validation accuracy: same model, same budget, with and without pretraining",
+    title = ("Validation accuracy: same model, same budget, with and without pretraining" if len(runs) <= 2
+             else "Validation accuracy: the same data and budget for every run")
+    fig.update_layout(title=title,
                       height=380, margin=dict(l=60, r=20, t=50, b=40), template="plotly_white",
                       legend=dict(orientation="h", y=-0.2))
     return fig

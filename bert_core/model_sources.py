@@ -47,6 +47,20 @@ class ActiveModel:
         return None
 
 
+def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, Path]:
+    """The checkpoint folders beside the default one, by folder name (the shipped BERT and GPT, in checkpoints/),
+    less `exclude` (e.g. the active model's folder): the models a page can set next to the active one, to race
+    them or draw their attention side by side."""
+    from bert_core.hf import is_checkpoint_folder
+
+    parent = default_checkpoint().parent
+    if not parent.is_dir():
+        return {}
+    skip = Path(exclude).resolve() if exclude is not None else None
+    return {p.name: p for p in sorted(parent.iterdir())
+            if p.is_dir() and p.resolve() != skip and is_checkpoint_folder(p)}
+
+
 def folder_stamp(folder: Path) -> float:
     """The newest modification time of the files in `folder` (a re-saved checkpoint gets a new stamp)."""
     stamps = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]

@@ -1,14 +1,15 @@
-"""Fine-tune the active model to classify text, and the same architecture from scratch with the same budget."""
+"""Fine-tune the active model to classify text, and the same architecture from scratch with the same budget; or
+race it against a second checkpoint (BERT against GPT) and a bag-of-words baseline."""
 
 from functools import partial
 
 import pandas as pd
 import streamlit as st
 
-from bert_core import app_state, finetune_figures, jobs
+from bert_core import app_state, finetune_figures, jobs, model_sources
 from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
 from bert_core.errors import BertCoreError
-from bert_core.finetune import build_comparison, classify_text, comparison_config
+from bert_core.finetune import build_comparison, comparison_config, result_probabilities
 from bert_core.paths import shared_data_dir
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
@@ -18,7 +19,11 @@ st.markdown(
     "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a classifier on its "
     "[CLS] vector and is trained on a small labelled set. Then **the same architecture from scratch** (random "
     "weights, same tokenizer) gets the same data and the same time budget. Their validation accuracy curves are "
-    "drawn on one chart.")
+    "drawn on one chart. **The race:** add a second pretrained model (e.g. the GPT-style checkpoint beside the "
+    "BERT) and the bag-of-words line a student who knows some ML will ask about.")
+if active is not None and active.config.attention == "causal":
+    st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), as "
+               "GPT-1 did, because under causal attention [CLS] sees only itself.")
 
 SHARED = shared_data_dir()
 DATASETS = {"toy": "Toy story topics (built-in, 10 classes)"}
@@ -34,7 +39,8 @@ defaults = dict(data="toy", train=200, val=500, seed=0, budget=30, lr=1e-3, batc
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
-app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair")
+app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
+                       "ft_second", "ft_baseline")
 if st.session_state["ft_data"] not in DATASETS:
     st.session_state["ft_data"] = "toy"
 
@@ -98,6 +104,19 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
                         help="1e-3 suits the tiny shipped model; BERT-base wants about 2e-5 to 5e-5")
         st.number_input("Batch size", 1, 256, key="ft_batch")
         st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
+    st.markdown("**The race** (optional)")
+    r1, r2 = st.columns(2)
+    OTHERS = model_sources.checkpoints_beside_default(exclude=active.path if active is not None else None)
+    if st.session_state.get("ft_second") not in OTHERS:
+        st.session_state["ft_second"] = None
+    r1.selectbox("Also fine-tune from", [None, *OTHERS], key="ft_second",
+                 format_func=lambda n: "(no second model)" if n is None else n,
+                 help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and seed. "
+                      "A GPT-style model's classifier reads the last token, not [CLS], which under causal attention "
+                      "sees only itself.")
+    r2.checkbox("Bag-of-words baseline: TF-IDF + logistic regression", key="ft_baseline",
+                help="Fitted on the same training split in seconds (scikit-learn), word order ignored: the line "
+                     "to beat.")
 
 app_state.sync_query(*(f"ft_{n}" for n in defaults))
 
@@ -143,19 +162,25 @@ notice = st.empty()  # what a pressed button is doing, shown before the work sta
 try:
     if active is None:
         st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
-    start_help = "Fine-tune the active model, then train the same architecture from scratch, same budget"
-    if b1.button("Fine-tune both", icon=":material/play_arrow:", type="primary",
+    racing = bool(st.session_state.get("ft_second") or st.session_state.get("ft_baseline"))
+    start_help = ("Fine-tune the active model, then train the same architecture from scratch, same budget" +
+                  ("; the race's second model and baseline too" if racing else ""))
+    if b1.button("Run the race" if racing else "Fine-tune both", icon=":material/play_arrow:", type="primary",
                  disabled=busy or data is None or active is None, help=start_help):
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
         split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
         comparison_config(settings)  # and config errors, before any process starts
+        others = []
+        if s.get("ft_second"):
+            second, second_tokenizer, _ = app_state.load_folder_cached(OTHERS[s["ft_second"]])
+            others.append((f"from {s['ft_second']}", second, second_tokenizer))
         notice.info("Starting: a training process is loading PyTorch and receiving a copy of the model and the "
                     "data (a few seconds)…", icon=":material/hourglass_top:")
         if job is not None:
             registry.discard(sid)
         new_job = jobs.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
-                                                      settings))
+                                                 settings, others, bool(s.get("ft_baseline"))))
         registry.start(new_job)
         st.rerun()
     if b2.button("Stop", icon=":material/stop:", disabled=not busy):
@@ -211,19 +236,24 @@ if job is not None and job.trainer is not None and not busy:
             "run": finetune_figures.RUN_LABELS.get(r.name, r.name), "accuracy": f"{r.accuracy:.1%}",
             "macro-F1": f"{r.macro_f1:.1%}", "steps": r.steps, "training seconds": round(r.train_seconds, 1),
             "state": r.state} for r in results.values()]), hide_index=True, width="stretch")
+        if "tfidf" in results:
+            st.caption(f"The bag-of-words line was fitted on the same training split in "
+                       f"{results['tfidf'].train_seconds:.1f} s and scored on the same validation rows; it ignores "
+                       "word order and had no pretraining. A tiny model fine-tuned for seconds does not always beat "
+                       "it: that is an honest result, not a bug.")
         cols = st.columns(len(results))
         for col, r in zip(cols, results.values()):
             with col:
                 app_state.plotly(finetune_figures.confusion_figure(
-                    r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name)}"),
+                    r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name, r.name)}"),
                     f"confusion-{r.name}", key=f"ft_conf_{r.name}")
-                st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name)})**")
+                st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")
                 if r.misclassified:
                     # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).
                     st.table(pd.DataFrame(finetune_figures.mistakes_table(r.misclassified)), hide_index=True)
                 else:
                     st.caption("No mistakes on the validation set.")
-        st.subheader("Classify a sentence with both")
+        st.subheader("Classify a sentence with each")
         val = getattr(job.trainer, "val_data", None) or data
         example = val.example_text(0) if val is not None and len(val) else "a sentence like the task's"
         sentence = st.text_input("Sentence", key="ft_sentence",
@@ -232,7 +262,7 @@ if job is not None and job.trainer is not None and not busy:
         if sentence.strip():
             try:
                 first = next(iter(results.values()))
-                probs = {name: classify_text(r.model, r.tokenizer, sentence, max_length=job.trainer.config.max_length)
+                probs = {name: result_probabilities(r, sentence, max_length=job.trainer.config.max_length)
                          for name, r in results.items()}
                 rows = [{"model": finetune_figures.RUN_LABELS.get(n, n),
                          "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],

@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_core.bag_of_words import BASELINE_NAME, BagOfWordsRun, fit_bag_of_words
+from bert_core.bag_of_words import fit_bag_of_words
 from bert_core.classification_data import ClassificationData, split_train_val
 from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.finetune import FinetuneConfig, build_comparison, result_probabilities, toy_topic_task
+from bert_core.finetune import (
+    BASELINE_NAME,
+    BagOfWordsRun,
+    FinetuneConfig,
+    build_comparison,
+    result_probabilities,
+    toy_topic_task,
+)
 from bert_core.hf import load_pretrained, save_pretrained
 from bert_core.model import LAST_TOKEN_POOLING, BertForPreTraining, BertLMHeadModel
 
@@ -151,3 +158,13 @@ def test_finetune_config_of_the_race_is_shared(racers, task):
     configs = {t.config for t in race.tuners}
     assert configs == {race.config} and isinstance(race.config, FinetuneConfig)
     assert race.config.time_budget_s == SETTINGS["budget"]
+
+
+def test_the_level_line_spans_the_curves():
+    from bert_core.finetune import FinetuneEval
+    from bert_core.finetune_figures import accuracy_curves_figure
+
+    curve = [FinetuneEval(0, 0.0, 0.2, 0.1, 2.0), FinetuneEval(9, 12.5, 0.7, 0.6, 1.0)]
+    fig = accuracy_curves_figure({"tfidf": [FinetuneEval(0, 0.3, 0.8, 0.75, 0.5)], "pretrained": curve})
+    level = next(t for t in fig.data if t.name == "TF-IDF + logistic regression")
+    assert list(level.x) == [0, 12.5] and list(level.y) == [0.8, 0.8] and level.line.dash == "dash"

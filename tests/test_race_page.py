@@ -1,0 +1,36 @@
+"""The Fine-tune page runs the race: the active BERT, a GPT-style checkpoint beside it, the scratch twin and the
+bag-of-words line, on one split (AppTest; the models are test_race's nano pair)."""
+
+import time
+from pathlib import Path
+
+from tests.test_race import racers, task  # noqa: F401  (fixtures: the nano BERT and GPT folders, the toy task)
+
+
+def test_the_page_races_bert_gpt_scratch_and_the_baseline_and_classifies_with_each(racers, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    bert_folder, _, _ = racers
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(bert_folder))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="ft_second").options == ["(no second model)", "gpt-nano"]  # the active one left out
+    for key, value in (("ft_train", 100), ("ft_val", 40), ("ft_budget", 1), ("ft_maxlen", 32)):
+        at.number_input(key=key).set_value(value)
+    at.selectbox(key="ft_second").set_value("gpt-nano")
+    at.checkbox(key="ft_baseline").check()
+    at.run()
+    next(b for b in at.button if b.label == "Run the race").click().run()
+    deadline = time.monotonic() + 90
+    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "run" in d.value.columns)
+    assert list(table["run"]) == ["TF-IDF + logistic regression", "from pretrained", "from gpt-nano", "from scratch"]
+    assert any("bag-of-words line was fitted" in c.value for c in at.caption)
+    at.text_input(key="ft_sentence").input("the farmer feeds the hungry cows").run()
+    assert not at.exception, at.exception
+    assert len(at.dataframe[-1].value) == 4
+
