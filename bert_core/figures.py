@@ -351,6 +351,37 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
     return go.Figure(data=traces, layout=layout)
 
 
+def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int, head: int | None = None) -> go.Figure:
+    """Two (or more) models' attention for the same text, one panel each: layer `layer`'s head `head`, or with
+    `head=None` the mean of that layer's heads (each clipped to the model's size); one colour scale for all, and a
+    causal model's hidden future grey, so that BERT's full square stands beside GPT's lower triangle."""
+    panels, titles = [], []
+    for name, result in named:
+        lay = min(layer, result.num_layers - 1)
+        att = result.attentions[lay]
+        if head is None:
+            att, what = att.mean(axis=0), f"L{lay + 1}, mean of {result.num_heads} heads"
+        else:
+            att, what = att[min(head, result.num_heads - 1)], f"L{lay + 1} H{min(head, result.num_heads - 1) + 1}"
+        panels.append((result, att))
+        titles.append(f"{name}: {what}" + (" (causal)" if result.causal else ""))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.12)
+    top = float(max(max(float(att.max()) for _, att in panels), 1e-6))
+    for col, (result, att) in enumerate(panels, start=1):
+        tok = _token_labels(result.tokens)
+        fig.add_trace(go.Heatmap(z=future_hidden(att, result.causal), x=tok, y=tok, coloraxis="coloraxis",
+                                 hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>"), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", tickfont=dict(size=9), row=1, col=col)
+        fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), row=1, col=col)
+    seq = max(len(result.tokens) for result, _ in panels)
+    causal = any(result.causal for result, _ in panels)
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")))
+    if causal:
+        fig.update_layout(plot_bgcolor=FUTURE_COLOUR)
+    return _layout(fig, "The same text, side by side" + (f"; {FUTURE_NOTE}" if causal else ""),
+                   height=max(420, min(800, 22 * seq + 200)), width=None)
+
+
 def token_view_figure(result: AttentionResult, token_index: int, direction: str = "from") -> go.Figure:
     """One token's attention across all heads: rows are layer/head, columns the other tokens.
 

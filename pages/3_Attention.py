@@ -1,9 +1,10 @@
-"""Attention: every head at once, one head large, one token across heads, and heads labelled by what they do."""
+"""Attention: every head at once, one head large, one token across heads, heads labelled by what they do, and
+two models side by side (BERT beside GPT) for the same text."""
 
 import numpy as np
 import streamlit as st
 
-from bert_core import app_state, figures
+from bert_core import app_state, figures, model_sources
 from bert_core.errors import BertCoreError
 from bert_core.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 
@@ -26,7 +27,10 @@ app_state.init_widget("att_layer", 1, int)
 app_state.init_widget("att_head", 1, int)
 app_state.init_widget("att_measure", "[CLS]")
 app_state.init_widget("att_token", 1, int)
-app_state.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")
+app_state.init_widget("att_pair_layer", 1, int)
+app_state.init_widget("att_pair_head", "mean")
+app_state.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token", "att_other",
+                       "att_pair_layer", "att_pair_head")
 
 c1, c2 = st.columns(2)
 c1.text_area("Sentence A", key="att_a", height=80)
@@ -59,8 +63,8 @@ if full.causal:
             "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
             "(their weight is exactly 0); a BERT's maps are full squares.")
 
-tab_model, tab_head, tab_token, tab_labels, tab_time = st.tabs(
-    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse"])
+tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair = st.tabs(
+    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side"])
 
 with tab_model:
     app_state.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
@@ -127,5 +131,44 @@ with tab_time:
                    "(pale), and colour appears as heads learn where to look.")
         app_state.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
                          f"attention-step{step}", key="att_time")
+
+with tab_pair:
+    others = model_sources.checkpoints_beside_default(exclude=active.path)
+    if not others:
+        st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
+                "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "
+                "twin of the shipped BERT, or any checkpoint you save there).")
+    else:
+        if st.session_state.get("att_other") not in others:
+            st.session_state["att_other"] = next(iter(others))
+        p1, p2, p3 = st.columns([2, 1, 1])
+        p1.selectbox("Beside this model", list(others), key="att_other")
+        try:
+            other_model, other_tokenizer, _ = app_state.load_folder_cached(others[st.session_state["att_other"]])
+            other = attention_maps(other_model, other_tokenizer, st.session_state["att_a"],
+                                   st.session_state["att_b"] or None)
+            if st.session_state["att_hide"]:
+                other = hide_special_tokens(other)
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+        else:
+            layers = max(cfg.num_hidden_layers, other_model.config.num_hidden_layers)
+            heads = max(cfg.num_attention_heads, other_model.config.num_attention_heads)
+            if st.session_state["att_pair_layer"] not in range(1, layers + 1):
+                st.session_state["att_pair_layer"] = 1
+            if st.session_state["att_pair_head"] not in ["mean", *map(str, range(1, heads + 1))]:
+                st.session_state["att_pair_head"] = "mean"
+            p2.selectbox("Layer", list(range(1, layers + 1)), key="att_pair_layer")
+            p3.selectbox("Head", ["mean", *map(str, range(1, heads + 1))], key="att_pair_head",
+                         format_func=lambda h: "mean of the layer's heads" if h == "mean" else h)
+            head = st.session_state["att_pair_head"]
+            this = active.path.name if active.path is not None else active.source
+            app_state.plotly(figures.side_by_side_figure(
+                [(this, result), (st.session_state["att_other"], other)], st.session_state["att_pair_layer"] - 1,
+                None if head == "mean" else int(head) - 1), "attention-side-by-side", key="att_pair")
+            st.caption("Each model reads the text with its own tokenizer. A BERT attends in both directions (a full "
+                       "square); a GPT-style model only to itself and earlier tokens (a lower triangle): that is "
+                       "why it can continue text and BERT can fill in blanks. A smaller model's layer or head is "
+                       "clipped to its last.")
 
 app_state.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")
