@@ -5,11 +5,20 @@ tokenizer; 10% of the articles (seeded) are held out, and both models are scored
 tokens (sequence 128, 15% masking, fixed seed, contiguous text). The two runs are interleaved in chunks of a few
 seconds in this one process and each is charged only its own running time, so machine load hits both alike.
 
-Reference recipe: transformers.BertForMaskedLM of the same size, sequence 128, batch 32, AdamW lr 1e-3 with 10%
+Reference recipe: transformers.BertForMaskedLM of the same size (or of each --reference-preset), sequence 128, batch 32, AdamW lr 1e-3 with 10%
 warmup and linear decay to zero at the end of the budget, dropout 0.1 (Hugging Face's default), a plain loop.
-Ours: `bert_core.training.default_recipe()` run by `Trainer` (whatever the defaults of this version are).
+Ours: `bert_core.training.default_recipe()` run by `Trainer` (whatever the defaults of this version are), and any
+variants of it (--variant, e.g. the previous defaults), interleaved with the others. The table printed at the end
+gives each recipe beside the reference, with its accuracy as a multiple of the reference's; --summarize prints
+one table over several runs' JSON files (e.g. one run per seed).
 
-    python benchmarks/time_to_quality.py --budget 300 --json docs/time_to_quality.json
+    python benchmarks/time_to_quality.py --budget 300 --threads 1 --seed 0 --json ttq-seed0.json \
+        --reference-preset nano --reference-preset tiny \
+        --variant preset=tiny,initializer_range=0.02,short_seq_length=0,short_seq_fraction=0
+    python benchmarks/time_to_quality.py --summarize ttq-seed*.json
+
+--steps N trains each of our recipes for N steps instead (no reference): how recipes compare after as many
+updates as a quiet machine makes in the budget, whatever the load on this one.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ class Reference:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.data = PretrainingData(train_corpus, tokenizer, max_seq_length=SEQ_LEN, batch_size=batch_size,
                                     mask_rate=0.15, seed=seed, nsp=False)
+        self.preset = preset
         self.budget_s = budget_s
         self.elapsed_s = 0.0
         self.steps = 0
@@ -97,13 +107,17 @@ class Reference:
                 "num_masked": n}
 
 
-def build_ours(tokenizer, train_corpus, budget_s: float, recipe: dict, seed: int = 0) -> Trainer:
-    """Our default recipe as the CLI would run it with --time-budget."""
+def build_ours(tokenizer, train_corpus, budget_s: float, recipe: dict, seed: int = 0, steps: int | None = None
+               ) -> Trainer:
+    """Our default recipe as the CLI would run it with --time-budget (or with --steps when `steps` is given)."""
+    init = {"initializer_range": recipe["initializer_range"]} if recipe.get("initializer_range") else {}
     model_config = BertConfig.preset(recipe["preset"], vocab_size=tokenizer.vocab_size,
                                      hidden_dropout_prob=recipe["dropout"],
-                                     attention_probs_dropout_prob=recipe["dropout"])
+                                     attention_probs_dropout_prob=recipe["dropout"], **init)
     config = recipe["train_config"].replace(time_budget_s=budget_s, max_steps=None, schedule="time", seed=seed,
                                             device="cpu", max_seq_length=SEQ_LEN)
+    if steps is not None:
+        config = config.replace(time_budget_s=None, max_steps=steps, schedule="linear")
     data = PretrainingData(train_corpus, tokenizer, max_seq_length=SEQ_LEN, batch_size=config.batch_size,
                            mask_rate=config.mask_rate, seed=seed, nsp=config.nsp)
     torch.manual_seed(seed)
@@ -123,14 +137,14 @@ def run_ours_until(trainer: Trainer, until_s: float) -> None:
 
 
 def apply_changes(recipe: dict, items) -> dict:
-    """Recipe with KEY=VALUE changes: preset, dropout, or any TrainConfig field."""
+    """Recipe with KEY=VALUE changes: preset, dropout, initializer_range, or any TrainConfig field."""
     changes = {}
     for item in items:
         key, value = item.split("=", 1)
         if key == "preset":
             recipe["preset"] = value
-        elif key == "dropout":
-            recipe["dropout"] = float(value)
+        elif key in ("dropout", "initializer_range"):
+            recipe[key] = float(value)
         else:
             current = getattr(recipe["train_config"], key)
             changes[key] = value.lower() in ("1", "true", "yes") if isinstance(current, bool) else type(current)(value)
@@ -143,8 +157,13 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=300.0, help="seconds of training for each recipe")
     parser.add_argument("--chunk", type=float, default=10.0, help="seconds per turn when interleaving")
-    parser.add_argument("--reference-preset", default=None, help="size of the reference (default: ours)")
+    parser.add_argument("--reference-preset", action="append", default=[],
+                        help="size of the reference (default: ours); repeat for more references, each interleaved "
+                             "with the others (the first is the one `accuracy_ratio` compares with)")
     parser.add_argument("--skip-reference", action="store_true", help="only run our recipe (for tuning)")
+    parser.add_argument("--steps", type=int, help="train each of our recipes for this many steps instead of the "
+                        "time budget (no reference): how they compare after as many updates as a quiet machine "
+                        "makes in the budget, whatever the load on this one")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of our recipe (preset, dropout, or a TrainConfig field)")
     parser.add_argument("--variant", action="append", default=[], metavar="K=V,K=V",
@@ -152,7 +171,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="JSON",
+                        help="print one table over these runs' --json files (no training)")
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(summary_table([json.loads(p.read_text()) for p in args.summarize]))
+        return {}
     if args.threads:
         torch.set_num_threads(args.threads)
     data_dir = shared_data_dir()
@@ -170,11 +194,16 @@ def main(argv=None) -> dict:
     eval_batches = eval_data.eval_batches(None, seed=1234)
     unigram = PretrainingData(train, tokenizer, max_seq_length=SEQ_LEN, batch_size=32).unigram_baseline(eval_batches)
 
-    ours = build_ours(tokenizer, train, args.budget, recipe, seed=args.seed)
-    others = [build_ours(tokenizer, train, args.budget, v, seed=args.seed) for v in variants]
-    ref = None
-    if not args.skip_reference:
-        ref = Reference(args.reference_preset or recipe["preset"], tokenizer, train, args.budget, seed=args.seed)
+    ours = build_ours(tokenizer, train, args.budget, recipe, seed=args.seed, steps=args.steps)
+    others = [build_ours(tokenizer, train, args.budget, v, seed=args.seed, steps=args.steps) for v in variants]
+    refs = []
+    if args.steps is not None:
+        args.budget = 0.0  # no time turns: each recipe runs its steps below
+        for trainer in [ours, *others]:
+            trainer.run()
+    elif not args.skip_reference:
+        refs = [Reference(p, tokenizer, train, args.budget, seed=args.seed)
+                for p in args.reference_preset or [recipe["preset"]]]
     untrained = evaluate(ours.model, eval_batches).mlm_acc
     boundary = 0.0
     wall0 = time.perf_counter()
@@ -183,12 +212,14 @@ def main(argv=None) -> dict:
         run_ours_until(ours, boundary)
         for other in others:
             run_ours_until(other, boundary)
-        if ref is not None:
+        for ref in refs:
             ref.run_until(boundary)
-        print(f"{boundary:6.0f}s  ours step {ours.step}  ref step {ref.steps if ref else '-'}", file=sys.stderr)
+        print(f"{boundary:6.0f}s  ours step {ours.step}  ref steps {[ref.steps for ref in refs]}", file=sys.stderr)
     ours_eval = evaluate(ours.model, eval_batches)
     result = {
         "budget_s": args.budget,
+        "steps_each": args.steps,
+        "seed": args.seed,
         "wall_s": time.perf_counter() - wall0,
         "heldout": {"articles": held.num_documents, "masked_tokens": ours_eval.num_masked,
                     "split": held.source},
@@ -196,7 +227,8 @@ def main(argv=None) -> dict:
         "untrained_accuracy": untrained,
         "ours": {
             "recipe": {"preset": recipe["preset"], "dropout": recipe["dropout"],
-                       "train_config": ours.config.to_dict()},
+                       "initializer_range": ours.model.config.initializer_range,
+                       "changes": recipe.get("changes", []), "train_config": ours.config.to_dict()},
             "steps": ours.step, "tokens": ours.tokens_seen, "train_s": ours.elapsed_s,
             "mlm_acc": ours_eval.mlm_acc, "mlm_loss": ours_eval.mlm_loss, "perplexity": ours_eval.perplexity,
         },
@@ -209,22 +241,58 @@ def main(argv=None) -> dict:
         e = evaluate(other.model, eval_batches)
         result["variants"].append({"changes": v["changes"], "steps": other.step, "tokens": other.tokens_seen,
                                    "train_s": other.elapsed_s, "mlm_acc": e.mlm_acc, "perplexity": e.perplexity})
-    if ref is not None:
-        result["reference"] = {"preset": args.reference_preset or recipe["preset"], "steps": ref.steps,
-                               "tokens": ref.tokens, "train_s": ref.elapsed_s, **ref.evaluate(eval_batches)}
+    result["references"] = [{"preset": ref.preset, "steps": ref.steps, "tokens": ref.tokens, "train_s": ref.elapsed_s,
+                              **ref.evaluate(eval_batches)} for ref in refs]
+    if refs:
+        result["reference"] = result["references"][0]
         result["accuracy_ratio"] = result["ours"]["mlm_acc"] / max(result["reference"]["mlm_acc"], 1e-9)
     print(json.dumps(result, indent=1))
     rows = [("ours " + " ".join(recipe["changes"]), result["ours"])]
     rows += [("ours " + " ".join(v["changes"]), v) for v in result["variants"]]
-    if ref is not None:
-        rows.append(("reference (transformers)", result["reference"]))
+    rows += [(f"reference (transformers, {r['preset']})", r) for r in result["references"]]
     print(f"unigram {unigram['accuracy']:.4f}  untrained {untrained:.4f}", file=sys.stderr)
     for name, r in rows:
         print(f"{name:50s} steps {r['steps']:5d}  held-out acc {r['mlm_acc']:.4f}  ppl {r['perplexity']:.0f}",
               file=sys.stderr)
+    print(summary_table([result]), file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def summary_table(results: list[dict]) -> str:
+    """A markdown table: each recipe of these runs (one run per seed, say) beside the reference, with steps,
+    held-out accuracy and its multiple of the reference's accuracy in the same run, per run and on average."""
+    def rows(r):
+        out = [("ours, default recipe" + (" " + " ".join(r["ours"]["recipe"].get("changes", []))).rstrip(), r["ours"])]
+        out += [("ours, " + ",".join(v["changes"]), v) for v in r.get("variants", [])]
+        out += [(f"reference: transformers, plain loop, `{ref['preset']}`", ref) for ref in references(r)]
+        return out
+
+    def references(r):
+        return r.get("references", [r["reference"]] if "reference" in r else [])
+
+    names = [name for name, _ in rows(results[0])]
+    seeds = ", ".join(str(r.get("seed", "?")) for r in results)
+    first = results[0]
+    each = f"{first['steps_each']:,} steps" if first.get("steps_each") else f"{first['budget_s']:.0f} s"
+    presets = [ref["preset"] for ref in references(first)]
+    lines = [f"| {each} each, seeds {seeds} | steps | held-out masked-token accuracy | mean accuracy | "
+             + "".join(f"x reference `{p}` (mean) | " for p in presets),
+             "| --- | ---: | ---: | ---: |" + " ---: |" * len(presets)]
+    for i, name in enumerate(names):
+        per = [rows(r)[i][1] for r in results]
+        mean_acc = sum(p["mlm_acc"] for p in per) / len(per)
+        steps = " / ".join(f"{p['steps']:,}" for p in per)
+        accs = " / ".join(f"{100 * p['mlm_acc']:.2f}%" for p in per)
+        cells = ""
+        for j in range(len(presets)):
+            ratios = [p["mlm_acc"] / references(r)[j]["mlm_acc"] for p, r in zip(per, results)]
+            cells += f"{' / '.join(f'{x:.2f}' for x in ratios)} ({sum(ratios) / len(ratios):.2f}x) | "
+        lines.append(f"| {name} | {steps} | {accs} | {100 * mean_acc:.2f}% | {cells}")
+    unigram = " / ".join(f"{100 * r['unigram_accuracy']:.2f}%" for r in results)
+    lines.append(f"| unigram baseline (most frequent training token) | | {unigram} | |" + " |" * len(presets))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
