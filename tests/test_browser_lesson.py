@@ -224,10 +224,42 @@ def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when
         back.goto(url)
         _settle(back)
         back.get_by_text("nobody watched it", exact=False).first.wait_for(timeout=30_000)
-        assert back.get_by_role("button", name="Train on from these weights").count() == 1
+        back.get_by_role("button", name="Train on from these weights").wait_for(timeout=30_000)
         back.wait_for_function(
             f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
             f".some(d => (d.data || []).some(t => (t.x || []).length > {stopped}))", timeout=30_000)
         _no_exception(back, "train (an ended run reopened)")
     finally:
         again.close()
+
+
+def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
+    """'Try one change' from a finished run: NSP off, the rest the same; both runs on one chart, the legend
+    naming the knob."""
+    base, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Train", "?train_steps=200&train_eval_every=50&train_probe_every=0")
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
+        _settle(page)
+        choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
+        choice.click()
+        choice.fill("NSP on")
+        page.keyboard.press("Enter")
+        _settle(page)
+        assert choice.input_value() == "NSP on → off" or page.get_by_text("NSP on → off").count() >= 1
+        main.get_by_role("button", name="Start with this change").click()
+        page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+            timeout=30_000)
+        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
+        _settle(page)
+        overlay = _visible_plots(page, "Runs compared")
+        assert len(overlay) == 1, overlay
+        assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= set(overlay[0]["names"]), overlay
+        _no_exception(page, "train (two runs overlaid)")
+        page.get_by_text("Compare runs, one knob at a time").scroll_into_view_if_needed()
+        _shoot(page, "train-compare-runs", screenshot_dirs)
+    finally:
+        page.close()
