@@ -237,9 +237,9 @@ class RunStore:
             if run.queued:
                 run.queued = False
                 self._queue.remove(run)
+                run.ended_at = time.monotonic()   # cancelled, or paused between turns and now stopped
                 if run.job is None:
                     run.cancelled, run.note = True, "cancelled before it started"
-                    run.ended_at = time.monotonic()
                 return run
             run.stopping = True
             run.pausing = False
@@ -427,9 +427,14 @@ class RunStore:
     def _watch(self, run: Run, now: float, to_end: list[Run]) -> None:
         """Note whether anyone still watches the run; an active or idle-but-alive run nobody has watched for the
         grace period is ended (queued: cancelled)."""
-        alive = [self._is_alive(sid) for sid in run.watchers]
-        if not alive or any(a is None or a for a in alive):
+        alive = {sid: self._is_alive(sid) for sid in run.watchers}
+        if not alive or any(a is None or a for a in alive.values()):
             run.unwatched_since = None
+            # Forget closed tabs while others still watch (a shared run's viewers come and go); a reopened link
+            # attaches again with the role its id gives.
+            for sid, a in alive.items():
+                if a is False:
+                    del run.watchers[sid]
             return
         since = run.unwatched_since = run.unwatched_since or now
         if now - since < self.unwatched_s or run.released or run.cancelled:
