@@ -3,6 +3,7 @@ lower triangle with its hidden future grey (figures.side_by_side_figure); the pa
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -46,9 +47,15 @@ def test_side_by_side_draws_each_model_and_greys_only_the_causal_future():
     assert [a.text for a in one.layout.annotations][1] == "gpt: L1 H4 (causal)"
 
 
-def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypatch):
-    at = open_page("3_Attention.py", racers[0], monkeypatch)
-    assert at.selectbox(key="att_other").options == ["gpt-nano"]  # the active model is not offered beside itself
+def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypatch, tmp_path):
+    import shutil
+
+    from bert_core.app_storage import save_run
+
+    save_run(lambda folder: shutil.copytree(racers[1], folder, dirs_exist_ok=True), "gpt toy", "someone", tmp_path)
+    at = open_page("3_Attention.py", racers[0], monkeypatch, tmp_path)
+    # The checkpoints beside the active one (not the active one itself), then the app's saved runs.
+    assert at.selectbox(key="att_other").options == ["gpt-nano", "saved: gpt-toy"]
     at.text_area(key="att_a").input("the farmer feeds the cows").run()
     at.selectbox(key="att_pair_head").set_value("2").run()
     assert not at.exception, at.exception
@@ -59,3 +66,18 @@ def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypa
     right = _array(spec["data"][1]["z"])
     assert np.isnan(right[np.triu_indices(len(right), k=1)]).all() and not np.isnan(_array(spec["data"][0]["z"])).any()
     assert spec["data"][0]["x"] == spec["data"][1]["x"]  # one tokenizer here: the same tokens on both axes
+
+
+def test_the_second_model_choices_leave_out_the_active_one_shipped_or_saved(racers, monkeypatch, tmp_path):
+    import shutil
+
+    from bert_core.app_storage import save_run
+    from bert_core.model_sources import checkpoints_beside_default
+
+    bert_folder, gpt_folder, _ = racers
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(bert_folder))
+    monkeypatch.setenv("BERT_EXPLORER_RUNS_DIR", str(tmp_path))
+    saved = save_run(lambda folder: shutil.copytree(gpt_folder, folder, dirs_exist_ok=True), "mine", "me", tmp_path)
+    assert checkpoints_beside_default() == {"bert-nano": bert_folder, "gpt-nano": gpt_folder, "saved: mine": saved}
+    assert list(checkpoints_beside_default(exclude=gpt_folder)) == ["bert-nano", "saved: mine"]
+    assert list(checkpoints_beside_default(exclude=Path("mine"))) == ["bert-nano", "gpt-nano"]  # a saved active run

@@ -7,19 +7,21 @@ from pathlib import Path
 from tests.test_race import racers, task  # noqa: F401  (fixtures: the nano BERT and GPT folders, the toy task)
 
 
-def open_page(page: str, active_folder: Path, monkeypatch):
-    """A page run once in AppTest with `active_folder` as the shipped checkpoint (its siblings are beside it)."""
+def open_page(page: str, active_folder: Path, monkeypatch, runs_dir: Path):
+    """A page run once in AppTest with `active_folder` as the shipped checkpoint (its siblings are beside it) and
+    `runs_dir` as the app's saved runs."""
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(active_folder))
+    monkeypatch.setenv("BERT_EXPLORER_RUNS_DIR", str(runs_dir))
     at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / page), default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     return at
 
 
-def test_the_page_races_bert_gpt_scratch_and_the_baseline_and_classifies_with_each(racers, monkeypatch):
-    at = open_page("5_Fine-tune.py", racers[0], monkeypatch)
+def test_the_page_races_bert_gpt_scratch_and_the_baseline_and_classifies_with_each(racers, monkeypatch, tmp_path):
+    at = open_page("5_Fine-tune.py", racers[0], monkeypatch, tmp_path)
     assert at.selectbox(key="ft_second").options == ["(no second model)", "gpt-nano"]  # the active one left out
     for key, value in (("ft_train", 100), ("ft_val", 40), ("ft_budget", 1), ("ft_maxlen", 32)):
         at.number_input(key=key).set_value(value)
