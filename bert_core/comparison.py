@@ -425,8 +425,9 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     if drift:
         raise BertCoreError(f"no `train` option for {', '.join(drift)} yet (bert_core.comparison.TRAIN_FLAGS)")
     cli_schedule = "linear" if config.max_steps is not None else "time"
+    inert = set() if getattr(config, "short_seq_length", 0) else {"short_seq_fraction", "short_seq_batch_size"}
     for field, flag in TRAIN_FLAGS.items():
-        if not hasattr(config, field):  # a field of another version
+        if not hasattr(config, field) or field in inert:  # a field of another version; the short phase's when off
             continue
         value = getattr(config, field)
         if flag is None or value is None or (field == "schedule" and value == cli_schedule):
