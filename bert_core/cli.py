@@ -99,6 +99,8 @@ def _train_defaults() -> dict:
             "grad_accum": d.grad_accum, "lr": d.learning_rate, "warmup": d.warmup_ratio, "schedule": None,
             "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "mask_rate": d.mask_rate,
             "nsp": d.nsp, "dropout": recipe["dropout"], "seed": d.seed, "eval_every": 0,
+            "initializer_range": recipe["initializer_range"], "short_seq_len": d.short_seq_length,
+            "short_seq_fraction": d.short_seq_fraction,
             "eval_batches": d.eval_batches, "history_limit": d.history_limit, "heldout_fraction": HELDOUT_FRACTION,
             "checkpoint_every": 600.0, "device": "auto", "whole_word_masking": d.whole_word_masking,
             "mask_only": d.mask_only}
@@ -135,6 +137,13 @@ def _add_train(sub) -> None:
     p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), help=f"maximum sequence length (default {d['seq_len']})")
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH),
                    help=f"sequences per step per process (default {d['batch_size']})")
+    p.add_argument("--short-seq-len", type=int_arg(0, MAX_SEQ_LEN), metavar="N",
+                   help="train the first --short-seq-fraction of the run on sequences of N tokens, as many tokens a "
+                        "step as the rest (a deviation from BERT's paper: it leaves the unigram plateau sooner; "
+                        f"0 = off; default {d['short_seq_len']}, off when not shorter than --seq-len)")
+    p.add_argument("--short-seq-fraction", type=FRACTION, metavar="F",
+                   help=f"the share of the run (steps or time budget) at --short-seq-len "
+                        f"(default {d['short_seq_fraction']:g})")
     p.add_argument("--grad-accum", type=int_arg(1, MAX_BATCH), help="micro-batches per optimizer step (default 1)")
     p.add_argument("--lr", type=POSITIVE, help=f"peak learning rate (default {d['lr']:g})")
     p.add_argument("--warmup", type=RATE, help=f"warmup as a fraction of the run (default {d['warmup']:g})")
@@ -169,7 +178,8 @@ def _add_train(sub) -> None:
                    help=f"hidden and attention dropout (default {d['dropout']}; the BERT paper uses 0.1, which "
                         "only slows a model that is far from overfitting)")
     p.add_argument("--initializer-range", type=POSITIVE, metavar="STD",
-                   help="std of the initial weights (default: the preset's, BERT's 0.02)")
+                   help=f"std of the initial weights (default {d['initializer_range']:g}; BERT's 0.02 keeps a small "
+                        "model on the unigram plateau for long)")
     p.add_argument("--seed", type=SEED, help=f"0 to {MAX_SEED} (default {d['seed']})")
     p.add_argument("--eval-every", type=int_arg(0), help="steps between held-out evaluations (0 = start/end)")
     p.add_argument("--eval-batches", type=int_arg(1, 10**6),
@@ -265,7 +275,8 @@ def _resume_plan(args):
              "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
              "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
              "preset": meta.get("preset"), "dropout": ckpt.model.config.hidden_dropout_prob,
-             "initializer_range": ckpt.model.config.initializer_range}
+             "initializer_range": ckpt.model.config.initializer_range,
+             "short_seq_len": config.short_seq_length, "short_seq_fraction": config.short_seq_fraction}
     for name, value in saved.items():
         given = getattr(args, name)
         if given is not None and value is not None and given != value:
@@ -342,6 +353,8 @@ def cmd_train(args) -> int:
         for name, value in _train_defaults().items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
+                if name == "short_seq_len" and value >= args.seq_len:
+                    args.short_seq_len = 0  # the default short phase is no shorter than a --seq-len given
         out = check_output_folder(args.out, overwrite=args.overwrite)
         schedule = args.schedule or ("time" if args.steps is None else "linear")
         config = TrainConfig(
@@ -350,6 +363,7 @@ def cmd_train(args) -> int:
             weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
             max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
             objective=args.objective,
+            short_seq_length=args.short_seq_len, short_seq_fraction=args.short_seq_fraction,
             eval_every=args.eval_every, eval_batches=args.eval_batches,
             checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
             whole_word_masking=args.whole_word_masking, mask_only=args.mask_only,

@@ -220,22 +220,18 @@ def check_trainer_state(state, path) -> TrainConfig:
     return config
 
 
-# The default recipe, tuned for a few minutes of CPU with benchmarks/time_to_quality.py (figures in
-# docs/benchmarks.md). At that budget the model is far from overfitting, so it pays to take many small steps:
-# the tiny preset, batch 16, a higher peak rate and no dropout (a deviation from the paper's 0.1). The sparse MLM
-# head (the decoder only on masked positions) is always on in the Trainer. A 25% mask rate was tried and lost.
-DEFAULT_PRESET = "tiny"
-DEFAULT_DROPOUT = 0.0
-DEFAULT_BATCH_SIZE = 16
-DEFAULT_LEARNING_RATE = 2e-3
-
-
 def default_recipe() -> dict:
-    """Our default pretraining recipe: model preset, dropout, and a TrainConfig (what `train` uses by default)."""
+    """Our default pretraining recipe (bert_core.recipes, measured in docs/benchmarks.md): model preset, dropout,
+    initializer_range, and a TrainConfig (what `train` uses by default)."""
+    from bert_core.recipes import REAL_TEXT_RECIPE as r
+
     return {
-        "preset": DEFAULT_PRESET,
-        "dropout": DEFAULT_DROPOUT,
-        "train_config": TrainConfig(batch_size=DEFAULT_BATCH_SIZE, learning_rate=DEFAULT_LEARNING_RATE),
+        "preset": r["preset"],
+        "dropout": r["dropout"],
+        "initializer_range": r["initializer_range"],
+        "train_config": TrainConfig(batch_size=r["batch_size"], learning_rate=r["learning_rate"],
+                                    max_seq_length=r["max_seq_length"], short_seq_length=r["short_seq_length"],
+                                    short_seq_fraction=r["short_seq_fraction"]),
     }
 
 

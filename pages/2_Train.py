@@ -5,6 +5,7 @@ import streamlit as st
 from bert_core import app_state, app_storage, comparison, figures, jobs, probes, runs
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
+from bert_core.recipes import REAL_TEXT_RECIPE
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
@@ -25,21 +26,37 @@ PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 # 2,000 cheap steps teach more than 300 long ones, and nano takes a peak rate of 3e-3 (1e-3 ended near 40%).
 defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=3e-3, seq=32, mask=0.15,
                 nsp=True, seed=0, eval_every=100, probe_every=100, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
-                init=0.02)
+                init=0.02, short_seq=0, short_frac=REAL_TEXT_RECIPE["short_seq_fraction"])
+# Real text (every corpus but toy) starts from the CLI's default recipe (bert_core.recipes), chosen at the 5-minute
+# budget of a lesson with benchmarks/time_to_quality.py (docs/benchmarks.md, "Time to quality"): nano, batch 16 x
+# 128 tokens after a short-sequence phase (64 x 32), initial weight std 0.1. The page counts steps, not seconds:
+# 3,000 nano steps are 4 to 5 minutes of one core at the 80-91 ms of CPU a step measured there (not yet pressed
+# through this page).
+REAL_STEPS = 3000
+R = REAL_TEXT_RECIPE
+real_defaults = {**defaults, "vocab": 8000, "preset": R["preset"], "steps": REAL_STEPS, "batch": R["batch_size"],
+                 "lr": R["learning_rate"], "seq": R["max_seq_length"], "dropout": R["dropout"],
+                 "init": R["initializer_range"], "short_seq": R["short_seq_length"], "eval_every": 250,
+                 "probe_every": 250}
 casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int, dropout=float,
-             init=float,
+             init=float, short_seq=int, short_frac=float,
              probe_every=int, layers=int, hidden=int, heads=int, ffn=int,
              nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
-for name, value in defaults.items():
-    app_state.init_widget(f"train_{name}", value, casts.get(name, str))
+app_state.init_widget("train_corpus", defaults["corpus"])
+if st.session_state["train_corpus"] not in CORPORA:
+    st.session_state["train_corpus"] = "toy"
+# Each setting follows the chosen corpus (toy's or real text's defaults) until the user changes it: a typed value
+# stays when the corpus changes.
+chosen = defaults if st.session_state["train_corpus"] == "toy" else real_defaults
+for name, value in chosen.items():
+    if name != "corpus":
+        app_state.follow_default(f"train_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
 app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
 if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
     st.session_state["train_objective"] = "mlm"
-if st.session_state["train_corpus"] not in CORPORA:
-    st.session_state["train_corpus"] = "toy"
 if st.session_state["train_preset"] not in PRESET_NAMES:
     st.session_state["train_preset"] = "nano"
 
@@ -126,6 +143,12 @@ with st.expander("Settings", expanded=run is None):
         st.number_input("Batch size", 1, 512, key="train_batch")
         st.number_input("Peak learning rate", 1e-6, 1.0, format="%.5f", key="train_lr")
         st.number_input("Max sequence length", 16, 512, step=16, key="train_seq")
+        st.number_input("Short sequences first: length (0 = off)", 0, 512, step=16, key="train_short_seq",
+                        help="Train the first part of the run on sequences this short, as many tokens a step (a "
+                             "deviation from BERT's paper). In a short sequence a neighbouring word is a large share "
+                             "of what attention averages over, so a small model stops predicting only the most "
+                             "frequent token sooner. The held-out evaluation stays at the full length.")
+        st.slider("Share of the steps at the short length", 0.0, 0.95, step=0.05, key="train_short_frac")
         gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
                        key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
         st.slider("Mask rate", 0.01, 0.5, key="train_mask", disabled=gpt)
@@ -176,7 +199,8 @@ def _spec(folder_key: str, init_from: str | None = None, corpus: tuple[str, str]
     train = dict(max_steps=int(s["train_steps"]), batch_size=int(s["train_batch"]), learning_rate=float(s["train_lr"]),
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
-                 probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu")
+                 probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu",
+                 short_seq_length=int(s["train_short_seq"]), short_seq_fraction=float(s["train_short_frac"]))
     train.update(jobs.objective_settings(s["train_objective"]))
     sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
     attention = s.get("train_att_probe", "").strip() or None

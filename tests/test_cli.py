@@ -70,6 +70,30 @@ def test_train_resume_continues_the_same_run(trained, capsys):
     assert len(state["metadata"]["commands"]) == 2
 
 
+def test_train_defaults_take_the_recipe_with_its_short_phase_off_when_not_shorter(trained, toy_file, capsys,
+                                                                                  tmp_path):
+    from bert_core.recipes import REAL_TEXT_RECIPE as recipe
+
+    out, argv = trained  # --seq-len 32: the default short phase (32 tokens) would be no shorter, so it is off
+    if not (out / "trainer_state.json").exists():
+        assert _run_main(argv, capsys)[0] == 0
+    assert json.loads((out / "trainer_state.json").read_text())["train_config"]["short_seq_length"] == 0
+    longer = tmp_path / "longer"
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--vocab-size", "300", "--seq-len", "64",
+                                 "--batch-size", "4", "--steps", "4", "--eval-batches", "2", "--device", "cpu",
+                                 "--out", str(longer)], capsys)
+    assert code == 0, stderr
+    state = json.loads((longer / "trainer_state.json").read_text())
+    config = state["train_config"]
+    assert (config["short_seq_length"], config["short_seq_fraction"]) == (recipe["short_seq_length"],
+                                                                          recipe["short_seq_fraction"])
+    assert state["short_data_state"]["max_seq_length"] == recipe["short_seq_length"]
+    assert state["metadata"]["preset"] == recipe["preset"]
+    assert json.loads((longer / "config.json").read_text())["initializer_range"] == recipe["initializer_range"]
+    code, _, stderr = _run_main(["train", "--resume", str(longer), "--steps", "6", "--short-seq-len", "16"], capsys)
+    assert code == 2 and "--short-seq-len cannot change on --resume" in stderr
+
+
 def test_eval_is_seeded_and_reports_the_unigram_baseline(trained, toy_file, capsys):
     out, argv = trained
     if not (out / "model.safetensors").exists():

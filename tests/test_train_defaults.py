@@ -1,0 +1,55 @@
+"""The Train page's defaults follow the corpus: toy keeps its measured lesson settings, real text gets the CLI's
+default recipe (bert_core.recipes), and a value the user typed stays when the corpus changes."""
+
+from pathlib import Path
+
+import pytest
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from bert_core import model_sources  # noqa: E402
+from bert_core.recipes import REAL_TEXT_RECIPE  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = dict(train_vocab=2000, train_preset="nano", train_steps=2000, train_batch=16, train_lr=3e-3, train_seq=32,
+           train_init=0.02, train_dropout=0.0, train_short_seq=0, train_eval_every=100)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from tests.app_fixtures import train_nano_checkpoint
+
+    return train_nano_checkpoint(tmp_path_factory.mktemp("ckpt") / "nano-toy")
+
+
+def _train_page(checkpoint, monkeypatch) -> AppTest:
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.switch_page("pages/2_Train.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _values(at, keys) -> dict:
+    return {k: at.session_state[k] for k in keys}
+
+
+def test_real_text_gets_the_cli_recipe_toy_its_own_and_a_typed_value_stays(checkpoint, monkeypatch):
+    from bert_core.training import default_recipe
+
+    at = _train_page(checkpoint, monkeypatch)
+    assert _values(at, TOY) == TOY
+    at.selectbox(key="train_corpus").set_value("wikitext-2").run()
+    recipe = default_recipe()
+    cfg = recipe["train_config"]
+    real = dict(train_vocab=8000, train_preset=recipe["preset"], train_batch=cfg.batch_size, train_lr=cfg.learning_rate,
+                train_seq=cfg.max_seq_length, train_init=recipe["initializer_range"], train_dropout=recipe["dropout"],
+                train_short_seq=cfg.short_seq_length, train_short_frac=cfg.short_seq_fraction)
+    assert _values(at, real) == real
+    assert REAL_TEXT_RECIPE["short_seq_length"] == cfg.short_seq_length  # one source for the page and the CLI
+    at.number_input(key="train_lr").set_value(5e-4).run()        # typed: stays on every corpus from now on
+    at.selectbox(key="train_corpus").set_value("tinyshakespeare").run()
+    assert at.session_state["train_lr"] == 5e-4 and _values(at, real | {"train_lr": 5e-4}) == real | {"train_lr": 5e-4}
+    at.selectbox(key="train_corpus").set_value("toy").run()
+    assert _values(at, TOY | {"train_lr": 5e-4}) == TOY | {"train_lr": 5e-4}
+    assert not at.exception, [e.value for e in at.exception]
