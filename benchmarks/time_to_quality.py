@@ -5,8 +5,9 @@ tokenizer; 10% of the articles (seeded) are held out, and both models are scored
 tokens (sequence 128, 15% masking, fixed seed, contiguous text). The two runs are interleaved in chunks of a few
 seconds in this one process and each is charged only its own running time, so machine load hits both alike.
 
-Reference recipe: transformers.BertForMaskedLM of the same size (or of each --reference-preset), sequence 128, batch 32, AdamW lr 1e-3 with 10%
-warmup and linear decay to zero at the end of the budget, dropout 0.1 (Hugging Face's default), a plain loop.
+Reference recipe: transformers.BertForMaskedLM of the same size (or of each --reference-preset), sequence 128,
+batch 32, AdamW lr 1e-3 with 10% warmup and linear decay to zero at the end of the budget, dropout 0.1 (Hugging
+Face's default), a plain loop.
 Ours: `bert_core.training.default_recipe()` run by `Trainer` (whatever the defaults of this version are), and any
 variants of it (--variant, e.g. the previous defaults), interleaved with the others. The table printed at the end
 gives each recipe beside the reference, with its accuracy as a multiple of the reference's; --summarize prints
