@@ -634,7 +634,8 @@ class Trainer(RunLoop):
         # Once a long batch has been taken the phase is over for good: a resume that extends the budget (and so
         # lowers the fraction done) must not go back to short sequences.
         long_started = getattr(self.data, "epoch", 0) > 0 or getattr(self.data, "position", 0) > 0
-        return bool(cfg.short_seq_length) and self._fraction_done() < cfg.short_seq_fraction and not long_started
+        return (0 < cfg.short_seq_length < cfg.max_seq_length and self._fraction_done() < cfg.short_seq_fraction
+                and not long_started)
 
     def _short_data(self):
         if self.short_data is None:
