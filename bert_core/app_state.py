@@ -222,6 +222,20 @@ def set_current_run(run: Run | None) -> None:
         RUNS.attach(run, session_id(), OWNER)
 
 
+def tab_run_folders() -> dict[str, Path]:
+    """This tab's ended runs whose checkpoints are in their folders ("run 2 of this tab": folder), for the pages
+    that set a second model beside the active one (the run list's numbering, as on the Train page)."""
+    run, role = current_run()
+    if run is None or role != OWNER:
+        return {}
+    found = {}
+    for i, r in enumerate(RUNS.family(run)):
+        folder = getattr(r.job, "released", None) if r.job is not None else None
+        if folder is not None and (Path(folder) / "config.json").is_file():
+            found[f"run {i + 1} of this tab"] = Path(folder)
+    return found
+
+
 def current_job() -> TrainingJob | None:
     """The training job of this tab's run (its own or one it watches), once the run has started."""
     run, _ = current_run()

@@ -367,7 +367,10 @@ class ProcessTrainingJob:
     def stop(self, wait: float | None = None) -> None:
         """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
         if self._alive():
-            self._send(("stop", None))
+            try:
+                self._send(("stop", None))
+            except BertCoreError:
+                pass  # it ended between the check and the send: stopped all the same
         if wait:
             self.wait(wait)
 

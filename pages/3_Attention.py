@@ -133,7 +133,8 @@ with tab_time:
                          f"attention-step{step}", key="att_time")
 
 with tab_pair:
-    others = model_sources.checkpoints_beside_default(exclude=active.path)
+    # This tab's earlier runs (e.g. the same settings with NSP off), then the checkpoints beside the shipped one.
+    others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
     if not others:
         st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
                 "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "

@@ -544,3 +544,13 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     assert len(overlay) == 1
     names = {t.get("name") for t in json.loads(overlay[0].proto.spec)["data"]}
     assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= names, names
+    # The first run's checkpoint went to its folder when the second started: Attention can set it beside a model.
+    deadline = time.time() + TIMEOUT
+    while getattr(first.job, "released", None) is None and time.time() < deadline:
+        time.sleep(0.1)
+    at.switch_page("pages/3_Attention.py").run()
+    _assert_clean(at)
+    assert "run 1 of this tab" in at.selectbox(key="att_other").options
+    at.selectbox(key="att_other").set_value("run 1 of this tab").run()
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
