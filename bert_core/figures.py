@@ -553,4 +553,6 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="loss (nats)", row=1, col=1)
     fig.update_yaxes(title="accuracy", range=[0, 1], row=1, col=2)
-    return _layout(fig, "Runs compared", height=380, legend="below")
+    fig = _layout(fig, "Runs compared", height=420, legend="below")
+    fig.update_layout(legend=dict(y=-0.22))  # below the axes' "step" titles, not on them
+    return fig

@@ -460,7 +460,9 @@ def _compare() -> None:
         if len(picked) >= 2:
             app_state.plotly(figures.overlay_figure([r.spec for r in picked], [r.trainer.history for r in picked],
                                                     [r.trainer.evals for r in picked],
-                                                    [names[r.run_id] for r in picked]), "compare-runs")
+                                                    [names[r.run_id] for r in picked],
+                                                    smoothing=st.session_state.get("train_smoothing", 0.0)),
+                           "compare-runs")
     else:
         st.caption("Every run this tab starts joins this list. Start a second one (below, or with other settings "
                    "above) to overlay their curves.")
