@@ -12,7 +12,8 @@ PAGES = [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pages").glob("*.py"))]
 # training process's internals, not the speed paths or the allocator.
 PAGE_API = {"app_state", "app_storage", "jobs", "model_sources", "figures", "finetune_figures", "inspection",
             "export", "config", "errors", "classification_data", "finetune", "paths", "corpora", "toy_grammar",
-            "tokenization", "pretraining_data", "training", "evaluation", "probes", "comparison", "generation", "runs"}
+            "tokenization", "pretraining_data", "training", "evaluation", "probes", "comparison", "generation", "runs",
+            "recipes"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
