@@ -223,13 +223,15 @@ def set_current_run(run: Run | None) -> None:
 
 
 def tab_run_folders() -> dict[str, Path]:
-    """This tab's ended runs whose checkpoints are in their folders ("run 2 of this tab": folder), for the pages
+    """This tab's earlier runs whose checkpoints are in their folders ("run 1 of this tab": folder), for the pages
     that set a second model beside the active one (the run list's numbering, as on the Train page)."""
     run, role = current_run()
     if run is None or role != OWNER:
         return {}
     found = {}
     for i, r in enumerate(RUNS.family(run)):
+        if r is run:
+            continue  # the tab's current run is the sidebar's "Model trained in this session"
         folder = getattr(r.job, "released", None) if r.job is not None else None
         if folder is not None and (Path(folder) / "config.json").is_file():
             found[f"run {i + 1} of this tab"] = Path(folder)
