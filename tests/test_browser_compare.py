@@ -1,0 +1,82 @@
+"""In a real browser: runs compared one knob at a time (two toy runs overlaid, NSP on and off) and BERT against
+GPT (a toy BERT and its causal twin side by side on the Attention page, the GPT continuing a text)."""
+
+from __future__ import annotations
+
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _no_exception, _open, _settle, _shoot, _visible_plots, browser, chromium, model_folder, screenshot_dirs, server,
+    server_home)
+
+
+def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
+    """'Try one change' from a finished run: NSP off, the rest the same; both runs on one chart, the legend
+    naming the knob."""
+    base, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Train", "?train_steps=200&train_eval_every=50&train_probe_every=0")
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
+        _settle(page)
+        choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
+        choice.click()
+        choice.fill("NSP on")
+        page.keyboard.press("Enter")
+        _settle(page)
+        assert choice.input_value() == "NSP on → off" or page.get_by_text("NSP on → off").count() >= 1
+        main.get_by_role("button", name="Start with this change").click()
+        page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+            timeout=30_000)
+        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
+        _settle(page)
+        overlay = _visible_plots(page, "Runs compared")
+        assert len(overlay) == 1, overlay
+        assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= set(overlay[0]["names"]), overlay
+        _no_exception(page, "train (two runs overlaid)")
+        page.get_by_text("Compare runs, one knob at a time").scroll_into_view_if_needed()
+        _shoot(page, "train-compare-runs", screenshot_dirs)
+    finally:
+        page.close()
+
+
+def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server, browser, screenshot_dirs):
+    """README 'BERT or GPT?': a BERT on toy, then the same run with causal attention; the two models' attention
+    on one sentence (a full square against a lower triangle), and the GPT continuing a text."""
+    base, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, base, "Train", "?train_steps=300&train_eval_every=100&train_probe_every=0")
+        main = page.get_by_test_id("stMainBlockContainer")
+        main.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text("Run finished at step 300").wait_for(timeout=120_000)
+        _settle(page)
+        choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
+        choice.click()
+        choice.fill("attention bidirectional")
+        page.keyboard.press("Enter")
+        _settle(page)
+        main.get_by_role("button", name="Start with this change").click()
+        page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+            timeout=30_000)
+        page.get_by_text("Run finished at step 300").wait_for(timeout=120_000)
+        _settle(page)
+        sidebar = page.get_by_test_id("stSidebar")
+        sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
+        _settle(page)
+        sidebar.get_by_role("link", name="Attention").click()
+        _settle(page)
+        page.get_by_role("tab", name="Side by side").click()
+        page.get_by_text("run 1 of this tab").first.wait_for(timeout=30_000)
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .heatmaplayer').length >= 2",
+                               timeout=30_000)
+        _no_exception(page, "attention (BERT and GPT side by side)")
+        _shoot(page, "attention-bert-and-gpt", screenshot_dirs)
+        sidebar.get_by_role("link", name="Predictions").click()
+        _settle(page)
+        page.get_by_role("heading", name="Continue the text").wait_for(timeout=30_000)
+        assert page.locator('[data-testid="stDataFrame"]').count() == 1   # one row per generated token
+        _no_exception(page, "predictions (the GPT continues a text)")
+        _shoot(page, "predictions-gpt-continues", screenshot_dirs)
+    finally:
+        page.close()
