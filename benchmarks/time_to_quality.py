@@ -198,16 +198,16 @@ def main(argv=None) -> dict:
     ours = build_ours(tokenizer, train, args.budget, recipe, seed=args.seed, steps=args.steps)
     others = [build_ours(tokenizer, train, args.budget, v, seed=args.seed, steps=args.steps) for v in variants]
     refs = []
-    if args.steps is not None:
-        args.budget = 0.0  # no time turns: each recipe runs its steps below
-        for trainer in [ours, *others]:
-            trainer.run()
-    elif not args.skip_reference:
+    if args.steps is None and not args.skip_reference:
         refs = [Reference(p, tokenizer, train, args.budget, seed=args.seed)
                 for p in args.reference_preset or [recipe["preset"]]]
     untrained = evaluate(ours.model, eval_batches).mlm_acc
     boundary = 0.0
     wall0 = time.perf_counter()
+    if args.steps is not None:
+        args.budget = 0.0  # no time turns: each recipe runs its steps here
+        for trainer in [ours, *others]:
+            trainer.run()
     while boundary < args.budget:
         boundary = min(boundary + args.chunk, args.budget)
         run_ours_until(ours, boundary)
