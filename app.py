@@ -7,7 +7,6 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 import streamlit as st
 
 from bert_core import app_state
-from bert_core.figures import architecture_figure
 
 WALKTHROUGH = {  # page -> what it teaches (the sidebar lists the same pages under short names)
     "pages/1_Tokens_and_masking.py": "1. Tokens & masking: what the model is shown",
@@ -39,6 +38,8 @@ with right:
             st.page_link(page, label=WALKTHROUGH[page], icon=icon)
 with left:
     figure = st.empty()
+from bert_core.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)
+
 config = app_state.quick_config()
 with figure.container():
     app_state.plotly(architecture_figure(config), "bert-architecture")

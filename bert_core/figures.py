@@ -10,6 +10,11 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
+# Plotly imports pandas lazily while it validates a figure's data. When a class of thirty arrives at a freshly started
+# server, many script threads build their first figure at once and could see each other's half-imported pandas
+# ("partially initialized module 'pandas'", benchmarks/classroom_load.py): import it here, under this module's
+# import lock, before any figure is built.
+import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 

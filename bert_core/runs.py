@@ -360,6 +360,8 @@ class RunStore:
                 self._slotted.append(run)
                 starts.append(run)
                 free -= 1
+                log.info("run %s gets a slot (%d of %d taken, %d still queued)", run.run_id[:6], len(self._slotted),
+                         self.slots(), len(self._queue))
         for run in starts:
             try:
                 if run.job is None:
@@ -391,6 +393,8 @@ class RunStore:
                             and run.turn_started is not None and now - run.turn_started >= self.turn_s):
                         run.pausing = True
                         to_stop.append(run)
+                        log.info("run %s: its %g s turn is up with %d waiting; pausing it", run.run_id[:6],
+                                 self.turn_s, len(self._queue))
                     continue
                 self._slotted.remove(run)
                 if run.pausing and job is not None and job.phase == "stopped" and not job.error:
