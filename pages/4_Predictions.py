@@ -3,7 +3,7 @@ GPT-style (causal) model's continuation of a text, token by token."""
 
 import streamlit as st
 
-from bert_core import app_state, figures, generation
+from bert_core import app_state, figures, generation, model_sources
 from bert_core.errors import BertCoreError
 from bert_core.inspection import (BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, context_before, encode_input,
                                   group_word_pieces, is_causal, predict_masks, predict_nsp, text_with_word_masked,
@@ -112,6 +112,34 @@ for n, pred in enumerate(preds):
     with cols[n % len(cols)]:
         app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
                          f"mask-{n + 1}", key=f"pred_fig_{n}")
+
+with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
+    # This tab's earlier runs, then the checkpoints beside the shipped one and the saved runs.
+    others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
+    if not others:
+        st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a checkpoint "
+                   "beside the shipped one, and it can be set beside this model here.")
+    else:
+        if st.session_state.get("pred_other") not in others:
+            st.session_state["pred_other"] = next(iter(others))
+        st.selectbox("Beside this model", list(others), key="pred_other")
+        try:
+            other_model, other_tok, _ = app_state.load_folder_cached(others[st.session_state["pred_other"]])
+            if is_causal(other_model):
+                st.info(CAUSAL_CANNOT_FILL)
+            else:
+                other_encoded = encode_input(other_tok, st.session_state["pred_text"],
+                                             max_length=other_model.config.max_position_embeddings)
+                other_preds = predict_masks(other_model, other_tok, other_encoded, st.session_state["pred_k"])
+                other_cols = st.columns(min(len(other_preds), 3) or 1)
+                for n, pred in enumerate(other_preds):
+                    with other_cols[n % len(other_cols)]:
+                        app_state.plotly(figures.topk_figure(
+                            pred.candidates, f"{st.session_state['pred_other']}: [MASK] {n + 1}"),
+                            f"mask-{n + 1}-other", key=f"pred_other_fig_{n}")
+                st.caption("Each model reads the text with its own tokenizer; its unigram line is left out here.")
+        except BertCoreError as exc:
+            app_state.show_error(exc)
 
 st.subheader("Does sentence B follow sentence A?")
 n1, n2 = st.columns(2)

@@ -554,3 +554,10 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     at.selectbox(key="att_other").set_value("run 1 of this tab").run()
     _assert_clean(at)
     assert not at.error, _texts(at.error)
+    # Predictions sets it beside the active model too, for the same [MASK] text.
+    at.switch_page("pages/4_Predictions.py").run()
+    _assert_clean(at)
+    at.selectbox(key="pred_other").set_value("run 1 of this tab").run()
+    _assert_clean(at)
+    assert not at.error, _texts(at.error)
+    assert any("run 1 of this tab: [MASK] 1" in c.proto.spec for c in at.get("plotly_chart"))
