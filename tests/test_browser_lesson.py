@@ -192,6 +192,16 @@ def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when
         f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
         f".some(d => (d.data || []).some(t => (t.x || []).length > {stopped}))", timeout=60_000)
     assert _training_children(server.pid) & mine == mine, "the reload started another process"
+    # Another page keeps the run in its address bar (a reload there must find the run too).
+    page.get_by_test_id("stSidebar").get_by_role("link", name="Attention").click()
+    _settle(page)
+    page.wait_for_function("() => window.location.search.includes('run=')", timeout=10_000)
+    assert "/Attention" in page.url, page.url
+    page.reload()
+    _settle(page)
+    page.get_by_test_id("stSidebar").get_by_role("link", name="Train").click()
+    _settle(page)
+    page.get_by_text("running: step", exact=False).first.wait_for(timeout=30_000)
     # The share link: a classmate watches the same run and cannot steer it.
     page.get_by_text("Share this run with a class").click()
     link = page.locator('[data-testid="stCode"]', has_text="watch=").first.inner_text().strip()
