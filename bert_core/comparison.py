@@ -321,6 +321,26 @@ def suggested_changes(spec) -> list[KnobChange]:
     return out
 
 
+def run_list_rows(runs, names) -> list[dict]:
+    """A tab's run list as table rows: each run's name, state, step, last held-out accuracy, and the knobs (then
+    other settings) in which it differs from the run before it. `runs` are duck-typed: .spec, .phase, .trainer
+    (with .step and .evals) or None."""
+    rows = []
+    for i, run in enumerate(runs):
+        trainer = run.trainer
+        evals = list(getattr(trainer, "evals", None) or [])
+        acc = evals[-1].mlm_acc if evals else None
+        if i == 0:
+            change = "first run"
+        else:
+            before = runs[i - 1].spec
+            change = ", ".join([c.label for c in knob_diff(before, run.spec)] + other_differences(before, run.spec))
+        rows.append({"run": names[i], "state": run.phase, "step": getattr(trainer, "step", 0) if trainer else 0,
+                     "held-out accuracy": f"{acc:.1%}" if acc is not None else "–",
+                     "change from the run before": change or "same settings"})
+    return rows
+
+
 def run_labels(specs, names=None) -> list[str]:
     """Legend names for runs overlaid on one chart: the first run is the reference, each other run is named by
     the knobs (then other settings) in which it differs from it; `names` (the runs' own names) go in front."""

@@ -450,7 +450,10 @@ def _compare() -> None:
         return
     family = [r for r in app_state.RUNS.family(run) if r.trainer is not None and hasattr(r.trainer, "history")]
     st.subheader("Compare runs, one knob at a time")
-    names = {r.run_id: f"run {i + 1}" for i, r in enumerate(app_state.RUNS.family(run))}
+    every = app_state.RUNS.family(run)
+    names = {r.run_id: f"run {i + 1}" for i, r in enumerate(every)}
+    if len(every) >= 2:
+        st.table(comparison.run_list_rows(every, [names[r.run_id] for r in every]), hide_index=True)
     if len(family) >= 2:
         default = [r.run_id for r in family][-figures.MAX_OVERLAID_RUNS:]
         chosen = st.multiselect("Runs to overlay (the first is the reference)", [r.run_id for r in family],

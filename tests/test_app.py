@@ -544,6 +544,10 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     assert len(overlay) == 1
     names = {t.get("name") for t in json.loads(overlay[0].proto.spec)["data"]}
     assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= names, names
+    # The run list: each run, and how it differs from the one before it.
+    listed = at.table[-1].value
+    assert list(listed["run"]) == ["run 1", "run 2"]
+    assert list(listed["change from the run before"]) == ["first run", "NSP on → off"]
     # The first run's checkpoint went to its folder when the second started: Attention can set it beside a model.
     deadline = time.time() + TIMEOUT
     while getattr(first.job, "released", None) is None and time.time() < deadline:
