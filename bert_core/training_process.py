@@ -492,6 +492,8 @@ class ProcessTrainingJob:
         """Write the checkpoint to `folder` and end the child process: an ended run then costs the server a folder
         on disk, not a process. Saving, downloading and inspecting it read the folder afterwards."""
         with self._release_lock:
+            if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
+                self.stop(wait=REPLY_TIMEOUT_S)
             if self.trainer is not None and self._alive() and not self.busy:
                 folder = Path(folder).expanduser().resolve()
                 self._request("save", str(folder))

@@ -8,28 +8,34 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server_home)
 
 
+def _run_then_one_change(page, base: str, steps: int, change: str) -> None:
+    """Train a short toy run from the Train page, then start 'Try one change' (the option whose label starts with
+    `change`) and wait for that second run to finish too."""
+    _open(page, base, "Train", f"?train_steps={steps}&train_eval_every={steps // 4}&train_probe_every=0")
+    main = page.get_by_test_id("stMainBlockContainer")
+    main.get_by_role("button", name="Start", exact=True).click()
+    page.get_by_text(f"Run finished at step {steps}").wait_for(timeout=120_000)
+    _settle(page)
+    choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
+    choice.click()
+    choice.fill(change)
+    page.keyboard.press("Enter")
+    _settle(page)
+    assert choice.input_value().startswith(change) or page.get_by_text(change).count() >= 1
+    main.get_by_role("button", name="Start with this change").click()
+    page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
+        timeout=30_000)
+    page.get_by_text(f"Run finished at step {steps}").wait_for(timeout=120_000)
+    _settle(page)
+
+
 def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
     """'Try one change' from a finished run: NSP off, the rest the same; both runs on one chart, the legend
     naming the knob."""
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _open(page, base, "Train", "?train_steps=200&train_eval_every=50&train_probe_every=0")
-        main = page.get_by_test_id("stMainBlockContainer")
-        main.get_by_role("button", name="Start", exact=True).click()
-        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
-        _settle(page)
-        choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
-        choice.click()
-        choice.fill("NSP on")
-        page.keyboard.press("Enter")
-        _settle(page)
-        assert choice.input_value() == "NSP on → off" or page.get_by_text("NSP on → off").count() >= 1
-        main.get_by_role("button", name="Start with this change").click()
-        page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
-            timeout=30_000)
-        page.get_by_text("Run finished at step 200").wait_for(timeout=120_000)
-        _settle(page)
+        _run_then_one_change(page, base, 200, "NSP on")
         overlay = _visible_plots(page, "Runs compared")
         assert len(overlay) == 1, overlay
         assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= set(overlay[0]["names"]), overlay
@@ -46,21 +52,7 @@ def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server,
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _open(page, base, "Train", "?train_steps=300&train_eval_every=100&train_probe_every=0")
-        main = page.get_by_test_id("stMainBlockContainer")
-        main.get_by_role("button", name="Start", exact=True).click()
-        page.get_by_text("Run finished at step 300").wait_for(timeout=120_000)
-        _settle(page)
-        choice = page.get_by_test_id("stSelectbox").filter(has_text="Try one change").locator("input")
-        choice.click()
-        choice.fill("attention bidirectional")
-        page.keyboard.press("Enter")
-        _settle(page)
-        main.get_by_role("button", name="Start with this change").click()
-        page.get_by_text("running: step", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
-            timeout=30_000)
-        page.get_by_text("Run finished at step 300").wait_for(timeout=120_000)
-        _settle(page)
+        _run_then_one_change(page, base, 300, "attention bidirectional")
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
         _settle(page)
