@@ -59,3 +59,14 @@ def test_the_readme_names_every_server_setting():
     names -= {model_sources.CHECKPOINT_ENV, jobs.THREADS_ENV, app_state.POLL_ENV, jobs.PROCESS_ENV}
     readme = (REPO_ROOT / "README.md").read_text()
     assert names and all(f"`{n}`" in readme for n in names), sorted(n for n in names if f"`{n}`" not in readme)
+
+
+def test_the_served_config_turns_off_what_costs_a_shared_server_cpu():
+    """Streamlit reads .streamlit/config.toml from the directory it is started in (the README's command, the
+    Dockerfile and the browser tests all start in the repository root). Its default `runner.postScriptGC` ran a
+    full gc.collect(2) after every script run: 75% of the server's CPU under the class load test."""
+    import tomllib
+
+    config = tomllib.loads((REPO_ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+    assert config["server"]["fileWatcherType"] == "none"
