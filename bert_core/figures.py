@@ -7,6 +7,8 @@ events); nothing here imports Streamlit, so the same figures serve the app, note
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -217,6 +219,50 @@ def rate_figure(history: Sequence[Any]) -> go.Figure:
         showlegend=False)
     return _layout(fig, "Learning rate and speed", height=380)
 
+
+class LiveCharts:
+    """The Train page's four live charts of a run (loss, accuracy, accuracy by masking decision, learning rate),
+    built once per new data and smoothing and shared by every session that draws them.
+
+    Twenty students watching the teacher's run then cost one build per redraw, not twenty: under the class load
+    test (docs/benchmarks.md) building these figures was the largest part of the web server's CPU once Streamlit's
+    per-run garbage collection was off. The figures are shared: callers draw them and never change them. Entries
+    go with their trainer (weak keys), and each trainer keeps its `keep` latest builds (one per smoothing value).
+    """
+
+    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.builds = 0
+        self._lock = threading.Lock()
+        self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def figures(self, trainer: Any, smoothing: float) -> dict[str, go.Figure]:
+        """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
+        history, evals = trainer.history, trainer.evals
+        last = history[-1] if history else None
+        key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing))
+        with self._lock:
+            entries = self._built.setdefault(trainer, {})
+            found = entries.get(key)
+        if found is not None:
+            return found
+        built = dict(zip(self.NAMES, (loss_figure(history, evals, trainer.baselines, smoothing),
+                                      accuracy_figure(history, evals, trainer.baselines, smoothing),
+                                      decision_accuracy_figure(history, smoothing),
+                                      rate_figure(history))))
+        with self._lock:
+            self.builds += 1
+            entries = self._built.setdefault(trainer, {})
+            entries[key] = built
+            while len(entries) > self.keep:
+                entries.pop(next(iter(entries)))
+        return built
+
+
+
+LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train page draws from it
 
 def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
     """The instance's tokens as coloured boxes: red [MASK], orange random (original -> replacement), green kept."""

@@ -399,22 +399,18 @@ def _charts() -> None:
     trainer = job.trainer if job is not None else None
     if trainer is None:
         return
-    history, evals = trainer.history, trainer.evals
     smoothing = app_state.smoothing_slider(
         "train_smoothing", help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
                                 "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
                                 "Held-out evaluations are never smoothed.")
     if active:
         st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
+    charts = figures.LIVE_CHARTS.figures(trainer, smoothing)   # built once for everyone watching this run
     c1, c2 = st.columns(2)
-    with c1:
-        app_state.plotly(figures.loss_figure(history, evals, trainer.baselines, smoothing), "loss", key="live_loss")
-        app_state.plotly(figures.decision_accuracy_figure(history, smoothing), "accuracy-by-decision",
-                         key="live_dec")
-    with c2:
-        app_state.plotly(figures.accuracy_figure(history, evals, trainer.baselines, smoothing), "accuracy",
-                         key="live_acc")
-        app_state.plotly(figures.rate_figure(history), "learning-rate", key="live_rate")
+    for column, names in ((c1, ("loss", "accuracy-by-decision")), (c2, ("accuracy", "learning-rate"))):
+        with column:
+            for name in names:
+                app_state.plotly(charts[name], name, key=f"live_{name}")
     if trainer.config.objective == "clm":
         st.caption(jobs.NEXT_TOKEN_NOTE)
     store = trainer.probes

@@ -187,10 +187,11 @@ def _run():
 
 
 def _job():
-    """The job of the run started last, once it has a slot."""
+    """The job of the run started last, once it has a slot and has been started (a job the scheduler has just
+    created is 'new', and its wait() would return at once)."""
     run = _run()
     deadline = time.time() + TIMEOUT
-    while run.job is None and time.time() < deadline:
+    while (run.job is None or run.job.phase == "new") and time.time() < deadline:
         time.sleep(0.05)
     return run.job
 

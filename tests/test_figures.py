@@ -119,6 +119,38 @@ def test_loss_figure_draws_train_heldout_and_unigram_baseline():
     assert [t.name for t in split.data] == ["shown as [MASK]", "replaced by a random token", "kept unchanged"]
 
 
+def test_live_charts_are_built_once_per_new_data_and_smoothing_and_shared():
+    """Twenty sessions watching one run draw the same four figures: one build until a step or evaluation arrives."""
+    import gc
+
+    from bert_core.run_loop import EventLog
+
+    log = EventLog([_step(i, 10 - i * 0.1) for i in range(1, 21)],
+                   [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5)])
+    log.baselines = {"unigram": {"accuracy": 0.05}}
+    charts = figures.LiveCharts(keep=2)
+    first = charts.figures(log, 0.6)
+    assert list(first) == list(figures.LiveCharts.NAMES) and charts.builds == 1
+    for _ in range(20):
+        assert charts.figures(log, 0.6) is first
+    assert charts.builds == 1
+    # Exactly what the page built before the cache, figure for figure.
+    direct = [figures.loss_figure(log.history, log.evals, log.baselines, 0.6),
+              figures.accuracy_figure(log.history, log.evals, log.baselines, 0.6),
+              figures.decision_accuracy_figure(log.history, 0.6), figures.rate_figure(log.history)]
+    assert [f.to_dict() for f in first.values()] == [f.to_dict() for f in direct]
+    other = charts.figures(log, 0.0)                       # another session's smoothing: its own build
+    assert other is not first and charts.builds == 2
+    log._history.append(_step(21, 7.0))                   # a new step: everyone gets the new figures
+    fresh = charts.figures(log, 0.6)
+    assert fresh is not first and charts.builds == 3
+    assert list(fresh["loss"].data[0].x)[-1] == 21
+    assert len(charts._built[log]) == 2                    # keeps its latest `keep` builds per run
+    del log, first, other, fresh, direct
+    gc.collect()
+    assert len(charts._built) == 0                         # a dropped run's figures go with it
+
+
 def test_ema_is_tensorboards_debiased_moving_average():
     values = [4.0, 2.0, 6.0, 1.0]
     w = 0.6
