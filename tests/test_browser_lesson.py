@@ -171,7 +171,10 @@ def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when
     assert mine, "no training process was found for the run"
     # Stop says so at once, the run stops, and Resume continues it (exactly: a stopped run keeps its schedule).
     main.get_by_role("button", name="Stop").click()
-    page.get_by_text("Stopping", exact=False).first.wait_for(timeout=FEEDBACK_S * 1000)
+    # Feedback at once: "Stopping…" while the step ends, or straight "Run stopped" when that takes no time at all
+    # (the notice is then replaced before the browser paints it).
+    page.get_by_text("Stopping", exact=False).or_(page.get_by_text("Run stopped at step")).first.wait_for(
+        timeout=FEEDBACK_S * 1000)
     page.get_by_text("Run stopped at step").wait_for(timeout=60_000)
     _settle(page)
     stopped = max(max(x, default=0) for x in _trace_lengths(page))
