@@ -197,25 +197,36 @@ def _cpu_split(server_pid: int) -> dict:
             "browser": sum(_cpu_seconds(p) for p in browser)}
 
 
-class _ChildCpu:
-    """CPU seconds of the server's child processes, sampled every 0.2 s while they live: a finished run's training
-    process ends once its checkpoint is written to its folder, so a reading taken after the run would miss it."""
+class _Children:
+    """CPU seconds and peak memory (VmHWM) of the server's child processes, sampled every 0.2 s while they live: a
+    finished run's training process ends once its checkpoint is written to its folder, so a reading taken after
+    the run would miss it."""
 
     def __init__(self, server_pid: int):
-        self._pid, self.seen, self._stop = server_pid, {}, threading.Event()
+        self._pid, self.cpu, self.peak, self._stop = server_pid, {}, {}, threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.is_set():
             for p in _children(self._pid):
-                self.seen[p] = max(self.seen.get(p, 0.0), _cpu_seconds(p))
+                self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_seconds(p))
+                try:
+                    self.peak[p] = max(self.peak.get(p, 0), _rss_kb(p, "VmHWM"))
+                except OSError:   # it ended between the listing and the reading
+                    pass
             self._stop.wait(0.2)
 
-    def total(self) -> float:
+    def stop(self) -> "_Children":
         self._stop.set()
         self._thread.join()
-        return sum(self.seen.values())
+        return self
+
+    def cpu_s(self) -> float:
+        return sum(self.cpu.values())
+
+    def peak_kb(self) -> int:
+        return sum(self.peak.values())
 
 
 def bench_default_run(browser, env: dict, seed: int) -> dict:
@@ -229,13 +240,13 @@ def bench_default_run(browser, env: dict, seed: int) -> dict:
         load_avg = os.getloadavg()
         main = page.get_by_test_id("stMainBlockContainer")
         before = _cpu_split(server.proc.pid)
-        children = _ChildCpu(server.proc.pid)
+        children = _Children(server.proc.pid)
         main.get_by_role("button", name="Start").click()
         clicked = time.perf_counter()
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         wall = time.perf_counter() - clicked
         after = _cpu_split(server.proc.pid)
-        after["training"] = before["training"] + children.total()
+        after["training"] = before["training"] + children.stop().cpu_s()
         _settled(page)
         shown = page.locator('[data-testid="stMetric"]', has_text="Held-out MLM acc.").locator(
             '[data-testid="stMetricValue"]').first.inner_text()
@@ -342,11 +353,12 @@ def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
         page.goto(server.url + "/Train" + query)
         _settled(page)
         rss_before = _rss_kb(server.proc.pid)
+        children = _Children(server.proc.pid)
         page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         _settled(page)
         peak = _rss_kb(server.proc.pid, "VmHWM")
-        child_peak = sum(_rss_kb(kid, "VmHWM") for kid in _children(server.proc.pid))
+        child_peak = children.stop().peak_kb()
         page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Prepare download").click()
         _settled(page)
         with page.expect_download() as dl:
