@@ -261,8 +261,8 @@ class LiveCharts:
         return built
 
 
-
 LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train page draws from it
+
 
 def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
     """The instance's tokens as coloured boxes: red [MASK], orange random (original -> replacement), green kept."""
