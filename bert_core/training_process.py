@@ -352,8 +352,10 @@ class ProcessTrainingJob:
             if self.trainer is not None:
                 raise BertCoreError("the training process has ended; press Reset and start a new run")
             self.error = None
-            self._set_phase("preparing")
             self._spawn()
+            # 'preparing' only once the process exists: `busy` (and so `wait`) reads a preparing job without one
+            # as idle, and the pump that moves the phase on starts after this.
+            self._set_phase("preparing")
             self._pump = threading.Thread(target=self._pump_events, name=f"bert-pump-{self.session_id[:8]}",
                                           daemon=True)
             self._pump.start()
