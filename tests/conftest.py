@@ -18,3 +18,10 @@ def _few_threads():
     # Tests share a 2-core machine with other work; one intra-op thread keeps them predictable.
     torch.set_num_threads(1)
     yield
+
+
+def pytest_collection_modifyitems(items):
+    """The files marked slow run first. With `--dist loadfile --no-loadscope-reorder` (pyproject.toml) each worker
+    starts on a long file and the many short ones fill in at the end, so no worker is left with a long browser test
+    after the others have finished (xdist's own order, by number of tests, put those few-test files last)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort: files stay in order

@@ -27,6 +27,8 @@ from bert_core import checkpoint as checkpoint_module
 from bert_core import hf
 from bert_core.cli import main
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 REPO = Path(__file__).resolve().parent.parent
 # Sentences of the toy grammar's kind, so a model trained on `toy` has the words.
 ONE_SENTENCE = "The cat sat on the mat.\n"

@@ -13,6 +13,8 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     FEEDBACK_S, _no_exception, _open, _settle, _shoot, browser, chromium, model_folder, screenshot_dirs, server,
     server_home, UNWATCHED_S, _trace_lengths, _training_children)
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 
 def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when_nobody_watches(server, browser,
                                                                                               screenshot_dirs):

@@ -3,9 +3,13 @@ GPT (a toy BERT and its causal twin side by side on the Attention page, the GPT 
 
 from __future__ import annotations
 
+import pytest
+
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
     _no_exception, _open, _settle, _shoot, _visible_plots, browser, chromium, model_folder, screenshot_dirs, server,
     server_home)
+
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
 
 def _run_then_one_change(page, base: str, steps: int, change: str) -> None:
@@ -35,7 +39,7 @@ def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _run_then_one_change(page, base, 200, "NSP on")
+        _run_then_one_change(page, base, 60, "NSP on")
         overlay = _visible_plots(page, "Runs compared")
         assert len(overlay) == 1, overlay
         assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= set(overlay[0]["names"]), overlay
@@ -52,7 +56,7 @@ def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server,
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _run_then_one_change(page, base, 300, "attention bidirectional")
+        _run_then_one_change(page, base, 60, "attention bidirectional")
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
         _settle(page)

@@ -14,6 +14,8 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     model_folder, screenshot_dirs, server, server_home, DEFAULT_RUN_TARGET,
     _metric, _trace_lengths, _visible_plots, _words)
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 
 def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
     """README, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults untouched,
@@ -42,9 +44,9 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
             "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
             ".some(d => (d.data || []).some(t => (t.x || []).length >= 3))", timeout=120_000)
         first = max(max(x, default=0) for x in _trace_lengths(page))
-        time.sleep(6)
-        later = max(max(x, default=0) for x in _trace_lengths(page))
-        assert later > first, "the live loss chart did not gain points"
+        page.wait_for_function(  # the live loss chart gains points while the page is left alone
+            f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            f".some(d => (d.data || []).some(t => (t.x || []).length > {first}))", timeout=30_000)
         _no_exception(page, "train (running)")
         # Past the unigram plateau (step 1,000 of 2,000), the picture the README shows.
         page.get_by_text("running: step 1,", exact=False).or_(page.get_by_text("Run finished")).first.wait_for(
@@ -108,14 +110,14 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
 
 
 def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(server, browser, screenshot_dirs):
-    """README step 5 with a short budget: the click says at once that work has started, and each model's most
+    """README step 5 with a one-second budget: the click says at once that work has started, and each model's most
     confident mistakes show the true label, the predicted label and the confidence on screen."""
     if not (ROOT / "pages" / "5_Fine-tune.py").exists():
         pytest.skip("no Fine-tune page in this install")
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _open(page, base, "Fine-tune", "?ft_budget=3")
+        _open(page, base, "Fine-tune", "?ft_budget=1")
         main = page.get_by_test_id("stMainBlockContainer")
         main.get_by_role("button", name="Fine-tune both").click()
         page.get_by_text("Starting", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(

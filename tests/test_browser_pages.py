@@ -13,6 +13,8 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     FEEDBACK_S, PAGES, ROOT, _make_decoy, _no_exception, _open, _settle, _shoot, _snapshot, browser, chromium,
     model_folder, screenshot_dirs, server, server_home)
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 
 def test_every_page_opens_without_exception_and_is_screenshotted(server, browser, screenshot_dirs):
     base, _ = server
@@ -106,12 +108,16 @@ def test_typed_paths_never_touch_the_servers_files(server, browser, server_home,
         # checkpoint, or type one.
         expected = [str(decoy), str(decoy.resolve()), str(server_home), "Type the path"]
         sidebar = page.get_by_test_id("stSidebar")
-        for path in [p for p in PAGES if p != "Fine-tune" or (ROOT / "pages" / "5_Fine-tune.py").exists()]:
+        # Every page's sidebar box (one function draws them all) gets the riskiest path, '..' climbing out of the
+        # app's folder; one page gets all four.
+        pages = [p for p in PAGES if p != "Fine-tune" or (ROOT / "pages" / "5_Fine-tune.py").exists()]
+        for path in pages:
             _open(page, base, path)
             sidebar.get_by_text("Checkpoint folder", exact=True).click()
             box = page.get_by_label("Checkpoint folder on the server")
             box.wait_for(timeout=30_000)
-            for i, (text, says) in enumerate(zip(typed, expected)):
+            tries = list(enumerate(zip(typed, expected)))
+            for i, (text, says) in (tries if path == "Attention" else tries[1:2]):
                 box.fill(text)
                 box.press("Enter")
                 if i and expected[i - 1] == says:

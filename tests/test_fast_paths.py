@@ -15,6 +15,8 @@ from bert_core.config import BertConfig
 from bert_core.fast_paths import FastDropout
 from bert_core.model import BertForPreTraining
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 # ------------------------------------------------------------------------------------------------ dropout
 
 

@@ -30,6 +30,8 @@ from bert_core.hf import load_pretrained, save_pretrained
 from bert_core.model import BertForPreTraining, BertForSequenceClassification
 from bert_core.tokenization import train_tokenizer
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 transformers = pytest.importorskip("transformers")
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 pytest.importorskip("streamlit")
 
 from bert_core import app_state, app_storage, model_sources, runs  # noqa: E402

@@ -10,6 +10,8 @@ import pytest
 from bert_core import jobs, runs
 from bert_core.errors import BertCoreError
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 WAIT_S = 60          # generous: a loaded shared machine starts processes slowly; passing tests never wait it out
 
 

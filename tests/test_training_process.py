@@ -17,6 +17,8 @@ from bert_core import app_state, jobs, model_sources
 from bert_core.training_process import ProcessTrainingJob
 from tests import app_fixtures
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
 
