@@ -178,7 +178,9 @@ def browser(chromium):
 
 
 def _settle(page, timeout: float = 90.0) -> None:
-    """Wait until the script has finished running (the status widget stays hidden for a moment)."""
+    """Wait until the script has finished running: the status widget stays hidden for half a second. The browser
+    shows it as soon as a rerun is requested (Streamlit's RERUN_REQUESTED state, before the server answers), so a
+    click is never mistaken for a settled page; a longer wait would only add up over the suite's many settles."""
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
     page.wait_for_selector("h1", timeout=timeout * 1000)
     deadline, quiet_since = time.time() + timeout, None
@@ -189,9 +191,9 @@ def _settle(page, timeout: float = 90.0) -> None:
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.time()
-        elif time.time() - quiet_since > 1.0:
+        elif time.time() - quiet_since > 0.5:
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError("the page kept running")
 
 
