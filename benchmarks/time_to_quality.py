@@ -176,7 +176,16 @@ def main(argv=None) -> dict:
                         help="print one table over these runs' --json files (no training)")
     args = parser.parse_args(argv)
     if args.summarize:
-        print(summary_table([json.loads(p.read_text()) for p in args.summarize]))
+        results = []
+        for path in args.summarize:
+            try:
+                result = json.loads(path.read_text())
+                if not isinstance(result, dict) or "ours" not in result:
+                    raise ValueError("not a --json file of this script")
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                sys.exit(f"error: {path}: {exc}")
+            results.append(result)
+        print(summary_table(results))
         return {}
     if args.threads:
         torch.set_num_threads(args.threads)

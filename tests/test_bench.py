@@ -23,3 +23,23 @@ def test_sparse_head_flops_are_fewer_than_dense():
     dense = bench.training_flops(config, 32, 128, 614, sparse_head=False)
     sparse = bench.training_flops(config, 32, 128, 614, sparse_head=True)
     assert sparse < dense / 2  # the decoder dominates a small BERT with a 30k vocabulary
+
+
+def test_time_to_quality_summarize_turns_a_bad_file_into_one_error_line(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import pytest
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "time_to_quality.py"
+    spec = importlib.util.spec_from_file_location("time_to_quality", script)
+    ttq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ttq)
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    (tmp_path / "binary.json").write_bytes(b"\x00\xff")
+    for name, says in [("missing.json", "No such file"), ("other.json", "not a --json file"),
+                       ("binary.json", "decode")]:
+        with pytest.raises(SystemExit) as exited:
+            ttq.main(["--summarize", str(tmp_path / name)])
+        message = str(exited.value.code)
+        assert message.startswith(f"error: {tmp_path / name}: ") and says in message and "\n" not in message
