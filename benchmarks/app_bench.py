@@ -30,28 +30,22 @@ import io
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bert_core.app_server import free_port, start_app_server  # noqa: E402
+
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss_kb(pid: int, field: str = "VmRSS") -> int:
@@ -86,26 +80,15 @@ class Server:
     """`streamlit run app.py` on a free port, as a context manager; `started` is when the process was spawned."""
 
     def __init__(self, env: dict):
-        self.port = _free_port()
+        self.port = free_port()
         self.env = dict(os.environ, **env)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
-             str(self.port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_all_cpus)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=1) as r:
-                    if r.read().strip() == b"ok":
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("streamlit did not start")
+        self.proc = start_app_server(self.port, self.env, self.log, preexec_fn=_all_cpus)
+        return self
 
     def __exit__(self, *exc):
         self.proc.terminate()

@@ -56,19 +56,20 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bert_core.app_server import free_port, start_app_server  # noqa: E402
+
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
@@ -119,12 +120,6 @@ class Record:
 # ----------------------------------------------------------------------------------------------- the server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _descendants(pid: int) -> list[int]:
     parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -171,7 +166,7 @@ class Server:
     """`streamlit run app.py` on a free port with temporary runs and scratch folders; memory sampled every second."""
 
     def __init__(self, workdir: Path, slots: int | None):
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"server-{self.port}.log"
         env = {k: v for k, v in os.environ.items() if k not in CAPACITY_ENV}
@@ -180,22 +175,7 @@ class Server:
         if slots:
             env["BERT_EXPLORER_MAX_TRAININGS"] = str(slots)
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
-             str(self.port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.base}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not come up:\n{self.log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+        self.proc = start_app_server(self.port, env, self._log)
         self.peak = dict(total_kb=0, server_kb=0, children_kb=0, children=0)
         self.cpu_ticks: dict[int, int] = {}   # pid -> utime + stime last seen (the server and its children)
         self.training_started: dict[int, float] = {}   # training process pid -> when first seen (monotonic)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from bert_core.app_server import free_port, start_app_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -55,12 +54,6 @@ def chromium() -> str:
     except ImportError:
         _unavailable("the playwright Python package is not installed")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +119,7 @@ def server_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_folder, tmp_path_factory, server_home):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
     runs = tmp_path_factory.mktemp("app-runs")
     # Local mode (the default), where the sidebar takes server paths: the riskier of the two modes. Two slots, so
@@ -137,23 +130,12 @@ def server(model_folder, tmp_path_factory, server_home):
     env.pop("BERT_EXPLORER_SESSION_GRACE_S", None)
     env.pop("BERT_EXPLORER_PUBLIC", None)
     log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not come up:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+        proc = start_app_server(port, env, log, timeout_s=90)
+    except RuntimeError:
+        log.close()
+        raise
+    try:
         yield _Server(f"http://127.0.0.1:{port}", log_path, pid=proc.pid, runs=runs)
     finally:
         proc.terminate()
