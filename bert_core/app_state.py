@@ -8,6 +8,7 @@ folders (`bert_core.model_sources`), files and public mode (`bert_core.app_stora
 from __future__ import annotations
 
 import logging
+import threading
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from bert_core.errors import BertCoreError
 from bert_core.jobs import JobRegistry, TrainingJob, busy_everywhere, share_capacity, training_threads
 from bert_core.model_sources import ActiveModel, default_checkpoint, describe_checkpoint, folder_stamp, load_folder
-from bert_core.runs import OWNER, VIEWER, Run, RunStore, scratch_key
+from bert_core.runs import OWNER, VIEWER, Run, RunStore, new_token, scratch_key
 
 log = logging.getLogger("bert_core.app")
 
@@ -135,13 +136,29 @@ def _scratch_alive(key: str) -> bool | None:
     return _session_alive_from_runtime(key)
 
 
+# Fine-tuning key -> the sessions that have shown it (a reload or a reopened link adds its new session).
+_FINETUNE_SESSIONS: dict[str, set[str]] = {}
+_FINETUNE_LOCK = threading.Lock()
+
+
+def _finetune_alive(key: str) -> bool | None:
+    """The fine-tuning reaper's question: is any tab that showed this fine-tuning still open?"""
+    with _FINETUNE_LOCK:
+        sessions = set(_FINETUNE_SESSIONS.get(key, ()))
+    answers = [_session_alive_from_runtime(sid) for sid in sessions]
+    if any(answers):
+        return True
+    return None if not answers or None in answers else False
+
+
 # Pretraining runs belong to run ids (they outlive a tab, queue for the CPU, and can be watched by a class:
-# bert_core.runs); fine-tuning jobs belong to a session and end a few seconds after its tab closes. Both count
-# towards the server's limit of concurrent trainings.
+# bert_core.runs); a fine-tuning belongs to a key in its tab's URL (`?ft=`), so a reload finds it again, and it
+# ends a few seconds after the last tab showing it closes. Both count towards the server's limit of concurrent
+# trainings.
 RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder,
                 busy_elsewhere=lambda: busy_everywhere(exclude=RUNS))
 share_capacity(RUNS)
-FINETUNE_REGISTRY = JobRegistry(is_alive=_session_alive_from_runtime)
+FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
 
 
 # ---------------------------------------------------------------------------------------------- Streamlit side
@@ -156,6 +173,30 @@ def session_id() -> str:
 
 
 RUN_PARAM, WATCH_PARAM = "run", "watch"   # the URL's run ids: the owner's, and a share link's
+FINETUNE_PARAM = "ft"                     # the URL's fine-tuning key
+
+
+def finetune_key() -> str:
+    """This tab's key in `FINETUNE_REGISTRY`: the one in its URL when that fine-tuning is still on the server (a
+    reload, or the link reopened), else the tab's own. While a fine-tuning exists under it, the key is written into
+    the URL, so that the address bar reopens it; this session is noted as showing it (see `_finetune_alive`)."""
+    import streamlit as st
+
+    s = st.session_state
+    token = st.query_params.get(FINETUNE_PARAM)
+    if token and token != s.get("ft_key") and FINETUNE_REGISTRY.get(token) is not None:
+        s["ft_key"] = token
+    key = s.setdefault("ft_key", new_token())
+    with _FINETUNE_LOCK:
+        for gone in [k for k in _FINETUNE_SESSIONS if k != key and FINETUNE_REGISTRY.get(k) is None]:
+            del _FINETUNE_SESSIONS[gone]
+        _FINETUNE_SESSIONS.setdefault(key, set()).add(session_id())
+    if FINETUNE_REGISTRY.get(key) is not None:
+        if st.query_params.get(FINETUNE_PARAM) != key:
+            st.query_params[FINETUNE_PARAM] = key
+    elif FINETUNE_PARAM in st.query_params:
+        del st.query_params[FINETUNE_PARAM]
+    return key
 
 
 def attach_run() -> None:

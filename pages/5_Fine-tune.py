@@ -66,7 +66,7 @@ def _on_data_change():
     st.session_state["ft_train"], st.session_state["ft_val"] = train, val
 
 
-sid = app_state.session_id()
+sid = app_state.finetune_key()   # in the URL while a fine-tuning exists: a reload finds it again
 registry = app_state.FINETUNE_REGISTRY
 job = registry.get(sid)
 busy = job is not None and job.busy

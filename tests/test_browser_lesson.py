@@ -110,8 +110,9 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
 
 
 def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(server, browser, screenshot_dirs):
-    """README step 5 with a one-second budget: the click says at once that work has started, and each model's most
-    confident mistakes show the true label, the predicted label and the confidence on screen."""
+    """README step 5 with a one-second budget: the click says at once that work has started, each model's most
+    confident mistakes show the true label, the predicted label and the confidence on screen, and a reload keeps
+    the results."""
     if not (ROOT / "pages" / "5_Fine-tune.py").exists():
         pytest.skip("no Fine-tune page in this install")
     base, _ = server
@@ -138,6 +139,11 @@ def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(se
                 assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= width, "a column is off-screen"
         _no_exception(page, "fine-tune (results)")
         _shoot(page, "fine-tune-results", screenshot_dirs)
+        assert "ft=" in page.url, page.url
+        page.reload()  # a new session: the key in the URL finds the same results
+        _settle(page)
+        page.get_by_role("heading", name="Results").wait_for(timeout=30_000)
+        assert page.locator('[data-testid="stTable"]').count() == 2
         from bert_core.paths import shared_data_dir
 
         shared = shared_data_dir()

@@ -332,7 +332,7 @@ def page(checkpoint, monkeypatch):
     return at
 
 
-def test_page_runs_both_models_and_classifies_a_typed_sentence(page):
+def test_page_runs_both_models_classifies_a_typed_sentence_and_a_reload_finds_the_results(page):
     at = page
     assert "does pretraining pay" in at.title[0].value
     at.number_input(key="ft_train").set_value(100)
@@ -354,6 +354,25 @@ def test_page_runs_both_models_and_classifies_a_typed_sentence(page):
     predictions = at.dataframe[-1].value
     assert list(predictions["model"]) == ["from pretrained", "from scratch"]
     assert set(predictions["prediction"]) <= set(toy_topic_task(0, 20).label_names)
+    # A reload is a new session with the same URL: its `ft` key finds the same fine-tuning. A tab without it (or
+    # with a key the server does not know) starts empty.
+    key = at.query_params["ft"]
+    from streamlit.testing.v1 import AppTest
+
+    script = str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py")
+    again = AppTest.from_file(script, default_timeout=60)
+    again.query_params["ft"] = key
+    again.run()
+    assert not again.exception, again.exception
+    assert any(h.value == "Results" for h in again.subheader)
+    assert list(next(d.value for d in again.dataframe if "run" in d.value.columns)["run"]) == \
+        ["from pretrained", "from scratch"]
+    for query in ({}, {"ft": "not-a-key-of-this-server"}):
+        stranger = AppTest.from_file(script, default_timeout=60)
+        stranger.query_params.update(query)
+        stranger.run()
+        assert not stranger.exception and not any(h.value == "Results" for h in stranger.subheader)
+        assert stranger.query_params.get("ft") in (None, [])
 
 
 def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
