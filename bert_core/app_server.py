@@ -38,6 +38,7 @@ def start_app_server(port: int, env: dict, log: IO, timeout_s: float = 120, **po
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
+            proc.wait()
             log.flush()
             name = getattr(log, "name", None)
             tail = Path(name).read_text()[-3000:] if isinstance(name, str) and Path(name).is_file() else ""

@@ -8,8 +8,8 @@ folders (`bert_core.model_sources`), files and public mode (`bert_core.app_stora
 from __future__ import annotations
 
 import logging
-import threading
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +187,14 @@ def finetune_key() -> str:
     if token and token != s.get("ft_key") and FINETUNE_REGISTRY.get(token) is not None:
         s["ft_key"] = token
     key = s.setdefault("ft_key", new_token())
+    # The registry is asked outside our lock: its reaper holds its own lock while it asks `_finetune_alive`, which
+    # takes ours, so holding both the other way round could deadlock.
     with _FINETUNE_LOCK:
-        for gone in [k for k in _FINETUNE_SESSIONS if k != key and FINETUNE_REGISTRY.get(k) is None]:
-            del _FINETUNE_SESSIONS[gone]
+        keys = [k for k in _FINETUNE_SESSIONS if k != key]
+    gone = [k for k in keys if FINETUNE_REGISTRY.get(k) is None]
+    with _FINETUNE_LOCK:
+        for k in gone:
+            _FINETUNE_SESSIONS.pop(k, None)
         _FINETUNE_SESSIONS.setdefault(key, set()).add(session_id())
     if FINETUNE_REGISTRY.get(key) is not None:
         if st.query_params.get(FINETUNE_PARAM) != key:
