@@ -15,7 +15,8 @@ from typing import Any
 
 from bert_core.errors import BertCoreError
 from bert_core.jobs import JobRegistry, TrainingJob, busy_everywhere, share_capacity, training_threads
-from bert_core.model_sources import ActiveModel, default_checkpoint, describe_checkpoint, folder_stamp, load_folder
+from bert_core.model_sources import (ActiveModel, default_checkpoint, describe_checkpoint, folder_stamp, load_folder,
+                                     shipped_checkpoints)
 from bert_core.runs import OWNER, VIEWER, Run, RunStore, new_token, scratch_key
 
 log = logging.getLogger("bert_core.app")
@@ -290,8 +291,14 @@ def current_job() -> TrainingJob | None:
     return run.job if run is not None else None
 
 
-def _shipped_model():
-    path = default_checkpoint()
+def _shipped_choice(name: str | None) -> Path:
+    """The shipped checkpoint picked by name (the sidebar's box, `?ckpt=` in the URL): one of the folders in
+    checkpoints/, never a path built from the name; the default one for no name or a name not shipped."""
+    return shipped_checkpoints().get(name or "", default_checkpoint())
+
+
+def _shipped_model(name: str | None = None):
+    path = _shipped_choice(name)
     if not path.is_dir():
         return None, (f"The shipped checkpoint is not here yet (`{path}`). Train a model on the **Train** page "
                       "and pick *Model trained in this session*, or give a checkpoint folder.")
@@ -397,7 +404,8 @@ def quick_config():
     source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
     try:
         if source == SOURCE_SHIPPED:
-            return BertConfig.load(default_checkpoint())
+            return BertConfig.load(_shipped_choice(st.session_state.get("model_shipped")
+                                                   or query_default("ckpt", "")))
         if source == SOURCE_SESSION:
             job = current_job()
             return getattr(job.trainer, "model_config", None) or job.trainer.model.config
@@ -420,7 +428,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     start_janitor(_scratch_alive)
     attach_run()
 
-    persist_keys("model_source", "model_folder", "model_saved")
+    persist_keys("model_source", "model_folder", "model_saved", "model_shipped")
     sources = model_sources()
     # The model choice travels in the URL (`?model=session`), so a shared link opens the same model; a share link
     # of a run opens that run's model.
@@ -435,7 +443,21 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
         code = next(c for c, name in SOURCE_CODES.items() if name == source)
         if st.query_params.get("model") != code:
             st.query_params["model"] = code
-        folder, saved, upload = "", None, None
+        folder, saved, upload, shipped = "", None, None, None
+        if source == SOURCE_SHIPPED:
+            # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
+            names = list(shipped_checkpoints())
+            if len(names) > 1:
+                init_widget("model_shipped", names[0], param="ckpt")
+                if st.session_state["model_shipped"] not in names:
+                    st.session_state["model_shipped"] = names[0]
+                shipped = st.selectbox("Checkpoint", names, key="model_shipped")
+                if shipped != names[0]:
+                    st.query_params["ckpt"] = shipped
+                else:
+                    st.query_params.pop("ckpt", None)
+        else:
+            st.query_params.pop("ckpt", None)
         if source == SOURCE_FOLDER:
             folder = st.text_input("Checkpoint folder on the server", key="model_folder",
                                    placeholder="/path/to/checkpoint (config.json + model.safetensors)")
@@ -449,7 +471,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
                                       type=["zip"], key="model_upload")
         try:
             if source == SOURCE_SHIPPED:
-                active, note = _shipped_model()
+                active, note = _shipped_model(shipped)
             elif source == SOURCE_SESSION:
                 active, note = _session_model()
             elif source == SOURCE_SAVED:

@@ -47,18 +47,28 @@ class ActiveModel:
         return None
 
 
+def shipped_checkpoints() -> dict[str, Path]:
+    """The checkpoint folders shipped with the app, by folder name: the default one first (the BERT), then the
+    others beside it in name order (the GPT-style twin). Only folders that hold a checkpoint count."""
+    from bert_core.hf import is_checkpoint_folder
+
+    default = default_checkpoint()
+    parent = default.parent
+    found = {p.name: p for p in (sorted(parent.iterdir()) if parent.is_dir() else [])
+             if p.is_dir() and is_checkpoint_folder(p)}
+    first = {default.name: found.pop(default.name)} if default.name in found else {}
+    return {**first, **found}
+
+
 def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, Path]:
     """The models a page can set next to the active one, to race them or draw their attention side by side: the
     checkpoint folders beside the default one by folder name (the shipped BERT and GPT, in checkpoints/), then the
     app's saved runs as "saved: NAME" (e.g. a BERT and a GPT trained on toy in class); less `exclude`, the active
     model's folder (or, for a saved run, its name, which is what the sidebar records as its path)."""
     from bert_core.app_storage import list_runs
-    from bert_core.hf import is_checkpoint_folder
 
-    parent = default_checkpoint().parent
     skip = Path(exclude).resolve() if exclude is not None else None
-    found = {p.name: p for p in (sorted(parent.iterdir()) if parent.is_dir() else [])
-             if p.is_dir() and is_checkpoint_folder(p)}
+    found = shipped_checkpoints()
     found.update({f"saved: {run.name}": run.folder for run in list_runs() if run.name != str(exclude)})
     return {name: path for name, path in found.items() if path.resolve() != skip}
 

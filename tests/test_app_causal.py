@@ -119,3 +119,40 @@ def test_train_page_objective_becomes_the_job_spec(monkeypatch, gpt_checkpoint):
     train = {"max_steps": 5, "nsp": True, **jobs.objective_settings("clm")}
     assert TrainConfig(**train).objective == "clm" and TrainConfig(**train).nsp is False
     assert jobs.objective_settings("mlm") == {"objective": "mlm"}
+
+
+@pytest.fixture(scope="module")
+def shipped_pair(gpt_checkpoint, tmp_path_factory):
+    """A checkpoints/ folder as shipped: a BERT (the default) and its GPT-style twin beside it."""
+    import shutil
+
+    from tests.app_fixtures import train_nano_checkpoint
+
+    parent = tmp_path_factory.mktemp("checkpoints")
+    shutil.copytree(gpt_checkpoint, parent / "gpt-nano")
+    return train_nano_checkpoint(parent / "bert-nano")
+
+
+def _shows_a_causal_model(at: AppTest) -> bool:
+    """Predictions with a GPT-style model active has the prompt box to continue; with a BERT, the [MASK] box."""
+    keys = {t.key for t in at.text_area}
+    assert keys & {"gen_prompt", "pred_text"}, keys
+    return "gen_prompt" in keys
+
+
+def test_the_sidebar_picks_either_shipped_checkpoint_and_the_url_keeps_it(shipped_pair, monkeypatch):
+    at = _open("pages/4_Predictions.py", shipped_pair, monkeypatch)
+    box = at.sidebar.selectbox(key="model_shipped")
+    assert box.options == ["bert-nano", "gpt-nano"] and box.value == "bert-nano"
+    assert not _shows_a_causal_model(at) and "ckpt" not in at.query_params
+    box.set_value("gpt-nano").run()
+    assert not at.exception and _shows_a_causal_model(at)  # the GPT continues text here
+    assert at.query_params["ckpt"] == "gpt-nano"
+    # A shared link opens the same checkpoint; a name that is not a shipped folder opens the default one.
+    for ckpt, expected in (("gpt-nano", "gpt-nano"), ("../../etc", "bert-nano"), ("", "bert-nano")):
+        again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+        again.query_params["ckpt"] = ckpt
+        again.run()
+        assert not again.exception and not again.error
+        assert again.sidebar.selectbox(key="model_shipped").value == expected, ckpt
+        assert _shows_a_causal_model(again.switch_page("pages/4_Predictions.py").run()) == (expected == "gpt-nano")
