@@ -495,19 +495,19 @@ def cmd_train(args) -> int:
 
 
 def _check_same_heldout(folder, before: dict | None, now: dict) -> None:
-    """A warm start must hold out the same documents, or its held-out figures would include trained-on text."""
+    """A warm start must hold out the same documents of every corpus the start model trained on, or its held-out
+    figures would include trained-on text. Corpora may be added or left out: each corpus is split on its own
+    (`split_heldout` with the run's seed), so a new corpus does not move another's held-out documents."""
     if not before:
         return
-
-    def key(r):
-        return [(c.get("spec"), c.get("heldout_document_indices")) for c in r.get("corpora", [])], r.get("seed"), \
-            r.get("fraction")
-
-    if key(before) != key(now):
+    held_now = {c.get("spec"): c.get("heldout_document_indices") for c in now.get("corpora", [])}
+    moved = [c.get("spec", "?") for c in before.get("corpora", [])
+             if c.get("spec") in held_now and held_now[c.get("spec")] != c.get("heldout_document_indices")]
+    if moved or (before.get("seed"), before.get("fraction")) != (now.get("seed"), now.get("fraction")):
         specs = ", ".join(c.get("spec", "?") for c in before.get("corpora", []))
         raise BertCoreError(f"{folder} was trained with another held-out split (corpora {specs}, seed "
-                            f"{before.get('seed')}, fraction {before.get('fraction')}); use the same --corpus list, "
-                            "--seed and --heldout-fraction so that its held-out text stays unseen")
+                            f"{before.get('seed')}, fraction {before.get('fraction')}); use the same --seed and "
+                            "--heldout-fraction (corpora may be added) so that its held-out text stays unseen")
 
 
 def _baselines(trainer) -> dict:

@@ -220,3 +220,13 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
     code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(out), "--seed", "5",
                                  "--steps", "1", "--out", str(tmp_path / "other")], capsys)
     assert code == 2 and "another held-out split" in stderr
+    # More text is a lever: a corpus may be added, and the start corpus keeps its held-out documents.
+    more = tmp_path / "more.txt"
+    more.write_text("\n\n".join(f"Another text number {i}. It has two sentences." for i in range(12)))
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--corpus", str(more), "--init-from", str(out),
+                                 "--steps", "1", "--batch-size", "4", "--seq-len", "64", "--eval-batches", "1",
+                                 "--device", "cpu", "--out", str(tmp_path / "added")], capsys)
+    assert code == 0, stderr
+    split = json.loads((tmp_path / "added" / "metrics.json").read_text())["heldout_split"]["corpora"]
+    assert [c["spec"] for c in split] == [str(toy_file), str(more)]
+    assert split[0]["heldout_document_indices"] == metrics["heldout_split"]["corpora"][0]["heldout_document_indices"]
