@@ -110,7 +110,7 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
     if st.session_state.get("ft_second") not in OTHERS:
         st.session_state["ft_second"] = None
     r1.selectbox("Also fine-tune from", [None, *OTHERS], key="ft_second",
-                 format_func=lambda n: "(no second model)" if n is None else n,
+                 format_func=lambda n: "(no second model)" if n is None else n, placeholder="(no second model)",
                  help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and seed. "
                       "A GPT-style model's classifier reads the last token, not [CLS], which under causal attention "
                       "sees only itself.")
