@@ -143,6 +143,10 @@ def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(se
         page.reload()  # a new session: the key in the URL finds the same results
         _settle(page)
         page.get_by_role("heading", name="Results").wait_for(timeout=30_000)
+        # The heading is drawn before the tables below it: on a loaded machine the first settle can end before the
+        # new session's script has started, so wait for the tables themselves, then for the run to end.
+        page.locator('[data-testid="stTable"]').nth(1).wait_for(timeout=30_000)
+        _settle(page)
         assert page.locator('[data-testid="stTable"]').count() == 2
         from bert_core.paths import shared_data_dir
 
