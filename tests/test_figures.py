@@ -272,6 +272,16 @@ def test_architecture_figure_shows_the_config_sizes():
     assert "8000 x 256" in texts and "4 heads" in texts and "× 4" in texts and "256 → 1024 → 256" in texts
 
 
+def test_architecture_figure_draws_a_causal_model_as_gpt_style_with_no_nsp():
+    fig = figures.architecture_figure(BertConfig.preset("nano", vocab_size=300, attention="causal"))
+    texts = " ".join(a.text for a in fig.layout.annotations)
+    assert "Causal self-attention" in texts and "next token" in texts and "NSP" not in texts
+    assert "every token sees every token" not in texts and fig.layout.title.text.startswith("GPT-style")
+    bert = " ".join(a.text for a in figures.architecture_figure(BertConfig.preset("nano", vocab_size=300))
+                    .layout.annotations)
+    assert "NSP head" in bert and "MLM head" in bert and "Causal" not in bert
+
+
 def test_plotly_config_offers_image_download():
     cfg = figures.plotly_config("loss")
     assert cfg["toImageButtonOptions"]["filename"] == "loss"
