@@ -297,8 +297,8 @@ def _shipped_choice(name: str | None) -> Path:
     return shipped_checkpoints().get(name or "", default_checkpoint())
 
 
-def _shipped_model(name: str | None = None):
-    path = _shipped_choice(name)
+def _shipped_model(path: Path | None = None):
+    path = path or default_checkpoint()
     if not path.is_dir():
         return None, (f"The shipped checkpoint is not here yet (`{path}`). Train a model on the **Train** page "
                       "and pick *Model trained in this session*, or give a checkpoint folder.")
@@ -446,7 +446,8 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
         folder, saved, upload, shipped = "", None, None, None
         if source == SOURCE_SHIPPED:
             # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
-            names = list(shipped_checkpoints())
+            folders = shipped_checkpoints()
+            names = list(folders)
             if len(names) > 1:
                 init_widget("model_shipped", names[0], param="ckpt")
                 if st.session_state["model_shipped"] not in names:
@@ -471,7 +472,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
                                       type=["zip"], key="model_upload")
         try:
             if source == SOURCE_SHIPPED:
-                active, note = _shipped_model(shipped)
+                active, note = _shipped_model(folders.get(shipped))
             elif source == SOURCE_SESSION:
                 active, note = _session_model()
             elif source == SOURCE_SAVED:

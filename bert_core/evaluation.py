@@ -12,11 +12,10 @@ import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 
 from bert_core.errors import BertCoreError
 from bert_core.mlm_stats import MlmStats, batch_stats
-from bert_core.model import IGNORE_INDEX, is_causal
+from bert_core.model import is_causal
 
 
 @dataclass
@@ -58,11 +57,9 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
             with autocast:
                 out = model(**batch.model_inputs(), full_mlm_logits=False)
             logits = out.mlm_logits.float()
-            targets = batch.mlm_labels[batch.mlm_labels != IGNORE_INDEX]
-            # The model has taken the mean cross-entropy over these same rows: scaled back to a sum, not computed
+            # The model has taken the mean cross-entropy over the labelled rows: scaled back to a sum, not computed
             # again (over a next-token model's every position, a second pass cost a sixth of the evaluation).
-            loss_sum = (out.mlm_loss.double() * targets.numel() if out.mlm_loss is not None
-                        and logits.shape[0] == targets.numel() else F.cross_entropy(logits, targets, reduction="sum"))
+            loss_sum = out.mlm_loss.double() * logits.shape[0]
             has_nsp = has_nsp and batch.next_sentence_label is not None and out.nsp_logits is not None
             totals += batch_stats(logits, batch.mlm_labels, batch.decisions, loss_sum, out.nsp_logits,
                                   batch.next_sentence_label, None, batch.attention_mask)
