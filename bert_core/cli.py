@@ -85,32 +85,83 @@ def _pct(x) -> str:
 # user typed overrides the saved config); the others shape the data or the model and must stay as they were.
 RESUMABLE = {"lr": "learning_rate", "warmup": "warmup_ratio", "schedule": "schedule", "weight_decay": "weight_decay",
              "max_grad_norm": "max_grad_norm", "grad_accum": "grad_accum", "eval_every": "eval_every",
-             "history_limit": "history_limit", "checkpoint_every": "checkpoint_every_s", "device": "device"}
+             "history_limit": "history_limit", "checkpoint_every": "checkpoint_every_s", "device": "device",
+             "precision": "precision"}
 
 
-def _train_defaults() -> dict:
-    """The value each `train` option takes when it is not given on a new run (from the default recipe)."""
+# The `train` options whose default is the size's recipe (bert_core.recipes), with the recipe field each takes.
+RECIPE_OPTIONS = {"lr": "learning_rate", "batch_size": "batch_size", "seq_len": "max_seq_length",
+                  "short_seq_len": "short_seq_length", "short_seq_fraction": "short_seq_fraction",
+                  "short_seq_batch_size": "short_seq_batch_size", "mask_rate": "mask_rate", "warmup": "warmup_ratio",
+                  "dropout": "dropout", "initializer_range": "initializer_range"}
+
+
+def _train_defaults(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
+                    layers: int | None = None) -> dict:
+    """The value each `train` option takes when it is not given on a new run: the recipe for the model's size on
+    this kind of machine (bert_core.recipes), and the fixed defaults of the rest."""
     from bert_core.pretraining_data import HELDOUT_FRACTION
     from bert_core.training import default_recipe
 
-    recipe = default_recipe()
+    recipe = default_recipe(preset, device, hidden_size=hidden_size, num_hidden_layers=layers)
     d = recipe["train_config"]
-    return {"preset": recipe["preset"], "vocab_size": 8000, "seq_len": d.max_seq_length, "batch_size": d.batch_size,
-            "grad_accum": d.grad_accum, "lr": d.learning_rate, "warmup": d.warmup_ratio, "schedule": None,
-            "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "mask_rate": d.mask_rate,
-            "nsp": d.nsp, "dropout": recipe["dropout"], "seed": d.seed, "eval_every": 0,
-            "initializer_range": recipe["initializer_range"], "short_seq_len": d.short_seq_length,
-            "short_seq_fraction": d.short_seq_fraction,
-            "eval_batches": d.eval_batches, "history_limit": d.history_limit, "heldout_fraction": HELDOUT_FRACTION,
-            "checkpoint_every": 600.0, "device": "auto", "whole_word_masking": d.whole_word_masking,
-            "mask_only": d.mask_only}
+    fixed = {"preset": recipe["preset"], "vocab_size": 8000, "grad_accum": d.grad_accum, "schedule": None,
+             "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "nsp": d.nsp, "seed": d.seed,
+             "eval_every": 0, "eval_batches": d.eval_batches, "history_limit": d.history_limit,
+             "heldout_fraction": HELDOUT_FRACTION, "checkpoint_every": 600.0, "device": "auto",
+             "whole_word_masking": d.whole_word_masking, "mask_only": d.mask_only, "precision": d.precision}
+    return {**fixed, **{name: getattr(recipe["recipe"], field) for name, field in RECIPE_OPTIONS.items()}}
+
+
+def _recipe_device(name: str | None) -> str:
+    """The kind of machine whose recipe a run takes: cuda when it will train on a CUDA GPU, else cpu."""
+    import torch
+
+    return "cuda" if (name or "auto") in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+
+
+def _recipe_line(args, defaults: dict, given: list[str]) -> str:
+    """What the run takes from its size's recipe, as the log's one line (and what the user's flags replaced)."""
+    line = f"recipe for {defaults['preset']} on {_recipe_device(args.device)}: {_defaults_text(defaults)}"
+    if given:
+        line += "; your " + ", ".join("--" + name.replace("_", "-") for name in given) + " replaced the recipe's"
+    return line
+
+
+def _defaults_text(d: dict) -> str:
+    """The recipe's values in `train`'s option names, as the log shows them."""
+    short = ""
+    if d["short_seq_len"] and d["short_seq_fraction"]:
+        rows = d["short_seq_batch_size"] or d["batch_size"] * d["seq_len"] // d["short_seq_len"]
+        short = f", the first {d['short_seq_fraction']:.0%} at {rows} x {d['short_seq_len']}"
+    return (f"--lr {d['lr']:g}, --initializer-range {d['initializer_range']:g}, batch {d['batch_size']} x "
+            f"{d['seq_len']}{short}, --mask-rate {d['mask_rate']:g}, --dropout {d['dropout']:g}")
+
+
+def _recipe_size(args) -> tuple[str | None, int | None, int | None]:
+    """(preset, hidden size, layers) whose recipe a new run takes: --init-from's model, or the size asked for."""
+    from bert_core.config import BertConfig, PRESETS
+    from bert_core.recipes import preset_for_size
+
+    if args.init_from is not None:
+        try:
+            config = BertConfig.load(args.init_from)
+        except BertCoreError:  # not a checkpoint: load_checkpoint says why, in its own words, a moment later
+            return args.preset, None, None
+        return preset_for_size(config.hidden_size, config.num_hidden_layers), config.hidden_size, \
+            config.num_hidden_layers
+    preset = args.preset
+    if preset is None and (args.hidden_size is not None or args.layers is not None):
+        preset = preset_for_size(args.hidden_size or PRESETS["nano"]["hidden_size"],
+                                 args.layers or PRESETS["nano"]["num_hidden_layers"])
+    return preset, args.hidden_size, args.layers
 
 
 def _add_train(sub) -> None:
     from bert_core.config import PRESETS
     from bert_core.pretraining_data import OBJECTIVES
     from bert_core.pretraining_data import HELDOUT_FRACTION
-    from bert_core.training import SCHEDULES
+    from bert_core.training import PRECISIONS, SCHEDULES
 
     d = _train_defaults()
     p = sub.add_parser(
@@ -127,26 +178,38 @@ def _add_train(sub) -> None:
                                                 "empty folder, or an existing checkpoint with --overwrite")
     p.add_argument("--overwrite", action="store_true", help="replace the checkpoint already in --out")
     p.add_argument("--resume", type=path_arg, metavar="DIR", help="continue the run saved in DIR (same corpora)")
-    p.add_argument("--preset", choices=list(PRESETS), help=f"model size (default {d['preset']})")
+    p.add_argument("--preset", choices=list(PRESETS),
+                   help=f"model size (default {d['preset']}); the recipe for the size sets the defaults marked "
+                        "'the size's recipe' (bert_core.recipes; shown when the run starts)")
     p.add_argument("--vocab-size", type=int_arg(100, 2**20),
                    help=f"WordPiece vocabulary size to train (default {d['vocab_size']})")
     p.add_argument("--tokenizer", type=path_arg, help="use the tokenizer in this folder instead of training one")
     p.add_argument("--init-from", type=path_arg, metavar="DIR",
                    help="start from the weights, size and tokenizer of this checkpoint (a new run: new data order, "
                         "optimizer and schedule), e.g. to continue at a longer --seq-len as BERT's paper did")
-    p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), help=f"maximum sequence length (default {d['seq_len']})")
+    p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN),
+                   help=f"maximum sequence length (default: the size's recipe; {d['seq_len']} for {d['preset']})")
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH),
-                   help=f"sequences per step per process (default {d['batch_size']})")
+                   help=f"sequences per step per process (default: the size's recipe; {d['batch_size']} for "
+                        f"{d['preset']})")
     p.add_argument("--short-seq-len", type=int_arg(0, MAX_SEQ_LEN), metavar="N",
                    help="train the first --short-seq-fraction of the run on sequences of N tokens, as many tokens a "
                         "step as the rest (a deviation from BERT's paper: it leaves the unigram plateau sooner; "
-                        f"0 = off; default {d['short_seq_len']}, off when not shorter than --seq-len)")
+                        f"0 = off; default: the size's recipe, {d['short_seq_len']} for {d['preset']}; off when "
+                        "not shorter than --seq-len)")
     p.add_argument("--short-seq-fraction", type=FRACTION, metavar="F",
                    help=f"the share of the run (steps or time budget) at --short-seq-len "
-                        f"(default {d['short_seq_fraction']:g})")
+                        f"(default: the size's recipe; {d['short_seq_fraction']:g} for {d['preset']})")
+    p.add_argument("--short-seq-batch-size", type=int_arg(0, MAX_BATCH), metavar="N",
+                   help="sequences per step in the short phase (0 = as many tokens a step as the rest; default: the "
+                        f"size's recipe, {d['short_seq_batch_size']} for {d['preset']})")
     p.add_argument("--grad-accum", type=int_arg(1, MAX_BATCH), help="micro-batches per optimizer step (default 1)")
-    p.add_argument("--lr", type=POSITIVE, help=f"peak learning rate (default {d['lr']:g})")
+    p.add_argument("--lr", type=POSITIVE, help=f"peak learning rate (default: the size's recipe, which shrinks "
+                                                f"with width and depth; {d['lr']:g} for {d['preset']})")
     p.add_argument("--warmup", type=RATE, help=f"warmup as a fraction of the run (default {d['warmup']:g})")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="mixed precision on a CUDA GPU: bf16 (default), fp16 with a loss scaler, or fp32; a CPU "
+                        "always trains in fp32")
     p.add_argument("--schedule", choices=SCHEDULES,
                    help="learning-rate schedule (default linear; 'time' when only --time-budget is given)")
     p.add_argument("--weight-decay", type=NON_NEGATIVE, help=f"default {d['weight_decay']:g}")
@@ -156,7 +219,8 @@ def _add_train(sub) -> None:
     g.add_argument("--steps", type=int_arg(1, 2**40), help="number of optimizer steps (on --resume: the new total)")
     g.add_argument("--time-budget", type=POSITIVE, metavar="SECONDS",
                    help="train for this many seconds (on --resume: this many more)")
-    p.add_argument("--mask-rate", type=FRACTION, help=f"default {d['mask_rate']:g}")
+    p.add_argument("--mask-rate", type=FRACTION, help=f"default: the size's recipe; {d['mask_rate']:g} for "
+                                                      f"{d['preset']}")
     p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
                    help="next-sentence prediction beside MLM (--no-nsp: MLM only; default "
                         f"{'on' if d['nsp'] else 'off'})")
@@ -175,11 +239,12 @@ def _add_train(sub) -> None:
     p.add_argument("--intermediate-size", type=int_arg(8, 2**17),
                    help="feed-forward size (default: 4 x the hidden size)")
     p.add_argument("--dropout", type=RATE,
-                   help=f"hidden and attention dropout (default {d['dropout']}; the BERT paper uses 0.1, which "
+                   help=f"hidden and attention dropout (default {d['dropout']:g}; the BERT paper uses 0.1, which "
                         "only slows a model that is far from overfitting)")
     p.add_argument("--initializer-range", type=POSITIVE, metavar="STD",
-                   help=f"std of the initial weights (default {d['initializer_range']:g}; BERT's 0.02 keeps a small "
-                        "model on the unigram plateau for long)")
+                   help=f"std of the initial weights (default: the size's recipe, 0.1 x sqrt(64 / hidden size); "
+                        f"{d['initializer_range']:g} for {d['preset']}; BERT's 0.02 keeps a small model on the "
+                        "unigram plateau for long)")
     p.add_argument("--seed", type=SEED, help=f"0 to {MAX_SEED} (default {d['seed']})")
     p.add_argument("--eval-every", type=int_arg(0), help="steps between held-out evaluations (0 = start/end)")
     p.add_argument("--eval-batches", type=int_arg(1, 10**6),
@@ -214,7 +279,8 @@ def _acc_name(config) -> str:
     return "next-token acc" if config.objective == "clm" else "mlm acc"
 
 
-def _progress_callback(trainer_ref, bar: ProgressBar):
+def _progress_callback(trainer_ref, bar: ProgressBar, warnings: list):
+    from bert_core.plateau import plateau_warning
     from bert_core.training import EvalEvent, StepEvent
 
     def callback(event):
@@ -224,6 +290,12 @@ def _progress_callback(trainer_ref, bar: ProgressBar):
             acc = _pct(event.mlm_acc)
             bar.update(prog.fraction, f"step {event.step} loss {event.loss:.3f} {_acc_name(trainer.config)} {acc} "
                                       f"{event.tokens_per_s:,.0f} tok/s eta {_fmt_seconds(prog.eta_s)}")
+            if not warnings and event.step % 25 == 0:  # said once, in the log and in metrics.json
+                warning = plateau_warning(trainer.history, trainer.baselines, prog.fraction,
+                                          causal=trainer.config.objective == "clm")
+                if warning:
+                    warnings.append(warning)
+                    bar.stream.write(("\n" if bar.tty else "") + f"warning: {warning}\n")
         elif isinstance(event, EvalEvent):
             bar.update(trainer.progress.fraction, f"eval step {event.step}: held-out {_acc_name(trainer.config)} "
                                                   f"{_pct(event.mlm_acc)} ppl {event.perplexity:.1f} "
@@ -276,7 +348,8 @@ def _resume_plan(args):
              "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
              "preset": meta.get("preset"), "dropout": ckpt.model.config.hidden_dropout_prob,
              "initializer_range": ckpt.model.config.initializer_range,
-             "short_seq_len": config.short_seq_length, "short_seq_fraction": config.short_seq_fraction}
+             "short_seq_len": config.short_seq_length, "short_seq_fraction": config.short_seq_fraction,
+             "short_seq_batch_size": config.short_seq_batch_size}
     for name, value in saved.items():
         given = getattr(args, name)
         if given is not None and value is not None and given != value:
@@ -332,6 +405,7 @@ def cmd_train(args) -> int:
 
     if args.out is None and args.resume is None:
         raise BertCoreError("give --out DIR (where to write the checkpoint) or --resume DIR")
+    recipe_line = None
     # Everything is checked (options, output folder, checkpoints, corpora, sizes) before anything is written.
     if args.resume is not None:
         ckpt, state, config, changes = _resume_plan(args)
@@ -350,11 +424,15 @@ def cmd_train(args) -> int:
                                     "prediction; leave --nsp out")
             args.nsp = False
         args.objective = args.objective or "mlm"
-        for name, value in _train_defaults().items():
+        preset, hidden, layers = _recipe_size(args)
+        defaults = _train_defaults(preset, _recipe_device(args.device), hidden, layers)
+        given = [name for name in RECIPE_OPTIONS if getattr(args, name) is not None]
+        for name, value in defaults.items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
                 if name == "short_seq_len" and value >= args.seq_len:
                     args.short_seq_len = 0  # the default short phase is no shorter than a --seq-len given
+        recipe_line = _recipe_line(args, defaults, given)
         out = check_output_folder(args.out, overwrite=args.overwrite)
         schedule = args.schedule or ("time" if args.steps is None else "linear")
         config = TrainConfig(
@@ -364,9 +442,10 @@ def cmd_train(args) -> int:
             max_seq_length=args.seq_len, mask_rate=args.mask_rate, nsp=args.nsp, seed=args.seed,
             objective=args.objective,
             short_seq_length=args.short_seq_len, short_seq_fraction=args.short_seq_fraction,
+            short_seq_batch_size=args.short_seq_batch_size,
             eval_every=args.eval_every, eval_batches=args.eval_batches,
             checkpoint_every_s=args.checkpoint_every, device=args.device, history_limit=args.history_limit,
-            whole_word_masking=args.whole_word_masking, mask_only=args.mask_only,
+            whole_word_masking=args.whole_word_masking, mask_only=args.mask_only, precision=args.precision,
         )
         size = {"max_position_embeddings": max(512, args.seq_len), "hidden_dropout_prob": args.dropout,
                 "attention_probs_dropout_prob": args.dropout}
@@ -409,7 +488,8 @@ def cmd_train(args) -> int:
     try:
         bar = ProgressBar()
         trainer_ref: list = [None]
-        callbacks = [_progress_callback(trainer_ref, bar)] if dist_info.is_main else []
+        warnings: list[str] = []
+        callbacks = [_progress_callback(trainer_ref, bar, warnings)] if dist_info.is_main else []
         started = time.time()
         if args.resume is not None:
             meta = state["metadata"]
@@ -467,6 +547,11 @@ def cmd_train(args) -> int:
             n_params = sum(p.numel() for p in trainer.model.parameters())
             print(f"training {n_params / 1e6:.2f}M parameters on {trainer.device} "
                   f"(world size {dist_info.world_size}), writing {out}", file=sys.stderr)
+            if recipe_line:
+                print(recipe_line, file=sys.stderr)
+            if trainer.device.type != "cuda" and args.precision in ("bf16", "fp16") and "--precision" in args.argv:
+                print(f"note: --precision {args.precision} applies on a CUDA GPU; on {trainer.device.type} the run "
+                      "is fp32", file=sys.stderr)
         trainer.run()
         bar.close()
         if trainer.state == "failed":
@@ -479,6 +564,8 @@ def cmd_train(args) -> int:
         if not dist_info.is_main:
             return 0
         metrics = final_metrics(trainer, heldout, time.time() - started)
+        if warnings:
+            metrics["warnings"] = warnings
         if trainer.state == "finished":
             from bert_core.heldout import reproducible_eval
 

@@ -249,7 +249,7 @@ def knob_diff(spec_a, spec_b) -> list[KnobChange]:
 _OTHER_LABELS = {"seed": "seed", "max_steps": "steps", "batch_size": "batch", "max_seq_length": "sequence length",
                  "time_budget_s": "time budget (s)", "warmup_ratio": "warmup", "vocab_size": "vocabulary",
                  "hidden_dropout_prob": "dropout", "initializer_range": "initial weight std"}
-_NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device", "bf16", "eval_every",
+_NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device", "precision", "eval_every",
                  "eval_batches", "corpus_label", "probes", "probe_sentences", "attention_probe",
                  "attention_probs_dropout_prob", OBJECTIVE_FIELD, "attention", *SIZE_FIELDS}
 
@@ -373,8 +373,8 @@ TRAIN_FLAGS = {"batch_size": "--batch-size", "learning_rate": "--lr", "warmup_ra
                "eval_batches": "--eval-batches", "history_limit": "--history-limit", "device": "--device",
                "whole_word_masking": "--whole-word-masking", "mask_only": "--mask-only",
                "short_seq_length": "--short-seq-len", "short_seq_fraction": "--short-seq-fraction",
-               "short_seq_batch_size": False, OBJECTIVE_FIELD: "--objective",
-               "probe_every": None, "checkpoint_every_s": None, "bf16": None,
+               "short_seq_batch_size": "--short-seq-batch-size", OBJECTIVE_FIELD: "--objective",
+               "probe_every": None, "checkpoint_every_s": None, "precision": None,
                "adam_eps": False, "adam_beta1": False, "adam_beta2": False}  # False: no option; must stay default
 SIZE_FLAGS = {"num_hidden_layers": "--layers", "hidden_size": "--hidden-size", "num_attention_heads": "--heads",
               "intermediate_size": "--intermediate-size"}
@@ -409,7 +409,9 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     from bert_core.training import TrainConfig, default_recipe
 
     config = TrainConfig(**spec.train)
-    recipe = default_recipe()["train_config"]
+    # The command leaves out what the CLI's recipe for this size sets the same (bert_core.recipes).
+    recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),
+                            num_hidden_layers=spec.model_overrides.get("num_hidden_layers"))["train_config"]
     unknown = [k for k in spec.train if k not in TRAIN_FLAGS]
     if unknown:
         raise BertCoreError(f"no `train` option for {', '.join(unknown)} yet (bert_core.comparison.TRAIN_FLAGS)")

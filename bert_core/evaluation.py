@@ -37,7 +37,15 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
+def autocast_for(device: torch.device, precision: str = "bf16"):
+    """The autocast context of a precision (bert_core.training.PRECISIONS) on a device: bfloat16 or float16 on
+    CUDA; on a CPU none, so every CPU run is fp32."""
+    if device.type == "cuda" and precision in ("bf16", "fp16"):
+        return torch.autocast("cuda", dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return contextlib.nullcontext()
+
+
+def evaluate(model, batches, device=None, precision: str = "bf16") -> EvalResult:
     """Evaluate `model` (BertForPreTraining, or BertLMHeadModel on next-token batches) on fixed batches; restores
     the model's train/eval mode afterwards."""
     if not batches:
@@ -46,9 +54,7 @@ def evaluate(model, batches, device=None, bf16: bool = True) -> EvalResult:
     model.eval()
     device = device or next(model.parameters()).device
     device = torch.device(device)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and bf16 else contextlib.nullcontext()
-    )
+    autocast = autocast_for(device, precision)
     totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=device)
     has_nsp = True
     try:

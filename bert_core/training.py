@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from bert_core.arguments import MAX_SEED
 from bert_core.errors import BertCoreError
+from bert_core.evaluation import autocast_for
 from bert_core.mlm_stats import MlmStats, batch_stats
 from bert_core.model import IGNORE_INDEX, is_causal
 from bert_core.pretraining_data import OBJECTIVES
@@ -26,6 +27,9 @@ from bert_core.run_loop import RunLoop
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("linear", "cosine", "time", "constant")
+PRECISIONS = ("bf16", "fp16", "fp32")
+# Consecutive fp16 updates the loss scaler may skip (an overflow halves its scale) before the run counts as diverged.
+MAX_SKIPPED_UPDATES = 20
 STATES = ("idle", "running", "stopped", "finished", "failed")
 
 
@@ -77,7 +81,10 @@ class TrainConfig:
     probe_every: int = 0  # steps between probe snapshots; 0 = none
     checkpoint_every_s: float = 0.0  # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     device: str = "auto"
-    bf16: bool = True  # autocast to bfloat16 on CUDA (ignored on CPU, where it is slower than fp32)
+    # Mixed precision on a CUDA GPU: "bf16" autocasts to bfloat16, "fp16" to float16 with a loss scaler (a GPU
+    # without bfloat16), "fp32" none. On a CPU every run is fp32: there bfloat16 autocast was slower than fp32 and
+    # float16 has no fast path, so the setting falls back (and says so in the CLI's log).
+    precision: str = "bf16"
     # Per-step events kept in `history` (and trainer_state.json): past this many, every 2nd, then every 4th...
     # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
     # history was 13 MB of JSON in its checkpoint folder; thinned to 4,096 it is 1.7 MB.
@@ -136,7 +143,8 @@ class TrainConfig:
              "adam_eps must be positive and adam_beta1 / adam_beta2 in [0, 1)")
         need(self.history_limit == 0 or self.history_limit >= 2,
              f"history_limit must be 0 (keep all) or at least 2, got {self.history_limit}")
-        need(isinstance(self.nsp, bool) and isinstance(self.bf16, bool), "nsp and bf16 must be true or false")
+        need(isinstance(self.nsp, bool), "nsp must be true or false")
+        need(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         need(isinstance(self.whole_word_masking, bool) and isinstance(self.mask_only, bool),
              "whole_word_masking and mask_only must be true or false")
         need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
@@ -156,6 +164,9 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> "TrainConfig":
         """Inverse of to_dict; unknown keys (from newer versions) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
+        d = dict(d)
+        if "precision" not in d and d.get("bf16") is False:  # written before `precision` replaced `bf16`
+            d["precision"] = "fp32"
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
@@ -220,18 +231,20 @@ def check_trainer_state(state, path) -> TrainConfig:
     return config
 
 
-def default_recipe() -> dict:
-    """Our default pretraining recipe (bert_core.recipes, measured in docs/benchmarks.md): model preset, dropout,
-    initializer_range, and a TrainConfig (what `train` uses by default)."""
-    from bert_core.recipes import REAL_TEXT_RECIPE as r
+def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
+                   num_hidden_layers: int | None = None) -> dict:
+    """The pretraining recipe for a size on a kind of machine (bert_core.recipes, measured in docs/benchmarks.md):
+    model preset, dropout, initializer_range, and a TrainConfig (what `train` uses when nothing is given)."""
+    from bert_core.recipes import DEFAULT_PRESET, recipe_for
 
+    r = recipe_for(preset or DEFAULT_PRESET, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                   device=device)
     return {
-        "preset": r["preset"],
-        "dropout": r["dropout"],
-        "initializer_range": r["initializer_range"],
-        "train_config": TrainConfig(batch_size=r["batch_size"], learning_rate=r["learning_rate"],
-                                    max_seq_length=r["max_seq_length"], short_seq_length=r["short_seq_length"],
-                                    short_seq_fraction=r["short_seq_fraction"]),
+        "preset": r.preset,
+        "dropout": r.dropout,
+        "initializer_range": r.initializer_range,
+        "recipe": r,
+        "train_config": TrainConfig(**r.train_config_fields()),
     }
 
 
@@ -441,6 +454,12 @@ class Trainer(RunLoop):
             self._ddp = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay,
                                betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps)
+        # float16's range is narrow: its gradients are scaled up for the backward pass and back down before the
+        # update, and an update whose gradients overflowed is skipped (the scale then halves). Not checkpointed:
+        # a resumed fp16 run starts again from the default scale, which it finds within a few steps.
+        self._scaler = (torch.amp.GradScaler("cuda") if self.device.type == "cuda" and config.precision == "fp16"
+                        else None)
+        self._skipped_updates = 0
 
         self.tokens_seen = 0
         self.baselines: dict = {}
@@ -537,9 +556,7 @@ class Trainer(RunLoop):
             self._rng_state["cuda"] = torch.cuda.get_rng_state_all()
 
     def _autocast(self):
-        if self.device.type == "cuda" and self.config.bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast_for(self.device, self.config.precision)
 
     def _train_step(self) -> StepEvent | None:
         """One optimizer update over grad_accum micro-batches; returns None (and sets error) on a non-finite loss."""
@@ -589,22 +606,38 @@ class Trainer(RunLoop):
                     if nsp_logits is not None:
                         # Touch the NSP head so DDP sees every parameter take part (its gradient is zero).
                         loss = loss + 0.0 * nsp_logits.sum()
-                loss.backward()
+                (self._scaler.scale(loss) if self._scaler is not None else loss).backward()
             totals += batch_stats(logits, batch.mlm_labels, batch.decisions, mlm_sum, nsp_logits,
                                   batch.next_sentence_label if cfg.nsp else None, nsp_sum, batch.attention_mask)
         stats = MlmStats.from_tensor(self._all_reduce(totals))
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         mlm_loss = stats.mlm_loss
         nsp_loss = stats.nsp_loss if cfg.nsp else None
         loss_value = mlm_loss + (nsp_loss or 0.0)
+        if (self._scaler is not None and math.isfinite(loss_value) and not math.isfinite(grad_norm)
+                and self._skipped_updates < MAX_SKIPPED_UPDATES):
+            # An fp16 overflow, not a divergence: the scaler skips this update and halves its scale; the next
+            # batch is tried, and the step count does not move.
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skipped_updates += 1
+            return self._train_step()
         if not self._update_is_finite(loss_value, grad_norm):
             return None
+        self._skipped_updates = 0
         lr = cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.step()
+        if self._scaler is not None:
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         tokens = int(stats.tokens)
@@ -709,7 +742,7 @@ class Trainer(RunLoop):
         batches = self.heldout_batches()
         if not batches:
             return
-        result = evaluate(_unwrap(self.model), batches, device=self.device, bf16=self.config.bf16)
+        result = evaluate(_unwrap(self.model), batches, device=self.device, precision=self.config.precision)
         self.model.train()
         event = EvalEvent(
             step=self.step,

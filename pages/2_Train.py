@@ -2,10 +2,9 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, comparison, figures, jobs, probes, runs
+from bert_core import app_state, app_storage, comparison, figures, jobs, plateau, probes, recipes, runs
 from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
-from bert_core.recipes import REAL_TEXT_RECIPE
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
@@ -22,34 +21,47 @@ PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
 # under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
-# startup; docs/benchmarks.md, "The default Train run"): 32 tokens hold two or three of its short sentences,
-# 2,000 cheap steps teach more than 300 long ones, and nano takes a peak rate of 3e-3 (1e-3 ended near 40%).
+# startup; docs/benchmarks.md, "The default Train run"). Every setting below then follows the chosen corpus and
+# size (bert_core.recipes: the toy lesson's shape with each size's rates on toy, each size's real-text recipe on
+# real text) until the user changes it.
 defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=3e-3, seq=32, mask=0.15,
                 nsp=True, seed=0, eval_every=100, probe_every=100, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
-                init=0.02, short_seq=0, short_frac=REAL_TEXT_RECIPE["short_seq_fraction"])
-# Real text (every corpus but toy) starts from the CLI's default recipe (bert_core.recipes), chosen at the 5-minute
-# budget of a lesson with benchmarks/time_to_quality.py (docs/benchmarks.md, "Time to quality"): nano, batch 16 x
-# 128 tokens after a short-sequence phase (64 x 32), initial weight std 0.1. The page counts steps, not seconds:
-# 3,000 nano steps are 4 to 5 minutes of one core at the 80-91 ms of CPU a step measured there (not yet pressed
-# through this page).
-REAL_STEPS = 3000
-R = REAL_TEXT_RECIPE
-real_defaults = {**defaults, "vocab": 8000, "preset": R["preset"], "steps": REAL_STEPS, "batch": R["batch_size"],
-                 "lr": R["learning_rate"], "seq": R["max_seq_length"], "dropout": R["dropout"],
-                 "init": R["initializer_range"], "short_seq": R["short_seq_length"], "eval_every": 250,
-                 "probe_every": 250}
+                init=0.02, short_seq=0, short_frac=0.5, short_batch=0)
+
+
+def _recipe_defaults(corpus: str, preset: str) -> dict:
+    """The settings a corpus and a size start from: the toy lesson, or the size's real-text recipe."""
+    state = st.session_state
+    sizes = {}
+    if preset == "custom":
+        sizes = dict(hidden_size=int(state.get("train_hidden", defaults["hidden"])),
+                     num_hidden_layers=int(state.get("train_layers", defaults["layers"])))
+        preset = recipes.preset_for_size(sizes["hidden_size"], sizes["num_hidden_layers"])
+    r = recipes.page_recipe(preset, toy=corpus == "toy", **sizes)
+    chosen = {**defaults, "steps": r["steps"], "batch": r["batch_size"], "lr": r["learning_rate"],
+              "seq": r["max_seq_length"], "dropout": r["dropout"], "init": r["initializer_range"],
+              "short_seq": r["short_seq_length"], "short_frac": r["short_seq_fraction"],
+              "short_batch": r["short_seq_batch_size"], "mask": r["mask_rate"]}
+    if corpus != "toy":
+        chosen.update(vocab=8000, eval_every=250, probe_every=250)
+    return chosen
+
+
 casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int, dropout=float,
-             init=float, short_seq=int, short_frac=float,
+             init=float, short_seq=int, short_frac=float, short_batch=int,
              probe_every=int, layers=int, hidden=int, heads=int, ffn=int,
              nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
 app_state.init_widget("train_corpus", defaults["corpus"])
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
-# Each setting follows the chosen corpus (toy's or real text's defaults) until the user changes it: a typed value
-# stays when the corpus changes.
-chosen = defaults if st.session_state["train_corpus"] == "toy" else real_defaults
+# Each setting follows the chosen corpus and size until the user changes it: a typed value stays when either
+# changes. The size is settled first, since the rest follow it.
+app_state.init_widget("train_preset", defaults["preset"])
+if st.session_state["train_preset"] not in PRESET_NAMES:
+    st.session_state["train_preset"] = "nano"
+chosen = _recipe_defaults(st.session_state["train_corpus"], st.session_state["train_preset"])
 for name, value in chosen.items():
-    if name != "corpus":
+    if name not in ("corpus", "preset"):
         app_state.follow_default(f"train_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
@@ -57,8 +69,6 @@ app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
 if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
     st.session_state["train_objective"] = "mlm"
-if st.session_state["train_preset"] not in PRESET_NAMES:
-    st.session_state["train_preset"] = "nano"
 
 sid = app_state.session_id()
 run, role = app_state.current_run()       # this tab's run (from its URL: a reload finds it again), if any
@@ -131,6 +141,9 @@ with st.expander("Settings", expanded=run is None):
             sizes = PRESETS[preset]
             st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
                        f"{sizes['num_attention_heads']} heads, feed-forward {4 * sizes['hidden_size']}")
+        with st.popover("What each size reaches", icon=":material/speed:"):
+            st.markdown(recipes.ladder_note())
+            st.table(recipes.ladder_rows(), hide_index=True)
         st.number_input("Dropout", 0.0, 0.9, step=0.05, key="train_dropout",
                         help="BERT uses 0.1. A model trained for minutes is far from overfitting, so 0 learns faster.")
         st.number_input("Initial weight scale (std)", 0.001, 1.0, step=0.01, format="%.3f", key="train_init",
@@ -149,6 +162,11 @@ with st.expander("Settings", expanded=run is None):
                              "of what attention averages over, so a small model stops predicting only the most "
                              "frequent token sooner. The held-out evaluation stays at the full length.")
         st.slider("Share of the steps at the short length", 0.0, 0.95, step=0.05, key="train_short_frac")
+        st.number_input("Short phase: sequences a step (0 = as many tokens a step as the rest)", 0, 512,
+                        key="train_short_batch",
+                        help="Larger sizes take small batches of short sequences first: a model leaves the plateau "
+                             "after a number of updates, and on a CPU a small batch is a cheap update.")
+        st.caption(f"The recipe for this size: {recipes.recipe_caption(st.session_state['train_preset'])}")
         gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
                        key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
         st.slider("Mask rate", 0.01, 0.5, key="train_mask", disabled=gpt)
@@ -200,7 +218,8 @@ def _spec(folder_key: str, init_from: str | None = None, corpus: tuple[str, str]
                  max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
                  seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
                  probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu",
-                 short_seq_length=int(s["train_short_seq"]), short_seq_fraction=float(s["train_short_frac"]))
+                 short_seq_length=int(s["train_short_seq"]), short_seq_fraction=float(s["train_short_frac"]),
+                 short_seq_batch_size=int(s["train_short_batch"]))
     train.update(jobs.objective_settings(s["train_objective"]))
     sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
     attention = s.get("train_att_probe", "").strip() or None
@@ -383,6 +402,10 @@ def _status() -> None:
     m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
     m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
     m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
+    stuck = plateau.plateau_warning(history, trainer.baselines, prog.fraction,
+                                    causal=trainer.config.objective == "clm")
+    if stuck:
+        st.warning(f"**Still on the unigram plateau.** {stuck[0].upper()}{stuck[1:]}", icon=":material/trending_flat:")
     if run.phase in ("finished", "stopped") and not run.active:
         st.success(f"Run {run.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
                    "sidebar to inspect it on the other pages.")

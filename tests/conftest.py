@@ -13,6 +13,17 @@ def shared_data():
     return path
 
 
+@pytest.fixture(scope="module")
+def toy_file(tmp_path_factory):
+    """A small toy corpus as a text file, documents separated by blank lines (the CLI tests' input)."""
+    from bert_core.corpora import generate_toy_corpus
+
+    corpus = generate_toy_corpus(num_documents=60, seed=2)
+    path = tmp_path_factory.mktemp("cli") / "toy.txt"
+    path.write_text("\n\n".join("\n".join(doc) for doc in corpus.documents) + "\n")
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _few_threads():
     # Tests share a 2-core machine with other work; one intra-op thread keeps them predictable.

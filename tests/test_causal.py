@@ -10,7 +10,6 @@ from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
 from bert_core.hf import load_pretrained, save_pretrained
 from bert_core.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel, next_token_targets
-from tests.test_cli import toy_file  # noqa: F401  (the CLI tests' toy corpus file, a fixture)
 
 transformers = pytest.importorskip("transformers")
 

@@ -11,17 +11,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def toy_file(tmp_path_factory):
-    """A small toy corpus as a text file, documents separated by blank lines."""
-    from bert_core.corpora import generate_toy_corpus
-
-    corpus = generate_toy_corpus(num_documents=60, seed=2)
-    path = tmp_path_factory.mktemp("cli") / "toy.txt"
-    path.write_text("\n\n".join("\n".join(doc) for doc in corpus.documents) + "\n")
-    return path
-
-
-@pytest.fixture(scope="module")
 def trained(toy_file, tmp_path_factory):
     """A checkpoint written by `train` (4 steps of a nano model) and the JSON it printed."""
     out = tmp_path_factory.mktemp("ckpt") / "run"
@@ -72,7 +61,9 @@ def test_train_resume_continues_the_same_run(trained, capsys):
 
 def test_train_defaults_take_the_recipe_with_its_short_phase_off_when_not_shorter(trained, toy_file, capsys,
                                                                                   tmp_path):
-    from bert_core.recipes import REAL_TEXT_RECIPE as recipe
+    from bert_core.recipes import DEFAULT_PRESET, recipe_for
+
+    recipe = recipe_for(DEFAULT_PRESET).to_dict()
 
     out, argv = trained  # --seq-len 32: the default short phase (32 tokens) would be no shorter, so it is off
     if not (out / "trainer_state.json").exists():

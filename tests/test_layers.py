@@ -13,7 +13,7 @@ PAGES = [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pages").glob("*.py"))]
 PAGE_API = {"app_state", "app_storage", "jobs", "model_sources", "figures", "finetune_figures", "inspection",
             "export", "config", "errors", "classification_data", "finetune", "paths", "corpora", "toy_grammar",
             "tokenization", "pretraining_data", "training", "evaluation", "probes", "comparison", "generation", "runs",
-            "recipes"}
+            "recipes", "plateau"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
