@@ -119,9 +119,10 @@ def main() -> int:
     if not args.corpus.is_file():
         print(f"error: no corpus at {args.corpus} (give --corpus FILE)", file=sys.stderr)
         return 2
-    rows = []
+    rows, commands = [], []
     if args.merge and args.out.is_file():
-        rows = json.loads(args.out.read_text())["rows"]
+        before = json.loads(args.out.read_text())
+        rows, commands = before["rows"], before.get("commands", [])
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets.split(","):
             for budget in (float(b) for b in args.budgets.split(",")):
@@ -130,7 +131,7 @@ def main() -> int:
     data = {"machine": machine(args.device), "date": datetime.date.today().isoformat(),
             "corpus": "WikiText-2 (its validation split; each run's held-out 10% of articles scored)"
             if args.corpus == DEFAULT_CORPUS else args.corpus.name,
-            "command": "benchmarks/preset_ladder.py " + " ".join(sys.argv[1:]), "rows": rows}
+            "commands": commands + ["benchmarks/preset_ladder.py " + " ".join(sys.argv[1:])], "rows": rows}
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     if args.plot:
         plot(data, args.plot)

@@ -130,9 +130,11 @@ def _recipe_line(args, defaults: dict, given: list[str]) -> str:
 
 def _defaults_text(d: dict) -> str:
     """The recipe's values in `train`'s option names, as the log shows them."""
+    from bert_core.recipes import short_phase_rows
+
     short = ""
     if d["short_seq_len"] and d["short_seq_fraction"]:
-        rows = d["short_seq_batch_size"] or d["batch_size"] * d["seq_len"] // d["short_seq_len"]
+        rows = short_phase_rows(d["batch_size"], d["seq_len"], d["short_seq_len"], d["short_seq_batch_size"])
         short = f", the first {d['short_seq_fraction']:.0%} at {rows} x {d['short_seq_len']}"
     return (f"--lr {d['lr']:g}, --initializer-range {d['initializer_range']:g}, batch {d['batch_size']} x "
             f"{d['seq_len']}{short}, --mask-rate {d['mask_rate']:g}, --dropout {d['dropout']:g}")

@@ -29,7 +29,7 @@ def recent_masked_accuracy(history: Sequence, window: int = WINDOW) -> float | N
     """Mean training accuracy at [MASK] positions over the newest `window` steps (all positions when a run has
     no masking decisions: a GPT-style run)."""
     values = []
-    for event in list(history)[-window:]:
+    for event in history[-window:]:  # a snapshot list already (RunLoop.history, the proxy's)
         value = getattr(event, "mlm_acc_masked", None)
         if value is None:
             value = getattr(event, "mlm_acc", None)
