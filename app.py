@@ -6,7 +6,7 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 
 import streamlit as st
 
-from bert_core import app_state
+from bert_core.serve import app_state
 
 WALKTHROUGH = {  # page -> what it teaches (the sidebar lists the same pages under short names)
     "pages/1_Tokens_and_masking.py": "1. Tokens & masking: what the model is shown",
@@ -38,7 +38,7 @@ with right:
             st.page_link(page, label=WALKTHROUGH[page], icon=icon)
 with left:
     figure = st.empty()
-from bert_core.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)
+from bert_core.inspect.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)
 
 config = app_state.quick_config()
 with figure.container():

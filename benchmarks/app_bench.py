@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bert_core.app_server import free_port, start_app_server  # noqa: E402
+from bert_core.serve.app_server import free_port, start_app_server  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -261,19 +261,19 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     """Milliseconds to compute and build every attention figure for a 64-token input, JSON included."""
     import torch
 
-    from bert_core import figures
-    from bert_core.inspection import attention_maps, head_summaries
+    from bert_core.inspect import figures
+    from bert_core.inspect.inspection import attention_maps, head_summaries
 
     if folder is not None:
-        from bert_core.model_sources import load_folder
+        from bert_core.serve.model_sources import load_folder
 
         model, tok, _ = load_folder(folder)
         what = f"checkpoint {folder.name}"
     else:  # no shipped checkpoint yet: a randomly initialised mini BERT has the same cost
-        from bert_core.config import BertConfig
-        from bert_core.model import BertForPreTraining
-        from bert_core.tokenization import train_tokenizer
-        from bert_core.corpora import generate_toy_corpus
+        from bert_core.data.corpora import generate_toy_corpus
+        from bert_core.model.bert import BertForPreTraining
+        from bert_core.model.config import BertConfig
+        from bert_core.model.tokenization import train_tokenizer
 
         tok = train_tokenizer(generate_toy_corpus(200).texts(), vocab_size=2000)
         model = BertForPreTraining(BertConfig.preset("mini", vocab_size=tok.vocab_size)).eval()
@@ -282,7 +282,7 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     text = " ".join(words * 8)
     ids = tok.encode(text)[:62]
     text = tok.decode(ids)
-    from bert_core.jobs import training_threads
+    from bert_core.serve.jobs import training_threads
 
     torch.set_num_threads(training_threads())  # what the app's server uses
     times = []
@@ -438,8 +438,8 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    from bert_core.app_state import chart_poll_seconds, poll_seconds
     from bert_core.paths import DEFAULT_CHECKPOINT
+    from bert_core.serve.app_state import chart_poll_seconds, poll_seconds
 
     folder = DEFAULT_CHECKPOINT if (DEFAULT_CHECKPOINT / "config.json").is_file() else None
     env = {"BERT_EXPLORER_TORCH_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}

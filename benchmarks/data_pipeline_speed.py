@@ -18,11 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bert_core.corpora import load_corpus  # noqa: E402
+from bert_core.data.corpora import (
+    generate_toy_corpus,  # noqa: E402
+    load_corpus,  # noqa: E402
+)
+from bert_core.data.pretraining_data import PretrainingData  # noqa: E402
+from bert_core.model.tokenization import train_tokenizer  # noqa: E402
 from bert_core.paths import shared_data_dir  # noqa: E402
-from bert_core.pretraining_data import PretrainingData  # noqa: E402
-from bert_core.tokenization import train_tokenizer  # noqa: E402
-from bert_core.corpora import generate_toy_corpus  # noqa: E402
 
 
 def timed(fn):

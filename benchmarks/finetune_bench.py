@@ -23,16 +23,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bert_core.classification_data import load_classification_csv, split_train_val  # noqa: E402
+from bert_core.cli.finetune import format_confusion  # noqa: E402
+from bert_core.data.classification_data import load_classification_csv, split_train_val  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
-from bert_core.finetune import (  # noqa: E402
+from bert_core.paths import DEFAULT_CHECKPOINT, shared_data_dir  # noqa: E402
+from bert_core.training.finetune import (  # noqa: E402
     FinetuneConfig,
     classifier_from_checkpoint,
     finetune,
-    format_confusion,
     scratch_twin,
 )
-from bert_core.paths import DEFAULT_CHECKPOINT, shared_data_dir  # noqa: E402
 
 # task -> (file under the shared data folder, train size, validation size, max length in tokens)
 TASKS = {

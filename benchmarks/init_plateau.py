@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bert_core.config import BertConfig  # noqa: E402
-from bert_core.model import BertForPreTraining, param_groups  # noqa: E402
+from bert_core.model.bert import BertForPreTraining, param_groups  # noqa: E402
+from bert_core.model.config import BertConfig  # noqa: E402
 
 MASK_ID = 4
 FIRST_WORD = 5

@@ -1,9 +1,9 @@
-"""The preset ladder: every size trained with its recipe (bert_core.recipes) for fixed budgets on one machine, then
+"""The preset ladder: every size trained with its recipe (bert_core.training.recipes) for fixed budgets on one machine, then
 scored at the [MASK]ed positions of its held-out documents, against the unigram line.
 
 Each run is `python -m bert_core train --corpus C --preset P --time-budget B --out DIR` (the CLI's defaults and
 nothing else), then `heldout` and `eval --json` on the documents it held out. The result goes to
-bert_core/preset_ladder.json (the Train page's "What each size reaches" reads it) and, with --plot, a PNG of
+bert_core/training/preset_ladder.json (the Train page's "What each size reaches" reads it) and, with --plot, a PNG of
 accuracy against time, one curve per size (drawn by Plotly in Debian's chromium through Playwright).
 
     .venv/bin/python benchmarks/preset_ladder.py --presets nano,tiny,mini,small --budgets 60,300

@@ -106,8 +106,8 @@ _ORIGINAL_ATTENTION = []
 
 
 def _switch_off(fp, name: str) -> dict:
-    """The (module attribute -> replacement) patches that switch path `name` off in bert_core.fast_paths `fp`
-    ("model.X": in bert_core.model; "?X": only where the code has X)."""
+    """The (module attribute -> replacement) patches that switch path `name` off in bert_core.model.fast_paths `fp`
+    ("model.X": in bert_core.model.bert; "?X": only where the code has X)."""
     if name == "written":  # written-out attention for CPU dropout -> scaled_dot_product_attention with its dropout
         return {"model.BertSelfAttention.forward": _sdpa_attention}
     if name == "attn":  # self-attention's hand-written backward -> autograd through the written-out ops
@@ -122,13 +122,13 @@ def _switch_off(fp, name: str) -> dict:
 
 
 class Variants:
-    """Patches bert_core.fast_paths so that one variant at a time runs; counts the calls of each path."""
+    """Patches bert_core.model.fast_paths so that one variant at a time runs; counts the calls of each path."""
 
     COUNTED = ("self_attention_with_dropout", "dropout_keep_mask", "LinearCrossEntropy", "DecoderGradSlot")
 
     def __init__(self, names: list[str]):
-        from bert_core import fast_paths as fp
-        from bert_core import model
+        from bert_core.model import bert as model
+        from bert_core.model import fast_paths as fp
 
         self.fp, self.attention = fp, model.BertSelfAttention
         _ORIGINAL_ATTENTION[:] = [model.BertSelfAttention.forward]
@@ -176,18 +176,18 @@ def _pretraining_trainer(workload: str, total_steps: int):
     import torch
 
     try:
-        from bert_core.pretraining_data import build_datasets
+        from bert_core.data.pretraining_data import build_datasets
     except ImportError:  # before it moved out of the CLI
-        from bert_core.cli import build_datasets
-    from bert_core.config import BertConfig
-    from bert_core.model import BertForPreTraining
-    from bert_core.training import Trainer
+        from bert_core.data.pretraining_data import build_datasets
+    from bert_core.model.bert import BertForPreTraining
+    from bert_core.model.config import BertConfig
+    from bert_core.training.trainer import Trainer
 
     if workload == "app":
         try:  # the app's builder moved from app_state to jobs; either way the Train page's defaults
-            from bert_core.jobs import TrainSpec, build_trainer
+            from bert_core.serve.jobs import TrainSpec, build_trainer
         except ImportError:
-            from bert_core.app_state import TrainSpec, build_trainer
+            from bert_core.serve.app_state import TrainSpec, build_trainer
         train = dict(max_steps=total_steps, batch_size=16, learning_rate=1e-3, max_seq_length=32, mask_rate=0.15,
                      nsp=True, seed=0, eval_every=100, probe_every=100, eval_batches=5, device="cpu")
         spec = TrainSpec(corpus="toy", corpus_label="Toy grammar (generated, instant)", vocab_size=2000,
@@ -195,7 +195,7 @@ def _pretraining_trainer(workload: str, total_steps: int):
                                                              initializer_range=0.02),
                          train=train, probes=True)
         return build_trainer(spec)
-    from bert_core.training import default_recipe
+    from bert_core.training.trainer import default_recipe
 
     recipe = default_recipe()
     d = recipe["train_config"]
@@ -255,8 +255,14 @@ class FinetuneSteps(_StepLoop):
     def __init__(self, workload: str, steps: int):
         import torch
 
-        from bert_core.classification_data import encode_examples, train_batches
-        from bert_core.finetune import FinetuneConfig, Finetuner, classifier_from_checkpoint, load_task, split_train_val
+        from bert_core.data.classification_data import encode_examples, train_batches
+        from bert_core.training.finetune import (
+            FinetuneConfig,
+            Finetuner,
+            classifier_from_checkpoint,
+            load_task,
+            split_train_val,
+        )
 
         self.steps = steps
         data = load_task(str(POLARITY), seed=0)
@@ -285,9 +291,9 @@ class BenchSteps(_StepLoop):
     def __init__(self, workload: str, steps: int):
         import torch
 
-        from bert_core import bench
-        from bert_core.config import BertConfig
-        from bert_core.model import BertForPreTraining, adamw
+        from bert_core.cli.main import bench
+        from bert_core.model.bert import BertForPreTraining, adamw
+        from bert_core.model.config import BertConfig
 
         self.steps = steps
         config = BertConfig.preset("mini", vocab_size=30522, max_position_embeddings=512)
@@ -331,7 +337,7 @@ def worker(args) -> dict:
     order rotated each round, so that no variant always follows the same one)."""
     kept = False
     if args.keep:
-        from bert_core.allocator import keep_freed_memory
+        from bert_core.training.allocator import keep_freed_memory
 
         kept = keep_freed_memory()
     _set_threads(args.workload, args.threads)

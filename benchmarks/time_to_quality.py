@@ -8,7 +8,7 @@ seconds in this one process and each is charged only its own running time, so ma
 Reference recipe: transformers.BertForMaskedLM of the same size (or of each --reference-preset), sequence 128,
 batch 32, AdamW lr 1e-3 with 10% warmup and linear decay to zero at the end of the budget, dropout 0.1 (Hugging
 Face's default), a plain loop.
-Ours: `bert_core.training.default_recipe()` run by `Trainer` (whatever the defaults of this version are), and any
+Ours: `bert_core.training.trainer.default_recipe()` run by `Trainer` (whatever the defaults of this version are), and any
 variants of it (--variant, e.g. the previous defaults), interleaved with the others. The table printed at the end
 gives each recipe beside the reference, with its accuracy as a multiple of the reference's; --summarize prints
 one table over several runs' JSON files (e.g. one run per seed).
@@ -37,14 +37,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bert_core.config import BertConfig  # noqa: E402
-from bert_core.corpora import load_corpus, split_heldout  # noqa: E402
-from bert_core.evaluation import evaluate  # noqa: E402
-from bert_core.model import BertForPreTraining  # noqa: E402
+from bert_core.data.corpora import load_corpus, split_heldout  # noqa: E402
+from bert_core.data.pretraining_data import PretrainingData  # noqa: E402
+from bert_core.model.bert import BertForPreTraining  # noqa: E402
+from bert_core.model.config import BertConfig  # noqa: E402
+from bert_core.model.tokenization import train_tokenizer  # noqa: E402
 from bert_core.paths import shared_data_dir  # noqa: E402
-from bert_core.pretraining_data import PretrainingData  # noqa: E402
-from bert_core.tokenization import train_tokenizer  # noqa: E402
-from bert_core.training import StepEvent, Trainer, default_recipe  # noqa: E402
+from bert_core.training.evaluation import evaluate  # noqa: E402
+from bert_core.training.trainer import StepEvent, Trainer, default_recipe  # noqa: E402
 
 SEQ_LEN, VOCAB, EVAL_MASK_RATE = 128, 8000, 0.15
 

@@ -20,12 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bert_core.config import BertConfig  # noqa: E402
-from bert_core.corpora import split_heldout  # noqa: E402
-from bert_core.model import BertForPreTraining  # noqa: E402
-from bert_core.pretraining_data import PretrainingData  # noqa: E402
-from bert_core.tokenization import train_tokenizer  # noqa: E402
-from bert_core.corpora import generate_toy_corpus  # noqa: E402
+from bert_core.data.corpora import (
+    generate_toy_corpus,  # noqa: E402
+    split_heldout,  # noqa: E402
+)
+from bert_core.data.pretraining_data import PretrainingData  # noqa: E402
+from bert_core.model.bert import BertForPreTraining  # noqa: E402
+from bert_core.model.config import BertConfig  # noqa: E402
+from bert_core.model.tokenization import train_tokenizer  # noqa: E402
 
 
 def lr_at(fraction: float, peak: float, warmup: float = 0.05) -> float:
@@ -56,10 +58,10 @@ def train_for_cpu_time(model, data, eval_batches, args) -> list[dict]:
     """AdamW on MLM + NSP until the process has spent `budget_s` CPU-seconds training (evaluation not counted).
 
     The budget is CPU time, not wall time, because the machines this runs on are shared: a busy neighbour
-    slows the wall clock but not the work a core does for us. bert_core.training.Trainer budgets wall time,
+    slows the wall clock but not the work a core does for us. bert_core.training.trainer.Trainer budgets wall time,
     hence this plain loop.
     """
-    from bert_core.model import param_groups
+    from bert_core.model.bert import param_groups
 
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, eps=1e-6)
     checkpoints = sorted({args.budget_s * f for f in (0.25, 0.5, 0.75, 1.0)})

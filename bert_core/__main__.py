@@ -1,7 +1,7 @@
-"""`python -m bert_core ...` (see bert_core.cli)."""
+"""`python -m bert_core ...` (see bert_core.cli.main)."""
 
 import sys
 
-from bert_core.cli import main
+from bert_core.cli.main import main
 
 sys.exit(main())

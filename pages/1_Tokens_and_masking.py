@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
-from bert_core.inspection import encode_input, mask_example, masking_stats
+from bert_core.inspect import figures
+from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
+from bert_core.serve import app_state
 
 st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
 active = app_state.sidebar()
@@ -20,8 +21,8 @@ tok = active.tokenizer
 
 @st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
 def _toy_data(key: str, _tokenizer, seq_len: int):
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
 
     return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
 

@@ -2,9 +2,11 @@
 
 import streamlit as st
 
-from bert_core import app_state, app_storage, comparison, figures, jobs, plateau, probes, recipes, runs
-from bert_core.config import PRESETS
 from bert_core.errors import BertCoreError
+from bert_core.inspect import figures, probes
+from bert_core.model.config import PRESETS
+from bert_core.serve import app_state, app_storage, jobs, runs
+from bert_core.training import comparison, plateau, recipes
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
@@ -22,7 +24,7 @@ PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
 # under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
 # startup; docs/benchmarks.md, "The default Train run"). Every setting below then follows the chosen corpus and
-# size (bert_core.recipes: the toy lesson's shape with each size's rates on toy, each size's real-text recipe on
+# size (bert_core.training.recipes: the toy lesson's shape with each size's rates on toy, each size's real-text recipe on
 # real text) until the user changes it.
 defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=3e-3, seq=32, mask=0.15,
                 nsp=True, seed=0, eval_every=100, probe_every=100, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
@@ -80,7 +82,7 @@ viewer = role == app_state.VIEWER          # watching someone's shared run: it c
 def _default_probes(corpus: str, seed: int, text: str | None):
     """Probes from the held-out part of the chosen corpus as a run with this seed splits it (None: not readable
     here before training, e.g. a corpus that is not downloaded yet)."""
-    from bert_core.corpora import corpus_from_text
+    from bert_core.data.corpora import corpus_from_text
 
     try:
         if text is not None:
@@ -181,7 +183,7 @@ app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing",
 
 def _corpus_spec(folder_key: str) -> tuple[str, str]:
     """(load_corpus spec, label); an upload or paste is checked, then written to the run's scratch folder."""
-    from bert_core.corpora import corpus_from_bytes, corpus_from_text
+    from bert_core.data.corpora import corpus_from_bytes, corpus_from_text
 
     choice = st.session_state["train_corpus"]
     if choice not in ("upload", "paste"):

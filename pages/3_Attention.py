@@ -4,9 +4,10 @@ two models side by side (BERT beside GPT) for the same text."""
 import numpy as np
 import streamlit as st
 
-from bert_core import app_state, figures, model_sources
 from bert_core.errors import BertCoreError
-from bert_core.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
+from bert_core.inspect import figures
+from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
+from bert_core.serve import app_state, model_sources
 
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 

@@ -3,11 +3,22 @@ GPT-style (causal) model's continuation of a text, token by token."""
 
 import streamlit as st
 
-from bert_core import app_state, figures, generation, model_sources
 from bert_core.errors import BertCoreError
-from bert_core.inspection import (BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, context_before, encode_input,
-                                  group_word_pieces, is_causal, predict_masks, predict_nsp, text_with_word_masked,
-                                  unigram_top_k, word_text)
+from bert_core.inspect import figures, generation
+from bert_core.inspect.inspection import (
+    BIDIRECTIONAL_CANNOT_CONTINUE,
+    CAUSAL_CANNOT_FILL,
+    context_before,
+    encode_input,
+    group_word_pieces,
+    is_causal,
+    predict_masks,
+    predict_nsp,
+    text_with_word_masked,
+    unigram_top_k,
+    word_text,
+)
+from bert_core.serve import app_state, model_sources
 
 st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
 active = app_state.sidebar()

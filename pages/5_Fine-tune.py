@@ -6,11 +6,12 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
-from bert_core import app_state, finetune_figures, jobs, model_sources
-from bert_core.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
+from bert_core.data.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
 from bert_core.errors import BertCoreError
-from bert_core.finetune import build_comparison, comparison_config, result_probabilities
+from bert_core.inspect import finetune_figures
 from bert_core.paths import shared_data_dir
+from bert_core.serve import app_state, jobs, model_sources
+from bert_core.training.finetune import build_comparison, comparison_config, result_probabilities
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
 active = app_state.sidebar()

@@ -4,9 +4,10 @@ import json
 
 import streamlit as st
 
-from bert_core import app_state, figures
 from bert_core.errors import BertCoreError
-from bert_core.export import checkpoint_saver, history_label, rows_to_csv, run_bundle, run_figures, run_record
+from bert_core.inspect import figures
+from bert_core.serve import app_state
+from bert_core.serve.export import checkpoint_saver, history_label, rows_to_csv, run_bundle, run_figures, run_record
 
 st.set_page_config(page_title="Export · BERT explorer", layout="wide")
 active = app_state.sidebar()

@@ -8,12 +8,12 @@ def train_nano_checkpoint(folder: Path, documents: int = 60, steps: int = 3, bat
     """Train and save (model, tokenizer, trainer state with unigram counts) into `folder`; return it."""
     import torch
 
-    from bert_core.config import BertConfig
-    from bert_core.model import BertForPreTraining
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.training import TrainConfig, Trainer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.model.bert import BertForPreTraining
+    from bert_core.model.config import BertConfig
+    from bert_core.model.tokenization import train_tokenizer
+    from bert_core.training.trainer import TrainConfig, Trainer
 
     corpus = generate_toy_corpus(num_documents=documents, seed=0)
     tok = train_tokenizer(corpus.texts(), vocab_size=vocab_size)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.app_server import free_port, start_app_server
+from bert_core.serve.app_server import free_port, start_app_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -228,7 +228,7 @@ def _visible_plots(page, title: str) -> list[dict]:
 
 
 def _training_children(server_pid: int) -> set[int]:
-    """Pids of the server's training processes (`python -m bert_core.training_process`), read from /proc."""
+    """Pids of the server's training processes (`python -m bert_core.serve.training_process`), read from /proc."""
     found = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -239,6 +239,6 @@ def _training_children(server_pid: int) -> set[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server_pid and b"bert_core.training_process" in cmdline:
+        if ppid == server_pid and b"bert_core.serve.training_process" in cmdline:
             found.add(int(proc.name))
     return found

@@ -16,7 +16,7 @@ def shared_data():
 @pytest.fixture(scope="module")
 def toy_file(tmp_path_factory):
     """A small toy corpus as a text file, documents separated by blank lines (the CLI tests' input)."""
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
 
     corpus = generate_toy_corpus(num_documents=60, seed=2)
     path = tmp_path_factory.mktemp("cli") / "toy.txt"

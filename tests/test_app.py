@@ -12,8 +12,9 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core import app_state, figures, jobs, model_sources  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
+from bert_core.inspect import figures  # noqa: E402
+from bert_core.serve import app_state, jobs, model_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))
@@ -264,8 +265,8 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
 
 
 def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edited():
-    from bert_core.probes import probes_for_corpus
-    from bert_core.toy_grammar import toy_vocabulary
+    from bert_core.data.toy_grammar import toy_vocabulary
+    from bert_core.inspect.probes import probes_for_corpus
 
     at = _open("pages/2_Train.py")
     _assert_clean(at)
@@ -519,7 +520,7 @@ def test_a_page_run_on_its_own_draws_without_the_page_list():
 
 
 def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_names_it():
-    from bert_core import comparison
+    from bert_core.training import comparison
 
     at = _open("pages/2_Train.py")
     _small_run(at, steps=3)

@@ -10,9 +10,10 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core import figures, jobs, model_sources  # noqa: E402
-from bert_core.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
-from bert_core.training import TrainConfig  # noqa: E402
+from bert_core.inspect import figures  # noqa: E402
+from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
+from bert_core.serve import jobs, model_sources
+from bert_core.training.trainer import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -23,12 +24,12 @@ def gpt_checkpoint(tmp_path_factory):
     """A nano GPT-style model trained 30 steps on the toy corpus, saved with its tokenizer and trainer state."""
     import torch
 
-    from bert_core.config import BertConfig
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.model import BertLMHeadModel
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.training import Trainer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.model.bert import BertLMHeadModel
+    from bert_core.model.config import BertConfig
+    from bert_core.model.tokenization import train_tokenizer
+    from bert_core.training.trainer import Trainer
 
     corpus = generate_toy_corpus(num_documents=60, seed=0)
     tok = train_tokenizer(corpus.texts(), vocab_size=300)

@@ -1,4 +1,4 @@
-"""The app's files on a public server (bert_core.app_storage): saved runs under names the app makes, per-session
+"""The app's files on a public server (bert_core.serve.app_storage): saved runs under names the app makes, per-session
 scratch folders that go away with their session, size caps, and checkpoint zips unpacked safely."""
 
 import io
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core import app_storage
 from bert_core.errors import BertCoreError
+from bert_core.serve import app_storage
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -63,7 +63,7 @@ def test_run_names_are_plain_folder_names(text):
 
 @pytest.mark.parametrize("text", HOSTILE_NAMES)
 def test_saving_under_any_typed_name_stays_in_the_runs_folder(text, runs, decoy, checkpoint):
-    from bert_core.checkpoint import load_checkpoint
+    from bert_core.model.checkpoint import load_checkpoint
 
     before = snapshot(decoy.parent / "decoy")
     ckpt = load_checkpoint(checkpoint)
@@ -77,7 +77,7 @@ def test_saving_under_any_typed_name_stays_in_the_runs_folder(text, runs, decoy,
 
 def _copy_checkpoint(src: Path, dest: Path) -> None:
     """A save function like the training job's (which replaces the folder it is given)."""
-    from bert_core.checkpoint import replace_folder
+    from bert_core.model.checkpoint import replace_folder
 
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.mkdir()
@@ -203,7 +203,7 @@ def _checkpoint_entries(checkpoint: Path, prefix: str = "") -> dict[str, bytes]:
 
 @pytest.mark.parametrize("prefix", ["", "bert-checkpoint/"])
 def test_a_zipped_checkpoint_unpacks_and_loads(checkpoint, tmp_path, prefix):
-    from bert_core.model_sources import load_folder
+    from bert_core.serve.model_sources import load_folder
 
     entries = _checkpoint_entries(checkpoint, prefix)
     entries[prefix + "run.sh"] = b"#!/bin/sh\nrm -rf /\n"   # not a checkpoint file: skipped

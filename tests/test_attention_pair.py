@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_core.figures import side_by_side_figure
-from bert_core.inspection import AttentionResult
+from bert_core.inspect.figures import side_by_side_figure
+from bert_core.inspect.inspection import AttentionResult
 from tests.test_race import racers, task  # noqa: F401  (fixtures: a nano BERT and a nano GPT side by side)
 from tests.test_race_page import open_page
 
@@ -50,7 +50,7 @@ def test_side_by_side_draws_each_model_and_greys_only_the_causal_future():
 def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypatch, tmp_path):
     import shutil
 
-    from bert_core.app_storage import save_run
+    from bert_core.serve.app_storage import save_run
 
     save_run(lambda folder: shutil.copytree(racers[1], folder, dirs_exist_ok=True), "gpt toy", "someone", tmp_path)
     at = open_page("3_Attention.py", racers[0], monkeypatch, tmp_path)
@@ -71,8 +71,8 @@ def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypa
 def test_the_second_model_choices_leave_out_the_active_one_shipped_or_saved(racers, monkeypatch, tmp_path):
     import shutil
 
-    from bert_core.app_storage import save_run
-    from bert_core.model_sources import checkpoints_beside_default
+    from bert_core.serve.app_storage import save_run
+    from bert_core.serve.model_sources import checkpoints_beside_default
 
     bert_folder, gpt_folder, _ = racers
     monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(bert_folder))

@@ -3,7 +3,7 @@
 Every case must end in exactly one `error:` line on stderr and a non-zero exit, never a traceback; no pickle may
 run (each pickle here would create a marker file when unpickled); and nothing that existed before may change
 (every file under the test's folder is snapshotted, path and bytes, before and after), nor may anything new appear
-there. Cases run in-process through `bert_core.cli.main` (fast); a few run as real `python -m bert_core`
+there. Cases run in-process through `bert_core.cli.main.main` (fast); a few run as real `python -m bert_core`
 processes to prove that no traceback escapes the interpreter either.
 """
 
@@ -23,9 +23,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bert_core import checkpoint as checkpoint_module
-from bert_core import hf
-from bert_core.cli import main
+from bert_core.cli.main import main
+from bert_core.model import checkpoint as checkpoint_module
+from bert_core.model import hf
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -395,7 +395,7 @@ def test_a_read_only_output_folder_is_refused_before_any_work(world, tmp_path, c
 
 
 def test_eval_reads_a_long_single_line_in_pieces(world, tmp_path, capsys):
-    from bert_core.corpora import MAX_SENTENCE_CHARS, load_corpus
+    from bert_core.data.corpora import MAX_SENTENCE_CHARS, load_corpus
 
     words = "the cat sat on the mat and the dog ran in the park "
     text_file = tmp_path / "one_line.txt"
@@ -440,12 +440,12 @@ def test_a_killed_save_leaves_a_temporary_folder_that_the_next_save_removes(worl
 
 
 def test_an_unexpected_exception_is_one_internal_error_line(world, capsys, monkeypatch):
-    import bert_core.inspection
+    import bert_core.inspect.inspection
 
     def boom(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(bert_core.inspection, "fill_mask", boom)
+    monkeypatch.setattr(bert_core.inspect.inspection, "fill_mask", boom)
     code, err = run_cli(["fill-mask", "--checkpoint", str(world["ck"]), "a [MASK] b"], capsys)
     line = assert_one_error_line(code, err, ["internal error", "RuntimeError", "something broke", "report"])
     assert code == 1, line
@@ -453,7 +453,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(world, capsys, monke
 
 def test_a_crash_inside_the_training_loop_is_one_line_without_the_logged_traceback(world, tmp_path, capsys,
                                                                                     monkeypatch):
-    from bert_core.training import Trainer
+    from bert_core.training.trainer import Trainer
 
     def boom(self):
         raise RuntimeError("the loop broke")

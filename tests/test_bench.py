@@ -2,8 +2,8 @@
 
 import argparse
 
-from bert_core import bench
-from bert_core.config import BertConfig
+from bert_core.cli.main import bench
+from bert_core.model.config import BertConfig
 
 
 def test_bench_reports_both_models_and_the_ratio(capsys):

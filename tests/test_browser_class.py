@@ -10,8 +10,21 @@ from pathlib import Path
 import pytest
 
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    FEEDBACK_S, _no_exception, _open, _settle, _shoot, browser, chromium, model_folder, screenshot_dirs, server,
-    server_home, UNWATCHED_S, _trace_lengths, _training_children)
+    FEEDBACK_S,
+    UNWATCHED_S,
+    _no_exception,
+    _open,
+    _settle,
+    _shoot,
+    _trace_lengths,
+    _training_children,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+    server,
+    server_home,
+)
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 

@@ -10,9 +10,25 @@ import time
 import pytest
 
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    FEEDBACK_S, PAGES, ROOT, _no_exception, _open, _settle, _shoot, browser, chromium,
-    model_folder, screenshot_dirs, server, server_home, DEFAULT_RUN_TARGET,
-    _metric, _trace_lengths, _visible_plots, _words)
+    DEFAULT_RUN_TARGET,
+    FEEDBACK_S,
+    PAGES,
+    ROOT,
+    _metric,
+    _no_exception,
+    _open,
+    _settle,
+    _shoot,
+    _trace_lengths,
+    _visible_plots,
+    _words,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+    server,
+    server_home,
+)
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -20,7 +36,7 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
     """README, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults untouched,
     Start, the run to its end, then the Attention time-lapse and the Predictions page on the trained model."""
-    from bert_core.toy_grammar import toy_vocabulary
+    from bert_core.data.toy_grammar import toy_vocabulary
 
     base, _ = server
     vocab = toy_vocabulary()

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.hf import load_pretrained, save_pretrained
-from bert_core.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel, next_token_targets
+from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel, next_token_targets
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import load_pretrained, save_pretrained
 
 transformers = pytest.importorskip("transformers")
 
@@ -153,9 +153,9 @@ def test_a_causal_pretraining_model_has_a_transformers_twin_too(tmp_path):
 
 @pytest.fixture(scope="module")
 def toy_data():
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.model.tokenization import train_tokenizer
 
     corpus = generate_toy_corpus(num_documents=30, seed=0)
     tok = train_tokenizer(corpus.texts(), vocab_size=200)
@@ -163,7 +163,7 @@ def toy_data():
 
 
 def test_next_token_batches_are_plain_text_labelled_with_the_following_token(toy_data):
-    from bert_core.pretraining_data import NOT_CHOSEN, PretrainingData
+    from bert_core.data.pretraining_data import NOT_CHOSEN, PretrainingData
 
     corpus, tok, data = toy_data
     batch = next(iter(PretrainingData(corpus, tok, max_seq_length=24, batch_size=4, nsp=False, objective="clm")))
@@ -182,8 +182,8 @@ def test_next_token_batches_are_plain_text_labelled_with_the_following_token(toy
 
 
 def test_next_token_data_refuses_nsp_and_unknown_objectives(toy_data):
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.training import TrainConfig
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.training.trainer import TrainConfig
 
     corpus, tok, _ = toy_data
     with pytest.raises(BertCoreError, match="no next-sentence prediction"):
@@ -195,7 +195,7 @@ def test_next_token_data_refuses_nsp_and_unknown_objectives(toy_data):
 
 
 def test_trainer_refuses_a_model_of_the_other_kind(toy_data):
-    from bert_core.training import TrainConfig, Trainer
+    from bert_core.training.trainer import TrainConfig, Trainer
 
     _, tok, data = toy_data
     config = TrainConfig(max_steps=1, batch_size=4, max_seq_length=24, nsp=False, objective="clm", device="cpu")
@@ -205,8 +205,8 @@ def test_trainer_refuses_a_model_of_the_other_kind(toy_data):
 
 
 def test_a_causal_model_learns_the_next_token(toy_data):
-    from bert_core.evaluation import evaluate
-    from bert_core.training import TrainConfig, Trainer
+    from bert_core.training.evaluation import evaluate
+    from bert_core.training.trainer import TrainConfig, Trainer
 
     _, tok, data = toy_data
     torch.manual_seed(0)
@@ -227,7 +227,7 @@ def test_a_causal_model_learns_the_next_token(toy_data):
 
 def test_train_objective_clm_writes_a_bert_lm_head_model_and_eval_reports_next_token_figures(toy_file, tmp_path,
                                                                                              capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     out = tmp_path / "gpt"
     argv = ["train", "--objective", "clm", "--corpus", str(toy_file), "--preset", "nano", "--vocab-size", "300",
@@ -266,7 +266,7 @@ def test_train_objective_clm_writes_a_bert_lm_head_model_and_eval_reports_next_t
 
 
 def test_train_objective_clm_refuses_nsp_in_one_line(toy_file, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     code = main(["train", "--objective", "clm", "--nsp", "--corpus", str(toy_file), "--steps", "2",
                  "--out", str(tmp_path / "x")])

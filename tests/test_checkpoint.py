@@ -3,8 +3,10 @@ import json
 import pytest
 import torch
 
-from bert_core import checkpoint
-from bert_core.checkpoint import (
+from bert_core.errors import BertCoreError
+from bert_core.model import checkpoint
+from bert_core.model.bert import BertForPreTraining, param_groups
+from bert_core.model.checkpoint import (
     load_checkpoint,
     load_optimizer_state,
     rng_state_from_json,
@@ -12,9 +14,7 @@ from bert_core.checkpoint import (
     save_checkpoint,
     save_optimizer_state,
 )
-from bert_core.config import BertConfig
-from bert_core.errors import BertCoreError
-from bert_core.model import BertForPreTraining, param_groups
+from bert_core.model.config import BertConfig
 
 
 def _model(seed=0):

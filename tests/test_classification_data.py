@@ -2,7 +2,7 @@
 
 import pytest
 
-from bert_core.classification_data import (
+from bert_core.data.classification_data import (
     MAX_CSV_BYTES,
     ClassificationData,
     clean_ag_news_text,
@@ -15,7 +15,7 @@ from bert_core.classification_data import (
     train_batches,
 )
 from bert_core.errors import BertCoreError
-from bert_core.tokenization import train_tokenizer
+from bert_core.model.tokenization import train_tokenizer
 
 
 def _csv(text: str) -> bytes:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.cli import main
+from bert_core.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_train_resume_continues_the_same_run(trained, capsys):
 
 def test_train_defaults_take_the_recipe_with_its_short_phase_off_when_not_shorter(trained, toy_file, capsys,
                                                                                   tmp_path):
-    from bert_core.recipes import DEFAULT_PRESET, recipe_for
+    from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
 
     recipe = recipe_for(DEFAULT_PRESET).to_dict()
 
@@ -127,7 +127,7 @@ def test_heldout_text_reproduces_the_eval_figures_in_metrics_json(trained, capsy
     held = metrics["heldout_split"]["corpora"][0]
     assert f"wrote {held['heldout_documents']} held-out documents ({held['heldout_sentences']} sentences)" in stdout
     # The written text reads back as exactly the held-out documents.
-    from bert_core.corpora import load_corpus, split_heldout
+    from bert_core.data.corpora import load_corpus, split_heldout
 
     expected = split_heldout(load_corpus(held["spec"]), fraction=0.1, seed=0)[1].documents
     assert load_corpus(str(text_file)).documents == expected
@@ -194,7 +194,7 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
                                       "--device", "cpu", "--out", str(second)], capsys)
     assert code == 0, stderr
     assert "start " in stdout + stderr and "untrained" not in stdout + stderr
-    from bert_core.checkpoint import load_checkpoint
+    from bert_core.model.checkpoint import load_checkpoint
 
     a, b = load_checkpoint(out), load_checkpoint(second)
     assert a.model.config.hidden_size == b.model.config.hidden_size

@@ -1,4 +1,4 @@
-"""One knob at a time (bert_core.comparison): what differs between two runs, a copy with one knob changed, the
+"""One knob at a time (bert_core.training.comparison): what differs between two runs, a copy with one knob changed, the
 overlay's legend, and the `train` command that repeats an app run."""
 
 import dataclasses
@@ -9,11 +9,18 @@ import shlex
 import pytest
 import torch
 
-from bert_core import comparison
-from bert_core.comparison import KNOBS, available_knobs, knob_diff, one_change, other_differences, train_command
+from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM, mask_tokens
 from bert_core.errors import BertCoreError
-from bert_core.jobs import TrainSpec, build_trainer
-from bert_core.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM, mask_tokens
+from bert_core.serve.jobs import TrainSpec, build_trainer
+from bert_core.training import comparison
+from bert_core.training.comparison import (
+    KNOBS,
+    available_knobs,
+    knob_diff,
+    one_change,
+    other_differences,
+    train_command,
+)
 
 
 def page_spec(**train) -> TrainSpec:
@@ -96,8 +103,8 @@ def test_one_change_refuses_bad_knobs_and_values_with_a_message():
 
 
 def test_an_overlay_of_two_runs_names_exactly_the_knobs_that_differ():
-    from bert_core.figures import overlay_figure
-    from bert_core.training import EvalEvent
+    from bert_core.inspect.figures import overlay_figure
+    from bert_core.training.trainer import EvalEvent
 
     a = page_spec()
     b = one_change(a, "nsp", False)
@@ -157,11 +164,11 @@ def test_the_command_names_every_setting_the_train_page_sets():
 def test_the_command_run_by_the_cli_reproduces_an_app_run(tmp_path, capsys, knob, value):
     """Same settings, same seed: the app's build_trainer and `train` build the same data and initial weights and
     take the same updates, so the held-out accuracy agrees to float precision (not just within seed noise)."""
-    from bert_core.checkpoint import load_checkpoint
-    from bert_core.cli import main
+    from bert_core.cli.main import main
+    from bert_core.model.checkpoint import load_checkpoint
 
     text = tmp_path / "stories.txt"
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
 
     text.write_text("\n\n".join("\n".join(d) for d in generate_toy_corpus(num_documents=80, seed=3).documents))
     spec = dataclasses.replace(page_spec(max_steps=30, batch_size=8, eval_every=15, eval_batches=3, probe_every=15,

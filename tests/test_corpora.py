@@ -1,7 +1,14 @@
 import pytest
 
-from bert_core.corpora import (MAX_INPUT_BYTES, Corpus, corpus_from_bytes, corpus_from_text, load_corpus,
-                               split_heldout, split_sentences)
+from bert_core.data.corpora import (
+    MAX_INPUT_BYTES,
+    Corpus,
+    corpus_from_bytes,
+    corpus_from_text,
+    load_corpus,
+    split_heldout,
+    split_sentences,
+)
 from bert_core.errors import BertCoreError
 
 

@@ -23,8 +23,8 @@ def _torchrun() -> str | None:
 @pytest.fixture(scope="module")
 def toy_files(tmp_path_factory):
     """A small toy corpus as a text file (blank line between documents) and a tokenizer folder trained on it."""
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.model.tokenization import train_tokenizer
 
     folder = tmp_path_factory.mktemp("ddp")
     corpus = generate_toy_corpus(num_documents=60, seed=1)

@@ -4,9 +4,16 @@ import zipfile
 
 import pytest
 
-from bert_core.corpora import load_corpus
-from bert_core.downloads import (SOURCES, brown_text_from_zip, download, fetch, fetch_corpus_text, sha256_of,
-                                 wikitext_text_from_parquet)
+from bert_core.data.corpora import load_corpus
+from bert_core.data.downloads import (
+    SOURCES,
+    brown_text_from_zip,
+    download,
+    fetch,
+    fetch_corpus_text,
+    sha256_of,
+    wikitext_text_from_parquet,
+)
 from bert_core.errors import BertCoreError
 
 
@@ -127,7 +134,7 @@ def test_wikitext_parquet_rows_become_articles(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from bert_core.corpora import wikitext_documents
+    from bert_core.data.corpora import wikitext_documents
 
     rows = ["", " = Alpha = \n", "", " Alpha is a letter . It comes first .\n", " = = History = = \n",
             " It is 3 @.@ 5 thousand years old .\n", " = Beta = \n", " Beta follows alpha .\n"]

@@ -3,9 +3,9 @@
 import csv
 import io
 
-from bert_core.config import BertConfig
-from bert_core.export import history_label, rows_to_csv, run_record
-from bert_core.training import EvalEvent, TrainConfig
+from bert_core.model.config import BertConfig
+from bert_core.serve.export import history_label, rows_to_csv, run_record
+from bert_core.training.trainer import EvalEvent, TrainConfig
 
 
 class _Live:
@@ -55,11 +55,10 @@ def test_a_run_bundle_holds_a_folder_transformers_loads_the_history_the_command_
     import torch
     from transformers import BertForPreTraining
 
-    from bert_core.comparison import train_command
-    from bert_core.export import run_bundle, run_figures
-    from bert_core.jobs import TrainSpec, build_trainer
-
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.serve.export import run_bundle, run_figures
+    from bert_core.serve.jobs import TrainSpec, build_trainer
+    from bert_core.training.comparison import train_command
 
     text = tmp_path / "stories.txt"
     text.write_text("\n\n".join("\n".join(d) for d in generate_toy_corpus(num_documents=60, seed=1).documents))
@@ -93,8 +92,8 @@ def test_the_export_page_offers_the_active_models_bundle(tmp_path):
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    from bert_core import model_sources
     from bert_core.paths import REPO_ROOT
+    from bert_core.serve import model_sources
     from tests.app_fixtures import train_nano_checkpoint
 
     checkpoint = train_nano_checkpoint(tmp_path / "nano")

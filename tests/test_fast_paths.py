@@ -1,4 +1,4 @@
-"""The CPU speed path (bert_core/fast_paths.py: 16-bit dropout masks) against torch's dropout, and the allocator
+"""The CPU speed path (bert_core/model/fast_paths.py: 16-bit dropout masks) against torch's dropout, and the allocator
 setting of the training processes."""
 
 import json
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_core.config import BertConfig
-from bert_core.fast_paths import FastDropout
-from bert_core.model import BertForPreTraining
+from bert_core.model.bert import BertForPreTraining
+from bert_core.model.config import BertConfig
+from bert_core.model.fast_paths import FastDropout
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -62,7 +62,7 @@ def test_dropout_rates_too_small_or_large_for_16_bits_fall_back_to_torch():
 def test_the_model_drops_out_with_fast_dropout_under_its_own_name():
     """torch's name `Dropout` is not shadowed in the model's module, and every dropout of the model is a
     FastDropout, which is an nn.Dropout (so code that finds dropouts by torch's class, as set_dropout does, works)."""
-    import bert_core.model as model_module
+    import bert_core.model.bert as model_module
 
     assert "Dropout" not in vars(model_module)
     drops = [m for m in BertForPreTraining(BertConfig.preset("nano", vocab_size=50)).modules()
@@ -95,7 +95,7 @@ def test_training_attention_with_dropout_is_seeded_and_reports_probabilities():
 
 _FAULTS = textwrap.dedent("""
     import resource, sys, torch
-    from bert_core.allocator import keep_freed_memory
+    from bert_core.training.allocator import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory()
     for _ in range(20):  # 80 MB, above glibc's mmap threshold; the heap settles after a few

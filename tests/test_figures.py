@@ -8,10 +8,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from bert_core import figures
-from bert_core.config import BertConfig
-from bert_core.inspection import AttentionResult, MaskingRow, head_summaries
-from bert_core.training import EvalEvent, StepEvent
+from bert_core.inspect import figures
+from bert_core.inspect.inspection import AttentionResult, MaskingRow, head_summaries
+from bert_core.model.config import BertConfig
+from bert_core.training.trainer import EvalEvent, StepEvent
 
 
 def _attention(layers=2, heads=3, seq=5, seed=0) -> AttentionResult:
@@ -30,13 +30,13 @@ def _step(step, loss):
 
 
 def test_figures_module_never_imports_streamlit():
-    code = "import sys, bert_core.figures, bert_core.inspection; print('streamlit' in sys.modules)"
+    code = "import sys, bert_core.inspect.figures, bert_core.inspect.inspection; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_figures_module_leaves_torch_unloaded_so_the_home_page_draws_at_once():
-    code = "import sys, bert_core.figures; print('torch' in sys.modules)"
+    code = "import sys, bert_core.inspect.figures; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -123,7 +123,7 @@ def test_live_charts_are_built_once_per_new_data_and_smoothing_and_shared():
     """Twenty sessions watching one run draw the same four figures: one build until a step or evaluation arrives."""
     import gc
 
-    from bert_core.run_loop import EventLog
+    from bert_core.training.run_loop import EventLog
 
     log = EventLog([_step(i, 10 - i * 0.1) for i in range(1, 21)],
                    [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5)])
@@ -291,7 +291,7 @@ def test_plotly_config_offers_image_download():
 def test_mistakes_table_puts_labels_and_confidence_before_the_text():
     from types import SimpleNamespace
 
-    from bert_core.finetune_figures import mistakes_table
+    from bert_core.inspect.finetune_figures import mistakes_table
 
     wrong = [SimpleNamespace(text="a very long review " * 30, true_label="positive", predicted_label="negative",
                              confidence=0.934)]

@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_core.classification_data import ClassificationData, collate, encode_examples, split_train_val
-from bert_core.config import BertConfig
+from bert_core.cli.finetune import format_confusion
+from bert_core.data.classification_data import ClassificationData, collate, encode_examples, split_train_val
 from bert_core.errors import BertCoreError
-from bert_core.finetune import (
+from bert_core.model.bert import BertForPreTraining, BertForSequenceClassification
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import load_pretrained, save_pretrained
+from bert_core.model.tokenization import train_tokenizer
+from bert_core.training.finetune import (
     FinetuneConfig,
     Finetuner,
     classifier_from_checkpoint,
@@ -19,16 +23,12 @@ from bert_core.finetune import (
     classify_text,
     confusion_matrix,
     finetune,
-    format_confusion,
     macro_f1,
     save_classifier,
     scratch_twin,
     set_dropout,
     toy_topic_task,
 )
-from bert_core.hf import load_pretrained, save_pretrained
-from bert_core.model import BertForPreTraining, BertForSequenceClassification
-from bert_core.tokenization import train_tokenizer
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -274,7 +274,7 @@ def _labelled_csv(path, topics):
 
 
 def test_cli_finetune_prints_metrics_and_saves_loadable_folders(checkpoint, topics, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     csv = _labelled_csv(tmp_path / "topics.csv", topics)
     out = tmp_path / "out"
@@ -293,7 +293,7 @@ def test_cli_finetune_prints_metrics_and_saves_loadable_folders(checkpoint, topi
 
 
 def test_cli_finetune_json_output(checkpoint, topics, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     csv = _labelled_csv(tmp_path / "topics.csv", topics)
     code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--text-column", "sentence",
@@ -308,7 +308,7 @@ def test_cli_finetune_json_output(checkpoint, topics, tmp_path, capsys):
 
 
 def test_cli_finetune_bad_column_is_one_error_line(checkpoint, topics, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     csv = _labelled_csv(tmp_path / "topics.csv", topics)
     code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--label-column", "stars",

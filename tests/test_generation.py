@@ -4,17 +4,17 @@ refuses, with its reason, what only the other kind can do."""
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.generation import STOP_END, STOP_LENGTH, STOP_POSITIONS, generate
-from bert_core.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, fill_mask, predict_nsp
-from bert_core.model import BertForPreTraining, BertLMHeadModel
+from bert_core.inspect.generation import STOP_END, STOP_LENGTH, STOP_POSITIONS, generate
+from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, fill_mask, predict_nsp
+from bert_core.model.bert import BertForPreTraining, BertLMHeadModel
+from bert_core.model.config import BertConfig
 
 
 @pytest.fixture(scope="module")
 def tok():
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.tokenization import train_tokenizer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.model.tokenization import train_tokenizer
 
     return train_tokenizer(generate_toy_corpus(num_documents=30, seed=0).texts(), vocab_size=200)
 

@@ -44,8 +44,8 @@ def test_transformers_loads_it_as_a_bert_lm_head_model():
 
 
 def test_heldout_and_eval_reproduce_the_recorded_figures(metrics, shared_data, tmp_path, monkeypatch):
-    from bert_core.cli import evaluate_text_file
-    from bert_core.heldout import write_heldout_text
+    from bert_core.training.heldout import evaluate_text_file
+    from bert_core.training.heldout import write_heldout_text
 
     monkeypatch.chdir(GPT.parent.parent)
     text_file = tmp_path / "heldout.txt"

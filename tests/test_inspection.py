@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.hf import save_pretrained
-from bert_core.inspection import (
+from bert_core.inspect.inspection import (
     AttentionResult,
     attention_maps,
     decision_counts,
@@ -20,8 +18,10 @@ from bert_core.inspection import (
     unigram_counts,
     unigram_top_k,
 )
-from bert_core.model import BertForPreTraining
-from bert_core.tokenization import train_tokenizer
+from bert_core.model.bert import BertForPreTraining
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import save_pretrained
+from bert_core.model.tokenization import train_tokenizer
 
 SENTENCES = [
     "the cat sat on the mat", "the dog ate the bone", "a bird flew over the house",
@@ -187,7 +187,7 @@ def test_masking_rows_and_decision_counts(tokenizer):
 
 
 def test_masking_stats_meet_bert_targets_over_many_instances(tokenizer):
-    from bert_core.inspection import mask_example, masking_stats
+    from bert_core.inspect.inspection import mask_example, masking_stats
 
     ids = [tokenizer.cls_id, *tokenizer.encode(" ".join(SENTENCES)), tokenizer.sep_id]
     stats = masking_stats(tokenizer, [ids] * 400, seed=3, mask_rate=0.15)
@@ -208,7 +208,7 @@ def test_masking_stats_meet_bert_targets_over_many_instances(tokenizer):
 
 
 def test_word_pieces_group_into_words_and_a_picked_word_is_masked_whole():
-    from bert_core.inspection import context_before, group_word_pieces, text_with_word_masked, word_text
+    from bert_core.inspect.inspection import context_before, group_word_pieces, text_with_word_masked, word_text
 
     pieces = ["the", "play", "##ing", "##s", "cat", "##s", "ran"]
     words = group_word_pieces(pieces)
@@ -230,10 +230,9 @@ def _probe_words(sentence: str) -> set[str]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_toy_probes_are_held_out_story_sentences_with_a_content_word_masked(seed):
-    from bert_core.corpora import split_heldout
-    from bert_core.probes import STOPWORDS, probes_for_corpus
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.toy_grammar import toy_vocabulary
+    from bert_core.data.corpora import generate_toy_corpus, split_heldout
+    from bert_core.data.toy_grammar import toy_vocabulary
+    from bert_core.inspect.probes import STOPWORDS, probes_for_corpus
 
     probes = probes_for_corpus("toy", seed)
     assert len(probes.sentences) == 4 and len(set(probes.sentences)) == 4
@@ -259,7 +258,7 @@ def test_toy_probes_are_held_out_story_sentences_with_a_content_word_masked(seed
 
 def test_probes_are_drawn_again_from_a_recorded_corpus_and_kept_when_recorded():
     from bert_core.errors import BertCoreError
-    from bert_core.probes import ENGLISH_PROBES, CorpusProbes, probes_for_corpus, recorded_probes
+    from bert_core.inspect.probes import ENGLISH_PROBES, CorpusProbes, probes_for_corpus, recorded_probes
 
     toy = {"heldout": {"seed": 1, "fraction": 0.1, "corpora": [{"spec": "toy"}]}}
     assert recorded_probes(toy).sentences == probes_for_corpus("toy", 1).sentences
@@ -274,7 +273,7 @@ def test_probes_are_drawn_again_from_a_recorded_corpus_and_kept_when_recorded():
 
 
 def test_a_public_server_never_reads_a_file_that_a_checkpoint_names(tmp_path):
-    from bert_core.probes import readable_offline, recorded_probes
+    from bert_core.inspect.probes import readable_offline, recorded_probes
 
     secret = tmp_path / "secret.txt"
     secret.write_text("The quiet banker hides the golden coins under the wooden floor every night.\n\n" * 30)
@@ -285,8 +284,8 @@ def test_a_public_server_never_reads_a_file_that_a_checkpoint_names(tmp_path):
 
 
 def test_a_run_draws_the_probes_the_train_page_shows_before_start():
-    from bert_core import jobs
-    from bert_core.probes import probes_for_corpus
+    from bert_core.inspect.probes import probes_for_corpus
+    from bert_core.serve import jobs
 
     spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
                           train=dict(max_steps=1, batch_size=2, max_seq_length=32, seed=2, device="cpu"))

@@ -7,18 +7,18 @@ import json
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.finetune import classifier_from_checkpoint, classifier_from_model, toy_topic_task
-from bert_core.hf import load_pretrained, save_pretrained
-from bert_core.model import (
+from bert_core.model.bert import (
     CLS_POOLING,
     LAST_TOKEN_POOLING,
     BertForSequenceClassification,
     BertLMHeadModel,
     last_token_positions,
 )
-from bert_core.tokenization import train_tokenizer
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import load_pretrained, save_pretrained
+from bert_core.model.tokenization import train_tokenizer
+from bert_core.training.finetune import classifier_from_checkpoint, classifier_from_model, toy_topic_task
 from tests.test_causal import CONFIGS, assert_close, nudge, padded_batch
 
 transformers = pytest.importorskip("transformers")

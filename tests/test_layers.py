@@ -1,5 +1,6 @@
-"""The layers read top-down: nothing imports the CLI, no module imports another that imports it back, pages use
-only the UI helpers and bert_core's public functions, and only app_state calls Streamlit."""
+"""The wings read top-down: each imports only the wings below it, nothing imports the CLI, no module imports another
+that imports it back, pages use only the UI helpers and bert_core's public functions, and only serve.app_state
+calls Streamlit."""
 
 import ast
 from pathlib import Path
@@ -8,12 +9,16 @@ from bert_core.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "bert_core"
 PAGES = [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pages").glob("*.py"))]
+# The wings from the ground up; a module may import its own wing and those before it (errors and paths are ground).
+WINGS = ("model", "data", "training", "inspect", "serve", "cli")
+GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # What a page may import from bert_core: the UI helpers and the library's public modules. Not the CLI, not the
 # training process's internals, not the speed paths or the allocator.
-PAGE_API = {"app_state", "app_storage", "jobs", "model_sources", "figures", "finetune_figures", "inspection",
-            "export", "config", "errors", "classification_data", "finetune", "paths", "corpora", "toy_grammar",
-            "tokenization", "pretraining_data", "training", "evaluation", "probes", "comparison", "generation", "runs",
-            "recipes", "plateau"}
+PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_sources", "inspect.figures",
+            "inspect.finetune_figures", "inspect.inspection", "serve.export", "model.config", "errors",
+            "data.classification_data", "training.finetune", "paths", "data.corpora", "data.toy_grammar",
+            "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",
+            "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -24,24 +29,58 @@ def imports(path: Path) -> list[tuple[str, list[str]]]:
             found += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [a.name for a in node.names]
-            if node.module == "bert_core":  # `from bert_core import jobs` imports the module bert_core.jobs
-                found += [(f"bert_core.{n}", []) for n in names if (PACKAGE / f"{n}.py").exists()]
+            if node.module.count(".") <= 1:  # `from bert_core.serve import jobs` imports bert_core.serve.jobs
+                folder = PACKAGE.parent.joinpath(*node.module.split("."))
+                modules = [n for n in names if (folder / f"{n}.py").exists()]
+                found += [(f"{node.module}.{n}", []) for n in modules]
+                if len(modules) < len(names):
+                    found.append((node.module, [n for n in names if n not in modules]))
             else:
                 found.append((node.module, names))
     return found
 
 
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
 def graph() -> dict[str, set[str]]:
     edges = {}
-    for path in PACKAGE.glob("*.py"):
-        name = f"bert_core.{path.stem}"
-        edges[name] = {m for m, _ in imports(path) if m.startswith("bert_core.") and m != name}
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        edges[name] = {m for m, _ in imports(path) if m.startswith("bert_core") and m != name}
     return edges
 
 
+def wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in WINGS) else None
+
+
+def test_the_package_is_wings_and_a_ground_floor():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "errors.py", "paths.py"], top
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(WINGS)
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+    upward = []
+    for module, deps in graph().items():
+        mine = wing(module)
+        for dep in deps - GROUND:
+            theirs = wing(dep)
+            if mine is None or theirs is None:
+                # The package's own __init__ and __main__ sit above every wing (they re-export and dispatch).
+                if module not in ("bert_core", "bert_core.__main__") and mine is None:
+                    upward.append(f"{module} -> {dep}")
+            elif WINGS.index(theirs) > WINGS.index(mine):
+                upward.append(f"{module} -> {dep}")
+    assert not upward, upward
+
+
 def test_nothing_imports_the_cli():
-    importers = [m for m, deps in graph().items() if "bert_core.cli" in deps and m != "bert_core.__main__"]
-    importers += [p.name for p in PAGES if any(m == "bert_core.cli" for m, _ in imports(p))]
+    importers = [m for m, deps in graph().items() if "bert_core.cli.main" in deps and m != "bert_core.__main__"]
+    importers += [p.name for p in PAGES if any(m == "bert_core.cli.main" for m, _ in imports(p))]
     assert not importers, importers
 
 
@@ -74,6 +113,7 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
     assert not bad, bad
 
 
-def test_only_app_state_calls_streamlit():
-    users = [p.name for p in PACKAGE.glob("*.py") if any(m.split(".")[0] == "streamlit" for m, _ in imports(p))]
-    assert users == ["app_state.py"], users
+def test_only_the_serving_wing_calls_streamlit():
+    users = [module_name(p) for p in PACKAGE.rglob("*.py")
+             if any(m.split(".")[0] == "streamlit" for m, _ in imports(p))]
+    assert users == ["bert_core.serve.app_state"], users

@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from bert_core.mlm_stats import MlmStats, batch_stats
-from bert_core.model import IGNORE_INDEX
-from bert_core.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
+from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
+from bert_core.model.bert import IGNORE_INDEX
+from bert_core.training.mlm_stats import MlmStats, batch_stats
 
 
 def test_batch_stats_count_by_decision_and_read_back_with_names():

@@ -5,14 +5,14 @@ import json
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.hf import is_checkpoint_folder, load_pretrained, save_pretrained
-from bert_core.model import (
+from bert_core.model.bert import (
     BertForPreTraining,
     BertForSequenceClassification,
     param_groups,
 )
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import is_checkpoint_folder, load_pretrained, save_pretrained
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,11 +1,11 @@
-"""A run still at the unigram line after a good share of its budget says so (bert_core.plateau), judged at the
+"""A run still at the unigram line after a good share of its budget says so (bert_core.training.plateau), judged at the
 [MASK]ed positions: overall accuracy can rise by copying the kept tokens while [MASK] stays on the line."""
 
 import json
 from types import SimpleNamespace
 
-from bert_core.cli import main
-from bert_core.plateau import CHECK_AFTER, plateau_warning
+from bert_core.cli.main import main
+from bert_core.training.plateau import CHECK_AFTER, plateau_warning
 
 BASELINES = {"unigram": {"accuracy": 0.055, "perplexity": 900.0}}
 
@@ -28,7 +28,7 @@ def test_the_warning_speaks_at_the_line_after_its_share_of_the_run_and_not_befor
 
 
 def test_a_run_stuck_on_the_line_says_so_in_the_cli_log_and_its_metrics(tmp_path, capsys):
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus
 
     corpus = generate_toy_corpus(num_documents=80, seed=1)
     text = tmp_path / "toy.txt"

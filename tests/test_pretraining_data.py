@@ -4,13 +4,23 @@ import random
 import pytest
 import torch
 
-from bert_core.corpora import Corpus
+from bert_core.data.corpora import Corpus, generate_toy_corpus
+from bert_core.data.pretraining_data import (
+    FAR_SENTENCES,
+    IGNORE_INDEX,
+    KEPT,
+    MASKED,
+    NOT_CHOSEN,
+    NOTE_FAR,
+    RANDOM,
+    PretrainingData,
+    create_nsp_instances,
+    mask_tokens,
+    truncate_seq_pair,
+    unigram_baseline,
+)
 from bert_core.errors import BertCoreError
-from bert_core.pretraining_data import (FAR_SENTENCES, IGNORE_INDEX, KEPT, MASKED, NOT_CHOSEN, NOTE_FAR, RANDOM,
-                                        PretrainingData, create_nsp_instances, mask_tokens, truncate_seq_pair,
-                                        unigram_baseline)
-from bert_core.tokenization import train_tokenizer
-from bert_core.corpora import generate_toy_corpus
+from bert_core.model.tokenization import train_tokenizer
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIALS = torch.tensor([0, 1, 2, 3, 4])

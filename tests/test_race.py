@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_core.bag_of_words import fit_bag_of_words
-from bert_core.classification_data import ClassificationData, split_train_val
-from bert_core.config import BertConfig
+from bert_core.data.classification_data import ClassificationData, split_train_val
 from bert_core.errors import BertCoreError
-from bert_core.finetune import (
+from bert_core.model.bert import LAST_TOKEN_POOLING, BertForPreTraining, BertLMHeadModel
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import load_pretrained, save_pretrained
+from bert_core.training.bag_of_words import fit_bag_of_words
+from bert_core.training.finetune import (
     BASELINE_NAME,
     BagOfWordsRun,
     FinetuneConfig,
@@ -20,8 +22,6 @@ from bert_core.finetune import (
     result_probabilities,
     toy_topic_task,
 )
-from bert_core.hf import load_pretrained, save_pretrained
-from bert_core.model import LAST_TOKEN_POOLING, BertForPreTraining, BertLMHeadModel
 
 SETTINGS = dict(train=240, val=80, seed=0, budget=30, lr=1e-3, batch=16, maxlen=32)
 
@@ -35,10 +35,10 @@ def task():
 def racers(tmp_path_factory, task):
     """Two checkpoint folders side by side (as checkpoints/ holds them): an untrained nano BERT and a nano GPT
     trained for a few next-token steps on toy stories, sharing one tokenizer."""
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.training import TrainConfig, Trainer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.model.tokenization import train_tokenizer
+    from bert_core.training.trainer import TrainConfig, Trainer
 
     corpus = generate_toy_corpus(num_documents=30, seed=0)
     tok = train_tokenizer([*corpus.texts(), *task.texts], vocab_size=300)
@@ -112,7 +112,7 @@ def test_two_runs_of_a_race_may_not_share_a_name(racers, task):
 
 
 def test_cli_race_prints_every_run_and_saves_each_classifier(racers, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     bert_folder, gpt_folder, _ = racers
     out = tmp_path / "out"
@@ -132,7 +132,7 @@ def test_cli_race_prints_every_run_and_saves_each_classifier(racers, tmp_path, c
 
 
 def test_cli_race_with_a_missing_checkpoint_is_one_error_line(racers, tmp_path, capsys):
-    from bert_core.cli import main
+    from bert_core.cli.main import main
 
     bert_folder, _, _ = racers
     code = main(["finetune", "--checkpoint", str(bert_folder), "--compare", str(tmp_path / "nowhere"),
@@ -142,7 +142,7 @@ def test_cli_race_with_a_missing_checkpoint_is_one_error_line(racers, tmp_path, 
 
 
 def test_on_the_shared_polarity_rows_the_baseline_is_a_real_line(shared_data):
-    from bert_core.classification_data import load_classification_csv
+    from bert_core.data.classification_data import load_classification_csv
 
     data = load_classification_csv(shared_data / "sentence_polarity" / "polarity.csv")
     train, val = split_train_val(data, 2000, 500, seed=0)
@@ -161,8 +161,8 @@ def test_finetune_config_of_the_race_is_shared(racers, task):
 
 
 def test_the_level_line_spans_the_curves():
-    from bert_core.finetune import FinetuneEval
-    from bert_core.finetune_figures import accuracy_curves_figure
+    from bert_core.inspect.finetune_figures import accuracy_curves_figure
+    from bert_core.training.finetune import FinetuneEval
 
     curve = [FinetuneEval(0, 0.0, 0.2, 0.1, 2.0), FinetuneEval(9, 12.5, 0.7, 0.6, 1.0)]
     fig = accuracy_curves_figure({"tfidf": [FinetuneEval(0, 0.3, 0.8, 0.75, 0.5)], "pretrained": curve})

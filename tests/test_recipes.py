@@ -1,4 +1,4 @@
-"""Every size gets a recipe that scales with it (bert_core.recipes), the CLI uses it when nothing is given, a flag
+"""Every size gets a recipe that scales with it (bert_core.training.recipes), the CLI uses it when nothing is given, a flag
 still wins, and each preset with its recipe leaves the unigram line on the toy corpus within a fixed step count."""
 
 import json
@@ -8,9 +8,9 @@ import torch
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
-from bert_core.cli import main
-from bert_core.config import PRESETS
-from bert_core.recipes import DEFAULT_PRESET, preset_for_size, recipe_for
+from bert_core.cli.main import main
+from bert_core.model.config import PRESETS
+from bert_core.training.recipes import DEFAULT_PRESET, preset_for_size, recipe_for
 
 
 def test_the_rates_and_the_initial_std_shrink_with_width_and_depth_from_the_measured_anchor():
@@ -77,7 +77,7 @@ def test_precision_falls_back_to_fp32_on_a_cpu_and_says_so(tmp_path, toy_file, c
 
 
 def test_a_state_written_before_precision_reads_its_bf16_switch():
-    from bert_core.training import TrainConfig
+    from bert_core.training.trainer import TrainConfig
 
     assert TrainConfig.from_dict({"bf16": False}).precision == "fp32"
     assert TrainConfig.from_dict({"bf16": True}).precision == "bf16"
@@ -89,12 +89,12 @@ def test_a_state_written_before_precision_reads_its_bf16_switch():
 @pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16),
                                               ("fp32", torch.float32)])
 def test_cuda_training_runs_its_matmuls_in_the_precision_asked_for(precision, dtype):
-    from bert_core.config import BertConfig
-    from bert_core.corpora import generate_toy_corpus
-    from bert_core.model import pretraining_model
-    from bert_core.pretraining_data import PretrainingData
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.training import TrainConfig, Trainer
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.pretraining_data import PretrainingData
+    from bert_core.model.bert import pretraining_model
+    from bert_core.model.config import BertConfig
+    from bert_core.model.tokenization import train_tokenizer
+    from bert_core.training.trainer import TrainConfig, Trainer
 
     corpus = generate_toy_corpus(num_documents=50, seed=0)
     tokenizer = train_tokenizer(corpus.texts(), vocab_size=300)
@@ -118,9 +118,9 @@ LEFT_THE_LINE = 1.2
 
 @pytest.mark.parametrize("preset", list(TOY_STEPS))
 def test_each_size_the_page_offers_leaves_the_unigram_line_on_toy_with_its_settings(preset):
-    from bert_core.evaluation import evaluate
-    from bert_core.jobs import TrainSpec, build_trainer
-    from bert_core.recipes import page_recipe
+    from bert_core.serve.jobs import TrainSpec, build_trainer
+    from bert_core.training.evaluation import evaluate
+    from bert_core.training.recipes import page_recipe
 
     r = page_recipe(preset, toy=True)
     train = {k: r[k] for k in ("batch_size", "learning_rate", "max_seq_length", "short_seq_length",

@@ -44,14 +44,14 @@ def test_no_shared_data_file_is_committed():
 
 
 def test_the_space_image_starts_in_public_mode():
-    from bert_core.app_storage import PUBLIC_ENV
+    from bert_core.serve.app_storage import PUBLIC_ENV
 
     env_lines = [line for line in (REPO_ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENV ")]
     assert any(f"{PUBLIC_ENV}=1" in line.split() for line in env_lines), env_lines
 
 
 def test_the_readme_names_every_server_setting():
-    from bert_core import app_state, app_storage, jobs, model_sources
+    from bert_core.serve import app_state, app_storage, jobs, model_sources
 
     names = {v for m in (app_state, app_storage, jobs, model_sources) for k, v in vars(m).items()
              if k.endswith("_ENV") and isinstance(v, str) and v.startswith("BERT_EXPLORER_")}

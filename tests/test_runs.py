@@ -1,4 +1,4 @@
-"""The run store of a shared server (bert_core.runs): a queue for the CPU's slots, turns while others wait, runs that
+"""The run store of a shared server (bert_core.serve.runs): a queue for the CPU's slots, turns while others wait, runs that
 nobody watches ending, a bounded number of ended runs, and share ids that give no control. Stand-in trainers
 (threads that count steps) keep these fast; the last test ends a real training process."""
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from bert_core import jobs, runs
 from bert_core.errors import BertCoreError
+from bert_core.serve import jobs, runs
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 

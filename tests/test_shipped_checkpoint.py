@@ -43,7 +43,7 @@ def test_transformers_loads_the_shipped_folder_as_it_is():
     model, info = transformers.BertForPreTraining.from_pretrained(DEFAULT_CHECKPOINT, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     tok = transformers.BertTokenizerFast.from_pretrained(DEFAULT_CHECKPOINT)
-    from bert_core.tokenization import BertTokenizer
+    from bert_core.model.tokenization import BertTokenizer
 
     ours = BertTokenizer.load(DEFAULT_CHECKPOINT)
     text = "The jury said the election was conducted fairly."
@@ -52,8 +52,8 @@ def test_transformers_loads_the_shipped_folder_as_it_is():
 
 def test_heldout_and_eval_reproduce_the_recorded_figures(metrics, shared_data, tmp_path, monkeypatch):
     """The README's reproduction recipe, run for real (needs ../shared/data, where the training text lives)."""
-    from bert_core.cli import evaluate_text_file
-    from bert_core.heldout import write_heldout_text
+    from bert_core.training.heldout import evaluate_text_file
+    from bert_core.training.heldout import write_heldout_text
 
     monkeypatch.chdir(DEFAULT_CHECKPOINT.parent.parent)  # the recorded corpus paths are relative to the repository
     text_file = tmp_path / "heldout.txt"

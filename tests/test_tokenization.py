@@ -1,11 +1,10 @@
 import json
+from pathlib import Path
 
 import pytest
 
-from pathlib import Path
-
 from bert_core.errors import BertCoreError
-from bert_core.tokenization import BertTokenizer, train_tokenizer
+from bert_core.model.tokenization import BertTokenizer, train_tokenizer
 
 SAMPLES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -118,8 +117,8 @@ def test_mask_token_typed_in_text_is_the_mask_id(tok):
 
 _VOCAB_OF_TEXT = """
 import hashlib, sys
-from bert_core.corpora import generate_toy_corpus
-from bert_core.tokenization import train_tokenizer
+from bert_core.data.corpora import generate_toy_corpus
+from bert_core.model.tokenization import train_tokenizer
 tok = train_tokenizer(generate_toy_corpus(num_documents=300, seed=1).texts(), vocab_size=400)
 print(hashlib.sha256("\\n".join(tok.id_to_token(i) for i in range(tok.vocab_size)).encode()).hexdigest())
 """
@@ -142,7 +141,7 @@ def test_training_is_deterministic_across_processes():
 
 
 def test_learned_vocabulary_merges_the_most_frequent_pairs_first():
-    from bert_core.tokenization import SPECIAL_TOKENS, learn_wordpiece_vocab
+    from bert_core.model.tokenization import SPECIAL_TOKENS, learn_wordpiece_vocab
 
     vocab = learn_wordpiece_vocab({"low": 5, "lower": 2, "newest": 6, "widest": 3}, vocab_size=100, min_frequency=2)
     assert vocab[:5] == list(SPECIAL_TOKENS)

@@ -2,12 +2,11 @@ import re
 
 import pytest
 
-from bert_core.corpora import split_heldout
+from bert_core.data.corpora import generate_toy_corpus, split_heldout
+from bert_core.data.pretraining_data import PretrainingData
+from bert_core.data.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS, toy_vocabulary
 from bert_core.errors import BertCoreError
-from bert_core.pretraining_data import PretrainingData
-from bert_core.tokenization import train_tokenizer
-from bert_core.corpora import generate_toy_corpus
-from bert_core.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS, toy_vocabulary
+from bert_core.model.tokenization import train_tokenizer
 
 
 @pytest.fixture(scope="module")

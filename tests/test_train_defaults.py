@@ -1,13 +1,14 @@
 """The Train page's defaults follow the corpus: toy keeps its measured lesson settings, real text gets the CLI's
-default recipe (bert_core.recipes), and a value the user typed stays when the corpus changes."""
+default recipe (bert_core.training.recipes), and a value the user typed stays when the corpus changes."""
 
 from pathlib import Path
 
 import pytest
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core import model_sources  # noqa: E402
+from bert_core.serve import model_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = dict(train_vocab=2000, train_preset="nano", train_steps=2000, train_batch=16, train_lr=3e-3, train_seq=32,
@@ -34,7 +35,7 @@ def _values(at, keys) -> dict:
 
 
 def _page_real(preset: str) -> dict:
-    from bert_core.training import default_recipe
+    from bert_core.training.trainer import default_recipe
 
     recipe = default_recipe(preset)
     cfg = recipe["train_config"]
@@ -59,7 +60,7 @@ def test_real_text_gets_the_cli_recipe_toy_its_own_and_a_typed_value_stays(check
 
 
 def test_the_size_picked_brings_its_recipe_and_the_page_shows_it(checkpoint, monkeypatch):
-    from bert_core.recipes import page_recipe, recipe_for
+    from bert_core.training.recipes import page_recipe, recipe_for
 
     at = _train_page(checkpoint, monkeypatch)
     at.selectbox(key="train_corpus").set_value("wikitext-2").run()

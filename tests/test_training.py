@@ -6,12 +6,12 @@ import time
 import pytest
 import torch
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertCoreError
-from bert_core.model import BertForPreTraining
-from bert_core.probes import ProbeStore
-from bert_core.run_loop import history_stride
-from bert_core.training import EvalEvent, StepEvent, Trainer, TrainConfig, lr_multiplier
+from bert_core.inspect.probes import ProbeStore
+from bert_core.model.bert import BertForPreTraining
+from bert_core.model.config import BertConfig
+from bert_core.training.run_loop import history_stride
+from bert_core.training.trainer import EvalEvent, StepEvent, TrainConfig, Trainer, lr_multiplier
 
 TIMING_FIELDS = ("tokens_per_s", "elapsed_s")
 
@@ -19,9 +19,8 @@ TIMING_FIELDS = ("tokens_per_s", "elapsed_s")
 @pytest.fixture(scope="module")
 def toy():
     """A small toy corpus split into train / held-out, and a tokenizer trained on the train part."""
-    from bert_core.corpora import split_heldout
-    from bert_core.tokenization import train_tokenizer
-    from bert_core.corpora import generate_toy_corpus
+    from bert_core.data.corpora import generate_toy_corpus, split_heldout
+    from bert_core.model.tokenization import train_tokenizer
 
     corpus = generate_toy_corpus(num_documents=80, seed=0)
     train, held = split_heldout(corpus, fraction=0.2, seed=0)
@@ -30,14 +29,14 @@ def toy():
 
 
 def _data(toy, batch_size=4, seq=32, seed=0, **kw):
-    from bert_core.pretraining_data import PretrainingData
+    from bert_core.data.pretraining_data import PretrainingData
 
     train, _, tokenizer = toy
     return PretrainingData(train, tokenizer, max_seq_length=seq, batch_size=batch_size, seed=seed, **kw)
 
 
 def _eval_data(toy, batch_size=4, seq=32):
-    from bert_core.pretraining_data import PretrainingData
+    from bert_core.data.pretraining_data import PretrainingData
 
     _, held, tokenizer = toy
     return PretrainingData(held, tokenizer, max_seq_length=seq, batch_size=batch_size, seed=0)
@@ -172,7 +171,7 @@ def test_resume_through_a_checkpoint_is_exact(toy, tmp_path):
 
 def _recording_data(toy, shapes, **kw):
     """Training data that records the shape of every batch it (or a resized copy of it) yields."""
-    from bert_core.pretraining_data import PretrainingData
+    from bert_core.data.pretraining_data import PretrainingData
 
     class Recording(PretrainingData):
         def __next__(self):
@@ -294,7 +293,7 @@ def test_a_huge_learning_rate_stops_with_a_message_and_keeps_the_last_good_check
     assert "learning rate" in doomed.error and "step" in doomed.error
     assert doomed.step < 100
     assert all(math.isfinite(e.loss) for e in doomed.history)
-    from bert_core.checkpoint import load_checkpoint
+    from bert_core.model.checkpoint import load_checkpoint
 
     reloaded = load_checkpoint(folder)
     assert reloaded.trainer_state["step"] == 2

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_core import app_state, jobs, model_sources
-from bert_core.training_process import ProcessTrainingJob
+from bert_core.serve import app_state, jobs, model_sources
+from bert_core.serve.training_process import ProcessTrainingJob
 from tests import app_fixtures
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
@@ -151,8 +151,8 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from functools import partial
-        from bert_core import jobs
-        from bert_core.training_process import ProcessTrainingJob
+        from bert_core.serve import jobs
+        from bert_core.serve.training_process import ProcessTrainingJob
         spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
                               train=dict(max_steps=10**6, batch_size=4, max_seq_length=32, eval_every=0,
                                               probe_every=0, device="cpu"))
@@ -186,9 +186,9 @@ def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
 
 
 def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
-    from bert_core.classification_data import toy_topic_task
-    from bert_core.finetune import build_comparison, classify_text
-    from bert_core.training_process import ComparisonProxy
+    from bert_core.data.classification_data import toy_topic_task
+    from bert_core.serve.training_process import ComparisonProxy
+    from bert_core.training.finetune import build_comparison, classify_text
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     data = toy_topic_task(0, 200)
@@ -211,8 +211,8 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(star
 
 
 def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(started_jobs, tmp_path):
-    from bert_core.classification_data import toy_topic_task
-    from bert_core.finetune import build_comparison
+    from bert_core.data.classification_data import toy_topic_task
+    from bert_core.training.finetune import build_comparison
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     settings = dict(train=120, val=40, seed=0, budget=600, lr=1e-3, batch=16, maxlen=32)

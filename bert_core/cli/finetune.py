@@ -1,0 +1,223 @@
+"""`python -m bert_core finetune`: the command line of bert_core.training.finetune (its options, the race it runs,
+the table it prints)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, int_arg, path_arg
+from bert_core.errors import BertCoreError
+from bert_core.model.bert import LAST_TOKEN_POOLING
+from bert_core.model.checkpoint import check_output_folder
+from bert_core.model.config import PRESETS, BertConfig
+from bert_core.model.hf import require_checkpoint_folder
+from bert_core.paths import DEFAULT_CHECKPOINT
+from bert_core.training.finetune import (
+    BASELINE_NAME,
+    BagOfWordsRun,
+    FinetuneConfig,
+    FinetuneEval,
+    FinetuneResult,
+    classifier_from_checkpoint,
+    classifier_from_scratch,
+    finetune,
+    load_task,
+    save_classifier,
+    scratch_twin,
+    split_train_val,
+    tokenizer_for_scratch,
+)
+from bert_core.training.trainer import resolve_device
+
+
+def add_parser(subparsers):
+    """Register `python -m bert_core finetune` and return its parser."""
+    p = subparsers.add_parser(
+        "finetune", help="fine-tune a classifier on a labelled CSV, from a checkpoint and/or from scratch",
+        description="Fine-tune BertForSequenceClassification on a labelled CSV (or the built-in toy topic task) "
+                    "from a pretrained checkpoint, optionally against the same architecture from scratch, other "
+                    "checkpoints (--compare, e.g. a GPT-style one) and a bag-of-words baseline (--baseline), with "
+                    "the same data, budget and seed.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--checkpoint", type=path_arg, metavar="DIR",
+                     help="pretrained checkpoint folder (default: the shipped one)")
+    src.add_argument("--scratch-preset", metavar="NAME", choices=list(PRESETS),
+                     help="no pretraining: a fresh model of this preset (nano tiny mini small medium base) with a "
+                          "tokenizer trained on the training texts")
+    p.add_argument("--csv", type=path_arg, metavar="FILE",
+                   help="labelled CSV: headed, AG News (class,title,description) or label,text")
+    p.add_argument("--task", choices=["toy"], help="built-in offline task: topic of a toy story sentence")
+    p.add_argument("--text-column", action="append", metavar="NAME",
+                   help="text column (give twice to join two, e.g. title and description)")
+    p.add_argument("--label-column", metavar="NAME")
+    p.add_argument("--pair", action="store_true", help="feed two text columns as a sentence pair, not joined")
+    p.add_argument("--drop-empty", action="store_true", help="skip rows with an empty text or label (counted)")
+    p.add_argument("--train-size", type=int_arg(1), help="training examples (default: all but the validation set)")
+    p.add_argument("--val-size", type=int_arg(1), help="validation examples (default: 10%%)")
+    p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
+    budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
+    p.add_argument("--lr", type=POSITIVE, default=FinetuneConfig.learning_rate)
+    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
+    p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
+                   help=f"tokens per example (64-128; default {FinetuneConfig.max_length} or the model's positions if "
+                        "fewer)")
+    p.add_argument("--warmup-ratio", type=RATE, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--dropout", type=RATE, default=FinetuneConfig.dropout,
+                   help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT "
+                        "fine-tuned with 0.1, the shipped checkpoint was pretrained with 0)")
+    p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
+                   help="validation passes over the run (the accuracy curve)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", type=path_arg, metavar="DIR",
+                   help="write the classifier here (a Hugging Face folder: a new or empty folder, or an earlier "
+                        "classifier with --overwrite); with --compare-scratch the from-scratch one goes to "
+                        "DIR/from-scratch")
+    p.add_argument("--overwrite", action="store_true", help="replace the classifier already in --out")
+    p.add_argument("--compare-scratch", action="store_true",
+                   help="also train the same architecture from scratch with the same budget")
+    p.add_argument("--compare", action="append", type=path_arg, metavar="DIR",
+                   help="also fine-tune from this checkpoint with the same data, budget and seed (repeat for several), "
+                        "e.g. a GPT-style one beside a BERT: the race; a causal model's classifier reads the last "
+                        "token. With --out its classifier goes to DIR/from-NAME")
+    p.add_argument("--baseline", action="store_true",
+                   help="also fit TF-IDF + logistic regression (scikit-learn) on the same split: the bag-of-words "
+                        "line to beat")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def config_from_args(args) -> FinetuneConfig:
+    """The FinetuneConfig a `finetune` command line asks for."""
+    steps = args.steps
+    budget = args.time_budget if args.time_budget is not None else (None if steps else 60.0)
+    return FinetuneConfig(batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup_ratio,
+                          max_steps=steps, time_budget_s=budget,
+                          max_length=args.max_length or FinetuneConfig.max_length, dropout=args.dropout,
+                          eval_points=args.eval_points, seed=args.seed, device=args.device)
+
+
+def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
+    """A text confusion matrix (rows = true label, columns = predicted)."""
+    names = [n[:12] for n in label_names]
+    width = max(6, *(len(n) for n in names), *(len(str(v)) for row in confusion for v in row)) + 1
+    lines = [" " * width + "".join(n.rjust(width) for n in names)]
+    for name, row in zip(names, confusion):
+        lines.append(name.ljust(width) + "".join(str(v).rjust(width) for v in row))
+    return "\n".join(lines)
+
+
+def format_results(results: list[FinetuneResult]) -> str:
+    """The results table and each run's confusion matrix, as the CLI prints them."""
+    w = max(12, *(len(r.name) + 2 for r in results))
+    lines = [f"{'run':<{w}}{'steps':>7}{'seconds':>9}{'accuracy':>10}{'macro-F1':>10}"]
+    for r in results:
+        lines.append(f"{r.name:<{w}}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>9.2f}%"
+                     f"{100 * r.macro_f1:>9.2f}%")
+    for r in results:
+        lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",
+                  format_confusion(r.confusion, r.label_names)]
+    return "\n".join(lines)
+
+
+def _progress_printer(name: str, stream):
+    def callback(event):
+        if isinstance(event, FinetuneEval):
+            print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation accuracy "
+                  f"{100 * event.accuracy:5.1f}%  macro-F1 {100 * event.macro_f1:5.1f}%", file=stream, flush=True)
+    return callback
+
+
+def _race_names(folders: list[Path]) -> dict[str, Path]:
+    """A run name for each --compare checkpoint: its folder's name, numbered when two share one or it is taken."""
+    names: dict[str, Path] = {}
+    for folder in folders:
+        base = folder.resolve().name or "checkpoint"
+        name, n = base, 2
+        while name in names or name in ("pretrained", "scratch", BASELINE_NAME):
+            name, n = f"{base}-{n}", n + 1
+        names[name] = folder
+    return names
+
+
+def run(args) -> int:
+    """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
+    # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
+    config = config_from_args(args)
+    compares = _race_names([Path(c) for c in args.compare or ()])
+    if args.out is not None:
+        check_output_folder(args.out, overwrite=args.overwrite,
+                            subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
+    folder = None
+    if args.scratch_preset:
+        # The vocabulary trained below is at most 8000 tokens, so this bounds the model before any data is read.
+        bound = BertConfig.preset(args.scratch_preset, vocab_size=8000)
+    else:
+        folder = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+        if not args.checkpoint and not folder.is_dir():
+            raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
+                                "--scratch-preset NAME")
+        bound = BertConfig.load(require_checkpoint_folder(folder))
+    # Every racer is checked before any data is read; the shortest model's positions bound them all.
+    for bound in [bound, *(BertConfig.load(require_checkpoint_folder(c)) for c in compares.values())]:
+        if resolve_device(config.device).type == "cpu":
+            bound.check_memory(training=True, batch_size=config.batch_size, seq_len=config.max_length)
+        if config.max_length > bound.max_position_embeddings:
+            if args.max_length is not None:
+                raise BertCoreError(f"--max-length {config.max_length} is longer than the model's "
+                                    f"{bound.max_position_embeddings} positions; use at most "
+                                    f"{bound.max_position_embeddings}")
+            config = config.replace(max_length=bound.max_position_embeddings)
+    data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
+                     args.seed)
+    train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
+    print(f"data: {data.source}, {len(train)} train / {len(val)} validation, {data.num_labels} labels "
+          f"({', '.join(data.label_names)})", file=sys.stderr)
+    for note in data.notes:
+        print(f"note: {note}", file=sys.stderr)
+    runs = []
+    if folder is None:
+        tokenizer = tokenizer_for_scratch(train)
+        model_config = BertConfig.preset(args.scratch_preset, vocab_size=tokenizer.vocab_size)
+        runs.append(("scratch", classifier_from_scratch(model_config, data.num_labels, args.seed), tokenizer))
+    else:
+        model, tokenizer = classifier_from_checkpoint(folder, data.num_labels, args.seed)
+        runs.append(("pretrained", model, tokenizer))
+    for name, other in compares.items():
+        runs.append((name, *classifier_from_checkpoint(other, data.num_labels, args.seed)))
+    if folder is not None and args.compare_scratch:
+        runs.append(("scratch", scratch_twin(runs[0][1], data.num_labels, args.seed), tokenizer))
+    results = []
+    if args.baseline:
+        line = BagOfWordsRun(train, val, args.seed, num_misclassified=config.num_misclassified,
+                             callbacks=[_progress_printer(BASELINE_NAME, sys.stderr)])
+        if line.run() is None:
+            raise BertCoreError(line.error or "the bag-of-words baseline produced no result")
+        results.append(line.result)
+    for name, model, tokenizer in runs:
+        results.append(finetune(model, tokenizer, train, val, config, name=name,
+                                callbacks=[_progress_printer(name, sys.stderr)]))
+    saved = []
+    if args.out:
+        for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
+            folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
+            saved.append(str(save_classifier(r, folder)))
+    if args.json:
+        print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
+                                   "label_names": data.label_names, "notes": data.notes},
+                          "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
+                          "saved": saved}, indent=1))
+    else:
+        print(format_results(results))
+        for folder, r in zip(saved, (r for r in results if r.tokenizer is not None)):
+            if getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
+                print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
+                      "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
+            else:
+                print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
+                      ".from_pretrained)")
+    return 0

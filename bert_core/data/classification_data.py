@@ -1,0 +1,491 @@
+"""Labelled text for fine-tuning: CSV loading with checks, the AG News and polarity formats, seeded splits, batches.
+
+Pure and seeded: the same file and seed give the same split and the same batches. Rows with an empty text or
+label are an error naming them (a silent drop would hide a broken export); `drop_empty=True` skips them and
+counts them in `ClassificationData.dropped_rows` instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bert_core.errors import BertCoreError
+
+MAX_CSV_BYTES = 50 * 1024 * 1024
+# More distinct labels than this means the column is not a class label (an id, a score, a text column).
+MAX_CLASSES = 50
+# Column names taken as the label / text when the caller does not choose, in order of preference.
+LABEL_COLUMN_NAMES = ("label", "labels", "class", "category", "target", "sentiment", "topic", "y")
+TEXT_COLUMN_NAMES = ("text", "sentence", "review", "content", "document", "body", "description")
+AG_NEWS_COLUMNS = ("class", "title", "description")
+# What the numbers of a shared data file's label column mean, from the shared data's README (folder/file ->
+# names of 0, 1, ...): the sentence-polarity file writes 0 and 1. AG News names its classes in a classes.txt
+# beside the file instead. A CSV whose labels are words keeps its own words.
+DOCUMENTED_LABEL_NAMES = {("sentence_polarity", "polarity.csv"): ("negative", "positive")}
+PAIR_JOINER = " . "
+
+
+@dataclass
+class ClassificationData:
+    """Texts (optionally sentence pairs) with integer labels 0..K-1 and a name for each label."""
+
+    texts: list[str]
+    labels: list[int]
+    label_names: list[str]
+    texts_b: list[str] | None = None  # second segment when two columns are fed as a sentence pair
+    source: str = ""
+    text_columns: tuple[str, ...] = ()
+    label_column: str = ""
+    dropped_rows: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+    def label_counts(self) -> list[int]:
+        """How many examples carry each label id."""
+        counts = [0] * self.num_labels
+        for y in self.labels:
+            counts[y] += 1
+        return counts
+
+    def example_text(self, i: int) -> str:
+        """The i-th example as one readable string (pairs joined by ' | ')."""
+        if self.texts_b is None:
+            return self.texts[i]
+        return f"{self.texts[i]} | {self.texts_b[i]}"
+
+    def subset(self, indices: list[int], source_suffix: str = "") -> "ClassificationData":
+        """A new dataset holding the given rows, same label names."""
+        return ClassificationData(
+            texts=[self.texts[i] for i in indices],
+            labels=[self.labels[i] for i in indices],
+            label_names=list(self.label_names),
+            texts_b=None if self.texts_b is None else [self.texts_b[i] for i in indices],
+            source=self.source + source_suffix,
+            text_columns=self.text_columns,
+            label_column=self.label_column,
+            dropped_rows=self.dropped_rows,
+            notes=list(self.notes),
+        )
+
+
+def _read_bytes(path_or_bytes: str | Path | bytes, name: str) -> tuple[bytes, str, Path | None]:
+    if isinstance(path_or_bytes, (bytes, bytearray)):
+        return bytes(path_or_bytes), name, None
+    path = Path(path_or_bytes)
+    if path.is_dir():
+        raise BertCoreError(f"{path} is a folder. Give the path of a .csv file.")
+    if not path.is_file():
+        raise BertCoreError(f"CSV file not found: {path}. Give the path of an existing .csv file.")
+    size = path.stat().st_size
+    if size > MAX_CSV_BYTES:
+        raise BertCoreError(
+            f"{path.name} is {size / 2**20:.0f} MB; the limit is {MAX_CSV_BYTES // 2**20} MB. "
+            "Use a sample of the rows (fine-tuning a tiny BERT on a CPU needs a few thousand)."
+        )
+    return path.read_bytes(), path.name, path
+
+
+def _decode(data: bytes, name: str) -> str:
+    if len(data) > MAX_CSV_BYTES:
+        raise BertCoreError(
+            f"{name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CSV_BYTES // 2**20} MB. "
+            "Use a sample of the rows (fine-tuning a tiny BERT on a CPU needs a few thousand)."
+        )
+    if not data.strip():
+        raise BertCoreError(f"{name} is empty. Give a CSV with a text column and a label column.")
+    if b"\x00" in data[:65536]:
+        raise BertCoreError(f"{name} looks binary (it contains NUL bytes), not a CSV text file. Export it as UTF-8 CSV.")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BertCoreError(
+            f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded). Save it as UTF-8 CSV and try again."
+        ) from None
+
+
+def _is_int(cell: str) -> bool:
+    return re.fullmatch(r"[+-]?\d+", cell.strip()) is not None
+
+
+def clean_ag_news_text(text: str) -> str:
+    """Undo AG News's escapes: `\\` for line breaks, `#39;`-style and HTML entities, stray <b> tags."""
+    text = re.sub(r"(?<![&\w])#(\d+);", r"&#\1;", text)  # the crawl lost the '&' of numeric entities
+    text = re.sub(r"(?<![&\w])quot;", "&quot;", text)
+    text = html.unescape(text)  # HTML5 rules map &#151; etc. through cp1252, as the crawl meant
+    text = re.sub(r"</?[A-Za-z][^<>]{0,500}>", " ", text)
+    text = text.replace("\\", " ")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _headerless_columns(rows: list[list[str]]) -> list[str] | None:
+    """Column names for a file without a header (AG News's class,title,description; `label,text`), else None."""
+    sample = rows[:200]
+    width = len(sample[0])
+    if width not in (2, 3) or not all(len(r) == width and _is_int(r[0]) for r in sample):
+        return None
+    return list(AG_NEWS_COLUMNS) if width == 3 else ["label", "text"]
+
+
+def _class_names_beside(path: Path | None, count: int) -> list[str] | None:
+    if path is None:
+        return None
+    classes = path.parent / "classes.txt"
+    if not classes.is_file():
+        documented = DOCUMENTED_LABEL_NAMES.get((path.parent.name, path.name))
+        return list(documented) if documented is not None and len(documented) == count else None
+    names = [line.strip() for line in classes.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return names if len(names) == count else None
+
+
+def _pick_column(columns: list[str], wanted: str | int, role: str) -> int:
+    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.isdigit() and wanted not in columns):
+        index = int(wanted)
+        if 0 <= index < len(columns):
+            return index
+    else:
+        lowered = [c.lower() for c in columns]
+        if wanted in columns:
+            return columns.index(wanted)
+        if wanted.lower() in lowered:
+            return lowered.index(wanted.lower())
+    raise BertCoreError(
+        f"no {role} column {wanted!r}; the columns are: {', '.join(columns)}. Choose one of those."
+    )
+
+
+def _default_columns(columns: list[str], text_columns, label_column) -> tuple[list[int], int]:
+    lowered = [c.lower() for c in columns]
+    if label_column is None:
+        found = [lowered.index(n) for n in LABEL_COLUMN_NAMES if n in lowered]
+        if not found:
+            raise BertCoreError(
+                f"cannot tell which column holds the labels; the columns are: {', '.join(columns)}. "
+                "Choose the label column (--label-column)."
+            )
+        label_index = found[0]
+    else:
+        label_index = _pick_column(columns, label_column, "label")
+    if text_columns is None:
+        others = [i for i in range(len(columns)) if i != label_index]
+        if "title" in lowered and "description" in lowered:
+            text_indices = [lowered.index("title"), lowered.index("description")]
+        elif len(others) == 1:
+            text_indices = others
+        else:
+            named = [lowered.index(n) for n in TEXT_COLUMN_NAMES if n in lowered and lowered.index(n) != label_index]
+            if not named:
+                raise BertCoreError(
+                    f"cannot tell which column holds the text; the columns are: {', '.join(columns)}. "
+                    "Choose the text column(s) (--text-column)."
+                )
+            text_indices = named[:1]
+    else:
+        if isinstance(text_columns, (str, int)):
+            text_columns = [text_columns]
+        text_indices = [_pick_column(columns, c, "text") for c in text_columns]
+        if not 1 <= len(text_indices) <= 2:
+            raise BertCoreError(f"choose one or two text columns, not {len(text_indices)}.")
+    if label_index in text_indices:
+        raise BertCoreError(f"column {columns[label_index]!r} cannot be both the text and the label; choose another.")
+    return text_indices, label_index
+
+
+def _label_ids(values: list[str], column: str, path: Path | None) -> tuple[list[int], list[str]]:
+    distinct = sorted(set(values))
+    if len(distinct) < 2:
+        raise BertCoreError(
+            f"the label column {column!r} holds a single class ({distinct[0]!r}); a classifier needs at least two. "
+            "Check that you chose the right column, or add examples of the other classes."
+        )
+    if all(_is_int(v) for v in distinct):
+        ordered = sorted(distinct, key=lambda v: int(v))
+    else:
+        try:
+            floats = [float(v) for v in distinct]
+        except ValueError:
+            floats = None
+        if floats is not None and all(math.isfinite(f) for f in floats):
+            if any(f != round(f) for f in floats):
+                example = next(v for v, f in zip(distinct, floats) if f != round(f))
+                raise BertCoreError(
+                    f"the label column {column!r} holds continuous numbers (e.g. {example}), not classes. "
+                    "Fine-tuning here classifies categories: bin the values into classes, or choose another column."
+                )
+            ordered = sorted(distinct, key=float)
+        else:
+            ordered = distinct
+    if len(ordered) > MAX_CLASSES:
+        raise BertCoreError(
+            f"the label column {column!r} has {len(ordered)} distinct values (more than {MAX_CLASSES}), "
+            "so it does not look like class labels. Choose the column that holds the categories."
+        )
+    names = [str(v) for v in ordered]
+    if all(_is_int(v) for v in ordered):
+        ints = [int(v) for v in ordered]
+        beside = _class_names_beside(path, len(ints))
+        if beside is not None and ints in (list(range(1, len(ints) + 1)), list(range(len(ints)))):
+            names = beside
+    index = {v: i for i, v in enumerate(ordered)}
+    return [index[v] for v in values], names
+
+
+def load_classification_csv(
+    path_or_bytes: str | Path | bytes,
+    text_columns: str | int | list | tuple | None = None,
+    label_column: str | int | None = None,
+    *,
+    as_pair: bool = False,
+    drop_empty: bool = False,
+    name: str = "upload.csv",
+) -> ClassificationData:
+    """Read a labelled CSV (headed, AG News's headerless class/title/description, or `label,text`) with checks.
+
+    Two text columns are joined with ' . ' into one segment, or kept as a sentence pair when `as_pair`.
+    Labels become ids 0..K-1 in sorted order. Their names are the column's own values (e.g. "business", "sports");
+    numbered classes take names from a `classes.txt` beside the file if present, or from DOCUMENTED_LABEL_NAMES.
+    """
+    data, name, path = _read_bytes(path_or_bytes, name)
+    text = _decode(data, name)
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise BertCoreError(f"{name} is not a well-formed CSV ({exc}). Check its quoting.") from None
+    numbered = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]  # 1-based line rows
+    if not numbered:
+        raise BertCoreError(f"{name} has no rows. Give a CSV with a text column and a label column.")
+    headerless = _headerless_columns([r for _, r in numbered])
+    ag_news = headerless == list(AG_NEWS_COLUMNS)
+    if headerless:
+        columns = headerless
+        body = numbered
+    else:
+        header = [c.strip() for c in numbered[0][1]]
+        if len(header) < 2:
+            raise BertCoreError(
+                f"{name} has a single column ({header[0]!r}); it needs a text column and a label column, "
+                "separated by commas, with a header row naming them."
+            )
+        columns = header
+        body = numbered[1:]
+        if not body:
+            raise BertCoreError(f"{name} has a header but no data rows.")
+    text_indices, label_index = _default_columns(columns, text_columns, label_column)
+    for line, row in body:
+        if len(row) != len(columns):
+            raise BertCoreError(
+                f"{name} line {line} has {len(row)} fields but the {'format' if headerless else 'header'} has "
+                f"{len(columns)} ({', '.join(columns)}). Check the quoting of that row."
+            )
+    clean = clean_ag_news_text if ag_news else (lambda s: " ".join(s.split()))
+    texts_a, texts_b, raw_labels, empty_lines = [], [], [], []
+    for line, row in body:
+        parts = [clean(row[i]) for i in text_indices]
+        label = row[label_index].strip()
+        if not label or not any(parts):
+            empty_lines.append(line)
+            continue
+        if as_pair and len(parts) == 2:
+            texts_a.append(parts[0])
+            texts_b.append(parts[1])
+        else:
+            texts_a.append(PAIR_JOINER.join(p for p in parts if p))
+        raw_labels.append(label)
+    notes = []
+    if empty_lines:
+        shown = ", ".join(map(str, empty_lines[:10])) + (" ..." if len(empty_lines) > 10 else "")
+        if not drop_empty:
+            raise BertCoreError(
+                f"{len(empty_lines)} row(s) of {name} have an empty text or label (line {shown}). "
+                "Fill them in, or drop them (--drop-empty, or the 'drop empty rows' box in the app)."
+            )
+        notes.append(f"dropped {len(empty_lines)} row(s) with an empty text or label (line {shown})")
+    if not raw_labels:
+        raise BertCoreError(f"{name} has no row with both a text and a label.")
+    labels, names = _label_ids(raw_labels, columns[label_index], path)
+    if ag_news:
+        notes.append("AG News format: headerless class,title,description; title and description joined")
+    return ClassificationData(
+        texts=texts_a,
+        labels=labels,
+        label_names=names,
+        texts_b=texts_b if (as_pair and len(text_indices) == 2) else None,
+        source=name,
+        text_columns=tuple(columns[i] for i in text_indices),
+        label_column=columns[label_index],
+        dropped_rows=len(empty_lines),
+        notes=notes,
+    )
+
+
+def csv_columns(path_or_bytes: str | Path | bytes, name: str = "upload.csv") -> list[str]:
+    """The column names of a CSV (AG News's fixed names when headerless), for column pickers."""
+    data, name, _ = _read_bytes(path_or_bytes, name)
+    text = _decode(data, name)
+    rows = [r for r in csv.reader(io.StringIO(text[:200_000], newline="")) if any(c.strip() for c in r)]
+    if not rows:
+        raise BertCoreError(f"{name} has no rows.")
+    headerless = _headerless_columns(rows[:-1] or rows)  # the last row of a truncated read may be cut
+    return headerless or [c.strip() for c in rows[0]]
+
+
+def split_train_val(
+    data: ClassificationData,
+    train_size: int | None = None,
+    val_size: int | None = None,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.1,
+) -> tuple[ClassificationData, ClassificationData]:
+    """A seeded, disjoint train / validation split of the given sizes (defaults: 10% validation, the rest train)."""
+    n = len(data)
+    if val_size is None:
+        val_size = max(1, round(n * val_fraction))
+    if train_size is None:
+        train_size = n - val_size
+    if train_size < 1 or val_size < 1:
+        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
+    if train_size + val_size > n:
+        raise BertCoreError(
+            f"asked for {train_size} training + {val_size} validation examples but {data.source or 'the data'} "
+            f"has only {n}. Ask for at most {n} in all."
+        )
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    val = data.subset(sorted(order[:val_size]), " (validation)")
+    train = data.subset(sorted(order[val_size : val_size + train_size]), " (train)")
+    if len(set(train.labels)) < 2:
+        raise BertCoreError("the training split holds a single class; use more examples or another seed.")
+    return train, val
+
+
+@dataclass
+class ClassificationBatch:
+    """Padded tensors for one batch (dynamic padding to its longest example)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor
+    labels: torch.Tensor
+    indices: torch.Tensor  # rows of the dataset, to find misclassified examples
+
+    def to(self, device) -> "ClassificationBatch":
+        return ClassificationBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask,
+                                                            self.token_type_ids, self.labels)), self.indices)
+
+
+def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) -> list[dict]:
+    """Tokenize every example to `[CLS] a [SEP] (b [SEP])`, truncated to `max_length` tokens."""
+    if max_length < 8:
+        raise BertCoreError(f"max length {max_length} is too short; use at least 8 (64-128 is typical).")
+    out = []
+    for i, a in enumerate(data.texts):
+        b = data.texts_b[i] if data.texts_b is not None else None
+        out.append(tokenizer.encode_pair(a, b, max_length))
+    return out
+
+
+def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: int = 0) -> ClassificationBatch:
+    """Stack encoded examples into a batch padded to its longest member."""
+    longest = max(len(encoded[i]["input_ids"]) for i in indices)
+    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
+    types = torch.zeros((len(indices), longest), dtype=torch.long)
+    mask = torch.zeros((len(indices), longest), dtype=torch.long)
+    for row, i in enumerate(indices):
+        e = encoded[i]
+        n = len(e["input_ids"])
+        ids[row, :n] = torch.tensor(e["input_ids"], dtype=torch.long)
+        types[row, :n] = torch.tensor(e["token_type_ids"], dtype=torch.long)
+        mask[row, :n] = 1
+    return ClassificationBatch(ids, mask, types, torch.tensor([labels[i] for i in indices], dtype=torch.long),
+                               torch.tensor(indices, dtype=torch.long))
+
+
+def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,
+                  bucket_batches: int = 50):
+    """Endless seeded batches: each epoch a fresh shuffle drawn from (seed, epoch), grouped by length.
+
+    Within each run of `bucket_batches` batches the examples are sorted by length before being cut into batches
+    (then the batches are shuffled), so a batch pads to a length near its members' own: about twice the
+    throughput of purely random batches on AG News, with the same examples per epoch. 1 turns grouping off.
+    """
+    if batch_size < 1:
+        raise BertCoreError(f"batch size must be at least 1 (got {batch_size}).")
+    epoch = 0
+    while True:
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        order = torch.randperm(len(encoded), generator=g).tolist()
+        # A ragged last batch would weigh its few examples more; drop it unless it is all there is.
+        order = order[: (len(order) // batch_size) * batch_size or len(order)]
+        span = batch_size * max(bucket_batches, 1)
+        batches = []
+        for start in range(0, len(order), span):
+            chunk = sorted(order[start : start + span], key=lambda i: len(encoded[i]["input_ids"]))
+            batches += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
+        for b in torch.randperm(len(batches), generator=g).tolist():
+            yield collate(encoded, labels, batches[b], pad_id)
+        epoch += 1
+
+
+def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, pad_id: int = 0):
+    """Batches over all examples in order, sorted by length inside each so padding stays small."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
+    for start in range(0, len(order), batch_size):
+        yield collate(encoded, labels, order[start : start + batch_size], pad_id)
+
+
+def _topic_words() -> dict[str, str]:
+    from bert_core.data.toy_grammar import TOPICS
+
+    words = {}
+    for topic, parts in TOPICS.items():
+        for key in ("places", "adjectives"):
+            words.update((w, topic) for w in parts[key])
+        for key in ("people", "things", "verbs"):
+            words.update((w, topic) for pair in parts[key] for w in pair)
+    return words
+
+
+def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
+    """The built-in offline task: name the topic (farm, sea, castle...) of a toy story from one of its middle sentences.
+
+    Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0); the label is
+    the story's topic, read back from its topic-only words, and the text one sentence from between the
+    introduction and the closing, so the clue is a word or two that pretraining has seen in context.
+    """
+    from bert_core.data.corpora import generate_toy_corpus
+    from bert_core.data.toy_grammar import TOPICS
+
+    if num_examples < 20:
+        raise BertCoreError(f"the toy topic task needs at least 20 examples, got {num_examples}")
+    corpus = generate_toy_corpus(num_documents=num_examples, seed=10_000 + seed)
+    names = sorted(TOPICS)
+    topic_of = _topic_words()
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for story in corpus.documents:
+        votes: dict[str, int] = {}
+        for sentence in story:
+            for word in re.findall(r"[a-z]+", sentence.lower()):
+                if word in topic_of:
+                    votes[topic_of[word]] = votes.get(topic_of[word], 0) + 1
+        middle = story[1:-1] or story
+        texts.append(rng.choice(middle))
+        labels.append(names.index(max(votes, key=votes.get)))
+    return ClassificationData(texts=texts, labels=labels, label_names=names,
+                              source=f"toy story topics (seed {seed})", text_columns=("sentence",),
+                              label_column="topic")

@@ -1,0 +1,621 @@
+"""Plotly figures for the explorer: architecture, training curves, masking, attention and predictions.
+
+Every function returns a `plotly.graph_objects.Figure` built from plain results (inspection dataclasses, trainer
+events); nothing here imports Streamlit, so the same figures serve the app, notebooks and tests.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+# Plotly imports pandas lazily while it validates a figure's data. When a class of thirty arrives at a freshly started
+# server, many script threads build their first figure at once and could see each other's half-imported pandas
+# ("partially initialized module 'pandas'", benchmarks/classroom_load.py): import it here, under this module's
+# import lock, before any figure is built.
+import pandas  # noqa: F401
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
+    from bert_core.inspect.inspection import AttentionResult, HeadSummary, MaskingRow
+
+DECISION_COLORS = {
+    "[MASK]": "#d62728",
+    "random": "#ff7f0e",
+    "kept": "#2ca02c",
+    "not chosen": "#e8e8e8",
+}
+SERIES_COLORS = {"total": "#1f77b4", "mlm": "#d62728", "nsp": "#2ca02c", "eval": "#9467bd", "eval_nsp": "#17becf",
+                 "baseline": "#7f7f7f", "lr": "#1f77b4", "speed": "#8c564b"}
+# Ten colours a reader tells apart (Plotly's D3 palette): a chart never gives two lines the same one.
+DISTINCT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                   "#bcbd22", "#17becf")
+SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"})
+HISTORY_CANDIDATES = 6   # lines in the guesses-over-training chart: the tokens that were ever in the top 3
+LABEL_CHARS = 7          # characters of a token that fit in a masking box before it is shortened
+# Long runs log thousands of steps; drawing every one makes the live page slow without showing more: a half-width
+# chart's plot is about 500 pixels wide. (At 1,500 the live view of the default 2,000-step run cost the training
+# process a third of its speed on a 2-core machine: the server and the browser redraw four charts every 2 s.)
+MAX_POINTS = 500
+DEFAULT_SMOOTHING = 0.9  # of the training curves (`ema`): about a 10-step window; a batch of 16 is noisy
+HEAD_MEASURES = ("[CLS]", "[SEP]", "previous", "next", "self", "entropy")
+
+
+def plotly_config(filename: str = "bert-explorer", scale: int = 2) -> dict:
+    """The `config=` for `st.plotly_chart`: toolbar download as PNG (switchable to SVG) under a sensible name."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": scale},
+        "modeBarButtonsToAdd": ["toImage"],
+    }
+
+
+def _get(event: Any, name: str, default=None):
+    if isinstance(event, Mapping):
+        return event.get(name, default)
+    return getattr(event, name, default)
+
+
+def _thin(events: Sequence[Any]) -> list:
+    """At most MAX_POINTS (+ the last) of `events`, evenly spaced, always keeping the first and the last."""
+    events = list(events)
+    if len(events) <= MAX_POINTS:
+        return events
+    stride = math.ceil(len(events) / MAX_POINTS)
+    thinned = events[::stride]
+    if thinned[-1] is not events[-1]:
+        thinned.append(events[-1])
+    return thinned
+
+
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """Exponential moving average with TensorBoard's debiasing: s_t = weight * s_(t-1) + (1 - weight) * v_t, divided
+    by 1 - weight^t so that the first points are not pulled toward 0. weight 0 returns the values; 0.99 is heavy."""
+    if not 0 <= weight < 1:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    out, acc = [], 0.0
+    for t, v in enumerate(values, start=1):
+        acc = weight * acc + (1 - weight) * v
+        out.append(acc / (1 - weight**t))
+    return out
+
+
+def _series(events: Sequence[Any], name: str) -> tuple[list, list]:
+    xs, ys = [], []
+    for e in events:
+        v = _get(e, name)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        xs.append(_get(e, "step"))
+        ys.append(float(v))
+    return xs, ys
+
+
+def unigram_baseline_values(baselines: Mapping | None) -> dict:
+    """Pull the unigram accuracy and loss (log perplexity) out of a trainer's `baselines` dict, whatever its nesting."""
+    if not baselines:
+        return {}
+    src = baselines.get("unigram", baselines) if isinstance(baselines, Mapping) else {}
+    if not isinstance(src, Mapping):
+        return {}
+    out = {}
+    if src.get("accuracy") is not None:
+        out["accuracy"] = float(src["accuracy"])
+    if src.get("loss") is not None:
+        out["loss"] = float(src["loss"])
+    elif src.get("perplexity"):
+        out["loss"] = math.log(float(src["perplexity"]))
+    return out
+
+
+def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right", **kw) -> go.Figure:
+    """Title, height and margins; the legend to the right of the plot (one entry per line: entries never overlap
+    each other or the x-axis title) or, for a few category swatches, below it."""
+    # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
+    # live training view pays four times per redraw.
+    if legend == "right":
+        place = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
+    else:
+        place = dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top")
+    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=50), legend=place, **kw)
+    return fig
+
+
+def shorten(text: str, limit: int = LABEL_CHARS) -> str:
+    """`text` cut to `limit` characters with an ellipsis (the full text goes in the hover)."""
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
+
+
+def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
+               smoothing: float = 0.0) -> None:
+    """One line per (event field, legend name, colour or None) that the events carry. With smoothing > 0, the
+    line is the series' moving average (`ema`, over every step, before thinning) and the raw values are drawn
+    faintly behind it, in the same legend group so that clicking the legend hides both."""
+    for key, name, color in specs:
+        xs, ys = _series(events, key)
+        if not xs:
+            continue
+        keep = _thin(range(len(xs)))
+        shown_x, raw = [xs[i] for i in keep], [ys[i] for i in keep]
+        if smoothing > 0:
+            fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name, showlegend=False,
+                                     opacity=0.25, hoverinfo="skip", line=dict(color=color, dash=dash)))
+            smoothed = ema(ys, smoothing)
+            raw = [smoothed[i] for i in keep]
+        fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name,
+                                 line=dict(color=color, dash=dash)))
+
+
+def _baseline_line(fig: go.Figure, y: float | None, position: str) -> None:
+    if y is not None:
+        fig.add_hline(y=y, line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
+                      annotation_text="unigram baseline (MLM)", annotation_position=position)
+
+
+def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
+                smoothing: float = 0.0) -> go.Figure:
+    """Training MLM, NSP and total loss per step (smoothed by `ema` when smoothing > 0, the raw values faint behind),
+    the held-out MLM loss, and the unigram baseline as a line."""
+    fig = go.Figure()
+    _add_lines(fig, history, [(key, f"{label} loss (train)", SERIES_COLORS[label])
+                              for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp"))],
+               smoothing=smoothing)
+    _add_lines(fig, evals, [("mlm_loss", "MLM loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right")
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="loss (nats)")
+    return _layout(fig, "Loss")
+
+
+def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
+                    smoothing: float = 0.0) -> go.Figure:
+    """MLM and NSP accuracy per step (smoothed as in `loss_figure`), held-out MLM/NSP accuracy, and the unigram
+    baseline's MLM accuracy."""
+    fig = go.Figure()
+    _add_lines(fig, history, [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
+                              ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])], smoothing=smoothing)
+    _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", SERIES_COLORS["eval"]),
+                            ("nsp_acc", "NSP accuracy (held-out)", SERIES_COLORS["eval_nsp"])], "lines+markers",
+               "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right")
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="accuracy", range=[0, 1])
+    return _layout(fig, "Accuracy")
+
+
+def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> go.Figure:
+    """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged
+    (smoothed as in `loss_figure`: a batch holds only a few random and kept positions, so these are noisy)."""
+    fig = go.Figure()
+    _add_lines(fig, history, [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
+                              ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
+                              ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])], smoothing=smoothing)
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="MLM accuracy", range=[0, 1])
+    return _layout(fig, "MLM accuracy by masking decision")
+
+
+def rate_figure(history: Sequence[Any]) -> go.Figure:
+    """Learning rate (top) and training speed in tokens/s (bottom) per step: two panels, each with its own y axis
+    from 0, sharing the step axis, so that neither scale hides the other."""
+    history = _thin(history)
+    fig = go.Figure()
+    xs, ys = _series(history, "lr")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate", line=dict(color=SERIES_COLORS["lr"]),
+                             hovertemplate="step %{x}: %{y:.2e}<extra></extra>"))
+    xs, ys = _series(history, "tokens_per_s")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="tokens / s", line=dict(color=SERIES_COLORS["speed"]),
+                             xaxis="x2", yaxis="y2", hovertemplate="step %{x}: %{y:,.0f} tokens/s<extra></extra>"))
+    # Axes laid out by hand (make_subplots alone costs ~30 ms, paid at every live redraw).
+    fig.update_layout(
+        xaxis=dict(domain=[0, 1], anchor="y", matches="x2", showticklabels=False),
+        yaxis=dict(domain=[0.58, 1], anchor="x", rangemode="tozero", exponentformat="e", title="learning rate"),
+        xaxis2=dict(domain=[0, 1], anchor="y2", title="step"),
+        yaxis2=dict(domain=[0, 0.42], anchor="x2", rangemode="tozero", title="tokens / s"),
+        showlegend=False)
+    return _layout(fig, "Learning rate and speed", height=380)
+
+
+class LiveCharts:
+    """The Train page's four live charts of a run (loss, accuracy, accuracy by masking decision, learning rate),
+    built once per new data and smoothing and shared by every session that draws them.
+
+    Twenty students watching the teacher's run then cost one build per redraw, not twenty: under the class load
+    test (docs/benchmarks.md) building these figures was the largest part of the web server's CPU once Streamlit's
+    per-run garbage collection was off. The figures are shared: callers draw them and never change them. Entries
+    go with their trainer (weak keys), and each trainer keeps its `keep` latest builds (one per smoothing value).
+    """
+
+    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.builds = 0
+        self._lock = threading.Lock()
+        self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def figures(self, trainer: Any, smoothing: float) -> dict[str, go.Figure]:
+        """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
+        history, evals = trainer.history, trainer.evals
+        last = history[-1] if history else None
+        key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing))
+        with self._lock:
+            entries = self._built.setdefault(trainer, {})
+            found = entries.get(key)
+        if found is not None:
+            return found
+        built = dict(zip(self.NAMES, (loss_figure(history, evals, trainer.baselines, smoothing),
+                                      accuracy_figure(history, evals, trainer.baselines, smoothing),
+                                      decision_accuracy_figure(history, smoothing),
+                                      rate_figure(history))))
+        with self._lock:
+            self.builds += 1
+            entries = self._built.setdefault(trainer, {})
+            entries[key] = built
+            while len(entries) > self.keep:
+                entries.pop(next(iter(entries)))
+        return built
+
+
+LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train page draws from it
+
+
+def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
+    """The instance's tokens as coloured boxes: red [MASK], orange random (original -> replacement), green kept."""
+    fig = go.Figure()
+    n = len(rows)
+    lines = max(1, math.ceil(n / per_line))
+    for decision, color in DECISION_COLORS.items():
+        xs, ys, texts, hovers = [], [], [], []
+        for r in rows:
+            if r.decision != decision:
+                continue
+            xs.append(r.position % per_line)
+            ys.append(-(r.position // per_line))
+            # Two short lines fit a box: the token, then what the model sees instead (the full text on hover).
+            label = shorten(r.token) if decision in ("not chosen", "kept") else \
+                f"{shorten(r.token)}<br>→{shorten(r.shown, LABEL_CHARS - 1)}"
+            texts.append(label)
+            hovers.append(f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
+                          f"decision: {decision}; model sees {r.shown}")
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers+text", name=decision, text=texts, hovertext=hovers, hoverinfo="text",
+            marker=dict(symbol="square", size=44, color=color, line=dict(color="#555", width=1)),
+            textfont=dict(size=9, color="#000"), showlegend=True,
+        ))
+    fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
+    fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
+    return _layout(fig, "Masking decisions", height=110 + 60 * lines, legend="below")
+
+
+def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
+    """Observed masking shares against BERT's targets: 15% chosen, then 80% [MASK] / 10% random / 10% kept."""
+    names = ["chosen (of tokens)", "[MASK] (of chosen)", "random (of chosen)", "kept (of chosen)"]
+    observed = [counts.get("chosen_share", 0), counts.get("masked_share", 0),
+                counts.get("random_share", 0), counts.get("kept_share", 0)]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=observed, name="observed", text=[f"{v:.1%}" for v in observed],
+                         marker_color=["#1f77b4", DECISION_COLORS["[MASK]"], DECISION_COLORS["random"],
+                                       DECISION_COLORS["kept"]]))
+    fig.add_trace(go.Scatter(x=names, y=[counts.get("target_rate", 0.15), 0.8, 0.1, 0.1], mode="markers",
+                             name="target", marker=dict(symbol="line-ew-open", size=40, color="#000",
+                                                        line=dict(width=3))))
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    return _layout(fig, f"Masking over {counts.get('candidates', 0):,} tokens")
+
+
+def _token_labels(tokens: Sequence[str]) -> list[str]:
+    # Plotly merges equal category labels; numbering keeps repeated tokens (two "the"s) apart.
+    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+
+
+# Where a causal model's mask hides the future: the cells above the diagonal are left empty over this colour, so
+# "never allowed to look" reads differently from "allowed, but looked little" (a pale blue).
+FUTURE_COLOUR = "#d9d9d9"
+FUTURE_NOTE = "grey: later tokens, hidden by the causal mask"
+
+
+def future_hidden(att: np.ndarray, causal: bool) -> np.ndarray:
+    """The attention map to draw: a causal model's cells above the diagonal (keys after the query) as NaN, which
+    Plotly leaves empty; a bidirectional model's map unchanged."""
+    if not causal:
+        return att
+    shown = np.array(att, dtype=np.float32, copy=True)
+    rows, cols = np.triu_indices(shown.shape[-1], k=1)
+    shown[..., rows, cols] = np.nan
+    return shown
+
+
+def head_view_figure(result: AttentionResult, layer: int, head: int, label: str = "") -> go.Figure:
+    """One head as a large heatmap: rows are the attending (query) tokens, columns the attended (key) tokens; for a
+    causal model the hidden future (above the diagonal) is grey."""
+    att = result.attentions[layer, head]
+    labels = _token_labels(result.tokens)
+    fig = go.Figure(go.Heatmap(
+        z=future_hidden(att, result.causal), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=float(max(att.max(), 1e-6)),
+        hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
+    ))
+    size = max(420, min(900, 24 * len(labels) + 160))
+    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=10))
+    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=10))
+    title = f"Layer {layer + 1}, head {head + 1}" + (f" — {label}" if label else "")
+    if result.causal:
+        title += f" ({FUTURE_NOTE})"
+        fig.update_layout(plot_bgcolor=FUTURE_COLOUR)
+    return _layout(fig, title, height=size, width=None)
+
+
+def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None,
+                      zmax: float | None = None) -> go.Figure:
+    """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label.
+
+    The scale runs from 0 to `zmax`, by default the largest weight shown (a fixed 0..1 scale leaves an untrained
+    model's near-uniform maps, about 1/S everywhere, invisible); a time-lapse passes one `zmax` for every step so
+    that learning shows as colour appearing. The panels carry token labels (rows: the first column's, columns:
+    the bottom row's) when a token gets at least 8 pixels; smaller ones name their tokens on hover only.
+    """
+    n_layers, n_heads = result.num_layers, result.num_heads
+    tok = _token_labels(result.tokens)
+    seq = len(tok)
+    cell = 170 if n_heads <= 4 else 110
+    labelled = cell / max(seq, 1) >= 8
+    if labelled:  # room for the labels' text: tall enough rows, and margins for the words
+        cell = max(cell, min(14 * seq, 360))
+    gap_x, gap_y = 0.02, (0.06 if n_layers < 8 else 0.03)
+    # Axes laid out by hand: make_subplots costs more than the heatmaps themselves at 16+ panels.
+    traces, layout, titles = [], {}, []
+    shown = [shorten(t, 10) for t in result.tokens]
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            n = layer * n_heads + head + 1
+            suffix = "" if n == 1 else str(n)
+            traces.append(go.Heatmap(
+                z=future_hidden(result.attentions[layer, head], result.causal), x=tok, y=tok, coloraxis="coloraxis",
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>"))
+            x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
+            y1 = 1 - layer / n_layers - gap_y
+            y0 = 1 - (layer + 1) / n_layers
+            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=dict(size=9))
+            layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}",
+                                            showticklabels=labelled and layer == n_layers - 1,
+                                            tickangle=-90, **ticks)
+            layout[f"yaxis{suffix}"] = dict(domain=[y0, y1], anchor=f"x{suffix}",
+                                            showticklabels=labelled and head == 0, autorange="reversed", **ticks)
+            extra = f": {labels[n - 1]}" if labels else ""
+            titles.append(dict(text=f"L{layer + 1} H{head + 1}{extra}", x=(x0 + x1) / 2, y=y1, xref="paper",
+                               yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
+                               font=dict(size=10)))
+    top = float(max(result.attentions.max(), 1e-6)) if zmax is None else float(zmax)
+    margin = dict(l=80, r=10, t=60, b=80) if labelled else dict(l=10, r=10, t=60, b=10)
+    layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")),
+                  height=margin["t"] + margin["b"] + cell * n_layers, margin=margin, annotations=titles,
+                  title="Model view: every layer (row) and head (column)"
+                  + (f"; {FUTURE_NOTE}" if result.causal else ""))
+    if result.causal:
+        layout["plot_bgcolor"] = FUTURE_COLOUR
+    return go.Figure(data=traces, layout=layout)
+
+
+def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int, head: int | None = None) -> go.Figure:
+    """Two (or more) models' attention for the same text, one panel each: layer `layer`'s head `head`, or with
+    `head=None` the mean of that layer's heads (each clipped to the model's size); one colour scale for all, and a
+    causal model's hidden future grey, so that BERT's full square stands beside GPT's lower triangle."""
+    panels, titles = [], []
+    for name, result in named:
+        lay = min(layer, result.num_layers - 1)
+        att = result.attentions[lay]
+        if head is None:
+            att, what = att.mean(axis=0), f"L{lay + 1}, mean of {result.num_heads} heads"
+        else:
+            att, what = att[min(head, result.num_heads - 1)], f"L{lay + 1} H{min(head, result.num_heads - 1) + 1}"
+        panels.append((result, att))
+        titles.append(f"{name}: {what}" + (" (causal)" if result.causal else ""))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.12)
+    top = float(max(max(float(att.max()) for _, att in panels), 1e-6))
+    for col, (result, att) in enumerate(panels, start=1):
+        tok = _token_labels(result.tokens)
+        fig.add_trace(go.Heatmap(z=future_hidden(att, result.causal), x=tok, y=tok, coloraxis="coloraxis",
+                                 hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>"), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", tickfont=dict(size=9), row=1, col=col)
+        fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), row=1, col=col)
+    seq = max(len(result.tokens) for result, _ in panels)
+    causal = any(result.causal for result, _ in panels)
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")))
+    if causal:
+        fig.update_layout(plot_bgcolor=FUTURE_COLOUR)
+    return _layout(fig, "The same text, side by side" + (f"; {FUTURE_NOTE}" if causal else ""),
+                   height=max(420, min(800, 22 * seq + 200)), width=None)
+
+
+def token_view_figure(result: AttentionResult, token_index: int, direction: str = "from") -> go.Figure:
+    """One token's attention across all heads: rows are layer/head, columns the other tokens.
+
+    direction "from" shows where the token looks; "to" shows which tokens look at it.
+    """
+    n_layers, n_heads = result.num_layers, result.num_heads
+    att = result.attentions
+    z = att[:, :, token_index, :] if direction == "from" else att[:, :, :, token_index]
+    z = z.reshape(n_layers * n_heads, -1)
+    rows = [f"L{l + 1} H{h + 1}" for l in range(n_layers) for h in range(n_heads)]
+    tok = _token_labels(result.tokens)
+    verb = "attends to" if direction == "from" else "is attended by"
+    fig = go.Figure(go.Heatmap(z=z, x=tok, y=rows, colorscale="Purples", zmin=0,
+                               hovertemplate=f"%{{y}}: {result.tokens[token_index]} {verb} %{{x}}: "
+                                             "%{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-60)
+    return _layout(fig, f"Token view: {tok[token_index]} {verb}…", height=max(300, 120 + 22 * len(rows)))
+
+
+def head_summary_figure(summaries: Sequence[HeadSummary], measure: str = "[CLS]") -> go.Figure:
+    """A layers x heads grid coloured by one head measure, each cell labelled with the head's short label."""
+    if not summaries:
+        return go.Figure()
+    n_layers = max(s.layer for s in summaries) + 1
+    n_heads = max(s.head for s in summaries) + 1
+    z = np.zeros((n_layers, n_heads))
+    text = [["" for _ in range(n_heads)] for _ in range(n_layers)]
+    for s in summaries:
+        z[s.layer, s.head] = s.measures[measure]
+        text[s.layer][s.head] = s.label
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"head {h + 1}" for h in range(n_heads)], y=[f"layer {l + 1}" for l in range(n_layers)],
+        text=text, texttemplate="%{text}", zmin=0, zmax=1, colorscale="Oranges",
+        hovertemplate=f"%{{y}} %{{x}}<br>{measure}: %{{z:.2f}}<br>%{{text}}<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    what = measure if measure != "entropy" else "evenness, entropy / its maximum (1 = spread evenly)"
+    return _layout(fig, f"What each head does (colour: {what})", height=120 + 50 * n_layers)
+
+
+def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
+                baseline: Sequence[tuple[str, float]] | None = None) -> go.Figure:
+    """Top-k candidates as horizontal probability bars, with the unigram baseline's candidates beside them."""
+    cols = 2 if baseline else 1
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=("model", "unigram baseline")[:cols],
+                        horizontal_spacing=0.25)
+    toks = [t for t, _ in candidates]
+    fig.add_trace(go.Bar(x=[p for _, p in candidates], y=toks, orientation="h", name="model",
+                         text=[f"{p:.1%}" for _, p in candidates], textposition="auto",
+                         marker_color="#1f77b4", hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=1)
+    if baseline:
+        fig.add_trace(go.Bar(x=[p for _, p in baseline], y=[t for t, _ in baseline], orientation="h",
+                             name="unigram", text=[f"{p:.1%}" for _, p in baseline], textposition="auto",
+                             marker_color=SERIES_COLORS["baseline"],
+                             hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, height=max(220, 80 + 32 * len(candidates)))
+
+
+def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], top: int = 3,
+                       limit: int = HISTORY_CANDIDATES) -> list[str]:
+    """The few tokens worth a line: the latest snapshot's `top` candidates (where the model ended), then the
+    tokens that were among some snapshot's `top` at the highest probability, at most `limit` in all; special
+    tokens left out."""
+    def ranked(cands):
+        return [(t, p) for t, p in cands if t not in SPECIAL_TOKENS][:top]
+
+    best: dict[str, float] = {}
+    for _, cands in snapshots:
+        for t, p in ranked(cands):
+            best[t] = max(best.get(t, 0.0), p)
+    latest = [t for t, _ in ranked(snapshots[-1][1])] if snapshots else []
+    others = sorted((t for t in best if t not in latest), key=lambda t: -best[t])
+    return (latest + others)[:limit]
+
+
+def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
+    """How the top candidates' probabilities changed over training steps: one line, in its own colour, per token
+    that was ever among the top 3 (special tokens left out; a gap where it was outside the snapshot's top k)."""
+    steps = [s for s, _ in snapshots]
+    fig = go.Figure()
+    for i, t in enumerate(history_candidates(snapshots)):
+        ys = [dict(cands).get(t) for _, cands in snapshots]
+        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=t, connectgaps=False,
+                                 line=dict(color=DISTINCT_COLORS[i % len(DISTINCT_COLORS)]),
+                                 hovertemplate=f"{t}<br>step %{{x}}: %{{y:.1%}}<extra></extra>"))
+    fig.update_xaxes(title="training step")
+    fig.update_yaxes(title="probability", range=[0, 1], tickformat=".0%")
+    fig.update_layout(legend_title_text="candidate")
+    return _layout(fig, title or "Top candidates over training", height=380)
+
+
+def architecture_figure(config: Any = None) -> go.Figure:
+    """A block diagram of BERT for pretraining, annotated with the sizes of `config` when one is given; for a
+    causal config (`attention="causal"`), the GPT-style model of the same house: masked self-attention and one
+    next-token head, no NSP."""
+    layers = getattr(config, "num_hidden_layers", "L")
+    hidden = getattr(config, "hidden_size", "H")
+    heads = getattr(config, "num_attention_heads", "A")
+    ffn = getattr(config, "intermediate_size", "4H")
+    vocab = getattr(config, "vocab_size", "V")
+    positions = getattr(config, "max_position_embeddings", "512")
+    causal = getattr(config, "attention", None) == "causal"
+    boxes = [
+        # (x0, y0, x1, y1, text, colour)
+        (0.05, 0.02, 0.95, 0.12, "Input: [CLS] text [SEP]  (WordPiece tokens; no sentence pair)" if causal else
+         "Input: [CLS] sentence A [SEP] sentence B [SEP]  (WordPiece tokens)", "#f2f2f2"),
+        (0.05, 0.17, 0.33, 0.29, f"Token embedding<br>{vocab} x {hidden}", "#dbe9f6"),
+        (0.36, 0.17, 0.64, 0.29, f"Position embedding<br>{positions} x {hidden}", "#dbe9f6"),
+        (0.67, 0.17, 0.95, 0.29, f"Segment embedding<br>2 x {hidden}", "#dbe9f6"),
+        (0.05, 0.34, 0.95, 0.41, "sum → LayerNorm → dropout", "#eef5fb"),
+        (0.15, 0.46, 0.85, 0.56, f"Causal self-attention: {heads} heads, each token sees itself and those before it"
+         if causal else f"Multi-head self-attention: {heads} heads, every token sees every token", "#fde0c5"),
+        (0.15, 0.58, 0.85, 0.66, f"Feed-forward {hidden} → {ffn} → {hidden} (GELU)", "#fde0c5"),
+    ]
+    if causal:
+        boxes.append((0.2, 0.79, 0.8, 0.93, "LM head: predict the next token<br>at every position (vocab softmax)",
+                      "#d5f0d5"))
+    else:
+        boxes += [(0.05, 0.79, 0.45, 0.93, "MLM head: predict the<br>masked tokens (vocab softmax)", "#d5f0d5"),
+                  (0.55, 0.79, 0.95, 0.93, "NSP head: from [CLS],<br>does B follow A? (2 classes)", "#d5f0d5")]
+    fig = go.Figure()
+    for x0, y0, x1, y1, text, color in boxes:
+        fig.add_shape(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, fillcolor=color, line=dict(color="#555"),
+                      layer="below")
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=text, showarrow=False, font=dict(size=12))
+    # the encoder stack, repeated L times, with residual connections
+    fig.add_shape(type="rect", x0=0.1, y0=0.44, x1=0.9, y1=0.71, line=dict(color="#c0504d", dash="dash"))
+    fig.add_annotation(x=0.5, y=0.69, text=f"Transformer {'decoder' if causal else 'encoder'} layer × {layers}  "
+                                           "(residual + LayerNorm after each sub-layer)", showarrow=False,
+                       font=dict(size=11, color="#c0504d"))
+    head_arrows = ((0.5, 0.71, 0.79),) if causal else ((0.25, 0.71, 0.79), (0.75, 0.71, 0.79))
+    for x, y0, y1 in ((0.5, 0.12, 0.17), (0.5, 0.29, 0.34), (0.5, 0.41, 0.46), (0.5, 0.56, 0.58), *head_arrows):
+        fig.add_annotation(x=x, y=y1, ax=x, ay=y0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                           arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor="#555", text="")
+    fig.add_annotation(x=0.5, y=0.97, text="hidden states → every position's vector, scored against the token after it"
+                       if causal else "hidden states → every position's vector (MLM) and [CLS]'s (NSP)",
+                       showarrow=False, font=dict(size=11, color="#555"))
+    fig.update_xaxes(visible=False, range=[0, 1])
+    fig.update_yaxes(visible=False, range=[1.0, 0])
+    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10),
+                      title="GPT-style (causal) model for pretraining" if causal else "BERT for pretraining",
+                      showlegend=False)
+    return fig
+
+
+
+MAX_OVERLAID_RUNS = 4  # more lines than this on two small panels stop being readable
+
+
+def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], evals: Sequence[Sequence[Any]],
+                   names: Sequence[str] | None = None, smoothing: float = 0.0) -> go.Figure:
+    """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
+    dotted, and held-out masked-token accuracy. Each run has one colour and one legend entry, which names the
+    knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4')."""
+    from bert_core.training.comparison import run_labels
+
+    if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
+        raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
+    labels = run_labels(list(specs), names)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("MLM loss (line: training; dots: held-out)",
+                                                        "held-out masked-token accuracy"))
+    for i, (label, history, run_evals) in enumerate(zip(labels, histories, evals)):
+        color = DISTINCT_COLORS[i]
+        xs, ys = _series(history, "mlm_loss")
+        if xs:
+            keep = _thin(range(len(xs)))
+            smooth = ema(ys, smoothing) if smoothing > 0 else ys
+            fig.add_trace(go.Scatter(x=[xs[j] for j in keep], y=[smooth[j] for j in keep], mode="lines", name=label,
+                                     legendgroup=label, line=dict(color=color)), row=1, col=1)
+        ex, ey = _series(run_evals, "mlm_loss")
+        fig.add_trace(go.Scatter(x=ex, y=ey, mode="markers", name=label, legendgroup=label, showlegend=not xs,
+                                 marker=dict(color=color, size=5)), row=1, col=1)
+        ax, ay = _series(run_evals, "mlm_acc")
+        fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", name=label, legendgroup=label, showlegend=False,
+                                 line=dict(color=color), marker=dict(size=4)), row=1, col=2)
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="loss (nats)", row=1, col=1)
+    fig.update_yaxes(title="accuracy", range=[0, 1], row=1, col=2)
+    fig = _layout(fig, "Runs compared", height=420, legend="below")
+    fig.update_layout(legend=dict(y=-0.22))  # below the axes' "step" titles, not on them
+    return fig

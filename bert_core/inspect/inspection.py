@@ -1,0 +1,443 @@
+"""Looking inside a trained BERT: fill-mask, next-sentence prediction, attention maps and simple head measures.
+
+Everything here takes a model and a tokenizer and returns plain data (lists, dataclasses, numpy arrays), so the
+app, the CLI and the tests share one implementation; `bert_core.inspect.figures` turns the results into pictures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
+from bert_core.errors import BertCoreError
+from bert_core.model.bert import is_causal
+
+MASK_MARKER = re.compile(r"\[mask\]", re.IGNORECASE)
+# The masking page shows "random" (short) where pretraining_data.DECISION_NAMES says "random token".
+DECISION_NAMES = {NOT_CHOSEN: "not chosen", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
+# What each kind of model cannot do, and why, in one line each (the Predictions page and the errors say them).
+CAUSAL_CANNOT_FILL = ("A GPT-style (causal) model cannot fill a [MASK]: each token sees only the tokens before it, "
+                      "so the words after the blank never reach it. It continues text instead.")
+BIDIRECTIONAL_CANNOT_CONTINUE = ("A BERT cannot continue text: it learned to fill blanks from the words on both "
+                                 "sides, and after the end of a text there is no right side to read. It fills "
+                                 "[MASK]s instead.")
+
+
+@dataclass
+class EncodedInput:
+    """One model input built from user text: ids, segments, readable tokens, and whether it was cut to fit."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    tokens: list[str]
+    truncated: bool = False
+    dropped_tokens: int = 0   # how many word pieces were cut to fit the model's positions
+    max_length: int = 512
+
+
+@dataclass
+class MaskPrediction:
+    """Top-k candidates for one [MASK]: its position in the token sequence and (token, probability) pairs."""
+
+    position: int
+    candidates: list[tuple[str, float]]
+
+
+@dataclass
+class AttentionResult:
+    """Attention probabilities of every layer and head for one input: `attentions[layer, head, query, key]`."""
+
+    tokens: list[str]
+    attentions: np.ndarray            # float32 [L, H, S, S], rows sum to 1
+    token_type_ids: list[int]
+    special_mask: list[bool]          # True for [CLS], [SEP], [PAD], [MASK]...
+    truncated: bool = False
+    specials_hidden: bool = False
+    causal: bool = False              # a GPT-style model: no token attends to a later one (zeros above the diagonal)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.attentions.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.attentions.shape[1])
+
+
+@dataclass
+class HeadSummary:
+    """What one head mostly does, as shares of its attention averaged over query tokens, plus its entropy."""
+
+    layer: int
+    head: int
+    to_cls: float
+    to_sep: float
+    to_previous: float
+    to_next: float
+    to_self: float
+    entropy: float             # mean over queries, in bits
+    normalized_entropy: float  # entropy / log2(number of keys): 1 = uniform
+    label: str = ""
+    measures: dict = field(default_factory=dict)
+
+
+def _max_positions(model) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "max_position_embeddings", 512))
+
+
+def _encode_with_masks(tokenizer, text: str) -> list[int]:
+    """Encode text where the literal `[MASK]` (any case) becomes the tokenizer's mask id."""
+    pieces = MASK_MARKER.split(text)
+    ids: list[int] = []
+    for i, piece in enumerate(pieces):
+        if i > 0:
+            ids.append(tokenizer.mask_id)
+        if piece.strip():
+            ids.extend(tokenizer.encode(piece))
+    return ids
+
+
+def _truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, int]:
+    """Fit `a` (and `b`) into `budget` tokens by the rule of `BertTokenizer.encode_pair` (HF's longest_first):
+    the shorter side keeps up to half the budget, the longer side the rest; on a tie A counts as the shorter."""
+    total = len(a) + (len(b) if b is not None else 0)
+    if total <= budget:
+        return list(a), (list(b) if b is not None else None), 0
+    if b is None:
+        return list(a[:budget]), None, total - budget
+    if len(a) > len(b):
+        keep_b = min(len(b), budget // 2)
+        a, b = a[: budget - keep_b], b[:keep_b]
+    else:
+        keep_a = min(len(a), budget // 2)
+        a, b = a[:keep_a], b[: budget - keep_a]
+    return list(a), list(b), total - len(a) - len(b)
+
+
+def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512) -> EncodedInput:
+    """Build `[CLS] a [SEP] (b [SEP])` from user text, keeping `[MASK]` markers and truncating to `max_length`."""
+    if not isinstance(a, str) or not a.strip():
+        raise BertCoreError("the text is empty: type a sentence first")
+    if b is not None and not b.strip():
+        b = None
+    ids_a = _encode_with_masks(tokenizer, a)
+    ids_b = _encode_with_masks(tokenizer, b) if b is not None else None
+    if not ids_a:
+        raise BertCoreError("the text produced no tokens: type some words")
+    specials = 3 if ids_b is not None else 2
+    if max_length <= specials:
+        raise BertCoreError(f"max_length {max_length} leaves no room for text")
+    ids_a, ids_b, dropped = _truncate_pair(ids_a, ids_b, max_length - specials)
+    input_ids = [tokenizer.cls_id, *ids_a, tokenizer.sep_id]
+    token_type_ids = [0] * len(input_ids)
+    if ids_b is not None:
+        input_ids += [*ids_b, tokenizer.sep_id]
+        token_type_ids += [1] * (len(ids_b) + 1)
+    return EncodedInput(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids,
+        tokens=list(tokenizer.convert_ids_to_tokens(input_ids)),
+        truncated=dropped > 0,
+        dropped_tokens=dropped,
+        max_length=max_length,
+    )
+
+
+def _forward(model, encoded: EncodedInput, output_attentions: bool = False):
+    ids = torch.tensor([encoded.input_ids], dtype=torch.long)
+    types = torch.tensor([encoded.token_type_ids], dtype=torch.long)
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        device = torch.device("cpu")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model(
+                input_ids=ids.to(device),
+                attention_mask=torch.ones_like(ids).to(device),
+                token_type_ids=types.to(device),
+                output_attentions=output_attentions,
+            )
+    finally:
+        if was_training:
+            model.train()
+    return out
+
+
+def predict_masks(model, tokenizer, encoded: EncodedInput, top_k: int = 5) -> list[MaskPrediction]:
+    """Return the model's top-k candidates for every [MASK] in an already encoded input."""
+    if is_causal(model):
+        raise BertCoreError(CAUSAL_CANNOT_FILL)
+    positions = [i for i, t in enumerate(encoded.input_ids) if t == tokenizer.mask_id]
+    if not positions:
+        if encoded.truncated:
+            raise BertCoreError("every [MASK] was cut off: the text is longer than the model's positions; "
+                                "put a [MASK] nearer the start")
+        raise BertCoreError("the text has no [MASK]: write [MASK] where a word should be predicted")
+    top_k = max(1, int(top_k))
+    logits = _forward(model, encoded).mlm_logits[0]         # [S, V]
+    probs = torch.softmax(logits[positions].float(), dim=-1)
+    k = min(top_k, probs.shape[-1])
+    values, indices = probs.topk(k, dim=-1)
+    results = []
+    for pos, vals, idx in zip(positions, values.tolist(), indices.tolist()):
+        tokens = tokenizer.convert_ids_to_tokens(idx)
+        results.append(MaskPrediction(position=pos, candidates=list(zip(tokens, vals))))
+    return results
+
+
+def fill_mask(model, tokenizer, text: str, top_k: int = 5, text_b: str | None = None) -> list[MaskPrediction]:
+    """Return top-k (token, probability) candidates for each `[MASK]` in `text` (longer text is truncated)."""
+    encoded = encode_input(tokenizer, text, text_b, max_length=_max_positions(model))
+    return predict_masks(model, tokenizer, encoded, top_k)
+
+
+def predict_nsp(model, tokenizer, a: str, b: str) -> float:
+    """Return the model's probability that sentence `b` follows sentence `a` (NSP class 0)."""
+    if getattr(model, "cls", None) is None or not hasattr(model.cls, "seq_relationship"):
+        raise BertCoreError("this model has no next-sentence head (a GPT-style model is trained on the next token "
+                            "only), so it cannot say whether B follows A")
+    if not isinstance(b, str) or not b.strip():
+        raise BertCoreError("sentence B is empty: next-sentence prediction needs two sentences")
+    encoded = encode_input(tokenizer, a, b, max_length=_max_positions(model))
+    logits = _forward(model, encoded).nsp_logits[0].float()
+    return float(torch.softmax(logits, dim=-1)[0])
+
+
+def attention_maps(model, tokenizer, a: str, b: str | None = None) -> AttentionResult:
+    """Run one input through the model and return every layer's and head's attention probabilities."""
+    encoded = encode_input(tokenizer, a, b, max_length=_max_positions(model))
+    return attention_from_encoded(model, tokenizer, encoded)
+
+
+def attention_from_encoded(model, tokenizer, encoded: EncodedInput) -> AttentionResult:
+    """Like `attention_maps` for an input that is already encoded (e.g. a probe sentence)."""
+    out = _forward(model, encoded, output_attentions=True)
+    if not out.attentions:
+        raise BertCoreError("this model returned no attention maps")
+    att = torch.stack([layer[0].float() for layer in out.attentions]).cpu().numpy()
+    special_ids = set(getattr(tokenizer, "special_ids", ()) or ())
+    special_ids |= {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id}
+    return AttentionResult(
+        tokens=list(encoded.tokens),
+        attentions=att.astype(np.float32),
+        token_type_ids=list(encoded.token_type_ids),
+        special_mask=[i in special_ids for i in encoded.input_ids],
+        truncated=encoded.truncated,
+        causal=is_causal(model),
+    )
+
+
+def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -> AttentionResult:
+    """Drop [CLS]/[SEP] rows and columns and renormalise each row over the remaining tokens.
+
+    A head that sent all its attention to specials gets a uniform row, so no row is left empty.
+    """
+    keep = [not s or (keep_mask_token and tok == "[MASK]") for s, tok in zip(result.special_mask, result.tokens)]
+    idx = np.flatnonzero(keep)
+    if idx.size == 0:
+        raise BertCoreError("the input has only special tokens; nothing is left when they are hidden")
+    att = result.attentions[:, :, idx][:, :, :, idx].astype(np.float64)
+    sums = att.sum(axis=-1, keepdims=True)
+    uniform = np.full_like(att, 1.0 / idx.size)
+    att = np.where(sums > 1e-12, att / np.maximum(sums, 1e-12), uniform)
+    return replace(
+        result,
+        tokens=[result.tokens[i] for i in idx],
+        attentions=att.astype(np.float32),
+        token_type_ids=[result.token_type_ids[i] for i in idx],
+        special_mask=[result.special_mask[i] for i in idx],
+        specials_hidden=True,
+    )
+
+
+def _label_head(s: HeadSummary) -> str:
+    shares = {"[CLS]": s.to_cls, "[SEP]": s.to_sep, "previous": s.to_previous, "next": s.to_next, "self": s.to_self}
+    name, value = max(shares.items(), key=lambda kv: kv[1])
+    if value >= 0.5:
+        return f"{name} {value:.0%}"
+    if s.normalized_entropy >= 0.85:
+        return "broad"
+    return "mixed"
+
+
+def head_summaries(result: AttentionResult) -> list[HeadSummary]:
+    """Measure each head: share of attention to [CLS], [SEP], previous, next and own token; entropy; a short label."""
+    att = result.attentions.astype(np.float64)   # [L, H, S, S]
+    n_layers, n_heads, seq, _ = att.shape
+    cls_cols = [i for i, t in enumerate(result.tokens) if t == "[CLS]"]
+    sep_cols = [i for i, t in enumerate(result.tokens) if t == "[SEP]"]
+    diag = np.arange(seq)
+    to_self = att[:, :, diag, diag].mean(-1)
+    to_prev = att[:, :, diag[1:], diag[1:] - 1].mean(-1) if seq > 1 else np.zeros((n_layers, n_heads))
+    to_next = att[:, :, diag[:-1], diag[:-1] + 1].mean(-1) if seq > 1 else np.zeros((n_layers, n_heads))
+    to_cls = att[..., cls_cols].sum(-1).mean(-1) if cls_cols else np.zeros((n_layers, n_heads))
+    to_sep = att[..., sep_cols].sum(-1).mean(-1) if sep_cols else np.zeros((n_layers, n_heads))
+    plogp = np.where(att > 0, att * np.log2(np.where(att > 0, att, 1.0)), 0.0)
+    entropy = (-plogp.sum(-1)).mean(-1)
+    max_entropy = math.log2(seq) if seq > 1 else 1.0
+    out = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            s = HeadSummary(
+                layer=layer, head=head,
+                to_cls=float(to_cls[layer, head]), to_sep=float(to_sep[layer, head]),
+                to_previous=float(to_prev[layer, head]), to_next=float(to_next[layer, head]),
+                to_self=float(to_self[layer, head]),
+                entropy=float(entropy[layer, head]),
+                normalized_entropy=float(entropy[layer, head] / max_entropy),
+            )
+            s.label = _label_head(s)
+            s.measures = {"[CLS]": s.to_cls, "[SEP]": s.to_sep, "previous": s.to_previous,
+                          "next": s.to_next, "self": s.to_self, "entropy": s.normalized_entropy}
+            out.append(s)
+    return out
+
+
+def unigram_counts(token_ids: Iterable[Sequence[int]], special_ids: Iterable[int] = ()) -> Counter:
+    """Count how often each token id appears in tokenized text, skipping special tokens."""
+    skip = set(special_ids)
+    counts: Counter = Counter()
+    for ids in token_ids:
+        counts.update(i for i in ids if i not in skip)
+    return counts
+
+
+def unigram_top_k(counts: Mapping[int, int], tokenizer, top_k: int = 5) -> list[tuple[str, float]]:
+    """The baseline that ignores context: the k most frequent tokens and their relative frequencies."""
+    total = sum(counts.values())
+    if total <= 0:
+        return []
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+    return [(tokenizer.id_to_token(i), c / total) for i, c in best]
+
+
+@dataclass
+class MaskingRow:
+    """One token of a masked pretraining instance, as the Tokens & masking page shows it."""
+
+    position: int
+    token: str
+    token_id: int
+    segment: int
+    decision: str
+    shown: str          # what the model sees at this position
+    shown_id: int
+
+
+def masking_rows(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int],
+                 masked_ids: Sequence[int], decisions: Sequence[int]) -> list[MaskingRow]:
+    """Describe each position of a masked instance: the original token, what replaced it and why."""
+    originals = tokenizer.convert_ids_to_tokens(list(input_ids))
+    shown = tokenizer.convert_ids_to_tokens(list(masked_ids))
+    return [
+        MaskingRow(position=i, token=originals[i], token_id=int(input_ids[i]), segment=int(token_type_ids[i]),
+                   decision=DECISION_NAMES.get(int(decisions[i]), str(int(decisions[i]))),
+                   shown=shown[i], shown_id=int(masked_ids[i]))
+        for i in range(len(input_ids))
+    ]
+
+
+def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                    special_mask: torch.Tensor | None = None) -> dict:
+    """Count masking decisions over a batch and compare them with BERT's 15% and 80/10/10 targets."""
+    dec = torch.as_tensor(decisions)
+    valid = torch.ones_like(dec, dtype=torch.bool)
+    if attention_mask is not None:
+        valid &= torch.as_tensor(attention_mask).bool()
+    if special_mask is not None:
+        valid &= ~torch.as_tensor(special_mask).bool()
+    d = dec[valid]
+    total = int(d.numel())
+    masked, random_, kept = (int((d == code).sum()) for code in (MASKED, RANDOM, KEPT))
+    chosen = masked + random_ + kept
+    return {
+        "candidates": total,
+        "chosen": chosen,
+        "chosen_share": chosen / total if total else 0.0,
+        "masked": masked, "random": random_, "kept": kept,
+        "masked_share": masked / chosen if chosen else 0.0,
+        "random_share": random_ / chosen if chosen else 0.0,
+        "kept_share": kept / chosen if chosen else 0.0,
+    }
+
+
+def _mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
+    """Mask a padded [B, S] batch as pretraining does: specials and padding never chosen nor used as replacements."""
+    from bert_core.data.pretraining_data import mask_tokens
+
+    never = set(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids))
+    specials = torch.tensor(sorted(set(tokenizer.special_ids) - {tokenizer.unk_id}), dtype=torch.long)
+    special_mask = torch.isin(ids, specials) | (attention_mask == 0)
+    candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in never], dtype=torch.long)
+    generator = torch.Generator().manual_seed(int(seed))
+    result = mask_tokens(ids, special_mask, generator, tokenizer.vocab_size, tokenizer.mask_id,
+                         candidate_ids=candidates, mask_rate=mask_rate)
+    return result, special_mask
+
+
+def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
+                 mask_rate: float = 0.15) -> list[MaskingRow]:
+    """Mask one instance with `seed` and `mask_rate` (BERT's 80/10/10 rule) and describe every position."""
+    ids = torch.tensor([list(input_ids)], dtype=torch.long)
+    result, _ = _mask_padded(tokenizer, ids, torch.ones_like(ids), seed, mask_rate)
+    return masking_rows(tokenizer, input_ids, token_type_ids, result.input_ids[0].tolist(),
+                        result.decisions[0].tolist())
+
+
+def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, mask_rate: float = 0.15) -> dict:
+    """Mask many instances (lists of ids) at once and count decisions against the 15% and 80/10/10 targets."""
+    if not instances:
+        raise BertCoreError("no instances to mask")
+    longest = max(len(x) for x in instances)
+    ids = torch.full((len(instances), longest), tokenizer.pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for r, x in enumerate(instances):
+        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
+        attention[r, :len(x)] = 1
+    result, special_mask = _mask_padded(tokenizer, ids, attention, seed, mask_rate)
+    counts = decision_counts(result.decisions, attention, special_mask)
+    counts["target_rate"] = mask_rate
+    counts["instances"] = len(instances)
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- words
+
+
+def group_word_pieces(pieces: Sequence[str]) -> list[list[str]]:
+    """Group WordPiece tokens into words: ['play', '##ing', 'on'] -> [['play', '##ing'], ['on']]."""
+    words: list[list[str]] = []
+    for piece in pieces:
+        if piece.startswith("##") and words:
+            words[-1].append(piece)
+        else:
+            words.append([piece])
+    return words
+
+
+def word_text(word: Sequence[str]) -> str:
+    """A word's pieces written as text: ['play', '##ing'] -> 'playing'."""
+    return "".join(piece.removeprefix("##") for piece in word)
+
+
+def text_with_word_masked(words: Sequence[Sequence[str]], pick: int) -> str:
+    """The text of `words` with word `pick` replaced by one [MASK] per piece (as whole-word masking does: half a
+    word cannot be written as text)."""
+    return " ".join(" ".join(["[MASK]"] * len(w)) if i == pick else word_text(w) for i, w in enumerate(words))
+
+
+def context_before(tokens: Sequence[str], position: int, words: int = 4) -> str:
+    """Up to `words` words before token `position` (after [CLS]), then '___': a short label for a [MASK]."""
+    before = group_word_pieces(tokens[max(1, position - 6):position])[-words:]
+    return " ".join(word_text(w) for w in before) + " ___"

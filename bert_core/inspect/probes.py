@@ -1,0 +1,298 @@
+"""Probe snapshots for the training time-lapse: what the model fills into fixed [MASK] sentences, and how one
+sentence's attention looks, at chosen steps, kept in bounded memory; and the probe sentences themselves, drawn
+from the held-out part of the corpus being trained (a content word masked), so that the model is asked about
+the kind of text it learns from and has never seen."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from bert_core.errors import BertCoreError
+
+# English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
+DEFAULT_PROBES = (
+    "the man went to the [MASK] to buy some milk .",
+    "she said that [MASK] would come back tomorrow .",
+    "it was one of the [MASK] days of the year .",
+    "he opened the door and [MASK] into the room .",
+)
+DEFAULT_ATTENTION_PROBE = "the cat sat on the mat because it was tired ."
+DEFAULT_PAIR = ("the man went to the store .", "he bought a gallon of milk .")
+PROBE_COUNT = 4
+# Function words: never the masked word of a probe (they teach little, and any corpus is full of them).
+STOPWORDS = frozenset("""
+a an the this that these those some any every each no all both either neither such own other another
+i me my mine we us our ours you your yours he him his she her hers it its they them their theirs thou thee thy
+thine ye one ones who whom whose which what where when why how whether
+and or but nor so yet if then than because as while though although unless until till since
+of in on at to from by with without for about into onto over under above below between among through during
+before after against near off out up down upon within along across behind beyond toward towards
+is am are was were be been being do does did done have has had having will would shall should can could may
+might must let lets not very too also just only even still ever never again there here now well much more most
+anything something nothing everything together
+less least many few same such like unto hath doth art wilt shalt nay yea o oh
+""".split())
+_STRIP = ".,;:!?\"'()[]{}`-_"
+
+
+@dataclass(frozen=True)
+class CorpusProbes:
+    """Probe sentences drawn from held-out text: [MASK] sentences, the time-lapse's attention sentence, a
+    sentence pair that really follows (for next-sentence prediction), and where they came from."""
+
+    sentences: tuple[str, ...]
+    attention_sentence: str
+    pair: tuple[str, str]
+    source: str
+
+    def to_dict(self) -> dict:
+        """JSON-able form (recorded in a run's metadata, so a checkpoint carries its probes)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CorpusProbes":
+        """Inverse of to_dict; raises BertCoreError when a field is missing or of the wrong kind."""
+        try:
+            sentences = tuple(str(x) for x in d["sentences"])
+            pair = tuple(str(x) for x in d["pair"])
+            probes = cls(sentences, str(d["attention_sentence"]), (pair[0], pair[1]), str(d.get("source", "")))
+        except (KeyError, TypeError, IndexError) as exc:
+            raise BertCoreError(f"recorded probes are incomplete: {exc}") from exc
+        if not sentences or not all("[mask]" in x.lower() for x in sentences) or not probes.attention_sentence:
+            raise BertCoreError("recorded probes need [MASK] sentences and an attention sentence")
+        return probes
+
+
+ENGLISH_PROBES = CorpusProbes(DEFAULT_PROBES, DEFAULT_ATTENTION_PROBE, DEFAULT_PAIR,
+                              "built-in English sentences")
+
+
+def _core(word: str) -> str:
+    return word.strip(_STRIP)
+
+
+def word_counts(documents) -> Counter:
+    """Lower-cased word counts (punctuation stripped) over documents of sentences."""
+    return Counter(_core(w).lower() for doc in documents for s in doc for w in s.split() if _core(w))
+
+
+def mask_content_word(sentence: str, counts: Counter | None = None, min_count: int = 1) -> tuple[str, str] | None:
+    """(the sentence with its last content word replaced by [MASK], that word), or None when the sentence is not
+    5 to 16 words long or has no content word. A content word is not the first word, not capitalised (a name), not
+    a function word, has at least 3 letters and is seen `min_count` times in `counts`. The last one is usually the
+    noun that the rest of the sentence predicts."""
+    words = sentence.split()
+    if not 5 <= len(words) <= 16:
+        return None
+    pick = None
+    for i, word in enumerate(words[1:], start=1):
+        core = _core(word)
+        if (len(core) >= 3 and core.isalpha() and core.islower() and core not in STOPWORDS
+                and (counts is None or counts[core] >= min_count)):
+            pick = i
+    if pick is None:
+        return None
+    core = _core(words[pick])
+    words[pick] = words[pick].replace(core, "[MASK]", 1)
+    return " ".join(words), core
+
+
+def probes_from_documents(documents, count: int = PROBE_COUNT, seed: int = 0, counts: Counter | None = None,
+                          source: str = "") -> CorpusProbes:
+    """`count` [MASK] sentences, each from another document and with another masked word where the text allows,
+    an attention sentence of 6-12 words and a pair of consecutive sentences, chosen with `seed` from `documents`
+    (held-out text). `counts` (word counts of the whole corpus) keeps rare words from being the blank; by default
+    the documents' own counts are used. Raises BertCoreError when the text has no usable sentence."""
+    docs = [list(d) for d in documents if d]
+    counts = counts if counts is not None else word_counts(docs)
+    rng = random.Random(seed)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    shuffled = {di: rng.sample(docs[di], len(docs[di])) for di in order}
+    sentences, words, used = [], set(), set()
+    # Strictest first: a word seen 3 times and not yet masked, from an unused document; then relax.
+    for min_count, distinct, fresh_doc in ((3, True, True), (1, True, True), (1, False, True), (1, False, False)):
+        for di in order:
+            if fresh_doc and di in used:
+                continue
+            for sent in shuffled[di]:
+                if len(sentences) >= count:
+                    break
+                found = mask_content_word(sent, counts, min_count)
+                if found is None or found[0] in sentences or (distinct and found[1] in words):
+                    continue
+                sentences.append(found[0])
+                words.add(found[1])
+                used.add(di)
+                break
+    if not sentences:
+        raise BertCoreError("no sentence of 5-16 words with a content word to mask was found in the held-out text")
+    attention = next((s for di in order for s in shuffled[di] if 6 <= len(s.split()) <= 12), None)
+    attention = attention or next(s for d in docs for s in d if s.split())
+    pair = next(((docs[di][i], docs[di][i + 1]) for di in order for i in range(len(docs[di]) - 1)
+                 if 4 <= len(docs[di][i].split()) <= 20 and 4 <= len(docs[di][i + 1].split()) <= 20), None)
+    if pair is None:  # documents of one sentence each: any two neighbours
+        flat = [s for d in docs for s in d]
+        pair = (flat[0], flat[1]) if len(flat) > 1 else ENGLISH_PROBES.pair
+    return CorpusProbes(tuple(sentences), attention, pair, source)
+
+
+def heldout_probes(corpus, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
+    """Probes from the held-out part of `corpus`, split exactly as training splits it
+    (`corpora.split_heldout(corpus, fraction, seed)`): what a training run with this seed draws by itself."""
+    from bert_core.data.corpora import split_heldout
+
+    _, held = split_heldout(corpus, fraction=fraction, seed=seed)
+    return probes_from_documents(held.documents, count, seed, source=f"held-out part of {corpus.name}")
+
+
+def readable_offline(spec: str, allow_paths: bool = True) -> bool:
+    """Whether corpus `spec` can be read without a download: toy, a named corpus in the shared data folder or
+    the download cache, or an existing file (with `allow_paths` False only one in the shared data folder: a
+    public server never opens a path that an uploaded checkpoint names)."""
+    from pathlib import Path
+
+    from bert_core.data.downloads import SOURCES
+    from bert_core.paths import cache_dir, shared_data_dir
+
+    key = str(spec).strip()
+    if key.lower() == "toy":
+        return True
+    shared = shared_data_dir()
+    src = SOURCES.get(key.lower())
+    if src is not None:
+        return bool((shared is not None and src.shared_copy and (shared / src.shared_copy).is_file())
+                    or (cache_dir() / src.filename).is_file())
+    path = Path(key).expanduser()
+    if not allow_paths and (shared is None or not path.resolve().is_relative_to(shared.resolve())):
+        return False
+    return path.is_file()
+
+
+def probes_for_corpus(spec: str, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
+    """Probes from the held-out part of corpus `spec` as a training run with this seed splits it (the toy corpus
+    itself depends on the seed). Raises BertCoreError when the corpus cannot be read without a download."""
+    from bert_core.data.corpora import load_corpus
+
+    if not readable_offline(spec):
+        raise BertCoreError(f"the corpus {spec!r} is not on this machine yet; its probe sentences are drawn when "
+                            "training starts")
+    return heldout_probes(load_corpus(spec, seed=seed), seed, fraction, count)
+
+
+def recorded_probes(metadata: dict | None, allow_paths: bool = True) -> CorpusProbes | None:
+    """The probes a run recorded in its metadata (`metadata["probes"]`), else ones drawn again from the held-out
+    part of its recorded corpora when all of them can be read here without a download (files only with
+    `allow_paths`, or in the shared data folder), else None."""
+    meta = metadata or {}
+    if isinstance(meta.get("probes"), dict):
+        try:
+            return CorpusProbes.from_dict(meta["probes"])
+        except BertCoreError:
+            pass
+    record = meta.get("heldout")
+    if not isinstance(record, dict) or not record.get("corpora"):
+        # No split recorded (an older or hand-made checkpoint): the corpora it names, split as `train` would
+        corpora = meta.get("corpora")
+        if not isinstance(corpora, list) or not corpora:
+            return None
+        record = {"seed": 0, "fraction": 0.1, "corpora": [{"spec": c} for c in corpora]}
+    specs = [c.get("spec") for c in record["corpora"] if isinstance(c, dict)]
+    if not specs or not all(isinstance(s, str) and readable_offline(s, allow_paths) for s in specs):
+        return None
+    from bert_core.data.corpora import load_corpus, split_heldout
+
+    seed, fraction = int(record.get("seed", 0)), float(record.get("fraction", 0.1))
+    held = []
+    try:
+        for spec in specs:
+            held += split_heldout(load_corpus(spec, seed=seed), fraction=fraction, seed=seed)[1].documents
+        return probes_from_documents(held, PROBE_COUNT, seed, source="held-out part of " + " + ".join(specs))
+    except BertCoreError:
+        return None
+
+
+def probes_key(metadata: dict | None) -> str:
+    """A cache key for `recorded_probes`: what it reads from the metadata."""
+    meta = metadata or {}
+    return json.dumps({"probes": meta.get("probes"), "heldout": meta.get("heldout")}, sort_keys=True, default=str)
+
+
+@dataclass
+class ProbeSnapshot:
+    """Probe results at one step: per sentence, per [MASK], the top-k (token, probability); and attention maps."""
+
+    step: int
+    predictions: list[list[list[tuple[str, float]]]]
+    attention_tokens: list[str] | None
+    attention: np.ndarray | None  # float16 [layers, heads, S, S] (half precision keeps the store small)
+
+
+class ProbeStore:
+    """Snapshots of fixed probe sentences taken during training; thread-safe, at most `max_snapshots` kept.
+
+    When full, every other snapshot (never the first or the newest) is dropped, so the store always spans the
+    whole run at a coarser and coarser pace: what a time-lapse needs.
+    """
+
+    def __init__(self, sentences=DEFAULT_PROBES, attention_sentence: str | None = DEFAULT_ATTENTION_PROBE,
+                 top_k: int = 5, max_snapshots: int = 32):
+        sentences = list(sentences)
+        if not sentences and attention_sentence is None:
+            raise BertCoreError("give at least one probe sentence or an attention sentence")
+        for s in sentences:
+            if "[mask]" not in s.lower():
+                raise BertCoreError(f"probe sentence {s!r} has no [MASK]: write [MASK] where a word should go")
+        if max_snapshots < 2:
+            raise BertCoreError(f"max_snapshots must be at least 2, got {max_snapshots}")
+        self.sentences = sentences
+        self.attention_sentence = attention_sentence
+        self.top_k = top_k
+        self.max_snapshots = max_snapshots
+        self._snapshots: list[ProbeSnapshot] = []
+        self._lock = threading.Lock()
+
+    def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
+        """Run the probes through `model` (its train/eval mode is restored), store and return the snapshot."""
+        from bert_core.inspect.inspection import attention_maps, fill_mask, is_causal
+
+        # A causal model cannot fill a [MASK] (inspection.CAUSAL_CANNOT_FILL): its snapshots keep the attention only.
+        predictions = [
+            [] if is_causal(model) else [p.candidates for p in fill_mask(model, tokenizer, s, top_k=self.top_k)]
+            for s in self.sentences
+        ]
+        tokens = attention = None
+        if self.attention_sentence is not None:
+            result = attention_maps(model, tokenizer, self.attention_sentence)
+            tokens, attention = result.tokens, result.attentions.astype(np.float16)
+        return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens,
+                                      attention=attention))
+
+    def add(self, snap: ProbeSnapshot) -> ProbeSnapshot:
+        """Store a snapshot (taken here or received from a training process), thinning when full."""
+        with self._lock:
+            self._snapshots.append(snap)
+            if len(self._snapshots) > self.max_snapshots:
+                middle = self._snapshots[1:-1]
+                self._snapshots = [self._snapshots[0], *middle[1::2], self._snapshots[-1]]
+        return snap
+
+    def snapshots(self) -> list[ProbeSnapshot]:
+        """A copy of the stored snapshots, oldest first."""
+        with self._lock:
+            return list(self._snapshots)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._snapshots)
+
+    def latest(self) -> ProbeSnapshot | None:
+        """The most recent snapshot, or None before the first."""
+        with self._lock:
+            return self._snapshots[-1] if self._snapshots else None

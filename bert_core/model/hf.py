@@ -1,0 +1,215 @@
+"""Reading and writing Hugging Face BERT checkpoint folders (config.json + model.safetensors) with our model classes.
+
+A folder we save loads in `transformers.BertForPreTraining.from_pretrained(folder)` (or
+`BertForSequenceClassification`, or `BertLMHeadModel` for a causal model) as it is, and a Hugging Face BERT folder
+(e.g. a user's bert-base-uncased download, safetensors or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import warnings
+import zipfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bert_core.errors import BertCoreError
+from bert_core.model.bert import BertForSequenceClassification, BertLMHeadModel, pretraining_model
+from bert_core.model.config import BertConfig
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+
+# How to turn a pickled checkpoint into files that cannot run code; said whenever one is refused.
+CONVERT_PICKLE = (
+    "convert it to safetensors on a machine where you trust the file: "
+    "transformers.BertForPreTraining.from_pretrained(FOLDER).save_pretrained(NEW_FOLDER, safe_serialization=True), "
+    "or safetensors.torch.save_file(state_dict, 'model.safetensors') on its state dict"
+)
+
+
+def is_checkpoint_folder(folder: str | Path) -> bool:
+    """True when `folder` holds a config.json and one of the weight files."""
+    folder = Path(folder)
+    return (folder / "config.json").is_file() and any((folder / f).is_file() for f in WEIGHT_FILES)
+
+
+def _file_kind(path: Path) -> str:
+    """'pickle' (a pickle or torch.save's zip of one), 'zip', or 'other', from the first bytes; never unpickles."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+        if head[:1] == b"\x80":  # the PROTO opcode every pickle since protocol 2 starts with
+            return "pickle"
+        if head == b"PK\x03\x04":
+            with zipfile.ZipFile(path) as z:
+                return "pickle" if any(n.endswith("data.pkl") for n in z.namelist()) else "zip"
+    except (OSError, zipfile.BadZipFile):
+        pass
+    return "other"
+
+
+def require_checkpoint_folder(folder: str | Path) -> Path:
+    """`folder` as a Path when it is a checkpoint folder; otherwise a BertCoreError that says what it is instead
+    (missing, a pickle, a zip, a file inside a checkpoint, a folder without weights)."""
+    folder = Path(folder)
+    if folder.is_file():
+        kind = _file_kind(folder)
+        if kind == "pickle":
+            raise BertCoreError(f"{folder} is a pickled PyTorch file, not a checkpoint folder; a pickle can run code "
+                                f"when loaded, so it is not read: {CONVERT_PICKLE}, then give that folder")
+        if kind == "zip":
+            raise BertCoreError(f"{folder} is a zip archive: unpack it and give the folder that holds config.json")
+        if folder.name in ("config.json", *WEIGHT_FILES):
+            raise BertCoreError(f"{folder} is a file: give its folder, {folder.parent}")
+        raise BertCoreError(f"{folder} is a file, not a checkpoint folder: give the folder that holds config.json "
+                            "and model.safetensors")
+    if not folder.is_dir():
+        raise BertCoreError(f"checkpoint folder {folder} does not exist")
+    if not is_checkpoint_folder(folder):
+        raise BertCoreError(f"{folder} is not a checkpoint folder: it needs config.json and model.safetensors "
+                            "(or pytorch_model.bin)")
+    return folder
+
+
+def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_names=None) -> Path:
+    """Write config.json + model.safetensors (+ tokenizer files) into `folder`; Hugging Face loads it as is."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    extra = {}
+    if isinstance(model, BertForSequenceClassification):
+        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(model.num_labels)]
+        if len(names) != model.num_labels:
+            raise BertCoreError(f"{len(names)} label names for a classifier with {model.num_labels} labels")
+        extra = {
+            "architectures": ["BertForSequenceClassification"],
+            "id2label": {str(i): n for i, n in enumerate(names)},
+            "label2id": {n: i for i, n in enumerate(names)},
+            # Ours, not Hugging Face's: which vector the classifier reads (model.LAST_TOKEN_POOLING). transformers'
+            # BertForSequenceClassification always reads [CLS] through the pooler, so a "last" classifier loads
+            # there with a fresh pooler (reported missing) and different logits: it loads as trained only here.
+            "classifier_pooling": model.pooling,
+        }
+    if isinstance(model, BertLMHeadModel):
+        extra = {"architectures": ["BertLMHeadModel"]}
+    model.config.save(folder, extra)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in TIED_KEYS}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save(folder)
+    return folder
+
+
+# Names used by older BERT checkpoints (TF conversions) for what is now LayerNorm.weight / LayerNorm.bias.
+_LEGACY = [(re.compile(r"LayerNorm\.gamma$"), "LayerNorm.weight"), (re.compile(r"LayerNorm\.beta$"), "LayerNorm.bias")]
+
+
+def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Read a checkpoint's tensors: model.safetensors, else pytorch_model.bin with weights_only=True (no pickled code)."""
+    folder = Path(folder)
+    st_path, bin_path = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if st_path.is_file():
+        try:
+            state = load_file(str(st_path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise BertCoreError(f"could not read {st_path}: {exc}; the file is damaged or not safetensors") from None
+    elif bin_path.is_file():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch warns about pickle protocols on stderr before refusing
+                state = torch.load(bin_path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            text = " ".join(str(exc).split())
+            found = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
+            reason = (found.group(1) if found else text)[:200] or type(exc).__name__
+            raise BertCoreError(f"{bin_path} holds more than tensors, so torch.load(..., weights_only=True) refused "
+                                f"it ({reason}); a pickle can run code, so it is not loaded otherwise: "
+                                f"{CONVERT_PICKLE}") from None
+        except Exception as exc:  # noqa: BLE001 - torch raises many types on a damaged file; none may escape as a trace
+            raise BertCoreError(f"could not read {bin_path} with torch.load(..., weights_only=True) "
+                                f"({type(exc).__name__}: {exc}); the file is damaged, or {CONVERT_PICKLE}") from None
+    else:
+        raise BertCoreError(f"{folder} has no model.safetensors or pytorch_model.bin: not a checkpoint folder")
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise BertCoreError(f"the weights file in {folder} does not hold a dictionary of named tensors")
+    renamed = {}
+    for key, value in state.items():
+        for pattern, new in _LEGACY:
+            key = pattern.sub(new, key)
+        renamed[key] = value
+    return renamed
+
+
+def _label_names(folder: Path) -> list[str] | None:
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
+    id2label = raw.get("id2label")
+    if not id2label or raw.get("architectures") != ["BertForSequenceClassification"]:
+        return None
+    try:
+        return [str(id2label[k]) for k in sorted(id2label, key=int)]
+    except (TypeError, ValueError, AttributeError):
+        return None  # label names that are not {"0": name, ...}: the classifier keeps generic LABEL_i names
+
+
+def _classifier_pooling(folder: Path) -> str | None:
+    """The reading a saved classifier was trained with (None: the default for its kind, e.g. a pretraining folder)."""
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
+    if raw.get("architectures") != ["BertForSequenceClassification"]:
+        return None  # a pretraining folder's new classifier reads what suits its kind
+    pooling = raw.get("classifier_pooling")
+    return pooling if isinstance(pooling, str) else None
+
+
+def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
+                    strict_heads: bool = False) -> nn.Module:
+    """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode; by default the class the
+    folder is: BertLMHeadModel for a causal (is_decoder) model, else BertForPreTraining.
+
+    Encoder weights must all be present; head weights missing from the folder (a bare `BertModel` checkpoint, or
+    a fresh classifier on a pretraining checkpoint) keep their BERT initialisation unless `strict_heads` is set.
+    """
+    folder = require_checkpoint_folder(folder)
+    config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
+    if model_class is BertForSequenceClassification:
+        names = _label_names(folder)
+        if num_labels is None:
+            num_labels = len(names) if names else 2
+        model = BertForSequenceClassification(config, num_labels, _classifier_pooling(folder))
+        model.label_names = names if names and len(names) == num_labels else None
+    else:
+        model = pretraining_model(config) if model_class is None else model_class(config)
+    state = read_state_dict(folder)
+    if not any(k.startswith("bert.") for k in state):
+        state = {"bert." + k: v for k, v in state.items()}  # a bare BertModel checkpoint
+    expected = model.state_dict()
+    if isinstance(model, BertForSequenceClassification) and state.get("classifier.weight") is not None \
+            and state["classifier.weight"].shape != expected["classifier.weight"].shape:
+        # A classifier with another label count: keep its encoder, start a fresh head.
+        state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+    usable = {k: v for k, v in state.items() if k in expected}
+    for key, value in usable.items():
+        if value.shape != expected[key].shape:
+            raise BertCoreError(f"weight {key} has shape {tuple(value.shape)} in {folder} but the config "
+                                f"implies {tuple(expected[key].shape)}")
+        # A diverged run's weights would only give NaN predictions (and NaN losses on resume): refused by name.
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise BertCoreError(f"weight {key} in {folder} holds NaN or infinite values: the checkpoint is damaged "
+                                "(saved from a run that diverged?); use an earlier checkpoint")
+    missing = [k for k in expected if k not in usable and k not in TIED_KEYS]
+    encoder_missing = [k for k in missing if k.startswith("bert.") and not k.startswith("bert.pooler.")]
+    if encoder_missing or (strict_heads and missing):
+        shown = ", ".join((encoder_missing or missing)[:5])
+        raise BertCoreError(f"{folder} lacks {len(encoder_missing or missing)} weight(s) the model needs, e.g. {shown}")
+    model.load_state_dict(usable, strict=False)
+    model.missing_keys = missing  # for the UI: which heads were freshly initialised
+    model.eval()
+    return model

@@ -1,0 +1,643 @@
+"""The Streamlit side of the explorer: the sidebar's model picker, this session's jobs, widget and URL helpers.
+
+The only `bert_core` module that calls Streamlit (imported inside functions). What it steers lives in
+Streamlit-free modules, tested without it: training jobs and their registry (`bert_core.serve.jobs`), checkpoint
+folders (`bert_core.serve.model_sources`), files and public mode (`bert_core.serve.app_storage`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from bert_core.errors import BertCoreError
+from bert_core.paths import REPO_ROOT
+from bert_core.serve.jobs import JobRegistry, TrainingJob, busy_everywhere, share_capacity, training_threads
+from bert_core.serve.model_sources import (
+    ActiveModel,
+    default_checkpoint,
+    describe_checkpoint,
+    folder_stamp,
+    load_folder,
+    shipped_checkpoints,
+)
+from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token, scratch_key
+
+log = logging.getLogger("bert_core.app")
+
+POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training charts redraw
+
+SOURCE_SHIPPED = "Shipped checkpoint"
+SOURCE_SESSION = "Model trained in this session"
+SOURCE_SAVED = "A saved run"
+SOURCE_UPLOAD = "Upload a checkpoint (zip)"
+SOURCE_FOLDER = "Checkpoint folder"   # a server path: local use only, off in public mode
+SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_SAVED, SOURCE_UPLOAD, SOURCE_FOLDER)
+SOURCE_CODES = {"shipped": SOURCE_SHIPPED, "session": SOURCE_SESSION, "saved": SOURCE_SAVED,
+                "upload": SOURCE_UPLOAD, "folder": SOURCE_FOLDER}   # the URL's ?model=...
+
+# The sidebar's page list, in teaching order. Streamlit would name the main script's entry after its file ("app");
+# .streamlit/config.toml hides that list (client.showSidebarNavigation) and every page draws this one instead.
+NAVIGATION = (
+    ("app.py", "Home", ":material/home:"),
+    ("pages/1_Tokens_and_masking.py", "Tokens & masking", ":material/text_fields:"),
+    ("pages/2_Train.py", "Train", ":material/model_training:"),
+    ("pages/3_Attention.py", "Attention", ":material/visibility:"),
+    ("pages/4_Predictions.py", "Predictions", ":material/target:"),
+    ("pages/5_Fine-tune.py", "Fine-tune", ":material/label:"),
+    ("pages/6_Export.py", "Export", ":material/download:"),
+)
+APP_ROOT = REPO_ROOT
+
+
+def model_sources() -> tuple[str, ...]:
+    """The sidebar's choices: every source on the user's own machine; no server path in public mode."""
+    from bert_core.serve.app_storage import public_mode
+
+    return tuple(s for s in SOURCES if s != SOURCE_FOLDER) if public_mode() else SOURCES
+
+
+def poll_seconds() -> float:
+    """Seconds between redraws of the live training view (`$BERT_EXPLORER_POLL_S`, default 2)."""
+    try:
+        return max(0.25, float(os.environ.get(POLL_ENV, "2")))
+    except ValueError:
+        return 2.0
+
+
+CHART_POLL_ENV = "BERT_EXPLORER_CHART_POLL_S"       # how often the live training charts redraw
+
+
+def chart_poll_seconds() -> float:
+    """Seconds between redraws of the live training charts (`$BERT_EXPLORER_CHART_POLL_S`, default three polls).
+    The numbers above them redraw at every poll; a headless browser redrawing four Plotly charts every 2 s took
+    about as much CPU as the training of the default nano run and made it up to twice as slow on a 2-core machine
+    (docs/benchmarks.md, "The default Train run")."""
+    try:
+        return max(poll_seconds(), float(os.environ.get(CHART_POLL_ENV, "") or 3 * poll_seconds()))
+    except ValueError:
+        return 3 * poll_seconds()
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def _cached_loader():
+    import streamlit as st
+
+    @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
+    def load(path: str, stamp: float):
+        return load_folder(path)
+
+    return load
+
+
+_LOADER = None
+
+
+def load_folder_cached(folder: str | Path) -> tuple[Any, Any, dict | None]:
+    """`load_folder` through `st.cache_resource`, keyed by path and modification time (a re-saved folder reloads)."""
+    global _LOADER
+    path = Path(str(folder).strip()).expanduser()
+    if not path.is_dir():
+        return load_folder(path)  # raises the right message
+    if _LOADER is None:
+        _LOADER = _cached_loader()
+    return _LOADER(str(path.resolve()), folder_stamp(path))
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+def _session_alive_from_runtime(session_id: str) -> bool | None:
+    """True/False from Streamlit's runtime when a server is running; None when there is none (tests, scripts)."""
+    try:
+        from streamlit import runtime
+
+        if not runtime.exists():
+            return None
+        return runtime.get_instance().is_active_session(session_id)
+    except Exception:  # noqa: BLE001 - private runtime API; when it changes, never reap on a guess
+        return None
+
+
+def _run_job(run: Run):
+    from bert_core.serve.jobs import pretraining_job
+
+    return pretraining_job(run.run_id, run.spec)
+
+
+def _release_folder(run: Run) -> Path:
+    from bert_core.serve.app_storage import session_scratch
+
+    return session_scratch(scratch_key(run.run_id)) / "checkpoint"
+
+
+def _scratch_alive(key: str) -> bool | None:
+    """The scratch janitor's question: a run's folder lives as long as the server keeps the run, a session's as
+    long as its tab."""
+    if key.startswith("run:"):
+        return RUNS.has(key[4:])
+    return _session_alive_from_runtime(key)
+
+
+# Fine-tuning key -> the sessions that have shown it (a reload or a reopened link adds its new session).
+_FINETUNE_SESSIONS: dict[str, set[str]] = {}
+_FINETUNE_LOCK = threading.Lock()
+
+
+def _finetune_alive(key: str) -> bool | None:
+    """The fine-tuning reaper's question: is any tab that showed this fine-tuning still open?"""
+    with _FINETUNE_LOCK:
+        sessions = set(_FINETUNE_SESSIONS.get(key, ()))
+    answers = [_session_alive_from_runtime(sid) for sid in sessions]
+    if any(answers):
+        return True
+    return None if not answers or None in answers else False
+
+
+# Pretraining runs belong to run ids (they outlive a tab, queue for the CPU, and can be watched by a class:
+# bert_core.serve.runs); a fine-tuning belongs to a key in its tab's URL (`?ft=`), so a reload finds it again, and it
+# ends a few seconds after the last tab showing it closes. Both count towards the server's limit of concurrent
+# trainings.
+RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder,
+                busy_elsewhere=lambda: busy_everywhere(exclude=RUNS))
+share_capacity(RUNS)
+FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
+
+
+# ---------------------------------------------------------------------------------------------- Streamlit side
+
+
+def session_id() -> str:
+    """This browser session's id (a stable fallback outside a Streamlit run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "no-session"
+
+
+RUN_PARAM, WATCH_PARAM = "run", "watch"   # the URL's run ids: the owner's, and a share link's
+FINETUNE_PARAM = "ft"                     # the URL's fine-tuning key
+
+
+def finetune_key() -> str:
+    """This tab's key in `FINETUNE_REGISTRY`: the one in its URL when that fine-tuning is still on the server (a
+    reload, or the link reopened), else the tab's own. While a fine-tuning exists under it, the key is written into
+    the URL, so that the address bar reopens it; this session is noted as showing it (see `_finetune_alive`)."""
+    import streamlit as st
+
+    s = st.session_state
+    token = st.query_params.get(FINETUNE_PARAM)
+    if token and token != s.get("ft_key") and FINETUNE_REGISTRY.get(token) is not None:
+        s["ft_key"] = token
+    key = s.setdefault("ft_key", new_token())
+    # The registry is asked outside our lock: its reaper holds its own lock while it asks `_finetune_alive`, which
+    # takes ours, so holding both the other way round could deadlock.
+    with _FINETUNE_LOCK:
+        keys = [k for k in _FINETUNE_SESSIONS if k != key]
+    gone = [k for k in keys if FINETUNE_REGISTRY.get(k) is None]
+    with _FINETUNE_LOCK:
+        for k in gone:
+            _FINETUNE_SESSIONS.pop(k, None)
+        _FINETUNE_SESSIONS.setdefault(key, set()).add(session_id())
+    if FINETUNE_REGISTRY.get(key) is not None:
+        if st.query_params.get(FINETUNE_PARAM) != key:
+            st.query_params[FINETUNE_PARAM] = key
+    elif FINETUNE_PARAM in st.query_params:
+        del st.query_params[FINETUNE_PARAM]
+    return key
+
+
+def attach_run() -> None:
+    """Find this tab's run from its URL (a reload, a reopened link, a share link) or its session, note this session
+    as watching it, and write its id back into the URL so that the address bar always reopens it."""
+    import streamlit as st
+
+    s = st.session_state
+    for param, state_key, lookup in ((RUN_PARAM, "run_id", RUNS.get), (WATCH_PARAM, "watch_id", RUNS.by_view)):
+        token = st.query_params.get(param)
+        if not token or token == s.get(state_key):
+            continue
+        if lookup(token) is not None:
+            s.pop("run_id", None)
+            s.pop("watch_id", None)
+            s[state_key] = token
+        else:
+            s["run_note"] = ("The run of this link was dropped: the server keeps only its latest ended runs. Save "
+                             "a run you want to keep (Train page, *Save this run on the server*)."
+                             if RUNS.was_dropped(token) else
+                             "The run of this link is not on this server (it may have restarted). Start a new run "
+                             "on the Train page.")
+            del st.query_params[param]
+    run, role = current_run()
+    if run is None:
+        s.pop("run_id", None)   # dropped or reset meanwhile
+        s.pop("watch_id", None)
+        for param in (RUN_PARAM, WATCH_PARAM):
+            if param in st.query_params:
+                del st.query_params[param]
+        return
+    RUNS.attach(run, session_id(), role)
+    param, token = (RUN_PARAM, run.run_id) if role == OWNER else (WATCH_PARAM, run.view_id)
+    if st.query_params.get(param) != token:
+        st.query_params[param] = token
+
+
+def current_run() -> tuple[Run | None, str | None]:
+    """(this tab's run, OWNER or VIEWER), or (None, None)."""
+    import streamlit as st
+
+    s = st.session_state
+    run = RUNS.get(s.get("run_id"))
+    if run is not None:
+        return run, OWNER
+    run = RUNS.by_view(s.get("watch_id"))
+    return (run, VIEWER) if run is not None else (None, None)
+
+
+def set_current_run(run: Run | None) -> None:
+    """Make `run` (started by this tab) the tab's run, or forget the tab's run."""
+    import streamlit as st
+
+    st.session_state.pop("watch_id", None)
+    if WATCH_PARAM in st.query_params:
+        del st.query_params[WATCH_PARAM]
+    if run is None:
+        st.session_state.pop("run_id", None)
+        if RUN_PARAM in st.query_params:
+            del st.query_params[RUN_PARAM]
+    else:
+        st.session_state["run_id"] = run.run_id
+        st.query_params[RUN_PARAM] = run.run_id   # the URL names the tab's run (else it would reopen the last)
+        RUNS.attach(run, session_id(), OWNER)
+
+
+def tab_run_folders() -> dict[str, Path]:
+    """This tab's earlier runs whose checkpoints are in their folders ("run 1 of this tab": folder), for the pages
+    that set a second model beside the active one (the run list's numbering, as on the Train page)."""
+    run, role = current_run()
+    if run is None or role != OWNER:
+        return {}
+    found = {}
+    for i, r in enumerate(RUNS.family(run)):
+        if r is run:
+            continue  # the tab's current run is the sidebar's "Model trained in this session"
+        folder = getattr(r.job, "released", None) if r.job is not None else None
+        if folder is not None and (Path(folder) / "config.json").is_file():
+            found[f"run {i + 1} of this tab"] = Path(folder)
+    return found
+
+
+def current_job() -> TrainingJob | None:
+    """The training job of this tab's run (its own or one it watches), once the run has started."""
+    run, _ = current_run()
+    return run.job if run is not None else None
+
+
+def _shipped_choice(name: str | None) -> Path:
+    """The shipped checkpoint picked by name (the sidebar's box, `?ckpt=` in the URL): one of the folders in
+    checkpoints/, never a path built from the name; the default one for no name or a name not shipped."""
+    return shipped_checkpoints().get(name or "", default_checkpoint())
+
+
+def _shipped_model(path: Path | None = None):
+    path = path or default_checkpoint()
+    if not path.is_dir():
+        return None, (f"The shipped checkpoint is not here yet (`{path}`). Train a model on the **Train** page "
+                      "and pick *Model trained in this session*, or give a checkpoint folder.")
+    model, tok, state = load_folder_cached(path)
+    return ActiveModel(model, tok, SOURCE_SHIPPED, path, describe_checkpoint(path, model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _session_model():
+    job = current_job()
+    if job is None or job.trainer is None:
+        return None, "No model has been trained in this session yet: start one on the **Train** page."
+    model = job.model_snapshot()
+    trainer = job.trainer
+    state = {"metadata": trainer.metadata, "step": trainer.step}
+    spec = job.spec
+    whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
+    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {trainer.step:,}"
+            f" ({job.phase}); {model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size}, "
+            f"{model.config.num_attention_heads} heads.")
+    return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, trainer.step), None
+
+
+def _folder_model(folder: str):
+    from bert_core.serve.app_storage import public_mode
+
+    if public_mode():  # a stale URL or session value must not reopen a server path on a public server
+        return None, "Opening a folder by its server path is off on this public server: upload a zip instead."
+    if not folder.strip():
+        return None, "Type the path of a checkpoint folder (ours or a Hugging Face BERT folder)."
+    model, tok, state = load_folder_cached(folder)
+    path = Path(folder).expanduser()
+    return ActiveModel(model, tok, SOURCE_FOLDER, path, describe_checkpoint(path, model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _saved_model(name: str | None):
+    from bert_core.serve.app_storage import saved_run_folder
+
+    if not name:
+        return None, "No run has been saved on this server yet: train one and press **Save** on the Train page."
+    path = saved_run_folder(name)
+    model, tok, state = load_folder_cached(path)
+    return ActiveModel(model, tok, SOURCE_SAVED, Path(name), describe_checkpoint(Path(name), model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _uploaded_model(upload):
+    from bert_core.serve.app_storage import unpack_uploaded_checkpoint
+
+    if upload is None:
+        return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
+                      "such as the one the Train page's download gives.")
+    import streamlit as st
+
+    # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
+    known = st.session_state.get("_model_upload_folder")
+    if known and known[0] == upload.file_id and Path(known[1]).is_dir():
+        path = Path(known[1])
+    else:
+        path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
+        st.session_state["_model_upload_folder"] = (upload.file_id, str(path))
+    model, tok, state = load_folder_cached(path)
+    label = Path(upload.name)
+    return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
+                       (state or {}).get("step")), None
+
+
+_TORCH_THREADS_SET = False
+
+
+def _configure_torch() -> None:
+    global _TORCH_THREADS_SET
+    if not _TORCH_THREADS_SET:
+        import torch
+
+        torch.set_num_threads(training_threads())
+        _TORCH_THREADS_SET = True
+
+
+def navigation() -> None:
+    """The sidebar's list of pages (Home first), the ones present in this install."""
+    import streamlit as st
+    from streamlit.errors import StreamlitPageNotFoundError
+
+    with st.sidebar:
+        try:
+            for page, label, icon in NAVIGATION:
+                if (APP_ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
+                    st.page_link(page, label=label, icon=icon)
+        except StreamlitPageNotFoundError:
+            return  # a page run on its own (AppTest.from_file of one page): there is no app to link to
+        st.divider()
+
+
+def quick_config():
+    """The active model's sizes (a BertConfig) read from its config.json, without torch or the weights, for the
+    home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""
+    import streamlit as st
+
+    from bert_core.model.config import BertConfig
+
+    source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
+    try:
+        if source == SOURCE_SHIPPED:
+            return BertConfig.load(_shipped_choice(st.session_state.get("model_shipped")
+                                                   or query_default("ckpt", "")))
+        if source == SOURCE_SESSION:
+            job = current_job()
+            return getattr(job.trainer, "model_config", None) or job.trainer.model.config
+    except Exception:  # noqa: BLE001 - only a first drawing: the sidebar reports what is wrong
+        return None
+    return None
+
+
+def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
+    """Draw the sidebar: the page list and the model picker (every page calls this). Returns the active model,
+    or None with a note."""
+    import streamlit as st
+
+    from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
+
+    _persist_every_page_keys()
+    if not navigation_drawn:
+        navigation()
+    _configure_torch()
+    start_janitor(_scratch_alive)
+    attach_run()
+
+    persist_keys("model_source", "model_folder", "model_saved", "model_shipped")
+    sources = model_sources()
+    # The model choice travels in the URL (`?model=session`), so a shared link opens the same model; a share link
+    # of a run opens that run's model.
+    watching = current_run()[1] == VIEWER
+    init_widget("model_source", SOURCE_SESSION if watching else SOURCE_SHIPPED,
+                lambda v: SOURCE_CODES.get(v, SOURCE_SHIPPED), param="model")
+    with st.sidebar:
+        st.markdown("### Active model")
+        if st.session_state.get("model_source") not in sources:
+            st.session_state["model_source"] = SOURCE_SHIPPED
+        source = st.radio("Which model do the pages look at?", sources, key="model_source")
+        code = next(c for c, name in SOURCE_CODES.items() if name == source)
+        if st.query_params.get("model") != code:
+            st.query_params["model"] = code
+        folder, saved, upload, shipped = "", None, None, None
+        if source == SOURCE_SHIPPED:
+            # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
+            folders = shipped_checkpoints()
+            names = list(folders)
+            if len(names) > 1:
+                init_widget("model_shipped", names[0], param="ckpt")
+                if st.session_state["model_shipped"] not in names:
+                    st.session_state["model_shipped"] = names[0]
+                shipped = st.selectbox("Checkpoint", names, key="model_shipped")
+                if shipped != names[0]:
+                    st.query_params["ckpt"] = shipped
+                else:
+                    st.query_params.pop("ckpt", None)
+        else:
+            st.query_params.pop("ckpt", None)
+        if source == SOURCE_FOLDER:
+            folder = st.text_input("Checkpoint folder on the server", key="model_folder",
+                                   placeholder="/path/to/checkpoint (config.json + model.safetensors)")
+        elif source == SOURCE_SAVED:
+            names = [r.name for r in list_runs()]
+            if st.session_state.get("model_saved") not in names:
+                st.session_state.pop("model_saved", None)
+            saved = st.selectbox("Saved run", names, key="model_saved") if names else None
+        elif source == SOURCE_UPLOAD:
+            upload = st.file_uploader(f"A zipped checkpoint folder (up to {upload_cap_bytes() // 2**20} MB)",
+                                      type=["zip"], key="model_upload")
+        try:
+            if source == SOURCE_SHIPPED:
+                active, note = _shipped_model(folders.get(shipped))
+            elif source == SOURCE_SESSION:
+                active, note = _session_model()
+            elif source == SOURCE_SAVED:
+                active, note = _saved_model(saved)
+            elif source == SOURCE_UPLOAD:
+                active, note = _uploaded_model(upload)
+            else:
+                active, note = _folder_model(folder)
+        except BertCoreError as exc:
+            active, note = None, None
+            st.error(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a checkpoint we cannot read is a message, never a traceback
+            log.exception("loading the model failed")
+            active, note = None, None
+            st.error(f"could not load this model: {type(exc).__name__}: {exc}")
+        if note:
+            st.info(note)
+        if active is not None:
+            cfg = active.config
+            st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
+                       f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}"
+                       + (f", step {active.step:,}" if active.step else ""))
+        run, role = current_run()
+        if run is not None and run.active:
+            # Drawn outside the live fragment, so it would go stale: no step count here.
+            st.caption("A training run of this tab is going on in the background (see the Train page)."
+                       if role == OWNER else "You are watching a shared training run (see the Train page).")
+        note = st.session_state.pop("run_note", None)
+        if note:
+            st.warning(note)
+    return active
+
+
+def persist_keys(*keys: str) -> None:
+    """Keep widget values across page switches. Streamlit drops a widget's state at the end of any script run that
+    does not draw the widget, so every page's run (through `sidebar`) re-saves the keys that any page named here."""
+    import streamlit as st
+
+    st.session_state.setdefault("_persisted_keys", set()).update(keys)
+    for key in keys:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
+def _persist_every_page_keys() -> None:
+    """Re-save the keys every page has named (see `persist_keys`); first thing in `sidebar`, before any widget."""
+    import streamlit as st
+
+    persist_keys(*st.session_state.get("_persisted_keys", ()))
+
+
+def query_default(name: str, default, cast=str):
+    """A page setting from the URL query (so a shared link opens the same view), else `default`."""
+    import streamlit as st
+
+    raw = st.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        return cast(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def follow_default(key: str, default, cast=str) -> None:
+    """Seed a widget like `init_widget`, and when its default changes (another model, corpus or seed) replace the
+    value too, unless the user has changed it: what they typed stays, an untouched default follows."""
+    import streamlit as st
+
+    marker = f"_default_of_{key}"
+    init_widget(key, default, cast)
+    previous = st.session_state.get(marker)
+    if previous is not None and previous != default and st.session_state[key] == previous:
+        st.session_state[key] = default
+    st.session_state[marker] = default
+
+
+def _recorded_probes_cached():
+    import streamlit as st
+
+    from bert_core.inspect.probes import recorded_probes
+
+    @st.cache_data(max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
+    def probes(key: str, allow_paths: bool, _metadata):
+        return recorded_probes(_metadata, allow_paths)
+
+    return probes
+
+
+_PROBES = None
+
+
+def model_probes(active: ActiveModel | None):
+    """Sentences for the Attention and Predictions pages from the active model's own held-out text (the probes
+    its run recorded, or drawn again from its recorded corpora when they can be read here); English sentences
+    for a model without a readable corpus (e.g. a Hugging Face download)."""
+    global _PROBES
+    from bert_core.inspect.probes import ENGLISH_PROBES, probes_key
+    from bert_core.serve.app_storage import public_mode
+
+    meta = ((active.trainer_state or {}).get("metadata") if active is not None else None) or {}
+    if not meta:
+        return ENGLISH_PROBES
+    if _PROBES is None:
+        _PROBES = _recorded_probes_cached()
+    return _PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES
+
+
+def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
+    """Seed a widget's session value once: from the URL query parameter `param` (default: the key), else `default`.
+
+    Keys carry a page prefix (att_, pred_...) so that one page's parameters never leak into another's.
+    """
+    import streamlit as st
+
+    if key not in st.session_state:
+        st.session_state[key] = query_default(param or key, default, cast)
+
+
+def smoothing_slider(key: str, help: str) -> float:
+    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default,
+    an out-of-range URL value replaced by the default; returns its value."""
+    import streamlit as st
+
+    from bert_core.inspect.figures import DEFAULT_SMOOTHING
+
+    init_widget(key, DEFAULT_SMOOTHING, float)
+    if not 0.0 <= st.session_state[key] <= 0.99:
+        st.session_state[key] = DEFAULT_SMOOTHING
+    return st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key=key, help=help)
+
+
+def sync_query(*keys: str) -> None:
+    """Write these widgets' current values into the URL query, so the address bar is a shareable link."""
+    import streamlit as st
+
+    for key in keys:
+        if key not in st.session_state:
+            continue
+        text = str(st.session_state[key])
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+
+
+def plotly(fig, name: str, key: str | None = None) -> None:
+    """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page)."""
+    import streamlit as st
+
+    from bert_core.inspect.figures import plotly_config
+
+    fmt = st.session_state.get("image_format", "png")
+    config = plotly_config(name)
+    config["toImageButtonOptions"]["format"] = fmt
+    st.plotly_chart(fig, config=config, key=key, width="stretch")
+
+
+def show_error(exc: Exception) -> None:
+    """Show a user error as a message on the page (the app never shows a traceback for bad input)."""
+    import streamlit as st
+
+    st.error(str(exc))

@@ -1,0 +1,474 @@
+"""The app's files, and what a visitor may do with them: public mode, the app's own runs folder, per-session
+scratch folders, and checkpoint zips uploaded by visitors.
+
+A public server (a Hugging Face Space, a classroom server) serves strangers, so no text a visitor types ever
+becomes a server path: saved runs get a name the app makes, under the app's own runs folder, and never replace a
+folder another session saved; a checkpoint is opened by uploading a zip (extracted with size caps, no links, no
+paths outside the target) or by picking one of the app's runs. Opening a folder by its server path is a local
+convenience, off in public mode (`BERT_EXPLORER_PUBLIC=1`, which the Space's Dockerfile sets).
+
+Everything a session writes for itself (uploaded and pasted corpora, uploaded checkpoints) lives in one scratch
+folder per session, removed when the session ends, with a cap on their total size (oldest removed first).
+Nothing here imports Streamlit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import unicodedata
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+from bert_core.errors import BertCoreError
+
+log = logging.getLogger("bert_core.app")
+
+PUBLIC_ENV = "BERT_EXPLORER_PUBLIC"            # 1: a public server (no server paths typed by visitors)
+RUNS_DIR_ENV = "BERT_EXPLORER_RUNS_DIR"        # where the app saves runs (default <app>/runs/app)
+RUNS_CAP_ENV = "BERT_EXPLORER_RUNS_MB"         # total size of saved runs; the oldest go first beyond it
+SCRATCH_DIR_ENV = "BERT_EXPLORER_SCRATCH_DIR"  # parent of the per-session scratch folders (default: system temp)
+SCRATCH_CAP_ENV = "BERT_EXPLORER_SCRATCH_MB"   # total size of all sessions' scratch folders
+UPLOAD_CAP_ENV = "BERT_EXPLORER_UPLOAD_MB"     # largest checkpoint zip a visitor may upload (compressed and not)
+DEFAULT_RUNS_CAP_MB = 2000
+DEFAULT_SCRATCH_CAP_MB = 1000
+DEFAULT_UPLOAD_CAP_MB = 200
+
+OWNER_FILE = "app_run.json"   # in a saved run: its name, when it was saved, and a hash of the saving session
+MAX_NAME = 40
+# What a checkpoint zip may bring: the files of our checkpoint folders and of a Hugging Face BERT folder. Anything
+# else in the archive is skipped, so an upload can never add an executable, a link or a dotfile.
+CHECKPOINT_FILES = frozenset({
+    "config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
+    "special_tokens_map.json", "trainer_state.json", "metrics.json",
+})
+MAX_ZIP_MEMBERS = 1000
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_mb(name: str, default: int) -> int:
+    try:
+        value = int(float(os.environ.get(name, "") or default))
+    except ValueError:
+        return default * 2**20
+    return max(1, value) * 2**20
+
+
+def public_mode() -> bool:
+    """True when the operator declared a public server (`BERT_EXPLORER_PUBLIC=1`): no server paths from visitors."""
+    return _env_flag(PUBLIC_ENV)
+
+
+def upload_cap_bytes() -> int:
+    """The largest checkpoint zip accepted, compressed or unpacked (`BERT_EXPLORER_UPLOAD_MB`, default 200)."""
+    return _env_mb(UPLOAD_CAP_ENV, DEFAULT_UPLOAD_CAP_MB)
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes of the regular files under `folder` (links are not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _drop_oldest(folders: list[Path], max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently modified folders until their total size is at most `max_bytes`; never `keep`."""
+    sized = []
+    for f in folders:
+        try:
+            sized.append((f.stat().st_mtime, f, folder_size(f)))
+        except OSError:
+            continue
+    total = sum(s for _, _, s in sized)
+    removed = []
+    for _, folder, size in sorted(sized, key=lambda t: t[0]):
+        if total <= max_bytes:
+            break
+        if keep is not None and folder.resolve() == keep.resolve():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+        total -= size
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------- saved runs
+
+
+def runs_dir() -> Path:
+    """The app's own runs folder (`BERT_EXPLORER_RUNS_DIR`, default `runs/app` beside app.py)."""
+    env = os.environ.get(RUNS_DIR_ENV, "").strip()
+    if env:
+        return Path(env)
+    from bert_core.paths import REPO_ROOT
+
+    return REPO_ROOT / "runs" / "app"
+
+
+def run_name(text: str) -> str:
+    """A folder name made from what a visitor typed: ASCII letters, digits, '-' and '_' only, at most 40
+    characters, never empty, never starting with '.' (so '..', '/etc', '~' and '' all become plain names)."""
+    ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    name = re.sub(r"[^a-z0-9_-]+", "-", ascii_text.lower()).strip("-_")[:MAX_NAME].strip("-_")
+    return name or "run"
+
+
+def _owner_hash(owner: str) -> str:
+    return hashlib.sha256(("bert-explorer-run:" + owner).encode()).hexdigest()
+
+
+def _owned_by(folder: Path, owner: str) -> bool:
+    try:
+        record = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("owner") == _owner_hash(owner)
+
+
+def _write_owner(folder: Path, owner: str, name: str) -> None:
+    (folder / OWNER_FILE).write_text(json.dumps({"name": name, "owner": _owner_hash(owner), "saved": time.time()}),
+                                     encoding="utf-8")
+
+
+def reserve_run_folder(name_text: str, owner: str, runs: Path | None = None) -> Path:
+    """The folder a session's save goes to: `runs/<run_name(name_text)>`, or that name with -2, -3... when the
+    name is taken by a folder this session did not save. The folder is created at once (atomically, so two
+    sessions saving under one name in the same second get two folders) and marked as this session's."""
+    runs = runs_dir() if runs is None else runs
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BertCoreError(f"the app cannot write its runs folder ({exc.strerror}); ask the operator to set "
+                            f"{RUNS_DIR_ENV} to a writable folder") from None
+    base = run_name(name_text)
+    for i in range(1, 10_000):
+        candidate = runs / (base if i == 1 else f"{base}-{i}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            if candidate.is_dir() and not candidate.is_symlink() and _owned_by(candidate, owner):
+                return candidate
+            continue
+        except OSError as exc:
+            raise BertCoreError(f"could not create a folder for the run ({exc.strerror})") from None
+        _write_owner(candidate, owner, candidate.name)
+        return candidate
+    raise BertCoreError("too many saved runs with this name: choose another name")
+
+
+def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: Path | None = None) -> Path:
+    """Save a run with `save(folder)` into the app's runs folder under a name the app makes (see
+    reserve_run_folder), then keep the runs folder under its size cap by removing the oldest other runs."""
+    runs = runs_dir() if runs is None else runs
+    folder = reserve_run_folder(name_text, owner, runs)
+    try:
+        save(folder)
+    except OSError as exc:
+        raise BertCoreError(f"could not save the run ({exc.strerror or exc})") from None
+    _write_owner(folder, owner, folder.name)  # the save replaced the folder: mark it again
+    removed = _drop_oldest([p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()],
+                           _env_mb(RUNS_CAP_ENV, DEFAULT_RUNS_CAP_MB), keep=folder)
+    for old in removed:
+        log.warning("removed the old saved run %s (the runs folder is over %s)", old.name, RUNS_CAP_ENV)
+    return folder
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """One run in the app's runs folder, for the sidebar's list."""
+
+    name: str
+    folder: Path
+    saved: float
+
+
+def list_runs(runs: Path | None = None) -> list[SavedRun]:
+    """The app's saved runs that hold a checkpoint, newest first (folders the app did not save are not listed)."""
+    from bert_core.model.hf import is_checkpoint_folder
+
+    runs = runs_dir() if runs is None else runs
+    if not runs.is_dir():
+        return []
+    found = []
+    for folder in runs.iterdir():
+        if folder.is_symlink() or not folder.is_dir() or not is_checkpoint_folder(folder):
+            continue
+        try:
+            record = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
+            found.append(SavedRun(folder.name, folder, float(record.get("saved", 0.0))))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return sorted(found, key=lambda r: -r.saved)
+
+
+def saved_run_folder(name: str, runs: Path | None = None) -> Path:
+    """The folder of a saved run picked by name (only names list_runs gives are accepted)."""
+    for run in list_runs(runs):
+        if run.name == name:
+            return run.folder
+    raise BertCoreError(f"there is no saved run called {name!r} (it may have been removed to make room)")
+
+
+# ---------------------------------------------------------------------------------------------- session scratch
+
+
+def scratch_root() -> Path:
+    """This server process's scratch area: `<temp>/bert-explorer/server-<pid>`, one folder per session inside."""
+    base = os.environ.get(SCRATCH_DIR_ENV, "").strip() or os.path.join(tempfile.gettempdir(), "bert-explorer")
+    return Path(base) / f"server-{os.getpid()}"
+
+
+_SESSIONS: dict[str, str] = {}   # scratch folder name -> session id, for this server process's janitor
+_SESSIONS_LOCK = threading.Lock()
+
+
+def session_scratch(session_id: str, create: bool = True) -> Path:
+    """The scratch folder of one browser session (created on demand). Its name is a hash of the session id, so
+    no id, whatever its characters, becomes a path."""
+    if not session_id:
+        raise BertCoreError("no session id")
+    name = hashlib.sha256(("bert-explorer-session:" + session_id).encode()).hexdigest()[:32]
+    folder = scratch_root() / name
+    if create:
+        with _SESSIONS_LOCK:
+            _SESSIONS[name] = session_id
+        folder.mkdir(parents=True, exist_ok=True)
+        os.utime(folder)  # its age orders the cap's removals: a session that writes is a recent one
+    return folder
+
+
+def remove_session_scratch(session_id: str) -> None:
+    """Remove a session's scratch folder (the session ended)."""
+    folder = session_scratch(session_id, create=False)
+    shutil.rmtree(folder, ignore_errors=True)
+    with _SESSIONS_LOCK:
+        _SESSIONS.pop(folder.name, None)
+
+
+def enforce_scratch_cap(keep: Path | None = None) -> list[Path]:
+    """Remove the oldest sessions' scratch folders until all of them together fit `BERT_EXPLORER_SCRATCH_MB`."""
+    root = scratch_root()
+    if not root.is_dir():
+        return []
+    folders = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+    return _drop_oldest(folders, _env_mb(SCRATCH_CAP_ENV, DEFAULT_SCRATCH_CAP_MB), keep=keep)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead_servers() -> list[Path]:
+    """Remove the scratch areas of server processes that are gone (killed before they could clean up)."""
+    base = scratch_root().parent
+    removed = []
+    if not base.is_dir():
+        return removed
+    for folder in base.glob("server-*"):
+        pid = folder.name.removeprefix("server-")
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def write_session_file(session_id: str, name: str, data: bytes) -> Path:
+    """Write `data` as `name` (a fixed name the app chooses) in the session's scratch folder, within the cap."""
+    if "/" in name or name.startswith("."):
+        raise ValueError(name)
+    folder = session_scratch(session_id)
+    path = folder / name
+    path.write_bytes(data)
+    enforce_scratch_cap(keep=folder)
+    if not path.exists():
+        raise BertCoreError("the server's scratch space is full; try a smaller file")
+    return path
+
+
+class ScratchJanitor:
+    """Removes the scratch folder of every session that has been gone for `grace_s` seconds.
+
+    `is_alive(session_id)` is the runtime's answer (None when it cannot tell: then nothing is removed).
+    """
+
+    def __init__(self, is_alive: Callable[[str], bool | None], grace_s: float = 5.0, poll_s: float = 2.0):
+        self.is_alive = is_alive
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self._gone_since: dict[str, float] = {}
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Remove the scratch folders of sessions gone for the grace period; return their session ids."""
+        now = time.monotonic() if now is None else now
+        removed = []
+        with _SESSIONS_LOCK:
+            sessions = list(_SESSIONS.values())
+        for sid in sessions:
+            alive = self.is_alive(sid)
+            if alive is None or alive:
+                self._gone_since.pop(sid, None)
+                continue
+            if now - self._gone_since.setdefault(sid, now) >= self.grace_s:
+                remove_session_scratch(sid)
+                self._gone_since.pop(sid, None)
+                removed.append(sid)
+        return removed
+
+    def run_forever(self) -> None:
+        while True:
+            time.sleep(self.poll_s)
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - the janitor must outlive one bad sweep
+                log.exception("scratch sweep failed")
+
+
+_JANITOR: threading.Thread | None = None
+_JANITOR_LOCK = threading.Lock()
+
+
+def start_janitor(is_alive: Callable[[str], bool | None]) -> None:
+    """Start (once per server process) the thread that removes ended sessions' scratch folders, after removing
+    the scratch areas of dead server processes."""
+    global _JANITOR
+    with _JANITOR_LOCK:
+        if _JANITOR is not None and _JANITOR.is_alive():
+            return
+        sweep_dead_servers()
+        janitor = ScratchJanitor(is_alive)
+        _JANITOR = threading.Thread(target=janitor.run_forever, name="bert-scratch-janitor", daemon=True)
+        _JANITOR.start()
+
+
+def carry_run_files(spec, folder_key: str):
+    """A copy of a run's spec whose files (an uploaded or pasted corpus, the weights it started from) are copied
+    into another run's scratch folder, so that the copy never depends on the first run's folder, which goes when
+    that run is dropped. Files outside this server's scratch area (a corpus the user named) stay where they are."""
+    import dataclasses
+
+    root = scratch_root().resolve()
+    target = session_scratch(folder_key)
+    changes = {}
+    corpus = Path(spec.corpus)
+    if corpus.is_file() and root in corpus.resolve().parents:
+        shutil.copy2(corpus, target / "corpus.txt")
+        changes["corpus"] = str(target / "corpus.txt")
+    if spec.init_from and root in Path(spec.init_from).resolve().parents:
+        shutil.copytree(spec.init_from, target / "start-weights", dirs_exist_ok=True)
+        changes["init_from"] = str(target / "start-weights")
+    enforce_scratch_cap(keep=target)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint zips
+
+
+def _is_link(info: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
+def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
+    """A member's path, refused when it could land outside the target (absolute, drive letter, '..')."""
+    raw = info.filename.replace("\\", "/")
+    path = PurePosixPath(raw)
+    if raw.startswith("/") or re.match(r"^[A-Za-z]:", raw) or ".." in path.parts or "\x00" in raw:
+        raise BertCoreError(f"the zip holds an unsafe path ({info.filename!r}); zip the checkpoint folder itself")
+    return path
+
+
+def extract_checkpoint_zip(data: bytes, dest: Path, max_bytes: int | None = None) -> Path:
+    """Unpack a zipped checkpoint folder into `dest` (which must not exist) and return the folder to load.
+
+    The archive may hold the files at its top or inside one folder. Only checkpoint files (config.json, weights,
+    tokenizer files, trainer state, metrics) are written; links, paths outside the target and archives larger than
+    `max_bytes` (compressed, or unpacked as actually read, whatever the archive claims) are refused.
+    """
+    max_bytes = upload_cap_bytes() if max_bytes is None else max_bytes
+    if not data:
+        raise BertCoreError("the uploaded file is empty")
+    if len(data) > max_bytes:
+        raise BertCoreError(f"the zip is {len(data) / 2**20:.0f} MB; the limit is {max_bytes / 2**20:.0f} MB")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        raise BertCoreError(f"the upload is not a zip archive ({exc}); zip the checkpoint folder and upload "
+                            "the .zip") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise BertCoreError(f"the zip holds {len(infos)} entries; a checkpoint folder has about ten")
+    wanted: dict[PurePosixPath, zipfile.ZipInfo] = {}
+    for info in infos:
+        path = _member_path(info)
+        if _is_link(info):
+            raise BertCoreError(f"the zip holds a link ({info.filename!r}); links are not accepted")
+        if info.is_dir() or path.name not in CHECKPOINT_FILES or len(path.parts) > 2:
+            continue
+        wanted[path] = info
+    configs = sorted((p for p in wanted if p.name == "config.json"), key=lambda p: len(p.parts))
+    if not configs:
+        raise BertCoreError("the zip holds no config.json: zip a checkpoint folder (config.json, model.safetensors "
+                            "and tokenizer files)")
+    top = configs[0].parent
+    chosen = {p.name: info for p, info in wanted.items() if p.parent == top}
+    if sum(i.file_size for i in chosen.values()) > max_bytes:
+        raise BertCoreError(f"the checkpoint unpacks to more than {max_bytes / 2**20:.0f} MB")
+    dest.mkdir(parents=True, exist_ok=False)
+    written = 0
+    try:
+        for name, info in chosen.items():
+            with archive.open(info) as src, open(dest / name, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > max_bytes:  # the sizes in a zip's directory are only claims
+                        raise BertCoreError(f"the checkpoint unpacks to more than {max_bytes / 2**20:.0f} MB")
+                    out.write(chunk)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise BertCoreError(f"the zip could not be unpacked ({exc})") from None
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    from bert_core.model.hf import is_checkpoint_folder
+
+    if not is_checkpoint_folder(dest):
+        shutil.rmtree(dest, ignore_errors=True)
+        raise BertCoreError("the zip holds config.json but no model.safetensors (or pytorch_model.bin) beside it")
+    return dest
+
+
+def unpack_uploaded_checkpoint(session_id: str, data: bytes) -> Path:
+    """Unpack an uploaded checkpoint zip into the session's scratch folder (once per distinct upload)."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = session_scratch(session_id) / f"upload-{digest}"
+    if folder.is_dir():
+        return folder
+    for old in session_scratch(session_id).glob("upload-*"):
+        shutil.rmtree(old, ignore_errors=True)  # one uploaded checkpoint per session at a time
+    extract_checkpoint_zip(data, folder)
+    enforce_scratch_cap(keep=session_scratch(session_id))
+    return folder

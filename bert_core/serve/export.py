@@ -1,0 +1,112 @@
+"""What the Export page hands out: a run's per-step history and held-out evaluations as CSV, its configuration as
+JSON, from a run of this session (live) or from a checkpoint's trainer_state.json; and all of it in one zip with
+the checkpoint folder, the command that repeats the run and its figures (`run_bundle`)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+
+@dataclass
+class RunRecord:
+    """A run's history rows, evaluation rows, baselines and configuration (model + training) as plain data."""
+
+    history: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)  # the commands that made the model (metrics.json's)
+
+
+def run_record(model_config=None, trainer=None, trainer_state: dict | None = None) -> RunRecord:
+    """The record of a live `trainer` (a Trainer or its mirror) when given, else of a saved `trainer_state`."""
+    if trainer is not None:
+        history = [dataclasses.asdict(e) for e in trainer.history]
+        evals = [dataclasses.asdict(e) for e in trainer.evals]
+        train_config, baselines = trainer.config.to_dict(), dict(trainer.baselines)
+        metadata = getattr(trainer, "metadata", None) or {}
+    else:
+        state = trainer_state or {}
+        history, evals = list(state.get("history", [])), list(state.get("evals", []))
+        train_config, baselines = state.get("train_config"), dict(state.get("baselines", {}))
+        metadata = state.get("metadata") or {}
+    config = {"model": model_config.to_hf_dict() if model_config is not None else None, "training": train_config}
+    commands = [c for c in metadata.get("commands", []) if isinstance(c, str)]
+    return RunRecord(history, evals, baselines, config, commands)
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    """Rows of one shape as CSV text with a header (empty text for no rows)."""
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return buf.getvalue()
+
+
+def history_label(history: list[dict]) -> str:
+    """'N steps', or 'N of M steps' when a long run's history was thinned (TrainConfig.history_limit)."""
+    last = history[-1].get("step", len(history)) if history else 0
+    return f"{len(history):,} steps" if len(history) >= last else f"{len(history):,} of {last:,} steps"
+
+
+def run_figures(record: RunRecord, smoothing: float = 0.0) -> dict:
+    """The run's curves as the Train page draws them (name -> Plotly figure), for the bundle."""
+    from bert_core.inspect import figures
+
+    if not record.history and not record.evals:
+        return {}
+    return {"loss": figures.loss_figure(record.history, record.evals, record.baselines, smoothing),
+            "accuracy": figures.accuracy_figure(record.history, record.evals, record.baselines, smoothing),
+            "accuracy-by-decision": figures.decision_accuracy_figure(record.history, smoothing),
+            "learning-rate": figures.rate_figure(record.history)}
+
+
+_BUNDLE_README = """A BERT explorer run, in one bundle.
+
+checkpoint/          the model: Hugging Face's BertForPreTraining.from_pretrained("checkpoint") loads it, and
+                     BertTokenizerFast.from_pretrained("checkpoint") its tokenizer; trainer_state.json is the run
+command.txt          the command line(s) that made it (python -m bert_core train ...), oldest first
+history.csv          one row per recorded training step (long runs keep every 2nd, 4th... step evenly)
+evaluations.csv      the held-out evaluations
+config.json          the model's and the training's settings
+figures/NAME.json    the curves as Plotly figures (plotly.io.read_json), and as NAME.html (opens in a browser;
+                     it loads plotly.js from its CDN)
+"""
+
+
+def run_bundle(save: Callable[[Path], Any], record: RunRecord, figures: Mapping[str, Any] | None = None) -> bytes:
+    """One zip for a run: its checkpoint folder written by `save(folder)` (a folder `transformers` loads as it
+    is), the history and evaluations as CSV, the configuration, the command that repeats it, and `figures`
+    (name -> Plotly figure) as Plotly JSON and HTML. No PNGs: they would need kaleido, which is not a dependency."""
+    from bert_core.model.checkpoint import zip_checkpoint
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(zip_checkpoint(save))) as saved, \
+            zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for entry in saved.infolist():  # bert-checkpoint/NAME -> checkpoint/NAME
+            zf.writestr("checkpoint/" + entry.filename.split("/", 1)[1], saved.read(entry))
+        zf.writestr("README.txt", _BUNDLE_README)
+        zf.writestr("command.txt", "\n".join(record.commands or ["(no command recorded for this model)"]) + "\n")
+        zf.writestr("history.csv", rows_to_csv(record.history))
+        zf.writestr("evaluations.csv", rows_to_csv(record.evals))
+        zf.writestr("config.json", json.dumps({**record.config, "baselines": record.baselines}, indent=2))
+        for name, fig in (figures or {}).items():
+            zf.writestr(f"figures/{name}.json", fig.to_json())
+            zf.writestr(f"figures/{name}.html", fig.to_html(include_plotlyjs="cdn", full_html=True))
+    return buf.getvalue()
+
+
+def checkpoint_saver(model, tokenizer, trainer_state: dict | None = None) -> Callable[[Path], Any]:
+    """A `save(folder)` for `run_bundle` that writes a loaded model (a checkpoint opened in the sidebar)."""
+    from bert_core.model.checkpoint import save_checkpoint
+
+    return lambda folder: save_checkpoint(folder, model, tokenizer=tokenizer, trainer_state=trainer_state)

@@ -1,0 +1,134 @@
+"""Where the explorer's models come from: checkpoint folders (ours or Hugging Face's) loaded and described for
+the pages. No Streamlit here; `bert_core.serve.app_state` caches and picks among them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bert_core.errors import BertCoreError
+
+CHECKPOINT_ENV = "BERT_EXPLORER_CHECKPOINT"        # overrides the shipped checkpoint (tests point it at a fixture)
+
+
+def default_checkpoint() -> Path:
+    """The checkpoint the app opens by default: `$BERT_EXPLORER_CHECKPOINT` or `bert_core.paths.DEFAULT_CHECKPOINT`."""
+    from bert_core.paths import DEFAULT_CHECKPOINT
+
+    env = os.environ.get(CHECKPOINT_ENV)
+    return Path(env) if env else DEFAULT_CHECKPOINT
+
+
+@dataclass
+class ActiveModel:
+    """The model every page looks at, with where it came from."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    path: Path | None = None
+    description: str = ""
+    trainer_state: dict | None = None
+    step: int | None = None
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def unigram_counts(self) -> dict[int, int] | None:
+        """Token counts of the model's training text, when the checkpoint or run recorded them."""
+        meta = (self.trainer_state or {}).get("metadata", {})
+        counts = meta.get("unigram_counts")
+        if counts:
+            return {i: c for i, c in enumerate(counts) if c}
+        return None
+
+
+def shipped_checkpoints() -> dict[str, Path]:
+    """The checkpoint folders shipped with the app, by folder name: the default one first (the BERT), then the
+    others beside it in name order (the GPT-style twin). Only folders that hold a checkpoint count."""
+    from bert_core.model.hf import is_checkpoint_folder
+
+    default = default_checkpoint()
+    parent = default.parent
+    found = {p.name: p for p in (sorted(parent.iterdir()) if parent.is_dir() else [])
+             if p.is_dir() and is_checkpoint_folder(p)}
+    first = {default.name: found.pop(default.name)} if default.name in found else {}
+    return {**first, **found}
+
+
+def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, Path]:
+    """The models a page can set next to the active one, to race them or draw their attention side by side: the
+    checkpoint folders beside the default one by folder name (the shipped BERT and GPT, in checkpoints/), then the
+    app's saved runs as "saved: NAME" (e.g. a BERT and a GPT trained on toy in class); less `exclude`, the active
+    model's folder (or, for a saved run, its name, which is what the sidebar records as its path)."""
+    from bert_core.serve.app_storage import list_runs
+
+    skip = Path(exclude).resolve() if exclude is not None else None
+    found = shipped_checkpoints()
+    found.update({f"saved: {run.name}": run.folder for run in list_runs() if run.name != str(exclude)})
+    return {name: path for name, path in found.items() if path.resolve() != skip}
+
+
+def folder_stamp(folder: Path) -> float:
+    """The newest modification time of the files in `folder` (a re-saved checkpoint gets a new stamp)."""
+    stamps = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
+    return max(stamps) if stamps else 0.0
+
+
+def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
+    """Load (model, tokenizer, trainer_state or None) from a checkpoint folder, ours or a Hugging Face BERT."""
+    from bert_core.model.checkpoint import read_json
+    from bert_core.model.hf import is_checkpoint_folder, load_pretrained
+    from bert_core.model.tokenization import BertTokenizer
+
+    text = str(folder).strip()
+    if not text:
+        raise BertCoreError("type the path of a checkpoint folder")
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise BertCoreError(f"{path} does not exist: give the path of a checkpoint folder on the server")
+    if not path.is_dir():
+        raise BertCoreError(f"{path} is a file, not a folder: give the folder holding config.json")
+    if not is_checkpoint_folder(path):
+        raise BertCoreError(f"{path} is not a checkpoint folder: it needs config.json and model.safetensors "
+                            "(or pytorch_model.bin) plus tokenizer files")
+    model = load_pretrained(path)
+    tokenizer = BertTokenizer.load(path)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise BertCoreError(f"the tokenizer in {path} has {tokenizer.vocab_size} tokens but the model only "
+                            f"{model.config.vocab_size}: they do not belong together")
+    state = None
+    state_file = path / "trainer_state.json"
+    if state_file.is_file():
+        try:
+            state = read_json(state_file)
+        except Exception:  # noqa: BLE001 - a damaged state file only loses the history, not the model
+            state = None
+    return model, tokenizer, state
+
+
+
+def describe_checkpoint(path: Path, model, state: dict | None) -> str:
+    """One paragraph on where a checkpoint came from: sizes, and the training recorded in it."""
+    cfg = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    text = (f"`{path}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
+            f"{cfg.num_attention_heads} heads, vocabulary {cfg.vocab_size:,} ({n_params / 1e6:.1f}M parameters).")
+    if state:
+        meta = state.get("metadata", {})
+        corpora = ", ".join(meta.get("corpora", [])) or "unrecorded corpora"
+        text += f" Trained for {state.get('step', 0):,} steps on {corpora}"
+        if state.get("elapsed_s"):
+            text += f" in {state['elapsed_s'] / 60:.0f} min"
+        start = meta.get("init_from")
+        if isinstance(start, dict):  # the time above is this run's only: name the run it started from
+            before = f" ({start['step']:,} steps)" if isinstance(start.get("step"), int) else ""
+            text += f", starting from the weights of an earlier run, {start.get('folder', 'unrecorded')}{before}"
+        text += "."
+    else:
+        text += " No training record (e.g. a Hugging Face download)."
+    return text

@@ -1,0 +1,468 @@
+"""One knob at a time: the Train page's run settings (`jobs.TrainSpec`) as named knobs, what differs between two
+runs, a copy of a run with one knob changed, and the `python -m bert_core train` command that repeats a run.
+
+Streamlit-free and torch-free at import (the figures module, which draws before torch loads, uses it). A spec is
+duck-typed: any object with TrainSpec's fields works, and a new spec is made with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+from bert_core.model.config import PRESETS, BertConfig
+
+SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+# The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
+# token (jobs.build_trainer and `train --objective clm` make the model causal from it), "mlm" is BERT's.
+OBJECTIVE_FIELD = "objective"
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting a student changes to see what it buys: how to read it from a spec, write it, and say it."""
+
+    name: str
+    label: str
+    get: Callable[[Any], Any]
+    put: Callable[[Any, Any], Any]                   # (spec, value) -> a new spec
+    show: Callable[[Any], str]
+    parse: Callable[[Any], Any]                      # a value as given (a widget's, a string) -> the knob's value
+    suggestions: Callable[[Any], tuple] = lambda current: ()
+
+    def describe(self, before, after) -> str:
+        """'mask rate 0.15 → 0.4': what changing this knob from `before` to `after` does."""
+        return f"{self.label} {self.show(before)} → {self.show(after)}"
+
+
+@dataclass(frozen=True)
+class KnobChange:
+    """One knob that differs between two runs, with both values and the human label."""
+
+    knob: str
+    before: Any
+    after: Any
+    label: str
+
+
+def _train_value(spec, name: str):
+    from bert_core.training.trainer import TrainConfig
+
+    return spec.train.get(name, getattr(TrainConfig, name))
+
+
+def _with_train(spec, **changes):
+    return dataclasses.replace(spec, train={**spec.train, **changes})
+
+
+def _as_bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise BertCoreError(f"expected on or off, got {value!r}")
+
+
+def _as_float(low: float, high: float | None, what: str):
+    def parse(value) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise BertCoreError(f"{what} must be a number, got {value!r}") from None
+        if not (low < number and (high is None or number < high)):
+            raise BertCoreError(f"{what} must be above {low:g}{f' and below {high:g}' if high else ''}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _on_off(yes: str, no: str):
+    return lambda v: yes if v else no
+
+
+# -- model size: a preset's name, or its four sizes when they are set one by one ------------------------------
+def model_sizes(spec) -> tuple[int, int, int, int]:
+    """(layers, hidden, heads, feed-forward) of the model a spec builds."""
+    base = {**PRESETS[spec.preset]}
+    base["intermediate_size"] = 4 * base["hidden_size"]
+    base.update({k: v for k, v in spec.model_overrides.items() if k in SIZE_FIELDS})
+    if "hidden_size" in spec.model_overrides and "intermediate_size" not in spec.model_overrides:
+        base["intermediate_size"] = 4 * base["hidden_size"]
+    return tuple(int(base[k]) for k in SIZE_FIELDS)
+
+
+def _preset_sizes(name: str) -> tuple[int, int, int, int]:
+    p = PRESETS[name]
+    return p["num_hidden_layers"], p["hidden_size"], p["num_attention_heads"], 4 * p["hidden_size"]
+
+
+def _size_value(spec):
+    sizes = model_sizes(spec)
+    names = [spec.preset] + [p for p in PRESETS if p != spec.preset]
+    return next((p for p in names if _preset_sizes(p) == sizes), sizes)
+
+
+def _size_put(spec, value):
+    overrides = {k: v for k, v in spec.model_overrides.items() if k not in SIZE_FIELDS}
+    if isinstance(value, str):
+        return dataclasses.replace(spec, preset=value, model_overrides=overrides)
+    return dataclasses.replace(spec, model_overrides={**overrides, **dict(zip(SIZE_FIELDS, value))})
+
+
+def _size_parse(value):
+    if isinstance(value, str) and value in PRESETS:
+        return value
+    if isinstance(value, dict):
+        value = tuple(value.get(k) for k in SIZE_FIELDS)
+    if isinstance(value, (tuple, list)) and len(value) == 4 and all(isinstance(v, int) and v > 0 for v in value):
+        BertConfig(vocab_size=128, **dict(zip(SIZE_FIELDS, value)))  # heads must divide the hidden size, ...
+        sizes = tuple(value)
+        return next((p for p in PRESETS if _preset_sizes(p) == sizes), sizes)
+    raise BertCoreError(f"model size must be a preset ({', '.join(PRESETS)}) or four sizes (layers, hidden, heads, "
+                        f"feed-forward), got {value!r}")
+
+
+def _size_show(value) -> str:
+    if isinstance(value, str):
+        return value
+    layers, hidden, heads, ffn = value
+    return f"{layers}x{hidden} ({heads} heads, ffn {ffn})"
+
+
+# -- corpus ---------------------------------------------------------------------------------------------------
+def _corpus_put(spec, value):
+    label = value if "/" not in value and "\\" not in value else re.split(r"[\\/]", value)[-1]
+    return dataclasses.replace(spec, corpus=value, corpus_label=label)
+
+
+def _corpus_parse(value):
+    if not isinstance(value, str) or not value.strip():
+        raise BertCoreError(f"corpus must be a name (toy, tinyshakespeare, wikitext-2, brown) or a text file, "
+                            f"got {value!r}")
+    return value.strip()
+
+
+# -- attention: bidirectional (BERT, masked LM) or causal (GPT, next-token LM) ---------------------------------
+def objective_available() -> bool:
+    """Whether this version's TrainConfig has the causal objective (the attention knob needs it)."""
+    from bert_core.training.trainer import TrainConfig
+
+    return OBJECTIVE_FIELD in {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _attention_get(spec):
+    causal = spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
+    return "causal" if causal else "bidirectional"
+
+
+def _no_objective() -> BertCoreError:
+    return BertCoreError("causal (GPT) attention needs the causal language-modelling objective, which this version "
+                         "does not have yet: compare the other knobs")
+
+
+def _attention_put(spec, value):
+    if not objective_available():
+        raise _no_objective()
+    # As jobs.objective_settings: the objective decides the attention (the model is made causal from it).
+    new = dataclasses.replace(spec, model_overrides={k: v for k, v in spec.model_overrides.items()
+                                                     if k != "attention"})
+    if value == "causal":  # GPT predicts the next token and has no next-sentence task (IMPLIED)
+        return _with_train(new, **{OBJECTIVE_FIELD: "clm", "nsp": False})
+    return _with_train(new, **{OBJECTIVE_FIELD: "mlm"})
+
+
+def _attention_parse(value):
+    from bert_core.model.config import ATTENTION_KINDS
+
+    if value not in ATTENTION_KINDS:
+        raise BertCoreError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {value!r}")
+    return value
+
+
+def _train_knob(name, label, field, show, parse, suggestions=lambda current: ()):
+    return Knob(name, label, lambda spec: _train_value(spec, field), lambda spec, v: _with_train(spec, **{field: v}),
+                show, parse, suggestions)
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("attention", "attention", _attention_get, _attention_put,
+         {"bidirectional": "bidirectional (BERT)", "causal": "causal (GPT)"}.get, _attention_parse,
+         lambda current: ("causal",) if current == "bidirectional" else ("bidirectional",)),
+    _train_knob("nsp", "NSP", "nsp", _on_off("on", "off"), _as_bool, lambda current: (not current,)),
+    _train_knob("mask_rate", "mask rate", "mask_rate", lambda v: f"{v:g}", _as_float(0, 1, "the mask rate"),
+                lambda current: tuple(v for v in (0.15, 0.4) if v != current)),
+    _train_knob("mask_only", "masking", "mask_only", _on_off("[MASK] only", "80/10/10"), _as_bool,
+                lambda current: (not current,)),
+    _train_knob("whole_word_masking", "whole-word masking", "whole_word_masking", _on_off("on", "off"), _as_bool,
+                lambda current: (not current,)),
+    Knob("model_size", "model size", _size_value, _size_put, _size_show, _size_parse,
+         lambda current: tuple(p for p in ("nano", "tiny", "mini") if p != current)),
+    _train_knob("learning_rate", "learning rate", "learning_rate", lambda v: f"{v:g}",
+                _as_float(0, None, "the learning rate"),
+                lambda current: (float(f"{current / 3:.1g}"), float(f"{current * 3:.1g}"))),
+    Knob("corpus", "corpus", lambda spec: spec.corpus, _corpus_put, str, _corpus_parse,
+         lambda current: tuple(c for c in ("toy", "tinyshakespeare", "wikitext-2") if c != current)),
+)}
+
+
+# Knobs another knob's change may carry along: causal attention (GPT's next-token objective) turns NSP off.
+IMPLIED = {"attention": {"nsp"}}
+# Knobs of BERT's masked-LM objective only: with causal attention nothing is masked and there is no NSP.
+MLM_ONLY = ("nsp", "mask_rate", "mask_only", "whole_word_masking")
+
+
+def available_knobs() -> list[str]:
+    """The knobs a run can change in this version (attention only once the causal objective exists)."""
+    return [name for name in KNOBS if name != "attention" or objective_available()]
+
+
+def _knob(name: str) -> Knob:
+    if name not in KNOBS:
+        raise BertCoreError(f"unknown knob {name!r}: use one of {', '.join(KNOBS)}")
+    return KNOBS[name]
+
+
+def knob_value(spec, knob: str):
+    """The value of one knob in a spec (a model size is a preset's name, or (layers, hidden, heads, ffn))."""
+    return _knob(knob).get(spec)
+
+
+def knob_diff(spec_a, spec_b) -> list[KnobChange]:
+    """The knobs whose values differ from run a to run b, in KNOBS order, each with its label
+    ('mask rate 0.15 → 0.4'). Settings that are not knobs (seed, steps, ...) are in `other_differences`."""
+    changes = []
+    for knob in KNOBS.values():
+        before, after = knob.get(spec_a), knob.get(spec_b)
+        if before != after:
+            changes.append(KnobChange(knob.name, before, after, knob.describe(before, after)))
+    return changes
+
+
+# Settings that are not knobs, with the words the legend uses for them.
+_OTHER_LABELS = {"seed": "seed", "max_steps": "steps", "batch_size": "batch", "max_seq_length": "sequence length",
+                 "time_budget_s": "time budget (s)", "warmup_ratio": "warmup", "vocab_size": "vocabulary",
+                 "hidden_dropout_prob": "dropout", "initializer_range": "initial weight std"}
+_NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device", "precision", "eval_every",
+                 "eval_batches", "corpus_label", "probes", "probe_sentences", "attention_probe",
+                 "attention_probs_dropout_prob", OBJECTIVE_FIELD, "attention", *SIZE_FIELDS}
+
+
+def other_differences(spec_a, spec_b) -> list[str]:
+    """Labels ('seed 0 → 1') of the settings outside the knobs that differ between two runs and change what
+    the run learns (not how often it is evaluated or where it runs)."""
+    from bert_core.training.trainer import TrainConfig
+
+    knob_fields = {"nsp", "mask_rate", "mask_only", "whole_word_masking", "learning_rate", "corpus", "preset"}
+    pairs = {}
+    for name in {*spec_a.train, *spec_b.train}:
+        pairs[name] = (spec_a.train.get(name, getattr(TrainConfig, name, None)),
+                       spec_b.train.get(name, getattr(TrainConfig, name, None)))
+    for name in {*spec_a.model_overrides, *spec_b.model_overrides}:
+        default = getattr(BertConfig, name, None)
+        pairs[name] = (spec_a.model_overrides.get(name, default), spec_b.model_overrides.get(name, default))
+    for field in ("vocab_size", "heldout_fraction", "init_from"):
+        pairs[field] = (getattr(spec_a, field), getattr(spec_b, field))
+    out = []
+    for name, (a, b) in sorted(pairs.items()):
+        if a != b and name not in knob_fields and name not in _NOT_SETTINGS:
+            out.append(f"{_OTHER_LABELS.get(name, name.replace('_', ' '))} {a if a is not None else '–'} → "
+                       f"{b if b is not None else '–'}")
+    return out
+
+
+def _check(spec) -> None:
+    """The checks `jobs.validate_spec` makes on the settings a knob can change, so a bad value is a message."""
+    from bert_core.training.trainer import TrainConfig
+
+    TrainConfig(**spec.train)
+    BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
+
+
+def one_change(spec, knob: str, value):
+    """A copy of `spec` with one knob set to `value` (checked), differing from it in exactly that knob (causal
+    attention also turns NSP off: IMPLIED): what the 'try one change' control starts. The copy's probe sentences
+    and other settings stay as they were."""
+    k = _knob(knob)
+    if knob == "attention" and not objective_available():
+        raise _no_objective()
+    if knob in MLM_ONLY and spec.train.get(OBJECTIVE_FIELD, "mlm") != "mlm":
+        raise BertCoreError(f"the {k.label} belongs to BERT's masked-LM objective; this run is causal (GPT): "
+                            "change its attention back to bidirectional first")
+    new_value = k.parse(value)
+    if new_value == k.get(spec):
+        raise BertCoreError(f"the {k.label} is already {k.show(new_value)}: choose another value to compare")
+    new = k.put(spec, new_value)
+    _check(new)
+    changed = [c.knob for c in knob_diff(spec, new)]
+    if knob not in changed or not set(changed) <= {knob} | IMPLIED.get(knob, set()):
+        # a knob's writer touched another knob: a bug here, not the user's mistake
+        raise AssertionError(f"changing {knob} changed {changed}")
+    return new
+
+
+def suggested_changes(spec) -> list[KnobChange]:
+    """The one-knob changes worth trying from `spec` (each knob's suggested values), for a 'try one change' menu."""
+    out = []
+    for name in available_knobs():
+        k = KNOBS[name]
+        current = k.get(spec)
+        if name in MLM_ONLY and spec.train.get(OBJECTIVE_FIELD, "mlm") != "mlm":
+            continue
+        for value in k.suggestions(current):
+            if value != current:
+                out.append(KnobChange(name, current, value, k.describe(current, value)))
+    return out
+
+
+def run_list_rows(runs, names) -> list[dict]:
+    """A tab's run list as table rows: each run's name, state, step, last held-out accuracy, and the knobs (then
+    other settings) in which it differs from the run before it. `runs` are duck-typed: .spec, .phase, .trainer
+    (with .step and .evals) or None."""
+    rows = []
+    for i, run in enumerate(runs):
+        trainer = run.trainer
+        evals = list(getattr(trainer, "evals", None) or [])
+        acc = evals[-1].mlm_acc if evals else None
+        if i == 0:
+            change = "first run"
+        else:
+            before = runs[i - 1].spec
+            change = ", ".join([c.label for c in knob_diff(before, run.spec)] + other_differences(before, run.spec))
+        rows.append({"run": names[i], "state": run.phase, "step": getattr(trainer, "step", 0) if trainer else 0,
+                     "held-out accuracy": f"{acc:.1%}" if acc is not None else "–",
+                     "change from the run before": change or "same settings"})
+    return rows
+
+
+def run_labels(specs, names=None) -> list[str]:
+    """Legend names for runs overlaid on one chart: the first run is the reference, each other run is named by
+    the knobs (then other settings) in which it differs from it; `names` (the runs' own names) go in front."""
+    if not specs:
+        return []
+    ref = specs[0]
+    changed_anywhere = {c.knob for s in specs[1:] for c in knob_diff(ref, s)}
+    labels = []
+    for i, spec in enumerate(specs):
+        if i == 0:
+            own = ", ".join(f"{KNOBS[n].label} {KNOBS[n].show(KNOBS[n].get(ref))}" for n in KNOBS
+                            if n in changed_anywhere)
+            text = f"reference ({own})" if own else "reference"
+        else:
+            parts = [c.label for c in knob_diff(ref, spec)] + other_differences(ref, spec)
+            text = ", ".join(parts) if parts else "same settings"
+        name = names[i] if names and i < len(names) and names[i] else None
+        labels.append(f"{name}: {text}" if name else text)
+    return labels
+
+
+# -- the equivalent command line --------------------------------------------------------------------------------
+# TrainConfig fields and the `train` option that sets each (None: the field does not change what a run learns, so
+# the command leaves it out). A field missing here makes train_command refuse, so a new setting on the Train page
+# cannot silently drop out of the command.
+TRAIN_FLAGS = {"batch_size": "--batch-size", "learning_rate": "--lr", "warmup_ratio": "--warmup", "max_steps": "--steps",
+               "time_budget_s": "--time-budget", "schedule": "--schedule", "weight_decay": "--weight-decay",
+               "max_grad_norm": "--max-grad-norm", "grad_accum": "--grad-accum", "max_seq_length": "--seq-len",
+               "mask_rate": "--mask-rate", "nsp": "--nsp", "seed": "--seed", "eval_every": "--eval-every",
+               "eval_batches": "--eval-batches", "history_limit": "--history-limit", "device": "--device",
+               "whole_word_masking": "--whole-word-masking", "mask_only": "--mask-only",
+               "short_seq_length": "--short-seq-len", "short_seq_fraction": "--short-seq-fraction",
+               "short_seq_batch_size": "--short-seq-batch-size", OBJECTIVE_FIELD: "--objective",
+               "probe_every": None, "checkpoint_every_s": None, "precision": None,
+               "adam_eps": False, "adam_beta1": False, "adam_beta2": False}  # False: no option; must stay default
+SIZE_FLAGS = {"num_hidden_layers": "--layers", "hidden_size": "--hidden-size", "num_attention_heads": "--heads",
+              "intermediate_size": "--intermediate-size"}
+# Always written out, whatever the CLI's defaults (its default recipe differs from the Train page's).
+ALWAYS = ("max_steps", "batch_size", "max_seq_length", "learning_rate", "mask_rate", "nsp", "seed", "device")
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _out_name(spec) -> str:
+    seed = spec.train.get("seed", 0)
+    raw = f"runs/{spec.preset}-{spec.corpus_label}-seed{seed}"
+    return re.sub(r"[^A-Za-z0-9_./-]+", "-", raw)
+
+
+def corpus_argument(spec) -> str:
+    """What the command's --corpus says: a built-in corpus or a path as it is; an uploaded or pasted text (kept
+    in a scratch file the user never sees) as the file name to save it under."""
+    if spec.corpus == spec.corpus_label or not spec.corpus_label:
+        return spec.corpus
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.corpus_label).strip("-.") or "text"
+    return name if re.search(r"\.(txt|md|text)$", name) else f"{name}.txt"
+
+
+def train_command(spec, out: str | None = None, corpus: str | None = None) -> str:
+    """The `python -m bert_core train ...` command (shell-quoted) that trains what `spec` trains: the same data,
+    initial weights and updates, so the same held-out figures. `corpus` replaces `corpus_argument(spec)`; `out`
+    is the folder to write (default runs/PRESET-CORPUS-seedN)."""
+    from bert_core.data.pretraining_data import HELDOUT_FRACTION
+    from bert_core.training.trainer import TrainConfig, default_recipe
+
+    config = TrainConfig(**spec.train)
+    # The command leaves out what the CLI's recipe for this size sets the same (bert_core.training.recipes).
+    recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),
+                            num_hidden_layers=spec.model_overrides.get("num_hidden_layers"))["train_config"]
+    unknown = [k for k in spec.train if k not in TRAIN_FLAGS]
+    if unknown:
+        raise BertCoreError(f"no `train` option for {', '.join(unknown)} yet (bert_core.training.comparison.TRAIN_FLAGS)")
+    args = ["python", "-m", "bert_core", "train", "--corpus", corpus or corpus_argument(spec)]
+    if spec.init_from:
+        args += ["--init-from", str(spec.init_from)]
+    else:
+        args += ["--vocab-size", str(spec.vocab_size), "--preset", spec.preset]
+        overrides = dict(spec.model_overrides)
+        for field, flag in SIZE_FLAGS.items():
+            if field in overrides:
+                args += [flag, str(overrides.pop(field))]
+        # Always written: the command line's default differs from BertConfig's (the Train page's).
+        args += ["--initializer-range", _fmt(overrides.pop("initializer_range", BertConfig.initializer_range))]
+        positions = overrides.pop("max_position_embeddings", None)
+        if positions is not None and positions != max(512, config.max_seq_length):
+            raise BertCoreError("the command line sets max_position_embeddings to max(512, --seq-len) only")
+        if overrides.pop("attention", "bidirectional") == "causal" and getattr(config, OBJECTIVE_FIELD, "mlm") != "clm":
+            raise BertCoreError("the command line makes causal attention with --objective clm only")
+        overrides = {k: v for k, v in overrides.items() if k not in ("hidden_dropout_prob",
+                                                                     "attention_probs_dropout_prob")}
+        if overrides:
+            raise BertCoreError(f"no `train` option for {', '.join(overrides)}")
+    hidden = spec.model_overrides.get("hidden_dropout_prob", BertConfig.hidden_dropout_prob)
+    attn = spec.model_overrides.get("attention_probs_dropout_prob", BertConfig.attention_probs_dropout_prob)
+    if hidden != attn:
+        raise BertCoreError("the command line has one --dropout for hidden and attention dropout; set them equal")
+    args += ["--dropout", _fmt(hidden)]
+    if config.max_steps is not None and config.time_budget_s is not None:
+        raise BertCoreError("the command line takes --steps or --time-budget, not both")
+    drift = [f.name for f in dataclasses.fields(config) if f.name not in TRAIN_FLAGS
+             and getattr(config, f.name) != getattr(recipe, f.name)]
+    if drift:
+        raise BertCoreError(f"no `train` option for {', '.join(drift)} yet (bert_core.training.comparison.TRAIN_FLAGS)")
+    cli_schedule = "linear" if config.max_steps is not None else "time"
+    inert = set() if getattr(config, "short_seq_length", 0) else {"short_seq_fraction", "short_seq_batch_size"}
+    for field, flag in TRAIN_FLAGS.items():
+        if not hasattr(config, field) or field in inert:  # a field of another version; the short phase's when off
+            continue
+        value = getattr(config, field)
+        if flag is None or value is None or (field == "schedule" and value == cli_schedule):
+            continue
+        if field not in ALWAYS and value == getattr(recipe, field) and field != "schedule":
+            continue
+        if flag is False:
+            raise BertCoreError(f"no `train` option for {field}; leave it at {getattr(recipe, field)}")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        else:
+            args += [flag, _fmt(value)]
+    if spec.heldout_fraction != HELDOUT_FRACTION:
+        args += ["--heldout-fraction", _fmt(spec.heldout_fraction)]
+    args += ["--out", out or _out_name(spec)]
+    return shlex.join(args)

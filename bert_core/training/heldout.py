@@ -1,0 +1,193 @@
+"""`python -m bert_core heldout`: write a checkpoint's held-out text to a file, so anyone can re-run its evaluation,
+and `evaluate_text_file`, what `python -m bert_core eval` runs on it.
+
+`train` keeps part of every corpus out of training (`split_heldout`, by seed) and records the split in
+`metrics.json` / `trainer_state.json`. This module rebuilds exactly those documents and writes them one sentence
+per line with a blank line between documents, the plain-text format `load_corpus` reads back, so that
+
+    python -m bert_core heldout --checkpoint DIR --out heldout.txt
+    python -m bert_core eval --checkpoint DIR --text-file heldout.txt
+
+reproduces the `eval` figures that `train` wrote into `metrics.json`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bert_core.errors import BertCoreError
+
+
+def _valid_record(record) -> bool:
+    """A held-out split as `train` records it (the types heldout_documents relies on)."""
+    if not isinstance(record, dict) or not isinstance(record.get("corpora"), list) or not record["corpora"]:
+        return False
+    seed, fraction = record.get("seed"), record.get("fraction")
+    return (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32
+            and isinstance(fraction, (int, float)) and 0 < fraction < 1
+            and all(isinstance(c, dict) and isinstance(c.get("spec"), str) and c["spec"]
+                    and isinstance(c.get("documents", 0), int) for c in record["corpora"]))
+
+
+def heldout_split_record(checkpoint: str | Path) -> dict:
+    """The held-out split a checkpoint recorded: {"seed", "fraction", "corpora": [{"spec", ...}, ...]}."""
+    from bert_core.model.checkpoint import read_json
+    from bert_core.model.hf import require_checkpoint_folder
+
+    folder = Path(checkpoint)
+    if folder.is_file():
+        require_checkpoint_folder(folder)  # says what the file is (a pickle, a zip, a file inside a checkpoint)
+    if not folder.is_dir():
+        raise BertCoreError(f"{folder} does not exist; give a checkpoint folder written by `python -m bert_core train`")
+    for name, section, key in (("metrics.json", None, "heldout_split"), ("trainer_state.json", "metadata", "heldout")):
+        path = folder / name
+        if path.is_file():
+            data = read_json(path)
+            part = data.get(section) if section and isinstance(data, dict) else data
+            record = part.get(key) if isinstance(part, dict) else None
+            if record is not None and not _valid_record(record):
+                raise BertCoreError(f"{path} records a held-out split that is damaged ({key} must hold seed, fraction "
+                                    "and corpora); restore the file from a backup")
+            if record:
+                return record
+    raise BertCoreError(f"{folder} records no held-out split (no metrics.json or trainer_state.json from "
+                        "`python -m bert_core train`)")
+
+
+def heldout_documents(record: dict, corpus_loader=None) -> list[list[str]]:
+    """Rebuild the held-out documents of every corpus in `record`, in the order training split them."""
+    from bert_core.data.corpora import load_corpus, split_heldout
+
+    load = corpus_loader or (lambda spec, seed: load_corpus(spec, seed=seed))
+    seed, fraction = record["seed"], record["fraction"]
+    docs: list[list[str]] = []
+    for entry in record["corpora"]:
+        corpus = load(entry["spec"], seed)
+        if "documents" in entry and len(corpus.documents) != entry["documents"]:
+            raise BertCoreError(f"corpus {entry['spec']!r} now has {len(corpus.documents)} documents, but the "
+                                f"checkpoint was trained on {entry['documents']}: it is not the same text")
+        _, held = split_heldout(corpus, fraction=fraction, seed=seed)
+        docs.extend(held.documents)
+    return docs
+
+
+def documents_to_text(documents: list[list[str]]) -> str:
+    """One sentence per line, a blank line between documents: what `corpora.documents_from_text` reads back."""
+    return "\n\n".join("\n".join(" ".join(s.split()) for s in doc) for doc in documents) + "\n"
+
+
+def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=None) -> dict:
+    """Write the checkpoint's held-out text to `out`; returns what was written (path, documents, sentences)."""
+    from bert_core.model.checkpoint import write_text_atomic
+
+    record = heldout_split_record(checkpoint)
+    docs = heldout_documents(record, corpus_loader)
+    out = write_text_atomic(out, documents_to_text(docs))
+    return {"path": str(out), "documents": len(docs), "sentences": sum(len(d) for d in docs),
+            "corpora": [e["spec"] for e in record["corpora"]], "seed": record["seed"], "fraction": record["fraction"]}
+
+
+def _field(state, section: str, key: str):
+    """state[section][key] when both levels are objects, else None."""
+    part = state.get(section) if isinstance(state, dict) else None
+    return part.get(key) if isinstance(part, dict) else None
+
+
+def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
+                       device="auto") -> dict:
+    """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
+    figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""
+    import torch
+
+    from bert_core.data.corpora import corpus_from_file
+    from bert_core.data.pretraining_data import PretrainingData, unigram_baseline
+    from bert_core.model.bert import is_causal
+    from bert_core.model.checkpoint import load_checkpoint
+    from bert_core.training.evaluation import evaluate
+    from bert_core.training.trainer import resolve_device
+
+    if Path(text_file).is_dir():
+        raise BertCoreError(f"--text-file {text_file} is a folder; give a plain text file")
+    if not Path(text_file).is_file():
+        raise BertCoreError(f"text file {text_file} does not exist")
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(checkpoint, require_tokenizer=True)
+    state = ckpt.trainer_state or {}
+    # Read defensively: a Hugging Face Trainer's trainer_state.json has other keys, and eval needs only these two.
+    saved_len = _field(state, "train_config", "max_seq_length")
+    if seq_len is None:
+        seq_len = saved_len if isinstance(saved_len, int) and not isinstance(saved_len, bool) else 128
+    seq_len = max(16, min(seq_len, ckpt.model.config.max_position_embeddings, ckpt.tokenizer.model_max_length))
+    # The same reader as `train`'s corpora: size-checked, UTF-8-checked, and very long lines cut into pieces.
+    corpus = corpus_from_file(text_file)
+    causal = is_causal(ckpt.model)  # a next-token model is scored on plain text: every position, nothing masked
+    data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
+                           mask_rate=mask_rate, seed=seed, nsp=not causal, objective="clm" if causal else "mlm")
+    eval_batches = data.eval_batches(batches, seed=seed)
+    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
+    counts_list = _field(state, "metadata", "unigram_counts")
+    never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
+    if isinstance(counts_list, list) and len(counts_list) == ckpt.tokenizer.vocab_size \
+            and all(isinstance(c, int) and c >= 0 for c in counts_list):
+        counts, source = torch.tensor(counts_list), "the checkpoint's training text"
+    else:
+        counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
+    baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
+    common = {"checkpoint": str(checkpoint), "text_file": str(text_file), "seed": seed}
+    if causal:
+        return {
+            **common,
+            "objective": "clm",
+            "next_token_accuracy": result.mlm_acc,
+            "next_token_loss": result.mlm_loss,
+            "perplexity": result.perplexity,
+            "predicted_tokens": result.num_masked,
+            "sequences": result.num_sequences,
+            "unigram_baseline": {**baseline, "counts_from": source},
+        }
+    return {
+        **common,
+        "objective": "mlm",
+        "masked_token_accuracy": result.mlm_acc,
+        "mlm_loss": result.mlm_loss,
+        "perplexity": result.perplexity,
+        "nsp_accuracy": result.nsp_acc,
+        "accuracy_by_decision": result.acc_by_decision,
+        "masked_tokens": result.num_masked,
+        "sequences": result.num_sequences,
+        "unigram_baseline": {**baseline, "counts_from": source},
+    }
+
+
+def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
+    """Run `heldout` then `eval` (default settings) on a checkpoint: the figures and the two commands that give them.
+
+    `train` stores this under "eval" in metrics.json, so the published figures are the ones a reader reproduces.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        text_file = Path(tmp) / "heldout.txt"
+        info = write_heldout_text(checkpoint, text_file, corpus_loader)
+        figures = evaluate_text_file(checkpoint, text_file)
+    figures.pop("text_file", None)
+    figures.pop("checkpoint", None)
+    return {
+        "commands": [f"python -m bert_core heldout --checkpoint {checkpoint} --out heldout.txt",
+                     f"python -m bert_core eval --checkpoint {checkpoint} --text-file heldout.txt"],
+        "heldout_text": {k: info[k] for k in ("documents", "sentences", "corpora")},
+        **figures,
+    }
+
+
+def update_metrics(checkpoint: str | Path, corpus_loader=None) -> dict:
+    """Add (or refresh) the reproducible "eval" section of a checkpoint's metrics.json; returns it."""
+    from bert_core.model.checkpoint import read_json, write_json_atomic
+
+    path = Path(checkpoint) / "metrics.json"
+    metrics = read_json(path) if path.is_file() else {}
+    if not isinstance(metrics, dict):
+        raise BertCoreError(f"{path} does not hold a JSON object; restore it from a backup or delete it")
+    metrics["eval"] = reproducible_eval(checkpoint, corpus_loader)
+    write_json_atomic(path, metrics)
+    return metrics["eval"]
