@@ -4,7 +4,8 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, probes
-from bert_core.model.config import PRESETS
+from bert_core.data import pretraining_data
+from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, plateau, recipes
 
@@ -142,7 +143,7 @@ with st.expander("Settings", expanded=run is None):
         else:
             sizes = PRESETS[preset]
             st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
-                       f"{sizes['num_attention_heads']} heads, feed-forward {4 * sizes['hidden_size']}")
+                       f"{sizes['num_attention_heads']} heads, feed-forward {feed_forward_width(sizes['hidden_size'])}")
         with st.popover("What each size reaches", icon=":material/speed:"):
             st.markdown(recipes.ladder_note())
             st.table(recipes.ladder_rows(), hide_index=True)
@@ -222,7 +223,7 @@ def _spec(folder_key: str, init_from: str | None = None, corpus: tuple[str, str]
                  probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu",
                  short_seq_length=int(s["train_short_seq"]), short_seq_fraction=float(s["train_short_frac"]),
                  short_seq_batch_size=int(s["train_short_batch"]))
-    train.update(jobs.objective_settings(s["train_objective"]))
+    train.update(pretraining_data.objective_settings(s["train_objective"]))
     sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
     attention = s.get("train_att_probe", "").strip() or None
     if sentences:

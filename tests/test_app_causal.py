@@ -10,9 +10,10 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from bert_core.data.pretraining_data import objective_settings  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
-from bert_core.serve import jobs, model_sources
+from bert_core.serve import jobs, model_sources  # noqa: E402
 from bert_core.training.trainer import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,9 +118,9 @@ def test_train_page_objective_becomes_the_job_spec(monkeypatch, gpt_checkpoint):
     assert at.slider(key="train_mask").disabled and at.checkbox(key="train_nsp").disabled
     assert at.query_params["train_objective"] in ("clm", ["clm"])
     # What _spec adds to the page's train settings: a valid GPT TrainConfig even with the NSP box still ticked.
-    train = {"max_steps": 5, "nsp": True, **jobs.objective_settings("clm")}
+    train = {"max_steps": 5, "nsp": True, **objective_settings("clm")}
     assert TrainConfig(**train).objective == "clm" and TrainConfig(**train).nsp is False
-    assert jobs.objective_settings("mlm") == {"objective": "mlm"}
+    assert objective_settings("mlm") == {"objective": "mlm"}
 
 
 @pytest.fixture(scope="module")

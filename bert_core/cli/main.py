@@ -30,6 +30,7 @@ from bert_core.cli.arguments import (
     int_arg,
     path_arg,
 )
+from bert_core.data.pretraining_data import objective_has_nsp
 from bert_core.errors import BertCoreError
 from bert_core.training.allocator import TRAINING_COMMANDS, keep_freed_memory
 
@@ -414,12 +415,12 @@ def cmd_train(args) -> int:
     else:
         if args.steps is None and args.time_budget is None:
             raise BertCoreError("give --steps N or --time-budget SECONDS")
-        if args.objective == "clm":  # before the defaults: NSP is on by default for BERT only
-            if args.nsp:
-                raise BertCoreError("--nsp: the next-token objective (--objective clm) has no next-sentence "
-                                    "prediction; leave --nsp out")
-            args.nsp = False
         args.objective = args.objective or "mlm"
+        if not objective_has_nsp(args.objective):  # before the defaults: NSP is on by default for BERT only
+            if args.nsp:
+                raise BertCoreError(f"--nsp: the {args.objective} objective has no next-sentence prediction; "
+                                    "leave --nsp out")
+            args.nsp = False
         preset, hidden, layers = _recipe_size(args)
         defaults = _train_defaults(preset, _recipe_device(args.device), hidden, layers)
         given = [name for name in RECIPE_OPTIONS if getattr(args, name) is not None]

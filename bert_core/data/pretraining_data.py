@@ -32,6 +32,20 @@ NOTE_SINGLE = "one segment of contiguous text (NSP off)"
 OBJECTIVES = ("mlm", "clm")
 
 
+def objective_has_nsp(objective: str) -> bool:
+    """Whether an objective can carry next-sentence prediction: BERT's masked LM can (on by default); a GPT's
+    next-token objective reads one stream of text, so it has no sentence pairs to judge."""
+    return objective == "mlm"
+
+
+def objective_settings(objective: str) -> dict:
+    """The TrainConfig fields an objective sets: a next-token (GPT) run has NSP off and masks nothing; BERT's keeps
+    whatever NSP setting it is given."""
+    if objective not in OBJECTIVES:
+        raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return {"objective": objective} if objective_has_nsp(objective) else {"objective": objective, "nsp": False}
+
+
 @dataclass
 class NspInstance:
     """One `[CLS] A [SEP] B [SEP]` example and where A and B came from (document, first sentence, end sentence)."""
@@ -380,8 +394,8 @@ class PretrainingData:
                  rank: int = 0, world_size: int = 1, mask_only: bool = False, objective: str = "mlm"):
         if objective not in OBJECTIVES:
             raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-        if objective == "clm" and nsp:
-            raise BertCoreError("the next-token objective (clm) has no next-sentence prediction: turn NSP off")
+        if nsp and not objective_has_nsp(objective):
+            raise BertCoreError(f"the {objective} objective has no next-sentence prediction: turn NSP off")
         if batch_size < 1:
             raise BertCoreError(f"batch_size must be at least 1, got {batch_size!r}")
         if not 0.0 < mask_rate < 1.0:

@@ -18,6 +18,7 @@ import torch
 from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
+from bert_core.model.tokenization import truncate_pair
 
 MASK_MARKER = re.compile(r"\[mask\]", re.IGNORECASE)
 # The masking page shows "random" (short) where pretraining_data.DECISION_NAMES says "random token".
@@ -105,23 +106,6 @@ def _encode_with_masks(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def _truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, int]:
-    """Fit `a` (and `b`) into `budget` tokens by the rule of `BertTokenizer.encode_pair` (HF's longest_first):
-    the shorter side keeps up to half the budget, the longer side the rest; on a tie A counts as the shorter."""
-    total = len(a) + (len(b) if b is not None else 0)
-    if total <= budget:
-        return list(a), (list(b) if b is not None else None), 0
-    if b is None:
-        return list(a[:budget]), None, total - budget
-    if len(a) > len(b):
-        keep_b = min(len(b), budget // 2)
-        a, b = a[: budget - keep_b], b[:keep_b]
-    else:
-        keep_a = min(len(a), budget // 2)
-        a, b = a[:keep_a], b[: budget - keep_a]
-    return list(a), list(b), total - len(a) - len(b)
-
-
 def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512) -> EncodedInput:
     """Build `[CLS] a [SEP] (b [SEP])` from user text, keeping `[MASK]` markers and truncating to `max_length`."""
     if not isinstance(a, str) or not a.strip():
@@ -135,7 +119,7 @@ def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512)
     specials = 3 if ids_b is not None else 2
     if max_length <= specials:
         raise BertCoreError(f"max_length {max_length} leaves no room for text")
-    ids_a, ids_b, dropped = _truncate_pair(ids_a, ids_b, max_length - specials)
+    ids_a, ids_b, dropped = truncate_pair(ids_a, ids_b, max_length - specials)
     input_ids = [tokenizer.cls_id, *ids_a, tokenizer.sep_id]
     token_type_ids = [0] * len(input_ids)
     if ids_b is not None:

@@ -518,19 +518,6 @@ def adamw(model: nn.Module, lr: float, weight_decay: float = 0.01, betas=(0.9, 0
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=True)
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    """Return CUDA when present for "auto", else the CPU; any other name is taken as given."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise BertCoreError(f"unknown device {name!r}; use auto, cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BertCoreError("device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
-    return device
-
-
 def num_parameters(model: nn.Module) -> int:
     """Count parameters once each (the tied decoder weight is not counted twice)."""
     return sum(p.numel() for p in model.parameters())

@@ -31,6 +31,15 @@ MAX_SEED = 2**32 - 1  # numpy's legacy seeding takes 32 bits; torch and random t
 MAX_BATCH = 65536
 MAX_SEQ_LEN = 8192
 
+# BERT's feed-forward layer is four times as wide as the hidden size (Vaswani et al.; every BERT size keeps it).
+FEED_FORWARD_MULTIPLE = 4
+
+
+def feed_forward_width(hidden_size: int) -> int:
+    """The feed-forward (intermediate) width a preset or a model of this hidden size gets unless told otherwise."""
+    return FEED_FORWARD_MULTIPLE * hidden_size
+
+
 SIZE_LIMITS = {
     "vocab_size": 2**22,
     "hidden_size": 2**15,
@@ -150,7 +159,7 @@ class BertConfig:
         if name not in PRESETS:
             raise BertCoreError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         sizes = dict(PRESETS[name])
-        sizes["intermediate_size"] = 4 * sizes["hidden_size"]
+        sizes["intermediate_size"] = feed_forward_width(sizes["hidden_size"])
         sizes.update(overrides)
         return cls(**sizes)
 

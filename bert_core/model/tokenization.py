@@ -36,6 +36,24 @@ def _attach_post_processor(tok: Tokenizer) -> None:
     )
 
 
+
+def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, int]:
+    """Fit `a` (and `b`) into `budget` tokens, HF's longest_first: the shorter side keeps up to half the budget,
+    the longer side gets the rest (on a tie A counts as the shorter, as the `tokenizers` library does it).
+    Returns the kept ids of each side and how many tokens were dropped."""
+    total = len(a) + (len(b) if b is not None else 0)
+    if total <= budget:
+        return list(a), (list(b) if b is not None else None), 0
+    if b is None:
+        return list(a[:budget]), None, total - budget
+    if len(a) > len(b):
+        keep_b = min(len(b), budget // 2)
+        a, b = a[: budget - keep_b], b[:keep_b]
+    else:
+        keep_a = min(len(a), budget // 2)
+        a, b = a[:keep_a], b[: budget - keep_a]
+    return list(a), list(b), total - len(a) - len(b)
+
 class BertTokenizer:
     """A BERT WordPiece tokenizer (wraps `tokenizers.Tokenizer`) with the special ids the data pipeline needs."""
 
@@ -83,19 +101,10 @@ class BertTokenizer:
         budget = max_length - (3 if ids_b is not None else 2)
         if budget < (2 if ids_b is not None else 1):
             raise BertCoreError(f"max_length={max_length} is too short to hold [CLS] text [SEP]; use at least 8")
+        ids_a, ids_b, _ = truncate_pair(ids_a, ids_b, budget)
         if ids_b is None:
-            ids_a = ids_a[:budget]
             input_ids = [self.cls_id, *ids_a, self.sep_id]
             return {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids)}
-        if len(ids_a) + len(ids_b) > budget:
-            # The shorter side keeps up to half the budget, the longer gets the rest; on a tie A is the
-            # "shorter" one, exactly as the `tokenizers` library's longest_first does it.
-            if len(ids_a) > len(ids_b):
-                keep_b = min(len(ids_b), budget // 2)
-                ids_a, ids_b = ids_a[: budget - keep_b], ids_b[:keep_b]
-            else:
-                keep_a = min(len(ids_a), budget // 2)
-                ids_a, ids_b = ids_a[:keep_a], ids_b[: budget - keep_a]
         input_ids = [self.cls_id, *ids_a, self.sep_id, *ids_b, self.sep_id]
         types = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
         return {"input_ids": input_ids, "token_type_ids": types}

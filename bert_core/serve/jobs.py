@@ -90,12 +90,6 @@ NEXT_TOKEN_NOTE = ("A GPT-style run: the loss and accuracy curves are next-token
                    "compare one for one with a BERT's; there are no masking decisions to split them by.")
 
 
-def objective_settings(objective: str) -> dict:
-    """TrainSpec.train entries for an objective of OBJECTIVE_LABELS: a GPT run predicts the next token, so it has
-    no next-sentence prediction (and nothing is masked)."""
-    if objective not in OBJECTIVE_LABELS:
-        raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVE_LABELS)}, got {objective!r}")
-    return {"objective": "clm", "nsp": False} if objective == "clm" else {"objective": "mlm"}
 
 
 @dataclass

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.model.config import PRESETS, BertConfig
+from bert_core.data.pretraining_data import objective_settings
+from bert_core.model.config import PRESETS, BertConfig, feed_forward_width
 
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 # The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
@@ -91,16 +92,15 @@ def _on_off(yes: str, no: str):
 def model_sizes(spec) -> tuple[int, int, int, int]:
     """(layers, hidden, heads, feed-forward) of the model a spec builds."""
     base = {**PRESETS[spec.preset]}
-    base["intermediate_size"] = 4 * base["hidden_size"]
     base.update({k: v for k, v in spec.model_overrides.items() if k in SIZE_FIELDS})
-    if "hidden_size" in spec.model_overrides and "intermediate_size" not in spec.model_overrides:
-        base["intermediate_size"] = 4 * base["hidden_size"]
+    if "intermediate_size" not in spec.model_overrides:
+        base["intermediate_size"] = feed_forward_width(base["hidden_size"])
     return tuple(int(base[k]) for k in SIZE_FIELDS)
 
 
 def _preset_sizes(name: str) -> tuple[int, int, int, int]:
     p = PRESETS[name]
-    return p["num_hidden_layers"], p["hidden_size"], p["num_attention_heads"], 4 * p["hidden_size"]
+    return p["num_hidden_layers"], p["hidden_size"], p["num_attention_heads"], feed_forward_width(p["hidden_size"])
 
 
 def _size_value(spec):
@@ -150,32 +150,17 @@ def _corpus_parse(value):
 
 
 # -- attention: bidirectional (BERT, masked LM) or causal (GPT, next-token LM) ---------------------------------
-def objective_available() -> bool:
-    """Whether this version's TrainConfig has the causal objective (the attention knob needs it)."""
-    from bert_core.training.trainer import TrainConfig
-
-    return OBJECTIVE_FIELD in {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 def _attention_get(spec):
     causal = spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
     return "causal" if causal else "bidirectional"
 
 
-def _no_objective() -> BertCoreError:
-    return BertCoreError("causal (GPT) attention needs the causal language-modelling objective, which this version "
-                         "does not have yet: compare the other knobs")
-
-
 def _attention_put(spec, value):
-    if not objective_available():
-        raise _no_objective()
-    # As jobs.objective_settings: the objective decides the attention (the model is made causal from it).
+    # The objective decides the attention (the model is made causal from it).
     new = dataclasses.replace(spec, model_overrides={k: v for k, v in spec.model_overrides.items()
                                                      if k != "attention"})
-    if value == "causal":  # GPT predicts the next token and has no next-sentence task (IMPLIED)
-        return _with_train(new, **{OBJECTIVE_FIELD: "clm", "nsp": False})
-    return _with_train(new, **{OBJECTIVE_FIELD: "mlm"})
+    # GPT predicts the next token and has no next-sentence task (IMPLIED)
+    return _with_train(new, **objective_settings("clm" if value == "causal" else "mlm"))
 
 
 def _attention_parse(value):
@@ -219,8 +204,8 @@ MLM_ONLY = ("nsp", "mask_rate", "mask_only", "whole_word_masking")
 
 
 def available_knobs() -> list[str]:
-    """The knobs a run can change in this version (attention only once the causal objective exists)."""
-    return [name for name in KNOBS if name != "attention" or objective_available()]
+    """The knobs a run can change."""
+    return list(KNOBS)
 
 
 def _knob(name: str) -> Knob:
@@ -290,8 +275,6 @@ def one_change(spec, knob: str, value):
     attention also turns NSP off: IMPLIED): what the 'try one change' control starts. The copy's probe sentences
     and other settings stay as they were."""
     k = _knob(knob)
-    if knob == "attention" and not objective_available():
-        raise _no_objective()
     if knob in MLM_ONLY and spec.train.get(OBJECTIVE_FIELD, "mlm") != "mlm":
         raise BertCoreError(f"the {k.label} belongs to BERT's masked-LM objective; this run is causal (GPT): "
                             "change its attention back to bidirectional first")

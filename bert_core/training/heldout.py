@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bert_core.data.pretraining_data import objective_settings
 from bert_core.errors import BertCoreError
 
 
@@ -122,7 +123,7 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     corpus = corpus_from_file(text_file)
     causal = is_causal(ckpt.model)  # a next-token model is scored on plain text: every position, nothing masked
     data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
-                           mask_rate=mask_rate, seed=seed, nsp=not causal, objective="clm" if causal else "mlm")
+                           mask_rate=mask_rate, seed=seed, **objective_settings("clm" if causal else "mlm"))
     eval_batches = data.eval_batches(batches, seed=seed)
     result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
     counts_list = _field(state, "metadata", "unigram_counts")
