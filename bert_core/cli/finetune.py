@@ -152,6 +152,34 @@ def run(args) -> int:
     if args.out is not None:
         check_output_folder(args.out, overwrite=args.overwrite,
                             subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
+    folder, config = _checked_models(args, config, compares)
+    data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
+                     args.seed)
+    train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
+    print(f"data: {data.source}, {len(train)} train / {len(val)} validation, {data.num_labels} labels "
+          f"({', '.join(data.label_names)})", file=sys.stderr)
+    for note in data.notes:
+        print(f"note: {note}", file=sys.stderr)
+    results = _results(args, _runs(args, folder, data, train, compares), train, val, config)
+    saved = []
+    if args.out:
+        for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
+            folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
+            saved.append(str(save_classifier(r, folder)))
+    if args.json:
+        print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
+                                   "label_names": data.label_names, "notes": data.notes},
+                          "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
+                          "saved": saved}, indent=1))
+    else:
+        print(format_results(results))
+        _print_saved(saved, [r for r in results if r.tokenizer is not None])
+    return 0
+
+
+def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> tuple[Path | None, FinetuneConfig]:
+    """The checkpoint folder (None with --scratch-preset) and the config, its max length cut to the shortest model's
+    positions when --max-length is not given; every racer is checked (folder, memory, positions), no data read."""
     folder = None
     if args.scratch_preset:
         # The vocabulary trained below is at most 8000 tokens, so this bounds the model before any data is read.
@@ -172,13 +200,12 @@ def run(args) -> int:
                                     f"{bound.max_position_embeddings} positions; use at most "
                                     f"{bound.max_position_embeddings}")
             config = config.replace(max_length=bound.max_position_embeddings)
-    data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
-                     args.seed)
-    train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
-    print(f"data: {data.source}, {len(train)} train / {len(val)} validation, {data.num_labels} labels "
-          f"({', '.join(data.label_names)})", file=sys.stderr)
-    for note in data.notes:
-        print(f"note: {note}", file=sys.stderr)
+    return folder, config
+
+
+def _runs(args, folder: Path | None, data, train, compares: dict[str, Path]) -> list[tuple[str, object, object]]:
+    """(name, classifier, tokenizer) of each neural run, in the order they race: the checkpoint's (or the
+    --scratch-preset model with a tokenizer trained on `train`), each --compare, then --compare-scratch."""
     runs = []
     if folder is None:
         tokenizer = tokenizer_for_scratch(train)
@@ -191,6 +218,11 @@ def run(args) -> int:
         runs.append((name, *classifier_from_checkpoint(other, data.num_labels, args.seed)))
     if folder is not None and args.compare_scratch:
         runs.append(("scratch", scratch_twin(runs[0][1], data.num_labels, args.seed), tokenizer))
+    return runs
+
+
+def _results(args, runs, train, val, config: FinetuneConfig) -> list[FinetuneResult]:
+    """The bag-of-words line first (with --baseline), then each run fine-tuned in turn, its progress on stderr."""
     results = []
     if args.baseline:
         line = BagOfWordsRun(train, val, args.seed, num_misclassified=config.num_misclassified,
@@ -201,23 +233,15 @@ def run(args) -> int:
     for name, model, tokenizer in runs:
         results.append(finetune(model, tokenizer, train, val, config, name=name,
                                 callbacks=[_progress_printer(name, sys.stderr)]))
-    saved = []
-    if args.out:
-        for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
-            folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
-            saved.append(str(save_classifier(r, folder)))
-    if args.json:
-        print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
-                                   "label_names": data.label_names, "notes": data.notes},
-                          "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
-                          "saved": saved}, indent=1))
-    else:
-        print(format_results(results))
-        for folder, r in zip(saved, (r for r in results if r.tokenizer is not None)):
-            if getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
-                print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
-                      "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
-            else:
-                print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
-                      ".from_pretrained)")
-    return 0
+    return results
+
+
+def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:
+    """Where each classifier went, and whether transformers reads it as trained."""
+    for folder, r in zip(saved, results):
+        if getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
+            print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
+                  "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
+        else:
+            print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
+                  ".from_pretrained)")

@@ -13,6 +13,7 @@ import io
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,9 @@ def _decode(data: bytes, name: str) -> str:
     if not data.strip():
         raise BertCoreError(f"{name} is empty. Give a CSV with a text column and a label column.")
     if b"\x00" in data[:65536]:
-        raise BertCoreError(f"{name} looks binary (it contains NUL bytes), not a CSV text file. Export it as UTF-8 CSV.")
+        raise BertCoreError(
+            f"{name} looks binary (it contains NUL bytes), not a CSV text file. Export it as UTF-8 CSV."
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -148,7 +151,8 @@ def _class_names_beside(path: Path | None, count: int) -> list[str] | None:
     if not classes.is_file():
         documented = DOCUMENTED_LABEL_NAMES.get((path.parent.name, path.name))
         return list(documented) if documented is not None and len(documented) == count else None
-    names = [line.strip() for line in classes.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    lines = classes.read_text(encoding="utf-8", errors="replace").splitlines()
+    names = [line.strip() for line in lines if line.strip()]
     return names if len(names) == count else None
 
 
@@ -260,30 +264,8 @@ def load_classification_csv(
     numbered classes take names from a `classes.txt` beside the file if present, or from DOCUMENTED_LABEL_NAMES.
     """
     data, name, path = _read_bytes(path_or_bytes, name)
-    text = _decode(data, name)
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise BertCoreError(f"{name} is not a well-formed CSV ({exc}). Check its quoting.") from None
-    numbered = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]  # 1-based line rows
-    if not numbered:
-        raise BertCoreError(f"{name} has no rows. Give a CSV with a text column and a label column.")
-    headerless = _headerless_columns([r for _, r in numbered])
+    columns, body, headerless = _table(_decode(data, name), name)
     ag_news = headerless == list(AG_NEWS_COLUMNS)
-    if headerless:
-        columns = headerless
-        body = numbered
-    else:
-        header = [c.strip() for c in numbered[0][1]]
-        if len(header) < 2:
-            raise BertCoreError(
-                f"{name} has a single column ({header[0]!r}); it needs a text column and a label column, "
-                "separated by commas, with a header row naming them."
-            )
-        columns = header
-        body = numbered[1:]
-        if not body:
-            raise BertCoreError(f"{name} has a header but no data rows.")
     text_indices, label_index = _default_columns(columns, text_columns, label_column)
     for line, row in body:
         if len(row) != len(columns):
@@ -292,28 +274,8 @@ def load_classification_csv(
                 f"{len(columns)} ({', '.join(columns)}). Check the quoting of that row."
             )
     clean = clean_ag_news_text if ag_news else (lambda s: " ".join(s.split()))
-    texts_a, texts_b, raw_labels, empty_lines = [], [], [], []
-    for line, row in body:
-        parts = [clean(row[i]) for i in text_indices]
-        label = row[label_index].strip()
-        if not label or not any(parts):
-            empty_lines.append(line)
-            continue
-        if as_pair and len(parts) == 2:
-            texts_a.append(parts[0])
-            texts_b.append(parts[1])
-        else:
-            texts_a.append(PAIR_JOINER.join(p for p in parts if p))
-        raw_labels.append(label)
-    notes = []
-    if empty_lines:
-        shown = ", ".join(map(str, empty_lines[:10])) + (" ..." if len(empty_lines) > 10 else "")
-        if not drop_empty:
-            raise BertCoreError(
-                f"{len(empty_lines)} row(s) of {name} have an empty text or label (line {shown}). "
-                "Fill them in, or drop them (--drop-empty, or the 'drop empty rows' box in the app)."
-            )
-        notes.append(f"dropped {len(empty_lines)} row(s) with an empty text or label (line {shown})")
+    texts_a, texts_b, raw_labels, empty_lines = _examples(body, text_indices, label_index, clean, as_pair)
+    notes = _empty_rows_notes(empty_lines, name, drop_empty)
     if not raw_labels:
         raise BertCoreError(f"{name} has no row with both a text and a label.")
     labels, names = _label_ids(raw_labels, columns[label_index], path)
@@ -330,6 +292,63 @@ def load_classification_csv(
         dropped_rows=len(empty_lines),
         notes=notes,
     )
+
+
+def _table(text: str, name: str) -> tuple[list[str], list[tuple[int, list[str]]], list[str] | None]:
+    """(column names, data rows with their 1-based line numbers, the format's column names when headerless) of a
+    decoded CSV; blank rows are skipped, a file without data rows is refused."""
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise BertCoreError(f"{name} is not a well-formed CSV ({exc}). Check its quoting.") from None
+    numbered = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]  # 1-based line rows
+    if not numbered:
+        raise BertCoreError(f"{name} has no rows. Give a CSV with a text column and a label column.")
+    headerless = _headerless_columns([r for _, r in numbered])
+    if headerless:
+        return headerless, numbered, headerless
+    header = [c.strip() for c in numbered[0][1]]
+    if len(header) < 2:
+        raise BertCoreError(
+            f"{name} has a single column ({header[0]!r}); it needs a text column and a label column, "
+            "separated by commas, with a header row naming them."
+        )
+    if len(numbered) < 2:
+        raise BertCoreError(f"{name} has a header but no data rows.")
+    return header, numbered[1:], None
+
+
+def _examples(body: list[tuple[int, list[str]]], text_indices: list[int], label_index: int,
+              clean: Callable[[str], str], as_pair: bool) -> tuple[list[str], list[str], list[str], list[int]]:
+    """(first texts, second texts of pairs, raw labels, lines left out for an empty text or label) of the rows."""
+    texts_a, texts_b, raw_labels, empty_lines = [], [], [], []
+    for line, row in body:
+        parts = [clean(row[i]) for i in text_indices]
+        label = row[label_index].strip()
+        if not label or not any(parts):
+            empty_lines.append(line)
+            continue
+        if as_pair and len(parts) == 2:
+            texts_a.append(parts[0])
+            texts_b.append(parts[1])
+        else:
+            texts_a.append(PAIR_JOINER.join(p for p in parts if p))
+        raw_labels.append(label)
+    return texts_a, texts_b, raw_labels, empty_lines
+
+
+def _empty_rows_notes(empty_lines: list[int], name: str, drop_empty: bool) -> list[str]:
+    """The dataset's notes about rows left out for an empty text or label; without `drop_empty` they are an error
+    naming the lines (a silent drop would hide a broken export)."""
+    if not empty_lines:
+        return []
+    shown = ", ".join(map(str, empty_lines[:10])) + (" ..." if len(empty_lines) > 10 else "")
+    if not drop_empty:
+        raise BertCoreError(
+            f"{len(empty_lines)} row(s) of {name} have an empty text or label (line {shown}). "
+            "Fill them in, or drop them (--drop-empty, or the 'drop empty rows' box in the app)."
+        )
+    return [f"dropped {len(empty_lines)} row(s) with an empty text or label (line {shown})"]
 
 
 def csv_columns(path_or_bytes: str | Path | bytes, name: str = "upload.csv") -> list[str]:

@@ -1,9 +1,11 @@
-"""Fine-tuning BERT for sequence classification: the [CLS] classifier trained from a pretrained checkpoint or from scratch.
+"""Fine-tuning BERT for sequence classification: the [CLS] classifier, from a pretrained checkpoint or from scratch.
 
 The lesson the app shows: the same architecture, the same data and the same budget, with and without pretraining.
-`Finetuner` is observable and stoppable from another thread like `training.Trainer` and reuses its schedule
-(`lr_multiplier`), device choice and AdamW parameter groups; the budget counts training time only, so the
-validation passes that draw the accuracy curve do not eat into it.
+`Finetuner` is the one fine-tuning loop: it asks a task kind (finetune_tasks.FinetuneTask; today SentenceLabels)
+for batches, losses and metrics, so token tags or answer spans need a kind, not a second loop. It is observable and
+stoppable from another thread like `training.Trainer` and reuses its schedule (`lr_multiplier`), device choice and
+AdamW parameter groups; the budget counts training time only, so the validation passes that draw the accuracy
+curve do not eat into it.
 """
 
 from __future__ import annotations
@@ -22,23 +24,34 @@ import torch
 
 from bert_core.data.classification_data import (
     ClassificationData,
-    encode_examples,
-    eval_batches,
     load_classification_csv,
     split_train_val,
     toy_topic_task,
-    train_batches,
 )
 from bert_core.errors import BertCoreError
+from bert_core.model.bert import adamw
+from bert_core.model.checkpoint import check_tokenizer_fits, save_checkpoint
+from bert_core.model.hf import load_pretrained
+from bert_core.model.tokenization import BertTokenizer, train_tokenizer
+from bert_core.training.bag_of_words import fit_bag_of_words, texts_of
+from bert_core.training.finetune_tasks import (
+    FinetuneTask,
+    Misclassified,
+    SentenceLabels,
+    confusion_matrix,
+    label_metrics,
+    macro_f1,
+)
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
 
 __all__ = [
     "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
+    "FinetuneTask", "SentenceLabels", "Misclassified", "confusion_matrix", "macro_f1",
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
-    "evaluate_classifier",
-    "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier", "add_parser", "run",
+    "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
+    "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,16 +128,6 @@ class FinetuneEval:
 
 
 @dataclass
-class Misclassified:
-    """A validation example the classifier got wrong, with how sure it was."""
-
-    text: str
-    true_label: str
-    predicted_label: str
-    confidence: float
-
-
-@dataclass
 class FinetuneResult:
     """Final validation metrics, curves and the trained model of one run."""
 
@@ -172,14 +175,9 @@ def _seeded(seed: int):
 def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
     """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder (+ pooler), a fresh
     head; a causal (GPT-style) folder gives a classifier reading the last token (model.LAST_TOKEN_POOLING)."""
-    from bert_core.model.bert import BertForSequenceClassification
-    from bert_core.model.checkpoint import check_tokenizer_fits
-    from bert_core.model.hf import load_pretrained
-    from bert_core.model.tokenization import BertTokenizer
-
     folder = Path(folder)
     with _seeded(seed):
-        model = load_pretrained(folder, model_class=BertForSequenceClassification, num_labels=num_labels)
+        model = load_pretrained(folder, model_class=SentenceLabels.head, num_labels=num_labels)
     if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
         raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
                             "the model was pretrained with")
@@ -191,10 +189,8 @@ def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
 def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
     """A classifier whose encoder (+ pooler) are copies of `pretrained.bert` (e.g. the app's active model), fresh
     head; reading the last token when `pretrained` is causal (model.LAST_TOKEN_POOLING), so GPT fine-tunes too."""
-    from bert_core.model.bert import BertForSequenceClassification
-
     with _seeded(seed):
-        model = BertForSequenceClassification(pretrained.config, num_labels)
+        model = SentenceLabels.head(pretrained.config, num_labels)
     model.bert.load_state_dict(pretrained.bert.state_dict())
     return model
 
@@ -211,83 +207,30 @@ def set_dropout(model, p: float) -> None:
 
 def classifier_from_scratch(config, num_labels: int, seed: int = 0):
     """A randomly initialised classifier of the given BertConfig: the no-pretraining baseline."""
-    from bert_core.model.bert import BertForSequenceClassification
-
     with _seeded(seed):
-        return BertForSequenceClassification(config, num_labels)
+        return SentenceLabels.head(config, num_labels)
 
 
 def save_classifier(result: FinetuneResult, folder) -> Path:
     """Write the fine-tuned classifier as a Hugging Face folder (+ tokenizer, label names, finetune_result.json),
     atomically: a failed write (full disk, read-only folder) leaves what was there whole."""
-    from bert_core.model.checkpoint import save_checkpoint
-
     if result.model is None:
         raise BertCoreError("this result holds no model to save")
     return save_checkpoint(folder, result.model, tokenizer=result.tokenizer, label_names=result.label_names,
                            extra={RESULT_FILE: result.to_dict()})
 
 
-# ---------------------------------------------------------------------------------------------- metrics
-
-
-def confusion_matrix(truth: Sequence[int], predicted: Sequence[int], num_labels: int) -> list[list[int]]:
-    """K x K counts, rows = true label, columns = predicted label."""
-    m = [[0] * num_labels for _ in range(num_labels)]
-    for t, p in zip(truth, predicted):
-        m[t][p] += 1
-    return m
-
-
-def macro_f1(confusion: list[list[int]]) -> float:
-    """Unweighted mean over classes of F1 (a class never predicted nor present scores 0, as sklearn does)."""
-    k = len(confusion)
-    scores = []
-    for c in range(k):
-        tp = confusion[c][c]
-        predicted = sum(confusion[r][c] for r in range(k))
-        actual = sum(confusion[c])
-        scores.append(2 * tp / (predicted + actual) if predicted + actual else 0.0)
-    return sum(scores) / k
-
-
-@torch.no_grad()
-def _predict(model, batches, device) -> tuple[list[int], list[int], list[int], torch.Tensor, float]:
-    """(row indices, true labels, predicted labels, probabilities [N, K], mean loss) over the given batches."""
-    was_training = model.training
-    model.eval()
-    rows, truth, probs, loss_sum = [], [], [], 0.0
-    for batch in batches:
-        batch = batch.to(device)
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-        logits = out.logits.float()
-        loss_sum += torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum").item()
-        probs.append(logits.softmax(-1).cpu())
-        rows.extend(batch.indices.tolist())
-        truth.extend(batch.labels.tolist())
-    model.train(was_training)
-    p = torch.cat(probs) if probs else torch.zeros(0, model.num_labels)
-    return rows, truth, p.argmax(-1).tolist(), p, loss_sum / max(len(truth), 1)
+# ---------------------------------------------------------------------------------------------- inference
 
 
 def evaluate_classifier(model, tokenizer, data: ClassificationData, max_length: int = 128, batch_size: int = 128,
                         device="cpu", num_misclassified: int = 20) -> dict:
     """Accuracy, macro-F1, loss, confusion matrix and the most confident mistakes of `model` on `data`."""
-    encoded = encode_examples(data, tokenizer, max_length)
-    return _metrics(model, encoded, data, batch_size, torch.device(device), tokenizer.pad_id, num_misclassified)
-
-
-def _metrics(model, encoded, data, batch_size, device, pad_id, num_misclassified) -> dict:
-    rows, truth, pred, probs, loss = _predict(model, eval_batches(encoded, data.labels, batch_size, pad_id), device)
-    confusion = confusion_matrix(truth, pred, data.num_labels)
-    wrong = [
-        Misclassified(data.example_text(r), data.label_names[t], data.label_names[p], float(probs[i, p]))
-        for i, (r, t, p) in enumerate(zip(rows, truth, pred)) if t != p
-    ]
-    wrong.sort(key=lambda m: -m.confidence)
-    accuracy = sum(t == p for t, p in zip(truth, pred)) / max(len(truth), 1)
-    return dict(accuracy=accuracy, macro_f1=macro_f1(confusion), loss=loss, confusion=confusion,
-                misclassified=wrong[:num_misclassified])
+    task = SentenceLabels(data, data)
+    task.prepare(tokenizer, max_length)
+    ev = task.evaluate(model, torch.device(device), batch_size, num_misclassified)
+    return dict(accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
+                misclassified=ev.misclassified)
 
 
 @torch.no_grad()
@@ -322,11 +265,13 @@ def result_probabilities(result: FinetuneResult, text: str, max_length: int = 12
 
 
 class Finetuner(RunLoop):
-    """Trains a BertForSequenceClassification on `train`, validating on `val`; observable and stoppable from any
-    thread (run_loop), run once.
+    """Fine-tunes `model` on one task kind (finetune_tasks.FinetuneTask): SentenceLabels over `train` and `val`, or
+    the given `task`; observable and stoppable from any thread (run_loop), run once.
 
-    Another thread may read `state`, `history`, `evals`, `progress`, `error` and `result` at any time and call
-    `stop()`; the run then ends at the next step boundary with a final validation pass.
+    The loop talks to the task only: it prepares the task's data with `tokenizer`, asks it for training batches and
+    each batch's loss, and for the figures of the validation passes. Another thread may read `state`, `history`,
+    `evals`, `progress`, `error` and `result` at any time and call `stop()`; the run then ends at the next step
+    boundary with a final validation pass.
     """
 
     step_event_type = FinetuneStep
@@ -334,21 +279,15 @@ class Finetuner(RunLoop):
     rerunnable = False
     run_name = "fine-tuning"
 
-    def __init__(self, model, tokenizer, train: ClassificationData, val: ClassificationData,
+    def __init__(self, model, tokenizer, train: ClassificationData | None = None, val: ClassificationData | None = None,
                  config: FinetuneConfig = FinetuneConfig(), name: str = "run",
-                 callbacks: Sequence[Callable[[object], None]] = ()):
-        from bert_core.model.bert import adamw
-
-        if train.label_names != val.label_names:
-            raise BertCoreError("train and validation sets have different label names; split one dataset")
-        if model.num_labels != train.num_labels:
-            raise BertCoreError(f"the classifier has {model.num_labels} outputs but the data has "
-                                f"{train.num_labels} labels")
+                 callbacks: Sequence[Callable[[object], None]] = (), *, task: FinetuneTask | None = None):
+        self.task = _task_of(train, val, task)
+        self.task.check(model)
         super().__init__(callbacks)
         self.config = config
         self.name = name
         self.tokenizer = tokenizer
-        self.train_data, self.val_data = train, val
         self.device = resolve_device(config.device)
         if config.dropout is not None:
             set_dropout(model, config.dropout)
@@ -357,8 +296,6 @@ class Finetuner(RunLoop):
         self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps)
         self.examples_seen = 0
         self.result: FinetuneResult | None = None
-        self._train_encoded = None
-        self._val_encoded = None
         self._batches = None
         self._next_eval = 1
         self._step_seconds: list[float] = []
@@ -376,10 +313,8 @@ class Finetuner(RunLoop):
 
     def _before_loop(self) -> None:
         cfg = self.config
-        pad = self.tokenizer.pad_id
-        self._train_encoded = encode_examples(self.train_data, self.tokenizer, cfg.max_length)
-        self._val_encoded = encode_examples(self.val_data, self.tokenizer, cfg.max_length)
-        self._batches = train_batches(self._train_encoded, self.train_data.labels, cfg.batch_size, cfg.seed, pad)
+        self.task.prepare(self.tokenizer, cfg.max_length)
+        self._batches = self.task.train_batches(cfg.batch_size, cfg.seed)
         self.model.train()
         self._evaluate()
 
@@ -401,16 +336,13 @@ class Finetuner(RunLoop):
 
     def _after_loop(self, final: str) -> None:
         cfg = self.config
-        metrics = _metrics(self.model, self._val_encoded, self.val_data, cfg.eval_batch_size, self.device,
-                           self.tokenizer.pad_id, cfg.num_misclassified)
-        self._publish(FinetuneEval(self.step, self.elapsed_s, metrics["accuracy"], metrics["macro_f1"],
-                                   metrics["loss"]))
+        ev = self.task.evaluate(self.model, self.device, cfg.eval_batch_size, cfg.num_misclassified)
+        self._publish(FinetuneEval(self.step, self.elapsed_s, ev.accuracy, ev.macro_f1, ev.loss))
         self.model.eval()
         self.result = FinetuneResult(
-            name=self.name, accuracy=metrics["accuracy"], macro_f1=metrics["macro_f1"], loss=metrics["loss"],
-            confusion=metrics["confusion"], label_names=list(self.train_data.label_names), evals=self.evals,
-            history=self.history, misclassified=metrics["misclassified"], steps=self.step,
-            train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
+            name=self.name, accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
+            label_names=ev.label_names, evals=self.evals, history=self.history, misclassified=ev.misclassified,
+            steps=self.step, train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
         )
 
     def _after_run(self, final: str) -> None:
@@ -425,7 +357,7 @@ class Finetuner(RunLoop):
     def _train_step(self) -> FinetuneStep | None:
         cfg = self.config
         batch = next(self._batches).to(self.device)
-        out = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=batch.labels)
+        out = self.task.step_loss(self.model, batch)
         out.loss.backward()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
@@ -438,17 +370,24 @@ class Finetuner(RunLoop):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.examples_seen += len(batch.labels)
-        acc = (out.logits.argmax(-1) == batch.labels).float().mean().item()
-        return FinetuneStep(self.step, self.examples_seen, lr, loss, acc, grad_norm, self._elapsed_now())
+        self.examples_seen += out.examples
+        return FinetuneStep(self.step, self.examples_seen, lr, loss, out.score.item(), grad_norm, self._elapsed_now())
 
     def _evaluate(self) -> None:
-        rows, truth, pred, _, loss = _predict(
-            self.model, eval_batches(self._val_encoded, self.val_data.labels, self.config.eval_batch_size,
-                                     self.tokenizer.pad_id), self.device)
-        confusion = confusion_matrix(truth, pred, self.val_data.num_labels)
-        acc = sum(t == p for t, p in zip(truth, pred)) / max(len(truth), 1)
-        self._publish(FinetuneEval(self.step, self.elapsed_s, acc, macro_f1(confusion), loss))
+        ev = self.task.evaluate(self.model, self.device, self.config.eval_batch_size)
+        self._publish(FinetuneEval(self.step, self.elapsed_s, ev.accuracy, ev.macro_f1, ev.loss))
+
+
+def _task_of(train: ClassificationData | None, val: ClassificationData | None,
+             task: FinetuneTask | None) -> FinetuneTask:
+    """The task a Finetuner runs: the one given, or sentence labels over `train` and `val`."""
+    if task is None:
+        if train is None or val is None:
+            raise BertCoreError("fine-tuning needs training and validation data, or a task holding them")
+        return SentenceLabels(train, val)
+    if train is not None or val is not None:
+        raise BertCoreError("give the training and validation data or a task holding them, not both")
+    return task
 
 
 def finetune(model, tokenizer, train: ClassificationData, val: ClassificationData,
@@ -493,8 +432,6 @@ class BagOfWordsRun:
 
     def run(self) -> FinetuneResult | None:
         """Fit and evaluate; never raises (a failure sets `error` and state 'failed')."""
-        from bert_core.training.bag_of_words import fit_bag_of_words, texts_of
-
         if self._stopped:
             self.state = "stopped"
             return None
@@ -509,17 +446,14 @@ class BagOfWordsRun:
             return None
         data = self.val_data
         pred = [max(range(len(p)), key=p.__getitem__) for p in probs]
-        confusion = confusion_matrix(data.labels, pred, data.num_labels)
-        accuracy = sum(t == y for t, y in zip(data.labels, pred)) / max(len(data), 1)
         loss = -sum(math.log(max(p[t], 1e-12)) for p, t in zip(probs, data.labels)) / max(len(data), 1)
-        wrong = sorted((Misclassified(data.example_text(i), data.label_names[t], data.label_names[y], probs[i][y])
-                        for i, (t, y) in enumerate(zip(data.labels, pred)) if t != y), key=lambda m: -m.confidence)
-        self.evals.append(FinetuneEval(0, self._seconds, accuracy, macro_f1(confusion), loss))
+        ev = label_metrics(data, range(len(data)), data.labels, pred, lambda i, y: probs[i][y], loss,
+                           self.num_misclassified)
+        self.evals.append(FinetuneEval(0, self._seconds, ev.accuracy, ev.macro_f1, ev.loss))
         self.result = FinetuneResult(
-            name=self.name, accuracy=accuracy, macro_f1=macro_f1(confusion), loss=loss, confusion=confusion,
-            label_names=list(self.train_data.label_names), evals=self.evals, history=[],
-            misclassified=wrong[:self.num_misclassified], steps=0, train_seconds=self._seconds, state="finished",
-            model=model)
+            name=self.name, accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
+            label_names=ev.label_names, evals=self.evals, history=[], misclassified=ev.misclassified, steps=0,
+            train_seconds=self._seconds, state="finished", model=model)
         self.state = "finished"
         for callback in self.callbacks:
             callback(self.evals[-1])
@@ -627,9 +561,7 @@ def scratch_twin(model, num_labels: int, seed: int = 0):
 
 
 def tokenizer_for_scratch(train: ClassificationData, vocab_size: int = 8000):
-    """A WordPiece tokenizer trained on the training texts, for a from-scratch model with no checkpoint to borrow one."""
-    from bert_core.model.tokenization import train_tokenizer
-
+    """A WordPiece tokenizer trained on the training texts, for a from-scratch model: no checkpoint lends it one."""
     texts = list(train.texts) + list(train.texts_b or [])
     return train_tokenizer(texts, vocab_size=vocab_size)
 
