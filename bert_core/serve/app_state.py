@@ -426,7 +426,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     or None with a note."""
     import streamlit as st
 
-    from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
+    from bert_core.serve.app_storage import start_janitor
 
     _persist_every_page_keys()
     if not navigation_drawn:
@@ -450,67 +450,94 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
         code = next(c for c, name in SOURCE_CODES.items() if name == source)
         if st.query_params.get("model") != code:
             st.query_params["model"] = code
-        folder, saved, upload, shipped = "", None, None, None
-        if source == SOURCE_SHIPPED:
-            # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
-            folders = shipped_checkpoints()
-            names = list(folders)
-            if len(names) > 1:
-                init_widget("model_shipped", names[0], param="ckpt")
-                if st.session_state["model_shipped"] not in names:
-                    st.session_state["model_shipped"] = names[0]
-                shipped = st.selectbox("Checkpoint", names, key="model_shipped")
-                if shipped != names[0]:
-                    st.query_params["ckpt"] = shipped
-                else:
-                    st.query_params.pop("ckpt", None)
-        else:
-            st.query_params.pop("ckpt", None)
-        if source == SOURCE_FOLDER:
-            folder = st.text_input("Checkpoint folder on the server", key="model_folder",
-                                   placeholder="/path/to/checkpoint (config.json + model.safetensors)")
-        elif source == SOURCE_SAVED:
-            names = [r.name for r in list_runs()]
-            if st.session_state.get("model_saved") not in names:
-                st.session_state.pop("model_saved", None)
-            saved = st.selectbox("Saved run", names, key="model_saved") if names else None
-        elif source == SOURCE_UPLOAD:
-            upload = st.file_uploader(f"A zipped checkpoint folder (up to {upload_cap_bytes() // 2**20} MB)",
-                                      type=["zip"], key="model_upload")
-        try:
-            if source == SOURCE_SHIPPED:
-                active, note = _shipped_model(folders.get(shipped))
-            elif source == SOURCE_SESSION:
-                active, note = _session_model()
-            elif source == SOURCE_SAVED:
-                active, note = _saved_model(saved)
-            elif source == SOURCE_UPLOAD:
-                active, note = _uploaded_model(upload)
-            else:
-                active, note = _folder_model(folder)
-        except BertCoreError as exc:
-            active, note = None, None
-            st.error(str(exc))
-        except Exception as exc:  # noqa: BLE001 - a checkpoint we cannot read is a message, never a traceback
-            log.exception("loading the model failed")
-            active, note = None, None
-            st.error(f"could not load this model: {type(exc).__name__}: {exc}")
-        if note:
-            st.info(note)
-        if active is not None:
-            cfg = active.config
-            st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
-                       f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}"
-                       + (f", step {active.step:,}" if active.step else ""))
-        run, role = current_run()
-        if run is not None and run.active:
-            # Drawn outside the live fragment, so it would go stale: no step count here.
-            st.caption("A training run of this tab is going on in the background (see the Train page)."
-                       if role == OWNER else "You are watching a shared training run (see the Train page).")
-        note = st.session_state.pop("run_note", None)
-        if note:
-            st.warning(note)
+        active = _load_sidebar_model(source, _sidebar_model_choice(source))
+        _sidebar_notes(active)
     return active
+
+
+def _sidebar_model_choice(source: str):
+    """Draw the sidebar's input for a model of `source`'s kind; returns what `_load_sidebar_model` loads: a shipped
+    checkpoint's folder, a server folder's path, a saved run's name, an upload, or None (this session's model)."""
+    import streamlit as st
+
+    from bert_core.serve.app_storage import list_runs, upload_cap_bytes
+
+    if source == SOURCE_SHIPPED:
+        # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
+        folders = shipped_checkpoints()
+        names = list(folders)
+        shipped = None
+        if len(names) > 1:
+            init_widget("model_shipped", names[0], param="ckpt")
+            if st.session_state["model_shipped"] not in names:
+                st.session_state["model_shipped"] = names[0]
+            shipped = st.selectbox("Checkpoint", names, key="model_shipped")
+            if shipped != names[0]:
+                st.query_params["ckpt"] = shipped
+            else:
+                st.query_params.pop("ckpt", None)
+        return folders.get(shipped)
+    st.query_params.pop("ckpt", None)
+    if source == SOURCE_FOLDER:
+        return st.text_input("Checkpoint folder on the server", key="model_folder",
+                             placeholder="/path/to/checkpoint (config.json + model.safetensors)")
+    if source == SOURCE_SAVED:
+        names = [r.name for r in list_runs()]
+        if st.session_state.get("model_saved") not in names:
+            st.session_state.pop("model_saved", None)
+        return st.selectbox("Saved run", names, key="model_saved") if names else None
+    if source == SOURCE_UPLOAD:
+        return st.file_uploader(f"A zipped checkpoint folder (up to {upload_cap_bytes() // 2**20} MB)",
+                                type=["zip"], key="model_upload")
+    return None
+
+
+def _load_sidebar_model(source: str, choice) -> ActiveModel | None:
+    """Load the model the sidebar picked (`choice` from `_sidebar_model_choice`); a failure or a note is shown
+    under the picker, never a traceback. Returns the model, or None."""
+    import streamlit as st
+
+    try:
+        if source == SOURCE_SHIPPED:
+            active, note = _shipped_model(choice)
+        elif source == SOURCE_SESSION:
+            active, note = _session_model()
+        elif source == SOURCE_SAVED:
+            active, note = _saved_model(choice)
+        elif source == SOURCE_UPLOAD:
+            active, note = _uploaded_model(choice)
+        else:
+            active, note = _folder_model(choice)
+    except BertCoreError as exc:
+        active, note = None, None
+        st.error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a checkpoint we cannot read is a message, never a traceback
+        log.exception("loading the model failed")
+        active, note = None, None
+        st.error(f"could not load this model: {type(exc).__name__}: {exc}")
+    if note:
+        st.info(note)
+    return active
+
+
+def _sidebar_notes(active: ActiveModel | None) -> None:
+    """Under the picker: the active model's size, whether this tab's run trains in the background, and why the run
+    of this page's link is not there (dropped, or not on this server)."""
+    import streamlit as st
+
+    if active is not None:
+        cfg = active.config
+        st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
+                   f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}"
+                   + (f", step {active.step:,}" if active.step else ""))
+    run, role = current_run()
+    if run is not None and run.active:
+        # Drawn outside the live fragment, so it would go stale: no step count here.
+        st.caption("A training run of this tab is going on in the background (see the Train page)."
+                   if role == OWNER else "You are watching a shared training run (see the Train page).")
+    note = st.session_state.pop("run_note", None)
+    if note:
+        st.warning(note)
 
 
 def persist_keys(*keys: str) -> None:

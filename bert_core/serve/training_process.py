@@ -6,213 +6,36 @@ and the live charts' redraws, and lost 16% of its speed per step and a third ove
 `docs/benchmarks.md`). In its own process it shares nothing but the cores.
 
 Parent side: `ProcessTrainingJob` (the same interface as `jobs.TrainingJob`: start, stop, busy, phase, error,
-trainer, model_snapshot, save, zip_bytes, extend) and `TrainerProxy`, a read-only mirror of the child's `Trainer`
-(config, step, history, evals, baselines, probes, progress, tokenizer, metadata) fed by a pump thread; for the
-Fine-tune page's `FinetuneComparison`, `ComparisonProxy` (runs, progress, and at the end the results with the
+trainer, model_snapshot, save, zip_bytes, extend) holds the job's state; it talks to the child through a
+`training_link.ChildLink` (spawn, commands, replies, a pump thread). `TrainerProxy` is a read-only mirror of the
+child's `Trainer` (config, step, history, evals, baselines, probes, progress, tokenizer, metadata) fed by the pump;
+for the Fine-tune page's `FinetuneComparison`, `ComparisonProxy` (runs, progress, and at the end the results with the
 trained models).
-Child side: `_child_main` builds the trainer, runs it when told, and answers commands at step boundaries, so a
-save or a weight snapshot always sees whole steps. The child is a fresh interpreter (`python -m
-bert_core.serve.training_process`), so it inherits none of the server's threads and never re-runs the server's main
-script; the two talk over two private pipes with `multiprocessing.connection` (pickled Python objects between our
-own two processes; nothing is unpickled from a file). Weights travel as safetensors bytes.
+Child side (`training_child.child_main`): builds the trainer, runs it when told, and answers commands at step
+boundaries, so a save or a weight snapshot always sees whole steps. The child is a fresh interpreter (`python -m
+bert_core.serve.training_process`, this module's `__main__` block), so it inherits none of the server's threads and
+never re-runs the server's main script; the two talk over two private pipes with `multiprocessing.connection`
+(pickled Python objects between our own two processes; nothing is unpickled from a file). Weights travel as
+safetensors bytes.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-import os
-import pickle
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.paths import REPO_ROOT
+from bert_core.serve.training_child import TunerView, child_main
+from bert_core.serve.training_link import REPLY_TIMEOUT_S, Channel, ChildLink
 from bert_core.training.run_loop import EventLog
 
-log = logging.getLogger("bert_core.app")
-
-REPLY_TIMEOUT_S = 120.0   # a save or weight copy waits at most one step (or one evaluation) of the child
-
-
-class _Channel:
-    """One direction of a pipe carrying Python objects, pickled with the standard pickler.
-
-    Not `Connection.send`: its pickler hands torch tensors over as shared-memory handles that only a
-    multiprocessing child may open; plain pickle copies them into the message, which any process can read.
-    """
-
-    def __init__(self, connection: Connection):
-        self.connection = connection
-
-    def send(self, obj) -> None:
-        self.connection.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-
-    def recv(self):
-        return pickle.loads(self.connection.recv_bytes())
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        return self.connection.poll(timeout)
-
-    def close(self) -> None:
-        self.connection.close()
-
-
-# ---------------------------------------------------------------------------------------------- child
-
-
-def _child_main(commands: _Channel, events: _Channel) -> None:
-    """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
-    step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
-    _, path, threads = commands.recv()
-    sys.path[:0] = [p for p in path if p not in sys.path]
-    import torch
-
-    from bert_core.training.allocator import keep_freed_memory
-
-    keep_freed_memory()  # this process only trains, and exits when the run is done with
-    torch.set_num_threads(max(1, threads))
-    _, builder = commands.recv()
-    state = {"stop_before_run": False, "quit": False}
-    trainer = None
-
-    def handle(cmd: tuple) -> None:
-        kind, request = cmd[0], cmd[1]
-        try:
-            if kind in ("stop", "quit"):
-                state["stop_before_run" if kind == "stop" else "quit"] = True
-                # Only a running run is told: a stop flag set while idle would end the next Resume at once.
-                if trainer is not None and trainer.state == "running":
-                    trainer.stop()
-                return
-            if kind == "config":
-                from bert_core.training.trainer import TrainConfig
-
-                trainer.config = TrainConfig.from_dict(cmd[2])
-                return
-            if kind == "weights":
-                from safetensors.torch import save as to_bytes
-
-                # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
-                sd = {k: v.detach().to("cpu").clone() for k, v in _unwrapped(trainer).state_dict().items()}
-                events.send(("reply", request, (trainer.step, to_bytes(sd)), None))
-            elif kind == "save":
-                trainer.save(cmd[2])
-                events.send(("reply", request, str(cmd[2]), None))
-            else:
-                events.send(("reply", request, None, f"unknown command {kind!r}"))
-        except (EOFError, OSError):
-            raise  # the server is gone: not a command's failure
-        except Exception as exc:  # noqa: BLE001 - the server shows the message; the run goes on
-            log.exception("command %s failed", kind)
-            events.send(("reply", request, None, _message(exc)))
-
-    def next_command(timeout: float):
-        if not commands.poll(timeout):
-            return None
-        try:
-            return commands.recv()
-        except (EOFError, OSError):
-            return ("quit", None)  # the server is gone: stop, nobody is watching
-
-    def drain() -> None:
-        while (cmd := next_command(0)) is not None:
-            if cmd[0] != "run":  # already running
-                handle(cmd)
-
-    last_view = [0.0]
-
-    def forward(event) -> None:
-        from bert_core.training.trainer import EvalEvent
-
-        try:
-            if comparison:
-                # Fine-tuning steps are many and small: send the runs' state a few times a second, and at evals.
-                now = time.monotonic()
-                if type(event).__name__ == "FinetuneEval" or now - last_view[0] >= 0.25:
-                    last_view[0] = now
-                    events.send(("view", None, _comparison_view(trainer), None))
-            else:
-                extra = dict(trainer.baselines) if isinstance(event, EvalEvent) else None
-                events.send(("event", event, extra, None))
-            drain()
-        except (EOFError, OSError):
-            state["quit"] = True
-            trainer.stop()
-
-    try:
-        trainer = builder()
-    except Exception as exc:  # noqa: BLE001 - the server shows the message
-        if not isinstance(exc, BertCoreError):
-            log.exception("building the trainer failed")
-        events.send(("failed", None, None, _message(exc)))
-        return
-    comparison = hasattr(trainer, "tuners")  # a FinetuneComparison rather than a pretraining Trainer
-    if comparison:
-        for tuner in trainer.tuners:
-            tuner.callbacks.append(forward)
-        events.send(("built", None, {"kind": "comparison", "config": trainer.config, "train_data": trainer.train_data,
-                                     "val_data": trainer.val_data, "view": _comparison_view(trainer)}, None))
-    else:
-        trainer.callbacks.append(forward)
-        p = trainer.probes
-        events.send(("built", None, {
-            "kind": "pretraining", "config": trainer.config, "model_config": _unwrapped(trainer).config,
-            "tokenizer": trainer.tokenizer, "metadata": trainer.metadata, "baselines": dict(trainer.baselines),
-            "step": trainer.step, "history": trainer.history, "evals": trainer.evals,
-            "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
-        }, None))
-    drain()
-    pending_run = not state["stop_before_run"] and not state["quit"]
-    if not pending_run:
-        events.send(("phase", None, "stopped", None))
-    while not state["quit"]:
-        if pending_run:
-            pending_run = False
-            state["stop_before_run"] = False
-            trainer.run()
-            if state["quit"]:
-                break
-            if comparison:
-                events.send(("view", None, _comparison_view(trainer), None))
-                events.send(("results", None, trainer.results, None))  # with the trained models
-            events.send(("phase", None, trainer.state, trainer.error))
-            continue
-        cmd = next_command(5.0)
-        if cmd is None:
-            continue
-        if cmd[0] == "run":
-            pending_run = True
-        else:
-            handle(cmd)
-    try:
-        events.send(("phase", None, "closed", None))
-    except (EOFError, OSError):
-        pass
-
-
-def _comparison_view(comparison) -> dict:
-    """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
-    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals) for t in comparison.tuners],
-            "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
-
-
-def _unwrapped(trainer):
-    model = trainer.model
-    return getattr(model, "module", model)
-
-
-def _message(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, BertCoreError) else f"{type(exc).__name__}: {exc}"
-
-
-# ---------------------------------------------------------------------------------------------- parent
+# TunerView and REPLY_TIMEOUT_S are this module's names too: the interface lists them here.
+__all__ = ["ProcessTrainingJob", "TrainerProxy", "ComparisonProxy", "TunerView", "REPLY_TIMEOUT_S"]
 
 
 class TrainerProxy(EventLog):
@@ -273,16 +96,6 @@ class TrainerProxy(EventLog):
             self.probes.add(event)
 
 
-@dataclass
-class TunerView:
-    """One fine-tuning run as the page sees it."""
-
-    name: str
-    state: str
-    step: int
-    evals: list
-
-
 class ComparisonProxy:
     """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
 
@@ -314,20 +127,13 @@ class ProcessTrainingJob:
         self.session_id = session_id
         self.spec = spec
         self._builder = builder
-        self._threads = threads
         self._data_factory = data_factory
-        self.trainer: TrainerProxy | None = None
+        self.trainer: TrainerProxy | ComparisonProxy | None = None
         self.error: str | None = None
         self.phase = "new"          # new | preparing | running | stopped | finished | failed
         self.created = time.time()
-        self.process: subprocess.Popen | None = None
-        self._commands: _Channel | None = None
-        self._events: _Channel | None = None
-        self._send_lock = threading.Lock()
-        self._pump: threading.Thread | None = None
-        self._replies: dict[int, list] = {}
-        self._ids = itertools.count(1)
         self._changed = threading.Condition()
+        self._child = ChildLink(session_id, threads, self._changed, self._handle, self._child_gone)
         self._snapshot = None
         self._closing = False
         self.released: Path | None = None   # where the checkpoint went when the process was ended (release)
@@ -336,12 +142,14 @@ class ProcessTrainingJob:
     # -------------------------------------------------------------- lifecycle
 
     @property
+    def process(self) -> subprocess.Popen | None:
+        """The child process, once started."""
+        return self._child.process
+
+    @property
     def busy(self) -> bool:
         """True while the child is preparing or training."""
-        return self.phase in ("preparing", "running") and self._alive()
-
-    def _alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.phase in ("preparing", "running") and self._child.alive()
 
     def start(self) -> None:
         """Spawn the child (first start) or tell it to continue (resume)."""
@@ -349,29 +157,27 @@ class ProcessTrainingJob:
             raise BertCoreError("this training is already running")
         if self.error and self.phase == "failed" and self.trainer is not None and self.trainer.state == "failed":
             raise BertCoreError(f"this run failed ({self.error}); press Reset and start a new one")
-        if not self._alive():
+        if not self._child.alive():
             if self.trainer is not None:
                 raise BertCoreError("the training process has ended; press Reset and start a new run")
             self.error = None
-            self._spawn()
+            self._child.spawn(self._builder)
             # 'preparing' only once the process exists: `busy` (and so `wait`) reads a preparing job without one
             # as idle, and the pump that moves the phase on starts after this.
             self._set_phase("preparing")
-            self._pump = threading.Thread(target=self._pump_events, name=f"bert-pump-{self.session_id[:8]}",
-                                          daemon=True)
-            self._pump.start()
+            self._child.start_pump()
             return
         self.error = None
         self._set_phase("running")
         if self.trainer is not None:
             self.trainer.state = "running"
-        self._send(("run", None))
+        self._child.send(("run", None))
 
     def stop(self, wait: float | None = None) -> None:
         """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
-        if self._alive():
+        if self._child.alive():
             try:
-                self._send(("stop", None))
+                self._child.send(("stop", None))
             except BertCoreError:
                 pass  # it ended between the check and the send: stopped all the same
         if wait:
@@ -390,19 +196,20 @@ class ProcessTrainingJob:
 
     def close(self, wait: float = 10.0) -> None:
         """End the child process (Reset, or the session closed): stop, quit, and kill it if it does not go."""
-        if self.process is None:
+        process = self.process
+        if process is None:
             return
         self._closing = True
-        if self._alive():
+        if self._child.alive():
             try:
-                self._send(("quit", None))
+                self._child.send(("quit", None))
             except BertCoreError:
                 pass  # it is ending already
             try:
-                self.process.wait(wait)
+                process.wait(wait)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+                process.kill()
+                process.wait(5)
         if self.phase in ("preparing", "running"):
             self._set_phase("stopped")
 
@@ -416,31 +223,9 @@ class ProcessTrainingJob:
         if cfg is None:
             return
         self.trainer.config = cfg
-        self._send(("config", None, cfg.to_dict()))
+        self._child.send(("config", None, cfg.to_dict()))
 
-    # -------------------------------------------------------------- requests answered by the child
-
-    def _request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
-        if not self._alive():
-            raise BertCoreError("the training process has ended; start a new run")
-        rid = next(self._ids)
-        slot: list = []
-        with self._changed:
-            self._replies[rid] = slot
-        self._send((kind, rid, *args))
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not slot:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._alive():
-                    self._replies.pop(rid, None)
-                    raise BertCoreError(f"the training process did not answer ({kind}) within {timeout:.0f} s")
-                self._changed.wait(min(left, 0.5))
-            self._replies.pop(rid, None)
-        value, error = slot[0]
-        if error:
-            raise BertCoreError(error)
-        return value
+    # -------------------------------------------------------------- the model and its checkpoint
 
     def model_snapshot(self):
         """An eval-mode copy of the model being trained (weights copied from the child), refreshed when the step
@@ -450,11 +235,11 @@ class ProcessTrainingJob:
         if self._snapshot is not None and self._snapshot[0] == self.trainer.step:
             return self._snapshot[1]
         with self._release_lock:   # not while the process is being ended
-            if self.released is not None or not self._alive():
+            if self.released is not None or not self._child.alive():
                 if self._snapshot is None and self.released is not None:
                     self._snapshot = (self.trainer.step, self._released_model())
                 return self._snapshot[1] if self._snapshot is not None else None
-            step, blob = self._request("weights")
+            step, blob = self._child.request("weights")
         from safetensors.torch import load as from_bytes
 
         from bert_core.model.bert import pretraining_model
@@ -488,7 +273,7 @@ class ProcessTrainingJob:
 
                 shutil.copytree(self._released_folder(), folder, dirs_exist_ok=True)
                 return folder
-            self._request("save", str(folder))
+            self._child.request("save", str(folder))
         return folder
 
     def release(self, folder: str | Path) -> None:
@@ -497,9 +282,9 @@ class ProcessTrainingJob:
         with self._release_lock:
             if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
                 self.stop(wait=REPLY_TIMEOUT_S)
-            if self.trainer is not None and self._alive() and not self.busy:
+            if self.trainer is not None and self._child.alive() and not self.busy:
                 folder = Path(folder).expanduser().resolve()
-                self._request("save", str(folder))
+                self._child.request("save", str(folder))
                 self.released = folder
                 self._snapshot = None   # read back from the folder when someone looks (bounded memory per run)
             self.close()
@@ -510,54 +295,12 @@ class ProcessTrainingJob:
 
         return zip_checkpoint(self.save)
 
-    # -------------------------------------------------------------- the pump
+    # -------------------------------------------------------------- the child's messages (on the pump thread)
 
     def _set_phase(self, phase: str) -> None:
         with self._changed:
             self.phase = phase
             self._changed.notify_all()
-
-    def _spawn(self) -> None:
-        """Start `python -m bert_core.serve.training_process` with two private pipes and hand it its work."""
-        cmd_read, cmd_write = os.pipe()
-        evt_read, evt_write = os.pipe()
-        env = dict(os.environ, OMP_NUM_THREADS=str(self._threads), MKL_NUM_THREADS=str(self._threads))
-        # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
-        package_root = str(REPO_ROOT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bert_core.serve.training_process", str(cmd_read), str(evt_write)],
-                pass_fds=(cmd_read, evt_write), env=env, stdin=subprocess.DEVNULL)
-        finally:
-            os.close(cmd_read)
-            os.close(evt_write)
-        self._commands = _Channel(Connection(cmd_write, readable=False))
-        self._events = _Channel(Connection(evt_read, writable=False))
-        self._send(("init", sys.path, self._threads))
-        self._send(("builder", self._builder))
-
-    def _send(self, message: tuple) -> None:
-        try:
-            with self._send_lock:
-                self._commands.send(message)
-        except (OSError, EOFError) as exc:
-            raise BertCoreError("the training process has ended; start a new run") from exc
-
-    def _pump_events(self) -> None:
-        events, process = self._events, self.process
-        while True:
-            try:
-                kind, request, payload, error = events.recv()
-            except (EOFError, OSError):
-                process.wait()
-                self._child_gone(process)
-                events.close()
-                return
-            try:
-                self._handle(kind, request, payload, error)
-            except Exception:  # noqa: BLE001 - the pump must outlive one odd message
-                log.exception("training event %s could not be handled", kind)
 
     def _handle(self, kind, request, payload, error) -> None:
         if kind == "event":  # ("event", StepEvent | EvalEvent | ProbeSnapshot, baselines or None, None)
@@ -588,10 +331,6 @@ class ProcessTrainingJob:
                 self.error = error if payload == "failed" else self.error
             elif kind == "failed":
                 self.error, self.phase = error, "failed"
-            elif kind == "reply":
-                slot = self._replies.get(request)
-                if slot is not None:
-                    slot.append((payload, error))
             self._changed.notify_all()
 
     def _child_gone(self, process) -> None:
@@ -605,10 +344,8 @@ class ProcessTrainingJob:
             self._changed.notify_all()
 
 
-
 if __name__ == "__main__":
-    # Run the imported module, not this `__main__` copy, so that what it pickles names bert_core.serve.training_process.
-    from bert_core.serve import training_process
-
-    training_process._child_main(training_process._Channel(Connection(int(sys.argv[1]), writable=False)),
-                                 training_process._Channel(Connection(int(sys.argv[2]), readable=False)))
+    # The child's entry point (`ChildLink.spawn` runs `python -m` on this module). Its code lives in
+    # `training_child`, an imported module, so what it pickles (TunerView) names that module, not this `__main__`.
+    child_main(Channel(Connection(int(sys.argv[1]), writable=False)),
+               Channel(Connection(int(sys.argv[2]), readable=False)))

@@ -1,0 +1,155 @@
+"""The queue of a shared server's runs (`bert_core.serve.runs`): the CPU's slots, the first-come queue for them, the
+turns a run trains while others wait, and how long a queued run will wait. Which runs exist and who watches them is
+apart, in `bert_core.serve.run_registry`; `RunStore` and its `RunScheduler` move runs between the two.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import statistics
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from bert_core.serve.run_registry import Run
+
+log = logging.getLogger("bert_core.app")
+
+
+def _progress_eta(run: Run) -> float | None:
+    trainer = run.trainer
+    progress = getattr(trainer, "progress", None) if trainer is not None else None
+    eta = getattr(progress, "eta_s", None)
+    return float(eta) if eta is not None else None
+
+
+class RunQueue:
+    """The slots and the first-come queue for them, with turns: while anyone waits, a run trains `turn_s` at most.
+
+    `lock` is its store's: a run enters or leaves the queue and the registry in one step.
+    `slots()` is how many runs may train at once; `busy_elsewhere()` counts the other trainings on this CPU (the
+    Fine-tune page's), which take slots too.
+    """
+
+    def __init__(self, lock: threading.RLock, slots: Callable[[], int], busy_elsewhere: Callable[[], int],
+                 turn_s: float):
+        self._lock = lock
+        self._slots = slots
+        self._busy_elsewhere = busy_elsewhere
+        self.turn_s = turn_s
+        self._queue: deque[Run] = deque()
+        self._slotted: list[Run] = []          # runs holding a slot (preparing, training or pausing)
+        self._durations: deque[float] = deque(maxlen=20)   # wall time of recent whole runs, for wait estimates
+
+    def slots(self) -> int:
+        """How many runs may prepare or train at once (at least one)."""
+        return max(1, int(self._slots()))
+
+    def busy_count(self) -> int:
+        """Runs holding a slot now (preparing, training, or finishing their turn)."""
+        with self._lock:
+            return len(self._slotted)
+
+    # `append` and `remove` only move a run: its flags (queued, stopping, ...) are the store's to set.
+
+    def append(self, run: Run) -> None:
+        """Put the run at the back of the queue."""
+        with self._lock:
+            self._queue.append(run)
+
+    def remove(self, run: Run) -> None:
+        """Take the run out of the queue and out of its slot, wherever it is."""
+        with self._lock:
+            if run in self._queue:
+                self._queue.remove(run)
+            if run in self._slotted:
+                self._slotted.remove(run)
+
+    def clear(self) -> None:
+        """Empty the queue and the slots (the server is shutting down)."""
+        with self._lock:
+            self._queue.clear()
+            self._slotted.clear()
+
+    # -------------------------------------------------------------- slots and turns
+
+    def take_free_slots(self) -> list[Run]:
+        """Give free slots to the runs at the front of the queue; returns those runs, whose jobs are to start."""
+        starts = []
+        elsewhere = self._busy_elsewhere()   # asked before taking our lock: the other side takes its own
+        with self._lock:
+            free = self.slots() - len(self._slotted) - elsewhere
+            while free > 0 and self._queue:
+                run = self._queue.popleft()
+                run.queued = False
+                run.turn_started = time.monotonic()
+                run.started_at = run.started_at or run.turn_started
+                self._slotted.append(run)
+                starts.append(run)
+                free -= 1
+                log.info("run %s gets a slot (%d of %d taken, %d still queued)", run.run_id[:6], len(self._slotted),
+                         self.slots(), len(self._queue))
+        return starts
+
+    def end_turns(self, now: float) -> list[Run]:
+        """Free the slots of runs that stopped (a paused run goes to the back of the queue, an ended one records
+        when it ended) and mark the runs whose turn is up while others wait; returns those, to be stopped."""
+        to_stop = []
+        with self._lock:
+            waiting = bool(self._queue)
+            for run in list(self._slotted):
+                job = run.job
+                if job is not None and job.busy:
+                    if (waiting and not run.pausing and not run.stopping and job.phase == "running"
+                            and run.turn_started is not None and now - run.turn_started >= self.turn_s):
+                        run.pausing = True
+                        to_stop.append(run)
+                        log.info("run %s: its %g s turn is up with %d waiting; pausing it", run.run_id[:6],
+                                 self.turn_s, len(self._queue))
+                    continue
+                self._slotted.remove(run)
+                if run.pausing and job is not None and job.phase == "stopped" and not job.error:
+                    run.pausing, run.queued = False, True     # its turn is up: to the back of the queue
+                    self._queue.append(run)
+                    continue
+                run.pausing = False
+                run.ended_at = now
+                if job is not None and job.phase == "finished" and run.started_at is not None:
+                    self._durations.append(now - run.started_at)
+        return to_stop
+
+    # -------------------------------------------------------------- wait estimates
+
+    def position(self, run: Run) -> tuple[int, float]:
+        """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
+        now = time.monotonic()
+        elsewhere = self._busy_elsewhere()
+        with self._lock:
+            if not run.queued or run not in self._queue:
+                return 0, 0.0
+            ahead = list(self._queue)[: list(self._queue).index(run)]
+            waiting = bool(self._queue)
+            frees = [self._time_left(r, now, waiting) for r in self._slotted]
+            frees += [0.0] * max(0, self.slots() - elsewhere - len(frees))
+        if not frees:   # every slot is taken by the Fine-tune page's runs: assume one turn each
+            frees = [self.turn_s]
+        heapq.heapify(frees)
+        for other in ahead:
+            heapq.heappush(frees, heapq.heappop(frees) + self._expected_turn(other))
+        return len(ahead), max(0.0, frees[0])
+
+    def _expected_duration(self) -> float:
+        return statistics.median(self._durations) if self._durations else self.turn_s
+
+    def _expected_turn(self, run: Run) -> float:
+        eta = _progress_eta(run)
+        return min(self.turn_s, eta if eta is not None else self._expected_duration())
+
+    def _time_left(self, run: Run, now: float, waiting: bool) -> float:
+        eta = _progress_eta(run)
+        left = eta if eta is not None else self._expected_duration()
+        if waiting and run.turn_started is not None:
+            left = min(left, self.turn_s - (now - run.turn_started))
+        return max(0.0, left)

@@ -1,0 +1,169 @@
+"""The registry of a shared server's runs (`bert_core.serve.runs`): each `Run`, found by its owner id or its share id,
+who watches it, which runs are kept once ended, and which links were dropped. The queue for the CPU is apart, in
+`bert_core.serve.run_queue`; `RunStore` and its `RunScheduler` move runs between the two.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+
+OWNER, VIEWER = "owner", "viewer"
+
+
+@dataclass(eq=False)
+class Run:
+    """One training run: its settings, its job once it has a slot, and who is watching it."""
+
+    run_id: str
+    view_id: str
+    family: str                     # the runs started one after another from one tab share a family (its list)
+    spec: Any
+    name: str = ""
+    created: float = field(default_factory=time.time)
+    job: Any = None
+    queued: bool = False
+    cancelled: bool = False
+    note: str | None = None          # why the server ended it, shown to whoever opens it
+    ended_at: float | None = None    # monotonic time it stopped being active (orders the drops)
+    turn_started: float | None = None
+    pausing: bool = False            # told to stop at the end of its turn; goes back into the queue
+    stopping: bool = False           # stopped by its owner: does not go back into the queue
+    released: bool = False           # its process has ended and its checkpoint is in a folder
+    started_at: float | None = None  # monotonic time of its first slot
+    watchers: dict[str, str] = field(default_factory=dict)   # session id -> OWNER | VIEWER
+    unwatched_since: float | None = None
+
+    @property
+    def phase(self) -> str:
+        """queued | preparing | running | stopped | finished | failed | cancelled."""
+        if self.cancelled:
+            return "cancelled"
+        if self.queued:
+            return "queued"
+        if self.job is None:
+            return "queued"
+        phase = self.job.phase
+        return "preparing" if phase == "new" else phase
+
+    @property
+    def active(self) -> bool:
+        """Queued, preparing or training: it will use CPU unless someone stops it."""
+        return not self.cancelled and (self.queued or self.job is None or self.job.busy or self.pausing)
+
+    @property
+    def trainer(self):
+        """The job's trainer (or its mirror in the server), None before the run has a job."""
+        return self.job.trainer if self.job is not None else None
+
+
+class RunRegistry:
+    """The server's runs by owner id and by share id, their watchers, and the ids of the runs dropped to stay bounded.
+
+    `lock` is its store's: a run enters or leaves the registry and the queue in one step.
+    `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
+    """
+
+    def __init__(self, lock: threading.RLock, is_alive: Callable[[str], bool | None], unwatched_s: float,
+                 keep: int):
+        self._lock = lock
+        self._is_alive = is_alive
+        self.unwatched_s = unwatched_s
+        self.keep = keep
+        self._runs: dict[str, Run] = {}
+        self._views: dict[str, Run] = {}
+        self._dropped: deque[str] = deque(maxlen=10_000)
+
+    def get(self, run_id: str | None) -> Run | None:
+        """The run with this owner id, if the server still has it."""
+        with self._lock:
+            return self._runs.get(run_id or "")
+
+    def by_view(self, view_id: str | None) -> Run | None:
+        """The run with this share id, if the server still has it."""
+        with self._lock:
+            return self._views.get(view_id or "")
+
+    def has(self, run_id: str) -> bool:
+        """True while the registry has a run with this owner id."""
+        with self._lock:
+            return run_id in self._runs
+
+    def was_dropped(self, token: str | None) -> bool:
+        """True when a run with this owner or share id was dropped to keep the store bounded."""
+        with self._lock:
+            return bool(token) and token in self._dropped
+
+    def family(self, run: Run) -> list[Run]:
+        """The runs of `run`'s family (started from one tab, one after another), oldest first."""
+        with self._lock:
+            return sorted((r for r in self._runs.values() if r.family == run.family), key=lambda r: r.created)
+
+    def runs(self) -> list[Run]:
+        """Every run, in the order they were added (a copy: the caller may add or drop runs meanwhile)."""
+        with self._lock:
+            return list(self._runs.values())
+
+    def add(self, run: Run) -> None:
+        """Register a new run under both its ids (BertCoreError when its owner id is taken)."""
+        with self._lock:
+            if run.run_id in self._runs:
+                raise BertCoreError("this run id is taken")
+            self._runs[run.run_id] = run
+            self._views[run.view_id] = run
+
+    def pop(self, run_id: str) -> Run | None:
+        """Forget the run with this owner id; returns it, or None when there was none."""
+        with self._lock:
+            run = self._runs.pop(run_id, None)
+            if run is not None:
+                self._views.pop(run.view_id, None)
+            return run
+
+    def clear(self) -> list[Run]:
+        """Forget every run; returns them."""
+        with self._lock:
+            runs = list(self._runs.values())
+            self._runs.clear()
+            self._views.clear()
+            return runs
+
+    def drop_oldest_ended(self) -> list[Run]:
+        """Forget the oldest ended runs beyond the latest `keep`, remembering their ids so that their links can say
+        so; returns them (their jobs are for the caller to end)."""
+        with self._lock:
+            ended = sorted((r for r in self._runs.values() if not r.active and r.ended_at is not None),
+                           key=lambda r: r.ended_at)
+            doomed = ended[: max(0, len(ended) - self.keep)]
+            for run in doomed:
+                self._runs.pop(run.run_id, None)
+                self._views.pop(run.view_id, None)
+                self._dropped.extend((run.run_id, run.view_id))
+            return doomed
+
+    def attach(self, run: Run, session_id: str, role: str) -> None:
+        """Record that a browser session is looking at the run (as its owner or as a viewer)."""
+        with self._lock:
+            if run.watchers.get(session_id) != OWNER:
+                run.watchers[session_id] = role
+            run.unwatched_since = None
+
+    def unwatched(self, run: Run, now: float) -> bool:
+        """Note whether anyone still watches the run (forgetting closed tabs); True once no open tab has watched it
+        for `unwatched_s`. Called under the store's lock, in its scheduler pass."""
+        alive = {sid: self._is_alive(sid) for sid in run.watchers}
+        if not alive or any(a is None or a for a in alive.values()):
+            run.unwatched_since = None
+            # Forget closed tabs while others still watch (a shared run's viewers come and go); a reopened link
+            # attaches again with the role its id gives.
+            for sid, a in alive.items():
+                if a is False:
+                    del run.watchers[sid]
+            return False
+        since = run.unwatched_since = run.unwatched_since or now
+        return now - since >= self.unwatched_s

@@ -1,0 +1,213 @@
+"""The training process's side (`python -m bert_core.serve.training_process` runs `child_main`): build the trainer,
+run it when told, and answer the server's commands at step boundaries, so a save or a weight snapshot always sees
+whole steps. The messages are listed in `bert_core.serve.training_link`.
+
+Torch and the trainer's modules are imported inside the methods the child runs: after the server's sys.path has
+arrived, and never in the server, which imports this module only for `TunerView` and the entry point.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+
+from bert_core.errors import BertCoreError
+from bert_core.serve.training_link import Channel
+
+log = logging.getLogger("bert_core.app")
+
+
+@dataclass
+class TunerView:
+    """One fine-tuning run as the page sees it."""
+
+    name: str
+    state: str
+    step: int
+    evals: list
+
+
+def child_main(commands: Channel, events: Channel) -> None:
+    """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
+    step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
+    child = TrainingChild(commands, events)
+    builder = child.receive_setup()
+    if child.build(builder):
+        child.serve()
+
+
+class TrainingChild:
+    """The child's state between the server's commands: the trainer, and whether a stop or quit has come."""
+
+    def __init__(self, commands: Channel, events: Channel):
+        self.commands = commands
+        self.events = events
+        self.trainer = None
+        self.comparison = False      # a FinetuneComparison rather than a pretraining Trainer
+        self.stop_before_run = False
+        self.quit = False
+        self._last_view = 0.0
+
+    def receive_setup(self):
+        """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""
+        _, path, threads = self.commands.recv()
+        sys.path[:0] = [p for p in path if p not in sys.path]
+        import torch
+
+        from bert_core.training.allocator import keep_freed_memory
+
+        keep_freed_memory()  # this process only trains, and exits when the run is done with
+        torch.set_num_threads(max(1, threads))
+        _, builder = self.commands.recv()
+        return builder
+
+    def build(self, builder) -> bool:
+        """Build the trainer and tell the server what it built; False (the server told why) when that failed."""
+        try:
+            self.trainer = trainer = builder()
+        except Exception as exc:  # noqa: BLE001 - the server shows the message
+            if not isinstance(exc, BertCoreError):
+                log.exception("building the trainer failed")
+            self.events.send(("failed", None, None, _message(exc)))
+            return False
+        self.comparison = hasattr(trainer, "tuners")
+        if self.comparison:
+            for tuner in trainer.tuners:
+                tuner.callbacks.append(self.forward)
+            self.events.send(("built", None, {"kind": "comparison", "config": trainer.config,
+                                              "train_data": trainer.train_data, "val_data": trainer.val_data,
+                                              "view": _comparison_view(trainer)}, None))
+        else:
+            trainer.callbacks.append(self.forward)
+            p = trainer.probes
+            self.events.send(("built", None, {
+                "kind": "pretraining", "config": trainer.config, "model_config": _unwrapped(trainer).config,
+                "tokenizer": trainer.tokenizer, "metadata": trainer.metadata, "baselines": dict(trainer.baselines),
+                "step": trainer.step, "history": trainer.history, "evals": trainer.evals,
+                "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
+            }, None))
+        return True
+
+    def serve(self) -> None:
+        """Run when told and answer commands until "quit" (or the server has gone); then say the child is closed."""
+        self.drain()
+        pending_run = not self.stop_before_run and not self.quit
+        if not pending_run:
+            self.events.send(("phase", None, "stopped", None))
+        while not self.quit:
+            if pending_run:
+                pending_run = False
+                self._run()
+                continue
+            cmd = self.next_command(5.0)
+            if cmd is None:
+                continue
+            if cmd[0] == "run":
+                pending_run = True
+            else:
+                self.handle(cmd)
+        try:
+            self.events.send(("phase", None, "closed", None))
+        except (EOFError, OSError):
+            pass
+
+    def _run(self) -> None:
+        self.stop_before_run = False
+        trainer = self.trainer
+        trainer.run()
+        if self.quit:
+            return
+        if self.comparison:
+            self.events.send(("view", None, _comparison_view(trainer), None))
+            self.events.send(("results", None, trainer.results, None))  # with the trained models
+        self.events.send(("phase", None, trainer.state, trainer.error))
+
+    # -------------------------------------------------------------- commands
+
+    def handle(self, cmd: tuple) -> None:
+        """Carry out one command of the server's (not "run"); replies go back with the request's id."""
+        kind, request = cmd[0], cmd[1]
+        trainer = self.trainer
+        try:
+            if kind in ("stop", "quit"):
+                if kind == "stop":
+                    self.stop_before_run = True
+                else:
+                    self.quit = True
+                # Only a running run is told: a stop flag set while idle would end the next Resume at once.
+                if trainer is not None and trainer.state == "running":
+                    trainer.stop()
+                return
+            if kind == "config":
+                from bert_core.training.trainer import TrainConfig
+
+                trainer.config = TrainConfig.from_dict(cmd[2])
+                return
+            if kind == "weights":
+                from safetensors.torch import save as to_bytes
+
+                # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
+                sd = {k: v.detach().to("cpu").clone() for k, v in _unwrapped(trainer).state_dict().items()}
+                self.events.send(("reply", request, (trainer.step, to_bytes(sd)), None))
+            elif kind == "save":
+                trainer.save(cmd[2])
+                self.events.send(("reply", request, str(cmd[2]), None))
+            else:
+                self.events.send(("reply", request, None, f"unknown command {kind!r}"))
+        except (EOFError, OSError):
+            raise  # the server is gone: not a command's failure
+        except Exception as exc:  # noqa: BLE001 - the server shows the message; the run goes on
+            log.exception("command %s failed", kind)
+            self.events.send(("reply", request, None, _message(exc)))
+
+    def next_command(self, timeout: float):
+        """The server's next command, waiting up to `timeout` s (None: none came); "quit" once the server is gone."""
+        if not self.commands.poll(timeout):
+            return None
+        try:
+            return self.commands.recv()
+        except (EOFError, OSError):
+            return ("quit", None)  # the server is gone: stop, nobody is watching
+
+    def drain(self) -> None:
+        """Carry out the commands that have come (between steps, or before the run)."""
+        while (cmd := self.next_command(0)) is not None:
+            if cmd[0] != "run":  # already running
+                self.handle(cmd)
+
+    def forward(self, event) -> None:
+        """The trainer's callback: send the event (or, fine-tuning, the runs' state) and answer waiting commands."""
+        from bert_core.training.trainer import EvalEvent
+
+        trainer = self.trainer
+        try:
+            if self.comparison:
+                # Fine-tuning steps are many and small: send the runs' state a few times a second, and at evals.
+                now = time.monotonic()
+                if type(event).__name__ == "FinetuneEval" or now - self._last_view >= 0.25:
+                    self._last_view = now
+                    self.events.send(("view", None, _comparison_view(trainer), None))
+            else:
+                extra = dict(trainer.baselines) if isinstance(event, EvalEvent) else None
+                self.events.send(("event", event, extra, None))
+            self.drain()
+        except (EOFError, OSError):
+            self.quit = True
+            trainer.stop()
+
+
+def _comparison_view(comparison) -> dict:
+    """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
+    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals) for t in comparison.tuners],
+            "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
+
+
+def _unwrapped(trainer):
+    model = trainer.model
+    return getattr(model, "module", model)
+
+
+def _message(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, BertCoreError) else f"{type(exc).__name__}: {exc}"

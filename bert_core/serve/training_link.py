@@ -1,0 +1,164 @@
+"""The pipes between the server and a training process (`bert_core.serve.training_process`), and the server's end of
+them: starting the child, sending it commands, waiting for its replies, and a pump thread that hands its other
+messages to the job.
+
+The protocol, one tuple a message. Server to child: ("init", sys.path, threads), ("builder", builder), then ("run",
+None), ("stop", None), ("quit", None), ("config", None, TrainConfig dict), ("weights", request) and ("save",
+request, folder). Child to server: (kind, request, payload, error) with kind "built", "event", "view", "results",
+"phase", "failed", or "reply" (to a request's id).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+from bert_core.paths import REPO_ROOT
+
+log = logging.getLogger("bert_core.app")
+
+REPLY_TIMEOUT_S = 120.0   # a save or weight copy waits at most one step (or one evaluation) of the child
+CHILD_MODULE = "bert_core.serve.training_process"   # run as `python -m`: its __main__ block is the child's entry
+
+
+class Channel:
+    """One direction of a pipe carrying Python objects, pickled with the standard pickler.
+
+    Not `Connection.send`: its pickler hands torch tensors over as shared-memory handles that only a
+    multiprocessing child may open; plain pickle copies them into the message, which any process can read.
+    """
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+
+    def send(self, obj) -> None:
+        self.connection.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv(self):
+        return pickle.loads(self.connection.recv_bytes())
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self.connection.poll(timeout)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class ChildLink:
+    """The server's end of one training process: spawns it, sends commands, waits for replies, pumps its messages.
+
+    `changed` is the job's condition: a reply wakes the same waiters as a change of the job's phase.
+    `on_message(kind, request, payload, error)` gets every message but the replies, on the pump thread;
+    `on_exit(process)` is called there once the child's end of the pipe has closed and the process has ended.
+    """
+
+    def __init__(self, name: str, threads: int, changed: threading.Condition,
+                 on_message: Callable[[str, Any, Any, str | None], None],
+                 on_exit: Callable[[subprocess.Popen], None]):
+        self._name = name
+        self._threads = threads
+        self._changed = changed
+        self._on_message = on_message
+        self._on_exit = on_exit
+        self.process: subprocess.Popen | None = None
+        self._commands: Channel | None = None
+        self._events: Channel | None = None
+        self._send_lock = threading.Lock()
+        self._pump: threading.Thread | None = None
+        self._replies: dict[int, list] = {}
+        self._ids = itertools.count(1)
+
+    def alive(self) -> bool:
+        """True while the child process runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def spawn(self, builder: Callable[[], Any]) -> None:
+        """Start `python -m bert_core.serve.training_process` with two private pipes and hand it its work."""
+        cmd_read, cmd_write = os.pipe()
+        evt_read, evt_write = os.pipe()
+        env = dict(os.environ, OMP_NUM_THREADS=str(self._threads), MKL_NUM_THREADS=str(self._threads))
+        # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
+        package_root = str(REPO_ROOT)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", CHILD_MODULE, str(cmd_read), str(evt_write)],
+                pass_fds=(cmd_read, evt_write), env=env, stdin=subprocess.DEVNULL)
+        finally:
+            os.close(cmd_read)
+            os.close(evt_write)
+        self._commands = Channel(Connection(cmd_write, readable=False))
+        self._events = Channel(Connection(evt_read, writable=False))
+        self.send(("init", sys.path, self._threads))
+        self.send(("builder", builder))
+
+    def start_pump(self) -> None:
+        """Start the thread that reads the child's messages until its end of the pipe closes."""
+        self._pump = threading.Thread(target=self._pump_events, name=f"bert-pump-{self._name[:8]}", daemon=True)
+        self._pump.start()
+
+    def send(self, message: tuple) -> None:
+        """Send one command; BertCoreError when the child has gone."""
+        try:
+            with self._send_lock:
+                self._commands.send(message)
+        except (OSError, EOFError) as exc:
+            raise BertCoreError("the training process has ended; start a new run") from exc
+
+    def request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
+        """Send a command the child answers ("weights", "save") and wait for its answer; returns the answer's value,
+        or raises BertCoreError with the child's message, or when it does not answer within `timeout`."""
+        if not self.alive():
+            raise BertCoreError("the training process has ended; start a new run")
+        rid = next(self._ids)
+        slot: list = []
+        with self._changed:
+            self._replies[rid] = slot
+        self.send((kind, rid, *args))
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not slot:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.alive():
+                    self._replies.pop(rid, None)
+                    raise BertCoreError(f"the training process did not answer ({kind}) within {timeout:.0f} s")
+                self._changed.wait(min(left, 0.5))
+            self._replies.pop(rid, None)
+        value, error = slot[0]
+        if error:
+            raise BertCoreError(error)
+        return value
+
+    def _pump_events(self) -> None:
+        events, process = self._events, self.process
+        while True:
+            try:
+                kind, request, payload, error = events.recv()
+            except (EOFError, OSError):
+                process.wait()
+                self._on_exit(process)
+                events.close()
+                return
+            try:
+                if kind == "reply":
+                    self._answer(request, payload, error)
+                else:
+                    self._on_message(kind, request, payload, error)
+            except Exception:  # noqa: BLE001 - the pump must outlive one odd message
+                log.exception("training event %s could not be handled", kind)
+
+    def _answer(self, request: int, payload, error: str | None) -> None:
+        with self._changed:
+            slot = self._replies.get(request)
+            if slot is not None:
+                slot.append((payload, error))
+            self._changed.notify_all()
