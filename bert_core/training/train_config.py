@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bert_core.data.pretraining_data import OBJECTIVES
+from bert_core.data.pretraining_data import OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
 from bert_core.model.config import MAX_SEED
 
@@ -134,8 +134,8 @@ class TrainConfig:
              "whole_word_masking and mask_only must be true or false")
         need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
         need(self.objective in OBJECTIVES, f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        need(self.objective != "clm" or not self.nsp,
-             "the next-token objective (clm) has no next-sentence prediction: set nsp off")
+        need(objective_has_nsp(self.objective) or not self.nsp,
+             f"the {self.objective} objective has no next-sentence prediction: set nsp off")
 
     def replace(self, **changes) -> "TrainConfig":
         """Return a copy with some fields changed (validated again)."""
