@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core.data.pretraining_data import objective_settings  # noqa: E402
+from bert_core.data.objectives import objective_settings  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
 from bert_core.serve import jobs, model_sources  # noqa: E402

@@ -3,6 +3,8 @@ that imports it back, pages use only the UI helpers and bert_core's public funct
 calls Streamlit."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from bert_core.paths import REPO_ROOT
@@ -117,3 +119,20 @@ def test_only_the_serving_wing_calls_streamlit():
     users = [module_name(p) for p in PACKAGE.rglob("*.py")
              if any(m.split(".")[0] == "streamlit" for m, _ in imports(p))]
     assert users == ["bert_core.serve.app_state"], users
+
+
+# The app's server imports these without loading torch: the home page draws at once, and a class server's process
+# stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
+TORCH_FREE = ("bert_core.serve.app_state", "bert_core.serve.jobs", "bert_core.serve.runs",
+              "bert_core.serve.training_process", "bert_core.serve.model_sources", "bert_core.serve.app_storage",
+              "bert_core.serve.export", "bert_core.inspect.figures", "bert_core.inspect.probes",
+              "bert_core.training.comparison", "bert_core.training.recipes", "bert_core.training.heldout",
+              "bert_core.data.objectives", "bert_core.model.config")
+
+
+def test_the_servers_modules_import_without_torch():
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+            "    assert 'torch' not in sys.modules, name\n")
+    done = subprocess.run([sys.executable, "-c", code, *TORCH_FREE], capture_output=True, text=True,
+                          cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bert_core.data.objectives import OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, next_token_targets  # IGNORE_INDEX: labels not predicted (re-exported)
 
@@ -29,23 +30,6 @@ NOTE_NEAR = "B from elsewhere in the same (only) document; the text is too short
 NOTE_SINGLE = "one segment of contiguous text (NSP off)"
 # Pretraining objectives: BERT's masked LM (with or without NSP), or GPT's next token ("causal LM") on plain
 # contiguous text, nothing masked.
-OBJECTIVES = ("mlm", "clm")
-
-
-def objective_has_nsp(objective: str) -> bool:
-    """Whether an objective can carry next-sentence prediction: BERT's masked LM can (on by default); a GPT's
-    next-token objective reads one stream of text, so it has no sentence pairs to judge."""
-    return objective == "mlm"
-
-
-def objective_settings(objective: str) -> dict:
-    """The TrainConfig fields an objective sets: a next-token (GPT) run has NSP off and masks nothing; BERT's keeps
-    whatever NSP setting it is given."""
-    if objective not in OBJECTIVES:
-        raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    return {"objective": objective} if objective_has_nsp(objective) else {"objective": objective, "nsp": False}
-
-
 @dataclass
 class NspInstance:
     """One `[CLS] A [SEP] B [SEP]` example and where A and B came from (document, first sentence, end sentence)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.data.pretraining_data import objective_settings
+from bert_core.data.objectives import objective_settings
 from bert_core.model.config import PRESETS, BertConfig, feed_forward_width
 
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")

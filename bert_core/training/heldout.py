@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bert_core.data.pretraining_data import objective_settings
+from bert_core.data.objectives import objective_settings
 from bert_core.errors import BertCoreError
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bert_core.data.pretraining_data import OBJECTIVES, objective_has_nsp
+from bert_core.data.objectives import OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
 from bert_core.model.config import MAX_SEED
 
