@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from bert_core.data.corpora import generate_toy_corpus
+from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 
 MAX_CSV_BYTES = 50 * 1024 * 1024
@@ -468,8 +470,6 @@ def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, p
 
 
 def _topic_words() -> dict[str, str]:
-    from bert_core.data.toy_grammar import TOPICS
-
     words = {}
     for topic, parts in TOPICS.items():
         for key in ("places", "adjectives"):
@@ -486,9 +486,6 @@ def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     the story's topic, read back from its topic-only words, and the text one sentence from between the
     introduction and the closing, so the clue is a word or two that pretraining has seen in context.
     """
-    from bert_core.data.corpora import generate_toy_corpus
-    from bert_core.data.toy_grammar import TOPICS
-
     if num_examples < 20:
         raise BertCoreError(f"the toy topic task needs at least 20 examples, got {num_examples}")
     corpus = generate_toy_corpus(num_documents=num_examples, seed=10_000 + seed)

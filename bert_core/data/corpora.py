@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bert_core.data.downloads import fetch_corpus_text
+from bert_core.data.toy_grammar import generate_toy_documents
 from bert_core.errors import BertCoreError
 
 MAX_INPUT_BYTES = 50 * 1024 * 1024
@@ -251,8 +253,6 @@ def brown_documents(text: str) -> list[list[str]]:
 
 def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
     """The `toy` Corpus: `num_documents` stories of the built-in grammar (bert_core.data.toy_grammar), seeded."""
-    from bert_core.data.toy_grammar import generate_toy_documents
-
     return Corpus(name="toy", documents=generate_toy_documents(num_documents, seed),
                   source=f"toy grammar (bert_core.data.toy_grammar), seed {seed}")
 
@@ -270,8 +270,6 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
     if key.lower() == "toy":
         return generate_toy_corpus(seed=seed)
     if key.lower() in ("tinyshakespeare", "wikitext-2", "brown"):
-        from bert_core.data.downloads import fetch_corpus_text
-
         name = key.lower()
         text, where = fetch_corpus_text(name, cache_dir=cache_dir, progress=progress)
         if name == "tinyshakespeare":

@@ -11,10 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
+from tokenizers import Tokenizer
 
+from bert_core.data.corpora import Corpus, load_corpus, split_heldout
 from bert_core.data.objectives import OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, next_token_targets  # IGNORE_INDEX: labels not predicted (re-exported)
+from bert_core.model.tokenization import BertTokenizer
+from bert_core.model.tokenization import train_tokenizer as train_tok
 
 # The masking decision recorded for every token (Batch.decisions); names for people and keys for figures.
 NOT_CHOSEN, MASKED, RANDOM, KEPT = 0, 1, 2, 3
@@ -564,14 +569,10 @@ HELDOUT_FRACTION = 0.1
 
 
 def _load_corpora(specs: list[str], seed: int):
-    from bert_core.data.corpora import load_corpus
-
     return [load_corpus(spec, seed=seed) for spec in specs]
 
 
 def _merge(corpora, name: str):
-    from bert_core.data.corpora import Corpus
-
     if len(corpora) == 1:
         return corpora[0]
     docs = [doc for c in corpora for doc in c.documents]
@@ -595,10 +596,7 @@ def _heldout_record(corpus, heldout) -> dict:
 def _rank0_tokenizer(train):
     """Train the tokenizer on rank 0 and send it to every rank: the others skip the work, and all ranks are sure
     to share one vocabulary (training is deterministic, but ranks on other machines may run other library versions)."""
-    import torch.distributed as dist
-    from tokenizers import Tokenizer
 
-    from bert_core.model.tokenization import BertTokenizer
 
     rank = dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
@@ -624,8 +622,6 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
     trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
     The held-out batches are masked the way training is (whole words, [MASK] only), as evaluation always was.
     """
-    from bert_core.data.corpora import split_heldout
-
     corpora = _load_corpora(specs, seed)
     splits = [split_heldout(c, fraction=heldout_fraction, seed=seed) for c in corpora]
     train = _merge([s[0] for s in splits], "+".join(c.name for c in corpora))
@@ -637,8 +633,6 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
         "corpora": [{"spec": spec, **_heldout_record(c, s[1])} for spec, c, s in zip(specs, corpora, splits)],
     }
     if tokenizer is None:
-        from bert_core.model.tokenization import train_tokenizer as train_tok
-
         if world_size > 1:
             tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
         else:

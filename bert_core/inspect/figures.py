@@ -21,6 +21,8 @@ import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from bert_core.training.comparison import run_labels
+
 if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
     from bert_core.inspect.inspection import AttentionResult, HeadSummary, MaskingRow
 
@@ -592,8 +594,6 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
     dotted, and held-out masked-token accuracy. Each run has one colour and one legend entry, which names the
     knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4')."""
-    from bert_core.training.comparison import run_labels
-
     if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
         raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
     labels = run_labels(list(specs), names)

@@ -15,7 +15,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
+from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM, mask_tokens
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.tokenization import truncate_pair
@@ -358,8 +358,6 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
 
 def _mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
     """Mask a padded [B, S] batch as pretraining does: specials and padding never chosen nor used as replacements."""
-    from bert_core.data.pretraining_data import mask_tokens
-
     never = set(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids))
     specials = torch.tensor(sorted(set(tokenizer.special_ids) - {tokenizer.unk_id}), dtype=torch.long)
     special_mask = torch.isin(ids, specials) | (attention_mask == 0)

@@ -10,10 +10,14 @@ import random
 import threading
 from collections import Counter
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
+from bert_core.data.corpora import load_corpus, split_heldout
+from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
+from bert_core.paths import cache_dir, shared_data_dir
 
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
 DEFAULT_PROBES = (
@@ -146,8 +150,6 @@ def probes_from_documents(documents, count: int = PROBE_COUNT, seed: int = 0, co
 def heldout_probes(corpus, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
     """Probes from the held-out part of `corpus`, split exactly as training splits it
     (`corpora.split_heldout(corpus, fraction, seed)`): what a training run with this seed draws by itself."""
-    from bert_core.data.corpora import split_heldout
-
     _, held = split_heldout(corpus, fraction=fraction, seed=seed)
     return probes_from_documents(held.documents, count, seed, source=f"held-out part of {corpus.name}")
 
@@ -156,10 +158,6 @@ def readable_offline(spec: str, allow_paths: bool = True) -> bool:
     """Whether corpus `spec` can be read without a download: toy, a named corpus in the shared data folder or
     the download cache, or an existing file (with `allow_paths` False only one in the shared data folder: a
     public server never opens a path that an uploaded checkpoint names)."""
-    from pathlib import Path
-
-    from bert_core.data.downloads import SOURCES
-    from bert_core.paths import cache_dir, shared_data_dir
 
     key = str(spec).strip()
     if key.lower() == "toy":
@@ -178,8 +176,6 @@ def readable_offline(spec: str, allow_paths: bool = True) -> bool:
 def probes_for_corpus(spec: str, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
     """Probes from the held-out part of corpus `spec` as a training run with this seed splits it (the toy corpus
     itself depends on the seed). Raises BertCoreError when the corpus cannot be read without a download."""
-    from bert_core.data.corpora import load_corpus
-
     if not readable_offline(spec):
         raise BertCoreError(f"the corpus {spec!r} is not on this machine yet; its probe sentences are drawn when "
                             "training starts")
@@ -206,7 +202,6 @@ def recorded_probes(metadata: dict | None, allow_paths: bool = True) -> CorpusPr
     specs = [c.get("spec") for c in record["corpora"] if isinstance(c, dict)]
     if not specs or not all(isinstance(s, str) and readable_offline(s, allow_paths) for s in specs):
         return None
-    from bert_core.data.corpora import load_corpus, split_heldout
 
     seed, fraction = int(record.get("seed", 0)), float(record.get("fraction", 0.1))
     held = []
@@ -260,6 +255,7 @@ class ProbeStore:
 
     def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
         """Run the probes through `model` (its train/eval mode is restored), store and return the snapshot."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.inspect.inspection import attention_maps, fill_mask, is_causal
 
         # A causal model cannot fill a [MASK] (inspection.CAUSAL_CANNOT_FILL): its snapshots keep the attention only.

@@ -29,6 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bert_core.errors import BertCoreError
+from bert_core.model.hf import load_pretrained, require_checkpoint_folder, save_pretrained
+from bert_core.model.tokenization import BertTokenizer
 
 TRAINER_STATE = "trainer_state.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -226,8 +228,6 @@ def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = 
     classifier's. If anything fails midway the temporary folder is removed and an existing `folder` is left as it
     was; a failed write (full disk, read-only folder) is a BertCoreError naming the path.
     """
-    from bert_core.model.hf import save_pretrained
-
     given = Path(folder)
     folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
     if not folder.name:
@@ -366,8 +366,6 @@ class Checkpoint:
 def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -> Checkpoint:
     """Load model (safetensors), tokenizer and trainer state from a checkpoint folder; with `require_tokenizer`, a
     folder without one is refused (every command that reads text needs the tokenizer the model was trained with)."""
-    from bert_core.model.hf import load_pretrained, require_checkpoint_folder
-
     folder = Path(folder)
     _recover(folder)
     require_checkpoint_folder(folder)
@@ -375,8 +373,6 @@ def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -
     model = load_pretrained(folder, **kwargs)
     tokenizer = None
     if (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file():
-        from bert_core.model.tokenization import BertTokenizer
-
         tokenizer = BertTokenizer.load(folder)
         check_tokenizer_fits(tokenizer, model.config, folder)
     elif require_tokenizer:

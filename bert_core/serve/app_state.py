@@ -1,6 +1,6 @@
 """The Streamlit side of the explorer: the sidebar's model picker, this session's jobs, widget and URL helpers.
 
-The only `bert_core` module that calls Streamlit (imported inside functions). What it steers lives in
+The only `bert_core` module that calls Streamlit. What it steers lives in
 Streamlit-free modules, tested without it: training jobs and their registry (`bert_core.serve.jobs`), checkpoint
 folders (`bert_core.serve.model_sources`), files and public mode (`bert_core.serve.app_storage`).
 """
@@ -13,9 +13,33 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import streamlit as st
+from streamlit import runtime
+from streamlit.errors import StreamlitPageNotFoundError
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
 from bert_core.errors import BertCoreError
+from bert_core.inspect.figures import DEFAULT_SMOOTHING, plotly_config
+from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
+from bert_core.model.config import BertConfig
 from bert_core.paths import REPO_ROOT
-from bert_core.serve.jobs import JobRegistry, TrainingJob, busy_everywhere, share_capacity, training_threads
+from bert_core.serve.app_storage import (
+    list_runs,
+    public_mode,
+    saved_run_folder,
+    session_scratch,
+    start_janitor,
+    unpack_uploaded_checkpoint,
+    upload_cap_bytes,
+)
+from bert_core.serve.jobs import (
+    JobRegistry,
+    TrainingJob,
+    busy_everywhere,
+    pretraining_job,
+    share_capacity,
+    training_threads,
+)
 from bert_core.serve.model_sources import (
     ActiveModel,
     default_checkpoint,
@@ -55,8 +79,6 @@ APP_ROOT = REPO_ROOT
 
 def model_sources() -> tuple[str, ...]:
     """The sidebar's choices: every source on the user's own machine; no server path in public mode."""
-    from bert_core.serve.app_storage import public_mode
-
     return tuple(s for s in SOURCES if s != SOURCE_FOLDER) if public_mode() else SOURCES
 
 
@@ -86,7 +108,6 @@ def chart_poll_seconds() -> float:
 
 
 def _cached_loader():
-    import streamlit as st
 
     @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
     def load(path: str, stamp: float):
@@ -115,7 +136,6 @@ def load_folder_cached(folder: str | Path) -> tuple[Any, Any, dict | None]:
 def _session_alive_from_runtime(session_id: str) -> bool | None:
     """True/False from Streamlit's runtime when a server is running; None when there is none (tests, scripts)."""
     try:
-        from streamlit import runtime
 
         if not runtime.exists():
             return None
@@ -125,14 +145,10 @@ def _session_alive_from_runtime(session_id: str) -> bool | None:
 
 
 def _run_job(run: Run):
-    from bert_core.serve.jobs import pretraining_job
-
     return pretraining_job(run.run_id, run.spec)
 
 
 def _release_folder(run: Run) -> Path:
-    from bert_core.serve.app_storage import session_scratch
-
     return session_scratch(scratch_key(run.run_id)) / "checkpoint"
 
 
@@ -174,8 +190,6 @@ FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
 
 def session_id() -> str:
     """This browser session's id (a stable fallback outside a Streamlit run)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else "no-session"
 
@@ -188,7 +202,6 @@ def finetune_key() -> str:
     """This tab's key in `FINETUNE_REGISTRY`: the one in its URL when that fine-tuning is still on the server (a
     reload, or the link reopened), else the tab's own. While a fine-tuning exists under it, the key is written into
     the URL, so that the address bar reopens it; this session is noted as showing it (see `_finetune_alive`)."""
-    import streamlit as st
 
     s = st.session_state
     token = st.query_params.get(FINETUNE_PARAM)
@@ -215,7 +228,6 @@ def finetune_key() -> str:
 def attach_run() -> None:
     """Find this tab's run from its URL (a reload, a reopened link, a share link) or its session, note this session
     as watching it, and write its id back into the URL so that the address bar always reopens it."""
-    import streamlit as st
 
     s = st.session_state
     for param, state_key, lookup in ((RUN_PARAM, "run_id", RUNS.get), (WATCH_PARAM, "watch_id", RUNS.by_view)):
@@ -249,8 +261,6 @@ def attach_run() -> None:
 
 def current_run() -> tuple[Run | None, str | None]:
     """(this tab's run, OWNER or VIEWER), or (None, None)."""
-    import streamlit as st
-
     s = st.session_state
     run = RUNS.get(s.get("run_id"))
     if run is not None:
@@ -261,8 +271,6 @@ def current_run() -> tuple[Run | None, str | None]:
 
 def set_current_run(run: Run | None) -> None:
     """Make `run` (started by this tab) the tab's run, or forget the tab's run."""
-    import streamlit as st
-
     st.session_state.pop("watch_id", None)
     if WATCH_PARAM in st.query_params:
         del st.query_params[WATCH_PARAM]
@@ -330,8 +338,6 @@ def _session_model():
 
 
 def _folder_model(folder: str):
-    from bert_core.serve.app_storage import public_mode
-
     if public_mode():  # a stale URL or session value must not reopen a server path on a public server
         return None, "Opening a folder by its server path is off on this public server: upload a zip instead."
     if not folder.strip():
@@ -343,8 +349,6 @@ def _folder_model(folder: str):
 
 
 def _saved_model(name: str | None):
-    from bert_core.serve.app_storage import saved_run_folder
-
     if not name:
         return None, "No run has been saved on this server yet: train one and press **Save** on the Train page."
     path = saved_run_folder(name)
@@ -354,12 +358,9 @@ def _saved_model(name: str | None):
 
 
 def _uploaded_model(upload):
-    from bert_core.serve.app_storage import unpack_uploaded_checkpoint
-
     if upload is None:
         return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
                       "such as the one the Train page's download gives.")
-    import streamlit as st
 
     # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
     known = st.session_state.get("_model_upload_folder")
@@ -380,6 +381,7 @@ _TORCH_THREADS_SET = False
 def _configure_torch() -> None:
     global _TORCH_THREADS_SET
     if not _TORCH_THREADS_SET:
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         import torch
 
         torch.set_num_threads(training_threads())
@@ -388,9 +390,6 @@ def _configure_torch() -> None:
 
 def navigation() -> None:
     """The sidebar's list of pages (Home first), the ones present in this install."""
-    import streamlit as st
-    from streamlit.errors import StreamlitPageNotFoundError
-
     with st.sidebar:
         try:
             for page, label, icon in NAVIGATION:
@@ -404,9 +403,7 @@ def navigation() -> None:
 def quick_config():
     """The active model's sizes (a BertConfig) read from its config.json, without torch or the weights, for the
     home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""
-    import streamlit as st
 
-    from bert_core.model.config import BertConfig
 
     source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
     try:
@@ -424,9 +421,7 @@ def quick_config():
 def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     """Draw the sidebar: the page list and the model picker (every page calls this). Returns the active model,
     or None with a note."""
-    import streamlit as st
 
-    from bert_core.serve.app_storage import start_janitor
 
     _persist_every_page_keys()
     if not navigation_drawn:
@@ -458,9 +453,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
 def _sidebar_model_choice(source: str):
     """Draw the sidebar's input for a model of `source`'s kind; returns what `_load_sidebar_model` loads: a shipped
     checkpoint's folder, a server folder's path, a saved run's name, an upload, or None (this session's model)."""
-    import streamlit as st
 
-    from bert_core.serve.app_storage import list_runs, upload_cap_bytes
 
     if source == SOURCE_SHIPPED:
         # Which shipped checkpoint, when there are several (the BERT and its GPT-style twin); `?ckpt=NAME`.
@@ -495,7 +488,6 @@ def _sidebar_model_choice(source: str):
 def _load_sidebar_model(source: str, choice) -> ActiveModel | None:
     """Load the model the sidebar picked (`choice` from `_sidebar_model_choice`); a failure or a note is shown
     under the picker, never a traceback. Returns the model, or None."""
-    import streamlit as st
 
     try:
         if source == SOURCE_SHIPPED:
@@ -523,7 +515,6 @@ def _load_sidebar_model(source: str, choice) -> ActiveModel | None:
 def _sidebar_notes(active: ActiveModel | None) -> None:
     """Under the picker: the active model's size, whether this tab's run trains in the background, and why the run
     of this page's link is not there (dropped, or not on this server)."""
-    import streamlit as st
 
     if active is not None:
         cfg = active.config
@@ -543,7 +534,6 @@ def _sidebar_notes(active: ActiveModel | None) -> None:
 def persist_keys(*keys: str) -> None:
     """Keep widget values across page switches. Streamlit drops a widget's state at the end of any script run that
     does not draw the widget, so every page's run (through `sidebar`) re-saves the keys that any page named here."""
-    import streamlit as st
 
     st.session_state.setdefault("_persisted_keys", set()).update(keys)
     for key in keys:
@@ -553,15 +543,11 @@ def persist_keys(*keys: str) -> None:
 
 def _persist_every_page_keys() -> None:
     """Re-save the keys every page has named (see `persist_keys`); first thing in `sidebar`, before any widget."""
-    import streamlit as st
-
     persist_keys(*st.session_state.get("_persisted_keys", ()))
 
 
 def query_default(name: str, default, cast=str):
     """A page setting from the URL query (so a shared link opens the same view), else `default`."""
-    import streamlit as st
-
     raw = st.query_params.get(name)
     if raw is None:
         return default
@@ -574,7 +560,6 @@ def query_default(name: str, default, cast=str):
 def follow_default(key: str, default, cast=str) -> None:
     """Seed a widget like `init_widget`, and when its default changes (another model, corpus or seed) replace the
     value too, unless the user has changed it: what they typed stays, an untouched default follows."""
-    import streamlit as st
 
     marker = f"_default_of_{key}"
     init_widget(key, default, cast)
@@ -585,9 +570,7 @@ def follow_default(key: str, default, cast=str) -> None:
 
 
 def _recorded_probes_cached():
-    import streamlit as st
 
-    from bert_core.inspect.probes import recorded_probes
 
     @st.cache_data(max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
     def probes(key: str, allow_paths: bool, _metadata):
@@ -604,8 +587,6 @@ def model_probes(active: ActiveModel | None):
     its run recorded, or drawn again from its recorded corpora when they can be read here); English sentences
     for a model without a readable corpus (e.g. a Hugging Face download)."""
     global _PROBES
-    from bert_core.inspect.probes import ENGLISH_PROBES, probes_key
-    from bert_core.serve.app_storage import public_mode
 
     meta = ((active.trainer_state or {}).get("metadata") if active is not None else None) or {}
     if not meta:
@@ -620,7 +601,6 @@ def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
 
     Keys carry a page prefix (att_, pred_...) so that one page's parameters never leak into another's.
     """
-    import streamlit as st
 
     if key not in st.session_state:
         st.session_state[key] = query_default(param or key, default, cast)
@@ -629,9 +609,7 @@ def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
 def smoothing_slider(key: str, help: str) -> float:
     """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default,
     an out-of-range URL value replaced by the default; returns its value."""
-    import streamlit as st
 
-    from bert_core.inspect.figures import DEFAULT_SMOOTHING
 
     init_widget(key, DEFAULT_SMOOTHING, float)
     if not 0.0 <= st.session_state[key] <= 0.99:
@@ -641,8 +619,6 @@ def smoothing_slider(key: str, help: str) -> float:
 
 def sync_query(*keys: str) -> None:
     """Write these widgets' current values into the URL query, so the address bar is a shareable link."""
-    import streamlit as st
-
     for key in keys:
         if key not in st.session_state:
             continue
@@ -653,9 +629,7 @@ def sync_query(*keys: str) -> None:
 
 def plotly(fig, name: str, key: str | None = None) -> None:
     """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page)."""
-    import streamlit as st
 
-    from bert_core.inspect.figures import plotly_config
 
     fmt = st.session_state.get("image_format", "png")
     config = plotly_config(name)
@@ -665,6 +639,4 @@ def plotly(fig, name: str, key: str | None = None) -> None:
 
 def show_error(exc: Exception) -> None:
     """Show a user error as a message on the page (the app never shows a traceback for bad input)."""
-    import streamlit as st
-
     st.error(str(exc))

@@ -14,6 +14,7 @@ Nothing here imports Streamlit.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -32,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.paths import REPO_ROOT
 
 log = logging.getLogger("bert_core.app")
 
@@ -119,7 +121,6 @@ def runs_dir() -> Path:
     env = os.environ.get(RUNS_DIR_ENV, "").strip()
     if env:
         return Path(env)
-    from bert_core.paths import REPO_ROOT
 
     return REPO_ROOT / "runs" / "app"
 
@@ -203,6 +204,7 @@ class SavedRun:
 
 def list_runs(runs: Path | None = None) -> list[SavedRun]:
     """The app's saved runs that hold a checkpoint, newest first (folders the app did not save are not listed)."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.hf import is_checkpoint_folder
 
     runs = runs_dir() if runs is None else runs
@@ -369,8 +371,6 @@ def carry_run_files(spec, folder_key: str):
     """A copy of a run's spec whose files (an uploaded or pasted corpus, the weights it started from) are copied
     into another run's scratch folder, so that the copy never depends on the first run's folder, which goes when
     that run is dropped. Files outside this server's scratch area (a corpus the user named) stay where they are."""
-    import dataclasses
-
     root = scratch_root().resolve()
     target = session_scratch(folder_key)
     changes = {}
@@ -453,6 +453,7 @@ def extract_checkpoint_zip(data: bytes, dest: Path, max_bytes: int | None = None
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.hf import is_checkpoint_folder
 
     if not is_checkpoint_folder(dest):

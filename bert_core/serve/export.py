@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from bert_core.inspect import figures
+
 
 @dataclass
 class RunRecord:
@@ -60,8 +62,6 @@ def history_label(history: list[dict]) -> str:
 
 def run_figures(record: RunRecord, smoothing: float = 0.0) -> dict:
     """The run's curves as the Train page draws them (name -> Plotly figure), for the bundle."""
-    from bert_core.inspect import figures
-
     if not record.history and not record.evals:
         return {}
     return {"loss": figures.loss_figure(record.history, record.evals, record.baselines, smoothing),
@@ -87,6 +87,7 @@ def run_bundle(save: Callable[[Path], Any], record: RunRecord, figures: Mapping[
     """One zip for a run: its checkpoint folder written by `save(folder)` (a folder `transformers` loads as it
     is), the history and evaluations as CSV, the configuration, the command that repeats it, and `figures`
     (name -> Plotly figure) as Plotly JSON and HTML. No PNGs: they would need kaleido, which is not a dependency."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import zip_checkpoint
 
     buf = io.BytesIO()
@@ -107,6 +108,7 @@ def run_bundle(save: Callable[[Path], Any], record: RunRecord, figures: Mapping[
 
 def checkpoint_saver(model, tokenizer, trainer_state: dict | None = None) -> Callable[[Path], Any]:
     """A `save(folder)` for `run_bundle` that writes a loaded model (a checkpoint opened in the sidebar)."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import save_checkpoint
 
     return lambda folder: save_checkpoint(folder, model, tokenizer=tokenizer, trainer_state=trainer_state)

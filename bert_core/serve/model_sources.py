@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertCoreError
+from bert_core.model.tokenization import BertTokenizer
+from bert_core.paths import DEFAULT_CHECKPOINT
+from bert_core.serve.app_storage import list_runs
 
 CHECKPOINT_ENV = "BERT_EXPLORER_CHECKPOINT"        # overrides the shipped checkpoint (tests point it at a fixture)
 
 
 def default_checkpoint() -> Path:
     """The checkpoint the app opens by default: `$BERT_EXPLORER_CHECKPOINT` or `bert_core.paths.DEFAULT_CHECKPOINT`."""
-    from bert_core.paths import DEFAULT_CHECKPOINT
-
     env = os.environ.get(CHECKPOINT_ENV)
     return Path(env) if env else DEFAULT_CHECKPOINT
 
@@ -50,6 +51,7 @@ class ActiveModel:
 def shipped_checkpoints() -> dict[str, Path]:
     """The checkpoint folders shipped with the app, by folder name: the default one first (the BERT), then the
     others beside it in name order (the GPT-style twin). Only folders that hold a checkpoint count."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.hf import is_checkpoint_folder
 
     default = default_checkpoint()
@@ -65,8 +67,6 @@ def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, P
     checkpoint folders beside the default one by folder name (the shipped BERT and GPT, in checkpoints/), then the
     app's saved runs as "saved: NAME" (e.g. a BERT and a GPT trained on toy in class); less `exclude`, the active
     model's folder (or, for a saved run, its name, which is what the sidebar records as its path)."""
-    from bert_core.serve.app_storage import list_runs
-
     skip = Path(exclude).resolve() if exclude is not None else None
     found = shipped_checkpoints()
     found.update({f"saved: {run.name}": run.folder for run in list_runs() if run.name != str(exclude)})
@@ -81,9 +81,9 @@ def folder_stamp(folder: Path) -> float:
 
 def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
     """Load (model, tokenizer, trainer_state or None) from a checkpoint folder, ours or a Hugging Face BERT."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import read_json
     from bert_core.model.hf import is_checkpoint_folder, load_pretrained
-    from bert_core.model.tokenization import BertTokenizer
 
     text = str(folder).strip()
     if not text:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.training_link import Channel
+from bert_core.training.allocator import keep_freed_memory
 
 log = logging.getLogger("bert_core.app")
 
@@ -54,9 +55,9 @@ class TrainingChild:
         """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""
         _, path, threads = self.commands.recv()
         sys.path[:0] = [p for p in path if p not in sys.path]
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         import torch
 
-        from bert_core.training.allocator import keep_freed_memory
 
         keep_freed_memory()  # this process only trains, and exits when the run is done with
         torch.set_num_threads(max(1, threads))
@@ -141,11 +142,13 @@ class TrainingChild:
                     trainer.stop()
                 return
             if kind == "config":
+                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
                 from bert_core.training.trainer import TrainConfig
 
                 trainer.config = TrainConfig.from_dict(cmd[2])
                 return
             if kind == "weights":
+                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
                 from safetensors.torch import save as to_bytes
 
                 # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
@@ -179,6 +182,7 @@ class TrainingChild:
 
     def forward(self, event) -> None:
         """The trainer's callback: send the event (or, fine-tuning, the runs' state) and answer waiting commands."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.training.trainer import EvalEvent
 
         trainer = self.trainer

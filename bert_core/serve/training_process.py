@@ -21,6 +21,7 @@ safetensors bytes.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
@@ -30,9 +31,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
+from bert_core.serve.model_sources import load_folder
 from bert_core.serve.training_child import TunerView, child_main
 from bert_core.serve.training_link import REPLY_TIMEOUT_S, Channel, ChildLink
-from bert_core.training.run_loop import EventLog
+from bert_core.training.run_loop import EventLog, append_thinned, run_progress
 
 # TunerView and REPLY_TIMEOUT_S are this module's names too: the interface lists them here.
 __all__ = ["ProcessTrainingJob", "TrainerProxy", "ComparisonProxy", "TunerView", "REPLY_TIMEOUT_S"]
@@ -49,8 +52,6 @@ class TrainerProxy(EventLog):
         self.baselines = built["baselines"]
         self.probes = None
         if built["probes"] is not None:
-            from bert_core.inspect.probes import ProbeStore
-
             self.probes = ProbeStore(*built["probes"])
         self.step = built["step"]
         EventLog.__init__(self, built["history"], built["evals"])
@@ -64,8 +65,6 @@ class TrainerProxy(EventLog):
 
     @property
     def progress(self):
-        from bert_core.training.run_loop import run_progress
-
         elapsed = self._elapsed
         if self.state == "running" and self._elapsed_at is not None:
             elapsed += time.monotonic() - self._elapsed_at
@@ -79,8 +78,7 @@ class TrainerProxy(EventLog):
         return self._data
 
     def _receive(self, event, extra) -> None:
-        from bert_core.inspect.probes import ProbeSnapshot
-        from bert_core.training.run_loop import append_thinned
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.training.trainer import EvalEvent, StepEvent
 
         with self._lock:
@@ -217,6 +215,7 @@ class ProcessTrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.training.trainer import extended_config
 
         cfg = extended_config(self.trainer, more_steps)
@@ -240,8 +239,10 @@ class ProcessTrainingJob:
                     self._snapshot = (self.trainer.step, self._released_model())
                 return self._snapshot[1] if self._snapshot is not None else None
             step, blob = self._child.request("weights")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from safetensors.torch import load as from_bytes
 
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.model.bert import pretraining_model
 
         model = pretraining_model(self.trainer.model_config)
@@ -257,8 +258,6 @@ class ProcessTrainingJob:
         return self.released
 
     def _released_model(self):
-        from bert_core.serve.model_sources import load_folder
-
         return load_folder(self._released_folder())[0].eval()
 
     def save(self, folder: str | Path) -> Path:
@@ -269,8 +268,6 @@ class ProcessTrainingJob:
         folder = Path(folder).expanduser().resolve()
         with self._release_lock:
             if self.released is not None:
-                import shutil
-
                 shutil.copytree(self._released_folder(), folder, dirs_exist_ok=True)
                 return folder
             self._child.request("save", str(folder))
@@ -291,6 +288,7 @@ class ProcessTrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.model.checkpoint import zip_checkpoint
 
         return zip_checkpoint(self.save)

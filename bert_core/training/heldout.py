@@ -13,8 +13,10 @@ reproduces the `eval` figures that `train` wrote into `metrics.json`.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+from bert_core.data.corpora import corpus_from_file, load_corpus, split_heldout
 from bert_core.data.objectives import objective_settings
 from bert_core.errors import BertCoreError
 
@@ -32,6 +34,7 @@ def _valid_record(record) -> bool:
 
 def heldout_split_record(checkpoint: str | Path) -> dict:
     """The held-out split a checkpoint recorded: {"seed", "fraction", "corpora": [{"spec", ...}, ...]}."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import read_json
     from bert_core.model.hf import require_checkpoint_folder
 
@@ -57,8 +60,6 @@ def heldout_split_record(checkpoint: str | Path) -> dict:
 
 def heldout_documents(record: dict, corpus_loader=None) -> list[list[str]]:
     """Rebuild the held-out documents of every corpus in `record`, in the order training split them."""
-    from bert_core.data.corpora import load_corpus, split_heldout
-
     load = corpus_loader or (lambda spec, seed: load_corpus(spec, seed=seed))
     seed, fraction = record["seed"], record["fraction"]
     docs: list[list[str]] = []
@@ -79,6 +80,7 @@ def documents_to_text(documents: list[list[str]]) -> str:
 
 def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=None) -> dict:
     """Write the checkpoint's held-out text to `out`; returns what was written (path, documents, sentences)."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import write_text_atomic
 
     record = heldout_split_record(checkpoint)
@@ -98,9 +100,10 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
                        device="auto") -> dict:
     """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
     figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     import torch
 
-    from bert_core.data.corpora import corpus_from_file
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.data.pretraining_data import PretrainingData, unigram_baseline
     from bert_core.model.bert import is_causal
     from bert_core.model.checkpoint import load_checkpoint
@@ -165,8 +168,6 @@ def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
 
     `train` stores this under "eval" in metrics.json, so the published figures are the ones a reader reproduces.
     """
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         text_file = Path(tmp) / "heldout.txt"
         info = write_heldout_text(checkpoint, text_file, corpus_loader)
@@ -183,6 +184,7 @@ def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
 
 def update_metrics(checkpoint: str | Path, corpus_loader=None) -> dict:
     """Add (or refresh) the reproducible "eval" section of a checkpoint's metrics.json; returns it."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import read_json, write_json_atomic
 
     path = Path(checkpoint) / "metrics.json"
