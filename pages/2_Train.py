@@ -3,8 +3,7 @@
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures, probes
-from bert_core.data import pretraining_data
+from bert_core.inspect import figures
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, plateau, recipes
@@ -22,51 +21,17 @@ CORPORA = {
 }
 PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 
-# The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
-# under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
-# startup; docs/benchmarks.md, "The default Train run"). Every setting below then follows the chosen corpus and
-# size (bert_core.training.recipes: the toy lesson's shape with each size's rates on toy, each size's real-text recipe on
-# real text) until the user changes it.
-defaults = dict(corpus="toy", vocab=2000, preset="nano", steps=2000, batch=16, lr=3e-3, seq=32, mask=0.15,
-                nsp=True, seed=0, eval_every=100, probe_every=100, layers=2, hidden=64, heads=2, ffn=256, dropout=0.0,
-                init=0.02, short_seq=0, short_frac=0.5, short_batch=0)
-
-
-def _recipe_defaults(corpus: str, preset: str) -> dict:
-    """The settings a corpus and a size start from: the toy lesson, or the size's real-text recipe."""
-    state = st.session_state
-    sizes = {}
-    if preset == "custom":
-        sizes = dict(hidden_size=int(state.get("train_hidden", defaults["hidden"])),
-                     num_hidden_layers=int(state.get("train_layers", defaults["layers"])))
-        preset = recipes.preset_for_size(sizes["hidden_size"], sizes["num_hidden_layers"])
-    r = recipes.page_recipe(preset, toy=corpus == "toy", **sizes)
-    chosen = {**defaults, "steps": r["steps"], "batch": r["batch_size"], "lr": r["learning_rate"],
-              "seq": r["max_seq_length"], "dropout": r["dropout"], "init": r["initializer_range"],
-              "short_seq": r["short_seq_length"], "short_frac": r["short_seq_fraction"],
-              "short_batch": r["short_seq_batch_size"], "mask": r["mask_rate"]}
-    if corpus != "toy":
-        chosen.update(vocab=8000, eval_every=250, probe_every=250)
-    return chosen
-
-
-casts = dict(vocab=int, steps=int, batch=int, lr=float, seq=int, mask=float, seed=int, eval_every=int, dropout=float,
-             init=float, short_seq=int, short_frac=float, short_batch=int,
-             probe_every=int, layers=int, hidden=int, heads=int, ffn=int,
-             nsp=lambda v: str(v).lower() in ("1", "true", "yes"))
-app_state.init_widget("train_corpus", defaults["corpus"])
+app_state.init_widget("train_corpus", "toy")
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
 # Each setting follows the chosen corpus and size until the user changes it: a typed value stays when either
-# changes. The size is settled first, since the rest follow it.
-app_state.init_widget("train_preset", defaults["preset"])
+# changes. The size is settled first, since the rest follow it (bert_core.training.lesson_settings).
+app_state.init_widget("train_preset", "nano")
 if st.session_state["train_preset"] not in PRESET_NAMES:
     st.session_state["train_preset"] = "nano"
-chosen = _recipe_defaults(st.session_state["train_corpus"], st.session_state["train_preset"])
-for name, value in chosen.items():
-    if name not in ("corpus", "preset"):
-        app_state.follow_default(f"train_{name}", value, casts.get(name, str))
-app_state.persist_keys(*(f"train_{n}" for n in defaults), "train_paste", "train_probes", "train_att_probe")
+for key, value, cast in jobs.widget_defaults(st.session_state):
+    app_state.follow_default(key, value, cast)
+app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
 app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
@@ -81,27 +46,14 @@ viewer = role == app_state.VIEWER          # watching someone's shared run: it c
 
 @st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")
 def _default_probes(corpus: str, seed: int, text: str | None):
-    """Probes from the held-out part of the chosen corpus as a run with this seed splits it (None: not readable
-    here before training, e.g. a corpus that is not downloaded yet)."""
-    from bert_core.data.corpora import corpus_from_text
-
-    try:
-        if text is not None:
-            return probes.heldout_probes(corpus_from_text(text, name=corpus), seed)
-        return probes.probes_for_corpus(corpus, seed)
-    except BertCoreError:
-        return None
+    """`jobs.default_probes`, kept per corpus, seed and text: drawing them reads and splits the corpus."""
+    return jobs.default_probes(corpus, seed, text)
 
 
 def _probe_editor() -> None:
     """The probe sentences, drawn from the held-out part of the chosen corpus and editable before Start."""
     s = st.session_state
-    text = None
-    if s["train_corpus"] == "paste":
-        text = s.get("train_paste") or ""
-    elif s["train_corpus"] == "upload":
-        file = s.get("train_upload")
-        text = file.getvalue().decode("utf-8-sig", errors="replace") if file is not None else ""
+    text = jobs.corpus_text(s)
     drawn = _default_probes(s["train_corpus"], int(s["train_seed"]), text) if text != "" else None
     app_state.follow_default("train_probes", "\n".join(drawn.sentences) if drawn else "")
     app_state.follow_default("train_att_probe", drawn.attention_sentence if drawn else "")
@@ -179,74 +131,16 @@ with st.expander("Settings", expanded=run is None):
         st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
     _probe_editor()
 
-app_state.sync_query(*(f"train_{name}" for name in defaults), "train_smoothing", "train_objective")
+app_state.sync_query(*jobs.WIDGETS, "train_smoothing", "train_objective")
 
 
-def _corpus_spec(folder_key: str) -> tuple[str, str]:
-    """(load_corpus spec, label); an upload or paste is checked, then written to the run's scratch folder."""
-    from bert_core.data.corpora import corpus_from_bytes, corpus_from_text
-
-    choice = st.session_state["train_corpus"]
-    if choice not in ("upload", "paste"):
-        return choice, choice
-    if choice == "upload":
-        file = st.session_state.get("train_upload")
-        if file is None:
-            raise BertCoreError("choose a text file to upload first")
-        data, label = file.getvalue(), file.name
-        corpus_from_bytes(data, name=label)
-        text = data.decode("utf-8-sig")
-    else:
-        text, label = st.session_state.get("train_paste", ""), "pasted text"
-        corpus_from_text(text, name=label)
-    # The child process reads the corpus from a file in the run's scratch folder (removed when the run is dropped;
-    # a queued run may start after its tab has closed).
-    path = app_storage.write_session_file(folder_key, "corpus.txt", text.encode("utf-8"))
-    return str(path), label
-
-
-def _spec(folder_key: str, init_from: str | None = None, corpus: tuple[str, str] | None = None
-          ) -> jobs.TrainSpec:
-    s = st.session_state
-    spec_corpus, label = corpus or _corpus_spec(folder_key)
-    overrides = {}
-    preset = s["train_preset"]
-    if preset == "custom":
-        preset = "nano"
-        overrides = dict(num_hidden_layers=int(s["train_layers"]), hidden_size=int(s["train_hidden"]),
-                         num_attention_heads=int(s["train_heads"]), intermediate_size=int(s["train_ffn"]))
-    overrides.update(hidden_dropout_prob=float(s["train_dropout"]), attention_probs_dropout_prob=float(s["train_dropout"]),
-                     initializer_range=float(s["train_init"]))
-    train = dict(max_steps=int(s["train_steps"]), batch_size=int(s["train_batch"]), learning_rate=float(s["train_lr"]),
-                 max_seq_length=int(s["train_seq"]), mask_rate=float(s["train_mask"]), nsp=bool(s["train_nsp"]),
-                 seed=int(s["train_seed"]), eval_every=int(s["train_eval_every"]),
-                 probe_every=int(s["train_probe_every"]), eval_batches=20, device="cpu",
-                 short_seq_length=int(s["train_short_seq"]), short_seq_fraction=float(s["train_short_frac"]),
-                 short_seq_batch_size=int(s["train_short_batch"]))
-    train.update(pretraining_data.objective_settings(s["train_objective"]))
-    sentences = tuple(line.strip() for line in s.get("train_probes", "").splitlines() if line.strip())
-    attention = s.get("train_att_probe", "").strip() or None
-    if sentences:
-        probes.ProbeStore(sentences, attention)  # a line without [MASK] is a message now, not a failed run
-    spec = jobs.TrainSpec(corpus=spec_corpus, corpus_label=label, vocab_size=int(s["train_vocab"]),
-                          preset=preset, model_overrides=overrides, train=train,
-                          probes=int(s["train_probe_every"]) > 0, probe_sentences=sentences,
-                          attention_probe=attention, init_from=init_from)
-    jobs.validate_spec(spec)
-    return spec
-
-
-def _command_preview(spec_of) -> None:
+def _command_preview() -> None:
     """The settings above as the equivalent `python -m bert_core train` command (st.code has a copy button):
     the same data, initial weights and updates, so the same held-out figures (tests/test_comparison.py)."""
     choice = st.session_state["train_corpus"]
-    corpus = (choice, choice)
-    if choice in ("upload", "paste"):  # not written to the server before Start: named as a file to save it in
-        file = st.session_state.get("train_upload")
-        corpus = ("", (file.name if file is not None else "your text") if choice == "upload" else "pasted text")
     with st.expander("The same run from the command line"):
         try:
-            spec = spec_of(corpus)
+            spec = jobs.page_spec(st.session_state, jobs.preview_corpus(st.session_state))
             command = comparison.train_command(spec)
         except BertCoreError as exc:
             st.caption(f"The equivalent command line appears once the settings are valid: {exc}")
@@ -258,7 +152,7 @@ def _command_preview(spec_of) -> None:
             st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
 
 
-_command_preview(lambda corpus: _spec("preview", corpus=corpus))
+_command_preview()
 
 
 active = run is not None and run.active            # queued, preparing or training
@@ -271,14 +165,12 @@ notice = st.empty()  # what a pressed button is doing, shown before the work sta
 
 def _start(init_from_run=None) -> None:
     run_id = runs.new_token()
+    folder_key = runs.scratch_key(run_id)
     init_from = None
     if init_from_run is not None:
         notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
-        folder = app_storage.session_scratch(runs.scratch_key(run_id)) / "start-weights"
-        init_from_run.save(folder)
-        app_storage.enforce_scratch_cap(keep=folder.parent)  # the new run's folder counts in the cap
-        init_from = str(folder)
-    spec = _spec(runs.scratch_key(run_id), init_from)
+        init_from = jobs.save_start_weights(init_from_run, folder_key)
+    spec = jobs.page_spec(st.session_state, jobs.page_corpus(st.session_state, folder_key), init_from)
     notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
                 icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
@@ -502,9 +394,7 @@ def _compare() -> None:
         try:
             change = changes[pick]
             run_id = runs.new_token()
-            spec = comparison.one_change(app_storage.carry_run_files(run.spec, runs.scratch_key(run_id)),
-                                         change.knob, change.after)
-            jobs.validate_spec(spec)
+            spec = jobs.spec_with_change(run.spec, change.knob, change.after, runs.scratch_key(run_id))
             app_state.RUNS.retire(run.run_id)
             new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run)
             app_state.set_current_run(new)

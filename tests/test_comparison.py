@@ -24,7 +24,7 @@ from bert_core.training.comparison import (
 
 
 def page_spec(**train) -> TrainSpec:
-    """The Train page's default run (pages/2_Train.py `_spec` with its defaults)."""
+    """The Train page's default run (`jobs.page_spec` on the page's defaults; tests/test_run_builder.py checks it)."""
     settings = dict(max_steps=2000, batch_size=16, learning_rate=3e-3, max_seq_length=32, mask_rate=0.15, nsp=True,
                     seed=0, eval_every=100, probe_every=100, eval_batches=20, device="cpu")
     return TrainSpec(corpus="toy", corpus_label="toy", vocab_size=2000, preset="nano",

@@ -15,12 +15,31 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.runs import SLOTS_ENV, default_slots
+
+# A Train-page run's spec, and what the page makes it from, live in bert_core.serve.train_spec; pages import them from
+# here (tests/test_layers.py lists the modules a page may import), as the tests and benchmarks do.
+from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
+    WIDGETS,
+    TrainSpec,
+    build_trainer,
+    corpus_text,
+    default_probes,
+    page_corpus,
+    page_spec,
+    preview_corpus,
+    save_start_weights,
+    spec_with_change,
+    training_data_for,
+    validate_spec,
+    widget_defaults,
+)
+from bert_core.serve.training_process import ProcessTrainingJob
 
 log = logging.getLogger("bert_core.app")
 
@@ -78,7 +97,6 @@ def _env_seconds(name: str, default: float) -> float:
     return value if 0 <= value < float("inf") else default
 
 
-
 # The Train page's objective choice, mapped onto TrainSpec.train (TrainConfig's objective and nsp).
 OBJECTIVE_LABELS = {"mlm": "BERT: masked LM + NSP", "clm": "GPT: next token"}
 OBJECTIVE_HELP = ("BERT hides 15% of the tokens and predicts them from both sides (and, with NSP, whether B follows "
@@ -88,115 +106,6 @@ OBJECTIVE_HELP = ("BERT hides 15% of the tokens and predicts them from both side
 NEXT_TOKEN_NOTE = ("A GPT-style run: the loss and accuracy curves are next-token figures (every position predicts "
                    "the token after it, seeing only the tokens before), not masked-token ones, so they do not "
                    "compare one for one with a BERT's; there are no masking decisions to split them by.")
-
-
-
-
-@dataclass
-class TrainSpec:
-    """Everything the Train page asks for; `build_trainer` turns it into a Trainer."""
-
-    corpus: str = "toy"                 # a load_corpus spec or a path to a text file
-    corpus_label: str = "toy"
-    vocab_size: int = 2000
-    preset: str = "nano"
-    model_overrides: dict = field(default_factory=dict)
-    train: dict = field(default_factory=dict)   # TrainConfig fields
-    heldout_fraction: float = 0.1
-    probes: bool = True
-    # The probe snapshots' [MASK] sentences and the time-lapse's attention sentence; empty/None: drawn from the
-    # held-out part of the corpus (bert_core.inspect.probes.heldout_probes), as the Train page shows them before Start.
-    probe_sentences: tuple[str, ...] = ()
-    attention_probe: str | None = None
-    # A checkpoint folder to start from (its weights, size and tokenizer; a new optimizer and schedule), as
-    # `train --init-from` does; the model settings of the spec are then ignored.
-    init_from: str | None = None
-
-
-def validate_spec(spec: TrainSpec) -> None:
-    """Check the model and training settings before any work starts, so a bad config is a message, not a crash."""
-    from bert_core.model.config import BertConfig
-    from bert_core.training.trainer import TrainConfig
-
-    TrainConfig(**spec.train)
-    BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
-    if not 100 <= spec.vocab_size <= 60_000:
-        raise BertCoreError(f"vocabulary size {spec.vocab_size} is out of range: use 100 to 60,000")
-    if not 0 < spec.heldout_fraction < 1:
-        raise BertCoreError("the held-out fraction must be between 0 and 1")
-
-
-def _datasets(spec: TrainSpec, tokenizer):
-    """`pretraining_data.build_datasets` for a spec: with `tokenizer` None one is trained on the training part."""
-    from bert_core.data.pretraining_data import build_datasets
-    from bert_core.training.trainer import TrainConfig
-
-    config = TrainConfig(**spec.train)
-    return build_datasets([spec.corpus], tokenizer, config.max_seq_length, config.batch_size, config.mask_rate,
-                          config.nsp, config.seed, spec.heldout_fraction, train_tokenizer=spec.vocab_size,
-                          whole_word_masking=config.whole_word_masking, mask_only=config.mask_only,
-                          objective=config.objective)
-
-
-def build_trainer(spec: TrainSpec, callbacks=()):
-    """Load the corpus, train a tokenizer, build data, model and Trainer, as `python -m bert_core train` does."""
-    import torch
-
-    from bert_core.inspect.probes import ENGLISH_PROBES, ProbeStore, probes_from_documents
-    from bert_core.model.bert import pretraining_model
-    from bert_core.model.config import BertConfig
-    from bert_core.training.trainer import TrainConfig, Trainer
-
-    config = TrainConfig(**spec.train)
-    start = None
-    if spec.init_from:
-        from bert_core.serve.model_sources import load_folder
-
-        start_model, start_tokenizer, start_state = load_folder(spec.init_from)
-        if start_model.config.max_position_embeddings < config.max_seq_length:
-            raise BertCoreError(f"the starting model has {start_model.config.max_position_embeddings} positions, "
-                                f"fewer than the sequence length {config.max_seq_length}")
-        start = (start_model, start_tokenizer, start_state or {})
-    train_data, eval_data, heldout, tokenizer, record = _datasets(spec, start[1] if start else None)
-    torch.manual_seed(config.seed)
-    if start is None:
-        overrides = {"vocab_size": tokenizer.vocab_size,
-                     "max_position_embeddings": max(512, config.max_seq_length), **spec.model_overrides}
-        if config.objective == "clm":  # GPT in BERT's house: the same encoder, attending only leftwards
-            overrides["attention"] = "causal"
-        model = pretraining_model(BertConfig.preset(spec.preset, **overrides))
-    else:
-        model = start[0].train()
-    try:
-        drawn = probes_from_documents([d for c in heldout.values() for d in c.documents], seed=config.seed,
-                                      source=f"held-out part of {spec.corpus_label}")
-    except BertCoreError:  # held-out text without a sentence to mask (a tiny paste): English sentences
-        drawn = ENGLISH_PROBES
-    sentences = tuple(spec.probe_sentences) or drawn.sentences
-    attention = spec.attention_probe or drawn.attention_sentence
-    from bert_core.training.comparison import train_command
-
-    try:  # the command that repeats this run (bert_core.training.comparison), as `train` records its own
-        commands = [train_command(spec)]
-    except BertCoreError as exc:
-        commands = [f"streamlit app (no equivalent command: {exc})"]
-    if start is not None:
-        commands = (start[2].get("metadata", {}).get("commands") or []) + commands
-    metadata = {
-        "corpora": [spec.corpus_label],
-        "preset": spec.preset,
-        "heldout": record,
-        "commands": commands,
-        "unigram_counts": train_data.token_counts.tolist(),
-        "probes": {"sentences": list(sentences), "attention_sentence": attention, "pair": list(drawn.pair),
-                   "source": drawn.source if not spec.probe_sentences else "the Train page's probe sentences"},
-    }
-    if start is not None:
-        metadata["init_from"] = {"folder": "the model of an earlier run in this session",
-                                 "step": start[2].get("step"), "corpora": start[2].get("metadata", {}).get("corpora")}
-    probes = ProbeStore(sentences, attention) if spec.probes else None
-    return Trainer(model, tokenizer, train_data, config, eval_data=eval_data, callbacks=callbacks,
-                   probes=probes, metadata=metadata)
 
 
 class TrainingJob:
@@ -236,6 +145,7 @@ class TrainingJob:
 
     def _run(self) -> None:
         try:
+            # Here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
             import torch
 
             torch.set_num_threads(training_threads())
@@ -268,6 +178,7 @@ class TrainingJob:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.training.trainer import extended_config
 
         cfg = extended_config(self.trainer, more_steps)
@@ -305,6 +216,7 @@ class TrainingJob:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
         from bert_core.model.checkpoint import zip_checkpoint
 
         return zip_checkpoint(self.save)
@@ -322,11 +234,6 @@ class TrainingJob:
         """Nothing to end: a run on a server thread holds no process (its model stays in memory)."""
 
 
-def training_data_for(spec: TrainSpec, tokenizer):
-    """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
-    return _datasets(spec, tokenizer)[0]
-
-
 def train_in_process() -> bool:
     """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread).
 
@@ -342,8 +249,6 @@ def finetune_job(session_id: str, builder: Callable[[], Any]):
     process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0."""
     if not train_in_process():
         return TrainingJob(session_id, builder=builder)
-    from bert_core.serve.training_process import ProcessTrainingJob
-
     return ProcessTrainingJob(session_id, builder, threads=training_threads())
 
 
@@ -351,13 +256,8 @@ def pretraining_job(session_id: str, spec: TrainSpec):
     """A job for the Train page: by default in a child process (off the server's GIL), else on a thread."""
     if not train_in_process():
         return TrainingJob(session_id, spec)
-    from functools import partial
-
-    from bert_core.serve.training_process import ProcessTrainingJob
-
     return ProcessTrainingJob(session_id, partial(build_trainer, spec), spec=spec, threads=training_threads(),
                               data_factory=partial(training_data_for, spec))
-
 
 
 class JobRegistry:

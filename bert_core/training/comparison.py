@@ -1,8 +1,9 @@
 """One knob at a time: the Train page's run settings (`jobs.TrainSpec`) as named knobs, what differs between two
 runs, a copy of a run with one knob changed, and the `python -m bert_core train` command that repeats a run.
 
-Streamlit-free and torch-free at import (the figures module, which draws before torch loads, uses it). A spec is
-duck-typed: any object with TrainSpec's fields works, and a new spec is made with `dataclasses.replace`.
+Streamlit-free and torch-free at import (the figures module, which draws before torch loads, uses it; the CLI's
+recipe, which loads torch, is imported where the command is written). A spec is duck-typed: any object with TrainSpec's fields and
+its `train_config()` works, and a new spec is made with `dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.data.objectives import objective_settings
-from bert_core.model.config import PRESETS, BertConfig, feed_forward_width
+from bert_core.model.config import ATTENTION_KINDS, PRESETS, BertConfig, feed_forward_width
+from bert_core.training.run_settings import SIZE_FIELDS, flag
+from bert_core.training.train_config import TrainConfig
 
-SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 # The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
-# token (jobs.build_trainer and `train --objective clm` make the model causal from it), "mlm" is BERT's.
+# token (bert_core.training.run_builder makes the model causal from it, for the app and `train --objective clm`),
+# "mlm" is BERT's.
 OBJECTIVE_FIELD = "objective"
 
 
@@ -51,8 +54,6 @@ class KnobChange:
 
 
 def _train_value(spec, name: str):
-    from bert_core.training.trainer import TrainConfig
-
     return spec.train.get(name, getattr(TrainConfig, name))
 
 
@@ -164,8 +165,6 @@ def _attention_put(spec, value):
 
 
 def _attention_parse(value):
-    from bert_core.model.config import ATTENTION_KINDS
-
     if value not in ATTENTION_KINDS:
         raise BertCoreError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {value!r}")
     return value
@@ -242,8 +241,6 @@ _NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device",
 def other_differences(spec_a, spec_b) -> list[str]:
     """Labels ('seed 0 → 1') of the settings outside the knobs that differ between two runs and change what
     the run learns (not how often it is evaluated or where it runs)."""
-    from bert_core.training.trainer import TrainConfig
-
     knob_fields = {"nsp", "mask_rate", "mask_only", "whole_word_masking", "learning_rate", "corpus", "preset"}
     pairs = {}
     for name in {*spec_a.train, *spec_b.train}:
@@ -264,9 +261,7 @@ def other_differences(spec_a, spec_b) -> list[str]:
 
 def _check(spec) -> None:
     """The checks `jobs.validate_spec` makes on the settings a knob can change, so a bad value is a message."""
-    from bert_core.training.trainer import TrainConfig
-
-    TrainConfig(**spec.train)
+    spec.train_config()
     BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
 
 
@@ -346,21 +341,19 @@ def run_labels(specs, names=None) -> list[str]:
 
 
 # -- the equivalent command line --------------------------------------------------------------------------------
+# The TrainConfig fields that `train` has an option for and that change what a run learns, in the command's order;
+# each option is the field's flag (bert_core.training.run_settings).
+COMMAND_FIELDS = ("batch_size", "learning_rate", "warmup_ratio", "max_steps", "time_budget_s", "schedule",
+                  "weight_decay", "max_grad_norm", "grad_accum", "max_seq_length", "mask_rate", "nsp", "seed",
+                  "eval_every", "eval_batches", "history_limit", "device", "whole_word_masking", "mask_only",
+                  "short_seq_length", "short_seq_fraction", "short_seq_batch_size", OBJECTIVE_FIELD)
 # TrainConfig fields and the `train` option that sets each (None: the field does not change what a run learns, so
 # the command leaves it out). A field missing here makes train_command refuse, so a new setting on the Train page
 # cannot silently drop out of the command.
-TRAIN_FLAGS = {"batch_size": "--batch-size", "learning_rate": "--lr", "warmup_ratio": "--warmup", "max_steps": "--steps",
-               "time_budget_s": "--time-budget", "schedule": "--schedule", "weight_decay": "--weight-decay",
-               "max_grad_norm": "--max-grad-norm", "grad_accum": "--grad-accum", "max_seq_length": "--seq-len",
-               "mask_rate": "--mask-rate", "nsp": "--nsp", "seed": "--seed", "eval_every": "--eval-every",
-               "eval_batches": "--eval-batches", "history_limit": "--history-limit", "device": "--device",
-               "whole_word_masking": "--whole-word-masking", "mask_only": "--mask-only",
-               "short_seq_length": "--short-seq-len", "short_seq_fraction": "--short-seq-fraction",
-               "short_seq_batch_size": "--short-seq-batch-size", OBJECTIVE_FIELD: "--objective",
+TRAIN_FLAGS = {**{name: flag(name) for name in COMMAND_FIELDS},
                "probe_every": None, "checkpoint_every_s": None, "precision": None,
                "adam_eps": False, "adam_beta1": False, "adam_beta2": False}  # False: no option; must stay default
-SIZE_FLAGS = {"num_hidden_layers": "--layers", "hidden_size": "--hidden-size", "num_attention_heads": "--heads",
-              "intermediate_size": "--intermediate-size"}
+SIZE_FLAGS = {name: flag(name) for name in SIZE_FIELDS}
 # Always written out, whatever the CLI's defaults (its default recipe differs from the Train page's).
 ALWAYS = ("max_steps", "batch_size", "max_seq_length", "learning_rate", "mask_rate", "nsp", "seed", "device")
 
@@ -388,25 +381,27 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     """The `python -m bert_core train ...` command (shell-quoted) that trains what `spec` trains: the same data,
     initial weights and updates, so the same held-out figures. `corpus` replaces `corpus_argument(spec)`; `out`
     is the folder to write (default runs/PRESET-CORPUS-seedN)."""
+    # Both load torch, which this module leaves unloaded until a command is written.
     from bert_core.data.pretraining_data import HELDOUT_FRACTION
-    from bert_core.training.trainer import TrainConfig, default_recipe
+    from bert_core.training.trainer import default_recipe
 
-    config = TrainConfig(**spec.train)
+    config = spec.train_config()
     # The command leaves out what the CLI's recipe for this size sets the same (bert_core.training.recipes).
     recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),
                             num_hidden_layers=spec.model_overrides.get("num_hidden_layers"))["train_config"]
     unknown = [k for k in spec.train if k not in TRAIN_FLAGS]
     if unknown:
-        raise BertCoreError(f"no `train` option for {', '.join(unknown)} yet (bert_core.training.comparison.TRAIN_FLAGS)")
+        raise BertCoreError(f"no `train` option for {', '.join(unknown)} yet "
+                            "(bert_core.training.comparison.TRAIN_FLAGS)")
     args = ["python", "-m", "bert_core", "train", "--corpus", corpus or corpus_argument(spec)]
     if spec.init_from:
         args += ["--init-from", str(spec.init_from)]
     else:
         args += ["--vocab-size", str(spec.vocab_size), "--preset", spec.preset]
         overrides = dict(spec.model_overrides)
-        for field, flag in SIZE_FLAGS.items():
+        for field, option in SIZE_FLAGS.items():
             if field in overrides:
-                args += [flag, str(overrides.pop(field))]
+                args += [option, str(overrides.pop(field))]
         # Always written: the command line's default differs from BertConfig's (the Train page's).
         args += ["--initializer-range", _fmt(overrides.pop("initializer_range", BertConfig.initializer_range))]
         positions = overrides.pop("max_position_embeddings", None)
@@ -428,23 +423,24 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     drift = [f.name for f in dataclasses.fields(config) if f.name not in TRAIN_FLAGS
              and getattr(config, f.name) != getattr(recipe, f.name)]
     if drift:
-        raise BertCoreError(f"no `train` option for {', '.join(drift)} yet (bert_core.training.comparison.TRAIN_FLAGS)")
+        raise BertCoreError(f"no `train` option for {', '.join(drift)} yet "
+                            "(bert_core.training.comparison.TRAIN_FLAGS)")
     cli_schedule = "linear" if config.max_steps is not None else "time"
     inert = set() if getattr(config, "short_seq_length", 0) else {"short_seq_fraction", "short_seq_batch_size"}
-    for field, flag in TRAIN_FLAGS.items():
+    for field, option in TRAIN_FLAGS.items():
         if not hasattr(config, field) or field in inert:  # a field of another version; the short phase's when off
             continue
         value = getattr(config, field)
-        if flag is None or value is None or (field == "schedule" and value == cli_schedule):
+        if option is None or value is None or (field == "schedule" and value == cli_schedule):
             continue
         if field not in ALWAYS and value == getattr(recipe, field) and field != "schedule":
             continue
-        if flag is False:
+        if option is False:
             raise BertCoreError(f"no `train` option for {field}; leave it at {getattr(recipe, field)}")
         if isinstance(value, bool):
-            args.append(flag if value else "--no-" + flag[2:])
+            args.append(option if value else "--no-" + option[2:])
         else:
-            args += [flag, _fmt(value)]
+            args += [option, _fmt(value)]
     if spec.heldout_fraction != HELDOUT_FRACTION:
         args += ["--heldout-fraction", _fmt(spec.heldout_fraction)]
     args += ["--out", out or _out_name(spec)]

@@ -1,0 +1,156 @@
+"""`python -m bert_core train`: pretrain a BERT (or a GPT-style causal model) on corpora, or resume a saved run.
+
+Three pieces, one after another: the options (bert_core.cli.train_options), the recipe for the size that fills in
+what was not given (bert_core.cli.train_recipe), and the run, which the options make into a plan
+(bert_core.cli.train_plan) for the run builder the app uses too (bert_core.training.run_builder). Everything is
+checked (options, output folder, checkpoints, corpora, sizes) before anything is written.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bert_core.cli.console import ProgressBar, one_line
+from bert_core.cli.train_options import add_train_options
+from bert_core.cli.train_plan import (
+    check_enough_text,
+    check_same_heldout,
+    check_training_size,
+    command_line,
+    new_run_plan,
+    resume_plan,
+)
+from bert_core.cli.train_recipe import apply_recipe
+from bert_core.cli.train_report import progress_callback, report
+from bert_core.data.pretraining_data import HELDOUT_FRACTION
+from bert_core.errors import BertCoreError
+from bert_core.model.checkpoint import check_output_folder
+from bert_core.training.run_builder import BuiltRun, build_run, resume_run
+from bert_core.training.trainer import TrainConfig, init_distributed, shutdown_distributed
+
+
+def add_parser(sub):
+    """Register `python -m bert_core train` and return its parser."""
+    p = sub.add_parser(
+        "train",
+        help="pretrain a BERT (MLM + NSP), or a GPT-style causal model (--objective clm), on corpora",
+        description="Pretrain a BERT with masked-language modelling and next-sentence prediction. "
+        f"{int(HELDOUT_FRACTION * 100)}%% of each corpus's documents (seeded) are held out for evaluation. "
+        "Runs unchanged under torchrun --nproc_per_node=N (DistributedDataParallel). On --resume, the learning-rate "
+        "schedule, optimizer and housekeeping options given override the saved ones; the data and model stay.",
+    )
+    add_train_options(p)
+    return p
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A checked run, ready to build on every process: where it writes, its config and corpora, the recipe's log
+    line (a new run's), and `build(callbacks, world_size)`."""
+
+    out: Path
+    config: TrainConfig
+    corpora: tuple[str, ...]
+    recipe_line: str | None
+    build: Callable[[list, int], BuiltRun]
+
+
+def _same_folder(a, b) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def _prepare_resume(args) -> PreparedRun:
+    """The saved run --resume names, with the changes its options ask for, writing to --out or back to itself."""
+    plan = resume_plan(args)
+    out = args.out if args.out is not None else args.resume
+    # Saving replaces the whole folder, so a resume folder holding the user's own files is refused too.
+    check_output_folder(out, overwrite=args.overwrite or _same_folder(out, args.resume))
+    check_training_size(plan.model_config, plan.config)
+
+    def build(callbacks: list, world_size: int) -> BuiltRun:
+        built = resume_run(args.resume, plan.state, plan.config, plan.changes, plan.tokenizer, callbacks=callbacks,
+                           checkpoint_dir=out, world_size=world_size)
+        metadata = built.trainer.metadata
+        metadata.setdefault("commands", []).append(command_line(args))
+        if plan.changes:
+            # What this resume changed, beside the command that changed it.
+            metadata.setdefault("resumed_with", []).append({"step": built.trainer.step, "changes": plan.changes})
+        return built
+
+    return PreparedRun(out, plan.config, tuple(plan.state["metadata"]["corpora"]), None, build)
+
+
+def _prepare_new(args) -> PreparedRun:
+    """A new run: the recipe for its size fills in what was not given, then its plan is checked and loaded."""
+    if args.max_steps is None and args.time_budget_s is None:
+        raise BertCoreError("give --steps N or --time-budget SECONDS")
+    recipe_line = apply_recipe(args)
+    out = check_output_folder(args.out, overwrite=args.overwrite)
+    plan = new_run_plan(args)
+
+    def build(callbacks: list, world_size: int) -> BuiltRun:
+        built = build_run(plan, callbacks=callbacks, checkpoint_dir=out, world_size=world_size)
+        if plan.start is not None:
+            before = (plan.start.trainer_state or {}).get("metadata", {})
+            check_same_heldout(args.init_from, before.get("heldout"), built.record)
+        return built
+
+    return PreparedRun(out, plan.config, plan.corpora, recipe_line, build)
+
+
+def _say_start(args, trainer, prepared: PreparedRun, world_size: int) -> None:
+    """The log's lines before the first step: the model, the machine, the recipe, and a precision that cannot apply."""
+    n_params = sum(p.numel() for p in trainer.model.parameters())
+    print(f"training {n_params / 1e6:.2f}M parameters on {trainer.device} "
+          f"(world size {world_size}), writing {prepared.out}", file=sys.stderr)
+    if prepared.recipe_line:
+        print(prepared.recipe_line, file=sys.stderr)
+    if trainer.device.type != "cuda" and args.precision in ("bf16", "fp16") and "--precision" in args.argv:
+        print(f"note: --precision {args.precision} applies on a CUDA GPU; on {trainer.device.type} the run "
+              "is fp32", file=sys.stderr)
+
+
+def _train(args, prepared: PreparedRun, dist_info) -> int:
+    """Build the run on this process, train it with a progress bar, and report (rank 0); the exit status."""
+    bar = ProgressBar()
+    trainer_ref: list = [None]
+    warnings: list[str] = []
+    callbacks = [progress_callback(trainer_ref, bar, warnings)] if dist_info.is_main else []
+    started = time.time()
+    if dist_info.is_main:
+        print(f"loading {', '.join(prepared.corpora)} ...", file=sys.stderr)
+    built = prepared.build(callbacks, dist_info.world_size)
+    trainer = built.trainer
+    check_enough_text(trainer)
+    trainer_ref[0] = trainer
+    if dist_info.is_main:
+        _say_start(args, trainer, prepared, dist_info.world_size)
+    trainer.run()
+    bar.close()
+    if trainer.state == "failed":
+        advice = ""
+        if trainer.diverged and trainer.last_checkpoint_step is not None:
+            lower = trainer.config.learning_rate / 10
+            advice = f" For example: python -m bert_core train --resume {shlex.quote(str(prepared.out))} --lr {lower:g}"
+        print(f"error: {one_line(trainer.error)}{advice}", file=sys.stderr)
+        return 1
+    if dist_info.is_main:
+        report(trainer, built.heldout, prepared.out, started, warnings, args.json)
+    return 0
+
+
+def run(args) -> int:
+    """Train a new run, or resume a saved one, then write metrics.json and print the held-out figures."""
+    if args.out is None and args.resume is None:
+        raise BertCoreError("give --out DIR (where to write the checkpoint) or --resume DIR")
+    prepared = _prepare_resume(args) if args.resume is not None else _prepare_new(args)
+    dist_info = init_distributed(prepared.config.device)
+    try:
+        return _train(args, prepared, dist_info)
+    finally:
+        shutdown_distributed()

@@ -1,0 +1,191 @@
+"""`train`'s options as the run to build, each checked before anything is written: a new run's `RunPlan`
+(bert_core.training.run_builder) with its start checkpoint and tokenizer, or the saved run that --resume continues,
+with the changes its options ask for."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bert_core.errors import BertCoreError
+from bert_core.model.bert import is_causal
+from bert_core.model.checkpoint import TRAINER_STATE, load_checkpoint
+from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
+from bert_core.training.run_builder import RunPlan, WarmStart, model_config
+from bert_core.training.run_settings import SIZE_FIELDS, flag
+from bert_core.training.trainer import TrainConfig, check_trainer_state, resolve_device
+
+# On --resume, these options may change how the run goes on (they are None unless given, so that only what the
+# user typed overrides the saved config); the others shape the data or the model and must stay as they were.
+RESUMABLE = ("learning_rate", "warmup_ratio", "schedule", "weight_decay", "max_grad_norm", "grad_accum", "eval_every",
+             "history_limit", "checkpoint_every_s", "device", "precision")
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """A saved run to continue: its trainer_state.json, the config to go on with and the changes that make it, its
+    tokenizer, and its model's config (Trainer.resume loads the weights again; the memory is better free meanwhile)."""
+
+    state: dict
+    config: TrainConfig
+    changes: dict
+    tokenizer: Any
+    model_config: Any
+
+
+def command_line(args) -> str:
+    """The command as typed, recorded in trainer_state.json and metrics.json."""
+    prefix = "torchrun ... -m bert_core" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "python -m bert_core"
+    return prefix + " " + shlex.join(args.argv)
+
+
+def check_training_size(model_config_, config: TrainConfig) -> None:
+    """Refuse, before any data is read, a model and batch whose training would not fit in memory (on CPU, where
+    weights, gradients, AdamW state and activations all live in this machine's memory)."""
+    if resolve_device(config.device).type == "cpu":
+        model_config_.check_memory(training=True, batch_size=math.ceil(config.batch_size / config.grad_accum),
+                                   seq_len=config.max_seq_length)
+
+
+def train_config(args) -> TrainConfig:
+    """A new run's TrainConfig: each field `train` has an option for takes the option's value (the options are
+    named by the fields), and the schedule follows --steps or --time-budget unless given."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    given["schedule"] = args.schedule or ("time" if args.max_steps is None else "linear")
+    return TrainConfig(**given)
+
+
+def model_overrides(args) -> dict:
+    """The BertConfig fields a new run's options set beyond the preset's: dropout, the initial std, and the sizes
+    given one by one."""
+    overrides = {"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout,
+                 "initializer_range": args.initializer_range}
+    overrides.update({name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None})
+    return overrides
+
+
+def warm_start(args, config: TrainConfig) -> WarmStart:
+    """The checkpoint --init-from names, checked against the run: the same kind of model, enough positions for
+    --seq-len, and memory to train it. It goes on with the run's --dropout."""
+    start = load_checkpoint(args.init_from, require_tokenizer=True)
+    if start.trainer_state is not None:
+        check_trainer_state(start.trainer_state, Path(args.init_from) / TRAINER_STATE)
+    if is_causal(start.model) != (args.objective == "clm"):
+        kind = "causal (next-token)" if is_causal(start.model) else "bidirectional (masked-LM)"
+        raise BertCoreError(f"--init-from {args.init_from} is a {kind} model; it cannot start an "
+                            f"--objective {args.objective} run")
+    if start.model.config.max_position_embeddings < args.max_seq_length:
+        raise BertCoreError(f"{args.init_from} has {start.model.config.max_position_embeddings} positions, "
+                            f"fewer than --seq-len {args.max_seq_length}")
+    check_training_size(start.model.config, config)
+    dropout = {"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}
+    return WarmStart(start.model, start.tokenizer, start.trainer_state, label=str(args.init_from),
+                     config_changes=dropout)
+
+
+def new_run_plan(args) -> RunPlan:
+    """A new run's plan from its options (the recipe's values filled in), with its start checkpoint and tokenizer
+    loaded and checked."""
+    config = train_config(args)
+    plan = RunPlan(corpora=tuple(args.corpus or ["toy"]), config=config, preset=args.preset,
+                   model_overrides=model_overrides(args), vocab_size=args.vocab_size,
+                   heldout_fraction=args.heldout_fraction, commands=(command_line(args),))
+    if args.init_from is not None and any(getattr(args, name) is not None for name in SIZE_FIELDS):
+        raise BertCoreError("--init-from takes the model's size from its checkpoint: leave out --layers, "
+                            "--hidden-size, --heads and --intermediate-size")
+    # The vocabulary asked for is an upper bound of the one trained, so this check cannot pass a model too big.
+    check_training_size(model_config(plan, args.vocab_size), config)
+    tokenizer = BertTokenizer.load(args.tokenizer) if args.tokenizer is not None else None
+    start = warm_start(args, config) if args.init_from is not None else None
+    if start is not None:
+        tokenizer = start.tokenizer
+    limit = tokenizer.model_max_length if tokenizer is not None else DEFAULT_MODEL_MAX_LENGTH
+    if args.max_seq_length > limit:
+        raise BertCoreError(f"--seq-len {args.max_seq_length} is longer than the tokenizer's {limit} tokens; use at "
+                            f"most {limit}")
+    return dataclasses.replace(plan, tokenizer=tokenizer, start=start)
+
+
+def _saved_settings(state: dict, config: TrainConfig, model_config_) -> dict:
+    """The settings of a saved run that shape its data or its model, by setting name."""
+    meta = state.get("metadata", {})
+    return {"corpus": meta["corpora"], "max_seq_length": config.max_seq_length, "batch_size": config.batch_size,
+            "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed, "objective": config.objective,
+            "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
+            "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
+            "preset": meta.get("preset"), "dropout": model_config_.hidden_dropout_prob,
+            "initializer_range": model_config_.initializer_range, "short_seq_length": config.short_seq_length,
+            "short_seq_fraction": config.short_seq_fraction, "short_seq_batch_size": config.short_seq_batch_size}
+
+
+def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
+    """The config changes the options of a --resume ask for; a new --steps or --time-budget brings its schedule."""
+    changes = {name: getattr(args, name) for name in RESUMABLE if getattr(args, name) is not None}
+    if args.max_steps is not None:
+        changes.update(max_steps=args.max_steps, time_budget_s=None)
+        if config.schedule == "time" and args.schedule is None:
+            changes["schedule"] = "linear"
+    if args.time_budget_s is not None:
+        # A time budget on resume means "this many more seconds".
+        changes.update(time_budget_s=args.time_budget_s + float(state.get("elapsed_s", 0.0)), max_steps=None)
+        if args.schedule is None:
+            changes["schedule"] = "time"
+    return changes
+
+
+def resume_plan(args) -> ResumePlan:
+    """Load and check the run to resume. Options that shape the data or the model may be repeated but not
+    changed."""
+    ckpt = load_checkpoint(args.resume, require_tokenizer=True)
+    if ckpt.trainer_state is None:
+        raise BertCoreError(f"{args.resume} has no {TRAINER_STATE}, so training cannot resume from it; start a new run "
+                            f"from its weights with --init-from {args.resume}")
+    state = ckpt.trainer_state
+    config = check_trainer_state(state, Path(args.resume) / TRAINER_STATE)
+    meta = state.get("metadata", {})
+    if not meta.get("corpora") or not meta.get("heldout"):
+        raise BertCoreError(f"{args.resume} was not written by `train`, so its corpora are unknown; start a new run "
+                            f"from its weights with --init-from {args.resume}")
+    for name, value in _saved_settings(state, config, ckpt.model.config).items():
+        given = getattr(args, name)
+        if given is not None and value is not None and given != value:
+            raise BertCoreError(f"{flag(name)} cannot change on --resume (the run has {value!r}; the "
+                                "data and the model depend on it): leave it out, or start a new run from these "
+                                f"weights with --init-from {args.resume} --out NEW_FOLDER")
+    for name in ("vocab_size", "tokenizer", "init_from", *SIZE_FIELDS):
+        if getattr(args, name) is not None:
+            raise BertCoreError(f"{flag(name)} only shapes a new run; --resume takes the tokenizer and "
+                                f"weights from {args.resume}: leave it out")
+    changes = _resume_changes(args, state, config)
+    return ResumePlan(state, config.replace(**changes), changes, ckpt.tokenizer, ckpt.model.config)
+
+
+def check_same_heldout(folder, before: dict | None, now: dict) -> None:
+    """A warm start must hold out the same documents of every corpus the start model trained on, or its held-out
+    figures would include trained-on text. Corpora may be added or left out: each corpus is split on its own
+    (`split_heldout` with the run's seed), so a new corpus does not move another's held-out documents."""
+    if not before:
+        return
+    held_now = {c.get("spec"): c.get("heldout_document_indices") for c in now.get("corpora", [])}
+    moved = [c.get("spec", "?") for c in before.get("corpora", [])
+             if c.get("spec") in held_now and held_now[c.get("spec")] != c.get("heldout_document_indices")]
+    if moved or (before.get("seed"), before.get("fraction")) != (now.get("seed"), now.get("fraction")):
+        specs = ", ".join(c.get("spec", "?") for c in before.get("corpora", []))
+        raise BertCoreError(f"{folder} was trained with another held-out split (corpora {specs}, seed "
+                            f"{before.get('seed')}, fraction {before.get('fraction')}); use the same --seed and "
+                            "--heldout-fraction (corpora may be added) so that its held-out text stays unseen")
+
+
+def check_enough_text(trainer) -> None:
+    """Build the first epoch's examples and the held-out batches now (the trainer reuses both), so that a corpus
+    too small to train on is refused before the output folder is touched."""
+    _ = trainer.data.batches_per_epoch
+    if not trainer.heldout_batches():
+        raise BertCoreError("the held-out part of the corpus is too short to make one evaluation batch: give more text "
+                            "(at least a few dozen sentences; a useful model needs thousands) or a larger "
+                            "--heldout-fraction")

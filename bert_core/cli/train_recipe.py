@@ -1,0 +1,87 @@
+"""`train`'s recipe resolution: on a new run, every option not given takes the recipe for the model's size on this kind
+of machine (bert_core.training.recipes) or its fixed default, and the log says in one line what the recipe set."""
+
+from __future__ import annotations
+
+import torch
+
+from bert_core.data.objectives import objective_has_nsp
+from bert_core.data.pretraining_data import HELDOUT_FRACTION
+from bert_core.errors import BertCoreError
+from bert_core.model.config import PRESETS, BertConfig
+from bert_core.training.recipes import preset_for_size, short_phase_rows
+from bert_core.training.run_settings import flag
+from bert_core.training.trainer import default_recipe
+
+# The `train` options whose default is the size's recipe, by the names the recipe gives them.
+RECIPE_SETTINGS = ("learning_rate", "batch_size", "max_seq_length", "short_seq_length", "short_seq_fraction",
+                   "short_seq_batch_size", "mask_rate", "warmup_ratio", "dropout", "initializer_range")
+
+
+def train_defaults(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
+                   num_hidden_layers: int | None = None) -> dict:
+    """The value each `train` option takes when it is not given on a new run, by setting name: the recipe for the
+    model's size on this kind of machine, and the fixed defaults of the rest."""
+    recipe = default_recipe(preset, device, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers)
+    d = recipe["train_config"]
+    fixed = {"preset": recipe["preset"], "vocab_size": 8000, "grad_accum": d.grad_accum, "schedule": None,
+             "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "nsp": d.nsp, "seed": d.seed,
+             "eval_every": 0, "eval_batches": d.eval_batches, "history_limit": d.history_limit,
+             "heldout_fraction": HELDOUT_FRACTION, "checkpoint_every_s": 600.0, "device": "auto",
+             "whole_word_masking": d.whole_word_masking, "mask_only": d.mask_only, "precision": d.precision}
+    return {**fixed, **{name: getattr(recipe["recipe"], name) for name in RECIPE_SETTINGS}}
+
+
+def recipe_device(name: str | None) -> str:
+    """The kind of machine whose recipe a run takes: cuda when it will train on a CUDA GPU, else cpu."""
+    return "cuda" if (name or "auto") in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+
+
+def defaults_text(d: dict) -> str:
+    """The recipe's values in `train`'s option names, as the log shows them."""
+    short = ""
+    if d["short_seq_length"] and d["short_seq_fraction"]:
+        rows = short_phase_rows(d["batch_size"], d["max_seq_length"], d["short_seq_length"],
+                                d["short_seq_batch_size"])
+        short = f", the first {d['short_seq_fraction']:.0%} at {rows} x {d['short_seq_length']}"
+    return (f"--lr {d['learning_rate']:g}, --initializer-range {d['initializer_range']:g}, batch {d['batch_size']} x "
+            f"{d['max_seq_length']}{short}, --mask-rate {d['mask_rate']:g}, --dropout {d['dropout']:g}")
+
+
+def recipe_size(args) -> tuple[str | None, int | None, int | None]:
+    """(preset, hidden size, layers) whose recipe a new run takes: --init-from's model, or the size asked for."""
+    if args.init_from is not None:
+        try:
+            config = BertConfig.load(args.init_from)
+        except BertCoreError:  # not a checkpoint: load_checkpoint says why, in its own words, a moment later
+            return args.preset, None, None
+        return preset_for_size(config.hidden_size, config.num_hidden_layers), config.hidden_size, \
+            config.num_hidden_layers
+    preset = args.preset
+    if preset is None and (args.hidden_size is not None or args.num_hidden_layers is not None):
+        preset = preset_for_size(args.hidden_size or PRESETS["nano"]["hidden_size"],
+                                 args.num_hidden_layers or PRESETS["nano"]["num_hidden_layers"])
+    return preset, args.hidden_size, args.num_hidden_layers
+
+
+def apply_recipe(args) -> str:
+    """Give a new run's options that were not given their recipe or default values (in place); returns the log's
+    line on the recipe taken, and which of the user's flags replaced its values."""
+    args.objective = args.objective or "mlm"
+    if not objective_has_nsp(args.objective):  # before the defaults: NSP is on by default for BERT only
+        if args.nsp:
+            raise BertCoreError(f"--nsp: the {args.objective} objective has no next-sentence prediction; "
+                                "leave --nsp out")
+        args.nsp = False
+    preset, hidden, layers = recipe_size(args)
+    defaults = train_defaults(preset, recipe_device(args.device), hidden, layers)
+    given = [name for name in RECIPE_SETTINGS if getattr(args, name) is not None]
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+            if name == "short_seq_length" and value >= args.max_seq_length:
+                args.short_seq_length = 0  # the default short phase is no shorter than a --seq-len given
+    line = f"recipe for {defaults['preset']} on {recipe_device(args.device)}: {defaults_text(defaults)}"
+    if given:
+        line += "; your " + ", ".join(flag(name) for name in given) + " replaced the recipe's"
+    return line

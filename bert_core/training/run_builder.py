@@ -1,0 +1,153 @@
+"""One builder of a pretraining run, for `python -m bert_core train` and the app's Train page alike: settings in (a
+`RunPlan`), then the data (with a tokenizer trained on its training part), the model and the Trainer out.
+
+The CLI makes its plan from its flags (bert_core.cli.train), the app from a page's spec (bert_core.serve.train_spec);
+both then build through here, so the same settings and seed give the same masks, batches and initial weights.
+Streamlit-free; the run it returns is not started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
+from bert_core.model.bert import pretraining_model
+from bert_core.model.config import BertConfig
+from bert_core.training.recipes import DEFAULT_PRESET
+from bert_core.training.trainer import TrainConfig, Trainer
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A model to start from (`train --init-from`, the page's 'train on from these weights'): its weights, size and
+    tokenizer, with a new optimizer, schedule and data order."""
+
+    model: Any
+    tokenizer: Any
+    trainer_state: dict | None
+    label: str                      # where it came from, as trainer_state.json records it
+    # BertConfig fields the new run changes (the CLI's --dropout); none: the model goes on exactly as loaded.
+    config_changes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a new pretraining run is built from."""
+
+    corpora: tuple[str, ...]        # load_corpus specs (a name or a text file), each split into train and held out
+    config: TrainConfig
+    preset: str = DEFAULT_PRESET
+    model_overrides: dict = field(default_factory=dict)   # BertConfig fields beyond the preset's (sizes, dropout...)
+    vocab_size: int = 8000          # the WordPiece vocabulary to train on the training part
+    heldout_fraction: float = HELDOUT_FRACTION
+    tokenizer: Any = None           # use this tokenizer instead of training one (a warm start brings its own)
+    start: WarmStart | None = None
+    corpus_labels: tuple[str, ...] | None = None   # the corpora as trainer_state.json names them (default: the specs)
+    commands: tuple[str, ...] = ()  # the command lines that repeat this run, recorded beside it
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A plan's data: training and held-out batches, each corpus's held-out part, the tokenizer, the split's record."""
+
+    train: Any
+    eval: Any
+    heldout: dict
+    tokenizer: Any
+    record: dict
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """A run ready to start: its Trainer, and the held-out part of each corpus (for per-corpus figures)."""
+
+    trainer: Trainer
+    heldout: dict
+    record: dict
+
+
+def model_config(plan: RunPlan, vocab_size: int) -> BertConfig:
+    """The BertConfig of a new model for `plan`: the preset with its overrides, positions for the sequence length,
+    and causal attention for the next-token objective."""
+    overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, plan.config.max_seq_length),
+                 **plan.model_overrides}
+    if plan.config.objective == "clm":  # GPT in BERT's house: the same encoder, attending only leftwards
+        overrides["attention"] = "causal"
+    return BertConfig.preset(plan.preset, **overrides)
+
+
+def load_data(plan: RunPlan, world_size: int = 1) -> RunData:
+    """Load the plan's corpora, hold out a seeded fraction of each (by document), and make the batches; without a
+    tokenizer (given, or the warm start's) one is trained on the training part only, so held-out text stays unseen."""
+    cfg = plan.config
+    tokenizer = plan.start.tokenizer if plan.start is not None else plan.tokenizer
+    train, heldout_batches, heldout, tokenizer, record = build_datasets(
+        list(plan.corpora), tokenizer, cfg.max_seq_length, cfg.batch_size, cfg.mask_rate, cfg.nsp, cfg.seed,
+        plan.heldout_fraction, world_size, train_tokenizer=plan.vocab_size,
+        whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only, objective=cfg.objective)
+    return RunData(train, heldout_batches, heldout, tokenizer, record)
+
+
+def build_model(plan: RunPlan, tokenizer) -> torch.nn.Module:
+    """The model a run starts from: new weights drawn from the seed, or the warm start's weights."""
+    torch.manual_seed(plan.config.seed)  # the same initial weights on every rank and every rerun
+    start = plan.start
+    if start is None:
+        return pretraining_model(model_config(plan, tokenizer.vocab_size))
+    if not start.config_changes:
+        return start.model.train()
+    model = pretraining_model(start.model.config.replace(**start.config_changes))
+    model.load_state_dict(start.model.state_dict())
+    return model
+
+
+def run_metadata(plan: RunPlan, data: RunData, extra: dict | None = None) -> dict:
+    """What trainer_state.json records about where a run came from: corpora, held-out split, commands, `extra`
+    facts, and the run behind a warm start."""
+    metadata = {
+        "corpora": list(plan.corpus_labels or plan.corpora),
+        "preset": plan.preset,
+        "heldout": data.record,
+        "commands": list(plan.commands),
+        "unigram_counts": data.train.token_counts.tolist(),
+        **(extra or {}),
+    }
+    if plan.start is not None:
+        state = plan.start.trainer_state or {}
+        before = state.get("metadata", {})
+        # The run that made the starting weights, so metrics.json names every command behind the model.
+        metadata["commands"] = (before.get("commands") or []) + metadata["commands"]
+        metadata["init_from"] = {"folder": plan.start.label, "step": state.get("step"),
+                                 "preset": before.get("preset"), "corpora": before.get("corpora")}
+        metadata["preset"] = before.get("preset", plan.preset)
+    return metadata
+
+
+def build_run(plan: RunPlan, callbacks: Sequence[Callable[[Any], None]] = (), checkpoint_dir=None,
+              world_size: int = 1, probes_for: Callable[[dict], tuple[Any, dict]] | None = None) -> BuiltRun:
+    """Data, model and Trainer for a new run. `probes_for(heldout by corpus)` returns the run's probe store (or None)
+    and what to record about its sentences; the app draws them from the held-out text, the CLI has none."""
+    data = load_data(plan, world_size)
+    model = build_model(plan, data.tokenizer)
+    probes, probe_record = probes_for(data.heldout) if probes_for is not None else (None, None)
+    metadata = run_metadata(plan, data, {"probes": probe_record} if probe_record is not None else None)
+    trainer = Trainer(model, data.tokenizer, data.train, plan.config, eval_data=data.eval, callbacks=callbacks,
+                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata)
+    return BuiltRun(trainer, data.heldout, data.record)
+
+
+def resume_run(folder, state: dict, config: TrainConfig, changes: dict, tokenizer,
+               callbacks: Sequence[Callable[[Any], None]] = (), checkpoint_dir=None, world_size: int = 1) -> BuiltRun:
+    """A saved run continued where it stopped: its corpora and held-out split made again as they were (from `state`,
+    its trainer_state.json), then `Trainer.resume` with the `changes` to its config."""
+    meta = state["metadata"]
+    plan = RunPlan(corpora=tuple(meta["corpora"]), config=config, heldout_fraction=meta["heldout"]["fraction"],
+                   tokenizer=tokenizer)
+    data = load_data(plan, world_size)
+    trainer = Trainer.resume(folder, data.train, eval_data=data.eval, callbacks=callbacks,
+                             checkpoint_dir=checkpoint_dir, config_overrides=changes or None)
+    return BuiltRun(trainer, data.heldout, data.record)
