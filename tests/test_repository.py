@@ -1,5 +1,6 @@
 """The repository keeps its promises: CI runs the README's test command, torch is pinned, no shared data is committed."""
 
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -70,3 +71,14 @@ def test_the_served_config_turns_off_what_costs_a_shared_server_cpu():
     config = tomllib.loads((REPO_ROOT / ".streamlit" / "config.toml").read_text())
     assert config["runner"]["postScriptGC"] is False
     assert config["server"]["fileWatcherType"] == "none"
+
+
+def test_the_architecture_picture_is_drawn_from_todays_code():
+    spec = importlib.util.spec_from_file_location("draw_architecture", REPO_ROOT / "docs" / "draw_architecture.py")
+    drawer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drawer)
+    missing = [where for where, _ in drawer.RUN_PATH if not (REPO_ROOT / where).exists()
+               and not (REPO_ROOT / "bert_core" / where).exists()]
+    assert not missing, f"the picture's run path names files that are gone: {missing}"
+    assert (REPO_ROOT / "docs" / "architecture.svg").read_text() == drawer.draw(), \
+        "docs/architecture.svg is stale: run .venv/bin/python docs/draw_architecture.py"
