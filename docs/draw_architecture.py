@@ -1,5 +1,5 @@
-"""Draw docs/architecture.svg from today's code: bert_core's wings as floors (each module with its line count, the
-imports between wings counted from the source), and the path of one Train-page run down to the loop and back up
+"""Draw docs/architecture.svg from today's code: bert_core's wings as floors (each module by name, and how many
+imports run up a floor, counted from the source), and the path of one Train-page run down to the loop and back up
 as events. tests/test_repository.py checks that the committed picture is the one this script draws.
 
     .venv/bin/python docs/draw_architecture.py            # rewrites docs/architecture.svg
@@ -47,15 +47,13 @@ def _wing(path: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else "ground"
 
 
-def modules() -> dict[str, list[tuple[str, int]]]:
-    """Each floor's modules with their line counts (package __init__ and __main__ left out)."""
-    floors: dict[str, list[tuple[str, int]]] = {f: [] for f, _, _ in FLOORS}
+def modules() -> dict[str, list[str]]:
+    """Each floor's module names (the package's own __init__ and __main__ left out)."""
+    floors: dict[str, list[str]] = {f: [] for f, _, _ in FLOORS}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in ("__init__.py", "__main__.py"):
-            continue
-        floors[_wing(path)].append((path.stem, len(path.read_text().splitlines())))
-    floors["pages"] = [(p.stem, len(p.read_text().splitlines())) for p in [ROOT / "app.py",
-                                                                          *sorted((ROOT / "pages").glob("*.py"))]]
+        if path.name not in ("__init__.py", "__main__.py"):
+            floors[_wing(path)].append(path.stem)
+    floors["pages"] = [p.stem for p in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]]
     return floors
 
 
@@ -113,7 +111,7 @@ def draw() -> str:
         chars = box_w // 7
         heights = []
         for folder, _, what in row:
-            names = [f"{name} ({lines})" for name, lines in floors[folder]]
+            names = floors[folder]
             heights.append(44 + 16 * (len(_wrap(what.split(), chars, ' ')) + len(_wrap(names, chars))))
         h = max(heights)
         for i, (folder, title, what) in enumerate(row):
@@ -126,7 +124,7 @@ def draw() -> str:
             for line in _wrap(what.split(), chars, ' '):
                 parts.append(_text(x + 10, ty, line, 12, color="#444"))
                 ty += 16
-            for line in _wrap([f"{name} ({lines})" for name, lines in floors[folder]], chars):
+            for line in _wrap(floors[folder], chars):
                 parts.append(_text(x + 10, ty, line, 12, color="#1f3a93"))
                 ty += 16
         y += h + 14
@@ -134,8 +132,7 @@ def draw() -> str:
     upward = sum(n for (a, b), n in counts.items() if order.index(b) < order.index(a)
                  and not {a, b} <= SIDE_BY_SIDE)
     parts.insert(0, _text(left, 30, "bert_core in wings: each floor imports only the floors below it", 18, "bold"))
-    parts.insert(1, _text(left, 52, f"module (lines); {sum(counts.values())} wing-to-wing imports, "
-                                    f"{upward} of them up a floor", 12, color="#444"))
+    parts.insert(1, _text(left, 52, f"imports that run up a floor: {upward}", 12, color="#444"))
     total_h = y
     # The run's path, on the right.
     rx, ry, rw = 700, 70, 460
