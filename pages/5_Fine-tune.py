@@ -1,49 +1,78 @@
-"""Fine-tune the active model to classify text, and the same architecture from scratch with the same budget; or
-race it against a second checkpoint (BERT against GPT) and a bag-of-words baseline."""
+"""Fine-tune the active model on one of the three kinds of task of the BERT paper (a label per sentence, a tag per
+word, an answer span in a passage), and the same architecture from scratch with the same budget; or race it
+against a second checkpoint (BERT against GPT) and the kind's baselines."""
 
 from functools import partial
 
 import pandas as pd
 import streamlit as st
 
-from bert_core.data.classification_data import csv_columns, load_classification_csv, split_train_val, toy_topic_task
+from bert_core.data.answer_spans_data import load_squad, toy_qa_task
+from bert_core.data.classification_data import csv_columns, load_classification_csv, toy_topic_task
+from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures
 from bert_core.paths import shared_data_dir
 from bert_core.serve import app_state, jobs, model_sources
-from bert_core.training.finetune import build_comparison, comparison_config, result_probabilities
+from bert_core.training.answer_spans import answer_question
+from bert_core.training.finetune import build_comparison, comparison_config, result_probabilities, split_task
+from bert_core.training.token_tagging import tag_words
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
 active = app_state.sidebar()
 st.title("Fine-tune: does pretraining pay?")
 st.markdown(
-    "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a classifier on its "
-    "[CLS] vector and is trained on a small labelled set. Then **the same architecture from scratch** (random "
-    "weights, same tokenizer) gets the same data and the same time budget. Their validation accuracy curves are "
-    "drawn on one chart. **The race:** add a second pretrained model (e.g. the GPT-style checkpoint beside the "
-    "BERT) and the bag-of-words line a student who knows some ML will ask about.")
+    "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a small head and is trained "
+    "on a small labelled set, in one of the three ways the BERT paper fine-tuned: **a label per sentence** (a "
+    "classifier on [CLS]), **a tag per word** (a classifier on every word's first WordPiece: chunks, parts of "
+    "speech) or **an answer span** (a start and an end score on every token of a passage). Then **the same "
+    "architecture from scratch** (random weights, same tokenizer) gets the same data and the same time budget, "
+    "and their validation curves are drawn on one chart. **The race:** add a second pretrained model (e.g. the "
+    "GPT-style checkpoint beside the BERT) and the baselines a student who knows some ML will ask about.")
 if active is not None and active.config.attention == "causal":
     st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), as "
                "GPT-1 did, because under causal attention [CLS] sees only itself.")
 
 SHARED = shared_data_dir()
-DATASETS = {"toy": "Toy story topics (built-in, 10 classes)"}
-SHARED_FILES = {"ag_news": ("ag_news/news.csv", "AG News topics (4 classes)"),
-                "polarity": ("sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)")}
-for key, (rel, label) in SHARED_FILES.items():
+KINDS = {"labels": "A label per sentence", "tags": "A tag per word", "spans": "An answer span"}
+DATASETS = {"labels": {"toy": "Toy story topics (built-in, 10 classes)"}, "tags": {}, "spans": {}}
+SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 classes)"),
+                "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
+                "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
+for key, (task_kind, rel, label) in SHARED_FILES.items():
     if SHARED is not None and (SHARED / rel).is_file():
-        DATASETS[key] = label
-DATASETS["upload"] = "Upload a CSV"
-SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500)}
+        DATASETS[task_kind][key] = label
+DATASETS["labels"]["upload"] = "Upload a CSV"
+DATASETS["tags"]["upload_conll"] = "Upload a CoNLL file"
+DATASETS["spans"].update(toy_qa="Toy stories: who went where, and what they found (built-in)",
+                         upload_squad="Upload a SQuAD v1.1 JSON file")
+ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
+# (training, validation) examples: sentences for labels and tags, questions for spans.
+SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
+         "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
+# What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
+KIND_SETTINGS = {"labels": dict(budget=30, lr=1e-3, maxlen=64), "tags": dict(budget=30, lr=1e-3, maxlen=128),
+                 "spans": dict(budget=60, lr=1e-3, maxlen=256)}
+BASELINE_LABELS = {"labels": "Bag-of-words baseline: TF-IDF + logistic regression",
+                   "tags": "Majority-tag baselines: each word's, and each POS tag's, most frequent tag",
+                   "spans": "Baseline (none for answer spans)"}
+BASELINE_HELP = {"labels": "Fitted on the same training split in seconds (scikit-learn), word order ignored: the "
+                           "line to beat.",
+                 "tags": "The CoNLL-2000 task's classic baselines, on the same split: 71 and 77 chunk F1 on its "
+                         "official test set.",
+                 "spans": "Answer spans have no cheap baseline here."}
 
-defaults = dict(data="toy", train=200, val=500, seed=0, budget=30, lr=1e-3, batch=32, maxlen=64)
+defaults = dict(kind="labels", data="toy", train=200, val=500, seed=0, budget=30, lr=1e-3, batch=32, maxlen=64,
+                tag_column="chunk")
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
                        "ft_second", "ft_baseline")
-if st.session_state["ft_data"] not in DATASETS:
-    st.session_state["ft_data"] = "toy"
+if st.session_state["ft_kind"] not in KINDS:
+    st.session_state["ft_kind"] = "labels"
+if st.session_state["ft_data"] not in DATASETS[st.session_state["ft_kind"]]:
+    st.session_state["ft_data"] = next(iter(DATASETS[st.session_state["ft_kind"]]))
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the data…")
@@ -57,14 +86,37 @@ def _load_upload(data: bytes, name: str, text_columns, label_column, drop_empty:
                                    name=name)
 
 
+@st.cache_data(max_entries=4, show_spinner="Reading the tagged sentences…")
+def _load_conll(source, name: str, tag_column: str):
+    return read_conll(SHARED / source if isinstance(source, str) else source, tag_column, name=name)
+
+
+@st.cache_data(max_entries=4, show_spinner="Reading the questions…")
+def _load_squad(data: bytes, name: str):
+    return load_squad(data, name=name)
+
+
 @st.cache_data(max_entries=4)
 def _toy(seed: int):
     return toy_topic_task(seed)
 
 
+@st.cache_data(max_entries=4)
+def _toy_qa(seed: int):
+    return toy_qa_task(seed)
+
+
 def _on_data_change():
     train, val = SIZES[st.session_state["ft_data"]]
     st.session_state["ft_train"], st.session_state["ft_val"] = train, val
+
+
+def _on_kind_change():
+    s = st.session_state
+    s["ft_data"] = next(iter(DATASETS[s["ft_kind"]]))
+    _on_data_change()
+    for name, value in KIND_SETTINGS[s["ft_kind"]].items():
+        s[f"ft_{name}"] = value
 
 
 sid = app_state.finetune_key()   # in the URL while a fine-tuning exists: a reload finds it again
@@ -75,9 +127,11 @@ busy = job is not None and job.busy
 with st.expander("Data and settings", expanded=not (job is not None and job.trainer is not None)):
     c1, c2, c3 = st.columns(3)
     with c1:
-        st.markdown("**Labelled data**")
-        choice = st.radio("Task", list(DATASETS), format_func=DATASETS.get, key="ft_data", on_change=_on_data_change)
-        upload = None
+        st.radio("Kind of task", list(KINDS), format_func=KINDS.get, key="ft_kind", on_change=_on_kind_change,
+                 horizontal=True)
+        kind = st.session_state["ft_kind"]
+        choice = st.radio("Data", list(DATASETS[kind]), format_func=ALL_DATASETS.get, key="ft_data",
+                          on_change=_on_data_change)
         if choice == "upload":
             upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
                                       type=["csv", "txt"], key="ft_upload")
@@ -91,12 +145,25 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
                     st.checkbox("Two text columns as a sentence pair (not joined)", key="ft_pair")
                 except BertCoreError as exc:
                     app_state.show_error(exc)
-        if choice != "toy":
+        if choice == "upload_conll":
+            st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
+                             "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll")
+        if choice == "upload_squad":
+            st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
+                             "to 100 MB)", type=["json"], key="ft_upload_squad")
+        if kind == "tags":
+            st.selectbox("Tags", ["chunk", "pos"], key="ft_tag_column",
+                         format_func={"chunk": "chunks (the last column)",
+                                      "pos": "parts of speech (the second column)"}.get)
+        if kind == "labels" and choice != "toy":
             st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
     with c2:
         st.markdown("**Split**")
-        st.number_input("Training examples", 10, 100_000, step=100, key="ft_train")
-        st.number_input("Validation examples", 10, 20_000, step=100, key="ft_val")
+        unit = {"labels": "examples", "tags": "sentences", "spans": "questions"}[kind]
+        st.number_input(f"Training {unit}", 10, 100_000, step=100, key="ft_train")
+        st.number_input(f"Validation {unit}", 10, 20_000, step=100, key="ft_val",
+                        help="Answer spans split by passage: no validation passage is ever trained on."
+                        if kind == "spans" else None)
         st.number_input("Seed (split, head, batches)", 0, 2**31 - 1, key="ft_seed")
     with c3:
         st.markdown("**Budget (each model)**")
@@ -115,29 +182,69 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
                  help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and seed. "
                       "A GPT-style model's classifier reads the last token, not [CLS], which under causal attention "
                       "sees only itself.")
-    r2.checkbox("Bag-of-words baseline: TF-IDF + logistic regression", key="ft_baseline",
-                help="Fitted on the same training split in seconds (scikit-learn), word order ignored: the line "
-                     "to beat.")
+    r2.checkbox(BASELINE_LABELS[kind], key="ft_baseline", help=BASELINE_HELP[kind], disabled=kind == "spans")
 
 app_state.sync_query(*(f"ft_{n}" for n in defaults))
 
 
+def _upload(key: str, what: str):
+    file = st.session_state.get(key)
+    if file is None:
+        raise BertCoreError(f"choose {what} to upload first")
+    return file
+
+
 def _data():
-    """The chosen labelled data (cached), or raises BertCoreError with what to fix."""
+    """The chosen data (cached): labelled sentences, tagged sentences or questions; raises BertCoreError with
+    what to fix."""
     s = st.session_state
     choice = s["ft_data"]
     if choice == "toy":
         return _toy(0)
+    if choice == "toy_qa":
+        return _toy_qa(0)
+    if choice == "conll2000":
+        return _load_conll(SHARED_FILES[choice][1], SHARED_FILES[choice][1], s["ft_tag_column"])
+    if choice == "upload_conll":
+        file = _upload("ft_upload_conll", "a CoNLL file")
+        return _load_conll(file.getvalue(), file.name, s["ft_tag_column"])
+    if choice == "upload_squad":
+        file = _upload("ft_upload_squad", "a SQuAD JSON file")
+        return _load_squad(file.getvalue(), file.name)
     if choice in SHARED_FILES:
         # Label names as the loader gives them: polarity's 0/1 as negative/positive (documented in the shared data's
         # README), AG News's from its classes.txt; an uploaded CSV keeps its own labels.
-        return _load_shared(SHARED_FILES[choice][0], None, None, bool(s.get("ft_drop_empty")))
-    file = s.get("ft_upload")
-    if file is None:
-        raise BertCoreError("choose a CSV file to upload first")
+        return _load_shared(SHARED_FILES[choice][1], None, None, bool(s.get("ft_drop_empty")))
+    file = _upload("ft_upload", "a CSV file")
     cols = tuple(s.get("ft_text_cols") or ()) or None
     return _load_upload(file.getvalue(), file.name, cols, s.get("ft_label_col"), bool(s.get("ft_drop_empty")),
                         bool(s.get("ft_pair")))
+
+
+def _describe(data) -> None:
+    """A caption and a few examples of the chosen data."""
+    if kind == "tags":
+        counts = sorted(zip(data.tag_counts(), data.tag_names), reverse=True)[:6]
+        st.caption(f"**{data.source}**: {len(data):,} sentences, {data.num_tokens:,} words, {data.num_tags} tags "
+                   f"(most frequent: {', '.join(f'{n} {c:,}' for c, n in counts)}); "
+                   + ("span tags, scored by chunk F1 as the CoNLL shared task did." if data.scheme == "iob"
+                      else "plain tags, scored by accuracy and macro-F1."))
+        rows = [{"sentence": " ".join(data.words[i]), "tags": " ".join(data.tag_strings(i))}
+                for i in range(min(5, len(data)))]
+    elif kind == "spans":
+        st.caption(f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages.")
+        rows = [{"question": ex.question, "answer": ex.answers[0] if ex.answers else "",
+                 "passage": finetune_figures.shorten(ex.context, 160)} for ex in data.examples[:6]]
+    else:
+        counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
+        st.caption(f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
+                   f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
+        rows = [{"label": data.label_names[y], "text": data.example_text(i)}
+                for i, y in enumerate(data.labels[:8])]
+    for note in data.notes:
+        st.caption(f"ℹ️ {note}")
+    with st.expander("A few examples"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
 data = None
@@ -147,15 +254,7 @@ except BertCoreError as exc:
     app_state.show_error(exc)
 
 if data is not None:
-    counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
-    st.caption(f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
-               f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
-    for note in data.notes:
-        st.caption(f"ℹ️ {note}")
-    with st.expander("A few examples"):
-        st.dataframe(pd.DataFrame({"label": [data.label_names[y] for y in data.labels[:8]],
-                                   "text": [data.example_text(i) for i in range(min(8, len(data)))]}),
-                     hide_index=True, width="stretch")
+    _describe(data)
 
 
 b1, b2, b3 = st.columns(3)
@@ -170,7 +269,7 @@ try:
                  disabled=busy or data is None or active is None, help=start_help):
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
-        split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])  # size errors, now
+        split_task(data, settings["train"], settings["val"], settings["seed"])  # size errors, now
         comparison_config(settings)  # and config errors, before any process starts
         others = []
         if s.get("ft_second"):
@@ -211,17 +310,30 @@ def _live() -> None:
                 text=f"{job.phase}" + (f": training {current}" if current else "") +
                      f" · time left {jobs.format_duration(prog.eta_s)}")
     runs = {t.name: t.evals for t in comparison.tuners}
-    counts = comparison.train_data.label_counts()
-    chance = max(comparison.val_data.label_counts()) / max(len(comparison.val_data), 1)
+    names, primary = comparison.metric_names, comparison.primary
+    metric = ("accuracy", "macro_f1")[primary]
+    chance = None
+    if comparison.task_kind == "labels":
+        chance = max(comparison.val_data.label_counts()) / max(len(comparison.val_data), 1)
     cols = st.columns(len(comparison.tuners))
     for col, tuner in zip(cols, comparison.tuners):
         ev = tuner.evals
-        col.metric(f"{finetune_figures.RUN_LABELS.get(tuner.name, tuner.name)}: validation accuracy",
-                   f"{ev[-1].accuracy:.1%}" if ev else "–", help=f"{tuner.step:,} steps so far")
-    app_state.plotly(finetune_figures.accuracy_curves_figure(runs, chance=chance), "finetune-accuracy",
-                     key="ft_curves")
-    st.caption(f"{len(comparison.train_data):,} training examples ({', '.join(map(str, counts))} per label), "
-               f"{len(comparison.val_data):,} validation; the dashed line is always guessing the largest class.")
+        col.metric(f"{finetune_figures.RUN_LABELS.get(tuner.name, tuner.name)}: validation {names[primary]}",
+                   f"{getattr(ev[-1], metric):.1%}" if ev else "–", help=f"{tuner.step:,} steps so far")
+    app_state.plotly(finetune_figures.accuracy_curves_figure(runs, chance=chance, metric=metric,
+                                                             metric_label=names[primary]),
+                     "finetune-accuracy", key="ft_curves")
+    train, val = comparison.train_data, comparison.val_data
+    if comparison.task_kind == "labels":
+        counts = train.label_counts()
+        st.caption(f"{len(train):,} training examples ({', '.join(map(str, counts))} per label), {len(val):,} "
+                   "validation; the dashed line is always guessing the largest class.")
+    elif comparison.task_kind == "tags":
+        st.caption(f"{len(train):,} training sentences, {len(val):,} validation sentences ({val.num_tokens:,} words); "
+                   "dashed lines are baselines fitted in a second.")
+    else:
+        st.caption(f"{len(train):,} training questions, {len(val):,} validation questions on {val.num_passages:,} "
+                   "passages never trained on.")
     if busy and not job.busy:
         st.rerun()  # drawn while running (the only time this polls) and now ended: redraw so the results appear
 
@@ -229,50 +341,122 @@ def _live() -> None:
 st.divider()
 st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
 
+def _results_table(results: dict, names) -> None:
+    st.subheader("Results")
+    st.dataframe(pd.DataFrame([{
+        "run": finetune_figures.RUN_LABELS.get(r.name, r.name), names[0]: f"{r.accuracy:.1%}",
+        names[1]: f"{r.macro_f1:.1%}", "steps": r.steps, "training seconds": round(r.train_seconds, 1),
+        "state": r.state} for r in results.values()]), hide_index=True, width="stretch")
+
+
+def _label_results(results: dict, comparison) -> None:
+    """Confusion matrices, the most confident mistakes, and a typed sentence classified by each run."""
+    if "tfidf" in results:
+        st.caption(f"The bag-of-words line was fitted on the same training split in "
+                   f"{results['tfidf'].train_seconds:.1f} s and scored on the same validation rows; it ignores "
+                   "word order and had no pretraining. A tiny model fine-tuned for seconds does not always beat "
+                   "it: that is an honest result, not a bug.")
+    cols = st.columns(len(results))
+    for col, r in zip(cols, results.values()):
+        with col:
+            app_state.plotly(finetune_figures.confusion_figure(
+                r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name, r.name)}"),
+                f"confusion-{r.name}", key=f"ft_conf_{r.name}")
+            st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")
+            if r.misclassified:
+                # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).
+                st.table(pd.DataFrame(finetune_figures.mistakes_table(r.misclassified)), hide_index=True)
+            else:
+                st.caption("No mistakes on the validation set.")
+    st.subheader("Classify a sentence with each")
+    val = getattr(comparison, "val_data", None) or data
+    example = val.example_text(0) if val is not None and len(val) else "a sentence like the task's"
+    sentence = st.text_input("Sentence", key="ft_sentence", placeholder=f"e.g. {finetune_figures.shorten(example)}",
+                             help="Any text; the placeholder is a validation example of this task.")
+    if sentence.strip():
+        try:
+            first = next(iter(results.values()))
+            probs = {name: result_probabilities(r, sentence, max_length=comparison.config.max_length)
+                     for name, r in results.items()}
+            rows = [{"model": finetune_figures.RUN_LABELS.get(n, n),
+                     "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],
+                     "confidence": f"{max(p):.0%}"} for n, p in probs.items()]
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            app_state.plotly(finetune_figures.class_probabilities_figure(probs, first.label_names),
+                             "finetune-probabilities", key="ft_probs")
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+
+
+def _tag_results(results: dict, comparison) -> None:
+    """F1 per chunk type, and a typed (or held-out) sentence tagged by each fine-tuned run."""
+    per_type = {n: r.details["per_type"] for n, r in results.items() if r.details.get("per_type")}
+    if per_type:
+        with st.expander("F1 per chunk type"):
+            cols = st.columns(min(len(per_type), 4))
+            for col, (n, table) in zip(cols * 2, per_type.items()):
+                col.markdown(f"**{finetune_figures.RUN_LABELS.get(n, n)}**")
+                col.dataframe(pd.DataFrame(finetune_figures.per_type_table(table)), hide_index=True)
+    st.subheader("Tag a sentence with each")
+    val = comparison.val_data
+    st.number_input(f"A held-out sentence (0 to {len(val) - 1}), shown with its true tags", 0, len(val) - 1,
+                    key="ft_tag_example")
+    typed = st.text_input("…or type a sentence", key="ft_tag_sentence",
+                          placeholder="e.g. The company said its profit rose sharply in the third quarter .",
+                          help="Words are split on spaces and punctuation, as the tagger's training words were.")
+    index = int(st.session_state.get("ft_tag_example") or 0)
+    words, gold = (typed, None) if typed.strip() else (val.words[index], val.tag_strings(index))
+    try:
+        for name, r in results.items():
+            if r.tokenizer is None:
+                continue  # a baseline tags validation words it has seen counted, not a typed sentence
+            tagged = tag_words(r.model, r.tokenizer, words, r.label_names, comparison.config.max_length)
+            st.markdown(f"**{finetune_figures.RUN_LABELS.get(name, name)}**")
+            st.html(finetune_figures.tagged_words_html(tagged, gold))
+        st.caption("Each box: the word, its predicted tag and how sure the tagger is (hover for it); under a held-"
+                   "out sentence, ✓ where the true tag agrees, else the true tag in red. A darker left edge starts "
+                   "a chunk (B-).")
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+
+
+def _span_results(results: dict, comparison) -> None:
+    """The most confident wrong answers, and a typed question answered by each run from a passage."""
+    cols = st.columns(len(results))
+    for col, r in zip(cols, results.values()):
+        col.markdown(f"**Most confident wrong answers ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")
+        if r.misclassified:
+            col.table(pd.DataFrame([{"question": m.text, "true answer": m.true_label, "answered": m.predicted_label,
+                                     "confidence": f"{m.confidence:.0%}"} for m in r.misclassified[:8]]))
+        else:
+            col.caption("Every validation question answered exactly.")
+    st.subheader("Ask each a question")
+    val = comparison.val_data
+    example = val.examples[0]
+    passage = st.text_area("Passage", value=example.context, key="ft_passage", height=140,
+                           help="A held-out passage to start with; edit it or paste your own.")
+    question = st.text_input("Question", value=example.question, key="ft_question")
+    try:
+        for name, r in results.items():
+            if r.tokenizer is None:
+                continue
+            answer = answer_question(r.model, r.tokenizer, question, passage, comparison.config.max_length)
+            label = finetune_figures.RUN_LABELS.get(name, name)
+            st.markdown(f"**{label}** answers **{answer.text or '(nothing)'}** ({answer.probability:.0%} sure)")
+            st.html(finetune_figures.answer_html(passage, answer.start_char, answer.end_char))
+            app_state.plotly(finetune_figures.span_probabilities_figure(
+                answer, f"Where the answer starts and ends, {label}"), f"answer-{name}", key=f"ft_span_{name}")
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+
+
 if job is not None and job.trainer is not None and not busy:
     results = job.trainer.results
     if results:
-        st.subheader("Results")
-        st.dataframe(pd.DataFrame([{
-            "run": finetune_figures.RUN_LABELS.get(r.name, r.name), "accuracy": f"{r.accuracy:.1%}",
-            "macro-F1": f"{r.macro_f1:.1%}", "steps": r.steps, "training seconds": round(r.train_seconds, 1),
-            "state": r.state} for r in results.values()]), hide_index=True, width="stretch")
-        if "tfidf" in results:
-            st.caption(f"The bag-of-words line was fitted on the same training split in "
-                       f"{results['tfidf'].train_seconds:.1f} s and scored on the same validation rows; it ignores "
-                       "word order and had no pretraining. A tiny model fine-tuned for seconds does not always beat "
-                       "it: that is an honest result, not a bug.")
-        cols = st.columns(len(results))
-        for col, r in zip(cols, results.values()):
-            with col:
-                app_state.plotly(finetune_figures.confusion_figure(
-                    r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name, r.name)}"),
-                    f"confusion-{r.name}", key=f"ft_conf_{r.name}")
-                st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")
-                if r.misclassified:
-                    # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).
-                    st.table(pd.DataFrame(finetune_figures.mistakes_table(r.misclassified)), hide_index=True)
-                else:
-                    st.caption("No mistakes on the validation set.")
-        st.subheader("Classify a sentence with each")
-        val = getattr(job.trainer, "val_data", None) or data
-        example = val.example_text(0) if val is not None and len(val) else "a sentence like the task's"
-        sentence = st.text_input("Sentence", key="ft_sentence",
-                                 placeholder=f"e.g. {finetune_figures.shorten(example)}",
-                                 help="Any text; the placeholder is a validation example of this task.")
-        if sentence.strip():
-            try:
-                first = next(iter(results.values()))
-                probs = {name: result_probabilities(r, sentence, max_length=job.trainer.config.max_length)
-                         for name, r in results.items()}
-                rows = [{"model": finetune_figures.RUN_LABELS.get(n, n),
-                         "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],
-                         "confidence": f"{max(p):.0%}"} for n, p in probs.items()]
-                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-                app_state.plotly(finetune_figures.class_probabilities_figure(probs, first.label_names),
-                                 "finetune-probabilities", key="ft_probs")
-            except BertCoreError as exc:
-                app_state.show_error(exc)
+        comparison = job.trainer
+        _results_table(results, comparison.metric_names)
+        {"labels": _label_results, "tags": _tag_results, "spans": _span_results}[comparison.task_kind](
+            results, comparison)
 elif job is None:
-    st.info("Choose the data and the budget, then press **Fine-tune both**. Each model trains for the same "
-            "number of seconds, one after the other.")
+    st.info("Choose the kind of task, the data and the budget, then press **Fine-tune both**. Each model trains "
+            "for the same number of seconds, one after the other.")

@@ -20,7 +20,8 @@ from bert_core.training.finetune import (
     classifier_from_scratch,
     toy_topic_task,
 )
-from bert_core.training.finetune_tasks import Evaluation, FinetuneTask, StepLoss
+from bert_core.training.finetune_results import Evaluation, StepLoss
+from bert_core.training.finetune_tasks import FinetuneTask
 
 
 class LinearHead(torch.nn.Module):

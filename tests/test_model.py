@@ -8,7 +8,9 @@ import torch
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import (
     BertForPreTraining,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     param_groups,
 )
 from bert_core.model.config import BertConfig
@@ -135,6 +137,72 @@ def test_classifier_logits_match_transformers(tmp_path):
     assert back.num_labels == 4 and back.label_names[3] == "Sci/Tech"
     with torch.no_grad():
         assert_close(back(**inputs).logits, out.logits, 0)
+
+
+@pytest.mark.parametrize("direction", ["ours_to_hf", "hf_to_ours"])
+def test_tagger_logits_and_loss_match_transformers(tmp_path, direction):
+    config = BertConfig(**PARITY_CONFIGS[1])
+    tags = ["O", "B-NP", "I-NP", "B-VP", "I-VP"]
+    torch.manual_seed(4)
+    if direction == "ours_to_hf":
+        ours = BertForTokenClassification(config, num_labels=5).eval()
+        save_pretrained(ours, tmp_path, label_names=tags)
+        ref, info = transformers.BertForTokenClassification.from_pretrained(
+            tmp_path, attn_implementation="eager", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"]
+        assert ref.config.id2label == dict(enumerate(tags))
+    else:
+        hf_config = transformers.BertConfig(**PARITY_CONFIGS[1], num_labels=5, id2label=dict(enumerate(tags)))
+        transformers.BertForTokenClassification(hf_config).save_pretrained(tmp_path)
+        ref = transformers.BertForTokenClassification.from_pretrained(tmp_path, attn_implementation="eager")
+        ours = load_pretrained(tmp_path, BertForTokenClassification, strict_heads=True)
+        assert ours.num_labels == 5 and ours.label_names == tags
+    inputs, _, _ = make_batch(config)
+    labels = torch.randint(0, 5, inputs["input_ids"].shape, generator=torch.Generator().manual_seed(1))
+    labels[inputs["attention_mask"] == 0] = -100
+    labels[:, ::3] = -100  # a word's later WordPieces are not scored
+    with torch.no_grad():
+        out = ours(**inputs, labels=labels)
+        hf = ref.eval()(**inputs, labels=labels)
+    assert_close(out.logits, hf.logits)
+    assert_close(out.loss, hf.loss)
+    back = load_pretrained(tmp_path, BertForTokenClassification)
+    assert back.label_names == tags
+    with torch.no_grad():
+        assert_close(back(**inputs).logits, out.logits, 0)
+
+
+@pytest.mark.parametrize("direction", ["ours_to_hf", "hf_to_ours"])
+def test_question_answering_logits_and_loss_match_transformers(tmp_path, direction):
+    config = BertConfig(**PARITY_CONFIGS[0])
+    torch.manual_seed(5)
+    if direction == "ours_to_hf":
+        ours = BertForQuestionAnswering(config).eval()
+        save_pretrained(ours, tmp_path)
+        ref, info = transformers.BertForQuestionAnswering.from_pretrained(
+            tmp_path, attn_implementation="eager", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"]
+    else:
+        transformers.BertForQuestionAnswering(transformers.BertConfig(**PARITY_CONFIGS[0])).save_pretrained(tmp_path)
+        ref = transformers.BertForQuestionAnswering.from_pretrained(tmp_path, attn_implementation="eager")
+        ours = load_pretrained(tmp_path, BertForQuestionAnswering, strict_heads=True)
+    inputs, _, _ = make_batch(config)
+    # The last pair lies past the sequence: clamped and ignored, as transformers does.
+    start, end = torch.tensor([3, 0, 40]), torch.tensor([5, 0, 41])
+    with torch.no_grad():
+        out = ours(**inputs, start_positions=start, end_positions=end)
+        hf = ref.eval()(**inputs, start_positions=start, end_positions=end)
+    assert_close(out.start_logits, hf.start_logits)
+    assert_close(out.end_logits, hf.end_logits)
+    assert_close(out.loss, hf.loss)
+
+
+def test_a_fine_tuning_head_is_taken_only_from_a_folder_of_its_own_kind(tmp_path):
+    config = BertConfig.preset("nano", vocab_size=80)
+    save_pretrained(BertForSequenceClassification(config, num_labels=3), tmp_path)
+    tagger = load_pretrained(tmp_path, BertForTokenClassification, num_labels=3)
+    assert "classifier.weight" in tagger.missing_keys  # same name and shape, another meaning: a fresh head
+    assert "bert.encoder.layer.0.output.dense.weight" not in tagger.missing_keys
 
 
 def test_classifier_from_pretraining_checkpoint_keeps_encoder(tmp_path):

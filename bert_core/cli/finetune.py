@@ -3,6 +3,8 @@ the table it prints)."""
 
 from __future__ import annotations
 
+import argparse
+import copy
 import dataclasses
 import json
 import sys
@@ -17,17 +19,16 @@ from bert_core.model.hf import require_checkpoint_folder
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
     BASELINE_NAME,
-    BagOfWordsRun,
+    BUILT_IN_TASKS,
+    KIND_DEFAULTS,
     FinetuneConfig,
     FinetuneEval,
     FinetuneResult,
-    classifier_from_checkpoint,
-    classifier_from_scratch,
     finetune,
+    kind_config,
     load_task,
     save_classifier,
-    scratch_twin,
-    split_train_val,
+    split_task,
     tokenizer_for_scratch,
 )
 from bert_core.training.trainer import resolve_device
@@ -36,11 +37,13 @@ from bert_core.training.trainer import resolve_device
 def add_parser(subparsers):
     """Register `python -m bert_core finetune` and return its parser."""
     p = subparsers.add_parser(
-        "finetune", help="fine-tune a classifier on a labelled CSV, from a checkpoint and/or from scratch",
-        description="Fine-tune BertForSequenceClassification on a labelled CSV (or the built-in toy topic task) "
-                    "from a pretrained checkpoint, optionally against the same architecture from scratch, other "
-                    "checkpoints (--compare, e.g. a GPT-style one) and a bag-of-words baseline (--baseline), with "
-                    "the same data, budget and seed.")
+        "finetune", help="fine-tune sentence labels, token tags or answer spans, from a checkpoint and/or scratch",
+        description="Fine-tune a pretrained checkpoint on one of three kinds of task: sentence labels from a "
+                    "labelled CSV (BertForSequenceClassification; or the built-in toy topics), token tags from a "
+                    "CoNLL file (BertForTokenClassification) or answer spans from a SQuAD v1.1 JSON file "
+                    "(BertForQuestionAnswering; or the built-in toy-qa task). Optionally against the same "
+                    "architecture from scratch, other checkpoints (--compare, e.g. a GPT-style one) and the kind's "
+                    "baselines (--baseline), with the same data, budget and seed.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", type=path_arg, metavar="DIR",
                      help="pretrained checkpoint folder (default: the shipped one)")
@@ -49,7 +52,17 @@ def add_parser(subparsers):
                           "tokenizer trained on the training texts")
     p.add_argument("--csv", type=path_arg, metavar="FILE",
                    help="labelled CSV: headed, AG News (class,title,description) or label,text")
-    p.add_argument("--task", choices=["toy"], help="built-in offline task: topic of a toy story sentence")
+    p.add_argument("--conll", type=path_arg, metavar="FILE",
+                   help="token tags: a CoNLL file (one `word ... tag` a line, a blank line between sentences), e.g. "
+                        "CoNLL-2000 chunking; scored by chunk F1 beside its majority-tag baselines")
+    p.add_argument("--tag-column", type=_tag_column, default="chunk", metavar="COLUMN",
+                   help="with --conll: 'chunk' (the last column: chunk or entity tags, the default), 'pos' (the "
+                        "second column: part-of-speech tags) or a column number from 2")
+    p.add_argument("--squad", type=path_arg, metavar="FILE",
+                   help="answer spans: a SQuAD v1.1 JSON file; passages longer than the model's input are read in "
+                        "overlapping windows")
+    p.add_argument("--task", choices=list(BUILT_IN_TASKS),
+                   help="built-in offline task: " + "; ".join(f"{k}: {v}" for k, v in BUILT_IN_TASKS.items()))
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")
@@ -61,11 +74,14 @@ def add_parser(subparsers):
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
     budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
-    p.add_argument("--lr", type=POSITIVE, default=FinetuneConfig.learning_rate)
+    p.add_argument("--lr", type=POSITIVE,
+                   help="peak learning rate (default: the kind's: " +
+                        ", ".join(f"{k} {kind_config(k).learning_rate:g}" for k in KIND_DEFAULTS) + ")")
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
     p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
-                   help=f"tokens per example (64-128; default {FinetuneConfig.max_length} or the model's positions if "
-                        "fewer)")
+                   help="tokens per example (default: the kind's: " +
+                        ", ".join(f"{k} {kind_config(k).max_length}" for k in KIND_DEFAULTS) +
+                        "; or the model's positions if fewer)")
     p.add_argument("--warmup-ratio", type=RATE, default=FinetuneConfig.warmup_ratio)
     p.add_argument("--dropout", type=RATE, default=FinetuneConfig.dropout,
                    help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT "
@@ -85,20 +101,43 @@ def add_parser(subparsers):
                         "e.g. a GPT-style one beside a BERT: the race; a causal model's classifier reads the last "
                         "token. With --out its classifier goes to DIR/from-NAME")
     p.add_argument("--baseline", action="store_true",
-                   help="also fit TF-IDF + logistic regression (scikit-learn) on the same split: the bag-of-words "
-                        "line to beat")
+                   help="sentence labels: also fit TF-IDF + logistic regression (scikit-learn) on the same split, the "
+                        "bag-of-words line to beat (token tags always get their majority-tag baselines)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
 
 
+def _tag_column(text: str) -> str | int:
+    """An argparse type for --tag-column: chunk, pos or a column number from 2."""
+    if text in ("chunk", "pos"):
+        return text
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 2:
+        raise argparse.ArgumentTypeError(f"use chunk, pos or a column number from 2, not {text!r}")
+    return number
+
+
+def data_kind(args) -> str:
+    """The kind of task a command line asks for, before any data is read: "tags", "spans" or "labels"."""
+    if args.conll is not None:
+        return "tags"
+    if args.squad is not None or args.task == "toy-qa":
+        return "spans"
+    return "labels"
+
+
 def config_from_args(args) -> FinetuneConfig:
-    """The FinetuneConfig a `finetune` command line asks for."""
+    """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags."""
+    defaults = kind_config(data_kind(args))
     steps = args.steps
-    budget = args.time_budget if args.time_budget is not None else (None if steps else 60.0)
-    return FinetuneConfig(batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=args.warmup_ratio,
-                          max_steps=steps, time_budget_s=budget,
-                          max_length=args.max_length or FinetuneConfig.max_length, dropout=args.dropout,
-                          eval_points=args.eval_points, seed=args.seed, device=args.device)
+    budget = args.time_budget if args.time_budget is not None else (None if steps else defaults.time_budget_s)
+    return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
+                            warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
+                            max_length=args.max_length or defaults.max_length, dropout=args.dropout,
+                            eval_points=args.eval_points, seed=args.seed, device=args.device)
 
 
 def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
@@ -112,24 +151,48 @@ def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
 
 
 def format_results(results: list[FinetuneResult]) -> str:
-    """The results table and each run's confusion matrix, as the CLI prints them."""
-    w = max(12, *(len(r.name) + 2 for r in results))
-    lines = [f"{'run':<{w}}{'steps':>7}{'seconds':>9}{'accuracy':>10}{'macro-F1':>10}"]
+    """The results table (each kind's two figures under their own names), then each run's confusion matrix
+    (sentence labels) or per-type F1 (span tags), as the CLI prints them."""
+    w = max(14, *(len(r.name) + 2 for r in results))
+    first, second = results[0].metric_names
+    cw = max(10, len(first) + 2, len(second) + 2)
+    lines = [f"{'run':<{w}}{'steps':>7}{'seconds':>9}{first:>{cw}}{second:>{cw}}"]
     for r in results:
-        lines.append(f"{r.name:<{w}}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>9.2f}%"
-                     f"{100 * r.macro_f1:>9.2f}%")
+        lines.append(f"{r.name:<{w}}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>{cw - 1}.2f}%"
+                     f"{100 * r.macro_f1:>{cw - 1}.2f}%")
     for r in results:
-        lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",
-                  format_confusion(r.confusion, r.label_names)]
+        if r.kind == "labels" and r.confusion:
+            lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",
+                      format_confusion(r.confusion, r.label_names)]
+        elif r.details.get("per_type"):
+            per_type = sorted(r.details["per_type"].items(), key=lambda kv: -kv[1]["support"])
+            lines += ["", f"F1 per chunk type ({r.name}; most frequent first): " +
+                      ", ".join(f"{t} {100 * v['f1']:.1f}" for t, v in per_type)]
     return "\n".join(lines)
 
 
-def _progress_printer(name: str, stream):
+def _progress_printer(name: str, stream, metric_names=("accuracy", "macro-F1")):
     def callback(event):
         if isinstance(event, FinetuneEval):
-            print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation accuracy "
-                  f"{100 * event.accuracy:5.1f}%  macro-F1 {100 * event.macro_f1:5.1f}%", file=stream, flush=True)
+            print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation {metric_names[0]} "
+                  f"{100 * event.accuracy:5.1f}%  {metric_names[1]} {100 * event.macro_f1:5.1f}%", file=stream,
+                  flush=True)
     return callback
+
+
+def describe(task) -> str:
+    """One line on a task's data: sizes, and its labels, tags or passages."""
+    train, val = task.train_data, task.val_data
+    if task.kind == "tags":
+        scheme = "span tags, scored by chunk F1" if train.scheme == "iob" else "plain tags, scored by accuracy"
+        return (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
+                f"sentences ({val.num_tokens:,} validation words), {train.num_tags} tags ({scheme})")
+    if task.kind == "spans":
+        passages = len({ex.context for ex in val.examples})
+        return (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
+                f"questions (the validation ones on {passages:,} passages never trained on)")
+    return (f"data: {train.source.removesuffix(' (train)')}, {len(train)} train / {len(val)} validation, "
+            f"{train.num_labels} labels ({', '.join(train.label_names)})")
 
 
 def _race_names(folders: list[Path]) -> dict[str, Path]:
@@ -154,21 +217,21 @@ def run(args) -> int:
                             subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
     folder, config = _checked_models(args, config, compares)
     data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
-                     args.seed)
-    train, val = split_train_val(data, args.train_size, args.val_size, seed=args.seed)
-    print(f"data: {data.source}, {len(train)} train / {len(val)} validation, {data.num_labels} labels "
-          f"({', '.join(data.label_names)})", file=sys.stderr)
+                     args.seed, conll=args.conll, tag_column=args.tag_column, squad=args.squad)
+    task = split_task(data, args.train_size, args.val_size, args.seed)
+    print(describe(task), file=sys.stderr)
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
-    results = _results(args, _runs(args, folder, data, train, compares), train, val, config)
+    results = _results(args, _runs(args, folder, task, compares), task, config)
     saved = []
     if args.out:
         for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
             folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
             saved.append(str(save_classifier(r, folder)))
     if args.json:
-        print(json.dumps({"data": {"source": data.source, "train": len(train), "validation": len(val),
-                                   "label_names": data.label_names, "notes": data.notes},
+        print(json.dumps({"data": {"source": data.source, "kind": task.kind, "train": len(task.train_data),
+                                   "validation": len(task.val_data), "label_names": task.label_names,
+                                   "notes": data.notes},
                           "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
                           "saved": saved}, indent=1))
     else:
@@ -203,43 +266,48 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
     return folder, config
 
 
-def _runs(args, folder: Path | None, data, train, compares: dict[str, Path]) -> list[tuple[str, object, object]]:
-    """(name, classifier, tokenizer) of each neural run, in the order they race: the checkpoint's (or the
-    --scratch-preset model with a tokenizer trained on `train`), each --compare, then --compare-scratch."""
+def _runs(args, folder: Path | None, task, compares: dict[str, Path]) -> list[tuple[str, object, object]]:
+    """(name, model, tokenizer) of each neural run, in the order they race: the checkpoint's with the task's head
+    (or the --scratch-preset model with a tokenizer trained on the training texts), each --compare, then
+    --compare-scratch."""
     runs = []
     if folder is None:
-        tokenizer = tokenizer_for_scratch(train)
+        tokenizer = tokenizer_for_scratch(task.train_data)
         model_config = BertConfig.preset(args.scratch_preset, vocab_size=tokenizer.vocab_size)
-        runs.append(("scratch", classifier_from_scratch(model_config, data.num_labels, args.seed), tokenizer))
+        runs.append(("scratch", task.new_head(model_config, args.seed), tokenizer))
     else:
-        model, tokenizer = classifier_from_checkpoint(folder, data.num_labels, args.seed)
+        model, tokenizer = task.head_from_checkpoint(folder, args.seed)
         runs.append(("pretrained", model, tokenizer))
     for name, other in compares.items():
-        runs.append((name, *classifier_from_checkpoint(other, data.num_labels, args.seed)))
+        runs.append((name, *task.head_from_checkpoint(other, args.seed)))
     if folder is not None and args.compare_scratch:
-        runs.append(("scratch", scratch_twin(runs[0][1], data.num_labels, args.seed), tokenizer))
+        runs.append(("scratch", task.new_head(runs[0][1].config, args.seed), tokenizer))
     return runs
 
 
-def _results(args, runs, train, val, config: FinetuneConfig) -> list[FinetuneResult]:
-    """The bag-of-words line first (with --baseline), then each run fine-tuned in turn, its progress on stderr."""
+def _results(args, runs, task, config: FinetuneConfig) -> list[FinetuneResult]:
+    """The baseline lines first (sentence labels: with --baseline; token tags: always, they take seconds), then
+    each run fine-tuned in turn, its progress on stderr."""
     results = []
-    if args.baseline:
-        line = BagOfWordsRun(train, val, args.seed, num_misclassified=config.num_misclassified,
-                             callbacks=[_progress_printer(BASELINE_NAME, sys.stderr)])
-        if line.run() is None:
-            raise BertCoreError(line.error or "the bag-of-words baseline produced no result")
-        results.append(line.result)
+    if args.baseline or task.kind == "tags":
+        for line in task.baselines(args.seed, config.num_misclassified):
+            line.callbacks.append(_progress_printer(line.name, sys.stderr, task.metric_names))
+            if line.run() is None:
+                raise BertCoreError(line.error or f"the {line.name} baseline produced no result")
+            results.append(line.result)
     for name, model, tokenizer in runs:
-        results.append(finetune(model, tokenizer, train, val, config, name=name,
-                                callbacks=[_progress_printer(name, sys.stderr)]))
+        results.append(finetune(model, tokenizer, config=config, name=name, task=copy.copy(task),
+                                callbacks=[_progress_printer(name, sys.stderr, task.metric_names)]))
     return results
 
 
 def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:
-    """Where each classifier went, and whether transformers reads it as trained."""
+    """Where each fine-tuned model went, and whether transformers reads it as trained."""
     for folder, r in zip(saved, results):
-        if getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
+        if r.kind != "labels":
+            what = "tagger" if r.kind == "tags" else "question-answering model"
+            print(f"saved the {what} to {folder} (loads in transformers.{type(r.model).__name__}.from_pretrained)")
+        elif getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
             print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
                   "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
         else:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bert_core.data.batching import length_grouped_batches
 from bert_core.data.corpora import generate_toy_corpus
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
@@ -438,28 +439,10 @@ def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: 
 
 def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,
                   bucket_batches: int = 50):
-    """Endless seeded batches: each epoch a fresh shuffle drawn from (seed, epoch), grouped by length.
-
-    Within each run of `bucket_batches` batches the examples are sorted by length before being cut into batches
-    (then the batches are shuffled), so a batch pads to a length near its members' own: about twice the
-    throughput of purely random batches on AG News, with the same examples per epoch. 1 turns grouping off.
-    """
-    if batch_size < 1:
-        raise BertCoreError(f"batch size must be at least 1 (got {batch_size}).")
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        order = torch.randperm(len(encoded), generator=g).tolist()
-        # A ragged last batch would weigh its few examples more; drop it unless it is all there is.
-        order = order[: (len(order) // batch_size) * batch_size or len(order)]
-        span = batch_size * max(bucket_batches, 1)
-        batches = []
-        for start in range(0, len(order), span):
-            chunk = sorted(order[start : start + span], key=lambda i: len(encoded[i]["input_ids"]))
-            batches += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
-        for b in torch.randperm(len(batches), generator=g).tolist():
-            yield collate(encoded, labels, batches[b], pad_id)
-        epoch += 1
+    """Endless seeded batches, grouped by length (batching.length_grouped_batches)."""
+    lengths = [len(e["input_ids"]) for e in encoded]
+    for indices in length_grouped_batches(lengths, batch_size, seed, bucket_batches):
+        yield collate(encoded, labels, indices, pad_id)
 
 
 def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, pad_id: int = 0):

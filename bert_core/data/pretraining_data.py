@@ -17,7 +17,10 @@ from tokenizers import Tokenizer
 from bert_core.data.corpora import Corpus, load_corpus, split_heldout
 from bert_core.data.objectives import OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import IGNORE_INDEX, next_token_targets  # IGNORE_INDEX: labels not predicted (re-exported)
+from bert_core.model.bert import (  # IGNORE_INDEX: labels not predicted (re-exported)
+    IGNORE_INDEX,
+    next_token_targets,
+)
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.tokenization import train_tokenizer as train_tok
 

@@ -1,18 +1,24 @@
-"""Plotly figures for fine-tuning: validation accuracy curves of several runs overlaid, confusion matrices, class bars.
+"""Figures for fine-tuning: validation curves of several runs overlaid, confusion matrices, class bars, a typed
+sentence's words coloured by their predicted tags, and a passage with its predicted answer and the start and end
+probabilities over its tokens.
 
-Built from plain results (`FinetuneEval` lists, confusion lists); nothing here imports Streamlit.
+Built from plain results (`FinetuneEval` lists, confusion lists, token_tagging.TaggedWord, answer_spans.Answer);
+the coloured texts are HTML with every piece of user text escaped. Nothing here imports Streamlit.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728", "tfidf": "#ff7f0e"}
-RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch", "tfidf": "TF-IDF + logistic regression"}
-# Runs drawn as a level line across the chart (finetune.BASELINE_NAME): fitted once, they have no curve.
-LEVEL_RUNS = ("tfidf",)
+RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728", "tfidf": "#ff7f0e", "word-majority": "#ff7f0e",
+              "pos-majority": "#8c564b"}
+RUN_LABELS = {"pretrained": "from pretrained", "scratch": "from scratch", "tfidf": "TF-IDF + logistic regression",
+              "word-majority": "each word's most frequent tag", "pos-majority": "each POS tag's most frequent tag"}
+# Runs drawn as a level line across the chart (baseline_runs): fitted once, they have no curve.
+LEVEL_RUNS = ("tfidf", "word-majority", "pos-majority")
 _FALLBACK = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 
 
@@ -38,9 +44,11 @@ def _value(event, key):
 
 
 def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", chance: float | None = None,
-                           metric: str = "accuracy") -> go.Figure:
+                           metric: str = "accuracy", metric_label: str | None = None) -> go.Figure:
     """Validation accuracy (or macro_f1) of each run against training seconds (or step), one line per run; a run
-    in LEVEL_RUNS (the bag-of-words baseline) is a dashed level line across the others."""
+    in LEVEL_RUNS (a baseline) is a dashed level line across the others. `metric_label` names the figure for the
+    kind of task (e.g. "chunk F1" for the macro_f1 field of token tags)."""
+    label_of_metric = metric_label or metric.replace("_", "-")
     fig = go.Figure()
     ends = [_value(e, x) for name, evals in runs.items() if name not in LEVEL_RUNS for e in evals]
     for i, (name, evals) in enumerate(runs.items()):
@@ -51,19 +59,19 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
             fig.add_trace(go.Scatter(
                 x=[0, max(ends, default=_value(evals[-1], x)) or 1], y=[level, level], mode="lines", name=label,
                 line=dict(color=_color(name, i), width=2, dash="dash"),
-                hovertemplate=f"{label}<br>{metric} {level:.1%}<extra></extra>"))
+                hovertemplate=f"{label}<br>{label_of_metric} {level:.1%}<extra></extra>"))
             continue
         fig.add_trace(go.Scatter(
             x=[_value(e, x) for e in evals], y=[_value(e, metric) for e in evals], mode="lines+markers",
             name=RUN_LABELS.get(name, name), line=dict(color=_color(name, i), width=3),
-            hovertemplate=f"{RUN_LABELS.get(name, name)}<br>%{{x:.1f}}<br>{metric} %{{y:.1%}}<extra></extra>"))
+            hovertemplate=f"{RUN_LABELS.get(name, name)}<br>%{{x:.1f}}<br>{label_of_metric} %{{y:.1%}}<extra></extra>"))
     if chance is not None:
         fig.add_hline(y=chance, line=dict(color="#7f7f7f", dash="dash"), annotation_text="majority class",
                       annotation_position="bottom right")
     fig.update_xaxes(title="training seconds" if x == "elapsed_s" else "step", rangemode="tozero")
-    fig.update_yaxes(title=f"validation {metric.replace('_', '-')}", range=[0, 1], tickformat=".0%")
-    title = ("Validation accuracy: same model, same budget, with and without pretraining" if len(runs) <= 2
-             else "Validation accuracy: the same data and budget for every run")
+    fig.update_yaxes(title=f"validation {label_of_metric}", range=[0, 1], tickformat=".0%")
+    title = (f"Validation {label_of_metric}: same model, same budget, with and without pretraining"
+             if len(runs) <= 2 else f"Validation {label_of_metric}: the same data and budget for every run")
     fig.update_layout(title=title,
                       height=380, margin=dict(l=60, r=20, t=50, b=40), template="plotly_white",
                       legend=dict(orientation="h", y=-0.2))
@@ -97,4 +105,96 @@ def class_probabilities_figure(probabilities: Mapping[str, Sequence[float]], lab
     fig.update_xaxes(type="category")
     fig.update_layout(barmode="group", height=320, margin=dict(l=60, r=20, t=40, b=40), template="plotly_white",
                       title="Class probabilities", legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- token tags
+
+# One colour per chunk type (the CoNLL-2000 ones first; others cycle through the rest); a chunk's first word is
+# drawn darker than the words inside it, so "B-NP I-NP" reads as one noun phrase that starts at the first.
+TAG_COLORS = {"NP": "#aec7e8", "VP": "#ffbb78", "PP": "#98df8a", "ADVP": "#ff9896", "ADJP": "#c5b0d5",
+              "SBAR": "#c49c94", "PRT": "#f7b6d2", "CONJP": "#dbdb8d", "INTJ": "#9edae5", "LST": "#c7c7c7",
+              "UCP": "#bcbd22"}
+_MORE_TAG_COLORS = ("#e6ab02", "#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#b3b3b3")
+
+
+def tag_color(tag: str) -> str:
+    """The background of a word tagged `tag`: its chunk type's colour ("O" and unknown plain tags: grey shades)."""
+    kind = tag.split("-", 1)[1] if tag[:2] in ("B-", "I-") else tag
+    if tag == "O":
+        return "#f0f0f0"
+    if kind not in TAG_COLORS:
+        return _MORE_TAG_COLORS[sum(map(ord, kind)) % len(_MORE_TAG_COLORS)]
+    return TAG_COLORS[kind]
+
+
+def tagged_words_html(words: Sequence, gold: Sequence[str] | None = None) -> str:
+    """A sentence as coloured word boxes: each word with its predicted tag under it (its probability on hover) and,
+    with `gold`, the true tag under that, struck through in red where the prediction differs."""
+    boxes = []
+    for i, w in enumerate(words):
+        tag = html.escape(w.tag)
+        first = w.tag.startswith("B-")
+        border = "2px solid #555" if first else "1px solid #ccc"
+        gold_line = ""
+        if gold is not None and i < len(gold):
+            ok = gold[i] == w.tag
+            style = "color:#2a7a2a" if ok else "color:#c0392b;font-weight:600"
+            gold_line = f'<div style="font-size:0.75em;{style}">{"✓" if ok else html.escape(gold[i])}</div>'
+        boxes.append(
+            f'<span title="{tag}: {w.probability:.0%}" style="display:inline-block;margin:2px;padding:2px 6px;'
+            f'border-radius:4px;border-left:{border};background:{tag_color(w.tag)};text-align:center">'
+            f'<div>{html.escape(w.word)}</div><div style="font-size:0.75em;color:#333">{tag} '
+            f'<span style="color:#666">{w.probability:.0%}</span></div>{gold_line}</span>')
+    return '<div style="line-height:1.2">' + "".join(boxes) + "</div>"
+
+
+def per_type_table(per_type: Mapping[str, Mapping[str, float]]) -> list[dict]:
+    """Rows of a per-chunk-type score table, the most frequent type first."""
+    rows = sorted(per_type.items(), key=lambda kv: (-kv[1]["support"], kv[0]))
+    return [{"chunk type": t, "F1": f"{v['f1']:.1%}", "precision": f"{v['precision']:.1%}",
+             "recall": f"{v['recall']:.1%}", "chunks in validation": int(v["support"])} for t, v in rows]
+
+
+# ---------------------------------------------------------------------------------------------- answer spans
+
+
+def answer_html(passage: str, start_char: int, end_char: int, gold: Sequence[tuple[int, int]] = ()) -> str:
+    """The passage with the predicted answer highlighted (and gold answers underlined in green), escaped."""
+    marks = [0] * (len(passage) + 1)
+    for s, e in gold:
+        for i in range(max(s, 0), min(e, len(passage))):
+            marks[i] |= 2
+    for i in range(max(start_char, 0), min(end_char, len(passage))):
+        marks[i] |= 1
+    out, i = [], 0
+    while i < len(passage):
+        j = i
+        while j < len(passage) and marks[j] == marks[i]:
+            j += 1
+        text = html.escape(passage[i:j])
+        if marks[i] & 1:
+            text = f'<mark style="background:#ffd54f;padding:1px 2px;border-radius:3px">{text}</mark>'
+        if marks[i] & 2:
+            text = f'<span style="border-bottom:3px solid #2ca02c">{text}</span>'
+        out.append(text)
+        i = j
+    return '<div style="line-height:1.7">' + "".join(out) + "</div>"
+
+
+def span_probabilities_figure(answer, title: str = "") -> go.Figure:
+    """Each passage token's probability of being the answer's start and its end (the window the answer came
+    from), as two bar series over the tokens."""
+    keep = [i for i, p in enumerate(answer.passage_token) if p]
+    tokens = [f"{answer.tokens[i]}·{n}" for n, i in enumerate(keep)]  # made unique, so repeated words keep a bar
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=tokens, y=[answer.start_probs[i] for i in keep], name="start",
+                         marker_color="#1f77b4", hovertemplate="%{x}<br>start %{y:.1%}<extra></extra>"))
+    fig.add_trace(go.Bar(x=tokens, y=[answer.end_probs[i] for i in keep], name="end",
+                         marker_color="#d62728", hovertemplate="%{x}<br>end %{y:.1%}<extra></extra>"))
+    fig.update_xaxes(type="category", tickangle=-60, tickvals=tokens,
+                     ticktext=[t.rsplit("·", 1)[0] for t in tokens])
+    fig.update_yaxes(title="probability", range=[0, 1], tickformat=".0%")
+    fig.update_layout(barmode="group", height=340, margin=dict(l=60, r=20, t=40, b=90), template="plotly_white",
+                      title=title or "Where the answer starts and ends", legend=dict(orientation="h", y=1.12))
     return fig

@@ -67,6 +67,17 @@ class ClassifierOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
+@dataclass
+class QuestionAnsweringOutput:
+    """What `BertForQuestionAnswering` returns: a start and an end score for every token."""
+
+    loss: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None  # [B, S]
+    end_logits: torch.Tensor | None = None  # [B, S]
+    attentions: tuple[torch.Tensor, ...] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
 class BertEmbeddings(nn.Module):
     """Sum of word, position and token-type (segment) embeddings, then LayerNorm and dropout."""
 
@@ -496,6 +507,66 @@ class BertForSequenceClassification(nn.Module):
         logits = self.classifier(self.dropout(pooled))
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)
+
+
+class BertForTokenClassification(nn.Module):
+    """BERT with a label for every token: each final hidden state -> dropout -> linear (no pooler), as Hugging
+    Face's BertForTokenClassification. Positions labelled IGNORE_INDEX (a word's later WordPieces, the specials,
+    padding) are left out of the loss."""
+
+    def __init__(self, config: BertConfig, num_labels: int = 2):
+        super().__init__()
+        if num_labels < 2:
+            raise BertCoreError(f"a tagger needs at least 2 tags, got {num_labels}")
+        self.config = config
+        self.num_labels = num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = FastDropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.apply(lambda m: _init_weights(m, config.initializer_range))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                output_attentions=False, output_hidden_states=False) -> ClassifierOutput:
+        sequence_output, _, hidden_states, attentions = self.bert(
+            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
+        )
+        logits = self.classifier(self.dropout(sequence_output))  # [B, S, num_labels]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """BERT for answer spans (SQuAD): one linear layer gives every token a start and an end score (no pooler), as
+    Hugging Face's BertForQuestionAnswering. The loss is the mean of the start and end cross-entropies; a position
+    outside the sequence (as Hugging Face clamps it) is ignored."""
+
+    num_labels = 2  # start, end: the width of qa_outputs, as Hugging Face's config.num_labels
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.apply(lambda m: _init_weights(m, config.initializer_range))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None, end_positions=None,
+                output_attentions=False, output_hidden_states=False) -> QuestionAnsweringOutput:
+        sequence_output, _, hidden_states, attentions = self.bert(
+            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
+        )
+        start_logits, end_logits = self.qa_outputs(sequence_output).unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored = start_logits.shape[1]
+            start = start_positions.reshape(-1).clamp(0, ignored)
+            end = end_positions.reshape(-1).clamp(0, ignored)
+            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
+                    + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)) / 2
+        return QuestionAnsweringOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                       attentions=attentions, hidden_states=hidden_states)
 
 
 def param_groups(model: nn.Module, weight_decay: float = 0.01) -> list[dict]:

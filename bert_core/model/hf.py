@@ -1,7 +1,8 @@
 """Reading and writing Hugging Face BERT checkpoint folders (config.json + model.safetensors) with our model classes.
 
 A folder we save loads in `transformers.BertForPreTraining.from_pretrained(folder)` (or
-`BertForSequenceClassification`, or `BertLMHeadModel` for a causal model) as it is, and a Hugging Face BERT folder
+`BertForSequenceClassification`, `BertForTokenClassification`, `BertForQuestionAnswering`, or `BertLMHeadModel`
+for a causal model) as it is, and a Hugging Face BERT folder
 (e.g. a user's bert-base-uncased download, safetensors or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
 """
 
@@ -20,7 +21,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import BertForSequenceClassification, BertLMHeadModel, pretraining_model
+from bert_core.model.bert import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertLMHeadModel,
+    pretraining_model,
+)
 from bert_core.model.config import BertConfig
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -98,6 +105,14 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
             # there with a fresh pooler (reported missing) and different logits: it loads as trained only here.
             "classifier_pooling": model.pooling,
         }
+    if isinstance(model, BertForTokenClassification):
+        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(model.num_labels)]
+        if len(names) != model.num_labels:
+            raise BertCoreError(f"{len(names)} tag names for a tagger with {model.num_labels} tags")
+        extra = {"architectures": ["BertForTokenClassification"], "id2label": {str(i): n for i, n in enumerate(names)},
+                 "label2id": {n: i for i, n in enumerate(names)}}
+    if isinstance(model, BertForQuestionAnswering):
+        extra = {"architectures": ["BertForQuestionAnswering"]}  # two outputs (start, end): transformers' default
     if isinstance(model, BertLMHeadModel):
         extra = {"architectures": ["BertLMHeadModel"]}
     model.config.save(folder, extra)
@@ -149,10 +164,19 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     return renamed
 
 
-def _label_names(folder: Path) -> list[str] | None:
+FINETUNE_HEADS = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
+
+
+def _architectures(folder: Path):
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
+    return raw.get("architectures")
+
+
+def _label_names(folder: Path, model_class=BertForSequenceClassification) -> list[str] | None:
+    """The label (or tag) names a folder saved with `model_class` holds; None for a folder of another kind."""
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
     id2label = raw.get("id2label")
-    if not id2label or raw.get("architectures") != ["BertForSequenceClassification"]:
+    if not id2label or raw.get("architectures") != [model_class.__name__]:
         return None
     try:
         return [str(id2label[k]) for k in sorted(id2label, key=int)]
@@ -185,15 +209,26 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
             num_labels = len(names) if names else 2
         model = BertForSequenceClassification(config, num_labels, _classifier_pooling(folder))
         model.label_names = names if names and len(names) == num_labels else None
+    elif model_class is BertForTokenClassification:
+        names = _label_names(folder, model_class)
+        if num_labels is None:
+            num_labels = len(names) if names else 2
+        model = BertForTokenClassification(config, num_labels)
+        model.label_names = names if names and len(names) == num_labels else None
     else:
         model = pretraining_model(config) if model_class is None else model_class(config)
     state = read_state_dict(folder)
     if not any(k.startswith("bert.") for k in state):
         state = {"bert." + k: v for k, v in state.items()}  # a bare BertModel checkpoint
     expected = model.state_dict()
-    if isinstance(model, BertForSequenceClassification) and state.get("classifier.weight") is not None \
+    if isinstance(model, FINETUNE_HEADS) and _architectures(folder) != [type(model).__name__]:
+        # A fine-tuning head is only taken from a folder of the same kind: a sentence classifier's
+        # `classifier.weight` has a tagger's name and maybe its shape, not its meaning.
+        state = {k: v for k, v in state.items() if k.startswith("bert.")}
+    if isinstance(model, (BertForSequenceClassification, BertForTokenClassification)) \
+            and state.get("classifier.weight") is not None \
             and state["classifier.weight"].shape != expected["classifier.weight"].shape:
-        # A classifier with another label count: keep its encoder, start a fresh head.
+        # A classifier (or tagger) with another label count: keep its encoder, start a fresh head.
         state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
     usable = {k: v for k, v in state.items() if k in expected}
     for key, value in usable.items():

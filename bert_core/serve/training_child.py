@@ -79,7 +79,8 @@ class TrainingChild:
                 tuner.callbacks.append(self.forward)
             self.events.send(("built", None, {"kind": "comparison", "config": trainer.config,
                                               "train_data": trainer.train_data, "val_data": trainer.val_data,
-                                              "view": _comparison_view(trainer)}, None))
+                                              "task_kind": trainer.task_kind, "metric_names": trainer.metric_names,
+                                              "primary": trainer.primary, "view": _comparison_view(trainer)}, None))
         else:
             trainer.callbacks.append(self.forward)
             p = trainer.probes

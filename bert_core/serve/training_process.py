@@ -100,6 +100,7 @@ class ComparisonProxy:
     def __init__(self, built: dict):
         self.config = built["config"]
         self.train_data, self.val_data = built["train_data"], built["val_data"]
+        self.task_kind, self.metric_names, self.primary = built["task_kind"], built["metric_names"], built["primary"]
         self.results: dict = {}
         self.error: str | None = None
         self._update(built["view"])

@@ -1,8 +1,8 @@
-"""Fine-tuning BERT for sequence classification: the [CLS] classifier, from a pretrained checkpoint or from scratch.
+"""Fine-tuning BERT: sentence labels, token tags or answer spans, from a pretrained checkpoint or from scratch.
 
 The lesson the app shows: the same architecture, the same data and the same budget, with and without pretraining.
-`Finetuner` is the one fine-tuning loop: it asks a task kind (finetune_tasks.FinetuneTask; today SentenceLabels)
-for batches, losses and metrics, so token tags or answer spans need a kind, not a second loop. It is observable and
+`Finetuner` is the one fine-tuning loop: it asks a task kind (finetune_tasks.FinetuneTask: SentenceLabels,
+token_tagging.TokenTags, answer_spans.AnswerSpans) for batches, losses and metrics, and knows nothing else of it. It is observable and
 stoppable from another thread like `training.Trainer` and reuses its schedule (`lr_multiplier`), device choice and
 AdamW parameter groups; the budget counts training time only, so the validation passes that draw the accuracy
 curve do not eat into it.
@@ -10,14 +10,13 @@ curve do not eat into it.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import dataclasses
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,20 +27,25 @@ from bert_core.data.classification_data import (
     split_train_val,
     toy_topic_task,
 )
+from bert_core.data.answer_spans_data import QAData, load_squad, split_by_passage, toy_qa_task
+from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_sentences
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import adamw
-from bert_core.model.checkpoint import check_tokenizer_fits, save_checkpoint
+from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.hf import load_pretrained
-from bert_core.model.tokenization import BertTokenizer, train_tokenizer
-from bert_core.training.bag_of_words import fit_bag_of_words, texts_of
-from bert_core.training.finetune_tasks import (
-    FinetuneTask,
+from bert_core.model.tokenization import train_tokenizer
+from bert_core.training.finetune_results import (
+    FinetuneEval,
+    FinetuneResult,
+    FinetuneStep,
     Misclassified,
-    SentenceLabels,
     confusion_matrix,
-    label_metrics,
     macro_f1,
 )
+from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
+from bert_core.training.answer_spans import AnswerSpans
+from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
+from bert_core.training.token_tagging import TokenTags
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
 
@@ -52,11 +56,11 @@ __all__ = [
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
     "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
     "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
+    "split_task", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
 ]
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "finetune_result.json"
-BASELINE_NAME = "tfidf"  # the bag-of-words run of a comparison (BagOfWordsRun); drawn as a level line
 
 
 @dataclass(frozen=True)
@@ -103,93 +107,40 @@ class FinetuneConfig:
         return dataclasses.replace(self, **changes)
 
 
-@dataclass
-class FinetuneStep:
-    """One optimizer update."""
-
-    step: int
-    examples_seen: int
-    lr: float
-    loss: float
-    train_acc: float
-    grad_norm: float
-    elapsed_s: float  # training seconds so far (validation time excluded)
+# What each kind of task starts from when no flag or widget says otherwise. Sentence labels keep FinetuneConfig's
+# own defaults. Token tags and answer spans were measured with the shipped checkpoint (docs/benchmarks.md,
+# "Token tags and answer spans"): both want a larger rate than BERT-base's 2e-5 to 5e-5, as a 2-layer model with
+# hidden size 128 does; answer spans read a question and a passage, so their windows are longer.
+KIND_DEFAULTS: dict[str, dict] = {
+    "labels": {},
+    "tags": {"learning_rate": 1e-3},
+    "spans": {"learning_rate": 1e-3, "max_length": 256},
+}
 
 
-@dataclass
-class FinetuneEval:
-    """A pass over the validation set (step 0 = the fresh head, before any update)."""
-
-    step: int
-    elapsed_s: float
-    accuracy: float
-    macro_f1: float
-    loss: float
-
-
-@dataclass
-class FinetuneResult:
-    """Final validation metrics, curves and the trained model of one run."""
-
-    name: str
-    accuracy: float
-    macro_f1: float
-    loss: float
-    confusion: list[list[int]]  # rows: true label, columns: predicted label
-    label_names: list[str]
-    evals: list[FinetuneEval]
-    history: list[FinetuneStep]
-    misclassified: list[Misclassified]
-    steps: int
-    train_seconds: float
-    state: str
-    model: torch.nn.Module | None = field(default=None, repr=False)
-    tokenizer: object | None = field(default=None, repr=False)
-
-    def to_dict(self, with_history: bool = False) -> dict:
-        """JSON-able summary (the model is left out; the per-step history only when asked)."""
-        out = {
-            "name": self.name, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "loss": self.loss,
-            "confusion": self.confusion, "label_names": self.label_names, "steps": self.steps,
-            "train_seconds": self.train_seconds, "state": self.state,
-            "evals": [dataclasses.asdict(e) for e in self.evals],
-            "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
-        }
-        if with_history:
-            out["history"] = [dataclasses.asdict(e) for e in self.history]
-        return out
+def kind_config(kind: str) -> FinetuneConfig:
+    """FinetuneConfig with a kind's defaults (KIND_DEFAULTS)."""
+    if kind not in KIND_DEFAULTS:
+        raise BertCoreError(f"unknown kind of task {kind!r}; the kinds are {', '.join(KIND_DEFAULTS)}")
+    return FinetuneConfig(**KIND_DEFAULTS[kind])
 
 
 # ---------------------------------------------------------------------------------------------- models
-
-
-@contextlib.contextmanager
-def _seeded(seed: int):
-    """Run under a private copy of torch's global generator, seeded (model construction, a run's dropout masks),
-    leaving the caller's intact."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
     """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder (+ pooler), a fresh
     head; a causal (GPT-style) folder gives a classifier reading the last token (model.LAST_TOKEN_POOLING)."""
     folder = Path(folder)
-    with _seeded(seed):
+    with seeded(seed):
         model = load_pretrained(folder, model_class=SentenceLabels.head, num_labels=num_labels)
-    if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
-        raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
-                            "the model was pretrained with")
-    tokenizer = BertTokenizer.load(folder)
-    check_tokenizer_fits(tokenizer, model.config, folder)
-    return model, tokenizer
+    return model, tokenizer_of(folder, model.config)
 
 
 def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
     """A classifier whose encoder (+ pooler) are copies of `pretrained.bert` (e.g. the app's active model), fresh
     head; reading the last token when `pretrained` is causal (model.LAST_TOKEN_POOLING), so GPT fine-tunes too."""
-    with _seeded(seed):
+    with seeded(seed):
         model = SentenceLabels.head(pretrained.config, num_labels)
     model.bert.load_state_dict(pretrained.bert.state_dict())
     return model
@@ -207,7 +158,7 @@ def set_dropout(model, p: float) -> None:
 
 def classifier_from_scratch(config, num_labels: int, seed: int = 0):
     """A randomly initialised classifier of the given BertConfig: the no-pretraining baseline."""
-    with _seeded(seed):
+    with seeded(seed):
         return SentenceLabels.head(config, num_labels)
 
 
@@ -216,7 +167,7 @@ def save_classifier(result: FinetuneResult, folder) -> Path:
     atomically: a failed write (full disk, read-only folder) leaves what was there whole."""
     if result.model is None:
         raise BertCoreError("this result holds no model to save")
-    return save_checkpoint(folder, result.model, tokenizer=result.tokenizer, label_names=result.label_names,
+    return save_checkpoint(folder, result.model, tokenizer=result.tokenizer, label_names=result.label_names or None,
                            extra={RESULT_FILE: result.to_dict()})
 
 
@@ -309,7 +260,7 @@ class Finetuner(RunLoop):
     # ------------------------------------------------------------------ the loop's hooks (run_loop.RunLoop.run)
 
     def _run_context(self):
-        return _seeded(self.config.seed)  # dropout masks repeat with the seed; the caller's RNG state comes back
+        return seeded(self.config.seed)  # dropout masks repeat with the seed; the caller's RNG state comes back
 
     def _before_loop(self) -> None:
         cfg = self.config
@@ -343,6 +294,7 @@ class Finetuner(RunLoop):
             name=self.name, accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
             label_names=ev.label_names, evals=self.evals, history=self.history, misclassified=ev.misclassified,
             steps=self.step, train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
+            kind=self.task.kind, metric_names=self.task.metric_names, details=ev.details,
         )
 
     def _after_run(self, final: str) -> None:
@@ -390,10 +342,12 @@ def _task_of(train: ClassificationData | None, val: ClassificationData | None,
     return task
 
 
-def finetune(model, tokenizer, train: ClassificationData, val: ClassificationData,
-             config: FinetuneConfig = FinetuneConfig(), name: str = "run", callbacks=()) -> FinetuneResult:
-    """Fine-tune `model` in this thread and return its result; a failure raises BertCoreError."""
-    tuner = Finetuner(model, tokenizer, train, val, config, name=name, callbacks=callbacks)
+def finetune(model, tokenizer, train: ClassificationData | None = None, val: ClassificationData | None = None,
+             config: FinetuneConfig = FinetuneConfig(), name: str = "run", callbacks=(), *,
+             task: FinetuneTask | None = None) -> FinetuneResult:
+    """Fine-tune `model` on sentence labels (`train`, `val`) or on `task`, in this thread, and return its result;
+    a failure raises BertCoreError."""
+    tuner = Finetuner(model, tokenizer, train, val, config, name=name, callbacks=callbacks, task=task)
     result = tuner.run()
     if tuner.error is not None or result is None:
         raise BertCoreError(tuner.error or "fine-tuning produced no result")
@@ -403,81 +357,29 @@ def finetune(model, tokenizer, train: ClassificationData, val: ClassificationDat
 # ---------------------------------------------------------------------------------------------- comparisons
 
 
-class BagOfWordsRun:
-    """The bag-of-words baseline (bag_of_words: TF-IDF + logistic regression) as one run of a comparison: fitted on
-    `train`, evaluated once on `val`; its result a FinetuneResult whose `model` is the BagOfWordsClassifier (no
-    steps, no curve: a level line). Shaped like a Finetuner (name, state, step, evals, callbacks, progress, run,
-    stop, error, result) so that FinetuneComparison and the app's training process carry it unchanged."""
-
-    budgeted = False  # fitting takes seconds, not a share of the comparison's budget: left out of its progress
-
-    def __init__(self, train: ClassificationData, val: ClassificationData, seed: int = 0, name: str = BASELINE_NAME,
-                 num_misclassified: int = 20, callbacks: Sequence[Callable[[object], None]] = ()):
-        self.train_data, self.val_data, self.seed, self.name = train, val, seed, name
-        self.num_misclassified = num_misclassified
-        self.callbacks = list(callbacks)
-        self.state, self.step, self.evals = "idle", 0, []
-        self.error: str | None = None
-        self.result: FinetuneResult | None = None
-        self._seconds = 0.0
-        self._stopped = False
-
-    @property
-    def progress(self) -> Progress:
-        done = self.state in ("finished", "stopped", "failed")
-        return Progress(fraction=1.0 if done else 0.0, eta_s=0.0 if done else None, step=0, elapsed_s=self._seconds)
-
-    def stop(self) -> None:
-        self._stopped = True
-
-    def run(self) -> FinetuneResult | None:
-        """Fit and evaluate; never raises (a failure sets `error` and state 'failed')."""
-        if self._stopped:
-            self.state = "stopped"
-            return None
-        self.state = "running"
-        start = time.perf_counter()
-        try:
-            model = fit_bag_of_words(self.train_data, self.seed)
-            self._seconds = time.perf_counter() - start  # fitting time: a neural run counts training time only
-            probs = model.probabilities(texts_of(self.val_data))
-        except BertCoreError as exc:
-            self.error, self.state = str(exc), "failed"
-            return None
-        data = self.val_data
-        pred = [max(range(len(p)), key=p.__getitem__) for p in probs]
-        loss = -sum(math.log(max(p[t], 1e-12)) for p, t in zip(probs, data.labels)) / max(len(data), 1)
-        ev = label_metrics(data, range(len(data)), data.labels, pred, lambda i, y: probs[i][y], loss,
-                           self.num_misclassified)
-        self.evals.append(FinetuneEval(0, self._seconds, ev.accuracy, ev.macro_f1, ev.loss))
-        self.result = FinetuneResult(
-            name=self.name, accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
-            label_names=ev.label_names, evals=self.evals, history=[], misclassified=ev.misclassified, steps=0,
-            train_seconds=self._seconds, state="finished", model=model)
-        self.state = "finished"
-        for callback in self.callbacks:
-            callback(self.evals[-1])
-        return self.result
-
-
 class FinetuneComparison:
     """Several fine-tuning runs ("pretrained", then "scratch", or a race of pretrained models) with one config, one
-    after the other on this thread; with `baseline`, the bag-of-words line (BagOfWordsRun) first,
-    on the same split.
+    after the other on this thread, on one task kind: sentence labels over `train` and `val`, or the given `task`
+    (each run gets its own copy, encoded with its own tokenizer); with `baseline`, the kind's baseline lines first
+    (sentence labels: TF-IDF + logistic regression; token tags: the majority-tag lines), on the same split.
 
     Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
     """
 
-    def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData,
-                 val: ClassificationData, config: FinetuneConfig, callbacks=(), baseline: bool = False):
-        self.train_data, self.val_data, self.config = train, val, config
+    def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData | None = None,
+                 val: ClassificationData | None = None, config: FinetuneConfig = FinetuneConfig(), callbacks=(),
+                 baseline: bool = False, *, task: FinetuneTask | None = None):
+        self.task = _task_of(train, val, task)
+        self.train_data, self.val_data, self.config = self.task.train_data, self.task.val_data, config
+        # What the page shows without holding the task (a training process sends these to the server).
+        self.task_kind, self.metric_names, self.primary = self.task.kind, self.task.metric_names, self.task.primary
         names = [name for name, _, _ in runs]
         if len(set(names)) != len(names):
             raise BertCoreError(f"two runs of a comparison share a name: {', '.join(names)}")
-        self.tuners = [Finetuner(m, tok, train, val, config, name=name, callbacks=callbacks) for name, m, tok in runs]
+        self.tuners = [Finetuner(m, tok, config=config, name=name, callbacks=callbacks, task=copy.copy(self.task))
+                       for name, m, tok in runs]
         if baseline:
-            self.tuners.insert(0, BagOfWordsRun(train, val, config.seed, num_misclassified=config.num_misclassified,
-                                                callbacks=callbacks))
+            self.tuners[:0] = self.task.baselines(config.seed, config.num_misclassified, callbacks)
         self.error: str | None = None
         self._stop = threading.Event()
         self._started = False
@@ -539,20 +441,33 @@ def comparison_config(settings: dict) -> FinetuneConfig:
                           device="cpu", eval_points=10)
 
 
-def build_comparison(data: ClassificationData, model, tokenizer, settings: dict, others=(),
-                     baseline: bool = False) -> "FinetuneComparison":
-    """The Fine-tune page's runs: split `data`, copy `model` into a classifier ("pretrained") and make its
-    from-scratch twin ("scratch"), each for the same time budget; `others` ((name, model, tokenizer) of more
-    pretrained models, e.g. a GPT-style one beside a BERT) race from their own weights with the same data, budget
-    and seed, and `baseline` adds the bag-of-words line. `settings`: train, val (sizes), seed, budget (s), lr, batch,
-    maxlen. Module-level so that it can run in the app's training process."""
-    train, val = split_train_val(data, settings["train"], settings["val"], seed=settings["seed"])
+def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0) -> FinetuneTask:
+    """The task kind of `data` over a seeded train / validation split of it: sentence labels (ClassificationData),
+    token tags (TaggedSentences, split by sentence) or answer spans (QAData, split by passage)."""
+    if isinstance(data, ClassificationData):
+        return SentenceLabels(*split_train_val(data, train_size, val_size, seed=seed))
+    if isinstance(data, TaggedSentences):
+        return TokenTags(*split_sentences(data, train_size, val_size, seed=seed))
+    if isinstance(data, QAData):
+        return AnswerSpans(*split_by_passage(data, train_size, val_size, seed=seed))
+    raise BertCoreError(f"no fine-tuning kind for {type(data).__name__}")
+
+
+def build_comparison(data, model, tokenizer, settings: dict, others=(), baseline: bool = False) -> "FinetuneComparison":
+    """The Fine-tune page's runs: split `data` (labelled sentences, tagged sentences or questions: split_task), give
+    a copy of `model`'s encoder the kind's head ("pretrained") and make its from-scratch twin ("scratch"), each for
+    the same time budget; `others` ((name, model, tokenizer) of more pretrained models, e.g. a GPT-style one beside
+    a BERT) race from their own weights with the same data, budget and seed, and `baseline` adds the kind's baseline
+    lines. `settings`: train, val (sizes), seed, budget (s), lr, batch, maxlen. Module-level so that it can run in
+    the app's training process."""
+    seed = settings["seed"]
+    task = split_task(data, settings["train"], settings["val"], seed)
     config = comparison_config(settings)
-    pre = classifier_from_model(model, data.num_labels, settings["seed"])
+    pre = task.head_from_model(model, seed)
     runs = [("pretrained", pre, tokenizer)]
-    runs += [(name, classifier_from_model(m, data.num_labels, settings["seed"]), tok) for name, m, tok in others]
-    runs.append(("scratch", scratch_twin(pre, data.num_labels, settings["seed"]), tokenizer))
-    return FinetuneComparison(runs, train, val, config, baseline=baseline)
+    runs += [(name, task.head_from_model(m, seed), tok) for name, m, tok in others]
+    runs.append(("scratch", task.new_head(pre.config, seed), tokenizer))
+    return FinetuneComparison(runs, config=config, baseline=baseline, task=task)
 
 
 def scratch_twin(model, num_labels: int, seed: int = 0):
@@ -560,19 +475,39 @@ def scratch_twin(model, num_labels: int, seed: int = 0):
     return classifier_from_scratch(model.config, num_labels, seed)
 
 
-def tokenizer_for_scratch(train: ClassificationData, vocab_size: int = 8000):
-    """A WordPiece tokenizer trained on the training texts, for a from-scratch model: no checkpoint lends it one."""
-    texts = list(train.texts) + list(train.texts_b or [])
+def tokenizer_for_scratch(train, vocab_size: int = 8000):
+    """A WordPiece tokenizer trained on the training texts (sentences, tagged sentences' words, or questions and
+    their passages), for a from-scratch model: no checkpoint lends it one."""
+    if isinstance(train, TaggedSentences):
+        texts = [" ".join(words) for words in train.words]
+    elif isinstance(train, QAData):
+        texts = sorted({ex.context for ex in train.examples}) + [ex.question for ex in train.examples]
+    else:
+        texts = list(train.texts) + list(train.texts_b or [])
     return train_tokenizer(texts, vocab_size=vocab_size)
 
 
+BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
+                  "toy-qa": "who went where and what they found, in toy stories (answer spans)"}
+
+
 def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
-              drop_empty=False, seed: int = 0) -> ClassificationData:
-    """The labelled data for a run: a CSV file, or the built-in toy topic task when `task == "toy"`."""
-    if csv is not None and task is not None:
-        raise BertCoreError("give a CSV file or a built-in task, not both")
+              drop_empty=False, seed: int = 0, *, conll=None, tag_column: str | int = "chunk", squad=None):
+    """The data for a run: a labelled CSV (sentence labels), a CoNLL file (token tags, `tag_column`), a SQuAD v1.1
+    JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy topics when nothing is given)."""
+    given = [name for name, value in (("a CSV file", csv), ("a CoNLL file", conll), ("a SQuAD file", squad),
+                                      ("a built-in task", task)) if value is not None]
+    if len(given) > 1:
+        raise BertCoreError(f"give one source of data, not {' and '.join(given)}")
     if csv is not None:
         return load_classification_csv(csv, text_columns, label_column, as_pair=as_pair, drop_empty=drop_empty)
+    if conll is not None:
+        return read_conll(conll, tag_column)
+    if squad is not None:
+        return load_squad(squad)
     if task in (None, "toy"):
         return toy_topic_task(seed)
-    raise BertCoreError(f"unknown task {task!r}; the built-in task is 'toy' (or give --csv FILE)")
+    if task == "toy-qa":
+        return toy_qa_task(seed)
+    raise BertCoreError(f"unknown task {task!r}; the built-in tasks are {', '.join(BUILT_IN_TASKS)} (or give "
+                        "--csv, --conll or --squad FILE)")

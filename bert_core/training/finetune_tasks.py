@@ -1,59 +1,64 @@
-"""Kinds of fine-tuning: what a kind brings to the one fine-tuning loop (finetune.Finetuner), and the kind there is.
+"""Kinds of fine-tuning: what a kind brings to the one fine-tuning loop (finetune.Finetuner), and sentence labels.
 
-A kind is a small object holding its data, its head (the model class it trains), the collation of its batches, its
-loss and its metrics. The loop asks it for batches, for the loss of a training batch and for the figures of a
-validation pass, and knows nothing else about it. `SentenceLabels` is the one kind today: a label per sentence (or
-sentence pair) for BertForSequenceClassification. Token tags (BertForTokenClassification) and answer spans
-(BertForQuestionAnswering) are further FinetuneTasks, run by the same loop.
+A kind is a small object holding its data, its head (the model class it trains, and how to build one from a
+pretrained model, a checkpoint folder or nothing), the collation of its batches, its loss, its metrics and its
+baseline lines. The loop asks it for batches, for the loss of a training batch and for the figures of a validation
+pass, and knows nothing else about it. Three kinds, as in the BERT paper's fine-tuning figure:
+- `SentenceLabels` (here): a label per sentence or sentence pair, BertForSequenceClassification;
+- `token_tagging.TokenTags`: a tag per word (chunks, entities, parts of speech), BertForTokenClassification;
+- `answer_spans.AnswerSpans`: the answer to a question as a span of its passage, BertForQuestionAnswering.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import torch
 
 from bert_core.data.classification_data import ClassificationData, encode_examples, eval_batches, train_batches
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForSequenceClassification
+from bert_core.model.checkpoint import check_tokenizer_fits
+from bert_core.model.hf import load_pretrained
+from bert_core.model.tokenization import BertTokenizer
+from bert_core.training.baseline_runs import BagOfWordsRun
+from bert_core.training.finetune_results import LABEL_METRICS, Evaluation, StepLoss, label_metrics
 
-__all__ = ["FinetuneTask", "StepLoss", "Evaluation", "Misclassified", "SentenceLabels", "label_metrics",
-           "confusion_matrix", "macro_f1"]
-
-
-@dataclass
-class Misclassified:
-    """A validation example the classifier got wrong, with how sure it was."""
-
-    text: str
-    true_label: str
-    predicted_label: str
-    confidence: float
+__all__ = ["FinetuneTask", "SentenceLabels", "seeded", "copy_encoder", "tokenizer_of"]
 
 
-@dataclass
-class StepLoss:
-    """A training batch through the model: the loss to backpropagate, the batch's score for the step's event (a 0-d
-    tensor, read only after the update so the step does not wait on it) and how many examples the batch holds."""
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Run under a private copy of torch's global generator, seeded (a head's initialisation, a run's dropout
+    masks), leaving the caller's intact."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
-    loss: torch.Tensor
-    score: torch.Tensor
-    examples: int
+
+def copy_encoder(source, target) -> None:
+    """Copy `source.bert`'s weights into `target.bert` (a fine-tuning head on a pretrained encoder). The pooler is
+    copied when the target has one: a tagger or an answer-span head reads the tokens, not the pooled [CLS]."""
+    wanted = target.bert.state_dict()
+    state = {k: v for k, v in source.bert.state_dict().items() if k in wanted}
+    missing = [k for k in wanted if k not in state and not k.startswith("pooler.")]
+    if missing:
+        raise BertCoreError(f"the pretrained model lacks {len(missing)} encoder weight(s), e.g. {missing[0]}")
+    target.bert.load_state_dict(state, strict=False)
 
 
-@dataclass
-class Evaluation:
-    """A validation pass: the kind's two headline figures (drawn as the curve) and its loss, then the final result's
-    details (a kind without labels leaves them empty)."""
-
-    accuracy: float
-    macro_f1: float
-    loss: float
-    confusion: list[list[int]] = field(default_factory=list)  # rows: true label, columns: predicted label
-    label_names: list[str] = field(default_factory=list)
-    misclassified: list[Misclassified] = field(default_factory=list)
+def tokenizer_of(folder: Path, config) -> BertTokenizer:
+    """The tokenizer a checkpoint folder was pretrained with (fine-tuning needs that one), checked against its
+    model."""
+    if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
+        raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
+                            "the model was pretrained with")
+    tokenizer = BertTokenizer.load(folder)
+    check_tokenizer_fits(tokenizer, config, folder)
+    return tokenizer
 
 
 class FinetuneTask(abc.ABC):
@@ -61,6 +66,41 @@ class FinetuneTask(abc.ABC):
     of a kind. Batches are anything with `.to(device)`; the loop moves them and passes them back unopened."""
 
     head: type = torch.nn.Module  # the model class this kind fine-tunes (sentence labels: what classifier_from_* build)
+    kind = "labels"               # "labels", "tags" or "spans": what the app and the CLI show
+    metric_names = LABEL_METRICS  # what Evaluation.accuracy and .macro_f1 measure for this kind
+    primary = 0                   # which of the two figures ranks the runs of a race (0: accuracy, 1: macro_f1)
+
+    def head_kwargs(self) -> dict:
+        """What the head's constructor needs beside the config (e.g. the label count)."""
+        return {}
+
+    @property
+    def label_names(self) -> list[str] | None:
+        """The names a saved head's id2label holds (None: a head without labels)."""
+        return None
+
+    def new_head(self, config, seed: int = 0):
+        """A randomly initialised head of `config` (the from-scratch run), seeded."""
+        with seeded(seed):
+            return self.head(config, **self.head_kwargs())
+
+    def head_from_model(self, pretrained, seed: int = 0):
+        """A fresh head (seeded) on a copy of `pretrained`'s encoder, e.g. the app's active model."""
+        model = self.new_head(pretrained.config, seed)
+        copy_encoder(pretrained, model)
+        return model
+
+    def head_from_checkpoint(self, folder, seed: int = 0):
+        """(head, tokenizer) from a checkpoint folder: its encoder, and its head when the folder is a head of this
+        kind with the same labels, else a fresh one (seeded)."""
+        folder = Path(folder)
+        with seeded(seed):
+            model = load_pretrained(folder, model_class=self.head, **self.head_kwargs())
+        return model, tokenizer_of(folder, model.config)
+
+    def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
+        """Runs that draw this kind's baseline lines in a race (shaped like a Finetuner; see baseline_runs)."""
+        return []
 
     @abc.abstractmethod
     def check(self, model) -> None:
@@ -117,6 +157,18 @@ class SentenceLabels(FinetuneTask):
         self._train_encoded: list[dict] | None = None
         self._val_encoded: list[dict] | None = None
 
+    def head_kwargs(self) -> dict:
+        return {"num_labels": self.train_data.num_labels}
+
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.train_data.label_names)
+
+    def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
+        """The bag-of-words line (TF-IDF + logistic regression) on the same split."""
+        return [BagOfWordsRun(self.train_data, self.val_data, seed, num_misclassified=num_misclassified,
+                              callbacks=callbacks)]
+
     def check(self, model) -> None:
         """Refuse a classifier whose output count is not the data's label count."""
         if model.num_labels != self.train_data.num_labels:
@@ -163,39 +215,3 @@ class SentenceLabels(FinetuneTask):
                              loss_sum / max(len(truth), 1), num_misclassified)
 
 
-# ---------------------------------------------------------------------------------------------- label metrics
-
-
-def label_metrics(data: ClassificationData, rows: Sequence[int], truth: Sequence[int], predicted: Sequence[int],
-                  confidence: Callable[[int, int], float], loss: float, num_misclassified: int) -> Evaluation:
-    """The Evaluation of label predictions on `data` (`rows` index it; `confidence(i, label)` is the i-th prediction's
-    probability of `label`), shared by a fine-tuned classifier and the bag-of-words baseline."""
-    confusion = confusion_matrix(truth, predicted, data.num_labels)
-    wrong = []
-    if num_misclassified:  # the validation passes that draw the curve need no mistakes
-        wrong = [Misclassified(data.example_text(r), data.label_names[t], data.label_names[p], confidence(i, p))
-                 for i, (r, t, p) in enumerate(zip(rows, truth, predicted)) if t != p]
-        wrong.sort(key=lambda m: -m.confidence)
-    accuracy = sum(t == p for t, p in zip(truth, predicted)) / max(len(truth), 1)
-    return Evaluation(accuracy, macro_f1(confusion), loss, confusion, list(data.label_names),
-                      wrong[:num_misclassified])
-
-
-def confusion_matrix(truth: Sequence[int], predicted: Sequence[int], num_labels: int) -> list[list[int]]:
-    """K x K counts, rows = true label, columns = predicted label."""
-    m = [[0] * num_labels for _ in range(num_labels)]
-    for t, p in zip(truth, predicted):
-        m[t][p] += 1
-    return m
-
-
-def macro_f1(confusion: list[list[int]]) -> float:
-    """Unweighted mean over classes of F1 (a class never predicted nor present scores 0, as sklearn does)."""
-    k = len(confusion)
-    scores = []
-    for c in range(k):
-        tp = confusion[c][c]
-        predicted = sum(confusion[r][c] for r in range(k))
-        actual = sum(confusion[c])
-        scores.append(2 * tp / (predicted + actual) if predicted + actual else 0.0)
-    return sum(scores) / k
