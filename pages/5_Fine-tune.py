@@ -15,7 +15,13 @@ from bert_core.inspect import finetune_figures
 from bert_core.paths import shared_data_dir
 from bert_core.serve import app_state, jobs, model_sources
 from bert_core.training.answer_spans import answer_question
-from bert_core.training.finetune import build_comparison, comparison_config, result_probabilities, split_task
+from bert_core.training.finetune import (
+    build_comparison,
+    comparison_config,
+    finetune_learning_rate,
+    result_probabilities,
+    split_task,
+)
 from bert_core.training.token_tagging import tag_words
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
@@ -51,8 +57,10 @@ ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
 SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
          "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
 # What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
-KIND_SETTINGS = {"labels": dict(budget=30, lr=1e-3, maxlen=64), "tags": dict(budget=30, lr=1e-3, maxlen=128),
-                 "spans": dict(budget=60, lr=1e-3, maxlen=256)}
+KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
+                 "spans": dict(budget=60, maxlen=256)}
+# The learning rate suits the active model's size (finetune_learning_rate: 1e-3 for the shipped tiny model).
+SUGGESTED_LR = finetune_learning_rate(active.config) if active is not None else 1e-3
 BASELINE_LABELS = {"labels": "Bag-of-words baseline: TF-IDF + logistic regression",
                    "tags": "Majority-tag baselines: each word's, and each POS tag's, most frequent tag",
                    "spans": "Baseline (none for answer spans)"}
@@ -62,13 +70,16 @@ BASELINE_HELP = {"labels": "Fitted on the same training split in seconds (scikit
                          "official test set.",
                  "spans": "Answer spans have no cheap baseline here."}
 
-defaults = dict(kind="labels", data="toy", train=200, val=500, seed=0, budget=30, lr=1e-3, batch=32, maxlen=64,
-                tag_column="chunk")
+defaults = dict(kind="labels", data="toy", train=200, val=500, seed=0, budget=30, lr=SUGGESTED_LR, batch=32,
+                maxlen=64, tag_column="chunk")
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
 app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
                        "ft_second", "ft_baseline")
+if st.session_state.get("_ft_suggested_lr", SUGGESTED_LR) != SUGGESTED_LR:
+    st.session_state["ft_lr"] = SUGGESTED_LR  # an active model of another size: the rate that suits it
+st.session_state["_ft_suggested_lr"] = SUGGESTED_LR
 if st.session_state["ft_kind"] not in KINDS:
     st.session_state["ft_kind"] = "labels"
 if st.session_state["ft_data"] not in DATASETS[st.session_state["ft_kind"]]:
@@ -169,7 +180,8 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         st.markdown("**Budget (each model)**")
         st.number_input("Training seconds per model", 1, 600, step=5, key="ft_budget")
         st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr",
-                        help="1e-3 suits the tiny shipped model; BERT-base wants about 2e-5 to 5e-5")
+                        help=f"{SUGGESTED_LR:.2g} suits the active model's size (1e-3 x (128 / hidden)²: 1e-3 for "
+                             "the tiny shipped model, about 3e-5 for BERT-base)")
         st.number_input("Batch size", 1, 256, key="ft_batch")
         st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
     st.markdown("**The race** (optional)")

@@ -14,7 +14,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForPreTraining, BertForSequenceClassification
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
-from bert_core.model.tokenization import train_tokenizer
+from bert_core.model.tokenization import BertTokenizer, train_tokenizer
 from bert_core.training.finetune import (
     FinetuneConfig,
     Finetuner,
@@ -381,3 +381,24 @@ def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
     next(b for b in at.button if "Fine-tune both" in b.label).click().run()
     assert not at.exception
     assert any("has only 3000" in e.value for e in at.error)
+
+
+def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli.main import main
+    from bert_core.training.finetune import finetune_learning_rate
+
+    assert finetune_learning_rate(BertConfig.preset("tiny")) == 1e-3  # measured best for the shipped model
+    assert finetune_learning_rate(BertConfig.preset("mini")) == pytest.approx(2.5e-4)
+    assert 2e-5 <= finetune_learning_rate(BertConfig.preset("base")) <= 5e-5  # the BERT paper's range
+    wide = tmp_path / "mini"
+    tokenizer = BertTokenizer.load(checkpoint)
+    save_pretrained(BertForPreTraining(BertConfig.preset("mini", vocab_size=tokenizer.vocab_size,
+                                                         max_position_embeddings=64)), wide, tokenizer=tokenizer)
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    rates = []
+    for folder, flags in ((checkpoint, []), (wide, []), (wide, ["--lr", "5e-4"])):
+        code = main(["finetune", "--checkpoint", str(folder), "--csv", str(csv), "--train-size", "40",
+                     "--val-size", "20", "--steps", "1", "--max-length", "32", "--device", "cpu", "--json", *flags])
+        assert code == 0
+        rates.append(json.loads(capsys.readouterr().out)["config"]["learning_rate"])
+    assert rates == [1e-3, pytest.approx(2.5e-4), 5e-4]

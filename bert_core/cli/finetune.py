@@ -25,6 +25,7 @@ from bert_core.training.finetune import (
     FinetuneEval,
     FinetuneResult,
     finetune,
+    finetune_learning_rate,
     kind_config,
     load_task,
     save_classifier,
@@ -75,8 +76,8 @@ def add_parser(subparsers):
     budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
     budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
     p.add_argument("--lr", type=POSITIVE,
-                   help="peak learning rate (default: the kind's: " +
-                        ", ".join(f"{k} {kind_config(k).learning_rate:g}" for k in KIND_DEFAULTS) + ")")
+                   help="peak learning rate (default: from the model's size, 1e-3 x (128 / hidden)^2 within 2e-5 "
+                        "to 1e-3: 1e-3 for the shipped tiny model, 2.5e-4 for mini, 2.8e-5 for BERT-base)")
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
     p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
                    help="tokens per example (default: the kind's: " +
@@ -134,6 +135,7 @@ def config_from_args(args) -> FinetuneConfig:
     defaults = kind_config(data_kind(args))
     steps = args.steps
     budget = args.time_budget if args.time_budget is not None else (None if steps else defaults.time_budget_s)
+    # Without --lr the rate is set from the model's size once its config is read (_checked_models).
     return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
                             warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
                             max_length=args.max_length or defaults.max_length, dropout=args.dropout,
@@ -253,6 +255,8 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
             raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
                                 "--scratch-preset NAME")
         bound = BertConfig.load(require_checkpoint_folder(folder))
+    if args.lr is None:
+        config = config.replace(learning_rate=finetune_learning_rate(bound))
     # Every racer is checked before any data is read; the shortest model's positions bound them all.
     for bound in [bound, *(BertConfig.load(require_checkpoint_folder(c)) for c in compares.values())]:
         if resolve_device(config.device).type == "cpu":
