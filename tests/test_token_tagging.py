@@ -172,3 +172,11 @@ def test_the_page_fine_tunes_a_tagger_and_tags_a_held_out_sentence(shared_data, 
     assert "chunk F1" in table.columns
     assert any(h.value == "Tag a sentence with each" for h in at.subheader)
     assert not at.error
+
+
+def test_a_tag_column_without_a_conll_file_is_one_error_line(checkpoint, capsys):
+    from bert_core.cli.main import main
+
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--task", "toy", "--tag-column", "pos", "--steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "--tag-column" in err[0] and "--conll" in err[0], err

@@ -212,6 +212,8 @@ def _race_names(folders: list[Path]) -> dict[str, Path]:
 def run(args) -> int:
     """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
+    if args.tag_column != "chunk" and args.conll is None:
+        raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE with it")
     config = config_from_args(args)
     compares = _race_names([Path(c) for c in args.compare or ()])
     if args.out is not None:
