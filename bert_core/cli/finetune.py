@@ -173,7 +173,7 @@ def format_results(results: list[FinetuneResult]) -> str:
     return "\n".join(lines)
 
 
-def _progress_printer(name: str, stream, metric_names=("accuracy", "macro-F1")):
+def _progress_printer(name: str, stream, metric_names):
     def callback(event):
         if isinstance(event, FinetuneEval):
             print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation {metric_names[0]} "

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from bert_core.data.batching import length_grouped_batches
+from bert_core.data.splits import split_sizes
 from bert_core.data.toy_grammar import (
     ADJECTIVE_OF,
     COLOURS,
@@ -276,8 +277,6 @@ def load_squad(path_or_bytes: str | Path | bytes, name: str = "upload.json") -> 
 _GO_VERBS = ["went", "walked", "ran", "hurried", "travelled", "went"]
 _FIND_VERBS = ["found", "found", "discovered", "spotted"]
 _NUMBERS = ["two", "three", "four", "five", "some", "several"]
-_TIME_PHRASES = ["In the morning", "In the afternoon", "Later that day", "After breakfast", "Early on Monday",
-                 "On Saturday", "That evening"]
 _WEATHER = ["It was a {adj} {time}.", "The sky was {colour} and the wind was {wind}.",
             "It rained for most of the {time}.", "The sun was shining all {time}."]
 _FEELINGS = ["{name} felt {feeling}.", "{name} was {feeling} all day.", "Everyone was {feeling}.",
@@ -323,7 +322,6 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
     topic = rng.choice(sorted(TOPICS))
     k = rng.randint(2, 4)
     names = rng.sample(MALE_NAMES + FEMALE_NAMES, k)
-    pronouns = ["he" if n in MALE_NAMES else "she" for n in names]
     # Places must differ so "Who went to the barn?" has one answer; a topic has three, so a fourth character
     # goes to a place of another topic.
     places = rng.sample(TOPICS[topic]["places"], min(k, 3))
@@ -432,16 +430,9 @@ def split_by_passage(
     if len(passages) < 2:
         raise BertCoreError(f"{data.source or 'the data'} has {len(passages)} passage(s); a split that keeps "
                             "passages apart needs at least 2. Add more passages.")
-    if val_size is None:
-        val_size = max(1, round(n * val_fraction))
     rest = train_size is None
-    if train_size is None:
-        train_size = max(1, n - val_size)
-    if train_size < 1 or val_size < 1:
-        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
-    if train_size + val_size > n:
-        raise BertCoreError(f"asked for {train_size} training + {val_size} validation questions but "
-                            f"{data.source or 'the data'} has only {n}. Ask for at most {n} in all.")
+    train_size, val_size = split_sizes(n, train_size, val_size, val_fraction=val_fraction, source=data.source,
+                                       unit="questions")
     random.Random(seed).shuffle(passages)
     val: list[int] = []
     taken = 0

@@ -21,6 +21,7 @@ import torch
 
 from bert_core.data.batching import length_grouped_batches
 from bert_core.data.corpora import generate_toy_corpus
+from bert_core.data.splits import seeded_split
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 
@@ -374,22 +375,10 @@ def split_train_val(
     val_fraction: float = 0.1,
 ) -> tuple[ClassificationData, ClassificationData]:
     """A seeded, disjoint train / validation split of the given sizes (defaults: 10% validation, the rest train)."""
-    n = len(data)
-    if val_size is None:
-        val_size = max(1, round(n * val_fraction))
-    if train_size is None:
-        train_size = n - val_size
-    if train_size < 1 or val_size < 1:
-        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
-    if train_size + val_size > n:
-        raise BertCoreError(
-            f"asked for {train_size} training + {val_size} validation examples but {data.source or 'the data'} "
-            f"has only {n}. Ask for at most {n} in all."
-        )
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    val = data.subset(sorted(order[:val_size]), " (validation)")
-    train = data.subset(sorted(order[val_size : val_size + train_size]), " (train)")
+    train_rows, val_rows = seeded_split(len(data), train_size, val_size, seed=seed, val_fraction=val_fraction,
+                                        source=data.source)
+    val = data.subset(val_rows, " (validation)")
+    train = data.subset(train_rows, " (train)")
     if len(set(train.labels)) < 2:
         raise BertCoreError("the training split holds a single class; use more examples or another seed.")
     return train, val

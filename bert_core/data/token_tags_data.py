@@ -12,7 +12,6 @@ Pure and seeded: the same file and seed give the same split and the same batches
 
 from __future__ import annotations
 
-import random
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from bert_core.data.batching import length_grouped_batches
+from bert_core.data.splits import seeded_split
 from bert_core.errors import BertCoreError
 
 __all__ = [
@@ -362,23 +362,9 @@ def split_sentences(
     val_fraction: float = 0.1,
 ) -> tuple[TaggedSentences, TaggedSentences]:
     """A seeded, disjoint train / validation split of sentences (defaults: 10% validation, the rest train)."""
-    n = len(data)
-    if val_size is None:
-        val_size = max(1, round(n * val_fraction))
-    if train_size is None:
-        train_size = n - val_size
-    if train_size < 1 or val_size < 1:
-        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
-    if train_size + val_size > n:
-        raise BertCoreError(
-            f"asked for {train_size} training + {val_size} validation sentences but {data.source or 'the data'} "
-            f"has only {n}. Ask for at most {n} in all."
-        )
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    val = data.subset(sorted(order[:val_size]), " (validation)")
-    train = data.subset(sorted(order[val_size : val_size + train_size]), " (train)")
-    return train, val
+    train_rows, val_rows = seeded_split(len(data), train_size, val_size, seed=seed, val_fraction=val_fraction,
+                                        source=data.source, unit="sentences")
+    return data.subset(train_rows, " (train)"), data.subset(val_rows, " (validation)")
 
 
 # -- encoding ------------------------------------------------------------------------------------------------------

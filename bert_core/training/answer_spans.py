@@ -31,7 +31,7 @@ from bert_core.model.bert import BertForQuestionAnswering
 from bert_core.training.finetune_results import Evaluation, Misclassified, StepLoss
 from bert_core.training.finetune_tasks import FinetuneTask
 
-__all__ = ["AnswerSpans", "SPAN_ANSWER_METRICS", "Answer", "answer_question", "doc_stride_for"]
+__all__ = ["AnswerSpans", "SPAN_ANSWER_METRICS", "Answer", "answer_question", "doc_stride_for", "window_log_probs"]
 
 SPAN_ANSWER_METRICS = ("exact match", "F1")
 
@@ -40,6 +40,12 @@ def doc_stride_for(max_length: int) -> int:
     """How many tokens consecutive windows of a long passage share: a quarter of the window, as Hugging Face's
     run_qa defaults do (128 of 384, rounded down here)."""
     return max(1, max_length // 4)
+
+
+def window_log_probs(logits: torch.Tensor, attention_mask: torch.Tensor) -> list[list[float]]:
+    """Each window's start (or end) log-probabilities over its own tokens, padding left out (module docstring)."""
+    log_probs = logits.float().masked_fill(attention_mask == 0, -1e9).log_softmax(-1).cpu()
+    return [log_probs[r, :n].tolist() for r, n in enumerate(attention_mask.sum(-1).tolist())]
 
 
 class AnswerSpans(FinetuneTask):
@@ -87,13 +93,9 @@ class AnswerSpans(FinetuneTask):
         """(feature indices, each window's start and end log-probabilities over its own tokens, summed loss)."""
         out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids,
                     start_positions=batch.start_positions, end_positions=batch.end_positions)
-        pad = batch.attention_mask == 0
-        start = out.start_logits.float().masked_fill(pad, -1e9).log_softmax(-1).cpu()
-        end = out.end_logits.float().masked_fill(pad, -1e9).log_softmax(-1).cpu()
-        lengths = batch.attention_mask.sum(-1).tolist()
-        starts = [start[r, :n].tolist() for r, n in enumerate(lengths)]
-        ends = [end[r, :n].tolist() for r, n in enumerate(lengths)]
-        return batch.indices.tolist(), starts, ends, float(out.loss) * len(lengths)
+        starts = window_log_probs(out.start_logits, batch.attention_mask)
+        ends = window_log_probs(out.end_logits, batch.attention_mask)
+        return batch.indices.tolist(), starts, ends, float(out.loss) * len(starts)
 
     def metrics(self, predictions: list, num_misclassified: int) -> Evaluation:
         starts: dict[int, list[float]] = {}
@@ -155,10 +157,8 @@ def answer_question(model, tokenizer, question: str, passage: str, max_length: i
     for batch in qa_eval_batches(features, 8, tokenizer.pad_id):
         batch = batch.to(device)
         out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-        pad = batch.attention_mask == 0
-        for r, n in enumerate(batch.attention_mask.sum(-1).tolist()):
-            starts.append(out.start_logits[r].float().masked_fill(pad[r], -1e9).log_softmax(-1)[:n].tolist())
-            ends.append(out.end_logits[r].float().masked_fill(pad[r], -1e9).log_softmax(-1)[:n].tolist())
+        starts += window_log_probs(out.start_logits, batch.attention_mask)
+        ends += window_log_probs(out.end_logits, batch.attention_mask)
     model.train(was_training)
     best = best_answers(data, features, starts, ends)["typed"]
     # The window the answer came from: the one whose offsets hold its first character (the first such window).

@@ -19,7 +19,13 @@ from bert_core.data.classification_data import ClassificationData
 from bert_core.data.token_tags_data import majority_baseline
 from bert_core.errors import BertCoreError
 from bert_core.training.bag_of_words import fit_bag_of_words, texts_of
-from bert_core.training.finetune_results import Evaluation, FinetuneEval, FinetuneResult, label_metrics
+from bert_core.training.finetune_results import (
+    LABEL_METRICS,
+    Evaluation,
+    FinetuneEval,
+    FinetuneResult,
+    label_metrics,
+)
 from bert_core.training.run_loop import Progress
 
 __all__ = ["BASELINE_NAME", "LevelRun", "BagOfWordsRun", "MajorityTagRun"]
@@ -31,7 +37,7 @@ class LevelRun(abc.ABC):
     """A baseline run: `fit` once, then one validation result (FinetuneResult with no steps and no history)."""
 
     budgeted = False  # fitting takes seconds, not a share of the comparison's budget: left out of its progress
-    kind, metric_names = "labels", ("accuracy", "macro-F1")
+    kind, metric_names = "labels", LABEL_METRICS
 
     def __init__(self, name: str, callbacks: Sequence[Callable[[object], None]] = ()):
         self.name = name
