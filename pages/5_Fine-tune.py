@@ -61,6 +61,9 @@ KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, m
                  "spans": dict(budget=60, maxlen=256)}
 # The learning rate suits the active model's size (finetune_learning_rate: 1e-3 for the shipped tiny model).
 SUGGESTED_LR = finetune_learning_rate(active.config) if active is not None else 1e-3
+# Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
+# visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
+MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
 BASELINE_LABELS = {"labels": "Bag-of-words baseline: TF-IDF + logistic regression",
                    "tags": "Majority-tag baselines: each word's, and each POS tag's, most frequent tag",
                    "spans": "Baseline (none for answer spans)"}
@@ -422,7 +425,7 @@ def _tag_results(results: dict, comparison) -> None:
     val = comparison.val_data
     st.number_input(f"A held-out sentence (0 to {len(val) - 1}), shown with its true tags", 0, len(val) - 1,
                     key="ft_tag_example")
-    typed = st.text_input("…or type a sentence", key="ft_tag_sentence",
+    typed = st.text_input("…or type a sentence", key="ft_tag_sentence", max_chars=MAX_TYPED_CHARS,
                           placeholder="e.g. The company said its profit rose sharply in the third quarter .",
                           help="Words are split on spaces and punctuation, as the tagger's training words were.")
     index = int(st.session_state.get("ft_tag_example") or 0)
@@ -454,9 +457,10 @@ def _span_results(results: dict, comparison) -> None:
     st.subheader("Ask each a question")
     val = comparison.val_data
     example = val.examples[0]
-    passage = st.text_area("Passage", value=example.context, key="ft_passage", height=140,
+    passage = st.text_area("Passage", value=example.context[:MAX_PASSAGE_CHARS], key="ft_passage", height=140,
+                           max_chars=MAX_PASSAGE_CHARS,
                            help="A held-out passage to start with; edit it or paste your own.")
-    question = st.text_input("Question", value=example.question, key="ft_question")
+    question = st.text_input("Question", value=example.question[:MAX_TYPED_CHARS], key="ft_question", max_chars=MAX_TYPED_CHARS)
     try:
         for name, r in results.items():
             if r.tokenizer is None:
