@@ -460,7 +460,8 @@ def _span_results(results: dict, comparison) -> None:
     passage = st.text_area("Passage", value=example.context[:MAX_PASSAGE_CHARS], key="ft_passage", height=140,
                            max_chars=MAX_PASSAGE_CHARS,
                            help="A held-out passage to start with; edit it or paste your own.")
-    question = st.text_input("Question", value=example.question[:MAX_TYPED_CHARS], key="ft_question", max_chars=MAX_TYPED_CHARS)
+    question = st.text_input("Question", value=example.question[:MAX_TYPED_CHARS], key="ft_question",
+                             max_chars=MAX_TYPED_CHARS)
     try:
         for name, r in results.items():
             if r.tokenizer is None:
