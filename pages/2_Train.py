@@ -157,7 +157,8 @@ _command_preview()
 
 active = run is not None and run.active            # queued, preparing or training
 phase = run.phase if run is not None else None
-weights_only = (job is not None and job.trainer is not None and not active
+has_model = job is not None and job.model_available   # False once a dead process took its weights with it
+weights_only = (has_model and not active
                 and (phase == "finished" or run.released))   # nothing left to resume: train on from its weights
 b1, b2, b3, b4, b5 = st.columns(5)
 notice = st.empty()  # what a pressed button is doing, shown before the work starts
@@ -195,7 +196,8 @@ try:
         notice.info("Stopping: the run ends after the step it is on…", icon=":material/hourglass_top:")
         app_state.RUNS.stop(run.run_id, wait=10)
         st.rerun()
-    if b3.button("Resume", icon=":material/resume:", disabled=viewer or phase != "stopped" or weights_only,
+    if b3.button("Resume", icon=":material/resume:",
+                 disabled=viewer or phase != "stopped" or weights_only or not has_model,
                  help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished run "
                       "has nothing left to resume: its learning rate has decayed to zero."):
         app_state.RUNS.resume(run.run_id)
@@ -206,20 +208,23 @@ try:
         app_state.set_current_run(None)
         st.session_state.pop("train_zip", None)
         st.rerun()
-    if b5.button("Prepare download", icon=":material/folder_zip:", disabled=job is None or job.trainer is None,
+    if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not has_model,
                  help="Save the checkpoint folder and offer it as a zip"):
         notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
-        st.session_state["train_zip"] = (job.created, job.trainer.step, job.zip_bytes())
-        notice.empty()
+        try:
+            st.session_state["train_zip"] = (job.created, job.kept_step, job.zip_bytes())
+        finally:
+            notice.empty()
     if weights_only and not viewer:
         with st.container(border=True):
             what = (f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has decayed to "
                     "zero, so *Resume* has nothing to continue." if phase == "finished" else
-                    f"**This run's training process has ended** (step {job.trainer.step:,}), so it cannot be resumed.")
+                    f"**This run's training process has ended**; its model of step {job.kept_step:,} is kept, but "
+                    "the run cannot be resumed.")
             st.markdown(
                 f"{what} To train it further, start **a new run from these weights**: the same model and tokenizer, "
                 "with the settings above (steps, learning rate, corpus) and a fresh optimizer and learning-rate "
-                "schedule, warmup included. Its curves start again at step 0, where this run ended.")
+                "schedule, warmup included. Its curves start again at step 0, from these weights.")
             if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
                          icon=":material/fast_forward:", key="train_continue"):
                 _start(init_from_run=job)
@@ -235,7 +240,7 @@ if run is not None and role == app_state.OWNER:
                    "stop, reset or resume it. Your own address bar holds the run's private link (`?run=...`): "
                    "reloading or reopening it brings you back to this run.")
 
-if job is not None and job.trainer is not None and not viewer:
+if has_model and not viewer:
     with st.expander("Save this run on the server"):
         st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
                       help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
@@ -278,9 +283,23 @@ def _status() -> None:
             return
     elif job is not None and job.error:
         st.error(f"Training failed: {job.error}")
+    elif job is not None and job.ended_note:
+        st.warning(f"Training ended: {job.ended_note}.")
+    if job is not None and job.trainer is not None and not job.model_available and not run.active:
+        st.warning(job.lost_message(), icon=":material/report:")
+    elif run.phase == "failed" and job is not None and job.kept_step is not None and job.trainer is not None:
+        st.info(f"The model of step {job.kept_step:,}, the last checkpoint its process wrote, is kept: pick "
+                "*Model trained in this session* in the sidebar to inspect it, or train on from its weights.")
+    if run.release_failed and job is not None and job.model_available:
+        st.warning(run.release_failed, icon=":material/hard_drive:")
+    silent = job.silent_s() if job is not None else 0.0
+    if silent > runs.SILENT_S:
+        st.warning(f"**No sign of life from the training process for {silent:.0f} s.** The server ends it as stalled "
+                   f"after {app_state.RUNS.stall_s():.0f} s and gives its slot to the next run; *Stop* ends it now.",
+                   icon=":material/hourglass_disabled:")
     trainer = job.trainer if job is not None else None
     if trainer is None:
-        if run.phase == "cancelled":
+        if run.phase in ("cancelled", "failed", "stopped"):
             return
         st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…",
                 icon=":material/hourglass_top:")
@@ -301,7 +320,7 @@ def _status() -> None:
                                     causal=trainer.config.objective == "clm")
     if stuck:
         st.warning(f"**Still on the unigram plateau.** {stuck[0].upper()}{stuck[1:]}", icon=":material/trending_flat:")
-    if run.phase in ("finished", "stopped") and not run.active:
+    if run.phase in ("finished", "stopped") and not run.active and job.model_available:
         st.success(f"Run {run.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
                    "sidebar to inspect it on the other pages.")
     if active and not run.active:

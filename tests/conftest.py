@@ -1,7 +1,14 @@
+import os
+import tempfile
+
 import pytest
 import torch
 
 from bert_core.paths import shared_data_dir
+
+# The app's run records (bert_core.serve.run_records) go to a folder of this test session's own, not beside the
+# repository's runs folder, where a later session's in-process app would read them back.
+os.environ.setdefault("BERT_EXPLORER_STATE_DIR", tempfile.mkdtemp(prefix="bert-explorer-state-"))
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ scratch folders that go away with their session, size caps, and checkpoint zips 
 import io
 import json
 import os
+import shutil
 import stat
+import time
 import zipfile
 from pathlib import Path
 
@@ -114,8 +116,52 @@ def test_a_failed_save_is_a_message(runs):
     def full_disk(folder):
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(BertCoreError, match="No space left"):
+    with pytest.raises(BertCoreError, match="disk is full: nothing was saved"):
         app_storage.save_run(full_disk, "x", owner="a")
+
+
+@pytest.mark.parametrize("public", [True, False])
+def test_a_save_cut_short_by_a_full_disk_leaves_nothing_and_names_no_path(runs, checkpoint, monkeypatch, public):
+    """Issue #34: a save that fails midway (the disk fills while the weights are written, here through the same
+    copy a released run's save makes) leaves no folder, lists nothing, and in public mode names no server path."""
+    from bert_core.model import checkpoint as checkpoint_module
+
+    if public:
+        monkeypatch.setenv(app_storage.PUBLIC_ENV, "1")
+    real_copytree = shutil.copytree
+
+    def copy_until_full(src, dst, **kw):
+        if Path(src).name == "model.safetensors":   # half the weights, then the disk is full
+            Path(dst).write_bytes(Path(src).read_bytes()[: Path(src).stat().st_size // 2])
+            raise OSError(28, "No space left on device", str(dst))
+        return shutil.copy2(src, dst, **kw)
+
+    monkeypatch.setattr(checkpoint_module.shutil, "copytree",
+                        lambda src, dst, **kw: real_copytree(src, dst, copy_function=copy_until_full, **kw))
+    earlier = app_storage.save_run(lambda f: _copy_checkpoint(checkpoint, f), "kept", owner="a")
+    before = snapshot(earlier)
+    for name in ("new", "kept"):   # a new name, and this session's earlier save under its name
+        with pytest.raises(BertCoreError) as info:
+            app_storage.save_run(lambda f: checkpoint_module.copy_checkpoint(checkpoint, f), name, owner="a")
+        message = str(info.value)
+        assert message.startswith("the server's disk is full: nothing was saved"), message
+        assert str(runs) not in message and "/tmp" not in message
+    assert sorted(p.name for p in runs.iterdir()) == ["kept"], "no partial or staging folder is left"
+    assert snapshot(earlier) == before, "the earlier save is whole"
+    assert [r.name for r in app_storage.list_runs()] == ["kept"]
+
+
+def test_a_folder_that_would_not_load_is_never_listed(runs, checkpoint):
+    good = app_storage.save_run(lambda f: _copy_checkpoint(checkpoint, f), "good", owner="a")
+    for name, damage in (("cut", lambda f: os.truncate(f / "model.safetensors", 1000)),
+                         ("empty-config", lambda f: (f / "config.json").write_text("")),
+                         ("no-weights", lambda f: (f / "model.safetensors").unlink())):
+        folder = app_storage.save_run(lambda f: _copy_checkpoint(checkpoint, f), name, owner="a")
+        damage(folder)
+    shutil.copytree(good, runs / ".saving-0123")   # a save under way is not offered either
+    assert [r.name for r in app_storage.list_runs()] == ["good"]
+    assert app_storage.sweep_stale_saves() == [], "a save under way is left alone"
+    assert app_storage.sweep_stale_saves(now=time.time() + 2 * 3600) == [runs / ".saving-0123"]
 
 
 def test_the_runs_folder_keeps_under_its_cap_dropping_the_oldest(runs, checkpoint, monkeypatch):

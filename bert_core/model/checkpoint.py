@@ -28,7 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bert_core.errors import BertCoreError
+from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.model.hf import load_pretrained, require_checkpoint_folder, save_pretrained
 from bert_core.model.tokenization import BertTokenizer
 
@@ -254,6 +254,35 @@ def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = 
     return given
 
 
+def _first_os_error(e: Exception) -> Exception:
+    """shutil.Error lists (source, target, "[Errno N] reason: path") for every file that failed: the first one as
+    an OSError with its errno and reason (no paths), so a full disk reads as one."""
+    if not isinstance(e, shutil.Error) or not e.args or not isinstance(e.args[0], list) or not e.args[0]:
+        return e
+    found = re.match(r"\[Errno (\d+)\] ([^:]+)", str(e.args[0][0][-1]))
+    return OSError(int(found.group(1)), found.group(2)) if found else OSError(str(e.args[0][0][-1]))
+
+
+def copy_checkpoint(source, folder) -> Path:
+    """Copy a checkpoint folder to `folder` atomically, as save_checkpoint writes one: a failed copy (a full disk)
+    removes its partial copy and leaves an existing `folder` as it was; the failure is a BertCoreError."""
+    source, given = Path(source), Path(folder)
+    folder = Path(os.path.abspath(given))
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(folder)
+        shutil.copytree(source, tmp)
+        replace_folder(tmp, folder)
+    except (OSError, shutil.Error) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(given, _first_os_error(e)) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return given
+
+
 # ---------------------------------------------------------------------------------------------- output paths
 
 
@@ -385,9 +414,23 @@ def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -
     return Checkpoint(folder=folder, model=model, tokenizer=tokenizer, trainer_state=state)
 
 
+MEMORY_FOLDER = "/dev/shm"   # a folder in memory on Linux: where a download is put together when the disk is full
+
+
 def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
-    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes."""
-    with tempfile.TemporaryDirectory(prefix="bert-explorer-") as tmp:
+    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes. When the
+    temporary folder's disk is full, it is put together in memory (/dev/shm) instead: a download is then the one
+    way to keep a model the server could not write."""
+    try:
+        return _zip_saved(save, None)
+    except (OSError, BertCoreError) as exc:
+        if not is_disk_full(exc) or not os.path.isdir(MEMORY_FOLDER):
+            raise
+        return _zip_saved(save, MEMORY_FOLDER)
+
+
+def _zip_saved(save: Callable[[Path], Any], where: str | None) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="bert-explorer-", dir=where) as tmp:
         folder = Path(tmp) / "bert-checkpoint"
         save(folder)
         buf = io.BytesIO()

@@ -49,6 +49,33 @@ def is_checkpoint_folder(folder: str | Path) -> bool:
     return (folder / "config.json").is_file() and any((folder / f).is_file() for f in WEIGHT_FILES)
 
 
+def is_whole_checkpoint(folder: str | Path) -> bool:
+    """True when `folder` looks loadable without loading it: config.json is a JSON object, and model.safetensors is
+    whole (its header parses and its tensors end where the file ends), or a pytorch_model.bin is there and not
+    empty. A save cut short by a full disk fails this."""
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            return False
+        weights = folder / "model.safetensors"
+        if not weights.is_file():
+            return (folder / "pytorch_model.bin").is_file() and (folder / "pytorch_model.bin").stat().st_size > 0
+        size = weights.stat().st_size
+        with weights.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return False
+            n = int.from_bytes(head, "little")
+            if n > min(size - 8, 100 * 2**20):
+                return False
+            header = json.loads(f.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+        return isinstance(header, dict) and 8 + n + max(ends, default=0) == size
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+
+
 def _file_kind(path: Path) -> str:
     """'pickle' (a pickle or torch.save's zip of one), 'zip', or 'other', from the first bytes; never unpickles."""
     try:

@@ -27,7 +27,6 @@ from bert_core.serve.app_storage import (
     list_runs,
     public_mode,
     saved_run_folder,
-    session_scratch,
     start_janitor,
     unpack_uploaded_checkpoint,
     upload_cap_bytes,
@@ -37,6 +36,7 @@ from bert_core.serve.jobs import (
     TrainingJob,
     busy_everywhere,
     pretraining_job,
+    restored_pretraining_job,
     share_capacity,
     training_threads,
 )
@@ -48,11 +48,32 @@ from bert_core.serve.model_sources import (
     load_folder,
     shipped_checkpoints,
 )
-from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token, scratch_key
+from bert_core.serve.run_records import RunRecords, state_dir
+from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token
 
 log = logging.getLogger("bert_core.app")
 
 POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training charts redraw
+LOG_LEVEL_ENV = "BERT_EXPLORER_LOG_LEVEL"          # the operator's log: INFO (default), WARNING, DEBUG...
+
+
+def configure_logging() -> None:
+    """The operator's log on the server's standard error: one line for each run that starts, ends or fails, each
+    slot handed over, each run a restart restores or drops, each save or checkpoint that fails (run ids only, no
+    visitor's text). `$BERT_EXPLORER_LOG_LEVEL` sets the level (default INFO). Once per server process."""
+    logger = logging.getLogger("bert_core")
+    if any(getattr(h, "bert_explorer", False) for h in logger.handlers):
+        return
+    level = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper() or "INFO"
+    handler = logging.StreamHandler()
+    handler.bert_explorer = True
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s bert_core: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
+    logger.propagate = False
+
+
+configure_logging()
 
 SOURCE_SHIPPED = "Shipped checkpoint"
 SOURCE_SESSION = "Model trained in this session"
@@ -144,12 +165,17 @@ def _session_alive_from_runtime(session_id: str) -> bool | None:
         return None
 
 
+# Each run's record and checkpoints live in the state folder, where a restarted server finds them
+# (bert_core.serve.run_records); an ended run's process is released into that same checkpoint folder.
+RECORDS = RunRecords(state_dir())
+
+
 def _run_job(run: Run):
-    return pretraining_job(run.run_id, run.spec)
+    return pretraining_job(run.run_id, run.spec, checkpoint_dir=RECORDS.checkpoint_for(run.run_id))
 
 
 def _release_folder(run: Run) -> Path:
-    return session_scratch(scratch_key(run.run_id)) / "checkpoint"
+    return RECORDS.checkpoint_for(run.run_id)
 
 
 def _scratch_alive(key: str) -> bool | None:
@@ -180,7 +206,8 @@ def _finetune_alive(key: str) -> bool | None:
 # ends a few seconds after the last tab showing it closes. Both count towards the server's limit of concurrent
 # trainings.
 RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder,
-                busy_elsewhere=lambda: busy_everywhere(exclude=RUNS))
+                busy_elsewhere=lambda: busy_everywhere(exclude=RUNS), records=RECORDS,
+                restore_job=restored_pretraining_job)
 share_capacity(RUNS)
 FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
 
@@ -242,6 +269,9 @@ def attach_run() -> None:
             s["run_note"] = ("The run of this link was dropped: the server keeps only its latest ended runs. Save "
                              "a run you want to keep (Train page, *Save this run on the server*)."
                              if RUNS.was_dropped(token) else
+                             "The run of this link was lost when the server restarted: it had not written its first "
+                             "checkpoint yet. Start a new run on the Train page."
+                             if RUNS.was_lost(token) else
                              "The run of this link is not on this server (it may have restarted). Start a new run "
                              "on the Train page.")
             del st.query_params[param]
@@ -328,13 +358,20 @@ def _session_model():
         return None, "No model has been trained in this session yet: start one on the **Train** page."
     model = job.model_snapshot()
     trainer = job.trainer
-    state = {"metadata": trainer.metadata, "step": trainer.step}
+    if model is None:   # its process ended before its weights reached a folder, and no copy was taken
+        return None, job.lost_message()
+    # A copy taken earlier is labelled with its own step: a run whose process died later is not at that step.
+    step = job.snapshot_step if job.snapshot_step is not None else trainer.step
+    state = {"metadata": trainer.metadata, "step": step}
     spec = job.spec
     whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
-    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {trainer.step:,}"
-            f" ({job.phase}); {model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size}, "
-            f"{model.config.num_attention_heads} heads.")
-    return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, trainer.step), None
+    older = ("" if step == trainer.step else
+             f"; the weights of step {step:,}, the last copy the server holds (the run reached step {trainer.step:,}"
+             " and its later weights are lost)")
+    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {step:,}"
+            f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
+            f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")
+    return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, step), None
 
 
 def _folder_model(folder: str):

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from bert_core.errors import BertCoreError
+from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.paths import REPO_ROOT
 
 log = logging.getLogger("bert_core.app")
@@ -176,16 +177,64 @@ def reserve_run_folder(name_text: str, owner: str, runs: Path | None = None) -> 
     raise BertCoreError("too many saved runs with this name: choose another name")
 
 
+STAGING_PREFIX = ".saving-"   # a save under way (or cut short): never listed, swept when the server starts
+
+
+def without_paths(text: str) -> str:
+    """`text` with the server's absolute paths taken out on a public server (a visitor learns nothing of its
+    folders); as it is on the user's own machine."""
+    if not public_mode():
+        return text
+    return re.sub(r"""(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'"(),;]*[^\s'"(),;.:]""", "(a server folder)", text)
+
+
+def disk_free_mb(path: Path) -> float | None:
+    """Free megabytes on the disk that holds `path` (or its nearest existing parent); None when unknown."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free / 2**20
+    except OSError:
+        return None
+
+
+def save_failure(exc: BaseException) -> str:
+    """Why a save failed, in words a visitor can act on: a full disk says so; no server path in public mode."""
+    if is_disk_full(exc):
+        return ("the server's disk is full: nothing was saved. Download the run as a zip instead (*Prepare "
+                "download*), or ask the operator to free space.")
+    reason = getattr(exc, "strerror", None) or str(exc)
+    return f"could not save the run ({without_paths(reason)}): nothing was saved."
+
+
 def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: Path | None = None) -> Path:
     """Save a run with `save(folder)` into the app's runs folder under a name the app makes (see
-    reserve_run_folder), then keep the runs folder under its size cap by removing the oldest other runs."""
+    reserve_run_folder), then keep the runs folder under its size cap by removing the oldest other runs.
+
+    Atomic: the run is written into a hidden staging folder beside the others, checked whole, and only then
+    renamed into place (an earlier save of this session under the name is replaced in one step). On any failure
+    the staging folder and a newly reserved name are removed: a save leaves a whole run or nothing."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.model.checkpoint import replace_folder
+    from bert_core.model.hf import is_whole_checkpoint
+
     runs = runs_dir() if runs is None else runs
     folder = reserve_run_folder(name_text, owner, runs)
+    fresh = not is_whole_checkpoint(folder)   # a name just reserved, not this session's earlier save
+    staging = runs / f"{STAGING_PREFIX}{secrets.token_hex(8)}"
     try:
-        save(folder)
-    except OSError as exc:
-        raise BertCoreError(f"could not save the run ({exc.strerror or exc})") from None
-    _write_owner(folder, owner, folder.name)  # the save replaced the folder: mark it again
+        save(staging)
+        _write_owner(staging, owner, folder.name)
+        if not is_whole_checkpoint(staging):
+            raise BertCoreError("the saved files are incomplete")
+        replace_folder(staging, folder)
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, nothing half-written stays behind
+        shutil.rmtree(staging, ignore_errors=True)
+        if fresh:
+            shutil.rmtree(folder, ignore_errors=True)
+        log.warning("saving a run failed: %s", getattr(exc, "strerror", None) or exc)
+        raise BertCoreError(save_failure(exc)) from None
     removed = _drop_oldest([p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()],
                            _env_mb(RUNS_CAP_ENV, DEFAULT_RUNS_CAP_MB), keep=folder)
     for old in removed:
@@ -205,14 +254,16 @@ class SavedRun:
 def list_runs(runs: Path | None = None) -> list[SavedRun]:
     """The app's saved runs that hold a checkpoint, newest first (folders the app did not save are not listed)."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.hf import is_checkpoint_folder
+    from bert_core.model.hf import is_whole_checkpoint
 
     runs = runs_dir() if runs is None else runs
     if not runs.is_dir():
         return []
     found = []
     for folder in runs.iterdir():
-        if folder.is_symlink() or not folder.is_dir() or not is_checkpoint_folder(folder):
+        if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
+            continue
+        if not is_whole_checkpoint(folder):   # a folder that would not load is never offered
             continue
         try:
             record = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
@@ -283,6 +334,24 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+STALE_STAGING_S = 3600.0   # a save's staging folder this old belongs to a server that died while saving
+
+
+def sweep_stale_saves(runs: Path | None = None, now: float | None = None) -> list[Path]:
+    """Remove the staging folders of saves cut short by a server that died meanwhile (never listed as runs)."""
+    runs = runs_dir() if runs is None else runs
+    now = time.time() if now is None else now
+    removed = []
+    for folder in runs.glob(f"{STAGING_PREFIX}*") if runs.is_dir() else ():
+        try:
+            if folder.is_dir() and not folder.is_symlink() and now - folder.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:
+            continue
+    return removed
 
 
 def sweep_dead_servers() -> list[Path]:
@@ -362,6 +431,7 @@ def start_janitor(is_alive: Callable[[str], bool | None]) -> None:
         if _JANITOR is not None and _JANITOR.is_alive():
             return
         sweep_dead_servers()
+        sweep_stale_saves()
         janitor = ScratchJanitor(is_alive)
         _JANITOR = threading.Thread(target=janitor.run_forever, name="bert-scratch-janitor", daemon=True)
         _JANITOR.start()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.serve.run_records import CHECKPOINT_EVERY_S
 from bert_core.serve.runs import SLOTS_ENV, default_slots
 
 # A Train-page run's spec, and what the page makes it from, live in bert_core.serve.train_spec; pages import them from
@@ -34,6 +35,7 @@ from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
     page_spec,
     preview_corpus,
     save_start_weights,
+    spec_from_dict,
     spec_with_change,
     training_data_for,
     validate_spec,
@@ -230,6 +232,22 @@ class TrainingJob:
     def close(self, wait: float = 10.0) -> None:
         """Nothing to release beyond stopping: the thread ends with its run."""
 
+    # A run on a server thread keeps its model in the server's memory: never lost, never silent, nothing to kill.
+    ended_note = None
+    model_available = property(lambda self: self.trainer is not None)
+    snapshot_step = property(lambda self: self._snapshot[0] if self._snapshot is not None else None)
+    kept_step = property(lambda self: self.trainer.step if self.trainer is not None else None)
+
+    def silent_s(self) -> float:
+        return 0.0
+
+    def kill(self, why: str, phase: str = "failed") -> None:
+        """A thread cannot be ended from outside: ask it to stop (it will at its next step)."""
+        self.stop()
+
+    def lost_message(self) -> str:
+        return "This run has no model yet."
+
     def release(self, folder: str | Path) -> None:
         """Nothing to end: a run on a server thread holds no process (its model stays in memory)."""
 
@@ -252,12 +270,25 @@ def finetune_job(session_id: str, builder: Callable[[], Any]):
     return ProcessTrainingJob(session_id, builder, threads=training_threads())
 
 
-def pretraining_job(session_id: str, spec: TrainSpec):
-    """A job for the Train page: by default in a child process (off the server's GIL), else on a thread."""
+def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path | None = None):
+    """A job for the Train page: by default in a child process (off the server's GIL), else on a thread.
+    `checkpoint_dir`: where the run writes the server's safety-net checkpoints (bert_core.serve.run_records)."""
+    builder = partial(build_trainer, spec)
+    if checkpoint_dir is not None:
+        builder = partial(build_trainer, spec, checkpoint_dir=str(checkpoint_dir),
+                          checkpoint_every_s=CHECKPOINT_EVERY_S)
     if not train_in_process():
-        return TrainingJob(session_id, spec)
-    return ProcessTrainingJob(session_id, partial(build_trainer, spec), spec=spec, threads=training_threads(),
+        return TrainingJob(session_id, spec, builder=builder)
+    return ProcessTrainingJob(session_id, builder, spec=spec, threads=training_threads(),
                               data_factory=partial(training_data_for, spec))
+
+
+def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None):
+    """The job of a run an earlier server process recorded (bert_core.serve.run_records), read back from its
+    checkpoint: curves, probes and model, no process."""
+    spec = spec_from_dict(record["spec"])
+    return ProcessTrainingJob.restored(str(record["run_id"]), checkpoint, spec, phase, note, probes,
+                                       data_factory=partial(training_data_for, spec))
 
 
 class JobRegistry:

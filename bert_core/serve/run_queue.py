@@ -17,12 +17,20 @@ from bert_core.serve.run_registry import Run
 
 log = logging.getLogger("bert_core.app")
 
+SILENT_S = 5.0   # a training process quiet this long (its heartbeat comes every 2 s) is not answering
+
 
 def _progress_eta(run: Run) -> float | None:
     trainer = run.trainer
     progress = getattr(trainer, "progress", None) if trainer is not None else None
     eta = getattr(progress, "eta_s", None)
     return float(eta) if eta is not None else None
+
+
+def run_silence(run: Run) -> float:
+    """Seconds its training process has said nothing (0 for a job that cannot tell: one on a server thread)."""
+    silent = getattr(run.job, "silent_s", None)
+    return silent() if silent is not None else 0.0
 
 
 class RunQueue:
@@ -34,11 +42,12 @@ class RunQueue:
     """
 
     def __init__(self, lock: threading.RLock, slots: Callable[[], int], busy_elsewhere: Callable[[], int],
-                 turn_s: float):
+                 turn_s: float, stall_s: float = float("inf")):
         self._lock = lock
         self._slots = slots
         self._busy_elsewhere = busy_elsewhere
         self.turn_s = turn_s
+        self.stall_s = stall_s   # a silent process holds its slot until the scheduler ends it, this long
         self._queue: deque[Run] = deque()
         self._slotted: list[Run] = []          # runs holding a slot (preparing, training or pausing)
         self._durations: deque[float] = deque(maxlen=20)   # wall time of recent whole runs, for wait estimates
@@ -118,6 +127,11 @@ class RunQueue:
                 run.ended_at = now
                 if job is not None and job.phase == "finished" and run.started_at is not None:
                     self._durations.append(now - run.started_at)
+                phase = job.phase if job is not None else "cancelled"
+                why = f" ({job.error or job.ended_note})" if job is not None and phase == "failed" else ""
+                log.info("run %s ended: %s at step %s%s; its slot is free (%d of %d taken, %d queued)",
+                         run.run_id[:6], phase, getattr(run.trainer, "step", 0), why, len(self._slotted),
+                         self.slots(), len(self._queue))
         return to_stop
 
     # -------------------------------------------------------------- wait estimates
@@ -152,4 +166,7 @@ class RunQueue:
         left = eta if eta is not None else self._expected_duration()
         if waiting and run.turn_started is not None:
             left = min(left, self.turn_s - (now - run.turn_started))
-        return max(0.0, left)
+        silent = run_silence(run)
+        if silent > SILENT_S:   # frozen: its slot frees when the scheduler ends it as stalled, not before
+            left = max(left, self.stall_s - silent)
+        return max(1.0, left)   # a slot still held is never free "in 0 s"

@@ -35,9 +35,12 @@ class Run:
     pausing: bool = False            # told to stop at the end of its turn; goes back into the queue
     stopping: bool = False           # stopped by its owner: does not go back into the queue
     released: bool = False           # its process has ended and its checkpoint is in a folder
+    release_failed: str | None = None  # why its checkpoint could not be written (its process is kept meanwhile)
+    release_retry_at: float | None = None  # monotonic time of the next try to write it
     started_at: float | None = None  # monotonic time of its first slot
     watchers: dict[str, str] = field(default_factory=dict)   # session id -> OWNER | VIEWER
     unwatched_since: float | None = None
+    recorded_phase: str | None = None   # the phase its record on disk holds (bert_core.serve.run_records)
 
     @property
     def phase(self) -> str:
@@ -78,6 +81,7 @@ class RunRegistry:
         self._runs: dict[str, Run] = {}
         self._views: dict[str, Run] = {}
         self._dropped: deque[str] = deque(maxlen=10_000)
+        self._lost: set[str] = set()   # ids of runs a restart could not bring back (no checkpoint yet)
 
     def get(self, run_id: str | None) -> Run | None:
         """The run with this owner id, if the server still has it."""
@@ -98,6 +102,16 @@ class RunRegistry:
         """True when a run with this owner or share id was dropped to keep the store bounded."""
         with self._lock:
             return bool(token) and token in self._dropped
+
+    def was_lost(self, token: str | None) -> bool:
+        """True when a run with this owner or share id was lost in a server restart (it had no checkpoint yet)."""
+        with self._lock:
+            return bool(token) and token in self._lost
+
+    def mark_lost(self, *tokens: str) -> None:
+        """Remember the ids of a run a restart could not bring back, so that its link says so."""
+        with self._lock:
+            self._lost.update(t for t in tokens if t)
 
     def family(self, run: Run) -> list[Run]:
         """The runs of `run`'s family (started from one tab, one after another), oldest first."""

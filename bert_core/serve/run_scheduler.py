@@ -5,16 +5,21 @@ watches, ends the processes of ended runs (their checkpoints kept in folders), a
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bert_core.serve.run_queue import RunQueue
+from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.serve.app_storage import disk_free_mb, without_paths
+from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import Run, RunRegistry
 
 log = logging.getLogger("bert_core.app")
+
+RELEASE_RETRY_S = 60.0   # how often an end-of-run checkpoint that could not be written is tried again
 
 
 class RunScheduler:
@@ -25,13 +30,16 @@ class RunScheduler:
     """
 
     def __init__(self, lock: threading.RLock, registry: RunRegistry, queue: RunQueue,
-                 job_factory: Callable[[Run], Any], release_folder: Callable[[Run], Path | None], poll_s: float):
+                 job_factory: Callable[[Run], Any], release_folder: Callable[[Run], Path | None], poll_s: float,
+                 stall_s: float = float("inf"), records: Any = None):
         self._lock = lock
         self._registry = registry
         self._queue = queue
         self._job_factory = job_factory
         self._release_folder = release_folder
         self.poll_s = poll_s
+        self.stall_s = stall_s
+        self._records = records   # a run_records.RunRecords, or None: runs live in memory only
         self._tick_lock = threading.Lock()    # one scheduler pass at a time (the thread's and a page's)
         self._thread: threading.Thread | None = None
         self.closed = False                  # set when the store closes: the thread ends
@@ -59,14 +67,16 @@ class RunScheduler:
 
     def _tick(self, now: float) -> None:
         to_release, to_end = [], []
+        self._end_silent()
         with self._lock:
             to_stop = self._queue.end_turns(now)
             for run in self._registry.runs():
-                if self._registry.unwatched(run, now) and not run.released and not run.cancelled:
+                retry = run.release_retry_at is None or now >= run.release_retry_at
+                if self._registry.unwatched(run, now) and not run.released and not run.cancelled and retry:
                     self._end_unwatched(run, now, to_end)
                 job = run.job
                 if (not run.released and job is not None and not run.active and run not in to_end
-                        and job.phase in ("finished", "failed")):
+                        and job.phase in ("finished", "failed") and retry):
                     to_release.append(run)
             doomed = self._registry.drop_oldest_ended()
         for run in to_stop:
@@ -78,6 +88,39 @@ class RunScheduler:
         for run in doomed:
             log.info("dropping the ended run %s (the server keeps %d)", run.run_id[:6], self._registry.keep)
             end_job(run, wait=1.0)
+            if self._records is not None:
+                self._records.remove(run.run_id)
+        self._record_changes()
+
+    def _record_changes(self) -> None:
+        """Write the record of each run whose phase changed since its last record (its probes once it ended)."""
+        if self._records is None:
+            return
+        for run in self._registry.runs():
+            phase = run.phase
+            if phase == run.recorded_phase:
+                continue
+            trainer = run.trainer
+            ended = not run.active and phase in ("finished", "stopped", "failed")
+            probes = getattr(trainer, "probes", None) if ended else None
+            if self._records.write(run, phase, getattr(trainer, "step", None), probes=probes):
+                run.recorded_phase = phase
+
+    def _end_silent(self) -> None:
+        """End the processes that have said nothing for `stall_s` (stalled), and at once those whose owner pressed
+        Stop and that do not answer: a frozen process never keeps its slot, nor a Stop waiting."""
+        for run in self._registry.runs():
+            job = run.job
+            silent = run_silence(run)
+            if job is None or silent <= SILENT_S:
+                continue
+            if run.stopping and not run.pausing:
+                job.kill(f"it did not answer for {silent:.0f} s when its owner pressed Stop, so the server ended it",
+                         phase="stopped")
+            elif silent >= self.stall_s:
+                job.kill(f"stalled: it gave no sign of life for {silent:.0f} s, so the server ended it")
+                with self._lock:
+                    run.note = run.note or f"ended by the server: its training process stalled ({silent:.0f} s silent)"
 
     def _end_unwatched(self, run: Run, now: float, to_end: list[Run]) -> None:
         """End a run nobody has watched for the grace period: a queued one that never started is cancelled, an
@@ -97,10 +140,16 @@ class RunScheduler:
 
     def release(self, run: Run, stop_first: bool = False) -> None:
         """End the run's process, its checkpoint first written to the run's folder (so its link still shows the
-        model and can be downloaded). Runs in the background: a save takes a moment."""
+        model and can be downloaded). Runs in the background: a save takes a moment.
+
+        When the checkpoint cannot be written (a full disk), the process is kept: it holds the only copy of the
+        model. The owner is told (`run.release_failed`), a download still comes from the process, and the write
+        is tried again every RELEASE_RETRY_S, within the usual limits (a dropped run's process ends all the same).
+        """
         run.released = True
 
         def work():
+            folder = None
             try:
                 if stop_first:
                     run.job.stop(wait=10)
@@ -108,9 +157,19 @@ class RunScheduler:
                 release = getattr(run.job, "release", None)
                 if folder is not None and release is not None:
                     release(folder)
-            except Exception:  # noqa: BLE001 - the run keeps its in-memory mirror; only the weights are lost
-                log.exception("releasing a run failed")
-                run.job.close(wait=1.0)
+                if run.release_failed:
+                    log.info("run %s: its checkpoint was written on a later try", run.run_id[:6])
+                run.release_failed = run.release_retry_at = None
+            except Exception as exc:  # noqa: BLE001 - a model still in its process is kept, never lost in silence
+                if getattr(run.job, "model_available", False) and getattr(run.job, "released", None) is None:
+                    run.release_failed = release_failure(exc, folder)
+                    run.release_retry_at = time.monotonic() + RELEASE_RETRY_S
+                    run.released = False
+                    log.warning("run %s: its checkpoint could not be written (%s); its process is kept to hold the "
+                                "model", run.run_id[:6], "disk full" if is_disk_full(exc) else type(exc).__name__)
+                else:
+                    log.exception("releasing run %s failed", run.run_id[:6])
+                    run.job.close(wait=1.0)
 
         threading.Thread(target=work, name=f"bert-release-{run.run_id[:6]}", daemon=True).start()
 
@@ -129,6 +188,63 @@ class RunScheduler:
                 self.tick()
             except Exception:  # noqa: BLE001 - the scheduler must outlive one bad pass
                 log.exception("scheduler pass failed")
+
+
+def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:
+    """Read back the runs an earlier server process recorded: an ended run as it ended, a run that was training as
+    stopped by the restart at its last checkpoint; one with no whole checkpoint is dropped (its links say so).
+    Returns (restored, dropped)."""
+    # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.model.hf import is_whole_checkpoint
+    from bert_core.serve.run_records import CHECKPOINT, PROBES
+
+    restored = lost = 0
+    for record, folder in records.read_all():
+        run_id, view_id = str(record["run_id"]), str(record.get("view_id") or "")
+        checkpoint = folder / CHECKPOINT
+        phase, note = record.get("phase"), record.get("note")
+        try:
+            if not is_whole_checkpoint(checkpoint):
+                raise FileNotFoundError("no whole checkpoint")
+            if phase not in ("finished", "stopped", "failed"):
+                phase = "stopped"
+                step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+                note = f"stopped by a server restart at step {int(step):,} (its last checkpoint)"
+            probes = None
+            if (folder / PROBES).is_file():
+                probes = json.loads((folder / PROBES).read_text(encoding="utf-8"))
+            job = restore_job(record, checkpoint, phase, note, probes)
+        except Exception as exc:  # noqa: BLE001 - one damaged record must not keep the others away
+            log.info("restart: run %s dropped (%s)", run_id[:6], exc if isinstance(exc, OSError) else
+                     type(exc).__name__)
+            registry.mark_lost(run_id, view_id)
+            records.remove(run_id)
+            lost += 1
+            continue
+        run = Run(run_id=run_id, view_id=view_id, family=str(record.get("family") or run_id), spec=job.spec,
+                  name=str(record.get("name") or ""), created=float(record.get("created") or time.time()), job=job,
+                  note=note, released=True, ended_at=time.monotonic(), recorded_phase=None)
+        try:
+            registry.add(run)
+        except BertCoreError:
+            continue   # a run of this id is here already
+        log.info("restart: run %s restored (%s at step %d)", run_id[:6], phase, run.trainer.step)
+        restored += 1
+    return restored, lost
+
+
+def release_failure(exc: BaseException, folder: Path | None) -> str:
+    """What the owner reads when the end-of-run checkpoint could not be written: why, how much room is left, and
+    what to do while the process holds the model."""
+    if is_disk_full(exc):
+        free = disk_free_mb(folder) if folder is not None else None
+        room = f" ({free:.0f} MB free)" if free is not None else ""
+        why = f"the server's disk is full{room}"
+    else:
+        why = f"the server could not write it ({without_paths(getattr(exc, 'strerror', None) or str(exc))})"
+    return (f"**This run's model is not on disk yet:** {why}. Its training process is kept alive to hold the "
+            "model, so nothing is lost while this page is open: download it now (*Prepare download*), or ask the "
+            f"operator to free space. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")
 
 
 def end_job(run: Run, wait: float) -> None:

@@ -17,10 +17,15 @@ Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_E
 left, failed) its checkpoint goes to a folder and its process ends: an ended run costs the server a folder, not a
 process. The store keeps the latest `keep` ended runs (`$BERT_EXPLORER_KEEP_RUNS`, default 40) and drops the
 oldest; whoever opens a dropped run's link is told so.
+
+Faults. A training process says it is alive every 2 s; one silent for `stall_s` seconds (`$BERT_EXPLORER_STALL_S`,
+default 60: stopped by a signal, swapped out, frozen) is ended as stalled and its slot goes to the next run. Stop
+always ends a run: one whose process does not answer is ended at once.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -29,24 +34,29 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.run_queue import RunQueue
+from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
-from bert_core.serve.run_scheduler import RunScheduler, end_job
+from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
+
+log = logging.getLogger("bert_core.app")
 
 SLOTS_ENV = "BERT_EXPLORER_MAX_TRAININGS"     # runs preparing or training at once on one server
 TURN_ENV = "BERT_EXPLORER_TURN_S"             # longest stretch a run trains while others wait
 UNWATCHED_ENV = "BERT_EXPLORER_UNWATCHED_S"   # a run nobody has watched this long is stopped
 KEEP_ENV = "BERT_EXPLORER_KEEP_RUNS"          # ended runs the server keeps (oldest dropped first)
+STALL_ENV = "BERT_EXPLORER_STALL_S"           # a training process silent this long is ended as stalled
 DEFAULT_TURN_S = 120.0
 DEFAULT_UNWATCHED_S = 600.0
 DEFAULT_KEEP = 40
+DEFAULT_STALL_S = 60.0
+RESTORE_WAIT_S = 30.0   # a link opened while a restarted server reads its runs back waits this long at most
 
 ACTIVE_PHASES = ("preparing", "running")
 
 # Run, OWNER and VIEWER live with the registry; they are this module's names too, as the pages and app_state use them.
-__all__ = ["SLOTS_ENV", "TURN_ENV", "UNWATCHED_ENV", "KEEP_ENV", "DEFAULT_TURN_S", "DEFAULT_UNWATCHED_S",
-           "DEFAULT_KEEP", "OWNER", "VIEWER", "ACTIVE_PHASES", "Run", "RunStore", "default_slots", "new_token",
-           "scratch_key"]
+__all__ = ["SLOTS_ENV", "TURN_ENV", "UNWATCHED_ENV", "KEEP_ENV", "STALL_ENV", "DEFAULT_TURN_S",
+           "DEFAULT_UNWATCHED_S", "DEFAULT_KEEP", "DEFAULT_STALL_S", "SILENT_S", "OWNER", "VIEWER", "ACTIVE_PHASES",
+           "Run", "RunStore", "default_slots", "new_token", "scratch_key"]
 
 
 def _env_number(name: str, default: float, minimum: float) -> float:
@@ -85,6 +95,9 @@ class RunStore:
     `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
     `release_folder(run)` is where an ended run's checkpoint goes before its process ends (None: keep the job).
     `busy_elsewhere()` counts other trainings on this CPU (the Fine-tune page's), which take slots too.
+    `records` (a `run_records.RunRecords`) keeps each run's record on disk, and `restore_job(record, checkpoint,
+    phase, note, probes)` rebuilds the job of a run an earlier server process left there: the store reads them back on a
+    thread of its own as it starts (a link asked for meanwhile waits for it).
     """
 
     def __init__(self, job_factory: Callable[[Run], Any], slots: Callable[[], int] = default_slots,
@@ -92,25 +105,58 @@ class RunStore:
                  release_folder: Callable[[Run], Path | None] = lambda run: None,
                  busy_elsewhere: Callable[[], int] = lambda: 0,
                  unwatched_s: float | None = None, keep: int | None = None, turn_s: float | None = None,
-                 poll_s: float = 0.5):
+                 stall_s: float | None = None, poll_s: float = 0.5, records: Any = None,
+                 restore_job: Callable[[dict, Path, str, str | None, dict | None], Any] | None = None):
         self._lock = threading.RLock()   # shared with its collaborators: a run moves between them in one step
         self._registry = RunRegistry(
             self._lock, is_alive,
             _env_number(UNWATCHED_ENV, DEFAULT_UNWATCHED_S, 0) if unwatched_s is None else unwatched_s,
             int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
+        stall_s = _env_number(STALL_ENV, DEFAULT_STALL_S, 1) if stall_s is None else stall_s
         self._queue = RunQueue(self._lock, slots, busy_elsewhere,
-                               _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s)
-        self._scheduler = RunScheduler(self._lock, self._registry, self._queue, job_factory, release_folder, poll_s)
+                               _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s)
+        self._scheduler = RunScheduler(self._lock, self._registry, self._queue, job_factory, release_folder, poll_s,
+                                       stall_s, records)
+        self._records = records
+        self._restored = threading.Event()
+        if records is not None and restore_job is not None:
+            threading.Thread(target=self._restore, args=(restore_job,), name="bert-run-restore", daemon=True).start()
+        else:
+            self._restored.set()
+
+    def _restore(self, restore_job) -> None:
+        """Bring back the runs an earlier server process recorded (bert_core.serve.run_records)."""
+        try:
+            restored, lost = restore_runs(self._records, self._registry, restore_job)
+            if restored or lost:
+                log.info("restart: %d run(s) restored, %d dropped (no checkpoint yet)", restored, lost)
+        except Exception:  # noqa: BLE001 - a server must start whatever an old record holds
+            log.exception("restoring the recorded runs failed")
+        finally:
+            self._restored.set()
 
     # -------------------------------------------------------------- lookups
 
     def get(self, run_id: str | None) -> Run | None:
-        """The run with this owner id, if the server still has it."""
-        return self._registry.get(run_id)
+        """The run with this owner id, if the server still has it (a link opened as the server starts waits for
+        the recorded runs to be read back)."""
+        run = self._registry.get(run_id)
+        if run is None and run_id and not self._restored.is_set():
+            self._restored.wait(RESTORE_WAIT_S)
+            run = self._registry.get(run_id)
+        return run
 
     def by_view(self, view_id: str | None) -> Run | None:
-        """The run with this share id, if the server still has it."""
-        return self._registry.by_view(view_id)
+        """The run with this share id, if the server still has it (waiting for the recorded runs, as `get`)."""
+        run = self._registry.by_view(view_id)
+        if run is None and view_id and not self._restored.is_set():
+            self._restored.wait(RESTORE_WAIT_S)
+            run = self._registry.by_view(view_id)
+        return run
+
+    def was_lost(self, token: str | None) -> bool:
+        """True when the run of this id was lost in a server restart (it had written no checkpoint yet)."""
+        return self._registry.was_lost(token)
 
     def has(self, run_id: str) -> bool:
         """True while the server has a run with this owner id (its scratch folder is then kept)."""
@@ -135,6 +181,10 @@ class RunStore:
     def slots(self) -> int:
         """How many runs may prepare or train at once (at least one)."""
         return self._queue.slots()
+
+    def stall_s(self) -> float:
+        """Seconds of silence after which a training process is ended as stalled."""
+        return self._scheduler.stall_s
 
     def queue_position(self, run: Run) -> tuple[int, float]:
         """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
@@ -176,7 +226,8 @@ class RunStore:
 
     def stop(self, run_id: str, wait: float | None = None) -> Run:
         """Stop a run (its owner's Stop): a queued run that never started is cancelled, a paused one stays
-        stopped, a training one stops at its next step boundary."""
+        stopped, a training one stops at its next step boundary, and one whose process does not answer is ended
+        (the scheduler's pass that follows)."""
         run = self._owned(run_id)
         with self._lock:
             if run.queued:
@@ -190,7 +241,8 @@ class RunStore:
             run.pausing = False
             job = run.job
         if job is not None:
-            job.stop(wait=wait)
+            # A process that does not answer would only make the Stop wait: the scheduler's pass ends it now.
+            job.stop(wait=None if run_silence(run) > SILENT_S else wait)
         self.tick()
         return run
 
@@ -214,13 +266,15 @@ class RunStore:
         return run
 
     def discard(self, run_id: str, wait: float = 5.0) -> None:
-        """Forget a run (its owner's Reset): stop it, end its process, drop it from the store."""
+        """Forget a run (its owner's Reset): stop it, end its process, drop it from the store and from disk."""
         with self._lock:
             run = self._registry.pop(run_id)
             if run is None:
                 return
             self._queue.remove(run)
         end_job(run, wait)
+        if self._records is not None:
+            self._records.remove(run.run_id)
         self.schedule()
 
     def retire(self, run_id: str) -> None:

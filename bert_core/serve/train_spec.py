@@ -241,9 +241,21 @@ def _probes(spec: TrainSpec, seed: int, heldout: dict):
     return (ProbeStore(sentences, attention) if spec.probes else None), record
 
 
-def build_trainer(spec: TrainSpec, callbacks=()):
+def spec_from_dict(record: dict) -> TrainSpec:
+    """A TrainSpec read back from its JSON record (bert_core.serve.run_records); unknown keys are ignored."""
+    known = {f.name for f in fields(TrainSpec)}
+    values = {k: v for k, v in dict(record).items() if k in known}
+    values["probe_sentences"] = tuple(values.get("probe_sentences") or ())
+    return TrainSpec(**values)
+
+
+def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = None, checkpoint_every_s: float = 0.0):
     """Load the corpus, train a tokenizer, build data, model and Trainer for a page's run, through the run builder
-    that `python -m bert_core train` uses too (bert_core.training.run_builder)."""
+    that `python -m bert_core train` uses too (bert_core.training.run_builder).
+
+    `checkpoint_dir`: the server's own safety net (bert_core.serve.run_records): a checkpoint there before the first
+    update, every `checkpoint_every_s` seconds and at every stop, so that a restarted server finds the run. A
+    checkpoint that cannot be written there (a full disk) is logged and the run goes on."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.training.run_builder import build_run
 
@@ -255,7 +267,11 @@ def build_trainer(spec: TrainSpec, callbacks=()):
     if spec.init_from:
         plan = replace(plan, start=_warm_start(spec.init_from, plan.config.max_seq_length))
     probes_for = functools.partial(_probes, spec, plan.config.seed)
-    return build_run(plan, callbacks=callbacks, probes_for=probes_for).trainer
+    trainer = build_run(plan, callbacks=callbacks, probes_for=probes_for, checkpoint_dir=checkpoint_dir).trainer
+    if checkpoint_dir is not None:
+        trainer.config = trainer.config.replace(checkpoint_every_s=checkpoint_every_s)
+        trainer.checkpoint_failures_fatal = False
+    return trainer
 
 
 def training_data_for(spec: TrainSpec, tokenizer):

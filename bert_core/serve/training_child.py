@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.training_link import Channel
+from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
 
 log = logging.getLogger("bert_core.app")
@@ -34,6 +35,7 @@ def child_main(commands: Channel, events: Channel) -> None:
     """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
     step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
     child = TrainingChild(commands, events)
+    threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
     builder = child.receive_setup()
     if child.build(builder):
         child.serve()
@@ -50,6 +52,17 @@ class TrainingChild:
         self.stop_before_run = False
         self.quit = False
         self._last_view = 0.0
+
+    def heartbeat(self) -> None:
+        """Say "alive" every HEARTBEAT_S until the server has gone: the server tells a frozen process (stopped by a
+        signal, swapped out, or hung holding the interpreter) from a slow step by this silence
+        (bert_core.serve.run_scheduler)."""
+        while not self.quit:
+            try:
+                self.events.send(("alive", None, None, None))
+            except (EOFError, OSError, ValueError):
+                return  # the server is gone, or the pipe is closed as the child ends
+            time.sleep(HEARTBEAT_S)
 
     def receive_setup(self):
         """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""

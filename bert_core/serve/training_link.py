@@ -5,7 +5,8 @@ messages to the job.
 The protocol, one tuple a message. Server to child: ("init", sys.path, threads), ("builder", builder), then ("run",
 None), ("stop", None), ("quit", None), ("config", None, TrainConfig dict), ("weights", request) and ("save",
 request, folder). Child to server: (kind, request, payload, error) with kind "built", "event", "view", "results",
-"phase", "failed", or "reply" (to a request's id).
+"phase", "failed", "alive" (a heartbeat, every HEARTBEAT_S from a thread of its own, so a stopped or frozen process
+falls silent even while its training step is long), or "reply" (to a request's id).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bert_core.paths import REPO_ROOT
 log = logging.getLogger("bert_core.app")
 
 REPLY_TIMEOUT_S = 120.0   # a save or weight copy waits at most one step (or one evaluation) of the child
+HEARTBEAT_S = 2.0         # the child says it is alive this often, whatever its training is doing
 CHILD_MODULE = "bert_core.serve.training_process"   # run as `python -m`: its __main__ block is the child's entry
 
 
@@ -39,9 +41,12 @@ class Channel:
 
     def __init__(self, connection: Connection):
         self.connection = connection
+        self._lock = threading.Lock()   # the child's heartbeat thread sends beside its main thread
 
     def send(self, obj) -> None:
-        self.connection.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self.connection.send_bytes(data)
 
     def recv(self):
         return pickle.loads(self.connection.recv_bytes())
@@ -76,10 +81,22 @@ class ChildLink:
         self._pump: threading.Thread | None = None
         self._replies: dict[int, list] = {}
         self._ids = itertools.count(1)
+        self.last_heard: float | None = None   # monotonic time of the child's latest message (heartbeats included)
 
     def alive(self) -> bool:
         """True while the child process runs."""
         return self.process is not None and self.process.poll() is None
+
+    def silent_s(self) -> float:
+        """Seconds since the child last said anything (0 before it was spawned or once it has ended)."""
+        if self.last_heard is None or not self.alive():
+            return 0.0
+        return max(0.0, time.monotonic() - self.last_heard)
+
+    def kill(self) -> None:
+        """End the child at once (SIGKILL works on a stopped process too); the pump then reports its exit."""
+        if self.alive():
+            self.process.kill()
 
     def spawn(self, builder: Callable[[], Any]) -> None:
         """Start `python -m bert_core.serve.training_process` with two private pipes and hand it its work."""
@@ -98,6 +115,7 @@ class ChildLink:
             os.close(evt_write)
         self._commands = Channel(Connection(cmd_write, readable=False))
         self._events = Channel(Connection(evt_read, writable=False))
+        self.last_heard = time.monotonic()
         self.send(("init", sys.path, self._threads))
         self.send(("builder", builder))
 
@@ -148,6 +166,9 @@ class ChildLink:
                 self._on_exit(process)
                 events.close()
                 return
+            self.last_heard = time.monotonic()
+            if kind == "alive":
+                continue
             try:
                 if kind == "reply":
                     self._answer(request, payload, error)

@@ -21,7 +21,8 @@ safetensors bytes.
 
 from __future__ import annotations
 
-import shutil
+import json
+import logging
 import subprocess
 import sys
 import threading
@@ -36,6 +37,8 @@ from bert_core.serve.model_sources import load_folder
 from bert_core.serve.training_child import TunerView, child_main
 from bert_core.serve.training_link import REPLY_TIMEOUT_S, Channel, ChildLink
 from bert_core.training.run_loop import EventLog, append_thinned, run_progress
+
+log = logging.getLogger("bert_core.app")
 
 # TunerView and REPLY_TIMEOUT_S are this module's names too: the interface lists them here.
 __all__ = ["ProcessTrainingJob", "TrainerProxy", "ComparisonProxy", "TunerView", "REPLY_TIMEOUT_S"]
@@ -137,6 +140,46 @@ class ProcessTrainingJob:
         self._closing = False
         self.released: Path | None = None   # where the checkpoint went when the process was ended (release)
         self._release_lock = threading.Lock()  # a save waits for a release under way, then copies its folder
+        self._killed: tuple[str, str] | None = None   # (why, phase) when the server ended the process itself
+        self.ended_note: str | None = None  # why the process ended when the server ended it (a hung run, a Stop)
+
+    @classmethod
+    def restored(cls, session_id: str, folder: Path, spec: Any, phase: str, note: str | None = None,
+                 probes: dict | None = None, data_factory: Callable[[Any], Any] | None = None):
+        """A run of an earlier server process, read back from its checkpoint folder (bert_core.serve.run_records):
+        its curves, probes and model as they were written, no process. It can be inspected, saved, downloaded and
+        trained on from its weights; not resumed in place (its process is gone)."""
+        # Imported here, not at the top: they load torch, and the server imports this module without it.
+        from bert_core.inspect.probes import ProbeSnapshot
+        from bert_core.model.checkpoint import TRAINER_STATE, read_json
+        from bert_core.model.config import BertConfig
+        from bert_core.model.tokenization import BertTokenizer
+        from bert_core.training.trainer import EvalEvent, StepEvent, TrainConfig
+
+        folder = Path(folder)
+        state = read_json(folder / TRAINER_STATE)
+        built = {"config": TrainConfig.from_dict(state["train_config"]), "model_config": BertConfig.load(folder),
+                 "tokenizer": BertTokenizer.load(folder), "metadata": state.get("metadata") or {},
+                 "baselines": dict(state.get("baselines") or {}), "step": int(state["step"]),
+                 "history": [StepEvent(**e) for e in state.get("history", [])],
+                 "evals": [EvalEvent(**e) for e in state.get("evals", [])],
+                 "probes": None if not probes else (probes["sentences"], probes["attention_sentence"],
+                                                    probes["top_k"], probes["max_snapshots"])}
+        job = cls(session_id, builder=None, spec=spec, data_factory=data_factory)
+        job.trainer = TrainerProxy(built, data_factory)
+        if probes and job.trainer.probes is not None:
+            import numpy as np
+
+            for snap in probes.get("snapshots", []):
+                attention = snap.get("attention")
+                job.trainer.probes.add(ProbeSnapshot(
+                    step=int(snap["step"]), predictions=[[[tuple(c) for c in m] for m in p]
+                                                         for p in snap["predictions"]],
+                    attention_tokens=snap.get("attention_tokens"),
+                    attention=None if attention is None else np.asarray(attention, dtype=np.float16)))
+        job.trainer.state = phase
+        job.phase, job.released, job.ended_note = phase, folder.resolve(), note
+        return job
 
     # -------------------------------------------------------------- lifecycle
 
@@ -212,6 +255,20 @@ class ProcessTrainingJob:
         if self.phase in ("preparing", "running"):
             self._set_phase("stopped")
 
+    def kill(self, why: str, phase: str = "failed") -> None:
+        """End a process that does not answer (SIGKILL: a stopped or hung process ends too). The run takes `phase`
+        and `why` is what the pages say; its model is lost unless it was released to a folder first."""
+        if not self._child.alive():
+            return
+        self._killed = (why, phase)
+        log.warning("run %s: %s; ending its training process", self.session_id[:6], why)
+        self._child.kill()
+        self.wait(10)
+
+    def silent_s(self) -> float:
+        """Seconds since a preparing or training child last said anything (its heartbeat comes every 2 s)."""
+        return self._child.silent_s() if self.busy else 0.0
+
     def extend(self, more_steps: int) -> None:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:
@@ -225,6 +282,39 @@ class ProcessTrainingJob:
         self.trainer.config = cfg
         self._child.send(("config", None, cfg.to_dict()))
 
+    # -------------------------------------------------------------- is the model still here?
+
+    @property
+    def model_available(self) -> bool:
+        """True while the run's weights can be read: from its process, or from the folder it was released to."""
+        if self.trainer is None:
+            return False
+        if self.released is not None:
+            return (self.released / "config.json").is_file()
+        return self._child.alive()
+
+    @property
+    def snapshot_step(self) -> int | None:
+        """The step of the weight copy this server holds (pages label a model by it), None when it holds none."""
+        return self._snapshot[0] if self._snapshot is not None else None
+
+    @property
+    def kept_step(self) -> int | None:
+        """The step of the model this run still has: the live one's, or that of the checkpoint it was released to
+        (after a failure, the last one its process wrote); None when it has none."""
+        if not self.model_available:
+            return None
+        if self.released is not None:
+            step = self._checkpoint_step(self.released)
+            return step if step >= 0 else None
+        return self.trainer.step
+
+    def lost_message(self) -> str:
+        """What the pages say when the run's weights are gone: the process ended before they reached a folder."""
+        why = self.ended_note or self.error or "it was ended"
+        return (f"This run's model is lost: its training process ended ({why}) before its weights were written to "
+                "disk. Its curves are still here; start a new run to get a model.")
+
     # -------------------------------------------------------------- the model and its checkpoint
 
     def model_snapshot(self):
@@ -237,7 +327,7 @@ class ProcessTrainingJob:
         with self._release_lock:   # not while the process is being ended
             if self.released is not None or not self._child.alive():
                 if self._snapshot is None and self.released is not None:
-                    self._snapshot = (self.trainer.step, self._released_model())
+                    self._snapshot = self._released_model()
                 return self._snapshot[1] if self._snapshot is not None else None
             step, blob = self._child.request("weights")
         # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
@@ -258,8 +348,10 @@ class ProcessTrainingJob:
                                 "reclaimed); start a new run")
         return self.released
 
-    def _released_model(self):
-        return load_folder(self._released_folder())[0].eval()
+    def _released_model(self) -> tuple[int, Any]:
+        """(the step its folder's checkpoint was written at, the model read from it)."""
+        model, _, state = load_folder(self._released_folder())
+        return int((state or {}).get("step", self.trainer.step)), model.eval()
 
     def save(self, folder: str | Path) -> Path:
         """Have the child write the run's checkpoint folder (model, tokenizer, trainer state, optimizer); after
@@ -269,8 +361,13 @@ class ProcessTrainingJob:
         folder = Path(folder).expanduser().resolve()
         with self._release_lock:
             if self.released is not None:
-                shutil.copytree(self._released_folder(), folder, dirs_exist_ok=True)
+                # Imported here, not at the top: it loads torch, and the server imports this module without it.
+                from bert_core.model.checkpoint import copy_checkpoint
+
+                copy_checkpoint(self._released_folder(), folder)
                 return folder
+            if not self._child.alive():
+                raise BertCoreError(self.lost_message())
             self._child.request("save", str(folder))
         return folder
 
@@ -280,12 +377,29 @@ class ProcessTrainingJob:
         with self._release_lock:
             if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
                 self.stop(wait=REPLY_TIMEOUT_S)
+            folder = Path(folder).expanduser().resolve()
             if self.trainer is not None and self._child.alive() and not self.busy:
-                folder = Path(folder).expanduser().resolve()
                 self._child.request("save", str(folder))
                 self.released = folder
                 self._snapshot = None   # read back from the folder when someone looks (bounded memory per run)
+            elif self.trainer is not None and self._checkpoint_step(folder) >= (self.snapshot_step or 0):
+                # The process died, but a checkpoint it wrote on its way (bert_core.serve.run_records) is there and
+                # no newer copy is: the run keeps the model of that step, labelled with it.
+                self.released, self._snapshot = folder, None
             self.close()
+
+    @staticmethod
+    def _checkpoint_step(folder: Path) -> int:
+        """The step of the whole checkpoint in `folder`; -1 when there is none."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.model.hf import is_whole_checkpoint
+
+        try:
+            if is_whole_checkpoint(folder):
+                return int(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return -1
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
@@ -334,12 +448,21 @@ class ProcessTrainingJob:
 
     def _child_gone(self, process) -> None:
         with self._changed:
-            if self.phase in ("preparing", "running") and self._closing:
+            code = process.returncode
+            if self._killed is not None:
+                self.ended_note, self.phase = self._killed
+                self.error = self.ended_note if self.phase == "failed" else self.error
+            elif self.phase in ("preparing", "running") and self._closing:
                 self.phase = "stopped"
             elif self.phase in ("preparing", "running"):
-                code = process.returncode
                 self.error = f"the training process exited unexpectedly (exit code {code})"
                 self.phase = "failed"
+                log.warning("run %s: its training process exited unexpectedly (exit code %s)", self.session_id[:6],
+                            code)
+            if self.trainer is not None and getattr(self.trainer, "state", None) in ("running", "idle"):
+                # The mirror's clock runs while its state says running: a dead process's run has stopped.
+                self.trainer.state = self.phase if self.phase in ("failed", "stopped") else "stopped"
+                self.trainer.error = self.error
             self._changed.notify_all()
 
 

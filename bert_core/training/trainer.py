@@ -10,6 +10,7 @@ from here (TrainConfig, the events, lr_multiplier, resolve_device...) are re-exp
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
 from bert_core.training.run_loop import RunLoop
 from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig
 from bert_core.training.trainer_checkpoint import check_trainer_state, read_resumable, restore_resumed
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "SCHEDULES", "PRECISIONS", "STATES", "MAX_SKIPPED_UPDATES",
@@ -107,6 +110,11 @@ class Trainer(RunLoop):
         self.tokens_seen = 0
         self.last_checkpoint_step: int | None = None  # the step of the newest checkpoint in checkpoint_dir
         self._last_checkpoint = time.monotonic()
+        # A checkpoint that cannot be written (a full disk) ends the run, as the user who asked for checkpoints
+        # expects; a server that keeps checkpoints only as its own safety net sets this False: the run goes on,
+        # `checkpoint_error` says why the newest one is missing.
+        self.checkpoint_failures_fatal = True
+        self.checkpoint_error: str | None = None
 
     @property
     def is_main(self) -> bool:
@@ -235,9 +243,17 @@ class Trainer(RunLoop):
             callback(snap)
 
     def _checkpoint(self):
-        if self.is_main:
-            self.save(self.checkpoint_dir)
         self._last_checkpoint = time.monotonic()
+        if self.is_main:
+            try:
+                self.save(self.checkpoint_dir)
+            except BertCoreError as exc:
+                if self.checkpoint_failures_fatal:
+                    raise
+                log.warning("a checkpoint at step %d could not be written: %s", self.step, exc)
+                self.checkpoint_error = str(exc)
+                return
+        self.checkpoint_error = None
         self.last_checkpoint_step = self.step
 
     def state_dict(self) -> dict:

@@ -1,0 +1,134 @@
+"""The runs of a shared server written where a restarted server finds them (`bert_core.serve.runs`).
+
+A server's runs live in its memory, and their training processes die with it. So that a restart (a redeployed
+Space, a teacher's server restarted between two lessons) loses nothing finished, each run has a folder in the state
+folder beside the runs folder (`$BERT_EXPLORER_STATE_DIR`, default `runs/app-state` beside `runs/app`):
+
+    <state>/<hash of the run id>/run.json       its ids, settings, name, phase, note (rewritten when its phase changes)
+    <state>/<hash of the run id>/checkpoint/    its checkpoint: written by its training process before the first
+                                               update, every CHECKPOINT_EVERY_S while it trains, at every stop, and
+                                               at its end (the folder the ended run's process is released into)
+    <state>/<hash of the run id>/probes.json    its probe snapshots (the Train, Attention and Predictions pages replay
+                                               them), written when it ends
+
+A restarted server reads them back: an ended run comes back as it ended, with its curves, probes and model; a run
+that was training comes back as "stopped by a server restart at step N" with its last checkpoint; a run with no
+checkpoint yet (queued, or preparing) is dropped, and its link says so. The folders follow the store's retention:
+a run dropped or reset loses its folder. The folder names are hashes, so no id becomes a path; the ids inside are
+the server's own secrets, as its memory held them. Nothing here imports Streamlit or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("bert_core.app")
+
+STATE_DIR_ENV = "BERT_EXPLORER_STATE_DIR"
+RECORD = "run.json"
+CHECKPOINT = "checkpoint"
+PROBES = "probes.json"
+CHECKPOINT_EVERY_S = 60.0   # a run training when the server dies loses at most this much
+FORMAT = 1
+
+
+def state_dir() -> Path:
+    """Where run records live: `$BERT_EXPLORER_STATE_DIR`, else a folder beside the runs folder (`<runs>-state`)."""
+    env = os.environ.get(STATE_DIR_ENV, "").strip()
+    if env:
+        return Path(env)
+    # Imported here: app_storage holds the runs folder's setting, and imports nothing of this module.
+    from bert_core.serve.app_storage import runs_dir
+
+    runs = runs_dir()
+    return runs.with_name(f"{runs.name}-state")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(json.dumps(obj, allow_nan=False), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def probes_to_json(store) -> dict | None:
+    """A ProbeStore's sentences and snapshots as JSON (attention rounded to 3 decimals: figures, not training)."""
+    if store is None:
+        return None
+    snaps = []
+    for snap in store.snapshots():
+        attention = None if snap.attention is None else snap.attention.astype("float32").round(3).tolist()
+        snaps.append({"step": snap.step, "predictions": snap.predictions, "attention_tokens": snap.attention_tokens,
+                      "attention": attention})
+    return {"sentences": list(store.sentences), "attention_sentence": store.attention_sentence,
+            "top_k": store.top_k, "max_snapshots": store.max_snapshots, "snapshots": snaps}
+
+
+class RunRecords:
+    """The state folder's run folders: write a run's record, read them all back, remove one."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def folder_for(self, run_id: str) -> Path:
+        """The run's folder (its name a hash of the id: no id, whatever its characters, becomes a path)."""
+        return self.folder / hashlib.sha256(("bert-explorer-run:" + run_id).encode()).hexdigest()[:32]
+
+    def checkpoint_for(self, run_id: str) -> Path:
+        """Where the run's training process writes its checkpoints, and where its ended process is released to."""
+        return self.folder_for(run_id) / CHECKPOINT
+
+    def write(self, run, phase: str, step: int | None, probes=None) -> bool:
+        """Write (replace) the run's record; with `probes` (a ProbeStore) its snapshots too. False, and a line in
+        the log, when it cannot be written: the run goes on, only a restart would lose it."""
+        if not dataclasses.is_dataclass(run.spec):
+            return False
+        record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
+                  "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
+                  "note": run.note, "step": step, "cancelled": run.cancelled}
+        folder = self.folder_for(run.run_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if probes is not None:
+                _write_json(folder / PROBES, probes_to_json(probes))
+            _write_json(folder / RECORD, record)
+            return True
+        except (OSError, TypeError, ValueError) as exc:
+            log.warning("run %s: its record could not be written (%s)", run.run_id[:6],
+                        getattr(exc, "strerror", None) or type(exc).__name__)
+            return False
+
+    def remove(self, run_id: str) -> None:
+        """Forget a run (dropped, or reset by its owner): its folder goes."""
+        shutil.rmtree(self.folder_for(run_id), ignore_errors=True)
+
+    def read_all(self) -> list[tuple[dict, Path]]:
+        """Every readable record with its folder, oldest first; unreadable folders are removed."""
+        if not self.folder.is_dir():
+            return []
+        found = []
+        for folder in self.folder.iterdir():
+            if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
+                continue
+            try:
+                record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+                ok = (isinstance(record, dict) and record.get("format") == FORMAT
+                      and folder == self.folder_for(str(record.get("run_id"))))
+            except (OSError, ValueError):
+                ok = False
+            if not ok:
+                log.info("removing the unreadable run record %s", folder.name[:8])
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            found.append((record, folder))
+        return sorted(found, key=lambda item: float(item[0].get("created") or 0.0))
