@@ -71,7 +71,6 @@ def test_a_frozen_process_is_ended_as_stalled_and_the_queued_run_gets_its_slot(s
         time.sleep(0.1)
     assert min(waits) >= 1.0, "a blocked slot is never said to free in 0 s"
     assert frozen.phase == "failed" and "stalled" in frozen.job.error
-    assert "stalled" in frozen.note
     _until(lambda: waiting.phase in ("running", "finished"), "the queued run gets the freed slot")
     clock = frozen.trainer.progress.elapsed_s
     time.sleep(0.3)

@@ -4,7 +4,8 @@ A server's runs live in its memory, and their training processes die with it. So
 Space, a teacher's server restarted between two lessons) loses nothing finished, each run has a folder in the state
 folder beside the runs folder (`$BERT_EXPLORER_STATE_DIR`, default `runs/app-state` beside `runs/app`):
 
-    <state>/<hash of the run id>/run.json       its ids, settings, name, phase, note (rewritten when its phase changes)
+    <state>/<hash of the run id>/run.json       its ids, settings, name, phase, why it ended (rewritten when its phase
+                                               changes)
     <state>/<hash of the run id>/checkpoint/    its checkpoint: written by its training process before the first
                                                update, every CHECKPOINT_EVERY_S while it trains, at every stop, and
                                                at its end (the folder the ended run's process is released into)
@@ -74,6 +75,13 @@ def probes_to_json(store) -> dict | None:
             "top_k": store.top_k, "max_snapshots": store.max_snapshots, "snapshots": snaps}
 
 
+def _ended_note(job) -> str | None:
+    """Why a run's process ended, when it failed or the server ended it (a restarted server says it again)."""
+    if job is None:
+        return None
+    return getattr(job, "error", None) or getattr(job, "ended_note", None)
+
+
 class RunRecords:
     """The state folder's run folders: write a run's record, read them all back, remove one."""
 
@@ -95,7 +103,7 @@ class RunRecords:
             return False
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
-                  "note": run.note, "step": step, "cancelled": run.cancelled}
+                  "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled}
         folder = self.folder_for(run.run_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)

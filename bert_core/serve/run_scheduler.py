@@ -119,8 +119,6 @@ class RunScheduler:
                          phase="stopped")
             elif silent >= self.stall_s:
                 job.kill(f"stalled: it gave no sign of life for {silent:.0f} s, so the server ended it")
-                with self._lock:
-                    run.note = run.note or f"ended by the server: its training process stalled ({silent:.0f} s silent)"
 
     def _end_unwatched(self, run: Run, now: float, to_end: list[Run]) -> None:
         """End a run nobody has watched for the grace period: a queued one that never started is cancelled, an
@@ -213,7 +211,7 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
             probes = None
             if (folder / PROBES).is_file():
                 probes = json.loads((folder / PROBES).read_text(encoding="utf-8"))
-            job = restore_job(record, checkpoint, phase, note, probes)
+            job = restore_job(record, checkpoint, phase, record.get("ended"), probes)
         except Exception as exc:  # noqa: BLE001 - one damaged record must not keep the others away
             log.info("restart: run %s dropped (%s)", run_id[:6], exc if isinstance(exc, OSError) else
                      type(exc).__name__)

@@ -9,6 +9,7 @@ arrived, and never in the server, which imports this module only for `TunerView`
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -19,6 +20,8 @@ from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
 
 log = logging.getLogger("bert_core.app")
+
+ORPHAN_GRACE_S = 60.0   # an orphaned training process that has not ended this long after its stop is ended
 
 
 @dataclass
@@ -56,12 +59,25 @@ class TrainingChild:
     def heartbeat(self) -> None:
         """Say "alive" every HEARTBEAT_S until the server has gone: the server tells a frozen process (stopped by a
         signal, swapped out, or hung holding the interpreter) from a slow step by this silence
-        (bert_core.serve.run_scheduler)."""
-        while not self.quit:
-            try:
-                self.events.send(("alive", None, None, None))
-            except (EOFError, OSError, ValueError):
-                return  # the server is gone, or the pipe is closed as the child ends
+        (bert_core.serve.run_scheduler). It also watches for the server's end itself: once this process is
+        orphaned (its parent changed), the run stops at its next step, writing its checkpoint, and the process
+        exits; a closed pipe says the same, but one server that was shut down left its child training on."""
+        parent = os.getppid()
+        orphaned_at = None
+        while True:
+            if os.getppid() != parent and orphaned_at is None:
+                orphaned_at = time.monotonic()
+                log.warning("the server has gone: stopping the run")
+                self.quit = True
+                if self.trainer is not None:
+                    self.trainer.stop()
+            if orphaned_at is not None and time.monotonic() - orphaned_at > ORPHAN_GRACE_S:
+                os._exit(1)   # the stop did not end the process (a step or a write that never returns)
+            if orphaned_at is None and not self.quit:
+                try:
+                    self.events.send(("alive", None, None, None))
+                except (EOFError, OSError, ValueError):
+                    pass  # the server is gone, or the pipe is closed as the child ends: the parent check decides
             time.sleep(HEARTBEAT_S)
 
     def receive_setup(self):

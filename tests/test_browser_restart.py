@@ -1,0 +1,103 @@
+"""In a real browser, a run outlives its server (issue #34): a run finishes on a public server, the server is killed
+(SIGKILL: no chance to clean up) and started again over the same folders, and the run's link opens the run with its
+curves, its probes and its model, on the Train page and in the sidebar of the other pages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bert_core.serve.app_server import free_port, start_app_server
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _no_exception,
+    _open,
+    _settle,
+    _shoot,
+    _trace_lengths,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+)
+
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
+STEPS = 60
+
+
+def _start(folder: Path, model_folder: Path, log_name: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(os.environ, BERT_EXPLORER_CHECKPOINT=str(model_folder), BERT_EXPLORER_PUBLIC="1",
+               PYTHONUNBUFFERED="1", BERT_EXPLORER_RUNS_DIR=str(folder / "runs"),
+               BERT_EXPLORER_SCRATCH_DIR=str(folder / "scratch"))
+    env.pop("BERT_EXPLORER_STATE_DIR", None)   # the default: beside the runs folder, as on a real server
+    log = open(folder / f"{log_name}.log", "w")  # noqa: SIM115 - the server's log for its life
+    return start_app_server(port, env, log, timeout_s=90), f"http://127.0.0.1:{port}"
+
+
+def _recorded_finished(folder: Path) -> bool:
+    records = list((folder / "runs-state").glob("*/run.json"))
+    return any(json.loads(r.read_text()).get("phase") == "finished" for r in records)
+
+
+def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browser, model_folder, tmp_path,
+                                                                          screenshot_dirs):
+    first, base = _start(tmp_path, model_folder, "first")
+    second = None
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        _open(page, base, "Train", f"?train_steps={STEPS}&train_probe_every=20")
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
+        page.get_by_text(f"Run finished at step {STEPS}").wait_for(timeout=180_000)
+        _settle(page)
+        url = page.url.replace(base, "")
+        assert "run=" in url, url
+        curves = max(max(x, default=0) for x in _trace_lengths(page))
+        deadline = time.time() + 60
+        while not _recorded_finished(tmp_path):   # the record is written by the scheduler's next pass
+            assert time.time() < deadline, "the finished run was never recorded"
+            time.sleep(0.2)
+        context.close()
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+
+        second, base = _start(tmp_path, model_folder, "second")
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.goto(base + url)
+        _settle(page)
+        page.get_by_text(f"Run finished at step {STEPS}").wait_for(timeout=60_000)
+        _no_exception(page, "Train after the restart")
+        assert "run=" in page.url, "the link still names the run"
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".some(d => (d.data || []).some(t => (t.x || []).length >= 2))", timeout=60_000)
+        assert max(max(x, default=0) for x in _trace_lengths(page)) == curves, "the curves are all there"
+        assert page.get_by_text("Probe sentences (snapshot at step", exact=False).count() == 1
+        assert page.get_by_role("button", name="Prepare download").is_enabled()
+        _shoot(page, "train-after-restart", screenshot_dirs)
+        # The model: the sidebar's "Model trained in this session" loads it on the other pages.
+        page.get_by_test_id("stSidebar").get_by_role("link", name="Predictions").click()
+        _settle(page)
+        page.get_by_test_id("stSidebar").get_by_text("Model trained in this session").first.click()
+        _settle(page)
+        sidebar = page.get_by_test_id("stSidebar")
+        sidebar.get_by_text(f"step {STEPS}", exact=False).first.wait_for(timeout=30_000)
+        assert sidebar.locator('[data-testid="stAlertContentError"]').count() == 0
+        _no_exception(page, "Predictions with the restored model")
+        context.close()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
