@@ -129,6 +129,9 @@ def server(model_folder, tmp_path_factory, server_home):
                BERT_EXPLORER_UNWATCHED_S=str(UNWATCHED_S))
     env.pop("BERT_EXPLORER_SESSION_GRACE_S", None)
     env.pop("BERT_EXPLORER_PUBLIC", None)
+    # Its run records beside its own runs folder: not the test process's state folder, whose runs (other tests')
+    # it would read back as it starts.
+    env.pop("BERT_EXPLORER_STATE_DIR", None)
     log = open(log_path, "w")
     try:
         proc = start_app_server(port, env, log, timeout_s=90)

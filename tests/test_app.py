@@ -70,7 +70,10 @@ def test_every_page_renders_without_exception_on_the_checkpoint(page):
 def test_home_shows_architecture_and_where_the_model_came_from(checkpoint):
     at = _open()
     _assert_clean(at)
-    assert any(str(checkpoint) in m.value and "Trained for 3 steps on toy" in m.value for m in at.markdown)
+    described = [m.value for m in at.markdown if "Trained for 3 steps" in m.value]
+    assert described and f"`{checkpoint.name}`" in described[0], described
+    assert "on the toy grammar (generated)" in described[0]
+    assert str(checkpoint.parent) not in described[0], "the server's folders are not the reader's business"
 
 
 def test_missing_shipped_checkpoint_is_explained(monkeypatch, tmp_path):
@@ -569,3 +572,54 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     _assert_clean(at)
     assert not at.error, _texts(at.error)
     assert any("run 1 of this tab: [MASK] 1" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+@pytest.mark.parametrize("checkpoint_kept", [False, True])
+def test_a_killed_run_is_told_plainly_on_every_page_and_offers_only_what_works(checkpoint_kept):
+    """Issue #34: a run whose training process is killed after its first steps. With no checkpoint left, every
+    page names its model as lost, in words, and no action that needs the model is offered; with its checkpoint
+    (written before the first update), the model of that step is offered and labelled with it. No page shows a
+    Python exception, and the run's clock has stopped."""
+    import shutil
+    import signal
+
+    at = _open("pages/2_Train.py")
+    _small_run(at, steps=100_000)
+    at.number_input(key="train_eval_every").set_value(0)
+    at.number_input(key="train_probe_every").set_value(0)
+    at.button[0].click().run()
+    run = _run()
+    job = _job()
+    deadline = time.time() + TIMEOUT
+    while (job.trainer is None or job.trainer.step < 3) and time.time() < deadline:
+        time.sleep(0.05)
+    if not checkpoint_kept:
+        shutil.rmtree(app_state.RECORDS.checkpoint_for(run.run_id))
+    os.kill(job.process.pid, signal.SIGKILL)
+    deadline = time.time() + TIMEOUT
+    while not (run.phase == "failed" and run.released) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)   # the release's thread finishes
+    train = _open("pages/2_Train.py", run=run.run_id)
+    _assert_clean(train)
+    assert any("exit code -9" in t for t in _texts(train.error))
+    said = _texts(train.warning) + _texts(train.info)
+    download = next(b for b in train.button if b.label == "Prepare download")
+    labels = [b.label for b in train.button]
+    if checkpoint_kept:
+        assert any("The model of step 0" in t for t in said), said
+        assert not download.disabled and any(label.startswith("Train on from these weights") for label in labels)
+    else:
+        assert any("This run's model is lost" in t for t in said), said
+        assert download.disabled and not any(label.startswith("Train on from these weights") for label in labels)
+        assert not any(e.label == "Save this run on the server" for e in train.expander)
+    assert not any("time left" in str(p.value) for p in train.get("progress"))
+    for page in ("pages/3_Attention.py", "pages/4_Predictions.py"):
+        other = _open(page, run=run.run_id, model="session")
+        _assert_clean(other)
+        sidebar = _texts(other.sidebar.info) + _texts(other.sidebar.caption)
+        assert not other.sidebar.error, _texts(other.sidebar.error)
+        if checkpoint_kept:
+            assert any("step 0" in t for t in sidebar), sidebar
+        else:
+            assert any("This run's model is lost" in t for t in sidebar), sidebar

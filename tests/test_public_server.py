@@ -81,6 +81,7 @@ def test_an_uploaded_checkpoint_zip_becomes_the_active_model(monkeypatch, checkp
 
 @pytest.mark.parametrize("content, message", [
     (b"", "empty"), (b"just text", "not a zip"), ("PICKLE", "weights_only"), ("NAN", "NaN"),
+    ("CUT", "model.safetensors"),
 ])
 def test_bad_checkpoint_uploads_are_messages_on_every_page(checkpoint, tmp_path, content, message):
     import pickle
@@ -109,12 +110,20 @@ def test_bad_checkpoint_uploads_are_messages_on_every_page(checkpoint, tmp_path,
         state[key] = torch.full_like(state[key], float("nan"))
         save_file(state, str(folder / "model.safetensors"))
         content = _zip_of(folder)
+    elif content == "CUT":   # weights cut short: the message names the file in the zip, not where it was unpacked
+        folder = tmp_path / "cut"
+        folder.mkdir()
+        for p in checkpoint.iterdir():
+            (folder / p.name).write_bytes(p.read_bytes()[:200] if p.name == "model.safetensors" else p.read_bytes())
+        content = _zip_of(folder)
     for page in PAGES:
         at = _open(page)
         at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()
         at.sidebar.file_uploader(key="model_upload").upload("ckpt.zip", content, "application/zip").run()
         _assert_clean(at)
         assert any(message in t for t in _texts(at.sidebar.error)), (page, _texts(at.sidebar.error))
+        scratch = str(app_storage.scratch_root().parent)
+        assert not any(scratch in t for t in _texts(at.sidebar.error)), _texts(at.sidebar.error)
     assert not (tmp_path / "PWNED").exists()
 
 

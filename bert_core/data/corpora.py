@@ -257,6 +257,36 @@ def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
                   source=f"toy grammar (bert_core.data.toy_grammar), seed {seed}")
 
 
+# How a reader knows each corpus: the named ones, and the files of the shared data folder by (folder, file).
+CORPUS_LABELS = {"toy": "the toy grammar (generated)", "tinyshakespeare": "Tiny Shakespeare",
+                 "wikitext-2": "WikiText-2", "brown": "the Brown Corpus"}
+_SHARED_FILE_LABELS = {
+    ("wikitext-2", "valid.txt"): "WikiText-2 (validation split)",
+    ("wikitext-2", "train.txt"): "WikiText-2 (training split)",
+    ("wikitext-2", "test.txt"): "WikiText-2 (test split)",
+    ("brown", "brown.txt"): "the Brown Corpus",
+    ("tinyshakespeare", "input.txt"): "Tiny Shakespeare",
+    ("movie_reviews", "reviews.txt"): "movie reviews",
+    ("movie_plots", "plots.txt"): "IMDb plot sentences",
+    ("news", "abc.txt"): "ABC news stories",
+    ("state_union", "addresses.txt"): "State of the Union addresses",
+}
+
+
+def corpus_label(recorded: str) -> str:
+    """A recorded corpus (a name, or the path a run was given) as a reader knows it: "WikiText-2 (validation split)"
+    for `../shared/data/wikitext-2/valid.txt`, "the Brown Corpus" for `brown`; any other file by its name only
+    ("the text file notes.txt"): never a folder of the machine that trained it."""
+    text = str(recorded).strip()
+    if text.lower() in CORPUS_LABELS:
+        return CORPUS_LABELS[text.lower()]
+    path = Path(text.replace("\\", "/"))
+    known = _SHARED_FILE_LABELS.get((path.parent.name, path.name))
+    if known:
+        return known
+    return f"the text file {path.name}" if path.name else "a text file"
+
+
 def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None,
                 progress: Callable[[int, int | None], None] | None = None) -> Corpus:
     """Corpus by name ("toy", "tinyshakespeare", "wikitext-2", "brown") or a path to a UTF-8 text file.

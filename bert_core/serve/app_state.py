@@ -345,10 +345,11 @@ def _shipped_choice(name: str | None) -> Path:
 def _shipped_model(path: Path | None = None):
     path = path or default_checkpoint()
     if not path.is_dir():
-        return None, (f"The shipped checkpoint is not here yet (`{path}`). Train a model on the **Train** page "
+        where = path.name if public_mode() else path   # a visitor of a public server learns none of its folders
+        return None, (f"The shipped checkpoint is not here yet (`{where}`). Train a model on the **Train** page "
                       "and pick *Model trained in this session*, or give a checkpoint folder.")
     model, tok, state = load_folder_cached(path)
-    return ActiveModel(model, tok, SOURCE_SHIPPED, path, describe_checkpoint(path, model, state), state,
+    return ActiveModel(model, tok, SOURCE_SHIPPED, path, describe_checkpoint(path.name, model, state), state,
                        (state or {}).get("step")), None
 
 
@@ -406,7 +407,13 @@ def _uploaded_model(upload):
     else:
         path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
         st.session_state["_model_upload_folder"] = (upload.file_id, str(path))
-    model, tok, state = load_folder_cached(path)
+    try:
+        model, tok, state = load_folder_cached(path)
+    except BertCoreError as exc:   # name the file inside the zip, not the server's scratch folder it went to
+        message = str(exc)
+        for where in (str(path.resolve()), str(path)):
+            message = message.replace(where + os.sep, "the zip's ").replace(where, "the zip")
+        raise BertCoreError(message) from None
     label = Path(upload.name)
     return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
                        (state or {}).get("step")), None
@@ -557,7 +564,7 @@ def _sidebar_notes(active: ActiveModel | None) -> None:
         cfg = active.config
         st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
                    f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}"
-                   + (f", step {active.step:,}" if active.step else ""))
+                   + (f", step {active.step:,}" if active.step is not None else ""))
     run, role = current_run()
     if run is not None and run.active:
         # Drawn outside the live fragment, so it would go stale: no step count here.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.paths import DEFAULT_CHECKPOINT
@@ -112,22 +113,33 @@ def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
 
 
 
-def describe_checkpoint(path: Path, model, state: dict | None) -> str:
-    """One paragraph on where a checkpoint came from: sizes, and the training recorded in it."""
+def _corpora(recorded) -> str:
+    names = list(dict.fromkeys(corpus_label(c) for c in recorded or ()))
+    if not names:
+        return "unrecorded text"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def describe_checkpoint(name: str | Path, model, state: dict | None) -> str:
+    """One paragraph on where a checkpoint came from: sizes, and the training recorded in it. `name` is how the
+    reader picked it (a shipped folder's or a saved run's name, an uploaded file's name; a folder's path only where
+    the user typed it); the corpora and an earlier run it started from are named as a reader knows them, never by
+    the paths of the machine that trained it."""
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    text = (f"`{path}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
+    text = (f"`{name}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
             f"{cfg.num_attention_heads} heads, vocabulary {cfg.vocab_size:,} ({n_params / 1e6:.1f}M parameters).")
     if state:
         meta = state.get("metadata", {})
-        corpora = ", ".join(meta.get("corpora", [])) or "unrecorded corpora"
-        text += f" Trained for {state.get('step', 0):,} steps on {corpora}"
+        text += f" Trained for {state.get('step', 0):,} steps on {_corpora(meta.get('corpora'))}"
         if state.get("elapsed_s"):
             text += f" in {state['elapsed_s'] / 60:.0f} min"
         start = meta.get("init_from")
         if isinstance(start, dict):  # the time above is this run's only: name the run it started from
-            before = f" ({start['step']:,} steps)" if isinstance(start.get("step"), int) else ""
-            text += f", starting from the weights of an earlier run, {start.get('folder', 'unrecorded')}{before}"
+            steps = f" of {start['step']:,} steps" if isinstance(start.get("step"), int) else ""
+            size = f"`{start['preset']}` " if isinstance(start.get("preset"), str) else ""
+            on = f" on {_corpora(start['corpora'])}" if start.get("corpora") else ""
+            text += f", continuing an earlier {size}run{steps}{on}"
         text += "."
     else:
         text += " No training record (e.g. a Hugging Face download)."

@@ -192,12 +192,16 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
     """Read back the runs an earlier server process recorded: an ended run as it ended, a run that was training as
     stopped by the restart at its last checkpoint; one with no whole checkpoint is dropped (its links say so).
     Returns (restored, dropped)."""
-    # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
+    found = records.read_all()
+    if not found:
+        return 0, 0
+    # Imported here, once there is something to restore: it loads torch, and a server starting with no recorded runs
+    # should not spend its first seconds importing it beside its first page (TORCH_FREE).
     from bert_core.model.hf import is_whole_checkpoint
     from bert_core.serve.run_records import CHECKPOINT, PROBES
 
     restored = lost = 0
-    for record, folder in records.read_all():
+    for record, folder in found:
         run_id, view_id = str(record["run_id"]), str(record.get("view_id") or "")
         checkpoint = folder / CHECKPOINT
         phase, note = record.get("phase"), record.get("note")
