@@ -21,6 +21,9 @@ CORPORA = {
 }
 PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 
+# After "Start with this change", the settings show the new run's (set here, before the widgets are drawn).
+for key, value in st.session_state.pop("train_show_settings", {}).items():
+    st.session_state[key] = value
 app_state.init_widget("train_corpus", "toy")
 if st.session_state["train_corpus"] not in CORPORA:
     st.session_state["train_corpus"] = "toy"
@@ -313,8 +316,10 @@ def _status() -> None:
     last = history[-1] if history else None
     m = st.columns(5)
     m[0].metric("Loss", f"{last.loss:.3f}" if last else "–")
-    m[1].metric("MLM accuracy", f"{last.mlm_acc:.1%}" if last and last.mlm_acc is not None else "–")
-    m[2].metric("Held-out MLM acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
+    task = figures.task_name(trainer.config.objective == "clm")   # a GPT's figures are next-token ones
+    m[1].metric(f"{task[0].upper()}{task[1:]} accuracy", f"{last.mlm_acc:.1%}" if last and last.mlm_acc is not None
+                else "–")
+    m[2].metric(f"Held-out {task} acc.", f"{evals[-1].mlm_acc:.1%}" if evals else "–")
     m[3].metric("Tokens / s", f"{last.tokens_per_s:,.0f}" if last else "–")
     m[4].metric("Learning rate", f"{last.lr:.2e}" if last else "–")
     stuck = plateau.plateau_warning(history, trainer.baselines, prog.fraction,
@@ -348,12 +353,17 @@ def _charts() -> None:
     for column, names in ((c1, ("loss", "accuracy-by-decision")), (c2, ("accuracy", "learning-rate"))):
         with column:
             for name in names:
-                app_state.plotly(charts[name], name, key=f"live_{name}")
-    if trainer.config.objective == "clm":
+                if name in charts:   # a GPT's run has no masking decisions to split by
+                    app_state.plotly(charts[name], name, key=f"live_{name}")
+    causal = trainer.config.objective == "clm"
+    if causal:
         st.caption(jobs.NEXT_TOKEN_NOTE)
     store = trainer.probes
     snaps = store.snapshots() if store is not None else []
-    if snaps:
+    if snaps and causal:
+        st.caption("A GPT cannot fill a [MASK] (it reads only the tokens before each position), so its probe "
+                   "snapshots keep the attention of the time-lapse sentence only: the Attention page replays it.")
+    elif snaps:
         st.subheader(f"Probe sentences (snapshot at step {snaps[-1].step:,})")
         st.caption("Held-out sentences: the model never trains on them. Its three best guesses for each [MASK], "
                    "now and at the snapshot before.")
@@ -418,6 +428,7 @@ def _compare() -> None:
             app_state.RUNS.retire(run.run_id)
             new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run)
             app_state.set_current_run(new)
+            st.session_state["train_show_settings"] = jobs.page_values_of(spec)
             st.rerun()
         except BertCoreError as exc:
             app_state.show_error(exc)

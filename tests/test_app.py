@@ -542,6 +542,9 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     assert second is not first and app_state.RUNS.family(second) == [first, second]
     assert [c.knob for c in comparison.knob_diff(first.spec, second.spec)] == ["nsp"]
     assert comparison.other_differences(first.spec, second.spec) == []
+    # The settings now show the new run's, and so does the command that repeats it (issue #29).
+    assert at.checkbox(key="train_nsp").value is False
+    assert "--no-nsp" in at.code[0].value, at.code[0].value
     _job().wait(TIMEOUT)
     at.run()
     _assert_clean(at)

@@ -158,3 +158,40 @@ def test_the_sidebar_picks_either_shipped_checkpoint_and_the_url_keeps_it(shippe
         assert not again.exception and not again.error
         assert again.sidebar.selectbox(key="model_shipped").value == expected, ckpt
         assert _shows_a_causal_model(again.switch_page("pages/4_Predictions.py").run()) == (expected == "gpt-nano")
+
+
+def test_a_gpt_run_on_the_train_page_is_labelled_next_token_throughout(monkeypatch, gpt_checkpoint):
+    """Issue #29: a GPT run's tiles and charts say next-token, it draws no masking-decision chart and no empty probe
+    table, and nothing on the page calls its figures MLM or masked."""
+    import json
+    import time
+
+    from bert_core.serve import app_state
+
+    monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
+    at = _open("pages/2_Train.py", gpt_checkpoint, monkeypatch)
+    at.radio(key="train_objective").set_value("clm").run()
+    for key, value in (("train_steps", 6), ("train_batch", 4), ("train_seq", 32), ("train_vocab", 300),
+                       ("train_eval_every", 3), ("train_probe_every", 3)):
+        at.number_input(key=key).set_value(value)
+    at.button[0].click().run()
+    try:
+        run = max(app_state.RUNS.runs(), key=lambda r: r.created)
+        deadline = time.time() + TIMEOUT
+        while run.active and time.time() < deadline:
+            time.sleep(0.1)
+        assert run.phase == "finished", (run.phase, run.job and run.job.error)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        labels = [m.label for m in at.metric]
+        assert "Next-token accuracy" in labels and "Held-out next-token acc." in labels, labels
+        charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        titles = [str((c.get("layout", {}).get("title") or {}).get("text", "")) for c in charts]
+        assert len(charts) == 3 and not any("masking decision" in t for t in titles), titles
+        names = " ".join(str(t.get("name", "")) for c in charts for t in c.get("data", []))
+        assert "next-token" in names and "MLM" not in names and "mlm" not in names and "NSP" not in names, names
+        assert any("cannot fill a [MASK]" in t for t in _texts(at.caption))
+        assert not any(str(t.value).startswith("Probe sentences") for t in at.subheader)
+    finally:
+        for r in app_state.RUNS.runs():
+            app_state.RUNS.discard(r.run_id, wait=30)

@@ -298,3 +298,54 @@ def test_mistakes_table_puts_labels_and_confidence_before_the_text():
     (row,) = mistakes_table(wrong)
     assert list(row) == ["true label", "predicted", "confidence", "text"]
     assert row["confidence"] == "93%" and len(row["text"]) <= 200 and row["text"].endswith("…")
+
+
+def _words_of(fig) -> str:
+    """Every text a reader sees on a figure: its title, axis titles, trace names and annotations."""
+    layout = fig.layout
+    texts = [str(layout.title.text or "")]
+    texts += [str(getattr(getattr(layout, a), "title", None) and getattr(layout, a).title.text or "")
+              for a in dir(layout) if a.startswith(("xaxis", "yaxis")) and getattr(layout, a, None) is not None]
+    texts += [str(t.name or "") for t in fig.data] + [str(a.text or "") for a in layout.annotations or ()]
+    return " | ".join(texts)
+
+
+def test_a_gpt_runs_figures_are_named_next_token_never_masked_or_mlm():
+    """Issue #29: a GPT run's loss and accuracy are next-token figures and say so; it has no NSP and no chart of
+    masking decisions; a BERT's keep their masked-token names."""
+    from bert_core.training.run_loop import EventLog
+
+    history = [_step(i, 10 - i * 0.1) for i in range(1, 11)]
+    evals = [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=None)]
+    baselines = {"unigram": {"accuracy": 0.05, "loss": 7.0}}
+    for fig in (figures.loss_figure(history, evals, baselines, 0.5, causal=True),
+                figures.accuracy_figure(history, evals, baselines, 0.5, causal=True)):
+        words = _words_of(fig)
+        assert "next-token" in words and "next token" in words, words
+        for wrong in ("MLM", "mlm", "masked", "NSP", "nsp"):
+            assert wrong not in words, (wrong, words)
+    assert "MLM accuracy (train)" in _words_of(figures.accuracy_figure(history, evals, baselines))
+
+    class Config:
+        objective = "clm"
+
+    log = EventLog(history, evals)
+    log.baselines, log.config = baselines, Config()
+    assert list(figures.LiveCharts().figures(log, 0.0)) == ["loss", "accuracy", "learning-rate"]
+
+
+def test_compared_bert_and_gpt_runs_are_drawn_apart_each_titled_by_what_it_measures():
+    from bert_core.serve.train_spec import TrainSpec
+
+    bert, gpt = TrainSpec(train={"objective": "mlm"}), TrainSpec(train={"objective": "clm", "nsp": False})
+    history = [[_step(i, 9 - i * 0.1) for i in range(1, 6)] for _ in range(2)]
+    evals = [[EvalEvent(step=5, mlm_loss=8.0, mlm_acc=acc, perplexity=math.exp(8), nsp_acc=None)] for acc in (.2, .3)]
+    fig = figures.overlay_figure([bert, gpt], history, evals, names=["bert", "gpt"])
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(t.startswith("BERT runs: held-out masked-token") for t in titles), titles
+    assert any(t.startswith("GPT runs: held-out next-token") for t in titles), titles
+    rows = ({t.yaxis for t in fig.data if t.legendgroup.startswith("bert")},
+            {t.yaxis for t in fig.data if t.legendgroup.startswith("gpt")})
+    assert rows[0] and rows[1] and not rows[0] & rows[1], "a GPT's figures never share a BERT's axes"
+    one_kind = figures.overlay_figure([bert, bert], history, evals, names=["a", "b"])
+    assert len([a for a in one_kind.layout.annotations if a.text.startswith("BERT runs")]) == 2

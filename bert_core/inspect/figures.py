@@ -153,41 +153,52 @@ def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines"
                                  line=dict(color=color, dash=dash)))
 
 
-def _baseline_line(fig: go.Figure, y: float | None, position: str) -> None:
+def _baseline_line(fig: go.Figure, y: float | None, position: str, causal: bool = False) -> None:
     if y is not None:
         fig.add_hline(y=y, line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
-                      annotation_text="unigram baseline (MLM)", annotation_position=position)
+                      annotation_text=f"unigram baseline ({'next token' if causal else 'MLM'})",
+                      annotation_position=position)
+
+
+def task_name(causal: bool) -> str:
+    """What a run's token predictions are called on every label: a GPT's are next-token ones, a BERT's masked-token
+    (MLM) ones. One word for both would let a class read a GPT's figure as a BERT's."""
+    return "next-token" if causal else "MLM"
 
 
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
-                smoothing: float = 0.0) -> go.Figure:
+                smoothing: float = 0.0, causal: bool = False) -> go.Figure:
     """Training MLM, NSP and total loss per step (smoothed by `ema` when smoothing > 0, the raw values faint behind),
-    the held-out MLM loss, and the unigram baseline as a line."""
+    the held-out MLM loss, and the unigram baseline as a line. `causal`: a GPT's run, its lines named next-token
+    loss, with no NSP."""
     fig = go.Figure()
-    _add_lines(fig, history, [(key, f"{label} loss (train)", SERIES_COLORS[label])
-                              for key, label in (("loss", "total"), ("mlm_loss", "mlm"), ("nsp_loss", "nsp"))],
+    task = task_name(causal)
+    parts = (("loss", "total", "total"), ("mlm_loss", "next-token" if causal else "mlm", "mlm")) \
+        + (() if causal else (("nsp_loss", "nsp", "nsp"),))
+    _add_lines(fig, history, [(key, f"{label} loss (train)", SERIES_COLORS[color]) for key, label, color in parts],
                smoothing=smoothing)
-    _add_lines(fig, evals, [("mlm_loss", "MLM loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
-    _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right")
+    _add_lines(fig, evals, [("mlm_loss", f"{task} loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right", causal)
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="loss (nats)")
-    return _layout(fig, "Loss")
+    return _layout(fig, f"Loss ({'GPT: next token' if causal else 'BERT: masked tokens'})")
 
 
 def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
-                    smoothing: float = 0.0) -> go.Figure:
+                    smoothing: float = 0.0, causal: bool = False) -> go.Figure:
     """MLM and NSP accuracy per step (smoothed as in `loss_figure`), held-out MLM/NSP accuracy, and the unigram
-    baseline's MLM accuracy."""
+    baseline's MLM accuracy; `causal`: a GPT's next-token accuracy, with no NSP."""
     fig = go.Figure()
-    _add_lines(fig, history, [("mlm_acc", "MLM accuracy (train)", SERIES_COLORS["mlm"]),
-                              ("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])], smoothing=smoothing)
-    _add_lines(fig, evals, [("mlm_acc", "MLM accuracy (held-out)", SERIES_COLORS["eval"]),
-                            ("nsp_acc", "NSP accuracy (held-out)", SERIES_COLORS["eval_nsp"])], "lines+markers",
-               "dot")
-    _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right")
+    task = task_name(causal)
+    _add_lines(fig, history, [("mlm_acc", f"{task} accuracy (train)", SERIES_COLORS["mlm"])]
+               + ([] if causal else [("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])]), smoothing=smoothing)
+    _add_lines(fig, evals, [("mlm_acc", f"{task} accuracy (held-out)", SERIES_COLORS["eval"])]
+               + ([] if causal else [("nsp_acc", "NSP accuracy (held-out)", SERIES_COLORS["eval_nsp"])]),
+               "lines+markers", "dot")
+    _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right", causal)
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="accuracy", range=[0, 1])
-    return _layout(fig, "Accuracy")
+    return _layout(fig, f"Accuracy ({'GPT: next token' if causal else 'BERT: masked tokens'})")
 
 
 def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> go.Figure:
@@ -233,7 +244,7 @@ class LiveCharts:
     go with their trainer (weak keys), and each trainer keeps its `keep` latest builds (one per smoothing value).
     """
 
-    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")
+    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")   # a GPT's run has no decisions
 
     def __init__(self, keep: int = 4):
         self.keep = keep
@@ -251,10 +262,12 @@ class LiveCharts:
             found = entries.get(key)
         if found is not None:
             return found
-        built = dict(zip(self.NAMES, (loss_figure(history, evals, trainer.baselines, smoothing),
-                                      accuracy_figure(history, evals, trainer.baselines, smoothing),
-                                      decision_accuracy_figure(history, smoothing),
-                                      rate_figure(history))))
+        causal = getattr(getattr(trainer, "config", None), "objective", "mlm") == "clm"
+        built = {"loss": loss_figure(history, evals, trainer.baselines, smoothing, causal),
+                 "accuracy": accuracy_figure(history, evals, trainer.baselines, smoothing, causal)}
+        if not causal:   # a GPT masks nothing: no figure of masking decisions, rather than an empty one
+            built["accuracy-by-decision"] = decision_accuracy_figure(history, smoothing)
+        built["learning-rate"] = rate_figure(history)
         with self._lock:
             self.builds += 1
             entries = self._built.setdefault(trainer, {})
@@ -589,33 +602,48 @@ def architecture_figure(config: Any = None) -> go.Figure:
 MAX_OVERLAID_RUNS = 4  # more lines than this on two small panels stop being readable
 
 
+def _is_causal_spec(spec: Any) -> bool:
+    train = getattr(spec, "train", None)
+    return isinstance(train, Mapping) and train.get("objective") == "clm"
+
+
 def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], evals: Sequence[Sequence[Any]],
                    names: Sequence[str] | None = None, smoothing: float = 0.0) -> go.Figure:
     """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
     dotted, and held-out masked-token accuracy. Each run has one colour and one legend entry, which names the
-    knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4')."""
+    knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4').
+
+    Unlike figures stay apart: BERT runs (masked-token figures) and GPT runs (next-token figures) get a row each,
+    titled by what they measure, so a GPT's next-token accuracy is never read off a masked-token axis."""
     if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
         raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
     labels = run_labels(list(specs), names)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("MLM loss (line: training; dots: held-out)",
-                                                        "held-out masked-token accuracy"))
+    causal = [_is_causal_spec(spec) for spec in specs]
+    kinds = sorted(set(causal))   # BERT's row first
+    titles = []
+    for kind in kinds:
+        who = "GPT runs: " if kind else "BERT runs: "
+        titles += [f"{who}{task_name(kind)} loss (line: training; dots: held-out)",
+                   f"{who}held-out {'next-token' if kind else 'masked-token'} accuracy"]
+    fig = make_subplots(rows=len(kinds), cols=2, subplot_titles=titles, vertical_spacing=0.2)
     for i, (label, history, run_evals) in enumerate(zip(labels, histories, evals)):
-        color = DISTINCT_COLORS[i]
+        color, row = DISTINCT_COLORS[i], kinds.index(causal[i]) + 1
         xs, ys = _series(history, "mlm_loss")
         if xs:
             keep = _thin(range(len(xs)))
             smooth = ema(ys, smoothing) if smoothing > 0 else ys
             fig.add_trace(go.Scatter(x=[xs[j] for j in keep], y=[smooth[j] for j in keep], mode="lines", name=label,
-                                     legendgroup=label, line=dict(color=color)), row=1, col=1)
+                                     legendgroup=label, line=dict(color=color)), row=row, col=1)
         ex, ey = _series(run_evals, "mlm_loss")
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="markers", name=label, legendgroup=label, showlegend=not xs,
-                                 marker=dict(color=color, size=5)), row=1, col=1)
+                                 marker=dict(color=color, size=5)), row=row, col=1)
         ax, ay = _series(run_evals, "mlm_acc")
         fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", name=label, legendgroup=label, showlegend=False,
-                                 line=dict(color=color), marker=dict(size=4)), row=1, col=2)
+                                 line=dict(color=color), marker=dict(size=4)), row=row, col=2)
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title="loss (nats)", row=1, col=1)
-    fig.update_yaxes(title="accuracy", range=[0, 1], row=1, col=2)
-    fig = _layout(fig, "Runs compared", height=420, legend="below")
-    fig.update_layout(legend=dict(y=-0.22))  # below the axes' "step" titles, not on them
+    for row in range(1, len(kinds) + 1):
+        fig.update_yaxes(title="loss (nats)", row=row, col=1)
+        fig.update_yaxes(title="accuracy", range=[0, 1], row=row, col=2)
+    fig = _layout(fig, "Runs compared", height=420 * len(kinds), legend="below")
+    fig.update_layout(legend=dict(y=-0.22 / len(kinds)))  # below the axes' "step" titles, not on them
     return fig

@@ -64,10 +64,13 @@ def run_figures(record: RunRecord, smoothing: float = 0.0) -> dict:
     """The run's curves as the Train page draws them (name -> Plotly figure), for the bundle."""
     if not record.history and not record.evals:
         return {}
-    return {"loss": figures.loss_figure(record.history, record.evals, record.baselines, smoothing),
-            "accuracy": figures.accuracy_figure(record.history, record.evals, record.baselines, smoothing),
-            "accuracy-by-decision": figures.decision_accuracy_figure(record.history, smoothing),
-            "learning-rate": figures.rate_figure(record.history)}
+    causal = (record.config.get("training") or {}).get("objective") == "clm"
+    drawn = {"loss": figures.loss_figure(record.history, record.evals, record.baselines, smoothing, causal),
+             "accuracy": figures.accuracy_figure(record.history, record.evals, record.baselines, smoothing, causal)}
+    if not causal:   # a GPT masks nothing: no figure of masking decisions
+        drawn["accuracy-by-decision"] = figures.decision_accuracy_figure(record.history, smoothing)
+    drawn["learning-rate"] = figures.rate_figure(record.history)
+    return drawn
 
 
 _BUNDLE_README = """A BERT explorer run, in one bundle.

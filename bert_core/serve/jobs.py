@@ -33,6 +33,7 @@ from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
     default_probes,
     page_corpus,
     page_spec,
+    page_values_of,
     preview_corpus,
     save_start_weights,
     spec_from_dict,
@@ -104,10 +105,10 @@ OBJECTIVE_LABELS = {"mlm": "BERT: masked LM + NSP", "clm": "GPT: next token"}
 OBJECTIVE_HELP = ("BERT hides 15% of the tokens and predicts them from both sides (and, with NSP, whether B follows "
                   "A); GPT predicts every next token from the tokens before it, with causal attention. Same "
                   "encoder, data and budget: only what is predicted, and from what, differs.")
-# Said beside a GPT run's charts: the curves keep their MLM names but measure something else.
-NEXT_TOKEN_NOTE = ("A GPT-style run: the loss and accuracy curves are next-token figures (every position predicts "
-                   "the token after it, seeing only the tokens before), not masked-token ones, so they do not "
-                   "compare one for one with a BERT's; there are no masking decisions to split them by.")
+# Said beside a GPT run's charts, which are named next-token figures.
+NEXT_TOKEN_NOTE = ("A GPT-style run: the loss and accuracy are next-token figures (every position predicts the token "
+                   "after it, seeing only the tokens before), not masked-token ones, so they do not compare one for "
+                   "one with a BERT's; there are no masking decisions to split them by, and no NSP.")
 
 
 class TrainingJob:

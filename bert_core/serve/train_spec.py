@@ -173,6 +173,25 @@ def page_spec(values: Mapping, corpus: tuple[str, str], init_from: str | None = 
     return spec
 
 
+PAGE_CORPORA = ("toy", "tinyshakespeare", "wikitext-2")   # the named corpora the Train page's box offers
+
+
+def page_values_of(spec: TrainSpec) -> dict[str, Any]:
+    """The Train page's widget values that show a run's objective, NSP, mask rate, learning rate, size and corpus:
+    the settings a one-knob change can make (bert_core.training.comparison.KNOBS). After *Start with this change*
+    the page shows the new run's settings and the command line that repeats it, not the run it changed."""
+    train = spec.train
+    values = {"train_objective": "clm" if train.get("objective") == "clm" else "mlm"}
+    for name in ("nsp", "mask_rate", "learning_rate"):
+        if name in train:
+            values[_KEY_OF[name]] = _TYPES[name](train[name])
+    if not spec.model_overrides.keys() & set(SIZE_FIELDS):   # a preset's sizes, not the custom ones
+        values["train_preset"] = spec.preset
+    if spec.corpus in PAGE_CORPORA:
+        values["train_corpus"] = spec.corpus
+    return values
+
+
 def validate_spec(spec: TrainSpec) -> None:
     """Check the model and training settings before any work starts, so a bad config is a message, not a crash."""
     spec.train_config()
