@@ -349,3 +349,17 @@ def test_compared_bert_and_gpt_runs_are_drawn_apart_each_titled_by_what_it_measu
     assert rows[0] and rows[1] and not rows[0] & rows[1], "a GPT's figures never share a BERT's axes"
     one_kind = figures.overlay_figure([bert, bert], history, evals, names=["a", "b"])
     assert len([a for a in one_kind.layout.annotations if a.text.startswith("BERT runs")]) == 2
+
+
+def test_probability_axes_fit_their_values_and_drawings_carry_no_zoom_controls():
+    """Issue #29: [MASK] bars of 1 to 6% fill their axis instead of sitting as slivers on 0-100%; the guesses'
+    history uses its axis; the architecture drawing offers the download but no zoom or pan."""
+    bars = figures.topk_figure([("the", 0.06), ("a", 0.03), ("cat", 0.01)], baseline=[("the", 0.05)])
+    low, high = bars.layout.xaxis.range
+    assert low == 0 and 0.06 < high <= 0.08 and tuple(bars.layout.xaxis2.range) == (low, high)
+    history = figures.topk_history_figure([(0, [("the", 0.02)]), (10, [("the", 0.04), ("cat", 0.03)])])
+    assert history.layout.yaxis.range[1] == pytest.approx(0.05)
+    assert figures.topk_figure([("cat", 0.9)]).layout.xaxis.range[1] == 1.0
+    still = figures.plotly_config("bert-architecture")
+    assert "zoom2d" in still["modeBarButtonsToRemove"] and still["toImageButtonOptions"]["filename"]
+    assert "modeBarButtonsToRemove" not in figures.plotly_config("loss")

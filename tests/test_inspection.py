@@ -146,6 +146,13 @@ def test_head_summary_labels_identity_previous_cls_and_uniform_heads():
         assert s.measures[name] == pytest.approx(1.0)
     (u,) = head_summaries(_result(np.full((n, n), 1 / n), TOKENS))
     assert u.label == "broad"
+    # 44% of each row on [SEP], the rest on one other token each: named, not "mixed" (issue #29).
+    sep = np.zeros((n, n))
+    sep[:, 4] = 0.44
+    for i in range(n):
+        sep[i, (i + 2) % 4] += 0.56
+    (leaning,) = head_summaries(_result(sep, TOKENS))
+    assert leaning.label == "leans [SEP] 44%", leaning.label
     assert u.entropy == pytest.approx(np.log2(n)) and u.normalized_entropy == pytest.approx(1.0)
     assert u.to_cls == pytest.approx(1 / n) and u.to_sep == pytest.approx(1 / n)
 

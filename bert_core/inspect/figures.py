@@ -48,13 +48,28 @@ DEFAULT_SMOOTHING = 0.9  # of the training curves (`ema`): about a 10-step windo
 HEAD_MEASURES = ("[CLS]", "[SEP]", "previous", "next", "self", "entropy")
 
 
+STILL_FIGURES = ("bert-architecture",)   # drawings, not data: nothing to zoom or pan
+_ZOOM_BUTTONS = ["zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "resetScale2d"]
+
+
 def plotly_config(filename: str = "bert-explorer", scale: int = 2) -> dict:
-    """The `config=` for `st.plotly_chart`: toolbar download as PNG (switchable to SVG) under a sensible name."""
-    return {
+    """The `config=` for `st.plotly_chart`: toolbar download as PNG (switchable to SVG) under a sensible name. A
+    drawing (STILL_FIGURES) keeps only the download: no zoom or pan controls over it."""
+    config = {
         "displaylogo": False,
         "toImageButtonOptions": {"format": "png", "filename": filename, "scale": scale},
         "modeBarButtonsToAdd": ["toImage"],
     }
+    if filename in STILL_FIGURES:
+        config.update(modeBarButtonsToRemove=_ZOOM_BUTTONS, scrollZoom=False, doubleClick=False)
+    return config
+
+
+def _probability_range(*values: float) -> list[float]:
+    """An axis for probabilities that fits them: [0, a little above the largest], at least 5%, at most 100%, so
+    that bars of 1 to 6% are bars, not slivers on a 0-100% axis."""
+    top = max((v for v in values if v is not None), default=0.0)
+    return [0.0, min(1.0, max(0.05, top * 1.15))]
 
 
 def _get(event: Any, name: str, default=None):
@@ -300,12 +315,12 @@ def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
                           f"decision: {decision}; model sees {r.shown}")
         fig.add_trace(go.Scatter(
             x=xs, y=ys, mode="markers+text", name=decision, text=texts, hovertext=hovers, hoverinfo="text",
-            marker=dict(symbol="square", size=44, color=color, line=dict(color="#555", width=1)),
-            textfont=dict(size=9, color="#000"), showlegend=True,
+            marker=dict(symbol="square", size=56, color=color, line=dict(color="#555", width=1)),
+            textfont=dict(size=12, color="#000"), showlegend=True,   # readable from the back of a classroom
         ))
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
-    return _layout(fig, "Masking decisions", height=110 + 60 * lines, legend="below")
+    return _layout(fig, "Masking decisions", height=120 + 72 * lines, legend="below")
 
 
 def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
@@ -506,7 +521,9 @@ def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
                              marker_color=SERIES_COLORS["baseline"],
                              hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=2)
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    # One range for both panels, so the model's bars and the baseline's compare by length.
+    fig.update_xaxes(range=_probability_range(*(p for _, p in candidates), *(p for _, p in baseline or ())),
+                     tickformat=".0%")
     fig.update_layout(showlegend=False)
     return _layout(fig, title, height=max(220, 80 + 32 * len(candidates)))
 
@@ -539,7 +556,8 @@ def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float
                                  line=dict(color=DISTINCT_COLORS[i % len(DISTINCT_COLORS)]),
                                  hovertemplate=f"{t}<br>step %{{x}}: %{{y:.1%}}<extra></extra>"))
     fig.update_xaxes(title="training step")
-    fig.update_yaxes(title="probability", range=[0, 1], tickformat=".0%")
+    shown = [y for trace in fig.data for y in trace.y if y is not None]
+    fig.update_yaxes(title="probability", range=_probability_range(*shown), tickformat=".0%")
     fig.update_layout(legend_title_text="candidate")
     return _layout(fig, title or "Top candidates over training", height=380)
 

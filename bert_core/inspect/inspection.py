@@ -245,6 +245,9 @@ def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -
     )
 
 
+LEANS_SHARE = 0.3   # a head's largest share this high (and under half) is named: "leans [SEP] 44%"
+
+
 def _label_head(s: HeadSummary) -> str:
     shares = {"[CLS]": s.to_cls, "[SEP]": s.to_sep, "previous": s.to_previous, "next": s.to_next, "self": s.to_self}
     name, value = max(shares.items(), key=lambda kv: kv[1])
@@ -252,6 +255,8 @@ def _label_head(s: HeadSummary) -> str:
         return f"{name} {value:.0%}"
     if s.normalized_entropy >= 0.85:
         return "broad"
+    if value >= LEANS_SHARE:   # a head giving 44% to [SEP] is not "mixed": say where most of it goes
+        return f"leans {name} {value:.0%}"
     return "mixed"
 
 
