@@ -59,6 +59,10 @@ def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browse
         _settle(page)
         url = page.url.replace(base, "")
         assert "run=" in url, url
+        page.wait_for_function(   # the charts' fragment draws after the numbers': wait for its last points
+            f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            f".some(d => (d.data || []).some(t => (t.x || []).length > 0 && t.x[t.x.length - 1] == {STEPS}))",
+            timeout=60_000)
         curves = max(max(x, default=0) for x in _trace_lengths(page))
         deadline = time.time() + 60
         while not _recorded_finished(tmp_path):   # the record is written by the scheduler's next pass
