@@ -103,8 +103,8 @@ class RunScheduler:
             trainer = run.trainer
             ended = not run.active and phase in ("finished", "stopped", "failed")
             probes = getattr(trainer, "probes", None) if ended else None
-            if self._records.write(run, phase, getattr(trainer, "step", None), probes=probes):
-                run.recorded_phase = phase
+            self._records.write(run, phase, getattr(trainer, "step", None), probes=probes)
+            run.recorded_phase = phase   # tried: a write that failed (a full disk) is logged once, not every pass
 
     def _end_silent(self) -> None:
         """End the processes that have said nothing for `stall_s` (stalled), and at once those whose owner pressed
