@@ -142,6 +142,7 @@ class ProcessTrainingJob:
         self._release_lock = threading.Lock()  # a save waits for a release under way, then copies its folder
         self._killed: tuple[str, str] | None = None   # (why, phase) when the server ended the process itself
         self.ended_note: str | None = None  # why the process ended when the server ended it (a hung run, a Stop)
+        self._kept: tuple[Path, int] | None = None   # (released folder, the step of its checkpoint), read once
 
     @classmethod
     def restored(cls, session_id: str, folder: Path, spec: Any, phase: str, note: str | None = None,
@@ -305,8 +306,10 @@ class ProcessTrainingJob:
         if not self.model_available:
             return None
         if self.released is not None:
-            step = self._checkpoint_step(self.released)
-            return step if step >= 0 else None
+            # Its folder does not change once released: read its step once, not at every page draw.
+            if self._kept is None or self._kept[0] != self.released:
+                self._kept = (self.released, self._checkpoint_step(self.released))
+            return self._kept[1] if self._kept[1] >= 0 else None
         return self.trainer.step
 
     def lost_message(self) -> str:
