@@ -21,7 +21,7 @@ import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bert_core.training.comparison import run_labels
+from bert_core.training.comparison import KNOBS, run_labels
 
 if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
     from bert_core.inspect.inspection import AttentionResult, HeadSummary, MaskingRow
@@ -620,11 +620,6 @@ def architecture_figure(config: Any = None) -> go.Figure:
 MAX_OVERLAID_RUNS = 4  # more lines than this on two small panels stop being readable
 
 
-def _is_causal_spec(spec: Any) -> bool:
-    train = getattr(spec, "train", None)
-    return isinstance(train, Mapping) and train.get("objective") == "clm"
-
-
 def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], evals: Sequence[Sequence[Any]],
                    names: Sequence[str] | None = None, smoothing: float = 0.0) -> go.Figure:
     """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
@@ -636,7 +631,7 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
         raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
     labels = run_labels(list(specs), names)
-    causal = [_is_causal_spec(spec) for spec in specs]
+    causal = [KNOBS["attention"].get(spec) == "causal" for spec in specs]   # the knob's own reading of a spec
     kinds = sorted(set(causal))   # BERT's row first
     titles = []
     for kind in kinds:
