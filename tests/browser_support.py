@@ -208,6 +208,20 @@ def _open(page, base: str, path: str, query: str = "") -> None:
     _settle(page)
 
 
+def _filled_value(page, name: str, timeout: float = 30.0) -> str:
+    """The value of the textbox named `name` once it holds text: a page under load can show a text box a moment
+    before its value arrives (seen once in CI, on a cold server's first page), so a read right after `_settle`
+    may find it empty. Still empty after `timeout` seconds is a failure of the page, not of the wait."""
+    box = page.get_by_role("textbox", name=name)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = box.input_value()
+        if value.strip():
+            return value
+        time.sleep(0.2)
+    return box.input_value()
+
+
 def _words(sentence: str) -> set[str]:
     """The lower-cased words of a probe sentence, [MASK] and punctuation left out."""
     return {w.strip(".,!?;:").lower() for w in sentence.replace("[MASK]", " ").split() if w.strip(".,!?;:")}

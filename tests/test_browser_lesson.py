@@ -14,6 +14,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     FEEDBACK_S,
     PAGES,
     ROOT,
+    _filled_value,
     _metric,
     _no_exception,
     _open,
@@ -47,10 +48,10 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
         assert sidebar.get_by_role("link", name="Home", exact=True).count() == 1
         assert sidebar.get_by_role("link", name="app", exact=True).count() == 0
         # The probe sentences come from the held-out toy stories: every word is one the toy grammar writes.
-        probes = page.get_by_role("textbox", name="Sentences the model fills in while it trains").input_value().splitlines()
+        probes = _filled_value(page, "Sentences the model fills in while it trains").splitlines()
         assert len(probes) == 4 and all("[MASK]" in p for p in probes), probes
         assert set().union(*map(_words, probes)) <= vocab, set().union(*map(_words, probes)) - vocab
-        attention_probe = page.get_by_role("textbox", name="Sentence for the attention time-lapse").input_value()
+        attention_probe = _filled_value(page, "Sentence for the attention time-lapse")
         assert attention_probe and _words(attention_probe) <= vocab
         main = page.get_by_test_id("stMainBlockContainer")
         main.get_by_role("button", name="Start").click()
