@@ -30,6 +30,8 @@ st.markdown(
     "attention heads and its guesses."
 )
 
+st.page_link("pages/0_Lesson.py", label="**Start the lesson**: eight steps, from tokens to fine-tuning, each with "
+             "the live model and a question", icon=":material/school:")
 left, right = st.columns([3, 2])
 with right:
     st.subheader("Walkthrough")

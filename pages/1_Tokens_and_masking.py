@@ -3,8 +3,10 @@
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures
+from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
+from bert_core.inspect.masked_guesses import guesses_for_instance
+from bert_core.model.bert import is_causal
 from bert_core.serve import app_state
 
 st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
@@ -19,22 +21,12 @@ if active is None:
 tok = active.tokenizer
 
 
-@st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
-def _toy_data(key: str, _tokenizer, seq_len: int):
-    from bert_core.data.corpora import generate_toy_corpus
-    from bert_core.data.pretraining_data import PretrainingData
-
-    return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
-
-
 def _corpus_data():
     """Pretraining data to draw pairs from: this session's training corpus when it uses this tokenizer, else toy."""
     job = app_state.current_job()
     if job is not None and job.trainer is not None and job.trainer.tokenizer is tok:
         return job.trainer.data, f"this session's training corpus ({job.spec.corpus_label if job.spec else ''})"
-    seq_len = min(128, active.config.max_position_embeddings, getattr(tok, "model_max_length", 512))
-    key = f"{active.source}:{active.path}:{id(tok)}"
-    return _toy_data(key, tok, seq_len), "the toy grammar corpus (200 documents)"
+    return app_state.toy_pretraining_data(active), "the toy grammar corpus (200 documents)"
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -94,6 +86,17 @@ rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
 app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
 st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
            "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
+causal = is_causal(active.model)
+if not causal:
+    guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
+    app_state.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
+    right = sum(g.right for g in guesses)
+    st.caption(f"The active model's top guess at each chosen position, whatever it saw there: {right} of "
+               f"{len(guesses)} right in this pair. A kept token can be copied from the input; a random one must be "
+               "distrusted; a [MASK] must be read from the words around it.")
+else:
+    st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see its "
+               "guess at each chosen position.")
 with st.expander("Token table: ids, segments, positions"):
     st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id, "segment": "AB"[min(r.segment, 1)],
                    "decision": r.decision, "model sees": r.shown} for r in rows], hide_index=True, width="stretch")
@@ -105,5 +108,21 @@ app_state.plotly(figures.decision_counts_figure(stats), "masking-counts", key="t
 st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
            f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
            f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
+if not causal:
+    accuracy = app_state.decision_accuracy(active, f"{id(data)}:{data_name}",
+                                           _instances(f"{id(data)}:{data_name}", data, seed), seed, rate)
+    app_state.plotly(lesson_figures.decision_accuracy_bars(
+        accuracy, f"The active model's right guesses by decision, {sum(a.count for a in accuracy.values()):,} "
+                  "chosen tokens"), "accuracy-by-decision", key="tm_accuracy")
+    kept, masked = accuracy["kept"].accuracy, accuracy["[MASK]"].accuracy
+    st.caption(f"Over the first {app_state.DECISION_POOL} of those pairs with the same masking: kept tokens "
+               f"{kept:.0%} right, [MASK]ed ones {masked:.0%}, random ones {accuracy['random'].accuracy:.0%}. "
+               + ("Kept tokens are the easy ones: the answer is in the input. "
+                  if kept > masked + 0.2 else
+                  "Kept tokens are barely easier than [MASK]ed ones here: this model has not yet learned to copy "
+                  "what it sees (a short run, or a model that trusts the input little). ")
+               + ("A random token is the hardest: the input shows a wrong word."
+                  if accuracy["random"].accuracy == min(a.accuracy for a in accuracy.values()) else
+                  "A random token shows a wrong word: the model must learn not to trust it."))
 
 app_state.sync_query("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")

@@ -361,7 +361,7 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
     }
 
 
-def _mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
+def mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
     """Mask a padded [B, S] batch as pretraining does: specials and padding never chosen nor used as replacements."""
     never = set(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids))
     specials = torch.tensor(sorted(set(tokenizer.special_ids) - {tokenizer.unk_id}), dtype=torch.long)
@@ -377,7 +377,7 @@ def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[i
                  mask_rate: float = 0.15) -> list[MaskingRow]:
     """Mask one instance with `seed` and `mask_rate` (BERT's 80/10/10 rule) and describe every position."""
     ids = torch.tensor([list(input_ids)], dtype=torch.long)
-    result, _ = _mask_padded(tokenizer, ids, torch.ones_like(ids), seed, mask_rate)
+    result, _ = mask_padded(tokenizer, ids, torch.ones_like(ids), seed, mask_rate)
     return masking_rows(tokenizer, input_ids, token_type_ids, result.input_ids[0].tolist(),
                         result.decisions[0].tolist())
 
@@ -392,7 +392,7 @@ def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, 
     for r, x in enumerate(instances):
         ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
         attention[r, :len(x)] = 1
-    result, special_mask = _mask_padded(tokenizer, ids, attention, seed, mask_rate)
+    result, special_mask = mask_padded(tokenizer, ids, attention, seed, mask_rate)
     counts = decision_counts(result.decisions, attention, special_mask)
     counts["target_rate"] = mask_rate
     counts["instances"] = len(instances)

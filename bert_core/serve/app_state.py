@@ -88,6 +88,7 @@ SOURCE_CODES = {"shipped": SOURCE_SHIPPED, "session": SOURCE_SESSION, "saved": S
 # .streamlit/config.toml hides that list (client.showSidebarNavigation) and every page draws this one instead.
 NAVIGATION = (
     ("app.py", "Home", ":material/home:"),
+    ("pages/0_Lesson.py", "Lesson", ":material/school:"),
     ("pages/1_Tokens_and_masking.py", "Tokens & masking", ":material/text_fields:"),
     ("pages/2_Train.py", "Train", ":material/model_training:"),
     ("pages/3_Attention.py", "Attention", ":material/visibility:"),
@@ -353,6 +354,65 @@ def _shipped_model(path: Path | None = None):
                        (state or {}).get("step")), None
 
 
+def shipped_model(name: str) -> ActiveModel | None:
+    """The shipped checkpoint `name` (a folder of checkpoints/, never a path), or None when it is not here."""
+    path = shipped_checkpoints().get(name)
+    return _shipped_model(path)[0] if path is not None else None
+
+
+def _toy_pairs_cached():
+
+    @st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
+    def toy(key: str, _tokenizer, seq_len: int):
+        from bert_core.data.corpora import generate_toy_corpus
+        from bert_core.data.pretraining_data import PretrainingData
+
+        return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
+
+    return toy
+
+
+_TOY = None
+
+
+def toy_pretraining_data(active: ActiveModel):
+    """Sentence pairs of the toy grammar corpus (200 documents) in the active model's tokenizer, up to 128 tokens:
+    what the Tokens & masking page and the lesson draw pairs from when no run of this tab gives its own."""
+    global _TOY
+    if _TOY is None:
+        _TOY = _toy_pairs_cached()
+    tok = active.tokenizer
+    seq_len = min(128, active.config.max_position_embeddings, getattr(tok, "model_max_length", 512))
+    return _TOY(f"{active.source}:{active.path}:{id(tok)}", tok, seq_len)
+
+
+def _accuracy_cached():
+
+    @st.cache_data(max_entries=32, show_spinner="Asking the model for every chosen token…")
+    def accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
+        from bert_core.inspect.masked_guesses import accuracy_by_decision
+
+        return accuracy_by_decision(_model, _tokenizer, _pairs, seed=seed, mask_rate=rate)
+
+    return accuracy
+
+
+_ACCURACY = None
+DECISION_POOL = 256   # pairs the accuracy by decision is counted over: about 1,500 chosen tokens, 2-3 s on 2 cores
+
+
+def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int, rate: float):
+    """The active model's right guesses by masking decision over the first DECISION_POOL of `instances` masked with
+    `seed` and `rate` (masked_guesses.accuracy_by_decision), kept per model, pairs, seed and rate. A run's model
+    changes as it trains: its step is part of the key."""
+    global _ACCURACY
+    if _ACCURACY is None:
+        _ACCURACY = _accuracy_cached()
+    pairs = [(x.input_ids, x.token_type_ids) for x in instances[:DECISION_POOL]]
+    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(pairs)}"
+    return _ACCURACY(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
+
+
 def _session_model():
     job = current_job()
     if job is None or job.trainer is None:
@@ -442,6 +502,15 @@ def navigation() -> None:
         except StreamlitPageNotFoundError:
             return  # a page run on its own (AppTest.from_file of one page): there is no app to link to
         st.divider()
+
+
+def page_link(page: str, label: str, icon: str | None = None) -> None:
+    """A link to another page of the app; nothing when the page is run on its own (AppTest.from_file of one
+    page), where there is no app to link to."""
+    try:
+        st.page_link(page, label=label, icon=icon)
+    except StreamlitPageNotFoundError:
+        pass
 
 
 def quick_config():

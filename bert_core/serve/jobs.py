@@ -31,6 +31,7 @@ from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
     build_trainer,
     corpus_text,
     default_probes,
+    default_spec,
     page_corpus,
     page_spec,
     page_values_of,

@@ -173,6 +173,14 @@ def page_spec(values: Mapping, corpus: tuple[str, str], init_from: str | None = 
     return spec
 
 
+def default_spec(objective: str = "mlm") -> TrainSpec:
+    """The run the Train page starts when nothing is changed (toy, nano, its lesson settings), with `objective`
+    ("mlm": BERT, "clm": GPT): what the in-app lesson trains and steps through."""
+    values: dict[str, Any] = {"train_corpus": "toy", "train_preset": "nano", "train_objective": objective}
+    values.update((key, value) for key, value, _ in widget_defaults(values))
+    return page_spec(values, ("toy", "toy"))
+
+
 PAGE_CORPORA = ("toy", "tinyshakespeare", "wikitext-2")   # the named corpora the Train page's box offers
 
 

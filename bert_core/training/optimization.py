@@ -58,6 +58,9 @@ class Optimization:
         self.scaler = (torch.amp.GradScaler("cuda") if device.type == "cuda" and config.precision == "fp16"
                        else None)
         self.skipped_updates = 0  # in a row, since the last update that was made
+        # Called with the model before the gradients are clipped (after fp16's unscaling), when set: *Step once*
+        # reads each layer's gradient here (bert_core.training.single_step), the only moment the raw ones exist.
+        self.on_gradients = None
 
     def backward(self, loss: torch.Tensor) -> None:
         """Add the gradients of `loss` (scaled up first under fp16)."""
@@ -69,6 +72,8 @@ class Optimization:
         max_norm = max_grad_norm if max_grad_norm > 0 else float("inf")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
+        if self.on_gradients is not None:
+            self.on_gradients(model)
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
     def overflowed(self, loss: float, grad_norm: float) -> bool:

@@ -187,6 +187,26 @@ class RunLoop(EventLog):
                 self._state = final
             self._after_run(final)
 
+    def step_once(self):
+        """One update as `run()` makes it (the evaluation before the first update included), for a student who
+        presses *Step once* between runs; the run stays where it was, idle or stopped, and `run()` goes on from
+        here. Returns the step event, or None when the update was refused (`error` says why)."""
+        with self._lock:
+            if self._state == "running":
+                raise BertCoreError(f"this {self.run_name} run is running: stop it before stepping once")
+            if self._state in ("failed", "finished"):
+                raise BertCoreError(f"this {self.run_name} run has {self._state}: there is no next step")
+        with self._run_context():
+            self._before_loop()
+            event = self._timed_step()
+            if event is None:
+                with self._lock:
+                    self._state = "failed"
+                return None
+            self._publish(event)
+            self._after_step()
+        return event
+
     def _timed_step(self):
         with self._step_lock:
             if not self.times_only_steps:

@@ -104,6 +104,7 @@ class Trainer(RunLoop):
         self.optimizer = self.optimization.optimizer
         self.gradients = GradientAccumulator(self.model, ddp, self.device, self.dist, self.optimization)
         self.batches = PretrainingBatches(data, self.dist, self.device)
+        self.last_batches: list = []   # the latest update's micro-batches (set in _train_step)
         self.evaluation = HeldoutEvaluation(eval_data)
         self.rng = DropoutRng(config.seed, self.dist.rank)
 
@@ -171,6 +172,7 @@ class Trainer(RunLoop):
         cfg = self.config
         t0 = time.perf_counter()
         batches = self.batches.next_micro_batches(cfg, self._fraction_done())
+        self.last_batches = batches   # *Step once* shows them (bert_core.training.single_step)
         stats = self.gradients.accumulate(batches, cfg)
         grad_norm = self.optimization.clip_gradients(self.model, cfg.max_grad_norm)
         loss = step_loss(stats, cfg.nsp)

@@ -1,0 +1,99 @@
+"""Figures of the views the lesson brought: the model's guess at each chosen position, its accuracy by masking
+decision over a batch, and one training step's gradient per layer. Plain Plotly, no Streamlit (as figures.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from bert_core.inspect.figures import DECISION_COLORS, _layout, shorten
+
+if TYPE_CHECKING:
+    from bert_core.inspect.masked_guesses import ChosenGuess, DecisionAccuracy
+
+RIGHT, WRONG = "✓", "✗"
+
+
+SEGMENT_COLORS = ("#cfe2f3", "#fde9c9")   # sentence A, sentence B
+SPECIAL_COLOR = "#d9d9d9"
+
+
+def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int = 12) -> go.Figure:
+    """The word pieces the model reads, one box each: [CLS]/[SEP] grey, sentence A blue, sentence B sand; a piece
+    that continues a word (##) keeps its marks, so the split is visible."""
+    fig = go.Figure()
+    groups = {"special token": [], "sentence A": [], "sentence B": []}
+    for i, (t, seg) in enumerate(zip(tokens, segments)):
+        kind = "special token" if t.startswith("[") and t.endswith("]") else ("sentence B" if seg else "sentence A")
+        groups[kind].append((i, t))
+    colors = {"special token": SPECIAL_COLOR, "sentence A": SEGMENT_COLORS[0], "sentence B": SEGMENT_COLORS[1]}
+    for kind, items in groups.items():
+        if not items:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[i % per_line for i, _ in items], y=[-(i // per_line) for i, _ in items], mode="markers+text",
+            name=kind, text=[shorten(t, 9) for _, t in items], textfont=dict(size=15, color="#000"),
+            hovertext=[f"#{i}: {t}" for i, t in items], hoverinfo="text",
+            marker=dict(symbol="square", size=66, color=colors[kind], line=dict(color="#555", width=1))))
+    lines = max(1, -(-len(tokens) // per_line))
+    fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
+    fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
+    return _layout(fig, f"{len(tokens)} tokens, as the model reads them", height=130 + 80 * lines, legend="below")
+
+
+def guesses_figure(guesses: Sequence[ChosenGuess]) -> go.Figure:
+    """One column per chosen position: what the model saw (coloured by decision), the original below, then its guess
+    with a tick or a cross. Large type: it is read from the back of a classroom."""
+    fig = go.Figure()
+    n = max(1, len(guesses))
+    for decision, color in DECISION_COLORS.items():
+        picked = [(i, g) for i, g in enumerate(guesses) if g.decision == decision]
+        if not picked:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[i for i, _ in picked], y=[1] * len(picked), mode="markers+text", name=f"{decision}: model saw",
+            text=[shorten(g.shown) for _, g in picked], textfont=dict(size=13, color="#000"),
+            marker=dict(symbol="square", size=58, color=color, line=dict(color="#555", width=1)),
+            hovertext=[f"position {g.position}: the model saw {g.shown}; the token was {g.token}" for _, g in picked],
+            hoverinfo="text"))
+    fig.add_trace(go.Scatter(
+        x=list(range(len(guesses))), y=[0] * len(guesses), mode="text", name="the token",
+        text=[shorten(g.token) for g in guesses], textfont=dict(size=14, color="#000"), hoverinfo="skip",
+        showlegend=False))
+    fig.add_trace(go.Scatter(
+        x=list(range(len(guesses))), y=[-1] * len(guesses), mode="text", name="its guess",
+        text=[f"{RIGHT if g.right else WRONG} {shorten(g.guess)}<br>{g.guess_probability:.0%}" for g in guesses],
+        textfont=dict(size=14, color=["#1a7f1a" if g.right else "#b00000" for g in guesses]),
+        hovertext=[f"guess {g.guess} ({g.guess_probability:.1%}); the token {g.token} got "
+                   f"{g.original_probability:.1%}" for g in guesses], hoverinfo="text", showlegend=False))
+    fig.update_xaxes(visible=False, range=[-0.6, max(n, 8) - 0.4])
+    fig.update_yaxes(range=[-1.7, 1.6], tickmode="array", tickvals=[1, 0, -1], ticktext=["saw", "token", "guess"],
+                     tickfont=dict(size=14), showgrid=False, zeroline=False)
+    _layout(fig, "The model's guess at each chosen position", height=320, legend="below")
+    return fig.update_layout(margin=dict(l=70, r=20, t=50, b=60))
+
+
+def decision_accuracy_bars(accuracy: Mapping[str, DecisionAccuracy], title: str = "") -> go.Figure:
+    """Right top guesses by masking decision over a batch, each bar with its count."""
+    names = list(accuracy)
+    values = [accuracy[d].accuracy for d in names]
+    fig = go.Figure(go.Bar(
+        x=names, y=values, marker_color=[DECISION_COLORS.get(d, "#1f77b4") for d in names],
+        text=[f"{v:.0%} of {accuracy[d].count:,}" for d, v in zip(names, values)], textposition="outside",
+        textfont=dict(size=14), hovertemplate="%{x}: %{y:.1%}<extra></extra>"))
+    fig.update_yaxes(range=[0, 1.12], tickformat=".0%", title="right top guess")
+    fig.update_xaxes(tickfont=dict(size=14))
+    return _layout(fig, title or "Right guesses by masking decision", height=340, showlegend=False)
+
+
+def layer_gradient_figure(norms: Sequence[tuple[str, float]], step: int) -> go.Figure:
+    """Each part of the model's gradient norm in one update (before clipping), input side at the top."""
+    fig = go.Figure(go.Bar(
+        x=[v for _, v in norms], y=[n for n, _ in norms], orientation="h", marker_color="#1f77b4",
+        text=[f"{v:.3g}" for _, v in norms], textposition="auto", textfont=dict(size=13),
+        hovertemplate="%{y}: %{x:.4g}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=14))
+    fig.update_xaxes(title="gradient norm (before clipping)")
+    return _layout(fig, f"Gradient by part of the model, update {step:,}", height=max(260, 70 + 38 * len(norms)),
+                   showlegend=False)

@@ -1,0 +1,131 @@
+"""The model's guess at every position the masking chose: [MASK], random and kept tokens alike.
+
+Pretraining asks the model to predict the original token at each chosen position, whatever the input shows there:
+a [MASK] (80%), a random token (10%) or the original itself (10%). Seeing the guesses side by side shows what each
+decision teaches: a kept token can be copied from the input, a random one must be distrusted, a [MASK] must be read
+from the context. `guesses_for_instance` gives one instance's positions (the Tokens & masking page's pair, masked
+with the page's seed exactly as `inspection.mask_example` masks it); `accuracy_by_decision` counts right guesses per
+decision over many instances, the figure a class can trust more than one sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect.inspection import CAUSAL_CANNOT_FILL, DECISION_NAMES, mask_padded
+from bert_core.model.bert import is_causal
+
+CHOSEN = ("[MASK]", "random", "kept")   # the decisions of a chosen position, in the order the pages show them
+
+
+@dataclass(frozen=True)
+class ChosenGuess:
+    """One chosen position: the original token, the decision and what the model saw, and its top guess."""
+
+    position: int
+    token: str                    # the original, the token to predict
+    decision: str                 # "[MASK]", "random" or "kept"
+    shown: str                    # what the model saw at this position
+    guess: str                    # its most likely token
+    guess_probability: float
+    original_probability: float   # the probability it gave the original token
+
+    @property
+    def right(self) -> bool:
+        return self.guess == self.token
+
+
+@dataclass(frozen=True)
+class DecisionAccuracy:
+    """Right guesses at the positions of one decision, over a batch."""
+
+    decision: str
+    count: int
+    right: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.count if self.count else 0.0
+
+
+def _padded(tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]]):
+    longest = max(len(ids) for ids, _ in instances)
+    ids = torch.full((len(instances), longest), tokenizer.pad_id, dtype=torch.long)
+    types = torch.zeros_like(ids)
+    attention = torch.zeros_like(ids)
+    for r, (x, t) in enumerate(instances):
+        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
+        types[r, :len(t)] = torch.tensor(list(t), dtype=torch.long)
+        attention[r, :len(x)] = 1
+    return ids, types, attention
+
+
+def _logits(model, ids, types, attention) -> torch.Tensor:
+    """Full [B, S, V] masked-LM logits, in eval mode and without gradients."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
+                        token_type_ids=types.to(device), full_mlm_logits=True)
+    finally:
+        if was_training:
+            model.train()
+    return out.mlm_logits.float().cpu()
+
+
+def _check(model, instances) -> None:
+    if is_causal(model):
+        raise BertCoreError(CAUSAL_CANNOT_FILL)
+    if not instances:
+        raise BertCoreError("no instances to mask")
+
+
+def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
+                         mask_rate: float = 0.15) -> list[ChosenGuess]:
+    """Mask one instance with `seed` and `mask_rate` (the same masks as `inspection.mask_example`) and return the
+    model's guess at each chosen position, in order."""
+    _check(model, [input_ids])
+    ids, types, attention = _padded(tokenizer, [(input_ids, token_type_ids)])
+    result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)
+    probs = torch.softmax(_logits(model, result.input_ids, types, attention)[0], dim=-1)
+    out = []
+    for pos, code in enumerate(result.decisions[0].tolist()):
+        decision = DECISION_NAMES.get(int(code))
+        if decision not in CHOSEN:
+            continue
+        best = int(probs[pos].argmax())
+        original = int(input_ids[pos])
+        out.append(ChosenGuess(
+            position=pos, token=tokenizer.id_to_token(original), decision=decision,
+            shown=tokenizer.id_to_token(int(result.input_ids[0, pos])), guess=tokenizer.id_to_token(best),
+            guess_probability=float(probs[pos, best]), original_probability=float(probs[pos, original])))
+    return out
+
+
+def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int = 0,
+                         mask_rate: float = 0.15, batch_size: int = 64) -> dict[str, DecisionAccuracy]:
+    """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, with one seeded draw over them all,
+    and count the model's right top guesses per decision ("[MASK]", "random", "kept")."""
+    _check(model, instances)
+    ids, types, attention = _padded(tokenizer, instances)
+    result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)
+    counts = {d: [0, 0] for d in CHOSEN}
+    for start in range(0, len(instances), batch_size):
+        rows = slice(start, start + batch_size)
+        width = int(attention[rows].sum(1).max())
+        guesses = _logits(model, result.input_ids[rows, :width], types[rows, :width],
+                          attention[rows, :width]).argmax(-1)
+        decisions = result.decisions[rows, :width]
+        right = guesses == ids[rows, :width]
+        for code, name in DECISION_NAMES.items():
+            if name in counts:
+                chosen = decisions == code
+                counts[name][0] += int(chosen.sum())
+                counts[name][1] += int((right & chosen).sum())
+    return {d: DecisionAccuracy(d, n, r) for d, (n, r) in counts.items()}

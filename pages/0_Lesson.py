@@ -1,0 +1,285 @@
+"""The lesson: eight steps through the explorer in the order of its pages, each with a short explanation, one
+control, a figure, a "What to notice" line computed from the model in use, and a question. The step is in the URL
+(`?step=masking`), so a reload or a shared link opens the same step. Text and notices: bert_core.inspect.lesson."""
+
+import streamlit as st
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect import figures, lesson, lesson_figures
+from bert_core.inspect.inspection import (
+    attention_maps,
+    fill_mask,
+    group_word_pieces,
+    head_summaries,
+    mask_example,
+    masking_stats,
+    unigram_top_k,
+    word_text,
+)
+from bert_core.inspect.masked_guesses import guesses_for_instance
+from bert_core.model.bert import is_causal
+from bert_core.serve import app_state, jobs, runs
+from bert_core.training.single_step import take_one_step
+
+st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
+
+STEPS = lesson.STEPS
+index = lesson.step_index(st.query_params.get("step"))
+step = STEPS[index]
+
+
+def _go(to: int) -> None:
+    """Next/Back: the step goes into the URL before the rerun draws it (a callback runs before the script)."""
+    st.query_params["step"] = STEPS[to].key
+    if STEPS[to].key in ("attention", "predictions", "masking") and _run_finished():
+        # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable).
+        st.session_state["model_source"] = app_state.SOURCE_SESSION
+
+
+def _run_finished() -> bool:
+    run, role = app_state.current_run()
+    return run is not None and role == app_state.OWNER and run.phase == "finished"
+
+
+active = app_state.sidebar()
+st.title("The lesson: how BERT learns")
+st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: **{step.title}**")
+st.markdown(step.text)
+notice_box = st.container()
+notice = None
+
+
+def _need_model() -> bool:
+    if active is None:
+        st.info("This step looks at a model: pick one in the sidebar (the shipped one works offline).")
+        return False
+    return True
+
+
+def _tokens() -> str | None:
+    if not _need_model():
+        return None
+    app_state.init_widget("lesson_text", "The children were playing happily in the garden.")
+    text = st.text_input("A sentence", key="lesson_text")
+    pieces = active.tokenizer.tokenize(text)
+    if not pieces:
+        st.warning("Type a sentence with at least one word.")
+        return None
+    words = group_word_pieces(pieces)
+    ids = active.tokenizer.encode_pair(text)["input_ids"][: active.config.max_position_embeddings]
+    tokens = active.tokenizer.convert_ids_to_tokens(ids)
+    app_state.plotly(lesson_figures.tokens_figure(tokens, [0] * len(tokens)), "lesson-tokens",
+                     key="lesson_tokens_fig")
+    return lesson.notice_tokens([word_text(w) for w in words], words, active.tokenizer.vocab_size)
+
+
+def _masking() -> str | None:
+    if not _need_model():
+        return None
+    app_state.init_widget("lesson_seed", 0, int)
+    seed = int(st.number_input("Masking seed (same seed, same masks)", 0, 2**31 - 1, key="lesson_seed"))
+    data = app_state.toy_pretraining_data(active)
+    instances = data.build_instances(0)
+    pair = instances[seed % len(instances)]
+    rows = mask_example(active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
+    app_state.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
+    stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_state.DECISION_POOL]], seed=seed)
+    if is_causal(active.model):
+        st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
+                   "its guesses here.")
+        return lesson.notice_masking(stats, None)
+    guesses = guesses_for_instance(active.model, active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
+    app_state.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
+    accuracy = app_state.decision_accuracy(active, "toy:0", instances, seed, 0.15)
+    app_state.plotly(lesson_figures.decision_accuracy_bars(
+        accuracy, f"Right guesses by decision, {stats['instances']} toy pairs"), "lesson-accuracy",
+        key="lesson_accuracy_fig")
+    return lesson.notice_masking(stats, accuracy)
+
+
+def _one_step() -> str | None:
+    s = st.session_state
+    c1, c2 = st.columns([1, 3])
+    if c1.button("Take one step", icon=":material/skip_next:", type="primary", key="lesson_step_go"):
+        try:
+            if s.get("lesson_trainer") is None:
+                with st.spinner("Building a fresh nano BERT and its toy data…"):
+                    s["lesson_trainer"] = jobs.build_trainer(jobs.default_spec())
+            s["lesson_step_record"] = take_one_step(s["lesson_trainer"])
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+    if c2.button("Start over from a fresh model", key="lesson_step_reset"):
+        s.pop("lesson_trainer", None)
+        s.pop("lesson_step_record", None)
+    record = s.get("lesson_step_record")
+    if record is None:
+        st.caption("The model is the Train page's default: a fresh `nano` BERT on the toy stories, the same "
+                   "seed, batches and schedule as the run of the next step.")
+        return None
+    trainer = s["lesson_trainer"]
+    m = st.columns(4)
+    m[0].metric("Update", f"{record.step:,}")
+    m[1].metric("Masked-LM loss", f"{record.mlm_loss:.3f}")
+    m[2].metric("Learning rate", f"{record.learning_rate:.2g}")
+    m[3].metric("Gradient norm", f"{record.grad_norm:.3g}")
+    left, right = st.columns([3, 2])
+    with left:
+        label = "B is random" if record.is_random_next else "B follows A"
+        fig = figures.masking_figure(record.example)
+        fig.update_layout(title=f"The batch's first pair of {record.rows} (NSP: {label})")
+        app_state.plotly(fig, "lesson-step-batch", key="lesson_step_batch")
+    with right:
+        app_state.plotly(lesson_figures.layer_gradient_figure(record.layer_grad_norms, record.step),
+                         "lesson-step-gradients", key="lesson_step_grads")
+    st.markdown("**The 10 weights that moved most**")
+    st.caption("Nearly every weight moves, even those that played no part in this batch: AdamW's weight decay "
+               "shrinks every weight a little, and the output layer shares the word embeddings, so every "
+               "token's embedding gets a gradient.")
+    st.dataframe([{"weight": c.name, "before": round(c.before, 6), "after": round(c.after, 6),
+                   "change": f"{c.change:+.2e}", "gradient": f"{c.gradient:+.3g}"} for c in record.changes],
+                 hide_index=True, width="stretch")
+    return lesson.notice_step(record, trainer.tokenizer.vocab_size)
+
+
+def _live_run() -> str | None:
+    run, role = app_state.current_run()
+    if run is None or role != app_state.OWNER:
+        if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
+            try:
+                run_id = runs.new_token()
+                new = app_state.RUNS.submit(jobs.default_spec(), app_state.session_id(), run_id=run_id)
+                app_state.set_current_run(new)
+                st.rerun()
+            except BertCoreError as exc:
+                app_state.show_error(exc)
+        st.caption("The Train page's defaults; the Train page shows the same run with all its charts.")
+        return None
+    app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart", ":material/open_in_new:")
+
+    @st.fragment(run_every=app_state.poll_seconds() if run.active else None)
+    def live() -> None:
+        trainer = run.trainer
+        st.caption(f"Run {run.phase}" + (f": step {trainer.step:,}" if trainer is not None else ""))
+        if trainer is None:
+            return
+        causal = getattr(trainer.config, "objective", "mlm") == "clm"
+        app_state.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
+                                             causal=causal), "lesson-run-loss", key="lesson_run_loss")
+        baseline = figures.unigram_baseline_values(trainer.baselines).get("loss")
+        text = lesson.notice_run(trainer.evals, baseline, causal)
+        if text:
+            st.info(f"**What to notice.** {text}", icon=":material/visibility:")
+        if not run.active and st.session_state.get("_lesson_run_drawn_active"):
+            st.session_state["_lesson_run_drawn_active"] = False
+            st.rerun()   # the run ended while this polled: redraw the page once, so the fragment stops polling
+        st.session_state["_lesson_run_drawn_active"] = run.active
+
+    live()
+    return "shown"
+
+
+def _sentence_default() -> str:
+    probes = app_state.model_probes(active)
+    return probes.attention_sentence
+
+
+def _attention() -> str | None:
+    if not _need_model():
+        return None
+    app_state.init_widget("lesson_att_text", _sentence_default())
+    text = st.text_input("Sentence", key="lesson_att_text")
+    if not text.strip():
+        st.warning("Type a sentence.")
+        return None
+    result = attention_maps(active.model, active.tokenizer, text)
+    summaries = head_summaries(result)
+    labels = [f"{s.layer}.{s.head}: {s.label}" for s in summaries]
+    app_state.plotly(figures.model_view_figure(result, labels), "lesson-attention", key="lesson_att_fig")
+    return lesson.notice_attention(summaries)
+
+
+def _predictions() -> str | None:
+    if not _need_model():
+        return None
+    if is_causal(active.model):
+        st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
+                "step (the Predictions page continues text with this one).")
+        return None
+    probes = app_state.model_probes(active)
+    app_state.init_widget("lesson_pred_text", probes.sentences[0])
+    text = st.text_input("Text with [MASK]", key="lesson_pred_text")
+    try:
+        predictions = fill_mask(active.model, active.tokenizer, text, top_k=5)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return None
+    counts = active.unigram_counts()
+    baseline = unigram_top_k(counts, active.tokenizer, 5) if counts else None
+    app_state.plotly(figures.topk_figure(predictions[0].candidates, "Guesses for the first [MASK]", baseline),
+                     "lesson-predictions", key="lesson_pred_fig")
+    return lesson.notice_predictions(predictions[0].candidates, baseline or [])
+
+
+def _bert_or_gpt() -> str | None:
+    bert, gpt = app_state.shipped_model("bert-tiny-english"), app_state.shipped_model("gpt-tiny-english")
+    if bert is None or gpt is None:
+        st.info("This step compares the two shipped checkpoints, which are not in this install.")
+        return None
+    app_state.init_widget("lesson_gpt_text", "the dog sleeps in the barn after a long day .")
+    text = st.text_input("Sentence", key="lesson_gpt_text")
+    c1, c2 = st.columns(2)
+    app_state.init_widget("lesson_gpt_layer", 0, int)
+    app_state.init_widget("lesson_gpt_head", 0, int)
+    layer = int(c1.number_input("Layer", 0, bert.config.num_hidden_layers - 1, key="lesson_gpt_layer"))
+    head = int(c2.number_input("Head", 0, bert.config.num_attention_heads - 1, key="lesson_gpt_head"))
+    if not text.strip():
+        st.warning("Type a sentence.")
+        return None
+    a = attention_maps(bert.model, bert.tokenizer, text)
+    b = attention_maps(gpt.model, gpt.tokenizer, text)
+    app_state.plotly(figures.side_by_side_figure([("BERT", a), ("GPT", b)], layer, head), "lesson-bert-gpt",
+                     key="lesson_gpt_fig")
+    return lesson.notice_bert_or_gpt(a.attentions[layer, head, 0].tolist(), b.attentions[layer, head, 0].tolist(),
+                                     b.attentions[layer, head, -1].tolist())
+
+
+def _finetune() -> str | None:
+    app_state.page_link("pages/5_Fine-tune.py", "Run the race on the Fine-tune page", ":material/label:")
+    job = app_state.FINETUNE_REGISTRY.get(app_state.session_id())
+    results = getattr(getattr(job, "trainer", None), "results", None) if job is not None and not job.busy else None
+    text = lesson.notice_finetune(results)
+    if text is None:
+        st.caption("There, tick *Bag-of-words baseline* and press the button; this step then reports your race.")
+    return text
+
+
+BODIES = {"tokens": _tokens, "masking": _masking, "step": _one_step, "run": _live_run, "attention": _attention,
+          "predictions": _predictions, "bert-or-gpt": _bert_or_gpt, "fine-tune": _finetune}
+try:
+    notice = BODIES[step.key]()
+except BertCoreError as exc:
+    app_state.show_error(exc)
+if notice == "shown":
+    pass   # drawn inside the live view, where it follows the run
+elif notice:
+    notice_box.info(f"**What to notice.** {notice}", icon=":material/visibility:")
+else:
+    notice_box.caption("*What to notice* appears here once the step has something to show.")
+
+st.divider()
+q = step.question
+choice = st.radio(q.text, range(len(q.choices)), format_func=lambda i: q.choices[i], index=None,
+                  key=f"lesson_q_{step.key}")
+feedback = lesson.answer_feedback(q, choice)
+if feedback is not None:
+    (st.success if feedback[0] else st.warning)(feedback[1])
+
+back, mid, nxt = st.columns([1, 3, 1])
+back.button("Back", icon=":material/arrow_back:", disabled=index == 0, on_click=_go, args=(max(0, index - 1),),
+            key="lesson_back")
+nxt.button("Next", icon=":material/arrow_forward:", disabled=index == len(STEPS) - 1, type="primary",
+           on_click=_go, args=(min(len(STEPS) - 1, index + 1),), key="lesson_next")
+with mid:
+    app_state.page_link(step.page, "Explore this further on its page", ":material/open_in_new:")
+if st.query_params.get("step") != step.key:
+    st.query_params["step"] = step.key
