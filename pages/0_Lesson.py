@@ -17,9 +17,8 @@ from bert_core.inspect.inspection import (
     word_text,
 )
 from bert_core.inspect.masked_guesses import guesses_for_instance
-from bert_core.model.bert import is_causal
 from bert_core.serve import app_state, jobs, runs
-from bert_core.training.single_step import take_one_step
+from bert_core.inspect.training_step import take_one_step
 
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
 
@@ -84,7 +83,7 @@ def _masking() -> str | None:
     rows = mask_example(active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
     app_state.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
     stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_state.DECISION_POOL]], seed=seed)
-    if is_causal(active.model):
+    if active.causal:
         st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
                    "its guesses here.")
         return lesson.notice_masking(stats, None)
@@ -201,7 +200,7 @@ def _attention() -> str | None:
 def _predictions() -> str | None:
     if not _need_model():
         return None
-    if is_causal(active.model):
+    if active.causal:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None

@@ -6,7 +6,6 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
 from bert_core.inspect.masked_guesses import guesses_for_instance
-from bert_core.model.bert import is_causal
 from bert_core.serve import app_state
 
 st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
@@ -86,7 +85,7 @@ rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
 app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
 st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
            "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
-causal = is_causal(active.model)
+causal = active.causal
 if not causal:
     guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
     app_state.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")

@@ -40,6 +40,11 @@ class ActiveModel:
     def config(self):
         return self.model.config
 
+    @property
+    def causal(self) -> bool:
+        """A GPT-style model (causal attention): it continues text and cannot fill a [MASK]."""
+        return getattr(self.model.config, "attention", "bidirectional") == "causal"
+
     def unigram_counts(self) -> dict[int, int] | None:
         """Token counts of the model's training text, when the checkpoint or run recorded them."""
         meta = (self.trainer_state or {}).get("metadata", {})

@@ -59,7 +59,7 @@ class Optimization:
                        else None)
         self.skipped_updates = 0  # in a row, since the last update that was made
         # Called with the model before the gradients are clipped (after fp16's unscaling), when set: *Step once*
-        # reads each layer's gradient here (bert_core.training.single_step), the only moment the raw ones exist.
+        # reads each layer's gradient here (bert_core.inspect.training_step), the only moment the raw ones exist.
         self.on_gradients = None
 
     def backward(self, loss: torch.Tensor) -> None:

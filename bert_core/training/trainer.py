@@ -172,7 +172,7 @@ class Trainer(RunLoop):
         cfg = self.config
         t0 = time.perf_counter()
         batches = self.batches.next_micro_batches(cfg, self._fraction_done())
-        self.last_batches = batches   # *Step once* shows them (bert_core.training.single_step)
+        self.last_batches = batches   # *Step once* shows them (bert_core.inspect.training_step)
         stats = self.gradients.accumulate(batches, cfg)
         grad_norm = self.optimization.clip_gradients(self.model, cfg.max_grad_norm)
         loss = step_loss(stats, cfg.nsp)

@@ -26,6 +26,7 @@ class WeightChange:
 
     name: str          # readable: "embedding of 'the' (dim 3)", "layer 1 attention.self.query.weight[4, 17]"
     parameter: str     # the state_dict key
+    index: tuple[int, ...]   # its place in that tensor
     before: float
     after: float
     gradient: float    # its gradient before clipping
@@ -115,7 +116,7 @@ def _top_changes(before: dict, after: dict, grads: dict, tokenizer, top: int) ->
     out = []
     for _, _, name, flat, g in candidates[:top]:
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), before[name].shape))
-        out.append(WeightChange(name=weight_name(name, index, tokenizer), parameter=name,
+        out.append(WeightChange(name=weight_name(name, index, tokenizer), parameter=name, index=index,
                                 before=float(before[name].flatten()[flat]),
                                 after=float(after[name].flatten()[flat]), gradient=g))
     return out

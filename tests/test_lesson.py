@@ -1,0 +1,312 @@
+"""The lesson's parts without Streamlit: the guesses at chosen positions, one training step, each step's notice
+against the numbers it is computed from, and the figures."""
+
+from __future__ import annotations
+
+import math
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect import lesson, lesson_figures
+from bert_core.inspect.inspection import HeadSummary, mask_example, masking_stats
+from bert_core.inspect.masked_guesses import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
+from bert_core.model.bert import BertForPreTraining
+from bert_core.model.config import BertConfig
+from bert_core.model.tokenization import train_tokenizer
+
+SENTENCES = ["the cat sat on the mat", "the dog ate the bone", "a bird flew over the house",
+             "the children played in the garden", "my sister reads a book every night"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SENTENCES * 20, vocab_size=120, min_frequency=1)
+
+
+def _model(tokenizer, **kw):
+    torch.manual_seed(0)
+    config = BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=32, **kw)
+    return BertForPreTraining(config).eval()
+
+
+@pytest.fixture(scope="module")
+def pairs(tokenizer):
+    out = []
+    for i, a in enumerate(SENTENCES * 8):
+        enc = tokenizer.encode_pair(a, SENTENCES[(i + 1) % len(SENTENCES)])
+        out.append((enc["input_ids"], enc["token_type_ids"]))
+    return out
+
+
+def test_guesses_sit_where_the_masking_page_masks_and_say_what_the_model_saw(tokenizer, pairs):
+    model = _model(tokenizer)
+    ids, types = pairs[3]
+    for seed in range(5):
+        rows = mask_example(tokenizer, ids, types, seed=seed, mask_rate=0.3)
+        chosen = [r for r in rows if r.decision in CHOSEN]
+        guesses = guesses_for_instance(model, tokenizer, ids, types, seed=seed, mask_rate=0.3)
+        assert [(g.position, g.decision, g.token, g.shown) for g in guesses] == \
+            [(r.position, r.decision, r.token, r.shown) for r in chosen]
+        for g in guesses:
+            assert 0 <= g.original_probability <= g.guess_probability <= 1
+            assert g.right == (g.guess == g.token)
+            if g.decision == "kept":
+                assert g.shown == g.token
+
+
+def test_the_guess_is_the_models_argmax_at_that_position(tokenizer, pairs):
+    model = _model(tokenizer)
+    ids, types = pairs[0]
+    guesses = guesses_for_instance(model, tokenizer, ids, types, seed=1, mask_rate=0.4)
+    masked = torch.tensor([ids])
+    for g in guesses:
+        masked[0, g.position] = tokenizer.token_to_id(g.shown)
+    with torch.no_grad():
+        logits = model(input_ids=masked, token_type_ids=torch.tensor([types]),
+                       attention_mask=torch.ones_like(masked)).mlm_logits[0]
+    probs = torch.softmax(logits.float(), -1)
+    for g in guesses:
+        assert tokenizer.id_to_token(int(probs[g.position].argmax())) == g.guess
+        assert g.guess_probability == pytest.approx(float(probs[g.position].max()), rel=1e-4)
+
+
+def test_accuracy_by_decision_counts_the_masking_pages_decisions_and_batches_do_not_matter(tokenizer, pairs):
+    model = _model(tokenizer)
+    stats = masking_stats(tokenizer, [ids for ids, _ in pairs], seed=4)
+    acc = accuracy_by_decision(model, tokenizer, pairs, seed=4)
+    assert [acc[d].count for d in CHOSEN] == [stats["masked"], stats["random"], stats["kept"]]
+    assert all(0 <= acc[d].right <= acc[d].count for d in CHOSEN)
+    small = accuracy_by_decision(model, tokenizer, pairs, seed=4, batch_size=7)
+    assert {d: (a.count, a.right) for d, a in small.items()} == {d: (a.count, a.right) for d, a in acc.items()}
+
+
+def test_a_model_that_copies_its_input_gets_every_kept_token_and_no_masked_one(tokenizer, pairs):
+    """Output logits = the input's one-hot (a model that only copies what it sees): kept 100%, [MASK] and random 0%."""
+
+    class Copier(torch.nn.Module):
+        config = SimpleNamespace(attention="bidirectional")
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, full_mlm_logits=True):
+            logits = torch.nn.functional.one_hot(input_ids, tokenizer.vocab_size).float() * 10
+            return SimpleNamespace(mlm_logits=logits)
+
+    acc = accuracy_by_decision(Copier(), tokenizer, pairs, seed=2, mask_rate=0.3)
+    assert acc["kept"].count > 0 and acc["kept"].accuracy == 1.0
+    assert acc["[MASK]"].accuracy == 0.0
+    assert acc["random"].accuracy <= 0.05   # a random replacement may draw the original token itself
+
+
+def test_a_gpt_cannot_guess_masked_tokens(tokenizer, pairs):
+    gpt = _model(tokenizer, attention="causal")
+    with pytest.raises(BertCoreError, match="GPT"):
+        guesses_for_instance(gpt, tokenizer, *pairs[0])
+    with pytest.raises(BertCoreError, match="GPT"):
+        accuracy_by_decision(gpt, tokenizer, pairs)
+
+
+# ------------------------------------------------------------------------------------------------ one step
+
+@pytest.fixture(scope="module")
+def default_spec():
+    from bert_core.serve.train_spec import default_spec
+
+    return default_spec()
+
+
+def _trainer(spec, callbacks=()):
+    from bert_core.serve.train_spec import build_trainer
+
+    return build_trainer(spec, callbacks=callbacks)
+
+
+def test_steps_taken_one_at_a_time_are_the_run_itself(default_spec):
+    """Three presses of *Step once* leave the weights exactly where three steps of the run leave them: recording
+    the gradients and weights changes nothing."""
+    from bert_core.inspect.training_step import take_one_step
+
+    stepped = _trainer(default_spec)
+    records = [take_one_step(stepped) for _ in range(3)]
+    assert [r.step for r in records] == [1, 2, 3]
+
+    def stop_at_3(event):
+        if getattr(event, "step", 0) == 3 and hasattr(event, "grad_norm"):
+            run.stop()
+
+    run = _trainer(default_spec, callbacks=[stop_at_3])
+    run.run()
+    assert run.step == 3 and run.state == "stopped"
+    for (name, a), b in zip(stepped.model.state_dict().items(), run.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert [e.loss for e in stepped.history] == [e.loss for e in run.history]
+    assert stepped.state == "idle"   # stepping leaves the run where it was: Start runs it on from step 3
+    assert stepped.evals and stepped.evals[0].step == 0   # the evaluation before the first update, as a run makes
+
+
+def test_one_step_records_the_batch_gradients_and_the_weights_that_moved(default_spec):
+    from bert_core.inspect.training_step import TOP_CHANGES, take_one_step
+
+    trainer = _trainer(default_spec)
+    model = trainer.model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    record = take_one_step(trainer)
+    groups = [name for name, _ in record.layer_grad_norms]
+    assert groups[:3] == ["embeddings", "layer 0", "layer 1"] and "LM head" in groups and "NSP head" in groups
+    assert all(v > 0 for _, v in record.layer_grad_norms)
+    # The parts' norms make up the whole gradient's norm (before clipping).
+    assert math.sqrt(sum(v * v for _, v in record.layer_grad_norms)) == pytest.approx(record.grad_norm, rel=1e-4)
+    assert len(record.changes) == TOP_CHANGES
+    params = dict(model.named_parameters())
+    for c in record.changes:
+        assert c.before != c.after
+        assert float(before[c.parameter][c.index]) == c.before
+        assert float(params[c.parameter].detach()[c.index]) == c.after
+        # Adam's first update moves a weight by about the learning rate (plus AdamW's decay of lr x wd x w).
+        assert abs(c.change) <= record.learning_rate * 1.01 + 1e-9
+    assert record.changed_weights <= record.total_weights == sum(p.numel() for p in params.values())
+    assert record.rows == default_spec.train["batch_size"] or record.rows > 0
+    shown = [r for r in record.example if r.decision != "not chosen"]
+    assert shown and record.example[0].token == "[CLS]"
+    assert record.mlm_loss == pytest.approx(trainer.history[-1].mlm_loss)
+
+
+def test_a_finished_or_running_trainer_cannot_step(default_spec):
+    from bert_core.inspect.training_step import take_one_step
+
+    trainer = _trainer(default_spec)
+    trainer._state = "finished"
+    with pytest.raises(BertCoreError, match="no next step"):
+        take_one_step(trainer)
+
+
+def test_weight_names_say_which_token_position_or_layer():
+    from bert_core.inspect.training_step import layer_group, weight_name
+
+    tok = SimpleNamespace(id_to_token=lambda i: {5: "the"}[i])
+    assert weight_name("bert.embeddings.word_embeddings.weight", (5, 3), tok) == "embedding of 'the' (dim 3)"
+    assert weight_name("bert.embeddings.position_embeddings.weight", (7, 1), tok) == "embedding of position 7 (dim 1)"
+    assert weight_name("bert.encoder.layer.1.attention.self.query.weight", (4, 17), tok) == \
+        "layer 1 attention.self.query.weight[4, 17]"
+    assert layer_group("bert.encoder.layer.12.output.dense.bias") == "layer 12"
+    assert layer_group("cls.seq_relationship.weight") == "NSP head"
+    assert layer_group("cls.predictions.transform.dense.weight") == "LM head"
+
+
+# ------------------------------------------------------------------------------------------------ the steps
+
+def test_the_steps_follow_the_pages_and_the_url_names_them():
+    assert lesson.STEP_KEYS == ("tokens", "masking", "step", "run", "attention", "predictions", "bert-or-gpt",
+                                "fine-tune")
+    assert lesson.step_index("masking") == 1 and lesson.step_index("3") == 2
+    for junk in (None, "", "0", "99", "../etc", "<script>"):
+        assert lesson.step_index(junk) == 0
+    for s in lesson.STEPS:
+        assert 0 <= s.question.answer < len(s.question.choices) and s.question.reason
+        assert len(s.text) < 600   # a few sentences, no wall of text
+
+
+def test_an_answer_is_revealed_with_its_reason():
+    q = lesson.STEPS[1].question
+    assert lesson.answer_feedback(q, None) is None
+    right, text = lesson.answer_feedback(q, q.answer)
+    assert right and text.startswith("Right.") and q.reason in text
+    wrong, text = lesson.answer_feedback(q, (q.answer + 1) % len(q.choices))
+    assert not wrong and q.choices[q.answer] in text and q.reason in text
+
+
+def _percentages(text: str) -> list[float]:
+    return [float(x) / 100 for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
+
+
+def test_the_masking_notice_says_the_measured_shares_and_accuracies(tokenizer, pairs):
+    model = _model(tokenizer)
+    stats = masking_stats(tokenizer, [ids for ids, _ in pairs], seed=0)
+    acc = accuracy_by_decision(model, tokenizer, pairs, seed=0)
+    text = lesson.notice_masking(stats, acc)
+    got = _percentages(text)
+    assert got[:4] == pytest.approx([round(stats[k], 3) for k in ("chosen_share", "masked_share", "random_share",
+                                                                  "kept_share")], abs=1e-9)
+    ranked = sorted(acc.values(), key=lambda a: a.accuracy, reverse=True)
+    assert got[4:] == pytest.approx([round(a.accuracy, 2) for a in ranked], abs=1e-9)
+    assert lesson.notice_masking(stats, None).count("%") == 4
+
+
+def test_the_tokens_notice_counts_the_pieces_and_names_the_split_words():
+    text = lesson.notice_tokens(["playing", "in", "gardens"], [["play", "##ing"], ["in"], ["garden", "##s"]], 8192)
+    assert "3 words and marks became 5 word pieces" in text and "8,192" in text
+    assert "2 of them were split" in text and "“playing” → play ##ing" in text
+    assert "single piece" in lesson.notice_tokens(["in"], [["in"]], 100)
+
+
+def test_the_step_notice_reads_the_record():
+    record = SimpleNamespace(step=1, mlm_loss=6.98, learning_rate=1.5e-5, causal=False, changed_weights=90,
+                             total_weights=100, layer_grad_norms=[("embeddings", 1.9), ("layer 0", 0.1)])
+    text = lesson.notice_step(record, 1045)
+    assert "loss was 6.98" in text and f"{math.log(1045):.2f}" in text and "embeddings (1.9)" in text
+    assert "90 of the model's 100 weights (90%)" in text
+
+
+def test_the_run_notice_finds_where_the_loss_went_under_the_unigram_line():
+    evals = [SimpleNamespace(step=s, mlm_loss=v, mlm_acc=a) for s, v, a in
+             [(0, 7.0, 0.0), (200, 5.5, 0.1), (400, 4.9, 0.3), (600, 3.0, 0.5)]]
+    assert lesson.crossing_step(evals, 5.0) == 400
+    text = lesson.notice_run(evals, 5.0)
+    assert "7.00 at step 0" in text and "3.00 at step 600" in text and "under it at step 400" in text
+    assert "50.0%" in text
+    assert "not gone under" in lesson.notice_run(evals[:2], 5.0)
+    assert lesson.notice_run([], 5.0) is None
+
+
+def _head(layer, head, **shares):
+    base = dict(to_cls=0.0, to_sep=0.0, to_previous=0.0, to_next=0.0, to_self=0.0)
+    base.update(shares)
+    return HeadSummary(layer=layer, head=head, entropy=1.0, normalized_entropy=0.5, **base)
+
+
+def test_the_attention_notice_names_the_most_specialised_head():
+    heads = [_head(0, 0, to_previous=0.4), _head(0, 1, to_sep=0.6), _head(1, 0, to_next=0.71), _head(1, 1)]
+    text = lesson.notice_attention(heads)
+    assert text.startswith("Head 1.0 (layer 1, head 0) puts 71% of its attention on the next token")
+    assert "1 of the 4 heads put half or more on [SEP]" in text
+
+
+def test_the_gpt_notice_counts_what_each_first_and_last_token_sees():
+    text = lesson.notice_bert_or_gpt([0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.5, 0.005, 0.495])
+    assert "GPT's [CLS] looks at 1 of the 3 tokens" in text and "its last token at 2" in text
+    assert "BERT's [CLS] looks at 3 of 3" in text
+
+
+def test_the_predictions_and_finetune_notices():
+    text = lesson.notice_predictions([("barn", 0.12), ("woods", 0.05)], [("the", 0.05)])
+    assert "“barn” at 12%" in text and "“the” at 5%" in text
+    results = {"pretrained": SimpleNamespace(accuracy=0.75, metric_names=("accuracy", "macro-F1")),
+               "tfidf": SimpleNamespace(accuracy=0.76, metric_names=("accuracy", "macro-F1"))}
+    text = lesson.notice_finetune(results)
+    assert "the pretrained model 75.0%" in text and "the bag of words 76.0%" in text and "Ahead: the bag" in text
+    assert lesson.notice_finetune(None) is None
+
+
+def test_the_lesson_figures_show_their_numbers(tokenizer, pairs):
+    model = _model(tokenizer)
+    guesses = guesses_for_instance(model, tokenizer, *pairs[0], seed=0, mask_rate=0.4)
+    fig = lesson_figures.guesses_figure(guesses)
+    guess_text = fig.data[-1].text
+    assert len(guess_text) == len(guesses)
+    assert all(t.startswith(lesson_figures.RIGHT if g.right else lesson_figures.WRONG)
+               for t, g in zip(guess_text, guesses))
+    acc = {"[MASK]": DecisionAccuracy("[MASK]", 10, 3), "random": DecisionAccuracy("random", 4, 1),
+           "kept": DecisionAccuracy("kept", 5, 5)}
+    bars = lesson_figures.decision_accuracy_bars(acc)
+    assert list(bars.data[0].y) == [0.3, 0.25, 1.0] and bars.data[0].text[2] == "100% of 5"
+    grads = lesson_figures.layer_gradient_figure([("embeddings", 2.0), ("layer 0", 0.5)], 3)
+    assert list(grads.data[0].y) == ["embeddings", "layer 0"] and "update 3" in grads.layout.title.text
+    toks = lesson_figures.tokens_figure(["[CLS]", "play", "##ing", "[SEP]"], [0, 0, 0, 0])
+    assert {t.name for t in toks.data} == {"special token", "sentence A"}
+    assert sum(len(t.x) for t in toks.data) == 4

@@ -1,0 +1,96 @@
+"""The lesson page under AppTest: Next and Back move the step in the URL, a link opens its step, each step's notice
+is the one computed from the model on the page, and an answer is revealed with its reason."""
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from bert_core.inspect import lesson  # noqa: E402
+from bert_core.serve import app_state  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = "pages/0_Lesson.py"
+
+
+def _lesson(step: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    if step is not None:
+        at.query_params["step"] = step
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _notice(at: AppTest) -> str:
+    found = [i.value for i in at.info if str(i.value).startswith("**What to notice.**")]
+    assert len(found) == 1, [i.value for i in at.info]
+    return found[0].removeprefix("**What to notice.** ")
+
+
+@pytest.fixture(autouse=True)
+def _end_runs():
+    yield
+    for run in app_state.RUNS.runs():
+        app_state.RUNS.discard(run.run_id, wait=30)
+
+
+def test_next_and_back_walk_the_steps_and_the_url_follows():
+    at = _lesson()
+    assert at.query_params["step"] == ["tokens"] or at.query_params["step"] == "tokens"
+    for key in lesson.STEP_KEYS[1:]:
+        at.button(key="lesson_next").click().run()
+        assert not at.exception, (key, [e.value for e in at.exception])
+        assert at.query_params["step"] in (key, [key])
+        assert any(f"of {len(lesson.STEPS)}" in str(p.proto.text) for p in at.get("progress"))
+    assert at.button(key="lesson_next").disabled
+    at.button(key="lesson_back").click().run()
+    assert at.query_params["step"] in ("bert-or-gpt", ["bert-or-gpt"])
+
+
+def test_a_link_opens_its_step_and_a_bad_one_the_first():
+    assert _lesson("predictions").query_params["step"] in ("predictions", ["predictions"])
+    assert _lesson("nonsense").query_params["step"] in ("tokens", ["tokens"])
+
+
+def test_the_tokens_and_masking_notices_are_those_of_the_model_on_the_page():
+    from bert_core.inspect.inspection import group_word_pieces, word_text
+
+    at = _lesson("tokens")
+    at.text_input(key="lesson_text").set_value("The gardeners were replanting everything.").run()
+    active = app_state.shipped_model("bert-tiny-english")
+    words = group_word_pieces(active.tokenizer.tokenize("The gardeners were replanting everything."))
+    assert _notice(at) == lesson.notice_tokens([word_text(w) for w in words], words, active.tokenizer.vocab_size)
+
+    at = _lesson("masking")
+    at.number_input(key="lesson_seed").set_value(3).run()
+    text = _notice(at)
+    data = app_state.toy_pretraining_data(active)
+    from bert_core.inspect.inspection import masking_stats
+    from bert_core.inspect.masked_guesses import accuracy_by_decision
+
+    instances = data.build_instances(0)[:app_state.DECISION_POOL]
+    stats = masking_stats(active.tokenizer, [x.input_ids for x in instances], seed=3)
+    acc = accuracy_by_decision(active.model, active.tokenizer, [(x.input_ids, x.token_type_ids) for x in instances],
+                               seed=3)
+    assert text == lesson.notice_masking(stats, acc)
+
+
+def test_one_step_then_another_and_the_answer_with_its_reason():
+    at = _lesson("step")
+    assert not [i for i in at.info if str(i.value).startswith("**What to notice.**")]
+    at.button(key="lesson_step_go").click().run()
+    assert _notice(at).startswith("Update 1: the masked-LM loss was")
+    at.button(key="lesson_step_go").click().run()
+    assert _notice(at).startswith("Update 2:")
+    q = lesson.STEPS[2].question
+    at.radio(key="lesson_q_step").set_value(q.answer).run()
+    assert any(q.reason in str(s.value) and str(s.value).startswith("Right.") for s in at.success)
+    at.radio(key="lesson_q_step").set_value((q.answer + 1) % len(q.choices)).run()
+    assert any(q.reason in str(w.value) for w in at.warning)
+    at.button(key="lesson_step_reset").click().run()
+    assert not [i for i in at.info if str(i.value).startswith("**What to notice.**")]
