@@ -188,14 +188,16 @@ def _no_exception(page, where: str) -> None:
 
 
 def _shoot(page, name: str, dirs: list[Path]) -> None:
+    """A full-page screenshot at the page's own width (1400 pixels, or a projector's 1280), its size restored."""
+    size = page.viewport_size or {"width": 1400, "height": 1000}
     height = page.evaluate(
         "() => Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], section.main, "
         "[data-testid=stAppViewContainer]')).map(e => e.scrollHeight), document.body.scrollHeight)")
-    page.set_viewport_size({"width": 1400, "height": int(min(max(height, 900), 8000))})
+    page.set_viewport_size({"width": size["width"], "height": int(min(max(height, size["height"]), 8000))})
     time.sleep(0.8)  # plotly relayouts on resize
     for d in dirs:
         page.screenshot(path=str(d / f"{name}.png"), full_page=True)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size(size)
 
 
 def _trace_lengths(page) -> list[list[int]]:

@@ -208,7 +208,8 @@ def notice_run(evals: Sequence, baseline: float | None, causal: bool = False) ->
         return None
     first, last = evals[0], evals[-1]
     what = "next-token" if causal else "masked-LM"
-    text = f"Held-out {what} loss: {first.mlm_loss:.2f} at step {first.step:,}, {last.mlm_loss:.2f} at step {last.step:,}"
+    text = (f"Held-out {what} loss: {first.mlm_loss:.2f} at step {first.step:,}, {last.mlm_loss:.2f} at step "
+            f"{last.step:,}")
     if baseline is None:
         return text + f"; accuracy {last.mlm_acc:.1%}."
     crossed = crossing_step(evals, baseline)

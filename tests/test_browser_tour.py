@@ -1,0 +1,164 @@
+"""In a real browser at a projector's 1280 x 720: the whole lesson from the home page's *Start the lesson*, step by
+step on the default settings. Each step's "What to notice" is checked against the figure on the page, each question
+is answered, each step is screenshotted (docs/screenshots/lesson-*.png with BERT_UPDATE_SCREENSHOTS=1), and a
+reload opens the same step."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _no_exception,
+    _settle,
+    _shoot,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+    server,
+    server_home,
+)
+from bert_core.inspect import lesson
+
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
+
+def _notice(page) -> str:
+    box = page.locator('[data-testid="stAlert"]', has_text="What to notice.").last
+    box.wait_for(timeout=60_000)
+    return box.inner_text().split("What to notice.", 1)[1].strip()
+
+
+def _plots(page) -> list[dict]:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => ({
+              title: String((d.layout.title || {}).text || d.layout.title || '').replace(/<[^>]+>/g, ''),
+                        data: (d.data || []).map(t => ({name: t.name, x: t.x, y: t.y, text: t.text}))}))""")
+
+
+def _plot(page, title: str, timeout: float = 30.0) -> dict:
+    """The chart whose title holds `title`, once drawn (a chart below the fold is drawn when scrolled to)."""
+    deadline = time.time() + timeout
+    while True:
+        found = [p for p in _plots(page) if title in p["title"]]
+        if found or time.time() > deadline:
+            break
+        page.mouse.wheel(0, 600)
+        time.sleep(0.3)
+    assert found, [p["title"] for p in _plots(page)]
+    return found[0]
+
+
+def _answer(page, key: str) -> None:
+    q = lesson.STEPS[lesson.STEP_KEYS.index(key)].question
+    page.get_by_text(q.choices[q.answer], exact=True).click()
+    page.get_by_text("Right.", exact=False).first.wait_for(timeout=10_000)
+    _settle(page)
+
+
+def _next(page, key: str) -> None:
+    page.get_by_role("button", name="Next").click()
+    page.wait_for_url(re.compile(rf"step={key}"), timeout=30_000)
+    _settle(page)
+
+
+def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
+    base, _ = server
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(base)
+        _settle(page)
+        page.get_by_text("Start the lesson").click()
+        page.wait_for_url(re.compile(r"Lesson"), timeout=30_000)
+        _settle(page)
+        assert "step=tokens" in page.url
+
+        # 1. Tokens: the notice's count of pieces is the figure's count of tokens, less [CLS] and [SEP].
+        text = _notice(page)
+        pieces = int(re.search(r"became (\d+) word pieces", text).group(1))
+        assert _plot(page, "tokens, as the model reads them")["title"].startswith(f"{pieces + 2} tokens")
+        _answer(page, "tokens")
+        _no_exception(page, "lesson: tokens")
+        _shoot(page, "lesson-1-tokens", screenshot_dirs)
+
+        # 2. Masking: the notice's accuracies by decision are the bars' heights.
+        _next(page, "masking")
+        text = _notice(page)
+        bars = _plot(page, "Right guesses by decision")["data"][0]
+        said = dict(re.findall(r"the (kept tokens|\[MASK\]ed ones|random ones) (\d+)%", text))
+        names = {"kept": "kept tokens", "[MASK]": "[MASK]ed ones", "random": "random ones"}
+        for decision, value in zip(bars["x"], bars["y"]):
+            assert int(said[names[decision]]) == round(value * 100), (decision, value, text)
+        _answer(page, "masking")
+        _shoot(page, "lesson-2-masking", screenshot_dirs)
+
+        # 3. One step: the notice's loss is the tile's, and a second press is update 2.
+        _next(page, "step")
+        page.get_by_role("button", name="Take one step").click()
+        _settle(page)
+        text = _notice(page)
+        assert text.startswith("Update 1:")
+        tile = page.locator('[data-testid="stMetric"]', has_text="Masked-LM loss").locator(
+            '[data-testid="stMetricValue"]').inner_text()
+        assert f"loss was {float(tile):.2f}" in text
+        page.get_by_role("button", name="Take one step").click()
+        _settle(page)
+        assert _notice(page).startswith("Update 2:")
+        assert _plot(page, "Gradient by part of the model, update 2")
+        _answer(page, "step")
+        _shoot(page, "lesson-3-one-step", screenshot_dirs)
+
+        # 4. A live run: the default run to its end; the notice's last held-out loss is the chart's last point.
+        _next(page, "run")
+        page.get_by_role("button", name="Start the default run").click()
+        page.get_by_text("Run finished", exact=False).first.wait_for(timeout=300_000)
+        _settle(page)
+        text = _notice(page)
+        held = [t for t in _plot(page, "Loss")["data"] if "held-out" in (t["name"] or "")][0]
+        assert f"{held['y'][-1]:.2f} at step {held['x'][-1]:,}" in text
+        assert "went under it at step" in text
+        _answer(page, "run")
+        _no_exception(page, "lesson: run")
+        _shoot(page, "lesson-4-run", screenshot_dirs)
+
+        # 5. Attention, now on the model the run trained: the named head's share is in its panel's label.
+        _next(page, "attention")
+        text = _notice(page)
+        head, share = re.search(r"Head (\d+\.\d+) .*? puts (\d+)% of its attention", text).groups()
+        assert page.get_by_text(re.compile(rf"{re.escape(head)}: .*{share}%")).count() >= 1
+        _answer(page, "attention")
+        _shoot(page, "lesson-5-attention", screenshot_dirs)
+
+        # 6. Predictions: the notice's top guess is the first bar.
+        _next(page, "predictions")
+        text = _notice(page)
+        top = _plot(page, "Guesses for the first [MASK]")["data"][0]
+        assert f"“{top['y'][0]}” at {round(top['x'][0] * 100)}%" in text
+        _answer(page, "predictions")
+        _shoot(page, "lesson-6-predictions", screenshot_dirs)
+
+        # 7. BERT or GPT: GPT's [CLS] sees itself only.
+        _next(page, "bert-or-gpt")
+        assert "GPT's [CLS] looks at 1 of the" in _notice(page)
+        _answer(page, "bert-or-gpt")
+        _shoot(page, "lesson-7-bert-or-gpt", screenshot_dirs)
+
+        # 8. Fine-tuning: no race yet, so the step says where to run one; the last step has no Next.
+        _next(page, "fine-tune")
+        assert page.get_by_text("this step then reports your race", exact=False).count() == 1
+        _answer(page, "fine-tune")
+        assert page.get_by_role("button", name="Next").is_disabled()
+        _shoot(page, "lesson-8-fine-tune", screenshot_dirs)
+
+        # A reload opens the same step; Back goes one step back.
+        page.reload()
+        _settle(page)
+        assert "step=fine-tune" in page.url and page.get_by_text("Step 8 of 8", exact=False).count() == 1
+        page.get_by_role("button", name="Back").click()
+        page.wait_for_url(re.compile(r"step=bert-or-gpt"), timeout=30_000)
+        _no_exception(page, "lesson: back")
+    finally:
+        page.close()
