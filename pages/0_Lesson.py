@@ -191,8 +191,14 @@ def _attention() -> str | None:
         return None
     result = attention_maps(active.model, active.tokenizer, text)
     summaries = head_summaries(result)
-    labels = [f"{s.layer}.{s.head}: {s.label}" for s in summaries]
+    labels = [s.label for s in summaries]
     app_state.plotly(figures.model_view_figure(result, labels), "lesson-attention", key="lesson_att_fig")
+    with st.expander("Does sentence B look back at sentence A? (the next-sentence signal, over 128 toy pairs)"):
+        pairs = app_state.pair_attention(active, "toy:0", app_state.toy_pretraining_data(active).build_instances(0))
+        app_state.plotly(lesson_figures.pair_attention_figure(pairs), "lesson-b-to-a", key="lesson_pairs_fig")
+        st.caption(f"Evenly spread, B's attention would put {pairs.uniform:.0%} on A. A model trained with "
+                   "next-sentence prediction has a reason to compare the two; the Attention page has this view for "
+                   "every model.")
     return lesson.notice_attention(summaries)
 
 

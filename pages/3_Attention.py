@@ -5,7 +5,7 @@ import numpy as np
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures
+from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 from bert_core.serve import app_state, model_sources
 
@@ -64,8 +64,8 @@ if full.causal:
             "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
             "(their weight is exactly 0); a BERT's maps are full squares.")
 
-tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair = st.tabs(
-    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side"])
+tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair, tab_nsp = st.tabs(
+    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs"])
 
 with tab_model:
     app_state.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
@@ -172,5 +172,28 @@ with tab_pair:
                        "square); a GPT-style model only to itself and earlier tokens (a lower triangle): that is "
                        "why it can continue text and BERT can fill in blanks. A smaller model's layer or head is "
                        "clipped to its last.")
+
+with tab_nsp:
+    job = app_state.current_job()
+    if job is not None and getattr(job.trainer, "tokenizer", None) is active.tokenizer \
+            and getattr(job.trainer, "data", None) is not None:
+        data, data_name = job.trainer.data, f"this session's training corpus ({job.spec.corpus_label})"
+    else:
+        data, data_name = app_state.toy_pretraining_data(active), "the toy grammar corpus"
+    try:
+        pairs = app_state.pair_attention(active, f"{id(data)}:{data_name}", data.build_instances(0))
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        app_state.plotly(lesson_figures.pair_attention_figure(pairs), "attention-b-to-a", key="att_nsp")
+        diff = pairs.difference
+        layer, head = np.unravel_index(int(np.nanargmax(np.abs(diff))), diff.shape)
+        st.caption(
+            f"Each cell: the share of sentence B's attention (its word pieces, [CLS] and [SEP] left out) that lands "
+            f"on sentence A, averaged over {pairs.pairs_follow + pairs.pairs_random} pairs from {data_name}. Spread "
+            f"evenly it would be {pairs.uniform:.0%}. The largest gap between the panels is L{layer + 1} "
+            f"H{head + 1}: {pairs.follows[layer, head]:.0%} when B follows A, {pairs.random[layer, head]:.0%} when "
+            "it is random. A model trained with next-sentence prediction must tell the two apart; compare a run "
+            "with NSP off (Train, *Try one change*).")
 
 app_state.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")

@@ -273,7 +273,7 @@ def _head(layer, head, **shares):
 def test_the_attention_notice_names_the_most_specialised_head():
     heads = [_head(0, 0, to_previous=0.4), _head(0, 1, to_sep=0.6), _head(1, 0, to_next=0.71), _head(1, 1)]
     text = lesson.notice_attention(heads)
-    assert text.startswith("Head 1.0 (layer 1, head 0) puts 71% of its attention on the next token")
+    assert text.startswith("Head L2 H1 (layer 2, head 1) puts 71% of its attention on the next token")
     assert "1 of the 4 heads put half or more on [SEP]" in text
 
 
@@ -310,3 +310,55 @@ def test_the_lesson_figures_show_their_numbers(tokenizer, pairs):
     toks = lesson_figures.tokens_figure(["[CLS]", "play", "##ing", "[SEP]"], [0, 0, 0, 0])
     assert {t.name for t in toks.data} == {"special token", "sentence A"}
     assert sum(len(t.x) for t in toks.data) == 4
+
+
+# ------------------------------------------------------------------------------------------------ B -> A
+
+def _nsp_pairs(tokenizer):
+    out = []
+    for i, a in enumerate(SENTENCES * 4):
+        random_next = i % 3 == 0
+        b = SENTENCES[(i + 2) % len(SENTENCES)] if random_next else SENTENCES[(i + 1) % len(SENTENCES)]
+        enc = tokenizer.encode_pair(a, b)
+        out.append(SimpleNamespace(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"],
+                                   is_random_next=random_next))
+    return out
+
+
+def test_b_to_a_is_the_share_one_pairs_attention_maps_give(tokenizer):
+    from bert_core.inspect.inspection import attention_maps
+    from bert_core.inspect.pair_attention import b_to_a_attention
+
+    model = _model(tokenizer)
+    pairs = _nsp_pairs(tokenizer)
+    summary = b_to_a_attention(model, tokenizer, pairs, batch_size=5)
+    assert summary.pairs_follow + summary.pairs_random == len(pairs) and summary.pairs_random == 7
+    expected = {False: [], True: []}
+    for i, a in enumerate(SENTENCES * 4):
+        x = pairs[i]
+        b = SENTENCES[(i + 2) % len(SENTENCES)] if x.is_random_next else SENTENCES[(i + 1) % len(SENTENCES)]
+        result = attention_maps(model, tokenizer, a, b)
+        types = torch.tensor(result.token_type_ids)
+        words = ~torch.tensor(result.special_mask)
+        a_cols, b_rows = (words & (types == 0)).numpy(), (words & (types == 1)).numpy()
+        expected[x.is_random_next].append(result.attentions[:, :, b_rows][..., a_cols].sum(-1).mean(-1))
+    assert summary.follows == pytest.approx(sum(expected[False]) / len(expected[False]), rel=1e-4)
+    assert summary.random == pytest.approx(sum(expected[True]) / len(expected[True]), rel=1e-4)
+    assert (summary.difference == summary.follows - summary.random).all()
+    assert 0 < summary.uniform < 1
+
+
+def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
+    from bert_core.inspect.pair_attention import b_to_a_attention
+
+    model = _model(tokenizer)
+    single = tokenizer.encode_pair("the cat sat on the mat")
+    with pytest.raises(BertCoreError, match="pairs"):
+        b_to_a_attention(model, tokenizer, [SimpleNamespace(input_ids=single["input_ids"],
+                                                            token_type_ids=single["token_type_ids"],
+                                                            is_random_next=False)])
+    summary = b_to_a_attention(model, tokenizer, _nsp_pairs(tokenizer))
+    fig = lesson_figures.pair_attention_figure(summary)
+    assert [t.z.shape if hasattr(t.z, "shape") else (len(t.z), len(t.z[0])) for t in fig.data] == [(2, 2), (2, 2)]
+    assert fig.data[0].text[0][0] == f"{summary.follows[0, 0]:.0%}"
+    assert "B follows A (13 pairs)" in fig.layout.annotations[0].text

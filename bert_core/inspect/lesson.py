@@ -234,8 +234,8 @@ def notice_attention(summaries: Sequence) -> str:
     """The attention step: the most specialised head, and how many heads put most of their attention on [SEP]."""
     head, pattern, share = strongest_head(summaries)
     sep = sum(1 for s in summaries if s.to_sep >= 0.5)
-    text = (f"Head {head.layer}.{head.head} (layer {head.layer}, head {head.head}) puts {share:.0%} of its "
-            f"attention on {pattern}.")
+    text = (f"Head L{head.layer + 1} H{head.head + 1} (layer {head.layer + 1}, head {head.head + 1}) puts "
+            f"{share:.0%} of its attention on {pattern}.")
     return text + f" {sep} of the {len(summaries)} heads put half or more on [SEP]."
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from bert_core.inspect.figures import DECISION_COLORS, _layout, shorten
 
 if TYPE_CHECKING:
     from bert_core.inspect.masked_guesses import ChosenGuess, DecisionAccuracy
+    from bert_core.inspect.pair_attention import PairAttention
 
 RIGHT, WRONG = "✓", "✗"
 
@@ -97,3 +100,24 @@ def layer_gradient_figure(norms: Sequence[tuple[str, float]], step: int) -> go.F
     fig.update_xaxes(title="gradient norm (before clipping)")
     return _layout(fig, f"Gradient by part of the model, update {step:,}", height=max(260, 70 + 38 * len(norms)),
                    showlegend=False)
+
+
+def pair_attention_figure(summary: PairAttention) -> go.Figure:
+    """Two layer x head grids on one colour scale: the share of sentence B's attention on sentence A where B
+    follows A, and where B is random; each cell says its share."""
+    panels = ((f"B follows A ({summary.pairs_follow} pairs)", summary.follows),
+              (f"B is random ({summary.pairs_random} pairs)", summary.random))
+    top = float(np.nanmax([np.nanmax(v) for _, v in panels if np.isfinite(v).any()] or [1.0]))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[t for t, _ in panels], horizontal_spacing=0.08)
+    for col, (_, values) in enumerate(panels, start=1):
+        layers, heads = values.shape
+        fig.add_trace(go.Heatmap(
+            z=values, x=[f"H{h + 1}" for h in range(heads)], y=[f"L{l + 1}" for l in range(layers)],
+            coloraxis="coloraxis", text=[[f"{v:.0%}" if np.isfinite(v) else "" for v in row] for row in values],
+            texttemplate="%{text}", textfont=dict(size=14),
+            hovertemplate="%{y} %{x}: %{z:.1%} of B's attention on A<extra></extra>"), row=1, col=col)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=14))
+    fig.update_xaxes(tickfont=dict(size=14))
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(tickformat=".0%")))
+    return _layout(fig, "Sentence B's attention on sentence A, by layer and head",
+                   height=max(300, 140 + 60 * summary.follows.shape[0]), showlegend=False)

@@ -413,6 +413,33 @@ def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int
     return _ACCURACY(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
 
 
+def _pair_attention_cached():
+
+    @st.cache_data(max_entries=16, show_spinner="Reading sentence pairs through every head…")
+    def pairs(key: str, _model, _tokenizer, _instances):
+        from bert_core.inspect.pair_attention import b_to_a_attention
+
+        return b_to_a_attention(_model, _tokenizer, _instances)
+
+    return pairs
+
+
+_PAIRS = None
+
+
+def pair_attention(active: ActiveModel, pairs_name: str, instances):
+    """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`
+    (pair_attention.b_to_a_attention), kept per model, its step and the pairs."""
+    global _PAIRS
+    from bert_core.inspect.pair_attention import PAIR_POOL
+
+    if _PAIRS is None:
+        _PAIRS = _pair_attention_cached()
+    chosen = list(instances[:PAIR_POOL])
+    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(chosen)}"
+    return _PAIRS(key, active.model, active.tokenizer, chosen)
+
+
 def _session_model():
     job = current_job()
     if job is None or job.trainer is None:
