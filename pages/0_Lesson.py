@@ -116,26 +116,7 @@ def _one_step() -> str | None:
                    "seed, batches and schedule as the run of the next step.")
         return None
     trainer = s["lesson_trainer"]
-    m = st.columns(4)
-    m[0].metric("Update", f"{record.step:,}")
-    m[1].metric("Masked-LM loss", f"{record.mlm_loss:.3f}")
-    m[2].metric("Learning rate", f"{record.learning_rate:.2g}")
-    m[3].metric("Gradient norm", f"{record.grad_norm:.3g}")
-    label = "B is random" if record.is_random_next else "B follows A"
-    fig = figures.masking_figure(record.example)
-    fig.update_layout(title=f"The batch's first pair of {record.rows} (NSP: {label})")
-    app_state.plotly(fig, "lesson-step-batch", key="lesson_step_batch")
-    left, right = st.columns([2, 3])
-    with left:
-        app_state.plotly(lesson_figures.layer_gradient_figure(record.layer_grad_norms, record.step),
-                         "lesson-step-gradients", key="lesson_step_grads")
-    with right:
-        st.markdown("**The 10 weights that moved most**")
-        st.dataframe([{"weight": c.name, "change": f"{c.change:+.2e}", "gradient": f"{c.gradient:+.3g}"}
-                      for c in record.changes], hide_index=True, width="stretch")
-        st.caption("Nearly every weight moves, even those that played no part in this batch: AdamW's weight "
-                   "decay shrinks every weight a little, and the output layer shares the word embeddings, so every "
-                   "token's embedding gets a gradient.")
+    app_state.show_step_record(record, "lesson_step")
     return lesson.notice_step(record, trainer.tokenizer.vocab_size)
 
 

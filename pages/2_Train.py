@@ -163,7 +163,7 @@ phase = run.phase if run is not None else None
 has_model = job is not None and job.model_available   # False once a dead process took its weights with it
 weights_only = (has_model and not active
                 and (phase == "finished" or run.released))   # nothing left to resume: train on from its weights
-b1, b2, b3, b4, b5 = st.columns(5)
+b1, b2, b3, b6, b4, b5 = st.columns(6)
 notice = st.empty()  # what a pressed button is doing, shown before the work starts
 
 
@@ -205,6 +205,13 @@ try:
                       "has nothing left to resume: its learning rate has decayed to zero."):
         app_state.RUNS.resume(run.run_id)
         st.rerun()
+    if b6.button("Step once", icon=":material/skip_next:",
+                 disabled=viewer or phase != "stopped" or weights_only or not has_model,
+                 help="Take the next update of this stopped run and see it: the batch and its masks, the loss, each "
+                      "part's gradient and the weights that moved most. Resume goes on from there."):
+        notice.info("Taking one step…", icon=":material/hourglass_top:")
+        st.session_state["train_step_record"] = (run.run_id, job.step_once())
+        notice.empty()
     if b4.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None,
                  help="Forget this tab's run and its model"):
         app_state.RUNS.discard(run.run_id)
@@ -233,6 +240,12 @@ try:
                 _start(init_from_run=job)
 except BertCoreError as exc:
     app_state.show_error(exc)
+
+stepped = st.session_state.get("train_step_record")
+if stepped is not None and run is not None and stepped[0] == run.run_id and phase == "stopped":
+    with st.container(border=True):
+        st.markdown("**Step once**: the update just taken")
+        app_state.show_step_record(stepped[1], "train_step")
 
 if run is not None and role == app_state.OWNER:
     with st.expander("Share this run with a class", icon=":material/share:"):

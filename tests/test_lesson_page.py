@@ -94,3 +94,28 @@ def test_one_step_then_another_and_the_answer_with_its_reason():
     assert any(q.reason in str(w.value) for w in at.warning)
     at.button(key="lesson_step_reset").click().run()
     assert not [i for i in at.info if str(i.value).startswith("**What to notice.**")]
+
+
+def test_step_once_on_the_train_page_takes_the_next_update_of_a_stopped_run():
+    import time
+
+    at = AppTest.from_file(str(ROOT / "pages/2_Train.py"), default_timeout=120)
+    at.run()
+    assert next(b for b in at.button if b.label == "Step once").disabled   # no run: nothing to step
+    next(b for b in at.button if b.label == "Start").click().run()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        run = app_state.RUNS.runs()[0]
+        if run.trainer is not None and run.trainer.step >= 5:
+            break
+        time.sleep(0.2)
+    at.run()
+    assert next(b for b in at.button if b.label == "Step once").disabled   # running: stop it first
+    next(b for b in at.button if b.label == "Stop").click().run()
+    at.run()
+    stopped_at = app_state.RUNS.runs()[0].trainer.step
+    next(b for b in at.button if b.label == "Step once").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(m.label == "Update" and m.value == f"{stopped_at + 1:,}" for m in at.metric)
+    assert any("Step once" in str(md.value) for md in at.markdown)
+    assert any("Gradient by part of the model" in str(c.proto.spec) for c in at.get("plotly_chart"))

@@ -104,6 +104,32 @@ def test_stop_resume_and_extend(started_jobs):
     assert job.phase == "stopped" and job.trainer.step > stopped_at
 
 
+def test_step_once_takes_the_next_update_of_a_stopped_run_in_its_process(started_jobs):
+    """*Step once* on a stopped run: the child makes the next update and sends back what it did; the mirror's
+    history gains that step; a running run refuses, and Resume goes on from the stepped weights."""
+    job = _job(_spec(steps=100_000, eval_every=0, probe_every=0))
+    started_jobs.append(job)
+    job.start()
+    _wait_for_step(job, 2)
+    with pytest.raises(app_state.BertCoreError, match="stop the run first"):
+        job.step_once()
+    job.stop(wait=TIMEOUT)
+    stopped_at = job.trainer.step
+    record = job.step_once()
+    assert record.step == stopped_at + 1 and record.mlm_loss > 0 and len(record.changes) == 10
+    assert {name for name, _ in record.layer_grad_norms} >= {"embeddings", "layer 0", "layer 1", "LM head"}
+    deadline = time.time() + TIMEOUT
+    while job.trainer.history[-1].step != record.step and time.time() < deadline:
+        time.sleep(0.05)
+    assert job.trainer.history[-1].step == record.step and job.trainer.step == record.step
+    assert job.trainer.history[-1].loss == pytest.approx(record.loss)
+    assert job.phase == "stopped"
+    job.start()  # Resume, from the stepped weights
+    _wait_for_step(job, record.step + 2)
+    job.stop(wait=TIMEOUT)
+    assert job.trainer.step > record.step
+
+
 def test_a_finished_run_goes_on_after_extend(started_jobs):
     job = _job(_spec(steps=4, eval_every=0, probe_every=0))
     started_jobs.append(job)

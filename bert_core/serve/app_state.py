@@ -531,6 +531,35 @@ def navigation() -> None:
         st.divider()
 
 
+def show_step_record(record, key: str) -> None:
+    """What one update did (a bert_core.inspect.training_step.StepRecord), as the lesson and the Train page's
+    *Step once* show it: the numbers, the batch's first pair as the model saw it, each part's gradient and the
+    weights that moved most."""
+    from bert_core.inspect import figures, lesson_figures
+
+    m = st.columns(4)
+    m[0].metric("Update", f"{record.step:,}")
+    m[1].metric("Next-token loss" if record.causal else "Masked-LM loss", f"{record.mlm_loss:.3f}")
+    m[2].metric("Learning rate", f"{record.learning_rate:.2g}")
+    m[3].metric("Gradient norm", f"{record.grad_norm:.3g}")
+    nsp = "" if record.is_random_next is None else \
+        f" (NSP: {'B is random' if record.is_random_next else 'B follows A'})"
+    fig = figures.masking_figure(record.example)
+    fig.update_layout(title=f"The batch's first sequence of {record.rows}{nsp}")
+    plotly(fig, "step-batch", key=f"{key}_batch")
+    left, right = st.columns([2, 3])
+    with left:
+        plotly(lesson_figures.layer_gradient_figure(record.layer_grad_norms, record.step), "step-gradients",
+               key=f"{key}_grads")
+    with right:
+        st.markdown(f"**The {len(record.changes)} weights that moved most**")
+        st.dataframe([{"weight": c.name, "change": f"{c.change:+.2e}", "gradient": f"{c.gradient:+.3g}"}
+                      for c in record.changes], hide_index=True, width="stretch")
+        st.caption("Nearly every weight moves, even those that played no part in this batch: AdamW's weight "
+                   "decay shrinks every weight a little, and the output layer shares the word embeddings, so every "
+                   "token's embedding gets a gradient.")
+
+
 def page_link(page: str, label: str, icon: str | None = None) -> None:
     """A link to another page of the app; nothing when the page is run on its own (AppTest.from_file of one
     page), where there is no app to link to."""

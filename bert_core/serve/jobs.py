@@ -178,6 +178,16 @@ class TrainingJob:
         if wait and self.thread is not None:
             self.thread.join(wait)
 
+    def step_once(self):
+        """One more update of a stopped run, recorded for *Step once* (bert_core.inspect.training_step); Resume
+        goes on from it as the run would have."""
+        if self.trainer is None or self.busy or self.phase != "stopped":
+            raise BertCoreError("Step once takes the next update of a stopped run: stop the run first")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.inspect.training_step import take_one_step
+
+        return take_one_step(self.trainer)
+
     def extend(self, more_steps: int) -> None:
         """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
         if self.trainer is None or self.busy:

@@ -187,6 +187,12 @@ class TrainingChild:
             elif kind == "save":
                 trainer.save(cmd[2])
                 self.events.send(("reply", request, str(cmd[2]), None))
+            elif kind == "step":
+                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
+                from bert_core.inspect.training_step import take_one_step
+
+                # The step's events reach the server through `forward`, as a run's do; the record is the reply.
+                self.events.send(("reply", request, take_one_step(trainer), None))
             else:
                 self.events.send(("reply", request, None, f"unknown command {kind!r}"))
         except (EOFError, OSError):

@@ -374,6 +374,17 @@ class ProcessTrainingJob:
             self._child.request("save", str(folder))
         return folder
 
+    def step_once(self):
+        """One more update of a stopped run, made by its process and recorded for *Step once*
+        (bert_core.inspect.training_step); Resume goes on from it as the run would have."""
+        with self._release_lock:
+            if self.trainer is None or self.phase != "stopped":
+                raise BertCoreError("Step once takes the next update of a stopped run: stop the run first")
+            if self.released is not None or not self._child.alive():
+                raise BertCoreError("this run's training process has ended (its model is kept in a folder): "
+                                    "press Resume to bring it back, then Stop, then Step once")
+            return self._child.request("step")
+
     def release(self, folder: str | Path) -> None:
         """Write the checkpoint to `folder` and end the child process: an ended run then costs the server a folder
         on disk, not a process. Saving, downloading and inspecting it read the folder afterwards."""
