@@ -23,13 +23,26 @@ from bert_core.inspect.training_step import take_one_step
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
 
 STEPS = lesson.STEPS
+# A student who opened the class link (?follow=CODE) follows the teacher's step unless they switch it off.
+follow_code = st.query_params.get("follow")
+teacher_step = app_state.LESSON_CLASSES.step(follow_code)
+app_state.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
+if teacher_step is not None and st.session_state["lesson_follow_on"]:
+    st.query_params["step"] = teacher_step
+lead_code = st.session_state.get("lesson_lead")
+if app_state.LESSON_CLASSES.step(lead_code) is None:
+    lead_code = None
 index = lesson.step_index(st.query_params.get("step"))
 step = STEPS[index]
+if lead_code is not None:
+    app_state.LESSON_CLASSES.set_step(lead_code, step.key)
 
 
 def _go(to: int) -> None:
     """Next/Back: the step goes into the URL before the rerun draws it (a callback runs before the script)."""
     st.query_params["step"] = STEPS[to].key
+    if lead_code is not None:
+        app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
     if STEPS[to].key in ("attention", "predictions", "masking") and _run_finished():
         # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable).
         st.session_state["model_source"] = app_state.SOURCE_SESSION
@@ -43,6 +56,22 @@ def _run_finished() -> bool:
 active = app_state.sidebar()
 st.title("The lesson: how BERT learns")
 st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: **{step.title}**")
+if teacher_step is not None:
+    st.toggle("Follow the teacher", key="lesson_follow_on",
+              help="On: this page moves to the step the teacher is on. Off: move through the lesson yourself.")
+
+    @st.fragment(run_every=app_state.poll_seconds())
+    def _follow() -> None:
+        now = app_state.LESSON_CLASSES.step(follow_code)
+        if now is None:
+            st.caption("The teacher's class has ended on this server.")
+            return
+        st.caption(f"The teacher is on step {lesson.step_index(now) + 1}: {STEPS[lesson.step_index(now)].title}.")
+        if st.session_state.get("lesson_follow_on") and now != step.key:
+            st.query_params["step"] = now
+            st.rerun(scope="app")
+
+    _follow()
 st.markdown(step.text)
 notice_box = st.container()
 notice = None
@@ -259,12 +288,29 @@ feedback = lesson.answer_feedback(q, choice)
 if feedback is not None:
     (st.success if feedback[0] else st.warning)(feedback[1])
 
+following = teacher_step is not None and st.session_state["lesson_follow_on"]   # the teacher moves this page
 back, mid, nxt = st.columns([1, 3, 1])
-back.button("Back", icon=":material/arrow_back:", disabled=index == 0, on_click=_go, args=(max(0, index - 1),),
-            key="lesson_back")
-nxt.button("Next", icon=":material/arrow_forward:", disabled=index == len(STEPS) - 1, type="primary",
+back.button("Back", icon=":material/arrow_back:", disabled=index == 0 or following, on_click=_go,
+            args=(max(0, index - 1),), key="lesson_back")
+nxt.button("Next", icon=":material/arrow_forward:", disabled=index == len(STEPS) - 1 or following, type="primary",
            on_click=_go, args=(min(len(STEPS) - 1, index + 1),), key="lesson_next")
 with mid:
     app_state.page_link(step.page, "Explore this further on its page", ":material/open_in_new:")
 if st.query_params.get("step") != step.key:
     st.query_params["step"] = step.key
+
+if teacher_step is None:
+    with st.expander("Teach with this lesson", icon=":material/groups:", expanded=lead_code is not None):
+        if lead_code is None:
+            st.caption("Lead a class: every student who opens the class link sees the step you are on, and moves "
+                       "when you press Next or Back (each can switch following off).")
+            if st.button("Lead a class", key="lesson_lead_go"):
+                st.session_state["lesson_lead"] = app_state.LESSON_CLASSES.open(step.key)
+                st.rerun()
+        else:
+            base = (st.context.url or "").split("?")[0]
+            st.markdown("**You are leading a class.** Put this link on the projector:")
+            st.code(f"{base}?follow={lead_code}", language=None)
+            if st.button("Stop leading", key="lesson_lead_stop"):
+                st.session_state.pop("lesson_lead", None)
+                st.rerun()

@@ -169,3 +169,43 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _no_exception(page, "lesson: back")
     finally:
         page.close()
+
+
+def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screenshot_dirs):
+    """The teacher leads a class; a student's own browser context opens the class link and moves when the teacher
+    moves, until the student switches following off."""
+    base, _ = server
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    student = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    try:
+        teacher.goto(f"{base}/Lesson")
+        _settle(teacher)
+        teacher.get_by_text("Teach with this lesson").click()
+        teacher.get_by_role("button", name="Lead a class").click()
+        _settle(teacher)
+        link = teacher.locator("code", has_text="follow=").first.inner_text().strip()
+        assert link.startswith(base) and "/Lesson?follow=" in link
+
+        student.goto(link)
+        _settle(student)
+        assert student.get_by_text("The teacher is on step 1: Tokens").count() == 1
+        assert student.get_by_role("button", name="Next").is_disabled()   # the teacher moves this page
+
+        _next(teacher, "masking")
+        student.wait_for_url(re.compile(r"step=masking"), timeout=30_000)
+        _settle(student)
+        assert student.get_by_text("Step 2 of 8", exact=False).count() == 1
+        _no_exception(student, "student following")
+        _shoot(student, "lesson-class-student-follows", screenshot_dirs)
+
+        # Following off: the student stays where they are when the teacher moves on, and moves by themselves.
+        student.get_by_text("Follow the teacher").click()
+        _settle(student)
+        _next(teacher, "step")
+        student.get_by_text("The teacher is on step 3", exact=False).wait_for(timeout=30_000)
+        assert "step=masking" in student.url
+        student.get_by_role("button", name="Next").click()
+        student.wait_for_url(re.compile(r"step=step"), timeout=30_000)
+    finally:
+        teacher.context.close()
+        student.context.close()

@@ -362,3 +362,18 @@ def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
     assert [t.z.shape if hasattr(t.z, "shape") else (len(t.z), len(t.z[0])) for t in fig.data] == [(2, 2), (2, 2)]
     assert fig.data[0].text[0][0] == f"{summary.follows[0, 0]:.0%}"
     assert "B follows A (13 pairs)" in fig.layout.annotations[0].text
+
+
+def test_a_class_keeps_its_teachers_step_and_nothing_else():
+    from bert_core.serve.lesson_classes import LessonClasses
+
+    classes = LessonClasses(lesson.STEP_KEYS, limit=3)
+    code = classes.open("tokens")
+    assert classes.step(code) == "tokens" and len(code) >= 20
+    classes.set_step(code, "masking")
+    assert classes.step(code) == "masking"
+    classes.set_step(code, "../../etc/passwd")   # not a step: ignored
+    classes.set_step("made-up", "run")          # not a class: nothing is created
+    assert classes.step(code) == "masking" and classes.step("made-up") is None and classes.step(None) is None
+    others = [classes.open("run") for _ in range(3)]
+    assert classes.step(code) is None and all(classes.step(c) == "run" for c in others)   # the oldest is dropped

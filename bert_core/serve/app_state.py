@@ -48,6 +48,8 @@ from bert_core.serve.model_sources import (
     load_folder,
     shipped_checkpoints,
 )
+from bert_core.inspect.lesson import STEP_KEYS
+from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token
 
@@ -211,6 +213,7 @@ RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_
                 restore_job=restored_pretraining_job)
 share_capacity(RUNS)
 FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
+LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 
 # ---------------------------------------------------------------------------------------------- Streamlit side
