@@ -363,3 +363,14 @@ def test_probability_axes_fit_their_values_and_drawings_carry_no_zoom_controls()
     still = figures.plotly_config("bert-architecture")
     assert "zoom2d" in still["modeBarButtonsToRemove"] and still["toImageButtonOptions"]["filename"]
     assert "modeBarButtonsToRemove" not in figures.plotly_config("loss")
+
+
+def test_a_title_sits_under_the_toolbar_and_the_plot_keeps_its_height():
+    fig = figures.loss_figure([], [], None)
+    top, height = fig.layout.margin.t, fig.layout.height
+    figures.clear_of_toolbar(fig)
+    assert fig.layout.title.pad.t == figures.TOOLBAR_PX and fig.layout.title.yref == "container"
+    assert fig.layout.margin.t >= figures.TOOLBAR_PX + figures.TITLE_PX
+    assert fig.layout.height - fig.layout.margin.t == height - top       # the plot area is as tall as before
+    again = (fig.layout.margin.t, fig.layout.height)
+    assert (figures.clear_of_toolbar(fig).layout.margin.t, fig.layout.height) == again   # idempotent

@@ -65,6 +65,24 @@ def plotly_config(filename: str = "bert-explorer", scale: int = 2) -> dict:
     return config
 
 
+TOOLBAR_PX = 36     # the height Plotly's toolbar takes at the top right of a chart, when the pointer is over it
+TITLE_PX = 28       # a title's line
+
+
+def clear_of_toolbar(fig: go.Figure) -> go.Figure:
+    """Put the title under the toolbar's strip, not beside it, where a long title or a narrow chart ran under the
+    buttons: the title moves down by the toolbar's height and the top margin (and the height, so the plot keeps
+    its size) grows to hold both. Idempotent; returns the figure."""
+    title = fig.layout.title.text
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+    need = TOOLBAR_PX + (TITLE_PX if title else 0) + 8
+    if top < need:
+        fig.update_layout(margin_t=need, height=(fig.layout.height or 450) + need - top)
+    if title:
+        fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=TOOLBAR_PX)))
+    return fig
+
+
 def _probability_range(*values: float) -> list[float]:
     """An axis for probabilities that fits them: [0, a little above the largest], at least 5%, at most 100%, so
     that bars of 1 to 6% are bars, not slivers on a 0-100% axis."""
@@ -295,29 +313,37 @@ class LiveCharts:
 LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train page draws from it
 
 
+def box_cells(fig: go.Figure, name: str, color: str, xs: Sequence[float], ys: Sequence[float],
+              texts: Sequence[str], hovers: Sequence[str], font_size: int = 12) -> None:
+    """Boxes drawn in data coordinates (so they scale with the chart, in the app and in a PNG export alike, and
+    never overlap), with their text and hover on top; one legend entry `name` in `color` (the legend's swatches are
+    drawn at a constant size: `legend.itemsizing`)."""
+    for x, y in zip(xs, ys):
+        fig.add_shape(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.4, y1=y + 0.4, fillcolor=color,
+                      line=dict(color="#555", width=1), layer="below")
+    fig.add_trace(go.Scatter(
+        x=list(xs), y=list(ys), mode="markers+text", name=name, text=list(texts), hovertext=list(hovers),
+        hoverinfo="text", marker=dict(symbol="square", size=1, color=color, line=dict(color=color, width=0)),
+        textfont=dict(size=font_size, color="#000"), showlegend=True))
+    fig.update_layout(legend=dict(itemsizing="constant"))
+
+
 def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
     """The instance's tokens as coloured boxes: red [MASK], orange random (original -> replacement), green kept."""
     fig = go.Figure()
     n = len(rows)
     lines = max(1, math.ceil(n / per_line))
     for decision, color in DECISION_COLORS.items():
-        xs, ys, texts, hovers = [], [], [], []
-        for r in rows:
-            if r.decision != decision:
-                continue
-            xs.append(r.position % per_line)
-            ys.append(-(r.position // per_line))
-            # Two short lines fit a box: the token, then what the model sees instead (the full text on hover).
-            label = shorten(r.token) if decision in ("not chosen", "kept") else \
-                f"{shorten(r.token)}<br>→{shorten(r.shown, LABEL_CHARS - 1)}"
-            texts.append(label)
-            hovers.append(f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
-                          f"decision: {decision}; model sees {r.shown}")
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="markers+text", name=decision, text=texts, hovertext=hovers, hoverinfo="text",
-            marker=dict(symbol="square", size=56, color=color, line=dict(color="#555", width=1)),
-            textfont=dict(size=12, color="#000"), showlegend=True,   # readable from the back of a classroom
-        ))
+        picked = [r for r in rows if r.decision == decision]
+        if not picked and decision != "not chosen":
+            continue
+        # Two short lines fit a box: the token, then what the model sees instead (the full text on hover).
+        box_cells(fig, decision, color, [r.position % per_line for r in picked],
+                  [-(r.position // per_line) for r in picked],
+                  [shorten(r.token) if decision in ("not chosen", "kept") else
+                   f"{shorten(r.token)}<br>→{shorten(r.shown, LABEL_CHARS - 1)}" for r in picked],
+                  [f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
+                   f"decision: {decision}; model sees {r.shown}" for r in picked])
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
     return _layout(fig, "Masking decisions", height=120 + 72 * lines, legend="below")

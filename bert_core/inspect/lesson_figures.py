@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bert_core.inspect.figures import DECISION_COLORS, _layout, shorten
+from bert_core.inspect.figures import DECISION_COLORS, _layout, box_cells, shorten
 
 if TYPE_CHECKING:
     from bert_core.inspect.masked_guesses import ChosenGuess, DecisionAccuracy
@@ -32,13 +32,10 @@ def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int 
         groups[kind].append((i, t))
     colors = {"special token": SPECIAL_COLOR, "sentence A": SEGMENT_COLORS[0], "sentence B": SEGMENT_COLORS[1]}
     for kind, items in groups.items():
-        if not items:
-            continue
-        fig.add_trace(go.Scatter(
-            x=[i % per_line for i, _ in items], y=[-(i // per_line) for i, _ in items], mode="markers+text",
-            name=kind, text=[shorten(t, 9) for _, t in items], textfont=dict(size=15, color="#000"),
-            hovertext=[f"#{i}: {t}" for i, t in items], hoverinfo="text",
-            marker=dict(symbol="square", size=66, color=colors[kind], line=dict(color="#555", width=1))))
+        if items:
+            box_cells(fig, kind, colors[kind], [i % per_line for i, _ in items],
+                      [-(i // per_line) for i, _ in items], [shorten(t, 9) for _, t in items],
+                      [f"#{i}: {t}" for i, t in items], font_size=15)
     lines = max(1, -(-len(tokens) // per_line))
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
@@ -54,12 +51,10 @@ def guesses_figure(guesses: Sequence[ChosenGuess]) -> go.Figure:
         picked = [(i, g) for i, g in enumerate(guesses) if g.decision == decision]
         if not picked:
             continue
-        fig.add_trace(go.Scatter(
-            x=[i for i, _ in picked], y=[1] * len(picked), mode="markers+text", name=f"{decision}: model saw",
-            text=[shorten(g.shown) for _, g in picked], textfont=dict(size=13, color="#000"),
-            marker=dict(symbol="square", size=58, color=color, line=dict(color="#555", width=1)),
-            hovertext=[f"position {g.position}: the model saw {g.shown}; the token was {g.token}" for _, g in picked],
-            hoverinfo="text"))
+        box_cells(fig, f"{decision}: model saw", color, [i for i, _ in picked], [1] * len(picked),
+                  [shorten(g.shown) for _, g in picked],
+                  [f"position {g.position}: the model saw {g.shown}; the token was {g.token}" for _, g in picked],
+                  font_size=13)
     fig.add_trace(go.Scatter(
         x=list(range(len(guesses))), y=[0] * len(guesses), mode="text", name="the token",
         text=[shorten(g.token) for g in guesses], textfont=dict(size=14, color="#000"), hoverinfo="skip",

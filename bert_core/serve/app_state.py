@@ -19,7 +19,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.figures import DEFAULT_SMOOTHING, plotly_config
+from bert_core.inspect.figures import DEFAULT_SMOOTHING, clear_of_toolbar, plotly_config
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.model.config import BertConfig
 from bert_core.paths import REPO_ROOT
@@ -806,7 +806,7 @@ def plotly(fig, name: str, key: str | None = None) -> None:
     fmt = st.session_state.get("image_format", "png")
     config = plotly_config(name)
     config["toImageButtonOptions"]["format"] = fmt
-    st.plotly_chart(fig, config=config, key=key, width="stretch")
+    st.plotly_chart(clear_of_toolbar(fig), config=config, key=key, width="stretch")
 
 
 def show_error(exc: Exception) -> None:
