@@ -76,6 +76,8 @@ def clear_of_toolbar(fig: go.Figure) -> go.Figure:
     title = fig.layout.title.text
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
     need = TOOLBAR_PX + (TITLE_PX if title else 0) + 8
+    if top >= need and (not title or fig.layout.title.pad.t == TOOLBAR_PX):
+        return fig   # done already: a shared figure (LiveCharts) is only read here, never written twice
     if top < need:
         fig.update_layout(margin_t=need, height=(fig.layout.height or 450) + need - top)
     if title:
@@ -301,6 +303,8 @@ class LiveCharts:
         if not causal:   # a GPT masks nothing: no figure of masking decisions, rather than an empty one
             built["accuracy-by-decision"] = decision_accuracy_figure(history, smoothing)
         built["learning-rate"] = rate_figure(history)
+        for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
+            clear_of_toolbar(fig)
         with self._lock:
             self.builds += 1
             entries = self._built.setdefault(trainer, {})
