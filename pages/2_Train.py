@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures
+from bert_core.inspect import figures, lesson
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, plateau, recipes
@@ -163,7 +163,7 @@ phase = run.phase if run is not None else None
 has_model = job is not None and job.model_available   # False once a dead process took its weights with it
 weights_only = (has_model and not active
                 and (phase == "finished" or run.released))   # nothing left to resume: train on from its weights
-b1, b2, b3, b6, b4, b5 = st.columns(6)
+b1, b2, b3, b4, b5, b6 = st.columns([1, 1, 1.1, 1, 1.5, 1.2])   # Step once last: the tests count buttons by place
 notice = st.empty()  # what a pressed button is doing, shown before the work starts
 
 
@@ -371,6 +371,8 @@ def _charts() -> None:
     causal = trainer.config.objective == "clm"
     if causal:
         st.caption(jobs.NEXT_TOKEN_NOTE)
+    elif (said := lesson.notice_decisions(trainer.history)) is not None:
+        c1.caption(said)
     store = trainer.probes
     snaps = store.snapshots() if store is not None else []
     if snaps and causal:

@@ -67,6 +67,29 @@ def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server,
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         _run_then_one_change(page, base, 60, "attention bidirectional")
+        # The GPT run on Train and the two runs compared, at a projector's 1280 x 720: nothing of the GPT's is
+        # called MLM or masked, and the comparison keeps BERT's masked-token figures apart from GPT's next-token.
+        page.set_viewport_size({"width": 1280, "height": 720})
+        _settle(page)
+        labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+        assert labels and not [t for t in labels if "MLM" in t or "masked" in t.lower()], labels
+        plots = page.evaluate(
+            """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => ({
+                title: String((d.layout.title || {}).text || d.layout.title || ''),
+                names: (d.data || []).map(t => t.name || ''),
+                notes: (d.layout.annotations || []).map(a => a.text || '')}))""")
+        live = [p for p in plots if "Runs compared" not in p["title"]]
+        assert live and all("MLM" not in " ".join([p["title"], *p["names"], *p["notes"]]) and "masked" not in
+                            " ".join([p["title"], *p["names"]]).lower() for p in live), live
+        compared = [p for p in plots if "Runs compared" in p["title"]]
+        assert compared, [p["title"] for p in plots]
+        notes = " ".join(compared[0]["notes"]).lower()
+        assert "next-token" in notes and "masked" in notes, compared[0]["notes"]
+        _no_exception(page, "train (a GPT run beside its BERT)")
+        _shoot(page, "train-gpt-run", screenshot_dirs)
+        page.get_by_text("Compare runs, one knob at a time").scroll_into_view_if_needed()
+        _shoot(page, "train-compare-bert-and-gpt", screenshot_dirs)
+        page.set_viewport_size({"width": 1400, "height": 1000})
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
         _settle(page)

@@ -377,3 +377,14 @@ def test_a_class_keeps_its_teachers_step_and_nothing_else():
     assert classes.step(code) == "masking" and classes.step("made-up") is None and classes.step(None) is None
     others = [classes.open("run") for _ in range(3)]
     assert classes.step(code) is None and all(classes.step(c) == "run" for c in others)   # the oldest is dropped
+
+
+def test_the_decision_notice_says_what_the_last_steps_show():
+    def steps(kept, masked, rand):
+        return [SimpleNamespace(mlm_acc_kept=kept, mlm_acc_masked=masked, mlm_acc_random=rand)] * 60
+
+    text = lesson.notice_decisions(steps(0.9, 0.3, 0.2))
+    assert "last 50 steps: kept tokens 90% right, [MASK]ed ones 30%, random ones 20%" in text
+    assert "easy ones" in text
+    assert "barely easier" in lesson.notice_decisions(steps(0.62, 0.55, 0.5))
+    assert lesson.notice_decisions([]) is None

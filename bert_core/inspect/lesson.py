@@ -273,3 +273,23 @@ def notice_finetune(results: Mapping | None) -> str | None:
     parts = ", ".join(f"{name} {r.accuracy:.1%}" for name, r in shown)
     best = max(shown, key=lambda kv: kv[1].accuracy)
     return f"Your race, held-out {metric}: {parts}. Ahead: {best[0]}."
+
+
+def notice_decisions(history: Sequence, last: int = 50) -> str | None:
+    """Under the Train page's accuracy-by-decision chart: each decision's accuracy over the last `last` steps, and
+    what it says (kept tokens are easy only once the model has learned to trust what it sees)."""
+    def mean(name: str) -> float | None:
+        values = [getattr(e, name, None) for e in history[-last:]]
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    kept, masked, rand = mean("mlm_acc_kept"), mean("mlm_acc_masked"), mean("mlm_acc_random")
+    if kept is None or masked is None:
+        return None
+    n = min(last, len(history))
+    text = f"Over the last {n} steps: kept tokens {kept:.0%} right, [MASK]ed ones {masked:.0%}"
+    text += f", random ones {rand:.0%}." if rand is not None else "."
+    if kept >= masked + 0.2:
+        return text + " Kept tokens are the easy ones: the answer is in the input."
+    return text + (" Kept tokens are barely easier than [MASK]ed ones: the model has not yet learned to trust what "
+                   "it sees (the shipped model, after 80 CPU-minutes, gets 9 in 10 kept tokens right).")
