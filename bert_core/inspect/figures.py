@@ -163,6 +163,19 @@ def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right"
     return fig
 
 
+def wrap(text: str, width: int = 48) -> str:
+    """`text` broken into lines of at most about `width` characters at spaces (Plotly's `<br>`): a long legend
+    entry or subplot title then fits a half-width chart and a PNG export instead of running off its edge."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join([*lines, line])
+
+
 def shorten(text: str, limit: int = LABEL_CHARS) -> str:
     """`text` cut to `limit` characters with an ellipsis (the full text goes in the hover)."""
     return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
@@ -666,11 +679,12 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     titles = []
     for kind in kinds:
         who = "GPT runs: " if kind else "BERT runs: "
-        titles += [f"{who}{task_name(kind)} loss (line: training; dots: held-out)",
-                   f"{who}held-out {'next-token' if kind else 'masked-token'} accuracy"]
+        titles += [wrap(f"{who}{task_name(kind)} loss (line: training; dots: held-out)", 36),
+                   wrap(f"{who}held-out {'next-token' if kind else 'masked-token'} accuracy", 36)]
     fig = make_subplots(rows=len(kinds), cols=2, subplot_titles=titles, vertical_spacing=0.2)
     for i, (label, history, run_evals) in enumerate(zip(labels, histories, evals)):
         color, row = DISTINCT_COLORS[i], kinds.index(causal[i]) + 1
+        label = wrap(label, 60)
         xs, ys = _series(history, "mlm_loss")
         if xs:
             keep = _thin(range(len(xs)))
@@ -687,6 +701,8 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     for row in range(1, len(kinds) + 1):
         fig.update_yaxes(title="loss (nats)", row=row, col=1)
         fig.update_yaxes(title="accuracy", range=[0, 1], row=row, col=2)
-    fig = _layout(fig, "Runs compared", height=420 * len(kinds), legend="below")
-    fig.update_layout(legend=dict(y=-0.22 / len(kinds)))  # below the axes' "step" titles, not on them
+    fig = _layout(fig, "Runs compared", height=420 * len(kinds) + 60, legend="below")
+    # The legend below the axes' "step" titles, not on them; room above the first row for its two-line titles
+    # under the chart's own title (and the toolbar: clear_of_toolbar).
+    fig.update_layout(legend=dict(y=-0.22 / len(kinds)), margin_t=TOOLBAR_PX + TITLE_PX + 50)
     return fig

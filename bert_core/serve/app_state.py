@@ -799,6 +799,9 @@ def sync_query(*keys: str) -> None:
             st.query_params[key] = text
 
 
+EXPORT_WIDTH_PX = 1100   # the width of a downloaded chart, whatever the screen
+
+
 def plotly(fig, name: str, key: str | None = None) -> None:
     """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page)."""
 
@@ -806,6 +809,9 @@ def plotly(fig, name: str, key: str | None = None) -> None:
     fmt = st.session_state.get("image_format", "png")
     config = plotly_config(name)
     config["toImageButtonOptions"]["format"] = fmt
+    # The download is drawn at a fixed width, not the chart's width on this screen: a narrow column (or a phone)
+    # would otherwise cut the legend and titles of the exported picture.
+    config["toImageButtonOptions"].update(width=EXPORT_WIDTH_PX, height=fig.layout.height or 450)
     st.plotly_chart(clear_of_toolbar(fig), config=config, key=key, width="stretch")
 
 
