@@ -13,7 +13,7 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
 
 COPY --chown=user . .
 USER user
-# A Space serves strangers: public mode turns off every box that takes a server path (README, "public mode").
+# A Space serves strangers: public mode turns off every box that takes a server path (docs/deployment.md, "public mode").
 ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PUBLIC=1
 
 EXPOSE 8501

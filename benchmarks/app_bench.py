@@ -3,7 +3,7 @@ and the Train page's default run as a student presses it.
 
     python benchmarks/app_bench.py [--repeats 3] [--modes process thread]
                                    [--preset tiny --steps 120 --batch 16 --seq 64] [--json out.json]
-    python benchmarks/app_bench.py --only default-run --seeds 0 1 2       # the README's promise, on three seeds
+    python benchmarks/app_bench.py --only default-run --seeds 0 1 2       # docs/lessons.md's promise, 3 seeds
     python benchmarks/app_bench.py --only startup --repeats 5 --load 2    # startup beside 2 CPU-bound processes
 
 1. time from `streamlit run app.py` to the home page's first text and to its architecture chart drawn in headless

@@ -33,7 +33,7 @@ PAGES = {  # URL path -> screenshot name
     "Export": "export",
 }
 UNWATCHED_S = 6           # the test server's grace for a run nobody watches (the default, 10 min, is too long)
-DEFAULT_RUN_TARGET = 0.50  # held-out masked-token accuracy of the Train page's default run (README, step 2)
+DEFAULT_RUN_TARGET = 0.50  # held-out masked-token accuracy of the Train page's default run (docs/lessons.md, step 2)
 FEEDBACK_S = 2.0           # a pressed Start or Stop says what it is doing within this
 
 

@@ -1,4 +1,4 @@
-"""In a real browser: the README's classroom walkthrough with the defaults (the default run past 50% held-out
+"""In a real browser: the classroom walkthrough (docs/lessons.md) with the defaults (the default run past 50% held-out
 accuracy, probes from the toy stories, the time-lapse on one colour scale, the guesses chart), and fine-tuning's
 status and tables. The life of a run on a shared server is in test_browser_class.py (its own file, so that the two
 long browser tests run on different workers)."""
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 
 
 def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
-    """README, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults untouched,
+    """docs/lessons.md, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults,
     Start, the run to its end, then the Attention time-lapse and the Predictions page on the trained model."""
     from bert_core.data.toy_grammar import toy_vocabulary
 
@@ -65,7 +65,7 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
             f"() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
             f".some(d => (d.data || []).some(t => (t.x || []).length > {first}))", timeout=30_000)
         _no_exception(page, "train (running)")
-        # Past the unigram plateau (step 1,000 of 2,000), the picture the README shows.
+        # Past the unigram plateau (step 1,000 of 2,000), the picture the walkthrough shows.
         page.get_by_text("running: step 1,", exact=False).or_(page.get_by_text("Run finished")).first.wait_for(
             timeout=300_000)
         _shoot(page, "train-running", screenshot_dirs)
@@ -127,8 +127,8 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
 
 
 def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(server, browser, screenshot_dirs):
-    """README step 5 with a one-second budget: the click says at once that work has started, each model's most
-    confident mistakes show the true label, the predicted label and the confidence on screen, and a reload keeps
+    """The walkthrough's step 5 (docs/lessons.md), one-second budget: the click says at once that work has started,
+    each model's most confident mistakes show the true label, the predicted label and the confidence on screen, and a reload keeps
     the results."""
     if not (ROOT / "pages" / "5_Fine-tune.py").exists():
         pytest.skip("no Fine-tune page in this install")

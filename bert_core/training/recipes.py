@@ -145,7 +145,7 @@ def preset_for_size(hidden_size: int, num_hidden_layers: int) -> str:
 
 # -- the Train page --------------------------------------------------------------------------------------------
 # The toy lesson, measured for nano through the Train page (docs/benchmarks.md, "The default Train run"): past 50%
-# held-out accuracy in under 30 s of one core; tiny with the same settings ends at 27-32% (the README's "What does
+# held-out accuracy in under 30 s of one core; tiny with the same settings ends at 27-32% (docs/lessons.md, "What does
 # each trick buy?"). Toy's 32-token sequences make a neighbour a large share of what attention averages, so the
 # narrow 0.02 std suits these two; the larger sizes keep the lesson's shape and take their own rates from the
 # width and depth rules above (TOY_OWN_RATES).
