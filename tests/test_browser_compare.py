@@ -61,8 +61,8 @@ def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
 
 
 def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server, browser, screenshot_dirs):
-    """docs/lessons.md, 'BERT or GPT?': a BERT on toy, then the same run with causal attention; the two models' attention
-    on one sentence (a full square against a lower triangle), and the GPT continuing a text."""
+    """docs/lessons.md, 'BERT or GPT?': a BERT on toy, then the same run with causal attention; the two models'
+    attention on one sentence (a full square against a lower triangle), and the GPT continuing a text."""
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:

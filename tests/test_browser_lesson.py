@@ -128,8 +128,8 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
 
 def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(server, browser, screenshot_dirs):
     """The walkthrough's step 5 (docs/lessons.md), one-second budget: the click says at once that work has started,
-    each model's most confident mistakes show the true label, the predicted label and the confidence on screen, and a reload keeps
-    the results."""
+    each model's most confident mistakes show the true label, the predicted label and the confidence on screen, and
+    a reload keeps the results."""
     if not (ROOT / "pages" / "5_Fine-tune.py").exists():
         pytest.skip("no Fine-tune page in this install")
     base, _ = server
