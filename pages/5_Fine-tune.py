@@ -200,6 +200,7 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
     r2.checkbox(BASELINE_LABELS[kind], key="ft_baseline", help=BASELINE_HELP[kind], disabled=kind == "spans")
 
 app_state.sync_query(*(f"ft_{n}" for n in defaults))
+app_state.my_runs_list("Train")   # the pretraining runs this browser started or watched, to fine-tune from
 
 
 def _upload(key: str, what: str):

@@ -209,3 +209,40 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
     finally:
         teacher.context.close()
         student.context.close()
+
+
+def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(server, browser):
+    """A run started in one browser is in that browser's *My runs* after the page is opened again without its link
+    (the browser's id is a cookie), with a link that reopens it; another browser's list does not have it."""
+    base, _ = server
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    other = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{base}/Train?train_steps=40&train_eval_every=20&train_probe_every=0")
+        _settle(page)
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text("Run finished at step 40").wait_for(timeout=120_000)
+        run_id = re.search(r"run=([A-Za-z0-9_-]+)", page.url).group(1)
+        page.close()
+
+        again = context.new_page()          # the same browser, the bare address: no ?run= in it
+        again.goto(f"{base}/Train")
+        _settle(again)
+        again.get_by_text("My runs (1)").click()
+        link = again.locator(f'a[href*="run={run_id}"]')
+        link.wait_for(timeout=30_000)
+        assert again.get_by_text("finished").count() >= 1
+        again.goto(link.get_attribute("href"))
+        _settle(again)
+        again.get_by_text("Run finished at step 40").wait_for(timeout=30_000)
+        _no_exception(again, "a run reopened from My runs")
+
+        stranger = other.new_page()
+        stranger.goto(f"{base}/Train")
+        _settle(stranger)
+        assert stranger.get_by_text("My runs (0)").count() == 1
+        assert run_id not in stranger.content()
+    finally:
+        context.close()
+        other.close()

@@ -124,7 +124,9 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
         from bert_core.serve.run_records import RunRecords
         records = RunRecords({str(tmp_path / "state")!r})
         store = _recorded_store(records)
-        done = store.submit(_spec(steps=8, probe_every=4, probes=True), "owner", name="done")
+        done = store.submit(_spec(steps=8, probe_every=4, probes=True), "owner", name="done",
+                            visitor="teacher-browser-0000")
+        store.attach(done, "a-student-tab", "viewer", "student-browser-000")
         going = store.submit(_spec(), "owner", family_of=done)
         queued = store.submit(_spec(), "student")
         def ready():
@@ -156,6 +158,9 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
         assert stopped.note.startswith("stopped by a server restart at step ")
         assert stopped.job.model_snapshot() is not None and stopped.job.snapshot_step == stopped.trainer.step >= 3
         assert second.family(back) == [back, stopped]
+        # Each browser's list of its runs comes back with them.
+        assert second.visited("teacher-browser-0000") == [(back, "owner")]
+        assert second.visited("student-browser-000") == [(back, "viewer")]
         assert second.get(ids["queued"]) is None and second.was_lost(ids["queued"])
         copy = back.job.save(tmp_path / "copy")
         assert (copy / "model.safetensors").is_file()

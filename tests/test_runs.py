@@ -195,3 +195,48 @@ def test_an_ended_run_gives_back_its_process_and_keeps_its_model_in_a_folder(tmp
     assert (copy / "config.json").is_file() and (copy / "model.safetensors").is_file()
     with pytest.raises(BertCoreError):
         store.resume(run.run_id)
+
+
+def test_a_browsers_run_list_holds_its_own_runs_and_the_ones_it_watched_and_no_one_elses(cleanup):
+    from bert_core.serve.visitor_runs import valid_visitor, visitor_rows
+
+    store, _ = _store(turn_s=1000, slots=lambda: 2)
+    cleanup(store)
+    alice, bob, carol = (runs.new_token() for _ in range(3))
+    mine = store.submit(30, "tab-a", visitor=alice)
+    bobs = store.submit(30, "tab-b", visitor=bob)
+    store.attach(bobs, "tab-a2", runs.VIEWER, alice)     # alice opened bob's share link
+    store.attach(mine, "tab-a3", runs.VIEWER, alice)     # her own run, opened again: still hers
+    assert store.visited(alice) == [(bobs, runs.VIEWER), (mine, runs.OWNER)]
+    assert store.visited(bob) == [(bobs, runs.OWNER)]
+    assert store.visited(carol) == [] and store.visited(None) == [] and store.visited("") == []
+    rows = visitor_rows(store.visited(alice), "http://host/Train")
+    assert rows[0]["open"] == f"http://host/Train?watch={bobs.view_id}"    # the link she had: no control
+    assert rows[1]["open"] == f"http://host/Train?run={mine.run_id}"
+    assert all(bobs.run_id not in str(row) for row in rows)
+    store.discard(mine.run_id)
+    assert store.visited(alice) == [(bobs, runs.VIEWER)]
+    assert valid_visitor(alice) == alice
+    for junk in (None, "", "short", "a" * 65, "x'; alert(1)//aaaaaaaaaaa", 42, "../../etc/passwd-aaaaaaaa"):
+        assert valid_visitor(junk) is None, junk
+
+
+def test_the_cookie_script_stores_the_id_and_nothing_else():
+    from bert_core.serve.visitor_runs import VISITOR_COOKIE, cookie_script
+
+    token = runs.new_token()
+    script = cookie_script(token)
+    assert f"{VISITOR_COOKIE}={token}; path=/" in script and "SameSite=None; Secure" in script
+    with pytest.raises(AssertionError):
+        cookie_script("'; document.location='http://evil/")
+
+
+def test_the_run_list_shows_names_as_text_and_links_only_its_own():
+    from bert_core.serve.visitor_runs import rows_markdown
+
+    rows = [{"run": "[click](http://evil) | x", "state": "finished", "open": "http://host/Train?run=abc"}]
+    text = rows_markdown(rows)
+    assert "[open](http://host/Train?run=abc)" in text
+    assert "\\[click\\]\\(http://evil\\) \\| x" in text.replace("\\:", ":").replace("\\.", ".")
+    assert text.count("](") == 1
+    assert rows_markdown([]) == ""

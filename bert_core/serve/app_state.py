@@ -52,6 +52,7 @@ from bert_core.inspect.lesson import STEP_KEYS
 from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token
+from bert_core.serve.visitor_runs import VISITOR_COOKIE, cookie_script, rows_markdown, valid_visitor, visitor_rows
 
 log = logging.getLogger("bert_core.app")
 
@@ -287,10 +288,53 @@ def attach_run() -> None:
             if param in st.query_params:
                 del st.query_params[param]
         return
-    RUNS.attach(run, session_id(), role)
+    RUNS.attach(run, session_id(), role, visitor_id())
     param, token = (RUN_PARAM, run.run_id) if role == OWNER else (WATCH_PARAM, run.view_id)
     if st.query_params.get(param) != token:
         st.query_params[param] = token
+
+
+def visitor_id() -> str:
+    """This browser's id (the "My runs" list is kept under it): read from its cookie, or a new one that the page
+    then stores in the browser (bert_core.serve.visitor_runs)."""
+    s = st.session_state
+    if "visitor_id" not in s:
+        try:
+            known = valid_visitor((st.context.cookies or {}).get(VISITOR_COOKIE))
+        except Exception:  # noqa: BLE001 - no request to read (a page run on its own): a session-long id
+            known = None
+        s["visitor_id"], s["_visitor_stored"] = known or new_token(), known is not None
+    return s["visitor_id"]
+
+
+def _store_visitor_cookie() -> None:
+    """Have the browser keep its id: drawn at each script run of a session whose browser came without it (the
+    cookie it sets is read at the next visit; a zero-height frame at the foot of the sidebar)."""
+    visitor = visitor_id()
+    if not st.session_state.get("_visitor_stored"):
+        import streamlit.components.v1 as components
+
+        with st.sidebar:
+            components.html(cookie_script(visitor), height=0)
+
+
+def my_runs(page: str = "Train") -> list[dict]:
+    """This browser's runs, started or watched, newest first, as rows with the link that opens each on `page`."""
+    base = (st.context.url or "").split("?")[0].rstrip("/")
+    root = base.rsplit("/", 1)[0] if base.count("/") > 2 else base
+    return visitor_rows(RUNS.visited(visitor_id()), f"{root}/{page}")
+
+
+def my_runs_list(page: str = "Train") -> None:
+    """The "My runs" box of the Train and Fine-tune pages: this browser's runs, each with its link."""
+    rows = my_runs(page)
+    with st.expander(f"My runs ({len(rows)})", icon=":material/history:"):
+        if not rows:
+            st.caption("The runs this browser starts or watches are listed here, with their links, after a reload "
+                       "and when you come back (as long as the server keeps them).")
+            return
+        st.markdown(rows_markdown(rows))
+        st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link.")
 
 
 def current_run() -> tuple[Run | None, str | None]:
@@ -315,7 +359,7 @@ def set_current_run(run: Run | None) -> None:
     else:
         st.session_state["run_id"] = run.run_id
         st.query_params[RUN_PARAM] = run.run_id   # the URL names the tab's run (else it would reopen the last)
-        RUNS.attach(run, session_id(), OWNER)
+        RUNS.attach(run, session_id(), OWNER, visitor_id())
 
 
 def tab_run_folders() -> dict[str, Path]:
@@ -601,6 +645,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     _configure_torch()
     start_janitor(_scratch_alive)
     attach_run()
+    _store_visitor_cookie()
 
     persist_keys("model_source", "model_folder", "model_saved", "model_shipped")
     sources = model_sources()

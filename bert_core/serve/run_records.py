@@ -103,7 +103,8 @@ class RunRecords:
             return False
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
-                  "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled}
+                  "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled,
+                  "visitors": dict(run.visitors)}
         folder = self.folder_for(run.run_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,8 @@ class Run:
     release_retry_at: float | None = None  # monotonic time of the next try to write it
     started_at: float | None = None  # monotonic time of its first slot
     watchers: dict[str, str] = field(default_factory=dict)   # session id -> OWNER | VIEWER
+    # browser -> OWNER | VIEWER: the browsers that started or watched it ("My runs"); kept in its record
+    visitors: dict[str, str] = field(default_factory=dict)
     unwatched_since: float | None = None
     recorded_phase: str | None = None   # the phase its record on disk holds (bert_core.serve.run_records)
 
@@ -160,12 +162,24 @@ class RunRegistry:
                 self._dropped.extend((run.run_id, run.view_id))
             return doomed
 
-    def attach(self, run: Run, session_id: str, role: str) -> None:
-        """Record that a browser session is looking at the run (as its owner or as a viewer)."""
+    def attach(self, run: Run, session_id: str, role: str, visitor: str | None = None) -> None:
+        """Record that a browser session is looking at the run (as its owner or as a viewer), and, given its
+        browser's id, that this browser has it in its list."""
         with self._lock:
             if run.watchers.get(session_id) != OWNER:
                 run.watchers[session_id] = role
+            if visitor and run.visitors.get(visitor) != OWNER and run.visitors.get(visitor) != role:
+                run.visitors[visitor] = role
+                run.recorded_phase = None   # its record on disk is rewritten with the new visitor
             run.unwatched_since = None
+
+    def visited(self, visitor: str | None) -> list[tuple[Run, str]]:
+        """(run, OWNER | VIEWER) for every run this browser started or watched, newest first."""
+        if not visitor:
+            return []
+        with self._lock:
+            found = [(run, run.visitors[visitor]) for run in self._runs.values() if visitor in run.visitors]
+        return sorted(found, key=lambda rv: rv[0].created, reverse=True)
 
     def unwatched(self, run: Run, now: float) -> bool:
         """Note whether anyone still watches the run (forgetting closed tabs); True once no open tab has watched it

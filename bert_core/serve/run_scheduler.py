@@ -15,7 +15,7 @@ from typing import Any, Callable
 from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.serve.app_storage import disk_free_mb, without_paths
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
-from bert_core.serve.run_registry import Run, RunRegistry
+from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 
 log = logging.getLogger("bert_core.app")
 
@@ -225,7 +225,8 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
             continue
         run = Run(run_id=run_id, view_id=view_id, family=str(record.get("family") or run_id), spec=job.spec,
                   name=str(record.get("name") or ""), created=float(record.get("created") or time.time()), job=job,
-                  note=note, released=True, ended_at=time.monotonic(), recorded_phase=None)
+                  note=note, released=True, ended_at=time.monotonic(), recorded_phase=None,
+                  visitors=_visitors(record.get("visitors")))
         try:
             registry.add(run)
         except BertCoreError:
@@ -233,6 +234,13 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
         log.info("restart: run %s restored (%s at step %d)", run_id[:6], phase, run.trainer.step)
         restored += 1
     return restored, lost
+
+
+def _visitors(value) -> dict[str, str]:
+    """A record's browsers and their roles, whatever a damaged record holds: only strings, only the two roles."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(k, str) and v in (OWNER, VIEWER)}
 
 
 def release_failure(exc: BaseException, folder: Path | None) -> str:

@@ -202,13 +202,15 @@ class RunStore:
     # -------------------------------------------------------------- owner actions
 
     def submit(self, spec: Any, session_id: str, run_id: str | None = None, family_of: Run | None = None,
-               name: str = "") -> Run:
+               name: str = "", visitor: str | None = None) -> Run:
         """A new run of `spec` owned by `session_id`: it starts now if a slot is free, else it joins the queue.
         `family_of`: the run it follows in its tab's list. Returns the run (its phase says which)."""
         run_id = run_id or new_token()
         run = Run(run_id=run_id, view_id=new_token(), family=family_of.family if family_of else run_id,
                   spec=spec, name=name, queued=True)
         run.watchers[session_id] = OWNER
+        if visitor:
+            run.visitors[visitor] = OWNER
         with self._lock:
             if self._scheduler.closed:
                 raise BertCoreError("the server is shutting down")
@@ -290,9 +292,16 @@ class RunStore:
         if idle:
             self._scheduler.release(run)
 
-    def attach(self, run: Run, session_id: str, role: str) -> None:
-        """Record that a browser session is looking at the run (as its owner or as a viewer)."""
-        self._registry.attach(run, session_id, role)
+    def attach(self, run: Run, session_id: str, role: str, visitor: str | None = None) -> None:
+        """Record that a browser session is looking at the run (as its owner or as a viewer), and that its browser
+        (`visitor`, when known) has it in its list."""
+        self._registry.attach(run, session_id, role, visitor)
+
+    def visited(self, visitor: str | None) -> list[tuple[Run, str]]:
+        """The runs this browser started (OWNER) or watched (VIEWER), newest first: its "My runs" list. Only
+        its own: a run is in it only after this browser started it or opened its link."""
+        self._restored.wait(RESTORE_WAIT_S)
+        return self._registry.visited(visitor)
 
     # -------------------------------------------------------------- the scheduler
 

@@ -1,0 +1,80 @@
+"""A browser's own runs ("My runs"): the runs it started or watched, as the Train and Fine-tune pages list them.
+
+Which browser is which comes from an id the browser keeps (a cookie, `VISITOR_COOKIE`: app_state sets and reads
+it); the run store records, for each run, the browsers that started it (OWNER) or opened its share link (VIEWER).
+A row's link is the one that browser already had: `?run=` for its own runs, `?watch=` for the ones it watched, so
+the list never opens a door the browser did not have. No server path is shown: a corpus is named by its label.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from bert_core.serve.run_registry import OWNER
+
+VISITOR_COOKIE = "bert_explorer_visitor"
+VISITOR_DAYS = 30          # how long a browser keeps its id; the runs themselves go by the server's retention
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+
+
+def valid_visitor(value: Any) -> str | None:
+    """The cookie's value when it is an id this server could have made, else None (a forged or damaged cookie is
+    treated as none: the browser gets a new id)."""
+    return value if isinstance(value, str) and _TOKEN.match(value) else None
+
+
+def cookie_script(visitor: str) -> str:
+    """The page script that stores the id in the browser: a first-party cookie for the whole site, SameSite=None
+    and Secure under https (a Space is shown inside huggingface.co's page), Lax on a plain-http class server."""
+    assert valid_visitor(visitor)
+    return ("<script>(function(){var d=window.parent.document;var s=window.parent.location.protocol==='https:'"
+            f"?'; SameSite=None; Secure':'; SameSite=Lax';d.cookie='{VISITOR_COOKIE}={visitor}; path=/; "
+            f"max-age={VISITOR_DAYS * 86400}'+s;}})();</script>")
+
+
+def _accuracy(run) -> float | None:
+    evals = getattr(run.trainer, "evals", None) or []
+    return float(evals[-1].mlm_acc) if evals else None
+
+
+def visitor_rows(visited: Sequence[tuple[Any, str]], train_url: str) -> list[dict]:
+    """One row per (run, role) of `RunStore.visited`: what it is, how far it got, and the link that opens it."""
+    rows = []
+    for run, role in visited:
+        spec = run.spec
+        trainer = run.trainer
+        causal = (getattr(spec, "train", None) or {}).get("objective") == "clm"
+        acc = _accuracy(run)
+        link = f"{train_url}?run={run.run_id}" if role == OWNER else f"{train_url}?watch={run.view_id}"
+        rows.append({
+            "run": run.name or ("started here" if role == OWNER else "watched here"),
+            "state": run.phase,
+            "model": f"{'GPT' if causal else 'BERT'} {getattr(spec, 'preset', '')}".strip(),
+            "corpus": getattr(spec, "corpus_label", "") or "",
+            "step": getattr(trainer, "step", 0) if trainer is not None else 0,
+            "held-out accuracy": f"{acc:.1%}" if acc is not None else "",
+            "open": link,
+        })
+    return rows
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def _plain(text: Any) -> str:
+    """A cell's text with every Markdown sign escaped: a run's name or an uploaded file's name is shown, never
+    interpreted (no link or picture can be smuggled into the list)."""
+    return _MARKDOWN.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
+def rows_markdown(rows: Sequence[dict]) -> str:
+    """`visitor_rows` as a Markdown table whose last column is a real link (a data grid draws links it cannot
+    be clicked through by a test or a screen reader)."""
+    if not rows:
+        return ""
+    head = [k for k in rows[0] if k != "open"]
+    lines = ["| " + " | ".join(head) + " | |", "|" + " --- |" * (len(head) + 1)]
+    for row in rows:
+        lines.append("| " + " | ".join(_plain(row[k]) for k in head) + f" | [open]({row['open']}) |")
+    return "\n".join(lines)
