@@ -229,7 +229,7 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         again = context.new_page()          # the same browser, the bare address: no ?run= in it
         again.goto(f"{base}/Train")
         _settle(again)
-        again.get_by_text("My runs (1)").click()
+        again.get_by_text("My runs · 1").click()
         link = again.locator(f'a[href*="run={run_id}"]')
         link.wait_for(timeout=30_000)
         assert again.get_by_text("finished").count() >= 1
@@ -241,7 +241,8 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         stranger = other.new_page()
         stranger.goto(f"{base}/Train")
         _settle(stranger)
-        assert stranger.get_by_text("My runs (0)").count() == 1
+        stranger.get_by_text("My runs", exact=True).click()
+        stranger.get_by_text("None yet", exact=False).wait_for(timeout=30_000)
         assert run_id not in stranger.content()
     finally:
         context.close()

@@ -326,15 +326,19 @@ def my_runs(page: str = "Train") -> list[dict]:
 
 
 def my_runs_list(page: str = "Train") -> None:
-    """The "My runs" box of the Train and Fine-tune pages: this browser's runs, each with its link."""
+    """The "My runs" switch of the Train and Fine-tune pages: this browser's runs, each with its link. Drawn only
+    when switched on: folded content would still be on the page, where its words ("preparing") mix with the
+    page's own."""
     rows = my_runs(page)
-    with st.expander(f"My runs ({len(rows)})", icon=":material/history:"):
-        if not rows:
-            st.caption("The runs this browser starts or watches are listed here, with their links, after a reload "
-                       "and when you come back (as long as the server keeps them).")
-            return
-        st.markdown(rows_markdown(rows))
-        st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link.")
+    if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
+                     help="The runs this browser started or watched, with their links, after a reload and when you "
+                          "come back (as long as the server keeps them)."):
+        return
+    if not rows:
+        st.caption("None yet: the runs this browser starts or watches are listed here.")
+        return
+    st.markdown(rows_markdown(rows))
+    st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link.")
 
 
 def current_run() -> tuple[Run | None, str | None]:
