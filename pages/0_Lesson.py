@@ -162,7 +162,14 @@ def _live_run() -> str | None:
                 app_state.show_error(exc)
         st.caption("The Train page's defaults; the Train page shows the same run with all its charts.")
         return None
-    app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart", ":material/open_in_new:")
+    link, stop = st.columns([3, 1])
+    with link:
+        app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
+                            ":material/open_in_new:")
+    if run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
+                                  help="Stop the run here (the Train page can resume it)"):
+        app_state.RUNS.stop(run.run_id, wait=10)
+        st.rerun()
 
     @st.fragment(run_every=app_state.poll_seconds() if run.active else None)
     def live() -> None:

@@ -111,10 +111,14 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _answer(page, "step")
         _shoot(page, "lesson-3-one-step", screenshot_dirs)
 
-        # 4. A live run: the default run to its end; the notice's last held-out loss is the chart's last point.
+        # 4. A live run: the default run until its held-out loss is under the unigram line, then Stop (the
+        # walkthrough test, test_browser_lesson.py, runs it to its end); the notice's last held-out loss is then the
+        # chart's last point.
         _next(page, "run")
         page.get_by_role("button", name="Start the default run").click()
-        page.get_by_text("Run finished", exact=False).first.wait_for(timeout=300_000)
+        page.locator('[data-testid="stAlert"]', has_text="went under it at step").first.wait_for(timeout=300_000)
+        page.get_by_role("button", name="Stop").click()
+        page.get_by_text("Run stopped", exact=False).first.wait_for(timeout=60_000)
         _settle(page)
         text = _notice(page)
         held = [t for t in _plot(page, "Loss")["data"] if "held-out" in (t["name"] or "")][0]
