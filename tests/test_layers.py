@@ -3,6 +3,7 @@ that imports it back, pages use only the UI helpers and bert_core's public funct
 calls Streamlit."""
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,9 +133,12 @@ TORCH_FREE = ("bert_core.serve.app_state", "bert_core.serve.jobs", "bert_core.se
               "bert_core.data.objectives", "bert_core.model.config")
 
 
-def test_the_servers_modules_import_without_torch():
+def test_the_servers_modules_import_without_torch(tmp_path):
     code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
             "    assert 'torch' not in sys.modules, name\n")
+    # An empty state folder: with run records in it (earlier tests in this worker write them), app_state's store
+    # restores those runs on a thread of its own, which loads torch while the later imports are checked.
+    env = {**os.environ, "BERT_EXPLORER_STATE_DIR": str(tmp_path / "state")}
     done = subprocess.run([sys.executable, "-c", code, *TORCH_FREE], capture_output=True, text=True,
-                          cwd=REPO_ROOT)
+                          cwd=REPO_ROOT, env=env)
     assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]
