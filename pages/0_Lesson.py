@@ -17,8 +17,8 @@ from bert_core.inspect.inspection import (
     word_text,
 )
 from bert_core.inspect.masked_guesses import guesses_for_instance
-from bert_core.serve import app_state, jobs, runs
 from bert_core.inspect.training_step import take_one_step
+from bert_core.serve import app_state, jobs, runs
 
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
 
@@ -94,7 +94,7 @@ def _tokens() -> str | None:
         st.warning("Type a sentence with at least one word.")
         return None
     words = group_word_pieces(pieces)
-    ids = active.tokenizer.encode_pair(text)["input_ids"][: active.config.max_position_embeddings]
+    ids = active.tokenizer.encode_pair(text, max_length=active.config.max_position_embeddings)["input_ids"]
     tokens = active.tokenizer.convert_ids_to_tokens(ids)
     app_state.plotly(lesson_figures.tokens_figure(tokens, [0] * len(tokens)), "lesson-tokens",
                      key="lesson_tokens_fig")
@@ -193,15 +193,10 @@ def _live_run() -> str | None:
     return "shown"
 
 
-def _sentence_default() -> str:
-    probes = app_state.model_probes(active)
-    return probes.attention_sentence
-
-
 def _attention() -> str | None:
     if not _need_model():
         return None
-    app_state.init_widget("lesson_att_text", _sentence_default())
+    app_state.init_widget("lesson_att_text", app_state.model_probes(active).attention_sentence)
     text = st.text_input("Sentence", key="lesson_att_text")
     if not text.strip():
         st.warning("Type a sentence.")

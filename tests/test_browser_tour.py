@@ -237,7 +237,7 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         link = again.locator(f'a[href*="run={run_id}"]')
         link.wait_for(timeout=30_000)
         assert again.get_by_text("finished").count() >= 1
-        again.goto(link.get_attribute("href"))
+        again.goto(link.evaluate("a => a.href"))   # relative in the page: resolved by the browser
         _settle(again)
         again.get_by_text("Run finished at step 40").wait_for(timeout=30_000)
         _no_exception(again, "a run reopened from My runs")

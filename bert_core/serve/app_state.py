@@ -20,6 +20,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.figures import DEFAULT_SMOOTHING, clear_of_toolbar, plotly_config
+from bert_core.inspect.lesson import STEP_KEYS
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.model.config import BertConfig
 from bert_core.paths import REPO_ROOT
@@ -48,7 +49,6 @@ from bert_core.serve.model_sources import (
     load_folder,
     shipped_checkpoints,
 )
-from bert_core.inspect.lesson import STEP_KEYS
 from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token
@@ -319,10 +319,9 @@ def _store_visitor_cookie() -> None:
 
 
 def my_runs(page: str = "Train") -> list[dict]:
-    """This browser's runs, started or watched, newest first, as rows with the link that opens each on `page`."""
-    base = (st.context.url or "").split("?")[0].rstrip("/")
-    root = base.rsplit("/", 1)[0] if base.count("/") > 2 else base
-    return visitor_rows(RUNS.visited(visitor_id()), f"{root}/{page}")
+    """This browser's runs, started or watched, newest first, as rows with the link that opens each on `page`
+    (relative: it resolves beside the page showing it, whatever path the server is served under)."""
+    return visitor_rows(RUNS.visited(visitor_id()), page)
 
 
 def my_runs_list(page: str = "Train") -> None:
@@ -858,10 +857,11 @@ def plotly(fig, name: str, key: str | None = None) -> None:
     fmt = st.session_state.get("image_format", "png")
     config = plotly_config(name)
     config["toImageButtonOptions"]["format"] = fmt
+    fig = clear_of_toolbar(fig)   # first: it may add to the height the download is drawn at
     # The download is drawn at a fixed width, not the chart's width on this screen: a narrow column (or a phone)
     # would otherwise cut the legend and titles of the exported picture.
     config["toImageButtonOptions"].update(width=EXPORT_WIDTH_PX, height=fig.layout.height or 450)
-    st.plotly_chart(clear_of_toolbar(fig), config=config, key=key, width="stretch")
+    st.plotly_chart(fig, config=config, key=key, width="stretch")
 
 
 def show_error(exc: Exception) -> None:

@@ -27,7 +27,8 @@ def valid_visitor(value: Any) -> str | None:
 def cookie_script(visitor: str) -> str:
     """The page script that stores the id in the browser: a first-party cookie for the whole site, SameSite=None
     and Secure under https (a Space is shown inside huggingface.co's page), Lax on a plain-http class server."""
-    assert valid_visitor(visitor)
+    if not valid_visitor(visitor):   # only an id this server made goes into the page's script
+        raise ValueError("not a visitor id")
     return ("<script>(function(){var d=window.parent.document;var s=window.parent.location.protocol==='https:'"
             f"?'; SameSite=None; Secure':'; SameSite=Lax';d.cookie='{VISITOR_COOKIE}={visitor}; path=/; "
             f"max-age={VISITOR_DAYS * 86400}'+s;}})();</script>")
