@@ -75,7 +75,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
 CAPACITY_ENV = ("BERT_EXPLORER_MAX_TRAININGS", "BERT_EXPLORER_TURN_S", "BERT_EXPLORER_UNWATCHED_S",
                 "BERT_EXPLORER_KEEP_RUNS", "BERT_EXPLORER_POLL_S", "BERT_EXPLORER_CHART_POLL_S",
-                "BERT_EXPLORER_SESSION_GRACE_S", "BERT_EXPLORER_PUBLIC", "BERT_EXPLORER_TORCH_THREADS")
+                "BERT_EXPLORER_PUBLIC", "BERT_EXPLORER_TORCH_THREADS")
 # URL path (the frontend's page name) -> the page's title (its h1)
 PAGES = {"": "BERT explorer", "Tokens_and_masking": "Tokens & masking", "Train": "Train a tiny BERT",
          "Attention": "Attention", "Predictions": "Predictions"}

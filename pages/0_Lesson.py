@@ -19,6 +19,7 @@ from bert_core.inspect.inspection import (
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.inspect.training_step import take_one_step
 from bert_core.serve import app_state, jobs, runs
+from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
 
@@ -261,8 +262,9 @@ def _bert_or_gpt() -> str | None:
 
 def _finetune() -> str | None:
     app_state.page_link("pages/5_Fine-tune.py", "Run the race on the Fine-tune page", ":material/label:")
-    job = app_state.FINETUNE_REGISTRY.get(app_state.session_id())
-    results = getattr(getattr(job, "trainer", None), "results", None) if job is not None and not job.busy else None
+    run, _ = app_state.current_run(FINETUNE_PAGE)   # this tab's race, once the Fine-tune page has run one
+    done = run is not None and not run.active and run.job is not None
+    results = getattr(run.job.trainer, "results", None) if done else None
     text = lesson.notice_finetune(results)
     if text is None:
         st.caption("There, tick *Bag-of-words baseline* and press the button; this step then reports your race.")

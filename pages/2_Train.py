@@ -247,7 +247,7 @@ if stepped is not None and run is not None and stepped[0] == run.run_id and phas
         st.markdown("**Step once**: the update just taken")
         app_state.show_step_record(stepped[1], "train_step")
 
-app_state.my_runs_list("Train")
+app_state.my_runs_list()
 
 if run is not None and role == app_state.OWNER:
     with st.expander("Share this run with a class", icon=":material/share:"):

@@ -14,6 +14,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures
 from bert_core.paths import shared_data_dir
 from bert_core.serve import app_state, jobs, model_sources
+from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import (
     build_comparison,
@@ -133,10 +134,13 @@ def _on_kind_change():
         s[f"ft_{name}"] = value
 
 
-sid = app_state.finetune_key()   # in the URL while a fine-tuning exists: a reload finds it again
-registry = app_state.FINETUNE_REGISTRY
-job = registry.get(sid)
-busy = job is not None and job.busy
+# This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`) after a
+# reload, or from the session.
+app_state.attach_run(FINETUNE_PAGE)
+run, role = app_state.current_run(FINETUNE_PAGE)
+viewer = role == app_state.VIEWER          # watching someone's shared race: it can look, never steer
+job = run.job if run is not None else None
+busy = run is not None and run.active      # queued, preparing or training
 
 with st.expander("Data and settings", expanded=not (job is not None and job.trainer is not None)):
     c1, c2, c3 = st.columns(3)
@@ -200,7 +204,7 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
     r2.checkbox(BASELINE_LABELS[kind], key="ft_baseline", help=BASELINE_HELP[kind], disabled=kind == "spans")
 
 app_state.sync_query(*(f"ft_{n}" for n in defaults))
-app_state.my_runs_list("Train")   # the pretraining runs this browser started or watched, to fine-tune from
+app_state.my_runs_list()   # this browser's races and pretraining runs (one to fine-tune from), with their links
 
 
 def _upload(key: str, what: str):
@@ -284,14 +288,18 @@ if data is not None:
 
 b1, b2, b3 = st.columns(3)
 notice = st.empty()  # what a pressed button is doing, shown before the work starts
+if viewer:
+    st.info("**You are watching a shared race.** Its curves, queue place and results update here. Only the person "
+            "who started it can stop or reset it; the button starts a race of your own.", icon=":material/groups:")
 try:
     if active is None:
         st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
     racing = bool(st.session_state.get("ft_second") or st.session_state.get("ft_baseline"))
     start_help = ("Fine-tune the active model, then train the same architecture from scratch, same budget" +
-                  ("; the race's second model and baseline too" if racing else ""))
+                  ("; the race's second model and baseline too" if racing else "") +
+                  ". When the server is full it waits in the queue and starts by itself.")
     if b1.button("Run the race" if racing else "Fine-tune both", icon=":material/play_arrow:", type="primary",
-                 disabled=busy or data is None or active is None, help=start_help):
+                 disabled=(busy and not viewer) or data is None or active is None, help=start_help):
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
         split_task(data, settings["train"], settings["val"], settings["seed"])  # size errors, now
@@ -302,29 +310,63 @@ try:
             others.append((f"from {s['ft_second']}", second, second_tokenizer))
         notice.info("Starting: a training process is loading PyTorch and receiving a copy of the model and the "
                     "data (a few seconds)…", icon=":material/hourglass_top:")
-        if job is not None:
-            registry.discard(sid)
-        new_job = jobs.finetune_job(sid, partial(build_comparison, data, active.model, active.tokenizer,
-                                                 settings, others, bool(s.get("ft_baseline"))))
-        registry.start(new_job)
+        if run is not None and not viewer:
+            app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
+        spec = FinetuneSpec(partial(build_comparison, data, active.model, active.tokenizer, settings, others,
+                                    bool(s.get("ft_baseline"))),
+                            kind=s["ft_kind"], data_label=ALL_DATASETS.get(s["ft_data"], s["ft_data"]),
+                            model_label=active.short_name, models=2 + len(others), budget_s=float(settings["budget"]))
+        app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id()), FINETUNE_PAGE)
         st.rerun()
-    if b2.button("Stop", icon=":material/stop:", disabled=not busy):
+    if b2.button("Stop", icon=":material/stop:", disabled=viewer or not busy,
+                 help="Stop the model in training after its current step and skip the rest (a queued race that has "
+                      "not started is cancelled)"):
         notice.info("Stopping: the model in training ends after the step it is on…", icon=":material/hourglass_top:")
-        job.stop(wait=10)
+        app_state.RUNS.stop(run.run_id, wait=10)
         st.rerun()
-    if b3.button("Reset", icon=":material/restart_alt:", disabled=job is None):
-        registry.discard(sid)
+    if b3.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None):
+        app_state.RUNS.discard(run.run_id)
+        app_state.set_current_run(None, FINETUNE_PAGE)
         st.rerun()
 except BertCoreError as exc:
     app_state.show_error(exc)
 
+if run is not None and not viewer:
+    with st.expander("Share this race with a class", icon=":material/share:"):
+        base = (st.context.url or "").split("?")[0]
+        st.code(f"{base}?{app_state.FINETUNE_WATCH_PARAM}={run.view_id}", language=None)
+        st.caption("Everyone who opens this link watches this race live, and then tries its fine-tuned models on "
+                   "their own sentences. They cannot stop or reset it. Your own address bar holds the race's private "
+                   "link (`?ft=...`): reloading or reopening it brings you back here.")
+
+
+def _queued(run) -> bool:
+    """Say where a queued race stands; True when there is nothing more to draw yet."""
+    job = run.job
+    ahead, wait = app_state.RUNS.queue_position(run)
+    paused = ("Its turn was up, so it paused after the model it was training; it goes on with the next one when "
+              "its turn comes again. " if job is not None and job.trainer is not None else "")
+    st.info(f"**Queued**: {ahead} run(s) ahead of this race, estimated wait {jobs.format_duration(wait)}. {paused}"
+            "It starts by itself" + ("; *Stop* cancels it." if not viewer else "."), icon=":material/schedule:")
+    st.caption(app_state.RUNS.policy())
+    return job is None or job.trainer is None
+
 
 def _live() -> None:
-    job = registry.get(sid)
+    run, _ = app_state.current_run(FINETUNE_PAGE)
+    if run is None:
+        return
+    if run.note:
+        st.warning(f"This race was {run.note}.")
+    if run.phase == "queued" and _queued(run):
+        return
+    job = run.job
     if job is None:
         return
     if job.error:
         st.error(f"Fine-tuning failed: {job.error}")
+    elif job.ended_note:
+        st.warning(f"Fine-tuning ended: {job.ended_note}.")
     comparison = job.trainer
     if comparison is None:
         st.info("Preparing: splitting the data and copying the model…", icon=":material/hourglass_top:")
@@ -332,7 +374,7 @@ def _live() -> None:
     prog = comparison.progress
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     st.progress(min(max(prog.fraction, 0.0), 1.0),
-                text=f"{job.phase}" + (f": training {current}" if current else "") +
+                text=f"{run.phase}" + (f": training {current}" if current else "") +
                      f" · time left {jobs.format_duration(prog.eta_s)}")
     runs = {t.name: t.evals for t in comparison.tuners}
     names, primary = comparison.metric_names, comparison.primary
@@ -359,7 +401,7 @@ def _live() -> None:
     else:
         st.caption(f"{len(train):,} training questions, {len(val):,} validation questions on {val.num_passages:,} "
                    "passages never trained on.")
-    if busy and not job.busy:
+    if busy and not run.active:
         st.rerun()  # drawn while running (the only time this polls) and now ended: redraw so the results appear
 
 
@@ -484,6 +526,6 @@ if job is not None and job.trainer is not None and not busy:
         _results_table(results, comparison.metric_names)
         {"labels": _label_results, "tags": _tag_results, "spans": _span_results}[comparison.task_kind](
             results, comparison)
-elif job is None:
+elif run is None:
     st.info("Choose the kind of task, the data and the budget, then press **Fine-tune both**. Each model trains "
             "for the same number of seconds, one after the other.")

@@ -127,7 +127,6 @@ def server(model_folder, tmp_path_factory, server_home):
     env = dict(os.environ, BERT_EXPLORER_CHECKPOINT=str(model_folder), BERT_EXPLORER_MAX_TRAININGS="2",
                PYTHONUNBUFFERED="1", HOME=str(server_home), BERT_EXPLORER_RUNS_DIR=str(runs),
                BERT_EXPLORER_UNWATCHED_S=str(UNWATCHED_S))
-    env.pop("BERT_EXPLORER_SESSION_GRACE_S", None)
     env.pop("BERT_EXPLORER_PUBLIC", None)
     # Its run records beside its own runs folder: not the test process's state folder, whose runs (other tests')
     # it would read back as it starts.

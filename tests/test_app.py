@@ -34,11 +34,9 @@ def _app_env(checkpoint, monkeypatch):
     monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
     monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
     yield
-    # End every run and job a test started, so none outlives it.
+    # End every run a test started, pretraining or fine-tuning, so none outlives it.
     for run in app_state.RUNS.runs():
         app_state.RUNS.discard(run.run_id, wait=30)
-    for sid in list(app_state.FINETUNE_REGISTRY._jobs):
-        app_state.FINETUNE_REGISTRY.discard(sid, wait=30)
 
 
 def _open(page: str = "app.py", **query) -> AppTest:
@@ -345,6 +343,7 @@ def test_train_page_bad_upload_gets_a_message(content, message):
 
 def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # the blocking race below runs on a thread (it cannot be pickled)
     release = threading.Event()
 
     class Blocking:
@@ -357,8 +356,10 @@ def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypat
         def stop(self):
             release.set()
 
-    other = jobs.TrainingJob("someone-else", builder=Blocking)
-    app_state.FINETUNE_REGISTRY.start(other)    # the one slot is taken (a fine-tuning counts too)
+    # The one slot is taken by someone's fine-tuning race: one queue for every training.
+    race = app_state.FinetuneSpec(Blocking, kind="labels", data_label="toy", model_label="nano", models=2,
+                                  budget_s=30)
+    other = app_state.RUNS.submit(race, "someone-else")
     try:
         at = _open("pages/2_Train.py")
         _small_run(at, steps=2)
@@ -373,8 +374,8 @@ def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypat
         job = _job()
         assert job.wait(TIMEOUT) and job.phase == "finished", job.error
     finally:
-        app_state.FINETUNE_REGISTRY.discard("someone-else")
-    assert not other.busy
+        app_state.RUNS.discard(other.run_id)
+    assert not other.job.busy
 
 
 def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering():
@@ -405,69 +406,6 @@ def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering(
     gone = _open("app.py", run=run.run_id)
     _assert_clean(gone)
     assert any("not on this server" in t for t in _texts(gone.sidebar.warning))
-
-
-class _Spinner:
-    """A stand-in trainer that spins until stopped (what a real run does, minus the CPU)."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self.state, self.error, self.step = "idle", None, 0
-
-    def run(self):
-        self.state = "running"
-        while not self._stop.wait(0.01):
-            self.step += 1
-        self.state = "stopped"
-
-    def stop(self):
-        self._stop.set()
-
-
-def test_registry_stops_jobs_whose_session_closed_after_the_grace_period():
-    alive = {"a": True, "b": True}
-    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=alive.get, grace_s=0.3, poll_s=0.05)
-    job_a, job_b = jobs.TrainingJob("a", builder=_Spinner), jobs.TrainingJob("b", builder=_Spinner)
-    reg.start(job_a)
-    reg.start(job_b)
-    alive["a"] = False
-    time.sleep(0.1)
-    alive["a"] = True                     # a page reload: back within the grace period
-    time.sleep(0.5)
-    assert job_a.busy and reg.get("a") is job_a
-    alive["a"] = False                    # the tab is closed for good
-    deadline = time.time() + 5
-    while reg.get("a") is not None and time.time() < deadline:
-        time.sleep(0.05)
-    assert reg.get("a") is None and "a" in reg.reaped
-    job_a.thread.join(5)
-    assert not job_a.busy and job_a.trainer.state == "stopped"
-    assert job_b.busy and reg.get("b") is job_b
-    reg.discard("b")
-    assert not job_b.busy
-
-
-def test_registry_never_reaps_when_liveness_is_unknown():
-    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None, grace_s=0.0, poll_s=0.02)
-    job = jobs.TrainingJob("x", builder=_Spinner)
-    reg.start(job)
-    time.sleep(0.2)
-    assert job.busy
-    reg.discard("x")
-    assert not job.busy
-
-
-def test_limit_counts_jobs_of_every_registry():
-    other = jobs.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
-    mine = jobs.JobRegistry(limit=lambda: 1, is_alive=lambda sid: None)
-    other.start(jobs.TrainingJob("s1", builder=_Spinner))
-    try:
-        with pytest.raises(BertCoreError, match="limit"):
-            mine.start(jobs.TrainingJob("s2", builder=_Spinner))
-    finally:
-        other.discard("s1")
-    mine.start(jobs.TrainingJob("s2", builder=_Spinner))
-    mine.discard("s2")
 
 
 def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():

@@ -251,3 +251,54 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
     finally:
         context.close()
         other.close()
+
+
+def test_a_race_on_a_full_server_queues_is_found_again_in_my_runs_and_finishes(server, browser, screenshot_dirs):
+    """One queue for every training: with both of the test server's slots taken by pretraining runs, a fine-tuning
+    race started in another browser waits in the queue with its place shown (never refused); opened again without
+    its link, the page's *My runs* has it, queued, with the link that reopens it; when the slots free, it runs and
+    its results appear."""
+    base, _ = server
+    filler = browser.new_context(viewport={"width": 1280, "height": 900})
+    student = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        fills = []
+        for _ in range(2):                  # the server's two slots, each taken by a long pretraining run
+            page = filler.new_page()
+            page.goto(f"{base}/Train?train_steps=100000&train_eval_every=0&train_probe_every=0")
+            _settle(page)
+            page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
+            page.get_by_text(re.compile(r"running: step [\d,]+ of")).first.wait_for(timeout=120_000)
+            fills.append(page)
+
+        race = student.new_page()
+        race.goto(f"{base}/Fine-tune?ft_budget=2&ft_train=100&ft_val=50")
+        _settle(race)
+        race.get_by_role("button", name="Fine-tune both").click()
+        race.get_by_text("Queued", exact=False).first.wait_for(timeout=60_000)
+        assert race.get_by_text(re.compile(r"0 run\(s\) ahead of this race, estimated wait")).count() == 1
+        _no_exception(race, "a race queued on a full server")
+        _shoot(race, "finetune-queued", screenshot_dirs)
+        race_id = re.search(r"ft=([A-Za-z0-9_-]+)", race.url).group(1)
+
+        again = student.new_page()          # the same browser, the bare address: no ?ft= in it
+        again.goto(f"{base}/Fine-tune")
+        _settle(again)
+        again.get_by_text("My runs · 1").click()
+        link = again.locator(f'a[href*="ft={race_id}"]')
+        link.wait_for(timeout=30_000)
+        assert again.get_by_text("queued").count() >= 1 and again.get_by_text("fine-tuned from").count() >= 1
+        again.goto(link.evaluate("a => a.href"))   # relative in the page: resolved by the browser
+        _settle(again)
+        again.get_by_text("Queued", exact=False).first.wait_for(timeout=30_000)
+        race.close()
+
+        for page in fills:                  # the slots free: the race starts by itself
+            page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
+        again.get_by_role("heading", name="Results").wait_for(timeout=120_000)
+        _settle(again)
+        _no_exception(again, "a race that waited in the queue, then finished")
+        assert again.get_by_text("from pretrained").count() >= 1
+    finally:
+        filler.close()
+        student.close()

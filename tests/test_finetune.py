@@ -375,6 +375,65 @@ def test_page_runs_both_models_classifies_a_typed_sentence_and_a_reload_finds_th
         assert stranger.query_params.get("ft") in (None, [])
 
 
+def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steering(page, monkeypatch):
+    """One queue for every training: a race started while the server's one slot is taken waits with its place and
+    the sharing rules shown (never refused), its share link watches it without Stop or Reset, and it runs by itself
+    when the slot frees."""
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.serve import app_state, jobs
+    from bert_core.serve.finetune_runs import FinetuneSpec
+
+    monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # the stand-in below trains on a thread (it cannot be pickled)
+    release = threading.Event()
+
+    class Blocking:
+        state, error, step, tuners, results = "running", None, 0, [], {}
+
+        def run(self):
+            release.wait(60)
+            self.state = "finished"
+
+        def stop(self):
+            release.set()
+
+    other = app_state.RUNS.submit(FinetuneSpec(Blocking, kind="labels", data_label="toy", model_label="nano",
+                                               models=2, budget_s=30), "someone-else")
+    mine = None
+    try:
+        at = page
+        for key, value in (("ft_train", 100), ("ft_val", 40), ("ft_budget", 1), ("ft_maxlen", 32)):
+            at.number_input(key=key).set_value(value)
+        at.run()
+        next(b for b in at.button if "Fine-tune both" in b.label).click().run()
+        assert not at.exception and not at.error, (at.exception, at.error)
+        mine = app_state.RUNS.get(at.query_params["ft"])
+        assert mine is not None and mine.phase == "queued" and mine.job is None
+        assert any("Queued" in i.value and "0 run(s) ahead of this race" in i.value for i in at.info)
+        assert any("between two of its models" in c.value for c in at.caption)
+        script = str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py")
+        viewer = AppTest.from_file(script, default_timeout=60)
+        viewer.query_params["ftwatch"] = mine.view_id
+        viewer.run()
+        assert not viewer.exception, viewer.exception
+        assert any("watching a shared race" in i.value for i in viewer.info)
+        stop, reset = (next(b for b in viewer.button if b.label == name) for name in ("Stop", "Reset"))
+        assert stop.disabled and reset.disabled and "ft" not in viewer.query_params
+        release.set()                                  # the slot frees: the race starts by itself
+        deadline = time.monotonic() + 60
+        while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            at.run()
+        assert not at.exception, at.exception
+        assert mine.phase == "finished" and any(h.value == "Results" for h in at.subheader)
+    finally:
+        release.set()
+        for run in (other, mine):
+            if run is not None:
+                app_state.RUNS.discard(run.run_id)
+
+
 def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
     at = page
     at.number_input(key="ft_train").set_value(100_000).run()

@@ -23,7 +23,8 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
-            "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step"}
+            "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
+            "serve.finetune_runs"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -127,7 +128,7 @@ def test_only_the_serving_wing_calls_streamlit():
 # The app's server imports these without loading torch: the home page draws at once, and a class server's process
 # stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
 TORCH_FREE = ("bert_core.serve.app_state", "bert_core.serve.jobs", "bert_core.serve.runs",
-              "bert_core.serve.training_process", "bert_core.serve.model_sources", "bert_core.serve.app_storage",
+              "bert_core.serve.finetune_runs", "bert_core.serve.training_process", "bert_core.serve.model_sources", "bert_core.serve.app_storage",
               "bert_core.serve.export", "bert_core.inspect.figures", "bert_core.inspect.probes",
               "bert_core.training.comparison", "bert_core.training.recipes", "bert_core.training.heldout",
               "bert_core.data.objectives", "bert_core.model.config")

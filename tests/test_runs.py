@@ -210,7 +210,7 @@ def test_a_browsers_run_list_holds_its_own_runs_and_the_ones_it_watched_and_no_o
     assert store.visited(alice) == [(bobs, runs.VIEWER), (mine, runs.OWNER)]
     assert store.visited(bob) == [(bobs, runs.OWNER)]
     assert store.visited(carol) == [] and store.visited(None) == [] and store.visited("") == []
-    rows = visitor_rows(store.visited(alice), "http://host/Train")
+    rows = visitor_rows(store.visited(alice), "http://host/")
     assert rows[0]["open"] == f"http://host/Train?watch={bobs.view_id}"    # the link she had: no control
     assert rows[1]["open"] == f"http://host/Train?run={mine.run_id}"
     assert all(bobs.run_id not in str(row) for row in rows)

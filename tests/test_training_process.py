@@ -160,14 +160,14 @@ def test_a_crashed_child_is_reported_not_waited_for(started_jobs):
         job.save("/tmp/never")
 
 
-def test_close_ends_the_process_and_the_registry_closes_discarded_jobs():
-    reg = jobs.JobRegistry(limit=lambda: 5, is_alive=lambda sid: None)
+def test_close_ends_the_process_of_a_discarded_run():
     job = _job(_spec(steps=100_000, eval_every=0, probe_every=0), sid="reg")
-    reg.start(job)
+    job.start()
     deadline = time.time() + TIMEOUT
     while job.phase != "running" and time.time() < deadline:
         time.sleep(0.05)
-    reg.discard("reg", wait=30)
+    job.stop(wait=30)       # what RunStore.discard does (run_scheduler.end_job)
+    job.close(wait=30)
     assert job.process.poll() is not None and not job.busy
     assert job.error is None and job.phase == "stopped"
 

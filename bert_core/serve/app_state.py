@@ -1,7 +1,7 @@
 """The Streamlit side of the explorer: the sidebar's model picker, this session's jobs, widget and URL helpers.
 
 The only `bert_core` module that calls Streamlit. What it steers lives in
-Streamlit-free modules, tested without it: training jobs and their registry (`bert_core.serve.jobs`), checkpoint
+Streamlit-free modules, tested without it: training runs and their jobs (`bert_core.serve.runs`, `.jobs`), checkpoint
 folders (`bert_core.serve.model_sources`), files and public mode (`bert_core.serve.app_storage`).
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,15 @@ from bert_core.serve.app_storage import (
     unpack_uploaded_checkpoint,
     upload_cap_bytes,
 )
+from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
 from bert_core.serve.jobs import (
-    JobRegistry,
     TrainingJob,
-    busy_everywhere,
+    finetune_job,
     pretraining_job,
     restored_pretraining_job,
-    share_capacity,
     training_threads,
 )
+from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.model_sources import (
     ActiveModel,
     default_checkpoint,
@@ -49,10 +48,17 @@ from bert_core.serve.model_sources import (
     load_folder,
     shipped_checkpoints,
 )
-from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import OWNER, VIEWER, Run, RunStore, new_token
-from bert_core.serve.visitor_runs import VISITOR_COOKIE, cookie_script, rows_markdown, valid_visitor, visitor_rows
+from bert_core.serve.visitor_runs import (
+    LINK_PARAMS,
+    TRAIN_PAGE,
+    VISITOR_COOKIE,
+    cookie_script,
+    rows_markdown,
+    valid_visitor,
+    visitor_rows,
+)
 
 log = logging.getLogger("bert_core.app")
 
@@ -175,6 +181,8 @@ RECORDS = RunRecords(state_dir())
 
 
 def _run_job(run: Run):
+    if isinstance(run.spec, FinetuneSpec):
+        return finetune_job(run.run_id, run.spec.builder)
     return pretraining_job(run.run_id, run.spec, checkpoint_dir=RECORDS.checkpoint_for(run.run_id))
 
 
@@ -190,30 +198,11 @@ def _scratch_alive(key: str) -> bool | None:
     return _session_alive_from_runtime(key)
 
 
-# Fine-tuning key -> the sessions that have shown it (a reload or a reopened link adds its new session).
-_FINETUNE_SESSIONS: dict[str, set[str]] = {}
-_FINETUNE_LOCK = threading.Lock()
-
-
-def _finetune_alive(key: str) -> bool | None:
-    """The fine-tuning reaper's question: is any tab that showed this fine-tuning still open?"""
-    with _FINETUNE_LOCK:
-        sessions = set(_FINETUNE_SESSIONS.get(key, ()))
-    answers = [_session_alive_from_runtime(sid) for sid in sessions]
-    if any(answers):
-        return True
-    return None if not answers or None in answers else False
-
-
-# Pretraining runs belong to run ids (they outlive a tab, queue for the CPU, and can be watched by a class:
-# bert_core.serve.runs); a fine-tuning belongs to a key in its tab's URL (`?ft=`), so a reload finds it again, and it
-# ends a few seconds after the last tab showing it closes. Both count towards the server's limit of concurrent
-# trainings.
-RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder,
-                busy_elsewhere=lambda: busy_everywhere(exclude=RUNS), records=RECORDS,
+# Every training of this server, pretraining runs (Train page) and fine-tuning races (Fine-tune page) alike, is a run
+# of one store: they outlive a tab, take fair turns in one queue for the CPU, and can be watched by a class
+# (bert_core.serve.runs).
+RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder, records=RECORDS,
                 restore_job=restored_pretraining_job)
-share_capacity(RUNS)
-FINETUNE_REGISTRY = JobRegistry(is_alive=_finetune_alive)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 
@@ -226,49 +215,28 @@ def session_id() -> str:
     return ctx.session_id if ctx is not None else "no-session"
 
 
-RUN_PARAM, WATCH_PARAM = "run", "watch"   # the URL's run ids: the owner's, and a share link's
-FINETUNE_PARAM = "ft"                     # the URL's fine-tuning key
+RUN_PARAM, WATCH_PARAM = LINK_PARAMS[TRAIN_PAGE]   # the URL's run ids: the owner's, and a share link's
+FINETUNE_PARAM, FINETUNE_WATCH_PARAM = LINK_PARAMS[FINETUNE_PAGE]   # the same for the Fine-tune page's races
+# Each page's run in this tab: its URL keys, and where the session keeps the owner's and the share link's id.
+_TAB_RUN = {TRAIN_PAGE: (RUN_PARAM, WATCH_PARAM, "run_id", "watch_id"),
+            FINETUNE_PAGE: (FINETUNE_PARAM, FINETUNE_WATCH_PARAM, "ft_run_id", "ft_watch_id")}
 
 
-def finetune_key() -> str:
-    """This tab's key in `FINETUNE_REGISTRY`: the one in its URL when that fine-tuning is still on the server (a
-    reload, or the link reopened), else the tab's own. While a fine-tuning exists under it, the key is written into
-    the URL, so that the address bar reopens it; this session is noted as showing it (see `_finetune_alive`)."""
-
-    s = st.session_state
-    token = st.query_params.get(FINETUNE_PARAM)
-    if token and token != s.get("ft_key") and FINETUNE_REGISTRY.get(token) is not None:
-        s["ft_key"] = token
-    key = s.setdefault("ft_key", new_token())
-    # The registry is asked outside our lock: its reaper holds its own lock while it asks `_finetune_alive`, which
-    # takes ours, so holding both the other way round could deadlock.
-    with _FINETUNE_LOCK:
-        keys = [k for k in _FINETUNE_SESSIONS if k != key]
-    gone = [k for k in keys if FINETUNE_REGISTRY.get(k) is None]
-    with _FINETUNE_LOCK:
-        for k in gone:
-            _FINETUNE_SESSIONS.pop(k, None)
-        _FINETUNE_SESSIONS.setdefault(key, set()).add(session_id())
-    if FINETUNE_REGISTRY.get(key) is not None:
-        if st.query_params.get(FINETUNE_PARAM) != key:
-            st.query_params[FINETUNE_PARAM] = key
-    elif FINETUNE_PARAM in st.query_params:
-        del st.query_params[FINETUNE_PARAM]
-    return key
-
-
-def attach_run() -> None:
-    """Find this tab's run from its URL (a reload, a reopened link, a share link) or its session, note this session
-    as watching it, and write its id back into the URL so that the address bar always reopens it."""
+def attach_run(page: str = TRAIN_PAGE) -> None:
+    """Find this tab's run of `page` (the Train page's pretraining run, or the Fine-tune page's race) from its URL
+    (a reload, a reopened link, a share link) or its session, note this session as watching it, and write its id
+    back into the URL so that the address bar always reopens it."""
 
     s = st.session_state
-    for param, state_key, lookup in ((RUN_PARAM, "run_id", RUNS.get), (WATCH_PARAM, "watch_id", RUNS.by_view)):
+    run_param, watch_param, run_key, watch_key = _TAB_RUN[page]
+    for param, state_key, lookup in ((run_param, run_key, RUNS.get), (watch_param, watch_key, RUNS.by_view)):
         token = st.query_params.get(param)
         if not token or token == s.get(state_key):
             continue
-        if lookup(token) is not None:
-            s.pop("run_id", None)
-            s.pop("watch_id", None)
+        found = lookup(token)
+        if found is not None and getattr(found.spec, "page", TRAIN_PAGE) == page:
+            s.pop(run_key, None)
+            s.pop(watch_key, None)
             s[state_key] = token
         else:
             s["run_note"] = ("The run of this link was dropped: the server keeps only its latest ended runs. Save "
@@ -277,19 +245,19 @@ def attach_run() -> None:
                              "The run of this link was lost when the server restarted: it had not written its first "
                              "checkpoint yet. Start a new run on the Train page."
                              if RUNS.was_lost(token) else
-                             "The run of this link is not on this server (it may have restarted). Start a new run "
-                             "on the Train page.")
+                             f"The run of this link is not on this server (it may have restarted). Start a new run "
+                             f"on the {page} page.")
             del st.query_params[param]
-    run, role = current_run()
+    run, role = current_run(page)
     if run is None:
-        s.pop("run_id", None)   # dropped or reset meanwhile
-        s.pop("watch_id", None)
-        for param in (RUN_PARAM, WATCH_PARAM):
+        s.pop(run_key, None)   # dropped or reset meanwhile
+        s.pop(watch_key, None)
+        for param in (run_param, watch_param):
             if param in st.query_params:
                 del st.query_params[param]
         return
     RUNS.attach(run, session_id(), role, visitor_id())
-    param, token = (RUN_PARAM, run.run_id) if role == OWNER else (WATCH_PARAM, run.view_id)
+    param, token = (run_param, run.run_id) if role == OWNER else (watch_param, run.view_id)
     if st.query_params.get(param) != token:
         st.query_params[param] = token
 
@@ -318,17 +286,17 @@ def _store_visitor_cookie() -> None:
             components.html(cookie_script(visitor), height=0)
 
 
-def my_runs(page: str = "Train") -> list[dict]:
-    """This browser's runs, started or watched, newest first, as rows with the link that opens each on `page`
+def my_runs() -> list[dict]:
+    """This browser's runs, started or watched, newest first, as rows with the link that opens each on its page
     (relative: it resolves beside the page showing it, whatever path the server is served under)."""
-    return visitor_rows(RUNS.visited(visitor_id()), page)
+    return visitor_rows(RUNS.visited(visitor_id()))
 
 
-def my_runs_list(page: str = "Train") -> None:
+def my_runs_list() -> None:
     """The "My runs" switch of the Train and Fine-tune pages: this browser's runs, each with its link. Drawn only
     when switched on: folded content would still be on the page, where its words ("preparing") mix with the
     page's own."""
-    rows = my_runs(page)
+    rows = my_runs()
     if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
                      help="The runs this browser started or watched, with their links, after a reload and when you "
                           "come back (as long as the server keeps them)."):
@@ -340,28 +308,30 @@ def my_runs_list(page: str = "Train") -> None:
     st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link.")
 
 
-def current_run() -> tuple[Run | None, str | None]:
-    """(this tab's run, OWNER or VIEWER), or (None, None)."""
+def current_run(page: str = TRAIN_PAGE) -> tuple[Run | None, str | None]:
+    """(this tab's run of `page`, OWNER or VIEWER), or (None, None)."""
     s = st.session_state
-    run = RUNS.get(s.get("run_id"))
+    _, _, run_key, watch_key = _TAB_RUN[page]
+    run = RUNS.get(s.get(run_key))
     if run is not None:
         return run, OWNER
-    run = RUNS.by_view(s.get("watch_id"))
+    run = RUNS.by_view(s.get(watch_key))
     return (run, VIEWER) if run is not None else (None, None)
 
 
-def set_current_run(run: Run | None) -> None:
-    """Make `run` (started by this tab) the tab's run, or forget the tab's run."""
-    st.session_state.pop("watch_id", None)
-    if WATCH_PARAM in st.query_params:
-        del st.query_params[WATCH_PARAM]
+def set_current_run(run: Run | None, page: str = TRAIN_PAGE) -> None:
+    """Make `run` (started by this tab) the tab's run of `page`, or forget it."""
+    run_param, watch_param, run_key, watch_key = _TAB_RUN[page]
+    st.session_state.pop(watch_key, None)
+    if watch_param in st.query_params:
+        del st.query_params[watch_param]
     if run is None:
-        st.session_state.pop("run_id", None)
-        if RUN_PARAM in st.query_params:
-            del st.query_params[RUN_PARAM]
+        st.session_state.pop(run_key, None)
+        if run_param in st.query_params:
+            del st.query_params[run_param]
     else:
-        st.session_state["run_id"] = run.run_id
-        st.query_params[RUN_PARAM] = run.run_id   # the URL names the tab's run (else it would reopen the last)
+        st.session_state[run_key] = run.run_id
+        st.query_params[run_param] = run.run_id   # the URL names the tab's run (else it would reopen the last)
         RUNS.attach(run, session_id(), OWNER, visitor_id())
 
 
@@ -640,8 +610,6 @@ def quick_config():
 def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     """Draw the sidebar: the page list and the model picker (every page calls this). Returns the active model,
     or None with a note."""
-
-
     _persist_every_page_keys()
     if not navigation_drawn:
         navigation()

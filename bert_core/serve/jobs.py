@@ -1,10 +1,10 @@
-"""Training jobs of the explorer's server: one per browser session and kind, on a thread or in a child process,
-with a server-wide limit, and stopped when their session is gone. No Streamlit here: the pages (through
+"""Training jobs of the explorer's server: the job of one run of the server's store (`bert_core.serve.runs`), a
+pretraining run or a fine-tuning race, on a thread or in a child process. No Streamlit here: the pages (through
 `bert_core.serve.app_state`) and the tests drive the same objects.
 
 A job has one protocol whether it runs on a server thread (`TrainingJob`) or in a child process
-(`bert_core.serve.training_process.ProcessTrainingJob`): start, stop, busy, phase, error, trainer (the Trainer or its
-mirror), model_snapshot, save, zip_bytes, extend, wait, close.
+(`bert_core.serve.training_process.ProcessTrainingJob`): start, stop, pause, busy, phase, error, trainer (the Trainer
+or its mirror), model_snapshot, save, zip_bytes, extend, wait, close.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -48,10 +47,8 @@ from bert_core.serve.training_process import ProcessTrainingJob
 log = logging.getLogger("bert_core.app")
 
 MAX_TRAININGS_ENV = SLOTS_ENV                       # concurrent trainings on one server (bert_core.serve.runs)
-GRACE_ENV = "BERT_EXPLORER_SESSION_GRACE_S"        # how long a vanished session's fine-tuning may live (a blip)
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
 PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread instead of a child process
-DEFAULT_GRACE_S = 4.0   # a closed tab's fine-tuning frees its CPU within ~grace + poll + 2 s of stopping
 
 
 def format_duration(seconds) -> str:
@@ -76,29 +73,6 @@ def training_threads() -> int:
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return max(1, ((os.cpu_count() or 1) - 1) // max_trainings())
-
-
-# Everything on this server that trains (the Fine-tune page's registry, the Train page's run store) shares one
-# CPU and one limit: each counts the others' busy trainings.
-_CAPACITY_USERS: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def share_capacity(user) -> None:
-    """Count `user.busy_count()` in every other user's view of the server's load."""
-    _CAPACITY_USERS.add(user)
-
-
-def busy_everywhere(exclude=None) -> int:
-    """Trainings running on this server now, leaving out `exclude`'s own."""
-    return sum(u.busy_count() for u in list(_CAPACITY_USERS) if u is not exclude)
-
-
-def _env_seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-    return value if 0 <= value < float("inf") else default
 
 
 # The Train page's objective choice, mapped onto TrainSpec.train (TrainConfig's objective and nsp).
@@ -177,6 +151,13 @@ class TrainingJob:
             self.trainer.stop()
         if wait and self.thread is not None:
             self.thread.join(wait)
+
+    def pause(self) -> None:
+        """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
+        the model in training has finished; start() goes on from there."""
+        trainer = self.trainer
+        if trainer is not None and self.busy:
+            (getattr(trainer, "pause", None) or trainer.stop)()
 
     def step_once(self):
         """One more update of a stopped run, recorded for *Step once* (bert_core.inspect.training_step); Resume
@@ -301,102 +282,3 @@ def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: s
     spec = spec_from_dict(record["spec"])
     return ProcessTrainingJob.restored(str(record["run_id"]), checkpoint, spec, phase, note, probes,
                                        data_factory=partial(training_data_for, spec))
-
-
-class JobRegistry:
-    """All training jobs of this server process, one per session, with a global concurrency limit.
-
-    A watchdog thread stops (and forgets) jobs whose browser session has been gone for `grace_s` seconds, so
-    closing the tab never leaves a thread burning CPU. The concurrency limit counts the busy jobs of every
-    registry in the process (pretraining and fine-tuning share one CPU).
-    """
-
-    def __init__(self, limit: Callable[[], int] = max_trainings,
-                 is_alive: Callable[[str], bool | None] = lambda session_id: None,
-                 grace_s: float | None = None, poll_s: float = 1.0):
-        self._limit = limit
-        self._is_alive = is_alive
-        self.grace_s = _env_seconds(GRACE_ENV, DEFAULT_GRACE_S) if grace_s is None else grace_s
-        self.poll_s = poll_s
-        self._jobs: dict[str, TrainingJob] = {}
-        self._gone_since: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._watchdog: threading.Thread | None = None
-        self.reaped: list[str] = []
-        share_capacity(self)
-
-    def get(self, session_id: str) -> TrainingJob | None:
-        """This session's job, if any."""
-        with self._lock:
-            return self._jobs.get(session_id)
-
-    def busy_count(self) -> int:
-        """How many jobs of this registry are preparing or training right now."""
-        with self._lock:
-            return sum(1 for j in self._jobs.values() if j.busy)
-
-    def start(self, job: TrainingJob) -> None:
-        """Register and start (or resume) a job, unless the server is already running its limit of trainings."""
-        elsewhere = busy_everywhere(exclude=self)  # before our lock: the others take theirs
-        with self._lock:
-            others = elsewhere + sum(1 for j in self._jobs.values()
-                                     if j.busy and j is not job and j.session_id != job.session_id)
-            limit = self._limit()
-            if others >= limit:
-                raise BertCoreError(
-                    f"the server is already running {others} training run(s), its limit "
-                    f"({MAX_TRAININGS_ENV}={limit}); wait for one to finish, or explore the shipped checkpoint "
-                    "meanwhile")
-            old = self._jobs.get(job.session_id)
-            if old is not None and old is not job and old.busy:
-                raise BertCoreError("this session already has a training running; stop it first")
-            self._jobs[job.session_id] = job
-            job.start()
-            self._ensure_watchdog()
-
-    def discard(self, session_id: str, wait: float = 5.0) -> None:
-        """Stop and forget a session's job (Reset, or its session closed)."""
-        with self._lock:
-            job = self._jobs.pop(session_id, None)
-            self._gone_since.pop(session_id, None)
-        if job is not None:
-            job.stop(wait=wait)
-            job.close(wait=wait)
-
-    def reap(self, now: float | None = None) -> list[str]:
-        """Stop jobs whose session has been gone longer than the grace period; return their session ids."""
-        now = time.monotonic() if now is None else now
-        doomed = []
-        with self._lock:
-            for sid in list(self._jobs):
-                alive = self._is_alive(sid)
-                if alive is None or alive:
-                    self._gone_since.pop(sid, None)
-                    continue
-                since = self._gone_since.setdefault(sid, now)
-                if now - since >= self.grace_s:
-                    doomed.append(sid)
-        for sid in doomed:
-            log.warning("stopping the training of closed session %s", sid)
-            self.reaped.append(sid)  # before the job leaves the registry, so a reader never sees it in neither
-            # Nobody will see this run again: end its process at once rather than at a step boundary.
-            self.discard(sid, wait=1.0)
-        return doomed
-
-    def _ensure_watchdog(self) -> None:
-        if self._watchdog is not None and self._watchdog.is_alive():
-            return
-        self._watchdog = threading.Thread(target=self._watch, name="bert-train-watchdog", daemon=True)
-        self._watchdog.start()
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(self.poll_s)
-            try:
-                self.reap()
-            except Exception:  # noqa: BLE001 - the watchdog must outlive one bad poll
-                log.exception("watchdog poll failed")
-            with self._lock:
-                if not self._jobs:
-                    self._watchdog = None
-                    return

@@ -41,6 +41,11 @@ class ActiveModel:
         return self.model.config
 
     @property
+    def short_name(self) -> str:
+        """How a run list names it: its folder's, saved run's or uploaded file's name, never a server path."""
+        return self.path.name if self.path is not None else "the model trained in this session"
+
+    @property
     def causal(self) -> bool:
         """A GPT-style model (causal attention): it continues text and cannot fill a [MASK]."""
         return getattr(self.model.config, "attention", "bidirectional") == "causal"

@@ -37,15 +37,13 @@ class RunQueue:
     """The slots and the first-come queue for them, with turns: while anyone waits, a run trains `turn_s` at most.
 
     `lock` is its store's: a run enters or leaves the queue and the registry in one step.
-    `slots()` is how many runs may train at once; `busy_elsewhere()` counts the other trainings on this CPU (the
-    Fine-tune page's), which take slots too.
+    `slots()` is how many runs may train at once: pretraining runs and fine-tuning races alike.
     """
 
-    def __init__(self, lock: threading.RLock, slots: Callable[[], int], busy_elsewhere: Callable[[], int],
-                 turn_s: float, stall_s: float = float("inf")):
+    def __init__(self, lock: threading.RLock, slots: Callable[[], int], turn_s: float,
+                 stall_s: float = float("inf")):
         self._lock = lock
         self._slots = slots
-        self._busy_elsewhere = busy_elsewhere
         self.turn_s = turn_s
         self.stall_s = stall_s   # a silent process holds its slot until the scheduler ends it, this long
         self._queue: deque[Run] = deque()
@@ -87,9 +85,8 @@ class RunQueue:
     def take_free_slots(self) -> list[Run]:
         """Give free slots to the runs at the front of the queue; returns those runs, whose jobs are to start."""
         starts = []
-        elsewhere = self._busy_elsewhere()   # asked before taking our lock: the other side takes its own
         with self._lock:
-            free = self.slots() - len(self._slotted) - elsewhere
+            free = self.slots() - len(self._slotted)
             while free > 0 and self._queue:
                 run = self._queue.popleft()
                 run.queued = False
@@ -139,33 +136,40 @@ class RunQueue:
     def position(self, run: Run) -> tuple[int, float]:
         """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
         now = time.monotonic()
-        elsewhere = self._busy_elsewhere()
         with self._lock:
             if not run.queued or run not in self._queue:
                 return 0, 0.0
             ahead = list(self._queue)[: list(self._queue).index(run)]
             waiting = bool(self._queue)
             frees = [self._time_left(r, now, waiting) for r in self._slotted]
-            frees += [0.0] * max(0, self.slots() - elsewhere - len(frees))
-        if not frees:   # every slot is taken by the Fine-tune page's runs: assume one turn each
-            frees = [self.turn_s]
+            frees += [0.0] * max(0, self.slots() - len(frees))
         heapq.heapify(frees)
         for other in ahead:
             heapq.heappush(frees, heapq.heappop(frees) + self._expected_turn(other))
         return len(ahead), max(0.0, frees[0])
 
-    def _expected_duration(self) -> float:
+    def _expected_duration(self, run: Run) -> float:
+        # A fine-tuning race knows its length from its budget (bert_core.serve.finetune_runs); a pretraining run
+        # is guessed from the recent runs.
+        known = getattr(run.spec, "expected_s", None)
+        if known is not None:
+            return float(known)
         return statistics.median(self._durations) if self._durations else self.turn_s
+
+    def _turn_floor(self, run: Run) -> float:
+        # A race yields its slot only between its models: a turn lasts at least the model it is on.
+        return float(getattr(run.spec, "longest_part_s", 0.0) or 0.0)
 
     def _expected_turn(self, run: Run) -> float:
         eta = _progress_eta(run)
-        return min(self.turn_s, eta if eta is not None else self._expected_duration())
+        left = eta if eta is not None else self._expected_duration(run)
+        return min(max(self.turn_s, self._turn_floor(run)), left)
 
     def _time_left(self, run: Run, now: float, waiting: bool) -> float:
         eta = _progress_eta(run)
-        left = eta if eta is not None else self._expected_duration()
+        left = eta if eta is not None else self._expected_duration(run)
         if waiting and run.turn_started is not None:
-            left = min(left, self.turn_s - (now - run.turn_started))
+            left = min(left, max(self.turn_s, self._turn_floor(run)) - (now - run.turn_started))
         silent = run_silence(run)
         if silent > SILENT_S:   # frozen: its slot frees when the scheduler ends it as stalled, not before
             left = max(left, self.stall_s - silent)

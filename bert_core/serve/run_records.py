@@ -99,8 +99,8 @@ class RunRecords:
     def write(self, run, phase: str, step: int | None, probes=None) -> bool:
         """Write (replace) the run's record; with `probes` (a ProbeStore) its snapshots too. False, and a line in
         the log, when it cannot be written: the run goes on, only a restart would lose it."""
-        if not dataclasses.is_dataclass(run.spec):
-            return False
+        if not dataclasses.is_dataclass(run.spec) or not getattr(run.spec, "recorded", True):
+            return False   # a fine-tuning race (finetune_runs.FinetuneSpec) lives in memory only
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
                   "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled,

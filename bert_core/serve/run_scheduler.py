@@ -80,7 +80,10 @@ class RunScheduler:
                     to_release.append(run)
             doomed = self._registry.drop_oldest_ended()
         for run in to_stop:
-            run.job.stop()
+            # A turn that is up: a pretraining run stops at its next step; a fine-tuning race at the end of the
+            # model in training (it cannot resume one halfway: each keeps its whole budget).
+            pause = getattr(run.job, "pause", None)
+            (pause or run.job.stop)()
         for run in to_end:
             self.release(run, stop_first=True)
         for run in to_release:

@@ -1,5 +1,6 @@
-"""The training runs of a shared explorer server: runs that outlive the browser tab, a fair queue for the CPU,
-and runs a whole class can watch. No Streamlit here: `bert_core.serve.app_state` drives a `RunStore`, and so do tests.
+"""The training runs of a shared explorer server, pretraining (the Train page) and fine-tuning races (the Fine-tune
+page) alike: runs that outlive the browser tab, one fair queue for the CPU, and runs a whole class can watch. No
+Streamlit here: `bert_core.serve.app_state` drives a `RunStore`, and so do tests.
 
 Ids. A run has two random 128-bit tokens. `run_id` is the owner's: it sits in their page's URL (`?run=...`), so a
 reload or a reopened link finds the run again, and whoever holds it may stop, resume or reset the run. `view_id`
@@ -10,7 +11,8 @@ Capacity. At most `slots` runs prepare or train at once (`$BERT_EXPLORER_MAX_TRA
 minus one for the web server, at least one). A Start beyond that joins a first-come queue and starts by itself
 when a slot frees. While anyone waits, a run trains for at most `turn_s` seconds at a stretch
 (`$BERT_EXPLORER_TURN_S`, default 120); then it pauses at a step boundary, in its own process and with its
-optimizer, and goes to the back of the queue, so one long run cannot keep a class waiting.
+optimizer, and goes to the back of the queue, so one long run cannot keep a class waiting. A fine-tuning race counts
+as one run and yields between its models (`FinetuneComparison.pause`: each model keeps its whole budget).
 
 Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_EXPLORER_UNWATCHED_S`, default
 600: long enough for a Wi-Fi blip or a reopened laptop) is stopped. When a run ends (finished, stopped and then
@@ -91,10 +93,10 @@ class RunStore:
     share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's slots and its turns
     (`RunQueue`), and the pass the server makes over them by itself (`RunScheduler`).
 
-    `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`) when it first gets a slot.
+    `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`, or `finetune_job` for a
+    `finetune_runs.FinetuneSpec`) when it first gets a slot.
     `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
     `release_folder(run)` is where an ended run's checkpoint goes before its process ends (None: keep the job).
-    `busy_elsewhere()` counts other trainings on this CPU (the Fine-tune page's), which take slots too.
     `records` (a `run_records.RunRecords`) keeps each run's record on disk, and `restore_job(record, checkpoint,
     phase, note, probes)` rebuilds the job of a run an earlier server process left there: the store reads them back on a
     thread of its own as it starts (a link asked for meanwhile waits for it).
@@ -103,7 +105,6 @@ class RunStore:
     def __init__(self, job_factory: Callable[[Run], Any], slots: Callable[[], int] = default_slots,
                  is_alive: Callable[[str], bool | None] = lambda session_id: None,
                  release_folder: Callable[[Run], Path | None] = lambda run: None,
-                 busy_elsewhere: Callable[[], int] = lambda: 0,
                  unwatched_s: float | None = None, keep: int | None = None, turn_s: float | None = None,
                  stall_s: float | None = None, poll_s: float = 0.5, records: Any = None,
                  restore_job: Callable[[dict, Path, str, str | None, dict | None], Any] | None = None):
@@ -113,7 +114,7 @@ class RunStore:
             _env_number(UNWATCHED_ENV, DEFAULT_UNWATCHED_S, 0) if unwatched_s is None else unwatched_s,
             int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
         stall_s = _env_number(STALL_ENV, DEFAULT_STALL_S, 1) if stall_s is None else stall_s
-        self._queue = RunQueue(self._lock, slots, busy_elsewhere,
+        self._queue = RunQueue(self._lock, slots,
                                _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s)
         self._scheduler = RunScheduler(self._lock, self._registry, self._queue, job_factory, release_folder, poll_s,
                                        stall_s, records)
@@ -195,7 +196,8 @@ class RunStore:
         return (f"This server trains {self.slots()} run(s) at a time; further runs wait in a queue, first come "
                 f"first served, and start by themselves. While anyone waits, a run trains for at most "
                 f"{self._queue.turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
-                f"continuing where it stopped. A run that no open tab has watched for "
+                f"continuing where it stopped (a fine-tuning race pauses between two of its models, never within "
+                f"one). A run that no open tab has watched for "
                 f"{self._registry.unwatched_s / 60:g} min is stopped; the server keeps the latest "
                 f"{self._registry.keep} ended runs.")
 

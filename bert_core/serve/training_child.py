@@ -162,14 +162,15 @@ class TrainingChild:
         kind, request = cmd[0], cmd[1]
         trainer = self.trainer
         try:
-            if kind in ("stop", "quit"):
-                if kind == "stop":
-                    self.stop_before_run = True
-                else:
+            if kind in ("stop", "pause", "quit"):
+                if kind == "quit":
                     self.quit = True
-                # Only a running run is told: a stop flag set while idle would end the next Resume at once.
+                else:
+                    self.stop_before_run = True
+                # Only a running run is told: a stop flag set while idle would end the next Resume at once. A pause
+                # (a turn that is up) lets a fine-tuning race finish the model in training (FinetuneComparison.pause).
                 if trainer is not None and trainer.state == "running":
-                    trainer.stop()
+                    (getattr(trainer, "pause", trainer.stop) if kind == "pause" else trainer.stop)()
                 return
             if kind == "config":
                 # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).

@@ -226,6 +226,15 @@ class ProcessTrainingJob:
         if wait:
             self.wait(wait)
 
+    def pause(self) -> None:
+        """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
+        the model in training has finished (each keeps its whole budget); start() goes on from there."""
+        if self._child.alive():
+            try:
+                self._child.send(("pause", None))
+            except BertCoreError:
+                pass  # it ended between the check and the send
+
     def wait(self, timeout: float) -> bool:
         """Wait until the child is neither preparing nor training; True when it is idle (or gone)."""
         deadline = time.monotonic() + timeout
@@ -389,6 +398,9 @@ class ProcessTrainingJob:
         """Write the checkpoint to `folder` and end the child process: an ended run then costs the server a folder
         on disk, not a process. Saving, downloading and inspecting it read the folder afterwards."""
         with self._release_lock:
+            if isinstance(self.trainer, ComparisonProxy):
+                self.close()   # a fine-tuning race's results, models included, are in the server already
+                return
             if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
                 self.stop(wait=REPLY_TIMEOUT_S)
             folder = Path(folder).expanduser().resolve()

@@ -2,8 +2,9 @@
 
 Which browser is which comes from an id the browser keeps (a cookie, `VISITOR_COOKIE`: app_state sets and reads
 it); the run store records, for each run, the browsers that started it (OWNER) or opened its share link (VIEWER).
-A row's link is the one that browser already had: `?run=` for its own runs, `?watch=` for the ones it watched, so
-the list never opens a door the browser did not have. No server path is shown: a corpus is named by its label.
+A row's link is the one that browser already had, on the run's own page: `Train?run=` (or `Fine-tune?ft=` for a
+fine-tuning race) for its own runs, `?watch=` (`?ftwatch=`) for the ones it watched, so the list never opens a door
+the browser did not have. No server path is shown: a corpus is named by its label.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from bert_core.serve.finetune_runs import FINETUNE_PAGE, race_score
 from bert_core.serve.run_registry import OWNER
 
 VISITOR_COOKIE = "bert_explorer_visitor"
+TRAIN_PAGE = "Train"
+# Each page's URL keys for a run: the owner's id, and a share link's.
+LINK_PARAMS = {TRAIN_PAGE: ("run", "watch"), FINETUNE_PAGE: ("ft", "ftwatch")}
 VISITOR_DAYS = 30          # how long a browser keeps its id; the runs themselves go by the server's retention
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
@@ -34,28 +39,46 @@ def cookie_script(visitor: str) -> str:
             f"max-age={VISITOR_DAYS * 86400}'+s;}})();</script>")
 
 
-def _accuracy(run) -> float | None:
+def _score(run) -> str:
+    """The run's latest held-out figure: a pretraining run's masked-token (or next-token) accuracy, a race's
+    pretrained model on its validation set."""
+    if getattr(run.spec, "page", None) == FINETUNE_PAGE:
+        return race_score(run.trainer)
     evals = getattr(run.trainer, "evals", None) or []
-    return float(evals[-1].mlm_acc) if evals else None
+    return f"{float(evals[-1].mlm_acc):.1%}" if evals else ""
 
 
-def visitor_rows(visited: Sequence[tuple[Any, str]], train_url: str) -> list[dict]:
-    """One row per (run, role) of `RunStore.visited`: what it is, how far it got, and the link that opens it."""
+def _model(spec) -> str:
+    if getattr(spec, "page", None) == FINETUNE_PAGE:
+        return f"fine-tuned from {spec.model_label}"
+    causal = (getattr(spec, "train", None) or {}).get("objective") == "clm"
+    return f"{'GPT' if causal else 'BERT'} {getattr(spec, 'preset', '')}".strip()
+
+
+def run_link(run, role: str, base: str = "") -> str:
+    """The link that opens the run on its own page (Train, or Fine-tune for a race), relative to `base`: the owner's
+    id for a run this browser started, the share id for one it watched."""
+    page = getattr(run.spec, "page", TRAIN_PAGE)
+    owner, viewer = LINK_PARAMS[page]
+    return f"{base}{page}?{owner}={run.run_id}" if role == OWNER else f"{base}{page}?{viewer}={run.view_id}"
+
+
+def visitor_rows(visited: Sequence[tuple[Any, str]], base: str = "") -> list[dict]:
+    """One row per (run, role) of `RunStore.visited`: what it is, how far it got, and the link that opens it on its
+    page (relative to `base`: "" for a link beside the page showing it)."""
     rows = []
     for run, role in visited:
         spec = run.spec
         trainer = run.trainer
-        causal = (getattr(spec, "train", None) or {}).get("objective") == "clm"
-        acc = _accuracy(run)
-        link = f"{train_url}?run={run.run_id}" if role == OWNER else f"{train_url}?watch={run.view_id}"
+        finetune = getattr(spec, "page", None) == FINETUNE_PAGE
         rows.append({
             "run": run.name or ("started here" if role == OWNER else "watched here"),
             "state": run.phase,
-            "model": f"{'GPT' if causal else 'BERT'} {getattr(spec, 'preset', '')}".strip(),
-            "corpus": getattr(spec, "corpus_label", "") or "",
+            "model": _model(spec),
+            "data": (spec.task_label if finetune else getattr(spec, "corpus_label", "")) or "",
             "step": getattr(trainer, "step", 0) if trainer is not None else 0,
-            "held-out accuracy": f"{acc:.1%}" if acc is not None else "",
-            "open": link,
+            "held-out": _score(run),
+            "open": run_link(run, role, base),
         })
     return rows
 

@@ -392,7 +392,9 @@ class FinetuneComparison:
             self.tuners[:0] = self.task.baselines(config.seed, config.num_misclassified, callbacks)
         self.error: str | None = None
         self._stop = threading.Event()
+        self._pause = threading.Event()
         self._started = False
+        self._running = False
 
     @property
     def step(self) -> int:
@@ -403,11 +405,18 @@ class FinetuneComparison:
         states = [t.state for t in self.tuners]
         if self.error is not None or "failed" in states:
             return "failed"
-        if "running" in states or (self._started and "idle" in states and not self._stop.is_set()):
+        if self._running or "running" in states:
             return "running"
         if all(s == "finished" for s in states):
             return "finished"
         return "stopped" if self._started else "idle"
+
+    @property
+    def resumable(self) -> bool:
+        """True when it paused between its models (a turn that ended on a shared server): run() goes on with the
+        next one. A stop skips the rest for good."""
+        return (self._started and not self._running and self.error is None and not self._stop.is_set()
+                and any(t.state == "idle" for t in self.tuners))
 
     @property
     def progress(self) -> Progress:
@@ -429,16 +438,31 @@ class FinetuneComparison:
         for t in self.tuners:
             t.stop()
 
+    def pause(self) -> None:
+        """Return from run() once the model in training has finished (its turn on a shared server is up): each
+        model keeps its whole budget, uninterrupted, and the next run() starts the next model. A Finetuner is run
+        once, so a comparison yields only between its models."""
+        self._pause.set()
+
     def run(self) -> None:
-        """Run each fine-tuning in turn; never raises (a failure sets `error`)."""
-        self._started = True
-        for tuner in self.tuners:
-            if self._stop.is_set():
-                break
-            tuner.run()
-            if tuner.error is not None:
-                self.error = f"{tuner.name}: {tuner.error}"
-                break
+        """Run each fine-tuning not yet run, in turn, until all have run, a stop, or a pause between two of them;
+        never raises (a failure sets `error`)."""
+        if self._stop.is_set():
+            return
+        self._started, self._running = True, True
+        self._pause.clear()
+        try:
+            for tuner in self.tuners:
+                if tuner.state != "idle":
+                    continue   # run before a pause
+                if self._stop.is_set() or self._pause.is_set():
+                    break
+                tuner.run()
+                if tuner.error is not None:
+                    self.error = f"{tuner.name}: {tuner.error}"
+                    break
+        finally:
+            self._running = False
 
 
 def comparison_config(settings: dict) -> FinetuneConfig:
