@@ -38,8 +38,21 @@ def _few_threads():
     yield
 
 
-def pytest_collection_modifyitems(items):
-    """The files marked slow run first. With `--dist loadfile --no-loadscope-reorder` (pyproject.toml) each worker
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="also run the long checks (marked `long`: minutes each, training to a quality bar or a "
+                          "browser walkthrough); the README's test command leaves them out. `--long -m long`: only "
+                          "them")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long checks are left out unless `--long` is given (they are benchmarks of promises, minutes each:
+    docs/testing.md). The files marked slow run first. With `--dist loadfile --no-loadscope-reorder` (pyproject.toml) each worker
     starts on a long file and the many short ones fill in at the end, so no worker is left with a long browser test
     after the others have finished (xdist's own order, by number of tests, put those few-test files last)."""
+    if not config.getoption("--long"):
+        long = [item for item in items if item.get_closest_marker("long") is not None]
+        if long:
+            items[:] = [item for item in items if item.get_closest_marker("long") is None]
+            config.hook.pytest_deselected(items=long)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort: files stay in order

@@ -460,6 +460,7 @@ def test_a_page_run_on_its_own_draws_without_the_page_list():
     assert at.title
 
 
+@pytest.mark.long  # a long check (`--long`): two real runs
 def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_names_it():
     from bert_core.training import comparison
 

@@ -26,7 +26,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server_home,
 )
 
-pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # a long check (`--long`): minutes of a shared run; AppTest and test_runs check its parts
 
 
 def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when_nobody_watches(server, browser,

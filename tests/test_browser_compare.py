@@ -43,6 +43,7 @@ def _run_then_one_change(page, base: str, steps: int, change: str) -> None:
     _settle(page)
 
 
+@pytest.mark.long  # a long check (`--long`): two runs trained in a browser
 def test_two_toy_runs_overlaid_nsp_on_and_off(server, browser, screenshot_dirs):
     """'Try one change' from a finished run: NSP off, the rest the same; both runs on one chart, the legend
     naming the knob."""

@@ -23,7 +23,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server_home,
 )
 
-pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): the tagger and QA views in a browser; the pages' AppTests are in the suite
 
 
 def _fine_tune(page) -> None:

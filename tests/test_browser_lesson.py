@@ -31,7 +31,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server_home,
 )
 
-pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): the README's walkthrough on its defaults, a promise measured as a user presses it
 
 
 def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):

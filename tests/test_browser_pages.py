@@ -70,6 +70,7 @@ def test_attention_heatmap_and_topk_bars_render(server, browser):
         page.close()
 
 
+@pytest.mark.long  # a long check (`--long`); test_app and test_public_server check bad uploads through AppTest
 @pytest.mark.parametrize("content, message", [(b"", "is empty"), (b"\x00\x01binary\x00", "binary")])
 def test_bad_upload_gets_a_message_not_a_traceback(server, browser, tmp_path, content, message):
     base, _ = server
@@ -89,6 +90,7 @@ def test_bad_upload_gets_a_message_not_a_traceback(server, browser, tmp_path, co
         page.close()
 
 
+@pytest.mark.long  # a long check (`--long`); test_public_server checks the same rules through AppTest
 def test_typed_paths_never_touch_the_servers_files(server, browser, server_home, tmp_path):
     """Somebody's folder, named absolutely, relatively with '..', as '~' and as nothing, typed into every box
     that takes a path or a name (the sidebar's checkpoint folder on every page, the Train page's run name), with

@@ -26,7 +26,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     screenshot_dirs,
 )
 
-pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # a long check (`--long`): a server restarted under a browser; test_faults restarts one in the suite
 
 STEPS = 60
 

@@ -215,6 +215,7 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
         student.context.close()
 
 
+@pytest.mark.long  # a long check (`--long`); the race test below finds its run in My runs
 def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(server, browser):
     """A run started in one browser is in that browser's *My runs* after the page is opened again without its link
     (the browser's id is a cookie), with a link that reopens it; another browser's list does not have it."""

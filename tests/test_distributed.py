@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): two torchrun processes per test
 
 REPO = Path(__file__).resolve().parent.parent
 

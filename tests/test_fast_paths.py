@@ -107,6 +107,7 @@ _FAULTS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long  # a long check (`--long`): 400 MB of page faults
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 def test_keeping_freed_memory_stops_page_faults_on_large_buffers():
     def faults(mode):
@@ -118,6 +119,7 @@ def test_keeping_freed_memory_stops_page_faults_on_large_buffers():
     assert kept < 2_000
 
 
+@pytest.mark.long  # a long check (`--long`): a bench per flag
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 @pytest.mark.parametrize("flag, expected", [([], True), (["--default-malloc"], False)])
 def test_bench_keeps_freed_memory_in_its_own_process_and_leaves_the_environment_alone(flag, expected):

@@ -59,6 +59,7 @@ def _training(run, step: int = 2):
            "the child trains")
 
 
+@pytest.mark.long  # a long check (`--long`): waits out a stall
 def test_a_frozen_process_is_ended_as_stalled_and_the_queued_run_gets_its_slot(store):
     s = store(stall_s=4)
     frozen = s.submit(_spec(), "owner")
@@ -78,6 +79,7 @@ def test_a_frozen_process_is_ended_as_stalled_and_the_queued_run_gets_its_slot(s
     assert not frozen.job.model_available and "lost" in frozen.job.lost_message()
 
 
+@pytest.mark.long  # a long check (`--long`)
 def test_stop_ends_a_run_whose_process_does_not_answer(store):
     s = store(stall_s=1000)
     run = s.submit(_spec(), "owner")

@@ -43,6 +43,7 @@ def test_transformers_loads_it_as_a_bert_lm_head_model():
     assert not info["missing_keys"] and not info["unexpected_keys"] and model.config.is_decoder
 
 
+@pytest.mark.long  # a long check (`--long`): scores 182k held-out tokens
 def test_heldout_and_eval_reproduce_the_recorded_figures(metrics, shared_data, tmp_path, monkeypatch):
     from bert_core.training.heldout import evaluate_text_file
     from bert_core.training.heldout import write_heldout_text

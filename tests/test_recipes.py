@@ -116,7 +116,9 @@ TOY_STEPS = {"nano": 300, "tiny": 300, "mini": 300, "small": 200}
 LEFT_THE_LINE = 1.2
 
 
-@pytest.mark.parametrize("preset", list(TOY_STEPS))
+# nano and tiny in the suite; mini and small (one and three minutes) are long checks (`--long`).
+@pytest.mark.parametrize("preset", [p if p in ("nano", "tiny") else pytest.param(p, marks=pytest.mark.long)
+                                    for p in TOY_STEPS])
 def test_each_size_the_page_offers_leaves_the_unigram_line_on_toy_with_its_settings(preset):
     from bert_core.serve.jobs import TrainSpec, build_trainer
     from bert_core.training.evaluation import evaluate

@@ -50,6 +50,7 @@ def test_transformers_loads_the_shipped_folder_as_it_is():
     assert tok(text)["input_ids"] == ours.encode_pair(text)["input_ids"]
 
 
+@pytest.mark.long  # a long check (`--long`): scores the held-out text
 def test_heldout_and_eval_reproduce_the_recorded_figures(metrics, shared_data, tmp_path, monkeypatch):
     """The README's reproduction recipe, run for real (needs ../shared/data, where the training text lives)."""
     from bert_core.training.heldout import evaluate_text_file
