@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures, lesson
+from bert_core.inspect import figures, lesson, tricks
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, plateau, recipes
@@ -430,6 +430,12 @@ def _compare() -> None:
     else:
         st.caption("Every run this tab starts joins this list. Start a second one (below, or with other settings "
                    "above) to overlay their curves.")
+    with st.expander("What each change bought when we measured it", icon=":material/science:"):
+        st.table(tricks.trick_rows(jobs.default_spec(), every, [names[r.run_id] for r in every]), hide_index=True)
+        st.caption("Each row is one change from the page's defaults (the toy corpus, nano, 2,000 steps), trained to "
+                   "the end with seeds 0, 1 and 2: held-out masked-token accuracy at the end. *Your run* is this "
+                   "tab's latest run of that change, with anything else in which it differs from the defaults: "
+                   "start the defaults, then one change at a time (below), to see your own figures beside them.")
     changes = comparison.suggested_changes(run.spec)
     if not changes:
         return

@@ -146,6 +146,7 @@ def test_typed_paths_never_touch_the_servers_files(server, browser, server_home,
         assert _snapshot(folder) == before, f"{name} folder changed"
 
 
+@pytest.mark.long  # a long check (`--long`)
 def test_leaving_a_page_and_coming_back_keeps_its_settings_and_the_model_choice_is_in_the_url(server, browser):
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

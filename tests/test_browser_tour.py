@@ -187,7 +187,9 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
         teacher.get_by_text("Teach with this lesson").click()
         teacher.get_by_role("button", name="Lead a class").click()
         _settle(teacher)
-        link = teacher.locator("code", has_text="follow=").first.inner_text().strip()
+        code = teacher.locator("code", has_text="follow=").first
+        code.wait_for(timeout=90_000)        # a loaded machine (the other worker training) redraws slowly
+        link = code.inner_text().strip()
         assert link.startswith(base) and "/Lesson?follow=" in link
 
         student.goto(link)
@@ -254,6 +256,7 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         other.close()
 
 
+@pytest.mark.long  # a long check (`--long`): two runs fill the server; test_finetune queues a race on a full server through AppTest
 def test_a_race_on_a_full_server_queues_is_found_again_in_my_runs_and_finishes(server, browser, screenshot_dirs):
     """One queue for every training: with both of the test server's slots taken by pretraining runs, a fine-tuning
     race started in another browser waits in the queue with its place shown (never refused); opened again without
