@@ -1,6 +1,7 @@
 """A class of thirty on one server (issue #17): `streamlit run app.py` on localhost, 30 concurrent sessions.
 
     python benchmarks/classroom_load.py [--duration 240] [--solo-s 60] [--browsers 4] [--json out.json]
+    python benchmarks/classroom_load.py --finetuners 4 --viewers 15 --browse 3   # fine-tuning in the mix (issue #31)
 
 What it does, in two phases, each on its own fresh server (headless, `--server.fileWatcherType none`, temporary
 runs and scratch folders, the shipped checkpoint, the capacity settings at their defaults unless a flag says
@@ -15,7 +16,11 @@ otherwise):
      tours the four pages once while its run is queued or training, then stays on the Train page;
    - twenty viewers open the share link and tour Train, Attention, Predictions, Home, Tokens & masking (with a
      few seconds' think time on each) until the end;
-   - two sessions only browse the four pages, and at the end open the Train page (which must show no run).
+   - two sessions only browse the four pages, and at the end open the Train page (which must show no run);
+   - with `--finetuners N`, N more sessions open the Fine-tune page and press *Fine-tune both* on its defaults within
+     the class's first minute, then watch their races: each race is a run of the same queue (its Start answered
+     "Queued (k ahead)" with an estimated wait, or preparing), and the report gives each one's answer, the wait the
+     page estimated against the wait it had, and when its results showed.
    It ends `--duration` seconds after the teacher's Start.
 
 `--browsers` of the sessions (default 4: the teacher, one trainer, two viewers) are real headless Chromium pages
@@ -83,6 +88,12 @@ SIDEBAR_LABEL = {"": "Home", "Tokens_and_masking": "Tokens & masking", "Train": 
                  "Predictions": "Predictions"}
 TOUR = ["", "Tokens_and_masking", "Attention", "Predictions"]
 PROGRESS = re.compile(r"\b(running|queued|stopped|finished|failed|preparing): step ([\d,]+) of")
+# The Fine-tune page's race: its progress bar ("running: training scratch · time left 12s"), its preparing note, the
+# queue's estimated wait, and its results.
+RACE_PROGRESS = re.compile(r"^(running|stopped|finished|failed|preparing)(?:: training [\w -]+)? · time left")
+RACE_PREPARING = "Preparing: splitting the data"
+ESTIMATED = re.compile(r"estimated wait (?:(\d+)m )?(\d+)s")
+RESULTS = "Results"
 QUEUED = re.compile(r"Queued\W+(\d+) run\(s\) ahead")
 PREPARING = "Preparing: loading the corpus"
 NAV_TIMEOUT_S = 120.0   # a page that has not settled by then is counted at this (a lower bound) and left
@@ -108,6 +119,9 @@ class Record:
     cpu_at_end: tuple = (0.0, 0.0, 0.0)
     teacher_start: float | None = None
     notes: list[str] = field(default_factory=list)       # a run's failure or the server's note on it
+    race_starts: list[dict] = field(default_factory=list)    # the fine-tuners' presses, as `starts`
+    first_estimate: dict[str, tuple] = field(default_factory=dict)   # session -> (t, estimated wait s) when queued
+    finished_at: dict[str, float] = field(default_factory=dict)      # session -> t its race's results showed
 
     def settle(self, role, client, session, page, seconds, t0):
         self.settles.append(dict(role=role, client=client, session=session, page=page or "Home", s=seconds, t0=t0))
@@ -275,20 +289,37 @@ class Session:
                 self.rec.leak(f"{self.name} ({self.role}, {self.client}): run {key[:6]} went back from step "
                               f"{prev} to {step}")
             self.last_step[key] = max(step, prev or 0)
+        elif RACE_PROGRESS.search(text):
+            self.phase = RACE_PROGRESS.search(text).group(1)
+            self.rec.timelines[self.name].append((t, self.phase, None, key))
+        elif text.strip() == RESULTS and self.role == "finetuner":
+            self.phase = "finished"
+            self.rec.finished_at.setdefault(self.name, t)
+            self.rec.timelines[self.name].append((t, "finished", None, key))
         elif QUEUED.search(text):
             self.phase = "queued"
             self.ahead = int(QUEUED.search(text).group(1))
+            est = ESTIMATED.search(text)
+            if est and self.name not in self.rec.first_estimate:
+                self.rec.first_estimate[self.name] = (t, 60 * int(est.group(1) or 0) + int(est.group(2)))
             self.rec.timelines[self.name].append((t, "queued", None, key))
+        elif RACE_PREPARING in text:
+            self.phase = "preparing"
+            self.rec.timelines[self.name].append((t, "preparing", None, key))
         elif PREPARING in text:
             self.phase = "preparing"
             self.rec.timelines[self.name].append((t, "preparing", None, key))
-        elif text.startswith(("Training failed", "This run was")):
+        elif text.startswith(("Training failed", "This run was", "Fine-tuning failed", "This race was")):
             self.rec.timelines[self.name].append((t, "note", text[:200], key))
             self.rec.notes.append(f"{self.name}: {text[:200]}")
 
     def saw_query(self, query: dict[str, str]) -> None:
         self.query = query
         run, watch = query.get("run"), query.get("watch")
+        if self.role == "finetuner":
+            run = None   # its own ?ft=; the Train page's ?run= never comes to it (checked below)
+            if query.get("run") or query.get("watch"):
+                self.rec.leak(f"{self.name} (finetuner) got a Train page run id")
         if run:
             if self.role not in ("trainer", "teacher"):
                 self.rec.leak(f"{self.name} ({self.role}, {self.client}) got an owner's ?run={run[:6]}…")
@@ -434,6 +465,8 @@ class ProtocolSession(Session):
             text = el.progress.text
         elif kind == "markdown":
             text = el.markdown.body
+        elif kind == "heading":
+            text = el.heading.body
         elif kind == "code":
             self.saw_share(el.code.code_text)
         elif kind == "metric":
@@ -499,11 +532,12 @@ class ProtocolSession(Session):
         self.rec.settle(self.role, self.client, self.name, page, t - t0, t0)
         return t - t0
 
-    async def press_start(self) -> dict:
-        wid, disabled = self.buttons["Start"]
+    async def press_start(self, label: str = "Start") -> dict:
+        wid, disabled = self.buttons[label]
         loop = asyncio.get_running_loop()
         answer, notice = loop.create_future(), loop.create_future()
-        self.watchers = [(lambda s: bool(QUEUED.search(s) or PREPARING in s or PROGRESS.search(s)), answer),
+        self.watchers = [(lambda s: bool(QUEUED.search(s) or PREPARING in s or PROGRESS.search(s)
+                                         or RACE_PREPARING in s or RACE_PROGRESS.search(s)), answer),
                          (lambda s: s.startswith("Starting"), notice)]
         t0 = time.monotonic()
         self._waiting = loop.create_future()
@@ -734,10 +768,11 @@ async def solo(server: Server, seconds: float) -> dict:
                 last_step=max(steps) if steps else None, exceptions=rec.exceptions)
 
 
-async def classroom(server: Server, duration: float, browsers: int, seed: int) -> tuple[Record, dict]:
+async def classroom(server: Server, duration: float, browsers: int, seed: int, n_finetuners: int = 0,
+                    n_viewers: int = 20, n_browse: int = 2) -> tuple[Record, dict]:
     rec = Record()
     rnd = random.Random(seed)
-    n_trainers, n_viewers, n_browse = 8, 20, 2
+    n_trainers = 8
     pw = browser = None
     if browsers:
         from playwright.async_api import async_playwright
@@ -757,7 +792,8 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int) -
     trainers = [teacher] + [make(f"trainer-{i}", "trainer") for i in range(2, n_trainers + 1)]
     viewers = [make(f"viewer-{i:02d}", "viewer") for i in range(1, n_viewers + 1)]
     browsing = [make(f"browse-{i}", "browse") for i in range(1, n_browse + 1)]
-    everyone = trainers + viewers + browsing
+    finetuners = [make(f"finetuner-{i}", "finetuner") for i in range(1, n_finetuners + 1)]
+    everyone = trainers + viewers + browsing + finetuners
     loop = asyncio.get_running_loop()
     shared: asyncio.Future = loop.create_future()     # the teacher's share link
     window = {"start": None, "end": None}
@@ -810,6 +846,17 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int) -
                         think=(2.0, 6.0), deadline=class_deadline())
             await s.stay(rnd.uniform(4, 10))
 
+    async def finetuner_part(s: Session):
+        """A student at the fine-tuning step: opens the Fine-tune page, presses *Fine-tune both* on its defaults
+        within the class's first minute, and watches the race (queued, then training, then its results)."""
+        await arrive(s)
+        await s.goto("Fine-tune")
+        await asyncio.shield(shared)
+        await asyncio.sleep(rnd.uniform(0, 40))
+        start = await s.press_start("Fine-tune both")
+        rec.race_starts.append(start)
+        await s.stay(class_deadline() - time.monotonic())
+
     async def browse_part(s: Session):
         await arrive(s)
         await asyncio.shield(shared)
@@ -821,7 +868,8 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int) -
             rec.leak(f"{s.name} ({s.client}) never started a run but its Train page shows one ({s.phase})")
 
     parts = ([_guard(teacher, teacher_part(teacher))] + [_guard(s, trainer_part(s)) for s in trainers[1:]]
-             + [_guard(s, viewer_part(s)) for s in viewers] + [_guard(s, browse_part(s)) for s in browsing])
+             + [_guard(s, viewer_part(s)) for s in viewers] + [_guard(s, browse_part(s)) for s in browsing]
+             + [_guard(s, finetuner_part(s)) for s in finetuners])
     await asyncio.gather(*parts)
     rec.runs_window[1] = time.monotonic()
     rec.cpu_at_end = server.cpu_s() + (_generator_cpu_s(),)
@@ -919,7 +967,21 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
         per_run[st["session"]] = dict(tokens_per_s=med, samples=len(samples),
                                       vs_solo=(med / solo_tps) if med and solo_tps else None,
                                       last=final.get(st["session"], {}))
+    races = []
+    for st in rec.race_starts:
+        name = st["session"]
+        t_answer = st["t0"] + (st.get("answer_s") or 0)
+        slot = next((t for t, phase, _, _ in rec.timelines[name]
+                     if t >= t_answer and phase in ("preparing", "running")), None)
+        estimate = rec.first_estimate.get(name)
+        races.append(dict(session=name, answer=st.get("answer"), answer_s=st.get("answer_s"), ahead=st.get("ahead"),
+                          estimated_wait_s=estimate[1] if estimate else None,
+                          waited_s=(slot - estimate[0]) if slot is not None and estimate else
+                          (0.0 if st.get("answer") != "queued" else None),
+                          finished_after_s=(rec.finished_at[name] - t_answer) if name in rec.finished_at else None,
+                          last=final.get(name, {}).get("phase")))
     return dict(
+        races=races,
         meta=meta,
         settle=dict(viewers_during=stats(during, ("viewer",)), trainers_during=stats(during, ("trainer", "teacher")),
                     browse_during=stats(during, ("browse",)), all_before_runs=stats(before, ("viewer", "trainer",
@@ -992,6 +1054,18 @@ def table(r: dict) -> str:
          f"{m['peak_total_mb']:,.0f} (server {m['server_mb']:,.0f}, {m['children_at_peak']} children "
          f"{m['children_mb']:,.0f}; at most {m['max_children']} children)", "< 4,096 MB",
          m["peak_total_mb"] < TARGETS["memory_gb"] * 1024),
+    ] + ([
+        ("fine-tuning races: Start answered as (s)",
+         "; ".join(f"{x['answer']}" + (f" ({x['ahead']} ahead)" if x["answer"] == "queued" else "")
+                   + f" in {_f(x['answer_s'], '{:.1f}')}" for x in r["races"]), "none refused",
+         all(x["answer"] in ("queued", "preparing", "running") for x in r["races"])),
+        ("races: wait the page estimated / waited until a slot (s)",
+         "; ".join(f"{_f(x['estimated_wait_s'], '{:.0f}')} / {_f(x['waited_s'], '{:.0f}')}" for x in r["races"]),
+         "", None),
+        ("races: results shown, s after Start (else the state at the end)",
+         "; ".join(_f(x["finished_after_s"], "{:.0f}") if x["finished_after_s"] is not None else str(x["last"])
+                   for x in r["races"]), "each finishes or waits with an estimate", None),
+    ] if r.get("races") else []) + [
         ("exceptions on pages / tracebacks in the server log",
          f"{len(r['exceptions'])} / {len(r['server_tracebacks'])}", "0", not r["exceptions"]),
         ("state seen by another session", f"{len(r['leaks'])}", "0", not r["leaks"]),
@@ -1014,11 +1088,16 @@ def main(argv=None) -> int:
     ap.add_argument("--browsers", type=int, default=4, help="sessions that are real Chromium pages (at most 7)")
     ap.add_argument("--slots", type=int, default=None, help="BERT_EXPLORER_MAX_TRAININGS (default: the app's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the think times and arrival jitter")
+    ap.add_argument("--finetuners", type=int, default=0,
+                    help="sessions that press Fine-tune both in the class's first minute (the issue-31 mix: 4)")
+    ap.add_argument("--viewers", type=int, default=20, help="watchers of the teacher's run (the issue-31 mix: 15)")
+    ap.add_argument("--browse", type=int, default=2, help="sessions that only browse (the issue-31 mix: 3)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = ap.parse_args(argv)
     if args.browsers and not Path(CHROMIUM).exists():
         ap.error(f"no Chromium at {CHROMIUM} (set BERT_CHROMIUM, or --browsers 0)")
     meta = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), duration=args.duration, browsers=args.browsers,
+                finetuners=args.finetuners, viewers=args.viewers, browse=args.browse,
                 slots_env=args.slots, cores=os.cpu_count(), loadavg_before=Path("/proc/loadavg").read_text().split()[:3])
     print(f"load average before: {' '.join(meta['loadavg_before'])}", flush=True)
     with tempfile.TemporaryDirectory(prefix="classroom-load-") as tmp:
@@ -1034,7 +1113,8 @@ def main(argv=None) -> int:
                   f"({solo_result.get('samples')} samples, up to step {solo_result.get('last_step')})", flush=True)
         server = Server(work, args.slots)
         try:
-            rec, final = asyncio.run(classroom(server, args.duration, args.browsers, args.seed))
+            rec, final = asyncio.run(classroom(server, args.duration, args.browsers, args.seed, args.finetuners,
+                                               args.viewers, args.browse))
             meta["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
             result = summarise(rec, final, solo_result, server, meta)
         finally:
