@@ -497,7 +497,7 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     names = {t.get("name") for t in json.loads(overlay[0].proto.spec)["data"]}
     assert {"run 1: reference (NSP on)", "run 2: NSP on → off"} <= names, names
     # The run list: each run, and how it differs from the one before it.
-    listed = at.table[-1].value
+    listed = next(t.value for t in at.table if "change from the run before" in t.value.columns)   # the run list
     assert list(listed["run"]) == ["run 1", "run 2"]
     assert list(listed["change from the run before"]) == ["first run", "NSP on → off"]
     # The first run's checkpoint went to its folder when the second started: Attention can set it beside a model.

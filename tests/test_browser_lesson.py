@@ -74,7 +74,7 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
         held_out = float(_metric(page, "Held-out MLM acc.").rstrip("%")) / 100
         assert held_out >= DEFAULT_RUN_TARGET, f"the default run ended at {held_out:.1%} held-out accuracy"
         # The probe table: the held-out sentences shown before Start, each with the model's guesses now.
-        table = page.locator('[data-testid="stTable"]').last
+        table = page.locator('[data-testid="stTable"]').filter(has_text=probes[0]).last   # the probes' table
         assert table.locator("tbody tr td").first.inner_text() == probes[0]
         assert "%" in table.locator("tbody tr").first.locator("td").nth(1).inner_text()
         # A finished run has nothing to resume: the page says so and offers a new run from its weights.
