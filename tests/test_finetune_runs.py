@@ -200,3 +200,17 @@ def test_a_race_in_a_training_process_pauses_between_models_and_its_process_ends
         assert set(results) == {"pretrained", "scratch"} and results["scratch"].model is not None
     finally:
         job.close(wait=10)
+
+
+def test_an_ended_race_nobody_watches_is_dropped_with_its_models_and_its_link_says_so(store):
+    alive = {"tab": True}
+    s = store(is_alive=alive.get, unwatched_s=0.2)
+    race = s.submit(_spec(parts=1, part_s=0.05), "tab")
+    pretraining = s.submit(3, "tab")                               # a pretraining run keeps its folder: it stays
+    _until(lambda: race.phase == "finished" and pretraining.phase == "finished", "both run")
+    time.sleep(0.5)
+    assert s.get(race.run_id) is race                              # watched: kept, however long
+    alive["tab"] = False                                           # the tab is closed
+    _until(lambda: s.get(race.run_id) is None, "an ended race nobody watches is dropped")
+    assert s.was_dropped(race.run_id) and s.was_dropped(race.view_id)
+    assert s.get(pretraining.run_id) is pretraining

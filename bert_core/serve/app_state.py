@@ -239,7 +239,11 @@ def attach_run(page: str = TRAIN_PAGE) -> None:
             s.pop(watch_key, None)
             s[state_key] = token
         else:
-            s["run_note"] = ("The run of this link was dropped: the server keeps only its latest ended runs. Save "
+            s["run_note"] = ("The race of this link is gone: a race's results stay on the server while someone "
+                             f"looks at them, and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it "
+                             "again here."
+                             if RUNS.was_dropped(token) and page == FINETUNE_PAGE else
+                             "The run of this link was dropped: the server keeps only its latest ended runs. Save "
                              "a run you want to keep (Train page, *Save this run on the server*)."
                              if RUNS.was_dropped(token) else
                              "The run of this link was lost when the server restarted: it had not written its first "

@@ -149,6 +149,15 @@ class RunRegistry:
             self._views.clear()
             return runs
 
+    def drop(self, run: Run) -> bool:
+        """Forget one run, remembering its ids so that its links can say so; False when it was gone already."""
+        with self._lock:
+            if self._runs.pop(run.run_id, None) is None:
+                return False
+            self._views.pop(run.view_id, None)
+            self._dropped.extend((run.run_id, run.view_id))
+            return True
+
     def drop_oldest_ended(self) -> list[Run]:
         """Forget the oldest ended runs beyond the latest `keep`, remembering their ids so that their links can say
         so; returns them (their jobs are for the caller to end)."""

@@ -70,15 +70,21 @@ class RunScheduler:
         self._end_silent()
         with self._lock:
             to_stop = self._queue.end_turns(now)
+            forgotten = []
             for run in self._registry.runs():
                 retry = run.release_retry_at is None or now >= run.release_retry_at
-                if self._registry.unwatched(run, now) and not run.released and not run.cancelled and retry:
+                unwatched = self._registry.unwatched(run, now)
+                if unwatched and not run.released and not run.cancelled and retry:
                     self._end_unwatched(run, now, to_end)
                 job = run.job
                 if (not run.released and job is not None and not run.active and run not in to_end
                         and job.phase in ("finished", "failed") and retry):
                     to_release.append(run)
-            doomed = self._registry.drop_oldest_ended()
+                # An ended fine-tuning race keeps its models in the server's memory, not in a folder: once nobody
+                # has watched it for the grace period they go, so memory is bounded by the races people look at.
+                if unwatched and run.released and not run.active and not getattr(run.spec, "recorded", True):
+                    forgotten.append(run)
+            doomed = self._registry.drop_oldest_ended() + [r for r in forgotten if self._registry.drop(r)]
         for run in to_stop:
             # A turn that is up: a pretraining run stops at its next step; a fine-tuning race at the end of the
             # model in training (it cannot resume one halfway: each keeps its whole budget).

@@ -12,7 +12,8 @@ minus one for the web server, at least one). A Start beyond that joins a first-c
 when a slot frees. While anyone waits, a run trains for at most `turn_s` seconds at a stretch
 (`$BERT_EXPLORER_TURN_S`, default 120); then it pauses at a step boundary, in its own process and with its
 optimizer, and goes to the back of the queue, so one long run cannot keep a class waiting. A fine-tuning race counts
-as one run and yields between its models (`FinetuneComparison.pause`: each model keeps its whole budget).
+as one run and yields between its models (`FinetuneComparison.pause`: each model keeps its whole budget). An ended
+race's models are in memory, not in a folder: once nobody has watched it for `unwatched_s` it is dropped.
 
 Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_EXPLORER_UNWATCHED_S`, default
 600: long enough for a Wi-Fi blip or a reopened laptop) is stopped. When a run ends (finished, stopped and then
@@ -182,6 +183,10 @@ class RunStore:
     def slots(self) -> int:
         """How many runs may prepare or train at once (at least one)."""
         return self._queue.slots()
+
+    def unwatched_s(self) -> float:
+        """Seconds a run nobody watches lives on (an ended race's results go then too)."""
+        return self._registry.unwatched_s
 
     def stall_s(self) -> float:
         """Seconds of silence after which a training process is ended as stalled."""
