@@ -26,8 +26,13 @@ from bert_core.inspect import lesson
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
 
-def _notice(page) -> str:
-    box = page.locator('[data-testid="stAlert"]', has_text="What to notice.").last
+def _notice(page, expect: str | re.Pattern = "") -> str:
+    """The step's "What to notice" text, once it holds `expect` (the previous step's box stays on the page until the
+    new one is drawn: on a loaded machine a read right after Next can find the old one)."""
+    box = page.locator('[data-testid="stAlert"]', has_text="What to notice.")
+    if expect:
+        box = box.filter(has_text=expect)
+    box = box.last
     box.wait_for(timeout=60_000)
     return box.inner_text().split("What to notice.", 1)[1].strip()
 
@@ -77,7 +82,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         assert "step=tokens" in page.url
 
         # 1. Tokens: the notice's count of pieces is the figure's count of tokens, less [CLS] and [SEP].
-        text = _notice(page)
+        text = _notice(page, "word pieces")
         pieces = int(re.search(r"became (\d+) word pieces", text).group(1))
         assert _plot(page, "tokens, as the model reads them")["title"].startswith(f"{pieces + 2} tokens")
         _answer(page, "tokens")
@@ -86,7 +91,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
 
         # 2. Masking: the notice's accuracies by decision are the bars' heights.
         _next(page, "masking")
-        text = _notice(page)
+        text = _notice(page, "guesses right")
         bars = _plot(page, "Right guesses by decision")["data"][0]
         said = dict(re.findall(r"the (kept tokens|\[MASK\]ed ones|random ones) (\d+)%", text))
         names = {"kept": "kept tokens", "[MASK]": "[MASK]ed ones", "random": "random ones"}
@@ -99,14 +104,14 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _next(page, "step")
         page.get_by_role("button", name="Take one step").click()
         _settle(page)
-        text = _notice(page)
+        text = _notice(page, "Update 1:")
         assert text.startswith("Update 1:")
         tile = page.locator('[data-testid="stMetric"]', has_text="Masked-LM loss").locator(
             '[data-testid="stMetricValue"]').inner_text()
         assert f"loss was {float(tile):.2f}" in text
         page.get_by_role("button", name="Take one step").click()
         _settle(page)
-        assert _notice(page).startswith("Update 2:")
+        assert _notice(page, "Update 2:").startswith("Update 2:")
         assert _plot(page, "Gradient by part of the model, update 2")
         _answer(page, "step")
         _shoot(page, "lesson-3-one-step", screenshot_dirs)
@@ -120,7 +125,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         page.get_by_role("button", name="Stop").click()
         page.get_by_text("Run stopped", exact=False).first.wait_for(timeout=60_000)
         _settle(page)
-        text = _notice(page)
+        text = _notice(page, "went under it at step")
         held = [t for t in _plot(page, "Loss")["data"] if "held-out" in (t["name"] or "")][0]
         assert f"{held['y'][-1]:.2f} at step {held['x'][-1]:,}" in text
         assert "went under it at step" in text
@@ -130,7 +135,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
 
         # 5. Attention, now on the model the run trained: the named head's share is in its panel's label.
         _next(page, "attention")
-        text = _notice(page)
+        text = _notice(page, "of its attention")
         head, share = re.search(r"Head (L\d+ H\d+) .*? puts (\d+)% of its attention", text).groups()
         titles = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot .annotation-text'))"
                                ".map(e => e.textContent)")
@@ -145,7 +150,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
 
         # 6. Predictions: the notice's top guess is the first bar.
         _next(page, "predictions")
-        text = _notice(page)
+        text = _notice(page, "top guess is")
         top = _plot(page, "Guesses for the first [MASK]")["data"][0]
         assert f"“{top['y'][0]}” at {round(top['x'][0] * 100)}%" in text
         _answer(page, "predictions")
@@ -153,7 +158,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
 
         # 7. BERT or GPT: GPT's [CLS] sees itself only.
         _next(page, "bert-or-gpt")
-        assert "GPT's [CLS] looks at 1 of the" in _notice(page)
+        assert "GPT's [CLS] looks at 1 of the" in _notice(page, "GPT's [CLS]")
         _answer(page, "bert-or-gpt")
         _shoot(page, "lesson-7-bert-or-gpt", screenshot_dirs)
 

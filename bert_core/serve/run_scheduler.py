@@ -84,7 +84,8 @@ class RunScheduler:
                 # has watched it for the grace period they go, so memory is bounded by the races people look at.
                 if unwatched and run.released and not run.active and not getattr(run.spec, "recorded", True):
                     forgotten.append(run)
-            doomed = self._registry.drop_oldest_ended() + [r for r in forgotten if self._registry.drop(r)]
+            doomed = self._registry.drop_oldest_ended()
+            gone = [r for r in forgotten if self._registry.drop(r)]
         for run in to_stop:
             # A turn that is up: a pretraining run stops at its next step; a fine-tuning race at the end of the
             # model in training (it cannot resume one halfway: each keeps its whole budget).
@@ -94,8 +95,12 @@ class RunScheduler:
             self.release(run, stop_first=True)
         for run in to_release:
             self.release(run)
-        for run in doomed:
-            log.info("dropping the ended run %s (the server keeps %d)", run.run_id[:6], self._registry.keep)
+        for run in doomed + gone:
+            if run in gone:
+                log.info("dropping the ended race %s: nobody watched it for %g min", run.run_id[:6],
+                         self._registry.unwatched_s / 60)
+            else:
+                log.info("dropping the ended run %s (the server keeps %d)", run.run_id[:6], self._registry.keep)
             end_job(run, wait=1.0)
             if self._records is not None:
                 self._records.remove(run.run_id)
