@@ -48,8 +48,9 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """The long checks are left out unless `--long` is given (they are benchmarks of promises, minutes each:
     docs/testing.md). The files marked slow run first. With `--dist loadfile --no-loadscope-reorder`
-    (pyproject.toml) each worker starts on a long file and the many short ones fill in at the end, so no worker is left with a long browser test
-    after the others have finished (xdist's own order, by number of tests, put those few-test files last)."""
+    (pyproject.toml) each worker starts on a long file and the many short ones fill in at the end, so no worker
+    is left with a long browser test after the others have finished (xdist's own order, by number of tests, put
+    those few-test files last)."""
     if not config.getoption("--long"):
         long = [item for item in items if item.get_closest_marker("long") is not None]
         if long:

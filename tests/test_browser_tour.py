@@ -261,7 +261,8 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         other.close()
 
 
-@pytest.mark.long  # a long check (`--long`): two runs fill the server; test_finetune queues a race on a full server through AppTest
+# A long check (`--long`): two runs fill the server; test_finetune queues a race on a full server through AppTest.
+@pytest.mark.long
 def test_a_race_on_a_full_server_queues_is_found_again_in_my_runs_and_finishes(server, browser, screenshot_dirs):
     """One queue for every training: with both of the test server's slots taken by pretraining runs, a fine-tuning
     race started in another browser waits in the queue with its place shown (never refused); opened again without
