@@ -54,6 +54,9 @@ DATASETS["tags"]["upload_conll"] = "Upload a CoNLL file"
 DATASETS["spans"].update(toy_qa="Toy stories: who went where, and what they found (built-in)",
                          upload_squad="Upload a SQuAD v1.1 JSON file")
 ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
+# How a run list names a race's uploaded data (never the file's name or a server path).
+UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
+            "upload_squad": "an uploaded SQuAD file"}
 # (training, validation) examples: sentences for labels and tags, questions for spans.
 SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
          "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
@@ -314,7 +317,7 @@ try:
             app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
         spec = FinetuneSpec(partial(build_comparison, data, active.model, active.tokenizer, settings, others,
                                     bool(s.get("ft_baseline"))),
-                            kind=s["ft_kind"], data_label=ALL_DATASETS.get(s["ft_data"], s["ft_data"]),
+                            kind=s["ft_kind"], data_label=UPLOADED.get(s["ft_data"], ALL_DATASETS[s["ft_data"]]),
                             model_label=active.short_name, models=2 + len(others), budget_s=float(settings["budget"]))
         app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id()), FINETUNE_PAGE)
         st.rerun()

@@ -222,6 +222,18 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
         student.context.close()
 
 
+def _found_in_my_runs(context, url: str, link_query: str):
+    """A new tab of the same browser on the bare page address (no run id in it), its *My runs* (one run) opened:
+    (the tab, the list's link whose query holds `link_query`), once that link is there."""
+    page = context.new_page()
+    page.goto(url)
+    _settle(page)
+    page.get_by_text("My runs · 1").click()
+    link = page.locator(f'a[href*="{link_query}"]')
+    link.wait_for(timeout=30_000)
+    return page, link
+
+
 @pytest.mark.long  # a long check (`--long`); the race test below finds its run in My runs
 def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(server, browser):
     """A run started in one browser is in that browser's *My runs* after the page is opened again without its link
@@ -238,12 +250,7 @@ def test_my_runs_finds_a_run_again_without_its_link_and_only_in_its_own_browser(
         run_id = re.search(r"run=([A-Za-z0-9_-]+)", page.url).group(1)
         page.close()
 
-        again = context.new_page()          # the same browser, the bare address: no ?run= in it
-        again.goto(f"{base}/Train")
-        _settle(again)
-        again.get_by_text("My runs · 1").click()
-        link = again.locator(f'a[href*="run={run_id}"]')
-        link.wait_for(timeout=30_000)
+        again, link = _found_in_my_runs(context, f"{base}/Train", f"run={run_id}")
         assert again.get_by_text("finished").count() >= 1
         again.goto(link.evaluate("a => a.href"))   # relative in the page: resolved by the browser
         _settle(again)
@@ -291,12 +298,7 @@ def test_a_race_on_a_full_server_queues_is_found_again_in_my_runs_and_finishes(s
         _shoot(race, "finetune-queued", screenshot_dirs)
         race_id = re.search(r"ft=([A-Za-z0-9_-]+)", race.url).group(1)
 
-        again = student.new_page()          # the same browser, the bare address: no ?ft= in it
-        again.goto(f"{base}/Fine-tune")
-        _settle(again)
-        again.get_by_text("My runs · 1").click()
-        link = again.locator(f'a[href*="ft={race_id}"]')
-        link.wait_for(timeout=30_000)
+        again, link = _found_in_my_runs(student, f"{base}/Fine-tune", f"ft={race_id}")
         assert again.get_by_text("queued").count() >= 1 and again.get_by_text("fine-tuned from").count() >= 1
         again.goto(link.evaluate("a => a.href"))   # relative in the page: resolved by the browser
         _settle(again)

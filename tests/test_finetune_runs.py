@@ -18,9 +18,7 @@ from bert_core.serve.finetune_runs import FinetuneSpec, race_score
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.serve.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison
-from tests.test_runs import (
-    Counter,  # the stand-in pretraining run: counts steps until stopped or done
-)
+from tests.test_runs import Counter, _until  # a stand-in pretraining run (counts steps); a polling wait
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -120,13 +118,6 @@ def _store(**kw):
     return runs.RunStore(factory, poll_s=0.02, **kw)
 
 
-def _until(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def store():
     made = []
@@ -214,3 +205,19 @@ def test_an_ended_race_nobody_watches_is_dropped_with_its_models_and_its_link_sa
     _until(lambda: s.get(race.run_id) is None, "an ended race nobody watches is dropped")
     assert s.was_dropped(race.run_id) and s.was_dropped(race.view_id)
     assert s.get(pretraining.run_id) is pretraining
+
+
+def test_a_stopped_race_gives_back_its_process_at_once(store):
+    """A Stop skips a race's remaining models for good, so nothing can resume it: its idle process ends as a
+    finished race's does (a stopped pretraining run keeps its process for Resume)."""
+    s = store()
+    race = s.submit(_spec(parts=3, part_s=0.3), "tab")
+    pretraining = s.submit(None, "other")
+    _until(lambda: race.phase == "running", "the race starts")
+    s.stop(race.run_id, wait=5)
+    _until(lambda: race.released, "the stopped race's process is released")
+    assert race.phase == "stopped" and race.trainer.done < 3
+    _until(lambda: pretraining.phase == "running", "the slot goes to the next run")
+    s.stop(pretraining.run_id, wait=5)
+    time.sleep(0.3)
+    assert pretraining.phase == "stopped" and not pretraining.released   # kept for Resume

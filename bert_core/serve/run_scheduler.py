@@ -77,12 +77,16 @@ class RunScheduler:
                 if unwatched and not run.released and not run.cancelled and retry:
                     self._end_unwatched(run, now, to_end)
                 job = run.job
+                # A stopped pretraining run keeps its process for Resume; a stopped race cannot resume (a Stop skips
+                # its remaining models), so its idle process goes at once, as a finished one's does.
+                race = not getattr(run.spec, "recorded", True)
+                ended = ("finished", "failed", "stopped") if race else ("finished", "failed")
                 if (not run.released and job is not None and not run.active and run not in to_end
-                        and job.phase in ("finished", "failed") and retry):
+                        and job.phase in ended and retry):
                     to_release.append(run)
                 # An ended fine-tuning race keeps its models in the server's memory, not in a folder: once nobody
                 # has watched it for the grace period they go, so memory is bounded by the races people look at.
-                if unwatched and run.released and not run.active and not getattr(run.spec, "recorded", True):
+                if unwatched and run.released and not run.active and race:
                     forgotten.append(run)
             doomed = self._registry.drop_oldest_ended()
             gone = [r for r in forgotten if self._registry.drop(r)]
