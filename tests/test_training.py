@@ -83,6 +83,17 @@ def test_cosine_schedule_is_half_way_at_the_middle_of_the_decay():
     assert lr_multiplier(cfg, 60) == pytest.approx(0.5)
 
 
+def test_wsd_schedule_holds_the_peak_until_the_last_fifth_then_decays():
+    cfg = TrainConfig(max_steps=1000, warmup_ratio=0.01, schedule="wsd")
+    mults = [lr_multiplier(cfg, s) for s in range(1000)]
+    assert mults[0] == pytest.approx(0.1) and mults[9] == pytest.approx(1.0)
+    assert all(m == 1.0 for m in mults[9:800])
+    assert mults[900] == pytest.approx(0.5, abs=0.01)
+    assert all(a > b for a, b in zip(mults[800:], mults[801:]))
+    assert 0 <= mults[-1] < 0.01
+    assert lr_multiplier(cfg.replace(max_steps=2000), 900) == 1.0  # lengthened before its decay: still stable
+
+
 def test_time_schedule_reaches_zero_exactly_at_the_end_of_the_budget():
     cfg = TrainConfig(max_steps=None, time_budget_s=60, schedule="time", warmup_ratio=0.1)
     assert lr_multiplier(cfg, 0, elapsed_s=3.0) == pytest.approx(0.5)

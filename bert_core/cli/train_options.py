@@ -93,7 +93,8 @@ def _schedule_options(p, d: dict) -> None:
             help="mixed precision on a CUDA GPU: bf16 (default), fp16 with a loss scaler, or fp32; a CPU "
                  "always trains in fp32")
     _option(p, "--schedule", choices=SCHEDULES,
-            help="learning-rate schedule (default linear; 'time' when only --time-budget is given)")
+            help="learning-rate schedule (default linear; 'time' when only --time-budget is given; wsd: warmup, "
+                 "the peak rate, then a linear decay over the last fifth, so a long run can be lengthened)")
     _option(p, "--weight-decay", type=NON_NEGATIVE, help=f"default {d['weight_decay']:g}")
     _option(p, "--max-grad-norm", type=NON_NEGATIVE,
             help=f"gradient clipping (0 = off; default {d['max_grad_norm']:g})")

@@ -8,7 +8,7 @@ import math
 import torch
 
 from bert_core.model.bert import adamw
-from bert_core.training.train_config import TrainConfig
+from bert_core.training.train_config import WSD_DECAY_FRACTION, TrainConfig
 
 # Consecutive fp16 updates the loss scaler may skip (an overflow halves its scale) before the run counts as diverged.
 MAX_SKIPPED_UPDATES = 20
@@ -36,6 +36,9 @@ def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> flo
             return (step + 1) / warm_steps
         q = (step - warm_steps) / max(total - warm_steps, 1)
     q = min(max(q, 0.0), 1.0)
+    if config.schedule == "wsd":
+        stable = 1.0 - WSD_DECAY_FRACTION / max(1.0 - config.warmup_ratio, 1e-9)  # of the post-warmup part
+        return 1.0 if q <= stable else max(1.0 - (q - stable) / max(1.0 - stable, 1e-9), 0.0)
     if config.schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * q))
     return 1.0 - q

@@ -11,7 +11,11 @@ from bert_core.data.objectives import OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
 from bert_core.model.config import MAX_SEED
 
-SCHEDULES = ("linear", "cosine", "time", "constant")
+SCHEDULES = ("linear", "cosine", "time", "constant", "wsd")
+# "wsd" (warmup-stable-decay; Hu et al. 2024, MiniCPM): the peak rate until this share of the run is left, then a
+# linear decay to zero. A run can be lengthened (--resume --steps N) while it is still stable, so it suits a long
+# run whose useful length is found as it goes.
+WSD_DECAY_FRACTION = 0.2
 PRECISIONS = ("bf16", "fp16", "fp32")
 
 
@@ -35,7 +39,8 @@ class TrainConfig:
     max_steps: int | None = 1000
     time_budget_s: float | None = None
     # "linear"/"cosine": warmup then decay over max_steps (or over the time budget when there is no step count);
-    # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out.
+    # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out;
+    # "wsd": warmup, the peak rate, then a linear decay over the last WSD_DECAY_FRACTION of the run.
     schedule: str = "linear"
     weight_decay: float = 0.01
     adam_eps: float = 1e-6

@@ -1,0 +1,41 @@
+"""`python -m bert_core grow`: a trained checkpoint grown wider and deeper (bert_core.model.growth), for `train
+--init-from` to train on, so a bigger model starts from what a smaller one learned."""
+
+from __future__ import annotations
+
+from bert_core.cli.arguments import path_arg
+from bert_core.model.checkpoint import check_output_folder
+from bert_core.model.config import PRESETS
+from bert_core.model.growth import grow_checkpoint
+
+
+def add_parser(sub):
+    p = sub.add_parser("grow", help="grow a trained checkpoint into a wider, deeper one (to train on)",
+                       description="Copy a trained BERT's units into a model a whole number of times wider (the "
+                                   "same function: Net2Net) and deeper (its layers repeated in order: progressive "
+                                   "stacking), with its tokenizer, then continue it with `train --init-from OUT`.")
+    p.add_argument("--checkpoint", type=path_arg, required=True, help="the trained checkpoint folder to grow")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="the size to grow to (or --hidden-size and --layers)")
+    p.add_argument("--hidden-size", type=int, help="hidden size: a whole multiple of the checkpoint's")
+    p.add_argument("--layers", type=int, help="layers: a whole multiple of the checkpoint's")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random shares that tell the copies apart")
+    p.add_argument("--out", type=path_arg, required=True, help="new folder for the grown checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace the folder --out if it exists")
+    return p
+
+
+def run(args) -> int:
+    """Carry out `python -m bert_core grow`."""
+    from bert_core.errors import BertCoreError
+
+    size = dict(PRESETS[args.preset]) if args.preset else {}
+    hidden = args.hidden_size or size.get("hidden_size")
+    layers = args.layers or size.get("num_hidden_layers")
+    if hidden is None or layers is None:
+        raise BertCoreError("give --preset, or both --hidden-size and --layers")
+    out = check_output_folder(args.out, overwrite=args.overwrite)
+    r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed)
+    f = r["from_size"]
+    print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to "
+          f"{layers} layers x {hidden} into {out}; train it on with: python -m bert_core train --init-from {out} ...")
+    return 0

@@ -1,0 +1,121 @@
+"""Growing a trained BERT into a wider and deeper one, so a bigger model starts where a smaller one got to.
+
+Width (Net2Net, Chen, Goodfellow and Shlens 2016; bert2BERT, Chen et al. 2022): every hidden, intermediate and
+attention unit is copied `factor` times. A layer that reads copied units splits each weight among the copies at
+random (the shares of one weight sum to 1), so the wider model computes exactly the small model's function:
+- the residual stream of the grown model is the small one's repeated `factor` times, so LayerNorm sees the same
+  mean and variance and its output is repeated too;
+- the heads are repeated with the hidden units (the head size stays), so each copy of a head attends as its original;
+- the tied output embeddings would multiply the logits by `factor`, so the MLM head's LayerNorm is scaled by
+  1 / factor.
+The random shares (not an even 1 / factor) make the copies differ in what they pass on, so their gradients differ
+and training pulls them apart; even shares would leave them copies forever.
+
+Depth (progressive stacking, Gong et al. 2019): the grown layers are the trained ones repeated in order
+(2 -> 4 layers gives 0, 1, 0, 1). This is not function-preserving: the stacked model starts somewhat worse than the
+small one and recovers within a few hundred steps, faster than a deep model learns from its random start.
+
+Everything else (vocabulary, positions, head size, activation, the objective) stays the small model's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.model.config import BertConfig
+
+# How unevenly one weight is shared among its copies: each share is (1 + u) / factor with u in [-SPLIT_NOISE,
+# SPLIT_NOISE] and the shares' mean removed, so they still sum to 1.
+SPLIT_NOISE = 0.5
+
+_LAYER = re.compile(r"^(bert\.encoder\.layer\.)(\d+)(\..*)$")
+
+
+def grown_config(small: BertConfig, hidden_size: int, num_hidden_layers: int) -> BertConfig:
+    """The grown model's config: `small`'s, `factor` times wider (heads included) and with the layers asked for."""
+    if hidden_size % small.hidden_size or hidden_size < small.hidden_size:
+        raise BertCoreError(f"a model of hidden size {small.hidden_size} grows to a whole multiple of it, "
+                            f"not {hidden_size}")
+    if num_hidden_layers < small.num_hidden_layers or num_hidden_layers % small.num_hidden_layers:
+        raise BertCoreError(f"{small.num_hidden_layers} layers grow to a whole multiple of them, "
+                            f"not {num_hidden_layers}")
+    factor = hidden_size // small.hidden_size
+    return small.replace(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                         num_attention_heads=small.num_attention_heads * factor,
+                         intermediate_size=small.intermediate_size * factor)
+
+
+def _shares(shape: tuple[int, ...], factor: int, generator: torch.Generator) -> torch.Tensor:
+    """`factor` random shares of each weight of `shape` that sum to exactly 1 per weight."""
+    u = (torch.rand((factor, *shape), generator=generator, dtype=torch.float64) * 2 - 1) * SPLIT_NOISE
+    shares = (1 + u - u.mean(dim=0, keepdim=True)) / factor
+    shares[-1] = 1 - shares[:-1].sum(dim=0)  # the last takes the rounding, so the sum is 1 in float64
+    return shares
+
+
+def _widen(name: str, w: torch.Tensor, factor: int, generator: torch.Generator) -> torch.Tensor:
+    """One tensor of the small model as the wide model holds it (see the module's docstring)."""
+    if not name.startswith(("bert.", "cls.")):
+        raise BertCoreError(f"only a pretraining checkpoint grows (BERT or GPT-style); {name!r} is a fine-tuned head")
+    w64 = w.double()
+    if name.endswith("embeddings.weight") or name == "cls.predictions.decoder.weight":
+        out = w64.repeat(1, factor)  # (vocabulary, positions or token types) x hidden: the rows stay
+    elif name in ("cls.predictions.bias", "cls.predictions.decoder.bias") or name == "cls.seq_relationship.bias":
+        out = w64.clone()  # one per word or NSP label
+    elif name.startswith("cls.predictions.transform.LayerNorm"):
+        out = w64.repeat(factor) / factor  # the tied decoder reads factor copies: scale each back
+    elif w.dim() == 1:  # the biases and LayerNorm parameters of repeated units
+        out = w64.repeat(factor)
+    else:  # a Linear weight (out, in): repeat the output units (not NSP's two labels), split inputs among copies
+        out_factor = 1 if name.startswith("cls.seq_relationship") else factor
+        tall = w64.repeat(out_factor, 1)
+        shares = _shares(tuple(tall.shape), factor, generator)
+        out = torch.cat([tall * shares[i] for i in range(factor)], dim=1)
+    return out.to(w.dtype)
+
+
+def grow_state_dict(state: dict[str, torch.Tensor], small: BertConfig, hidden_size: int, num_hidden_layers: int,
+                    seed: int = 0) -> tuple[dict[str, torch.Tensor], BertConfig]:
+    """(the grown state dict, its config) from a small model's Hugging Face state dict (BertForPreTraining,
+    BertLMHeadModel or a bare BertModel's keys alike)."""
+    big = grown_config(small, hidden_size, num_hidden_layers)
+    factor = hidden_size // small.hidden_size
+    generator = torch.Generator().manual_seed(seed)
+    wide = {name: _widen(name, w, factor, generator)
+            for name, w in sorted(state.items())}
+    grown: dict[str, torch.Tensor] = {}
+    for name, w in wide.items():
+        m = _LAYER.match(name)
+        if not m:
+            grown[name] = w
+            continue
+        layer = int(m.group(2))
+        for copy in range(num_hidden_layers // small.num_hidden_layers):
+            grown[f"{m.group(1)}{layer + copy * small.num_hidden_layers}{m.group(3)}"] = w.clone()
+    return grown, big
+
+
+def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:
+    """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
+    return what was done; `train --init-from out` trains it on."""
+    from bert_core.model.checkpoint import load_checkpoint, write_json
+    from bert_core.model.hf import save_pretrained
+
+    ckpt = load_checkpoint(source, require_tokenizer=True)
+    small = ckpt.model
+    state = {k: v for k, v in small.state_dict().items()}
+    grown, config = grow_state_dict(state, small.config, hidden_size, num_hidden_layers, seed=seed)
+    model = type(small)(config)
+    model.load_state_dict(grown)  # strict: every key of the grown model, and no other
+    save_pretrained(model, out, tokenizer=ckpt.tokenizer)
+    record = {"grown_from": str(source), "from_size": {"hidden_size": small.config.hidden_size,
+                                                     "num_hidden_layers": small.config.num_hidden_layers},
+              "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers, "seed": seed,
+              "method": "width: Net2Net copies with random shares (function-preserving); depth: progressive "
+                        "stacking (Gong et al. 2019)"}
+    write_json(Path(out) / "growth.json", record)
+    return record
