@@ -15,6 +15,10 @@ COPY --chown=user . .
 USER user
 # A Space serves strangers: public mode turns off every box that takes a server path (docs/deployment.md, "public mode").
 ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PUBLIC=1
+# The real fine-tuning tasks, fetched now so that the Fine-tune page offers them at once. Without a network at build
+# time the image still builds, and the page fetches a task when it is first picked.
+RUN python -m bert_core download polarity ag_news \
+ || echo "warning: the fine-tuning tasks were not fetched; the Fine-tune page will fetch them on first use"
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

@@ -9,6 +9,7 @@ import streamlit as st
 
 from bert_core.data.answer_spans_data import load_squad, toy_qa_task
 from bert_core.data.classification_data import csv_columns, load_classification_csv, toy_topic_task
+from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures
@@ -47,7 +48,9 @@ SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 cla
                 "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
                 "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
 for key, (task_kind, rel, label) in SHARED_FILES.items():
-    if SHARED is not None and (SHARED / rel).is_file():
+    # The two real sentence tasks are offered everywhere: read from the shared folder or the cache, else fetched
+    # from their public homes when first picked (a Docker image fetches them when it is built).
+    if key in TASKS or (SHARED is not None and (SHARED / rel).is_file()):
         DATASETS[task_kind][key] = label
 DATASETS["labels"]["upload"] = "Upload a CSV"
 DATASETS["tags"]["upload_conll"] = "Upload a CoNLL file"
@@ -77,8 +80,11 @@ BASELINE_HELP = {"labels": "Fitted on the same training split in seconds (scikit
                          "official test set.",
                  "spans": "Answer spans have no cheap baseline here."}
 
-defaults = dict(kind="labels", data="toy", train=200, val=500, seed=0, budget=30, lr=SUGGESTED_LR, batch=32,
-                maxlen=64, tag_column="chunk")
+# A real task is the default wherever one is on this server: the toy topics, which a bag of words solves outright,
+# cannot show whether pretraining pays.
+DEFAULT_DATA = "polarity" if local_task_csv("polarity") is not None else "toy"
+defaults = dict(kind="labels", data=DEFAULT_DATA, train=SIZES[DEFAULT_DATA][0], val=SIZES[DEFAULT_DATA][1], seed=0,
+                budget=30, lr=SUGGESTED_LR, batch=32, maxlen=64, tag_column="chunk")
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
@@ -94,8 +100,28 @@ if st.session_state["ft_data"] not in DATASETS[st.session_state["ft_kind"]]:
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the data…")
-def _load_shared(rel: str, text_columns, label_column, drop_empty: bool):
-    return load_classification_csv(SHARED / rel, text_columns, label_column, drop_empty=drop_empty)
+def _load_shared(path: str, text_columns, label_column, drop_empty: bool):
+    return load_classification_csv(path, text_columns, label_column, drop_empty=drop_empty)
+
+
+def _fetch_box(choice: str) -> None:
+    """Offer to fetch a real task that is not on this server yet, with progress; a failure is said on the page."""
+    task = TASKS[choice]
+    st.info(f"**{task.label}** is not on this server yet. It is fetched once (about {task.approx_mb:g} MB from "
+            f"[its public home]({task.home})) and kept for every visitor.", icon=":material/download:")
+    if st.button("Fetch it", key="ft_fetch_task", icon=":material/download:"):
+        bar = st.progress(0.0, text="Connecting…")
+
+        def report(done: int, total: int | None) -> None:
+            bar.progress(min(done / total, 1.0) if total else 0.0, text=f"{done / 1e6:.1f} MB"
+                         + (f" of {total / 1e6:.1f} MB" if total else ""))
+        try:
+            fetch_task_csv(choice, progress=report)
+        except (BertCoreError, OSError) as exc:
+            bar.empty()
+            app_state.show_error(exc)
+            return
+        st.rerun()
 
 
 @st.cache_data(max_entries=4, show_spinner="Reading the CSV…")
@@ -131,7 +157,7 @@ def _on_data_change():
 
 def _on_kind_change():
     s = st.session_state
-    s["ft_data"] = next(iter(DATASETS[s["ft_kind"]]))
+    s["ft_data"] = DEFAULT_DATA if s["ft_kind"] == "labels" else next(iter(DATASETS[s["ft_kind"]]))
     _on_data_change()
     for name, value in KIND_SETTINGS[s["ft_kind"]].items():
         s[f"ft_{name}"] = value
@@ -234,10 +260,14 @@ def _data():
     if choice == "upload_squad":
         file = _upload("ft_upload_squad", "a SQuAD JSON file")
         return _load_squad(file.getvalue(), file.name)
-    if choice in SHARED_FILES:
+    if choice in TASKS:
         # Label names as the loader gives them: polarity's 0/1 as negative/positive (documented in the shared data's
-        # README), AG News's from its classes.txt; an uploaded CSV keeps its own labels.
-        return _load_shared(SHARED_FILES[choice][1], None, None, bool(s.get("ft_drop_empty")))
+        # README), AG News's from its classes.txt, a fetched copy's own words; an uploaded CSV keeps its own labels.
+        path = local_task_csv(choice)
+        if path is None:
+            _fetch_box(choice)
+            return None
+        return _load_shared(str(path), None, None, bool(s.get("ft_drop_empty")))
     file = _upload("ft_upload", "a CSV file")
     cols = tuple(s.get("ft_text_cols") or ()) or None
     return _load_upload(file.getvalue(), file.name, cols, s.get("ft_label_col"), bool(s.get("ft_drop_empty")),

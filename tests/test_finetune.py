@@ -329,6 +329,7 @@ def page(checkpoint, monkeypatch):
     at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
     at.run()
     assert not at.exception, at.exception
+    at.radio(key="ft_data").set_value("toy").run()  # these tests drive the page on the small built-in task
     return at
 
 
@@ -461,3 +462,55 @@ def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(che
         assert code == 0
         rates.append(json.loads(capsys.readouterr().out)["config"]["learning_rate"])
     assert rates == [1e-3, pytest.approx(2.5e-4), 5e-4]
+
+
+def test_without_the_shared_folder_the_page_offers_the_real_tasks_and_fetches_one(checkpoint, tmp_path, monkeypatch):
+    # A fresh clone or a Space has no ../shared/data: polarity and AG News are still offered, and fetched on demand.
+    from dataclasses import replace
+
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.data import task_downloads
+    from tests.test_task_downloads import _polarity_tarball
+
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(checkpoint))
+    monkeypatch.setenv("BERT_SHARED_DATA", str(tmp_path / "absent"))
+    monkeypatch.setenv("BERT_CORE_CACHE", str(tmp_path / "cache"))
+    task = task_downloads.TASKS["polarity"]
+    offline = replace(task, remote=replace(task.remote, url="http://127.0.0.1:9/rt-polaritydata.tar.gz"))
+    monkeypatch.setitem(task_downloads.TASKS, "polarity", offline)
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.run()
+    assert at.radio(key="ft_data").value == "toy"  # no real task on this server yet: the built-in one
+    offered = at.radio(key="ft_data").options
+    assert any("polarity" in o for o in offered) and any("AG News" in o for o in offered), offered
+    at.radio(key="ft_data").set_value("polarity").run()
+    assert not at.exception, at.exception
+    assert any("not on this server yet" in i.value for i in at.info)
+    at.button(key="ft_fetch_task").click().run()  # offline: said on the page, nothing kept
+    assert not at.exception, at.exception
+    assert any("could not download" in e.value for e in at.error)
+    assert not (tmp_path / "cache" / "polarity-download.csv").exists()
+    online = replace(task, remote=replace(task.remote, url=_polarity_tarball(tmp_path / "rt.tar.gz").as_uri()))
+    monkeypatch.setitem(task_downloads.TASKS, "polarity", online)
+    at.button(key="ft_fetch_task").click().run()
+    assert not at.exception, at.exception
+    assert not any("not on this server yet" in i.value for i in at.info)
+    assert any("3 examples, 2 labels (negative 1, positive 2)" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+
+
+def test_a_real_task_is_the_default_where_one_is_on_the_server(checkpoint, shared_data, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(checkpoint))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.radio(key="ft_data").value == "polarity"
+    assert at.number_input(key="ft_train").value == 2000 and at.number_input(key="ft_val").value == 500
+    assert any("9,000 examples, 2 labels (negative 4,500, positive 4,500)" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+    at.radio(key="ft_kind").set_value("tags").run()
+    at.radio(key="ft_kind").set_value("labels").run()
+    assert at.radio(key="ft_data").value == "polarity"

@@ -24,7 +24,7 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
-            "serve.finetune_runs", "inspect.tricks"}
+            "serve.finetune_runs", "inspect.tricks", "data.task_downloads"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, int_arg, path_arg
+from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING
 from bert_core.model.checkpoint import check_output_folder
@@ -62,8 +63,10 @@ def add_parser(subparsers):
     p.add_argument("--squad", type=path_arg, metavar="FILE",
                    help="answer spans: a SQuAD v1.1 JSON file; passages longer than the model's input are read in "
                         "overlapping windows")
-    p.add_argument("--task", choices=list(BUILT_IN_TASKS),
-                   help="built-in offline task: " + "; ".join(f"{k}: {v}" for k, v in BUILT_IN_TASKS.items()))
+    p.add_argument("--task", choices=[*BUILT_IN_TASKS, *TASKS],
+                   help="built-in offline task: " + "; ".join(f"{k}: {v}" for k, v in BUILT_IN_TASKS.items())
+                        + "; or a real one, read from ../shared/data or fetched once from its public home (python -m "
+                          "bert_core download NAME): " + "; ".join(f"{k}: {t.label}" for k, t in TASKS.items()))
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")

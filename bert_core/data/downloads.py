@@ -69,17 +69,18 @@ def sha256_of(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _offline_message(url: str, reason: object, dest: Path) -> str:
-    return (f"could not download {url} ({reason}). If this machine is offline, use the built-in 'toy' corpus, "
-            f"or a local copy of the text: pass its file path instead of the corpus name, or put the file at {dest}")
+def _offline_message(url: str, reason: object, dest: Path, hint: str | None = None) -> str:
+    return (f"could not download {url} ({reason}). If this machine is offline, " + (hint or (
+        "use the built-in 'toy' corpus, or a local copy of the text: pass its file path instead of the corpus "
+        "name")) + f", or put the file at {dest}")
 
 
 def download(url: str, dest: str | Path, sha256: str | None = None, progress: Progress | None = None,
-             timeout: float = 30.0) -> str:
+             timeout: float = 30.0, offline_hint: str | None = None) -> str:
     """Download `url` to `dest` atomically (a temp file renamed only once complete and verified); return its sha256.
 
     `progress(done_bytes, total_bytes_or_None)` is called as data arrives. A checksum mismatch or a cut
-    connection raises BertCoreError and leaves nothing at `dest`.
+    connection raises BertCoreError and leaves nothing at `dest`; `offline_hint` says what to use instead.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +113,7 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
                 raise BertCoreError(f"the download of {url} was interrupted after {len(exc.partial) + done} bytes; "
                                     "nothing was kept, run it again") from exc
             except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
-                raise BertCoreError(_offline_message(url, getattr(exc, "reason", exc), dest)) from exc
+                raise BertCoreError(_offline_message(url, getattr(exc, "reason", exc), dest, offline_hint)) from exc
         if total is not None and done != total:
             raise BertCoreError(f"the download of {url} was interrupted after {done} of {total} bytes; "
                                 "nothing was kept, run it again")

@@ -21,19 +21,22 @@ from pathlib import Path
 
 import torch
 
+from bert_core.data.answer_spans_data import QAData, load_squad, split_by_passage, toy_qa_task
 from bert_core.data.classification_data import (
     ClassificationData,
     load_classification_csv,
     split_train_val,
     toy_topic_task,
 )
-from bert_core.data.answer_spans_data import QAData, load_squad, split_by_passage, toy_qa_task
+from bert_core.data.task_downloads import TASKS, fetch_task_csv
 from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_sentences
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import adamw
 from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
+from bert_core.training.answer_spans import AnswerSpans
+from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
 from bert_core.training.finetune_results import (
     FinetuneEval,
     FinetuneResult,
@@ -42,11 +45,9 @@ from bert_core.training.finetune_results import (
     confusion_matrix,
     macro_f1,
 )
-from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
-from bert_core.training.answer_spans import AnswerSpans
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
-from bert_core.training.token_tagging import TokenTags
 from bert_core.training.run_loop import Progress, RunLoop
+from bert_core.training.token_tagging import TokenTags
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
 
 __all__ = [
@@ -541,7 +542,9 @@ def load_task(csv=None, task: str | None = None, text_columns=None, label_column
         return load_squad(squad)
     if task in (None, "toy"):
         return toy_topic_task(seed)
+    if task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
+        return load_classification_csv(fetch_task_csv(task), drop_empty=drop_empty)
     if task == "toy-qa":
         return toy_qa_task(seed)
-    raise BertCoreError(f"unknown task {task!r}; the built-in tasks are {', '.join(BUILT_IN_TASKS)} (or give "
+    raise BertCoreError(f"unknown task {task!r}; the tasks are {', '.join([*BUILT_IN_TASKS, *TASKS])} (or give "
                         "--csv, --conll or --squad FILE)")

@@ -1,0 +1,147 @@
+"""The real fine-tuning tasks fetched from their public homes, so that a fresh clone or a Space races on them.
+
+Each is downloaded once (bert_core.data.downloads: progress, an atomic write, a sha256 kept on first use), then
+converted into a `label,text` CSV beside it in the cache, which `load_classification_csv` reads like any upload.
+The shared data folder's copy is used instead when it is there (tests and this project's own figures read it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bert_core.data.classification_data import clean_ag_news_text
+from bert_core.data.downloads import Progress, RemoteFile, download, sha256_of
+from bert_core.errors import BertCoreError
+from bert_core.paths import cache_dir as default_cache_dir
+from bert_core.paths import shared_data_dir
+
+
+@dataclass(frozen=True)
+class RemoteTask:
+    """A labelled task online: the file to fetch, what it is called in the cache as CSV, and the shared copy."""
+
+    label: str
+    remote: RemoteFile
+    csv_name: str
+    shared_copy: str
+    home: str  # the page that describes it, for people
+    approx_mb: float
+
+
+TASKS: dict[str, RemoteTask] = {
+    # Pang and Lee's sentence polarity dataset v1.0: 5,331 positive and 5,331 negative review snippets, one per
+    # line, lower-cased and tokenised, in Windows-1252. The shared folder's polarity.csv is 9,000 of them.
+    "polarity": RemoteTask(
+        label="Movie-review polarity (Pang and Lee 2005, 10,662 sentences)",
+        remote=RemoteFile(url="https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz",
+                          filename="rt-polaritydata.tar.gz", sha256=None),
+        csv_name="polarity-download.csv", shared_copy="sentence_polarity/polarity.csv",
+        home="https://www.cs.cornell.edu/people/pabo/movie-review-data/", approx_mb=0.5),
+    # AG News's test split (7,600 rows, 1,900 per class) as Hugging Face serves it: `text` (title and description
+    # joined) and `label` 0-3. The shared folder's news.csv is 6,000 rows of the same split.
+    "ag_news": RemoteTask(
+        label="AG News topics (Zhang et al. 2015, test split, 7,600 rows)",
+        remote=RemoteFile(url="https://huggingface.co/datasets/fancyzhx/ag_news/resolve/main/data/"
+                              "test-00000-of-00001.parquet",
+                          filename="ag_news-test.parquet", sha256=None),
+        csv_name="ag_news-download.csv", shared_copy="ag_news/news.csv",
+        home="https://huggingface.co/datasets/fancyzhx/ag_news", approx_mb=1.2),
+}
+AG_NEWS_CLASSES = ("World", "Sports", "Business", "Sci/Tech")
+
+
+def _csv_text(rows: list[tuple[str, str]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(("label", "text"))
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def polarity_csv_from_tarball(path: str | Path) -> str:
+    """Pang and Lee's rt-polaritydata.tar.gz as a `label,text` CSV (labels "negative" and "positive")."""
+    rows: dict[str, list[str]] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in ("rt-polarity.pos", "rt-polarity.neg"):
+                    raw = tar.extractfile(member).read()  # read in memory: nothing of the archive reaches the disk
+                    rows[name[-3:]] = [" ".join(line.split()) for line in raw.decode("cp1252", "replace").splitlines()]
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BertCoreError(f"{path} is not a readable .tar.gz archive ({exc}); delete it to download again") from exc
+    if set(rows) != {"pos", "neg"}:
+        raise BertCoreError(f"{path} lacks rt-polarity.pos and rt-polarity.neg; delete it to download again")
+    return _csv_text([("negative", t) for t in rows["neg"] if t] + [("positive", t) for t in rows["pos"] if t])
+
+
+def ag_news_csv_from_parquet(path: str | Path) -> str:
+    """Hugging Face's AG News parquet file as a `label,text` CSV (labels World, Sports, Business, Sci/Tech)."""
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(str(path), columns=["text", "label"])
+    except ImportError as exc:
+        raise BertCoreError("reading AG News's parquet file needs pyarrow: pip install pyarrow") from exc
+    except Exception as exc:  # pyarrow raises its own error types for damaged files
+        raise BertCoreError(f"{path} is not a readable AG News parquet file ({exc}); delete it to download "
+                            "again") from exc
+    rows = []
+    for text, label in zip(table.column("text").to_pylist(), table.column("label").to_pylist()):
+        if not isinstance(label, int) or not 0 <= label < len(AG_NEWS_CLASSES) or not text:
+            raise BertCoreError(f"{path} has a row that is not AG News (label {label!r}); delete it to download again")
+        rows.append((AG_NEWS_CLASSES[label], " ".join(clean_ag_news_text(text).split())))
+    return _csv_text(rows)
+
+
+_CONVERT = {"polarity": polarity_csv_from_tarball, "ag_news": ag_news_csv_from_parquet}
+
+
+def local_task_csv(name: str, cache_dir: str | Path | None = None, use_shared: bool = True) -> Path | None:
+    """The task's CSV already on this machine (the shared copy, else the converted download), or None."""
+    task = TASKS[name]
+    shared = shared_data_dir() if use_shared else None
+    if shared is not None and (shared / task.shared_copy).is_file():
+        return shared / task.shared_copy
+    converted = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / task.csv_name
+    return converted if converted.is_file() else None
+
+
+def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Progress | None = None,
+                   url: str | None = None, use_shared: bool = True) -> Path:
+    """The task's CSV, downloading and converting it on first use (see the module's docstring)."""
+    if name not in TASKS:
+        raise BertCoreError(f"no download known for the task {name!r}; choose one of {', '.join(TASKS)}")
+    found = local_task_csv(name, cache_dir, use_shared)
+    if found is not None:
+        return found
+    task = TASKS[name]
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    raw = folder / task.remote.filename
+    recorded = raw.with_name(raw.name + ".sha256")
+    expected = task.remote.sha256 or (recorded.read_text().strip() if recorded.is_file() else None)
+    if raw.is_file() and expected is not None and sha256_of(raw) != expected:
+        raw.unlink()  # a damaged file in the cache: fetch it again
+    if not raw.is_file():
+        digest = download(url or task.remote.url, raw, sha256=expected, progress=progress,
+                          offline_hint="fine-tune on the built-in toy topics, or bring a local copy as a label,text "
+                                       "CSV (finetune --csv FILE, or the page's Upload a CSV)")
+        if task.remote.sha256 is None:
+            recorded.write_text(digest + "\n")  # trust on first use until the digest is pinned in TASKS
+    text = _CONVERT[name](raw)
+    dest = folder / task.csv_name
+    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, dest)  # whole or absent: a visitor never reads half a file, two writers never mix
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
