@@ -514,3 +514,35 @@ def test_a_real_task_is_the_default_where_one_is_on_the_server(checkpoint, share
     at.radio(key="ft_kind").set_value("tags").run()
     at.radio(key="ft_kind").set_value("labels").run()
     assert at.radio(key="ft_data").value == "polarity"
+
+
+def test_layer_decay_gives_each_layer_its_share_of_the_rate():
+    from bert_core.model.bert import BertForSequenceClassification, adamw
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.preset("nano", vocab_size=50, num_hidden_layers=3), 2)
+    names = {id(p): n for n, p in model.named_parameters()}
+    optimizer = adamw(model, 1e-3, layer_decay=0.5)
+    rate = {names[id(p)]: g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert rate["classifier.weight"] == rate["bert.pooler.dense.weight"] == pytest.approx(1e-3)
+    assert rate["bert.encoder.layer.2.output.dense.weight"] == pytest.approx(5e-4)
+    assert rate["bert.encoder.layer.0.attention.self.query.bias"] == pytest.approx(1.25e-4)
+    assert rate["bert.embeddings.word_embeddings.weight"] == pytest.approx(6.25e-5)
+    decay = {names[id(p)]: g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert decay["bert.encoder.layer.0.attention.self.query.bias"] == 0 and decay["classifier.weight"] == 0.01
+    plain = adamw(model, 1e-3)  # without decay: BERT's two groups, as before
+    assert len(plain.param_groups) == 2 and all(g["lr"] == 1e-3 for g in plain.param_groups)
+
+
+def test_finetuning_with_layer_decay_moves_the_embeddings_less(topics):
+    from bert_core.model.bert import BertForSequenceClassification
+
+    def moved(layer_decay):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(BertConfig.preset("nano", vocab_size=400), topics[0].num_labels)
+        tokenizer = train_tokenizer(topics[0].texts, vocab_size=400)
+        before = model.bert.embeddings.word_embeddings.weight.detach().clone()
+        finetune(model, tokenizer, topics[0], topics[1], _quick(max_steps=20, layer_decay=layer_decay))
+        return (model.bert.embeddings.word_embeddings.weight.detach() - before).abs().sum().item()
+
+    assert moved(0.3) < 0.5 * moved(1.0)

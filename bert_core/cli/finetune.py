@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, int_arg, path_arg
+from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, float_arg, int_arg, path_arg
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING
@@ -90,6 +90,9 @@ def add_parser(subparsers):
     p.add_argument("--dropout", type=RATE, default=FinetuneConfig.dropout,
                    help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT "
                         "fine-tuned with 0.1, the shipped checkpoint was pretrained with 0)")
+    p.add_argument("--layer-decay", type=float_arg(0, 1, low_open=True), default=FinetuneConfig.layer_decay,
+                   help="layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
+                        "it, the classifier at the full rate (default 1: one rate for all, as BERT fine-tuned)")
     p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
                    help="validation passes over the run (the accuracy curve)")
     p.add_argument("--device", default="auto")
@@ -142,7 +145,8 @@ def config_from_args(args) -> FinetuneConfig:
     return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
                             warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
                             max_length=args.max_length or defaults.max_length, dropout=args.dropout,
-                            eval_points=args.eval_points, seed=args.seed, device=args.device)
+                            layer_decay=args.layer_decay, eval_points=args.eval_points, seed=args.seed,
+                            device=args.device)
 
 
 def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:

@@ -82,6 +82,9 @@ class FinetuneConfig:
     # but our pretraining recipe turns dropout off, and on the shipped checkpoint 0.1 helped the from-scratch
     # twin more than the pretrained model (docs/benchmarks.md), so the default keeps the checkpoint's.
     dropout: float | None = None
+    # Layer-wise learning-rate decay (model.bert.param_groups): each layer below the head learns at this times the
+    # rate of the one above. 1 is BERT's own fine-tuning (one rate for all).
+    layer_decay: float = 1.0
     eval_points: int = 10  # validation passes spread over the budget (plus one before the first step)
     eval_batch_size: int = 128
     num_misclassified: int = 20
@@ -92,6 +95,8 @@ class FinetuneConfig:
         self.train_config()  # validates the shared fields with TrainConfig's messages
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise BertCoreError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise BertCoreError(f"layer decay must be in (0, 1], got {self.layer_decay}")
         if self.eval_points < 1:
             raise BertCoreError(f"eval_points must be at least 1, got {self.eval_points}")
 
@@ -255,7 +260,8 @@ class Finetuner(RunLoop):
             set_dropout(model, config.dropout)
         self.model = model.to(self.device)
         self._train_config = config.train_config()
-        self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps)
+        self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps,
+                               layer_decay=config.layer_decay)
         self.examples_seen = 0
         self.result: FinetuneResult | None = None
         self._batches = None
@@ -329,7 +335,7 @@ class Finetuner(RunLoop):
             return None
         lr = cfg.learning_rate * lr_multiplier(self._train_config, self.step, self._elapsed_now())
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # layer-wise decay (param_groups); 1 without it
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1

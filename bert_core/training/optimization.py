@@ -96,7 +96,7 @@ class Optimization:
         """Update the weights at learning rate `lr` and clear the gradients for the next step."""
         self.skipped_updates = 0
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # layer-wise decay (param_groups); 1 without it
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
