@@ -546,3 +546,37 @@ def test_finetuning_with_layer_decay_moves_the_embeddings_less(topics):
         return (model.bert.embeddings.word_embeddings.weight.detach() - before).abs().sum().item()
 
     assert moved(0.3) < 0.5 * moved(1.0)
+
+
+def test_mean_pooling_reads_the_mean_of_the_real_tokens_whatever_the_padding():
+    from bert_core.model.bert import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.preset("nano", vocab_size=50), 3, pooling="mean").eval()
+    assert model.bert.pooler is None
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    padded = torch.tensor([[2, 7, 9, 11, 3, 0, 0], [2, 8, 3, 0, 0, 0, 0]])
+    mask = padded.ne(0).long()
+    with torch.no_grad():
+        alone = model(ids).logits
+        batch = model(padded, attention_mask=mask).logits
+        states = model.bert(ids)[0]
+        by_hand = model.classifier(states.mean(1))
+    torch.testing.assert_close(batch[0], alone[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alone, by_hand, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_finetunes_with_mean_pooling_and_the_folder_loads_back_with_it(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli.main import main
+    from bert_core.model.bert import BertForSequenceClassification
+    from bert_core.model.hf import load_pretrained
+
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--text-column", "sentence",
+                 "--label-column", "topic", "--train-size", "100", "--val-size", "40", "--steps", "2",
+                 "--max-length", "32", "--device", "cpu", "--pooling", "mean", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0 and "the mean of the tokens" in out, out
+    assert load_pretrained(tmp_path / "out", model_class=BertForSequenceClassification).pooling == "mean"
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--task", "toy-qa", "--pooling", "mean", "--steps", "1"])
+    assert code == 2 and "pooling choice is for sentence labels" in capsys.readouterr().err

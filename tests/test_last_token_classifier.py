@@ -35,8 +35,8 @@ def test_the_reading_follows_the_kind_of_model_and_a_causal_classifier_has_no_po
     assert not any(k.startswith("bert.pooler.") for k in gpt.state_dict())
     assert bert.pooling == CLS_POOLING and bert.bert.pooler is not None
     assert BertForSequenceClassification(causal(), 3, pooling=CLS_POOLING).bert.pooler is not None
-    with pytest.raises(BertCoreError, match="pooling must be 'cls' or 'last'"):
-        BertForSequenceClassification(causal(), 3, pooling="mean")
+    with pytest.raises(BertCoreError, match="pooling must be 'cls' or 'last' or 'mean'"):
+        BertForSequenceClassification(causal(), 3, pooling="max")
 
 
 def test_last_token_positions_skip_padding_wherever_it_sits():

@@ -13,7 +13,7 @@ from pathlib import Path
 from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, float_arg, int_arg, path_arg
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import LAST_TOKEN_POOLING
+from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING, POOLING_KINDS
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.model.hf import require_checkpoint_folder
@@ -93,6 +93,10 @@ def add_parser(subparsers):
     p.add_argument("--layer-decay", type=float_arg(0, 1, low_open=True), default=FinetuneConfig.layer_decay,
                    help="layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
                         "it, the classifier at the full rate (default 1: one rate for all, as BERT fine-tuned)")
+    p.add_argument("--pooling", choices=POOLING_KINDS,
+                   help="sentence labels: what the classifier reads: cls (the pooled [CLS], BERT's; the default "
+                        "for BERT), last (the last token; the default for a GPT-style model) or mean (the mean of "
+                        "the tokens); a folder saved with last or mean loads as trained only here")
     p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
                    help="validation passes over the run (the accuracy curve)")
     p.add_argument("--device", default="auto")
@@ -229,7 +233,7 @@ def run(args) -> int:
     folder, config = _checked_models(args, config, compares)
     data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
                      args.seed, conll=args.conll, tag_column=args.tag_column, squad=args.squad)
-    task = split_task(data, args.train_size, args.val_size, args.seed)
+    task = split_task(data, args.train_size, args.val_size, args.seed, pooling=args.pooling)
     print(describe(task), file=sys.stderr)
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -320,9 +324,10 @@ def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:
         if r.kind != "labels":
             what = "tagger" if r.kind == "tags" else "question-answering model"
             print(f"saved the {what} to {folder} (loads in transformers.{type(r.model).__name__}.from_pretrained)")
-        elif getattr(r.model, "pooling", None) == LAST_TOKEN_POOLING:
-            print(f"saved the classifier to {folder} (it reads the last token, GPT-style: it loads as trained "
-                  "in bert_core only; transformers' BertForSequenceClassification would read [CLS])")
+        elif getattr(r.model, "pooling", None) in (LAST_TOKEN_POOLING, MEAN_POOLING):
+            reads = "the last token, GPT-style" if r.model.pooling == LAST_TOKEN_POOLING else "the mean of the tokens"
+            print(f"saved the classifier to {folder} (it reads {reads}: it loads as trained in bert_core only; "
+                  "transformers' BertForSequenceClassification would read [CLS])")
         else:
             print(f"saved the classifier to {folder} (loads in transformers.BertForSequenceClassification"
                   ".from_pretrained)")

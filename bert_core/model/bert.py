@@ -462,7 +462,11 @@ def is_causal(model: nn.Module) -> bool:
 # deviation from BERT for causal models: under causal attention position 0 sees only itself, so [CLS] would carry
 # nothing of the sentence, while the last token ([SEP] here, our end token) has seen all of it.
 CLS_POOLING, LAST_TOKEN_POOLING = "cls", "last"
-POOLING_KINDS = (CLS_POOLING, LAST_TOKEN_POOLING)
+# Another deviation, offered to compare against [CLS] (Reimers and Gurevych 2019 pooled sentence vectors so): the
+# mean of the final hidden states over the real tokens, [CLS] and [SEP] included, with no pooler. Like "last", a
+# folder saved with it loads as trained only here (transformers' classifier always reads the pooled [CLS]).
+MEAN_POOLING = "mean"
+POOLING_KINDS = (CLS_POOLING, LAST_TOKEN_POOLING, MEAN_POOLING)
 
 
 def default_pooling(config: BertConfig) -> str:
@@ -479,7 +483,7 @@ def last_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 class BertForSequenceClassification(nn.Module):
     """BERT with a classifier on the pooled [CLS] vector: pooled -> dropout -> linear. With `pooling="last"` (the
     default for a causal model, see LAST_TOKEN_POOLING) there is no pooler and the classifier reads the last real
-    token's hidden state instead."""
+    token's hidden state instead; with `pooling="mean"` (MEAN_POOLING) the mean of the real tokens' states."""
 
     def __init__(self, config: BertConfig, num_labels: int = 2, pooling: str | None = None):
         super().__init__()
@@ -505,6 +509,10 @@ class BertForSequenceClassification(nn.Module):
             mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
             rows = torch.arange(input_ids.shape[0], device=input_ids.device)
             pooled = sequence_output[rows, last_token_positions(mask)]
+        elif self.pooling == MEAN_POOLING:
+            mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+            weights = mask.ne(0).to(sequence_output.dtype).unsqueeze(-1)
+            pooled = (sequence_output * weights).sum(1) / weights.sum(1).clamp(min=1)
         logits = self.classifier(self.dropout(pooled))
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)

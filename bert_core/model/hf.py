@@ -221,12 +221,13 @@ def _classifier_pooling(folder: Path) -> str | None:
 
 
 def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
-                    strict_heads: bool = False) -> nn.Module:
+                    strict_heads: bool = False, pooling: str | None = None) -> nn.Module:
     """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode; by default the class the
     folder is: BertLMHeadModel for a causal (is_decoder) model, else BertForPreTraining.
 
     Encoder weights must all be present; head weights missing from the folder (a bare `BertModel` checkpoint, or
     a fresh classifier on a pretraining checkpoint) keep their BERT initialisation unless `strict_heads` is set.
+    `pooling` picks a sentence classifier's reading (model.POOLING_KINDS; default: the folder's, else its kind's).
     """
     folder = require_checkpoint_folder(folder)
     config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
@@ -234,7 +235,7 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
         names = _label_names(folder)
         if num_labels is None:
             num_labels = len(names) if names else 2
-        model = BertForSequenceClassification(config, num_labels, _classifier_pooling(folder))
+        model = BertForSequenceClassification(config, num_labels, pooling or _classifier_pooling(folder))
         model.label_names = names if names and len(names) == num_labels else None
     elif model_class is BertForTokenClassification:
         names = _label_names(folder, model_class)

@@ -482,11 +482,15 @@ def comparison_config(settings: dict) -> FinetuneConfig:
                           device="cpu", eval_points=10)
 
 
-def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0) -> FinetuneTask:
+def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0,
+               pooling: str | None = None) -> FinetuneTask:
     """The task kind of `data` over a seeded train / validation split of it: sentence labels (ClassificationData),
-    token tags (TaggedSentences, split by sentence) or answer spans (QAData, split by passage)."""
+    token tags (TaggedSentences, split by sentence) or answer spans (QAData, split by passage). `pooling` is the
+    sentence classifiers' reading (model.POOLING_KINDS; None: each model's default)."""
     if isinstance(data, ClassificationData):
-        return SentenceLabels(*split_train_val(data, train_size, val_size, seed=seed))
+        return SentenceLabels(*split_train_val(data, train_size, val_size, seed=seed), pooling=pooling)
+    if pooling is not None:
+        raise BertCoreError("a pooling choice is for sentence labels; token tags and answer spans read every token")
     if isinstance(data, TaggedSentences):
         return TokenTags(*split_sentences(data, train_size, val_size, seed=seed))
     if isinstance(data, QAData):

@@ -149,16 +149,17 @@ class SentenceLabels(FinetuneTask):
 
     head = BertForSequenceClassification
 
-    def __init__(self, train: ClassificationData, val: ClassificationData):
+    def __init__(self, train: ClassificationData, val: ClassificationData, pooling: str | None = None):
         if train.label_names != val.label_names:
             raise BertCoreError("train and validation sets have different label names; split one dataset")
         self.train_data, self.val_data = train, val
+        self.pooling = pooling  # the heads' reading (model.POOLING_KINDS); None: each model's default
         self._pad_id = 0
         self._train_encoded: list[dict] | None = None
         self._val_encoded: list[dict] | None = None
 
     def head_kwargs(self) -> dict:
-        return {"num_labels": self.train_data.num_labels}
+        return {"num_labels": self.train_data.num_labels, **({"pooling": self.pooling} if self.pooling else {})}
 
     @property
     def label_names(self) -> list[str]:
