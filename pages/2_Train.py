@@ -286,6 +286,7 @@ def _status() -> None:
         st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
                 "pages meanwhile (pick *Model trained in this session* in the sidebar), and a reload comes back to "
                 "the same run.")
+        st.caption(app_state.RUNS.where())
         return
     if run.note:
         st.warning(f"This run was {run.note}.")

@@ -562,3 +562,4 @@ if job is not None and job.trainer is not None and not busy:
 elif run is None:
     st.info("Choose the kind of task, the data and the budget, then press **Fine-tune both**. Each model trains "
             "for the same number of seconds, one after the other.")
+    st.caption(app_state.RUNS.where())

@@ -202,6 +202,7 @@ def _job():
 
 def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     at = _open("pages/2_Train.py")
+    assert any(c.value.startswith("Runs train on this server's CPU") for c in at.caption)  # where runs train
     _small_run(at)
     at.button[0].click().run()          # Start
     _assert_clean(at)

@@ -511,6 +511,7 @@ def test_a_real_task_is_the_default_where_one_is_on_the_server(checkpoint, share
     assert at.number_input(key="ft_train").value == 2000 and at.number_input(key="ft_val").value == 500
     assert any("9,000 examples, 2 labels (negative 4,500, positive 4,500)" in c.value for c in at.caption), \
         [c.value for c in at.caption]
+    assert any(c.value.startswith("Runs train on this server's CPU") for c in at.caption)  # where, said
     at.radio(key="ft_kind").set_value("tags").run()
     at.radio(key="ft_kind").set_value("labels").run()
     assert at.radio(key="ft_data").value == "polarity"

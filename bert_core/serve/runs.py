@@ -196,10 +196,16 @@ class RunStore:
         """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
         return self._queue.position(run)
 
+    def where(self) -> str:
+        """Where the runs train, in one sentence, as the pages show it."""
+        cores = os.cpu_count() or 1
+        return (f"Runs train on this server's CPU ({cores} core{'s' if cores != 1 else ''}, a training process a "
+                "run); the app does not train on a GPU yet, the command line does.")
+
     def policy(self) -> str:
         """The sharing rules in one paragraph, as the pages show them."""
-        return (f"This server trains {self.slots()} run(s) at a time; further runs wait in a queue, first come "
-                f"first served, and start by themselves. While anyone waits, a run trains for at most "
+        return (f"{self.where()} This server trains {self.slots()} run(s) at a time; further runs wait in a "
+                f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at most "
                 f"{self._queue.turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
                 f"continuing where it stopped (a fine-tuning race pauses between two of its models, never within "
                 f"one). A run that no open tab has watched for "
