@@ -205,8 +205,8 @@ class RunStore:
     def policy(self) -> str:
         """The sharing rules in one paragraph, as the pages show them."""
         return (f"{self.where()} This server trains {self.slots()} run(s) at a time; further runs wait in a "
-                f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at most "
-                f"{self._queue.turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
+                f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at "
+                f"most {self._queue.turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
                 f"continuing where it stopped (a fine-tuning race pauses between two of its models, never within "
                 f"one). A run that no open tab has watched for "
                 f"{self._registry.unwatched_s / 60:g} min is stopped; the server keeps the latest "
