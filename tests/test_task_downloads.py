@@ -136,3 +136,14 @@ def test_finetune_takes_a_real_task_by_name(shared_data, capsys):
     data = load_task(task="polarity")
     assert len(data) == 9000 and data.label_names == ["negative", "positive"]
     assert load_task(task="ag_news").label_names == ["World", "Sports", "Business", "Sci/Tech"]  # its classes.txt
+
+
+def test_a_fetched_file_that_is_not_the_task_is_removed_so_the_next_try_starts_afresh(tmp_path):
+    bad = tmp_path / "source.tar.gz"
+    bad.write_bytes(b"an error page, not an archive")
+    cache = tmp_path / "cache"
+    with pytest.raises(BertCoreError, match="it was removed"):
+        fetch_task_csv("polarity", cache_dir=cache, url=bad.as_uri(), use_shared=False)
+    assert not (cache / "rt-polaritydata.tar.gz").exists() and local_task_csv("polarity", cache, False) is None
+    good = _polarity_tarball(tmp_path / "good.tar.gz")  # the next try, with the real file, is not held to the bad one
+    assert fetch_task_csv("polarity", cache_dir=cache, url=good.as_uri(), use_shared=False).is_file()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from bert_core.cli.arguments import path_arg
+from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS
 from bert_core.model.growth import grow_checkpoint
@@ -26,8 +27,6 @@ def add_parser(sub):
 
 def run(args) -> int:
     """Carry out `python -m bert_core grow`."""
-    from bert_core.errors import BertCoreError
-
     size = dict(PRESETS[args.preset]) if args.preset else {}
     hidden = args.hidden_size or size.get("hidden_size")
     layers = args.layers or size.get("num_hidden_layers")

@@ -134,7 +134,14 @@ def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Pro
                                        "CSV (finetune --csv FILE, or the page's Upload a CSV)")
         if task.remote.sha256 is None:
             recorded.write_text(digest + "\n")  # trust on first use until the digest is pinned in TASKS
-    text = _CONVERT[name](raw)
+    try:
+        text = _CONVERT[name](raw)
+    except BertCoreError as exc:
+        raw.unlink(missing_ok=True)  # a visitor cannot delete a server's file: the next try fetches it again
+        if task.remote.sha256 is None:
+            recorded.unlink(missing_ok=True)  # the digest it kept was this wrong file's
+        raise BertCoreError(f"the file fetched for {task.label} was not what was expected ({exc}); it was removed, "
+                            "so fetching again starts afresh") from exc
     dest = folder / task.csv_name
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=folder)
     try:

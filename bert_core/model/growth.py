@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.model.checkpoint import load_checkpoint, write_json
 from bert_core.model.config import BertConfig
+from bert_core.model.hf import save_pretrained
 
 # How unevenly one weight is shared among its copies: each share is (1 + u) / factor with u in [-SPLIT_NOISE,
 # SPLIT_NOISE] and the shares' mean removed, so they still sum to 1.
@@ -102,9 +104,6 @@ def grow_state_dict(state: dict[str, torch.Tensor], small: BertConfig, hidden_si
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:
     """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
     return what was done; `train --init-from out` trains it on."""
-    from bert_core.model.checkpoint import load_checkpoint, write_json
-    from bert_core.model.hf import save_pretrained
-
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
     state = {k: v for k, v in small.state_dict().items()}
