@@ -17,6 +17,7 @@ from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import BertTokenizer, train_tokenizer
 from bert_core.training.finetune import (
     FinetuneConfig,
+    FinetuneEval,
     Finetuner,
     classifier_from_checkpoint,
     classifier_from_scratch,
@@ -581,3 +582,78 @@ def test_cli_finetunes_with_mean_pooling_and_the_folder_loads_back_with_it(check
     assert load_pretrained(tmp_path / "out", model_class=BertForSequenceClassification).pooling == "mean"
     code = main(["finetune", "--checkpoint", str(checkpoint), "--task", "toy-qa", "--pooling", "mean", "--steps", "1"])
     assert code == 2 and "pooling choice is for sentence labels" in capsys.readouterr().err
+
+
+def test_hold_back_takes_a_seeded_tenth_of_the_training_data_and_leaves_the_validation_set(topics):
+    from bert_core.training.finetune_tasks import SentenceLabels
+
+    task = SentenceLabels(*topics, pooling="mean")
+    rest, selection = task.hold_back(0.1, seed=3)
+    assert len(selection.val_data) == 30 and len(rest.train_data) == 270 and rest.train_data is selection.train_data
+    assert rest.val_data is task.val_data and rest.pooling == selection.pooling == "mean"
+    assert sorted(selection.val_data.texts + rest.train_data.texts) == sorted(topics[0].texts)  # a partition
+    assert selection.val_data.texts == task.hold_back(0.1, seed=3)[1].val_data.texts  # seeded
+
+
+def test_keep_best_restores_the_step_the_held_back_part_scored_best(topics, monkeypatch):
+    # The held-back part's scores are made to peak at the second pass: the run must end with that pass's weights,
+    # and the validation figure is taken on them.
+    from bert_core.model.bert import BertForSequenceClassification
+    from bert_core.training.finetune_results import Evaluation
+    from bert_core.training.finetune_tasks import SentenceLabels
+
+    scores = iter([0.1, 0.9, 0.2, 0.3, 0.3])
+    real_evaluate = SentenceLabels.evaluate
+
+    def evaluate(self, model, device, batch_size, num_misclassified=0):
+        if len(self.val_data) == 30:  # the held-back part
+            return Evaluation(accuracy=next(scores), macro_f1=0.0, loss=0.0, confusion=[], label_names=[],
+                              misclassified=[])
+        return real_evaluate(self, model, device, batch_size, num_misclassified)
+
+    monkeypatch.setattr(SentenceLabels, "evaluate", evaluate)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.preset("nano", vocab_size=400), topics[0].num_labels)
+    tokenizer = train_tokenizer(topics[0].texts, vocab_size=400)
+    snapshots = []
+
+    def keep(event):
+        if isinstance(event, FinetuneEval):
+            snapshots.append((event.step, {k: v.clone() for k, v in model.state_dict().items()}))
+
+    result = finetune(model, tokenizer, topics[0], topics[1], _quick(max_steps=8, eval_points=4, keep_best=True),
+                      callbacks=[keep])
+    step, weights = snapshots[1]
+    assert result.best_step == step and result.steps == 8 and 0 < step < 8
+    for k, v in result.model.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    assert result.to_dict()["best_step"] == step
+
+
+def test_cli_keep_best_says_which_step_it_kept(checkpoint, topics, tmp_path, capsys):
+    from bert_core.cli.main import main
+
+    csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    code = main(["finetune", "--checkpoint", str(checkpoint), "--csv", str(csv), "--text-column", "sentence",
+                 "--label-column", "topic", "--train-size", "100", "--val-size", "40", "--steps", "4",
+                 "--eval-points", "2", "--max-length", "32", "--device", "cpu", "--keep-best", "--compare-scratch"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("kept the weights of step") == 2 and "held-back 10% of the training data" in out, out
+
+
+def test_every_kind_holds_back_whole_units_of_its_training_data():
+    from bert_core.data.answer_spans_data import toy_qa_task
+    from bert_core.data.token_tags_data import TaggedSentences
+    from bert_core.training.finetune import split_task
+
+    spans = split_task(toy_qa_task(0), 300, 100, 0)
+    rest, selection = spans.hold_back(0.1, 0)
+    passages = {ex.context for ex in selection.val_data.examples}
+    assert passages and not passages & {ex.context for ex in rest.train_data.examples}  # whole passages
+    assert len(rest.train_data) + len(selection.val_data) == len(spans.train_data)
+    words = [["the", "cat", "sat"], ["a", "dog"]] * 10
+    tags = TaggedSentences(words=words, tags=[[0, 1, 1], [0, 1]] * 10, tag_names=["B-NP", "I-NP"], scheme="iob",
+                           source="t")
+    rest, selection = split_task(tags, 16, 4, 0).hold_back(0.25, 0)
+    assert (len(rest.train_data), len(selection.val_data), len(rest.val_data)) == (12, 4, 4)

@@ -22,6 +22,7 @@ from bert_core.training.finetune import (
     BASELINE_NAME,
     BUILT_IN_TASKS,
     KIND_DEFAULTS,
+    SELECTION_FRACTION,
     FinetuneConfig,
     FinetuneEval,
     FinetuneResult,
@@ -93,6 +94,9 @@ def add_parser(subparsers):
     p.add_argument("--layer-decay", type=float_arg(0, 1, low_open=True), default=FinetuneConfig.layer_decay,
                    help="layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
                         "it, the classifier at the full rate (default 1: one rate for all, as BERT fine-tuned)")
+    p.add_argument("--keep-best", action="store_true",
+                   help="hold back 10%% of the training data and keep each model's weights from the validation pass "
+                        "that scores best on it (the validation set stays unseen); pairs with longer runs")
     p.add_argument("--pooling", choices=POOLING_KINDS,
                    help="sentence labels: what the classifier reads: cls (the pooled [CLS], BERT's; the default "
                         "for BERT), last (the last token; the default for a GPT-style model) or mean (the mean of "
@@ -149,7 +153,8 @@ def config_from_args(args) -> FinetuneConfig:
     return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
                             warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
                             max_length=args.max_length or defaults.max_length, dropout=args.dropout,
-                            layer_decay=args.layer_decay, eval_points=args.eval_points, seed=args.seed,
+                            layer_decay=args.layer_decay, keep_best=args.keep_best, eval_points=args.eval_points,
+                            seed=args.seed,
                             device=args.device)
 
 
@@ -173,6 +178,10 @@ def format_results(results: list[FinetuneResult]) -> str:
     for r in results:
         lines.append(f"{r.name:<{w}}{r.steps:>7}{r.train_seconds:>9.1f}{100 * r.accuracy:>{cw - 1}.2f}%"
                      f"{100 * r.macro_f1:>{cw - 1}.2f}%")
+    for r in results:
+        if r.best_step is not None:
+            lines.append(f"{r.name}: kept the weights of step {r.best_step:,} of {r.steps:,}, the best on the "
+                         f"held-back {100 * SELECTION_FRACTION:g}% of the training data")
     for r in results:
         if r.kind == "labels" and r.confusion:
             lines += ["", f"confusion matrix ({r.name}; rows = true label, columns = predicted):",

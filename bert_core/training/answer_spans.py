@@ -24,6 +24,7 @@ from bert_core.data.answer_spans_data import (
     encode_qa,
     qa_eval_batches,
     qa_train_batches,
+    split_by_passage,
     squad_metrics,
 )
 from bert_core.errors import BertCoreError
@@ -54,6 +55,7 @@ class AnswerSpans(FinetuneTask):
 
     head = BertForQuestionAnswering
     kind = "spans"
+    split = staticmethod(split_by_passage)
     metric_names = SPAN_ANSWER_METRICS
     primary = 1
 

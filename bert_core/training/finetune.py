@@ -57,7 +57,7 @@ __all__ = [
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
     "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
     "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
-    "split_task", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
+    "split_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
     "finetune_learning_rate",
 ]
 
@@ -85,6 +85,9 @@ class FinetuneConfig:
     # Layer-wise learning-rate decay (model.bert.param_groups): each layer below the head learns at this times the
     # rate of the one above. 1 is BERT's own fine-tuning (one rate for all).
     layer_decay: float = 1.0
+    # Keep the weights of the validation pass that scored best on a held-back SELECTION_FRACTION of the training
+    # data (never on the validation set, which then stays an unbiased test of the kept weights).
+    keep_best: bool = False
     eval_points: int = 10  # validation passes spread over the budget (plus one before the first step)
     eval_batch_size: int = 128
     num_misclassified: int = 20
@@ -112,6 +115,9 @@ class FinetuneConfig:
     def replace(self, **changes) -> "FinetuneConfig":
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+SELECTION_FRACTION = 0.1  # of the training data, held back to pick the best step when keep_best is on
 
 
 # What each kind of task starts from when no flag or widget says otherwise, beside the learning rate, which comes
@@ -250,6 +256,9 @@ class Finetuner(RunLoop):
                  config: FinetuneConfig = FinetuneConfig(), name: str = "run",
                  callbacks: Sequence[Callable[[object], None]] = (), *, task: FinetuneTask | None = None):
         self.task = _task_of(train, val, task)
+        self.selection: FinetuneTask | None = None
+        if config.keep_best:
+            self.task, self.selection = self.task.hold_back(SELECTION_FRACTION, config.seed)
         self.task.check(model)
         super().__init__(callbacks)
         self.config = config
@@ -268,6 +277,7 @@ class Finetuner(RunLoop):
         self._next_eval = 1
         self._step_seconds: list[float] = []
         self._elapsed_before_step = 0.0
+        self._best: tuple[float, int, dict] | None = None  # (selection score, step, the weights on the CPU)
 
     def run(self) -> FinetuneResult | None:
         """Train until the budget or stop(); never raises: a failure sets `error` and state 'failed'."""
@@ -282,6 +292,8 @@ class Finetuner(RunLoop):
     def _before_loop(self) -> None:
         cfg = self.config
         self.task.prepare(self.tokenizer, cfg.max_length)
+        if self.selection is not None:
+            self.selection.prepare(self.tokenizer, cfg.max_length)
         self._batches = self.task.train_batches(cfg.batch_size, cfg.seed)
         self.model.train()
         self._evaluate()
@@ -304,6 +316,12 @@ class Finetuner(RunLoop):
 
     def _after_loop(self, final: str) -> None:
         cfg = self.config
+        best_step = None
+        if self.selection is not None:
+            self._select()
+            best_step = self._best[1]
+            if best_step != self.step:
+                self.model.load_state_dict(self._best[2])
         ev = self.task.evaluate(self.model, self.device, cfg.eval_batch_size, cfg.num_misclassified)
         self._publish(FinetuneEval(self.step, self.elapsed_s, ev.accuracy, ev.macro_f1, ev.loss))
         self.model.eval()
@@ -311,7 +329,7 @@ class Finetuner(RunLoop):
             name=self.name, accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
             label_names=ev.label_names, evals=self.evals, history=self.history, misclassified=ev.misclassified,
             steps=self.step, train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
-            kind=self.task.kind, metric_names=self.task.metric_names, details=ev.details,
+            kind=self.task.kind, metric_names=self.task.metric_names, details=ev.details, best_step=best_step,
         )
 
     def _after_run(self, final: str) -> None:
@@ -343,8 +361,19 @@ class Finetuner(RunLoop):
         return FinetuneStep(self.step, self.examples_seen, lr, loss, out.score.item(), grad_norm, self._elapsed_now())
 
     def _evaluate(self) -> None:
+        if self.selection is not None:
+            self._select()
         ev = self.task.evaluate(self.model, self.device, self.config.eval_batch_size)
         self._publish(FinetuneEval(self.step, self.elapsed_s, ev.accuracy, ev.macro_f1, ev.loss))
+
+    def _select(self) -> None:
+        """Score the weights of this step on the held-back part; keep a copy when they are the best so far (a tie
+        keeps the earlier step)."""
+        ev = self.selection.evaluate(self.model, self.device, self.config.eval_batch_size)
+        score = (ev.accuracy, ev.macro_f1)[self.task.primary]
+        if self._best is None or score > self._best[0]:
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self._best = (score, self.step, weights)
 
 
 def _task_of(train: ClassificationData | None, val: ClassificationData | None,

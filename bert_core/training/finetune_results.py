@@ -104,6 +104,7 @@ class FinetuneResult:
     kind: str = "labels"  # the task kind: "labels", "tags" or "spans" (finetune_tasks.FinetuneTask.kind)
     metric_names: tuple[str, str] = LABEL_METRICS  # what `accuracy` and `macro_f1` measure for this kind
     details: dict = field(default_factory=dict)  # the kind's further figures (Evaluation.details)
+    best_step: int | None = None  # with keep_best: the step whose weights were kept (None: the last step's)
 
     def to_dict(self, with_history: bool = False) -> dict:
         """JSON-able summary (the model is left out; the per-step history only when asked)."""
@@ -111,7 +112,7 @@ class FinetuneResult:
             "name": self.name, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "loss": self.loss,
             "confusion": self.confusion, "label_names": self.label_names, "steps": self.steps,
             "train_seconds": self.train_seconds, "state": self.state, "kind": self.kind,
-            "metric_names": list(self.metric_names), "details": self.details,
+            "metric_names": list(self.metric_names), "details": self.details, "best_step": self.best_step,
             "evals": [dataclasses.asdict(e) for e in self.evals],
             "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
         }

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.classification_data import ClassificationData, encode_examples, eval_batches, train_batches
+from bert_core.data.classification_data import (
+    ClassificationData,
+    encode_examples,
+    eval_batches,
+    split_train_val,
+    train_batches,
+)
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForSequenceClassification
 from bert_core.model.checkpoint import check_tokenizer_fits
@@ -102,6 +108,19 @@ class FinetuneTask(abc.ABC):
         """Runs that draw this kind's baseline lines in a race (shaped like a Finetuner; see baseline_runs)."""
         return []
 
+    # The kind's seeded split (data, train_size, val_size, seed=, val_fraction=) -> (train, val), as split_task uses.
+    split = None
+
+    def with_data(self, train, val) -> "FinetuneTask":
+        """The same kind (and settings) over other data."""
+        return type(self)(train, val)
+
+    def hold_back(self, fraction: float, seed: int) -> tuple["FinetuneTask", "FinetuneTask"]:
+        """(this task less a seeded `fraction` of its training data, a task that validates on that part): the
+        held-back part picks a run's best step (Finetuner's keep_best), so the validation set stays unseen."""
+        train, selection = type(self).split(self.train_data, seed=seed, val_fraction=fraction)
+        return self.with_data(train, self.val_data), self.with_data(train, selection)
+
     @abc.abstractmethod
     def check(self, model) -> None:
         """Raise BertCoreError when `model`'s head does not fit this data (called before anything runs)."""
@@ -154,6 +173,11 @@ class SentenceLabels(FinetuneTask):
             raise BertCoreError("train and validation sets have different label names; split one dataset")
         self.train_data, self.val_data = train, val
         self.pooling = pooling  # the heads' reading (model.POOLING_KINDS); None: each model's default
+
+    split = staticmethod(split_train_val)
+
+    def with_data(self, train, val) -> "SentenceLabels":
+        return SentenceLabels(train, val, self.pooling)
         self._pad_id = 0
         self._train_encoded: list[dict] | None = None
         self._val_encoded: list[dict] | None = None

@@ -20,6 +20,7 @@ from bert_core.data.token_tags_data import (
     TaggedSentences,
     encode_tagged,
     span_scores,
+    split_sentences,
     tag_eval_batches,
     tag_train_batches,
     token_accuracy,
@@ -43,6 +44,7 @@ class TokenTags(FinetuneTask):
     sentence split to fit the model is put back together before it is scored)."""
 
     head = BertForTokenClassification
+    split = staticmethod(split_sentences)
     kind = "tags"
 
     def __init__(self, train: TaggedSentences, val: TaggedSentences):
