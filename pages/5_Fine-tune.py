@@ -14,7 +14,7 @@ from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures
 from bert_core.paths import shared_data_dir
-from bert_core.serve import app_state, jobs, model_sources
+from bert_core.serve import app_state, app_storage, jobs, model_sources
 from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import (
@@ -128,7 +128,10 @@ def _fetch_box(choice: str) -> None:
             fetch_task_csv(choice, progress=report)
         except (BertCoreError, OSError) as exc:
             bar.empty()
-            app_state.show_error(exc)
+            # The download's own message names the cache folder: a visitor of a public server learns none of it.
+            st.error(f"Could not fetch {task.label} from its public home: this server may be offline, or the site "
+                     "down. Pick the built-in toy topics, or upload the data as a labelled CSV (*Upload a CSV*)."
+                     + ("" if app_storage.public_mode() else f"\n\nDetails: {exc}"))
             return
         st.rerun()
 

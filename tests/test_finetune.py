@@ -490,7 +490,12 @@ def test_without_the_shared_folder_the_page_offers_the_real_tasks_and_fetches_on
     assert any("not on this server yet" in i.value for i in at.info)
     at.button(key="ft_fetch_task").click().run()  # offline: said on the page, nothing kept
     assert not at.exception, at.exception
-    assert any("could not download" in e.value for e in at.error)
+    assert any("Could not fetch" in e.value and "could not download" in e.value for e in at.error)
+    monkeypatch.setenv("BERT_EXPLORER_PUBLIC", "1")  # a public server's visitor reads no server folder
+    at.button(key="ft_fetch_task").click().run()
+    assert any("Could not fetch" in e.value for e in at.error)
+    assert not any(str(tmp_path) in e.value for e in at.error), [e.value for e in at.error]
+    monkeypatch.delenv("BERT_EXPLORER_PUBLIC")
     assert not (tmp_path / "cache" / "polarity-download.csv").exists()
     online = replace(task, remote=replace(task.remote, url=_polarity_tarball(tmp_path / "rt.tar.gz").as_uri()))
     monkeypatch.setitem(task_downloads.TASKS, "polarity", online)
