@@ -147,3 +147,22 @@ def test_a_fetched_file_that_is_not_the_task_is_removed_so_the_next_try_starts_a
     assert not (cache / "rt-polaritydata.tar.gz").exists() and local_task_csv("polarity", cache, False) is None
     good = _polarity_tarball(tmp_path / "good.tar.gz")  # the next try, with the real file, is not held to the bad one
     assert fetch_task_csv("polarity", cache_dir=cache, url=good.as_uri(), use_shared=False).is_file()
+
+
+def test_visitors_fetching_together_make_one_download(tmp_path, monkeypatch):
+    import threading
+
+    from bert_core.data import task_downloads
+
+    source = _polarity_tarball(tmp_path / "source.tar.gz")
+    calls = []
+    real = task_downloads.download
+    monkeypatch.setattr(task_downloads, "download", lambda *a, **k: calls.append(1) or real(*a, **k))
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(fetch_task_csv(
+        "polarity", cache_dir=tmp_path / "cache", url=source.as_uri(), use_shared=False))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(set(found)) == 1 and len(found) == 8

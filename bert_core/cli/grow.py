@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bert_core.cli.arguments import path_arg
+from bert_core.cli.arguments import SEED, int_arg, path_arg
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS
@@ -17,9 +17,9 @@ def add_parser(sub):
                                    "stacking), with its tokenizer, then continue it with `train --init-from OUT`.")
     p.add_argument("--checkpoint", type=path_arg, required=True, help="the trained checkpoint folder to grow")
     p.add_argument("--preset", choices=sorted(PRESETS), help="the size to grow to (or --hidden-size and --layers)")
-    p.add_argument("--hidden-size", type=int, help="hidden size: a whole multiple of the checkpoint's")
-    p.add_argument("--layers", type=int, help="layers: a whole multiple of the checkpoint's")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random shares that tell the copies apart")
+    p.add_argument("--hidden-size", type=int_arg(1), help="hidden size: a whole multiple of the checkpoint's")
+    p.add_argument("--layers", type=int_arg(1), help="layers: a whole multiple of the checkpoint's")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the random shares that tell the copies apart")
     p.add_argument("--out", type=path_arg, required=True, help="new folder for the grown checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace the folder --out if it exists")
     return p
@@ -35,6 +35,8 @@ def run(args) -> int:
     out = check_output_folder(args.out, overwrite=args.overwrite)
     r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed)
     f = r["from_size"]
-    print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to "
-          f"{layers} layers x {hidden} into {out}; train it on with: python -m bert_core train --init-from {out} ...")
+    # The heads grow with the width (the head size stays), so a preset's own head count may differ: say it.
+    print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to {layers} layers x "
+          f"{hidden} ({r['num_attention_heads']} heads) into {out}; train it on with: python -m bert_core train "
+          f"--init-from {out} ...")
     return 0

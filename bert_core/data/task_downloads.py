@@ -12,6 +12,7 @@ import io
 import os
 import tarfile
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,8 @@ def ag_news_csv_from_parquet(path: str | Path) -> str:
     return _csv_text(rows)
 
 
+# One server process fetches one task at a time: the cache is the process's (and the machine's) shared resource.
+_FETCHING = threading.Lock()
 _CONVERT = {"polarity": polarity_csv_from_tarball, "ag_news": ag_news_csv_from_parquet}
 
 
@@ -118,9 +121,12 @@ def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Pro
     """The task's CSV, downloading and converting it on first use (see the module's docstring)."""
     if name not in TASKS:
         raise BertCoreError(f"no download known for the task {name!r}; choose one of {', '.join(TASKS)}")
-    found = local_task_csv(name, cache_dir, use_shared)
-    if found is not None:
-        return found
+    with _FETCHING:  # thirty visitors pressing Fetch together make one download; the others then find its CSV
+        found = local_task_csv(name, cache_dir, use_shared)
+        return found if found is not None else _fetch(name, cache_dir, progress, url)
+
+
+def _fetch(name: str, cache_dir, progress: Progress | None, url: str | None) -> Path:
     task = TASKS[name]
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     raw = folder / task.remote.filename

@@ -114,8 +114,10 @@ STEPS: tuple[LessonStep, ...] = (
         "Pretraining is only worth its cost if it helps a task. Fine-tuning adds a small classifier on top and "
         "trains everything on labelled sentences. The honest test runs three contestants with the same data and "
         "budget: the pretrained model, the same model from scratch, and a bag of words (TF-IDF + logistic "
-        "regression), which ignores word order. Run the race on the Fine-tune page, then come back.",
-        Question("On the toy topics the bag of words scores 100% from the start. What does that tell you?",
+        "regression), which ignores word order. Run the race on the Fine-tune page (it starts on movie-review "
+        "sentences where the server has them), then come back.",
+        Question("On the page's built-in toy topics the bag of words scores 100% from the start. What does that "
+                 "tell you?",
                  ("Pretraining is useless",
                   "The task is too easy to test pretraining: single words give the topic away",
                   "The bag of words cheated"), 1,
