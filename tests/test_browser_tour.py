@@ -190,10 +190,20 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
         teacher.goto(f"{base}/Lesson")
         _settle(teacher)
         teacher.get_by_text("Teach with this lesson").click()
-        teacher.get_by_role("button", name="Lead a class").click()
-        _settle(teacher)
         code = teacher.locator("code", has_text="follow=").first
-        code.wait_for(timeout=90_000)        # a loaded machine (the other worker training) redraws slowly
+        # A clean-clone CI run once waited 90 s for the link after one press, on a loaded worker (it passes alone):
+        # the press is tried again while the button is still there, as a teacher would, three times at most.
+        for _ in range(3):
+            lead = teacher.get_by_role("button", name="Lead a class")
+            if code.count() or not lead.count():
+                break
+            lead.click()
+            _settle(teacher)
+            try:
+                code.wait_for(timeout=30_000)
+            except Exception:  # noqa: BLE001 - playwright's TimeoutError: press again
+                continue
+        code.wait_for(timeout=30_000)
         link = code.inner_text().strip()
         assert link.startswith(base) and "/Lesson?follow=" in link
 
