@@ -125,12 +125,18 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
         from tests.test_faults import _recorded_store, _spec
         from bert_core.serve.run_records import RunRecords
         records = RunRecords({str(tmp_path / "state")!r})
-        store = _recorded_store(records)
+        slots = [2]
+        store = _recorded_store(records, slots=lambda: slots[0])
         done = store.submit(_spec(steps=8, probe_every=4, probes=True), "owner", name="done",
                             visitor="teacher-browser-0000")
         store.attach(done, "a-student-tab", "viewer", "student-browser-000")
         going = store.submit(_spec(), "owner", family_of=done)
         queued = store.submit(_spec(), "student")
+        while going.job is None:
+            time.sleep(0.05)
+        # One slot from here on: when `done` ends, `queued` must still wait (given the freed slot, it could write a
+        # first checkpoint before the server dies, and come back as stopped instead of lost).
+        slots[0] = 1
         def ready():
             return (done.released and done.job.process.poll() is not None and done.recorded_phase == "finished"
                     and going.trainer is not None and going.trainer.step >= 3 and going.recorded_phase == "running")
@@ -138,12 +144,13 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
             time.sleep(0.05)
         print(json.dumps(dict(done=[done.run_id, done.view_id, done.family, len(done.trainer.history),
                                     len(done.trainer.evals), len(done.trainer.probes.snapshots())],
-                              going=going.run_id, queued=queued.run_id, child=going.job.process.pid)), flush=True)
+                              going=going.run_id, queued=queued.run_id, still_queued=queued.job is None, child=going.job.process.pid)), flush=True)
         os._exit(0)  # the server dies without any cleanup (as with SIGKILL)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT_S,
                          env={**os.environ, jobs.PROCESS_ENV: "1"}, cwd=tmp_path)
     ids = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ids["still_queued"], "the third run must still be waiting when the server dies"
     _until(lambda: not _alive(ids["child"]), "the orphaned child notices and exits, writing its checkpoint")
     records = RunRecords(tmp_path / "state")
     second = _recorded_store(records)

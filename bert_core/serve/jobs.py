@@ -108,8 +108,10 @@ class TrainingJob:
 
     @property
     def busy(self) -> bool:
-        """True while the thread is alive (preparing or training)."""
-        return self.thread is not None and self.thread.is_alive()
+        """True while the thread is alive (preparing or training), and between start() making it and starting it:
+        another thread (the scheduler's, a page's) can look in that gap."""
+        thread = self.thread
+        return thread is not None and (thread.ident is None or thread.is_alive())
 
     def start(self) -> None:
         """Start (or continue after a stop) on a fresh daemon thread."""
@@ -117,9 +119,14 @@ class TrainingJob:
             raise BertCoreError("this training is already running")
         self._stop_requested.clear()
         self.error = None if self.phase != "failed" else self.error
-        self.phase = "preparing" if self.trainer is None else "running"
+        # The thread first, then the phase: whoever sees the phase leave "new" finds a thread to wait for.
         self.thread = threading.Thread(target=self._run, name=f"bert-train-{self.session_id[:8]}", daemon=True)
-        self.thread.start()
+        self.phase = "preparing" if self.trainer is None else "running"
+        try:
+            self.thread.start()
+        except RuntimeError:   # no thread could be started: not busy, and the page says why
+            self.thread = None
+            raise
 
     def _run(self) -> None:
         try:
@@ -149,8 +156,8 @@ class TrainingJob:
         self._stop_requested.set()
         if self.trainer is not None and self.busy:  # a stop flag left on an idle trainer would end the next run
             self.trainer.stop()
-        if wait and self.thread is not None:
-            self.thread.join(wait)
+        if wait:
+            self._join(wait)
 
     def pause(self) -> None:
         """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
@@ -218,9 +225,19 @@ class TrainingJob:
 
     def wait(self, timeout: float) -> bool:
         """Wait until the thread has ended; True when it has."""
-        if self.thread is not None:
-            self.thread.join(timeout)
+        self._join(timeout)
         return not self.busy
+
+    def _join(self, timeout: float) -> None:
+        """Join the thread, also when another thread's start() has made it and not yet started it (join() would
+        raise then)."""
+        deadline = time.monotonic() + timeout
+        thread = self.thread
+        while thread is not None and thread.ident is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            thread = self.thread
+        if thread is not None and thread.ident is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def close(self, wait: float = 10.0) -> None:
         """Nothing to release beyond stopping: the thread ends with its run."""
