@@ -144,7 +144,8 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
             time.sleep(0.05)
         print(json.dumps(dict(done=[done.run_id, done.view_id, done.family, len(done.trainer.history),
                                     len(done.trainer.evals), len(done.trainer.probes.snapshots())],
-                              going=going.run_id, queued=queued.run_id, still_queued=queued.job is None, child=going.job.process.pid)), flush=True)
+                              going=going.run_id, queued=queued.run_id, still_queued=queued.job is None,
+                              child=going.job.process.pid)), flush=True)
         os._exit(0)  # the server dies without any cleanup (as with SIGKILL)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT_S,
