@@ -21,6 +21,7 @@ from bert_core.training.finetune import (
     build_comparison,
     comparison_config,
     finetune_learning_rate,
+    pretraining_rate_of,
     result_probabilities,
     split_task,
 )
@@ -66,8 +67,10 @@ SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "up
 # What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
 KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
                  "spans": dict(budget=60, maxlen=256)}
-# The learning rate suits the active model's size (finetune_learning_rate: 1e-3 for the shipped tiny model).
-SUGGESTED_LR = finetune_learning_rate(active.config) if active is not None else 1e-3
+# The learning rate suits the active model: the rate it was pretrained at, scaled to its width, or from its size
+# alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model).
+SUGGESTED_LR = (finetune_learning_rate(active.config, pretraining_rate_of(active.trainer_state))
+                if active is not None else 1e-3)
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
 MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
@@ -228,8 +231,9 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         st.markdown("**Budget (each model)**")
         st.number_input("Training seconds per model", 1, 600, step=5, key="ft_budget")
         st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr",
-                        help=f"{SUGGESTED_LR:.2g} suits the active model's size (1e-3 x (128 / hidden)²: 1e-3 for "
-                             "the tiny shipped model, about 3e-5 for BERT-base)")
+                        help=f"{SUGGESTED_LR:.2g} suits the active model: the rate it was pretrained at x 128 / "
+                             "hidden (1e-3 for the tiny shipped model), or 1e-3 x (128 / hidden)² for a model that "
+                             "does not record it (about 3e-5 for BERT-base)")
         st.number_input("Batch size", 1, 256, key="ft_batch")
         st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
     st.markdown("**The race** (optional)")

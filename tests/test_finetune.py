@@ -1,6 +1,7 @@
 """Fine-tuning: the classifier against transformers, save/load, the training loop's schedule, seeds, stop, metrics, CLI."""
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -446,23 +447,40 @@ def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
 
 def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(checkpoint, topics, tmp_path, capsys):
     from bert_core.cli.main import main
-    from bert_core.training.finetune import finetune_learning_rate
+    from bert_core.training.finetune import finetune_learning_rate, pretraining_rate_of
 
+    # A model that records no pretraining rate: from its size alone.
     assert finetune_learning_rate(BertConfig.preset("tiny")) == 1e-3  # measured best for the shipped model
     assert finetune_learning_rate(BertConfig.preset("mini")) == pytest.approx(2.5e-4)
     assert 2e-5 <= finetune_learning_rate(BertConfig.preset("base")) <= 5e-5  # the BERT paper's range
+    # One made here: the rate its weights trained at, x 128 / hidden (measured best: tiny 1e-3, grown mini 5e-4).
+    assert finetune_learning_rate(BertConfig.preset("tiny"), 1e-3) == 1e-3
+    assert finetune_learning_rate(BertConfig.preset("mini"), 1e-3) == pytest.approx(5e-4)
+    assert finetune_learning_rate(BertConfig.preset("nano"), 2e-3) == 1e-3      # never above 1e-3
+    assert finetune_learning_rate(BertConfig.preset("base"), 1e-4) == 2e-5      # nor below 2e-5
+    assert pretraining_rate_of({"train_config": {"learning_rate": 1e-3}}) == 1e-3
+    for damaged in (None, [], {"train_config": None}, {"train_config": {"learning_rate": "fast"}},
+                    {"train_config": {"learning_rate": -1.0}}, {"train_config": {"learning_rate": float("nan")}},
+                    {"train_config": {"learning_rate": True}}):
+        assert pretraining_rate_of(damaged) is None, damaged
     wide = tmp_path / "mini"
     tokenizer = BertTokenizer.load(checkpoint)
     save_pretrained(BertForPreTraining(BertConfig.preset("mini", vocab_size=tokenizer.vocab_size,
                                                          max_position_embeddings=64)), wide, tokenizer=tokenizer)
     csv = _labelled_csv(tmp_path / "topics.csv", topics)
+    pretrained_here, damaged = tmp_path / "mini-here", tmp_path / "mini-damaged"
+    for folder, text in ((pretrained_here, json.dumps({"train_config": {"learning_rate": 1e-3}})),
+                         (damaged, "{not json")):
+        shutil.copytree(wide, folder)
+        (folder / "trainer_state.json").write_text(text)
     rates = []
-    for folder, flags in ((checkpoint, []), (wide, []), (wide, ["--lr", "5e-4"])):
+    for folder, flags in ((checkpoint, []), (wide, []), (pretrained_here, []), (damaged, []),
+                          (pretrained_here, ["--lr", "2e-4"])):
         code = main(["finetune", "--checkpoint", str(folder), "--csv", str(csv), "--train-size", "40",
                      "--val-size", "20", "--steps", "1", "--max-length", "32", "--device", "cpu", "--json", *flags])
         assert code == 0
         rates.append(json.loads(capsys.readouterr().out)["config"]["learning_rate"])
-    assert rates == [1e-3, pytest.approx(2.5e-4), 5e-4]
+    assert rates == [1e-3, pytest.approx(2.5e-4), pytest.approx(5e-4), pytest.approx(2.5e-4), 2e-4]
 
 
 def test_without_the_shared_folder_the_page_offers_the_real_tasks_and_fetches_one(checkpoint, tmp_path, monkeypatch):

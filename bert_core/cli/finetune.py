@@ -26,6 +26,7 @@ from bert_core.training.finetune import (
     FinetuneConfig,
     FinetuneEval,
     FinetuneResult,
+    checkpoint_pretraining_rate,
     finetune,
     finetune_learning_rate,
     kind_config,
@@ -80,8 +81,9 @@ def add_parser(subparsers):
     budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
     budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
     p.add_argument("--lr", type=POSITIVE,
-                   help="peak learning rate (default: from the model's size, 1e-3 x (128 / hidden)^2 within 2e-5 "
-                        "to 1e-3: 1e-3 for the shipped tiny model, 2.5e-4 for mini, 2.8e-5 for BERT-base)")
+                   help="peak learning rate (default, within 2e-5 to 1e-3: a checkpoint made here, the rate it was "
+                        "pretrained at x 128 / hidden (1e-3 for the shipped tiny model, 5e-4 for a mini pretrained "
+                        "at 1e-3); any other, 1e-3 x (128 / hidden)^2 (2.8e-5 for BERT-base)")
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
     p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
                    help="tokens per example (default: the kind's: " +
@@ -278,7 +280,8 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
                                 "--scratch-preset NAME")
         bound = BertConfig.load(require_checkpoint_folder(folder))
     if args.lr is None:
-        config = config.replace(learning_rate=finetune_learning_rate(bound))
+        config = config.replace(learning_rate=finetune_learning_rate(
+            bound, checkpoint_pretraining_rate(folder) if folder is not None else None))
     # Every racer is checked before any data is read; the shortest model's positions bound them all.
     for bound in [bound, *(BertConfig.load(require_checkpoint_folder(c)) for c in compares.values())]:
         if resolve_device(config.device).type == "cpu":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 import math
 import threading
@@ -58,7 +59,7 @@ __all__ = [
     "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
     "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
     "split_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
-    "finetune_learning_rate",
+    "finetune_learning_rate", "pretraining_rate_of", "checkpoint_pretraining_rate",
 ]
 
 log = logging.getLogger(__name__)
@@ -129,15 +130,44 @@ KIND_DEFAULTS: dict[str, dict] = {
 }
 
 
-def finetune_learning_rate(config) -> float:
-    """The peak fine-tuning rate that suits a model of this size: 1e-3 x (128 / hidden)^2, kept within [2e-5, 1e-3].
+def finetune_learning_rate(config, pretraining_rate: float | None = None) -> float:
+    """The peak fine-tuning rate that suits a model, kept within [2e-5, 1e-3].
 
-    Measured at the shipped `tiny` model (hidden 128): 1e-3 beat 1e-4 by 4 to 7 points on both shared sentence
-    tasks and 5e-4 by 3 (docs/benchmarks.md, "Fine-tuning: does pretraining pay?"). At BERT-base's hidden 768 the
-    rule gives 2.8e-5, inside the paper's 2e-5 to 5e-5; at `mini`'s 256 it gives 2.5e-4, inside the 1e-4 to 3e-4
-    that Turc et al. (2019) found for small BERTs. Wider models need smaller steps: the rate falls with the square
-    of the width, as the update of a dot product grows with it."""
-    return min(1e-3, max(2e-5, 1e-3 * (128 / config.hidden_size) ** 2))
+    A checkpoint made here records the peak rate it was pretrained at (`pretraining_rate`, from its
+    trainer_state.json: pretraining_rate_of): then the rate at which its weights trained, scaled by 128 / hidden
+    (muP's rule for Adam, the update of a weight matrix falls with its fan-in). Measured (docs/benchmarks.md,
+    "Fine-tuning the grown mini"): the shipped `tiny`, pretrained at 1e-3, fine-tunes best at 1e-3 (4 to 7 points
+    above 1e-4, 3 above 5e-4); the grown `mini` (hidden 256), pretrained at 1e-3, best at 5e-4 (80.0 / 75.0% on
+    polarity, seeds 0 / 1), where 1e-3 gave 76.3 / 73.0% and 2.5e-4 gave 69.3% (seed 0).
+
+    A model with no such record (a Hugging Face BERT, a grown folder) gets 1e-3 x (128 / hidden)^2: 2.8e-5 at
+    BERT-base's 768, inside the paper's 2e-5 to 5e-5, and 2.5e-4 at 256, inside the 1e-4 to 3e-4 that Turc et al.
+    (2019) found for small BERTs, all of them pretrained at 1e-4, ten times below ours."""
+    if pretraining_rate is not None and math.isfinite(pretraining_rate) and pretraining_rate > 0:
+        rate = pretraining_rate * 128 / config.hidden_size
+    else:
+        rate = 1e-3 * (128 / config.hidden_size) ** 2
+    return min(1e-3, max(2e-5, rate))
+
+
+def pretraining_rate_of(trainer_state) -> float | None:
+    """The peak learning rate a checkpoint made here was pretrained at (its trainer_state's train_config), or None
+    where the state is absent or does not hold a positive number."""
+    train_config = trainer_state.get("train_config") if isinstance(trainer_state, dict) else None
+    rate = train_config.get("learning_rate") if isinstance(train_config, dict) else None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)
+
+
+def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
+    """pretraining_rate_of the folder's trainer_state.json; None when it has none or it cannot be read (fine-tuning
+    does not need it: the size rule applies)."""
+    path = Path(folder) / "trainer_state.json"
+    try:
+        return pretraining_rate_of(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
 
 
 def kind_config(kind: str) -> FinetuneConfig:
