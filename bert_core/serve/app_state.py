@@ -474,9 +474,9 @@ def _session_model():
         return None, job.lost_message()
     # A copy taken earlier is labelled with its own step: a run whose process died later is not at that step.
     step = job.snapshot_step if job.snapshot_step is not None else trainer.step
-    # The peak rate it trains at, as a checkpoint's trainer_state records it: the Fine-tune page's rate follows it.
-    state = {"metadata": trainer.metadata, "step": step,
-             "train_config": {"learning_rate": trainer.config.learning_rate}}
+    # Its whole training config, as a checkpoint's trainer_state holds it: the Fine-tune page's rate follows its
+    # peak rate, and anything that writes this state writes a true config, not a part of one.
+    state = {"metadata": trainer.metadata, "step": step, "train_config": trainer.config.to_dict()}
     spec = job.spec
     whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
     older = ("" if step == trainer.step else

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -33,7 +32,7 @@ from bert_core.data.task_downloads import TASKS, fetch_task_csv
 from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_sentences
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import adamw
-from bert_core.model.checkpoint import save_checkpoint
+from bert_core.model.checkpoint import read_json, save_checkpoint
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
@@ -165,8 +164,8 @@ def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
     does not need it: the size rule applies)."""
     path = Path(folder) / "trainer_state.json"
     try:
-        return pretraining_rate_of(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        return pretraining_rate_of(read_json(path)) if path.is_file() else None
+    except BertCoreError:
         return None
 
 
