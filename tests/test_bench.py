@@ -16,6 +16,25 @@ def test_bench_reports_both_models_and_the_ratio(capsys):
     assert result["speedup"] > 0 and 0 < result["ours_fraction_of_matmul"]
     assert result["memory_gbps"] > 0 and result["matmul_spread"] >= 0 and result["ours_step_spread"] >= 0
     assert '"speedup"' in capsys.readouterr().out
+    # auto picks the GPU where there is one, and autocasts there as `train` does; a CPU always runs in fp32
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    assert result["device"] == ("cuda" if on_gpu else "cpu")
+    assert result["precision"] == ("bf16" if on_gpu else "fp32") and result["compiled"] is False
+
+
+def test_bench_on_cuda_without_a_gpu_is_one_error_line(capsys):
+    import pytest
+    import torch
+
+    from bert_core.cli.main import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    assert main(["bench", "--device", "cuda", "--preset", "nano", "--rounds", "1"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "CUDA" in err[0]
 
 
 def test_sparse_head_flops_are_fewer_than_dense():

@@ -5,6 +5,10 @@ are alternated in one process so that machine noise hits both alike. It prints t
 medians, and our achieved GFLOP/s as a fraction of a large fp32 matmul sampled between the steps of the same run.
 A memory-bandwidth probe is sampled there too, and the spread of each set of timings is printed: on a shared
 machine, a busy neighbour shows up there, and the run says so.
+On a CUDA GPU (`--device cuda`, or auto when one is visible) both train under the same autocast (bf16 by
+default, as `train` does), the timings wait for the GPU (torch.cuda.synchronize), and the ceiling is a large
+matmul in that precision: the fraction printed is of what the card reaches on dense math, not its datasheet peak.
+`--compile` puts both models through torch.compile first (its warm-up steps then include the compilation).
 `transformers` is only a test/benchmark dependency: without it, only our figures are printed.
 """
 
@@ -16,12 +20,15 @@ import platform
 import statistics
 import time
 
+import contextlib
+
 import torch
 
 from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, int_arg
 from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, adamw
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
+from bert_core.training.distributed import DistInfo, resolve_device
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -40,24 +47,39 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc as it is instead of keeping freed memory, as training does (see "
                         "bert_core.training.allocator): shows what that setting is worth")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: the GPU when one is visible)")
+    p.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp32"),
+                   help="autocast on a CUDA GPU (default bf16, as `train`); a CPU always runs in fp32")
+    p.add_argument("--compile", action="store_true", help="torch.compile both models before the warm-up steps")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p
+
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class _MatmulCeiling:
     """GFLOP/s of an n x n fp32 matmul, the machine's practical ceiling for dense math. Sampled between the
     training steps rather than once at the end, so that it sees the same machine (clock, neighbours) they do."""
 
-    def __init__(self, n: int = 2048):
-        self.n = n
-        self.a, self.b = torch.randn(n, n), torch.randn(n, n)
+    def __init__(self, n: int = 2048, device: torch.device = torch.device("cpu"), dtype=torch.float32):
+        self.n, self.device = n, device
+        self.a = torch.randn(n, n, device=device).to(dtype)
+        self.b = torch.randn(n, n, device=device).to(dtype)
         self.out = self.a @ self.b
         self.times: list[float] = []
 
     def sample(self, repeats: int = 2) -> None:
         for _ in range(repeats):
+            _sync(self.device)
             t = time.perf_counter()
             torch.mm(self.a, self.b, out=self.out)
+            _sync(self.device)
             self.times.append(time.perf_counter() - t)
 
     def gflops(self) -> float:
@@ -70,14 +92,17 @@ class _MemoryProbe:
     a training step is memory-bound, and on a shared VM memory bandwidth varies with the neighbours far more than
     the matmul does: a low or spread figure here says the run's timings are not comparable with a quiet one."""
 
-    def __init__(self, numel: int = 16 * 1024 * 1024):
-        self.x, self.out = torch.randn(numel), torch.empty(numel)
+    def __init__(self, numel: int = 16 * 1024 * 1024, device: torch.device = torch.device("cpu")):
+        self.device = device
+        self.x, self.out = torch.randn(numel, device=device), torch.empty(numel, device=device)
         self.times: list[float] = []
 
     def sample(self, repeats: int = 2) -> None:
         for _ in range(repeats):
+            _sync(self.device)
             t = time.perf_counter()
             torch.mul(self.x, 2.0, out=self.out)
+            _sync(self.device)
             self.times.append(time.perf_counter() - t)
 
     def gbps(self) -> float:
@@ -121,6 +146,8 @@ def run_bench(args) -> dict:
     config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
     # Two models train side by side: refuse, before allocating either, a size that could not train even once.
     config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
+    device = resolve_device(getattr(args, "device", "cpu"), DistInfo())
+    precision = getattr(args, "precision", "bf16") if device.type == "cuda" else "fp32"
     kept = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -138,21 +165,42 @@ def run_bench(args) -> dict:
         models["transformers"] = ref.train()
     except ImportError:
         pass
-    batch = _batch(config, args.batch_size, args.seq_len, args.mask_rate)
+    models = {k: m.to(device) for k, m in models.items()}
+    batch = {k: v.to(device) for k, v in _batch(config, args.batch_size, args.seq_len, args.mask_rate).items()}
     optims = {k: adamw(m, lr=1e-4) for k, m in models.items()}  # the same (fused) optimizer for both
+    runners = {k: (torch.compile(m) if getattr(args, "compile", False) else m) for k, m in models.items()}
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+
+    def autocast():
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=_DTYPES[precision])
 
     def step(name):
+        _sync(device)
         t = time.perf_counter()
         optims[name].zero_grad(set_to_none=True)
-        models[name](**batch).loss.backward()
-        optims[name].step()
+        with autocast():
+            loss = runners[name](**batch).loss
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optims[name])
+            scaler.update()
+        else:
+            loss.backward()
+            optims[name].step()
+        _sync(device)
         return time.perf_counter() - t
 
     for _ in range(args.warmup):
         for name in models:
             step(name)
     times = {name: [] for name in models}
-    matmul, memory = _MatmulCeiling(), _MemoryProbe()
+    if device.type == "cuda":
+        matmul = _MatmulCeiling(8192, device, _DTYPES[precision])
+        memory = _MemoryProbe(256 * 1024 * 1024, device)
+    else:
+        matmul, memory = _MatmulCeiling(), _MemoryProbe()
     for _ in range(args.rounds):
         for name in models:
             times[name].append(step(name))
@@ -161,8 +209,13 @@ def run_bench(args) -> dict:
     ceiling = matmul.gflops()
     tokens = args.batch_size * args.seq_len
     masked = int((batch["labels"] != IGNORE_INDEX).sum())
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": f"{where}, torch {torch.__version__}",
+        "device": device.type,
+        "precision": precision,
+        "compiled": bool(getattr(args, "compile", False)),
         "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "
                   f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, {args.mask_rate:.0%} masked",
         "freed_memory_kept": kept,
