@@ -15,12 +15,11 @@ matmul in that precision: the fraction printed is of what the card reaches on de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
 import time
-
-import contextlib
 
 import torch
 
