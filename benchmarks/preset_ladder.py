@@ -23,9 +23,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bert_core" / "preset_ladder.json"
 sys.path.insert(0, str(ROOT))
 from bert_core.paths import shared_data_dir  # noqa: E402
+from bert_core.training.recipes import LADDER_FILE  # noqa: E402
+
+OUT = LADDER_FILE  # the file the Train page's "What each size reaches" reads
 
 DEFAULT_CORPUS = (shared_data_dir() or ROOT.parent / "shared" / "data") / "wikitext-2" / "valid.txt"
 
