@@ -63,8 +63,9 @@ def _sync(device: torch.device) -> None:
 
 
 class _MatmulCeiling:
-    """GFLOP/s of an n x n fp32 matmul, the machine's practical ceiling for dense math. Sampled between the
-    training steps rather than once at the end, so that it sees the same machine (clock, neighbours) they do."""
+    """GFLOP/s of an n x n matmul (fp32 on a CPU; on a GPU in the precision the steps autocast to), the device's
+    practical ceiling for dense math. Sampled between the training steps rather than once at the end, so that it
+    sees the same machine (clock, neighbours) they do."""
 
     def __init__(self, n: int = 2048, device: torch.device = torch.device("cpu"), dtype=torch.float32):
         self.n, self.device = n, device
