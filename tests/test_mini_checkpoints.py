@@ -102,3 +102,20 @@ def test_heldout_and_eval_reproduce_the_recorded_figures(folder, shared_data, tm
     key = "masked_token_accuracy" if folder is BERT else "next_token_accuracy"
     for k, rel in (("perplexity", 1e-4), (key, 1e-3)):
         assert again[k] == pytest.approx(recorded[k], rel=rel), k
+
+
+def test_the_fine_tune_page_takes_the_minis_rate_and_says_what_a_mini_does_in_its_race(shared_data, monkeypatch):
+    """Picked in the sidebar, the mini brings its own rate to the Fine-tune page, and the page's expectation is the
+    mini's measured race (a sixth of the tiny's steps in 30 s), not the tiny's."""
+    from streamlit.testing.v1 import AppTest
+
+    page = str(CHECKPOINTS_DIR.parent / "pages" / "5_Fine-tune.py")
+    for folder, rate, said in ((BERT, 5e-4, "bert-mini-english on a CPU"),
+                               (CHECKPOINTS_DIR / "bert-tiny-english", 1e-3, "and the shipped model")):
+        monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(folder))
+        at = AppTest.from_file(page, default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        assert at.radio(key="ft_data").value == "polarity"
+        assert at.number_input(key="ft_lr").value == pytest.approx(rate)
+        assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
