@@ -191,6 +191,8 @@ def test_a_class_follows_the_teacher_through_the_lesson(server, browser, screens
         _settle(teacher)
         teacher.get_by_text("Teach with this lesson").click()
         code = teacher.locator("code", has_text="follow=").first
+        # The expander opens in the browser: until its button shows, the loop below would find none and give up.
+        teacher.get_by_role("button", name="Lead a class").wait_for(timeout=30_000)
         # A clean-clone CI run once waited 90 s for the link after one press, on a loaded worker (it passes alone):
         # the press is tried again while the button is still there, as a teacher would, three times at most.
         for _ in range(3):
