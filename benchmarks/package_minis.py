@@ -6,8 +6,11 @@ the commands rewritten with repository paths, both phases recorded, and the repr
 on the shipped weights (run from the repository root with ../shared/data beside it; about a minute on a CPU):
     PYTHONPATH=. python benchmarks/package_minis.py
 docs/shipped-model.md, "The mini models, pretrained on a GPU"."""
-import json, shutil, re
+import json
+import re
+import shutil
 from pathlib import Path
+
 import torch
 from safetensors.torch import load_file, save_file
 
