@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_core.serve import app_state, jobs, model_sources
+from bert_core.serve import app_state, jobs, launcher, model_sources
 from bert_core.serve.training_process import ProcessTrainingJob
 from tests import app_fixtures
 
@@ -49,12 +49,19 @@ def started_jobs():
         assert job.process is None or job.process.poll() is not None
 
 
-def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(started_jobs, tmp_path):
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(started_jobs, tmp_path, monkeypatch, start):
+    """Forked from the warm launcher (Linux) or a fresh interpreter (elsewhere, or BERT_EXPLORER_LAUNCHER=spawn):
+    the same run either way."""
+    monkeypatch.setenv(launcher.LAUNCHER_ENV, start)
+    if start == "fork" and not launcher.fork_available():
+        pytest.skip("the launcher forks: Linux only")
     spec = _spec()
     job = _job(spec)
     started_jobs.append(job)
     job.start()
     assert job.busy and job.phase == "preparing"
+    assert isinstance(job.process, launcher.LaunchedProcess if start == "fork" else subprocess.Popen)
     assert job.wait(TIMEOUT)
     assert job.phase == "finished", job.error
     mirror = job.trainer

@@ -37,8 +37,10 @@ from bert_core.serve.jobs import (
     finetune_job,
     pretraining_job,
     restored_pretraining_job,
+    train_in_process,
     training_threads,
 )
+from bert_core.serve.launcher import fork_available, launcher
 from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.model_sources import (
     ActiveModel,
@@ -203,6 +205,8 @@ def _scratch_alive(key: str) -> bool | None:
 # (bert_core.serve.runs).
 RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder, records=RECORDS,
                 restore_job=restored_pretraining_job)
+if train_in_process() and fork_available():
+    launcher().warm()   # it imports torch now, so that the first Start finds it ready (bert_core.serve.launcher)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from bert_core.errors import BertCoreError
+from bert_core.serve.launcher import SERVER_PID_ENV
 from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
 
@@ -34,6 +36,13 @@ class TunerView:
     evals: list
 
 
+def run_on_fds(commands_fd: int, events_fd: int) -> None:
+    """The training process on its two inherited pipe ends (commands to read, events to write)."""
+    from multiprocessing.connection import Connection
+
+    child_main(Channel(Connection(commands_fd, writable=False)), Channel(Connection(events_fd, readable=False)))
+
+
 def child_main(commands: Channel, events: Channel) -> None:
     """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
     step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
@@ -42,6 +51,21 @@ def child_main(commands: Channel, events: Channel) -> None:
     builder = child.receive_setup()
     if child.build(builder):
         child.serve()
+
+
+def _server_watch():
+    """A function that says whether the server has gone. A process forked by the launcher
+    (bert_core.serve.launcher) watches the server by its pid (a pidfd: no confusion with a reused pid), since its
+    parent is the launcher; a spawned one watches for its parent to change (it was reparented)."""
+    server = os.environ.get(SERVER_PID_ENV)
+    if server and hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(int(server))
+        except (OSError, ValueError):
+            return lambda: True   # it had already gone
+        return lambda: bool(select.select([fd], [], [], 0)[0])
+    parent = os.getppid()
+    return lambda: os.getppid() != parent
 
 
 class TrainingChild:
@@ -59,13 +83,13 @@ class TrainingChild:
     def heartbeat(self) -> None:
         """Say "alive" every HEARTBEAT_S until the server has gone: the server tells a frozen process (stopped by a
         signal, swapped out, or hung holding the interpreter) from a slow step by this silence
-        (bert_core.serve.run_scheduler). It also watches for the server's end itself: once this process is
-        orphaned (its parent changed), the run stops at its next step, writing its checkpoint, and the process
-        exits; a closed pipe says the same, but one server that was shut down left its child training on."""
-        parent = os.getppid()
+        (bert_core.serve.run_scheduler). It also watches for the server's end itself (`_server_watch`): once the
+        server has ended, the run stops at its next step, writing its checkpoint, and the process exits; a closed
+        pipe says the same, but one server that was shut down left its child training on."""
+        server_gone = _server_watch()
         orphaned_at = None
         while True:
-            if os.getppid() != parent and orphaned_at is None:
+            if orphaned_at is None and server_gone():
                 orphaned_at = time.monotonic()
                 log.warning("the server has gone: stopping the run")
                 self.quit = True

@@ -24,12 +24,14 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.paths import REPO_ROOT
+from bert_core.serve.launcher import SERVER_PID_ENV, START_TIMEOUT_S, fork_available, launcher
 
 log = logging.getLogger("bert_core.app")
 
 REPLY_TIMEOUT_S = 120.0   # a save or weight copy waits at most one step (or one evaluation) of the child
 HEARTBEAT_S = 2.0         # the child says it is alive this often, whatever its training is doing
 CHILD_MODULE = "bert_core.serve.training_process"   # run as `python -m`: its __main__ block is the child's entry
+CHILD_ENTRY = "bert_core.serve.training_child:run_on_fds"   # what a process forked by the launcher runs
 
 
 class Channel:
@@ -75,6 +77,8 @@ class ChildLink:
         self._on_message = on_message
         self._on_exit = on_exit
         self.process: subprocess.Popen | None = None
+        self.starting = False   # from spawn()'s start to its process: alive, so the run keeps its slot
+        self._spawned = threading.Event()   # set once spawn() has sent its setup (or failed): later sends follow it
         self._commands: Channel | None = None
         self._events: Channel | None = None
         self._send_lock = threading.Lock()
@@ -84,8 +88,8 @@ class ChildLink:
         self.last_heard: float | None = None   # monotonic time of the child's latest message (heartbeats included)
 
     def alive(self) -> bool:
-        """True while the child process runs."""
-        return self.process is not None and self.process.poll() is None
+        """True while the child process runs, or is being started."""
+        return self.starting or (self.process is not None and self.process.poll() is None)
 
     def silent_s(self) -> float:
         """Seconds since the child last said anything (0 before it was spawned or once it has ended)."""
@@ -95,29 +99,49 @@ class ChildLink:
 
     def kill(self) -> None:
         """End the child at once (SIGKILL works on a stopped process too); the pump then reports its exit."""
-        if self.alive():
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
 
     def spawn(self, builder: Callable[[], Any]) -> None:
-        """Start `python -m bert_core.serve.training_process` with two private pipes and hand it its work."""
+        """Start the training process with two private pipes and hand it its work: forked from the warm launcher
+        where there is one (bert_core.serve.launcher), else a fresh `python -m bert_core.serve.training_process`."""
+        self.starting = True
+        self._spawned.clear()
+        try:
+            self._start_process()
+            self.last_heard = time.monotonic()
+            self._send(("init", sys.path, self._threads))
+            self._send(("builder", builder))
+        finally:
+            self.starting = False
+            self._spawned.set()
+
+    def _start_process(self) -> None:
         cmd_read, cmd_write = os.pipe()
         evt_read, evt_write = os.pipe()
-        env = dict(os.environ, OMP_NUM_THREADS=str(self._threads), MKL_NUM_THREADS=str(self._threads))
-        # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
-        package_root = str(REPO_ROOT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        threads = str(self._threads)
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", CHILD_MODULE, str(cmd_read), str(evt_write)],
-                pass_fds=(cmd_read, evt_write), env=env, stdin=subprocess.DEVNULL)
+            if fork_available():
+                self.process = launcher().launch(CHILD_ENTRY, (cmd_read, evt_write),
+                                                 {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+            else:
+                env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+                env.pop(SERVER_PID_ENV, None)
+                # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
+                package_root = str(REPO_ROOT)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", CHILD_MODULE, str(cmd_read), str(evt_write)],
+                    pass_fds=(cmd_read, evt_write), env=env, stdin=subprocess.DEVNULL)
+        except BaseException:
+            os.close(cmd_write)
+            os.close(evt_read)
+            raise
         finally:
             os.close(cmd_read)
             os.close(evt_write)
         self._commands = Channel(Connection(cmd_write, readable=False))
         self._events = Channel(Connection(evt_read, writable=False))
-        self.last_heard = time.monotonic()
-        self.send(("init", sys.path, self._threads))
-        self.send(("builder", builder))
 
     def start_pump(self) -> None:
         """Start the thread that reads the child's messages until its end of the pipe closes."""
@@ -126,8 +150,15 @@ class ChildLink:
 
     def send(self, message: tuple) -> None:
         """Send one command; BertCoreError when the child has gone."""
+        if self.starting:
+            self._spawned.wait(START_TIMEOUT_S)   # a Stop pressed while the launcher forks the process: after setup
+        self._send(message)
+
+    def _send(self, message: tuple) -> None:
         try:
             with self._send_lock:
+                if self._commands is None:
+                    raise OSError("no training process")
                 self._commands.send(message)
         except (OSError, EOFError) as exc:
             raise BertCoreError("the training process has ended; start a new run") from exc

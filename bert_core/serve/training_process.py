@@ -27,15 +27,14 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
 from bert_core.serve.model_sources import load_folder
-from bert_core.serve.training_child import TunerView, child_main
-from bert_core.serve.training_link import REPLY_TIMEOUT_S, Channel, ChildLink
+from bert_core.serve.training_child import TunerView, run_on_fds
+from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
 from bert_core.training.run_loop import EventLog, append_thinned, run_progress
 
 log = logging.getLogger("bert_core.app")
@@ -204,10 +203,15 @@ class ProcessTrainingJob:
             if self.trainer is not None:
                 raise BertCoreError("the training process has ended; press Reset and start a new run")
             self.error = None
-            self._child.spawn(self._builder)
-            # 'preparing' only once the process exists: `busy` (and so `wait`) reads a preparing job without one
-            # as idle, and the pump that moves the phase on starts after this.
+            # 'preparing' before the process exists, and busy while the launcher forks it (it can wait for the
+            # launcher's imports): the scheduler must not read the run as ended and give its slot away.
+            self._child.starting = True
             self._set_phase("preparing")
+            try:
+                self._child.spawn(self._builder)
+            except BaseException:
+                self._set_phase("new")
+                raise
             self._child.start_pump()
             return
         self.error = None
@@ -495,5 +499,4 @@ class ProcessTrainingJob:
 if __name__ == "__main__":
     # The child's entry point (`ChildLink.spawn` runs `python -m` on this module). Its code lives in
     # `training_child`, an imported module, so what it pickles (TunerView) names that module, not this `__main__`.
-    child_main(Channel(Connection(int(sys.argv[1]), writable=False)),
-               Channel(Connection(int(sys.argv[2]), readable=False)))
+    run_on_fds(int(sys.argv[1]), int(sys.argv[2]))

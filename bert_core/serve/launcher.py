@@ -1,0 +1,325 @@
+"""Training processes forked from a warm interpreter, instead of a fresh `python` that imports torch each time.
+
+A training process that starts as a new interpreter spends its first seconds importing torch and the trainer's
+modules: about 3 CPU-seconds on a 2-core VM (docs/benchmarks.md, "Starting a run"), before its first step. On a class
+server where thirty students press Start in one minute, that is a minute and a half of both cores spent on imports,
+while the pages wait. So on Linux the server keeps one launcher process that has imported them once, and forks each
+training process from it: the fork shares the imported modules (copy-on-write) and starts its run at once.
+
+Why a launcher of its own and not multiprocessing's forkserver: a forked child would otherwise re-import the server's
+`__main__` (Streamlit's command line) and hands back a `Process`, where the server's code and tests steer a
+`subprocess.Popen` (poll, wait, kill, returncode). `LaunchedProcess` offers those, for a process that is the
+launcher's child rather than the server's.
+
+The launcher forks only: it never runs a torch operation, so no OpenMP or BLAS thread pool exists when it forks
+(one that did would leave its locks held in the child), and CUDA is first touched in the child. It exits as soon as
+the server's end of its socket closes; a training process then sees that the server has gone (BERT_SERVER_PID,
+below) and stops as it would have before. Elsewhere (macOS, Windows), or with `BERT_EXPLORER_LAUNCHER=spawn`, each
+training process is a fresh interpreter as before (`bert_core.serve.training_link`).
+
+The protocol, over a Unix datagram-like socket pair (SOCK_SEQPACKET, one JSON message a packet): the server sends
+{"id", "entry", "env"} with the child's two pipe ends attached (SCM_RIGHTS); the launcher answers {"id", "pid"} (or
+{"id", "error"}), and {"exit": pid, "code": returncode} when a child ends (a negative code is the signal that ended
+it, as in `subprocess`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bert_core.paths import REPO_ROOT
+
+log = logging.getLogger("bert_core.app")
+
+LAUNCHER_ENV = "BERT_EXPLORER_LAUNCHER"   # "spawn": a fresh interpreter per training process (the fallback)
+SERVER_PID_ENV = "BERT_SERVER_PID"        # set in a forked training process: whose end means the server has gone
+LAUNCHER_MODULE = "bert_core.serve.launcher"
+START_TIMEOUT_S = 120.0                   # the launcher's imports, on a machine under load
+# What every training process imports: loaded once in the launcher, shared by each fork. torch._dynamo is among
+# them because torch.optim imports it when the first optimizer is made (torch._compile), 2 to 5 s of CPU.
+PRELOAD = ("torch", "torch._dynamo", "bert_core.serve.training_child", "bert_core.serve.jobs",
+           "bert_core.training.trainer", "bert_core.training.finetune", "bert_core.training.run_builder")
+_PACKET = 65536
+
+
+def fork_available() -> bool:
+    """Whether training processes are forked from the launcher here: Linux (a fork after importing torch is safe
+    there; on macOS system libraries are not), not switched off."""
+    return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and \
+        hasattr(socket, "send_fds")
+
+
+class LaunchedProcess:
+    """A training process forked by the launcher, steered like the `subprocess.Popen` of a spawned one: `pid`,
+    `poll()`, `wait(timeout)`, `kill()`, `terminate()`, `send_signal()` and `returncode`. Its exit code comes from
+    the launcher, which is its parent; if the launcher itself is gone, from /proc."""
+
+    def __init__(self, pid: int, launcher: "Launcher"):
+        self.pid = pid
+        self.args = [LAUNCHER_MODULE, str(pid)]
+        self.returncode: int | None = None
+        self._launcher = launcher
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._launcher.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._launcher.wait_for_exit(0.25 if left is None else min(left, 0.25))
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def __repr__(self) -> str:
+        return f"LaunchedProcess(pid={self.pid}, returncode={self.returncode})"
+
+
+class Launcher:
+    """The server's end of the launcher: starts it on first use (or `warm()`), asks it for training processes,
+    and records their exit codes. One per server process (`launcher()`); thread-safe."""
+
+    def __init__(self, preload: tuple[str, ...] = PRELOAD):
+        self._preload = preload
+        self._lock = threading.Lock()         # one request at a time, and (re)starting
+        self._changed = threading.Condition()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._replies: dict[int, dict] = {}
+        self._exits: dict[int, int] = {}
+        self._ids = 0
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def warm(self) -> None:
+        """Start the launcher now (it imports torch in the background), so the first Start does not wait for it."""
+        with self._lock:
+            self._ensure_started()
+
+    def launch(self, entry: str, fds: tuple[int, int], env: dict[str, str]) -> LaunchedProcess:
+        """Fork a training process that calls `entry` ("module:function") with the pipe ends `fds` (commands to
+        read, events to write), with `env` added to its environment. The caller closes its copies of `fds`."""
+        with self._lock:
+            self._ensure_started()
+            self._ids += 1
+            rid = self._ids
+            message = json.dumps({"id": rid, "entry": entry, "env": env}).encode()
+            try:
+                socket.send_fds(self._sock, [message], list(fds))
+            except OSError as exc:
+                raise OSError(f"the training launcher has gone ({exc})") from exc
+            deadline = time.monotonic() + START_TIMEOUT_S
+            with self._changed:
+                while rid not in self._replies:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.running():
+                        raise OSError("the training launcher did not start the process")
+                    self._changed.wait(min(left, 0.5))
+                reply = self._replies.pop(rid)
+        if "error" in reply:
+            raise OSError(f"the training launcher could not start the process: {reply['error']}")
+        return LaunchedProcess(int(reply["pid"]), self)
+
+    def exit_code(self, pid: int) -> int | None:
+        """The process's exit code once it has ended, else None."""
+        with self._changed:
+            if pid in self._exits:
+                return self._exits[pid]
+        if self.running():
+            return None
+        # The launcher has gone, so nobody reports this child: /proc says whether it still runs.
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return -1
+        return -1 if state in ("Z", "X") else None
+
+    def wait_for_exit(self, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout)
+
+    def close(self) -> None:
+        """End the launcher (its training processes go on until they see the server go)."""
+        with self._lock:
+            if self._sock is not None:
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)   # wakes the reader thread; the launcher reads the end
+                except OSError:
+                    pass
+                self._sock.close()
+                self._sock = None
+            if self._proc is not None:
+                try:
+                    self._proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait(5)
+
+    def _ensure_started(self) -> None:
+        if self.running():
+            return
+        if self._sock is not None:
+            self._sock.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ)
+        # One thread for every pool the imports may create, so none runs when the launcher forks; each training
+        # process then sets its own count (torch.set_num_threads, training_child.receive_setup).
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", LAUNCHER_MODULE, str(theirs.fileno()),
+                                           str(os.getpid()), ",".join(self._preload)],
+                                          pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self._sock = ours
+        threading.Thread(target=self._read, args=(ours, self._proc), name="bert-launcher", daemon=True).start()
+
+    def _read(self, sock: socket.socket, proc: subprocess.Popen) -> None:
+        while True:
+            try:
+                data = sock.recv(_PACKET)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            with self._changed:
+                if "exit" in message:
+                    self._exits[int(message["exit"])] = int(message["code"])
+                else:
+                    self._replies[int(message["id"])] = message
+                self._changed.notify_all()
+        proc.wait()
+        with self._changed:
+            self._changed.notify_all()
+
+
+_LAUNCHER: Launcher | None = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def launcher() -> Launcher:
+    """This server process's launcher (made on first use)."""
+    global _LAUNCHER
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None:
+            _LAUNCHER = Launcher()
+        return _LAUNCHER
+
+
+# ------------------------------------------------------------------------------------------ the launcher process
+
+
+def _preload(names: list[str]) -> None:
+    """Import what every training process needs; a module that fails to import is left to the child."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the child imports it again and reports its own error
+            log.warning("the training launcher could not preload %s: %s", name, exc)
+
+
+def _run_child(entry: str, fds: list[int], env: dict[str, str], sock: socket.socket, server_pid: int) -> None:
+    """In the fork: become a training process, `entry` ("module:function") called with the two pipe ends (what
+    `python -m bert_core.serve.training_process` runs)."""
+    code = 0
+    try:
+        sock.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.environ.update(env)
+        os.environ[SERVER_PID_ENV] = str(server_pid)
+        module, _, function = entry.partition(":")
+        getattr(importlib.import_module(module), function)(*fds)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a fresh interpreter would print it and exit 1 too
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
+    """The launcher process: preload, then fork a training process for each request and report how each ends,
+    until the server's end of the socket closes."""
+    sock = socket.socket(fileno=sock_fd)
+    _preload(preload)
+    children: dict[int, int] = {}   # pidfd -> pid
+    while True:
+        readable, _, _ = select.select([sock, *children], [], [])
+        for fd in readable:
+            if fd in children:
+                pid = children.pop(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, _PACKET, 2)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                return   # the server has gone: its training processes see it themselves
+            request = json.loads(data)
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for f in fds:
+                    os.close(f)
+                _send(sock, {"id": request["id"], "error": str(exc)})
+                continue
+            if pid == 0:
+                for f in children:
+                    os.close(f)
+                _run_child(request["entry"], fds, request.get("env") or {}, sock, server_pid)
+            for f in fds:
+                os.close(f)
+            children[os.pidfd_open(pid)] = pid
+            _send(sock, {"id": request["id"], "pid": pid})
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass   # the server has gone; the next read ends the launcher
+
+
+if __name__ == "__main__":
+    launcher_main(int(sys.argv[1]), int(sys.argv[2]), [n for n in sys.argv[3].split(",") if n])
