@@ -12,7 +12,8 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import lesson, lesson_figures
-from bert_core.inspect.inspection import HeadSummary, mask_example, masking_stats
+from bert_core.inspect import masked_guesses
+from bert_core.inspect.inspection import DECISION_NAMES, HeadSummary, mask_example, mask_padded, masking_stats
 from bert_core.inspect.masked_guesses import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
@@ -82,6 +83,15 @@ def test_accuracy_by_decision_counts_the_masking_pages_decisions_and_batches_do_
     assert all(0 <= acc[d].right <= acc[d].count for d in CHOSEN)
     small = accuracy_by_decision(model, tokenizer, pairs, seed=4, batch_size=7)
     assert {d: (a.count, a.right) for d, a in small.items()} == {d: (a.count, a.right) for d, a in acc.items()}
+    # The LM head run on the chosen positions only counts what the full [B, S, V] logits count.
+    ids, types, attention = masked_guesses._padded(tokenizer, pairs)
+    result, _ = mask_padded(tokenizer, ids, attention, 4, 0.15)
+    with torch.inference_mode():
+        full = model(result.input_ids, attention, types, full_mlm_logits=True).mlm_logits.argmax(-1)
+    for d in CHOSEN:
+        code = next(c for c, name in DECISION_NAMES.items() if name == d)
+        chosen = result.decisions == code
+        assert acc[d].right == int(((full == ids) & chosen).sum()), d
 
 
 def test_a_model_that_copies_its_input_gets_every_kept_token_and_no_masked_one(tokenizer, pairs):
@@ -94,8 +104,10 @@ def test_a_model_that_copies_its_input_gets_every_kept_token_and_no_masked_one(t
             super().__init__()
             self.w = torch.nn.Parameter(torch.zeros(1))
 
-        def forward(self, input_ids, attention_mask=None, token_type_ids=None, full_mlm_logits=True):
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, full_mlm_logits=True):
             logits = torch.nn.functional.one_hot(input_ids, tokenizer.vocab_size).float() * 10
+            if not full_mlm_logits:   # the rows of the labelled positions, as BertForPreTraining gives them
+                logits = logits[labels != -100]
             return SimpleNamespace(mlm_logits=logits)
 
     acc = accuracy_by_decision(Copier(), tokenizer, pairs, seed=2, mask_rate=0.3)
