@@ -288,10 +288,13 @@ def _store_visitor_cookie() -> None:
     cookie it sets is read at the next visit; a zero-height frame at the foot of the sidebar)."""
     visitor = visitor_id()
     if not st.session_state.get("_visitor_stored"):
-        import streamlit.components.v1 as components
-
         with st.sidebar:
-            components.html(cookie_script(visitor), height=0)
+            if hasattr(st, "iframe"):   # Streamlit >= 1.56; components.v1.html is deprecated there
+                st.iframe(cookie_script(visitor), height="content")
+            else:
+                import streamlit.components.v1 as components
+
+                components.html(cookie_script(visitor), height=0)
 
 
 def my_runs() -> list[dict]:
