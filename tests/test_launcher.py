@@ -159,6 +159,23 @@ def test_a_second_launch_is_quick_once_the_launcher_is_warm(launcher):
         os.close(e)
 
 
+def test_a_launcher_that_was_killed_is_started_again_at_the_next_launch():
+    made = Launcher(preload=())
+    try:
+        made.warm()
+        made._proc.kill()
+        made._proc.wait(10)
+        time.sleep(0.2)
+        process, cmd, evt = _launch(made, "report")
+        os.write(cmd, b"0\n")
+        os.close(cmd)
+        with os.fdopen(evt, "rb") as events:
+            assert json.loads(events.readline())["pid"] == process.pid
+        assert process.wait(30) == 0 and made.running()
+    finally:
+        made.close()
+
+
 def test_spawn_is_the_fallback_when_the_launcher_is_switched_off(monkeypatch):
     monkeypatch.setenv(launcher_module.LAUNCHER_ENV, "spawn")
     assert not launcher_module.fork_available()

@@ -134,8 +134,13 @@ class Launcher:
             message = json.dumps({"id": rid, "entry": entry, "env": env}).encode()
             try:
                 socket.send_fds(self._sock, [message], list(fds))
-            except OSError as exc:
-                raise OSError(f"the training launcher has gone ({exc})") from exc
+            except OSError:
+                # It ended since it was last asked (killed, out of memory): the pipe ends never reached it, so a new
+                # launcher can take them.
+                if self._proc is not None:
+                    self._proc.wait(10)
+                self._ensure_started()
+                socket.send_fds(self._sock, [message], list(fds))
             deadline = time.monotonic() + START_TIMEOUT_S
             with self._changed:
                 while rid not in self._replies:
