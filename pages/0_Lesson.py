@@ -55,6 +55,7 @@ def _run_finished() -> bool:
 
 
 active = app_state.sidebar()
+app_state.warm_launcher()
 st.title("The lesson: how BERT learns")
 st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: **{step.title}**")
 if teacher_step is not None:

@@ -10,6 +10,7 @@ from bert_core.training import comparison, plateau, recipes
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
+app_state.warm_launcher()
 st.title("Train a tiny BERT")
 
 CORPORA = {

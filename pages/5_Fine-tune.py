@@ -30,6 +30,7 @@ from bert_core.training.token_tagging import tag_words
 
 st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
 active = app_state.sidebar()
+app_state.warm_launcher()
 st.title("Fine-tune: does pretraining pay?")
 st.markdown(
     "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a small head and is trained "

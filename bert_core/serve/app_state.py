@@ -205,12 +205,18 @@ def _scratch_alive(key: str) -> bool | None:
 # (bert_core.serve.runs).
 RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder, records=RECORDS,
                 restore_job=restored_pretraining_job)
-if train_in_process() and fork_available():
-    launcher().warm()   # it imports torch now, so that the first Start finds it ready (bert_core.serve.launcher)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 
 # ---------------------------------------------------------------------------------------------- Streamlit side
+
+
+def warm_launcher() -> None:
+    """Have the training launcher make its imports now (bert_core.serve.launcher), on the pages with a Start button,
+    so the first Start finds it ready; not when the app loads, where its seconds of imports would compete with the
+    first page's draw on a small server."""
+    if train_in_process() and fork_available():
+        launcher().warm()
 
 
 def session_id() -> str:

@@ -120,9 +120,14 @@ class Launcher:
         return self._proc is not None and self._proc.poll() is None
 
     def warm(self) -> None:
-        """Start the launcher now (it imports torch in the background), so the first Start does not wait for it."""
-        with self._lock:
+        """Start the launcher now (it imports torch in the background), so the first Start does not wait for it.
+        Never blocks a page: while another thread starts it or waits for a launch, there is nothing to do."""
+        if self.running() or not self._lock.acquire(blocking=False):
+            return
+        try:
             self._ensure_started()
+        finally:
+            self._lock.release()
 
     def launch(self, entry: str, fds: tuple[int, int], env: dict[str, str]) -> LaunchedProcess:
         """Fork a training process that calls `entry` ("module:function") with the pipe ends `fds` (commands to
