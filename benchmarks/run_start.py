@@ -6,8 +6,8 @@ thirty pressing Start on 2 vCPUs). Side by side in one process, alternating, on 
 Each start is what the app does when Start is pressed (`jobs.pretraining_job` with the page's default spec, as
 `ProcessTrainingJob.start`): timed from `start()` to the run's first training step ("running"), and the training
 process's own CPU seconds until then, read from /proc (user + system). Then the run is stopped and its process
-closed, and the next start uses the other way. The launcher is warmed first (the app warms it when it loads), so
-the figure is that of every start after the server's first page.
+closed, and the next start uses the other way. The launcher is warmed first (the Train, Lesson and Fine-tune pages
+warm it when opened), so the figure is that of every start but a server's very first.
 """
 
 from __future__ import annotations
