@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bert_core.serve.app_server import free_port, start_app_server  # noqa: E402
+from bert_core.serve.launcher import training_processes  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -64,16 +65,8 @@ def _all_cpus() -> None:
 
 
 def _children(pid: int) -> list[int]:
-    """Process ids whose parent is `pid` (the app's training processes)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
+    """The app's training processes: forked by the server's launcher, or spawned (bert_core.serve.launcher)."""
+    return sorted(training_processes(pid))
 
 
 class Server:

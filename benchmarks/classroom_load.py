@@ -74,6 +74,7 @@ from urllib.parse import parse_qs
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bert_core.serve.app_server import free_port, start_app_server  # noqa: E402
+from bert_core.serve.launcher import PROCESS_NAME, SPAWNED_MODULE  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -211,7 +212,9 @@ class Server:
             for pid in kids:
                 if pid not in self.training_started:
                     try:
-                        if b"bert_core.serve.training_process" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        # A training process: forked by the server's launcher (named so), or spawned.
+                        if (Path(f"/proc/{pid}/comm").read_text().strip() == PROCESS_NAME
+                                or SPAWNED_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes()):
                             self.training_started[pid] = time.monotonic()
                     except OSError:
                         pass

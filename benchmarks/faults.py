@@ -63,11 +63,12 @@ import classroom_load as cl  # its Server, ProtocolSession and /proc helpers; it
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from bert_core.serve.app_server import free_port, start_app_server
+from bert_core.serve.launcher import PROCESS_NAME, SPAWNED_MODULE
 
 LONG_STEPS = 20_000    # about four minutes of nano on toy: still training whenever a fault comes
 SHORT_STEPS = 200      # a few seconds: a run that finishes
 OBSERVE_STOPPED_S = 90.0
-TRAINING_MODULE = b"bert_core.serve.training_process"
+TRAINING_MODULE = SPAWNED_MODULE
 ALERTS = ("error", "warning", "info", "success")
 ALERT_FORMAT = {1: "error", 2: "warning", 3: "info", 4: "success"}
 FAILURE = re.compile(r"\b(fail\w*|stall\w*|lost|stopped|ended|exited|killed|crash\w*|not answer\w*|frozen)\b",
@@ -118,9 +119,11 @@ def proc_state(pid: int) -> str | None:
 
 
 def is_training(pid: int) -> bool:
-    """A live (not zombie) training process: the pid is never one reused by something else we would kill."""
+    """A live (not zombie) training process, forked by the launcher (named PROCESS_NAME) or spawned (the training
+    module in its command line): the pid is never one reused by something else we would kill."""
     try:
-        if TRAINING_MODULE not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        forked = Path(f"/proc/{pid}/comm").read_text().strip() == PROCESS_NAME
+        if not forked and TRAINING_MODULE not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return False
     except OSError:
         return False

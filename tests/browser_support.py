@@ -246,17 +246,7 @@ def _visible_plots(page, title: str) -> list[dict]:
 
 
 def _training_children(server_pid: int) -> set[int]:
-    """Pids of the server's training processes (`python -m bert_core.serve.training_process`), read from /proc."""
-    found = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server_pid and b"bert_core.serve.training_process" in cmdline:
-            found.add(int(proc.name))
-    return found
+    """Pids of the server's training processes (forked by its launcher, or spawned), read from /proc."""
+    from bert_core.serve.launcher import training_processes
+
+    return training_processes(server_pid)

@@ -101,6 +101,9 @@ def test_wait_times_out_like_popen_and_a_kill_is_minus_nine(launcher):
     process, cmd, evt = _launch(launcher, "wait_for_eof")
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(0.3)
+    # Named for `ps`, and found among this server's training processes (its command line is the launcher's).
+    assert Path(f"/proc/{process.pid}/comm").read_text().strip() == launcher_module.PROCESS_NAME
+    assert process.pid in launcher_module.training_processes(os.getpid())
     process.kill()
     assert process.wait(30) == -9
     process.kill()   # an ended process: nothing to do, no error

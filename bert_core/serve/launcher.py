@@ -51,6 +51,8 @@ START_TIMEOUT_S = 120.0                   # the launcher's imports, on a machine
 PRELOAD = ("torch", "torch._dynamo", "bert_core.serve.training_child", "bert_core.serve.jobs",
            "bert_core.training.trainer", "bert_core.training.finetune", "bert_core.training.run_builder")
 _PACKET = 65536
+PROCESS_NAME = "bert-training"            # a forked training process's name (/proc/PID/comm; `ps -o comm`)
+SPAWNED_MODULE = b"bert_core.serve.training_process"   # in a spawned training process's command line
 
 
 def fork_available() -> bool:
@@ -233,6 +235,33 @@ class Launcher:
             self._changed.notify_all()
 
 
+def training_processes(server_pid: int) -> set[int]:
+    """The live training processes of the server `server_pid`, read from /proc (for operators, tests and
+    benchmarks): its children that run the training module (spawned), and its launcher's children (forked, named
+    PROCESS_NAME; their command line is the launcher's)."""
+    procs: dict[int, tuple[int, str, str, bytes]] = {}   # pid -> (ppid, state, comm, cmdline)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        procs[int(entry.name)] = (int(fields[1]), fields[0], comm, cmdline)
+    found = set()
+    for pid, (ppid, state, comm, cmdline) in procs.items():
+        if state in ("Z", "X"):
+            continue
+        spawned = ppid == server_pid and SPAWNED_MODULE in cmdline
+        forked = comm == PROCESS_NAME and procs.get(ppid, (None,))[0] == server_pid
+        if spawned or forked:
+            found.add(pid)
+    return found
+
+
 _LAUNCHER: Launcher | None = None
 _LAUNCHER_LOCK = threading.Lock()
 
@@ -265,6 +294,10 @@ def _run_child(entry: str, fds: list[int], env: dict[str, str], sock: socket.soc
     try:
         sock.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        try:
+            Path("/proc/self/comm").write_text(PROCESS_NAME)   # what `ps` and `top` call it
+        except OSError:
+            pass
         os.environ.update(env)
         os.environ[SERVER_PID_ENV] = str(server_pid)
         module, _, function = entry.partition(":")
