@@ -57,9 +57,24 @@ SPAWNED_MODULE = b"bert_core.serve.training_process"   # in a spawned training p
 
 def fork_available() -> bool:
     """Whether training processes are forked from the launcher here: Linux (a fork after importing torch is safe
-    there; on macOS system libraries are not), not switched off."""
+    there; on macOS system libraries are not) with pidfds (kernel 5.3+: how the launcher and its processes watch
+    for an end), not switched off."""
     return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and \
-        hasattr(socket, "send_fds")
+        hasattr(socket, "send_fds") and _pidfds()
+
+
+_PIDFDS: bool | None = None
+
+
+def _pidfds() -> bool:
+    global _PIDFDS
+    if _PIDFDS is None:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _PIDFDS = True
+        except (AttributeError, OSError):   # Python < 3.9, or a kernel before 5.3 (ENOSYS)
+            _PIDFDS = False
+    return _PIDFDS
 
 
 class LaunchedProcess:

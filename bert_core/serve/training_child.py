@@ -61,9 +61,12 @@ def _server_watch():
     if server and hasattr(os, "pidfd_open"):
         try:
             fd = os.pidfd_open(int(server))
-        except (OSError, ValueError):
+        except ProcessLookupError:
             return lambda: True   # it had already gone
-        return lambda: bool(select.select([fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            pass                  # no pidfds here: the parent check below
+        else:
+            return lambda: bool(select.select([fd], [], [], 0)[0])
     parent = os.getppid()
     return lambda: os.getppid() != parent
 
