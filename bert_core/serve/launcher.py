@@ -220,6 +220,9 @@ class Launcher:
         # One thread for every pool the imports may create, so none runs when the launcher forks; each training
         # process then sets its own count (torch.set_num_threads, training_child.receive_setup).
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        # Should anything ask torch.cuda.is_available() before a fork, ask NVML rather than the CUDA driver: a driver
+        # initialised in the launcher cannot be used by its forks ("Cannot re-initialize CUDA in forked subprocess").
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         try:
             self._proc = subprocess.Popen([sys.executable, "-m", LAUNCHER_MODULE, str(theirs.fileno()),
