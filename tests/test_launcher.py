@@ -166,6 +166,7 @@ def test_a_launcher_that_was_killed_is_started_again_at_the_next_launch():
     made = Launcher(preload=())
     try:
         made.warm()
+        orphan, orphan_cmd, orphan_evt = _launch(made, "wait_for_eof")
         made._proc.kill()
         made._proc.wait(10)
         time.sleep(0.2)
@@ -175,6 +176,11 @@ def test_a_launcher_that_was_killed_is_started_again_at_the_next_launch():
         with os.fdopen(evt, "rb") as events:
             assert json.loads(events.readline())["pid"] == process.pid
         assert process.wait(30) == 0 and made.running()
+        # A process of the killed launcher still ends for the server, though the new launcher never forked it.
+        assert orphan.poll() is None
+        os.close(orphan_cmd)
+        assert orphan.wait(30) == -1
+        os.close(orphan_evt)
     finally:
         made.close()
 

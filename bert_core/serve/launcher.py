@@ -82,15 +82,16 @@ class LaunchedProcess:
     `poll()`, `wait(timeout)`, `kill()`, `terminate()`, `send_signal()` and `returncode`. Its exit code comes from
     the launcher, which is its parent; if the launcher itself is gone, from /proc."""
 
-    def __init__(self, pid: int, launcher: "Launcher"):
+    def __init__(self, pid: int, launcher: "Launcher", parent: subprocess.Popen):
         self.pid = pid
         self.args = [LAUNCHER_MODULE, str(pid)]
         self.returncode: int | None = None
         self._launcher = launcher
+        self._parent = parent   # the launcher process that forked it (a restarted launcher does not report it)
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._launcher.exit_code(self.pid)
+            self.returncode = self._launcher.exit_code(self.pid, self._parent)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -171,17 +172,18 @@ class Launcher:
                         raise OSError("the training launcher did not start the process")
                     self._changed.wait(min(left, 0.5))
                 reply = self._replies.pop(rid)
+            parent = self._proc
         if "error" in reply:
             raise OSError(f"the training launcher could not start the process: {reply['error']}")
-        return LaunchedProcess(int(reply["pid"]), self)
+        return LaunchedProcess(int(reply["pid"]), self, parent)
 
-    def exit_code(self, pid: int) -> int | None:
-        """The process's exit code once it has ended, else None."""
+    def exit_code(self, pid: int, parent: subprocess.Popen) -> int | None:
+        """The exit code of the process that the launcher `parent` forked, once it has ended, else None."""
         with self._changed:
             if pid in self._exits:
                 return self._exits[pid]
-        if self.running():
-            return None
+        if parent.poll() is None:
+            return None   # its launcher runs, and reports the end when it comes
         # The launcher has gone, so nobody reports this child: /proc says whether it still runs.
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
