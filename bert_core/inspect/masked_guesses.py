@@ -64,30 +64,17 @@ def _padded(tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]])
     return ids, types, attention
 
 
-def _logits(model, ids, types, attention) -> torch.Tensor:
-    """Full [B, S, V] masked-LM logits, in eval mode and without gradients."""
+def _logits(model, ids, types, attention, labels: torch.Tensor | None = None) -> torch.Tensor:
+    """Masked-LM logits in eval mode and without gradients: full [B, S, V], or with `labels` [N, V] at the N
+    positions whose label is not IGNORE_INDEX, in row-major order (the LM head run on those rows only)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                        token_type_ids=types.to(device), full_mlm_logits=True)
-    finally:
-        if was_training:
-            model.train()
-    return out.mlm_logits.float().cpu()
-
-
-def _chosen_logits(model, ids, types, attention, labels) -> torch.Tensor:
-    """Masked-LM logits [N, V] at the N positions whose label is not IGNORE_INDEX, in row-major order."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                        token_type_ids=types.to(device), labels=labels.to(device), full_mlm_logits=False)
+                        token_type_ids=types.to(device), labels=None if labels is None else labels.to(device),
+                        full_mlm_logits=labels is None)
     finally:
         if was_training:
             model.train()
@@ -140,8 +127,8 @@ def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[in
         # The LM head on the chosen positions only (about 15% of the tokens): its vocabulary-wide matmul is most of
         # the forward pass, and the other positions' guesses are never counted.
         chosen = torch.isin(decisions, codes)
-        guesses = _chosen_logits(model, result.input_ids[rows, :width], types[rows, :width],
-                                 attention[rows, :width], originals.masked_fill(~chosen, IGNORE_INDEX)).argmax(-1)
+        guesses = _logits(model, result.input_ids[rows, :width], types[rows, :width], attention[rows, :width],
+                          originals.masked_fill(~chosen, IGNORE_INDEX)).argmax(-1)
         right = guesses == originals[chosen]
         decided = decisions[chosen]
         for code, name in DECISION_NAMES.items():
