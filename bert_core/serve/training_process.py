@@ -12,9 +12,10 @@ child's `Trainer` (config, step, history, evals, baselines, probes, progress, to
 for the Fine-tune page's `FinetuneComparison`, `ComparisonProxy` (runs, progress, and at the end the results with the
 trained models).
 Child side (`training_child.child_main`): builds the trainer, runs it when told, and answers commands at step
-boundaries, so a save or a weight snapshot always sees whole steps. The child is a fresh interpreter (`python -m
-bert_core.serve.training_process`, this module's `__main__` block), so it inherits none of the server's threads and
-never re-runs the server's main script; the two talk over two private pipes with `multiprocessing.connection`
+boundaries, so a save or a weight snapshot always sees whole steps. The child is never a fork of the server: on
+Linux a fork of the warm launcher (`bert_core.serve.launcher`, which imported torch once), elsewhere a fresh
+interpreter (`python -m bert_core.serve.training_process`, this module's `__main__` block); either way it inherits
+none of the server's threads and never re-runs the server's main script. The two talk over two private pipes with `multiprocessing.connection`
 (pickled Python objects between our own two processes; nothing is unpickled from a file). Weights travel as
 safetensors bytes.
 """
@@ -117,7 +118,8 @@ class ComparisonProxy:
 
 
 class ProcessTrainingJob:
-    """One session's pretraining run in a child process (a fresh interpreter: nothing of the server is inherited).
+    """One session's pretraining run in a child process (forked from the launcher or a fresh interpreter: nothing
+    of the server is inherited).
 
     `builder` is a picklable callable returning a `Trainer`; it runs in the child. `data_factory(tokenizer)`, run
     here on demand, rebuilds the training data for pages that show it.
