@@ -15,9 +15,9 @@ Child side (`training_child.child_main`): builds the trainer, runs it when told,
 boundaries, so a save or a weight snapshot always sees whole steps. The child is never a fork of the server: on
 Linux a fork of the warm launcher (`bert_core.serve.launcher`, which imported torch once), elsewhere a fresh
 interpreter (`python -m bert_core.serve.training_process`, this module's `__main__` block); either way it inherits
-none of the server's threads and never re-runs the server's main script. The two talk over two private pipes with `multiprocessing.connection`
-(pickled Python objects between our own two processes; nothing is unpickled from a file). Weights travel as
-safetensors bytes.
+none of the server's threads and never re-runs the server's main script. The two talk over two private pipes with
+`multiprocessing.connection` (pickled Python objects between our own two processes; nothing is unpickled from a
+file). Weights travel as safetensors bytes.
 """
 
 from __future__ import annotations
