@@ -50,13 +50,17 @@ def test_train_takes_the_recipe_of_the_size_asked_for_and_a_flag_still_wins(tmp_
     err = capsys.readouterr().err
     recipe = recipe_for("mini")
     train = state["train_config"]
-    assert train["learning_rate"] == recipe.learning_rate and config["initializer_range"] == recipe.initializer_range
+    # Three steps end before mini's growth (tests/test_grow_training.py): the folder holds the 2 x 64 start, whose
+    # std is the width rule's for 64, and the size it grows to, with mini's.
+    assert train["learning_rate"] == recipe.learning_rate and config["hidden_size"] == 64
+    assert state["growth"]["to"]["initializer_range"] == recipe.initializer_range
+    assert (train["grow_fraction"], train["grow_from_hidden"]) == (recipe.grow_fraction, recipe.grow_from_hidden)
     assert (train["short_seq_length"], train["short_seq_batch_size"], train["short_seq_fraction"]) == \
         (recipe.short_seq_length, recipe.short_seq_batch_size, recipe.short_seq_fraction)
     assert train["batch_size"] == 4 and train["mask_rate"] == recipe.mask_rate
     assert "recipe for mini on cpu: --lr 0.001" in err and "your --batch-size replaced the recipe's" in err
     state, config = _train(tmp_path, toy_file, "--preset", "mini", "--lr", "3e-4", "--initializer-range", "0.02",
-                           "--batch-size", "4", name="flags")
+                           "--batch-size", "4", "--grow-fraction", "0", name="flags")
     assert state["train_config"]["learning_rate"] == 3e-4 and config["initializer_range"] == 0.02
     assert recipe_for(DEFAULT_PRESET).learning_rate != recipe.learning_rate  # the size decided, not one recipe
 

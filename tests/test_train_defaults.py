@@ -37,12 +37,18 @@ def _values(at, keys) -> dict:
 def _page_real(preset: str) -> dict:
     from bert_core.training.trainer import default_recipe
 
+    from bert_core.training.recipes import PAGE_GROWTH
+
     recipe = default_recipe(preset)
     cfg = recipe["train_config"]
-    return dict(train_vocab=8000, train_batch=cfg.batch_size, train_lr=cfg.learning_rate, train_seq=cfg.max_seq_length,
-                train_init=recipe["initializer_range"], train_dropout=recipe["dropout"],
-                train_short_seq=cfg.short_seq_length, train_short_frac=cfg.short_seq_fraction,
-                train_short_batch=cfg.short_seq_batch_size, train_mask=cfg.mask_rate)
+    values = dict(train_vocab=8000, train_batch=cfg.batch_size, train_lr=cfg.learning_rate,
+                  train_seq=cfg.max_seq_length, train_init=recipe["initializer_range"], train_dropout=recipe["dropout"],
+                  train_short_seq=cfg.short_seq_length, train_short_frac=cfg.short_seq_fraction,
+                  train_short_batch=cfg.short_seq_batch_size, train_mask=cfg.mask_rate, train_grow=cfg.grow_fraction)
+    if cfg.grow_fraction:   # a page run counts steps: the start size gets nearly all of them, its short phase half
+        share = PAGE_GROWTH[preset][1]
+        values.update(train_grow=share, train_short_frac=0.45)
+    return values
 
 
 def test_real_text_gets_the_cli_recipe_toy_its_own_and_a_typed_value_stays(checkpoint, monkeypatch):

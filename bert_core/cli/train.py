@@ -106,7 +106,12 @@ def _prepare_new(args) -> PreparedRun:
 def _say_start(args, trainer, prepared: PreparedRun, world_size: int) -> None:
     """The log's lines before the first step: the model, the machine, the recipe, and a precision that cannot apply."""
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    print(f"training {n_params / 1e6:.2f}M parameters on {trainer.device} "
+    grows = ""
+    if trainer.growth_pending():
+        c, to = trainer.model.config, trainer.grow_to
+        grows = (f", starting as {c.num_hidden_layers} x {c.hidden_size} ({to.num_parameters() / 1e6:.2f}M once "
+                 f"grown to {to.num_hidden_layers} x {to.hidden_size})")
+    print(f"training {n_params / 1e6:.2f}M parameters{grows} on {trainer.device} "
           f"(world size {world_size}), writing {prepared.out}", file=sys.stderr)
     if prepared.recipe_line:
         print(prepared.recipe_line, file=sys.stderr)

@@ -136,6 +136,15 @@ def _model_options(p, d: dict) -> None:
             help=f"std of the initial weights (default: the size's recipe, 0.1 x sqrt(64 / hidden size); "
                  f"{d['initializer_range']:g} for {d['preset']}; BERT's 0.02 keeps a small model on the "
                  "unigram plateau for long)")
+    _option(p, "--grow-fraction", type=RATE, metavar="F",
+            help="start small, then grow: train the first F of the run (steps or time) as a model of "
+                 "--grow-from-layers x --grow-from-hidden, then grow it to the run's size (Net2Net width, "
+                 "repeated layers) and train on (a deviation from BERT's paper; 0 = the run's size from the first "
+                 "step; default: the size's recipe: on a CPU mini 0.6 and small 0.75 from 2 x 64, else 0)")
+    _option(p, "--grow-from-hidden", type=int_arg(0, 2**15), metavar="N",
+            help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size)")
+    _option(p, "--grow-from-layers", type=int_arg(0, 512), metavar="N",
+            help="layers of the model a growing run starts as (a divisor of the run's)")
 
 
 def _housekeeping_options(p, d: dict) -> None:

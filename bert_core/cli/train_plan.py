@@ -91,6 +91,9 @@ def warm_start(args, config: TrainConfig) -> WarmStart:
 def new_run_plan(args) -> RunPlan:
     """A new run's plan from its options (the recipe's values filled in), with its start checkpoint and tokenizer
     loaded and checked."""
+    if args.init_from is not None and args.grow_fraction:
+        raise BertCoreError("--init-from starts from a trained model of its own size; --grow-fraction grows a new "
+                            "one: leave it out (or 0)")
     config = train_config(args)
     plan = RunPlan(corpora=tuple(args.corpus or ["toy"]), config=config, preset=args.preset,
                    model_overrides=model_overrides(args), vocab_size=args.vocab_size,

@@ -9,13 +9,14 @@ from bert_core.data.objectives import objective_has_nsp
 from bert_core.data.pretraining_data import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.config import PRESETS, BertConfig
-from bert_core.training.recipes import preset_for_size, short_phase_rows
+from bert_core.training.recipes import GROW_FROM, preset_for_size, short_phase_rows
 from bert_core.training.run_settings import flag
 from bert_core.training.trainer import default_recipe
 
 # The `train` options whose default is the size's recipe, by the names the recipe gives them.
 RECIPE_SETTINGS = ("learning_rate", "batch_size", "max_seq_length", "short_seq_length", "short_seq_fraction",
-                   "short_seq_batch_size", "mask_rate", "warmup_ratio", "dropout", "initializer_range")
+                   "short_seq_batch_size", "mask_rate", "warmup_ratio", "dropout", "initializer_range", "grow_fraction",
+                   "grow_from_hidden", "grow_from_layers")
 
 
 def train_defaults(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
@@ -44,8 +45,12 @@ def defaults_text(d: dict) -> str:
         rows = short_phase_rows(d["batch_size"], d["max_seq_length"], d["short_seq_length"],
                                 d["short_seq_batch_size"])
         short = f", the first {d['short_seq_fraction']:.0%} at {rows} x {d['short_seq_length']}"
+    grow = ""
+    if d["grow_fraction"]:
+        grow = (f", starts as {d['grow_from_layers']} x {d['grow_from_hidden']} and grows after "
+                f"{d['grow_fraction']:.0%} of the run (--grow-fraction 0: the full size from the start)")
     return (f"--lr {d['learning_rate']:g}, --initializer-range {d['initializer_range']:g}, batch {d['batch_size']} x "
-            f"{d['max_seq_length']}{short}, --mask-rate {d['mask_rate']:g}, --dropout {d['dropout']:g}")
+            f"{d['max_seq_length']}{short}, --mask-rate {d['mask_rate']:g}, --dropout {d['dropout']:g}{grow}")
 
 
 def recipe_size(args) -> tuple[str | None, int | None, int | None]:
@@ -81,6 +86,9 @@ def apply_recipe(args) -> str:
             setattr(args, name, value)
             if name == "short_seq_length" and value >= args.max_seq_length:
                 args.short_seq_length = 0  # the default short phase is no shorter than a --seq-len given
+    if args.grow_fraction and not (args.grow_from_hidden and args.grow_from_layers):
+        args.grow_from_hidden, args.grow_from_layers = args.grow_from_hidden or GROW_FROM[0], \
+            args.grow_from_layers or GROW_FROM[1]   # a --grow-fraction alone grows from the recipes' start size
     line = f"recipe for {defaults['preset']} on {recipe_device(args.device)}: {defaults_text(defaults)}"
     if given:
         line += "; your " + ", ".join(flag(name) for name in given) + " replaced the recipe's"

@@ -18,7 +18,7 @@ from bert_core.model.checkpoint import write_json_atomic
 from bert_core.training.evaluation import evaluate, unigram_baseline_for
 from bert_core.training.heldout import reproducible_eval
 from bert_core.training.plateau import plateau_warning
-from bert_core.training.trainer import EvalEvent, StepEvent
+from bert_core.training.trainer import EvalEvent, GrowthEvent, StepEvent
 
 
 def _acc_name(config) -> str:
@@ -48,6 +48,11 @@ def progress_callback(trainer_ref: list, bar: ProgressBar, warnings: list):
                                                   f"nsp {percent(event.nsp_acc)}", force=True)
             if bar.tty:
                 bar.stream.write("\n")
+        elif isinstance(event, GrowthEvent):
+            (layers, hidden), (to_layers, to_hidden) = event.from_size, event.to_size
+            bar.stream.write(("\n" if bar.tty else "") + f"grew from {layers} x {hidden} to {to_layers} x "
+                             f"{to_hidden} at step {event.step} ({event.fraction:.0%} of the run); it trains on "
+                             "with a new optimizer\n")
 
     return callback
 
@@ -111,6 +116,7 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
         "heldout_split": trainer.metadata.get("heldout"),
         "steps": trainer.step,
         "tokens_seen": trainer.tokens_seen,
+        "growth": trainer.growth,
         "training_time_s": trainer.elapsed_s,
         "wall_time_s": wall_s,
         "world_size": trainer.dist.world_size,

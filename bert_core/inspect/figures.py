@@ -208,6 +208,16 @@ def _baseline_line(fig: go.Figure, y: float | None, position: str, causal: bool 
                       annotation_position=position)
 
 
+def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
+    """A vertical line at the step a run that started small grew to its full size (Trainer.growth), named."""
+    if growth:
+        (layers, hidden), (to_layers, to_hidden) = growth["from_size"], growth["to_size"]
+        fig.add_vline(x=growth["step"], line=dict(color="#888", dash="dot", width=1),
+                      annotation_text=f"grown {layers}x{hidden} → {to_layers}x{to_hidden}",
+                      annotation_position="top left", annotation_font_size=11)
+    return fig
+
+
 def task_name(causal: bool) -> str:
     """What a run's token predictions are called on every label: a GPT's are next-token ones, a BERT's masked-token
     (MLM) ones. One word for both would let a class read a GPT's figure as a BERT's."""
@@ -304,7 +314,8 @@ class LiveCharts:
         """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
         history, evals = trainer.history, trainer.evals
         last = history[-1] if history else None
-        key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing))
+        key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing),
+               bool(getattr(trainer, "growth", None)))
         with self._lock:
             entries = self._built.setdefault(trainer, {})
             found = entries.get(key)
@@ -316,7 +327,9 @@ class LiveCharts:
         if not causal:   # a GPT masks nothing: no figure of masking decisions, rather than an empty one
             built["accuracy-by-decision"] = decision_accuracy_figure(history, smoothing)
         built["learning-rate"] = rate_figure(history)
+        growth = getattr(trainer, "growth", None)
         for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
+            mark_growth(fig, growth)
             clear_of_toolbar(fig)
         with self._lock:
             self.builds += 1

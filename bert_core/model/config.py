@@ -153,6 +153,22 @@ class BertConfig:
             raise BertCoreError(f"unknown BertConfig field(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
 
+    def growth_start(self, hidden_size: int, num_hidden_layers: int) -> "BertConfig":
+        """The narrower, shallower model that grows into this one (`TrainConfig.grow_fraction`;
+        bert_core.model.growth): heads of this model's size (fewer of them), its feed-forward ratio, and an initial
+        std wider by the width rule (muP's fan-in: std ~ 1/sqrt(hidden)), as a model of that width starts."""
+        if self.hidden_size % hidden_size or self.num_hidden_layers % num_hidden_layers:
+            raise BertCoreError(f"a {self.num_hidden_layers} x {self.hidden_size} model grows from a size that "
+                                f"divides it, not {num_hidden_layers} x {hidden_size}")
+        factor = self.hidden_size // hidden_size
+        if self.num_attention_heads % factor or self.intermediate_size % factor:
+            raise BertCoreError(f"{self.num_attention_heads} heads of {self.hidden_size} do not split into "
+                                f"{factor} (the heads keep their size when the model grows)")
+        std = float(f"{self.initializer_range * (self.hidden_size / hidden_size) ** 0.5:.2g}")
+        return self.replace(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                            num_attention_heads=self.num_attention_heads // factor,
+                            intermediate_size=self.intermediate_size // factor, initializer_range=std)
+
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":
         """Return the named size (nano, tiny, mini, small, medium, base) with intermediate = 4H, plus overrides."""

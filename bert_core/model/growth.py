@@ -101,6 +101,20 @@ def grow_state_dict(state: dict[str, torch.Tensor], small: BertConfig, hidden_si
     return grown, big
 
 
+def grow_model(model: torch.nn.Module, target: BertConfig, seed: int = 0) -> torch.nn.Module:
+    """A new model of `target`'s size grown from `model` (in memory, the same class and device): what a run that
+    starts small (`TrainConfig.grow_fraction`) trains on with."""
+    state = {name: w.detach().to("cpu", torch.float32) for name, w in model.state_dict().items()}
+    grown, config = grow_state_dict(state, model.config, target.hidden_size, target.num_hidden_layers, seed=seed)
+    if config.replace(initializer_range=target.initializer_range) != target:
+        raise BertCoreError(f"{model.config.num_hidden_layers} x {model.config.hidden_size} does not grow into the "
+                            "model asked for (its heads, feed-forward or other settings differ)")
+    device = next(model.parameters()).device
+    big = type(model)(target)
+    big.load_state_dict(grown)  # strict: every key of the grown model, and no other
+    return big.to(device)
+
+
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:
     """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
     return what was done; `train --init-from out` trains it on."""

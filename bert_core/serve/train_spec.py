@@ -31,6 +31,7 @@ from bert_core.serve import app_storage
 from bert_core.serve.model_sources import load_folder
 from bert_core.training.comparison import one_change, train_command
 from bert_core.training.lesson_settings import lesson_settings
+from bert_core.training.recipes import GROW_FROM
 from bert_core.training.run_settings import SIZE_FIELDS
 from bert_core.training.train_config import TrainConfig
 
@@ -68,7 +69,8 @@ WIDGETS = {"train_corpus": "corpus", "train_vocab": "vocab_size", "train_preset"
            "train_eval_every": "eval_every", "train_probe_every": "probe_every", "train_layers": "num_hidden_layers",
            "train_hidden": "hidden_size", "train_heads": "num_attention_heads", "train_ffn": "intermediate_size",
            "train_dropout": "dropout", "train_init": "initializer_range", "train_short_seq": "short_seq_length",
-           "train_short_frac": "short_seq_fraction", "train_short_batch": "short_seq_batch_size"}
+           "train_short_frac": "short_seq_fraction", "train_short_batch": "short_seq_batch_size",
+           "train_grow": "grow_fraction"}
 _KEY_OF = {name: key for key, name in WIDGETS.items()}
 # The TrainConfig fields the page's widgets set; the app fixes two more: it trains on its CPU, 20 held-out batches
 # an evaluation.
@@ -162,6 +164,10 @@ def page_spec(values: Mapping, corpus: tuple[str, str], init_from: str | None = 
                      initializer_range=value("initializer_range"))
     train = {**{name: value(name) for name in PAGE_TRAIN_FIELDS}, **APP_TRAIN,
              **objective_settings(values["train_objective"])}
+    if init_from is not None:    # trained weights go on at their own size
+        train["grow_fraction"] = 0.0
+    if train["grow_fraction"]:   # the page grows from the recipes' one starting size
+        train.update(grow_from_hidden=GROW_FROM[0], grow_from_layers=GROW_FROM[1])
     sentences = tuple(line.strip() for line in values.get("train_probes", "").splitlines() if line.strip())
     attention = values.get("train_att_probe", "").strip() or None
     if sentences:
@@ -202,8 +208,13 @@ def page_values_of(spec: TrainSpec) -> dict[str, Any]:
 
 def validate_spec(spec: TrainSpec) -> None:
     """Check the model and training settings before any work starts, so a bad config is a message, not a crash."""
-    spec.train_config()
-    BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
+    config = spec.train_config()
+    model = BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
+    if config.grow_fraction and spec.init_from is None:
+        try:
+            model.growth_start(config.grow_from_hidden, config.grow_from_layers)
+        except BertCoreError as e:
+            raise BertCoreError(f"{e}: set 'Start small, then grow' to 0 for this size") from None
     if not 100 <= spec.vocab_size <= 60_000:
         raise BertCoreError(f"vocabulary size {spec.vocab_size} is out of range: use 100 to 60,000")
     if not 0 < spec.heldout_fraction < 1:

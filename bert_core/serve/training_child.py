@@ -143,7 +143,7 @@ class TrainingChild:
             self.events.send(("built", None, {
                 "kind": "pretraining", "config": trainer.config, "model_config": _unwrapped(trainer).config,
                 "tokenizer": trainer.tokenizer, "metadata": trainer.metadata, "baselines": dict(trainer.baselines),
-                "step": trainer.step, "history": trainer.history, "evals": trainer.evals,
+                "step": trainer.step, "history": trainer.history, "evals": trainer.evals, "growth": trainer.growth,
                 "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
             }, None))
         return True

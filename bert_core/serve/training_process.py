@@ -52,6 +52,8 @@ class TrainerProxy(EventLog):
         self.model_config = built["model_config"]
         self.tokenizer = built["tokenizer"]
         self.metadata = built["metadata"]
+        # When a run that started small grew (bert_core.training.trainer.Trainer.growth), None before or without.
+        self.growth = built.get("growth")
         self.baselines = built["baselines"]
         self.probes = None
         if built["probes"] is not None:
@@ -82,10 +84,15 @@ class TrainerProxy(EventLog):
 
     def _receive(self, event, extra) -> None:
         # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.training.trainer import EvalEvent, StepEvent
+        from bert_core.model.config import BertConfig
+        from bert_core.training.trainer import EvalEvent, GrowthEvent, StepEvent
 
         with self._lock:
-            if isinstance(event, StepEvent):
+            if isinstance(event, GrowthEvent):
+                self.model_config = BertConfig.from_hf_dict(event.model_config)
+                self.growth = {"step": event.step, "fraction": event.fraction, "from_size": list(event.from_size),
+                               "to_size": list(event.to_size)}
+            elif isinstance(event, StepEvent):
                 append_thinned(self._history, event, self.config.history_limit)
                 self.step, self.tokens_seen = event.step, event.tokens_seen
                 self._elapsed, self._elapsed_at = event.elapsed_s, time.monotonic()
@@ -165,6 +172,7 @@ class ProcessTrainingJob:
                  "baselines": dict(state.get("baselines") or {}), "step": int(state["step"]),
                  "history": [StepEvent(**e) for e in state.get("history", [])],
                  "evals": [EvalEvent(**e) for e in state.get("evals", [])],
+                 "growth": (state.get("growth") or {}).get("grown"),
                  "probes": None if not probes else (probes["sentences"], probes["attention_sentence"],
                                                     probes["top_k"], probes["max_snapshots"])}
         job = cls(session_id, builder=None, spec=spec, data_factory=data_factory)

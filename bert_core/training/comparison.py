@@ -346,7 +346,8 @@ def run_labels(specs, names=None) -> list[str]:
 COMMAND_FIELDS = ("batch_size", "learning_rate", "warmup_ratio", "max_steps", "time_budget_s", "schedule",
                   "weight_decay", "max_grad_norm", "grad_accum", "max_seq_length", "mask_rate", "nsp", "seed",
                   "eval_every", "eval_batches", "history_limit", "device", "whole_word_masking", "mask_only",
-                  "short_seq_length", "short_seq_fraction", "short_seq_batch_size", OBJECTIVE_FIELD)
+                  "short_seq_length", "short_seq_fraction", "short_seq_batch_size", "grow_fraction", "grow_from_hidden",
+                  "grow_from_layers", OBJECTIVE_FIELD)
 # TrainConfig fields and the `train` option that sets each (None: the field does not change what a run learns, so
 # the command leaves it out). A field missing here makes train_command refuse, so a new setting on the Train page
 # cannot silently drop out of the command.
@@ -427,6 +428,8 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
                             "(bert_core.training.comparison.TRAIN_FLAGS)")
     cli_schedule = "linear" if config.max_steps is not None else "time"
     inert = set() if getattr(config, "short_seq_length", 0) else {"short_seq_fraction", "short_seq_batch_size"}
+    if not getattr(config, "grow_fraction", 0):
+        inert |= {"grow_from_hidden", "grow_from_layers"}
     for field, option in TRAIN_FLAGS.items():
         if not hasattr(config, field) or field in inert:  # a field of another version; the short phase's when off
             continue

@@ -22,7 +22,7 @@ LESSON = {"corpus": "toy", "vocab_size": 2000, "preset": "nano", "nsp": True, "s
 REAL_TEXT = {"vocab_size": 8000, "eval_every": 250, "probe_every": 250}
 # The settings a size's recipe gives the page (recipes.page_recipe), besides its steps.
 RECIPE_SETTINGS = ("batch_size", "learning_rate", "max_seq_length", "dropout", "initializer_range",
-                   "short_seq_length", "short_seq_fraction", "short_seq_batch_size", "mask_rate")
+                   "short_seq_length", "short_seq_fraction", "short_seq_batch_size", "mask_rate", "grow_fraction")
 
 
 def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int | None = None,

@@ -35,6 +35,11 @@ def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> flo
         if step < warm_steps:
             return (step + 1) / warm_steps
         q = (step - warm_steps) / max(total - warm_steps, 1)
+    return _decay(config, q)
+
+
+def _decay(config: TrainConfig, q: float) -> float:
+    """The schedule's multiplier at fraction `q` of the part of a run after its warmup."""
     q = min(max(q, 0.0), 1.0)
     if config.schedule == "wsd":
         stable = 1.0 - WSD_DECAY_FRACTION / max(1.0 - config.warmup_ratio, 1e-9)  # of the post-warmup part
@@ -42,6 +47,18 @@ def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> flo
     if config.schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * q))
     return 1.0 - q
+
+
+def stage_multiplier(config: TrainConfig, p: float) -> float:
+    """The schedule's multiplier at fraction `p` of one stage of a run that grows (TrainConfig.grow_fraction): each
+    stage, the small model's and the grown one's, warms up and decays as a whole run would (the grown model starts
+    with a new optimizer, whose first updates need the warmup again)."""
+    if config.schedule == "constant":
+        return 1.0
+    warm = config.warmup_ratio
+    if warm > 0 and p < warm:
+        return max(p / warm, 0.01)  # a small floor: at p == 0 the first update would otherwise do nothing
+    return _decay(config, (p - warm) / (1.0 - warm))
 
 
 def scheduled_lr(config: TrainConfig, step: int, elapsed_s: float) -> float:

@@ -41,6 +41,17 @@ class EvalEvent:
     nsp_acc: float | None
 
 
+@dataclass
+class GrowthEvent:
+    """A run that started small (TrainConfig.grow_fraction) was grown to its full size before update `step` + 1."""
+
+    step: int
+    fraction: float              # of the run, when it grew
+    from_size: tuple[int, int]   # (layers, hidden) before
+    to_size: tuple[int, int]     # (layers, hidden) after
+    model_config: dict           # the grown model's config.json (BertConfig.to_hf_dict)
+
+
 def step_loss(stats: MlmStats, nsp: bool) -> float:
     """The loss an update minimised (MLM, plus NSP when the run has it): what the NaN guard and the event read."""
     nsp_loss = stats.nsp_loss if nsp else None

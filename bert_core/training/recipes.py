@@ -21,8 +21,16 @@ tokens) chosen for minutes of CPU, not days of TPU:
   in 5 minutes); on a slower one, 5 minutes gave `mini` too few steps at any setting tried (docs/benchmarks.md).
 - SHORT SEQUENCES FIRST: a short-sequence phase (a deviation from the paper's 128-then-512, for the same reason
   the paper gave: it is cheaper). A model leaves the plateau after a number of updates, each with enough
-  [MASK]ed predictions in it, so the bigger sizes, which make fewer steps a second, spend 80% of the run at half
-  the length (twice the steps) with the same rows a step.
+  [MASK]ed predictions in it: nano and tiny spend half the run at 32 tokens; on a GPU the bigger sizes spend 80%
+  of it at half the length (twice the steps) with the same rows a step; on a CPU, where they start small (below),
+  the short phase is the first half of the small model's stage.
+- START SMALL, THEN GROW (CPU only, mini and larger): for the first GROW_FRACTION of the run the model is 2
+  layers x 64 (heads of 64, one of them), trained by the same rules at its own width (peak rate 2e-3, std 0.1);
+  then it is grown to the run's size (Net2Net width copies, which compute the same function, and its layers
+  repeated: bert_core.model.growth) and trains on at the size's own rate. On two CPU cores a `mini` step costs
+  about eight of the seed's, and `mini` from random weights made 724 steps in 5 minutes and stayed on the unigram
+  line; the seed leaves it within those minutes, and the grown model starts where it got to (progressive
+  growth: Gong et al. 2019; bert2BERT, Chen et al. 2022). A deviation from the paper, which trained one size.
 - DROPOUT 0: a model trained for minutes is far from overfitting, and dropout only slows it.
 - On a CUDA GPU the batches are 4x larger (CUDA_BATCH_SCALE) and the rates stay: a small model's step leaves a GPU
   mostly idle, so more sequences a step cost little. Measured on an H200 (docs/benchmarks.md, "The preset ladder"):
@@ -52,9 +60,10 @@ ANCHOR_LR = 2e-3
 STABLE_LAYERS = 4
 CUDA_BATCH_SCALE = 4
 
-# Batch and sequence settings per size on a CPU: (batch, long length, short length, short batch, short fraction).
-# nano and tiny keep the measured default (batch 16 x 128 after half the run at 64 x 32). The larger sizes spend
-# 80% of the run at 32 x 64 tokens. On the issue's 2-core machine mini reached 1.33x the unigram line at [MASK] in
+# Batch and sequence settings per size: (batch, long length, short length, short batch, short fraction). nano and
+# tiny keep the measured default (batch 16 x 128 after half the run at 64 x 32). The larger sizes spend 80% of the
+# run at 32 x 64 tokens on a GPU (with CUDA_BATCH_SCALE); on a CPU they start small and take nano's shape
+# (GROW_SHAPE). On the issue's 2-core machine mini reached 1.33x the unigram line at [MASK] in
 # 5 minutes at 32 x 64 (1,420 steps) against 1.21x at 32 x 128 (709 steps); on this project's slower 2-core VM
 # the same shape made 682 steps and stayed at 1.02x, and 32 x 32 (1,261 steps, fewer predictions a step) stayed
 # on the line too (docs/benchmarks.md, "Every size learns").
@@ -66,6 +75,24 @@ SHAPES = {
     "medium": (32, 128, 64, 32, 0.8),
     "base": (32, 128, 64, 32, 0.8),
 }
+
+
+# Start small, then grow (above): the share of the run at the seed size, per size, on a CPU. None on a GPU, where
+# every size makes enough steps ("The preset ladder"), nor for nano and tiny, which are the seed's size already.
+GROW_FROM = (64, 2)   # (hidden, layers): nano's width and depth, with heads of 64 (every larger preset's head size)
+# mini's share was measured (docs/benchmarks.md, "Start small, then grow"): at 0.6 the 5-minute run read 1.37x and
+# 1.45x the unigram line at [MASK], at 0.7 2.04x; the larger sizes keep fewer of their slower steps.
+GROW_FRACTIONS = {"mini": 0.7, "small": 0.8, "medium": 0.85, "base": 0.9}
+GROW_SHAPE = "nano"   # whose batch shape (SHAPES) a run that grows takes
+
+
+def seed_learning_rate(learning_rate: float, hidden_size: int, num_hidden_layers: int, seed_hidden: int,
+                       seed_layers: int) -> float:
+    """The peak rate of the seed stage of a run that grows: the run's rate moved by the width and depth rules below
+    from the full size to the seed's (2e-3 for a 2 x 64 seed of mini's 1e-3)."""
+    width = math.sqrt(hidden_size / seed_hidden)
+    depth = math.sqrt(max(num_hidden_layers, STABLE_LAYERS) / max(seed_layers, STABLE_LAYERS))
+    return _round(learning_rate * width * depth)
 
 
 @dataclass(frozen=True)
@@ -84,13 +111,17 @@ class Recipe:
     dropout: float = 0.0
     mask_rate: float = 0.15
     warmup_ratio: float = 0.1
+    grow_fraction: float = 0.0      # start small, then grow (0: the size from the first step)
+    grow_from_hidden: int = 0
+    grow_from_layers: int = 0
 
     def train_config_fields(self) -> dict:
         """The TrainConfig fields this recipe sets."""
         return {"batch_size": self.batch_size, "learning_rate": self.learning_rate,
                 "max_seq_length": self.max_seq_length, "short_seq_length": self.short_seq_length,
                 "short_seq_batch_size": self.short_seq_batch_size, "short_seq_fraction": self.short_seq_fraction,
-                "mask_rate": self.mask_rate, "warmup_ratio": self.warmup_ratio}
+                "mask_rate": self.mask_rate, "warmup_ratio": self.warmup_ratio, "grow_fraction": self.grow_fraction,
+                "grow_from_hidden": self.grow_from_hidden, "grow_from_layers": self.grow_from_layers}
 
     def describe(self) -> str:
         """One line: what this recipe sets, as the CLI logs it and the Train page shows it."""
@@ -99,9 +130,16 @@ class Recipe:
             rows = short_phase_rows(self.batch_size, self.max_seq_length, self.short_seq_length,
                                     self.short_seq_batch_size)
             short = f"; the first {self.short_seq_fraction:.0%} of the run at {rows} x {self.short_seq_length}"
+        grow = ""
+        if self.grow_fraction:
+            hidden, layers = PRESETS[self.preset]["hidden_size"], PRESETS[self.preset]["num_hidden_layers"]
+            seed_lr = seed_learning_rate(self.learning_rate, hidden, layers, self.grow_from_hidden,
+                                         self.grow_from_layers)
+            grow = (f"; starts as {self.grow_from_layers} layers x {self.grow_from_hidden} (peak rate {seed_lr:g}) "
+                    f"and grows to {layers} x {hidden} after {self.grow_fraction:.0%} of the run")
         return (f"peak learning rate {self.learning_rate:g}, initial weight std {self.initializer_range:g}, "
                 f"batch {self.batch_size} x {self.max_seq_length} tokens{short}, dropout {self.dropout:g}, "
-                f"mask rate {self.mask_rate:g}")
+                f"mask rate {self.mask_rate:g}{grow}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -129,13 +167,23 @@ def recipe_for(preset: str = DEFAULT_PRESET, *, hidden_size: int | None = None, 
     layers = num_hidden_layers or PRESETS[preset]["num_hidden_layers"]
     width = math.sqrt(ANCHOR_HIDDEN / hidden)
     depth = math.sqrt(STABLE_LAYERS / max(layers, STABLE_LAYERS))
-    batch, length, short, short_batch, fraction = SHAPES[preset]
+    # Growth follows the preset's own shape only: a custom width or depth trains at its size from the start.
+    grow = GROW_FRACTIONS.get(preset, 0.0) if device == "cpu" and hidden_size is None and num_hidden_layers is None \
+        else 0.0
+    # A run that starts small takes the seed's batch shape over the seed's stage (its short phase the first half of
+    # that stage, as nano's is of its run): the grown model then trains at the full length. With mini's own shape
+    # (80% of the run at 64 tokens) the positions past 64 stayed all but untrained: 1.00x at 5 minutes.
+    batch, length, short, short_batch, fraction = SHAPES[GROW_SHAPE if grow else preset]
+    if grow:
+        fraction = _round(fraction * grow)
     if device == "cuda":
         batch *= CUDA_BATCH_SCALE
         short_batch *= CUDA_BATCH_SCALE
+    seed = GROW_FROM if grow else (0, 0)
     return Recipe(preset=preset, device=device, initializer_range=_round(ANCHOR_STD * width),
                   learning_rate=_round(ANCHOR_LR * width * depth), batch_size=batch, max_seq_length=length,
-                  short_seq_length=short, short_seq_batch_size=short_batch, short_seq_fraction=fraction)
+                  short_seq_length=short, short_seq_batch_size=short_batch, short_seq_fraction=fraction,
+                  grow_fraction=grow, grow_from_hidden=seed[0], grow_from_layers=seed[1])
 
 
 def preset_for_size(hidden_size: int, num_hidden_layers: int) -> str:
@@ -152,13 +200,20 @@ def preset_for_size(hidden_size: int, num_hidden_layers: int) -> str:
 # width and depth rules above (TOY_OWN_RATES).
 TOY_LESSON = {"steps": 2000, "batch_size": 16, "max_seq_length": 32, "learning_rate": 3e-3, "initializer_range": 0.02,
               "short_seq_length": 0, "short_seq_fraction": 0.5, "short_seq_batch_size": 0, "mask_rate": 0.15,
-              "dropout": 0.0}
+              "dropout": 0.0, "grow_fraction": 0.0}
 TOY_OWN_RATES = ("nano", "tiny")
 # Real text on the page: steps for about five minutes of one core (the app trains each run on one). nano's 3,000
 # were measured so ("Time to quality"); the others keep nano's ratio of page steps to the steps the preset ladder
 # made in 5 minutes of two threads (3,000 / 6,845): tiny 3,641, mini 724, small 223 (docs/benchmarks.md, "Every
 # size learns"). medium and base, not on the ladder, at a half and a sixth of small's (their layers' arithmetic).
 LESSON_STEPS = {"nano": 3000, "tiny": 1600, "mini": 320, "small": 100, "medium": 50, "base": 15}
+# The sizes that start small (GROW_FRACTIONS) count their page steps so: (steps, share of them at the start size).
+# A page run is counted in steps, not seconds, and a 2 x 64 step is several times cheaper than a grown one, so the
+# share of the steps is larger than the share of the time that the CLI's recipe gives the start size (mini: 70% of
+# the time). On one core a 2 x 64 step took 0.12 s, a mini step 1.2 s and a small one 3.6 s: mini's 2,400 steps took
+# 6.4 minutes and reached 1.36x the unigram line at [MASK]; small with 24 grown steps (0.99) fell to 0.95x, with 48
+# (0.98, about 7.5 minutes) it reached 1.28x (docs/benchmarks.md, "Start small, then grow").
+PAGE_GROWTH = {"mini": (2400, 0.97), "small": (2400, 0.98), "medium": (2400, 0.99), "base": (2400, 0.99)}
 LADDER_FILE = Path(__file__).with_name("preset_ladder.json")
 
 
@@ -172,14 +227,26 @@ def page_recipe(preset: str, toy: bool, hidden_size: int | None = None, num_hidd
         rates = {"learning_rate": _round(TOY_LESSON["learning_rate"] * r.learning_rate / ANCHOR_LR),
                  "initializer_range": r.initializer_range}
         return {**TOY_LESSON, **rates}
-    return {**r.train_config_fields(), "initializer_range": r.initializer_range, "dropout": r.dropout,
+    page = {**r.train_config_fields(), "initializer_range": r.initializer_range, "dropout": r.dropout,
             "steps": LESSON_STEPS[preset]}
+    if r.grow_fraction:
+        steps, share = PAGE_GROWTH[preset]
+        # The short phase: the first half of the start size's steps, on the page slider's 0.05 grid.
+        page.update(steps=steps, grow_fraction=share, short_seq_fraction=math.floor(share / 2 * 20) / 20)
+    return page
 
 
 def recipe_caption(preset: str) -> str:
     """A line the Train page shows under the settings: what the size's real-text recipe sets."""
     name = preset if preset in PRESETS else DEFAULT_PRESET
-    return f"{name} on real text: {recipe_for(name).describe()} (bert_core.training.recipes)."
+    r = recipe_for(name)
+    page = ""
+    if r.grow_fraction:
+        steps, share = PAGE_GROWTH[name]
+        page = (f" This page counts steps, not seconds: it grows the model after {share:.0%} of its {steps:,} "
+                "steps (a 2 x 64 step costs a tenth of a mini's on one core, a thirtieth of a small's), about "
+                "two thirds of the run's time.")
+    return f"{name} on real text: {r.describe()} (bert_core.training.recipes).{page}"
 
 
 @functools.lru_cache(maxsize=1)

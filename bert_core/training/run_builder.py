@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
+from bert_core.errors import BertCoreError
 from bert_core.model.bert import pretraining_model
 from bert_core.model.config import BertConfig
 from bert_core.training.recipes import DEFAULT_PRESET
@@ -92,12 +93,26 @@ def load_data(plan: RunPlan, world_size: int = 1) -> RunData:
     return RunData(train, heldout_batches, heldout, tokenizer, record)
 
 
+def grow_target(plan: RunPlan, tokenizer) -> BertConfig | None:
+    """The size a run that starts small grows to (TrainConfig.grow_fraction): the plan's model; None when it
+    does not grow."""
+    if not plan.config.grow_fraction:
+        return None
+    if plan.start is not None:
+        raise BertCoreError("a run from a trained model's weights does not start small: set grow_fraction to 0")
+    return model_config(plan, tokenizer.vocab_size)
+
+
 def build_model(plan: RunPlan, tokenizer) -> torch.nn.Module:
-    """The model a run starts from: new weights drawn from the seed, or the warm start's weights."""
+    """The model a run starts from: new weights drawn from the seed (of the small size first, for a run that grows),
+    or the warm start's weights."""
     torch.manual_seed(plan.config.seed)  # the same initial weights on every rank and every rerun
     start = plan.start
     if start is None:
-        return pretraining_model(model_config(plan, tokenizer.vocab_size))
+        config = model_config(plan, tokenizer.vocab_size)
+        if plan.config.grow_fraction:
+            config = config.growth_start(plan.config.grow_from_hidden, plan.config.grow_from_layers)
+        return pretraining_model(config)
     if not start.config_changes:
         return start.model.train()
     model = pretraining_model(start.model.config.replace(**start.config_changes))
@@ -136,7 +151,8 @@ def build_run(plan: RunPlan, callbacks: Sequence[Callable[[Any], None]] = (), ch
     probes, probe_record = probes_for(data.heldout) if probes_for is not None else (None, None)
     metadata = run_metadata(plan, data, {"probes": probe_record} if probe_record is not None else None)
     trainer = Trainer(model, data.tokenizer, data.train, plan.config, eval_data=data.eval, callbacks=callbacks,
-                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata)
+                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata,
+                      grow_to=grow_target(plan, data.tokenizer))
     return BuiltRun(trainer, data.heldout, data.record)
 
 

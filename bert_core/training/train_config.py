@@ -59,6 +59,17 @@ class TrainConfig:
     short_seq_length: int = 0
     short_seq_fraction: float = 0.0
     short_seq_batch_size: int = 0
+    # Start small, then grow: a deviation from BERT's paper (which trained one size from the first step), for the
+    # large sizes on a CPU. For the first `grow_fraction` of the run (of its steps or time, as above) the model is
+    # `grow_from_layers` x `grow_from_hidden` (heads of the full model's size, fewer of them), at the width rule's
+    # rate for that width (bert_core.training.recipes.seed_learning_rate); then it is grown to the run's size
+    # (bert_core.model.growth: Net2Net copies for width, which compute the same function, and its layers repeated
+    # for depth) and trains on at `learning_rate` after a fresh warmup. A small model makes many more updates a
+    # second, and a model leaves the unigram plateau after enough updates ("Every size learns" in
+    # docs/benchmarks.md). 0 = off: the run's size from the first step.
+    grow_fraction: float = 0.0
+    grow_from_hidden: int = 0
+    grow_from_layers: int = 0
     mask_rate: float = 0.15
     nsp: bool = True
     # "mlm": BERT's masked LM (+ NSP when nsp); "clm": GPT's next token on every position, a causal model (no NSP,
@@ -92,6 +103,7 @@ class TrainConfig:
         # Types first: a config read back from a hand-edited trainer_state.json may hold "32" or 1e999.
         for name, low in (("batch_size", 1), ("grad_accum", 1), ("max_seq_length", 8), ("eval_every", 0),
                           ("short_seq_length", 0), ("short_seq_batch_size", 0),
+                          ("grow_from_hidden", 0), ("grow_from_layers", 0),
                           ("eval_batches", 1), ("probe_every", 0), ("history_limit", 0), ("seed", 0)):
             value = getattr(self, name)
             need(is_whole_number(value) and value >= low,
@@ -100,7 +112,8 @@ class TrainConfig:
         need(self.max_steps is None or (is_whole_number(self.max_steps) and self.max_steps >= 1),
              f"max_steps must be at least 1, got {self.max_steps!r}")
         for name in ("learning_rate", "weight_decay", "max_grad_norm", "checkpoint_every_s", "adam_eps",
-                     "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2", "short_seq_fraction"):
+                     "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2", "short_seq_fraction",
+                     "grow_fraction"):
             value = getattr(self, name)
             need(is_finite_number(value), f"{name} must be a finite number, got {value!r}")
         need(self.time_budget_s is None or is_finite_number(self.time_budget_s),
@@ -125,6 +138,10 @@ class TrainConfig:
         need(self.short_seq_length == 0 or 16 <= self.short_seq_length <= self.max_seq_length,
              f"short_seq_length must be 0 (off) or between 16 and max_seq_length ({self.max_seq_length}), got "
              f"{self.short_seq_length}")
+        need(0 <= self.grow_fraction < 1, f"grow_fraction must be in [0, 1), got {self.grow_fraction}")
+        need(self.grow_fraction == 0 or (self.grow_from_hidden >= 8 and self.grow_from_layers >= 1),
+             "a run that grows (grow_fraction > 0) needs the size it starts from: grow_from_hidden (at least 8) "
+             "and grow_from_layers")
         need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
         need(self.checkpoint_every_s >= 0, f"checkpoint_every_s must be >= 0 (0 = only at the end), got "

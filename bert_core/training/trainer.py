@@ -21,6 +21,8 @@ import torch
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.checkpoint import rng_state_from_json, rng_state_to_json, save_checkpoint
+from bert_core.model.config import BertConfig
+from bert_core.model.growth import grow_model
 from bert_core.training.distributed import (
     DistInfo,
     current_dist,
@@ -32,10 +34,16 @@ from bert_core.training.distributed import (
 from bert_core.training.dropout_rng import DropoutRng
 from bert_core.training.gradient_accumulation import GradientAccumulator
 from bert_core.training.heldout_evaluation import HeldoutEvaluation
-from bert_core.training.optimization import MAX_SKIPPED_UPDATES, Optimization, lr_multiplier, scheduled_lr
+from bert_core.training.optimization import (
+    MAX_SKIPPED_UPDATES,
+    Optimization,
+    lr_multiplier,
+    scheduled_lr,
+    stage_multiplier,
+)
 from bert_core.training.pretraining_batches import PretrainingBatches, split_rows, take_rows
-from bert_core.training.pretraining_events import EvalEvent, StepEvent, step_event, step_loss
-from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
+from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent, step_event, step_loss
+from bert_core.training.recipes import DEFAULT_PRESET, recipe_for, seed_learning_rate
 from bert_core.training.run_loop import RunLoop
 from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig
 from bert_core.training.trainer_checkpoint import check_trainer_state, read_resumable, restore_resumed
@@ -43,8 +51,8 @@ from bert_core.training.trainer_checkpoint import check_trainer_state, read_resu
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "SCHEDULES", "PRECISIONS", "STATES", "MAX_SKIPPED_UPDATES",
-    "lr_multiplier", "default_recipe", "extended_config", "check_trainer_state", "DistInfo", "init_distributed",
+    "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "GrowthEvent", "SCHEDULES", "PRECISIONS", "STATES",
+    "MAX_SKIPPED_UPDATES", "lr_multiplier", "default_recipe", "extended_config", "check_trainer_state", "DistInfo", "init_distributed",
     "current_dist", "shutdown_distributed", "resolve_device", "split_rows", "take_rows",
 ]
 
@@ -82,7 +90,7 @@ class Trainer(RunLoop):
 
     def __init__(self, model, tokenizer, data, config: TrainConfig, eval_data=None,
                  callbacks: Sequence[Callable[[Any], None]] = (), probes=None, checkpoint_dir=None,
-                 metadata: dict | None = None):
+                 metadata: dict | None = None, grow_to: BertConfig | None = None):
         super().__init__(callbacks)
         self.config = config
         self.tokenizer = tokenizer
@@ -97,12 +105,10 @@ class Trainer(RunLoop):
             ("causal" if is_causal(model) else "bidirectional")
         if want != kind:
             raise BertCoreError(f"the {config.objective} objective trains a {want} model, and this one is {kind}")
-        self.model = model.to(self.device)
-        self.model.train()
-        ddp = ddp_wrapped(self.model, self.device, self.dist)
-        self.optimization = Optimization(self.model, config, self.device)
-        self.optimizer = self.optimization.optimizer
-        self.gradients = GradientAccumulator(self.model, ddp, self.device, self.dist, self.optimization)
+        # A run that starts small (TrainConfig.grow_fraction) grows into this config; `growth` records when it did.
+        self.grow_to = grow_to if config.grow_fraction else None
+        self.growth: dict | None = None
+        self._set_model(model)
         self.batches = PretrainingBatches(data, self.dist, self.device)
         self.last_batches: list = []   # the latest update's micro-batches (set in _train_step)
         self.evaluation = HeldoutEvaluation(eval_data)
@@ -116,6 +122,17 @@ class Trainer(RunLoop):
         # `checkpoint_error` says why the newest one is missing.
         self.checkpoint_failures_fatal = True
         self.checkpoint_error: str | None = None
+
+    def _set_model(self, model) -> None:
+        """Train `model` from here on: on this device, wrapped for data parallelism, with a new optimizer."""
+        on_gradients = self.optimization.on_gradients if hasattr(self, "optimization") else None
+        self.model = model.to(self.device)
+        self.model.train()
+        ddp = ddp_wrapped(self.model, self.device, self.dist)
+        self.optimization = Optimization(self.model, self.config, self.device)
+        self.optimization.on_gradients = on_gradients
+        self.optimizer = self.optimization.optimizer
+        self.gradients = GradientAccumulator(self.model, ddp, self.device, self.dist, self.optimization)
 
     @property
     def is_main(self) -> bool:
@@ -170,6 +187,7 @@ class Trainer(RunLoop):
     def _train_step(self) -> StepEvent | None:
         """One optimizer update over grad_accum micro-batches; returns None (and sets error) on a non-finite loss."""
         cfg = self.config
+        self.grow_if_due()
         t0 = time.perf_counter()
         batches = self.batches.next_micro_batches(cfg, self._fraction_done())
         self.last_batches = batches   # *Step once* shows them (bert_core.inspect.training_step)
@@ -183,7 +201,7 @@ class Trainer(RunLoop):
             return self._train_step()
         if not self._update_is_finite(loss, grad_norm):
             return None
-        lr = scheduled_lr(cfg, self.step, self._elapsed_now())
+        lr = self._learning_rate()
         self.optimization.step(lr)
         self.step += 1
         tokens = int(stats.tokens)
@@ -218,6 +236,50 @@ class Trainer(RunLoop):
         kept = (f" ({self.checkpoint_dir}, step {self.last_checkpoint_step})"
                 if self.checkpoint_dir is not None and self.last_checkpoint_step is not None else "")
         return f"lower it and resume from the last checkpoint{kept}."
+
+    # ------------------------------------------------------------------ starting small, then growing
+
+    def growth_pending(self) -> bool:
+        """Whether the model is still the small one of a run that grows (TrainConfig.grow_fraction)."""
+        if self.grow_to is None:
+            return False
+        c = _unwrap(self.model).config
+        return (c.hidden_size, c.num_hidden_layers) != (self.grow_to.hidden_size, self.grow_to.num_hidden_layers)
+
+    def grow_if_due(self) -> bool:
+        """Grow the model now if the run has reached its grow_fraction (each update checks first; *Step once* too,
+        before it notes the weights); True when it grew."""
+        if self.growth_pending() and self._fraction_done() >= self.config.grow_fraction:
+            self._grow()
+            return True
+        return False
+
+    def _learning_rate(self) -> float:
+        """The rate of the next update: the schedule's, over each stage of a run that grows."""
+        cfg = self.config
+        if self.grow_to is None:
+            return scheduled_lr(cfg, self.step, self._elapsed_now())
+        p = self._fraction_done()
+        if self.growth_pending():
+            c, target = _unwrap(self.model).config, self.grow_to
+            peak = seed_learning_rate(cfg.learning_rate, target.hidden_size, target.num_hidden_layers,
+                                      c.hidden_size, c.num_hidden_layers)
+            return peak * stage_multiplier(cfg, p / cfg.grow_fraction)
+        start = self.growth["fraction"] if self.growth else cfg.grow_fraction
+        return cfg.learning_rate * stage_multiplier(cfg, (p - start) / max(1.0 - start, 1e-9))
+
+    def _grow(self) -> None:
+        """Grow the small model to the run's size (bert_core.model.growth) and train on it with a new optimizer."""
+        small = _unwrap(self.model)
+        before = (small.config.num_hidden_layers, small.config.hidden_size)
+        with self._step_lock:
+            self._set_model(grow_model(small, self.grow_to, seed=self.config.seed))
+            self.growth = {"step": self.step, "fraction": self._fraction_done(), "from_size": list(before),
+                           "to_size": [self.grow_to.num_hidden_layers, self.grow_to.hidden_size]}
+        event = GrowthEvent(step=self.step, fraction=self.growth["fraction"], from_size=before,
+                            to_size=tuple(self.growth["to_size"]), model_config=self.grow_to.to_hf_dict())
+        for callback in self.callbacks:
+            callback(event)
 
     def in_short_phase(self) -> bool:
         """Whether the next update belongs to the short-sequence phase (TrainConfig.short_seq_length)."""
@@ -277,6 +339,9 @@ class Trainer(RunLoop):
                     "rng": rng_state_to_json(rng),
                     "world_size": self.dist.world_size,
                     "metadata": self.metadata,
+                    # The size a run that starts small grows to, and when it grew (None: not yet).
+                    "growth": ({"to": self.grow_to.to_hf_dict(), "grown": self.growth}
+                               if self.grow_to is not None else None),
                 }
 
     def save(self, folder) -> None:
@@ -302,6 +367,8 @@ class Trainer(RunLoop):
                 if state.get("world_size", 1) == self.dist.world_size or self.dist.world_size == 1:
                     self.rng.state = rng
             self.batches.load_state_dict(state, self.config)
+            if isinstance(state.get("growth"), dict):
+                self.growth = state["growth"].get("grown")
             prior = state.get("state", "stopped")
             self._state = "stopped" if prior in ("running", "finished", "failed") else prior
             if self._state == "idle" and self.step > 0:
@@ -316,8 +383,10 @@ class Trainer(RunLoop):
         `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
         """
         ckpt, config = read_resumable(folder, config_overrides)
+        growth = ckpt.trainer_state.get("growth")
+        grow_to = BertConfig.from_hf_dict(growth["to"]) if isinstance(growth, dict) else None
         trainer = cls(ckpt.model, ckpt.tokenizer, data, config, eval_data=eval_data, callbacks=list(callbacks),
-                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata)
+                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata, grow_to=grow_to)
         restore_resumed(trainer, ckpt, folder)
         same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
         trainer.last_checkpoint_step = trainer.step if same else None

@@ -56,6 +56,10 @@ def check_trainer_state(state, path) -> TrainConfig:
     for key in ("data_state", "short_data_state"):
         if state.get(key) is not None and not isinstance(state[key], dict):
             raise _damaged(path, f'"{key}" must be an object')
+    growth = state.get("growth")
+    if growth is not None and not (isinstance(growth, dict) and isinstance(growth.get("to"), dict)
+                                   and (growth.get("grown") is None or isinstance(growth["grown"], dict))):
+        raise _damaged(path, '"growth" must record the size the run grows to ("to") and when it grew ("grown")')
     rng = state.get("rng")
     if rng is not None:
         saved = rng.get("torch") if isinstance(rng, dict) else None
