@@ -18,6 +18,8 @@ from bert_core.training.run_builder import RunPlan, build_run, resume_run
 from bert_core.training.trainer import GrowthEvent, StepEvent, TrainConfig
 from tests.test_bad_input import assert_one_error_line, run_cli
 
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
+
 
 def _plan(steps=10, grow=0.5, preset="mini", **changes):
     config = TrainConfig(max_steps=steps, batch_size=4, max_seq_length=32, learning_rate=1e-3, eval_batches=2,
