@@ -257,3 +257,25 @@ def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(started_jobs, tmp
     assert job.phase == "stopped" and not job.busy
     assert list(job.trainer.results) == ["pretrained"] and job.trainer.results["pretrained"].state == "stopped"
     assert job.trainer.progress.fraction < 0.5
+
+
+def test_a_run_that_starts_small_grows_in_the_child_and_the_server_follows(started_jobs):
+    """A mini run of the Train page starts as 2 x 64 and grows (TrainConfig.grow_fraction): the server's mirror
+    takes the grown size, the weights copied back load into it, and the loss chart marks the step."""
+    from bert_core.inspect.figures import LIVE_CHARTS
+
+    spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="mini",
+                          train=dict(max_steps=6, batch_size=4, max_seq_length=32, eval_batches=1, device="cpu",
+                                     grow_fraction=0.5, grow_from_hidden=64, grow_from_layers=2))
+    job = _job(spec, sid="grows")
+    started_jobs.append(job)
+    job.start()
+    assert job.wait(TIMEOUT)
+    assert job.phase == "finished", job.error
+    mirror = job.trainer
+    assert mirror.growth == {"step": 3, "fraction": 0.5, "from_size": [2, 64], "to_size": [4, 256]}
+    assert (mirror.model_config.hidden_size, mirror.model_config.num_hidden_layers) == (256, 4)
+    model = job.model_snapshot()
+    assert model.config.hidden_size == 256 and len(model.bert.encoder.layer) == 4
+    loss = LIVE_CHARTS.figures(mirror, 0.0)["loss"]
+    assert [s.x0 for s in loss.layout.shapes if s.type == "line" and s.x0 == s.x1] == [3]
