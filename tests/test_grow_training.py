@@ -111,6 +111,8 @@ def test_the_larger_sizes_grow_on_a_cpu_only():
     assert recipe_for("mini", hidden_size=256, num_hidden_layers=4).grow_fraction == 0   # a custom size
     with pytest.raises(BertCoreError, match="heads keep their size"):
         BertConfig.preset("mini", num_attention_heads=2).growth_start(64, 2)
+    with pytest.raises(BertCoreError, match="nothing to grow"):
+        BertConfig.preset("nano").growth_start(64, 2)
 
 
 def test_train_logs_the_growth_and_records_it(tmp_path, toy_file, capsys):
@@ -188,3 +190,13 @@ def test_step_once_at_the_growth_shows_the_grown_models_update():
     grown = records[2]
     assert grown.changes and grown.changed_weights > 0
     assert grown.total_weights == sum(p.numel() for p in trainer.model.parameters())
+
+
+def test_a_size_that_cannot_grow_is_one_error_line_and_writes_nothing(tmp_path, toy_file, capsys):
+    for extra, words in ((["--preset", "nano", "--grow-fraction", "0.5"], ["nothing to grow"]),
+                         (["--preset", "mini", "--grow-fraction", "0.5", "--grow-from-hidden", "96"],
+                          ["grows from a size that divides it"])):
+        out = tmp_path / "never"
+        code, err = run_cli(["train", "--corpus", str(toy_file), "--steps", "2", *extra, "--out", str(out)], capsys)
+        assert_one_error_line(code, err, words)
+        assert not out.exists()

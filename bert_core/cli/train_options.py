@@ -22,6 +22,7 @@ from bert_core.cli.arguments import (
 from bert_core.cli.train_recipe import train_defaults
 from bert_core.data.objectives import OBJECTIVES
 from bert_core.model.config import PRESETS
+from bert_core.training.recipes import GROW_FRACTIONS, GROW_FROM
 from bert_core.training.run_settings import setting
 from bert_core.training.train_config import PRECISIONS, SCHEDULES
 
@@ -140,7 +141,9 @@ def _model_options(p, d: dict) -> None:
             help="start small, then grow: train the first F of the run (steps or time) as a model of "
                  "--grow-from-layers x --grow-from-hidden, then grow it to the run's size (Net2Net width, "
                  "repeated layers) and train on (a deviation from BERT's paper; 0 = the run's size from the first "
-                 "step; default: the size's recipe: on a CPU mini 0.6 and small 0.75 from 2 x 64, else 0)")
+                 "step; default: the size's recipe: on a CPU "
+                 + ", ".join(f"{name} {share:g}" for name, share in GROW_FRACTIONS.items())
+                 + f" from {GROW_FROM[1]} x {GROW_FROM[0]}, else 0)")
     _option(p, "--grow-from-hidden", type=int_arg(0, 2**15), metavar="N",
             help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size)")
     _option(p, "--grow-from-layers", type=int_arg(0, 512), metavar="N",

@@ -103,6 +103,8 @@ def new_run_plan(args) -> RunPlan:
                             "--hidden-size, --heads and --intermediate-size")
     # The vocabulary asked for is an upper bound of the one trained, so this check cannot pass a model too big.
     check_training_size(model_config(plan, args.vocab_size), config)
+    if config.grow_fraction:   # the size it starts as must divide into the run's (before anything is written)
+        model_config(plan, args.vocab_size).growth_start(config.grow_from_hidden, config.grow_from_layers)
     tokenizer = BertTokenizer.load(args.tokenizer) if args.tokenizer is not None else None
     start = warm_start(args, config) if args.init_from is not None else None
     if start is not None:

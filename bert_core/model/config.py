@@ -157,6 +157,9 @@ class BertConfig:
         """The narrower, shallower model that grows into this one (`TrainConfig.grow_fraction`;
         bert_core.model.growth): heads of this model's size (fewer of them), its feed-forward ratio, and an initial
         std wider by the width rule (muP's fan-in: std ~ 1/sqrt(hidden)), as a model of that width starts."""
+        if (hidden_size, num_hidden_layers) == (self.hidden_size, self.num_hidden_layers):
+            raise BertCoreError(f"a {num_hidden_layers} x {hidden_size} model is already that size: there is nothing "
+                                "to grow (grow_fraction 0)")
         if self.hidden_size % hidden_size or self.num_hidden_layers % num_hidden_layers:
             raise BertCoreError(f"a {self.num_hidden_layers} x {self.hidden_size} model grows from a size that "
                                 f"divides it, not {num_hidden_layers} x {hidden_size}")

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "GrowthEvent", "SCHEDULES", "PRECISIONS", "STATES",
-    "MAX_SKIPPED_UPDATES", "lr_multiplier", "default_recipe", "extended_config", "check_trainer_state", "DistInfo", "init_distributed",
-    "current_dist", "shutdown_distributed", "resolve_device", "split_rows", "take_rows",
+    "MAX_SKIPPED_UPDATES", "lr_multiplier", "default_recipe", "extended_config", "check_trainer_state", "DistInfo",
+    "init_distributed", "current_dist", "shutdown_distributed", "resolve_device", "split_rows", "take_rows",
 ]
 
 STATES = ("idle", "running", "stopped", "finished", "failed")
@@ -257,7 +257,7 @@ class Trainer(RunLoop):
     def _learning_rate(self) -> float:
         """The rate of the next update: the schedule's, over each stage of a run that grows."""
         cfg = self.config
-        if self.grow_to is None:
+        if self.grow_to is None or (self.growth is None and not self.growth_pending()):
             return scheduled_lr(cfg, self.step, self._elapsed_now())
         p = self._fraction_done()
         if self.growth_pending():
