@@ -283,4 +283,5 @@ def ladder_note() -> str:
             f"time on {data.get('corpus', 'real text')} ({data.get('machine', 'a CPU')}, {data.get('date', '')}). "
             "The app trains each run on one core, about half those steps a minute, so a size gets there in about "
             "twice the time. In a fixed budget a bigger model makes fewer steps: on a CPU the smallest sizes "
-            "learn most in minutes, and a size at 1.0x is still on the unigram plateau.")
+            "learn most in minutes, so mini and small start as a 2 x 64 model and are grown to their size near the "
+            "end (without that they stayed at 1.0x, the unigram plateau, for 15 minutes).")
