@@ -200,3 +200,17 @@ def test_a_size_that_cannot_grow_is_one_error_line_and_writes_nothing(tmp_path, 
         code, err = run_cli(["train", "--corpus", str(toy_file), "--steps", "2", *extra, "--out", str(out)], capsys)
         assert_one_error_line(code, err, words)
         assert not out.exists()
+
+
+def test_trying_a_size_that_cannot_grow_from_a_growing_run_trains_it_whole():
+    from bert_core.serve.train_spec import page_spec, validate_spec, widget_defaults
+    from bert_core.training.comparison import one_change
+
+    values = {"train_corpus": "wikitext-2", "train_preset": "mini", "train_objective": "mlm"}
+    values.update((key, value) for key, value, _ in widget_defaults(values))
+    spec = page_spec(values, ("wikitext-2", "wikitext-2"))
+    nano = one_change(spec, "model_size", "nano")
+    validate_spec(nano)
+    assert nano.preset == "nano" and nano.train["grow_fraction"] == 0
+    small = one_change(spec, "model_size", (4, 512, 8, 2048))   # small's sizes: it grows from 2 x 64 as mini did
+    assert small.train["grow_fraction"] == spec.train["grow_fraction"]

@@ -113,8 +113,22 @@ def _size_value(spec):
 def _size_put(spec, value):
     overrides = {k: v for k, v in spec.model_overrides.items() if k not in SIZE_FIELDS}
     if isinstance(value, str):
-        return dataclasses.replace(spec, preset=value, model_overrides=overrides)
-    return dataclasses.replace(spec, model_overrides={**overrides, **dict(zip(SIZE_FIELDS, value))})
+        return _growth_that_fits(dataclasses.replace(spec, preset=value, model_overrides=overrides))
+    return _growth_that_fits(dataclasses.replace(spec, model_overrides={**overrides, **dict(zip(SIZE_FIELDS, value))}))
+
+
+def _growth_that_fits(spec):
+    """A run that starts small (grow_fraction) changed to a size that cannot grow from its start size (nano is that
+    size): it trains at the new size from the first step instead."""
+    train = spec.train
+    if not train.get("grow_fraction"):
+        return spec
+    try:
+        BertConfig.preset(spec.preset, vocab_size=128, **spec.model_overrides).growth_start(
+            train["grow_from_hidden"], train["grow_from_layers"])
+    except (BertCoreError, KeyError):
+        return dataclasses.replace(spec, train={**train, "grow_fraction": 0.0})
+    return spec
 
 
 def _size_parse(value):
