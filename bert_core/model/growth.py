@@ -120,10 +120,8 @@ def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed:
     return what was done; `train --init-from out` trains it on."""
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
-    grown, config = grow_state_dict(small.state_dict(), small.config, hidden_size, num_hidden_layers, seed=seed)
-    model = type(small)(config)
-    model.load_state_dict(grown)  # strict: every key of the grown model, and no other
-    save_pretrained(model, out, tokenizer=ckpt.tokenizer)
+    config = grown_config(small.config, hidden_size, num_hidden_layers)
+    save_pretrained(grow_model(small, config, seed=seed), out, tokenizer=ckpt.tokenizer)
     record = {"grown_from": str(source), "from_size": {"hidden_size": small.config.hidden_size,
                                                      "num_hidden_layers": small.config.num_hidden_layers},
               "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,

@@ -22,20 +22,13 @@ def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> flo
     """
     if config.schedule == "constant":
         return 1.0
-    by_time = config.schedule == "time" or config.max_steps is None
-    if by_time:
-        p = min(max(elapsed_s / config.time_budget_s, 0.0), 1.0)
-        warm = config.warmup_ratio
-        if warm > 0 and p < warm:
-            return max(p / warm, 1e-3)  # a tiny floor: at p == 0 the first update would otherwise do nothing
-        q = (p - warm) / (1.0 - warm)
-    else:
-        total = config.max_steps
-        warm_steps = int(round(config.warmup_ratio * total))
-        if step < warm_steps:
-            return (step + 1) / warm_steps
-        q = (step - warm_steps) / max(total - warm_steps, 1)
-    return _decay(config, q)
+    if config.schedule == "time" or config.max_steps is None:
+        return stage_multiplier(config, min(max(elapsed_s / config.time_budget_s, 0.0), 1.0), floor=1e-3)
+    total = config.max_steps
+    warm_steps = int(round(config.warmup_ratio * total))
+    if step < warm_steps:
+        return (step + 1) / warm_steps
+    return _decay(config, (step - warm_steps) / max(total - warm_steps, 1))
 
 
 def _decay(config: TrainConfig, q: float) -> float:
@@ -49,15 +42,15 @@ def _decay(config: TrainConfig, q: float) -> float:
     return 1.0 - q
 
 
-def stage_multiplier(config: TrainConfig, p: float) -> float:
-    """The schedule's multiplier at fraction `p` of one stage of a run that grows (TrainConfig.grow_fraction): each
-    stage, the small model's and the grown one's, warms up and decays as a whole run would (the grown model starts
-    with a new optimizer, whose first updates need the warmup again)."""
+def stage_multiplier(config: TrainConfig, p: float, floor: float = 0.01) -> float:
+    """The schedule's multiplier at fraction `p` of a run counted by time, or of one stage of a run that grows
+    (TrainConfig.grow_fraction): each stage, the small model's and the grown one's, warms up and decays as a whole
+    run would (the grown model starts with a new optimizer, whose first updates need the warmup again)."""
     if config.schedule == "constant":
         return 1.0
     warm = config.warmup_ratio
     if warm > 0 and p < warm:
-        return max(p / warm, 0.01)  # a small floor: at p == 0 the first update would otherwise do nothing
+        return max(p / warm, floor)  # a floor: at p == 0 the first update would otherwise do nothing
     return _decay(config, (p - warm) / (1.0 - warm))
 
 
