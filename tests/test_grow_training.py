@@ -141,6 +141,23 @@ def test_a_warm_start_cannot_grow_in_one_error_line(tmp_path, toy_file, capsys):
     assert_one_error_line(code, err, ["--grow-fraction"])
 
 
+def test_a_start_size_for_a_run_that_does_not_grow_is_one_error_line(tmp_path, toy_file, capsys):
+    """tiny's recipe does not grow: a start size alone would be ignored, so it is refused before anything is
+    written; with a growth fraction the same start size is taken."""
+    out = tmp_path / "tiny"
+    code, err = run_cli(["train", "--corpus", str(toy_file), "--preset", "tiny", "--steps", "1",
+                         "--grow-from-hidden", "64", "--out", str(out)], capsys)
+    assert_one_error_line(code, err, ["--grow-from-hidden", "--grow-fraction"])
+    assert not out.exists()
+    code, err = run_cli(["train", "--corpus", str(toy_file), "--preset", "mini", "--steps", "1",
+                         "--grow-fraction", "0", "--grow-from-layers", "2", "--out", str(out)], capsys)
+    assert_one_error_line(code, err, ["--grow-from-layers"])
+    assert main(["train", "--corpus", str(toy_file), "--vocab-size", "300", "--preset", "tiny", "--steps", "2",
+                 "--batch-size", "4", "--seq-len", "32", "--eval-batches", "1", "--grow-fraction", "0.5",
+                 "--grow-from-hidden", "64", "--out", str(out)]) == 0
+    assert "grew from 2 x 64 to 2 x 128" in capsys.readouterr().err
+
+
 def test_the_loss_chart_marks_the_step_the_run_grew_at():
     fig = mark_growth(loss_figure([]), {"step": 120, "fraction": 0.6, "from_size": [2, 64], "to_size": [4, 256]})
     assert any(a.text == "grown 2x64 → 4x256" for a in fig.layout.annotations)

@@ -145,9 +145,10 @@ def _model_options(p, d: dict) -> None:
                  + ", ".join(f"{name} {share:g}" for name, share in GROW_FRACTIONS.items())
                  + f" from {GROW_FROM[1]} x {GROW_FROM[0]}, else 0)")
     _option(p, "--grow-from-hidden", type=int_arg(0, 2**15), metavar="N",
-            help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size)")
+            help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size); "
+                 "only for a run that grows (--grow-fraction, or a recipe that grows)")
     _option(p, "--grow-from-layers", type=int_arg(0, 512), metavar="N",
-            help="layers of the model a growing run starts as (a divisor of the run's)")
+            help="layers of the model a growing run starts as (a divisor of the run's); only for a run that grows")
 
 
 def _housekeeping_options(p, d: dict) -> None:
