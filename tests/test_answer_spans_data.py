@@ -224,6 +224,18 @@ def test_toy_stories_have_several_characters_so_names_must_be_matched_to_places(
         assert 3 <= story.count(".") <= 11
 
 
+def test_each_toy_answer_is_marked_in_the_sentence_that_answers_its_question(toy):
+    """A name that appears twice ("Leo went to the valley. Leo found a stone.") is marked where the question's
+    place or find is: a label at the other sentence's name would teach reading the wrong sentence."""
+    for e in toy.examples:
+        if e.question.startswith("Who"):
+            start = e.answer_starts[0]
+            end = e.context.find(".", start)
+            sentence = e.context[start:end]
+            named = e.question.split(" the ", 1)[1].rstrip("?")
+            assert named in sentence, (e.question, sentence)
+
+
 def test_toy_task_refuses_too_few_stories():
     with pytest.raises(BertCoreError, match="at least 2 stories"):
         toy_qa_task(num_stories=1)

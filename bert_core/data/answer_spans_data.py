@@ -343,7 +343,8 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
         # exact match (the right kind of answer, the wrong character) after 2,500 to 4,000 steps
         # (docs/benchmarks.md, "Token tags and answer spans").
         if rng.random() < 0.5:
-            blocks.append([[name, f" {go} to ", place, "."], [names[c], f" {found} ", find, "."]])
+            # "Who found ...?" points at the name of the sentence that says so, not at the one before it.
+            blocks.append([[name, f" {go} to ", place, "."], [(names[c], ("finder", c)), f" {found} ", find, "."]])
         else:
             blocks.append([[name, f" {go} to ", place, f" and {found} ", find, "."]])
     # Distractors (weather, feelings) sit between the characters' sentences; the feelings name the characters
@@ -373,7 +374,7 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
         questions.append((rng.choice(["What did {n} find?", "What did {n} find at the {p}?"])
                           .format(n=name, p=place), ("thing", c)))
         questions.append((rng.choice(["Who went to the {p}?", "Who visited the {p}?"]).format(p=place), ("name", c)))
-        questions.append((f"Who found {named}?", ("name", c)))
+        questions.append((f"Who found {named}?", ("finder", c) if ("finder", c) in writer.spans else ("name", c)))
     out = []
     for question, key in questions:
         answer, start = writer.spans[key]

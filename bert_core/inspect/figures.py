@@ -214,7 +214,7 @@ def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
         (layers, hidden), (to_layers, to_hidden) = growth["from_size"], growth["to_size"]
         fig.add_vline(x=growth["step"], line=dict(color="#888", dash="dot", width=1),
                       annotation_text=f"grown {layers}x{hidden} → {to_layers}x{to_hidden}",
-                      annotation_position="top left", annotation_font_size=11)
+                      annotation_position="top left", annotation_font_size=12)
     return fig
 
 
