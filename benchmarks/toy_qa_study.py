@@ -1,0 +1,111 @@
+"""Why the toy QA stories are hard for the shipped models: two measurements behind docs/benchmarks.md ("Token tags
+and answer spans").
+
+    python benchmarks/toy_qa_study.py offsets --checkpoint checkpoints/bert-tiny-english
+    python benchmarks/toy_qa_study.py learn --checkpoint checkpoints/bert-tiny-english --stories 6000 --steps 2000
+    python benchmarks/toy_qa_study.py learn --stories 600 --train-size 3000 --steps 2000 --on-seen
+
+`offsets`: each head's mean attention to the tokens 5 before to 5 after (its share at each offset) over toy stories,
+which says how far from a word each layer can read. `learn`: fine-tunes the checkpoint's BertForQuestionAnswering
+on toy_qa_task(0, STORIES) split by passage (500 validation questions) with the CLI's settings for answer spans
+(lr by its rule unless --lr, batch 32, max length 256), printing exact match and F1 at evenly spaced steps: on the
+held-out stories, or with --on-seen on 500 of the training questions (whether it learns the rule or the stories).
+One thread; the task, split, weights and batches are seeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bert_core.data.answer_spans_data import split_by_passage, toy_qa_task  # noqa: E402
+from bert_core.model.bert import BertForQuestionAnswering  # noqa: E402
+from bert_core.model.hf import load_pretrained  # noqa: E402
+from bert_core.training.answer_spans import AnswerSpans  # noqa: E402
+from bert_core.training.finetune import (  # noqa: E402
+    checkpoint_pretraining_rate,
+    finetune,
+    finetune_learning_rate,
+    kind_config,
+)
+from bert_core.training.finetune_results import FinetuneEval  # noqa: E402
+from bert_core.training.finetune_tasks import seeded, tokenizer_of  # noqa: E402
+
+OFFSETS = range(-5, 6)
+
+
+@torch.no_grad()
+def attention_by_offset(folder: Path, stories: int = 60) -> torch.Tensor:
+    """(layers, heads, 11): each head's mean attention share at offsets -5..5 over the toy stories' tokens."""
+    model = load_pretrained(folder)
+    tokenizer = tokenizer_of(folder, model.config)
+    contexts = sorted({e.context for e in toy_qa_task(0, stories).examples})
+    shares = torch.zeros(model.config.num_hidden_layers, model.config.num_attention_heads, len(OFFSETS))
+    positions = 0
+    for context in contexts:
+        ids = torch.tensor([tokenizer.tokenizer.encode(context).ids])
+        attentions = model.bert(ids, torch.ones_like(ids), output_attentions=True)[-1]  # (sequence, pooled, attentions)
+        length = ids.shape[1]
+        for layer, a in enumerate(attentions):
+            for j, off in enumerate(OFFSETS):
+                rows = torch.arange(max(0, -off), min(length, length - off))
+                shares[layer, :, j] += a[0][:, rows, rows + off].sum(-1)
+        positions += length
+    return shares / positions
+
+
+def learn(args) -> None:
+    data = toy_qa_task(0, args.stories)
+    train, val = split_by_passage(data, args.train_size, 500, seed=0)
+    if args.on_seen:
+        val = train.subset(range(500), " (seen)")
+    with seeded(0):
+        model = load_pretrained(args.checkpoint, model_class=BertForQuestionAnswering)
+    tokenizer = tokenizer_of(args.checkpoint, model.config)
+    rate = args.lr or finetune_learning_rate(model.config, checkpoint_pretraining_rate(args.checkpoint))
+    config = kind_config("spans").replace(learning_rate=rate, max_steps=args.steps, time_budget_s=None,
+                                          eval_points=args.evals)
+    print(f"{len(train):,} training questions, {len(val):,} scored ({val.source}); lr {rate:g}", flush=True)
+    began = time.perf_counter()
+
+    def report(event):
+        if isinstance(event, FinetuneEval):
+            print(f"step {event.step:>6}  {time.perf_counter() - began:6.0f} s  exact match "
+                  f"{100 * event.accuracy:5.1f}%  F1 {100 * event.macro_f1:5.1f}%", flush=True)
+
+    finetune(model, tokenizer, config=config, task=AnswerSpans(train, val), callbacks=[report])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    offsets = sub.add_parser("offsets")
+    offsets.add_argument("--checkpoint", type=Path, default=Path("checkpoints/bert-tiny-english"))
+    run = sub.add_parser("learn")
+    run.add_argument("--checkpoint", type=Path, default=Path("checkpoints/bert-tiny-english"))
+    run.add_argument("--stories", type=int, default=600)
+    run.add_argument("--train-size", type=int, default=None)
+    run.add_argument("--steps", type=int, default=2000)
+    run.add_argument("--evals", type=int, default=4)
+    run.add_argument("--lr", type=float, default=None)
+    run.add_argument("--on-seen", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.command == "offsets":
+        shares = attention_by_offset(args.checkpoint)
+        print("head   " + " ".join(f"{o:>4}" for o in OFFSETS))
+        for layer, heads in enumerate(shares):
+            for head, row in enumerate(heads):
+                print(f"L{layer} H{head}  " + " ".join(f"{100 * v:4.0f}" for v in row))
+    else:
+        learn(args)
+
+
+if __name__ == "__main__":
+    main()
