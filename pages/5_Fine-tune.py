@@ -324,10 +324,11 @@ def _describe(data) -> None:
                 for i in range(min(5, len(data)))]
     elif kind == "spans":
         st.caption(f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages.")
-        st.caption("What to expect: answering means matching the question's words to the passage, which a tiny "
-                   "model learns slowly. With the shipped 2-layer model the toy stories stay near 25-30% exact "
-                   "match for minutes (the right kind of answer, often for the wrong character); watch which "
-                   "kind of span each model picks, and how sure it is where.")
+        st.caption("What to expect: answering means matching the question's words to the passage and reading "
+                   "the words a few places from the match, which a small model learns slowly. With either shipped "
+                   "model (2 or 4 layers) the toy stories stay near 25-30% exact match for thousands of steps (the "
+                   "right kind of answer, often for the wrong character: a guess among the characters); watch "
+                   "which kind of span each model picks, and how sure it is where.")
         rows = [{"question": ex.question, "answer": ex.answers[0] if ex.answers else "",
                  "passage": finetune_figures.shorten(ex.context, 160)} for ex in data.examples[:6]]
     else:
