@@ -279,3 +279,32 @@ def test_a_run_that_starts_small_grows_in_the_child_and_the_server_follows(start
     assert model.config.hidden_size == 256 and len(model.bert.encoder.layer) == 4
     loss = LIVE_CHARTS.figures(mirror, 0.0)["loss"]
     assert [s.x0 for s in loss.layout.shapes if s.type == "line" and s.x0 == s.x1] == [3]
+
+
+@pytest.mark.parametrize("killed", [None, ("it stalled", "failed")])
+def test_a_dead_process_stops_its_runs_clock_before_the_phase_says_the_run_ended(killed):
+    """Pages read a job's phase and its mirror's clock without the lock: once the phase says failed, the clock
+    must already have stopped (a page saw it read 0.31 s, then 0.29 s, when the state changed after the phase)."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    class Watched(ProcessTrainingJob):
+        @property
+        def phase(self):
+            return self.__dict__.get("_phase", "new")
+
+        @phase.setter
+        def phase(self, value):
+            if value == "failed" and self.trainer is not None:
+                seen.append(self.trainer.state)
+            self.__dict__["_phase"] = value
+
+    job = Watched("s", builder=None)
+    job.phase = "running"
+    job.trainer = SimpleNamespace(state="running", error=None)
+    job._killed = killed
+    job._child_gone(SimpleNamespace(returncode=-9))
+    assert job.phase == "failed" and seen == ["failed"]
+    assert job.trainer.error == job.error
+    assert ("exit code -9" in job.error) if killed is None else job.error == "it stalled"

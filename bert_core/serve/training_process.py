@@ -489,21 +489,25 @@ class ProcessTrainingJob:
     def _child_gone(self, process) -> None:
         with self._changed:
             code = process.returncode
+            phase, error, unexpected = self.phase, self.error, False
             if self._killed is not None:
-                self.ended_note, self.phase = self._killed
-                self.error = self.ended_note if self.phase == "failed" else self.error
-            elif self.phase in ("preparing", "running") and self._closing:
-                self.phase = "stopped"
-            elif self.phase in ("preparing", "running"):
-                self.error = f"the training process exited unexpectedly (exit code {code})"
-                self.phase = "failed"
-                log.warning("run %s: its training process exited unexpectedly (exit code %s)", self.session_id[:6],
-                            code)
+                self.ended_note, phase = self._killed
+                error = self.ended_note if phase == "failed" else error
+            elif phase in ("preparing", "running") and self._closing:
+                phase = "stopped"
+            elif phase in ("preparing", "running"):
+                error = f"the training process exited unexpectedly (exit code {code})"
+                phase, unexpected = "failed", True
             if self.trainer is not None and getattr(self.trainer, "state", None) in ("running", "idle"):
-                # The mirror's clock runs while its state says running: a dead process's run has stopped.
-                self.trainer.state = self.phase if self.phase in ("failed", "stopped") else "stopped"
-                self.trainer.error = self.error
+                # The mirror's clock runs while its state says running: a dead process's run has stopped. Stopped
+                # before the job's phase says so, since the pages read both without the lock: a page that sees the
+                # run failed must not still see its clock running.
+                self.trainer.state = phase if phase in ("failed", "stopped") else "stopped"
+                self.trainer.error = error
+            self.error, self.phase = error, phase
             self._changed.notify_all()
+        if unexpected:
+            log.warning("run %s: its training process exited unexpectedly (exit code %s)", self.session_id[:6], code)
 
 
 if __name__ == "__main__":
