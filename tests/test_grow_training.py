@@ -147,11 +147,11 @@ def test_a_start_size_for_a_run_that_does_not_grow_is_one_error_line(tmp_path, t
     out = tmp_path / "tiny"
     code, err = run_cli(["train", "--corpus", str(toy_file), "--preset", "tiny", "--steps", "1",
                          "--grow-from-hidden", "64", "--out", str(out)], capsys)
-    assert_one_error_line(code, err, ["--grow-from-hidden", "--grow-fraction"])
+    assert_one_error_line(code, err, ["--grow-from-hidden", "--grow-fraction", "tiny recipe"])
     assert not out.exists()
     code, err = run_cli(["train", "--corpus", str(toy_file), "--preset", "mini", "--steps", "1",
                          "--grow-fraction", "0", "--grow-from-layers", "2", "--out", str(out)], capsys)
-    assert_one_error_line(code, err, ["--grow-from-layers"])
+    assert_one_error_line(code, err, ["--grow-from-layers", "--grow-fraction 0 trains at full size"])
     assert main(["train", "--corpus", str(toy_file), "--vocab-size", "300", "--preset", "tiny", "--steps", "2",
                  "--batch-size", "4", "--seq-len", "32", "--eval-batches", "1", "--grow-fraction", "0.5",
                  "--grow-from-hidden", "64", "--out", str(out)]) == 0

@@ -88,9 +88,10 @@ def apply_recipe(args) -> str:
                 args.short_seq_length = 0  # the default short phase is no shorter than a --seq-len given
     start_size = [flag(name) for name in ("grow_from_hidden", "grow_from_layers") if name in given]
     if start_size and not args.grow_fraction:   # a start size alone would be silently ignored
+        why = ("--grow-fraction 0 trains at full size from the start" if "grow_fraction" in given else
+               f"the {defaults['preset']} recipe on {recipe_device(args.device)} starts at full size")
         raise BertCoreError(f"{' and '.join(start_size)} set the size a growing run starts as, and this run does not "
-                            f"grow (the {defaults['preset']} recipe on {recipe_device(args.device)} starts at full "
-                            "size): add --grow-fraction F, or leave them out")
+                            f"grow ({why}): add --grow-fraction F, or leave them out")
     if args.grow_fraction and not (args.grow_from_hidden and args.grow_from_layers):
         args.grow_from_hidden, args.grow_from_layers = args.grow_from_hidden or GROW_FROM[0], \
             args.grow_from_layers or GROW_FROM[1]   # a --grow-fraction alone grows from the recipes' start size
