@@ -9,11 +9,15 @@
 # folder git ignores and carry .devdata (the working tree and what is carried travel together, at most 64 MiB):
 #   tar czf .devdata/data.tar.gz -C ../shared data/...   (the list is in gpu_session.sh)
 # On a GPU: OUT=out bash benchmarks/gpu_continue.sh. A CPU dry run: DEV=cpu TB=8 FT_STEPS=5 SLACK=500 OUT=/tmp/out ...
+# MODELS="bert" gives the GPU to the BERT alone (the GPT shares it by default); PROTOCOL=0 skips the fine-tuning
+# protocol (benchmarks/finetune_levers.py runs it, and levers beside it, in a call of its own), leaving the lease
+# to pretraining. 2026-11-26 on an H100: MODELS=bert PROTOCOL=0 TB=470 SLACK=90 END=590, a 518-s call.
 # 2026-11-26 (the run that made the shipped BERT mini) this script continued runs/gpu-bert-mini and -gpt-mini at
 # batch 128 and 512, four runs at once, with the fine-tuning levers; git log has that version.
 set -u
 export PYTHONUNBUFFERED=1
-DEV=${DEV:-cuda}; TB=${TB:-330}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-540}
+DEV=${DEV:-cuda}; TB=${TB:-330}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-540}; MODELS=${MODELS:-bert gpt}
+PROTOCOL=${PROTOCOL:-1}
 PY=${PY:-python3}
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 R=/tmp/r; rm -rf $R; mkdir -p $R $OUT
@@ -24,26 +28,29 @@ if [ "$DEV" = cuda ]; then nvidia-smi --query-gpu=name,memory.total --format=csv
 C="--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare --corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt --corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt"
 A="$C --seq-len 128 --short-seq-len 0 --lr 1e-3 --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size 128 --device $DEV"
 echo "$A" > $R/pretrain-args.txt
-timeout $(( TB + ${SLACK:-150} )) $PY -m bert_core train $A --dropout 0 --init-from checkpoints/bert-mini-english --out $R/bert --json > $R/bert.json 2> $R/bert.log &
-timeout $(( TB + ${SLACK:-150} )) $PY -m bert_core train $A --dropout 0.1 --objective clm --init-from checkpoints/gpt-mini-english --out $R/gpt --json > $R/gpt.json 2> $R/gpt.log &
+declare -A P=([bert]="--dropout 0 --init-from checkpoints/bert-mini-english"
+             [gpt]="--dropout 0.1 --objective clm --init-from checkpoints/gpt-mini-english")
+for m in $MODELS; do
+  timeout $(( TB + ${SLACK:-150} )) $PY -m bert_core train $A ${P[$m]} --out $R/$m --json > $R/$m.json 2> $R/$m.log &
+done
 wait
-for m in bert gpt; do tail -c 400 $R/$m.log | tr '\r' '\n' | tail -3 >> $OUT/steps.log; done
+for m in $MODELS; do tail -c 400 $R/$m.log | tr '\r' '\n' | tail -3 >> $OUT/steps.log; done
 log "pretraining done"
 $PY -m bert_core heldout --checkpoint checkpoints/bert-mini-english --out $R/heldout.txt > /dev/null
 LIM=$(( END - 40 - $(el) )); [ $LIM -lt 20 ] && LIM=20
-for m in bert gpt; do
+for m in $MODELS; do
   timeout $LIM $PY -m bert_core eval --checkpoint $R/$m --text-file $R/heldout.txt --seq-len 128 --device $DEV --json > $R/$m-eval.json 2>&1 &
 done
 # The new folder's config says dropout 0 (it pretrained at 0): give it the shipped folder's fine-tuning 0.1.
 declare -A V=([d1]="--dropout 0.1" [d1b64]="--dropout 0.1 --batch-size 64")
-for v in d1 d1b64; do for task in polarity ag_news; do for s in 0 1 2; do
+[ "$PROTOCOL" = 1 ] && [ -d $R/bert ] && for v in d1 d1b64; do for task in polarity ag_news; do for s in 0 1 2; do
   timeout $LIM $PY -m bert_core finetune --checkpoint $R/bert --task $task --val-size 300 --steps $FT_STEPS --seed $s ${V[$v]} --device $DEV --json > $R/ft-$v-$task-$s.json 2> $R/ft-$v-$task-$s.err &
 done; done; done
 wait
 log "evaluations done"
 cd $R
 tar czf $OUT/results.tar.gz *.json *.log *.err *.txt 2>/dev/null
-for m in bert gpt; do
+for m in $MODELS; do
   [ -f $m/model.safetensors ] || continue
   tar cf - $m/config.json $m/model.safetensors $m/tokenizer.json $m/tokenizer_config.json $m/special_tokens_map.json $m/vocab.txt $m/trainer_state.json $m/metrics.json 2>/dev/null | gzip -1 > $R/$m.tgz
   split -b 15M -d $R/$m.tgz $OUT/$m.tgz.

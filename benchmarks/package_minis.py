@@ -1,11 +1,14 @@
-"""Package the GPU-pretrained minis as shipped: runs/gpu-bert-mini-2 and runs/gpu-gpt-mini (the folders that
-benchmarks/gpu_session.sh and gpu_continue.sh brought back) -> checkpoints/{bert,gpt}-mini-english.
+"""Package a GPU continuation of a shipped mini as the new shipped folder: the run that benchmarks/gpu_continue.sh
+brought back (it continued checkpoints/NAME with `--init-from`) -> checkpoints/NAME, its history kept.
 
-bf16 weights, config.json's dropout set to BERT's fine-tuning 0.1 (they pretrained at 0: metrics.json records it),
-the commands rewritten with repository paths, both phases recorded, and the reproducible "eval" section recomputed
-on the shipped weights (run from the repository root with ../shared/data beside it; about a minute on a CPU):
-    PYTHONPATH=. python benchmarks/package_minis.py
+bf16 weights, config.json's dropout set to BERT's fine-tuning 0.1 (the minis pretrain at 0: metrics.json records
+it), the commands rewritten with repository paths and appended to the folder's earlier ones, one more entry in
+"phases", and the reproducible "eval" section recomputed on the shipped weights (run from the repository root with
+../shared/data beside it; about a minute on a CPU):
+    PYTHONPATH=. python benchmarks/package_minis.py --run runs/gpu-bert-mini-3 --into checkpoints/bert-mini-english
+The first packaging (two phases on an H200, grown from the tiny models) is in git history (commit 49d9d4c).
 docs/shipped-model.md, "The mini models, pretrained on a GPU"."""
+import argparse
 import json
 import re
 import shutil
@@ -16,55 +19,63 @@ from safetensors.torch import load_file, save_file
 
 from bert_core.training.heldout import update_metrics
 
-C7 = ("--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare "
-      "--corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt "
-      "--corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt")
-PH1 = (f"python -m bert_core train {C7} --seq-len 128 --short-seq-len 64 --short-seq-fraction 0.3 --batch-size 128 "
-       "--lr 1e-3 --schedule wsd --warmup 0.02 --time-budget 280 --checkpoint-every 90 --eval-every 1000 "
-       "--device cuda --dropout 0")
-PH2 = (f"python -m bert_core train {C7} --seq-len 128 --short-seq-len 0 --lr 1e-3 --schedule wsd --warmup 0.02 "
-       "--dropout 0 --time-budget 330 --checkpoint-every 120 --eval-every 1000 --device cuda --batch-size 128")
-PLAN = {
-    "bert-mini-english": ("runs/gpu-bert-mini-2", [
-        "python -m bert_core grow --checkpoint checkpoints/bert-tiny-english --preset mini --out runs/grown-bert-mini",
-        f"{PH1} --init-from runs/grown-bert-mini --out runs/gpu-bert-mini",
-        f"{PH2} --init-from runs/gpu-bert-mini --out runs/bert-mini-english"], "runs/gpu-bert-mini"),
-    "gpt-mini-english": ("runs/gpu-gpt-mini", [
-        "python -m bert_core grow --checkpoint checkpoints/gpt-tiny-english --preset mini --out runs/grown-gpt-mini",
-        f"{PH1} --objective clm --init-from runs/grown-gpt-mini --out runs/gpt-mini-english"], None),
-}
-FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "trainer_state.json")
-for name, (src, commands, phase1) in PLAN.items():
-    src, out = Path(src), Path("checkpoints") / name
-    out.mkdir(parents=True, exist_ok=True)
-    for f in FILES:
-        shutil.copy(src / f, out / f)
-    sd = load_file(src / "model.safetensors")
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in sd.items()}, out / "model.safetensors",
-              metadata={"format": "pt"})
-    config = json.loads((src / "config.json").read_text())
-    config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = 0.1
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    m = json.loads((src / "metrics.json").read_text())
-    m["commands"] = commands
+FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def repo_command(command: str, run: Path) -> str:
+    """The command as the repository would run it: its output in `run` (not the lent machine's scratch folder),
+    without --json, which only changed how it printed."""
+    command = re.sub(r"--out \S+", f"--out {run.as_posix()}", command)
+    return re.sub(r" --json\b", "", command)
+
+
+def phase_of(metrics: dict) -> dict:
+    return {k: metrics.get(k) for k in ("steps", "tokens_seen", "training_time_s", "heldout")} | {
+        "gpu": (metrics.get("machine") or {}).get("gpu")}
+
+
+def package(run: Path, into: Path) -> int:
+    old = json.loads((into / "metrics.json").read_text())
+    state = json.loads((run / "trainer_state.json").read_text())
+    init = state["metadata"]["init_from"]["folder"]
+    if Path(init).resolve() != into.resolve():
+        raise SystemExit(f"error: {run} continued {init}, not {into}")
+    command = repo_command(state["metadata"]["commands"][-1], run)
+    m = json.loads((run / "metrics.json").read_text())
+    m["commands"] = list(old.get("commands", [])) + [command]
+    earlier_gpu = (old.get("machine") or {}).get("gpu")   # the first packaging ran both its phases on one GPU
+    m["phases"] = [{**p, "gpu": p.get("gpu") or earlier_gpu} for p in old.get("phases") or [phase_of(old)]]
+    m["phases"].append(phase_of(m))
     m.pop("eval", None)   # recomputed on the shipped bf16 weights below
-    m["pretraining_dropout"] = 0.0
+    config = json.loads((run / "config.json").read_text())
+    m["pretraining_dropout"] = config["hidden_dropout_prob"]
+    gpus = sorted({p["gpu"] for p in m["phases"] if p.get("gpu")})
     m["packaging"] = (
-        "Pretrained on one NVIDIA H200 with dropout 0 (train_config); then packaged: weights cast to bf16 (they load "
-        "in float32 here, and as bf16 or float32 in transformers), and config.json's hidden and attention dropout "
-        "set to BERT's fine-tuning 0.1, which is what `finetune` and transformers' from_pretrained take from the "
-        "folder (docs/benchmarks.md, 'A mini pretrained on a GPU'). 'heldout' and 'per_corpus' are the trainer's "
-        "final evaluation in float32 on the GPU; 'eval' was run on the shipped folder on a CPU.")
-    if phase1:
-        p1 = json.loads((Path(phase1) / "metrics.json").read_text())
-        m["phases"] = [{"steps": p1["steps"], "tokens_seen": p1["tokens_seen"],
-                        "training_time_s": p1["training_time_s"], "heldout": p1["heldout"]},
-                       {"steps": m["steps"], "tokens_seen": m["tokens_seen"],
-                        "training_time_s": m["training_time_s"], "heldout": m["heldout"]}]
-    (out / "metrics.json").write_text(json.dumps(m, indent=1) + "\n")
-    state = json.loads((out / "trainer_state.json").read_text())
-    state["metadata"]["commands"] = commands[-1:]
-    state["metadata"]["init_from"]["folder"] = re.search(r"--init-from (\S+)", commands[-1]).group(1)
-    (out / "trainer_state.json").write_text(json.dumps(state))
-    update_metrics(out)
-    print(name, sum(p.stat().st_size for p in out.iterdir()), "bytes")
+        f"Pretrained in {len(m['phases'])} phases on {' and '.join(gpus) or 'a GPU'} with dropout "
+        f"{m['pretraining_dropout']:g} ('phases', "
+        "'commands'; a continuation's --init-from is the shipped folder as the commit before it had it); then "
+        "packaged: weights cast to bf16 (they load in float32 here, and as bf16 or float32 in "
+        "transformers), and config.json's hidden and attention dropout set to BERT's fine-tuning 0.1, which is what "
+        "`finetune` and transformers' from_pretrained take from the folder (docs/shipped-model.md). 'heldout' and "
+        "'per_corpus' are the last phase's final evaluation in float32 on the GPU; 'eval' was run on the shipped "
+        "folder on a CPU.")
+    for f in FILES:
+        shutil.copy(run / f, into / f)
+    sd = load_file(run / "model.safetensors")
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in sd.items()}, into / "model.safetensors",
+              metadata={"format": "pt"})
+    config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = 0.1
+    (into / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (into / "metrics.json").write_text(json.dumps(m, indent=1) + "\n")
+    state["metadata"]["commands"] = [repo_command(c, run) for c in state["metadata"]["commands"]]
+    (into / "trainer_state.json").write_text(json.dumps(state))
+    update_metrics(into)
+    return sum(p.stat().st_size for p in into.iterdir())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="the folder the GPU run wrote (its --out)")
+    parser.add_argument("--into", type=Path, required=True, help="the shipped folder it continued")
+    args = parser.parse_args()
+    print(args.into, package(args.run, args.into), "bytes")
