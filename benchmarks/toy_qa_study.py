@@ -4,13 +4,16 @@ and answer spans").
     python benchmarks/toy_qa_study.py offsets --checkpoint checkpoints/bert-tiny-english
     python benchmarks/toy_qa_study.py learn --checkpoint checkpoints/bert-tiny-english --stories 6000 --steps 2000
     python benchmarks/toy_qa_study.py learn --stories 600 --train-size 3000 --steps 2000 --on-seen
+    python benchmarks/toy_qa_study.py simple --out simple.json      # then: finetune --squad simple.json ...
 
 `offsets`: each head's mean attention to the tokens 5 before to 5 after (its share at each offset) over toy stories,
 which says how far from a word each layer can read. `learn`: fine-tunes the checkpoint's BertForQuestionAnswering
 on toy_qa_task(0, STORIES) split by passage (500 validation questions) with the CLI's settings for answer spans
 (lr by its rule unless --lr, batch 32, max length 256), printing exact match and F1 at evenly spaced steps: on the
 held-out stories, or with --on-seen on 500 of the training questions (whether it learns the rule or the stories).
-One thread; the task, split, weights and batches are seeded.
+`simple`: the binding alone, as a SQuAD v1.1 file: 2-3 whole-word names, one sentence each ("tom went to the
+barn."), and only "Who went to the barn?" (3,000 passages, seeded). One thread; the task, split, weights and
+batches are seeded.
 """
 
 from __future__ import annotations
@@ -82,6 +85,31 @@ def learn(args) -> None:
     finetune(model, tokenizer, config=config, task=AnswerSpans(train, val), callbacks=[report])
 
 
+NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
+         "paul", "rose")
+PLACES = ("barn", "river", "forest", "market", "school", "castle", "garden", "beach", "valley", "church", "harbor",
+          "bridge")
+
+
+def simple_squad(passages: int = 3000, seed: int = 0) -> dict:
+    """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command)."""
+    import random
+
+    rng = random.Random(seed)
+    data = []
+    for i in range(passages):
+        k = rng.randint(2, 3)
+        names, places = rng.sample(NAMES, k), rng.sample(PLACES, k)
+        context, qas = "", []
+        for j, (name, place) in enumerate(zip(names, places)):
+            context += (" " if context else "")
+            qas.append({"id": f"{i}-{j}", "question": f"Who went to the {place}?",
+                        "answers": [{"text": name, "answer_start": len(context)}]})
+            context += f"{name} went to the {place}."
+        data.append({"title": "simple", "paragraphs": [{"context": context, "qas": qas}]})
+    return {"version": "1.1", "data": data}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,7 +123,15 @@ def main() -> None:
     run.add_argument("--evals", type=int, default=4)
     run.add_argument("--lr", type=float, default=None)
     run.add_argument("--on-seen", action="store_true")
+    simple = sub.add_parser("simple")
+    simple.add_argument("--out", type=Path, required=True)
+    simple.add_argument("--passages", type=int, default=3000)
     args = parser.parse_args()
+    if args.command == "simple":
+        import json
+
+        args.out.write_text(json.dumps(simple_squad(args.passages)))
+        return
     torch.set_num_threads(1)
     if args.command == "offsets":
         shares = attention_by_offset(args.checkpoint)
