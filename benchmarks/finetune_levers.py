@@ -50,6 +50,11 @@ def run_one(args, lever: str, flags: list[str], task: str, seed: int, baseline: 
             "tfidf": results.get("tfidf")}
 
 
+def _mean(gaps: list[float]) -> str:
+    """A signed mean gap, or nothing where there is nothing to compare."""
+    return f"{statistics.mean(gaps):+.2f}" if gaps else ""
+
+
 def table(rows: list[dict], levers: list[str], tasks: list[str], seeds: list[int]) -> str:
     got = {(r["lever"], r["task"], r["seed"]): r for r in rows if r.get("accuracy") is not None}
     tfidf = {(r["task"], r["seed"]): r["tfidf"] for r in rows if r.get("tfidf") is not None}
@@ -65,13 +70,10 @@ def table(rows: list[dict], levers: list[str], tasks: list[str], seeds: list[int
             have = [(s, a) for s, a in zip(seeds, acc) if a is not None]
             if not have:
                 continue
-            mean = statistics.mean(a for _, a in have)
             gap = [a - tfidf[(task, s)] for s, a in have if (task, s) in tfidf]
             first = [a - got[(levers[0], task, s)]["accuracy"] for s, a in have if (levers[0], task, s) in got]
             lines.append(f"| {task} | {lever} | {' / '.join('-' if a is None else f'{a:.1f}' for a in acc)} | "
-                         f"{mean:.2f} | {statistics.mean(gap):+.2f} | "
-                         f"{statistics.mean(first) if first and lever != levers[0] else 0:+.2f} |"
-                         if gap else f"| {task} | {lever} | ... | {mean:.2f} | | |")
+                         f"{statistics.mean(a for _, a in have):.2f} | {_mean(gap)} | {_mean(first)} |")
     return "\n".join(lines)
 
 
@@ -97,8 +99,7 @@ def main() -> None:
             for task in args.tasks for seed in args.seeds for name in names]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda j: run_one(args, *j, threads), jobs))
-    (args.out / "summary.json").write_text(json.dumps({"levers": {k: v for k, v in levers.items()}, "rows": rows},
-                                                      indent=1))
+    (args.out / "summary.json").write_text(json.dumps({"levers": levers, "rows": rows}, indent=1))
     for r in rows:
         if "error" in r:
             print(f"error: {r['lever']} {r['task']} seed {r['seed']}: {r['error']}", file=sys.stderr)
