@@ -32,7 +32,8 @@ def parse_lever(text: str) -> tuple[str, list[str]]:
 
 
 def run_one(args, lever: str, flags: list[str], task: str, seed: int, baseline: bool, threads: int) -> dict:
-    out = args.out / f"{lever.replace(' ', '_')}-{task}-{seed}"
+    # Not Path.with_suffix: a lever named "layer decay 0.8" would lose ".8-task-seed" and share one file.
+    stem = args.out / f"{lever.replace(' ', '_')}-{task}-{seed}"
     cmd = [sys.executable, "-m", "bert_core", "finetune", "--checkpoint", str(args.checkpoint), "--task", task,
            "--val-size", str(args.val_size), "--steps", str(args.steps), "--seed", str(seed), "--json", *flags]
     if args.device:
@@ -41,8 +42,8 @@ def run_one(args, lever: str, flags: list[str], task: str, seed: int, baseline: 
         cmd.append("--baseline")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-    out.with_suffix(".err").write_text(proc.stderr)
-    out.with_suffix(".json").write_text(proc.stdout)
+    Path(f"{stem}.err").write_text(proc.stderr)
+    Path(f"{stem}.json").write_text(proc.stdout)
     if proc.returncode != 0:
         return {"lever": lever, "task": task, "seed": seed, "error": proc.stderr.strip().splitlines()[-1:]}
     results = {r["name"]: r["accuracy"] * 100 for r in json.loads(proc.stdout)["results"]}

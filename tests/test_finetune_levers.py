@@ -44,7 +44,8 @@ def test_it_runs_the_protocol_end_to_end_and_names_a_run_that_failed(tmp_path):
     out = tmp_path / "levers"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--checkpoint", str(CHECKPOINTS_DIR / "bert-tiny-english"),
-         "--lever", "defaults=", "--lever", "bad=--lr -1", "--tasks", "toy", "--seeds", "3", "--steps", "2",
+         "--lever", "defaults=", "--lever", "bad=--lr -1", "--lever", "decay 0.5=--layer-decay 0.5",
+         "--tasks", "toy", "--seeds", "3", "--steps", "2",
          "--val-size", "40", "--jobs", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=CHECKPOINTS_DIR.parent)
     assert proc.returncode == 0, proc.stderr
@@ -52,7 +53,9 @@ def test_it_runs_the_protocol_end_to_end_and_names_a_run_that_failed(tmp_path):
     assert "| toy | bad |" not in proc.stdout
     assert "error: bad toy seed 3" in proc.stderr and "--lr" in proc.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["levers"] == {"defaults": [], "bad": ["--lr", "-1"]}
+    assert summary["levers"] == {"defaults": [], "bad": ["--lr", "-1"], "decay 0.5": ["--layer-decay", "0.5"]}
     ok = [r for r in summary["rows"] if r["lever"] == "defaults"][0]
     assert 0 <= ok["accuracy"] <= 100 and 0 <= ok["tfidf"] <= 100
     assert json.loads((out / "defaults-toy-3.json").read_text())["config"]["max_steps"] == 2
+    # each run its own files, a dot in a lever's name included
+    assert json.loads((out / "decay_0.5-toy-3.json").read_text())["config"]["layer_decay"] == 0.5
