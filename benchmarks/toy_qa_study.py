@@ -12,7 +12,8 @@ on toy_qa_task(0, STORIES) split by passage (500 validation questions) with the 
 (lr by its rule unless --lr, batch 32, max length 256), printing exact match and F1 at evenly spaced steps: on the
 held-out stories, or with --on-seen on 500 of the training questions (whether it learns the rule or the stories).
 `simple`: the binding alone, as a SQuAD v1.1 file: 2-3 whole-word names, one sentence each ("tom went to the
-barn."), and only "Who went to the barn?" (3,000 passages, seeded). One thread; the task, split, weights and
+barn."), and only "Who went to the barn?" (3,000 passages, seeded); `--find` adds a find to each sentence ("tom
+went to the barn and found a red stone."). One thread; the task, split, weights and
 batches are seeded.
 """
 
@@ -89,23 +90,45 @@ NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "em
          "paul", "rose")
 PLACES = ("barn", "river", "forest", "market", "school", "castle", "garden", "beach", "valley", "church", "harbor",
           "bridge")
+COLOURS = ("red", "blue", "green", "black", "white", "yellow", "brown", "grey")
+THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
 
 
-def simple_squad(passages: int = 3000, seed: int = 0) -> dict:
-    """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command)."""
+def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False, all_questions: bool = False) -> dict:
+    """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command). With `find`, the
+    first of the toy stories' complications: each sentence goes on to a find ("tom went to the barn and found a red
+    stone."), drawn from a second generator so the names, places and questions stay those of the plain file. With
+    `all_questions` (implies `find`), the toy stories' four questions a name: who went to the place, where the name
+    went ("the barn"), what it found ("a red stone") and who found it; finds differ within a passage."""
     import random
 
-    rng = random.Random(seed)
+    find = find or all_questions
+    rng, finds = random.Random(seed), random.Random(seed + 1)
     data = []
     for i in range(passages):
         k = rng.randint(2, 3)
         names, places = rng.sample(NAMES, k), rng.sample(PLACES, k)
+        if all_questions:  # "Who found the red stone?" needs one red stone a passage
+            things = [f"{c} {t}" for c, t in zip(finds.sample(COLOURS, k), finds.sample(THINGS, k))]
+        else:
+            things = [f"{finds.choice(COLOURS)} {finds.choice(THINGS)}" for _ in range(k)] if find else []
         context, qas = "", []
         for j, (name, place) in enumerate(zip(names, places)):
             context += (" " if context else "")
-            qas.append({"id": f"{i}-{j}", "question": f"Who went to the {place}?",
-                        "answers": [{"text": name, "answer_start": len(context)}]})
-            context += f"{name} went to the {place}."
+            at = {"name": len(context), "place": len(context) + len(f"{name} went to ")}
+            qs = [(f"Who went to the {place}?", name, at["name"])]
+            context += f"{name} went to the {place}"
+            if find:
+                at["thing"] = len(context) + len(" and found ")
+                context += f" and found a {things[j]}"
+            context += "."
+            if all_questions:
+                qs += [(f"Where did {name} go?", f"the {place}", at["place"]),
+                       (f"What did {name} find?", f"a {things[j]}", at["thing"]),
+                       (f"Who found the {things[j]}?", name, at["name"])]
+            qas += [{"id": f"{i}-{j}" + (f"-{q}" if all_questions else ""), "question": question,
+                     "answers": [{"text": text, "answer_start": start}]} for q, (question, text, start)
+                    in enumerate(qs)]
         data.append({"title": "simple", "paragraphs": [{"context": context, "qas": qas}]})
     return {"version": "1.1", "data": data}
 
@@ -126,11 +149,15 @@ def main() -> None:
     simple = sub.add_parser("simple")
     simple.add_argument("--out", type=Path, required=True)
     simple.add_argument("--passages", type=int, default=3000)
+    simple.add_argument("--find", action="store_true", help="each sentence goes on to a find (\"... and found a "
+                        "red stone.\"); names, places and questions as without it")
+    simple.add_argument("--all-questions", action="store_true", help="with the find, four questions a name: who "
+                        "went to the place, where they went, what they found, who found it")
     args = parser.parse_args()
     if args.command == "simple":
         import json
 
-        args.out.write_text(json.dumps(simple_squad(args.passages)))
+        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, all_questions=args.all_questions)))
         return
     torch.set_num_threads(1)
     if args.command == "offsets":

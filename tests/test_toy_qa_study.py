@@ -22,3 +22,42 @@ def test_the_simple_task_is_valid_squad_and_each_answer_is_the_name_that_went_th
         place = re.fullmatch(r"Who went to the (\w+)\?", ex.question).group(1)
         went = dict((p, n) for n, p in re.findall(r"(\w+) went to the (\w+)\.", ex.context))
         assert ex.answers == [went[place]] and 2 <= len(went) <= 3
+
+
+def test_the_find_variant_adds_a_find_to_each_sentence_and_keeps_the_names_places_and_questions():
+    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    plain, found = study.simple_squad(passages=30, seed=5), study.simple_squad(passages=30, seed=5, find=True)
+    data = parse_squad(found, source="find")
+    for p, f in zip(plain["data"], found["data"]):
+        p, f = p["paragraphs"][0], f["paragraphs"][0]
+        assert [q["question"] for q in p["qas"]] == [q["question"] for q in f["qas"]]
+        assert [q["answers"][0]["text"] for q in p["qas"]] == [q["answers"][0]["text"] for q in f["qas"]]
+        sentences = re.findall(r"(\w+) went to the (\w+) and found a (\w+) (\w+)\.", f["context"])
+        assert [(n, pl) for n, pl, _, _ in sentences] == re.findall(r"(\w+) went to the (\w+)\.", p["context"])
+    assert len(data.examples) == sum(len(d["paragraphs"][0]["qas"]) for d in found["data"])
+
+
+def test_all_questions_asks_four_things_of_each_name_and_each_answer_is_what_its_sentence_says():
+    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    data = parse_squad(study.simple_squad(passages=30, seed=2, all_questions=True), source="all")
+    asked = {}
+    for ex in data.examples:
+        said = {n: (p, f) for n, p, f in re.findall(r"(\w+) went to the (\w+) and found a (\w+ \w+)\.", ex.context)}
+        by_place = {p: n for n, (p, _) in said.items()}
+        by_find = {f: n for n, (_, f) in said.items()}
+        if m := re.fullmatch(r"Who went to the (\w+)\?", ex.question):
+            want = by_place[m.group(1)]
+        elif m := re.fullmatch(r"Where did (\w+) go\?", ex.question):
+            want = f"the {said[m.group(1)][0]}"
+        elif m := re.fullmatch(r"What did (\w+) find\?", ex.question):
+            want = f"a {said[m.group(1)][1]}"
+        else:
+            want = by_find[re.fullmatch(r"Who found the (\w+ \w+)\?", ex.question).group(1)]
+        assert ex.answers == [want]
+        assert len(by_find) == len(said)   # one of each find a passage, so "Who found ...?" has one answer
+        asked[ex.context] = asked.get(ex.context, 0) + 1
+    assert all(n == 4 * len(re.findall(r"went to", c)) for c, n in asked.items())
