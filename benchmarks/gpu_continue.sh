@@ -11,9 +11,10 @@
 # On a GPU: OUT=out bash benchmarks/gpu_continue.sh. A CPU dry run: DEV=cpu TB=8 FT_STEPS=5 SLACK=500 OUT=/tmp/out ...
 # MODELS="bert" gives the GPU to the BERT alone (the GPT shares it by default); PROTOCOL=0 skips the fine-tuning
 # protocol (benchmarks/finetune_levers.py runs it, and levers beside it, in a call of its own), leaving the lease
-# to pretraining. 2026-11-26 on an H100: MODELS=bert PROTOCOL=0 TB=470 SLACK=90 END=590, a 518-s call.
-# 2026-11-26 (the run that made the shipped BERT mini) this script continued runs/gpu-bert-mini and -gpt-mini at
-# batch 128 and 512, four runs at once, with the fine-tuning levers; git log has that version.
+# to pretraining. 2026-11-26 on an H100: MODELS=bert PROTOCOL=0 TB=470 SLACK=90 END=590, a 518-s call (the shipped
+# BERT mini's third phase); on an H200 the same with TB=400 SLACK=60 END=500 beside two toy-QA runs (not shipped).
+# An earlier version of this script (git log) made the mini's second phase: runs/gpu-bert-mini and -gpt-mini at
+# batch 128 and 512, four runs at once, with the fine-tuning levers.
 set -u
 export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-330}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-540}; MODELS=${MODELS:-bert gpt}
