@@ -5,16 +5,17 @@ and answer spans").
     python benchmarks/toy_qa_study.py learn --checkpoint checkpoints/bert-tiny-english --stories 6000 --steps 2000
     python benchmarks/toy_qa_study.py learn --stories 600 --train-size 3000 --steps 2000 --on-seen
     python benchmarks/toy_qa_study.py simple --out simple.json      # then: finetune --squad simple.json ...
+    python benchmarks/toy_qa_study.py simple --all-questions --out all.json
 
 `offsets`: each head's mean attention to the tokens 5 before to 5 after (its share at each offset) over toy stories,
 which says how far from a word each layer can read. `learn`: fine-tunes the checkpoint's BertForQuestionAnswering
 on toy_qa_task(0, STORIES) split by passage (500 validation questions) with the CLI's settings for answer spans
 (lr by its rule unless --lr, batch 32, max length 256), printing exact match and F1 at evenly spaced steps: on the
 held-out stories, or with --on-seen on 500 of the training questions (whether it learns the rule or the stories).
-`simple`: the binding alone, as a SQuAD v1.1 file: 2-3 whole-word names, one sentence each ("tom went to the
-barn."), and only "Who went to the barn?" (3,000 passages, seeded); `--find` adds a find to each sentence ("tom
-went to the barn and found a red stone."). One thread; the task, split, weights and
-batches are seeded.
+`simple`: the binding alone, as a SQuAD v1.1 file: 2-3 of 16 names (10 of them one WordPiece, anna and five more
+two), one sentence each ("tom went to the barn."), and only "Who went to the barn?" (3,000 passages, seeded);
+`--find` adds a find to each sentence ("tom went to the barn and found a red stone."), `--all-questions` asks the
+toy stories' four questions of each name. One thread; the task, split, weights and batches are seeded.
 """
 
 from __future__ import annotations
