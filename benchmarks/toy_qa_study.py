@@ -95,21 +95,31 @@ COLOURS = ("red", "blue", "green", "black", "white", "yellow", "brown", "grey")
 THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
 
 
-def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False, all_questions: bool = False) -> dict:
+QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four questions a name, in their order
+
+
+def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False, all_questions: bool = False,
+                 questions: tuple[str, ...] = ("who",)) -> dict:
     """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command). With `find`, the
     first of the toy stories' complications: each sentence goes on to a find ("tom went to the barn and found a red
-    stone."), drawn from a second generator so the names, places and questions stay those of the plain file. With
-    `all_questions` (implies `find`), the toy stories' four questions a name: who went to the place, where the name
-    went ("the barn"), what it found ("a red stone") and who found it; finds differ within a passage."""
+    stone."), drawn from a second generator so the names, places and questions stay those of the plain file.
+    `questions` picks among the toy stories' four questions a name (QUESTION_KINDS): who went to the place ("who"),
+    where the name went ("where": "the barn"), what it found ("what": "a red stone", implies `find`) and who found
+    it ("finder", implies `find`); `all_questions` asks all four. Any but "who" alone makes finds differ within a
+    passage, so that "Who found the red stone?" has one answer."""
     import random
 
-    find = find or all_questions
+    questions = QUESTION_KINDS if all_questions else tuple(questions)
+    if not questions or set(questions) - set(QUESTION_KINDS):
+        raise ValueError(f"questions are some of {QUESTION_KINDS}, not {questions}")
+    find = find or bool({"what", "finder"} & set(questions))
+    distinct = questions != ("who",)
     rng, finds = random.Random(seed), random.Random(seed + 1)
     data = []
     for i in range(passages):
         k = rng.randint(2, 3)
         names, places = rng.sample(NAMES, k), rng.sample(PLACES, k)
-        if all_questions:  # "Who found the red stone?" needs one red stone a passage
+        if find and distinct:
             things = [f"{c} {t}" for c, t in zip(finds.sample(COLOURS, k), finds.sample(THINGS, k))]
         else:
             things = [f"{finds.choice(COLOURS)} {finds.choice(THINGS)}" for _ in range(k)] if find else []
@@ -117,19 +127,19 @@ def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False, all_qu
         for j, (name, place) in enumerate(zip(names, places)):
             context += (" " if context else "")
             at = {"name": len(context), "place": len(context) + len(f"{name} went to ")}
-            qs = [(f"Who went to the {place}?", name, at["name"])]
             context += f"{name} went to the {place}"
             if find:
                 at["thing"] = len(context) + len(" and found ")
                 context += f" and found a {things[j]}"
             context += "."
-            if all_questions:
-                qs += [(f"Where did {name} go?", f"the {place}", at["place"]),
-                       (f"What did {name} find?", f"a {things[j]}", at["thing"]),
-                       (f"Who found the {things[j]}?", name, at["name"])]
-            qas += [{"id": f"{i}-{j}" + (f"-{q}" if all_questions else ""), "question": question,
-                     "answers": [{"text": text, "answer_start": start}]} for q, (question, text, start)
-                    in enumerate(qs)]
+            asked = {"who": (f"Who went to the {place}?", name, at["name"]),
+                     "where": (f"Where did {name} go?", f"the {place}", at["place"])}
+            if find:
+                asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
+                             finder=(f"Who found the {things[j]}?", name, at["name"]))
+            qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
+                     "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
+                    for q, kind in enumerate(QUESTION_KINDS) if kind in questions]
         data.append({"title": "simple", "paragraphs": [{"context": context, "qas": qas}]})
     return {"version": "1.1", "data": data}
 
@@ -154,11 +164,14 @@ def main() -> None:
                         "red stone.\"); names, places and questions as without it")
     simple.add_argument("--all-questions", action="store_true", help="with the find, four questions a name: who "
                         "went to the place, where they went, what they found, who found it")
+    simple.add_argument("--questions", nargs="+", choices=QUESTION_KINDS, default=["who"],
+                        help="which of the four to ask (default: who); what and finder bring the find")
     args = parser.parse_args()
     if args.command == "simple":
         import json
 
-        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, all_questions=args.all_questions)))
+        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, all_questions=args.all_questions,
+                                                     questions=tuple(args.questions))))
         return
     torch.set_num_threads(1)
     if args.command == "offsets":

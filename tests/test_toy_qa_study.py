@@ -61,3 +61,23 @@ def test_all_questions_asks_four_things_of_each_name_and_each_answer_is_what_its
         assert len(by_find) == len(said)   # one of each find a passage, so "Who found ...?" has one answer
         asked[ex.context] = asked.get(ex.context, 0) + 1
     assert all(n == 4 * len(re.findall(r"went to", c)) for c, n in asked.items())
+
+
+def test_questions_picks_which_of_the_four_are_asked_and_refuses_an_unknown_one():
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    where = parse_squad(study.simple_squad(passages=20, seed=1, questions=("where",)), source="where")
+    for ex in where.examples:
+        went = dict(re.findall(r"(\w+) went to the (\w+)\.", ex.context))   # no find: "where" alone needs none
+        name = re.fullmatch(r"Where did (\w+) go\?", ex.question).group(1)
+        assert ex.answers == [f"the {went[name]}"]
+    what = parse_squad(study.simple_squad(passages=20, seed=1, questions=("what",)), source="what")
+    assert all(re.fullmatch(r"What did \w+ find\?", ex.question) and ex.answers[0].startswith("a ")
+               for ex in what.examples)
+    assert study.simple_squad(passages=5, seed=1, questions=study.QUESTION_KINDS) == \
+        study.simple_squad(passages=5, seed=1, all_questions=True)
+    with pytest.raises(ValueError):
+        study.simple_squad(passages=5, questions=("why",))
