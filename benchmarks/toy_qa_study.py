@@ -15,7 +15,8 @@ held-out stories, or with --on-seen on 500 of the training questions (whether it
 `simple`: the binding alone, as a SQuAD v1.1 file: 2-3 of 16 names (10 of them one WordPiece, anna and five more
 two), one sentence each ("tom went to the barn."), and only "Who went to the barn?" (3,000 passages, seeded);
 `--find` adds a find to each sentence ("tom went to the barn and found a red stone."), `--all-questions` asks the
-toy stories' four questions of each name. One thread; the task, split, weights and batches are seeded.
+toy stories' four questions of each name, `--questions where` (or what, finder, who) only the ones named. One
+thread; the task, split, weights and batches are seeded.
 """
 
 from __future__ import annotations
