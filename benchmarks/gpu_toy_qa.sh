@@ -5,8 +5,9 @@
 # other and a pretraining run, 16 beside 15 others, so the default keeps to 6 runs, about 15,000 steps each). docs/benchmarks.md ("A later jump, at one seed and one
 # rate") has why: the find file jumped from the guess to 100% exact match near step 2,200 at seed 0 and lr 2.5e-4
 # on an H200, not at seed 1 on a CPU in 3,000 steps, and the toy stories rose slowly to 33% in 22,000 steps.
-#   tasks: where (toy_qa_study.py simple --questions where: the by-name read that holds the mini at 54-62% on a CPU),
-#   find (simple --find), all (simple --all-questions), toy (--task toy-qa, as shipped)
+#   tasks: who (toy_qa_study.py simple: 100% in one two-thread run, 45% in a one-thread rerun, 3,000 steps each),
+#   where (simple --questions where: 54-63% on a CPU), find (simple --find), all (simple --all-questions), toy
+#   (--task toy-qa, as shipped)
 # Results land in $OUT as one results.tar.gz (each run's JSON and log) and summary.txt (each run's exact match at
 # its evaluation points). On a GPU: OUT=out bash benchmarks/gpu_toy_qa.sh; a CPU dry run: DEV=cpu TB=5 OUT=/tmp/o ...
 # Defaults: TB=480 SEEDS="0" RATES="2.5e-4 5e-4" TASKS="where all toy" (6 runs); SEEDS="0 1" doubles them.
@@ -15,10 +16,11 @@ export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-480}; SEEDS=${SEEDS:-0}; RATES=${RATES:-2.5e-4 5e-4}; TASKS=${TASKS:-where all toy}
 PY=${PY:-python3}; M=${M:-checkpoints/bert-mini-english}
 R=/tmp/toyqa; rm -rf $R; mkdir -p $R $OUT
+$PY benchmarks/toy_qa_study.py simple --out $R/who.json
 $PY benchmarks/toy_qa_study.py simple --questions where --out $R/where.json
 $PY benchmarks/toy_qa_study.py simple --find --out $R/find.json
 $PY benchmarks/toy_qa_study.py simple --all-questions --out $R/all.json
-declare -A DATA=([where]="--squad $R/where.json" [find]="--squad $R/find.json" [all]="--squad $R/all.json" [toy]="--task toy-qa")
+declare -A DATA=([who]="--squad $R/who.json" [where]="--squad $R/where.json" [find]="--squad $R/find.json" [all]="--squad $R/all.json" [toy]="--task toy-qa")
 for task in $TASKS; do for lr in $RATES; do for s in $SEEDS; do
   OMP_NUM_THREADS=1 timeout $(( TB + 120 )) $PY -m bert_core finetune --checkpoint $M ${DATA[$task]} \
     --time-budget $TB --eval-points 20 --seed $s --lr $lr --device $DEV --json > $R/$task-$lr-$s.json 2> $R/$task-$lr-$s.err &
