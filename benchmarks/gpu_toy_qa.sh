@@ -1,10 +1,11 @@
 #!/bin/bash
-# Issue #30's toy-QA aim on a lent GPU, in one call: the shipped mini BERT fine-tuned on three steps toward the toy
-# stories, over seeds and rates, all runs at once on one card, each for TB seconds (the schedule follows the
-# clock, so a run's steps depend on what shares the card: on an H200 a toy-QA run made 57 steps a second beside one
-# other and a pretraining run, 16 beside 15 others, so the default keeps to 6 runs, about 15,000 steps each). docs/benchmarks.md ("A later jump, at one seed and one
-# rate") has why: the find file jumped from the guess to 100% exact match near step 2,200 at seed 0 and lr 2.5e-4
-# on an H200, not at seed 1 on a CPU in 3,000 steps, and the toy stories rose slowly to 33% in 22,000 steps.
+# Issue #30's toy-QA aim on a lent GPU, in one call: the shipped mini BERT fine-tuned on toy-QA tasks from the
+# binding alone up to the toy stories, over seeds and rates, all runs at once on one card, each for TB seconds. The
+# schedule follows the clock, so a run's steps depend on what shares the card: on an H200 a toy-QA run made 57 steps
+# a second beside one other and a pretraining run, 16 beside 15 others, so the default keeps to 6 runs (about 15,000
+# steps each). Why (docs/benchmarks.md, "A later jump, at one seed and one rate"): runs that left the guess for 100%
+# exact match (the find file on an H200, seed 0, lr 2.5e-4; the plain file on two CPU threads) did not repeat under
+# other numerics or seeds in 3,000 steps, and the toy stories rose slowly to 33% in 22,000 steps.
 #   tasks: who (toy_qa_study.py simple: 100% in one two-thread run, 45% in a one-thread rerun, 3,000 steps each),
 #   where (simple --questions where: 54-63% on a CPU), find (simple --find), all (simple --all-questions), toy
 #   (--task toy-qa, as shipped)
@@ -20,7 +21,8 @@ $PY benchmarks/toy_qa_study.py simple --out $R/who.json
 $PY benchmarks/toy_qa_study.py simple --questions where --out $R/where.json
 $PY benchmarks/toy_qa_study.py simple --find --out $R/find.json
 $PY benchmarks/toy_qa_study.py simple --all-questions --out $R/all.json
-declare -A DATA=([who]="--squad $R/who.json" [where]="--squad $R/where.json" [find]="--squad $R/find.json" [all]="--squad $R/all.json" [toy]="--task toy-qa")
+declare -A DATA=([who]="--squad $R/who.json" [where]="--squad $R/where.json" [find]="--squad $R/find.json"
+                [all]="--squad $R/all.json" [toy]="--task toy-qa")
 for task in $TASKS; do for lr in $RATES; do for s in $SEEDS; do
   OMP_NUM_THREADS=1 timeout $(( TB + 120 )) $PY -m bert_core finetune --checkpoint $M ${DATA[$task]} \
     --time-budget $TB --eval-points 20 --seed $s --lr $lr --device $DEV --json > $R/$task-$lr-$s.json 2> $R/$task-$lr-$s.err &

@@ -99,18 +99,18 @@ THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
 QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four questions a name, in their order
 
 
-def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False, all_questions: bool = False,
+def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False,
                  questions: tuple[str, ...] = ("who",)) -> dict:
     """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command). With `find`, the
     first of the toy stories' complications: each sentence goes on to a find ("tom went to the barn and found a red
     stone."), drawn from a second generator so the names, places and questions stay those of the plain file.
     `questions` picks among the toy stories' four questions a name (QUESTION_KINDS): who went to the place ("who"),
     where the name went ("where": "the barn"), what it found ("what": "a red stone", implies `find`) and who found
-    it ("finder", implies `find`); `all_questions` asks all four. Any but "who" alone makes finds differ within a
-    passage, so that "Who found the red stone?" has one answer."""
+    it ("finder", implies `find`). Any but "who" alone makes finds differ within a passage, so that "Who found the
+    red stone?" has one answer."""
     import random
 
-    questions = QUESTION_KINDS if all_questions else tuple(questions)
+    questions = tuple(questions)
     if not questions or set(questions) - set(QUESTION_KINDS):
         raise ValueError(f"questions are some of {QUESTION_KINDS}, not {questions}")
     find = find or bool({"what", "finder"} & set(questions))
@@ -164,15 +164,15 @@ def main() -> None:
     simple.add_argument("--find", action="store_true", help="each sentence goes on to a find (\"... and found a "
                         "red stone.\"); names, places and questions as without it")
     simple.add_argument("--all-questions", action="store_true", help="with the find, four questions a name: who "
-                        "went to the place, where they went, what they found, who found it")
+                        "went to the place, where they went, what they found, who found it (--questions with all four)")
     simple.add_argument("--questions", nargs="+", choices=QUESTION_KINDS, default=["who"],
                         help="which of the four to ask (default: who); what and finder bring the find")
     args = parser.parse_args()
     if args.command == "simple":
         import json
 
-        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, all_questions=args.all_questions,
-                                                     questions=tuple(args.questions))))
+        questions = QUESTION_KINDS if args.all_questions else tuple(args.questions)
+        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, questions=questions)))
         return
     torch.set_num_threads(1)
     if args.command == "offsets":

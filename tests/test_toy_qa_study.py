@@ -3,6 +3,10 @@ own reader accepts, every answer at its answer_start and the name of the sentenc
 
 import importlib.util
 import re
+import subprocess
+import sys
+
+import pytest
 
 from bert_core.data.answer_spans_data import parse_squad
 from bert_core.paths import CHECKPOINTS_DIR
@@ -10,10 +14,15 @@ from bert_core.paths import CHECKPOINTS_DIR
 SCRIPT = CHECKPOINTS_DIR.parent / "benchmarks" / "toy_qa_study.py"
 
 
-def test_the_simple_task_is_valid_squad_and_each_answer_is_the_name_that_went_there():
+def _study():
     spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
     study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(study)
+    return study
+
+
+def test_the_simple_task_is_valid_squad_and_each_answer_is_the_name_that_went_there():
+    study = _study()
     squad = study.simple_squad(passages=40, seed=3)
     assert squad == study.simple_squad(passages=40, seed=3) and squad != study.simple_squad(passages=40, seed=4)
     data = parse_squad(squad, source="simple")   # checks each answer's text at its answer_start
@@ -25,9 +34,7 @@ def test_the_simple_task_is_valid_squad_and_each_answer_is_the_name_that_went_th
 
 
 def test_the_find_variant_adds_a_find_to_each_sentence_and_keeps_the_names_places_and_questions():
-    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = _study()
     plain, found = study.simple_squad(passages=30, seed=5), study.simple_squad(passages=30, seed=5, find=True)
     data = parse_squad(found, source="find")
     for p, f in zip(plain["data"], found["data"]):
@@ -40,10 +47,8 @@ def test_the_find_variant_adds_a_find_to_each_sentence_and_keeps_the_names_place
 
 
 def test_all_questions_asks_four_things_of_each_name_and_each_answer_is_what_its_sentence_says():
-    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
-    data = parse_squad(study.simple_squad(passages=30, seed=2, all_questions=True), source="all")
+    study = _study()
+    data = parse_squad(study.simple_squad(passages=30, seed=2, questions=study.QUESTION_KINDS), source="all")
     asked = {}
     for ex in data.examples:
         said = {n: (p, f) for n, p, f in re.findall(r"(\w+) went to the (\w+) and found a (\w+ \w+)\.", ex.context)}
@@ -63,12 +68,8 @@ def test_all_questions_asks_four_things_of_each_name_and_each_answer_is_what_its
     assert all(n == 4 * len(re.findall(r"went to", c)) for c, n in asked.items())
 
 
-def test_questions_picks_which_of_the_four_are_asked_and_refuses_an_unknown_one():
-    import pytest
-
-    spec = importlib.util.spec_from_file_location("toy_qa_study", SCRIPT)
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+def test_questions_picks_which_of_the_four_are_asked_and_refuses_an_unknown_one(tmp_path):
+    study = _study()
     where = parse_squad(study.simple_squad(passages=20, seed=1, questions=("where",)), source="where")
     for ex in where.examples:
         went = dict(re.findall(r"(\w+) went to the (\w+)\.", ex.context))   # no find: "where" alone needs none
@@ -77,7 +78,13 @@ def test_questions_picks_which_of_the_four_are_asked_and_refuses_an_unknown_one(
     what = parse_squad(study.simple_squad(passages=20, seed=1, questions=("what",)), source="what")
     assert all(re.fullmatch(r"What did \w+ find\?", ex.question) and ex.answers[0].startswith("a ")
                for ex in what.examples)
-    assert study.simple_squad(passages=5, seed=1, questions=study.QUESTION_KINDS) == \
-        study.simple_squad(passages=5, seed=1, all_questions=True)
+    # the command's --all-questions is --questions with all four
+    written = []
+    for flags in (["--all-questions"], ["--questions", *study.QUESTION_KINDS]):
+        out = tmp_path / f"{len(written)}.json"
+        subprocess.run([sys.executable, str(SCRIPT), "simple", "--passages", "5", "--out", str(out), *flags],
+                       check=True, cwd=CHECKPOINTS_DIR.parent)
+        written.append(out.read_text())
+    assert written[0] == written[1] and "Who found the" in written[0]
     with pytest.raises(ValueError):
         study.simple_squad(passages=5, questions=("why",))
