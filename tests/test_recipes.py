@@ -74,10 +74,27 @@ def test_init_from_takes_the_recipe_of_the_start_models_size(tmp_path, toy_file,
 
 def test_precision_falls_back_to_fp32_on_a_cpu_and_says_so(tmp_path, toy_file, capsys):
     a, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "fp16", name="fp16")
-    assert "--precision fp16 applies on a CUDA GPU" in capsys.readouterr().err
+    assert "--precision fp16 does not apply on cpu; the run is fp32" in capsys.readouterr().err
     b, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "fp32", name="fp32")
     assert a["train_config"]["precision"] == "fp16"
     assert [e["loss"] for e in a["history"]] == [e["loss"] for e in b["history"]]  # the same fp32 run
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_bf16_on_a_cpu_follows_its_instructions_and_the_log_says_which(tmp_path, toy_file, capsys, monkeypatch,
+                                                                       has_bf16):
+    from bert_core.training import precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    a, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "bf16", name="bf16")
+    err = capsys.readouterr().err
+    b, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "fp32", name="fp32")
+    same = [e["loss"] for e in a["history"]] == [e["loss"] for e in b["history"]]
+    if has_bf16:
+        assert "computing in bf16 (this CPU has bfloat16 instructions" in err and not same
+    else:
+        assert "--precision bf16 does not apply on a CPU without bfloat16 instructions; the run is fp32" in err
+        assert same
 
 
 def test_a_state_written_before_precision_reads_its_bf16_switch():

@@ -135,7 +135,8 @@ def test_step_events_split_mlm_accuracy_by_masking_decision(toy):
     reference = copy.deepcopy(model)
     data = _data(toy)
     first_batch = next(iter(_data(toy)))
-    trainer = Trainer(model, toy[2], data, _config(max_steps=1))
+    # fp32: the reference below is an fp32 forward (on a CPU with bfloat16 instructions "bf16" would autocast).
+    trainer = Trainer(model, toy[2], data, _config(max_steps=1, precision="fp32"))
     trainer.run()
     assert trainer.state == "finished", trainer.error
     (event,) = trainer.history
@@ -281,10 +282,12 @@ def test_history_limit_zero_keeps_every_step_and_bad_limits_are_refused(toy):
 
 
 def test_gradient_accumulation_gives_the_same_update_as_the_whole_batch(toy):
-    big = Trainer(_model(toy, dropout=0.0), toy[2], _data(toy, batch_size=8), _config(max_steps=2, batch_size=8))
+    # fp32: bf16 autocast (a CPU with bfloat16 instructions) rounds each micro-batch's matmuls differently.
+    big = Trainer(_model(toy, dropout=0.0), toy[2], _data(toy, batch_size=8),
+                  _config(max_steps=2, batch_size=8, precision="fp32"))
     big.run()
     small = Trainer(_model(toy, dropout=0.0), toy[2], _data(toy, batch_size=8),
-                    _config(max_steps=2, batch_size=8, grad_accum=3))  # uneven micro-batches: 3, 2, 3 rows
+                    _config(max_steps=2, batch_size=8, grad_accum=3, precision="fp32"))  # micro-batches: 3, 2, 3 rows
     small.run()
     assert big.state == small.state == "finished"
     for k, v in big.model.state_dict().items():

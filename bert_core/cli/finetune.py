@@ -106,6 +106,9 @@ def add_parser(subparsers):
     p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
                    help="validation passes over the run (the accuracy curve)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--precision", choices=("bf16", "fp32"), default=FinetuneConfig.precision,
+                   help="the training steps' precision: bf16 autocast (default) on a CUDA GPU and on a CPU with "
+                        "bfloat16 instructions, else fp32; validation always runs in fp32")
     p.add_argument("--out", type=path_arg, metavar="DIR",
                    help="write the classifier here (a Hugging Face folder: a new or empty folder, or an earlier "
                         "classifier with --overwrite); with --compare-scratch the from-scratch one goes to "
@@ -156,8 +159,7 @@ def config_from_args(args) -> FinetuneConfig:
                             warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
                             max_length=args.max_length or defaults.max_length, dropout=args.dropout,
                             layer_decay=args.layer_decay, keep_best=args.keep_best, eval_points=args.eval_points,
-                            seed=args.seed,
-                            device=args.device)
+                            seed=args.seed, device=args.device, precision=args.precision)
 
 
 def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:

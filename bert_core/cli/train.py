@@ -30,6 +30,7 @@ from bert_core.cli.train_report import progress_callback, report
 from bert_core.data.pretraining_data import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
+from bert_core.training.precision import computes_in
 from bert_core.training.run_builder import BuiltRun, build_run, resume_run
 from bert_core.training.trainer import TrainConfig, init_distributed, shutdown_distributed
 
@@ -115,9 +116,13 @@ def _say_start(args, trainer, prepared: PreparedRun, world_size: int) -> None:
           f"(world size {world_size}), writing {prepared.out}", file=sys.stderr)
     if prepared.recipe_line:
         print(prepared.recipe_line, file=sys.stderr)
-    if trainer.device.type != "cuda" and args.precision in ("bf16", "fp16") and "--precision" in args.argv:
-        print(f"note: --precision {args.precision} applies on a CUDA GPU; on {trainer.device.type} the run "
-              "is fp32", file=sys.stderr)
+    used = computes_in(trainer.device, args.precision)
+    if used != args.precision and "--precision" in args.argv:
+        where = ("a CPU without bfloat16 instructions" if args.precision == "bf16" and trainer.device.type == "cpu"
+                 else trainer.device.type)
+        print(f"note: --precision {args.precision} does not apply on {where}; the run is {used}", file=sys.stderr)
+    elif used == "bf16" and trainer.device.type == "cpu":
+        print("computing in bf16 (this CPU has bfloat16 instructions; --precision fp32 turns it off)", file=sys.stderr)
 
 
 def _train(args, prepared: PreparedRun, dist_info) -> int:

@@ -91,8 +91,8 @@ def _schedule_options(p, d: dict) -> None:
                                             f"with width and depth; {d['learning_rate']:g} for {d['preset']})")
     _option(p, "--warmup", type=RATE, help=f"warmup as a fraction of the run (default {d['warmup_ratio']:g})")
     _option(p, "--precision", choices=PRECISIONS,
-            help="mixed precision on a CUDA GPU: bf16 (default), fp16 with a loss scaler, or fp32; a CPU "
-                 "always trains in fp32")
+            help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
+                 "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32")
     _option(p, "--schedule", choices=SCHEDULES,
             help="learning-rate schedule (default linear; 'time' when only --time-budget is given; wsd: warmup, "
                  "the peak rate, then a linear decay over the last fifth, so a long run can be lengthened)")

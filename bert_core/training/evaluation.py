@@ -8,7 +8,6 @@ masked tokens.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.training.mlm_stats import MlmStats, batch_stats
+from bert_core.training.precision import autocast_for
 
 
 @dataclass
@@ -34,15 +34,6 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@torch.no_grad()
-def autocast_for(device: torch.device, precision: str = "bf16"):
-    """The autocast context of a precision (bert_core.training.trainer.PRECISIONS) on a device: bfloat16 or float16 on
-    CUDA; on a CPU none, so every CPU run is fp32."""
-    if device.type == "cuda" and precision in ("bf16", "fp16"):
-        return torch.autocast("cuda", dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-    return contextlib.nullcontext()
 
 
 def evaluate(model, batches, device=None, precision: str = "bf16") -> EvalResult:

@@ -2,10 +2,10 @@
 
 The lesson the app shows: the same architecture, the same data and the same budget, with and without pretraining.
 `Finetuner` is the one fine-tuning loop: it asks a task kind (finetune_tasks.FinetuneTask: SentenceLabels,
-token_tagging.TokenTags, answer_spans.AnswerSpans) for batches, losses and metrics, and knows nothing else of it. It is observable and
-stoppable from another thread like `training.Trainer` and reuses its schedule (`lr_multiplier`), device choice and
-AdamW parameter groups; the budget counts training time only, so the validation passes that draw the accuracy
-curve do not eat into it.
+token_tagging.TokenTags, answer_spans.AnswerSpans) for batches, losses and metrics, and knows nothing else of it.
+It is observable and stoppable from another thread like `training.Trainer` and reuses its schedule
+(`lr_multiplier`), device choice, precision and AdamW parameter groups; the budget counts training time only, so
+the validation passes that draw the accuracy curve do not eat into it.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from bert_core.training.finetune_results import (
     macro_f1,
 )
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
+from bert_core.training.precision import autocast_for
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.token_tagging import TokenTags
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
@@ -93,6 +94,9 @@ class FinetuneConfig:
     num_misclassified: int = 20
     seed: int = 0
     device: str = "auto"
+    # The training steps' precision (training.precision): bf16 autocast on a CUDA GPU and on a CPU with bfloat16
+    # instructions, fp32 elsewhere. Validation passes always run in fp32, so a figure is the weights' own.
+    precision: str = "bf16"
 
     def __post_init__(self):
         self.train_config()  # validates the shared fields with TrainConfig's messages
@@ -100,6 +104,8 @@ class FinetuneConfig:
             raise BertCoreError(f"dropout must be in [0, 1), got {self.dropout}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise BertCoreError(f"layer decay must be in (0, 1], got {self.layer_decay}")
+        if self.precision not in ("bf16", "fp32"):  # fp16 would need a loss scaler, which fine-tuning has not
+            raise BertCoreError(f"fine-tuning precision must be bf16 or fp32, got {self.precision!r}")
         if self.eval_points < 1:
             raise BertCoreError(f"eval_points must be at least 1, got {self.eval_points}")
 
@@ -109,7 +115,7 @@ class FinetuneConfig:
             batch_size=self.batch_size, learning_rate=self.learning_rate, warmup_ratio=self.warmup_ratio,
             max_steps=self.max_steps, time_budget_s=self.time_budget_s, schedule="linear",
             weight_decay=self.weight_decay, adam_eps=self.adam_eps, max_grad_norm=self.max_grad_norm,
-            max_seq_length=self.max_length, seed=self.seed, device=self.device,
+            max_seq_length=self.max_length, seed=self.seed, device=self.device, precision=self.precision,
         )
 
     def replace(self, **changes) -> "FinetuneConfig":
@@ -373,7 +379,8 @@ class Finetuner(RunLoop):
     def _train_step(self) -> FinetuneStep | None:
         cfg = self.config
         batch = next(self._batches).to(self.device)
-        out = self.task.step_loss(self.model, batch)
+        with autocast_for(self.device, cfg.precision):
+            out = self.task.step_loss(self.model, batch)
         out.loss.backward()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))

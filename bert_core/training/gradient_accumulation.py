@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bert_core.model.bert import IGNORE_INDEX
 from bert_core.training.distributed import DistInfo, all_reduce
-from bert_core.training.evaluation import autocast_for
+from bert_core.training.precision import autocast_for
 from bert_core.training.mlm_stats import MlmStats, batch_stats
 from bert_core.training.optimization import Optimization
 from bert_core.training.train_config import TrainConfig
