@@ -77,3 +77,22 @@ def test_finetuning_steps_follow_the_precision_and_validation_stays_fp32(checkpo
 def test_fine_tuning_refuses_fp16():
     with pytest.raises(BertCoreError, match="bf16 or fp32"):
         FinetuneConfig(precision="fp16")
+
+
+def test_the_eval_command_scores_in_fp32_on_any_cpu(monkeypatch, tmp_path):
+    """`eval` reproduces the figures in a checkpoint's metrics.json, which were computed in fp32 on a CPU."""
+    from bert_core.training.heldout import evaluate_text_file
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(f"the cat sat on mat number {i}.\nit was a fine mat." for i in range(40)) + "\n")
+    folder = tmp_path / "model"
+    tokenizer = train_tokenizer(text.read_text().split("\n"), vocab_size=120)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
+    save_pretrained(model, folder, tokenizer=tokenizer)
+    seen = []
+    real = torch.nn.Linear.forward
+    monkeypatch.setattr(torch.nn.Linear, "forward", lambda self, x: seen.append(real(self, x).dtype) or real(self, x))
+    evaluate_text_file(folder, text, batches=2, batch_size=4, seq_len=32, device="cpu")
+    assert seen and set(seen) == {torch.float32}

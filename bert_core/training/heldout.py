@@ -128,7 +128,9 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
                            mask_rate=mask_rate, seed=seed, **objective_settings("clm" if causal else "mlm"))
     eval_batches = data.eval_batches(batches, seed=seed)
-    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev)
+    # On a CPU in fp32 even where bf16 autocast would be faster (training.precision): the figures a checkpoint's
+    # metrics.json quotes were computed so there, and `eval` reproduces them.
+    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev, precision="bf16" if dev.type == "cuda" else "fp32")
     counts_list = _field(state, "metadata", "unigram_counts")
     never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
     if isinstance(counts_list, list) and len(counts_list) == ckpt.tokenizer.vocab_size \

@@ -81,9 +81,9 @@ class TrainConfig:
     probe_every: int = 0  # steps between probe snapshots; 0 = none
     checkpoint_every_s: float = 0.0  # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     device: str = "auto"
-    # Mixed precision on a CUDA GPU: "bf16" autocasts to bfloat16, "fp16" to float16 with a loss scaler (a GPU
-    # without bfloat16), "fp32" none. On a CPU every run is fp32: there bfloat16 autocast was slower than fp32 and
-    # float16 has no fast path, so the setting falls back (and says so in the CLI's log).
+    # Mixed precision (training.precision): "bf16" autocasts to bfloat16 on a CUDA GPU and on a CPU with bfloat16
+    # instructions (elsewhere a CPU emulates it, slower than fp32, so the run is fp32), "fp16" to float16 with a
+    # loss scaler on a GPU without bfloat16 (a CPU has no fast float16: fp32), "fp32" none. The CLI's log says which.
     precision: str = "bf16"
     # Per-step events kept in `history` (and trainer_state.json): past this many, every 2nd, then every 4th...
     # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
