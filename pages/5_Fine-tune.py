@@ -77,7 +77,8 @@ SUGGESTED_LR = (finetune_learning_rate(active.config, pretraining_rate_of(active
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
 MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
 # What the real tasks gave with this page's defaults and the shipped model (seeds 0-2, one core a run, two 2-core
-# VMs, 2026-11-25 and 26; docs/benchmarks.md, "The real tasks on the Fine-tune page's defaults").
+# VMs, 2026-11-25 and 26; docs/benchmarks.md, "The real tasks on the Fine-tune page's defaults"), and again in bf16
+# on a CPU with bfloat16 instructions (2026-11-27, "bf16 on a CPU": more steps, the same ranges).
 EXPECT = {"polarity": "What to expect with this page's defaults (2,000 training sentences, 30 s a model) and the "
                       "shipped model: pretrained 64-68%, from scratch 62-65%, the bag of words 70-73%. Pretraining "
                       "is ahead by about 2.5 points on average, but some seeds tie: try two or three. The 2-layer "
@@ -316,7 +317,8 @@ def _describe(data) -> None:
                        "30 s a model): the shipped model reached 85 chunk F1, its from-scratch twin 64, a tag per "
                        "part of speech 76 and a tag per word 67. With every sentence and 60 s (the CLI's "
                        "defaults): 89.5 against 81. The larger bert-mini-english, with every sentence and 1,500 "
-                       "steps (about 7 minutes on one core): 92.3, its from-scratch twin 66 (docs/benchmarks.md).")
+                       "steps (about 7 minutes on one core): 92.3, its from-scratch twin 66 (docs/benchmarks.md). "
+                       "All in fp32: a CPU with bfloat16 instructions makes more steps in the same seconds.")
         counts = sorted(zip(data.tag_counts(), data.tag_names), reverse=True)[:6]
         st.caption(f"**{data.source}**: {len(data):,} sentences, {data.num_tokens:,} words, {data.num_tags} tags "
                    f"(most frequent: {', '.join(f'{n} {c:,}' for c, n in counts)}); "
