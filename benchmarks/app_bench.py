@@ -217,7 +217,7 @@ def bench_default_run(browser, env: dict, seed: int) -> dict:
         main = page.get_by_test_id("stMainBlockContainer")
         before = _cpu_split(server.proc.pid)
         children = _Children(server.proc.pid)
-        main.get_by_role("button", name="Start").click()
+        main.get_by_role("button", name="Start", exact=True).click()
         clicked = time.perf_counter()
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         wall = time.perf_counter() - clicked
@@ -330,7 +330,7 @@ def bench_app(browser, args, env: dict, mode: str = "process") -> dict:
         _settled(page)
         rss_before = _rss_kb(server.proc.pid)
         children = _Children(server.proc.pid)
-        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
         page.get_by_text("Run finished at step").wait_for(timeout=1_800_000)
         _settled(page)
         peak = _rss_kb(server.proc.pid, "VmHWM")

@@ -86,18 +86,20 @@ EXPECT = {"polarity": "What to expect with this page's defaults (2,000 training 
           "ag_news": "What to expect with this page's defaults (2,000 training rows, 30 s a model) and the shipped "
                      "model: pretrained 77-79%, from scratch 70-76%, the bag of words 83-85%. Pretraining pays "
                      "against the same model from scratch; topic words give a bag of words the lead."}
-# The same race with the larger shipped BERT active (seed 0, one thread a run, 2026-11-26, the weights of its third
-# GPU phase; docs/benchmarks.md, "The same mini, 470 s more on an H100"): in 30 s it makes a sixth of the tiny's steps.
+# The same race with the larger shipped BERT active (seeds 0-2, one thread a run, 2026-11-27, bf16 autocast on a CPU
+# with bfloat16 instructions; seed 0 in fp32 on 2026-11-26; docs/benchmarks.md, "bf16 on a CPU").
 EXPECT_BY_MODEL = {"bert-mini-english": {
     "polarity": "What to expect with this page's defaults and bert-mini-english on a CPU: in 30 s it makes about a "
-                "sixth of the tiny model's steps (122 here, the tiny 813): pretrained 67%, from scratch 49%, the bag "
-                "of words 70% (the tiny, pretrained, 65%). With more steps it draws level with the bag of words: "
-                "1,500 (about 7 minutes on one core, `finetune --steps 1500`) gave 76.5% against 75.4% over five "
-                "larger splits. Raise the seconds per model, or use a GPU.",
+                "third of the tiny model's steps (about 350 against 1,050 on a CPU with bfloat16 instructions; "
+                "elsewhere 122 against 813): pretrained 69-71%, from scratch 49-52%, the bag of words 70-73% (the "
+                "tiny, pretrained, 66-68%). With more steps it passes the bag of words: 1,500 (`finetune --steps "
+                "1500`, 2 minutes on one such core, 7 elsewhere) gave 78.5% against 75.7% over three larger splits. "
+                "Raise the seconds per model, or use a GPU.",
     "ag_news": "What to expect with this page's defaults and bert-mini-english on a CPU: in 30 s it makes about a "
-               "seventh of the tiny model's steps (68 here, the tiny 473): pretrained 77%, from scratch 25%, the bag "
-               "of words 85% (the tiny, pretrained, 79%). Topic words keep the bag of words ahead: 1,500 steps "
-               "(about 13 minutes on one core) gave 84.8% against its 85.9% over five larger splits."}}
+               "third of the tiny model's steps (about 220 against 740 on a CPU with bfloat16 instructions; "
+               "elsewhere 68 against 473): pretrained 78-82%, from scratch 21-24%, the bag of words 83-85% (the "
+               "tiny, pretrained, 79%). Topic words keep the bag of words ahead: 1,500 steps (4 minutes on one such "
+               "core, 13 elsewhere) gave 84.2% against its 85.5% over three larger splits."}}
 # Which shipped checkpoint is active, by its folder (a saved run that a visitor names "bert-mini-english" is not it).
 ACTIVE_SHIPPED = next((name for name, folder in model_sources.shipped_checkpoints().items()
                        if active is not None and active.path is not None

@@ -109,7 +109,7 @@ def test_heldout_and_eval_reproduce_the_recorded_figures(folder, shared_data, tm
 
 def test_the_fine_tune_page_takes_the_minis_rate_and_says_what_a_mini_does_in_its_race(shared_data, monkeypatch):
     """Picked in the sidebar, the mini brings its own rate to the Fine-tune page, and the page's expectation is the
-    mini's measured race (a sixth of the tiny's steps in 30 s), not the tiny's."""
+    mini's measured race (a third of the tiny's steps in 30 s), not the tiny's."""
     from streamlit.testing.v1 import AppTest
 
     page = str(CHECKPOINTS_DIR.parent / "pages" / "5_Fine-tune.py")
