@@ -106,7 +106,7 @@ def test_a_state_written_before_precision_reads_its_bf16_switch():
         TrainConfig(precision="fp8")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bf16 autocast is CUDA-only here)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (its bf16 and fp16 autocast)")
 @pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16),
                                               ("fp32", torch.float32)])
 def test_cuda_training_runs_its_matmuls_in_the_precision_asked_for(precision, dtype):
