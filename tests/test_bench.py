@@ -16,12 +16,33 @@ def test_bench_reports_both_models_and_the_ratio(capsys):
     assert result["speedup"] > 0 and 0 < result["ours_fraction_of_matmul"]
     assert result["memory_gbps"] > 0 and result["matmul_spread"] >= 0 and result["ours_step_spread"] >= 0
     assert '"speedup"' in capsys.readouterr().out
-    # auto picks the GPU where there is one, and autocasts there as `train` does; a CPU always runs in fp32
+    # auto picks the GPU where there is one, and autocasts as `train` does (a CPU: bf16 where it has the instructions)
     import torch
+
+    from bert_core.training.precision import computes_in
 
     on_gpu = torch.cuda.is_available()
     assert result["device"] == ("cuda" if on_gpu else "cpu")
-    assert result["precision"] == ("bf16" if on_gpu else "fp32") and result["compiled"] is False
+    assert result["precision"] == computes_in(result["device"], "bf16") and result["compiled"] is False
+
+
+def test_bench_on_a_cpu_follows_train_s_precision(monkeypatch):
+    """Where the CPU has bfloat16 instructions both models step under bf16 autocast; `--precision fp32` turns it
+    off, as for `train`."""
+    import pytest
+    import torch
+
+    from bert_core.training import precision
+
+    if torch.cuda.is_available():
+        pytest.skip("auto would pick the GPU")
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    parser = argparse.ArgumentParser()
+    bench.add_parser(parser.add_subparsers(dest="cmd"))
+    common = ["bench", "--preset", "nano", "--vocab-size", "300", "--seq-len", "16", "--batch-size", "2",
+              "--rounds", "1", "--warmup", "0", "--json", "--default-malloc"]
+    assert bench.run_bench(parser.parse_args(common))["precision"] == "bf16"
+    assert bench.run_bench(parser.parse_args([*common, "--precision", "fp32"]))["precision"] == "fp32"
 
 
 def test_bench_on_cuda_without_a_gpu_is_one_error_line(capsys):

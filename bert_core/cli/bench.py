@@ -5,9 +5,10 @@ are alternated in one process so that machine noise hits both alike. It prints t
 medians, and our achieved GFLOP/s as a fraction of a large fp32 matmul sampled between the steps of the same run.
 A memory-bandwidth probe is sampled there too, and the spread of each set of timings is printed: on a shared
 machine, a busy neighbour shows up there, and the run says so.
-On a CUDA GPU (`--device cuda`, or auto when one is visible) both train under the same autocast (bf16 by
-default, as `train` does), the timings wait for the GPU (torch.cuda.synchronize), and the ceiling is a large
-matmul in that precision: the fraction printed is of what the card reaches on dense math, not its datasheet peak.
+Both train under the autocast `train` would use (training.precision: bf16 by default on a CUDA GPU, `--device
+cuda` or auto when one is visible, and on a CPU with bfloat16 instructions; fp32 on other CPUs, or with
+`--precision fp32`), and the ceiling is a large matmul in that precision: the fraction printed is of what the
+device reaches on dense math, not its datasheet peak. On a GPU the timings wait for it (torch.cuda.synchronize).
 `--compile` puts both models through torch.compile first (its warm-up steps then include the compilation).
 `transformers` is only a test/benchmark dependency: without it, only our figures are printed.
 """
@@ -15,7 +16,6 @@ matmul in that precision: the fraction printed is of what the card reaches on de
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import statistics
@@ -28,6 +28,7 @@ from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, adamw
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.distributed import DistInfo, resolve_device
+from bert_core.training.precision import autocast_for, computes_in
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -48,7 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "bert_core.training.allocator): shows what that setting is worth")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: the GPU when one is visible)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp32"),
-                   help="autocast on a CUDA GPU (default bf16, as `train`); a CPU always runs in fp32")
+                   help="autocast as `train` uses it (default bf16: on a CUDA GPU, and on a CPU with bfloat16 "
+                        "instructions; other CPUs run fp32)")
     p.add_argument("--compile", action="store_true", help="torch.compile both models before the warm-up steps")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p
@@ -63,7 +65,7 @@ def _sync(device: torch.device) -> None:
 
 
 class _MatmulCeiling:
-    """GFLOP/s of an n x n matmul (fp32 on a CPU; on a GPU in the precision the steps autocast to), the device's
+    """GFLOP/s of an n x n matmul in the precision the steps autocast to (fp32 when they do not), the device's
     practical ceiling for dense math. Sampled between the training steps rather than once at the end, so that it
     sees the same machine (clock, neighbours) they do."""
 
@@ -147,7 +149,7 @@ def run_bench(args) -> dict:
     # Two models train side by side: refuse, before allocating either, a size that could not train even once.
     config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
     device = resolve_device(getattr(args, "device", "cpu"), DistInfo())
-    precision = getattr(args, "precision", "bf16") if device.type == "cuda" else "fp32"
+    precision = computes_in(device, getattr(args, "precision", "bf16"))
     kept = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -172,9 +174,7 @@ def run_bench(args) -> dict:
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
     def autocast():
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast("cuda", dtype=_DTYPES[precision])
+        return autocast_for(device, precision)
 
     def step(name):
         _sync(device)
@@ -200,7 +200,7 @@ def run_bench(args) -> dict:
         matmul = _MatmulCeiling(8192, device, _DTYPES[precision])
         memory = _MemoryProbe(256 * 1024 * 1024, device)
     else:
-        matmul, memory = _MatmulCeiling(), _MemoryProbe()
+        matmul, memory = _MatmulCeiling(dtype=_DTYPES[precision]), _MemoryProbe()
     for _ in range(args.rounds):
         for name in models:
             times[name].append(step(name))
@@ -217,7 +217,8 @@ def run_bench(args) -> dict:
         "precision": precision,
         "compiled": bool(getattr(args, "compile", False)),
         "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "
-                  f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, {args.mask_rate:.0%} masked",
+                  f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, "
+                  f"{args.mask_rate:.0%} masked",
         "freed_memory_kept": kept,
         "matmul_gflops": round(ceiling, 1),
         "matmul_spread": round(_spread(matmul.times), 3),
