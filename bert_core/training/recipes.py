@@ -278,9 +278,13 @@ def ladder_note() -> str:
     data = ladder()
     if not data:
         return "No measurements of the sizes are recorded in this copy (benchmarks/preset_ladder.py makes them)."
+    cpu = [row for row in data.get("rows", []) if row.get("device") == "cpu"]
+    precision = ("; bf16 autocast, as a CPU with bfloat16 instructions trains, a CPU without them makes fewer steps"
+                 if cpu and all(row.get("precision") == "bf16" for row in cpu) else "")
     return (f"Held-out accuracy at the [MASK]ed positions, and as a multiple of always guessing the most frequent "
             f"token (1.00x: nothing learned from context), after training each size with its recipe for a fixed "
-            f"time on {data.get('corpus', 'real text')} ({data.get('machine', 'a CPU')}, {data.get('date', '')}). "
+            f"time on {data.get('corpus', 'real text')} ({data.get('machine', 'a CPU')}, {data.get('date', '')}"
+            f"{precision}). "
             "The app trains each run on one core, about half those steps a minute, so a size gets there in about "
             "twice the time. In a fixed budget a bigger model makes fewer steps: on a CPU the smallest sizes "
             "learn most in minutes, so mini and small start as a 2 x 64 model and are grown to their size near the "
