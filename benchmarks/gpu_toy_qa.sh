@@ -5,7 +5,9 @@
 # a second beside one other and a pretraining run, 16 beside 15 others, so the default keeps to 6 runs (about 15,000
 # steps each). Why (docs/benchmarks.md, "A later jump, at one seed and one rate"): runs that left the guess for 100%
 # exact match (the find file on an H200, seed 0, lr 2.5e-4; the plain file on two CPU threads) did not repeat under
-# other numerics or seeds in 3,000 steps, and the toy stories rose slowly to 33% in 22,000 steps.
+# other numerics or seeds in 3,000 steps, and the toy stories rose slowly to 33% in 22,000 steps. On a CPU with
+# DEV=cpu TB=1500 TASKS="who where" RATES=2.5e-4 (2026-11-27) both jumped to 100% by step 2,100 and stayed:
+# given a few thousand steps near the peak rate, the binding is learned every time (docs/benchmarks.md).
 #   tasks: who (toy_qa_study.py simple: 100% in one two-thread run, 45% in a one-thread rerun, 3,000 steps each),
 #   where (simple --questions where: 54-63% on a CPU), find (simple --find), all (simple --all-questions), toy
 #   (--task toy-qa, as shipped)
