@@ -18,28 +18,31 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["BF16_CPU_FLAGS", "cpu_has_bf16", "autocast_for", "computes_in"]
+__all__ = ["BF16_CPU_FLAGS", "bf16_in_cpuinfo", "cpu_has_bf16", "autocast_for", "computes_in"]
 
 # /proc/cpuinfo flags of the x86 instructions that make bfloat16 matmuls faster than fp32 ones.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has bfloat16 matmul instructions (read from /proc/cpuinfo's flags; False where there is no
-    such file, e.g. macOS, or on an architecture not measured here)."""
-    if cpuinfo is None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return False
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return False
+def bf16_in_cpuinfo(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo text lists a bfloat16 matmul instruction among its first CPU's flags."""
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
             return any(flag in flags for flag in BF16_CPU_FLAGS)
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 matmul instructions (read once from /proc/cpuinfo; False where there is no such
+    file, e.g. macOS, or on an architecture not measured here)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        return bf16_in_cpuinfo(Path("/proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        return False
 
 
 def computes_in(device: torch.device | str, precision: str = "bf16") -> str:
