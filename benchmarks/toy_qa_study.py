@@ -6,6 +6,7 @@ and answer spans").
     python benchmarks/toy_qa_study.py learn --stories 600 --train-size 3000 --steps 2000 --on-seen
     python benchmarks/toy_qa_study.py simple --out simple.json      # then: finetune --squad simple.json ...
     python benchmarks/toy_qa_study.py simple --all-questions --out all.json
+    python benchmarks/toy_qa_study.py curriculum --stages where:400 who:300 what:300 finder:300 toy:900
 
 `offsets`: each head's mean attention to the tokens 5 before to 5 after (its share at each offset) over toy stories,
 which says how far from a word each layer can read. `learn`: fine-tunes the checkpoint's BertForQuestionAnswering
@@ -15,8 +16,11 @@ held-out stories, or with --on-seen on 500 of the training questions (whether it
 `simple`: the binding alone, as a SQuAD v1.1 file: 2-3 of 16 names (10 of them one WordPiece, anna and five more
 two), one sentence each ("tom went to the barn."), and only "Who went to the barn?" (3,000 passages, seeded);
 `--find` adds a find to each sentence ("tom went to the barn and found a red stone."), `--all-questions` asks the
-toy stories' four questions of each name, `--questions where` (or what, finder, who) only the ones named. One
-thread; the task, split, weights and batches are seeded.
+toy stories' four questions of each name, `--questions where` (or what, finder, who) only the ones named.
+`curriculum`: one model (the shipped mini by default) fine-tuned through stages, each KIND[+KIND]:SECONDS on its
+own clock schedule at --lr (2.5e-4): a `simple` file asking one kind of question (who, where, what, finder), all
+four (all), or the toy stories (toy); each stage is scored on its own held-out passages (500 questions a part),
+and at its end per kind of question. One thread; the task, split, weights and batches are seeded.
 """
 
 from __future__ import annotations
@@ -145,6 +149,61 @@ def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False,
     return {"version": "1.1", "data": data}
 
 
+STAGE_DATA = {"who": ("who",), "where": ("where",), "what": ("what",), "finder": ("finder",), "all": QUESTION_KINDS}
+
+
+def question_kind(question: str) -> str:
+    """Which of the four toy questions `question` is (the stories' wordings and the simple files' alike)."""
+    q = question.lower()
+    if q.startswith(("where", "which place")):
+        return "where"
+    if q.startswith("what"):
+        return "what"
+    return "finder" if q.startswith("who found") else "who"
+
+
+def curriculum(args) -> None:
+    """The `curriculum` command (module docstring)."""
+    import collections
+
+    from bert_core.data.answer_spans_data import QAData, parse_squad
+
+    with seeded(args.seed):
+        model = load_pretrained(args.checkpoint, model_class=BertForQuestionAnswering)
+    tokenizer = tokenizer_of(args.checkpoint, model.config)
+    began = time.perf_counter()
+
+    def report(event):
+        if isinstance(event, FinetuneEval):
+            print(f"step {event.step:>6}  {time.perf_counter() - began:6.0f} s  exact match "
+                  f"{100 * event.accuracy:5.1f}%  F1 {100 * event.macro_f1:5.1f}%", flush=True)
+
+    for stage in args.stages:
+        kinds, _, seconds = stage.partition(":")
+        train, val = [], []
+        for kind in kinds.split("+"):
+            if kind == "toy":
+                data = toy_qa_task(args.seed)
+            elif kind in STAGE_DATA:
+                data = parse_squad(simple_squad(questions=STAGE_DATA[kind]), kind)
+            else:
+                raise SystemExit(f"error: a stage is KIND[+KIND]:SECONDS with KIND one of toy, "
+                                 f"{', '.join(STAGE_DATA)}; not {stage!r}")
+            t, v = split_by_passage(data, None, 500, seed=args.seed)
+            train += t.examples
+            val += v.examples
+        task = AnswerSpans(QAData(examples=train, source=kinds), QAData(examples=val, source=kinds))
+        print(f"== {kinds}: {len(train):,} training questions, {len(val):,} held out, {seconds} s", flush=True)
+        config = kind_config("spans").replace(learning_rate=args.lr, max_steps=None, time_budget_s=float(seconds),
+                                              eval_points=args.evals, seed=args.seed)
+        finetune(model, tokenizer, config=config, task=task, callbacks=[report])
+        result = task.evaluate(model, next(model.parameters()).device, 64, num_misclassified=len(val))
+        asked = collections.Counter(question_kind(ex.question) for ex in val)
+        missed = collections.Counter(question_kind(m.text) for m in result.misclassified)
+        print("   exact match per kind: " + ", ".join(f"{k} {100 * (1 - missed[k] / n):.1f}% of {n}"
+                                                      for k, n in sorted(asked.items())), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +226,12 @@ def main() -> None:
                         "went to the place, where they went, what they found, who found it (--questions with all four)")
     simple.add_argument("--questions", nargs="+", choices=QUESTION_KINDS, default=["who"],
                         help="which of the four to ask (default: who); what and finder bring the find")
+    staged = sub.add_parser("curriculum")
+    staged.add_argument("--checkpoint", type=Path, default=Path("checkpoints/bert-mini-english"))
+    staged.add_argument("--stages", nargs="+", required=True, help="KIND[+KIND]:SECONDS, in order")
+    staged.add_argument("--lr", type=float, default=2.5e-4)
+    staged.add_argument("--seed", type=int, default=0)
+    staged.add_argument("--evals", type=int, default=8, help="evaluations a stage")
     args = parser.parse_args()
     if args.command == "simple":
         import json
@@ -181,6 +246,8 @@ def main() -> None:
         for layer, heads in enumerate(shares):
             for head, row in enumerate(heads):
                 print(f"L{layer} H{head}  " + " ".join(f"{100 * v:4.0f}" for v in row))
+    elif args.command == "curriculum":
+        curriculum(args)
     else:
         learn(args)
 

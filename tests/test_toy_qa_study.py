@@ -88,3 +88,19 @@ def test_questions_picks_which_of_the_four_are_asked_and_refuses_an_unknown_one(
     assert written[0] == written[1] and "Who found the" in written[0]
     with pytest.raises(ValueError):
         study.simple_squad(passages=5, questions=("why",))
+
+
+def test_the_curriculum_reads_each_question_s_kind_in_the_stories_and_in_the_simple_files():
+    """`curriculum` reports exact match per kind of question: the toy stories ask four a character, in the order
+    where, what, who went, who found (their ids count them), in several wordings each."""
+    from bert_core.data.answer_spans_data import toy_qa_task
+
+    study = _study()
+    order = ("where", "what", "who", "finder")
+    examples = toy_qa_task(seed=2, num_stories=40).examples
+    assert {ex.question.split()[0] for ex in examples} >= {"Where", "Which", "What", "Who"}
+    for ex in examples:
+        assert study.question_kind(ex.question) == order[int(ex.id.rsplit("-", 1)[1]) % 4], ex.question
+    for kind in order:
+        data = parse_squad(study.simple_squad(passages=10, questions=(kind,)), source=kind)
+        assert {study.question_kind(ex.question) for ex in data.examples} == {kind}
