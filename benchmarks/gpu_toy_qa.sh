@@ -16,7 +16,7 @@
 # Defaults: TB=480 SEEDS="0" RATES="2.5e-4 5e-4" TASKS="where all toy" (6 runs); SEEDS="0 1" doubles them.
 # STAGES="where:400 who:300 what:300 finder:300 toy:900" (toy_qa_study.py curriculum's stages) adds one curriculum run
 # a seed at 2.5e-4 beside them (TASKS="" for those alone): one kind of question at a time, then the toy stories,
-# which lifted the stories from 28% to 99.6% on a CPU at seed 0 (docs/benchmarks.md, "A curriculum").
+# which lifted the stories from 28% to 99.8-100% on a CPU at seeds 0-2 (docs/benchmarks.md, "A curriculum").
 set -u
 export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-480}; SEEDS=${SEEDS:-0}; RATES=${RATES:-2.5e-4 5e-4}; TASKS=${TASKS:-where all toy}
