@@ -6,7 +6,7 @@
     python benchmarks/toy_qa_reference.py --model ours --lr 1e-4 --steps 1200 --questions where
     python benchmarks/toy_qa_reference.py --model scratch --lr 5e-4 --steps 1200 --questions where
 
-Data: toy_qa_study.simple_squad (3,000 passages of 2-3 "NAME went to the PLACE." sentences), split by passage with
+Data: toy_qa_drills.drill_squad (3,000 passages of 2-3 "NAME went to the PLACE." sentences), split by passage with
 500 validation questions, encoded by data.answer_spans_data.encode_qa (max length 256). Loop: AdamW (weight decay
 0.01), 10% linear warmup then linear decay, batch 32, gradient norm clipped at 1, the model's dropout, one thread.
 Score: the share of validation windows whose start and end argmax are both the gold tokens. `hf` loads the
@@ -25,9 +25,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from toy_qa_study import QUESTION_KINDS, simple_squad  # noqa: E402
 
 from bert_core.data.answer_spans_data import (  # noqa: E402
     encode_qa,
@@ -36,6 +33,7 @@ from bert_core.data.answer_spans_data import (  # noqa: E402
     qa_train_batches,
     split_by_passage,
 )
+from bert_core.data.toy_qa_drills import QUESTION_KINDS, drill_squad  # noqa: E402
 from bert_core.model.config import BertConfig  # noqa: E402
 from bert_core.training.finetune_tasks import tokenizer_of  # noqa: E402
 
@@ -68,7 +66,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = build(args.model, args.checkpoint)
     tokenizer = tokenizer_of(args.checkpoint, BertConfig.load(args.checkpoint))
-    data = parse_squad(simple_squad(3000, 0, questions=tuple(args.questions)))
+    data = parse_squad(drill_squad(3000, 0, questions=tuple(args.questions)))
     train, val = split_by_passage(data, val_size=500, seed=0)
     train_features, val_features = encode_qa(train, tokenizer, 256, 64), encode_qa(val, tokenizer, 256, 64)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)

@@ -13,14 +13,17 @@ which says how far from a word each layer can read. `learn`: fine-tunes the chec
 on toy_qa_task(0, STORIES) split by passage (500 validation questions) with the CLI's settings for answer spans
 (lr by its rule unless --lr, batch 32, max length 256), printing exact match and F1 at evenly spaced steps: on the
 held-out stories, or with --on-seen on 500 of the training questions (whether it learns the rule or the stories).
-`simple`: the binding alone, as a SQuAD v1.1 file: 2-3 of 16 names (10 of them one WordPiece, anna and five more
-two), one sentence each ("tom went to the barn."), and only "Who went to the barn?" (3,000 passages, seeded);
-`--find` adds a find to each sentence ("tom went to the barn and found a red stone."), `--all-questions` asks the
-toy stories' four questions of each name, `--questions where` (or what, finder, who) only the ones named.
+`simple`: the binding alone, as a SQuAD v1.1 file (bert_core.data.toy_qa_drills.drill_squad, the toy QA task's
+drills): 2-3 of 16 names (10 of them one WordPiece, anna and five more two), one sentence each ("tom went to the
+barn."), and only "Who went to the barn?" (3,000 passages, seeded); `--find` adds a find to each sentence ("tom
+went to the barn and found a red stone."), `--all-questions` asks the toy stories' four questions of each name,
+`--questions where` (or what, finder, who) only the ones named.
 `curriculum`: one model (the shipped mini by default) fine-tuned through stages, each KIND[+KIND]:SECONDS on its
 own clock schedule at --lr (2.5e-4): a `simple` file asking one kind of question (who, where, what, finder), all
 four (all), or the toy stories (toy); each stage is scored on its own held-out passages (500 questions a part),
-and at its end per kind of question. One thread; the task, split, weights and batches are seeded.
+and at its end per kind of question. One thread; the task, split, weights and batches are seeded. (The recipe it
+found is now the toy QA task's own: `finetune --task toy-qa` trains its drills first, training.finetune.Finetuner's
+stages.)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.data.answer_spans_data import split_by_passage, toy_qa_task  # noqa: E402
+from bert_core.data.toy_qa_drills import QUESTION_KINDS, drill_squad, question_kind  # noqa: E402
 from bert_core.model.bert import BertForQuestionAnswering  # noqa: E402
 from bert_core.model.hf import load_pretrained  # noqa: E402
 from bert_core.training.answer_spans import AnswerSpans  # noqa: E402
@@ -82,7 +86,7 @@ def progress_printer():
 
 
 def learn(args) -> None:
-    data = toy_qa_task(0, args.stories)
+    data = toy_qa_task(0, args.stories, drills=False)
     train, val = split_by_passage(data, args.train_size, 500, seed=0)
     if args.on_seen:
         val = train.subset(range(500), " (seen)")
@@ -96,74 +100,7 @@ def learn(args) -> None:
     finetune(model, tokenizer, config=config, task=AnswerSpans(train, val), callbacks=[progress_printer()])
 
 
-NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
-         "paul", "rose")
-PLACES = ("barn", "river", "forest", "market", "school", "castle", "garden", "beach", "valley", "church", "harbor",
-          "bridge")
-COLOURS = ("red", "blue", "green", "black", "white", "yellow", "brown", "grey")
-THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
-
-
-QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four questions a name, in their order
-
-
-def simple_squad(passages: int = 3000, seed: int = 0, find: bool = False,
-                 questions: tuple[str, ...] = ("who",)) -> dict:
-    """The binding of a name to its place and nothing else, as SQuAD v1.1 (the `simple` command). With `find`, the
-    first of the toy stories' complications: each sentence goes on to a find ("tom went to the barn and found a red
-    stone."), drawn from a second generator so the names, places and questions stay those of the plain file.
-    `questions` picks among the toy stories' four questions a name (QUESTION_KINDS): who went to the place ("who"),
-    where the name went ("where": "the barn"), what it found ("what": "a red stone", implies `find`) and who found
-    it ("finder", implies `find`). Any but "who" alone makes finds differ within a passage, so that "Who found the
-    red stone?" has one answer."""
-    import random
-
-    questions = tuple(questions)
-    if not questions or set(questions) - set(QUESTION_KINDS):
-        raise ValueError(f"questions are some of {QUESTION_KINDS}, not {questions}")
-    find = find or bool({"what", "finder"} & set(questions))
-    distinct = questions != ("who",)
-    rng, finds = random.Random(seed), random.Random(seed + 1)
-    data = []
-    for i in range(passages):
-        k = rng.randint(2, 3)
-        names, places = rng.sample(NAMES, k), rng.sample(PLACES, k)
-        if find and distinct:
-            things = [f"{c} {t}" for c, t in zip(finds.sample(COLOURS, k), finds.sample(THINGS, k))]
-        else:
-            things = [f"{finds.choice(COLOURS)} {finds.choice(THINGS)}" for _ in range(k)] if find else []
-        context, qas = "", []
-        for j, (name, place) in enumerate(zip(names, places)):
-            context += (" " if context else "")
-            at = {"name": len(context), "place": len(context) + len(f"{name} went to ")}
-            context += f"{name} went to the {place}"
-            if find:
-                at["thing"] = len(context) + len(" and found ")
-                context += f" and found a {things[j]}"
-            context += "."
-            asked = {"who": (f"Who went to the {place}?", name, at["name"]),
-                     "where": (f"Where did {name} go?", f"the {place}", at["place"])}
-            if find:
-                asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
-                             finder=(f"Who found the {things[j]}?", name, at["name"]))
-            qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
-                     "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
-                    for q, kind in enumerate(QUESTION_KINDS) if kind in questions]
-        data.append({"title": "simple", "paragraphs": [{"context": context, "qas": qas}]})
-    return {"version": "1.1", "data": data}
-
-
 STAGE_DATA = {**{kind: (kind,) for kind in QUESTION_KINDS}, "all": QUESTION_KINDS}  # curriculum's simple stages
-
-
-def question_kind(question: str) -> str:
-    """Which of the four toy questions `question` is (the stories' wordings and the simple files' alike)."""
-    q = question.lower()
-    if q.startswith(("where", "which place")):
-        return "where"
-    if q.startswith("what"):
-        return "what"
-    return "finder" if q.startswith("who found") else "who"
 
 
 def curriculum(args) -> None:
@@ -181,9 +118,9 @@ def curriculum(args) -> None:
         train, val = [], []
         for kind in kinds.split("+"):
             if kind == "toy":
-                data = toy_qa_task(args.seed)
+                data = toy_qa_task(args.seed, drills=False)
             elif kind in STAGE_DATA:
-                data = parse_squad(simple_squad(questions=STAGE_DATA[kind]), kind)
+                data = parse_squad(drill_squad(questions=STAGE_DATA[kind]), kind)
             else:
                 raise SystemExit(f"error: a stage is KIND[+KIND]:SECONDS with KIND one of toy, "
                                  f"{', '.join(STAGE_DATA)}; not {stage!r}")
@@ -237,7 +174,7 @@ def main() -> None:
         import json
 
         questions = QUESTION_KINDS if args.all_questions else tuple(args.questions)
-        args.out.write_text(json.dumps(simple_squad(args.passages, find=args.find, questions=questions)))
+        args.out.write_text(json.dumps(drill_squad(args.passages, find=args.find, questions=questions)))
         return
     torch.set_num_threads(1)
     if args.command == "offsets":

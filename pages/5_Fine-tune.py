@@ -19,6 +19,7 @@ from bert_core.serve import app_state, app_storage, jobs, model_sources
 from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import (
+    KIND_RATE_SCALE,
     build_comparison,
     comparison_config,
     finetune_learning_rate,
@@ -69,10 +70,13 @@ SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "up
 # What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
 KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
                  "spans": dict(budget=60, maxlen=256)}
-# The learning rate suits the active model: the rate it was pretrained at, scaled to its width, or from its size
-# alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model).
-SUGGESTED_LR = (finetune_learning_rate(active.config, pretraining_rate_of(active.trainer_state))
-                if active is not None else 1e-3)
+# ... and what a dataset changes of it: the toy stories need their four drills and then the stories, which take a
+# CPU minutes (the page's longest budget; EXPECT_QA says what it gives).
+DATA_SETTINGS = {"toy_qa": dict(budget=600)}
+# The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
+# its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; answer spans half).
+SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, pretraining_rate_of(active.trainer_state), kind=k)
+                     if active is not None else 1e-3 * KIND_RATE_SCALE[k]) for k in KINDS}
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
 MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
@@ -117,17 +121,19 @@ BASELINE_HELP = {"labels": "Fitted on the same training split in seconds (scikit
 # cannot show whether pretraining pays.
 DEFAULT_DATA = "polarity" if local_task_csv("polarity") is not None else "toy"
 defaults = dict(kind="labels", data=DEFAULT_DATA, train=SIZES[DEFAULT_DATA][0], val=SIZES[DEFAULT_DATA][1], seed=0,
-                budget=30, lr=SUGGESTED_LR, batch=32, maxlen=64, tag_column="chunk")
+                budget=30, lr=SUGGESTED_LRS["labels"], batch=32, maxlen=64, tag_column="chunk")
 casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
+st.session_state.setdefault("ft_drills", True)
 app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
-                       "ft_second", "ft_baseline")
-if st.session_state.get("_ft_suggested_lr", SUGGESTED_LR) != SUGGESTED_LR:
-    st.session_state["ft_lr"] = SUGGESTED_LR  # an active model of another size: the rate that suits it
-st.session_state["_ft_suggested_lr"] = SUGGESTED_LR
+                       "ft_second", "ft_baseline", "ft_drills")
 if st.session_state["ft_kind"] not in KINDS:
     st.session_state["ft_kind"] = "labels"
+SUGGESTED_LR = SUGGESTED_LRS[st.session_state["ft_kind"]]
+if st.session_state.get("_ft_suggested_lr", SUGGESTED_LR) != SUGGESTED_LR:
+    st.session_state["ft_lr"] = SUGGESTED_LR  # an active model of another size, or another kind: the rate that suits
+st.session_state["_ft_suggested_lr"] = SUGGESTED_LR
 if st.session_state["ft_data"] not in DATASETS[st.session_state["ft_kind"]]:
     st.session_state["ft_data"] = next(iter(DATASETS[st.session_state["ft_kind"]]))
 
@@ -182,21 +188,27 @@ def _toy(seed: int):
 
 
 @st.cache_data(max_entries=4)
-def _toy_qa(seed: int):
-    return toy_qa_task(seed)
+def _toy_qa(seed: int, drills: bool):
+    return toy_qa_task(seed, drills=drills)
 
 
 def _on_data_change():
-    train, val = SIZES[st.session_state["ft_data"]]
-    st.session_state["ft_train"], st.session_state["ft_val"] = train, val
+    s = st.session_state
+    s["ft_train"], s["ft_val"] = SIZES[s["ft_data"]]
+    # A dataset's own settings, and the kind's back where the last dataset had its own (a typed budget stays).
+    before, now = s.get("_ft_data_settings", {}), DATA_SETTINGS.get(s["ft_data"], {})
+    for name in set(before) | set(now):
+        s[f"ft_{name}"] = now.get(name, KIND_SETTINGS[s["ft_kind"]][name])
+    s["_ft_data_settings"] = now
 
 
 def _on_kind_change():
     s = st.session_state
     s["ft_data"] = DEFAULT_DATA if s["ft_kind"] == "labels" else next(iter(DATASETS[s["ft_kind"]]))
-    _on_data_change()
     for name, value in KIND_SETTINGS[s["ft_kind"]].items():
         s[f"ft_{name}"] = value
+    s["_ft_data_settings"] = {}
+    _on_data_change()
 
 
 # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`) after a
@@ -231,6 +243,12 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         if choice == "upload_conll":
             st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
                              "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll")
+        if choice == "toy_qa":
+            st.checkbox("Four drills first, then the stories", key="ft_drills",
+                        help="One kind of question at a time on one-sentence-a-name passages (where did tom go?, "
+                             "who went to the barn?, what did tom find?, who found the red stone?), each for a "
+                             "share of the budget with its own schedule, then the stories for the rest. Validation "
+                             "is on held-out stories only. Without the drills the shipped models stay near 30%.")
         if choice == "upload_squad":
             st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
                              "to 100 MB)", type=["json"], key="ft_upload_squad")
@@ -288,7 +306,7 @@ def _data():
     if choice == "toy":
         return _toy(0)
     if choice == "toy_qa":
-        return _toy_qa(0)
+        return _toy_qa(0, bool(s.get("ft_drills", True)))
     if choice == "conll2000":
         return _load_conll(SHARED_FILES[choice][1], SHARED_FILES[choice][1], s["ft_tag_column"])
     if choice == "upload_conll":
@@ -463,9 +481,17 @@ def _live() -> None:
         ev = tuner.evals
         col.metric(f"{finetune_figures.RUN_LABELS.get(tuner.name, tuner.name)}: validation {names[primary]}",
                    f"{getattr(ev[-1], metric):.1%}" if ev else "–", help=f"{tuner.step:,} steps so far")
-    app_state.plotly(finetune_figures.accuracy_curves_figure(runs, chance=chance, metric=metric,
-                                                             metric_label=names[primary]),
-                     "finetune-accuracy", key="ft_curves")
+    staged = next((t for t in comparison.tuners if len(getattr(t, "stages", ())) > 1), None)
+    app_state.plotly(finetune_figures.accuracy_curves_figure(
+        runs, chance=chance, metric=metric, metric_label=names[primary],
+        stages=staged.stages if staged is not None else ()), "finetune-accuracy", key="ft_curves")
+    training = next((t for t in comparison.tuners if t.state == "running" and len(getattr(t, "stages", ())) > 1),
+                    None)
+    if training is not None:
+        now = training.stages[-1]
+        st.caption(f"**{finetune_figures.RUN_LABELS.get(training.name, training.name)}** is on stage {now.index + 1} "
+                   f"of {now.count}: {now.name}. The curve is always the held-out stories: it moves little during "
+                   "the drills, which teach the reading that the stories then need.")
     train, val = comparison.train_data, comparison.val_data
     if comparison.task_kind == "labels":
         counts = train.label_counts()
@@ -564,7 +590,15 @@ def _tag_results(results: dict, comparison) -> None:
 
 
 def _span_results(results: dict, comparison) -> None:
-    """The most confident wrong answers, and a typed question answered by each run from a passage."""
+    """How each run's drills ended, the most confident wrong answers, and a typed question answered by each run
+    from a passage."""
+    for r in results.values():
+        ended = [(finetune_figures.stage_label(a.name), b.previous_score) for a, b in zip(r.stages, r.stages[1:])
+                 if b.previous_score is not None]
+        if ended:
+            st.caption(f"**{finetune_figures.RUN_LABELS.get(r.name, r.name)}**, each drill at its end (the share of "
+                       "its last training batches' answers right): "
+                       + ", ".join(f"{name} {score:.0%}" for name, score in ended) + ".")
     cols = st.columns(len(results))
     for col, r in zip(cols, results.values()):
         col.markdown(f"**Most confident wrong answers ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")

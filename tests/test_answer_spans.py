@@ -139,9 +139,16 @@ def test_the_page_fine_tunes_question_answering_and_answers_a_question():
     script = str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py")
     at = AppTest.from_file(script, default_timeout=60)
     at.run()
+    labels_rate = at.number_input(key="ft_lr").value
     at.radio(key="ft_kind").set_value("spans").run()
     assert at.radio(key="ft_data").value == "toy_qa"
     assert at.number_input(key="ft_maxlen").value == 256
+    # The toy stories: their drills first, the page's longest budget, and answer spans' half rate.
+    assert at.checkbox(key="ft_drills").value is True and at.number_input(key="ft_budget").value == 600
+    assert at.number_input(key="ft_lr").value == pytest.approx(labels_rate / 2)
+    at.radio(key="ft_data").set_value("upload_squad").run()
+    assert at.number_input(key="ft_budget").value == 60   # the kind's budget again for another dataset
+    at.radio(key="ft_data").set_value("toy_qa").run()
     for key, value in (("ft_train", 200), ("ft_val", 40), ("ft_budget", 1)):
         at.number_input(key=key).set_value(value)
     at.run()
@@ -154,5 +161,6 @@ def test_the_page_fine_tunes_question_answering_and_answers_a_question():
     table = next(d.value for d in at.dataframe if "run" in d.value.columns)
     assert list(table["run"]) == ["from pretrained", "from scratch"] and "exact match" in table.columns
     assert any(h.value == "Ask each a question" for h in at.subheader)
+    assert any("each drill at its end" in c.value and "where" in c.value for c in at.caption)
     assert any("answers" in m.value for m in at.markdown)
     assert not at.error

@@ -458,6 +458,11 @@ def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(che
     assert finetune_learning_rate(BertConfig.preset("mini"), 1e-3) == pytest.approx(5e-4)
     assert finetune_learning_rate(BertConfig.preset("nano"), 2e-3) == 1e-3      # never above 1e-3
     assert finetune_learning_rate(BertConfig.preset("base"), 1e-4) == 2e-5      # nor below 2e-5
+    # Answer spans learn at half the rate (the mini's curriculum was measured at 2.5e-4); tags at the rule's.
+    assert finetune_learning_rate(BertConfig.preset("mini"), 1e-3, kind="spans") == pytest.approx(2.5e-4)
+    assert finetune_learning_rate(BertConfig.preset("mini"), 1e-3, kind="tags") == pytest.approx(5e-4)
+    with pytest.raises(BertCoreError, match="unknown kind"):
+        finetune_learning_rate(BertConfig.preset("mini"), kind="poems")
     assert pretraining_rate_of({"train_config": {"learning_rate": 1e-3}}) == 1e-3
     for damaged in (None, [], {"train_config": None}, {"train_config": {"learning_rate": "fast"}},
                     {"train_config": {"learning_rate": -1.0}}, {"train_config": {"learning_rate": float("nan")}},

@@ -23,9 +23,11 @@ from bert_core.training.finetune import (
     BUILT_IN_TASKS,
     KIND_DEFAULTS,
     SELECTION_FRACTION,
+    TOY_QA_STEPS,
     FinetuneConfig,
     FinetuneEval,
     FinetuneResult,
+    FinetuneStage,
     checkpoint_pretraining_rate,
     finetune,
     finetune_learning_rate,
@@ -69,6 +71,10 @@ def add_parser(subparsers):
                    help="built-in offline task: " + "; ".join(f"{k}: {v}" for k, v in BUILT_IN_TASKS.items())
                         + "; or a real one, read from ../shared/data or fetched once from its public home (python -m "
                           "bert_core download NAME): " + "; ".join(f"{k}: {t.label}" for k, t in TASKS.items()))
+    p.add_argument("--no-drills", action="store_true",
+                   help="with --task toy-qa: train on the stories alone, without the four drills before them "
+                        "(one kind of question at a time: where, who, what, who found; about 30%% exact match "
+                        "instead of 90%% and more with the shipped mini)")
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")
@@ -78,7 +84,8 @@ def add_parser(subparsers):
     p.add_argument("--val-size", type=int_arg(1), help="validation examples (default: 10%%)")
     p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--time-budget", type=POSITIVE, metavar="S", help="training seconds per model (default 60)")
+    budget.add_argument("--time-budget", type=POSITIVE, metavar="S",
+                        help=f"training seconds per model (default 60; toy-qa: {TOY_QA_STEPS:,} steps)")
     budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
     p.add_argument("--lr", type=POSITIVE,
                    help="peak learning rate (default, within 2e-5 to 1e-3: a checkpoint made here, the rate it was "
@@ -153,6 +160,8 @@ def config_from_args(args) -> FinetuneConfig:
     """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags."""
     defaults = kind_config(data_kind(args))
     steps = args.steps
+    if args.task == "toy-qa" and steps is None and args.time_budget is None:
+        steps = TOY_QA_STEPS  # its drills and the stories: the same run on every machine
     budget = args.time_budget if args.time_budget is not None else (None if steps else defaults.time_budget_s)
     # Without --lr the rate is set from the model's size once its config is read (_checked_models).
     return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
@@ -199,6 +208,11 @@ def format_results(results: list[FinetuneResult]) -> str:
 
 def _progress_printer(name: str, stream, metric_names):
     def callback(event):
+        if isinstance(event, FinetuneStage) and event.count > 1:
+            before = ("" if event.previous_score is None else
+                      f" (the last stage's final training batches: {100 * event.previous_score:.1f}% right)")
+            print(f"[{name}] stage {event.index + 1} of {event.count} from step {event.step:,}: {event.name}"
+                  + before, file=stream, flush=True)
         if isinstance(event, FinetuneEval):
             print(f"[{name}] step {event.step:>5}  {event.elapsed_s:6.1f}s  validation {metric_names[0]} "
                   f"{100 * event.accuracy:5.1f}%  {metric_names[1]} {100 * event.macro_f1:5.1f}%", file=stream,
@@ -215,8 +229,14 @@ def describe(task) -> str:
                 f"sentences ({val.num_tokens:,} validation words), {train.num_tags} tags ({scheme})")
     if task.kind == "spans":
         passages = len({ex.context for ex in val.examples})
-        return (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
+        line = (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
                 f"questions (the validation ones on {passages:,} passages never trained on)")
+        if task.drills:
+            line += ("; first " + ", then ".join(f"{d.kind} ({100 * d.share:g}% of the budget: \"{d.example}\")"
+                                                  for d in task.drills)
+                     + ", then the stories for the rest, each stage with its own schedule (--no-drills: the "
+                       "stories alone)")
+        return line
     return (f"data: {train.source.removesuffix(' (train)')}, {len(train)} train / {len(val)} validation, "
             f"{train.num_labels} labels ({', '.join(train.label_names)})")
 
@@ -238,6 +258,8 @@ def run(args) -> int:
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
     if args.tag_column != "chunk" and args.conll is None:
         raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE with it")
+    if args.no_drills and args.task != "toy-qa":
+        raise BertCoreError("--no-drills leaves out the toy QA task's drills; use it with --task toy-qa")
     config = config_from_args(args)
     compares = _race_names([Path(c) for c in args.compare or ()])
     if args.out is not None:
@@ -245,7 +267,8 @@ def run(args) -> int:
                             subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
     folder, config = _checked_models(args, config, compares)
     data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
-                     args.seed, conll=args.conll, tag_column=args.tag_column, squad=args.squad)
+                     args.seed, conll=args.conll, tag_column=args.tag_column, squad=args.squad,
+                     drills=not args.no_drills)
     task = split_task(data, args.train_size, args.val_size, args.seed, pooling=args.pooling)
     print(describe(task), file=sys.stderr)
     for note in data.notes:
@@ -283,7 +306,7 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
         bound = BertConfig.load(require_checkpoint_folder(folder))
     if args.lr is None:
         config = config.replace(learning_rate=finetune_learning_rate(
-            bound, checkpoint_pretraining_rate(folder) if folder is not None else None))
+            bound, checkpoint_pretraining_rate(folder) if folder is not None else None, kind=data_kind(args)))
     # Every racer is checked before any data is read; the shortest model's positions bound them all.
     for bound in [bound, *(BertConfig.load(require_checkpoint_folder(c)) for c in compares.values())]:
         if resolve_device(config.device).type == "cpu":

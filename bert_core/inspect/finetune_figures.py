@@ -44,10 +44,12 @@ def _value(event, key):
 
 
 def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", chance: float | None = None,
-                           metric: str = "accuracy", metric_label: str | None = None) -> go.Figure:
+                           metric: str = "accuracy", metric_label: str | None = None,
+                           stages: Sequence = ()) -> go.Figure:
     """Validation accuracy (or macro_f1) of each run against training seconds (or step), one line per run; a run
     in LEVEL_RUNS (a baseline) is a dashed level line across the others. `metric_label` names the figure for the
-    kind of task (e.g. "chunk F1" for the macro_f1 field of token tags)."""
+    kind of task (e.g. "chunk F1" for the macro_f1 field of token tags). `stages` (finetune_results.FinetuneStage,
+    of a curriculum: the toy stories' drills) are dotted lines where each stage began, named at the top."""
     label_of_metric = metric_label or metric.replace("_", "-")
     fig = go.Figure()
     ends = [_value(e, x) for name, evals in runs.items() if name not in LEVEL_RUNS for e in evals]
@@ -68,6 +70,11 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
     if chance is not None:
         fig.add_hline(y=chance, line=dict(color="#7f7f7f", dash="dash"), annotation_text="majority class",
                       annotation_position="bottom right")
+    if len(stages) > 1:
+        for stage in stages:
+            fig.add_vline(x=_value(stage, x), line=dict(color="#9e9e9e", width=1, dash="dot"),
+                          annotation_text=stage_label(stage.name), annotation_position="top right",
+                          annotation_font=dict(size=11, color="#616161"))
     fig.update_xaxes(title="training seconds" if x == "elapsed_s" else "step", rangemode="tozero")
     fig.update_yaxes(title=f"validation {label_of_metric}", range=[0, 1], tickformat=".0%")
     title = (f"Validation {label_of_metric}: same model, same budget, with and without pretraining"
@@ -76,6 +83,12 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
                       height=380, margin=dict(l=60, r=20, t=50, b=40), template="plotly_white",
                       legend=dict(orientation="h", y=-0.2))
     return fig
+
+
+def stage_label(name: str) -> str:
+    """A curriculum stage's short name on a chart: a drill's kind ("drill: where" -> "where"), the task's data
+    without its details ("toy QA stories (seed 0)" -> "toy QA stories")."""
+    return name.removeprefix("drill: ").split(" (")[0]
 
 
 def confusion_figure(confusion: Sequence[Sequence[int]], label_names: Sequence[str], title: str = "") -> go.Figure:

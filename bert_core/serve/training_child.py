@@ -14,7 +14,7 @@ import select
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.launcher import SERVER_PID_ENV
@@ -34,6 +34,7 @@ class TunerView:
     state: str
     step: int
     evals: list
+    stages: list = field(default_factory=list)  # a curriculum's stages as they began (finetune_results.FinetuneStage)
 
 
 def run_on_fds(commands_fd: int, events_fd: int) -> None:
@@ -268,7 +269,8 @@ class TrainingChild:
 
 def _comparison_view(comparison) -> dict:
     """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
-    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals) for t in comparison.tuners],
+    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(getattr(t, "stages", ())))
+                       for t in comparison.tuners],
             "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
 
 

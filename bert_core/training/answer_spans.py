@@ -59,11 +59,16 @@ class AnswerSpans(FinetuneTask):
     metric_names = SPAN_ANSWER_METRICS
     primary = 1
 
-    def __init__(self, train: QAData, val: QAData):
+    def __init__(self, train: QAData, val: QAData, drills: tuple = ()):
         self.train_data, self.val_data = train, val
+        self.drills = tuple(drills)  # toy_qa_drills.Drill: trained first, in order (the toy stories' curriculum)
         self._pad_id = 0
         self._train_features: list | None = None
         self._val_features: list | None = None
+        self._drill_features: list = []
+
+    def with_data(self, train, val) -> "AnswerSpans":
+        return AnswerSpans(train, val, self.drills)
 
     def check(self, model) -> None:
         if not isinstance(model, BertForQuestionAnswering):
@@ -76,6 +81,10 @@ class AnswerSpans(FinetuneTask):
         same = self.val_data is self.train_data
         self._val_features = (self._train_features if same else
                               encode_qa(self.val_data, tokenizer, max_length, stride))
+        self._drill_features = [encode_qa(drill.data(), tokenizer, max_length, stride) for drill in self.drills]
+
+    def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
+        return qa_train_batches(self._drill_features[index], batch_size, seed, self._pad_id)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator:
         return qa_train_batches(self._train_features, batch_size, seed, self._pad_id)

@@ -40,6 +40,7 @@ from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
 from bert_core.training.finetune_results import (
     FinetuneEval,
     FinetuneResult,
+    FinetuneStage,
     FinetuneStep,
     Misclassified,
     confusion_matrix,
@@ -52,14 +53,14 @@ from bert_core.training.token_tagging import TokenTags
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
 
 __all__ = [
-    "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneResult", "Finetuner", "finetune",
+    "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneStage", "FinetuneResult", "Finetuner", "finetune",
     "FinetuneTask", "SentenceLabels", "Misclassified", "confusion_matrix", "macro_f1",
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
     "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
     "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
     "split_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
-    "finetune_learning_rate", "pretraining_rate_of", "checkpoint_pretraining_rate",
+    "finetune_learning_rate", "KIND_RATE_SCALE", "TOY_QA_STEPS", "pretraining_rate_of", "checkpoint_pretraining_rate",
 ]
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,14 @@ KIND_DEFAULTS: dict[str, dict] = {
 }
 
 
-def finetune_learning_rate(config, pretraining_rate: float | None = None) -> float:
+# Each kind's rate against the size rule's (finetune_learning_rate). Answer spans: half. On the toy QA task the
+# shipped mini (rule: 5e-4) learnt at 2.5e-4 where 5e-4 did not, on the stories (33% against 22-28% after 22,000
+# steps on an H200) and on the drills' find file (100% against 44%); its curriculum was measured at 2.5e-4
+# (docs/benchmarks.md, "Token tags and answer spans").
+KIND_RATE_SCALE: dict[str, float] = {"labels": 1.0, "tags": 1.0, "spans": 0.5}
+
+
+def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: str = "labels") -> float:
     """The peak fine-tuning rate that suits a model, kept within [2e-5, 1e-3].
 
     A checkpoint made here records the peak rate it was pretrained at (`pretraining_rate`, from its
@@ -147,12 +155,16 @@ def finetune_learning_rate(config, pretraining_rate: float | None = None) -> flo
 
     A model with no such record (a Hugging Face BERT, a grown folder) gets 1e-3 x (128 / hidden)^2: 2.8e-5 at
     BERT-base's 768, inside the paper's 2e-5 to 5e-5, and 2.5e-4 at 256, inside the 1e-4 to 3e-4 that Turc et al.
-    (2019) found for small BERTs, all of them pretrained at 1e-4, ten times below ours."""
+    (2019) found for small BERTs, all of them pretrained at 1e-4, ten times below ours.
+
+    The `kind` of task scales it (KIND_RATE_SCALE: answer spans learn at half the rate)."""
+    if kind not in KIND_RATE_SCALE:
+        raise BertCoreError(f"unknown kind of task {kind!r}; the kinds are {', '.join(KIND_RATE_SCALE)}")
     if pretraining_rate is not None and math.isfinite(pretraining_rate) and pretraining_rate > 0:
         rate = pretraining_rate * 128 / config.hidden_size
     else:
         rate = 1e-3 * (128 / config.hidden_size) ** 2
-    return min(1e-3, max(2e-5, rate))
+    return min(1e-3, max(2e-5, rate)) * KIND_RATE_SCALE[kind]
 
 
 def pretraining_rate_of(trainer_state) -> float | None:
@@ -313,6 +325,11 @@ class Finetuner(RunLoop):
         self._step_seconds: list[float] = []
         self._elapsed_before_step = 0.0
         self._best: tuple[float, int, dict] | None = None  # (selection score, step, the weights on the CPU)
+        # The stages of the run: the task's drills, each for its share of the budget, then the task's own data.
+        self._plan = _stage_plan(self.task)
+        self.stages: list[FinetuneStage] = []  # as they began
+        self._stage_config = self._train_config
+        self._stage_origin = (0, 0.0)  # (step, training seconds) where the stage in training began
 
     def run(self) -> FinetuneResult | None:
         """Train until the budget or stop(); never raises: a failure sets `error` and state 'failed'."""
@@ -329,13 +346,41 @@ class Finetuner(RunLoop):
         self.task.prepare(self.tokenizer, cfg.max_length)
         if self.selection is not None:
             self.selection.prepare(self.tokenizer, cfg.max_length)
-        self._batches = self.task.train_batches(cfg.batch_size, cfg.seed)
+        if not self.stages:
+            self._enter_stage(0)
         self.model.train()
         self._evaluate()
+
+    def _enter_stage(self, index: int) -> None:
+        """Train on stage `index` from the next step: its batches, and (after the first) a new optimizer and a
+        schedule of its own over its share of the budget, as a run of its own would have (the curriculum was
+        measured so: docs/benchmarks.md)."""
+        cfg, drills = self.config, self.task.drills
+        self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(drills)
+                         else self.task.train_batches(cfg.batch_size, cfg.seed))
+        share = self._plan[index][1]
+        self._stage_config = (self._train_config if share == 1.0 else dataclasses.replace(
+            self._train_config, max_steps=max(1, round(share * cfg.max_steps)) if cfg.max_steps else None,
+            time_budget_s=share * cfg.time_budget_s if cfg.time_budget_s else None))
+        self._stage_origin = (self.step, self.elapsed_s)
+        if index:
+            self.optimizer = adamw(self.model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps,
+                                   layer_decay=cfg.layer_decay)
+        last = [e.train_acc for e in self.history[-100:] if e.step > self.stages[-1].step] if self.stages else []
+        event = FinetuneStage(self.step, self.elapsed_s, index, len(self._plan), self._plan[index][0],
+                              sum(last) / len(last) if last else None)
+        self.stages.append(event)
+        for callback in self.callbacks:
+            callback(event)
 
     def _after_step(self) -> None:
         self._step_seconds.append(self.elapsed_s - self._elapsed_before_step)
         self._elapsed_before_step = self.elapsed_s
+        ends = self._stage_ends()
+        if len(self.stages) < len(self._plan) and self._fraction_done() >= ends[len(self.stages) - 1] - 1e-9:
+            self._enter_stage(len(self.stages))
+            if not self._done():
+                self._evaluate()  # the validation figure each stage ends with: a point of the curve
         points = self.config.eval_points
         if self._next_eval < points and self._fraction_done() >= self._next_eval / points:
             self._next_eval = math.floor(self._fraction_done() * points) + 1
@@ -365,6 +410,7 @@ class Finetuner(RunLoop):
             label_names=ev.label_names, evals=self.evals, history=self.history, misclassified=ev.misclassified,
             steps=self.step, train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
             kind=self.task.kind, metric_names=self.task.metric_names, details=ev.details, best_step=best_step,
+            stages=list(self.stages),
         )
 
     def _after_run(self, final: str) -> None:
@@ -387,7 +433,9 @@ class Finetuner(RunLoop):
         loss = out.loss.item()
         if not self._update_is_finite(loss, grad_norm):
             return None
-        lr = cfg.learning_rate * lr_multiplier(self._train_config, self.step, self._elapsed_now())
+        origin_step, origin_s = self._stage_origin
+        lr = cfg.learning_rate * lr_multiplier(self._stage_config, self.step - origin_step,
+                                               self._elapsed_now() - origin_s)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)  # layer-wise decay (param_groups); 1 without it
         self.optimizer.step()
@@ -410,6 +458,26 @@ class Finetuner(RunLoop):
         if self._best is None or score > self._best[0]:
             weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
             self._best = (score, self.step, weights)
+
+
+    def _stage_ends(self) -> list[float]:
+        """The fraction of the run done (run_loop's: steps or seconds) at which each stage ends."""
+        ends, done = [], 0.0
+        for _, share in self._plan:
+            done += share
+            ends.append(done)
+        return ends
+
+
+def _stage_plan(task: FinetuneTask) -> list[tuple[str, float]]:
+    """(name, share of the budget) of each stage of a run on `task`: its drills, then its own data for the rest."""
+    plan = [(drill.name, float(drill.share)) for drill in task.drills]
+    rest = 1.0 - sum(share for _, share in plan)
+    if any(not 0 < share < 1 for _, share in plan) or rest <= 0.01:
+        raise BertCoreError(f"the drills' shares of the budget ({', '.join(f'{s:g}' for _, s in plan)}) must each "
+                            "be above 0 and leave the task itself some of it")
+    source = getattr(getattr(task, "train_data", None), "source", "") or "the task"
+    return [*plan, (source.removesuffix(" (train)"), rest if plan else 1.0)]
 
 
 def _task_of(train: ClassificationData | None, val: ClassificationData | None,
@@ -559,7 +627,7 @@ def split_task(data, train_size: int | None = None, val_size: int | None = None,
     if isinstance(data, TaggedSentences):
         return TokenTags(*split_sentences(data, train_size, val_size, seed=seed))
     if isinstance(data, QAData):
-        return AnswerSpans(*split_by_passage(data, train_size, val_size, seed=seed))
+        return AnswerSpans(*split_by_passage(data, train_size, val_size, seed=seed), drills=data.drills)
     raise BertCoreError(f"no fine-tuning kind for {type(data).__name__}")
 
 
@@ -598,13 +666,18 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
 
 
 BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
-                  "toy-qa": "who went where and what they found, in toy stories (answer spans)"}
+                  "toy-qa": "who went where and what they found, in toy stories (answer spans), after four drills"}
+# The toy QA task's budget where none is given: its four drills and the stories (toy_qa_drills.DRILL_SHARES) in
+# steps, so that every machine trains the same run; measured with the shipped mini in docs/benchmarks.md.
+TOY_QA_STEPS = 12_000
 
 
 def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
-              drop_empty=False, seed: int = 0, *, conll=None, tag_column: str | int = "chunk", squad=None):
+              drop_empty=False, seed: int = 0, *, conll=None, tag_column: str | int = "chunk", squad=None,
+              drills: bool = True):
     """The data for a run: a labelled CSV (sentence labels), a CoNLL file (token tags, `tag_column`), a SQuAD v1.1
-    JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy topics when nothing is given)."""
+    JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy topics when nothing is given). `drills`
+    False leaves out the toy QA task's drills (the stories alone)."""
     given = [name for name, value in (("a CSV file", csv), ("a CoNLL file", conll), ("a SQuAD file", squad),
                                       ("a built-in task", task)) if value is not None]
     if len(given) > 1:
@@ -620,6 +693,6 @@ def load_task(csv=None, task: str | None = None, text_columns=None, label_column
     if task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
         return load_classification_csv(fetch_task_csv(task), drop_empty=drop_empty)
     if task == "toy-qa":
-        return toy_qa_task(seed)
+        return toy_qa_task(seed, drills=drills)
     raise BertCoreError(f"unknown task {task!r}; the tasks are {', '.join([*BUILT_IN_TASKS, *TASKS])} (or give "
                         "--csv, --conll or --squad FILE)")

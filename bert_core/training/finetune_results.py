@@ -19,7 +19,7 @@ import torch
 if TYPE_CHECKING:
     from bert_core.data.classification_data import ClassificationData
 
-__all__ = ["Misclassified", "StepLoss", "Evaluation", "FinetuneStep", "FinetuneEval", "FinetuneResult",
+__all__ = ["Misclassified", "StepLoss", "Evaluation", "FinetuneStep", "FinetuneEval", "FinetuneStage", "FinetuneResult",
            "LABEL_METRICS", "label_metrics", "confusion_matrix", "macro_f1"]
 
 LABEL_METRICS = ("accuracy", "macro-F1")  # the names of a sentence-label run's two figures
@@ -84,6 +84,21 @@ class FinetuneEval:
 
 
 @dataclass
+class FinetuneStage:
+    """A stage of a curriculum begins (finetune_tasks.FinetuneTask.drills, then the task's own data): handed to the
+    run's callbacks, and kept in Finetuner.stages and FinetuneResult.stages."""
+
+    step: int        # the updates made before it
+    elapsed_s: float
+    index: int
+    count: int       # stages in all
+    name: str
+    # How well the stage before this one was learnt: its last (up to 100) training steps' mean score (answer spans:
+    # the share of windows with both ends right); None for the first stage.
+    previous_score: float | None = None
+
+
+@dataclass
 class FinetuneResult:
     """Final validation metrics, curves and the trained model of one run."""
 
@@ -105,6 +120,7 @@ class FinetuneResult:
     metric_names: tuple[str, str] = LABEL_METRICS  # what `accuracy` and `macro_f1` measure for this kind
     details: dict = field(default_factory=dict)  # the kind's further figures (Evaluation.details)
     best_step: int | None = None  # with keep_best: the step whose weights were kept (None: the last step's)
+    stages: list[FinetuneStage] = field(default_factory=list)  # a curriculum's stages as they began (else one)
 
     def to_dict(self, with_history: bool = False) -> dict:
         """JSON-able summary (the model is left out; the per-step history only when asked)."""
@@ -114,6 +130,7 @@ class FinetuneResult:
             "train_seconds": self.train_seconds, "state": self.state, "kind": self.kind,
             "metric_names": list(self.metric_names), "details": self.details, "best_step": self.best_step,
             "evals": [dataclasses.asdict(e) for e in self.evals],
+            "stages": [dataclasses.asdict(e) for e in self.stages],
             "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
         }
         if with_history:

@@ -110,6 +110,13 @@ class FinetuneTask(abc.ABC):
 
     # The kind's seeded split (data, train_size, val_size, seed=, val_fraction=) -> (train, val), as split_task uses.
     split = None
+    # Simpler tasks trained first, in order, each for its `share` of the run's budget, before the task's own data
+    # (a curriculum: the toy QA stories' toy_qa_drills); each has a `name`. Validation is always on `val_data`.
+    drills: tuple = ()
+
+    def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
+        """Endless seeded training batches of drill `index` (a kind with drills defines it)."""
+        raise BertCoreError(f"{self.kind} fine-tuning has no drills")
 
     def with_data(self, train, val) -> "FinetuneTask":
         """The same kind (and settings) over other data."""

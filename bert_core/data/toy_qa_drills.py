@@ -1,0 +1,127 @@
+"""Drills for the toy QA stories: one kind of question at a time, on one-sentence-a-name passages.
+
+The toy stories (answer_spans_data.toy_qa_task) ask four questions of each character: who went to a place, where
+they went, what they found and who found it. Trained on the stories alone, the shipped models stay at 25-33%
+held-out exact match (the right kind of answer, another character's span), and all four kinds of question at once
+on plain passages stay at 55%. One kind at a time clicks (100% within 400-2,200 steps each), and a model drilled
+on the four in turn then reads the stories at 99.8-100% (docs/benchmarks.md, "A curriculum: one kind of question
+at a time, then the stories"). So the task comes with its drills, trained in this order before the stories:
+
+    where   "Where did tom go?"           -> "the barn"
+    who     "Who went to the barn?"       -> "tom"
+    what    "What did tom find?"          -> "a red stone"
+    finder  "Who found the red stone?"    -> "tom"
+
+A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."), with
+words of its own (not the stories' names and places), so that a drill teaches reading, not the stories' answers.
+Everything is seeded and returned as SQuAD v1.1 (drill_squad) or QAData (Drill.data).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["QUESTION_KINDS", "Drill", "DRILL_SHARES", "toy_qa_drills", "drill_squad", "question_kind"]
+
+NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
+         "paul", "rose")
+PLACES = ("barn", "river", "forest", "market", "school", "castle", "garden", "beach", "valley", "church", "harbor",
+          "bridge")
+COLOURS = ("red", "blue", "green", "black", "white", "yellow", "brown", "grey")
+THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
+
+QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four questions a name, in their order
+
+# The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
+# budget); the stories get the rest. `where` comes first and gets the most: it took 1,300-2,200 steps to click
+# where the others took 400-1,500, and a model that learnt it first learnt the others faster.
+DRILL_SHARES: tuple[tuple[str, float], ...] = (("where", 0.35), ("who", 0.2), ("what", 0.1), ("finder", 0.1))
+DRILL_PASSAGES = 3000
+
+
+@dataclass(frozen=True)
+class Drill:
+    """One drill of a curriculum: a kind of question (QUESTION_KINDS) on generated passages, and its share of the
+    run's budget. The data is made when asked for (Drill.data), so that carrying a drill costs nothing."""
+
+    kind: str
+    share: float
+    seed: int = 0
+    passages: int = DRILL_PASSAGES
+
+    @property
+    def name(self) -> str:
+        return f"drill: {self.kind}"
+
+    @property
+    def example(self) -> str:
+        """One question of this drill, to show what it asks."""
+        return {"who": "Who went to the barn?", "where": "Where did tom go?", "what": "What did tom find?",
+                "finder": "Who found the red stone?"}[self.kind]
+
+    def data(self):
+        """The drill's questions as QAData (answer_spans_data.parse_squad of drill_squad)."""
+        from bert_core.data.answer_spans_data import parse_squad  # that module imports this one for toy_qa_task
+
+        return parse_squad(drill_squad(self.passages, self.seed, questions=(self.kind,)),
+                           source=f"{self.name} ({self.passages} passages, seed {self.seed})")
+
+
+def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
+    """The toy stories' drills, in training order (DRILL_SHARES), seeded."""
+    return tuple(Drill(kind, share, seed) for kind, share in DRILL_SHARES)
+
+
+def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = False,
+                questions: tuple[str, ...] = ("who",)) -> dict:
+    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in
+    one sentence ("tom went to the barn."), asked `questions`, some of QUESTION_KINDS: who went to the place
+    ("who"), where the name went ("where": "the barn"), what it found ("what": "a red stone") and who found it
+    ("finder"). With `find` (implied by what and finder) each sentence goes on to a find ("tom went to the barn and
+    found a red stone."), drawn from a second generator so the names, places and questions stay those of the plain
+    file. Any but "who" alone makes finds differ within a passage, so that "Who found the red stone?" has one
+    answer."""
+    questions = tuple(questions)
+    if not questions or set(questions) - set(QUESTION_KINDS):
+        raise ValueError(f"questions are some of {QUESTION_KINDS}, not {questions}")
+    find = find or bool({"what", "finder"} & set(questions))
+    distinct = questions != ("who",)
+    rng, finds = random.Random(seed), random.Random(seed + 1)
+    data = []
+    for i in range(passages):
+        k = rng.randint(2, 3)
+        names, places = rng.sample(NAMES, k), rng.sample(PLACES, k)
+        if find and distinct:
+            things = [f"{c} {t}" for c, t in zip(finds.sample(COLOURS, k), finds.sample(THINGS, k))]
+        else:
+            things = [f"{finds.choice(COLOURS)} {finds.choice(THINGS)}" for _ in range(k)] if find else []
+        context, qas = "", []
+        for j, (name, place) in enumerate(zip(names, places)):
+            context += (" " if context else "")
+            at = {"name": len(context), "place": len(context) + len(f"{name} went to ")}
+            context += f"{name} went to the {place}"
+            if find:
+                at["thing"] = len(context) + len(" and found ")
+                context += f" and found a {things[j]}"
+            context += "."
+            asked = {"who": (f"Who went to the {place}?", name, at["name"]),
+                     "where": (f"Where did {name} go?", f"the {place}", at["place"])}
+            if find:
+                asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
+                             finder=(f"Who found the {things[j]}?", name, at["name"]))
+            qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
+                     "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
+                    for q, kind in enumerate(QUESTION_KINDS) if kind in questions]
+        data.append({"title": "drill", "paragraphs": [{"context": context, "qas": qas}]})
+    return {"version": "1.1", "data": data}
+
+
+def question_kind(question: str) -> str:
+    """Which of the four toy questions `question` is (the stories' wordings and the drills' alike)."""
+    q = question.lower()
+    if q.startswith(("where", "which place")):
+        return "where"
+    if q.startswith("what"):
+        return "what"
+    return "finder" if q.startswith("who found") else "who"

@@ -1,0 +1,236 @@
+"""The toy QA task's drills and the fine-tuning loop's stages: each drill is valid SQuAD whose answers are what its
+sentences say, the task carries its drills in order, and Finetuner trains them first, each on its own share of the
+budget with its own schedule and optimizer, scored on the held-out stories only, the same for the same seed."""
+
+import dataclasses
+import re
+
+import pytest
+
+from bert_core.data.answer_spans_data import parse_squad, toy_qa_task
+from bert_core.data.toy_qa_drills import (
+    DRILL_SHARES,
+    QUESTION_KINDS,
+    Drill,
+    drill_squad,
+    question_kind,
+    toy_qa_drills,
+)
+from bert_core.model.config import BertConfig
+from bert_core.model.tokenization import train_tokenizer
+from bert_core.training.answer_spans import AnswerSpans
+from bert_core.training.finetune import (
+    FinetuneConfig,
+    FinetuneStage,
+    Finetuner,
+    finetune,
+    split_task,
+)
+from bert_core.training.optimization import lr_multiplier
+
+
+def test_a_drill_is_valid_squad_and_each_answer_is_the_name_that_went_there():
+    squad = drill_squad(passages=40, seed=3)
+    assert squad == drill_squad(passages=40, seed=3) and squad != drill_squad(passages=40, seed=4)
+    data = parse_squad(squad, source="who")   # checks each answer's text at its answer_start
+    assert len(data.examples) >= 80
+    for ex in data.examples:
+        place = re.fullmatch(r"Who went to the (\w+)\?", ex.question).group(1)
+        went = dict((p, n) for n, p in re.findall(r"(\w+) went to the (\w+)\.", ex.context))
+        assert ex.answers == [went[place]] and 2 <= len(went) <= 3
+
+
+def test_the_find_variant_adds_a_find_to_each_sentence_and_keeps_the_names_places_and_questions():
+    plain, found = drill_squad(passages=30, seed=5), drill_squad(passages=30, seed=5, find=True)
+    data = parse_squad(found, source="find")
+    for p, f in zip(plain["data"], found["data"]):
+        p, f = p["paragraphs"][0], f["paragraphs"][0]
+        assert [q["question"] for q in p["qas"]] == [q["question"] for q in f["qas"]]
+        assert [q["answers"][0]["text"] for q in p["qas"]] == [q["answers"][0]["text"] for q in f["qas"]]
+        sentences = re.findall(r"(\w+) went to the (\w+) and found a (\w+) (\w+)\.", f["context"])
+        assert [(n, pl) for n, pl, _, _ in sentences] == re.findall(r"(\w+) went to the (\w+)\.", p["context"])
+    assert len(data.examples) == sum(len(d["paragraphs"][0]["qas"]) for d in found["data"])
+
+
+def test_all_four_questions_are_answered_by_what_their_sentence_says():
+    data = parse_squad(drill_squad(passages=30, seed=2, questions=QUESTION_KINDS), source="all")
+    asked = {}
+    for ex in data.examples:
+        said = {n: (p, f) for n, p, f in re.findall(r"(\w+) went to the (\w+) and found a (\w+ \w+)\.", ex.context)}
+        by_place = {p: n for n, (p, _) in said.items()}
+        by_find = {f: n for n, (_, f) in said.items()}
+        if m := re.fullmatch(r"Who went to the (\w+)\?", ex.question):
+            want = by_place[m.group(1)]
+        elif m := re.fullmatch(r"Where did (\w+) go\?", ex.question):
+            want = f"the {said[m.group(1)][0]}"
+        elif m := re.fullmatch(r"What did (\w+) find\?", ex.question):
+            want = f"a {said[m.group(1)][1]}"
+        else:
+            want = by_find[re.fullmatch(r"Who found the (\w+ \w+)\?", ex.question).group(1)]
+        assert ex.answers == [want]
+        assert len(by_find) == len(said)   # one of each find a passage, so "Who found ...?" has one answer
+        asked[ex.context] = asked.get(ex.context, 0) + 1
+    assert all(n == 4 * len(re.findall(r"went to", c)) for c, n in asked.items())
+    with pytest.raises(ValueError):
+        drill_squad(passages=5, questions=("why",))
+
+
+def test_question_kind_reads_the_stories_and_the_drills_alike():
+    """The toy stories ask four questions a character, in the order where, what, who went, who found (their ids
+    count them), in several wordings each."""
+    order = ("where", "what", "who", "finder")
+    examples = toy_qa_task(seed=2, num_stories=40).examples
+    assert {ex.question.split()[0] for ex in examples} >= {"Where", "Which", "What", "Who"}
+    for ex in examples:
+        assert question_kind(ex.question) == order[int(ex.id.rsplit("-", 1)[1]) % 4], ex.question
+    for drill in toy_qa_drills(0):
+        data = Drill(drill.kind, drill.share, passages=10).data()
+        assert {question_kind(ex.question) for ex in data.examples} == {drill.kind}
+        assert question_kind(drill.example) == drill.kind
+
+
+def test_the_toy_task_carries_its_drills_in_order_and_seeded_and_can_leave_them_out():
+    data = toy_qa_task(3, 20)
+    assert [d.kind for d in data.drills] == [kind for kind, _ in DRILL_SHARES] == ["where", "who", "what", "finder"]
+    assert all(d.seed == 3 for d in data.drills) and 0 < sum(d.share for d in data.drills) < 1
+    assert toy_qa_task(3, 20, drills=False).drills == ()
+    assert toy_qa_task(3, 20, drills=False).examples == data.examples   # the stories are the same either way
+    first = Drill("where", 0.3, seed=1, passages=20).data()
+    assert first.examples == Drill("where", 0.3, seed=1, passages=20).data().examples
+    assert first.examples != Drill("where", 0.3, seed=2, passages=20).data().examples
+    # A split's task keeps the drills; validation is the held-out stories only.
+    task = split_task(data, None, 20, seed=0)
+    assert isinstance(task, AnswerSpans) and task.drills == data.drills
+    assert all(ex.id.startswith("toy3-") for ex in task.val_data.examples + task.train_data.examples)
+    keep, pick = task.hold_back(0.1, seed=0)
+    assert keep.drills == pick.drills == data.drills
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A nano model config and a tokenizer that knows the stories' and the drills' words."""
+    texts = [ex.context for ex in toy_qa_task(0, 30).examples]
+    texts += [ex.context for d in toy_qa_drills(0) for ex in Drill(d.kind, d.share, passages=30).data().examples]
+    tokenizer = train_tokenizer(texts, vocab_size=400)
+    return BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=128), tokenizer
+
+
+def _staged_task(drills=True):
+    data = toy_qa_task(0, 24, drills=drills)
+    data.drills = tuple(Drill(d.kind, d.share, d.seed, passages=40) for d in data.drills)  # small drills: quick
+    return split_task(data, None, 30, seed=0)
+
+
+def _run(tiny, task, steps=40, seed=0):
+    config, tokenizer = tiny
+    model = task.new_head(config, seed)
+    cfg = FinetuneConfig(max_steps=steps, time_budget_s=None, batch_size=8, learning_rate=1e-3, max_length=96,
+                         eval_points=2, seed=seed, device="cpu", precision="fp32")
+    seen = []
+    tuner = Finetuner(model, tokenizer, config=cfg, task=task, callbacks=[seen.append])
+    result = tuner.run()
+    assert tuner.error is None, tuner.error
+    seen.append(tuner.optimizer)
+    return result, seen, cfg
+
+
+def test_the_loop_trains_each_drill_for_its_share_with_its_own_schedule_then_the_stories(tiny):
+    result, seen, cfg = _run(tiny, _staged_task())
+    stages = [e for e in seen if isinstance(e, FinetuneStage)]
+    assert stages == result.stages
+    assert [s.name for s in stages] == ["drill: where", "drill: who", "drill: what", "drill: finder",
+                                        "toy QA stories (seed 0)"]
+    # 40 steps: 35%, 20%, 10% and 10% to the drills (14, 8, 4, 4 steps), the stories the rest (10).
+    assert [s.step for s in stages] == [0, 14, 22, 26, 30] and all(s.count == 5 for s in stages)
+    # Each stage says how well the one before it ended: its last steps' mean training score.
+    scores = [e.train_acc for e in result.history if 14 < e.step <= 22]
+    assert stages[0].previous_score is None and stages[2].previous_score == pytest.approx(sum(scores) / 8)
+    # Each stage warms up again from its own first step: the lr is that of a run of the stage's length.
+    lrs = {e.step: e.lr for e in result.history}
+    for stage, length in zip(stages, (14, 8, 4, 4, 10)):
+        stage_config = dataclasses.replace(cfg.train_config(), max_steps=length)
+        assert lrs[stage.step + 1] == pytest.approx(cfg.learning_rate * lr_multiplier(stage_config, 0))
+    assert lrs[15] > 3 * lrs[14]   # the first drill's rate had decayed; the second's starts again
+    # Every figure is on the held-out stories: a validation pass at the start of each stage, and the final one.
+    assert [e.step for e in result.evals][:6] == [0, 14, 20, 22, 26, 30]
+    assert result.to_dict()["stages"][1]["name"] == "drill: who"
+    # ... and a fresh optimizer: the last one's moments count the stories' 10 updates only.
+    assert {int(state["step"]) for state in seen[-1].state.values()} == {10}
+
+
+def test_without_drills_the_schedule_is_the_run_s_own_and_seeds_repeat(tiny):
+    result, seen, cfg = _run(tiny, _staged_task(drills=False), steps=12)
+    assert [s.name for s in result.stages] == ["toy QA stories (seed 0)"]
+    for e in result.history:
+        assert e.lr == pytest.approx(cfg.learning_rate * lr_multiplier(cfg.train_config(), e.step - 1))
+    again, _, _ = _run(tiny, _staged_task(drills=False), steps=12)
+    assert [e.loss for e in again.history] == pytest.approx([e.loss for e in result.history], rel=1e-5)
+    staged, _, _ = _run(tiny, _staged_task(), steps=12)
+    staged_again, _, _ = _run(tiny, _staged_task(), steps=12)
+    assert [e.loss for e in staged.history] == pytest.approx([e.loss for e in staged_again.history], rel=1e-5)
+    assert staged.history[0].loss != pytest.approx(result.history[0].loss, rel=1e-3)  # the first batch is a drill's
+
+
+def test_drills_whose_shares_leave_nothing_for_the_task_are_refused(tiny):
+    from bert_core.errors import BertCoreError
+
+    task = _staged_task()
+    task.drills = (Drill("where", 0.6), Drill("who", 0.4))
+    config, tokenizer = tiny
+    with pytest.raises(BertCoreError, match="shares of the budget"):
+        finetune(task.new_head(config, 0), tokenizer, task=task,
+                 config=FinetuneConfig(max_steps=4, time_budget_s=None, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def folder(tiny, tmp_path_factory):
+    from bert_core.model.bert import BertForPreTraining
+    from bert_core.model.hf import save_pretrained
+    from bert_core.training.finetune_tasks import seeded
+
+    config, tokenizer = tiny
+    path = tmp_path_factory.mktemp("drills-base")
+    with seeded(0):
+        save_pretrained(BertForPreTraining(config), path, tokenizer=tokenizer)
+    return path
+
+
+def test_the_cli_trains_the_drills_first_at_the_answer_spans_rate_and_no_drills_leaves_them_out(folder, capsys):
+    import json
+
+    from bert_core.cli.finetune import config_from_args
+    from bert_core.cli.main import build_parser, main
+    from bert_core.training.finetune import TOY_QA_STEPS, finetune_learning_rate
+
+    config = config_from_args(build_parser().parse_args(["finetune", "--task", "toy-qa"]))
+    assert config.max_steps == TOY_QA_STEPS and config.time_budget_s is None   # the same run on every machine
+    assert config_from_args(build_parser().parse_args(["finetune", "--task", "toy-qa", "--time-budget", "9"])) \
+        .time_budget_s == 9
+    runs = {}
+    for flags in ([], ["--no-drills"]):
+        code = main(["finetune", "--checkpoint", str(folder), "--task", "toy-qa", "--steps", "10", "--max-length",
+                     "96", "--device", "cpu", "--json", *flags])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        runs[bool(flags)] = json.loads(captured.out)
+    staged, alone = runs[False], runs[True]
+    rate = finetune_learning_rate(BertConfig.load(folder), None, kind="labels")
+    assert staged["config"]["learning_rate"] == pytest.approx(rate / 2)
+    assert [s["name"] for s in staged["results"][0]["stages"]][:2] == ["drill: where", "drill: who"]
+    assert [s["name"] for s in alone["results"][0]["stages"]] == ["toy QA stories (seed 0)"]
+    assert staged["data"]["validation"] == alone["data"]["validation"]   # the same held-out stories either way
+    code = main(["finetune", "--checkpoint", str(folder), "--no-drills", "--steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and err[0].startswith("error:") and "--task toy-qa" in err[0], err
+
+
+
+def test_the_curve_marks_where_each_stage_began(tiny):
+    from bert_core.inspect.finetune_figures import accuracy_curves_figure
+
+    result, _, _ = _run(tiny, _staged_task(), steps=20)
+    fig = accuracy_curves_figure({"pretrained": result.evals}, x="step", metric="macro_f1", stages=result.stages)
+    lines = [shape for shape in fig.layout.shapes if shape.line.dash == "dot"]
+    assert [line.x0 for line in lines] == [s.step for s in result.stages] == [0, 7, 11, 13, 15]
+    assert [a.text for a in fig.layout.annotations] == ["where", "who", "what", "finder", "toy QA stories"]
+    assert not accuracy_curves_figure({"pretrained": result.evals}, stages=result.stages[:1]).layout.shapes
