@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.data.answer_spans_data import split_by_passage, toy_qa_task  # noqa: E402
-from bert_core.data.toy_qa_drills import QUESTION_KINDS, drill_squad, question_kind  # noqa: E402
+from bert_core.data.toy_qa_drills import DRILL_KINDS, QUESTION_KINDS, drill_squad, question_kind  # noqa: E402
 from bert_core.model.bert import BertForQuestionAnswering  # noqa: E402
 from bert_core.model.hf import load_pretrained  # noqa: E402
 from bert_core.training.answer_spans import AnswerSpans  # noqa: E402
@@ -100,7 +100,7 @@ def learn(args) -> None:
     finetune(model, tokenizer, config=config, task=AnswerSpans(train, val), callbacks=[progress_printer()])
 
 
-STAGE_DATA = {**{kind: (kind,) for kind in QUESTION_KINDS}, "all": QUESTION_KINDS}  # curriculum's simple stages
+STAGE_DATA = {**{kind: (kind,) for kind in DRILL_KINDS}, "all": QUESTION_KINDS}  # curriculum's simple stages
 
 
 def curriculum(args) -> None:
@@ -157,11 +157,12 @@ def main() -> None:
     simple = sub.add_parser("simple")
     simple.add_argument("--out", type=Path, required=True)
     simple.add_argument("--passages", type=int, default=3000)
+    simple.add_argument("--seed", type=int, default=0, help="the passages' seed (the drills of toy_qa_task(S): S)")
     simple.add_argument("--find", action="store_true", help="each sentence goes on to a find (\"... and found a "
                         "red stone.\"); names, places and questions as without it")
     simple.add_argument("--all-questions", action="store_true", help="with the find, four questions a name: who "
                         "went to the place, where they went, what they found, who found it (--questions with all four)")
-    simple.add_argument("--questions", nargs="+", choices=QUESTION_KINDS, default=["who"],
+    simple.add_argument("--questions", nargs="+", choices=DRILL_KINDS, default=["who"],
                         help="which of the four to ask (default: who); what and finder bring the find")
     staged = sub.add_parser("curriculum")
     staged.add_argument("--checkpoint", type=Path, default=Path("checkpoints/bert-mini-english"))
@@ -174,7 +175,7 @@ def main() -> None:
         import json
 
         questions = QUESTION_KINDS if args.all_questions else tuple(args.questions)
-        args.out.write_text(json.dumps(drill_squad(args.passages, find=args.find, questions=questions)))
+        args.out.write_text(json.dumps(drill_squad(args.passages, args.seed, find=args.find, questions=questions)))
         return
     torch.set_num_threads(1)
     if args.command == "offsets":

@@ -104,6 +104,12 @@ EXPECT_BY_MODEL = {"bert-mini-english": {
                "elsewhere 68 against 473): pretrained 78-82%, from scratch 21-24%, the bag of words 83-85% (the "
                "tiny, pretrained, 79%). Topic words keep the bag of words ahead: 1,500 steps (4 minutes on one such "
                "core, 13 elsewhere) gave 84.2% against its 85.5% over three larger splits."}}
+# The toy stories after their drills (docs/benchmarks.md, "The drills as the task's recipe").
+EXPECT_QA_DRILLS = (
+    "What to expect: the drills come first, in order, each until its last training batches are 95% right or its "
+    "share of the budget is spent; the curve is always the held-out stories, so it stays low through the drills "
+    "(dotted lines mark where each began) and climbs once the stories begin. Each drill clicks at its own moment, "
+    "a different one for each seed. docs/benchmarks.md (\"The drills as the task's recipe\") gives the figures.")
 # Which shipped checkpoint is active, by its folder (a saved run that a visitor names "bert-mini-english" is not it).
 ACTIVE_SHIPPED = next((name for name, folder in model_sources.shipped_checkpoints().items()
                        if active is not None and active.path is not None
@@ -347,12 +353,19 @@ def _describe(data) -> None:
         rows = [{"sentence": " ".join(data.words[i]), "tags": " ".join(data.tag_strings(i))}
                 for i in range(min(5, len(data)))]
     elif kind == "spans":
-        st.caption(f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages.")
-        st.caption("What to expect: answering means matching the question's words to the passage and reading "
-                   "the words a few places from the match, which a small model learns slowly. With either shipped "
-                   "model (2 or 4 layers) the toy stories stay near 25-30% exact match for thousands of steps (the "
-                   "right kind of answer, often for the wrong character: a guess among the characters); watch "
-                   "which kind of span each model picks, and how sure it is where.")
+        drills = getattr(data, "drills", ())
+        st.caption(f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages"
+                   + (f", after {len(drills)} drills: " + "; ".join(f"*{d.example}*" for d in drills) + "."
+                      if drills else "."))
+        if drills:
+            st.caption(EXPECT_QA_DRILLS)
+        else:
+            st.caption("What to expect: answering means matching the question's words to the passage and reading "
+                       "the words a few places from the match, which a small model learns slowly. On the toy "
+                       "stories alone either shipped model (2 or 4 layers) stays near 25-30% exact match for "
+                       "thousands of steps (the right kind of answer, often for the wrong character: a guess among "
+                       "the characters); the drills are what it needs. Watch which kind of span each model picks, "
+                       "and how sure it is where.")
         rows = [{"question": ex.question, "answer": ex.answers[0] if ex.answers else "",
                  "passage": finetune_figures.shorten(ex.context, 160)} for ex in data.examples[:6]]
     else:

@@ -1,7 +1,8 @@
 """In a real browser: the Fine-tune page's other two kinds of task, each fine-tuned for a second from the page. A
 tagger (CoNLL-2000 chunks, from the shared data) colours the words of a held-out sentence beside their true tags,
-and a question-answering model (the built-in toy stories) highlights its answer in a passage with the start and
-end probabilities drawn over the tokens. Both views are screenshotted."""
+and a question-answering model (the built-in toy stories, after their six drills, whose stages the curve marks)
+highlights its answer in a passage with the start and end probabilities drawn over the tokens. Both views are
+screenshotted."""
 
 from __future__ import annotations
 
@@ -61,6 +62,13 @@ def test_a_question_answering_model_highlights_its_answer(server, browser, scree
         _open(page, base, "Fine-tune", "?ft_kind=spans&ft_data=toy_qa&ft_budget=1&ft_train=200&ft_val=40"
                                        "&ft_maxlen=128")
         _fine_tune(page)
+        # The toy stories are trained through their four drills: the curve marks where each stage began, and the
+        # results say how each drill ended.
+        marks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(d => d.layout && String((d.layout.title || {}).text || '').startsWith('Validation exact match'))
+            .map(d => (d.layout.annotations || []).map(a => a.text))""")
+        assert marks and marks[0] == ["sentence", "where", "happened", "who", "what", "finder", "toy QA stories"], marks
+        assert page.get_by_text("each drill at its end", exact=False).count() >= 1
         page.get_by_role("heading", name="Ask each a question").scroll_into_view_if_needed()
         _settle(page)
         assert page.locator("mark").count() >= 1  # each model's answer, highlighted in the passage

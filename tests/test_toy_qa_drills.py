@@ -1,6 +1,7 @@
 """The toy QA task's drills and the fine-tuning loop's stages: each drill is valid SQuAD whose answers are what its
-sentences say, the task carries its drills in order, and Finetuner trains them first, each on its own share of the
-budget with its own schedule and optimizer, scored on the held-out stories only, the same for the same seed."""
+sentences say, the task carries its drills in order, and Finetuner trains them first, each until it is learnt or
+its share of the budget is spent, with its own schedule and optimizer, then the stories for the rest, scored on the
+held-out stories only, the same for the same seed."""
 
 import dataclasses
 import re
@@ -75,6 +76,28 @@ def test_all_four_questions_are_answered_by_what_their_sentence_says():
         drill_squad(passages=5, questions=("why",))
 
 
+def test_the_sentence_drill_answers_with_the_name_s_whole_sentence_on_the_where_drill_s_passages():
+    sentence = parse_squad(drill_squad(passages=20, seed=4, questions=("sentence",)), source="sentence")
+    where = parse_squad(drill_squad(passages=20, seed=4, questions=("where",)), source="where")
+    assert [ex.context for ex in sentence.examples] == [ex.context for ex in where.examples]
+    for ex in sentence.examples:
+        name = re.fullmatch(r"What did (\w+) do\?", ex.question).group(1)
+        went = dict(re.findall(r"(\w+) went to the (\w+)", ex.context))
+        assert ex.answers == [f"{name} went to the {went[name]}"]
+    found = parse_squad(drill_squad(passages=5, seed=4, questions=("sentence", "what")), source="both")
+    assert all(" and found a " in ex.answers[0] for ex in found.examples if ex.question.endswith(" do?"))
+
+
+def test_the_happened_drill_asks_by_the_place_for_the_same_sentence():
+    happened = parse_squad(drill_squad(passages=20, seed=4, questions=("happened",)), source="happened")
+    sentence = parse_squad(drill_squad(passages=20, seed=4, questions=("sentence",)), source="sentence")
+    assert [(ex.answers, ex.answer_starts) for ex in happened.examples] == \
+        [(ex.answers, ex.answer_starts) for ex in sentence.examples]
+    for ex in happened.examples:
+        place = re.fullmatch(r"What happened at the (\w+)\?", ex.question).group(1)
+        assert ex.answers[0].endswith(f" went to the {place}")
+
+
 def test_question_kind_reads_the_stories_and_the_drills_alike():
     """The toy stories ask four questions a character, in the order where, what, who went, who found (their ids
     count them), in several wordings each."""
@@ -91,7 +114,8 @@ def test_question_kind_reads_the_stories_and_the_drills_alike():
 
 def test_the_toy_task_carries_its_drills_in_order_and_seeded_and_can_leave_them_out():
     data = toy_qa_task(3, 20)
-    assert [d.kind for d in data.drills] == [kind for kind, _ in DRILL_SHARES] == ["where", "who", "what", "finder"]
+    assert [d.kind for d in data.drills] == [kind for kind, _ in DRILL_SHARES] == ["sentence", "where", "happened",
+                                                                                    "who", "what", "finder"]
     assert all(d.seed == 3 for d in data.drills) and 0 < sum(d.share for d in data.drills) < 1
     assert toy_qa_task(3, 20, drills=False).drills == ()
     assert toy_qa_task(3, 20, drills=False).examples == data.examples   # the stories are the same either way
@@ -121,11 +145,11 @@ def _staged_task(drills=True):
     return split_task(data, None, 30, seed=0)
 
 
-def _run(tiny, task, steps=40, seed=0):
+def _run(tiny, task, steps=40, seed=0, eval_points=2):
     config, tokenizer = tiny
     model = task.new_head(config, seed)
     cfg = FinetuneConfig(max_steps=steps, time_budget_s=None, batch_size=8, learning_rate=1e-3, max_length=96,
-                         eval_points=2, seed=seed, device="cpu", precision="fp32")
+                         eval_points=eval_points, seed=seed, device="cpu", precision="fp32")
     seen = []
     tuner = Finetuner(model, tokenizer, config=cfg, task=task, callbacks=[seen.append])
     result = tuner.run()
@@ -134,28 +158,57 @@ def _run(tiny, task, steps=40, seed=0):
     return result, seen, cfg
 
 
-def test_the_loop_trains_each_drill_for_its_share_with_its_own_schedule_then_the_stories(tiny):
+def test_each_drill_takes_its_share_at_most_with_its_own_schedule_then_the_stories_the_rest(tiny):
     result, seen, cfg = _run(tiny, _staged_task())
     stages = [e for e in seen if isinstance(e, FinetuneStage)]
     assert stages == result.stages
-    assert [s.name for s in stages] == ["drill: where", "drill: who", "drill: what", "drill: finder",
-                                        "toy QA stories (seed 0)"]
-    # 40 steps: 35%, 20%, 10% and 10% to the drills (14, 8, 4, 4 steps), the stories the rest (10).
-    assert [s.step for s in stages] == [0, 14, 22, 26, 30] and all(s.count == 5 for s in stages)
+    assert [s.name for s in stages] == ["drill: sentence", "drill: where", "drill: happened", "drill: who",
+                                        "drill: what", "drill: finder", "toy QA stories (seed 0)"]
+    # 40 steps, no drill learnt (a nano model in a few steps): each takes its share, 15%, 12%, 12%, 15%, 12% and
+    # 12% (6, 5, 5, 6, 5 and 5 steps), and the stories the rest (8).
+    assert [s.step for s in stages] == [0, 6, 11, 16, 22, 27, 32] and all(s.count == 7 for s in stages)
     # Each stage says how well the one before it ended: its last steps' mean training score.
-    scores = [e.train_acc for e in result.history if 14 < e.step <= 22]
-    assert stages[0].previous_score is None and stages[2].previous_score == pytest.approx(sum(scores) / 8)
-    # Each stage warms up again from its own first step: the lr is that of a run of the stage's length.
+    scores = [e.train_acc for e in result.history if 6 < e.step <= 11]
+    assert stages[0].previous_score is None and stages[2].previous_score == pytest.approx(sum(scores) / 5)
+    # Each stage warms up again from its own first step: a drill holds its peak after the warmup (wsd over its
+    # share), the stories decay over what is left.
     lrs = {e.step: e.lr for e in result.history}
-    for stage, length in zip(stages, (14, 8, 4, 4, 10)):
-        stage_config = dataclasses.replace(cfg.train_config(), max_steps=length)
-        assert lrs[stage.step + 1] == pytest.approx(cfg.learning_rate * lr_multiplier(stage_config, 0))
-    assert lrs[15] > 3 * lrs[14]   # the first drill's rate had decayed; the second's starts again
+    for stage, length in zip(stages, (6, 5, 5, 6, 5, 5, 8)):
+        stage_config = dataclasses.replace(cfg.train_config(), max_steps=length,
+                                           schedule="wsd" if stage.name.startswith("drill") else "linear")
+        for k in range(length):
+            assert lrs[stage.step + 1 + k] == pytest.approx(cfg.learning_rate * lr_multiplier(stage_config, k))
+    # A drill's peak held mid-way; one that takes all its share decays at its end, and the next starts again.
+    assert lrs[2] == lrs[5] == cfg.learning_rate and lrs[6] < lrs[5] and lrs[7] > lrs[6]
     # Every figure is on the held-out stories: a validation pass at the start of each stage, and the final one.
-    assert [e.step for e in result.evals][:6] == [0, 14, 20, 22, 26, 30]
-    assert result.to_dict()["stages"][1]["name"] == "drill: who"
-    # ... and a fresh optimizer: the last one's moments count the stories' 10 updates only.
-    assert {int(state["step"]) for state in seen[-1].state.values()} == {10}
+    assert [e.step for e in result.evals][:8] == [0, 6, 11, 16, 20, 22, 27, 32]
+    assert result.to_dict()["stages"][1]["name"] == "drill: where"
+    # ... and a fresh optimizer: the last one's moments count the stories' 8 updates only.
+    assert {int(state["step"]) for state in seen[-1].state.values()} == {8}
+
+
+def test_a_drill_ends_as_soon_as_it_is_learnt_and_its_rest_goes_to_the_stories(tiny, monkeypatch):
+    from bert_core.training import finetune as finetune_module
+
+    monkeypatch.setattr(finetune_module, "MASTERY_STEPS", 5)
+    task = _staged_task()
+    # `sentence` counts as learnt at once (mastery 0: its first 5 steps), `where` never (its whole share).
+    task.drills = (dataclasses.replace(task.drills[0], mastery=0.0), dataclasses.replace(task.drills[1], mastery=1.01),
+                   *task.drills[2:])
+    result, _, cfg = _run(tiny, task)
+    # sentence 5 steps, where 5 (its share), happened 5, who 6, what 5, finder 5, the stories the 9 left
+    assert [s.step for s in result.stages] == [0, 5, 10, 15, 21, 26, 31]
+    assert result.steps == 40
+    lrs = {e.step: e.lr for e in result.history}
+    stories = dataclasses.replace(cfg.train_config(), max_steps=9)
+    assert lrs[32] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 0))
+    assert lrs[40] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 8))
+
+
+def test_a_stage_that_begins_at_an_evaluation_point_is_evaluated_once(tiny):
+    result, _, _ = _run(tiny, _staged_task(), steps=40, eval_points=20)  # points every 2 steps, stages at 6, 18...
+    steps = [e.step for e in result.evals]
+    assert len(steps) == len(set(steps)) and {6, 11, 16, 22, 27, 32} <= set(steps)
 
 
 def test_without_drills_the_schedule_is_the_run_s_own_and_seeds_repeat(tiny):
@@ -216,7 +269,7 @@ def test_the_cli_trains_the_drills_first_at_the_answer_spans_rate_and_no_drills_
     staged, alone = runs[False], runs[True]
     rate = finetune_learning_rate(BertConfig.load(folder), None, kind="labels")
     assert staged["config"]["learning_rate"] == pytest.approx(rate / 2)
-    assert [s["name"] for s in staged["results"][0]["stages"]][:2] == ["drill: where", "drill: who"]
+    assert [s["name"] for s in staged["results"][0]["stages"]][:2] == ["drill: sentence", "drill: where"]
     assert [s["name"] for s in alone["results"][0]["stages"]] == ["toy QA stories (seed 0)"]
     assert staged["data"]["validation"] == alone["data"]["validation"]   # the same held-out stories either way
     code = main(["finetune", "--checkpoint", str(folder), "--no-drills", "--steps", "1"])
@@ -231,6 +284,7 @@ def test_the_curve_marks_where_each_stage_began(tiny):
     result, _, _ = _run(tiny, _staged_task(), steps=20)
     fig = accuracy_curves_figure({"pretrained": result.evals}, x="step", metric="macro_f1", stages=result.stages)
     lines = [shape for shape in fig.layout.shapes if shape.line.dash == "dot"]
-    assert [line.x0 for line in lines] == [s.step for s in result.stages] == [0, 7, 11, 13, 15]
-    assert [a.text for a in fig.layout.annotations] == ["where", "who", "what", "finder", "toy QA stories"]
+    assert [line.x0 for line in lines] == [s.step for s in result.stages] == [0, 3, 5, 7, 10, 12, 14]
+    assert [a.text for a in fig.layout.annotations] == ["sentence", "where", "happened", "who", "what", "finder",
+                                                        "toy QA stories"]
     assert not accuracy_curves_figure({"pretrained": result.evals}, stages=result.stages[:1]).layout.shapes

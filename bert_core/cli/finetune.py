@@ -72,9 +72,9 @@ def add_parser(subparsers):
                         + "; or a real one, read from ../shared/data or fetched once from its public home (python -m "
                           "bert_core download NAME): " + "; ".join(f"{k}: {t.label}" for k, t in TASKS.items()))
     p.add_argument("--no-drills", action="store_true",
-                   help="with --task toy-qa: train on the stories alone, without the four drills before them "
-                        "(one kind of question at a time: where, who, what, who found; about 30%% exact match "
-                        "instead of 90%% and more with the shipped mini)")
+                   help="with --task toy-qa: train on the stories alone, without the five drills before them "
+                        "(one kind of question at a time: a name's sentence, where, who, what, who found; about 30%% "
+                        "exact match instead of 90%% and more with the shipped mini)")
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")
@@ -232,9 +232,9 @@ def describe(task) -> str:
         line = (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
                 f"questions (the validation ones on {passages:,} passages never trained on)")
         if task.drills:
-            line += ("; first " + ", then ".join(f"{d.kind} ({100 * d.share:g}% of the budget: \"{d.example}\")"
-                                                  for d in task.drills)
-                     + ", then the stories for the rest, each stage with its own schedule (--no-drills: the "
+            line += ("; first its drills, each until learnt or at most its share of the budget: "
+                     + ", then ".join(f"{d.kind} ({100 * d.share:g}%: \"{d.example}\")" for d in task.drills)
+                     + "; then the stories for the rest, each stage with its own schedule (--no-drills: the "
                        "stories alone)")
         return line
     return (f"data: {train.source.removesuffix(' (train)')}, {len(train)} train / {len(val)} validation, "

@@ -3,14 +3,19 @@
 The toy stories (answer_spans_data.toy_qa_task) ask four questions of each character: who went to a place, where
 they went, what they found and who found it. Trained on the stories alone, the shipped models stay at 25-33%
 held-out exact match (the right kind of answer, another character's span), and all four kinds of question at once
-on plain passages stay at 55%. One kind at a time clicks (100% within 400-2,200 steps each), and a model drilled
-on the four in turn then reads the stories at 99.8-100% (docs/benchmarks.md, "A curriculum: one kind of question
-at a time, then the stories"). So the task comes with its drills, trained in this order before the stories:
+on plain passages stay at 55%. One kind at a time clicks, and a model drilled on the kinds in turn then reads the
+stories at 99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories"). So the
+task comes with its drills, trained in this order before the stories, each until it is learnt:
 
-    where   "Where did tom go?"           -> "the barn"
-    who     "Who went to the barn?"       -> "tom"
-    what    "What did tom find?"          -> "a red stone"
-    finder  "Who found the red stone?"    -> "tom"
+    sentence  "What did tom do?"            -> "tom went to the barn"   (the stories never ask it)
+    where     "Where did tom go?"           -> "the barn"
+    who       "Who went to the barn?"       -> "tom"
+    what      "What did tom find?"          -> "a red stone"
+    finder    "Who found the red stone?"    -> "tom"
+
+`sentence` comes first because `where` alone is a gamble: it sat at a guess among the names for 3,000-7,000 steps
+at some seeds, and after `sentence` (whose answer starts at the name the question gives) it clicked within a few
+hundred steps at each seed tried.
 
 A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."), with
 words of its own (not the stories' names and places), so that a drill teaches reading, not the stories' answers.
@@ -22,7 +27,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["QUESTION_KINDS", "Drill", "DRILL_SHARES", "toy_qa_drills", "drill_squad", "question_kind"]
+__all__ = ["QUESTION_KINDS", "DRILL_KINDS", "Drill", "DRILL_SHARES", "MASTERY", "toy_qa_drills", "drill_squad",
+           "question_kind"]
 
 NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
          "paul", "rose")
@@ -32,23 +38,37 @@ COLOURS = ("red", "blue", "green", "black", "white", "yellow", "brown", "grey")
 THINGS = ("stone", "key", "box", "coin", "book", "hat", "cup", "shell")
 
 QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four questions a name, in their order
+# ... and the drills' own two, which the stories never ask: a name's whole sentence, found by its name ("What did
+# tom do?" -> "tom went to the barn": the span starts at the name the question gives) or by its place ("What
+# happened at the barn?": the span ends there).
+DRILL_KINDS = ("sentence", "happened", *QUESTION_KINDS)
 
-# The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
-# budget); the stories get the rest. `where` comes first and gets the most: it took 1,300-2,200 steps to click
-# where the others took 400-1,500, and a model that learnt it first learnt the others faster.
-DRILL_SHARES: tuple[tuple[str, float], ...] = (("where", 0.35), ("who", 0.2), ("what", 0.1), ("finder", 0.1))
+# The drills in the order they are trained, each with the most of the run's budget it may take (steps, or seconds
+# with a time budget); each ends as soon as it is learnt, and the stories get all the rest. Each kind clicks at
+# its own, seed-dependent moment (docs/benchmarks.md, "The drills as the task's recipe"): `where` trained first sat
+# at a guess among the names for all of 3,200 steps at seeds 2 and 3 and of 4,200-7,000 at seed 1, and after
+# `sentence` (learnt in 840-1,000 steps) it was learnt within 200-600 steps at each of seeds 0-3; `who` took
+# 291-897 steps, or more than 1,200.
+# Hence one share for each kind that lets most clicks happen, and the rest for the stories.
+DRILL_SHARES: tuple[tuple[str, float], ...] = (("sentence", 0.15), ("where", 0.12), ("happened", 0.12), ("who", 0.15),
+                                               ("what", 0.12), ("finder", 0.12))
 DRILL_PASSAGES = 3000
+# A drill is learnt when its last training steps (training.finetune.MASTERY_STEPS) answer this share right on
+# average: once a kind clicks, its training batches are 98-100% right.
+MASTERY = 0.95
 
 
 @dataclass(frozen=True)
 class Drill:
-    """One drill of a curriculum: a kind of question (QUESTION_KINDS) on generated passages, and its share of the
-    run's budget. The data is made when asked for (Drill.data), so that carrying a drill costs nothing."""
+    """One drill of a curriculum: a kind of question (QUESTION_KINDS) on generated passages, the most of the run's
+    budget it may take, and the training score at which it is learnt and ends. The data is made when asked for
+    (Drill.data), so that carrying a drill costs nothing."""
 
     kind: str
     share: float
     seed: int = 0
     passages: int = DRILL_PASSAGES
+    mastery: float | None = MASTERY   # the training score that ends it early (None: it takes all its share)
 
     @property
     def name(self) -> str:
@@ -57,8 +77,8 @@ class Drill:
     @property
     def example(self) -> str:
         """One question of this drill, to show what it asks."""
-        return {"who": "Who went to the barn?", "where": "Where did tom go?", "what": "What did tom find?",
-                "finder": "Who found the red stone?"}[self.kind]
+        return {"sentence": "What did tom do?", "happened": "What happened at the barn?", "who": "Who went to the barn?", "where": "Where did tom go?",
+                "what": "What did tom find?", "finder": "Who found the red stone?"}[self.kind]
 
     def data(self):
         """The drill's questions as QAData (answer_spans_data.parse_squad of drill_squad)."""
@@ -75,18 +95,18 @@ def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
 
 def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = False,
                 questions: tuple[str, ...] = ("who",)) -> dict:
-    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in
-    one sentence ("tom went to the barn."), asked `questions`, some of QUESTION_KINDS: who went to the place
-    ("who"), where the name went ("where": "the barn"), what it found ("what": "a red stone") and who found it
-    ("finder"). With `find` (implied by what and finder) each sentence goes on to a find ("tom went to the barn and
-    found a red stone."), drawn from a second generator so the names, places and questions stay those of the plain
-    file. Any but "who" alone makes finds differ within a passage, so that "Who found the red stone?" has one
-    answer."""
+    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in one
+    sentence ("tom went to the barn."), asked `questions`, some of DRILL_KINDS: what the name did ("sentence":
+    "tom went to the barn", its whole sentence), who went to the place ("who"), where the name went ("where":
+    "the barn"), what it found ("what": "a red stone") and who found it ("finder"). With `find` (implied by what
+    and finder) each sentence goes on to a find ("tom went to the barn and found a red stone."), drawn from a
+    second generator so the names, places and questions stay those of the plain file. A kind but "who" and
+    "sentence" makes finds differ within a passage, so that "Who found the red stone?" has one answer."""
     questions = tuple(questions)
-    if not questions or set(questions) - set(QUESTION_KINDS):
-        raise ValueError(f"questions are some of {QUESTION_KINDS}, not {questions}")
+    if not questions or set(questions) - set(DRILL_KINDS):
+        raise ValueError(f"questions are some of {DRILL_KINDS}, not {questions}")
     find = find or bool({"what", "finder"} & set(questions))
-    distinct = questions != ("who",)
+    distinct = bool(set(questions) - {"who", "sentence", "happened"})
     rng, finds = random.Random(seed), random.Random(seed + 1)
     data = []
     for i in range(passages):
@@ -104,22 +124,29 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
             if find:
                 at["thing"] = len(context) + len(" and found ")
                 context += f" and found a {things[j]}"
-            context += "."
-            asked = {"who": (f"Who went to the {place}?", name, at["name"]),
+            asked = {"sentence": (f"What did {name} do?", context[at["name"]:], at["name"]),
+                     "happened": (f"What happened at the {place}?", context[at["name"]:], at["name"]),
+                     "who": (f"Who went to the {place}?", name, at["name"]),
                      "where": (f"Where did {name} go?", f"the {place}", at["place"])}
+            context += "."
             if find:
                 asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
                              finder=(f"Who found the {things[j]}?", name, at["name"]))
             qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
                      "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
-                    for q, kind in enumerate(QUESTION_KINDS) if kind in questions]
+                    for q, kind in enumerate(QUESTION_KINDS + ("sentence", "happened")) if kind in questions]
         data.append({"title": "drill", "paragraphs": [{"context": context, "qas": qas}]})
     return {"version": "1.1", "data": data}
 
 
 def question_kind(question: str) -> str:
-    """Which of the four toy questions `question` is (the stories' wordings and the drills' alike)."""
+    """Which of the four toy questions `question` is (the stories' wordings and the drills' alike), or the
+    drills' own "sentence"."""
     q = question.lower()
+    if q.startswith("what did") and q.endswith(" do?"):
+        return "sentence"
+    if q.startswith("what happened at"):
+        return "happened"
     if q.startswith(("where", "which place")):
         return "where"
     if q.startswith("what"):

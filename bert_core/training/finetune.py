@@ -10,6 +10,7 @@ the validation passes that draw the accuracy curve do not eat into it.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import logging
@@ -325,11 +326,13 @@ class Finetuner(RunLoop):
         self._step_seconds: list[float] = []
         self._elapsed_before_step = 0.0
         self._best: tuple[float, int, dict] | None = None  # (selection score, step, the weights on the CPU)
-        # The stages of the run: the task's drills, each for its share of the budget, then the task's own data.
+        # The stages of the run: the task's drills, each until it is learnt or its share of the budget is spent,
+        # then the task's own data for the rest.
         self._plan = _stage_plan(self.task)
         self.stages: list[FinetuneStage] = []  # as they began
         self._stage_config = self._train_config
         self._stage_origin = (0, 0.0)  # (step, training seconds) where the stage in training began
+        self._stage_scores: collections.deque = collections.deque(maxlen=MASTERY_STEPS)  # its last steps' scores
 
     def run(self) -> FinetuneResult | None:
         """Train until the budget or stop(); never raises: a failure sets `error` and state 'failed'."""
@@ -353,22 +356,31 @@ class Finetuner(RunLoop):
 
     def _enter_stage(self, index: int) -> None:
         """Train on stage `index` from the next step: its batches, and (after the first) a new optimizer and a
-        schedule of its own over its share of the budget, as a run of its own would have (the curriculum was
-        measured so: docs/benchmarks.md)."""
+        schedule of its own, as a run of its own would have. A drill's schedule warms up and holds the peak rate
+        over its share of the budget (wsd: it decays only if the drill takes all of it); the task's own data
+        gets the run's schedule over all the budget that is left."""
         cfg, drills = self.config, self.task.drills
         self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(drills)
                          else self.task.train_batches(cfg.batch_size, cfg.seed))
-        share = self._plan[index][1]
-        self._stage_config = (self._train_config if share == 1.0 else dataclasses.replace(
-            self._train_config, max_steps=max(1, round(share * cfg.max_steps)) if cfg.max_steps else None,
-            time_budget_s=share * cfg.time_budget_s if cfg.time_budget_s else None))
+        if not drills:
+            self._stage_config = self._train_config
+        elif index < len(drills):
+            share = self._plan[index][1]
+            self._stage_config = dataclasses.replace(
+                self._train_config, schedule="wsd",
+                max_steps=max(1, round(share * cfg.max_steps)) if cfg.max_steps else None,
+                time_budget_s=share * cfg.time_budget_s if cfg.time_budget_s else None)
+        else:
+            self._stage_config = dataclasses.replace(
+                self._train_config, max_steps=max(1, cfg.max_steps - self.step) if cfg.max_steps else None,
+                time_budget_s=max(cfg.time_budget_s - self.elapsed_s, 1e-3) if cfg.time_budget_s else None)
         self._stage_origin = (self.step, self.elapsed_s)
         if index:
             self.optimizer = adamw(self.model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps,
                                    layer_decay=cfg.layer_decay)
-        last = [e.train_acc for e in self.history[-100:] if e.step > self.stages[-1].step] if self.stages else []
+        scores, self._stage_scores = self._stage_scores, collections.deque(maxlen=MASTERY_STEPS)
         event = FinetuneStage(self.step, self.elapsed_s, index, len(self._plan), self._plan[index][0],
-                              sum(last) / len(last) if last else None)
+                              sum(scores) / len(scores) if scores else None)
         self.stages.append(event)
         for callback in self.callbacks:
             callback(event)
@@ -376,15 +388,16 @@ class Finetuner(RunLoop):
     def _after_step(self) -> None:
         self._step_seconds.append(self.elapsed_s - self._elapsed_before_step)
         self._elapsed_before_step = self.elapsed_s
-        ends = self._stage_ends()
-        if len(self.stages) < len(self._plan) and self._fraction_done() >= ends[len(self.stages) - 1] - 1e-9:
+        evaluated = False
+        if len(self.stages) < len(self._plan) and self._stage_over():
             self._enter_stage(len(self.stages))
             if not self._done():
                 self._evaluate()  # the validation figure each stage ends with: a point of the curve
+                evaluated = True
         points = self.config.eval_points
         if self._next_eval < points and self._fraction_done() >= self._next_eval / points:
             self._next_eval = math.floor(self._fraction_done() * points) + 1
-            if not self._done():
+            if not self._done() and not evaluated:
                 self._evaluate()
 
     def _done(self) -> bool:
@@ -442,6 +455,7 @@ class Finetuner(RunLoop):
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.examples_seen += out.examples
+        self._stage_scores.append(out.score.item())
         return FinetuneStep(self.step, self.examples_seen, lr, loss, out.score.item(), grad_norm, self._elapsed_now())
 
     def _evaluate(self) -> None:
@@ -460,24 +474,34 @@ class Finetuner(RunLoop):
             self._best = (score, self.step, weights)
 
 
-    def _stage_ends(self) -> list[float]:
-        """The fraction of the run done (run_loop's: steps or seconds) at which each stage ends."""
-        ends, done = [], 0.0
-        for _, share in self._plan:
-            done += share
-            ends.append(done)
-        return ends
+    def _stage_over(self) -> bool:
+        """Whether the drill in training is done: learnt (its last MASTERY_STEPS steps' mean training score at
+        least its `mastery`), or its share of the budget spent."""
+        stage, (step, seconds) = self._stage_config, self._stage_origin
+        if stage.max_steps and self.step - step >= stage.max_steps:
+            return True
+        if stage.time_budget_s and self._elapsed_now() - seconds >= stage.time_budget_s:
+            return True
+        mastery = self._plan[len(self.stages) - 1][2]
+        scores = self._stage_scores
+        return mastery is not None and len(scores) == MASTERY_STEPS and sum(scores) / MASTERY_STEPS >= mastery
 
 
-def _stage_plan(task: FinetuneTask) -> list[tuple[str, float]]:
-    """(name, share of the budget) of each stage of a run on `task`: its drills, then its own data for the rest."""
-    plan = [(drill.name, float(drill.share)) for drill in task.drills]
-    rest = 1.0 - sum(share for _, share in plan)
-    if any(not 0 < share < 1 for _, share in plan) or rest <= 0.01:
-        raise BertCoreError(f"the drills' shares of the budget ({', '.join(f'{s:g}' for _, s in plan)}) must each "
-                            "be above 0 and leave the task itself some of it")
+# A drill is learnt when the mean training score of its last MASTERY_STEPS steps reaches its `mastery`: long enough
+# (6,400 questions at batch 32, most of a drill's 7,500) that a lucky run of batches does not end it.
+MASTERY_STEPS = 200
+
+
+def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
+    """(name, share of the budget, mastery) of each stage of a run on `task`: its drills (each ends when learnt, or
+    at its share at the latest), then its own data for the rest."""
+    plan = [(drill.name, float(drill.share), getattr(drill, "mastery", None)) for drill in task.drills]
+    rest = 1.0 - sum(share for _, share, _ in plan)
+    if any(not 0 < share < 1 for _, share, _ in plan) or rest <= 0.01:
+        raise BertCoreError(f"the drills' shares of the budget ({', '.join(f'{s:g}' for _, s, _ in plan)}) must "
+                            "each be above 0 and leave the task itself some of it")
     source = getattr(getattr(task, "train_data", None), "source", "") or "the task"
-    return [*plan, (source.removesuffix(" (train)"), rest if plan else 1.0)]
+    return [*plan, (source.removesuffix(" (train)"), rest if plan else 1.0, None)]
 
 
 def _task_of(train: ClassificationData | None, val: ClassificationData | None,
@@ -667,9 +691,10 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
 
 BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
                   "toy-qa": "who went where and what they found, in toy stories (answer spans), after four drills"}
-# The toy QA task's budget where none is given: its four drills and the stories (toy_qa_drills.DRILL_SHARES) in
-# steps, so that every machine trains the same run; measured with the shipped mini in docs/benchmarks.md.
-TOY_QA_STEPS = 12_000
+# The toy QA task's budget where none is given: its four drills, each until learnt (at most
+# toy_qa_drills.DRILL_SHARES of it), then the stories for the rest; in steps, so that every machine trains the same
+# run. Measured with the shipped mini in docs/benchmarks.md.
+TOY_QA_STEPS = 8_000
 
 
 def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
