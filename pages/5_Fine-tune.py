@@ -70,7 +70,7 @@ SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "up
 # What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
 KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
                  "spans": dict(budget=60, maxlen=256)}
-# ... and what a dataset changes of it: the toy stories need their four drills and then the stories, which take a
+# ... and what a dataset changes of it: the toy stories need their drills and then the stories, which take a
 # CPU minutes (the page's longest budget; EXPECT_QA says what it gives).
 DATA_SETTINGS = {"toy_qa": dict(budget=600)}
 # The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
@@ -250,11 +250,12 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
             st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
                              "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll")
         if choice == "toy_qa":
-            st.checkbox("Four drills first, then the stories", key="ft_drills",
-                        help="One kind of question at a time on one-sentence-a-name passages (where did tom go?, "
-                             "who went to the barn?, what did tom find?, who found the red stone?), each for a "
-                             "share of the budget with its own schedule, then the stories for the rest. Validation "
-                             "is on held-out stories only. Without the drills the shipped models stay near 30%.")
+            st.checkbox("Drills first, then the stories", key="ft_drills",
+                        help="One kind of question at a time on one-sentence-a-name passages (what did tom do?, "
+                             "where did tom go?, what happened at the barn?, who went to the barn?, what did tom "
+                             "find?, who found the red stone?), each until learnt or its share of the budget is "
+                             "spent, with its own schedule; then the stories for the rest. Validation is on "
+                             "held-out stories only. Without the drills the shipped models stay near 30%.")
         if choice == "upload_squad":
             st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
                              "to 100 MB)", type=["json"], key="ft_upload_squad")

@@ -62,7 +62,7 @@ def test_a_question_answering_model_highlights_its_answer(server, browser, scree
         _open(page, base, "Fine-tune", "?ft_kind=spans&ft_data=toy_qa&ft_budget=1&ft_train=200&ft_val=40"
                                        "&ft_maxlen=128")
         _fine_tune(page)
-        # The toy stories are trained through their four drills: the curve marks where each stage began, and the
+        # The toy stories are trained through their six drills: the curve marks where each stage began, and the
         # results say how each drill ended.
         marks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
             .filter(d => d.layout && String((d.layout.title || {}).text || '').startsWith('Validation exact match'))

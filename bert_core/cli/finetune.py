@@ -72,9 +72,9 @@ def add_parser(subparsers):
                         + "; or a real one, read from ../shared/data or fetched once from its public home (python -m "
                           "bert_core download NAME): " + "; ".join(f"{k}: {t.label}" for k, t in TASKS.items()))
     p.add_argument("--no-drills", action="store_true",
-                   help="with --task toy-qa: train on the stories alone, without the five drills before them "
-                        "(one kind of question at a time: a name's sentence, where, who, what, who found; about 30%% "
-                        "exact match instead of 90%% and more with the shipped mini)")
+                   help="with --task toy-qa: train on the stories alone, without the drills before them "
+                        "(one kind of question at a time: a name's sentence, where, the sentence by its place, who, "
+                        "what, who found); the stories alone stay near 30%% exact match with the shipped models")
     p.add_argument("--text-column", action="append", metavar="NAME",
                    help="text column (give twice to join two, e.g. title and description)")
     p.add_argument("--label-column", metavar="NAME")

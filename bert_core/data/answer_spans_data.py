@@ -394,7 +394,7 @@ def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> Q
     which name goes with which place and which find (each named again beside its place and its find). Four
     questions per character; every answer is a span of its story, checked at its answer_start. Deterministic for a
     seed; the title is the story's topic, and a story's questions share its context. With `drills` the task comes
-    with its four drills (toy_qa_drills: one kind of question at a time), which fine-tuning trains on before the
+    with its drills (toy_qa_drills: one kind of question at a time), which fine-tuning trains on before the
     stories: without them the shipped models stay near 30% exact match.
     """
     if not isinstance(num_stories, int) or isinstance(num_stories, bool) or num_stories < 2:

@@ -77,8 +77,9 @@ class Drill:
     @property
     def example(self) -> str:
         """One question of this drill, to show what it asks."""
-        return {"sentence": "What did tom do?", "happened": "What happened at the barn?", "who": "Who went to the barn?", "where": "Where did tom go?",
-                "what": "What did tom find?", "finder": "Who found the red stone?"}[self.kind]
+        return {"sentence": "What did tom do?", "happened": "What happened at the barn?",
+                "who": "Who went to the barn?", "where": "Where did tom go?", "what": "What did tom find?",
+                "finder": "Who found the red stone?"}[self.kind]
 
     def data(self):
         """The drill's questions as QAData (answer_spans_data.parse_squad of drill_squad)."""

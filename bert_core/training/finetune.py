@@ -690,8 +690,8 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
 
 
 BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
-                  "toy-qa": "who went where and what they found, in toy stories (answer spans), after four drills"}
-# The toy QA task's budget where none is given: its four drills, each until learnt (at most
+                  "toy-qa": "who went where and what they found, in toy stories (answer spans), after its drills"}
+# The toy QA task's budget where none is given: its drills, each until learnt (at most
 # toy_qa_drills.DRILL_SHARES of it), then the stories for the rest; in steps, so that every machine trains the same
 # run. Measured with the shipped mini in docs/benchmarks.md.
 TOY_QA_STEPS = 8_000
