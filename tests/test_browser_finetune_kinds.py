@@ -64,10 +64,13 @@ def test_a_question_answering_model_highlights_its_answer(server, browser, scree
         _fine_tune(page)
         # The toy stories are trained through their six drills: the curve marks where each stage began, and the
         # results say how each drill ended.
-        marks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-            .filter(d => d.layout && String((d.layout.title || {}).text || '').startsWith('Validation exact match'))
-            .map(d => (d.layout.annotations || []).map(a => a.text))""")
-        assert marks and marks[0] == ["sentence", "where", "happened", "who", "what", "finder", "toy QA stories"], marks
+        page.wait_for_function("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .some(d => d.layout && (d.layout.annotations || []).length > 0)""", timeout=15_000)
+        plots = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .map(d => [String((d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || ''),
+                       ((d.layout && d.layout.annotations) || []).map(a => a.text)])""")
+        marks = [notes for title, notes in plots if "Validation F1" in title]
+        assert marks and marks[0] == ["sentence", "where", "happened", "who", "what", "finder", "toy QA stories"], plots
         assert page.get_by_text("each drill at its end", exact=False).count() >= 1
         page.get_by_role("heading", name="Ask each a question").scroll_into_view_if_needed()
         _settle(page)
