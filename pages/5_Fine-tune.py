@@ -116,8 +116,9 @@ EXPECT_QA_BY_MODEL = {
                          "one thread of a 2-core CPU shared with other runs, minutes on a GPU) read the held-out "
                          "stories at 99.0 / 94.3 / 100.0% exact match (seeds 0 / 1 / 2). This page's 600 s on "
                          "one CPU thread hold about half those steps: 54.0% at seed 0 (4,305 steps; its `what` "
-                         "drill ran out of time), still rising. An H200 shared with pretraining ran the stories at about 57 "
-                         "steps a second (docs/benchmarks.md): the whole 8,000 steps fit in 600 s there.",
+                         "drill ran out of time), still rising. An H200 shared with pretraining ran the stories "
+                         "at about 57 steps a second (docs/benchmarks.md): the whole 8,000 steps fit in 600 s "
+                         "there.",
     "bert-tiny-english": "With bert-tiny-english (2 layers) the drills only partly click and the stories stay near "
                          "28% (27.7% after `finetune --task toy-qa`'s 8,000 steps), as on the stories alone: choose "
                          "bert-mini-english in the sidebar to watch them being read."}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bert_core.data.answer_spans_data import parse_squad, toy_qa_task
+from bert_core.data.answer_spans_data import drill_data, parse_squad, toy_qa_task
 from bert_core.data.toy_qa_drills import (
     DRILL_SHARES,
     QUESTION_KINDS,
@@ -107,7 +107,7 @@ def test_question_kind_reads_the_stories_and_the_drills_alike():
     for ex in examples:
         assert question_kind(ex.question) == order[int(ex.id.rsplit("-", 1)[1]) % 4], ex.question
     for drill in toy_qa_drills(0):
-        data = Drill(drill.kind, drill.share, passages=10).data()
+        data = drill_data(Drill(drill.kind, drill.share, passages=10))
         assert {question_kind(ex.question) for ex in data.examples} == {drill.kind}
         assert question_kind(drill.example) == drill.kind
 
@@ -119,9 +119,9 @@ def test_the_toy_task_carries_its_drills_in_order_and_seeded_and_can_leave_them_
     assert all(d.seed == 3 for d in data.drills) and 0 < sum(d.share for d in data.drills) < 1
     assert toy_qa_task(3, 20, drills=False).drills == ()
     assert toy_qa_task(3, 20, drills=False).examples == data.examples   # the stories are the same either way
-    first = Drill("where", 0.3, seed=1, passages=20).data()
-    assert first.examples == Drill("where", 0.3, seed=1, passages=20).data().examples
-    assert first.examples != Drill("where", 0.3, seed=2, passages=20).data().examples
+    first = drill_data(Drill("where", 0.3, seed=1, passages=20))
+    assert first.examples == drill_data(Drill("where", 0.3, seed=1, passages=20)).examples
+    assert first.examples != drill_data(Drill("where", 0.3, seed=2, passages=20)).examples
     # A split's task keeps the drills; validation is the held-out stories only.
     task = split_task(data, None, 20, seed=0)
     assert isinstance(task, AnswerSpans) and task.drills == data.drills
@@ -134,7 +134,7 @@ def test_the_toy_task_carries_its_drills_in_order_and_seeded_and_can_leave_them_
 def tiny():
     """A nano model config and a tokenizer that knows the stories' and the drills' words."""
     texts = [ex.context for ex in toy_qa_task(0, 30).examples]
-    texts += [ex.context for d in toy_qa_drills(0) for ex in Drill(d.kind, d.share, passages=30).data().examples]
+    texts += [ex.context for d in toy_qa_drills(0) for ex in drill_data(Drill(d.kind, d.share, passages=30)).examples]
     tokenizer = train_tokenizer(texts, vocab_size=400)
     return BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=128), tokenizer
 

@@ -33,11 +33,12 @@ from bert_core.data.toy_grammar import (
     MALE_NAMES,
     TOPICS,
 )
-from bert_core.data.toy_qa_drills import toy_qa_drills
+from bert_core.data.toy_qa_drills import Drill, drill_squad, toy_qa_drills
 from bert_core.errors import BertCoreError
 
 __all__ = [
-    "MAX_SQUAD_BYTES", "QAExample", "QAData", "parse_squad", "load_squad", "toy_qa_task", "split_by_passage",
+    "MAX_SQUAD_BYTES", "QAExample", "QAData", "parse_squad", "load_squad", "toy_qa_task", "drill_data",
+    "split_by_passage",
     "QAFeature", "encode_qa", "QABatch", "collate_qa", "qa_train_batches", "qa_eval_batches", "best_answers",
     "normalize_answer", "exact_match_score", "f1_score", "squad_metrics",
 ]
@@ -410,6 +411,12 @@ def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> Q
     return QAData(examples=examples, source=f"toy QA stories (seed {seed})",
                   notes=[f"{len(examples)} questions on {num_stories} stories"],
                   drills=toy_qa_drills(seed) if drills else ())
+
+
+def drill_data(drill: Drill) -> QAData:
+    """A drill's questions (toy_qa_drills.Drill) as QAData: its drill_squad, read and checked like any SQuAD file."""
+    return parse_squad(drill_squad(drill.passages, drill.seed, questions=(drill.kind,)),
+                       source=f"{drill.name} ({drill.passages} passages, seed {drill.seed})")
 
 
 # -- splits ------------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ hundred steps at each seed tried.
 
 A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."), with
 words of its own (not the stories' names and places), so that a drill teaches reading, not the stories' answers.
-Everything is seeded and returned as SQuAD v1.1 (drill_squad) or QAData (Drill.data).
+Everything is seeded and returned as SQuAD v1.1 (drill_squad; answer_spans_data.drill_data reads it as QAData).
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ MASTERY = 0.95
 
 @dataclass(frozen=True)
 class Drill:
-    """One drill of a curriculum: a kind of question (QUESTION_KINDS) on generated passages, the most of the run's
-    budget it may take, and the training score at which it is learnt and ends. The data is made when asked for
-    (Drill.data), so that carrying a drill costs nothing."""
+    """One drill of a curriculum: a kind of question (DRILL_KINDS) on generated passages, the most of the run's
+    budget it may take, and the training score at which it is learnt and ends. Its questions are made when asked
+    for (answer_spans_data.drill_data), so that carrying a drill costs nothing."""
 
     kind: str
     share: float
@@ -81,12 +81,6 @@ class Drill:
                 "who": "Who went to the barn?", "where": "Where did tom go?", "what": "What did tom find?",
                 "finder": "Who found the red stone?"}[self.kind]
 
-    def data(self):
-        """The drill's questions as QAData (answer_spans_data.parse_squad of drill_squad)."""
-        from bert_core.data.answer_spans_data import parse_squad  # that module imports this one for toy_qa_task
-
-        return parse_squad(drill_squad(self.passages, self.seed, questions=(self.kind,)),
-                           source=f"{self.name} ({self.passages} passages, seed {self.seed})")
 
 
 def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:

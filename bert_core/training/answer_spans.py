@@ -21,6 +21,7 @@ from bert_core.data.answer_spans_data import (
     QAData,
     QAExample,
     best_answers,
+    drill_data,
     encode_qa,
     qa_eval_batches,
     qa_train_batches,
@@ -81,7 +82,7 @@ class AnswerSpans(FinetuneTask):
         same = self.val_data is self.train_data
         self._val_features = (self._train_features if same else
                               encode_qa(self.val_data, tokenizer, max_length, stride))
-        self._drill_features = [encode_qa(drill.data(), tokenizer, max_length, stride) for drill in self.drills]
+        self._drill_features = [encode_qa(drill_data(drill), tokenizer, max_length, stride) for drill in self.drills]
 
     def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
         return qa_train_batches(self._drill_features[index], batch_size, seed, self._pad_id)
