@@ -163,7 +163,8 @@ def main() -> None:
     simple.add_argument("--all-questions", action="store_true", help="with the find, four questions a name: who "
                         "went to the place, where they went, what they found, who found it (--questions with all four)")
     simple.add_argument("--questions", nargs="+", choices=DRILL_KINDS, default=["who"],
-                        help="which of the four to ask (default: who); what and finder bring the find")
+                        help="which kinds to ask (default: who): the stories' four and the drills' sentence and "
+                             "happened; what and finder bring the find")
     staged = sub.add_parser("curriculum")
     staged.add_argument("--checkpoint", type=Path, default=Path("checkpoints/bert-mini-english"))
     staged.add_argument("--stages", nargs="+", required=True, help="KIND[+KIND]:SECONDS, in order")

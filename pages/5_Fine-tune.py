@@ -71,7 +71,7 @@ SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "up
 KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
                  "spans": dict(budget=60, maxlen=256)}
 # ... and what a dataset changes of it: the toy stories need their drills and then the stories, which take a
-# CPU minutes (the page's longest budget; EXPECT_QA says what it gives).
+# CPU minutes (the page's longest budget; EXPECT_QA_BY_MODEL says what it gives).
 DATA_SETTINGS = {"toy_qa": dict(budget=600)}
 # The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
 # its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; answer spans half).
@@ -113,7 +113,7 @@ EXPECT_QA_DRILLS = (
 # ... and what the shipped models reached (2026-11-27, one CPU thread a run, other runs beside them).
 EXPECT_QA_BY_MODEL = {
     "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, about 35 minutes a run on "
-                         "one thread of a 2-core CPU shared with other runs, minutes on a GPU) read the held-out "
+                         "one thread of a 2-core CPU shared with other runs) read the held-out "
                          "stories at 99.0 / 94.3 / 100.0% exact match (seeds 0 / 1 / 2). This page's 600 s on "
                          "one CPU thread hold about half those steps: 54.0% at seed 0 (4,305 steps; its `what` "
                          "drill ran out of time), still rising. An H200 shared with pretraining ran the stories "

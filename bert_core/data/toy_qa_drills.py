@@ -9,13 +9,14 @@ task comes with its drills, trained in this order before the stories, each until
 
     sentence  "What did tom do?"            -> "tom went to the barn"   (the stories never ask it)
     where     "Where did tom go?"           -> "the barn"
+    happened  "What happened at the barn?"  -> "tom went to the barn"   (nor this)
     who       "Who went to the barn?"       -> "tom"
     what      "What did tom find?"          -> "a red stone"
     finder    "Who found the red stone?"    -> "tom"
 
-`sentence` comes first because `where` alone is a gamble: it sat at a guess among the names for 3,000-7,000 steps
+`sentence` comes first because `where` alone is a gamble: it sat at a guess among the names for 3,200-7,000 steps
 at some seeds, and after `sentence` (whose answer starts at the name the question gives) it clicked within a few
-hundred steps at each seed tried.
+hundred steps at each seed tried. `happened` asks for the same sentence by its place, before `who`.
 
 A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."), with
 words of its own (not the stories' names and places), so that a drill teaches reading, not the stories' answers.
@@ -82,7 +83,6 @@ class Drill:
                 "finder": "Who found the red stone?"}[self.kind]
 
 
-
 def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
     """The toy stories' drills, in training order (DRILL_SHARES), seeded."""
     return tuple(Drill(kind, share, seed) for kind, share in DRILL_SHARES)
@@ -92,11 +92,12 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
                 questions: tuple[str, ...] = ("who",)) -> dict:
     """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in one
     sentence ("tom went to the barn."), asked `questions`, some of DRILL_KINDS: what the name did ("sentence":
-    "tom went to the barn", its whole sentence), who went to the place ("who"), where the name went ("where":
-    "the barn"), what it found ("what": "a red stone") and who found it ("finder"). With `find` (implied by what
-    and finder) each sentence goes on to a find ("tom went to the barn and found a red stone."), drawn from a
-    second generator so the names, places and questions stay those of the plain file. A kind but "who" and
-    "sentence" makes finds differ within a passage, so that "Who found the red stone?" has one answer."""
+    "tom went to the barn", its whole sentence), what happened at the place ("happened": the same sentence), who
+    went to the place ("who"), where the name went ("where": "the barn"), what it found ("what": "a red stone")
+    and who found it ("finder"). With `find` (implied by what and finder) each sentence goes on to a find ("tom
+    went to the barn and found a red stone."), drawn from a second generator so the names, places and questions
+    stay those of the plain file. A kind but "who", "sentence" and "happened" makes finds differ within a
+    passage, so that "Who found the red stone?" has one answer."""
     questions = tuple(questions)
     if not questions or set(questions) - set(DRILL_KINDS):
         raise ValueError(f"questions are some of {DRILL_KINDS}, not {questions}")
@@ -136,7 +137,7 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
 
 def question_kind(question: str) -> str:
     """Which of the four toy questions `question` is (the stories' wordings and the drills' alike), or the
-    drills' own "sentence"."""
+    drills' own "sentence" or "happened"."""
     q = question.lower()
     if q.startswith("what did") and q.endswith(" do?"):
         return "sentence"

@@ -317,8 +317,7 @@ class Finetuner(RunLoop):
             set_dropout(model, config.dropout)
         self.model = model.to(self.device)
         self._train_config = config.train_config()
-        self.optimizer = adamw(self.model, config.learning_rate, config.weight_decay, eps=config.adam_eps,
-                               layer_decay=config.layer_decay)
+        self.optimizer = self._new_optimizer()
         self.examples_seen = 0
         self.result: FinetuneResult | None = None
         self._batches = None
@@ -354,6 +353,10 @@ class Finetuner(RunLoop):
         self.model.train()
         self._evaluate()
 
+    def _new_optimizer(self):
+        cfg = self.config
+        return adamw(self.model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps, layer_decay=cfg.layer_decay)
+
     def _enter_stage(self, index: int) -> None:
         """Train on stage `index` from the next step: its batches, and (after the first) a new optimizer and a
         schedule of its own, as a run of its own would have. A drill's schedule warms up and holds the peak rate
@@ -376,8 +379,7 @@ class Finetuner(RunLoop):
                 time_budget_s=max(cfg.time_budget_s - self.elapsed_s, 1e-3) if cfg.time_budget_s else None)
         self._stage_origin = (self.step, self.elapsed_s)
         if index:
-            self.optimizer = adamw(self.model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps,
-                                   layer_decay=cfg.layer_decay)
+            self.optimizer = self._new_optimizer()
         scores, self._stage_scores = self._stage_scores, collections.deque(maxlen=MASTERY_STEPS)
         event = FinetuneStage(self.step, self.elapsed_s, index, len(self._plan), self._plan[index][0],
                               sum(scores) / len(scores) if scores else None)
@@ -455,8 +457,9 @@ class Finetuner(RunLoop):
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.examples_seen += out.examples
-        self._stage_scores.append(out.score.item())
-        return FinetuneStep(self.step, self.examples_seen, lr, loss, out.score.item(), grad_norm, self._elapsed_now())
+        score = out.score.item()
+        self._stage_scores.append(score)
+        return FinetuneStep(self.step, self.examples_seen, lr, loss, score, grad_norm, self._elapsed_now())
 
     def _evaluate(self) -> None:
         if self.selection is not None:

@@ -93,8 +93,8 @@ class FinetuneStage:
     index: int
     count: int       # stages in all
     name: str
-    # How well the stage before this one was learnt: its last (up to 100) training steps' mean score (answer spans:
-    # the share of windows with both ends right); None for the first stage.
+    # How well the stage before this one was learnt: its last (up to finetune.MASTERY_STEPS) training steps' mean
+    # score (answer spans: the share of windows with both ends right); None for the first stage.
     previous_score: float | None = None
 
 

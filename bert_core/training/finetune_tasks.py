@@ -110,8 +110,9 @@ class FinetuneTask(abc.ABC):
 
     # The kind's seeded split (data, train_size, val_size, seed=, val_fraction=) -> (train, val), as split_task uses.
     split = None
-    # Simpler tasks trained first, in order, each for its `share` of the run's budget, before the task's own data
-    # (a curriculum: the toy QA stories' toy_qa_drills); each has a `name`. Validation is always on `val_data`.
+    # Simpler tasks trained first, in order, before the task's own data (a curriculum: the toy QA stories'
+    # toy_qa_drills): each has a `name`, takes at most its `share` of the run's budget and ends once its training
+    # score reaches its `mastery` (None: never early). Validation is always on `val_data`.
     drills: tuple = ()
 
     def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
