@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bert_core.cli.main import main
 
@@ -194,14 +195,22 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
                                       "--device", "cpu", "--out", str(second)], capsys)
     assert code == 0, stderr
     assert "start " in stdout + stderr and "untrained" not in stdout + stderr
+    assert "positions 32 on start as copies of the 32 the checkpoint trained" in stderr
     from bert_core.model.checkpoint import load_checkpoint
 
     a, b = load_checkpoint(out), load_checkpoint(second)
     assert a.model.config.hidden_size == b.model.config.hidden_size
     assert b.tokenizer.vocab_size == a.tokenizer.vocab_size
     wa, wb = a.model.state_dict(), b.model.state_dict()
-    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6  # an update at lr 1e-12 moves nothing
+    positions = "bert.embeddings.position_embeddings.weight"
+    # An update at lr 1e-12 moves nothing; the positions from 32 on, never trained, start as copies of 0-31.
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa if k != positions) < 1e-6
+    assert torch.allclose(wb[positions][:32], wa[positions][:32], atol=1e-6)
+    assert torch.allclose(wb[positions][32:64], wa[positions][:32], atol=1e-6)
+    assert torch.allclose(wb[positions][96:128], wa[positions][:32], atol=1e-6)
+    assert not torch.allclose(wa[positions][32:64], wa[positions][:32])
     metrics = json.loads((second / "metrics.json").read_text())
+    assert metrics["baselines"]["start"]["model"]["positions_copied_from"] == 32
     assert metrics["commands"][0].startswith("python -m bert_core train") and "--init-from" in metrics["commands"][-1]
     assert len(metrics["commands"]) >= 2
     # Step 0 of this run is the starting checkpoint, not an untrained model: labelled so.
@@ -221,3 +230,31 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
     split = json.loads((tmp_path / "added" / "metrics.json").read_text())["heldout_split"]["corpora"]
     assert [c["spec"] for c in split] == [str(toy_file), str(more)]
     assert split[0]["heldout_document_indices"] == metrics["heldout_split"]["corpora"][0]["heldout_document_indices"]
+
+
+def test_copy_positions_is_asked_for_only_where_it_means_something(trained, toy_file, capsys, tmp_path):
+    out, argv = trained
+    if not (out / "model.safetensors").exists():
+        assert main(argv) == 0
+    capsys.readouterr()
+    base = ["train", "--corpus", str(toy_file), "--batch-size", "4", "--steps", "1", "--lr", "1e-12",
+            "--eval-batches", "1", "--device", "cpu"]
+    # Turned off, the untrained positions stay as the checkpoint has them.
+    code, _, stderr = _run_main(base + ["--init-from", str(out), "--seq-len", "64", "--no-copy-positions",
+                                        "--out", str(tmp_path / "kept")], capsys)
+    assert code == 0, stderr
+    from bert_core.model.checkpoint import load_checkpoint
+
+    positions = "bert.embeddings.position_embeddings.weight"
+    before = load_checkpoint(out).model.state_dict()[positions]
+    after = load_checkpoint(tmp_path / "kept").model.state_dict()[positions]
+    assert torch.allclose(before, after, atol=1e-6)
+    kept = json.loads((tmp_path / "kept" / "metrics.json").read_text())
+    assert "positions_copied_from" not in kept["baselines"]["start"]["model"]
+    # At the length it trained at, there is nothing to copy; without --init-from, nothing to copy from.
+    for extra, words in ((["--init-from", str(out), "--seq-len", "32", "--copy-positions"], "trained at 32 tokens"),
+                         (["--preset", "nano", "--copy-positions"], "--copy-positions starts the untrained")):
+        code, _, stderr = _run_main(base + extra + ["--out", str(tmp_path / "refused")], capsys)
+        assert code == 2 and stderr.startswith("error: ") and words in stderr, stderr
+    code, _, stderr = _run_main(["train", "--resume", str(out), "--copy-positions", "--steps", "5"], capsys)
+    assert code == 2 and "--copy-positions only shapes a new run" in stderr, stderr

@@ -8,7 +8,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForPreTraining, BertForSequenceClassification, BertLMHeadModel
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.model.config import BertConfig
-from bert_core.model.growth import grow_state_dict
+from bert_core.model.growth import copy_trained_positions, grow_state_dict
 from bert_core.model.hf import save_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from tests.test_bad_input import assert_one_error_line, run_cli
@@ -42,6 +42,19 @@ def _grown(model, hidden, layers, seed=0):
     big = type(model)(config)
     big.load_state_dict(state)
     return big.eval()
+
+
+@pytest.mark.parametrize("model_class", [BertForPreTraining, BertLMHeadModel])
+def test_a_longer_run_starts_its_untrained_positions_as_the_trained_ones_in_order(model_class):
+    model = _small(model_class, **({"attention": "causal"} if model_class is BertLMHeadModel else {}))
+    table = model.bert.embeddings.position_embeddings.weight
+    before = table.detach().clone()
+    assert copy_trained_positions(model, 10) == 14
+    assert torch.equal(table[:10], before[:10])          # the trained ones stay
+    assert torch.equal(table[10:20], before[:10]) and torch.equal(table[20:24], before[:4])
+    assert copy_trained_positions(model, 24) == 0 and torch.equal(table[20:24], before[:4])
+    with pytest.raises(BertCoreError):
+        copy_trained_positions(model, 0)
 
 
 @pytest.mark.parametrize("factor", [2, 3])

@@ -116,6 +116,10 @@ def _say_start(args, trainer, prepared: PreparedRun, world_size: int) -> None:
           f"(world size {world_size}), writing {prepared.out}", file=sys.stderr)
     if prepared.recipe_line:
         print(prepared.recipe_line, file=sys.stderr)
+    copied = (trainer.metadata.get("init_from") or {}).get("positions_copied_from")
+    if copied:
+        print(f"positions {copied} on start as copies of the {copied} the checkpoint trained "
+              "(--no-copy-positions leaves them as they are)", file=sys.stderr)
     used = computes_in(trainer.device, args.precision)
     if used != args.precision and "--precision" in args.argv:
         where = ("a CPU without bfloat16 instructions" if args.precision == "bf16" and trainer.device.type == "cpu"

@@ -62,6 +62,11 @@ def _run_options(p, d: dict) -> None:
     _option(p, "--init-from", type=path_arg, metavar="DIR",
             help="start from the weights, size and tokenizer of this checkpoint (a new run: new data order, "
                  "optimizer and schedule), e.g. to continue at a longer --seq-len as BERT's paper did")
+    _option(p, "--copy-positions", action=argparse.BooleanOptionalAction, default=None,
+            help="with --init-from and a --seq-len longer than the checkpoint trained at: start the positions it "
+                 "never trained as copies of those it did, repeated in order (Longformer's start, a deviation "
+                 "from BERT's paper, which learnt them from their initial values; default on when the checkpoint "
+                 "records its length)")
 
 
 def _batch_options(p, d: dict) -> None:

@@ -16,7 +16,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.checkpoint import TRAINER_STATE, load_checkpoint
 from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
-from bert_core.training.run_builder import RunPlan, WarmStart, model_config
+from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length
 from bert_core.training.run_settings import SIZE_FIELDS, flag
 from bert_core.training.trainer import TrainConfig, check_trainer_state, resolve_device
 
@@ -85,12 +85,29 @@ def warm_start(args, config: TrainConfig) -> WarmStart:
     check_training_size(start.model.config, config)
     dropout = {"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}
     return WarmStart(start.model, start.tokenizer, start.trainer_state, label=str(args.init_from),
-                     config_changes=dropout)
+                     config_changes=dropout, copy_positions_from=_positions_to_copy(args, start.trainer_state))
+
+
+def _positions_to_copy(args, trainer_state: dict | None) -> int:
+    """The length whose trained positions start the longer run's others (--copy-positions), or 0 for none."""
+    if args.copy_positions is False:
+        return 0
+    trained = trained_length(trainer_state)
+    if args.copy_positions and trained is None:
+        raise BertCoreError(f"{args.init_from} records no training length ({TRAINER_STATE} from `train`), so the "
+                            "positions it trained are unknown: leave out --copy-positions")
+    if args.copy_positions and args.max_seq_length <= trained:
+        raise BertCoreError(f"--copy-positions starts the positions a longer run adds, but {args.init_from} trained "
+                            f"at {trained} tokens and --seq-len is {args.max_seq_length}: leave it out")
+    return positions_to_copy(trainer_state, args.max_seq_length)
 
 
 def new_run_plan(args) -> RunPlan:
     """A new run's plan from its options (the recipe's values filled in), with its start checkpoint and tokenizer
     loaded and checked."""
+    if args.init_from is None and args.copy_positions is not None:
+        raise BertCoreError("--copy-positions starts the untrained positions of an --init-from checkpoint: give "
+                            "--init-from, or leave it out")
     if args.init_from is not None and args.grow_fraction:
         raise BertCoreError("--init-from starts from a trained model of its own size; --grow-fraction grows a new "
                             "one: leave it out (or 0)")
@@ -162,7 +179,7 @@ def resume_plan(args) -> ResumePlan:
             raise BertCoreError(f"{flag(name)} cannot change on --resume (the run has {value!r}; the "
                                 "data and the model depend on it): leave it out, or start a new run from these "
                                 f"weights with --init-from {args.resume} --out NEW_FOLDER")
-    for name in ("vocab_size", "tokenizer", "init_from", *SIZE_FIELDS):
+    for name in ("vocab_size", "tokenizer", "init_from", "copy_positions", *SIZE_FIELDS):
         if getattr(args, name) is not None:
             raise BertCoreError(f"{flag(name)} only shapes a new run; --resume takes the tokenizer and "
                                 f"weights from {args.resume}: leave it out")

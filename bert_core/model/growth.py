@@ -17,6 +17,11 @@ at 2.4% masked-token accuracy (from 33%) but is back at 28% after 300 steps, whe
 is still at the unigram line (docs/benchmarks.md, "Growing mini from the trained tiny").
 
 Everything else (vocabulary, positions, head size, activation, the objective) stays the small model's.
+
+Length (Beltagy, Peters and Cohan 2020, Longformer): a model trained on sequences of N tokens has never trained its
+positions from N on. Continuing it at a longer length, as BERT's paper did (128 then 512), can start those positions
+as copies of the trained ones, repeated in order, instead of their initial random values: the model then reads a
+longer sequence as a run of the windows it knows, and learns the rest from there (`copy_trained_positions`).
 """
 
 from __future__ import annotations
@@ -113,6 +118,24 @@ def grow_model(model: torch.nn.Module, target: BertConfig, seed: int = 0) -> tor
     big = type(model)(target)
     big.load_state_dict(grown)  # strict: every key of the grown model, and no other
     return big.to(device)
+
+
+def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
+    """Overwrite every position embedding from `trained_length` on with the trained ones repeated in order (position
+    p takes position p mod trained_length), in place; returns how many positions were overwritten (0 when the model
+    has no more positions than were trained)."""
+    table = model.bert.embeddings.position_embeddings.weight
+    total = table.shape[0]
+    if trained_length < 1:
+        raise BertCoreError(f"a trained length of {trained_length} positions cannot seed the others")
+    if trained_length >= total:
+        return 0
+    with torch.no_grad():
+        source = table[:trained_length].clone()
+        for start in range(trained_length, total, trained_length):
+            end = min(start + trained_length, total)
+            table[start:end] = source[:end - start]
+    return total - trained_length
 
 
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:

@@ -253,15 +253,17 @@ def run_plan(spec: TrainSpec, start=None, tokenizer=None, commands: tuple[str, .
 
 
 def _warm_start(folder: str, max_seq_length: int):
-    """The model of an earlier run (or any checkpoint folder) to start from, as loaded: the page keeps its dropout."""
+    """The model of an earlier run (or any checkpoint folder) to start from, as loaded: the page keeps its dropout;
+    a run longer than the one it trained at starts its untrained positions as copies (`positions_to_copy`)."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.run_builder import WarmStart
+    from bert_core.training.run_builder import WarmStart, positions_to_copy
 
     model, tokenizer, state = load_folder(folder)
     if model.config.max_position_embeddings < max_seq_length:
         raise BertCoreError(f"the starting model has {model.config.max_position_embeddings} positions, "
                             f"fewer than the sequence length {max_seq_length}")
-    return WarmStart(model, tokenizer, state or {}, label="the model of an earlier run in this session")
+    return WarmStart(model, tokenizer, state or {}, label="the model of an earlier run in this session",
+                     copy_positions_from=positions_to_copy(state, max_seq_length))
 
 
 def _probes(spec: TrainSpec, seed: int, heldout: dict):

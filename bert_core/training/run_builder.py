@@ -18,6 +18,7 @@ from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import pretraining_model
 from bert_core.model.config import BertConfig
+from bert_core.model.growth import copy_trained_positions
 from bert_core.training.recipes import DEFAULT_PRESET
 from bert_core.training.trainer import TrainConfig, Trainer
 
@@ -33,6 +34,22 @@ class WarmStart:
     label: str                      # where it came from, as trainer_state.json records it
     # BertConfig fields the new run changes (the CLI's --dropout); none: the model goes on exactly as loaded.
     config_changes: dict = field(default_factory=dict)
+    # The length the model trained at, when the run is longer and starts its untrained positions as copies of the
+    # trained ones (`growth.copy_trained_positions`; `train --copy-positions`); 0: the positions stay as loaded.
+    copy_positions_from: int = 0
+
+
+def trained_length(trainer_state: dict | None) -> int | None:
+    """The sequence length a checkpoint's last run trained at, from its trainer_state.json (None when unrecorded)."""
+    length = ((trainer_state or {}).get("train_config") or {}).get("max_seq_length")
+    return length if isinstance(length, int) and length > 0 else None
+
+
+def positions_to_copy(trainer_state: dict | None, seq_len: int) -> int:
+    """The default of a warm start at `seq_len`: the trained length when the run is longer (its other positions start
+    as copies), else 0."""
+    trained = trained_length(trainer_state)
+    return trained if trained is not None and seq_len > trained else 0
 
 
 @dataclass(frozen=True)
@@ -114,9 +131,12 @@ def build_model(plan: RunPlan, tokenizer) -> torch.nn.Module:
             config = config.growth_start(plan.config.grow_from_hidden, plan.config.grow_from_layers)
         return pretraining_model(config)
     if not start.config_changes:
-        return start.model.train()
-    model = pretraining_model(start.model.config.replace(**start.config_changes))
-    model.load_state_dict(start.model.state_dict())
+        model = start.model.train()
+    else:
+        model = pretraining_model(start.model.config.replace(**start.config_changes))
+        model.load_state_dict(start.model.state_dict())
+    if start.copy_positions_from:
+        copy_trained_positions(model, start.copy_positions_from)
     return model
 
 
@@ -138,6 +158,8 @@ def run_metadata(plan: RunPlan, data: RunData, extra: dict | None = None) -> dic
         metadata["commands"] = (before.get("commands") or []) + metadata["commands"]
         metadata["init_from"] = {"folder": plan.start.label, "step": state.get("step"),
                                  "preset": before.get("preset"), "corpora": before.get("corpora")}
+        if plan.start.copy_positions_from:
+            metadata["init_from"]["positions_copied_from"] = plan.start.copy_positions_from
         metadata["preset"] = before.get("preset", plan.preset)
     return metadata
 
