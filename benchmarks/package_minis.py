@@ -30,17 +30,47 @@ def repo_command(command: str, run: Path) -> str:
 
 
 def phase_of(metrics: dict) -> dict:
-    return {k: metrics.get(k) for k in ("steps", "tokens_seen", "training_time_s", "heldout")} | {
-        "gpu": (metrics.get("machine") or {}).get("gpu")}
+    machine = metrics.get("machine") or {}
+    phase = {k: metrics.get(k) for k in ("steps", "tokens_seen", "training_time_s", "heldout")} | {
+        "gpu": machine.get("gpu")}
+    if not machine.get("gpu") and machine:
+        phase["cpu"] = f"{machine.get('cpu_count')}-core {machine.get('processor')} CPU"
+    return phase
 
 
-def package(run: Path, into: Path) -> int:
+def where(phases: list[dict]) -> str:
+    """The machines the phases ran on, as a sentence names them."""
+    names = []
+    for p in phases:
+        name = p.get("gpu") or p.get("cpu") or "a GPU"
+        if name not in names:
+            names.append(name)
+    return " and ".join(names)
+
+
+def check_started_as(started_as: Path, into: Path) -> None:
+    """`started_as` must be `into`'s weights (as the run before it saved them, in float32) with the positions from
+    its training length on copied from the trained ones, as `train --copy-positions` does: nothing else."""
+    start, shipped = load_file(started_as / "model.safetensors"), load_file(into / "model.safetensors")
+    trained = json.loads((into / "trainer_state.json").read_text())["train_config"]["max_seq_length"]
+    for name, w in start.items():
+        expect = shipped[name].float()
+        if name.endswith("position_embeddings.weight"):
+            expect = expect[:trained].repeat(-(-expect.shape[0] // trained), 1)[:expect.shape[0]]
+        if not torch.allclose(w.float(), expect, rtol=1e-2, atol=1e-2):   # bf16 rounding of the shipped copy
+            raise SystemExit(f"error: {started_as} is not {into} with its positions copied ({name} differs)")
+
+
+def package(run: Path, into: Path, started_as: Path | None = None) -> int:
     old = json.loads((into / "metrics.json").read_text())
     state = json.loads((run / "trainer_state.json").read_text())
     init = state["metadata"]["init_from"]["folder"]
-    if Path(init).resolve() != into.resolve():
-        raise SystemExit(f"error: {run} continued {init}, not {into}")
+    if Path(init).resolve() != (started_as or into).resolve():
+        raise SystemExit(f"error: {run} continued {init}, not {started_as or into}")
     command = repo_command(state["metadata"]["commands"][-1], run)
+    if started_as is not None:
+        check_started_as(started_as, into)
+        command = command.replace(f"--init-from {init}", f"--init-from {into.as_posix()}")
     m = json.loads((run / "metrics.json").read_text())
     m["commands"] = list(old.get("commands", [])) + [command]
     earlier_gpu = (old.get("machine") or {}).get("gpu")   # the first packaging ran both its phases on one GPU
@@ -49,16 +79,15 @@ def package(run: Path, into: Path) -> int:
     m.pop("eval", None)   # recomputed on the shipped bf16 weights below
     config = json.loads((run / "config.json").read_text())
     m["pretraining_dropout"] = config["hidden_dropout_prob"]
-    gpus = sorted({p["gpu"] for p in m["phases"] if p.get("gpu")})
     m["packaging"] = (
-        f"Pretrained in {len(m['phases'])} phases on {' and '.join(gpus) or 'a GPU'} with dropout "
+        f"Pretrained in {len(m['phases'])} phases on {where(m['phases'])} with dropout "
         f"{m['pretraining_dropout']:g} ('phases', "
         "'commands'; a continuation's --init-from is the shipped folder as the commit before it had it); then "
         "packaged: weights cast to bf16 (they load in float32 here, and as bf16 or float32 in "
         "transformers), and config.json's hidden and attention dropout set to BERT's fine-tuning 0.1, which is what "
         "`finetune` and transformers' from_pretrained take from the folder (docs/shipped-model.md). 'heldout' and "
-        "'per_corpus' are the last phase's final evaluation in float32 on the GPU; 'eval' was run on the shipped "
-        "folder on a CPU.")
+        f"'per_corpus' are the last phase's final evaluation (under its bf16 autocast, on {where(m['phases'][-1:])}); "
+        "'eval' was run on the shipped folder in float32 on a CPU.")
     for f in FILES:
         shutil.copy(run / f, into / f)
     sd = load_file(run / "model.safetensors")
@@ -77,5 +106,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the folder the GPU run wrote (its --out)")
     parser.add_argument("--into", type=Path, required=True, help="the shipped folder it continued")
+    parser.add_argument("--started-as", type=Path, default=None,
+                        help="the folder the run's --init-from named, when that was a copy of --into with its "
+                             "positions copied by hand (before `train --copy-positions` did it): checked, and the "
+                             "command recorded as --init-from --into")
     args = parser.parse_args()
-    print(args.into, package(args.run, args.into), "bytes")
+    print(args.into, package(args.run, args.into, args.started_as), "bytes")
