@@ -18,6 +18,8 @@
 set -u
 export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-330}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-540}; MODELS=${MODELS:-bert gpt}
+# SEQ=256 BATCH=64 continues at BERT's longer second length, as many tokens a step (runs/ctx30 on a CPU did so first)
+SEQ=${SEQ:-128}; BATCH=${BATCH:-128}; LR=${LR:-1e-3}
 PROTOCOL=${PROTOCOL:-1}
 PY=${PY:-python3}
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
@@ -27,7 +29,7 @@ if [ ! -d ../shared/data ]; then mkdir -p ../shared && tar xzf .devdata/data.tar
 log "data $(du -sh ../shared/data | cut -f1)"
 if [ "$DEV" = cuda ]; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a $OUT/steps.log; fi
 C="--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare --corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt --corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt"
-A="$C --seq-len 128 --short-seq-len 0 --lr 1e-3 --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size 128 --device $DEV"
+A="$C --seq-len $SEQ --short-seq-len 0 --lr $LR --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size $BATCH --device $DEV"
 echo "$A" > $R/pretrain-args.txt
 declare -A P=([bert]="--dropout 0 --init-from checkpoints/bert-mini-english"
              [gpt]="--dropout 0.1 --objective clm --init-from checkpoints/gpt-mini-english")
@@ -40,7 +42,7 @@ log "pretraining done"
 $PY -m bert_core heldout --checkpoint checkpoints/bert-mini-english --out $R/heldout.txt > /dev/null
 LIM=$(( END - 40 - $(el) )); [ $LIM -lt 20 ] && LIM=20
 for m in $MODELS; do
-  timeout $LIM $PY -m bert_core eval --checkpoint $R/$m --text-file $R/heldout.txt --seq-len 128 --device $DEV --json > $R/$m-eval.json 2>&1 &
+  timeout $LIM $PY -m bert_core eval --checkpoint $R/$m --text-file $R/heldout.txt --seq-len $SEQ --device $DEV --json > $R/$m-eval.json 2>&1 &
 done
 # The new folder's config says dropout 0 (it pretrained at 0): give it the shipped folder's fine-tuning 0.1.
 declare -A V=([d1]="--dropout 0.1" [d1b64]="--dropout 0.1 --batch-size 64")
