@@ -67,12 +67,14 @@ def package(run: Path, into: Path, started_as: Path | None = None) -> int:
     init = state["metadata"]["init_from"]["folder"]
     if Path(init).resolve() != (started_as or into).resolve():
         raise SystemExit(f"error: {run} continued {init}, not {started_as or into}")
-    command = repo_command(state["metadata"]["commands"][-1], run)
+    # The run's own commands (its `train`, then any `--resume`), after those of the folder it started from.
+    before = json.loads(((started_as or into) / "trainer_state.json").read_text())["metadata"]["commands"]
+    commands = [repo_command(c, run) for c in state["metadata"]["commands"][len(before):]]
     if started_as is not None:
         check_started_as(started_as, into)
-        command = command.replace(f"--init-from {init}", f"--init-from {into.as_posix()}")
+        commands = [c.replace(f"--init-from {init}", f"--init-from {into.as_posix()}") for c in commands]
     m = json.loads((run / "metrics.json").read_text())
-    m["commands"] = list(old.get("commands", [])) + [command]
+    m["commands"] = list(old.get("commands", [])) + commands
     earlier_gpu = (old.get("machine") or {}).get("gpu")   # the first packaging ran both its phases on one GPU
     m["phases"] = [{**p, "gpu": p.get("gpu") or earlier_gpu} for p in old.get("phases") or [phase_of(old)]]
     m["phases"].append(phase_of(m))
