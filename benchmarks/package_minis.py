@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from bert_core.model.growth import repeated_positions
 from bert_core.training.heldout import update_metrics
 
 FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
@@ -56,7 +57,7 @@ def check_started_as(started_as: Path, into: Path) -> None:
     for name, w in start.items():
         expect = shipped[name].float()
         if name.endswith("position_embeddings.weight"):
-            expect = expect[:trained].repeat(-(-expect.shape[0] // trained), 1)[:expect.shape[0]]
+            expect = repeated_positions(expect, trained)
         if not torch.allclose(w.float(), expect, rtol=1e-2, atol=1e-2):   # bf16 rounding of the shipped copy
             raise SystemExit(f"error: {started_as} is not {into} with its positions copied ({name} differs)")
 
@@ -84,7 +85,10 @@ def package(run: Path, into: Path, started_as: Path | None = None) -> int:
     m["packaging"] = (
         f"Pretrained in {len(m['phases'])} phases on {where(m['phases'])} with dropout "
         f"{m['pretraining_dropout']:g} ('phases', "
-        "'commands'; a continuation's --init-from is the shipped folder as the commit before it had it); then "
+        "'commands'; a continuation's --init-from is the shipped folder as the commit before it had it"
+        + ("; the last phase started from the run before it in float32, its positions copied by hand as "
+           "--copy-positions now does, not from that folder's bf16 weights" if started_as is not None else "")
+        + "); then "
         "packaged: weights cast to bf16 (they load in float32 here, and as bf16 or float32 in "
         "transformers), and config.json's hidden and attention dropout set to BERT's fine-tuning 0.1, which is what "
         "`finetune` and transformers' from_pretrained take from the folder (docs/shipped-model.md). 'heldout' and "
@@ -106,7 +110,7 @@ def package(run: Path, into: Path, started_as: Path | None = None) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="the folder the GPU run wrote (its --out)")
+    parser.add_argument("--run", type=Path, required=True, help="the folder the continuing run wrote (its --out)")
     parser.add_argument("--into", type=Path, required=True, help="the shipped folder it continued")
     parser.add_argument("--started-as", type=Path, default=None,
                         help="the folder the run's --init-from named, when that was a copy of --into with its "

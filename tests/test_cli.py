@@ -251,6 +251,10 @@ def test_copy_positions_is_asked_for_only_where_it_means_something(trained, toy_
     assert torch.allclose(before, after, atol=1e-6)
     kept = json.loads((tmp_path / "kept" / "metrics.json").read_text())
     assert "positions_copied_from" not in kept["baselines"]["start"]["model"]
+    # The page's "train on from these weights" copies them when its run is longer, and only then.
+    from bert_core.serve.train_spec import _warm_start
+
+    assert _warm_start(str(out), 64).copy_positions_from == 32 and _warm_start(str(out), 32).copy_positions_from == 0
     # At the length it trained at, there is nothing to copy; without --init-from, nothing to copy from.
     for extra, words in ((["--init-from", str(out), "--seq-len", "32", "--copy-positions"], "trained at 32 tokens"),
                          (["--preset", "nano", "--copy-positions"], "--copy-positions starts the untrained")):

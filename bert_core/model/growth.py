@@ -120,22 +120,25 @@ def grow_model(model: torch.nn.Module, target: BertConfig, seed: int = 0) -> tor
     return big.to(device)
 
 
-def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
-    """Overwrite every position embedding from `trained_length` on with the trained ones repeated in order (position
-    p takes position p mod trained_length), in place; returns how many positions were overwritten (0 when the model
-    has no more positions than were trained)."""
-    table = model.bert.embeddings.position_embeddings.weight
-    total = table.shape[0]
+def repeated_positions(table: torch.Tensor, trained_length: int) -> torch.Tensor:
+    """A position table whose row p is row p mod trained_length of `table`: the trained rows, repeated in order."""
     if trained_length < 1:
         raise BertCoreError(f"a trained length of {trained_length} positions cannot seed the others")
-    if trained_length >= total:
-        return 0
+    reps = -(-table.shape[0] // trained_length)
+    return table[:trained_length].repeat(reps, 1)[:table.shape[0]]
+
+
+def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
+    """Overwrite every position embedding from `trained_length` on with the trained ones repeated in order
+    (`repeated_positions`), in place; returns how many positions were overwritten (0 when the model has no more
+    positions than were trained)."""
+    table = model.bert.embeddings.position_embeddings.weight
     with torch.no_grad():
-        source = table[:trained_length].clone()
-        for start in range(trained_length, total, trained_length):
-            end = min(start + trained_length, total)
-            table[start:end] = source[:end - start]
-    return total - trained_length
+        repeated = repeated_positions(table, trained_length)
+        if trained_length >= table.shape[0]:
+            return 0
+        table[trained_length:] = repeated[trained_length:]
+    return table.shape[0] - trained_length
 
 
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:
