@@ -60,6 +60,25 @@ def test_train_resume_continues_the_same_run(trained, capsys):
     assert len(state["metadata"]["commands"]) == 2
 
 
+def test_train_resume_keeps_the_runs_own_schedule_unless_given(toy_file, tmp_path, capsys):
+    """A wsd run lengthened with --time-budget goes on by wsd (its peak again, then its decay), not by the linear
+    'time' schedule; --schedule on the resume still wins."""
+    out = tmp_path / "wsd"
+    assert _run_main(["train", "--corpus", str(toy_file), "--preset", "nano", "--vocab-size", "300", "--seq-len",
+                      "32", "--batch-size", "4", "--steps", "3", "--schedule", "wsd", "--eval-batches", "1",
+                      "--device", "cpu", "--out", str(out)], capsys)[0] == 0
+
+    def resumed(*extra):
+        code, _, stderr = _run_main(["train", "--resume", str(out), *extra], capsys)
+        assert code == 0, stderr
+        return json.loads((out / "trainer_state.json").read_text())
+
+    state = resumed("--time-budget", "1")
+    assert (state["train_config"]["schedule"], state["train_config"]["max_steps"]) == ("wsd", None)
+    assert state["step"] > 3
+    assert resumed("--steps", str(state["step"] + 1), "--schedule", "cosine")["train_config"]["schedule"] == "cosine"
+
+
 def test_train_defaults_take_the_recipe_with_its_short_phase_off_when_not_shorter(trained, toy_file, capsys,
                                                                                   tmp_path):
     from bert_core.training.recipes import DEFAULT_PRESET, recipe_for

@@ -99,8 +99,9 @@ def _schedule_options(p, d: dict) -> None:
             help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
                  "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32")
     _option(p, "--schedule", choices=SCHEDULES,
-            help="learning-rate schedule (default linear; 'time' when only --time-budget is given; wsd: warmup, "
-                 "the peak rate, then a linear decay over the last fifth, so a long run can be lengthened)")
+            help="learning-rate schedule (default linear; 'time' when only --time-budget is given; on --resume "
+                 "the run's own; wsd: warmup, the peak rate, then a linear decay over the last fifth, so a long run "
+                 "can be lengthened)")
     _option(p, "--weight-decay", type=NON_NEGATIVE, help=f"default {d['weight_decay']:g}")
     _option(p, "--max-grad-norm", type=NON_NEGATIVE,
             help=f"gradient clipping (0 = off; default {d['max_grad_norm']:g})")

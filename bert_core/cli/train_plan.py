@@ -146,7 +146,9 @@ def _saved_settings(state: dict, config: TrainConfig, model_config_) -> dict:
 
 
 def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
-    """The config changes the options of a --resume ask for; a new --steps or --time-budget brings its schedule."""
+    """The config changes the options of a --resume ask for. The saved schedule stays unless --schedule is given: a
+    wsd, cosine or linear run goes on by its own shape over the new length (each has a form by time and by steps),
+    and only a run counted by time ("time") becomes "linear" when given --steps."""
     changes = {name: getattr(args, name) for name in RESUMABLE if getattr(args, name) is not None}
     if args.max_steps is not None:
         changes.update(max_steps=args.max_steps, time_budget_s=None)
@@ -155,8 +157,6 @@ def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
     if args.time_budget_s is not None:
         # A time budget on resume means "this many more seconds".
         changes.update(time_budget_s=args.time_budget_s + float(state.get("elapsed_s", 0.0)), max_steps=None)
-        if args.schedule is None:
-            changes["schedule"] = "time"
     return changes
 
 
