@@ -151,7 +151,8 @@ def test_heldout_text_reproduces_the_eval_figures_in_metrics_json(trained, capsy
 
     expected = split_heldout(load_corpus(held["spec"]), fraction=0.1, seed=0)[1].documents
     assert load_corpus(str(text_file)).documents == expected
-    code, stdout, stderr = _run_main(["eval", "--checkpoint", str(out), "--text-file", str(text_file), "--json"], capsys)
+    code, stdout, stderr = _run_main(["eval", "--checkpoint", str(out), "--text-file", str(text_file), "--json"],
+                                     capsys)
     assert code == 0, stderr
     again = json.loads(stdout)
     for key in ("masked_token_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "masked_tokens", "sequences"):
