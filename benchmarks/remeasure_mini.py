@@ -12,7 +12,7 @@ it goes to --out/summary.md:
   the bag of words, seeds 0-2 (a time budget: run it on an otherwise quiet machine);
 - the toy stories by the CLI's recipe (8,000 steps, seeds 0-2) and the page's 600 s on one thread (seed 0);
 - CoNLL-2000 chunks, 1,500 steps, seeds 0-2, beside the POS baseline.
-About 70 minutes of a 2-core CPU with bfloat16 instructions at --jobs 2 (the toy stories take most of it).
+About 50 minutes of a 2-core CPU with bfloat16 instructions at --jobs 2 (2026-11-27; the toy stories take most of it).
 """
 import argparse
 import json
