@@ -133,11 +133,10 @@ def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
     (`repeated_positions`), in place; returns how many positions were overwritten (0 when the model has no more
     positions than were trained)."""
     table = model.bert.embeddings.position_embeddings.weight
+    if trained_length >= table.shape[0]:   # nothing past the trained rows (a length below 1 raises below)
+        return 0
     with torch.no_grad():
-        repeated = repeated_positions(table, trained_length)
-        if trained_length >= table.shape[0]:
-            return 0
-        table[trained_length:] = repeated[trained_length:]
+        table[trained_length:] = repeated_positions(table, trained_length)[trained_length:]
     return table.shape[0] - trained_length
 
 
