@@ -107,9 +107,10 @@ EXPECT_BY_MODEL = {"bert-mini-english": {
 # The toy stories after their drills (docs/benchmarks.md, "The drills as the task's recipe").
 EXPECT_QA_DRILLS = (
     "What to expect: the drills come first, in order, each until its last training batches are 95% right or its "
-    "share of the budget is spent; the curve is always the held-out stories, so it stays low through the drills "
-    "(dotted lines mark where each began) and climbs once the stories begin. Each drill clicks at its own moment, "
-    "a different one for each seed. docs/benchmarks.md (\"The drills as the task's recipe\") gives the figures.")
+    "share of the budget, and what the drills before it left unused, is spent; the curve is always the held-out "
+    "stories, so it stays low through the drills (dotted lines mark where each began) and climbs once the stories "
+    "begin. Each drill clicks at its own moment, a different one for each seed. docs/benchmarks.md (\"The drills "
+    "as the task's recipe\") gives the figures.")
 # ... and what the shipped models reached (2026-11-27, one CPU thread a run, other runs beside them).
 EXPECT_QA_BY_MODEL = {
     "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, about 35 minutes a run on "
@@ -265,9 +266,10 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
             st.checkbox("Drills first, then the stories", key="ft_drills",
                         help="One kind of question at a time on one-sentence-a-name passages (what did tom do?, "
                              "where did tom go?, what happened at the barn?, who went to the barn?, what did tom "
-                             "find?, who found the red stone?), each until learnt or its share of the budget is "
-                             "spent, with its own schedule; then the stories for the rest. Validation is on "
-                             "held-out stories only. Without the drills the shipped models stay near 30%.")
+                             "find?, who found the red stone?), each until learnt or its share of the budget (and "
+                             "what the drills before it left unused) is spent, with its own schedule; then the "
+                             "stories for the rest. Validation is on held-out stories only. Without the drills "
+                             "the shipped models stay near 30%.")
         if choice == "upload_squad":
             st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
                              "to 100 MB)", type=["json"], key="ft_upload_squad")

@@ -1,7 +1,7 @@
 """The toy QA task's drills and the fine-tuning loop's stages: each drill is valid SQuAD whose answers are what its
 sentences say, the task carries its drills in order, and Finetuner trains them first, each until it is learnt or
-its share of the budget is spent, with its own schedule and optimizer, then the stories for the rest, scored on the
-held-out stories only, the same for the same seed."""
+at its deadline (its share of the budget and what the drills before it left), with its own schedule and optimizer,
+then the stories for the rest, scored on the held-out stories only, the same for the same seed."""
 
 import dataclasses
 import re
@@ -158,14 +158,15 @@ def _run(tiny, task, steps=40, seed=0, eval_points=2):
     return result, seen, cfg
 
 
-def test_each_drill_takes_its_share_at_most_with_its_own_schedule_then_the_stories_the_rest(tiny):
+def test_each_drill_takes_its_share_by_its_deadline_with_its_own_schedule_then_the_stories_the_rest(tiny):
     result, seen, cfg = _run(tiny, _staged_task())
     stages = [e for e in seen if isinstance(e, FinetuneStage)]
     assert stages == result.stages
     assert [s.name for s in stages] == ["drill: sentence", "drill: where", "drill: happened", "drill: who",
                                         "drill: what", "drill: finder", "toy QA stories (seed 0)"]
-    # 40 steps, no drill learnt (a nano model in a few steps): each takes its share, 15%, 12%, 12%, 15%, 12% and
-    # 12% (6, 5, 5, 6, 5 and 5 steps), and the stories the rest (8).
+    # 40 steps, no drill learnt (a nano model in a few steps): each runs to its deadline, where the shares so far
+    # add up (15%, 27%, 39%, 54%, 66% and 78% of the budget), and takes at least its own share: 6, 5, 5, 6, 5 and
+    # 5 steps; the stories the rest (8).
     assert [s.step for s in stages] == [0, 6, 11, 16, 22, 27, 32] and all(s.count == 7 for s in stages)
     # Each stage says how well the one before it ended: its last steps' mean training score.
     scores = [e.train_acc for e in result.history if 6 < e.step <= 11]
@@ -187,22 +188,49 @@ def test_each_drill_takes_its_share_at_most_with_its_own_schedule_then_the_stori
     assert {int(state["step"]) for state in seen[-1].state.values()} == {8}
 
 
-def test_a_drill_ends_as_soon_as_it_is_learnt_and_its_rest_goes_to_the_stories(tiny, monkeypatch):
+def test_a_drill_ends_as_soon_as_it_is_learnt_and_passes_its_rest_to_the_next(tiny, monkeypatch):
     from bert_core.training import finetune as finetune_module
 
     monkeypatch.setattr(finetune_module, "MASTERY_STEPS", 5)
     task = _staged_task()
-    # `sentence` counts as learnt at once (mastery 0: its first 5 steps), `where` never (its whole share).
+    # `sentence` counts as learnt at once (mastery 0: its first 5 steps), `where` never (all it may take).
     task.drills = (dataclasses.replace(task.drills[0], mastery=0.0), dataclasses.replace(task.drills[1], mastery=1.01),
                    *task.drills[2:])
-    result, _, cfg = _run(tiny, task)
-    # sentence 5 steps, where 5 (its share), happened 5, who 6, what 5, finder 5, the stories the 9 left
-    assert [s.step for s in result.stages] == [0, 5, 10, 15, 21, 26, 31]
-    assert result.steps == 40
+    result, _, cfg = _run(tiny, task, steps=80)
+    # 80 steps: sentence's share is 12 and it ends after 5, so `where` may run to its deadline, 27% of the budget
+    # (step 22): its own 10 steps and sentence's 7. The later drills keep their own shares (happened 10, who 12,
+    # what 10, finder 10: at least its own share, where rounding puts a deadline a step earlier), the stories the
+    # 16 left.
+    assert [s.step for s in result.stages] == [0, 5, 22, 32, 44, 54, 64]
+    assert result.steps == 80
     lrs = {e.step: e.lr for e in result.history}
-    stories = dataclasses.replace(cfg.train_config(), max_steps=9)
-    assert lrs[32] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 0))
-    assert lrs[40] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 8))
+    # `where` is scheduled over its 17 steps, with the warmup its own 10 would have had (wsd: it decays at the end).
+    where = dataclasses.replace(cfg.train_config(), schedule="wsd", max_steps=17,
+                                warmup_ratio=cfg.train_config().warmup_ratio * 10 / 17)
+    for k in range(17):
+        assert lrs[6 + k] == pytest.approx(cfg.learning_rate * lr_multiplier(where, k))
+    assert lrs[6 + 12] == cfg.learning_rate and lrs[22] < lrs[21]
+    stories = dataclasses.replace(cfg.train_config(), max_steps=16)
+    assert lrs[65] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 0))
+    assert lrs[80] == pytest.approx(cfg.learning_rate * lr_multiplier(stories, 15))
+
+
+def test_with_a_time_budget_a_drill_runs_to_its_deadline_in_seconds(tiny):
+    config, tokenizer = tiny
+    task = _staged_task()
+    cfg = FinetuneConfig(max_steps=None, time_budget_s=40.0, batch_size=8, learning_rate=1e-3, max_length=96,
+                         seed=0, device="cpu", precision="fp32")
+    tuner = Finetuner(task.new_head(config, 0), tokenizer, config=cfg, task=task)
+    task.prepare(tokenizer, cfg.max_length)
+    tuner._enter_stage(0)
+    assert tuner._stage_config.time_budget_s == pytest.approx(0.15 * 40)
+    tuner.step, tuner.elapsed_s = 30, 3.0   # sentence learnt after 3 s of its 6
+    tuner._enter_stage(1)
+    # `where` may take 27% of 40 s from the start, less the 3 s gone: 7.8 s, its own 4.8 and sentence's 3, with the
+    # warmup its own 4.8 s would have had.
+    assert tuner._stage_config.time_budget_s == pytest.approx(0.27 * 40 - 3)
+    assert tuner._stage_config.warmup_ratio == pytest.approx(cfg.train_config().warmup_ratio * 4.8 / 7.8)
+    assert tuner._stage_config.max_steps is None and tuner._stage_config.schedule == "wsd"
 
 
 def test_a_stage_that_begins_at_an_evaluation_point_is_evaluated_once(tiny):
@@ -277,14 +305,13 @@ def test_the_cli_trains_the_drills_first_at_the_answer_spans_rate_and_no_drills_
     assert code != 0 and len(err) == 1 and err[0].startswith("error:") and "--task toy-qa" in err[0], err
 
 
-
 def test_the_curve_marks_where_each_stage_began(tiny):
     from bert_core.inspect.finetune_figures import accuracy_curves_figure
 
     result, _, _ = _run(tiny, _staged_task(), steps=20)
     fig = accuracy_curves_figure({"pretrained": result.evals}, x="step", metric="macro_f1", stages=result.stages)
     lines = [shape for shape in fig.layout.shapes if shape.line.dash == "dot"]
-    assert [line.x0 for line in lines] == [s.step for s in result.stages] == [0, 3, 5, 7, 10, 12, 14]
+    assert [line.x0 for line in lines] == [s.step for s in result.stages] == [0, 3, 5, 8, 11, 13, 16]
     assert [a.text for a in fig.layout.annotations] == ["sentence", "where", "happened", "who", "what", "finder",
                                                         "toy QA stories"]
     assert not accuracy_curves_figure({"pretrained": result.evals}, stages=result.stages[:1]).layout.shapes

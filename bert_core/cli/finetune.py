@@ -232,7 +232,8 @@ def describe(task) -> str:
         line = (f"data: {train.source.removesuffix(' (train)')}, {len(train):,} train / {len(val):,} validation "
                 f"questions (the validation ones on {passages:,} passages never trained on)")
         if task.drills:
-            line += ("; first its drills, each until learnt or at most its share of the budget: "
+            line += ("; first its drills, each until learnt or at most its share of the budget and what those "
+                     "before it left: "
                      + ", then ".join(f"{d.kind} ({100 * d.share:g}%: \"{d.example}\")" for d in task.drills)
                      + "; then the stories for the rest, each stage with its own schedule (--no-drills: the "
                        "stories alone)")

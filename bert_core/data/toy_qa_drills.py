@@ -44,8 +44,10 @@ QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four que
 # happened at the barn?": the span ends there).
 DRILL_KINDS = ("sentence", "happened", *QUESTION_KINDS)
 
-# The drills in the order they are trained, each with the most of the run's budget it may take (steps, or seconds
-# with a time budget); each ends as soon as it is learnt, and the stories get all the rest. Each kind clicks at
+# The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
+# budget); each ends as soon as it is learnt, or at its deadline: where the shares so far add up, so that what a
+# drill learnt early leaves unused goes to the next (training.finetune.Finetuner._enter_stage). The stories get all
+# the rest. Each kind clicks at
 # its own, seed-dependent moment (docs/benchmarks.md, "The drills as the task's recipe"): `where` trained first sat
 # at a guess among the names for all of 3,200 steps at seeds 2 and 3 and of 4,200-7,000 at seed 1, and after
 # `sentence` (learnt in 840-1,000 steps) it was learnt within 200-600 steps at each of seeds 0-3; `who` took
@@ -69,7 +71,7 @@ class Drill:
     share: float
     seed: int = 0
     passages: int = DRILL_PASSAGES
-    mastery: float | None = MASTERY   # the training score that ends it early (None: it takes all its share)
+    mastery: float | None = MASTERY   # the training score that ends it early (None: it runs to its deadline)
 
     @property
     def name(self) -> str:

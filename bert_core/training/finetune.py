@@ -325,8 +325,8 @@ class Finetuner(RunLoop):
         self._step_seconds: list[float] = []
         self._elapsed_before_step = 0.0
         self._best: tuple[float, int, dict] | None = None  # (selection score, step, the weights on the CPU)
-        # The stages of the run: the task's drills, each until it is learnt or its share of the budget is spent,
-        # then the task's own data for the rest.
+        # The stages of the run: the task's drills, each until it is learnt or its deadline (its share of the
+        # budget and what the drills before it left) is reached, then the task's own data for the rest.
         self._plan = _stage_plan(self.task)
         self.stages: list[FinetuneStage] = []  # as they began
         self._stage_config = self._train_config
@@ -360,19 +360,30 @@ class Finetuner(RunLoop):
     def _enter_stage(self, index: int) -> None:
         """Train on stage `index` from the next step: its batches, and (after the first) a new optimizer and a
         schedule of its own, as a run of its own would have. A drill's schedule warms up and holds the peak rate
-        over its share of the budget (wsd: it decays only if the drill takes all of it); the task's own data
-        gets the run's schedule over all the budget that is left."""
+        up to its deadline (wsd: it decays only if the drill takes all it may); the task's own data gets the run's
+        schedule over all the budget that is left."""
         cfg, drills = self.config, self.task.drills
         self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(drills)
                          else self.task.train_batches(cfg.batch_size, cfg.seed))
         if not drills:
             self._stage_config = self._train_config
         elif index < len(drills):
-            share = self._plan[index][1]
+            # A drill may run to its deadline: the point of the budget where the shares so far add up. So it has
+            # its own share and whatever the drills before it left unused (a drill that clicks early passes its
+            # rest on to one that needs longer), never less than its own share. Its warmup stays the length its
+            # own share would give it.
+            own, deadline = self._plan[index][1], sum(share for _, share, _ in self._plan[:index + 1])
+            steps = seconds = None
+            if cfg.max_steps:
+                own_steps = max(1, round(own * cfg.max_steps))
+                steps = max(own_steps, round(deadline * cfg.max_steps) - self.step)
+            if cfg.time_budget_s:
+                own_seconds = own * cfg.time_budget_s
+                seconds = max(own_seconds, deadline * cfg.time_budget_s - self.elapsed_s)
+            warmup = own_steps / steps if steps else own_seconds / seconds
             self._stage_config = dataclasses.replace(
-                self._train_config, schedule="wsd",
-                max_steps=max(1, round(share * cfg.max_steps)) if cfg.max_steps else None,
-                time_budget_s=share * cfg.time_budget_s if cfg.time_budget_s else None)
+                self._train_config, schedule="wsd", max_steps=steps, time_budget_s=seconds,
+                warmup_ratio=self._train_config.warmup_ratio * warmup)
         else:
             self._stage_config = dataclasses.replace(
                 self._train_config, max_steps=max(1, cfg.max_steps - self.step) if cfg.max_steps else None,
@@ -479,7 +490,7 @@ class Finetuner(RunLoop):
 
     def _stage_over(self) -> bool:
         """Whether the drill in training is done: learnt (its last MASTERY_STEPS steps' mean training score at
-        least its `mastery`), or its share of the budget spent."""
+        least its `mastery`), or at its deadline (_enter_stage)."""
         stage, (step, seconds) = self._stage_config, self._stage_origin
         if stage.max_steps and self.step - step >= stage.max_steps:
             return True
@@ -497,7 +508,8 @@ MASTERY_STEPS = 200
 
 def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
     """(name, share of the budget, mastery) of each stage of a run on `task`: its drills (each ends when learnt, or
-    at its share at the latest), then its own data for the rest."""
+    at its deadline at the latest: its share plus what the drills before it left unused), then its own data for
+    the rest."""
     plan = [(drill.name, float(drill.share), getattr(drill, "mastery", None)) for drill in task.drills]
     rest = 1.0 - sum(share for _, share, _ in plan)
     if any(not 0 < share < 1 for _, share, _ in plan) or rest <= 0.01:
