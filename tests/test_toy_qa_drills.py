@@ -11,6 +11,8 @@ import pytest
 from bert_core.data.answer_spans_data import drill_data, parse_squad, toy_qa_task
 from bert_core.data.toy_qa_drills import (
     DRILL_SHARES,
+    FIND_VERBS,
+    GO_VERBS,
     QUESTION_KINDS,
     Drill,
     drill_squad,
@@ -74,6 +76,40 @@ def test_all_four_questions_are_answered_by_what_their_sentence_says():
     assert all(n == 4 * len(re.findall(r"went to", c)) for c, n in asked.items())
     with pytest.raises(ValueError):
         drill_squad(passages=5, questions=("why",))
+
+
+def test_finds_told_in_a_sentence_of_their_own_point_the_finder_at_that_sentence_s_name():
+    joined = drill_squad(passages=40, seed=6, questions=QUESTION_KINDS)
+    mixed = drill_squad(passages=40, seed=6, questions=QUESTION_KINDS, own_sentence=0.5)
+    forms = {"own": 0, "joined": 0}
+    for j, m in zip(joined["data"], mixed["data"]):
+        j, m = j["paragraphs"][0], m["paragraphs"][0]
+        # The same names, places, finds, questions and answers: only how each find is told differs.
+        assert [(q["question"], q["answers"][0]["text"]) for q in j["qas"]] == \
+            [(q["question"], q["answers"][0]["text"]) for q in m["qas"]]
+        own = dict(re.findall(r"\b(\w+) went to the \w+\. \1 found a (\w+ \w+)\.", m["context"]))
+        forms["own"] += len(own)
+        forms["joined"] += len(re.findall(r" and found a ", m["context"]))
+        for q in m["qas"]:
+            answer = q["answers"][0]
+            assert m["context"][answer["answer_start"]:].startswith(answer["text"])
+            found = re.fullmatch(r"Who found the (\w+ \w+)\?", q["question"])
+            if found and found.group(1) in own.values():
+                # the name of the sentence that says "tom found a red stone", not of the one before it
+                assert m["context"][answer["answer_start"]:].startswith(f"{answer['text']} found a {found.group(1)}")
+    assert forms["own"] > 20 and forms["joined"] > 20
+    # The toy task's what and finder drills tell half their finds so, as the stories do, with the stories' verbs.
+    data = drill_data(Drill("finder", 0.1, seed=1, passages=30))
+    assert any(re.search(r"\. (\w+) (found|discovered|spotted) a ", ex.context) for ex in data.examples)
+    assert any(re.search(r" and (found|discovered|spotted) a ", ex.context) for ex in data.examples)
+    contexts = " ".join(ex.context for ex in data.examples)
+    assert {v for v in GO_VERBS + FIND_VERBS if f" {v} " in contexts} == set(GO_VERBS + FIND_VERBS)
+    for ex in data.examples:
+        start = ex.answer_starts[0]
+        assert re.match(rf"{ex.answers[0]} ({'|'.join(GO_VERBS + FIND_VERBS)}) ", ex.context[start:])
+    # ... and the plain drills keep "went" (their wording is what the sentence -> where order was measured on).
+    assert all(" went to " in ex.context and " ran " not in ex.context
+               for ex in drill_data(Drill("where", 0.1, seed=1, passages=30)).examples)
 
 
 def test_the_sentence_drill_answers_with_the_name_s_whole_sentence_on_the_where_drill_s_passages():

@@ -33,7 +33,7 @@ from bert_core.data.toy_grammar import (
     MALE_NAMES,
     TOPICS,
 )
-from bert_core.data.toy_qa_drills import Drill, drill_squad, toy_qa_drills
+from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, drill_squad, toy_qa_drills
 from bert_core.errors import BertCoreError
 
 __all__ = [
@@ -279,8 +279,6 @@ def load_squad(path_or_bytes: str | Path | bytes, name: str = "upload.json") -> 
 
 # -- the built-in toy task ---------------------------------------------------------------------------------------
 
-_GO_VERBS = ["went", "walked", "ran", "hurried", "travelled", "went"]
-_FIND_VERBS = ["found", "found", "discovered", "spotted"]
 _NUMBERS = ["two", "three", "four", "five", "some", "several"]
 _WEATHER = ["It was a {adj} {time}.", "The sky was {colour} and the wind was {wind}.",
             "It rained for most of the {time}.", "The sun was shining all {time}."]
@@ -340,7 +338,7 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
     blocks = []
     for c in range(k):
         name, place, find = (names[c], ("name", c)), (f"the {places[c]}", ("place", c)), (finds[c][0], ("thing", c))
-        go, found = rng.choice(_GO_VERBS), rng.choice(_FIND_VERBS)
+        go, found = rng.choice(GO_VERBS), rng.choice(FIND_VERBS)
         # Each character's place and find follow their name closely, at much the same distance each time, so a
         # question is answered by matching its name (or place, or find) to the passage and reading the words next
         # to it. Stories that reach an answer through a pronoun or an opening phrase ("There she found...", "Later
@@ -415,7 +413,8 @@ def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> Q
 
 def drill_data(drill: Drill) -> QAData:
     """A drill's questions (toy_qa_drills.Drill) as QAData: its drill_squad, read and checked like any SQuAD file."""
-    return parse_squad(drill_squad(drill.passages, drill.seed, questions=(drill.kind,)),
+    return parse_squad(drill_squad(drill.passages, drill.seed, questions=(drill.kind,),
+                                   own_sentence=drill.own_sentence, story_verbs=drill.story_verbs),
                        source=f"{drill.name} ({drill.passages} passages, seed {drill.seed})")
 
 

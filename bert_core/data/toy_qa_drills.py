@@ -56,6 +56,17 @@ DRILL_KINDS = ("sentence", "happened", *QUESTION_KINDS)
 DRILL_SHARES: tuple[tuple[str, float], ...] = (("sentence", 0.15), ("where", 0.12), ("happened", 0.12), ("who", 0.15),
                                                ("what", 0.12), ("finder", 0.12))
 DRILL_PASSAGES = 3000
+# The share of a drill's finds told in a sentence of their own ("tom went to the barn. tom found a red stone."),
+# as the stories tell half of theirs; the rest in the same sentence ("tom went to the barn and found a red stone.").
+# With the second form only, a model could pass `finder` by the name just before "found" and then, in the stories,
+# answer "Who found the white cows?" of "Ella went to the barn and found several white cows." with the next
+# character's "Leo found a tractor.": 28 of the 36 most confident errors of the 256-token candidate were that
+# (docs/benchmarks.md, "The drills as the task's recipe").
+OWN_SENTENCE = 0.5
+# The stories' verbs (answer_spans_data reads them from here): a drill with finds draws its verbs from them, so that
+# "Who found ...?" is asked of "ran to the beach and spotted a shell" as the stories ask it, not of "found" alone.
+GO_VERBS = ("went", "walked", "ran", "hurried", "travelled", "went")
+FIND_VERBS = ("found", "found", "discovered", "spotted")
 # A drill is learnt when its last training steps (training.finetune.MASTERY_STEPS) answer this share right on
 # average: once a kind clicks, its training batches are 98-100% right.
 MASTERY = 0.95
@@ -72,6 +83,8 @@ class Drill:
     seed: int = 0
     passages: int = DRILL_PASSAGES
     mastery: float | None = MASTERY   # the training score that ends it early (None: it runs to its deadline)
+    own_sentence: float = OWN_SENTENCE   # the share of its finds (what, finder) told in a sentence of their own
+    story_verbs: bool = True   # its finds told with the stories' verbs (GO_VERBS, FIND_VERBS), not went and found
 
     @property
     def name(self) -> str:
@@ -91,7 +104,7 @@ def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
 
 
 def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = False,
-                questions: tuple[str, ...] = ("who",)) -> dict:
+                questions: tuple[str, ...] = ("who",), own_sentence: float = 0.0, story_verbs: bool = False) -> dict:
     """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in one
     sentence ("tom went to the barn."), asked `questions`, some of DRILL_KINDS: what the name did ("sentence":
     "tom went to the barn", its whole sentence), what happened at the place ("happened": the same sentence), who
@@ -99,13 +112,17 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
     and who found it ("finder"). With `find` (implied by what and finder) each sentence goes on to a find ("tom
     went to the barn and found a red stone."), drawn from a second generator so the names, places and questions
     stay those of the plain file. A kind but "who", "sentence" and "happened" makes finds differ within a
-    passage, so that "Who found the red stone?" has one answer."""
+    passage, so that "Who found the red stone?" has one answer. `own_sentence` of the finds (drawn from a third
+    generator) are told in a sentence of their own, "tom went to the barn. tom found a red stone.", where "Who
+    found the red stone?" points at the name of the second sentence, as in the stories. With `story_verbs` (and
+    finds) each sentence takes its verbs from the stories' (GO_VERBS, FIND_VERBS; the same third generator): "anna
+    ran to the beach and spotted a red stone."""
     questions = tuple(questions)
     if not questions or set(questions) - set(DRILL_KINDS):
         raise ValueError(f"questions are some of {DRILL_KINDS}, not {questions}")
     find = find or bool({"what", "finder"} & set(questions))
     distinct = bool(set(questions) - {"who", "sentence", "happened"})
-    rng, finds = random.Random(seed), random.Random(seed + 1)
+    rng, finds, forms = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
     data = []
     for i in range(passages):
         k = rng.randint(2, 3)
@@ -117,19 +134,30 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
         context, qas = "", []
         for j, (name, place) in enumerate(zip(names, places)):
             context += (" " if context else "")
-            at = {"name": len(context), "place": len(context) + len(f"{name} went to ")}
-            context += f"{name} went to the {place}"
-            if find:
-                at["thing"] = len(context) + len(" and found ")
-                context += f" and found a {things[j]}"
-            asked = {"sentence": (f"What did {name} do?", context[at["name"]:], at["name"]),
-                     "happened": (f"What happened at the {place}?", context[at["name"]:], at["name"]),
+            own = find and forms.random() < own_sentence
+            go, found = ("went", "found")
+            if find and story_verbs:
+                go, found = forms.choice(GO_VERBS), forms.choice(FIND_VERBS)
+            at = {"name": len(context), "place": len(context) + len(f"{name} {go} to ")}
+            context += f"{name} {go} to the {place}"
+            if find and own:
+                told = context[at["name"]:]   # what the name did, and happened at the place: the first sentence
+                at["finder"] = len(context) + len(". ")
+                at["thing"] = at["finder"] + len(f"{name} {found} ")
+                context += f". {name} {found} a {things[j]}"
+            elif find:
+                at["thing"] = len(context) + len(f" and {found} ")
+                context += f" and {found} a {things[j]}"
+            if not own:
+                told = context[at["name"]:]
+            asked = {"sentence": (f"What did {name} do?", told, at["name"]),
+                     "happened": (f"What happened at the {place}?", told, at["name"]),
                      "who": (f"Who went to the {place}?", name, at["name"]),
                      "where": (f"Where did {name} go?", f"the {place}", at["place"])}
             context += "."
             if find:
                 asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
-                             finder=(f"Who found the {things[j]}?", name, at["name"]))
+                             finder=(f"Who found the {things[j]}?", name, at.get("finder", at["name"])))
             qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
                      "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
                     for q, kind in enumerate(QUESTION_KINDS + ("sentence", "happened")) if kind in questions]
