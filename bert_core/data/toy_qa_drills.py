@@ -58,10 +58,10 @@ DRILL_SHARES: tuple[tuple[str, float], ...] = (("sentence", 0.15), ("where", 0.1
 DRILL_PASSAGES = 3000
 # The share of a drill's finds told in a sentence of their own ("tom went to the barn. tom found a red stone."),
 # as the stories tell half of theirs; the rest in the same sentence ("tom went to the barn and found a red stone.").
-# With the second form only, a model could pass `finder` by the name just before "found" and then, in the stories,
-# answer "Who found the white cows?" of "Ella went to the barn and found several white cows." with the next
-# character's "Leo found a tractor.": 28 of the 36 most confident errors of the 256-token candidate were that
-# (docs/benchmarks.md, "The drills as the task's recipe").
+# Drilled on the second form only, the 256-token candidate learnt `finder` and then, in the stories, answered "Who
+# found the white cows?" of "Ella went to the barn and found several white cows." with another character's name
+# (27 of its 40 most confident errors at two seeds), 11 times the name of "Leo found a tractor." (docs/benchmarks.md,
+# "What held the candidate back on the stories").
 OWN_SENTENCE = 0.5
 # The stories' verbs (answer_spans_data reads them from here): a drill with finds draws its verbs from them, so that
 # "Who found ...?" is asked of "ran to the beach and spotted a shell" as the stories ask it, not of "found" alone.
