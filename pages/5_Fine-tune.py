@@ -122,8 +122,8 @@ EXPECT_QA_BY_MODEL = {
     "bert-tiny-english": "With bert-tiny-english (2 layers) the drills click at some seeds only and the stories "
                          "stop short of the mini's: `finetune --task toy-qa` (8,000 steps, about 8 minutes on one "
                          "thread) read them at 73.1 / 33.5 / 35.6% (seeds 0 / 1 / 2), and this page's 600 s at "
-                         "52.2% (seed 0, every drill learnt, the stories level from their 1,200th step): choose "
-                         "bert-mini-english in the sidebar to watch them being read."}
+                         "52.2% (seed 0: every drill learnt, then the stories level near 52% after 2,100 steps): "
+                         "choose bert-mini-english in the sidebar to watch them being read."}
 # Which shipped checkpoint is active, by its folder (a saved run that a visitor names "bert-mini-english" is not it).
 ACTIVE_SHIPPED = next((name for name, folder in model_sources.shipped_checkpoints().items()
                        if active is not None and active.path is not None
