@@ -18,8 +18,10 @@ task comes with its drills, trained in this order before the stories, each until
 at some seeds, and after `sentence` (whose answer starts at the name the question gives) it clicked within a few
 hundred steps at each seed tried. `happened` asks for the same sentence by its place, before `who`.
 
-A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."), with
-words of its own (not the stories' names and places), so that a drill teaches reading, not the stories' answers.
+A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."; in the
+`what` and `finder` drills half the finds get a sentence of their own, "tom ran to the barn. tom spotted a red
+stone.", with the stories' verbs, as the stories tell them), with names, places and finds of its own (not the
+stories'), so that a drill teaches reading, not the stories' answers.
 Everything is seeded and returned as SQuAD v1.1 (drill_squad; answer_spans_data.drill_data reads it as QAData).
 """
 
@@ -47,11 +49,10 @@ DRILL_KINDS = ("sentence", "happened", *QUESTION_KINDS)
 # The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
 # budget); each ends as soon as it is learnt, or at its deadline: where the shares so far add up, so that what a
 # drill learnt early leaves unused goes to the next (training.finetune.Finetuner._enter_stage). The stories get all
-# the rest. Each kind clicks at
-# its own, seed-dependent moment (docs/benchmarks.md, "The drills as the task's recipe"): `where` trained first sat
-# at a guess among the names for all of 3,200 steps at seeds 2 and 3 and of 4,200-7,000 at seed 1, and after
-# `sentence` (learnt in 840-1,000 steps) it was learnt within 200-600 steps at each of seeds 0-3; `who` took
-# 291-897 steps, or more than 1,200.
+# the rest. Each kind clicks at its own, seed-dependent moment (docs/benchmarks.md, "The drills as the task's
+# recipe"): `where` trained first sat at a guess among the names for all of 3,200 steps at seeds 2 and 3 and of
+# 4,200-7,000 at seed 1, and after `sentence` (learnt in 840-1,000 steps) it was learnt within 200-600 steps at
+# each of seeds 0-3; `who` took 291-897 steps, or more than 1,200.
 # Hence one share for each kind that lets most clicks happen, and the rest for the stories.
 DRILL_SHARES: tuple[tuple[str, float], ...] = (("sentence", 0.15), ("where", 0.12), ("happened", 0.12), ("who", 0.15),
                                                ("what", 0.12), ("finder", 0.12))
