@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from bert_core.model.growth import repeated_positions
 from bert_core.training.heldout import update_metrics
+from bert_core.training.run_builder import pretraining_rate_of
 
 FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
@@ -69,7 +70,13 @@ def package(run: Path, into: Path, started_as: Path | None = None) -> int:
     if Path(init).resolve() != (started_as or into).resolve():
         raise SystemExit(f"error: {run} continued {init}, not {started_as or into}")
     # The run's own commands (its `train`, then any `--resume`), after those of the folder it started from.
-    before = json.loads(((started_as or into) / "trainer_state.json").read_text())["metadata"]["commands"]
+    start_state = json.loads(((started_as or into) / "trainer_state.json").read_text())
+    before = start_state["metadata"]["commands"]
+    # What `train` records since (run_builder.pretraining_rate_of), for a run made before it did: the highest rate
+    # behind the start's weights, which the fine-tuning rule reads.
+    start_rate = pretraining_rate_of(start_state)
+    if start_rate is not None:
+        state["metadata"]["init_from"].setdefault("pretraining_rate", start_rate)
     commands = [repo_command(c, run) for c in state["metadata"]["commands"][len(before):]]
     if started_as is not None:
         check_started_as(started_as, into)

@@ -231,6 +231,11 @@ def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained
     assert not torch.allclose(wa[positions][32:64], wa[positions][:32])
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["baselines"]["start"]["model"]["positions_copied_from"] == 32
+    # Continued at 1e-12, it keeps the rate its start trained at for the fine-tuning rule.
+    from bert_core.training.run_builder import pretraining_rate_of
+
+    assert b.trainer_state["train_config"]["learning_rate"] == 1e-12
+    assert pretraining_rate_of(b.trainer_state) == pretraining_rate_of(a.trainer_state) > 1e-6
     assert metrics["commands"][0].startswith("python -m bert_core train") and "--init-from" in metrics["commands"][-1]
     assert len(metrics["commands"]) >= 2
     # Step 0 of this run is the starting checkpoint, not an untrained model: labelled so.

@@ -468,6 +468,15 @@ def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(che
                     {"train_config": {"learning_rate": -1.0}}, {"train_config": {"learning_rate": float("nan")}},
                     {"train_config": {"learning_rate": True}}):
         assert pretraining_rate_of(damaged) is None, damaged
+    # A continuation at a lower rate keeps the highest rate behind its weights (the 256-token mini: 5e-4 after 1e-3);
+    # a higher one, or a start that records none or a damaged one, gives the run's own.
+    def continued(own, before):
+        return {"train_config": {"learning_rate": own}, "metadata": {"init_from": {"pretraining_rate": before}}}
+    assert pretraining_rate_of(continued(5e-4, 1e-3)) == 1e-3
+    assert pretraining_rate_of(continued(2e-3, 1e-3)) == 2e-3
+    for before in (None, "fast", -1.0, float("inf"), True):
+        assert pretraining_rate_of(continued(5e-4, before)) == 5e-4, before
+    assert pretraining_rate_of(continued(None, 1e-3)) is None
     wide = tmp_path / "mini"
     tokenizer = BertTokenizer.load(checkpoint)
     save_pretrained(BertForPreTraining(BertConfig.preset("mini", vocab_size=tokenizer.vocab_size,

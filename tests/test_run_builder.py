@@ -110,6 +110,9 @@ def test_the_builder_makes_the_same_run_for_the_same_plan_and_a_warm_start_keeps
     assert warm.model is a.model and warm.tokenizer is a.tokenizer
     assert warm.metadata["commands"] == ["first", "second"] and warm.metadata["preset"] == "tiny"
     assert warm.metadata["init_from"] == {"folder": "earlier", "step": 2, "preset": "tiny", "corpora": None}
+    trained = dataclasses.replace(start, trainer_state={**start.trainer_state, "train_config": {"learning_rate": 1e-3}})
+    again = run_builder.build_run(dataclasses.replace(_plan(seed=6, learning_rate=5e-4), start=trained)).trainer
+    assert again.metadata["init_from"]["pretraining_rate"] == 1e-3
     dropout = dataclasses.replace(start, config_changes={"hidden_dropout_prob": 0.2})
     rebuilt = run_builder.build_model(dataclasses.replace(_plan(), start=dropout), a.tokenizer)
     assert rebuilt.config.hidden_dropout_prob == 0.2

@@ -49,6 +49,7 @@ from bert_core.training.finetune_results import (
 )
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
 from bert_core.training.precision import autocast_for
+from bert_core.training.run_builder import pretraining_rate_of
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.token_tagging import TokenTags
 from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
@@ -166,16 +167,6 @@ def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: 
     else:
         rate = 1e-3 * (128 / config.hidden_size) ** 2
     return min(1e-3, max(2e-5, rate)) * KIND_RATE_SCALE[kind]
-
-
-def pretraining_rate_of(trainer_state) -> float | None:
-    """The peak learning rate a checkpoint made here was pretrained at (its trainer_state's train_config), or None
-    where the state is absent or does not hold a positive number."""
-    train_config = trainer_state.get("train_config") if isinstance(trainer_state, dict) else None
-    rate = train_config.get("learning_rate") if isinstance(train_config, dict) else None
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-        return None
-    return float(rate)
 
 
 def checkpoint_pretraining_rate(folder: str | Path) -> float | None:

@@ -8,6 +8,7 @@ Streamlit-free; the run it returns is not started.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,34 @@ def trained_length(trainer_state: dict | None) -> int | None:
     """The sequence length a checkpoint's last run trained at, from its trainer_state.json (None when unrecorded)."""
     length = ((trainer_state or {}).get("train_config") or {}).get("max_seq_length")
     return length if isinstance(length, int) and length > 0 else None
+
+
+def _positive_rate(rate) -> float | None:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)
+
+
+def pretraining_rate_of(trainer_state) -> float | None:
+    """The highest peak learning rate a checkpoint made here was pretrained at: its last run's (train_config), or,
+    where that run continued another checkpoint (`--init-from`), the rate that checkpoint recorded
+    (metadata.init_from.pretraining_rate) if higher. None where the state is absent or holds no positive number.
+
+    Why the highest: the fine-tuning rule (finetune.finetune_learning_rate) scales the rate the weights trained at,
+    and a continuation at a lower rate (the mini's 256-token phase at 5e-4, after three at 1e-3) refines weights that
+    learnt at the higher one. Fine-tuned at half its rule's rate, that mini read the toy stories at 67.5% (seed 0,
+    8,000 steps) and 55.6% in the page's 600 s; at the earlier phases' rate, at the shipped mini's figures
+    (docs/benchmarks.md, "BERT's second length on a GPU")."""
+    if not isinstance(trainer_state, dict):
+        return None
+    train_config = trainer_state.get("train_config")
+    own = _positive_rate(train_config.get("learning_rate") if isinstance(train_config, dict) else None)
+    metadata = trainer_state.get("metadata")
+    start = metadata.get("init_from") if isinstance(metadata, dict) else None
+    before = _positive_rate(start.get("pretraining_rate") if isinstance(start, dict) else None)
+    if own is None:
+        return None
+    return max(own, before) if before is not None else own
 
 
 def positions_to_copy(trainer_state: dict | None, seq_len: int) -> int:
@@ -158,6 +187,9 @@ def run_metadata(plan: RunPlan, data: RunData, extra: dict | None = None) -> dic
         metadata["commands"] = (before.get("commands") or []) + metadata["commands"]
         metadata["init_from"] = {"folder": plan.start.label, "step": state.get("step"),
                                  "preset": before.get("preset"), "corpora": before.get("corpora")}
+        rate = pretraining_rate_of(state)
+        if rate is not None:   # the fine-tuning rule reads the highest rate behind the weights (pretraining_rate_of)
+            metadata["init_from"]["pretraining_rate"] = rate
         if plan.start.copy_positions_from:
             metadata["init_from"]["positions_copied_from"] = plan.start.copy_positions_from
         metadata["preset"] = before.get("preset", plan.preset)
