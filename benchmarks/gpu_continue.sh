@@ -13,6 +13,8 @@
 # protocol (benchmarks/finetune_levers.py runs it, and levers beside it, in a call of its own), leaving the lease
 # to pretraining. 2026-11-26 on an H100: MODELS=bert PROTOCOL=0 TB=470 SLACK=90 END=590, a 518-s call (the shipped
 # BERT mini's third phase); on an H200 the same with TB=400 SLACK=60 END=500 beside two toy-QA runs (not shipped).
+# 2026-11-27 on an H100: SEQ=256 BATCH=64 LR=5e-4 MODELS=bert PROTOCOL=0 TB=450 SLACK=60 END=560, a 500-s call (the
+# shipped BERT mini's fourth phase); MODELS=gpt with TB=170 SLACK=40 END=250, 224 s (not shipped).
 # An earlier version of this script (git log) made the mini's second phase: runs/gpu-bert-mini and -gpt-mini at
 # batch 128 and 512, four runs at once, with the fine-tuning levers.
 set -u
