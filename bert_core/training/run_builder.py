@@ -59,19 +59,18 @@ def pretraining_rate_of(trainer_state) -> float | None:
 
     Why the highest: the fine-tuning rule (finetune.finetune_learning_rate) scales the rate the weights trained at,
     and a continuation at a lower rate (the mini's 256-token phase at 5e-4, after three at 1e-3) refines weights that
-    learnt at the higher one. Fine-tuned at half its rule's rate, that mini read the toy stories at 67.5% (seed 0,
-    8,000 steps) and 55.6% in the page's 600 s; at the earlier phases' rate, at the shipped mini's figures
-    (docs/benchmarks.md, "BERT's second length on a GPU")."""
+    learnt at the higher one. Fine-tuned at half the earlier phases' rate, that mini read the toy stories at 67.5%
+    (seed 0, 8,000 steps); at their rate, 94.3% (docs/benchmarks.md, "BERT's second length on a GPU")."""
     if not isinstance(trainer_state, dict):
         return None
     train_config = trainer_state.get("train_config")
     own = _positive_rate(train_config.get("learning_rate") if isinstance(train_config, dict) else None)
+    if own is None:
+        return None
     metadata = trainer_state.get("metadata")
     start = metadata.get("init_from") if isinstance(metadata, dict) else None
     before = _positive_rate(start.get("pretraining_rate") if isinstance(start, dict) else None)
-    if own is None:
-        return None
-    return max(own, before) if before is not None else own
+    return max(own, before or own)
 
 
 def positions_to_copy(trainer_state: dict | None, seq_len: int) -> int:
