@@ -160,6 +160,27 @@ def test_heldout_text_reproduces_the_eval_figures_in_metrics_json(trained, capsy
     assert again["unigram_baseline"] == recorded["unigram_baseline"]
 
 
+def test_heldout_writes_one_corpus_by_its_spec_or_name_and_refuses_one_it_did_not_hold_out(trained, capsys, tmp_path):
+    out, argv = trained
+    if not (out / "metrics.json").exists():
+        assert main(argv) == 0
+    held = json.loads((out / "metrics.json").read_text())["heldout_split"]["corpora"][0]
+    whole, alone = tmp_path / "all.txt", tmp_path / "alone.txt"
+    assert _run_main(["heldout", "--checkpoint", str(out), "--out", str(whole)], capsys)[0] == 0
+    for chosen in (held["spec"], held["name"]):
+        code, stdout, stderr = _run_main(["heldout", "--checkpoint", str(out), "--corpus", chosen, "--out",
+                                          str(alone), "--overwrite"], capsys)
+        assert code == 0, stderr
+        assert alone.read_text() == whole.read_text() and held["spec"] in stdout
+    code, _, stderr = _run_main(["heldout", "--checkpoint", str(out), "--corpus", "brownish", "--out",
+                                 str(tmp_path / "none.txt")], capsys)
+    assert code == 2 and stderr.count("error:") == 1 and "no corpus 'brownish'" in stderr and held["spec"] in stderr
+    assert not (tmp_path / "none.txt").exists()
+    code, _, stderr = _run_main(["heldout", "--checkpoint", str(out), "--corpus", held["spec"], "--update-metrics"],
+                                capsys)
+    assert code == 2 and "give --out FILE" in stderr
+
+
 def test_heldout_errors_on_a_folder_without_a_split(tmp_path, capsys):
     code, _, stderr = _run_main(["heldout", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "h.txt")], capsys)
     assert code == 2 and "records no held-out split" in stderr

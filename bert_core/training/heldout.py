@@ -73,17 +73,32 @@ def heldout_documents(record: dict, corpus_loader=None) -> list[list[str]]:
     return docs
 
 
+def select_corpora(record: dict, wanted: list[str] | None) -> dict:
+    """`record` with only the corpora named in `wanted` (each a corpus's spec as `train` was given it, or its name),
+    in the record's order; all of them for None. An unknown name is refused with the names there are."""
+    if not wanted:
+        return record
+    entries = record["corpora"]
+    unknown = [w for w in wanted if not any(w in (e["spec"], e.get("name")) for e in entries)]
+    if unknown:
+        raise BertCoreError(f"the checkpoint held out no corpus {', '.join(map(repr, unknown))}; it held out "
+                            + ", ".join(e["spec"] for e in entries))
+    return {**record, "corpora": [e for e in entries if e["spec"] in wanted or e.get("name") in wanted]}
+
+
 def documents_to_text(documents: list[list[str]]) -> str:
     """One sentence per line, a blank line between documents: what `corpora.documents_from_text` reads back."""
     return "\n\n".join("\n".join(" ".join(s.split()) for s in doc) for doc in documents) + "\n"
 
 
-def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=None) -> dict:
-    """Write the checkpoint's held-out text to `out`; returns what was written (path, documents, sentences)."""
+def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=None,
+                       corpora: list[str] | None = None) -> dict:
+    """Write the checkpoint's held-out text to `out` (only that of `corpora`, when given: select_corpora); returns
+    what was written (path, documents, sentences)."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.model.checkpoint import write_text_atomic
 
-    record = heldout_split_record(checkpoint)
+    record = select_corpora(heldout_split_record(checkpoint), corpora)
     docs = heldout_documents(record, corpus_loader)
     out = write_text_atomic(out, documents_to_text(docs))
     return {"path": str(out), "documents": len(docs), "sentences": sum(len(d) for d in docs),
