@@ -92,19 +92,20 @@ EXPECT = {"polarity": "What to expect with this page's defaults (2,000 training 
                      "against the same model from scratch; topic words give a bag of words the lead."}
 # The same race with the larger shipped BERT active (seeds 0-2, one thread a run, 2026-11-27, bf16 autocast on a CPU
 # with bfloat16 instructions, the four-phase folder; seed 0 in fp32 on 2026-11-26, its third phase; docs/benchmarks.md,
-# "bf16 on a CPU" and "BERT's second length on a GPU").
+# "bf16 on a CPU" and "BERT's second length on a GPU"; the 1,500-step figures: #28's protocol at seeds 0-4 and
+# 20-25, "Eleven splits, and four more levers").
 EXPECT_BY_MODEL = {"bert-mini-english": {
     "polarity": "What to expect with this page's defaults and bert-mini-english on a CPU: in 30 s it makes about a "
                 "third of the tiny model's steps (about 380 against 1,050 on a CPU with bfloat16 instructions; "
                 "elsewhere 122 against 813): pretrained 70-71%, from scratch 49-57%, the bag of words 70-73% (the "
                 "tiny, pretrained, 66-68%). With more steps it passes the bag of words: 1,500 (`finetune --steps "
-                "1500`, 2 minutes on one such core, 7 elsewhere) gave 79.0% against 75.7% over three larger splits. "
+                "1500`, 2 minutes on one such core, 7 elsewhere) gave 77.5% against 75.3% over eleven larger splits. "
                 "Raise the seconds per model, or use a GPU.",
     "ag_news": "What to expect with this page's defaults and bert-mini-english on a CPU: in 30 s it makes about a "
                "third of the tiny model's steps (about 220 against 740 on a CPU with bfloat16 instructions; "
                "elsewhere 68 against 473): pretrained 80-82%, from scratch 21-27%, the bag of words 83-85% (the "
-               "tiny, pretrained, 79%). Topic words keep the bag of words level: 1,500 steps (4 minutes on one such "
-               "core, 13 elsewhere) gave 85.3% against its 85.6% over three larger splits."}}
+               "tiny, pretrained, 79%). Topic words keep the bag of words ahead: 1,500 steps (4 minutes on one such "
+               "core, 13 elsewhere) gave 84.3% against its 86.3% over eleven larger splits."}}
 # The toy stories after their drills (docs/benchmarks.md, "The drills as the task's recipe").
 EXPECT_QA_DRILLS = (
     "What to expect: the drills come first, in order, each until its last training batches are 95% right or its "
@@ -114,7 +115,7 @@ EXPECT_QA_DRILLS = (
     "as the task's recipe\") gives the figures.")
 # ... and what the shipped models reached (2026-11-27, one CPU thread a run, other runs beside them).
 EXPECT_QA_BY_MODEL = {
-    "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, about 25 minutes a run on "
+    "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, 18 to 21 minutes a run on "
                          "one thread of a 2-core CPU shared with other runs) read the held-out stories at 94.3 / "
                          "95.5 / 100.0% exact match (seeds 0 / 1 / 2). This page's 600 s on one CPU thread held "
                          "4,954 steps at seed 0: every drill learnt within 329 s, then the stories at 91.9%. An "
