@@ -51,13 +51,13 @@ def run_seed(args, seed: int, threads: int) -> dict:
           "--out", str(adapted), "--overwrite", "--seq-len", "128", "--batch-size", "32", "--steps", str(args.steps),
           "--lr", str(args.lr), "--schedule", "linear", "--seed", "0", "--eval-every", "100"],
          Path(f"{stem}-train.err"), threads)
-    history = json.loads((adapted / "trainer_state.json").read_text()).get("evals", [])
+    evals = json.loads((adapted / "trainer_state.json").read_text()).get("evals", [])
     proc = _run([sys.executable, "-m", "bert_core", "finetune", "--checkpoint", str(adapted), "--task", args.task,
                  "--val-size", str(args.val_size), "--steps", "1500", "--seed", str(seed), "--json"],
                 Path(f"{stem}-finetune.err"), threads)
     Path(f"{stem}-finetune.json").write_text(proc.stdout)
     accuracy = {r["name"]: r["accuracy"] * 100 for r in json.loads(proc.stdout)["results"]}["pretrained"]
-    mlm = [h.get("mlm_acc") for h in history]
+    mlm = [e.get("mlm_acc") for e in evals]
     return {"seed": seed, "rows": rows, "mlm_before": mlm[0] if mlm else None, "mlm_after": mlm[-1] if mlm else None,
             "accuracy": accuracy}
 

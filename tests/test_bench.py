@@ -4,6 +4,7 @@ import argparse
 
 from bert_core.cli.main import bench
 from bert_core.model.config import BertConfig
+from tests.script_loading import load_script
 
 
 def test_bench_reports_both_models_and_the_ratio(capsys):
@@ -66,15 +67,9 @@ def test_sparse_head_flops_are_fewer_than_dense():
 
 
 def test_time_to_quality_summarize_turns_a_bad_file_into_one_error_line(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
     import pytest
 
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "time_to_quality.py"
-    spec = importlib.util.spec_from_file_location("time_to_quality", script)
-    ttq = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ttq)
+    ttq = load_script("benchmarks/time_to_quality.py")
     (tmp_path / "other.json").write_text('{"a": 1}')
     (tmp_path / "binary.json").write_bytes(b"\x00\xff")
     for name, says in [("missing.json", "No such file"), ("other.json", "not a --json file"),

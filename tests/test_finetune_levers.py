@@ -1,7 +1,6 @@
 """benchmarks/finetune_levers.py: issue #28's protocol one lever at a time. Its table pairs each run with the
 TF-IDF baseline and the reference lever on the same split; a run that fails is named, not dropped silently."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -9,15 +8,13 @@ import sys
 import pytest
 
 from bert_core.paths import CHECKPOINTS_DIR
+from tests.script_loading import load_script
 
 SCRIPT = CHECKPOINTS_DIR.parent / "benchmarks" / "finetune_levers.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("finetune_levers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/finetune_levers.py")
 
 
 def test_the_table_pairs_each_lever_with_the_baseline_and_the_reference_on_the_same_split():

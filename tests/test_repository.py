@@ -1,11 +1,11 @@
 """The repository keeps its promises: CI runs the README's test command, torch is pinned, no shared data is committed."""
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
 
 from bert_core.paths import REPO_ROOT, shared_data_dir
+from tests.script_loading import load_script
 
 
 def readme_commands() -> list[str]:
@@ -105,9 +105,7 @@ def test_the_served_config_turns_off_what_costs_a_shared_server_cpu():
 
 
 def test_the_architecture_picture_is_drawn_from_todays_code():
-    spec = importlib.util.spec_from_file_location("draw_architecture", REPO_ROOT / "docs" / "draw_architecture.py")
-    drawer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(drawer)
+    drawer = load_script("docs/draw_architecture.py")
     missing = [where for where, _ in drawer.RUN_PATH if not (REPO_ROOT / where).exists()
                and not (REPO_ROOT / "bert_core" / where).exists()]
     assert not missing, f"the picture's run path names files that are gone: {missing}"
