@@ -23,7 +23,6 @@ from bert_core.training.finetune import (
     build_comparison,
     comparison_config,
     finetune_learning_rate,
-    pretraining_rate_of,
     result_probabilities,
     split_task,
 )
@@ -75,7 +74,7 @@ KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, m
 DATA_SETTINGS = {"toy_qa": dict(budget=600)}
 # The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
 # its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; answer spans half).
-SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, pretraining_rate_of(active.trainer_state), kind=k)
+SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, active.pretraining_rate, kind=k)
                      if active is not None else 1e-3 * KIND_RATE_SCALE[k]) for k in KINDS}
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).

@@ -110,6 +110,27 @@ def test_checkpoint_folder_choice_loads_a_folder(checkpoint):
     assert any("step 3" in c.value for c in at.sidebar.caption)
 
 
+def test_a_grown_folder_fine_tunes_at_the_rate_its_source_learnt_at(checkpoint, tmp_path, capsys):
+    """A folder `grow` wrote has no trainer state; its growth.json names the source's rate, and the Fine-tune page
+    suggests that rate scaled to the grown width, not the size rule's fallback."""
+    from bert_core.cli.main import main
+    from bert_core.model.config import BertConfig
+    from bert_core.training.finetune import checkpoint_pretraining_rate, finetune_learning_rate
+
+    source = BertConfig.load(checkpoint)
+    grown = tmp_path / "grown"
+    assert main(["grow", "--checkpoint", str(checkpoint), "--hidden-size", str(4 * source.hidden_size), "--layers",
+                 str(source.num_hidden_layers), "--out", str(grown)]) == 0
+    wide = BertConfig.load(grown)
+    rate = finetune_learning_rate(wide, checkpoint_pretraining_rate(checkpoint))
+    assert rate != finetune_learning_rate(wide, None)
+    at = _open("pages/5_Fine-tune.py")
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.text_input(key="model_folder").input(str(grown)).run()
+    _assert_clean(at)
+    assert at.number_input(key="ft_lr").value == pytest.approx(rate)
+
+
 def test_predictions_without_mask_says_where_to_put_one():
     at = _open("pages/4_Predictions.py")
     at.text_area(key="pred_text").input("the cat sat on the mat").run()

@@ -299,6 +299,10 @@ def test_uploads_go_to_the_session_scratch_and_replace_the_previous_one(checkpoi
     other["metrics.json"] = json.dumps({"x": 1}).encode()
     second = app_storage.unpack_uploaded_checkpoint("sess", _zip(other))
     assert second != first and not first.exists()
+    # A grown folder's record (the rate its weights learnt at) comes along; other files do not.
+    grown = {**_checkpoint_entries(checkpoint), "growth.json": b'{"pretraining_rate": 0.001}', "notes.txt": b"x"}
+    third = app_storage.unpack_uploaded_checkpoint("sess", _zip(grown))
+    assert (third / "growth.json").is_file() and not (third / "notes.txt").exists()
 
 
 @pytest.mark.parametrize("value, public", [("1", True), ("true", True), ("0", False), ("", False), ("no", False)])

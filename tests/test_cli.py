@@ -225,6 +225,44 @@ def test_python_dash_m_reports_errors_without_a_traceback():
     assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
+def test_a_grown_folder_keeps_the_rate_its_weights_learnt_at(trained, toy_file, capsys, tmp_path):
+    """`grow` records the source's pretraining rate (growth.json): fine-tuning the grown folder, or a run that
+    continues it, scales that rate and not the size rule's fallback (here 4x lower)."""
+    from bert_core.model.config import BertConfig
+    from bert_core.training.finetune import checkpoint_pretraining_rate, finetune_learning_rate
+
+    out, argv = trained
+    if not (out / "model.safetensors").exists():
+        assert main(argv) == 0
+    capsys.readouterr()
+    source_rate = checkpoint_pretraining_rate(out)
+    assert source_rate is not None and source_rate > 1e-6
+    hidden = BertConfig.load(out).hidden_size
+    grown = tmp_path / "grown"
+    code, _, stderr = _run_main(["grow", "--checkpoint", str(out), "--hidden-size", str(4 * hidden), "--layers",
+                                 str(BertConfig.load(out).num_hidden_layers), "--out", str(grown)], capsys)
+    assert code == 0, stderr
+    assert not (grown / "trainer_state.json").exists()
+    assert json.loads((grown / "growth.json").read_text())["pretraining_rate"] == source_rate
+    assert checkpoint_pretraining_rate(grown) == source_rate
+    wide = BertConfig.load(grown)
+    assert finetune_learning_rate(wide, checkpoint_pretraining_rate(grown)) == \
+        min(1e-3, source_rate * 128 / wide.hidden_size) != finetune_learning_rate(wide, None)
+    # A run that continues the grown folder at a lower rate records the higher one behind its weights.
+    second = tmp_path / "continued"
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(grown), "--seq-len", "32",
+                                 "--batch-size", "4", "--steps", "1", "--lr", "1e-12", "--eval-batches", "1",
+                                 "--device", "cpu", "--out", str(second)], capsys)
+    assert code == 0, stderr
+    assert checkpoint_pretraining_rate(second) == source_rate
+    # A damaged record, or a folder grow never wrote, gives no rate (the size rule), never an error.
+    (grown / "growth.json").write_text("{not json")
+    assert checkpoint_pretraining_rate(grown) is None
+    (grown / "growth.json").write_text(json.dumps({"pretraining_rate": -1}))
+    assert checkpoint_pretraining_rate(grown) is None
+    assert checkpoint_pretraining_rate(tmp_path) is None
+
+
 def test_init_from_continues_from_the_weights_with_a_new_sequence_length(trained, toy_file, capsys, tmp_path):
     out, argv = trained
     if not (out / "model.safetensors").exists():

@@ -8,6 +8,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS
 from bert_core.model.growth import grow_checkpoint
+from bert_core.training.finetune import checkpoint_pretraining_rate
 
 
 def add_parser(sub):
@@ -33,7 +34,8 @@ def run(args) -> int:
     if hidden is None or layers is None:
         raise BertCoreError("give --preset, or both --hidden-size and --layers")
     out = check_output_folder(args.out, overwrite=args.overwrite)
-    r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed)
+    r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed,
+                        pretraining_rate=checkpoint_pretraining_rate(args.checkpoint))
     f = r["from_size"]
     # The heads grow with the width (the head size stays), so a preset's own head count may differ: say it.
     print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to {layers} layers x "

@@ -15,6 +15,7 @@ from typing import Any
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.checkpoint import TRAINER_STATE, load_checkpoint
+from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
 from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length
 from bert_core.training.run_settings import SIZE_FIELDS, flag
@@ -84,8 +85,10 @@ def warm_start(args, config: TrainConfig) -> WarmStart:
                             f"fewer than --seq-len {args.max_seq_length}")
     check_training_size(start.model.config, config)
     dropout = {"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}
+    grown_rate = grown_pretraining_rate(args.init_from) if start.trainer_state is None else None
     return WarmStart(start.model, start.tokenizer, start.trainer_state, label=str(args.init_from),
-                     config_changes=dropout, copy_positions_from=_positions_to_copy(args, start.trainer_state))
+                     config_changes=dropout, copy_positions_from=_positions_to_copy(args, start.trainer_state),
+                     pretraining_rate=grown_rate)
 
 
 def _positions_to_copy(args, trainer_state: dict | None) -> int:

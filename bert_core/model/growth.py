@@ -26,13 +26,14 @@ longer sequence as a run of the windows it knows, and learns the rest from there
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import load_checkpoint, write_json
+from bert_core.model.checkpoint import load_checkpoint, read_json, write_json
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import save_pretrained
 
@@ -140,9 +141,14 @@ def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
     return table.shape[0] - trained_length
 
 
-def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0) -> dict:
+GROWTH_RECORD = "growth.json"
+
+
+def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0,
+                    pretraining_rate: float | None = None) -> dict:
     """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
-    return what was done; `train --init-from out` trains it on."""
+    return what was done (growth.json); `train --init-from out` trains it on. `pretraining_rate`, the highest rate
+    behind the source's weights, is recorded for the fine-tuning rule (grown_pretraining_rate)."""
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
     config = grown_config(small.config, hidden_size, num_hidden_layers)
@@ -153,5 +159,24 @@ def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed:
               "num_attention_heads": config.num_attention_heads, "seed": seed,
               "method": "width: Net2Net copies with random shares (function-preserving); depth: progressive "
                         "stacking (Gong et al. 2019)"}
-    write_json(Path(out) / "growth.json", record)
+    if pretraining_rate is not None:
+        record["pretraining_rate"] = pretraining_rate
+    write_json(Path(out) / GROWTH_RECORD, record)
     return record
+
+
+def grown_pretraining_rate(folder) -> float | None:
+    """The rate a grown folder's weights learnt at, as `grow` recorded it: the folder has no trainer_state.json, and
+    its weights are its source's, copied and repeated, so the fine-tuning rule (finetune.finetune_learning_rate)
+    and a `train --init-from` of it go by the source's rate. Without it the rule falls back to the size alone,
+    4x below: the mini widened to 512 fine-tuned at 6.25e-5 where 2.5e-4 suits it (docs/benchmarks.md, "A larger
+    size"). None for a folder `grow` did not write, or a record that cannot be read."""
+    path = Path(folder) / GROWTH_RECORD
+    try:
+        record = read_json(path) if path.is_file() else None
+    except BertCoreError:
+        return None
+    rate = record.get("pretraining_rate") if isinstance(record, dict) else None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)

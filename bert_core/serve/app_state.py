@@ -509,7 +509,13 @@ def _folder_model(folder: str):
     model, tok, state = load_folder_cached(folder)
     path = Path(folder).expanduser()
     return ActiveModel(model, tok, SOURCE_FOLDER, path, describe_checkpoint(path, model, state), state,
-                       (state or {}).get("step")), None
+                       (state or {}).get("step"), _grown_rate(path, state)), None
+
+
+def _grown_rate(folder: Path, state: dict | None) -> float | None:
+    from bert_core.model.growth import grown_pretraining_rate   # torch: not at the top (TORCH_FREE)
+
+    return grown_pretraining_rate(folder) if state is None else None
 
 
 def _saved_model(name: str | None):
@@ -542,7 +548,7 @@ def _uploaded_model(upload):
         raise BertCoreError(message) from None
     label = Path(upload.name)
     return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
-                       (state or {}).get("step")), None
+                       (state or {}).get("step"), _grown_rate(path, state)), None
 
 
 _TORCH_THREADS_SET = False

@@ -54,7 +54,7 @@ MAX_NAME = 40
 # else in the archive is skipped, so an upload can never add an executable, a link or a dotfile.
 CHECKPOINT_FILES = frozenset({
     "config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
-    "special_tokens_map.json", "trainer_state.json", "metrics.json",
+    "special_tokens_map.json", "trainer_state.json", "metrics.json", "growth.json",
 })
 MAX_ZIP_MEMBERS = 1000
 

@@ -35,6 +35,8 @@ class ActiveModel:
     description: str = ""
     trainer_state: dict | None = None
     step: int | None = None
+    # A folder `grow` wrote has no trainer state: the rate its source's weights learnt at (growth.json).
+    grown_rate: float | None = None
 
     @property
     def config(self):
@@ -44,6 +46,14 @@ class ActiveModel:
     def short_name(self) -> str:
         """How a run list names it: its folder's, saved run's or uploaded file's name, never a server path."""
         return self.path.name if self.path is not None else "the model trained in this session"
+
+    @property
+    def pretraining_rate(self) -> float | None:
+        """The highest rate behind its weights, which the fine-tuning rule scales (finetune.finetune_learning_rate):
+        its trainer state's, or a grown folder's recorded one; None when neither records one."""
+        from bert_core.training.run_builder import pretraining_rate_of   # torch: not at the top (TORCH_FREE)
+
+        return pretraining_rate_of(self.trainer_state) or self.grown_rate
 
     @property
     def causal(self) -> bool:

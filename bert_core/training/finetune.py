@@ -34,6 +34,7 @@ from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_se
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import adamw
 from bert_core.model.checkpoint import read_json, save_checkpoint
+from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
@@ -155,7 +156,8 @@ def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: 
     above 1e-4, 3 above 5e-4); the grown `mini` (hidden 256), pretrained at 1e-3, best at 5e-4 (80.0 / 75.0% on
     polarity, seeds 0 / 1), where 1e-3 gave 76.3 / 73.0% and 2.5e-4 gave 69.3% (seed 0).
 
-    A model with no such record (a Hugging Face BERT, a grown folder) gets 1e-3 x (128 / hidden)^2: 2.8e-5 at
+    A folder `grow` wrote goes by its source's rate (growth.grown_pretraining_rate), scaled to its own width.
+    A model with no such record (a Hugging Face BERT) gets 1e-3 x (128 / hidden)^2: 2.8e-5 at
     BERT-base's 768, inside the paper's 2e-5 to 5e-5, and 2.5e-4 at 256, inside the 1e-4 to 3e-4 that Turc et al.
     (2019) found for small BERTs, all of them pretrained at 1e-4, ten times below ours.
 
@@ -170,11 +172,14 @@ def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: 
 
 
 def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
-    """pretraining_rate_of the folder's trainer_state.json; None when it has none or it cannot be read (fine-tuning
-    does not need it: the size rule applies)."""
+    """pretraining_rate_of the folder's trainer_state.json, or, for a folder `grow` wrote, the rate its growth.json
+    records; None when it has neither or they cannot be read (fine-tuning does not need it: the size rule
+    applies)."""
     path = Path(folder) / "trainer_state.json"
+    if not path.is_file():
+        return grown_pretraining_rate(folder)
     try:
-        return pretraining_rate_of(read_json(path)) if path.is_file() else None
+        return pretraining_rate_of(read_json(path))
     except BertCoreError:
         return None
 

@@ -38,6 +38,8 @@ class WarmStart:
     # The length the model trained at, when the run is longer and starts its untrained positions as copies of the
     # trained ones (`growth.copy_trained_positions`; `train --copy-positions`); 0: the positions stay as loaded.
     copy_positions_from: int = 0
+    # The rate behind the weights where no trainer state records it: a folder `grow` wrote (its growth.json).
+    pretraining_rate: float | None = None
 
 
 def trained_length(trainer_state: dict | None) -> int | None:
@@ -186,7 +188,7 @@ def run_metadata(plan: RunPlan, data: RunData, extra: dict | None = None) -> dic
         metadata["commands"] = (before.get("commands") or []) + metadata["commands"]
         metadata["init_from"] = {"folder": plan.start.label, "step": state.get("step"),
                                  "preset": before.get("preset"), "corpora": before.get("corpora")}
-        rate = pretraining_rate_of(state)
+        rate = pretraining_rate_of(state) or plan.start.pretraining_rate
         if rate is not None:   # the fine-tuning rule reads the highest rate behind the weights (pretraining_rate_of)
             metadata["init_from"]["pretraining_rate"] = rate
         if plan.start.copy_positions_from:
