@@ -294,7 +294,8 @@ def test_a_zip_that_lies_about_its_sizes_is_cut_off(checkpoint, tmp_path):
 def test_uploads_go_to_the_session_scratch_and_replace_the_previous_one(checkpoint, scratch):
     data = _zip(_checkpoint_entries(checkpoint))
     first = app_storage.unpack_uploaded_checkpoint("sess", data)
-    assert first.parent == app_storage.session_scratch("sess", create=False) and app_storage.unpack_uploaded_checkpoint("sess", data) == first
+    assert first.parent == app_storage.session_scratch("sess", create=False)
+    assert app_storage.unpack_uploaded_checkpoint("sess", data) == first
     other = dict(_checkpoint_entries(checkpoint))
     other["metrics.json"] = json.dumps({"x": 1}).encode()
     second = app_storage.unpack_uploaded_checkpoint("sess", _zip(other))

@@ -1,4 +1,5 @@
-"""The repository keeps its promises: CI runs the README's test command, torch is pinned, no shared data is committed."""
+"""The repository keeps its promises: CI runs the README's test command, torch is pinned, no shared data is
+committed."""
 
 import re
 import subprocess
