@@ -225,9 +225,10 @@ def test_python_dash_m_reports_errors_without_a_traceback():
     assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
-def test_a_grown_folder_keeps_the_rate_its_weights_learnt_at(trained, toy_file, capsys, tmp_path):
-    """`grow` records the source's pretraining rate (growth.json): fine-tuning the grown folder, or a run that
-    continues it, scales that rate and not the size rule's fallback (here 4x lower)."""
+def test_a_grown_folder_keeps_its_sources_rate_and_held_out_split(trained, toy_file, capsys, tmp_path):
+    """`grow` records the source's pretraining rate and held-out split (growth.json): fine-tuning the grown folder,
+    or a run that continues it, scales that rate and not the size rule's fallback (here 4x lower), and keeps the
+    held-out documents out of training."""
     from bert_core.model.config import BertConfig
     from bert_core.training.finetune import checkpoint_pretraining_rate, finetune_learning_rate
 
@@ -255,6 +256,17 @@ def test_a_grown_folder_keeps_the_rate_its_weights_learnt_at(trained, toy_file, 
                                  "--device", "cpu", "--out", str(second)], capsys)
     assert code == 0, stderr
     assert checkpoint_pretraining_rate(second) == source_rate
+    # Its weights never saw the source's held-out documents: the grown folder carries that split, so `heldout`
+    # writes them out and a continuation that would train on them (another --seed) is refused.
+    assert json.loads((grown / "growth.json").read_text())["heldout"] == \
+        json.loads((out / "metrics.json").read_text())["heldout_split"]
+    code, _, stderr = _run_main(["heldout", "--checkpoint", str(grown), "--out", str(tmp_path / "held.txt")], capsys)
+    assert code == 0, stderr
+    assert (tmp_path / "held.txt").read_text().strip()
+    code, _, stderr = _run_main(["train", "--corpus", str(toy_file), "--init-from", str(grown), "--seq-len", "32",
+                                 "--batch-size", "4", "--steps", "1", "--seed", "7", "--eval-batches", "1",
+                                 "--device", "cpu", "--out", str(tmp_path / "leaky")], capsys)
+    assert code == 2 and "another held-out split" in stderr.strip().splitlines()[-1], stderr
     # A damaged record, or a folder grow never wrote, gives no rate (the size rule), never an error.
     (grown / "growth.json").write_text("{not json")
     assert checkpoint_pretraining_rate(grown) is None

@@ -9,6 +9,7 @@ from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS
 from bert_core.model.growth import grow_checkpoint
 from bert_core.training.finetune import checkpoint_pretraining_rate
+from bert_core.training.heldout import heldout_split_record
 
 
 def add_parser(sub):
@@ -34,8 +35,12 @@ def run(args) -> int:
     if hidden is None or layers is None:
         raise BertCoreError("give --preset, or both --hidden-size and --layers")
     out = check_output_folder(args.out, overwrite=args.overwrite)
+    try:   # a Hugging Face BERT records none: its held-out text is not ours to know
+        heldout = heldout_split_record(args.checkpoint)
+    except BertCoreError:
+        heldout = None
     r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed,
-                        pretraining_rate=checkpoint_pretraining_rate(args.checkpoint))
+                        pretraining_rate=checkpoint_pretraining_rate(args.checkpoint), heldout=heldout)
     f = r["from_size"]
     # The heads grow with the width (the head size stays), so a preset's own head count may differ: say it.
     print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to {layers} layers x "

@@ -30,6 +30,7 @@ from bert_core.cli.train_report import progress_callback, report
 from bert_core.data.pretraining_data import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
+from bert_core.model.growth import growth_record
 from bert_core.training.precision import computes_in
 from bert_core.training.run_builder import BuiltRun, build_run, resume_run
 from bert_core.training.trainer import TrainConfig, init_distributed, shutdown_distributed
@@ -97,7 +98,9 @@ def _prepare_new(args) -> PreparedRun:
     def build(callbacks: list, world_size: int) -> BuiltRun:
         built = build_run(plan, callbacks=callbacks, checkpoint_dir=out, world_size=world_size)
         if plan.start is not None:
-            before = (plan.start.trainer_state or {}).get("metadata", {})
+            state = plan.start.trainer_state
+            # A folder `grow` wrote has no trainer state: its growth.json carries its source's split.
+            before = state.get("metadata", {}) if state is not None else growth_record(args.init_from)
             check_same_heldout(args.init_from, before.get("heldout"), built.record)
         return built
 

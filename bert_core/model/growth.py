@@ -145,10 +145,12 @@ GROWTH_RECORD = "growth.json"
 
 
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0,
-                    pretraining_rate: float | None = None) -> dict:
+                    pretraining_rate: float | None = None, heldout: dict | None = None) -> dict:
     """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
-    return what was done (growth.json); `train --init-from out` trains it on. `pretraining_rate`, the highest rate
-    behind the source's weights, is recorded for the fine-tuning rule (grown_pretraining_rate)."""
+    return what was done (growth.json); `train --init-from out` trains it on. What the source recorded of its
+    weights' history goes along, since the grown folder has no trainer state: `pretraining_rate`, the highest rate
+    behind them, for the fine-tuning rule (grown_pretraining_rate), and `heldout`, the documents they never saw,
+    so that a run continuing the folder keeps them out of training and `heldout` can write them out."""
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
     config = grown_config(small.config, hidden_size, num_hidden_layers)
@@ -161,8 +163,21 @@ def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed:
                         "stacking (Gong et al. 2019)"}
     if pretraining_rate is not None:
         record["pretraining_rate"] = pretraining_rate
+    if heldout is not None:
+        record["heldout"] = heldout
     write_json(Path(out) / GROWTH_RECORD, record)
     return record
+
+
+def growth_record(folder) -> dict:
+    """What `grow` recorded in a folder it wrote (growth.json); {} for any other folder or a record that cannot be
+    read."""
+    path = Path(folder) / GROWTH_RECORD
+    try:
+        record = read_json(path) if path.is_file() else None
+    except BertCoreError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def grown_pretraining_rate(folder) -> float | None:
@@ -171,12 +186,7 @@ def grown_pretraining_rate(folder) -> float | None:
     and a `train --init-from` of it go by the source's rate. Without it the rule falls back to the size alone,
     4x below: the mini widened to 512 fine-tuned at 6.25e-5 where 2.5e-4 suits it (docs/benchmarks.md, "A larger
     size"). None for a folder `grow` did not write, or a record that cannot be read."""
-    path = Path(folder) / GROWTH_RECORD
-    try:
-        record = read_json(path) if path.is_file() else None
-    except BertCoreError:
-        return None
-    rate = record.get("pretraining_rate") if isinstance(record, dict) else None
+    rate = growth_record(folder).get("pretraining_rate")
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
         return None
     return float(rate)

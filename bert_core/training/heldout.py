@@ -43,7 +43,9 @@ def heldout_split_record(checkpoint: str | Path) -> dict:
         require_checkpoint_folder(folder)  # says what the file is (a pickle, a zip, a file inside a checkpoint)
     if not folder.is_dir():
         raise BertCoreError(f"{folder} does not exist; give a checkpoint folder written by `python -m bert_core train`")
-    for name, section, key in (("metrics.json", None, "heldout_split"), ("trainer_state.json", "metadata", "heldout")):
+    # growth.json: a folder `grow` wrote, whose weights are its source's and never saw the source's held-out text.
+    for name, section, key in (("metrics.json", None, "heldout_split"), ("trainer_state.json", "metadata", "heldout"),
+                               ("growth.json", None, "heldout")):
         path = folder / name
         if path.is_file():
             data = read_json(path)
@@ -55,7 +57,7 @@ def heldout_split_record(checkpoint: str | Path) -> dict:
             if record:
                 return record
     raise BertCoreError(f"{folder} records no held-out split (no metrics.json or trainer_state.json from "
-                        "`python -m bert_core train`)")
+                        "`python -m bert_core train`, nor a growth.json from `grow` of one)")
 
 
 def heldout_documents(record: dict, corpus_loader=None) -> list[list[str]]:
