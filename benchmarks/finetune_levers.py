@@ -10,7 +10,7 @@ the 300 validation rows move a single run by about 2 points, the same split move
 
 On a GPU the runs share the card (16 at once on an H100: about a minute each at mini); on a CPU give --jobs the
 number of cores (each run gets one thread). Seeds 0-4 are the splits the docs report; pick levers on others.
-On a lent GPU machine, which has no ../shared/data, unpack the carried copy first (benchmarks/gpu_continue.sh's
+On a lent GPU machine, which has no ../shared/data, unpack the carried copy first (benchmarks/gpu_common.sh's
 header says how to pack it): `mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared`.
 """
 import argparse

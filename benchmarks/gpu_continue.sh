@@ -7,7 +7,7 @@
 #
 # The lent machine gets the repository (the minis are in checkpoints/, bf16), not ../shared/data: pack it into a
 # folder git ignores and carry .devdata (the working tree and what is carried travel together, at most 64 MiB):
-#   tar czf .devdata/data.tar.gz -C ../shared data/...   (the list is in gpu_session.sh)
+#   tar czf .devdata/data.tar.gz -C ../shared data/...   (the list is in gpu_common.sh)
 # On a GPU: OUT=out bash benchmarks/gpu_continue.sh. A CPU dry run: DEV=cpu TB=8 FT_STEPS=5 SLACK=500 OUT=/tmp/out ...
 # MODELS="bert" gives the GPU to the BERT alone (the GPT shares it by default); PROTOCOL=0 skips the fine-tuning
 # protocol (benchmarks/finetune_levers.py runs it, and levers beside it, in a call of its own), leaving the lease
@@ -17,21 +17,13 @@
 # shipped BERT mini's fourth phase); MODELS=gpt with TB=170 SLACK=40 END=250, 224 s (not shipped).
 # An earlier version of this script (git log) made the mini's second phase: runs/gpu-bert-mini and -gpt-mini at
 # batch 128 and 512, four runs at once, with the fine-tuning levers.
-set -u
-export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-330}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-540}; MODELS=${MODELS:-bert gpt}
 # SEQ=256 BATCH=64 continues at BERT's longer second length, as many tokens a step (runs/ctx30 on a CPU did so first)
 SEQ=${SEQ:-128}; BATCH=${BATCH:-128}; LR=${LR:-1e-3}
 PROTOCOL=${PROTOCOL:-1}
 PY=${PY:-python3}
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-R=/tmp/r; rm -rf $R; mkdir -p $R $OUT
-log() { echo "[$(el)s] $*" | tee -a $OUT/steps.log; }
-if [ ! -d ../shared/data ]; then mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared; fi
-log "data $(du -sh ../shared/data | cut -f1)"
-if [ "$DEV" = cuda ]; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a $OUT/steps.log; fi
-C="--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare --corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt --corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt"
-A="$C --seq-len $SEQ --short-seq-len 0 --lr $LR --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size $BATCH --device $DEV"
+. "$(dirname "$0")/gpu_common.sh"
+A="$CORPORA --seq-len $SEQ --short-seq-len 0 --lr $LR --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size $BATCH --device $DEV"
 echo "$A" > $R/pretrain-args.txt
 declare -A P=([bert]="--dropout 0 --init-from checkpoints/bert-mini-english"
              [gpt]="--dropout 0.1 --objective clm --init-from checkpoints/gpt-mini-english")

@@ -12,23 +12,16 @@
 # new folder pretrained at 0). Results land in $OUT: results.tar.gz (logs, JSON) and each model's
 # weights in bf16, gzipped and split into 15 MB parts (a call brings back at most 8 files of 16 MiB).
 #
-# The lent machine gets the repository, not ../shared/data: pack it as benchmarks/gpu_session.sh says (with
-# data/ag_news and data/sentence_polarity) and carry .devdata.
+# The lent machine gets the repository, not ../shared/data: pack it as benchmarks/gpu_common.sh says and carry
+# .devdata.
 # On a GPU: OUT=out bash benchmarks/gpu_grow.sh. A CPU dry run: DEV=cpu TB=8 FT_STEPS=5 SEEDS=20 OUT=/tmp/out ...
-set -u
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 DEV=${DEV:-cuda}; TB=${TB:-300}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-560}; SIZES=${SIZES:-small}
 SEEDS=${SEEDS:-20 21 22 23 24 25}; TASKS=${TASKS:-ag_news polarity}; MINI_TASKS=${MINI_TASKS:-ag_news}
 LR=${LR:-7e-4}; PY=${PY:-python3}; case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY");; esac
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-R=/tmp/r; rm -rf $R; mkdir -p $R $OUT
-log() { echo "[$(el)s] $*" | tee -a $OUT/steps.log; }
-if [ ! -d ../shared/data ]; then mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared; fi
-log "data $(du -sh ../shared/data | cut -f1)"
-if [ "$DEV" = cuda ]; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a $OUT/steps.log; fi
+export OMP_NUM_THREADS=1
+. "$(dirname "$0")/gpu_common.sh"
 declare -A GROW=([deep]="--layers 8 --hidden-size 256" [small]="--preset small")
-C="--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare --corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt --corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt"
-A="$C --seq-len 256 --short-seq-len 0 --lr $LR --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size 64 --dropout 0 --device $DEV"
+A="$CORPORA --seq-len 256 --short-seq-len 0 --lr $LR --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 120 --eval-every 1000 --batch-size 64 --dropout 0 --device $DEV"
 for s in $SIZES; do
   $PY -m bert_core grow --checkpoint checkpoints/bert-mini-english ${GROW[$s]} --out $R/grown-$s >> $OUT/steps.log 2>&1
   timeout $(( TB + ${SLACK:-70} )) $PY -m bert_core train $A --init-from $R/grown-$s --out $R/$s --json > $R/$s.json 2> $R/$s.log &

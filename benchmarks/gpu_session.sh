@@ -5,24 +5,13 @@
 # both tasks) on the better BERT, then `bench` against transformers in bf16 with whatever time is left before END.
 # Results land in $OUT (at most 8 files: the folders are tarred and split into 15 MB parts).
 #
-# Where ../shared/data is not beside the checkout (a lent device machine gets only the repository), pack it first,
-# into a folder git ignores, and carry .devdata with the call:
-#   echo /.devdata/ >> .git/info/exclude; mkdir -p .devdata
-#   tar czf .devdata/data.tar.gz -C ../shared data/README.md data/brown data/wikitext-2 data/tinyshakespeare \
-#       data/movie_reviews data/state_union data/news data/movie_plots data/sentence_polarity data/ag_news
+# The lent machine gets the repository, not ../shared/data: pack it as benchmarks/gpu_common.sh says and carry
+# .devdata.
 # On a GPU: OUT=out bash benchmarks/gpu_session.sh (TB=280 END=575 by default: 2026-11-26 on an H200 it ended at
 # 467 s). A CPU dry run of the flow: DEV=cpu TB=8 FT_STEPS=5 OUT=/tmp/out bash benchmarks/gpu_session.sh
-set -u
-export PYTHONUNBUFFERED=1
 DEV=${DEV:-cuda}; TB=${TB:-280}; FT_STEPS=${FT_STEPS:-1500}; END=${END:-575}
 PY=${PY:-python3}
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-R=/tmp/r; rm -rf $R; mkdir -p $R $OUT
-log() { echo "[$(el)s] $*" | tee -a $OUT/steps.log; }
-if [ ! -d ../shared/data ]; then mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared; fi
-log "data $(du -sh ../shared/data | cut -f1)"
-if [ "$DEV" = cuda ]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a $OUT/steps.log; fi
-$PY -c "import torch, tokenizers, safetensors, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1 | tee -a $OUT/steps.log
+. "$(dirname "$0")/gpu_common.sh"
 must() { local name=$1; shift; "$@" > $R/$name.out 2> $R/$name.err || { log "FAILED $name"; tail -30 $R/$name.err | tee -a $OUT/steps.log; cp $R/*.err $OUT/ 2>/dev/null; exit 3; }; }
 must smoke_train $PY -m bert_core train --corpus toy --preset nano --steps 30 --device $DEV --out $R/smoke --json
 must smoke_ft $PY -m bert_core finetune --checkpoint $R/smoke --task toy --steps 20 --device $DEV --json
@@ -35,8 +24,7 @@ if [ "$DEV" = cuda ]; then
   timeout 150 $PY -m pytest -o addopts="" -q -p no:cacheprovider tests/test_recipes.py -k cuda tests/test_bench.py > $R/gpu-tests.out 2>&1
   log "gpu tests rc=$? $(tail -1 $R/gpu-tests.out)"
 fi
-C="--corpus brown --corpus ../shared/data/wikitext-2/valid.txt --corpus tinyshakespeare --corpus ../shared/data/movie_reviews/reviews.txt --corpus ../shared/data/state_union/addresses.txt --corpus ../shared/data/news/abc.txt --corpus ../shared/data/movie_plots/plots.txt"
-A="$C --seq-len 128 --short-seq-len 64 --short-seq-fraction 0.3 --batch-size 128 --lr 1e-3 --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 90 --eval-every 1000 --device $DEV"
+A="$CORPORA --seq-len 128 --short-seq-len 64 --short-seq-fraction 0.3 --batch-size 128 --lr 1e-3 --schedule wsd --warmup 0.02 --time-budget $TB --checkpoint-every 90 --eval-every 1000 --device $DEV"
 echo "$A" > $R/pretrain-args.txt
 timeout $(( TB + 150 )) $PY -m bert_core train $A --dropout 0 --init-from $R/grown-bert --out $R/bert-d0 --json > $R/bert-d0.json 2> $R/bert-d0.log &
 timeout $(( TB + 150 )) $PY -m bert_core train $A --dropout 0.1 --init-from $R/grown-bert --out $R/bert-d1 --json > $R/bert-d1.json 2> $R/bert-d1.log &
