@@ -336,7 +336,8 @@ def _status() -> None:
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
                      f"elapsed {jobs.format_duration(prog.elapsed_s)}"
-                     + (f" · time left {jobs.format_duration(prog.eta_s)}" if run.active else ""))
+                     + (f" · time left {jobs.format_duration(prog.eta_s)}" if run.active else "")
+                     + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     last = history[-1] if history else None
     m = st.columns(5)
     m[0].metric("Loss", f"{last.loss:.3f}" if last else "–")

@@ -500,7 +500,8 @@ def _live() -> None:
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}" + (f": training {current}" if current else "") +
-                     f" · time left {jobs.format_duration(prog.eta_s)}")
+                     f" · time left {jobs.format_duration(prog.eta_s)}"
+                     + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     runs = {t.name: t.evals for t in comparison.tuners}
     names, primary = comparison.metric_names, comparison.primary
     metric = ("accuracy", "macro_f1")[primary]

@@ -237,6 +237,7 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     _assert_clean(at)
     assert any("finished at step 4" in t for t in _texts(at.success))
     assert len(at.get("plotly_chart")) >= 4
+    assert any(p.proto.text.endswith(" · on the CPU") for p in at.get("progress"))   # where this run trained
     # What each change bought, as measured, with this tab's runs beside it (this one differs in its steps).
     tricks = next(t.value for t in at.table if "measured, seeds 0 / 1 / 2" in t.value.columns)
     assert tricks.iloc[0]["your run"].startswith("run 1: ") and "steps 2000 → 4" in tricks.iloc[0]["your run"]

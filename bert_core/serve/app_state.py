@@ -183,9 +183,10 @@ RECORDS = RunRecords(state_dir())
 
 
 def _run_job(run: Run):
+    # run.device: where the queue gave the run its first slot (a GPU of the server's, or its CPU)
     if isinstance(run.spec, FinetuneSpec):
-        return finetune_job(run.run_id, run.spec.builder)
-    return pretraining_job(run.run_id, run.spec, checkpoint_dir=RECORDS.checkpoint_for(run.run_id))
+        return finetune_job(run.run_id, run.spec.builder, device=run.device)
+    return pretraining_job(run.run_id, run.spec, checkpoint_dir=RECORDS.checkpoint_for(run.run_id), device=run.device)
 
 
 def _release_folder(run: Run) -> Path:

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -272,20 +273,28 @@ def train_in_process() -> bool:
     return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
 
 
-def finetune_job(session_id: str, builder: Callable[[], Any]):
+def finetune_job(session_id: str, builder: Callable[..., Any], device: str | None = None):
     """A job for the Fine-tune page (`builder` returns a FinetuneComparison and must be picklable): in a child
-    process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0."""
+    process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0. `device`: where the
+    server's queue gave it a slot, passed to `builder(device=...)` (None: the builder's own, the CPU)."""
+    if device is not None:
+        builder = partial(builder, device=device)
     if not train_in_process():
         return TrainingJob(session_id, builder=builder)
     return ProcessTrainingJob(session_id, builder, threads=training_threads())
 
 
-def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path | None = None):
+def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path | None = None,
+                    device: str | None = None):
     """A job for the Train page: by default in a child process (off the server's GIL), else on a thread.
-    `checkpoint_dir`: where the run writes the server's safety-net checkpoints (bert_core.serve.run_records)."""
-    builder = partial(build_trainer, spec)
+    `checkpoint_dir`: where the run writes the server's safety-net checkpoints (bert_core.serve.run_records);
+    `device`: where the server's queue gave it a slot (None: the spec's own, the CPU for a page's spec)."""
+    # The spec the run keeps (its record, its train command) stays as the page made it: only the trainer built in
+    # the training process goes to the slot's device.
+    built = spec if device is None else replace(spec, train={**spec.train, "device": device})
+    builder = partial(build_trainer, built)
     if checkpoint_dir is not None:
-        builder = partial(build_trainer, spec, checkpoint_dir=str(checkpoint_dir),
+        builder = partial(build_trainer, built, checkpoint_dir=str(checkpoint_dir),
                           checkpoint_every_s=CHECKPOINT_EVERY_S)
     if not train_in_process():
         return TrainingJob(session_id, spec, builder=builder)

@@ -1,6 +1,7 @@
-"""The queue of a shared server's runs (`bert_core.serve.runs`): the CPU's slots, the first-come queue for them, the
-turns a run trains while others wait, and how long a queued run will wait. Which runs exist and who watches them is
-apart, in `bert_core.serve.run_registry`; `RunStore` and its `RunScheduler` move runs between the two.
+"""The queue of a shared server's runs (`bert_core.serve.runs`): the slots, on its GPUs and its CPU, the first-come
+queue for them, the turns a run trains while others wait, and how long a queued run will wait. Which runs exist and
+who watches them is apart, in `bert_core.serve.run_registry`; `RunStore` and its `RunScheduler` move runs between
+the two.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import logging
 import statistics
 import threading
 import time
-from collections import deque
-from typing import Callable
+from collections import Counter, deque
+from typing import Callable, Sequence
 
 from bert_core.serve.run_registry import Run
 
@@ -33,17 +34,31 @@ def run_silence(run: Run) -> float:
     return silent() if silent is not None else 0.0
 
 
+def _free_device(run: Run, caps: dict[str, int], used: Counter) -> str | None:
+    """The device with a free slot that `run` may take: its own once it has had one (its process holds the model
+    there), else the least busy GPU, else the CPU."""
+    if run.device is not None:
+        return run.device if used[run.device] < caps.get(run.device, 0) else None
+    gpus = sorted((d for d in caps if d != "cpu"), key=lambda d: used[d] / caps[d])
+    return next((d for d in [*gpus, "cpu"] if used[d] < caps[d]), None)
+
+
 class RunQueue:
     """The slots and the first-come queue for them, with turns: while anyone waits, a run trains `turn_s` at most.
 
     `lock` is its store's: a run enters or leaves the queue and the registry in one step.
     `slots()` is how many runs may train at once: pretraining runs and fine-tuning races alike.
+    `gpus()` are the server's GPUs (bert_core.serve.server_gpus.ServerGpu: a device and how many runs share it). Of
+    the slots, up to that many per GPU train there (each run still has a CPU thread to feed it) and the rest on the
+    CPU. A run takes a GPU slot when one is free, else a CPU one, and keeps that device for its later turns: its
+    training process holds the model there.
     """
 
     def __init__(self, lock: threading.RLock, slots: Callable[[], int], turn_s: float,
-                 stall_s: float = float("inf")):
+                 stall_s: float = float("inf"), gpus: Callable[[], Sequence] = tuple):
         self._lock = lock
         self._slots = slots
+        self._gpus = gpus
         self.turn_s = turn_s
         self.stall_s = stall_s   # a silent process holds its slot until the scheduler ends it, this long
         self._queue: deque[Run] = deque()
@@ -53,6 +68,16 @@ class RunQueue:
     def slots(self) -> int:
         """How many runs may prepare or train at once (at least one)."""
         return max(1, int(self._slots()))
+
+    def capacities(self) -> dict[str, int]:
+        """How many runs may hold a slot on each device at once: each GPU its share, the CPU the rest."""
+        total, caps = self.slots(), {}
+        for gpu in self._gpus():
+            share = min(int(gpu.runs), total - sum(caps.values()))
+            if share > 0:
+                caps[gpu.device] = share
+        caps["cpu"] = total - sum(caps.values())
+        return caps
 
     def busy_count(self) -> int:
         """Runs holding a slot now (preparing, training, or finishing their turn)."""
@@ -86,17 +111,24 @@ class RunQueue:
         """Give free slots to the runs at the front of the queue; returns those runs, whose jobs are to start."""
         starts = []
         with self._lock:
-            free = self.slots() - len(self._slotted)
-            while free > 0 and self._queue:
-                run = self._queue.popleft()
+            caps = self.capacities()
+            used = Counter(run.device for run in self._slotted)
+            for run in list(self._queue):
+                if len(self._slotted) >= sum(caps.values()):
+                    break
+                device = _free_device(run, caps, used)
+                if device is None:
+                    continue   # its device is full: the runs behind it may take the others
+                self._queue.remove(run)
+                run.device = device
+                used[device] += 1
                 run.queued = False
                 run.turn_started = time.monotonic()
                 run.started_at = run.started_at or run.turn_started
                 self._slotted.append(run)
                 starts.append(run)
-                free -= 1
-                log.info("run %s gets a slot (%d of %d taken, %d still queued)", run.run_id[:6], len(self._slotted),
-                         self.slots(), len(self._queue))
+                log.info("run %s gets a slot on %s (%d of %d taken, %d still queued)", run.run_id[:6], device,
+                         len(self._slotted), sum(caps.values()), len(self._queue))
         return starts
 
     def end_turns(self, now: float) -> list[Run]:

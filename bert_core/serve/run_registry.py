@@ -38,6 +38,7 @@ class Run:
     release_failed: str | None = None  # why its checkpoint could not be written (its process is kept meanwhile)
     release_retry_at: float | None = None  # monotonic time of the next try to write it
     started_at: float | None = None  # monotonic time of its first slot
+    device: str | None = None        # where it trains ("cpu", "cuda", "cuda:1"), from its first slot on
     watchers: dict[str, str] = field(default_factory=dict)   # session id -> OWNER | VIEWER
     # browser -> OWNER | VIEWER: the browsers that started or watched it ("My runs"); kept in its record
     visitors: dict[str, str] = field(default_factory=dict)

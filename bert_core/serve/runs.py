@@ -8,12 +8,14 @@ is the share link's (`?watch=...`): whoever holds it watches the run and inspect
 nothing. Nobody can guess a token, so nobody reaches another person's run.
 
 Capacity. At most `slots` runs prepare or train at once (`$BERT_EXPLORER_MAX_TRAININGS`; default: the cores
-minus one for the web server, at least one). A Start beyond that joins a first-come queue and starts by itself
-when a slot frees. While anyone waits, a run trains for at most `turn_s` seconds at a stretch
-(`$BERT_EXPLORER_TURN_S`, default 120); then it pauses at a step boundary, in its own process and with its
-optimizer, and goes to the back of the queue, so one long run cannot keep a class waiting. A fine-tuning race counts
-as one run and yields between its models (`FinetuneComparison.pause`: each model keeps its whole budget). An ended
-race's models are in memory, not in a folder: once nobody has watched it for `unwatched_s` it is dropped.
+minus one for the web server, at least one). On a server with a CUDA GPU, up to `$BERT_EXPLORER_GPU_RUNS` of them
+(bert_core.serve.server_gpus: a measured default) train on each GPU and the rest on the CPU; a run keeps the device
+of its first slot. A Start beyond that joins a first-come queue and starts by itself when a slot frees. While
+anyone waits, a run trains for at most `turn_s` seconds at a stretch (`$BERT_EXPLORER_TURN_S`, default 120); then
+it pauses at a step boundary, in its own process and with its optimizer, and goes to the back of the queue, so one
+long run cannot keep a class waiting. A fine-tuning race counts as one run and yields between its models
+(`FinetuneComparison.pause`: each model keeps its whole budget). An ended race's models are in memory, not in a
+folder: once nobody has watched it for `unwatched_s` it is dropped.
 
 Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_EXPLORER_UNWATCHED_S`, default
 600: long enough for a Wi-Fi blip or a reopened laptop) is stopped. When a run ends (finished, stopped and then
@@ -40,6 +42,7 @@ from bert_core.errors import BertCoreError
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
+from bert_core.serve.server_gpus import detected_gpus, device_label
 
 log = logging.getLogger("bert_core.app")
 
@@ -104,6 +107,7 @@ class RunStore:
     """
 
     def __init__(self, job_factory: Callable[[Run], Any], slots: Callable[[], int] = default_slots,
+                 gpus: Callable[[], Any] = detected_gpus,
                  is_alive: Callable[[str], bool | None] = lambda session_id: None,
                  release_folder: Callable[[Run], Path | None] = lambda run: None,
                  unwatched_s: float | None = None, keep: int | None = None, turn_s: float | None = None,
@@ -115,8 +119,10 @@ class RunStore:
             _env_number(UNWATCHED_ENV, DEFAULT_UNWATCHED_S, 0) if unwatched_s is None else unwatched_s,
             int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
         stall_s = _env_number(STALL_ENV, DEFAULT_STALL_S, 1) if stall_s is None else stall_s
+        self._gpus = gpus
         self._queue = RunQueue(self._lock, slots,
-                               _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s)
+                               _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s,
+                               gpus=gpus)
         self._scheduler = RunScheduler(self._lock, self._registry, self._queue, job_factory, release_folder, poll_s,
                                        stall_s, records)
         self._records = records
@@ -199,8 +205,21 @@ class RunStore:
     def where(self) -> str:
         """Where the runs train, in one sentence, as the pages show it."""
         cores = os.cpu_count() or 1
-        return (f"Runs train on this server's CPU ({cores} core{'s' if cores != 1 else ''}, a training process a "
-                "run); the app does not train on a GPU yet, the command line does.")
+        cpu = f"CPU ({cores} core{'s' if cores != 1 else ''})"
+        caps = self._queue.capacities()
+        gpus = [g for g in self._gpus() if caps.get(g.device)]
+        if not gpus:
+            return f"Runs train on this server's {cpu}, a training process a run."
+        names = ", ".join(f"{g.name}, up to {caps[g.device]} run(s) at once" for g in gpus)
+        cpu_part = (f", and on its {cpu} ({caps['cpu']} run(s)) while the GPU{'s are' if len(gpus) > 1 else ' is'} "
+                    "full" if caps["cpu"] else "")
+        return (f"Runs train on this server's GPU{'s' if len(gpus) > 1 else ''} ({names}; bf16 autocast){cpu_part}, "
+                "a training process a run.")
+
+    def device_of(self, run: Run) -> str:
+        """Where `run` trains, as a page says it ('the GPU (NVIDIA H100 80GB HBM3)', 'the CPU'); '' before it has
+        had a slot."""
+        return device_label(run.device, self._gpus()) if run.device else ""
 
     def policy(self) -> str:
         """The sharing rules in one paragraph, as the pages show them."""

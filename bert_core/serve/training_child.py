@@ -180,7 +180,16 @@ class TrainingChild:
             return
         if self.comparison:
             self.events.send(("view", None, _comparison_view(trainer), None))
-            self.events.send(("results", None, trainer.results, None))  # with the trained models
+            # With the trained models, on the CPU: the server inspects them there, and a model pickled on a GPU
+            # would make the server open a CUDA context of its own to read it back.
+            # Imported here, not at the top: it loads torch, and the server imports this module without it.
+            import torch
+
+            results = trainer.results
+            for result in results.values():
+                if isinstance(result.model, torch.nn.Module):   # a bag of words' result holds its own classifier
+                    result.model = result.model.to("cpu")
+            self.events.send(("results", None, results, None))
         self.events.send(("phase", None, trainer.state, trainer.error))
 
     # -------------------------------------------------------------- commands

@@ -640,14 +640,15 @@ class FinetuneComparison:
             self._running = False
 
 
-def comparison_config(settings: dict) -> FinetuneConfig:
+def comparison_config(settings: dict, device: str = "cpu") -> FinetuneConfig:
     """The Fine-tune page's settings (budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated); an optional
-    "steps" replaces the time budget (a step budget is the same on a busy machine, for benchmarks and tests)."""
+    "steps" replaces the time budget (a step budget is the same on a busy machine, for benchmarks and tests).
+    `device`: where the server's queue gave the race its slot (bert_core.serve.run_queue)."""
     steps = settings.get("steps")
     return FinetuneConfig(time_budget_s=None if steps else float(settings["budget"]), max_steps=steps or None,
                           learning_rate=settings["lr"],
                           batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
-                          device="cpu", eval_points=10)
+                          device=device, eval_points=10)
 
 
 def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0,
@@ -666,16 +667,17 @@ def split_task(data, train_size: int | None = None, val_size: int | None = None,
     raise BertCoreError(f"no fine-tuning kind for {type(data).__name__}")
 
 
-def build_comparison(data, model, tokenizer, settings: dict, others=(), baseline: bool = False) -> "FinetuneComparison":
+def build_comparison(data, model, tokenizer, settings: dict, others=(), baseline: bool = False,
+                     device: str = "cpu") -> "FinetuneComparison":
     """The Fine-tune page's runs: split `data` (labelled sentences, tagged sentences or questions: split_task), give
     a copy of `model`'s encoder the kind's head ("pretrained") and make its from-scratch twin ("scratch"), each for
     the same time budget; `others` ((name, model, tokenizer) of more pretrained models, e.g. a GPT-style one beside
     a BERT) race from their own weights with the same data, budget and seed, and `baseline` adds the kind's baseline
-    lines. `settings`: train, val (sizes), seed, budget (s), lr, batch, maxlen. Module-level so that it can run in
-    the app's training process."""
+    lines. `settings`: train, val (sizes), seed, budget (s), lr, batch, maxlen; `device`: where it trains (the CPU,
+    or the GPU the server's queue gave it). Module-level so that it can run in the app's training process."""
     seed = settings["seed"]
     task = split_task(data, settings["train"], settings["val"], seed)
-    config = comparison_config(settings)
+    config = comparison_config(settings, device)
     pre = task.head_from_model(model, seed)
     runs = [("pretrained", pre, tokenizer)]
     runs += [(name, task.head_from_model(m, seed), tok) for name, m, tok in others]

@@ -1,0 +1,104 @@
+"""The CUDA GPUs a shared server trains its runs on, and how many runs share each (`bert_core.serve.runs`).
+
+A class's runs are small: a `nano` or `tiny` run keeps a GPU busy for a fraction of each step (it is bound by the
+kernel launches its one CPU thread makes), so several runs share one GPU, each in its own training process, up to
+`GPU_RUNS_ENV` at once. The default, DEFAULT_GPU_RUNS, is measured, not guessed: docs/benchmarks.md, "A class on
+one GPU" (`benchmarks/gpu_sharing.py`).
+
+Torch-free and fork-safe: the server imports this module without torch, and no CUDA driver is ever initialised in
+the server or in the launcher its training processes are forked from (a driver initialised before a fork cannot be
+used by the forks). A machine without an NVIDIA or AMD GPU device node is answered at once; otherwise one short
+child interpreter asks torch, through NVML, which GPUs there are, once per server process.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("bert_core.app")
+
+GPU_RUNS_ENV = "BERT_EXPLORER_GPU_RUNS"   # runs that share one GPU at once; 0 keeps every run on the CPU
+# Eight of the Train page's runs at once on one H100 finished 3.6-3.8x the runs a minute of one alone; sixteen added
+# only 12-15% while each run took 1.75x as long; a run's process holds 0.8-1.1 GB, so eight fit a 16 GB card.
+DEFAULT_GPU_RUNS = 8
+# Device nodes of the GPU drivers torch.cuda can use (NVIDIA's, and ROCm's for AMD): without one, there is no GPU.
+DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+PROBE_TIMEOUT_S = 60.0
+_PROBE = """
+import json, torch
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+gpus = []
+for i in range(n):
+    p = torch.cuda.get_device_properties(i)
+    gpus.append({"name": p.name, "memory_mb": int(p.total_memory // 2**20)})
+print(json.dumps(gpus))
+"""
+
+
+@dataclass(frozen=True)
+class ServerGpu:
+    """One GPU the server's runs train on: its torch device name, its name and memory, and how many runs share it."""
+
+    device: str       # "cuda" for the only GPU, "cuda:0", "cuda:1"... where there are several
+    name: str
+    memory_mb: int
+    runs: int
+
+
+def gpu_runs_setting() -> int | None:
+    """`$BERT_EXPLORER_GPU_RUNS` as a count (0 turns the GPU off), or None when unset or not a count."""
+    raw = os.environ.get(GPU_RUNS_ENV, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def _probe() -> list[dict]:
+    """The GPUs torch sees, asked in a child interpreter (via NVML: no CUDA context is made); [] when none."""
+    if not any(Path(node).exists() for node in DEVICE_NODES):
+        return []
+    env = dict(os.environ, PYTORCH_NVML_BASED_CUDA_CHECK="1", OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env,
+                              timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.warning("could not ask torch for the GPUs (%s): runs train on the CPU", type(exc).__name__)
+        return []
+    return [g for g in found if isinstance(g, dict) and isinstance(g.get("name"), str)]
+
+
+def server_gpus(probe=_probe) -> list[ServerGpu]:
+    """The GPUs this server's runs train on, each with its share count; [] on a CPU server or when
+    `$BERT_EXPLORER_GPU_RUNS` is 0."""
+    per_gpu = gpu_runs_setting()
+    if per_gpu == 0:
+        return []
+    found = probe()
+    per_gpu = DEFAULT_GPU_RUNS if per_gpu is None else per_gpu
+    several = len(found) > 1
+    return [ServerGpu(f"cuda:{i}" if several else "cuda", g["name"], int(g.get("memory_mb") or 0), per_gpu)
+            for i, g in enumerate(found)]
+
+
+@functools.lru_cache(maxsize=1)
+def detected_gpus() -> tuple[ServerGpu, ...]:
+    """server_gpus(), asked once per server process (the answer does not change while it runs)."""
+    gpus = tuple(server_gpus())
+    for gpu in gpus:
+        log.info("runs train on %s (%s, %d MB), %d at once", gpu.device, gpu.name, gpu.memory_mb, gpu.runs)
+    return gpus
+
+
+def device_label(device: str | None, gpus=()) -> str:
+    """Where a run trains, as a page says it: 'the GPU (NVIDIA H100 80GB HBM3)', 'GPU 1 (...)', 'the CPU'."""
+    if not device or not device.startswith("cuda"):
+        return "the CPU"
+    gpu = next((g for g in gpus if g.device == device), None)
+    name = f" ({gpu.name})" if gpu is not None else ""
+    return f"GPU {device.split(':')[1]}{name}" if ":" in device else f"the GPU{name}"
