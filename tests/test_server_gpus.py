@@ -94,6 +94,29 @@ def test_the_gpus_come_from_the_probe_and_the_setting(monkeypatch):
     assert server_gpus.server_gpus(probe=lambda: two[:1])[0].runs == server_gpus.DEFAULT_GPU_RUNS
 
 
+def test_the_gpus_are_asked_for_once_however_many_ask_at_once(monkeypatch):
+    calls = []
+
+    def slow_probe():
+        calls.append(1)
+        time.sleep(0.3)
+        return [H100]
+
+    monkeypatch.setattr(server_gpus, "server_gpus", slow_probe)
+    server_gpus._detected.cache_clear()
+    try:
+        server_gpus.detect_in_background()     # what a new RunStore does
+        answers = []
+        askers = [threading.Thread(target=lambda: answers.append(server_gpus.detected_gpus())) for _ in range(3)]
+        for t in askers:
+            t.start()
+        for t in askers:
+            t.join(10)
+        assert answers == [(H100,)] * 3 and calls == [1]
+    finally:
+        server_gpus._detected.cache_clear()
+
+
 def test_a_machine_without_a_gpu_device_is_answered_without_starting_torch(monkeypatch):
     monkeypatch.setattr(server_gpus, "DEVICE_NODES", ("/nonexistent/nvidiactl",))
     monkeypatch.setattr(server_gpus.subprocess, "run", lambda *a, **k: pytest.fail("a child interpreter was started"))

@@ -42,7 +42,7 @@ from bert_core.errors import BertCoreError
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
-from bert_core.serve.server_gpus import detected_gpus, device_label
+from bert_core.serve.server_gpus import detect_in_background, detected_gpus, device_label
 
 log = logging.getLogger("bert_core.app")
 
@@ -120,6 +120,7 @@ class RunStore:
             int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
         stall_s = _env_number(STALL_ENV, DEFAULT_STALL_S, 1) if stall_s is None else stall_s
         self._gpus = gpus
+        detect_in_background(gpus)
         self._queue = RunQueue(self._lock, slots,
                                _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s,
                                gpus=gpus)

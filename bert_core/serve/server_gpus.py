@@ -19,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,13 +87,28 @@ def server_gpus(probe=_probe) -> list[ServerGpu]:
             for i, g in enumerate(found)]
 
 
-@functools.lru_cache(maxsize=1)
+_DETECTING = threading.Lock()
+
+
 def detected_gpus() -> tuple[ServerGpu, ...]:
-    """server_gpus(), asked once per server process (the answer does not change while it runs)."""
+    """server_gpus(), asked once per server process (the answer does not change while it runs); a second caller
+    waits for the first one's answer."""
+    with _DETECTING:
+        return _detected()
+
+
+@functools.lru_cache(maxsize=1)
+def _detected() -> tuple[ServerGpu, ...]:
     gpus = tuple(server_gpus())
     for gpu in gpus:
         log.info("runs train on %s (%s, %d MB), %d at once", gpu.device, gpu.name, gpu.memory_mb, gpu.runs)
     return gpus
+
+
+def detect_in_background(gpus=detected_gpus) -> None:
+    """Ask for the GPUs on a thread now, so that a server's first Start does not wait for the answer (a second or
+    two of a child interpreter importing torch, where a GPU device exists)."""
+    threading.Thread(target=gpus, name="bert-gpu-probe", daemon=True).start()
 
 
 def device_label(device: str | None, gpus=()) -> str:
