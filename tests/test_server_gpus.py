@@ -61,6 +61,14 @@ def test_a_paused_run_waits_for_its_own_device_and_a_new_run_may_take_the_other(
     rs[2].job = _job(False, "finished")
     queue.end_turns(time.monotonic())
     assert queue.take_free_slots() == [] and rs[0].queued and rs[0].device == "cuda"
+    # Its turns: a run waiting for the GPU ends the GPU runs' turns, not the CPU's.
+    queue.turn_s = 0.0
+    cpu_run = _runs(5)[4]
+    queue.append(cpu_run)
+    assert queue.take_free_slots() == [cpu_run] and cpu_run.device == "cpu"
+    cpu_run.job = _job(True, "running")
+    cpu_run.turn_started = rs[1].turn_started = rs[3].turn_started = 0.0
+    assert set(queue.end_turns(time.monotonic())) == {rs[1], rs[3]} and not cpu_run.pausing
     rs[1].job = _job(False, "finished")
     queue.end_turns(time.monotonic())
     assert queue.take_free_slots() == [rs[0]] and rs[0].device == "cuda"

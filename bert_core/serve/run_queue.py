@@ -136,10 +136,12 @@ class RunQueue:
         when it ended) and mark the runs whose turn is up while others wait; returns those, to be stopped."""
         to_stop = []
         with self._lock:
-            waiting = bool(self._queue)
             for run in list(self._slotted):
                 job = run.job
                 if job is not None and job.busy:
+                    # A turn ends only for someone who could take its slot: a run that has trained on a GPU waits
+                    # for that GPU, so it does not cut short the CPU's runs.
+                    waiting = any(other.device in (None, run.device) for other in self._queue)
                     if (waiting and not run.pausing and not run.stopping and job.phase == "running"
                             and run.turn_started is not None and now - run.turn_started >= self.turn_s):
                         run.pausing = True
