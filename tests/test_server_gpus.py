@@ -253,3 +253,15 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
                                          max_length=32)) - 1) < 1e-5
     finally:
         store.close()
+
+
+def test_a_run_out_of_gpu_memory_says_what_to_do_in_one_line():
+    from bert_core.training.run_loop import failure_message
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+                                 "14.57 GiB of which 1.56 MiB is free.\nIf reserved but unallocated memory is large...")
+    said = failure_message(oom)
+    assert said.startswith("the GPU ran out of memory (other runs or programs may share it): use a smaller size")
+    assert "Tried to allocate 20.00 MiB" in said and "\n" not in said
+    assert failure_message(BertCoreError("a reason")) == "a reason"
+    assert failure_message(ValueError("bad")) == "ValueError: bad"

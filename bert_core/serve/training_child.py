@@ -20,6 +20,7 @@ from bert_core.errors import BertCoreError
 from bert_core.serve.launcher import SERVER_PID_ENV
 from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
+from bert_core.training.run_loop import failure_message
 
 log = logging.getLogger("bert_core.app")
 
@@ -289,4 +290,4 @@ def _unwrapped(trainer):
 
 
 def _message(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, BertCoreError) else f"{type(exc).__name__}: {exc}"
+    return failure_message(exc)

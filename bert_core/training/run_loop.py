@@ -19,6 +19,21 @@ from typing import Any
 
 from bert_core.errors import BertCoreError
 
+# What a run that ran out of GPU memory says first (on a class server the card is shared by several runs).
+GPU_MEMORY_NOTE = ("the GPU ran out of memory (other runs or programs may share it): use a smaller size, batch or "
+                   "sequence length, or start again when fewer runs share it")
+
+
+def failure_message(exc: BaseException) -> str:
+    """A failed run's one-line reason: our own errors as they are, others with their type; a CUDA out-of-memory error
+    says what to do first, then torch's first line."""
+    if isinstance(exc, BertCoreError):
+        return str(exc)
+    if type(exc).__name__ == "OutOfMemoryError":   # torch.OutOfMemoryError (torch.cuda.OutOfMemoryError)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{GPU_MEMORY_NOTE} ({first})"
+    return f"{type(exc).__name__}: {exc}"
+
 log = logging.getLogger(__name__)
 
 
@@ -176,7 +191,7 @@ class RunLoop(EventLog):
                     self._after_loop(final)
         except Exception as e:  # noqa: BLE001 - run() is called from threads that cannot see exceptions
             log.exception("%s failed", self.run_name)
-            self.error = str(e) if isinstance(e, BertCoreError) else f"{type(e).__name__}: {e}"
+            self.error = failure_message(e)
         finally:
             if self.error is not None:
                 final = "failed"
