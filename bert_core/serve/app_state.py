@@ -202,7 +202,7 @@ def _scratch_alive(key: str) -> bool | None:
 
 
 # Every training of this server, pretraining runs (Train page) and fine-tuning races (Fine-tune page) alike, is a run
-# of one store: they outlive a tab, take fair turns in one queue for the CPU, and can be watched by a class
+# of one store: they outlive a tab, take fair turns in one queue for the CPU and GPU, and can be watched by a class
 # (bert_core.serve.runs).
 RUNS = RunStore(_run_job, is_alive=_session_alive_from_runtime, release_folder=_release_folder, records=RECORDS,
                 restore_job=restored_pretraining_job)

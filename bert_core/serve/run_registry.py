@@ -1,5 +1,5 @@
 """The registry of a shared server's runs (`bert_core.serve.runs`): each `Run`, found by its owner id or its share id,
-who watches it, which runs are kept once ended, and which links were dropped. The queue for the CPU is apart, in
+who watches it, which runs are kept once ended, and which links were dropped. The queue for the slots is apart, in
 `bert_core.serve.run_queue`; `RunStore` and its `RunScheduler` move runs between the two.
 """
 

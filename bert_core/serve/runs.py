@@ -1,5 +1,5 @@
 """The training runs of a shared explorer server, pretraining (the Train page) and fine-tuning races (the Fine-tune
-page) alike: runs that outlive the browser tab, one fair queue for the CPU, and runs a whole class can watch. No
+page) alike: runs that outlive the browser tab, one fair queue for the CPU and GPU, and runs a whole class can watch. No
 Streamlit here: `bert_core.serve.app_state` drives a `RunStore`, and so do tests.
 
 Ids. A run has two random 128-bit tokens. `run_id` is the owner's: it sits in their page's URL (`?run=...`), so a
@@ -94,7 +94,7 @@ def scratch_key(run_id: str) -> str:
 
 class RunStore:
     """Every training run of one server process, and what its owner and the pages do with it. Its collaborators
-    share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's slots and its turns
+    share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's and GPUs' slots and its turns
     (`RunQueue`), and the pass the server makes over them by itself (`RunScheduler`).
 
     `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`, or `finetune_job` for a
