@@ -150,7 +150,7 @@ def test_the_pages_say_where_the_runs_train():
     try:
         assert "CPU" in cpu_store.where() and "GPU" not in cpu_store.where()
         where = gpu_store.where()
-        assert "NVIDIA H100 80GB HBM3, up to 2 run(s) at once" in where and "1 run(s)) while the GPU is full" in where
+        assert "NVIDIA H100 80GB HBM3, up to 2 run(s) at once" in where and "up to 1 more on its CPU (" in where
         assert "GPU" in gpu_store.policy()
         run = _runs(1)[0]
         assert gpu_store.device_of(run) == ""

@@ -212,7 +212,7 @@ class RunStore:
         if not gpus:
             return f"Runs train on this server's {cpu}, a training process a run."
         names = ", ".join(f"{g.name}, up to {caps[g.device]} run(s) at once" for g in gpus)
-        cpu_part = (f", and on its {cpu} ({caps['cpu']} run(s)) while the GPU{'s are' if len(gpus) > 1 else ' is'} "
+        cpu_part = (f", and up to {caps['cpu']} more on its {cpu} while the GPU{'s are' if len(gpus) > 1 else ' is'} "
                     "full" if caps["cpu"] else "")
         return (f"Runs train on this server's GPU{'s' if len(gpus) > 1 else ''} ({names}; bf16 autocast){cpu_part}, "
                 "a training process a run.")
