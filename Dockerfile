@@ -1,5 +1,8 @@
-# Hugging Face Spaces (Docker SDK) image for the BERT explorer. CPU only.
+# Hugging Face Spaces (Docker SDK) image for the BERT explorer: CPU torch by default. For a Space with a GPU, set the
+# Space variable TORCH_INDEX to a CUDA wheel index of the same torch (https://download.pytorch.org/whl/cu130): Spaces
+# pass their variables to the build, and the app then trains its runs on the GPU (docs/deployment.md).
 FROM python:3.11-slim
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # Spaces run the container as user 1000.
@@ -8,7 +11,7 @@ WORKDIR /home/user/app
 
 COPY --chown=user requirements.txt .
 # The CPU wheel index keeps torch small; the rest comes from PyPI.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+RUN pip install --index-url "$TORCH_INDEX" torch==2.13.0 \
  && pip install -r requirements.txt
 
 COPY --chown=user . .
