@@ -276,8 +276,9 @@ def train_in_process() -> bool:
 def finetune_job(session_id: str, builder: Callable[..., Any], device: str | None = None):
     """A job for the Fine-tune page (`builder` returns a FinetuneComparison and must be picklable): in a child
     process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0. `device`: where the
-    server's queue gave it a slot, passed to `builder(device=...)` (None: the builder's own, the CPU)."""
-    if device is not None:
+    server's queue gave it a slot; a GPU is passed to `builder(device=...)`, the CPU is the builder's own default
+    (build_comparison's), so a builder that knows no devices still runs on a CPU slot."""
+    if device not in (None, "cpu"):
         builder = partial(builder, device=device)
     if not train_in_process():
         return TrainingJob(session_id, builder=builder)
