@@ -393,6 +393,7 @@ def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypat
         _assert_clean(at)
         assert not at.error, _texts(at.error)
         run = _run()
+        assert other.job.error is None and other.job.busy, other.job.error   # the race holds the slot
         assert run.phase == "queued" and run.job is None
         assert any("Queued" in t and "0 run(s) ahead" in t for t in _texts(at.info)), _texts(at.info)
         assert any("at a time" in c.value for c in at.caption)   # the sharing policy is on the page
