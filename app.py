@@ -26,8 +26,8 @@ st.markdown(
     "exercises: **masked-language modelling** (hide 15% of the word pieces and guess them back) and "
     "**next-sentence prediction** (does sentence B really follow sentence A?). The vectors it learns this way "
     "are then fine-tuned for tasks such as classifying text.\n\n"
-    "Here you can train a tiny BERT live on this computer's CPU and watch it learn: its masking, its loss, its "
-    "attention heads and its guesses."
+    "Here you can train a tiny BERT live on this computer's CPU (or its GPU, where it has one) and watch it learn: "
+    "its masking, its loss, its attention heads and its guesses."
 )
 
 st.page_link("pages/0_Lesson.py", label="**Start the lesson**: eight steps, from tokens to fine-tuning, each with "
