@@ -129,7 +129,7 @@ class TrainingChild:
         except Exception as exc:  # noqa: BLE001 - the server shows the message
             if not isinstance(exc, BertCoreError):
                 log.exception("building the trainer failed")
-            self.events.send(("failed", None, None, _message(exc)))
+            self.events.send(("failed", None, None, failure_message(exc)))
             return False
         self.comparison = hasattr(trainer, "tuners")
         if self.comparison:
@@ -238,7 +238,7 @@ class TrainingChild:
             raise  # the server is gone: not a command's failure
         except Exception as exc:  # noqa: BLE001 - the server shows the message; the run goes on
             log.exception("command %s failed", kind)
-            self.events.send(("reply", request, None, _message(exc)))
+            self.events.send(("reply", request, None, failure_message(exc)))
 
     def next_command(self, timeout: float):
         """The server's next command, waiting up to `timeout` s (None: none came); "quit" once the server is gone."""
@@ -288,6 +288,3 @@ def _unwrapped(trainer):
     model = trainer.model
     return getattr(model, "module", model)
 
-
-def _message(exc: Exception) -> str:
-    return failure_message(exc)
