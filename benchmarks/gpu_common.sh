@@ -21,5 +21,16 @@ fi
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 'transformers', transformers.__version__)" 2>&1 | tee -a $OUT/steps.log
 D=../shared/data
+# After the pretraining runs a script started in the background (logs in $R/NAME.log): wait for them, log each one's
+# last lines, write the shipped mini's held-out text to $R/heldout.txt, and set LIM, the seconds left before END less
+# MARGIN, at least 20.  Usage: pretraining_done MARGIN NAME...
+pretraining_done() {
+  local margin=$1; shift
+  wait
+  for m in "$@"; do tail -c 400 $R/$m.log | tr '\r' '\n' | tail -3 >> $OUT/steps.log; done
+  log "pretraining done"
+  $PY -m bert_core heldout --checkpoint checkpoints/bert-mini-english --out $R/heldout.txt > /dev/null
+  LIM=$(( END - margin - $(el) )); [ $LIM -lt 20 ] && LIM=20
+}
 CORPORA="--corpus brown --corpus $D/wikitext-2/valid.txt --corpus tinyshakespeare --corpus $D/movie_reviews/reviews.txt
  --corpus $D/state_union/addresses.txt --corpus $D/news/abc.txt --corpus $D/movie_plots/plots.txt"

@@ -30,11 +30,7 @@ declare -A P=([bert]="--dropout 0 --init-from checkpoints/bert-mini-english"
 for m in $MODELS; do
   timeout $(( TB + ${SLACK:-150} )) $PY -m bert_core train $A ${P[$m]} --out $R/$m --json > $R/$m.json 2> $R/$m.log &
 done
-wait
-for m in $MODELS; do tail -c 400 $R/$m.log | tr '\r' '\n' | tail -3 >> $OUT/steps.log; done
-log "pretraining done"
-$PY -m bert_core heldout --checkpoint checkpoints/bert-mini-english --out $R/heldout.txt > /dev/null
-LIM=$(( END - 40 - $(el) )); [ $LIM -lt 20 ] && LIM=20
+pretraining_done 40 $MODELS
 for m in $MODELS; do
   timeout $LIM $PY -m bert_core eval --checkpoint $R/$m --text-file $R/heldout.txt --seq-len $SEQ --device $DEV --json > $R/$m-eval.json 2>&1 &
 done

@@ -26,11 +26,7 @@ for s in $SIZES; do
   $PY -m bert_core grow --checkpoint checkpoints/bert-mini-english ${GROW[$s]} --out $R/grown-$s >> $OUT/steps.log 2>&1
   timeout $(( TB + ${SLACK:-70} )) $PY -m bert_core train $A --init-from $R/grown-$s --out $R/$s --json > $R/$s.json 2> $R/$s.log &
 done
-wait
-for s in $SIZES; do tail -c 400 $R/$s.log | tr '\r' '\n' | tail -3 >> $OUT/steps.log; done
-log "pretraining done"
-$PY -m bert_core heldout --checkpoint checkpoints/bert-mini-english --out $R/heldout.txt > /dev/null
-LIM=$(( END - 35 - $(el) )); [ $LIM -lt 20 ] && LIM=20
+pretraining_done 35 $SIZES
 log "fine-tuning for at most ${LIM}s"
 for s in $SIZES; do
   [ -d $R/$s ] || continue
