@@ -33,8 +33,10 @@ if teacher_step is not None and st.session_state["lesson_follow_on"]:
 lead_code = st.session_state.get("lesson_lead")
 if app_state.LESSON_CLASSES.step(lead_code) is None:
     lead_code = None
-index = lesson.step_index(st.query_params.get("step"))
+# Without a step in the URL (the sidebar's *Lesson*, or the way back from another page), the step this browser was on.
+index = lesson.step_index(st.query_params.get("step") or st.session_state.get("lesson_at"))
 step = STEPS[index]
+st.session_state["lesson_at"] = step.key
 if lead_code is not None:
     app_state.LESSON_CLASSES.set_step(lead_code, step.key)
 
@@ -75,6 +77,8 @@ if teacher_step is not None:
 
     _follow()
 st.markdown(step.text)
+if active is not None and step.key not in ("bert-or-gpt", "step"):
+    st.caption(lesson.model_in_use(active.short_name, active.tokenizer.vocab_size, active.causal))
 notice_box = st.container()
 notice = None
 
@@ -153,7 +157,11 @@ def _one_step() -> str | None:
 
 def _live_run() -> str | None:
     run, role = app_state.current_run()
-    if run is None or role != app_state.OWNER:
+    gpt = run is not None and (getattr(run.spec, "train", None) or {}).get("objective") == "clm"
+    if gpt:   # this step is about the default BERT run: a GPT run of the Train page is not it
+        st.info("Your last run on the Train page trains a GPT (next token); this step watches the default BERT "
+                "run. Start it here (your GPT run stays in *My runs*).", icon=":material/swap_horiz:")
+    if run is None or role != app_state.OWNER or gpt:
         if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
             try:
                 run_id = runs.new_token()
@@ -186,6 +194,11 @@ def _live_run() -> str | None:
         text = lesson.notice_run(trainer.evals, baseline, causal)
         if text:
             st.info(f"**What to notice.** {text}", icon=":material/visibility:")
+            st.session_state.setdefault("lesson_seen", {})["run"] = text
+        nsp = lesson.notice_nsp(trainer.evals, trainer.history,
+                               getattr(trainer.config, "nsp", False) and not causal)
+        if nsp:
+            st.caption(nsp)
         if not run.active and st.session_state.get("_lesson_run_drawn_active"):
             st.session_state["_lesson_run_drawn_active"] = False
             st.rerun()   # the run ended while this polled: redraw the page once, so the fragment stops polling
@@ -216,6 +229,13 @@ def _attention() -> str | None:
     return lesson.notice_attention(summaries)
 
 
+def _use_shipped(name: str) -> None:
+    """The sidebar's model becomes a shipped checkpoint (a callback: it runs before the sidebar is drawn)."""
+    st.session_state["model_source"] = app_state.SOURCE_SHIPPED
+    st.session_state["model_shipped"] = name
+    st.session_state.pop("lesson_pred_text", None)   # the new model's own held-out sentence
+
+
 def _predictions() -> str | None:
     if not _need_model():
         return None
@@ -223,6 +243,11 @@ def _predictions() -> str | None:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None
+    if active.path is None or active.path.name not in ("bert-tiny-english", "bert-mini-english"):
+        st.button("Try your own sentences on the shipped English model", icon=":material/swap_horiz:",
+                  key="lesson_pred_english", on_click=_use_shipped, args=("bert-tiny-english",),
+                  help="Switches the sidebar's model to bert-tiny-english, pretrained on 5.6M words of real "
+                       "English; the sidebar switches back.")
     probes = app_state.model_probes(active)
     app_state.init_widget("lesson_pred_text", probes.sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
@@ -246,10 +271,13 @@ def _bert_or_gpt() -> str | None:
     app_state.init_widget("lesson_gpt_text", "the dog sleeps in the barn after a long day .")
     text = st.text_input("Sentence", key="lesson_gpt_text")
     c1, c2 = st.columns(2)
-    app_state.init_widget("lesson_gpt_layer", 0, int)
-    app_state.init_widget("lesson_gpt_head", 0, int)
-    layer = int(c1.number_input("Layer", 0, bert.config.num_hidden_layers - 1, key="lesson_gpt_layer"))
-    head = int(c2.number_input("Head", 0, bert.config.num_attention_heads - 1, key="lesson_gpt_head"))
+    # Counted from 1, as every figure and notice counts them (a 0 from an old link becomes 1).
+    for key, most in (("lesson_gpt_layer", bert.config.num_hidden_layers), ("lesson_gpt_head",
+                                                                             bert.config.num_attention_heads)):
+        app_state.init_widget(key, 1, int)
+        st.session_state[key] = min(max(int(st.session_state[key]), 1), most)
+    layer = int(c1.number_input("Layer", 1, bert.config.num_hidden_layers, key="lesson_gpt_layer")) - 1
+    head = int(c2.number_input("Head", 1, bert.config.num_attention_heads, key="lesson_gpt_head")) - 1
     if not text.strip():
         st.warning("Type a sentence.")
         return None
@@ -261,14 +289,26 @@ def _bert_or_gpt() -> str | None:
                                      b.attentions[layer, head, -1].tolist())
 
 
+def _to_race() -> None:
+    """Set the Fine-tune page to the lesson's race and remember the way back (a callback, before the switch)."""
+    for name, value in lesson.LESSON_RACE.items():
+        st.session_state[f"ft_{name}"] = value
+    st.session_state["_ft_data_settings"] = dict(lesson.LESSON_RACE_DATA_SETTINGS)
+    st.session_state["ft_from_lesson"] = step.key
+
+
 def _finetune() -> str | None:
-    app_state.page_link("pages/5_Fine-tune.py", "Run the race on the Fine-tune page", ":material/label:")
+    if st.button("Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
+                 on_click=_to_race, help="Opens the Fine-tune page set to the word-order task, 200 training "
+                                         "sentences, 300 steps a model and the bag of words beside them."):
+        st.switch_page("pages/5_Fine-tune.py")
     run, _ = app_state.current_run(FINETUNE_PAGE)   # this tab's race, once the Fine-tune page has run one
     done = run is not None and not run.active and run.job is not None
     results = getattr(run.job.trainer, "results", None) if done else None
     text = lesson.notice_finetune(results)
     if text is None:
-        st.caption("There, tick *Bag-of-words baseline* and press the button; this step then reports your race.")
+        st.caption("There, press *Run the race*; its page has a way back here, and this step then reports your "
+                   "race.")
     return text
 
 
@@ -282,6 +322,7 @@ if notice == "shown":
     pass   # drawn inside the live view, where it follows the run
 elif notice:
     notice_box.info(f"**What to notice.** {notice}", icon=":material/visibility:")
+    st.session_state.setdefault("lesson_seen", {})[step.key] = notice
 else:
     notice_box.caption("*What to notice* appears here once the step has something to show.")
 
@@ -303,6 +344,12 @@ with mid:
     app_state.page_link(step.page, "Explore this further on its page", ":material/open_in_new:")
 if st.query_params.get("step") != step.key:
     st.query_params["step"] = step.key
+
+if index == len(STEPS) - 1:
+    st.divider()
+    st.subheader("What this lesson showed")
+    st.markdown(lesson.notice_summary(st.session_state.get("lesson_seen", {})))
+    st.markdown(lesson.NEXT_STEPS)
 
 if teacher_step is None:
     with st.expander("Teach with this lesson", icon=":material/groups:", expanded=lead_code is not None):

@@ -9,17 +9,18 @@ import pandas as pd
 import streamlit as st
 
 from bert_core.data.answer_spans_data import load_squad, toy_qa_task
-from bert_core.data.classification_data import csv_columns, load_classification_csv, toy_topic_task
+from bert_core.data.classification_data import csv_columns, load_classification_csv, toy_order_task, toy_topic_task
 from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
-from bert_core.inspect import finetune_figures
+from bert_core.inspect import finetune_figures, lesson
 from bert_core.paths import shared_data_dir
 from bert_core.serve import app_state, app_storage, jobs, model_sources
 from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import (
     KIND_RATE_SCALE,
+    TOY_QA_STEPS,
     build_comparison,
     comparison_config,
     finetune_learning_rate,
@@ -40,13 +41,19 @@ st.markdown(
     "architecture from scratch** (random weights, same tokenizer) gets the same data and the same time budget, "
     "and their validation curves are drawn on one chart. **The race:** add a second pretrained model (e.g. the "
     "GPT-style checkpoint beside the BERT) and the baselines a student who knows some ML will ask about.")
+if st.session_state.get("ft_from_lesson"):
+    # Arrived from the lesson: the way back to the step it left, with this race reported there.
+    app_state.page_link_with("pages/0_Lesson.py", "Back to the lesson (step "
+                             f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
+                             ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
 if active is not None and active.config.attention == "causal":
     st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), as "
                "GPT-1 did, because under causal attention [CLS] sees only itself.")
 
 SHARED = shared_data_dir()
 KINDS = {"labels": "A label per sentence", "tags": "A tag per word", "spans": "An answer span"}
-DATASETS = {"labels": {"toy": "Toy story topics (built-in, 10 classes)"}, "tags": {}, "spans": {}}
+DATASETS = {"labels": {"toy_order": "Toy stories: their own word order, or shuffled? (built-in, 2 classes)",
+                       "toy": "Toy story topics (built-in, 10 classes)"}, "tags": {}, "spans": {}}
 SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 classes)"),
                 "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
                 "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
@@ -64,14 +71,19 @@ ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
 UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
             "upload_squad": "an uploaded SQuAD file"}
 # (training, validation) examples: sentences for labels and tags, questions for spans.
-SIZES = {"toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
+SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
          "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
-# What a kind starts from on this page (each measured with the shipped model: docs/benchmarks.md).
-KIND_SETTINGS = {"labels": dict(budget=30, maxlen=64), "tags": dict(budget=30, maxlen=128),
-                 "spans": dict(budget=60, maxlen=256)}
-# ... and what a dataset changes of it: the toy stories need their drills and then the stories, which take a
-# CPU minutes (the page's longest budget; EXPECT_QA_BY_MODEL says what it gives).
-DATA_SETTINGS = {"toy_qa": dict(budget=600)}
+# What a kind starts from on this page (each measured with the shipped models: docs/benchmarks.md). The budget is in
+# steps, so that a busy server gives a class the same figures as a quiet one, only later; `budget` is a time cap in
+# seconds a model, which cuts a run short only on a machine too slow or too busy for its steps (the page then says
+# so, with the steps it got).
+KIND_SETTINGS = {"labels": dict(steps=600, budget=300, maxlen=64), "tags": dict(steps=600, budget=300, maxlen=128),
+                 "spans": dict(steps=600, budget=300, maxlen=256)}
+# ... and what a dataset changes of it: the lesson's word-order race is decided within 300 steps (a few seconds a
+# model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU thread
+# longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
+DATA_SETTINGS = {"toy_order": dict(lesson.LESSON_RACE_DATA_SETTINGS),
+                 "toy_qa": dict(steps=TOY_QA_STEPS, budget=600)}
 # The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
 # its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; answer spans half).
 SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, active.pretraining_rate, kind=k)
@@ -140,10 +152,11 @@ BASELINE_HELP = {"labels": "Fitted on the same training split in seconds (scikit
 
 # A real task is the default wherever one is on this server: the toy topics, which a bag of words solves outright,
 # cannot show whether pretraining pays.
-DEFAULT_DATA = "polarity" if local_task_csv("polarity") is not None else "toy"
-defaults = dict(kind="labels", data=DEFAULT_DATA, train=SIZES[DEFAULT_DATA][0], val=SIZES[DEFAULT_DATA][1], seed=0,
-                budget=30, lr=SUGGESTED_LRS["labels"], batch=32, maxlen=64, tag_column="chunk")
-casts = dict(train=int, val=int, seed=int, budget=int, lr=float, batch=int, maxlen=int)
+DEFAULT_DATA = "polarity" if local_task_csv("polarity") is not None else "toy_order"
+defaults = {"kind": "labels", "data": DEFAULT_DATA, "train": SIZES[DEFAULT_DATA][0], "val": SIZES[DEFAULT_DATA][1],
+            "seed": 0, **KIND_SETTINGS["labels"], **DATA_SETTINGS.get(DEFAULT_DATA, {}), "lr": SUGGESTED_LRS["labels"],
+            "batch": 32, "tag_column": "chunk"}
+casts = dict(train=int, val=int, seed=int, steps=int, budget=int, lr=float, batch=int, maxlen=int)
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
 st.session_state.setdefault("ft_drills", True)
@@ -206,6 +219,11 @@ def _load_squad(data: bytes, name: str):
 @st.cache_data(max_entries=4)
 def _toy(seed: int):
     return toy_topic_task(seed)
+
+
+@st.cache_data(max_entries=4)
+def _toy_order(seed: int):
+    return toy_order_task(seed)
 
 
 @st.cache_data(max_entries=4)
@@ -279,7 +297,7 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
             st.selectbox("Tags", ["chunk", "pos"], key="ft_tag_column",
                          format_func={"chunk": "chunks (the last column)",
                                       "pos": "parts of speech (the second column)"}.get)
-        if kind == "labels" and choice != "toy":
+        if kind == "labels" and choice not in ("toy", "toy_order"):
             st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
     with c2:
         st.markdown("**Split**")
@@ -291,7 +309,12 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         st.number_input("Seed (split, head, batches)", 0, 2**31 - 1, key="ft_seed")
     with c3:
         st.markdown("**Budget (each model)**")
-        st.number_input("Training seconds per model", 1, 600, step=5, key="ft_budget")
+        st.number_input("Training steps per model", 1, 100_000, step=100, key="ft_steps",
+                        help="Each model trains this many optimizer steps: the same figures on a busy server as on "
+                             "a quiet one, only later.")
+        st.number_input("Time cap per model (seconds)", 1, 3_600, step=30, key="ft_budget",
+                        help="A model still short of its steps after this long stops there, and the results say "
+                             "how many steps it got: a slow or busy machine's figures are those of fewer steps.")
         st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr",
                         help=f"{SUGGESTED_LR:.2g} suits the active model: the rate it was pretrained at x 128 / "
                              "hidden (1e-3 for the tiny shipped model), or 1e-3 x (128 / hidden)² for a model that "
@@ -328,6 +351,8 @@ def _data():
     choice = s["ft_data"]
     if choice == "toy":
         return _toy(0)
+    if choice == "toy_order":
+        return _toy_order(0)
     if choice == "toy_qa":
         return _toy_qa(0, bool(s.get("ft_drills", True)))
     if choice == "conll2000":
@@ -426,7 +451,7 @@ try:
     if b1.button("Run the race" if racing else "Fine-tune both", icon=":material/play_arrow:", type="primary",
                  disabled=(busy and not viewer) or data is None or active is None, help=start_help):
         s = st.session_state
-        settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "budget", "lr", "batch", "maxlen")}
+        settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "steps", "budget", "lr", "batch", "maxlen")}
         split_task(data, settings["train"], settings["val"], settings["seed"])  # size errors, now
         comparison_config(settings)  # and config errors, before any process starts
         others = []
@@ -512,7 +537,9 @@ def _live() -> None:
     for col, tuner in zip(cols, comparison.tuners):
         ev = tuner.evals
         col.metric(f"{finetune_figures.RUN_LABELS.get(tuner.name, tuner.name)}: validation {names[primary]}",
-                   f"{getattr(ev[-1], metric):.1%}" if ev else "–", help=f"{tuner.step:,} steps so far")
+                   f"{getattr(ev[-1], metric):.1%}" if ev else "–",
+                   help=f"{tuner.step:,} of {comparison.config.max_steps:,} steps so far" if comparison.config.max_steps
+                   else f"{tuner.step:,} steps so far")
     staged = next((t for t in comparison.tuners if len(getattr(t, "stages", ())) > 1), None)
     app_state.plotly(finetune_figures.accuracy_curves_figure(
         runs, chance=chance, metric=metric, metric_label=names[primary],
@@ -544,6 +571,14 @@ st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
 
 def _results_table(results: dict, names) -> None:
     st.subheader("Results")
+    short = [r for r in results.values() if r.cut_short]
+    if short:
+        st.warning("Cut short by the time cap: " + "; ".join(
+            f"**{finetune_figures.RUN_LABELS.get(r.name, r.name)}** made {r.steps:,} of its {r.steps_asked:,} steps"
+            for r in short) + ". This server was too slow or too busy for the steps in the cap, so these figures are "
+            "those of fewer steps than asked for, and a model cut shorter than the others had less of a chance. "
+            "Raise *Time cap per model* (or lower the steps) and run the race again for a fair one.",
+            icon=":material/timer_off:")
     st.dataframe(pd.DataFrame([{
         "run": finetune_figures.RUN_LABELS.get(r.name, r.name), names[0]: f"{r.accuracy:.1%}",
         names[1]: f"{r.macro_f1:.1%}", "steps": r.steps, "training seconds": round(r.train_seconds, 1),
@@ -557,12 +592,15 @@ def _label_results(results: dict, comparison) -> None:
                    f"{results['tfidf'].train_seconds:.1f} s and scored on the same validation rows; it ignores "
                    "word order and had no pretraining. A tiny model fine-tuned for seconds does not always beat "
                    "it: that is an honest result, not a bug.")
-    cols = st.columns(len(results))
-    for col, r in zip(cols, results.values()):
-        with col:
+    # One row a model, its confusion matrix beside its mistakes: three or four side by side squeeze the class labels
+    # and the mistakes' text past reading on a projector (1280 x 720).
+    for r in results.values():
+        matrix, mistakes = st.columns([2, 3])
+        with matrix:
             app_state.plotly(finetune_figures.confusion_figure(
                 r.confusion, r.label_names, f"Confusion matrix, {finetune_figures.RUN_LABELS.get(r.name, r.name)}"),
                 f"confusion-{r.name}", key=f"ft_conf_{r.name}")
+        with mistakes:
             st.markdown(f"**Most confident mistakes ({finetune_figures.RUN_LABELS.get(r.name, r.name)})**")
             if r.misclassified:
                 # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).

@@ -16,7 +16,7 @@ from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import SPAN_ANSWER_METRICS, AnswerSpans, answer_question
-from bert_core.training.finetune import FinetuneConfig, finetune
+from bert_core.training.finetune import TOY_QA_STEPS, FinetuneConfig, finetune
 
 transformers = pytest.importorskip("transformers")
 
@@ -143,16 +143,18 @@ def test_the_page_fine_tunes_question_answering_and_answers_a_question():
     at.radio(key="ft_kind").set_value("spans").run()
     assert at.radio(key="ft_data").value == "toy_qa"
     assert at.number_input(key="ft_maxlen").value == 256
-    # The toy stories: their drills first, the page's longest budget, and answer spans' half rate.
+    # The toy stories: their drills first, the CLI's steps under the page's longest cap, and answer spans' half rate.
     assert at.checkbox(key="ft_drills").value is True and at.number_input(key="ft_budget").value == 600
+    assert at.number_input(key="ft_steps").value == TOY_QA_STEPS
     assert at.number_input(key="ft_lr").value == pytest.approx(labels_rate / 2)
     # What to expect names the drills and, with the shipped tiny active, that it reads the stories at some seeds.
     assert any("What did tom do?" in c.value for c in at.caption)
     assert any("drills click at some seeds only" in c.value for c in at.caption)
     at.radio(key="ft_data").set_value("upload_squad").run()
-    assert at.number_input(key="ft_budget").value == 60   # the kind's budget again for another dataset
+    # the kind's budget again for another dataset
+    assert at.number_input(key="ft_budget").value == 300 and at.number_input(key="ft_steps").value == 600
     at.radio(key="ft_data").set_value("toy_qa").run()
-    for key, value in (("ft_train", 200), ("ft_val", 40), ("ft_budget", 1)):
+    for key, value in (("ft_train", 200), ("ft_val", 40), ("ft_steps", 8)):
         at.number_input(key=key).set_value(value)
     at.run()
     next(b for b in at.button if "Fine-tune both" in b.label).click().run()

@@ -514,7 +514,7 @@ def test_without_the_shared_folder_the_page_offers_the_real_tasks_and_fetches_on
     monkeypatch.setitem(task_downloads.TASKS, "polarity", offline)
     at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
     at.run()
-    assert at.radio(key="ft_data").value == "toy"  # no real task on this server yet: the built-in one
+    assert at.radio(key="ft_data").value == "toy_order"  # no real task on this server yet: the lesson's built-in one
     offered = at.radio(key="ft_data").options
     assert any("polarity" in o for o in offered) and any("AG News" in o for o in offered), offered
     at.radio(key="ft_data").set_value("polarity").run()

@@ -400,3 +400,44 @@ def test_the_decision_notice_says_what_the_last_steps_show():
     assert "easy ones" in text
     assert "barely easier" in lesson.notice_decisions(steps(0.62, 0.55, 0.5))
     assert lesson.notice_decisions([]) is None
+
+
+def _race_result(accuracy, steps=300, asked=300):
+    return SimpleNamespace(accuracy=accuracy, metric_names=("accuracy", "macro-F1"), steps=steps, steps_asked=asked,
+                           cut_short=steps < asked)
+
+
+def test_the_race_notice_says_by_how_much_pretraining_paid_or_did_not():
+    paid = lesson.notice_finetune({"tfidf": _race_result(0.746), "pretrained": _race_result(0.96),
+                                   "scratch": _race_result(0.592)})
+    assert "Pretraining paid: the pretrained model beat the same model from scratch by 36.8 points and the bag of " \
+           "words by 21.4 points." in paid
+    lost = lesson.notice_finetune({"tfidf": _race_result(0.742), "pretrained": _race_result(0.744),
+                                   "scratch": _race_result(0.976)})
+    assert "did not pay" in lost and "Pretraining paid" not in lost and "Ahead: the same model from scratch" in lost
+    short = lesson.notice_finetune({"pretrained": _race_result(0.9, steps=120), "scratch": _race_result(0.6)})
+    assert "cut the pretrained model short" in short
+
+
+def test_the_nsp_notice_reads_the_runs_own_figures():
+    def evals(*accuracies):
+        return [SimpleNamespace(step=100 * i, nsp_acc=a) for i, a in enumerate(accuracies)]
+
+    history = [SimpleNamespace(nsp_loss=0.54)] * 10
+    left = lesson.notice_nsp(evals(0.5, 0.5, 0.61, 0.64), history)
+    assert "It left chance at step 200" in left and "64% at step 300" in left and "loss over the last steps 0.54" \
+        in left and "ln 2 = 0.69" in left
+    stuck = lesson.notice_nsp(evals(0.5, 0.52))
+    assert "Still at chance" in stuck and "left chance" not in stuck
+    assert lesson.notice_nsp(evals(0.5), nsp=False) is None and lesson.notice_nsp([]) is None
+
+
+def test_every_question_that_states_a_fact_about_a_model_says_which_model():
+    # BERT-base's [SEP] heads are BERT-base's: the question says so, and points at the notice for this model.
+    attention = next(s for s in lesson.STEPS if s.key == "attention").question.text
+    assert "In BERT-base" in attention and "this model" in attention
+    tokens = next(s for s in lesson.STEPS if s.key == "tokens").question.text
+    assert "might cut" in tokens and "the notice says what this one cut" in tokens
+    race = next(s for s in lesson.STEPS if s.key == "fine-tune")
+    assert "100%" not in race.question.text and "Run the lesson's race" in race.text
+    assert lesson.LESSON_RACE["data"] == "toy_order" and lesson.LESSON_RACE["baseline"] is True

@@ -119,3 +119,83 @@ def test_step_once_on_the_train_page_takes_the_next_update_of_a_stopped_run():
     assert any(m.label == "Update" and m.value == f"{stopped_at + 1:,}" for m in at.metric)
     assert any("Step once" in str(md.value) for md in at.markdown)
     assert any("Gradient by part of the model" in str(c.proto.spec) for c in at.get("plotly_chart"))
+
+
+def test_layers_and_heads_count_from_1_in_the_boxes_the_figure_and_an_old_link():
+    at = _lesson("bert-or-gpt")
+    layer, head = at.number_input(key="lesson_gpt_layer"), at.number_input(key="lesson_gpt_head")
+    assert (layer.min, layer.value, head.min, head.value) == (1, 1, 1, 1)
+    bert = app_state.shipped_model("bert-tiny-english")
+    assert layer.max == bert.config.num_hidden_layers and head.max == bert.config.num_attention_heads
+    figure = next(c for c in at.get("plotly_chart") if "L1 H1" in str(c.proto.spec))
+    assert not counted_from_0(figure.proto.spec)
+    at.number_input(key="lesson_gpt_head").set_value(2).run()
+    assert any("L1 H2" in str(c.proto.spec) for c in at.get("plotly_chart"))
+    at = _lesson_with(step="bert-or-gpt", lesson_gpt_layer="0", lesson_gpt_head="0")   # a link from before
+    assert at.number_input(key="lesson_gpt_layer").value == 1 and at.number_input(key="lesson_gpt_head").value == 1
+
+
+def _texts(node):
+    """Every string a reader sees in a Plotly figure's JSON: titles, annotations, tick labels, hover text (not the
+    arrays Plotly writes in base64)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key not in ("bdata", "z", "x", "y", "customdata"):
+                yield from _texts(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _texts(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def counted_from_0(spec: str) -> list[str]:
+    """The figure's texts that name a layer or head 0 ("L0", "H0", "layer 0", "head 0")."""
+    import json
+    import re
+
+    return [t for t in _texts(json.loads(spec)) if re.search(r"\b[LH]0\b|\b(layer|head) 0\b", t, re.I)]
+
+
+def _lesson_with(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    for name, value in query.items():
+        at.query_params[name] = value
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_race_button_sets_the_lessons_race_and_the_fine_tune_page_leads_back():
+    at = _lesson("fine-tune")
+    at.button(key="lesson_race_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    for name, value in lesson.LESSON_RACE.items():
+        assert at.session_state[f"ft_{name}"] == value, name
+    at.switch_page("pages/5_Fine-tune.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="ft_data").value == "toy_order" and at.number_input(key="ft_steps").value == 300
+    back = [link for link in at.get("page_link") if "Back to the lesson" in str(link.proto.label)]
+    assert back and "step=fine-tune" in str(back[0].proto.page) + str(back[0].proto.query_string), back[0].proto
+
+
+def test_the_lesson_reopens_at_the_step_left_and_its_last_step_sums_up_what_was_seen():
+    at = _lesson("tokens")
+    seen = _notice(at)
+    at.button(key="lesson_next").click().run()
+    at.switch_page("pages/3_Attention.py").run()
+    del at.query_params["step"]
+    at.switch_page(PAGE).run()   # the sidebar's *Lesson*: no step in its link
+    assert at.query_params["step"] in ("masking", ["masking"])
+    at.query_params["step"] = "fine-tune"
+    at.run()
+    summary = next(str(m.value) for m in at.markdown if "**Tokens.**" in str(m.value))
+    assert seen in summary and "**Masking.**" in summary
+    assert any("What to try next" in str(m.value) for m in at.markdown)
+
+
+def test_every_step_that_looks_at_a_model_names_it():
+    for key in ("tokens", "masking", "attention", "predictions", "fine-tune"):
+        at = _lesson(key)
+        assert any("Model in use (the sidebar's): **bert-tiny-english**" in str(c.value) for c in at.caption), key

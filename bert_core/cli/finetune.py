@@ -21,6 +21,7 @@ from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
     BASELINE_NAME,
     BUILT_IN_TASKS,
+    FINETUNE_STEPS,
     KIND_DEFAULTS,
     SELECTION_FRACTION,
     TOY_QA_STEPS,
@@ -85,8 +86,11 @@ def add_parser(subparsers):
     p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--time-budget", type=POSITIVE, metavar="S",
-                        help=f"training seconds per model (default 60; toy-qa: {TOY_QA_STEPS:,} steps)")
-    budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N", help="optimizer steps per model")
+                        help="training seconds per model, instead of a number of steps (the result then depends on the "
+                             "machine's speed and load)")
+    budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N",
+                        help=f"optimizer steps per model (default {FINETUNE_STEPS:,}; toy-qa: {TOY_QA_STEPS:,}): the "
+                             "same result on a quiet machine as on a busy one")
     p.add_argument("--lr", type=POSITIVE,
                    help="peak learning rate (default, within 2e-5 to 1e-3: a checkpoint made here, the rate it was "
                         "pretrained at x 128 / hidden (1e-3 for the shipped tiny model, 5e-4 for a mini pretrained "
@@ -160,9 +164,9 @@ def config_from_args(args) -> FinetuneConfig:
     """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags."""
     defaults = kind_config(data_kind(args))
     steps = args.steps
-    if args.task == "toy-qa" and steps is None and args.time_budget is None:
-        steps = TOY_QA_STEPS  # its drills and the stories: the same run on every machine
-    budget = args.time_budget if args.time_budget is not None else (None if steps else defaults.time_budget_s)
+    if steps is None and args.time_budget is None:  # steps decide, not seconds: the same run on every machine
+        steps = TOY_QA_STEPS if args.task == "toy-qa" else FINETUNE_STEPS
+    budget = args.time_budget
     # Without --lr the rate is set from the model's size once its config is read (_checked_models).
     return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
                             warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,

@@ -477,3 +477,42 @@ def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     return ClassificationData(texts=texts, labels=labels, label_names=names,
                               source=f"toy story topics (seed {seed})", text_columns=("sentence",),
                               label_column="topic")
+
+
+ORDER_LABELS = ["story order", "shuffled"]
+
+
+def _order_text(words: list[str]) -> str:
+    """A toy sentence's words as one sentence: lower case but the first letter, one final full stop. The story
+    sentences and their shuffles are written the same way, so that only the order of the words tells them apart."""
+    text = " ".join(w.lower() for w in words)
+    return text[:1].upper() + text[1:] + "."
+
+
+def toy_order_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
+    """The built-in task where pretraining must pay: is a toy story sentence in its own word order, or are its words
+    shuffled? Half the examples (chosen by the seed) are shuffled until their order differs.
+
+    Both kinds hold the same words, so a bag of single words cannot tell them apart at all (a bag of bigrams sees
+    some pairs of neighbours); a model must know what order the stories' words come in. That is what masked-language
+    pretraining on the toy stories teaches, and what a model from scratch must learn from the labelled examples
+    alone. Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0).
+    """
+    if num_examples < 20:
+        raise BertCoreError(f"the toy word-order task needs at least 20 examples, got {num_examples}")
+    corpus = generate_toy_corpus(num_documents=num_examples, seed=20_000 + seed)
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for story in corpus.documents:
+        words = re.findall(r"[A-Za-z']+", rng.choice(story))
+        shuffled = rng.random() < 0.5 and len(set(words)) > 1
+        if shuffled:
+            order = words[:]
+            while order == words:
+                rng.shuffle(order)
+            words = order
+        texts.append(_order_text(words))
+        labels.append(int(shuffled))
+    return ClassificationData(texts=texts, labels=labels, label_names=list(ORDER_LABELS),
+                              source=f"toy story sentences, in order or shuffled (seed {seed})",
+                              text_columns=("sentence",), label_column="order")

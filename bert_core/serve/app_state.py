@@ -615,6 +615,14 @@ def page_link(page: str, label: str, icon: str | None = None) -> None:
         pass
 
 
+def page_link_with(page: str, label: str, icon: str | None = None, **query: str) -> None:
+    """`page_link` to a page opened with these query parameters (e.g. the lesson at a given `step`)."""
+    try:
+        st.page_link(page, label=label, icon=icon, query_params=query)
+    except StreamlitPageNotFoundError:
+        pass
+
+
 def quick_config():
     """The active model's sizes (a BertConfig) read from its config.json, without torch or the weights, for the
     home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""

@@ -27,6 +27,7 @@ from bert_core.data.classification_data import (
     ClassificationData,
     load_classification_csv,
     split_train_val,
+    toy_order_task,
     toy_topic_task,
 )
 from bert_core.data.task_downloads import TASKS, fetch_task_csv
@@ -61,7 +62,7 @@ __all__ = [
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
     "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
-    "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "save_classifier",
+    "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "toy_order_task", "save_classifier",
     "split_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
     "finetune_learning_rate", "KIND_RATE_SCALE", "TOY_QA_STEPS", "pretraining_rate_of", "checkpoint_pretraining_rate",
 ]
@@ -403,11 +404,17 @@ class Finetuner(RunLoop):
             if not self._done():
                 self._evaluate()  # the validation figure each stage ends with: a point of the curve
                 evaluated = True
-        points = self.config.eval_points
-        if self._next_eval < points and self._fraction_done() >= self._next_eval / points:
-            self._next_eval = math.floor(self._fraction_done() * points) + 1
+        points, done = self.config.eval_points, self._eval_fraction()
+        if self._next_eval < points and done >= self._next_eval / points:
+            self._next_eval = math.floor(done * points) + 1
             if not self._done() and not evaluated:
                 self._evaluate()
+
+    def _eval_fraction(self) -> float:
+        """How far the run is, for placing its validation passes: by steps when it has a step budget (a time cap
+        then moves no pass, so a busy machine draws the same curve as a quiet one), else by its budget."""
+        cfg = self.config
+        return self.step / cfg.max_steps if cfg.max_steps else self._fraction_done()
 
     def _done(self) -> bool:
         if super()._done():
@@ -432,7 +439,7 @@ class Finetuner(RunLoop):
             label_names=ev.label_names, evals=self.evals, history=self.history, misclassified=ev.misclassified,
             steps=self.step, train_seconds=self.elapsed_s, state=final, model=self.model, tokenizer=self.tokenizer,
             kind=self.task.kind, metric_names=self.task.metric_names, details=ev.details, best_step=best_step,
-            stages=list(self.stages),
+            stages=list(self.stages), steps_asked=cfg.max_steps,
         )
 
     def _after_run(self, final: str) -> None:
@@ -641,11 +648,14 @@ class FinetuneComparison:
 
 
 def comparison_config(settings: dict, device: str = "cpu") -> FinetuneConfig:
-    """The Fine-tune page's settings (budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated); an optional
-    "steps" replaces the time budget (a step budget is the same on a busy machine, for benchmarks and tests).
-    `device`: where the server's queue gave the race its slot (bert_core.serve.run_queue)."""
-    steps = settings.get("steps")
-    return FinetuneConfig(time_budget_s=None if steps else float(settings["budget"]), max_steps=steps or None,
+    """The Fine-tune page's settings (steps, budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated).
+
+    "steps" is each model's budget in optimizer steps, so that a race gives the same figures on a busy server as on
+    a quiet one (steps decide, not seconds); "budget" is then a time cap in seconds that cuts a model short only on
+    a machine too slow or too busy for its steps (the page says so when it did). Without "steps", "budget" is the
+    whole budget, in seconds. `device`: where the server's queue gave the race its slot (bert_core.serve.run_queue)."""
+    steps, budget = settings.get("steps") or None, settings.get("budget") or None
+    return FinetuneConfig(time_budget_s=None if budget is None else float(budget), max_steps=steps,
                           learning_rate=settings["lr"],
                           batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
                           device=device, eval_points=10)
@@ -703,11 +713,17 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
 
 
 BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
+                  "toy-order": "is a toy story sentence in its own word order or shuffled? (sentence labels; the "
+                               "lesson's race, where pretraining must pay)",
                   "toy-qa": "who went where and what they found, in toy stories (answer spans), after its drills"}
 # The toy QA task's budget where none is given: its drills, each until learnt (at most
 # toy_qa_drills.DRILL_SHARES of it), then the stories for the rest; in steps, so that every machine trains the same
 # run. Measured with the shipped mini in docs/benchmarks.md.
 TOY_QA_STEPS = 8_000
+# Every other task's budget where none is given, in steps for the same reason: a budget in seconds gave 28 steps and
+# chunk F1 49 on a loaded 2-core machine where 1,500 steps give 92.5 (docs/benchmarks.md). 1,500 is the number of
+# steps the shipped models were measured at on every kind of task (#28's protocol).
+FINETUNE_STEPS = 1_500
 
 
 def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
@@ -728,6 +744,8 @@ def load_task(csv=None, task: str | None = None, text_columns=None, label_column
         return load_squad(squad)
     if task in (None, "toy"):
         return toy_topic_task(seed)
+    if task == "toy-order":
+        return toy_order_task(seed)
     if task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
         return load_classification_csv(fetch_task_csv(task), drop_empty=drop_empty)
     if task == "toy-qa":

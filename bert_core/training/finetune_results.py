@@ -121,6 +121,14 @@ class FinetuneResult:
     details: dict = field(default_factory=dict)  # the kind's further figures (Evaluation.details)
     best_step: int | None = None  # with keep_best: the step whose weights were kept (None: the last step's)
     stages: list[FinetuneStage] = field(default_factory=list)  # a curriculum's stages as they began (else one)
+    # The step budget it was given (None: a time budget, or a baseline). A finished run with fewer steps than this
+    # was cut short by its time cap: a slow or busy machine, and a figure of fewer steps than asked for.
+    steps_asked: int | None = None
+
+    @property
+    def cut_short(self) -> bool:
+        """True when its time cap ended it before the steps it was given were done."""
+        return self.steps_asked is not None and self.steps < self.steps_asked and self.state == "finished"
 
     def to_dict(self, with_history: bool = False) -> dict:
         """JSON-able summary (the model is left out; the per-step history only when asked)."""
@@ -129,6 +137,7 @@ class FinetuneResult:
             "confusion": self.confusion, "label_names": self.label_names, "steps": self.steps,
             "train_seconds": self.train_seconds, "state": self.state, "kind": self.kind,
             "metric_names": list(self.metric_names), "details": self.details, "best_step": self.best_step,
+            "steps_asked": self.steps_asked,
             "evals": [dataclasses.asdict(e) for e in self.evals],
             "stages": [dataclasses.asdict(e) for e in self.stages],
             "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
