@@ -72,7 +72,8 @@ class PairComparison:
         return "a" if self.difference > 0 else "b"
 
 
-def _lm_head(model):
+def lm_head(model):
+    """The model's language-model head (`cls.predictions`), or a message saying this model has none."""
     predictions = getattr(getattr(model, "cls", None), "predictions", None)
     if predictions is None or not hasattr(model, "bert"):
         raise BertCoreError("this model has no language-model head (a fine-tuned classifier, tagger or answer "
@@ -123,7 +124,7 @@ def _next_token_log_probs(model, head, ids: list[int]) -> list[float]:
 
 def score_sentence(model, tokenizer, text: str) -> SentenceScore:
     """Score one sentence: pseudo-log-likelihood for a BERT, next-token log-likelihood for the GPT twin."""
-    head = _lm_head(model)
+    head = lm_head(model)
     ids = encode_sentence(model, tokenizer, text)
     causal = is_causal(model)
     was_training = model.training

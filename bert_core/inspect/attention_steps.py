@@ -1,0 +1,221 @@
+"""Inside attention, for one token: every step of one layer's self-attention for one query token and one head,
+with the numbers taken from hooks on the model's own modules during an ordinary forward pass.
+
+The steps a student reads: the hidden state entering the layer; the head's query for the token and every token's
+key and value; the scores q.k; divided by sqrt(d); plus the mask (nothing for one BERT sentence, the causal mask for
+the GPT twin); the softmax; the weighted sum of the values; all heads joined; the output projection; the residual
+and the LayerNorm. The view computes the scores, the softmax and the weighted sum itself from the hooked q, k, v,
+and keeps the model's own probabilities and context beside them, so a test can hold one against the other.
+
+Also: a temperature on the softmax (a what-if: the model never uses one) and switching heads off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect.grammar import lm_head
+from bert_core.inspect.inspection import encode_input
+from bert_core.inspect.logit_lens import lens_input
+from bert_core.model.bert import is_causal
+
+
+@dataclass
+class AttentionSteps:
+    """One head's attention for one query token, step by step (layer and head count from 0 here; pages add 1)."""
+
+    tokens: list[str]
+    layer: int
+    head: int
+    query: int
+    head_dim: int
+    causal: bool
+    hidden_in: np.ndarray      # [S, H]  the hidden states entering the layer
+    q: np.ndarray              # [d]     the query token's query for this head
+    k: np.ndarray              # [S, d]  every token's key for this head
+    v: np.ndarray              # [S, d]  every token's value for this head
+    scores: np.ndarray         # [S]     q . k
+    scaled: np.ndarray         # [S]     q . k / sqrt(d)
+    allowed: np.ndarray        # [S] bool  False where the mask hides a key (padding, or a later token for GPT)
+    masked: np.ndarray         # [S]     scaled, plus the model's additive mask (a huge negative where hidden)
+    probs: np.ndarray          # [S]     softmax(masked), computed here
+    model_probs: np.ndarray    # [S]     the model's own attention row (output_attentions)
+    context: np.ndarray        # [d]     sum of probs x v, computed here
+    model_context: np.ndarray  # [d]     the model's context for this head (its self-attention output)
+    heads_joined: np.ndarray   # [H]     all heads' contexts side by side (the model's)
+    projected: np.ndarray      # [H]     the output projection (attention.output.dense)
+    residual: np.ndarray       # [H]     projected + the token's hidden state entering the layer
+    normed: np.ndarray         # [H]     LayerNorm(residual): what the layer's feed-forward part reads
+    model_normed: np.ndarray   # [H]     the model's own attention sub-layer output for the token
+
+
+def _check_pick(model, layer: int, head: int) -> None:
+    cfg = model.config
+    if not 0 <= layer < cfg.num_hidden_layers:
+        raise BertCoreError(f"layer {layer + 1} does not exist: the model has {cfg.num_hidden_layers} layers")
+    if not 0 <= head < cfg.num_attention_heads:
+        raise BertCoreError(f"head {head + 1} does not exist: each layer has {cfg.num_attention_heads} heads")
+
+
+def _run(model, ids: list[int], types: list[int], output_attentions: bool = False):
+    device = next(model.parameters()).device
+    x = torch.tensor([ids], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return model.bert(x, torch.ones_like(x), torch.tensor([types], device=device),
+                              output_attentions=output_attentions)
+    finally:
+        if was_training:
+            model.train()
+
+
+def encode_for_steps(model, tokenizer, a: str, b: str | None = None) -> tuple[list[int], list[int], list[str]]:
+    """Ids, segments and tokens the attention view reads: `[CLS] a [SEP] (b [SEP])` for both kinds of model."""
+    encoded = encode_input(tokenizer, a, b, max_length=int(model.config.max_position_embeddings))
+    return encoded.input_ids, encoded.token_type_ids, encoded.tokens
+
+
+def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int, b: str | None = None) -> AttentionSteps:
+    """Follow one query token through one head of one layer (all counted from 0), with hooks on the model."""
+    _check_pick(model, layer, head)
+    ids, types, tokens = encode_for_steps(model, tokenizer, a, b)
+    if not 0 <= query < len(ids):
+        raise BertCoreError(f"token {query + 1} does not exist: the input has {len(ids)} tokens")
+    block = model.bert.encoder.layer[layer]
+    attn = block.attention
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        return lambda module, args, output: seen.__setitem__(name, output)
+
+    def keep_inputs(module, args):
+        seen["hidden_in"], seen["mask"] = args[0], args[1]
+
+    handles = [attn.self.register_forward_pre_hook(keep_inputs),
+               attn.self.query.register_forward_hook(keep("q")),
+               attn.self.key.register_forward_hook(keep("k")),
+               attn.self.value.register_forward_hook(keep("v")),
+               attn.self.register_forward_hook(keep("self")),
+               attn.output.dense.register_forward_hook(keep("projected")),
+               attn.output.register_forward_hook(keep("normed"))]
+    try:
+        _run(model, ids, types, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    d = attn.self.attention_head_size
+    cut = slice(head * d, (head + 1) * d)
+    hidden_in = seen["hidden_in"][0].float()
+    q, k, v = (seen[n][0, :, cut].float() for n in ("q", "k", "v"))
+    scores = k @ q[query]
+    scaled = scores / math.sqrt(d)
+    additive = seen["mask"]
+    mask_row = (additive[0, 0, -1 if additive.shape[2] == 1 else query].float() if additive is not None
+                else torch.zeros_like(scaled))
+    masked = scaled + mask_row
+    probs = masked.softmax(-1)
+    context_all, model_probs = seen["self"]
+    heads_joined = context_all[0, query].float()
+    residual = seen["projected"][0, query].float() + hidden_in[query]
+    normed = torch.nn.functional.layer_norm(residual, residual.shape, attn.output.LayerNorm.weight.float(),
+                                            attn.output.LayerNorm.bias.float(), attn.output.LayerNorm.eps)
+
+    def arr(t: torch.Tensor) -> np.ndarray:
+        return t.detach().cpu().numpy().astype(np.float32)
+
+    return AttentionSteps(
+        tokens=list(tokens), layer=layer, head=head, query=query, head_dim=d, causal=is_causal(model),
+        hidden_in=arr(hidden_in), q=arr(q[query]), k=arr(k), v=arr(v), scores=arr(scores), scaled=arr(scaled),
+        allowed=arr(mask_row) == 0, masked=arr(masked), probs=arr(probs),
+        model_probs=arr(model_probs[0, head, query].float()), context=arr(probs @ v),
+        model_context=arr(heads_joined[cut]), heads_joined=arr(heads_joined),
+        projected=arr(seen["projected"][0, query].float()), residual=arr(residual), normed=arr(normed),
+        model_normed=arr(seen["normed"][0, query].float()))
+
+
+def with_temperature(steps: AttentionSteps, temperature: float) -> np.ndarray:
+    """What-if: the softmax of the masked scores divided by `temperature` (below 1 sharper, above 1 flatter). The
+    model itself always uses 1; hidden keys stay at zero whatever the temperature."""
+    if not 0 < temperature <= 100:
+        raise BertCoreError(f"the temperature must be above 0 (and at most 100), got {temperature}")
+    z = np.where(steps.allowed, steps.masked.astype(np.float64) / temperature, -np.inf)
+    z = np.exp(z - z.max())
+    return (z / z.sum()).astype(np.float32)
+
+
+@contextlib.contextmanager
+def heads_off(model, heads):
+    """Within the block, the given (layer, head) pairs (from 0) contribute nothing: their slice of the joined
+    contexts is zeroed before the output projection, as transformers' old head_mask of 0 did (it zeroed the head's
+    attention probabilities, hence its context). Hooks only: the weights are untouched, and removed on exit."""
+    heads = sorted(set(heads))
+    for layer, head in heads:
+        _check_pick(model, layer, head)
+    d = model.config.head_dim
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+
+    def zero(head_list):
+        def hook(module, args):
+            context = args[0].clone()
+            for h in head_list:
+                context[..., h * d:(h + 1) * d] = 0
+            return (context, *args[1:])
+        return hook
+
+    handles = [model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(zero(hs))
+               for layer, hs in by_layer.items()]
+    try:
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class HeadsOffEffect:
+    """The guess at a [MASK] (BERT) or for the next token (GPT) with all heads on, and with some switched off."""
+
+    tokens: list[str]
+    position: int
+    heads: list[tuple[int, int]]           # switched off, counted from 0
+    before: list[tuple[str, float]]
+    after: list[tuple[str, float]]
+    answer: str                            # the top guess with every head on
+    answer_before: float                   # its probability with every head on
+    answer_after: float                    # its probability with the heads off
+
+
+def _guess_logits(model, ids, types, position) -> torch.Tensor:
+    sequence = _run(model, ids, types)[0]
+    with torch.inference_mode():
+        return lm_head(model)(sequence[0, position]).float()
+
+
+def heads_off_effect(model, tokenizer, text: str, heads, top_k: int = 5) -> HeadsOffEffect:
+    """How switching off `heads` ((layer, head) pairs from 0) changes the guess at the text's first [MASK] (or, for
+    the GPT twin, the next token after the text)."""
+    lm_head(model)
+    ids, types, tokens, position = lens_input(model, tokenizer, text)
+    before = _guess_logits(model, ids, types, position).softmax(-1)
+    with heads_off(model, heads):
+        after = _guess_logits(model, ids, types, position).softmax(-1)
+    k = max(1, min(int(top_k), before.shape[-1]))
+
+    def top(p):
+        values, indices = p.topk(k)
+        return list(zip(tokenizer.convert_ids_to_tokens(indices.tolist()), values.tolist()))
+
+    answer = int(before.argmax())
+    return HeadsOffEffect(tokens=list(tokens), position=position, heads=sorted(set(heads)), before=top(before),
+                          after=top(after), answer=tokenizer.id_to_token(answer),
+                          answer_before=float(before[answer]), answer_after=float(after[answer]))

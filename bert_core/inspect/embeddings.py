@@ -1,0 +1,196 @@
+"""What an embedding is: the three vectors the model adds for each token (the token's own, its position's, its
+segment's), their sum and the LayerNorm, as the model's embedding layer computes them; the nearest neighbours of a
+word in the input embedding table; and a 2-D map (PCA) of one word's contextual vectors across sentences, layer by
+layer, where a word with two senses ("bank", "play") may be seen to separate, or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect.attention_steps import encode_for_steps
+
+# Sentences with two senses of a few words, written for this project: the map's default sets. A student may type
+# their own; the word must appear in each sentence.
+SENSE_SENTENCES: dict[str, list[tuple[str, str]]] = {
+    "bank": [
+        ("money", "she put her money in the bank ."), ("money", "the bank gave him a loan ."),
+        ("money", "he works at a bank in the city ."), ("money", "the bank was closed on sunday ."),
+        ("money", "they robbed the bank last night ."), ("money", "i need to go to the bank to get cash ."),
+        ("river", "we sat on the bank of the river ."), ("river", "the boat was pulled up on the bank ."),
+        ("river", "flowers grew along the river bank ."), ("river", "the water rose over the bank ."),
+        ("river", "he fished from the west bank of the stream ."), ("river", "the grassy bank was wet ."),
+    ],
+    "play": [
+        ("game", "the children play in the park ."), ("game", "they play football every day ."),
+        ("game", "let us play a game of cards ."), ("game", "the dogs play in the snow ."),
+        ("game", "he wants to play with his friends ."), ("game", "we play tennis on saturday ."),
+        ("theatre", "we saw a play at the theatre ."), ("theatre", "she wrote a play about the war ."),
+        ("theatre", "the play was first performed in london ."), ("theatre", "the actors rehearsed the play ."),
+        ("theatre", "the new play opens next week ."), ("theatre", "he starred in a play by shakespeare ."),
+    ],
+    "light": [
+        ("brightness", "the light was too bright ."), ("brightness", "turn on the light , please ."),
+        ("brightness", "the light of the sun filled the room ."), ("brightness", "a red light flashed ."),
+        ("brightness", "plants need light to grow ."), ("brightness", "the street light was broken ."),
+        ("weight", "the bag is very light ."), ("weight", "she wore a light coat ."),
+        ("weight", "the box was light enough to carry ."), ("weight", "it is a light meal ."),
+        ("weight", "the chair is light and strong ."), ("weight", "he packed a light bag for the trip ."),
+    ],
+}
+
+
+@dataclass
+class EmbeddingParts:
+    """Each token's three embeddings, their sum, and the LayerNorm of the sum; `model_output` is the model's own
+    embedding output (its hooked result, in eval mode), which `normed` equals."""
+
+    tokens: list[str]
+    token_type_ids: list[int]
+    word: np.ndarray          # [S, H] the token's row of the word-embedding table
+    position: np.ndarray      # [S, H] the position's row
+    segment: np.ndarray       # [S, H] the segment's (A = 0, B = 1) row
+    summed: np.ndarray        # [S, H]
+    normed: np.ndarray        # [S, H] LayerNorm(summed), computed here
+    model_output: np.ndarray  # [S, H] the embedding layer's output
+
+
+def _eval_forward(model, fn):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return fn()
+    finally:
+        if was_training:
+            model.train()
+
+
+def _arr(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> EmbeddingParts:
+    """The embedding layer's inputs and steps for `[CLS] a [SEP] (b [SEP])`, with its output hooked beside them."""
+    ids, types, tokens = encode_for_steps(model, tokenizer, a, b)
+    emb = model.bert.embeddings
+    seen = {}
+    handle = emb.register_forward_hook(lambda module, args, output: seen.__setitem__("out", output))
+    device = next(model.parameters()).device
+    x = torch.tensor([ids], device=device)
+    t = torch.tensor([types], device=device)
+    try:
+        _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), t))
+    finally:
+        handle.remove()
+    with torch.inference_mode():
+        word = emb.word_embeddings.weight[x[0]].float()
+        position = emb.position_embeddings.weight[: len(ids)].float()
+        segment = emb.token_type_embeddings.weight[t[0]].float()
+        summed = word + position + segment
+        ln = emb.LayerNorm
+        normed = torch.nn.functional.layer_norm(summed, summed.shape[-1:], ln.weight.float(), ln.bias.float(), ln.eps)
+    return EmbeddingParts(tokens=list(tokens), token_type_ids=list(types), word=_arr(word), position=_arr(position),
+                          segment=_arr(segment), summed=_arr(summed), normed=_arr(normed),
+                          model_output=_arr(seen["out"][0]))
+
+
+def nearest_neighbours(model, tokenizer, word: str, k: int = 10) -> list[tuple[str, float]]:
+    """The `k` rows of the input embedding table closest to `word`'s (by cosine similarity), the word left out.
+    A word of several pieces is looked up by its first piece, the one a reader recognises."""
+    if not isinstance(word, str) or not word.strip():
+        raise BertCoreError("type a word to look up")
+    ids = tokenizer.encode(word.strip())
+    if not ids:
+        raise BertCoreError(f"{word!r} gave no tokens: type a word")
+    table = model.bert.embeddings.word_embeddings.weight.detach().float()
+    with torch.inference_mode():
+        unit = torch.nn.functional.normalize(table, dim=-1)
+        sims = unit @ unit[ids[0]]
+        skip = [ids[0], *getattr(tokenizer, "never_sample_ids", ())]
+        sims[[i for i in skip if i < len(sims)]] = -2.0  # itself and specials are no neighbours worth showing
+        values, indices = sims.topk(max(1, min(int(k), len(sims) - 1)))
+    return list(zip(tokenizer.convert_ids_to_tokens(indices.tolist()), values.tolist()))
+
+
+def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
+    """Where `word_ids` first occur in `ids` (the sentence's pieces after [CLS]), or None."""
+    n = len(word_ids)
+    for i in range(1, len(ids) - n + 1):
+        if ids[i:i + n] == word_ids:
+            return i
+    return None
+
+
+@dataclass
+class WordMap:
+    """One word's contextual vector in each sentence, after the embeddings (layer 0) and each layer, in 2-D."""
+
+    word: str
+    sentences: list[str]
+    labels: list[str]                 # a sense or group label per sentence ("" when none was given)
+    points: np.ndarray                # [L + 1, N, 2] PCA coordinates, layer by layer
+    explained: np.ndarray             # [L + 1] share of the variance the two axes keep
+    skipped: list[str]                # sentences the word was not found in
+
+
+def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The rows of `x` on their first two principal axes, and the share of the variance those keep. Each axis's
+    sign is fixed (its largest loading positive), so a map does not flip from one layer to the next for nothing."""
+    x = np.asarray(x, dtype=np.float64)
+    centred = x - x.mean(0, keepdims=True)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    axes = vt[:2]
+    axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(1)])[:, None]
+    coords = centred @ axes.T
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    total = float((s ** 2).sum())
+    return coords.astype(np.float32), float((s[:2] ** 2).sum() / total) if total > 0 else 0.0
+
+
+def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
+    """PCA maps of `word`'s contextual vectors (the mean over its pieces) across `sentences`, one per layer."""
+    if not isinstance(word, str) or not word.strip():
+        raise BertCoreError("type the word to follow")
+    word_ids = tokenizer.encode(word.strip())
+    labels = list(labels) if labels is not None else [""] * len(sentences)
+    vectors, used, used_labels, skipped = [], [], [], []
+    for sentence, label in zip(sentences, labels):
+        if not sentence.strip():
+            continue
+        ids, types, _ = encode_for_steps(model, tokenizer, sentence)
+        start = _word_span(tokenizer, ids, word_ids) if word_ids else None
+        if start is None:
+            skipped.append(sentence)
+            continue
+        x = torch.tensor([ids], device=next(model.parameters()).device)
+        hidden = _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
+                                                         output_hidden_states=True)[2])
+        vectors.append(torch.stack([h[0, start:start + len(word_ids)].float().mean(0) for h in hidden]))
+        used.append(sentence)
+        used_labels.append(label)
+    if len(used) < 3:
+        raise BertCoreError(f"{word!r} was found in {len(used)} sentence(s); a map needs at least 3 with the word in "
+                            "them")
+    stacked = torch.stack(vectors, 1).cpu().numpy()  # [L + 1, N, H]
+    maps = [pca_2d(layer) for layer in stacked]
+    return WordMap(word=word.strip(), sentences=used, labels=used_labels, points=np.stack([m[0] for m in maps]),
+                   explained=np.array([m[1] for m in maps], dtype=np.float32), skipped=skipped)
+
+
+def separation(points: np.ndarray, labels) -> float:
+    """How far apart two or more labelled groups lie on a map: the distance between group centres over the mean
+    spread within groups (0 when there is one group). A number for "the senses separate" that a test can hold."""
+    labels = np.asarray(labels)
+    groups = [points[labels == g] for g in dict.fromkeys(labels.tolist())]
+    if len(groups) < 2:
+        return 0.0
+    centres = np.stack([g.mean(0) for g in groups])
+    between = np.mean([np.linalg.norm(a - b) for i, a in enumerate(centres) for b in centres[i + 1:]])
+    within = np.mean([np.linalg.norm(g - g.mean(0), axis=1).mean() for g in groups])
+    return float(between / within) if within > 0 else float("inf")
