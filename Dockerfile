@@ -20,7 +20,7 @@ USER user
 ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PUBLIC=1
 # The real fine-tuning tasks, fetched now so that the Fine-tune page offers them at once. Without a network at build
 # time the image still builds, and the page fetches a task when it is first picked.
-RUN python -m bert_core download polarity ag_news \
+RUN python -m bert_core download polarity ag_news conll2000 \
  || echo "warning: the fine-tuning tasks were not fetched; the Fine-tune page will fetch them on first use"
 
 EXPOSE 8501

@@ -42,7 +42,7 @@ def test_a_tagger_colours_the_words_of_a_held_out_sentence(server, browser, scre
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        _open(page, base, "Fine-tune", "?ft_kind=tags&ft_data=conll2000&ft_budget=1&ft_train=200&ft_val=50")
+        _open(page, base, "Fine-tune", "?ft_kind=tags&ft_data=conll2000&ft_steps=20&ft_train=200&ft_val=50")
         _fine_tune(page)
         assert page.get_by_text("chunk F1").first.is_visible()
         page.get_by_role("heading", name="Tag a sentence with each").scroll_into_view_if_needed()
@@ -59,7 +59,7 @@ def test_a_question_answering_model_highlights_its_answer(server, browser, scree
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        _open(page, base, "Fine-tune", "?ft_kind=spans&ft_data=toy_qa&ft_budget=1&ft_train=200&ft_val=40"
+        _open(page, base, "Fine-tune", "?ft_kind=spans&ft_data=toy_qa&ft_steps=20&ft_train=200&ft_val=40"
                                        "&ft_maxlen=128")
         _fine_tune(page)
         # The toy stories are trained through their six drills: the curve marks where each stage began, and the

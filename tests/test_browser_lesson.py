@@ -135,7 +135,7 @@ def test_fine_tune_shows_status_at_once_and_tables_with_labels_and_confidence(se
     base, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        _open(page, base, "Fine-tune", "?ft_budget=1")
+        _open(page, base, "Fine-tune", "?ft_steps=20")
         main = page.get_by_test_id("stMainBlockContainer")
         main.get_by_role("button", name="Fine-tune both").click()
         page.get_by_text("Starting", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(

@@ -301,7 +301,7 @@ def test_a_race_on_a_full_server_queues_is_found_again_in_my_runs_and_finishes(s
             fills.append(page)
 
         race = student.new_page()
-        race.goto(f"{base}/Fine-tune?ft_budget=2&ft_train=100&ft_val=50")
+        race.goto(f"{base}/Fine-tune?ft_steps=30&ft_train=100&ft_val=50")
         _settle(race)
         race.get_by_role("button", name="Fine-tune both").click()
         race.get_by_text("Queued", exact=False).first.wait_for(timeout=60_000)

@@ -166,3 +166,64 @@ def test_visitors_fetching_together_make_one_download(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert len(calls) == 1 and len(set(found)) == 1 and len(found) == 8
+
+
+CONLL = "Confidence NN B-NP\nin IN B-PP\nthe DT B-NP\npound NN I-NP\n\nIt PRP B-NP\nfell VBD B-VP\n. . O\n"
+
+
+def _conll_gz(path, text=CONLL):
+    import gzip
+
+    with gzip.open(path, "wb") as f:
+        f.write(text.encode("utf-8"))
+    return path
+
+
+def test_conll2000_is_fetched_unzipped_checked_and_read_as_token_tags(tmp_path, monkeypatch, capsys):
+    from dataclasses import replace
+
+    from bert_core.cli.finetune import config_from_args, data_kind
+    from bert_core.cli.main import build_parser
+    from bert_core.data import task_downloads
+    from bert_core.training.finetune import load_task
+
+    cache = tmp_path / "cache"
+    path = fetch_task_csv("conll2000", cache_dir=cache, url=_conll_gz(tmp_path / "train.txt.gz").as_uri(),
+                          use_shared=False)
+    assert path == cache / "conll2000-train.txt" and path.read_text() == CONLL
+    assert task_downloads.TASKS["conll2000"].kind == "tags"
+    # The CLI reads it as token tags, by its own loader, with the chunk or POS column.
+    monkeypatch.setenv("BERT_SHARED_DATA", str(tmp_path / "absent"))
+    monkeypatch.setenv("BERT_CORE_CACHE", str(cache))
+    data = load_task(task="conll2000", tag_column="pos")
+    assert data.words[0] == ["Confidence", "in", "the", "pound"] and "VBD" in data.tag_names
+    args = build_parser().parse_args(["finetune", "--task", "conll2000"])
+    assert data_kind(args) == "tags" and config_from_args(args).max_length == 128
+    # A damaged download is refused, removed, and fetched again next time.
+    task = task_downloads.TASKS["conll2000"]
+    with pytest.raises(BertCoreError, match="not CoNLL-2000"):
+        fetch_task_csv("conll2000", cache_dir=tmp_path / "c2",
+                       url=_conll_gz(tmp_path / "bad.gz", "one-field-lines\nonly\n").as_uri(), use_shared=False)
+    assert not (tmp_path / "c2" / task.remote.filename).exists()
+    (tmp_path / "notgz").write_bytes(b"plain")
+    with pytest.raises(BertCoreError, match="gzipped CoNLL"):
+        fetch_task_csv("conll2000", cache_dir=tmp_path / "c3", url=(tmp_path / "notgz").as_uri(), use_shared=False)
+    monkeypatch.setitem(task_downloads.TASKS, "conll2000", replace(task, remote=replace(
+        task.remote, url="http://127.0.0.1:9/train.txt.gz")))
+    with pytest.raises(BertCoreError, match="Upload a CoNLL file"):
+        fetch_task_csv("conll2000", cache_dir=tmp_path / "c4", use_shared=False)
+
+
+def test_without_the_shared_folder_the_page_offers_conll2000_and_a_fetch_box(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BERT_SHARED_DATA", str(tmp_path / "absent"))
+    monkeypatch.setenv("BERT_CORE_CACHE", str(tmp_path / "cache"))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.run()
+    at.radio(key="ft_kind").set_value("tags").run()
+    assert at.radio(key="ft_data").value == "conll2000", at.radio(key="ft_data").options
+    assert any("not on this server yet" in i.value and "CoNLL-2000" in i.value for i in at.info)
+    assert not at.exception

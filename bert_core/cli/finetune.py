@@ -63,7 +63,7 @@ def add_parser(subparsers):
                    help="token tags: a CoNLL file (one `word ... tag` a line, a blank line between sentences), e.g. "
                         "CoNLL-2000 chunking; scored by chunk F1 beside its majority-tag baselines")
     p.add_argument("--tag-column", type=_tag_column, default="chunk", metavar="COLUMN",
-                   help="with --conll: 'chunk' (the last column: chunk or entity tags, the default), 'pos' (the "
+                   help="with --conll or --task conll2000: 'chunk' (the last column: chunk or entity tags, the default), 'pos' (the "
                         "second column: part-of-speech tags) or a column number from 2")
     p.add_argument("--squad", type=path_arg, metavar="FILE",
                    help="answer spans: a SQuAD v1.1 JSON file; passages longer than the model's input are read in "
@@ -153,7 +153,7 @@ def _tag_column(text: str) -> str | int:
 
 def data_kind(args) -> str:
     """The kind of task a command line asks for, before any data is read: "tags", "spans" or "labels"."""
-    if args.conll is not None:
+    if args.conll is not None or (args.task in TASKS and TASKS[args.task].kind == "tags"):
         return "tags"
     if args.squad is not None or args.task == "toy-qa":
         return "spans"
@@ -261,8 +261,9 @@ def _race_names(folders: list[Path]) -> dict[str, Path]:
 def run(args) -> int:
     """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
-    if args.tag_column != "chunk" and args.conll is None:
-        raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE with it")
+    if args.tag_column != "chunk" and data_kind(args) != "tags":
+        raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE (or --task conll2000) "
+                            "with it")
     if args.no_drills and args.task != "toy-qa":
         raise BertCoreError("--no-drills leaves out the toy QA task's drills; use it with --task toy-qa")
     config = config_from_args(args)

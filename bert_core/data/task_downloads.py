@@ -1,13 +1,15 @@
 """The real fine-tuning tasks fetched from their public homes, so that a fresh clone or a Space races on them.
 
 Each is downloaded once (bert_core.data.downloads: progress, an atomic write, a sha256 kept on first use), then
-converted into a `label,text` CSV beside it in the cache, which `load_classification_csv` reads like any upload.
+converted beside it in the cache into the file its loader reads like any upload: a `label,text` CSV for sentence
+labels (`load_classification_csv`), a CoNLL text file for token tags (`read_conll`).
 The shared data folder's copy is used instead when it is there (tests and this project's own figures read it).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import os
 import tarfile
@@ -25,14 +27,16 @@ from bert_core.paths import shared_data_dir
 
 @dataclass(frozen=True)
 class RemoteTask:
-    """A labelled task online: the file to fetch, what it is called in the cache as CSV, and the shared copy."""
+    """A labelled task online: the file to fetch, what its converted file is called in the cache, and the shared
+    copy."""
 
     label: str
     remote: RemoteFile
-    csv_name: str
+    csv_name: str      # the converted file in the cache (a CSV, or a CoNLL text file for token tags)
     shared_copy: str
     home: str  # the page that describes it, for people
     approx_mb: float
+    kind: str = "labels"   # the kind of fine-tuning it is for: "labels" (a CSV) or "tags" (a CoNLL file)
 
 
 TASKS: dict[str, RemoteTask] = {
@@ -53,6 +57,14 @@ TASKS: dict[str, RemoteTask] = {
                           filename="ag_news-test.parquet", sha256=None),
         csv_name="ag_news-download.csv", shared_copy="ag_news/news.csv",
         home="https://huggingface.co/datasets/fancyzhx/ag_news", approx_mb=1.2),
+    # CoNLL-2000's chunking training split: 8,936 Wall Street Journal sentences, `word POS chunk` a line, gzipped.
+    # The shared folder's conll2000/train.txt is the same file.
+    "conll2000": RemoteTask(
+        label="CoNLL-2000 chunks (Tjong Kim Sang and Buchholz 2000, training split, 8,936 sentences)",
+        remote=RemoteFile(url="https://www.clips.uantwerpen.be/conll2000/chunking/train.txt.gz",
+                          filename="conll2000-train.txt.gz", sha256=None),
+        csv_name="conll2000-train.txt", shared_copy="conll2000/train.txt",
+        home="https://www.clips.uantwerpen.be/conll2000/chunking/", approx_mb=0.6, kind="tags"),
 }
 AG_NEWS_CLASSES = ("World", "Sports", "Business", "Sci/Tech")
 
@@ -101,9 +113,28 @@ def ag_news_csv_from_parquet(path: str | Path) -> str:
     return _csv_text(rows)
 
 
+def conll_text_from_gzip(path: str | Path) -> str:
+    """CoNLL-2000's train.txt.gz as its text, checked: every non-blank line `word POS chunk`, sentences between
+    blank lines."""
+    try:
+        with gzip.open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise BertCoreError(f"{path} is not a readable gzipped CoNLL file ({exc}); delete it to download again") \
+            from exc
+    lines = [line for line in text.splitlines() if line.strip()]
+    bad = next((line for line in lines if len(line.split()) < 3), None)
+    if not lines or bad is not None:
+        raise BertCoreError(f"{path} is not CoNLL-2000's `word POS chunk` lines"
+                            + (f" (a line reads {bad[:60]!r})" if bad else " (it is empty)")
+                            + "; delete it to download again")
+    return text if text.endswith("\n") else text + "\n"
+
+
 # One server process fetches one task at a time: the cache is the process's (and the machine's) shared resource.
 _FETCHING = threading.Lock()
-_CONVERT = {"polarity": polarity_csv_from_tarball, "ag_news": ag_news_csv_from_parquet}
+_CONVERT = {"polarity": polarity_csv_from_tarball, "ag_news": ag_news_csv_from_parquet,
+            "conll2000": conll_text_from_gzip}
 
 
 def local_task_csv(name: str, cache_dir: str | Path | None = None, use_shared: bool = True) -> Path | None:
@@ -135,9 +166,10 @@ def _fetch(name: str, cache_dir, progress: Progress | None, url: str | None) -> 
     if raw.is_file() and expected is not None and sha256_of(raw) != expected:
         raw.unlink()  # a damaged file in the cache: fetch it again
     if not raw.is_file():
-        digest = download(url or task.remote.url, raw, sha256=expected, progress=progress,
-                          offline_hint="fine-tune on the built-in toy topics, or bring a local copy as a label,text "
-                                       "CSV (finetune --csv FILE, or the page's Upload a CSV)")
+        instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
+                   if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
+                   "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
+        digest = download(url or task.remote.url, raw, sha256=expected, progress=progress, offline_hint=instead)
         if task.remote.sha256 is None:
             recorded.write_text(digest + "\n")  # trust on first use until the digest is pinned in TASKS
     try:

@@ -747,6 +747,8 @@ def load_task(csv=None, task: str | None = None, text_columns=None, label_column
     if task == "toy-order":
         return toy_order_task(seed)
     if task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
+        if TASKS[task].kind == "tags":
+            return read_conll(fetch_task_csv(task), tag_column)
         return load_classification_csv(fetch_task_csv(task), drop_empty=drop_empty)
     if task == "toy-qa":
         return toy_qa_task(seed, drills=drills)
