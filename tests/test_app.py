@@ -266,7 +266,7 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     # The session's model becomes the active one everywhere.
     at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()
     for page in ["pages/3_Attention.py", "pages/4_Predictions.py", "pages/1_Tokens_and_masking.py",
-                 "pages/6_Export.py", "app.py"]:
+                 "pages/6_Export.py", "pages/7_How_BERT_computes.py", "app.py"]:
         at.switch_page(page).run()
         _assert_clean(at)
         assert not at.error, (page, _texts(at.error))

@@ -83,7 +83,8 @@ def encode_for_steps(model, tokenizer, a: str, b: str | None = None) -> tuple[li
     return encoded.input_ids, encoded.token_type_ids, encoded.tokens
 
 
-def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int, b: str | None = None) -> AttentionSteps:
+def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
+                    b: str | None = None) -> AttentionSteps:
     """Follow one query token through one head of one layer (all counted from 0), with hooks on the model."""
     _check_pick(model, layer, head)
     ids, types, tokens = encode_for_steps(model, tokenizer, a, b)

@@ -1,0 +1,230 @@
+"""How BERT computes: one token through one attention head step by step, each layer's guess, heads switched off,
+the embeddings, and a grammar check; all on the active model (BERT or its GPT twin)."""
+
+import streamlit as st
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect import computation_figures as cf
+from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, heads_off_effect, with_temperature
+from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours, word_map
+from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
+from bert_core.inspect.inspection import is_causal
+from bert_core.inspect.logit_lens import logit_lens
+from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.serve import app_state
+
+OWN_SENTENCES = "your own sentences"
+
+st.set_page_config(page_title="How BERT computes · BERT explorer", layout="wide")
+active = app_state.sidebar()
+st.title("How BERT computes")
+st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
+            "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
+            "Every number comes from the active model's own forward pass.")
+if active is None:
+    st.stop()
+
+model, tok, cfg = active.model, active.tokenizer, active.config
+causal = is_causal(model)
+examples = app_state.model_probes(active)
+gpt_prompt = " ".join(examples.attention_sentence.split()[:6])
+app_state.follow_default("hbc_a", examples.attention_sentence)
+app_state.init_widget("hbc_b", "")
+app_state.init_widget("hbc_layer", 1, int)
+app_state.init_widget("hbc_head", 1, int)
+app_state.init_widget("hbc_token", 2, int)
+app_state.init_widget("hbc_temperature", 1.0, float)
+app_state.follow_default("hbc_lens", gpt_prompt if causal else examples.sentences[0])
+app_state.init_widget("hbc_word", "bank")
+app_state.init_widget("hbc_neighbour", "king")
+app_state.follow_default("hbc_pair_a", MINIMAL_PAIRS[0].good)
+app_state.follow_default("hbc_pair_b", MINIMAL_PAIRS[0].bad)
+keys = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
+        "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
+app_state.persist_keys(*keys, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
+# A URL or another model may hold a layer or head this model lacks: clamp to what it has.
+st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
+st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
+
+attention_tab, lens_tab, embeddings_tab, grammar_tab = st.tabs(
+    ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check"])
+
+with attention_tab:
+    c1, c2 = st.columns(2)
+    c1.text_area("Sentence A", key="hbc_a", height=80)
+    c2.text_area("Sentence B (optional)", key="hbc_b", height=80)
+    try:
+        _, _, tokens = encode_for_steps(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        tokens = []
+    if tokens:
+        st.session_state["hbc_token"] = min(max(int(st.session_state["hbc_token"]), 1), len(tokens))
+        p1, p2, p3, p4 = st.columns(4)
+        p1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="hbc_layer")
+        p2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="hbc_head")
+        p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
+                     format_func=lambda i: f"{i} {tokens[i - 1]}")
+        p4.slider("Temperature (a what-if)", 0.1, 5.0, step=0.1, key="hbc_temperature",
+                  help="A what-if: the softmax of the scores divided by this. Below 1 the head attends more "
+                       "sharply, above 1 more evenly. The model itself always uses 1.")
+        layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))
+        try:
+            steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
+                                    st.session_state["hbc_b"] or None)
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+        else:
+            temperature = float(st.session_state["hbc_temperature"])
+            st.markdown(f"The hidden state of token **{query + 1} {tokens[query]}** enters layer {layer + 1}. Head "
+                        f"{head + 1} turns it into a **query**, and every token into a **key** and a **value**, "
+                        f"each {steps.head_dim} numbers long.")
+            app_state.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
+            what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
+            if causal:
+                st.caption("The GPT twin's causal mask: a token may look only at itself and the tokens before it, "
+                           "so the later ones get a huge negative score and a weight of 0.")
+            app_state.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
+            if what_if is not None:
+                st.info(f"Orange is a what-if at temperature {temperature:g}: the model never uses one. "
+                        "The blue bars are its real weights.")
+            gap = float(abs(steps.probs - steps.model_probs).max())
+            st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
+                       f"page (largest difference from the model's own weights: {gap:.1e}).")
+            app_state.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
+            st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
+                       "to the layer's feed-forward part.")
+
+with lens_tab:
+    label = "The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]"
+    st.text_input(label, key="hbc_lens")
+    try:
+        lens = logit_lens(model, tok, st.session_state["hbc_lens"])
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        st.markdown("The model's own prediction head, applied to the hidden state after each layer: what the "
+                    "answer looks like so far. The last row is the model's real answer"
+                    + ("." if causal else ", the Predictions page's."))
+        app_state.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
+        app_state.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
+        st.subheader("Switch heads off")
+        options = [f"layer {layer}, head {head}" for layer in range(1, cfg.num_hidden_layers + 1)
+                   for head in range(1, cfg.num_attention_heads + 1)]
+        st.session_state["hbc_off"] = [o for o in st.session_state.get("hbc_off", []) if o in options]
+        st.multiselect("Heads to switch off (their output set to zero)", options, key="hbc_off")
+        chosen = [options.index(o) for o in st.session_state.get("hbc_off", []) if o in options]
+        heads = [divmod(i, cfg.num_attention_heads) for i in chosen]
+        if not heads:
+            st.caption("Pick one or more heads to see how the guess changes without them.")
+        else:
+            effect = heads_off_effect(model, tok, st.session_state["hbc_lens"], heads)  # the lens read this text
+            m1, m2 = st.columns(2)
+            m1.metric(f"P({effect.answer}) with every head", f"{effect.answer_before:.1%}")
+            m2.metric("with those heads off", f"{effect.answer_after:.1%}",
+                      delta=f"{(effect.answer_after - effect.answer_before) * 100:+.1f} points")
+            app_state.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
+
+with embeddings_tab:
+    st.markdown("Before any layer, each token becomes the sum of three learned vectors: one for the token, one for "
+                "its position, one for its segment (sentence A or B). A LayerNorm then rescales the sum. "
+                "The sentence is the one on *Inside attention*.")
+    try:
+        parts = embedding_parts(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        labels = cf.token_labels(parts.tokens)
+        if st.session_state.get("hbc_emb_token") not in range(len(labels)):
+            st.session_state["hbc_emb_token"] = min(1, len(labels) - 1)
+        st.selectbox("Token", list(range(len(labels))), key="hbc_emb_token", format_func=lambda i: labels[i])
+        app_state.plotly(cf.embedding_parts_figure(parts, int(st.session_state["hbc_emb_token"])), "embedding-parts",
+                         key="hbc_parts")
+        app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
+    st.subheader("Nearest neighbours in the embedding table")
+    st.text_input("A word", key="hbc_neighbour")
+    try:
+        near = nearest_neighbours(model, tok, st.session_state["hbc_neighbour"], k=10)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        app_state.plotly(cf.neighbours_figure(st.session_state["hbc_neighbour"].strip(), near), "neighbours",
+                         key="hbc_near")
+    st.subheader("One word in many sentences, layer by layer")
+    words = [*SENSE_SENTENCES, OWN_SENTENCES]
+    if st.session_state["hbc_word"] not in words:
+        st.session_state["hbc_word"] = words[0]
+    st.radio("Word", words, key="hbc_word", horizontal=True)
+    if st.session_state["hbc_word"] == OWN_SENTENCES:
+        st.text_area("A word on the first line, then sentences that use it, one a line", key="hbc_own", height=140)
+        lines = [x.strip() for x in st.session_state.get("hbc_own", "").splitlines() if x.strip()]
+        word, sentences, senses = (lines[0] if lines else ""), lines[1:], None
+    else:
+        word = st.session_state["hbc_word"]
+        sentences = [s for _, s in SENSE_SENTENCES[word]]
+        senses = [g for g, _ in SENSE_SENTENCES[word]]
+    try:
+        wmap = word_map(model, tok, word, sentences, senses)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        app_state.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
+        st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
+                   "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
+        if wmap.skipped:
+            st.caption(f"Left out ({len(wmap.skipped)}), the word not found: " + "; ".join(wmap.skipped[:5]))
+
+with grammar_tab:
+    method = ("the sum of each next token's log-probability (the GPT twin), the closing [SEP] included"
+              if causal else "the pseudo-log-likelihood: each piece masked in turn, its log-probability summed "
+                             "(Salazar et al., 2020)")
+    st.markdown(f"Which sentence does the model find likelier? Each is scored by {method}. Natural logs: closer "
+                "to 0 is likelier.")
+
+    def _use_pair(index: int) -> None:
+        # A callback: it runs before the text boxes are drawn again, so it may set their values.
+        st.session_state["hbc_pair_a"] = MINIMAL_PAIRS[index].good
+        st.session_state["hbc_pair_b"] = MINIMAL_PAIRS[index].bad
+
+    pick = st.selectbox("A built-in pair (good sentence first)", list(range(len(MINIMAL_PAIRS))), key="hbc_builtin",
+                        format_func=lambda i: f"{MINIMAL_PAIRS[i].category}: {MINIMAL_PAIRS[i].rule}")
+    st.button("Use this pair", on_click=_use_pair, args=(pick,))
+    g1, g2 = st.columns(2)
+    g1.text_input("Sentence A", key="hbc_pair_a")
+    g2.text_input("Sentence B", key="hbc_pair_b")
+    try:
+        comparison = compare_pair(model, tok, st.session_state["hbc_pair_a"], st.session_state["hbc_pair_b"])
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        s1, s2, s3 = st.columns(3)
+        s1.metric("Score of A", f"{comparison.a.score:.2f}")
+        s2.metric("Score of B", f"{comparison.b.score:.2f}")
+        verdict = "neither" if comparison.preferred == "tie" else comparison.preferred.upper()
+        s3.metric("Prefers", verdict, help="By the difference of the two scores, in nats; each nat is a factor "
+                                           "of e (about 2.7) in likelihood.")
+        app_state.plotly(cf.shares_figure(comparison), "grammar-shares", key="hbc_shares")
+        app_state.plotly(cf.sentence_tokens_figure(comparison), "grammar-tokens", key="hbc_tokens")
+        if comparison.a.method == NEXT_TOKEN:
+            st.caption("A piece both sentences share can still differ in score: what comes before it differs.")
+        else:
+            st.caption("A piece both sentences share can still differ in score: the words around it differ.")
+    st.checkbox(f"Score all {len(MINIMAL_PAIRS)} built-in pairs", key="hbc_all_pairs",
+                help="Pick *Model trained in this session* in the sidebar to ask whether a toy run knows any "
+                     "grammar.")
+    if st.session_state.get("hbc_all_pairs"):
+        rows = []
+        try:
+            for p in MINIMAL_PAIRS:
+                c = compare_pair(model, tok, p.good, p.bad)
+                rows.append({"category": p.category, "good": p.good, "bad": p.bad,
+                             "good preferred": c.preferred == "a", "difference (nats)": round(c.difference, 3)})
+        except BertCoreError as exc:
+            app_state.show_error(exc)
+        else:
+            right = sum(r["good preferred"] for r in rows)
+            st.markdown(f"The model prefers the good sentence in **{right} of {len(rows)}** pairs (chance: half).")
+            app_state.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
+            st.dataframe(rows, hide_index=True, width="stretch")
+
+app_state.sync_query(*keys)
