@@ -245,3 +245,33 @@ def test_the_word_map_follows_the_word_in_each_sentence_through_every_layer():
     assert separation(m.points[-1], m.labels) > 0 and separation(m.points[-1], ["x"] * n) == 0
     with pytest.raises(BertCoreError, match="at least 3"):
         word_map(bert.model, bert.tokenizer, "play", ["we play .", "a cat ."])
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+
+def test_the_figures_show_the_results_numbers_and_count_from_one():
+    from bert_core.inspect import computation_figures as cf
+    from bert_core.inspect.grammar import compare_pair
+
+    gpt = load_checkpoint(SHIPPED / "gpt-tiny-english", require_tokenizer=True)
+    s = attention_steps(gpt.model, gpt.tokenizer, SENTENCE, 1, 0, 3)
+    fig = cf.scores_figure(s, 2.0, with_temperature(s, 2.0))
+    softmax = [t for t in fig.data if t.name == "the model (temperature 1)"][0]
+    np.testing.assert_allclose(softmax.y, s.probs)
+    assert softmax.x[0] == "1 [CLS]" and "causal mask" in fig.layout.title.text
+    assert [t.name for t in fig.data][-1] == "what-if: temperature 2"
+    assert list(softmax.marker.color[4:]) == [cf.FUTURE_COLOUR] * (len(s.tokens) - 4)  # hidden keys are grey
+    assert "Layer 2, head 1" in cf.vectors_figure(s).layout.title.text
+    lens = logit_lens(gpt.model, gpt.tokenizer, "the cat sat on the")
+    table = cf.lens_figure(lens)
+    assert list(table.data[0].y) == ["embeddings", "layer 1", "layer 2"] and "next token" in table.layout.title.text
+    c = compare_pair(gpt.model, gpt.tokenizer, "the dogs bark .", "the dogs barks .")
+    assert sum(cf.shares_figure(c).data[0].y) == pytest.approx(c.difference, abs=1e-6)
+    bert = load_checkpoint(DEFAULT_CHECKPOINT, require_tokenizer=True)
+    rows = SENSE_SENTENCES["bank"]
+    m = word_map(bert.model, bert.tokenizer, "bank", [x for _, x in rows], [g for g, _ in rows])
+    titles = [a.text for a in cf.word_map_figure(m).layout.annotations]
+    assert titles[0].startswith("embeddings") and titles[1].startswith("layer 1") and len(titles) == 3
+    effect = heads_off_effect(bert.model, bert.tokenizer, PROMPTS["bert"], [(0, 1)])
+    assert "L1 H2" in cf.heads_off_figure(effect).layout.title.text
