@@ -8,14 +8,20 @@ import streamlit as st
 
 from bert_core.serve import app_state
 
-WALKTHROUGH = {  # page -> what it teaches (the sidebar lists the same pages under short names)
-    "pages/1_Tokens_and_masking.py": "1. Tokens & masking: what the model is shown",
-    "pages/2_Train.py": "2. Train: pretrain a tiny BERT live",
-    "pages/3_Attention.py": "3. Attention: what each head looks at",
-    "pages/4_Predictions.py": "4. Predictions: fill in [MASK]s, judge sentence pairs",
-    "pages/5_Fine-tune.py": "5. Fine-tune: teach it to classify text",
-    "pages/6_Export.py": "6. Export: curves, configuration, figures",
+WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line under it that wraps (a long link
+    # label is cut at the column's edge on a projector's 1280 x 720)
+    "pages/1_Tokens_and_masking.py": ("1. Tokens & masking", "what the model is shown"),
+    "pages/2_Train.py": ("2. Train", "pretrain a tiny BERT live"),
+    "pages/3_Attention.py": ("3. Attention", "what each head looks at"),
+    "pages/4_Predictions.py": ("4. Predictions", "fill in [MASK]s, judge sentence pairs"),
+    "pages/5_Fine-tune.py": ("5. Fine-tune", "teach it to classify text"),
+    "pages/6_Export.py": ("6. Export", "curves, configuration, figures"),
 }
+
+
+def _start_lesson() -> None:
+    """The lesson from its first step (a callback: before the page switch reads it)."""
+    st.session_state["lesson_at"] = "tokens"
 
 st.set_page_config(page_title="BERT explorer", layout="wide")
 app_state.navigation()
@@ -30,14 +36,19 @@ st.markdown(
     "its masking, its loss, its attention heads and its guesses."
 )
 
-st.page_link("pages/0_Lesson.py", label="**Start the lesson**: eight steps, from tokens to fine-tuning, each with "
-             "the live model and a question", icon=":material/school:")
+lesson, where = st.columns([1, 3], vertical_alignment="center")
+if lesson.button("Start the lesson", type="primary", icon=":material/school:", key="home_lesson",
+                 on_click=_start_lesson):
+    st.query_params.clear()
+    st.switch_page("pages/0_Lesson.py")
+where.markdown("Eight short steps, from tokens to fine-tuning, each with the live model, a figure and a question.")
 left, right = st.columns([3, 2])
 with right:
     st.subheader("Walkthrough")
     for page, label, icon in app_state.NAVIGATION:
         if page in WALKTHROUGH and (app_state.APP_ROOT / page).is_file():
-            st.page_link(page, label=WALKTHROUGH[page], icon=icon)
+            st.page_link(page, label=WALKTHROUGH[page][0], icon=icon)
+            st.caption(WALKTHROUGH[page][1])
 with left:
     figure = st.empty()
 from bert_core.inspect.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)

@@ -588,7 +588,11 @@ def _live() -> None:
 
 
 st.divider()
-st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
+# A race of another kind than the settings now show is not drawn under them (the note below says so); a watched
+# race is always drawn: its viewer's settings are their own.
+stale = run is not None and not viewer and run.spec.kind != st.session_state["ft_kind"]
+if not stale:
+    st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
 
 def _results_table(results: dict, names) -> None:
     st.subheader("Results")
@@ -720,7 +724,10 @@ def _span_results(results: dict, comparison) -> None:
         app_state.show_error(exc)
 
 
-if job is not None and job.trainer is not None and not busy:
+if stale:
+    st.info(f"Your last race was on {run.spec.task_label}; the settings above are for {KINDS[kind].lower()}. "
+            "Press the button to race on them; the last race stays in *My runs*.", icon=":material/swap_horiz:")
+if job is not None and job.trainer is not None and not busy and not stale:
     results = job.trainer.results
     if results:
         comparison = job.trainer
@@ -729,5 +736,5 @@ if job is not None and job.trainer is not None and not busy:
             results, comparison)
 elif run is None:
     st.info("Choose the kind of task, the data and the budget, then press **Fine-tune both**. Each model trains "
-            "for the same number of seconds, one after the other.")
+            "for the same number of steps, one after the other.")
     st.caption(app_state.RUNS.where())

@@ -7,7 +7,15 @@ import streamlit as st
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures
 from bert_core.serve import app_state
-from bert_core.serve.export import checkpoint_saver, history_label, rows_to_csv, run_bundle, run_figures, run_record
+from bert_core.serve.export import (
+    checkpoint_saver,
+    history_label,
+    rows_to_csv,
+    run_bundle,
+    run_figures,
+    run_record,
+    shared_data_notes,
+)
 
 st.set_page_config(page_title="Export · BERT explorer", layout="wide")
 active = app_state.sidebar()
@@ -54,6 +62,11 @@ else:
     if record.commands:
         st.caption("The commands that made this model, oldest first (the last repeats this run):")
         st.code("\n".join(record.commands), language="bash")
+        notes = shared_data_notes(record.commands)
+        if notes:
+            st.caption("They name files of the project's shared data folder (`../shared/data`, beside a developer's "
+                       "clone), which a fresh clone does not have: put each file there, or change its path in the "
+                       "command.\n\n" + "\n\n".join(notes))
 
 st.subheader("Figures")
 app_state.init_widget("image_format", "png")

@@ -111,3 +111,29 @@ def test_the_export_page_offers_the_active_models_bundle(tmp_path):
         assert any(b.label.startswith("Download run bundle (") for b in at.get("download_button"))
     finally:
         mp.undo()
+
+
+def test_commands_that_name_the_shared_data_folder_say_what_each_file_is_and_where_to_get_it(tmp_path):
+    import io
+    import json
+    import zipfile
+
+    from pathlib import Path
+
+    from bert_core.serve.export import RunRecord, run_bundle, shared_data_notes
+
+    shipped = json.loads((Path(__file__).parent.parent / "checkpoints" / "bert-tiny-english" / "metrics.json")
+                         .read_text())["commands"]
+    notes = shared_data_notes(shipped)
+    assert notes and all(n.startswith("`../shared/data/") for n in notes)
+    assert any("wikitext-2/valid.txt" in n and "validation split" in n for n in notes), notes
+    assert len(notes) == len(set(notes))   # each file once, however many commands name it
+    assert shared_data_notes(["python -m bert_core train --corpus toy --out runs/x"]) == []
+
+    def save(folder):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "config.json").write_text("{}")
+
+    data = run_bundle(save, RunRecord(commands=shipped), {})
+    text = zipfile.ZipFile(io.BytesIO(data)).read("command.txt").decode()
+    assert text.startswith(shipped[0]) and "# `../shared/data/wikitext-2/valid.txt`" in text

@@ -129,3 +129,33 @@ def test_a_time_cap_cuts_a_slow_run_short_and_says_so(nano, order_task, busy_clo
     for result in capped.results.values():
         assert result.state == "finished" and result.steps < result.steps_asked == 100_000
         assert result.cut_short and result.to_dict()["steps_asked"] == 100_000
+
+
+def test_the_page_budgets_in_steps_and_a_race_of_another_kind_is_not_drawn_under_new_settings(monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.serve import app_state
+
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=90)
+    at.run()
+    at.radio(key="ft_data").set_value("toy_order").run()
+    assert at.number_input(key="ft_steps").value == 300 and at.number_input(key="ft_budget").value == 300
+    for key, value in (("ft_train", 60), ("ft_val", 40), ("ft_steps", 6)):
+        at.number_input(key=key).set_value(value)
+    at.run()
+    next(b for b in at.button if "Fine-tune both" in b.label).click().run()
+    deadline = time.monotonic() + 120
+    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert any(h.value == "Results" for h in at.subheader) and not at.exception
+    assert not any("Cut short" in w.value for w in at.warning)
+    at.radio(key="ft_kind").set_value("tags").run()
+    assert not any(h.value == "Results" for h in at.subheader)
+    assert any("Your last race was on sentence labels" in i.value for i in at.info), [i.value for i in at.info]
+    at.radio(key="ft_kind").set_value("labels").run()
+    assert any(h.value == "Results" for h in at.subheader)
+    for run in app_state.RUNS.runs():
+        app_state.RUNS.discard(run.run_id, wait=30)

@@ -8,6 +8,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,33 @@ def run_record(model_config=None, trainer=None, trainer_state: dict | None = Non
     config = {"model": model_config.to_hf_dict() if model_config is not None else None, "training": train_config}
     commands = [c for c in metadata.get("commands", []) if isinstance(c, str)]
     return RunRecord(history, evals, baselines, config, commands)
+
+
+# The shared data folder's files that the shipped models' commands name (`../shared/data/...`): a clone of the
+# project does not have that folder, so the Export page says what each file is and where to get it.
+SHARED_FILES = {
+    "wikitext-2/valid.txt": "WikiText-2's validation split in its tokenised form (wiki.valid.tokens of "
+                            "wikitext-2-v1, Merity et al. 2016, CC BY-SA 3.0)",
+    "brown/brown.txt": "the Brown Corpus as plain text; `--corpus brown` downloads it by name",
+    "tinyshakespeare/input.txt": "Tiny Shakespeare; `--corpus tinyshakespeare` downloads it by name",
+    "movie_reviews/reviews.txt": "Pang and Lee's polarity dataset v2.0 reviews (NLTK's movie_reviews), one sentence a "
+                                 "line",
+    "state_union/addresses.txt": "the State of the Union addresses of NLTK's state_union, a paragraph a line",
+    "news/abc.txt": "NLTK's abc corpus (ABC rural and science news, 2006)",
+    "movie_plots/plots.txt": "the objective half of Pang and Lee's subjectivity dataset v1.0 (IMDb plot sentences)",
+    "conll2000/train.txt": "CoNLL-2000's chunking training split; `download conll2000` fetches it",
+}
+_SHARED_PATH = re.compile(r"(?:\.\./)+shared/data/([\w./-]+)")
+
+
+def shared_data_notes(commands: list[str]) -> list[str]:
+    """For each `../shared/data/...` file the commands name, a line saying what it is and where to get it: a
+    clone of the project runs the commands once those files are where the commands say (or their paths changed)."""
+    notes = []
+    for rel in dict.fromkeys(m.group(1) for c in commands for m in _SHARED_PATH.finditer(c)):
+        what = SHARED_FILES.get(rel, "a file of the project's shared data folder")
+        notes.append(f"`../shared/data/{rel}`: {what}.")
+    return notes
 
 
 def rows_to_csv(rows: list[dict]) -> str:
@@ -99,7 +127,11 @@ def run_bundle(save: Callable[[Path], Any], record: RunRecord, figures: Mapping[
         for entry in saved.infolist():  # bert-checkpoint/NAME -> checkpoint/NAME
             zf.writestr("checkpoint/" + entry.filename.split("/", 1)[1], saved.read(entry))
         zf.writestr("README.txt", _BUNDLE_README)
-        zf.writestr("command.txt", "\n".join(record.commands or ["(no command recorded for this model)"]) + "\n")
+        notes = [f"# {note}" for note in shared_data_notes(record.commands)]
+        if notes:   # a clone has no ../shared/data: say what each named file is, as comments the shell ignores
+            notes.insert(0, "# Files of the project's shared data folder (a fresh clone has none of them):")
+        zf.writestr("command.txt", "\n".join(record.commands or ["(no command recorded for this model)"]) + "\n"
+                    + "".join(f"{line}\n" for line in notes))
         zf.writestr("history.csv", rows_to_csv(record.history))
         zf.writestr("evaluations.csv", rows_to_csv(record.evals))
         zf.writestr("config.json", json.dumps({**record.config, "baselines": record.baselines}, indent=2))
