@@ -18,27 +18,66 @@ from bert_core.inspect.inspection import (
 )
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.inspect.training_step import take_one_step
-from bert_core.serve import app_state, jobs, runs
+from bert_core.serve import app_state, class_view, jobs, lesson_classes, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
 
 STEPS = lesson.STEPS
-# A student who opened the class link (?follow=CODE) follows the teacher's step unless they switch it off.
-follow_code = st.query_params.get("follow")
-teacher_step = app_state.LESSON_CLASSES.step(follow_code)
+CLASSES = app_state.LESSON_CLASSES
+s = st.session_state
+# A teacher's link (?teach=TOKEN) leads its class and opens the teacher's view; a students' code there opens nothing.
+teach_param = st.query_params.get("teach")
+lead_code = CLASSES.code_for_teacher(teach_param) if teach_param else None
+bad_teacher_link = bool(teach_param) and lead_code is None
+if lead_code is not None and s.get("lesson_lead") != lead_code:
+    # Opened afresh (a reload, another device): the page goes to the step the class is on.
+    s["lesson_lead"], s["lesson_teach"] = lead_code, teach_param
+    st.query_params["step"] = CLASSES.step(lead_code)
+elif lead_code is None and not bad_teacher_link and CLASSES.step(s.get("lesson_lead")) is not None:
+    lead_code = s["lesson_lead"]   # back from another page, whose link to the lesson has no token
+    st.query_params["teach"] = s["lesson_teach"]
+# A student who opened the class link (?follow=CODE) follows the teacher's step, model and run unless they switch it
+# off; the code stays with the session, so the way back from another page keeps the class.
+follow_code = None if lead_code is not None else (st.query_params.get("follow") or s.get("lesson_class"))
+klass = CLASSES.state(follow_code)
+class_ended = bool(follow_code) and klass is None
+if klass is not None:
+    s["lesson_class"] = follow_code
+    if st.query_params.get("follow") != follow_code:
+        st.query_params["follow"] = follow_code
+else:
+    s.pop("lesson_class", None)
 app_state.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
-if teacher_step is not None and st.session_state["lesson_follow_on"]:
-    st.query_params["step"] = teacher_step
-lead_code = st.session_state.get("lesson_lead")
-if app_state.LESSON_CLASSES.step(lead_code) is None:
-    lead_code = None
+following = klass is not None and s["lesson_follow_on"]
+
+
+def _follow_model(state) -> None:
+    """Before the sidebar draws its picker: the teacher's model becomes this page's, and the teacher's run (their
+    model, or their live run) this tab's watched run, as its share link would make it."""
+    if state.model is not None and state.model[0] == "shipped":
+        s["model_source"] = app_state.SOURCE_SHIPPED
+        s["model_shipped"] = state.model[1]
+    elif state.model is not None:
+        s["model_source"] = app_state.SOURCE_SESSION
+    watch = state.model[1] if state.model is not None and state.model[0] == "run" else state.run
+    run, _ = app_state.current_run()
+    if watch and (run is None or run.view_id != watch) and app_state.RUNS.by_view(watch) is not None:
+        st.query_params[app_state.WATCH_PARAM] = watch
+
+
+if following:
+    st.query_params["step"] = klass.step
+    _follow_model(klass)
 # Without a step in the URL (the sidebar's *Lesson*, or the way back from another page), the step this browser was on.
-index = lesson.step_index(st.query_params.get("step") or st.session_state.get("lesson_at"))
+index = lesson.step_index(st.query_params.get("step") or s.get("lesson_at"))
 step = STEPS[index]
-st.session_state["lesson_at"] = step.key
+s["lesson_at"] = step.key
 if lead_code is not None:
-    app_state.LESSON_CLASSES.set_step(lead_code, step.key)
+    CLASSES.set_step(lead_code, step.key)
+seat = lesson_classes.seat_of(follow_code, app_state.visitor_id()) if klass is not None else None
+if klass is not None:
+    CLASSES.seen(follow_code, seat, step.key, following)
 
 
 def _go(to: int) -> None:
@@ -56,29 +95,74 @@ def _run_finished() -> bool:
     return run is not None and role == app_state.OWNER and run.phase == "finished"
 
 
+def _is_gpt(run) -> bool:
+    return run is not None and (getattr(run.spec, "train", None) or {}).get("objective") == "clm"
+
+
+def _model_ref(model) -> tuple[str, str] | None:
+    """What the class record says of the teacher's model: a shipped checkpoint's name or their run's view id;
+    None for one students cannot open (an upload, a saved run, a server folder)."""
+    source = s.get("model_source")
+    if model is None:
+        return None
+    if source == app_state.SOURCE_SHIPPED and model.path is not None:
+        return ("shipped", model.path.name)
+    run, _ = app_state.current_run()
+    if source == app_state.SOURCE_SESSION and run is not None:
+        return ("run", run.view_id)
+    return None
+
+
 active = app_state.sidebar()
 app_state.warm_launcher()
+class_model = None   # the model the class looks at, as its record names it
+if lead_code is not None:
+    class_model = _model_ref(active)
+    CLASSES.set_model(lead_code, class_model)
+    lesson_run, _ = app_state.current_run()
+    # The teacher's live run, which the students watch at step 4: the default BERT run, never a GPT of the Train page.
+    CLASSES.set_run(lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
+elif following:
+    class_model = klass.model
 st.title("The lesson: how BERT learns")
 st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: **{step.title}**")
-if teacher_step is not None:
+if bad_teacher_link:
+    st.warning("This teacher's link opens no class on this server: a class's students' link never opens the "
+               "teacher's view, and a restarted server forgets its classes.")
+if class_ended:
+    st.caption("The teacher's class of this link has ended on this server.")
+if klass is not None:
     st.toggle("Follow the teacher", key="lesson_follow_on",
-              help="On: this page moves to the step the teacher is on. Off: move through the lesson yourself.")
+              help="On: this page moves to the step the teacher is on and looks at the teacher's model and run. "
+                   "Off: move through the lesson yourself.")
 
     @st.fragment(run_every=app_state.poll_seconds())
     def _follow() -> None:
-        now = app_state.LESSON_CLASSES.step(follow_code)
+        now = CLASSES.state(follow_code)
         if now is None:
             st.caption("The teacher's class has ended on this server.")
             return
-        st.caption(f"The teacher is on step {lesson.step_index(now) + 1}: {STEPS[lesson.step_index(now)].title}.")
-        if st.session_state.get("lesson_follow_on") and now != step.key:
-            st.query_params["step"] = now
+        on = bool(s.get("lesson_follow_on"))
+        CLASSES.seen(follow_code, seat, step.key, on)
+        at = lesson.step_index(now.step)
+        st.caption(f"The teacher is on step {at + 1}: {STEPS[at].title}.")
+        if on and (now.step != step.key or now.version != klass.version):
+            st.query_params["step"] = now.step
+            st.rerun(scope="app")   # the teacher moved, or changed the model, the run, the step taken, a split shown
+        elif (step.key in now.shown) != (step.key in klass.shown):
             st.rerun(scope="app")
 
     _follow()
 st.markdown(step.text)
 if active is not None and step.key not in ("bert-or-gpt", "step"):
-    st.caption(lesson.model_in_use(active.short_name, active.tokenizer.vocab_size, active.causal))
+    name = active.short_name
+    if class_model is not None and class_model[0] == "run" and active.path is None:
+        name = lesson.class_run_name(active.step)   # the same words on the teacher's and the students' pages
+    whose = "the teacher's" if following and klass.model is not None else "the sidebar's"
+    st.caption(lesson.model_in_use(name, active.tokenizer.vocab_size, active.causal, whose))
+if following and klass.model is None:
+    st.caption("The teacher's model (an upload, a saved run or a folder of theirs) cannot be opened here: this "
+               "page looks at your sidebar's model.")
 notice_box = st.container()
 notice = None
 
@@ -132,7 +216,13 @@ def _masking() -> str | None:
 
 
 def _one_step() -> str | None:
-    s = st.session_state
+    if following:   # the teacher's update, as the teacher's page shows it: one model steps for the whole class
+        if klass.step_record is None:
+            st.caption("The teacher takes the steps on their screen: each update appears here as they press.")
+            return None
+        record, vocab_size = klass.step_record
+        app_state.show_step_record(record, "lesson_step")
+        return lesson.notice_step(record, vocab_size)
     c1, c2 = st.columns([1, 3])
     if c1.button("Take one step", icon=":material/skip_next:", type="primary", key="lesson_step_go"):
         try:
@@ -140,11 +230,16 @@ def _one_step() -> str | None:
                 with st.spinner("Building a fresh nano BERT and its toy data…"):
                     s["lesson_trainer"] = jobs.build_trainer(jobs.default_spec())
             s["lesson_step_record"] = take_one_step(s["lesson_trainer"])
+            if lead_code is not None:
+                CLASSES.set_step_record(lead_code, (s["lesson_step_record"],
+                                                    s["lesson_trainer"].tokenizer.vocab_size))
         except BertCoreError as exc:
             app_state.show_error(exc)
     if c2.button("Start over from a fresh model", key="lesson_step_reset"):
         s.pop("lesson_trainer", None)
         s.pop("lesson_step_record", None)
+        if lead_code is not None:
+            CLASSES.set_step_record(lead_code, None)
     record = s.get("lesson_step_record")
     if record is None:
         st.caption("The model is the Train page's default: a fresh `nano` BERT on the toy stories, the same "
@@ -156,8 +251,18 @@ def _one_step() -> str | None:
 
 
 def _live_run() -> str | None:
+    if following:   # the teacher's run, watched through its view id: nobody in the class starts one of their own
+        run = app_state.RUNS.by_view(klass.run)
+        if run is None:
+            st.info("The teacher starts the default run on their screen: it appears here, live, when they do.",
+                    icon=":material/hourglass_top:")
+            return None
+        app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
+        st.caption("The teacher's run, watched here as its share link shows it: the teacher starts and stops it.")
+        _watch(run, can_stop=False)
+        return "shown"
     run, role = app_state.current_run()
-    gpt = run is not None and (getattr(run.spec, "train", None) or {}).get("objective") == "clm"
+    gpt = _is_gpt(run)
     if gpt:   # this step is about the default BERT run: a GPT run of the Train page is not it
         st.info("Your last run on the Train page trains a GPT (next token); this step watches the default BERT "
                 "run. Start it here (your GPT run stays in *My runs*).", icon=":material/swap_horiz:")
@@ -172,11 +277,17 @@ def _live_run() -> str | None:
                 app_state.show_error(exc)
         st.caption("The Train page's defaults; the Train page shows the same run with all its charts.")
         return None
+    _watch(run, can_stop=True)
+    return "shown"
+
+
+def _watch(run, can_stop: bool) -> None:
+    """The live run's loss against the unigram line and its notice, redrawn while it trains."""
     link, stop = st.columns([3, 1])
     with link:
         app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
                             ":material/open_in_new:")
-    if run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
+    if can_stop and run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
                                   help="Stop the run here (the Train page can resume it)"):
         app_state.RUNS.stop(run.run_id, wait=10)
         st.rerun()
@@ -205,13 +316,13 @@ def _live_run() -> str | None:
         st.session_state["_lesson_run_drawn_active"] = run.active
 
     live()
-    return "shown"
 
 
 def _attention() -> str | None:
     if not _need_model():
         return None
-    app_state.init_widget("lesson_att_text", app_state.model_probes(active).attention_sentence)
+    # The model's own sentence follows the model (the teacher's, for a class) until someone types another.
+    app_state.follow_default("lesson_att_text", app_state.model_probes(active).attention_sentence)
     text = st.text_input("Sentence", key="lesson_att_text")
     if not text.strip():
         st.warning("Type a sentence.")
@@ -243,13 +354,14 @@ def _predictions() -> str | None:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None
-    if active.path is None or active.path.name not in ("bert-tiny-english", "bert-mini-english"):
+    if not following and (active.path is None or active.path.name not in ("bert-tiny-english",
+                                                                           "bert-mini-english")):
         st.button("Try your own sentences on the shipped English model", icon=":material/swap_horiz:",
                   key="lesson_pred_english", on_click=_use_shipped, args=("bert-tiny-english",),
                   help="Switches the sidebar's model to bert-tiny-english, pretrained on 5.6M words of real "
                        "English; the sidebar switches back.")
     probes = app_state.model_probes(active)
-    app_state.init_widget("lesson_pred_text", probes.sentences[0])
+    app_state.follow_default("lesson_pred_text", probes.sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
     try:
         predictions = fill_mask(active.model, active.tokenizer, text, top_k=5)
@@ -333,8 +445,14 @@ choice = st.radio(q.text, range(len(q.choices)), format_func=lambda i: q.choices
 feedback = lesson.answer_feedback(q, choice)
 if feedback is not None:
     (st.success if feedback[0] else st.warning)(feedback[1])
+if klass is not None:
+    if choice is not None:   # counted in the class by the seat's hash only; a student sees their own answer only
+        CLASSES.answer(follow_code, seat, step.key, int(choice))
+    split = CLASSES.shown_split(follow_code, step.key, len(q.choices))   # None until the teacher shows it
+    if split is not None:
+        st.info("**The class's answers**, shown by the teacher:\n\n" + lesson.answer_split(q, split),
+                icon=":material/groups:")
 
-following = teacher_step is not None and st.session_state["lesson_follow_on"]   # the teacher moves this page
 back, mid, nxt = st.columns([1, 3, 1])
 back.button("Back", icon=":material/arrow_back:", disabled=index == 0 or following, on_click=_go,
             args=(max(0, index - 1),), key="lesson_back")
@@ -351,18 +469,62 @@ if index == len(STEPS) - 1:
     st.markdown(lesson.notice_summary(st.session_state.get("lesson_seen", {})))
     st.markdown(lesson.NEXT_STEPS)
 
-if teacher_step is None:
+
+
+@st.fragment(run_every=app_state.poll_seconds())
+def _teacher_view() -> None:
+    """The class as the teacher sees it, redrawn as students arrive and answer: counts only, never a name."""
+    report = CLASSES.report(s.get("lesson_teach"), choices=len(q.choices))
+    if report is None:
+        st.caption("This class has ended on this server.")
+        return
+    st.markdown(f"**{report.following}** student(s) following you. Students with the lesson open, by step: "
+                + class_view.step_counts(report.on_step, [(x.key, x.title) for x in STEPS]))
+    st.markdown(f"**This step's question:** {sum(report.answers)} answer(s) so far.")
+    left, right = st.columns(2)
+    if left.toggle("Reveal the answers here", key=f"lesson_reveal_{step.key}",
+                   help="The split of the class's answers to this step's question, on your page only."):
+        st.markdown(lesson.answer_split(q, report.answers))
+    if right.button("Hide the split on the students' pages" if report.shown else
+                    "Show the split on the students' pages", key="lesson_show_split"):
+        CLASSES.show_split(lead_code, step.key, not report.shown)
+        st.rerun(scope="fragment")
+    st.markdown("**The class's runs** (started from the lesson's links)")
+    if "_lesson_default_spec" not in s:
+        s["_lesson_default_spec"] = jobs.default_spec()
+    rows = class_view.run_rows(report.runs, app_state.RUNS.by_view, s["_lesson_default_spec"])
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch")   # click a column's name to sort by it
+    else:
+        st.caption("None yet: the runs your students start from the lesson (and yours) appear here.")
+
+
+if klass is None:
     with st.expander("Teach with this lesson", icon=":material/groups:", expanded=lead_code is not None):
         if lead_code is None:
-            st.caption("Lead a class: every student who opens the class link sees the step you are on, and moves "
-                       "when you press Next or Back (each can switch following off).")
+            st.caption("Lead a class: every student who opens the class link sees the step you are on, your model "
+                       "and your run, and moves when you press Next or Back (each can switch following off).")
             if st.button("Lead a class", key="lesson_lead_go"):
-                st.session_state["lesson_lead"] = app_state.LESSON_CLASSES.open(step.key)
+                code, teacher = CLASSES.lead(step.key)
+                s["lesson_lead"], s["lesson_teach"] = code, teacher
+                st.query_params["teach"] = teacher
                 st.rerun()
         else:
-            base = (st.context.url or "").split("?")[0]
+            links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"],
+                                               lesson_classes.public_url(), lesson_classes.network_address())
             st.markdown("**You are leading a class.** Put this link on the projector:")
-            st.code(f"{base}?follow={lead_code}", language=None)
+            st.code(links.students, language=None)
+            if links.note:
+                st.warning(links.note)
+            st.markdown("Your own link, the teacher's (keep it to yourself: it leads the class and shows its "
+                        "answers; this page's address holds it too):")
+            st.code(links.teacher, language=None)
             if st.button("Stop leading", key="lesson_lead_stop"):
-                st.session_state.pop("lesson_lead", None)
+                CLASSES.close(lead_code)
+                s.pop("lesson_lead", None)
+                s.pop("lesson_teach", None)
+                st.query_params.pop("teach", None)
                 st.rerun()
+    if lead_code is not None:
+        with st.expander("Your class: the teacher's view", icon=":material/insights:", expanded=True):
+            _teacher_view()

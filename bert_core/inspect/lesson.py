@@ -153,11 +153,30 @@ NEXT_STEPS = (
     "a time, and twenty minutes on BERT against GPT.")
 
 
-def model_in_use(name: str, vocab_size: int, causal: bool) -> str:
-    """The line that names the model a step looks at (the sidebar's choice)."""
+def model_in_use(name: str, vocab_size: int, causal: bool, whose: str = "the sidebar's") -> str:
+    """The line that names the model a step looks at: the sidebar's choice, or (`whose="the teacher's"`) the model
+    of the teacher a student follows."""
     kind = "GPT-style (next token)" if causal else "BERT"
-    return (f"Model in use (the sidebar's): **{name}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
+    return (f"Model in use ({whose}): **{name}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
             "A model knows only the words of the text it was pretrained on.")
+
+
+def class_run_name(step: int | None) -> str:
+    """How a led class names the teacher's run as its model, the same words on the teacher's and the students'
+    pages (each page's own name for it differs: "trained in this session", "a shared run")."""
+    return "the class's run" + (f" at step {step:,}" if step is not None else "")
+
+
+def answer_split(question: Question, counts: Sequence[int]) -> str:
+    """A class's answers to `question` as markdown lines: each choice with how many chose it (no names: counts
+    only), the right one marked."""
+    total = sum(counts)
+    lines = [f"{total} answer{'s' if total != 1 else ''}:"]
+    for i, choice in enumerate(question.choices):
+        n = counts[i] if i < len(counts) else 0
+        mark = " ✓" if i == question.answer else ""
+        lines.append(f"- {choice}{mark}: **{n}**" + (f" ({n / total:.0%})" if total else ""))
+    return "\n".join(lines)
 
 
 def step_index(value) -> int:

@@ -41,7 +41,7 @@ from bert_core.serve.jobs import (
     training_threads,
 )
 from bert_core.serve.launcher import fork_available, launcher
-from bert_core.serve.lesson_classes import LessonClasses
+from bert_core.serve.lesson_classes import PUBLIC_URL_ENV, LessonClasses  # noqa: F401  (a server setting: docs)
 from bert_core.serve.model_sources import (
     ActiveModel,
     default_checkpoint,
@@ -275,6 +275,16 @@ def attach_run(page: str = TRAIN_PAGE) -> None:
     param, token = (run_param, run.run_id) if role == OWNER else (watch_param, run.view_id)
     if st.query_params.get(param) != token:
         st.query_params[param] = token
+
+
+def note_class_run() -> None:
+    """A run this tab started while in a led lesson class (the class link, or leading it) is one of the class's runs:
+    the teacher's view lists it by its view id (bert_core.serve.lesson_classes)."""
+    s = st.session_state
+    code = s.get("lesson_class") or s.get("lesson_lead")
+    run, role = current_run()
+    if code and run is not None and role == OWNER:
+        LESSON_CLASSES.add_run(code, run.view_id)
 
 
 def visitor_id() -> str:
@@ -650,6 +660,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     _configure_torch()
     start_janitor(_scratch_alive)
     attach_run()
+    note_class_run()
     _store_visitor_cookie()
 
     persist_keys("model_source", "model_folder", "model_saved", "model_shipped")

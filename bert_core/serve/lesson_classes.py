@@ -1,53 +1,385 @@
-"""A teacher-led lesson: the step a teacher is on, under an unguessable class code, for every student who opened
-the class link (`Lesson?follow=CODE`) to follow.
+"""A teacher-led lesson: what a teacher's page shows, under an unguessable class code, for every student who opened
+the class link (`Lesson?follow=CODE`) to follow; and the teacher's view of the class, which only the teacher's own
+link (`Lesson?teach=TOKEN`, a second token, never shown to students) opens.
 
-In memory, server-wide, and small: a code and a step name each, the oldest dropped beyond `limit` classes. Nothing
-a visitor types is stored but a step name checked against the lesson's own (bert_core.inspect.lesson.STEP_KEYS).
-A restarted server forgets its classes: the teacher presses *Lead a class* again and shares the new link.
+In memory, server-wide, and small. A class holds:
+- the step the teacher is on (a step name checked against the lesson's own, bert_core.inspect.lesson.STEP_KEYS);
+- which model the teacher's sidebar has, so that every student's steps look at the same one: a shipped checkpoint's
+  name (checked against a name's shape here, looked up by the page among the shipped folders, never a path) or the
+  view id of the teacher's run, which students then watch as a share link's holder does;
+- the view id of the teacher's live run of the lesson (step 4), watched by the students, not restarted by each;
+- the teacher's latest *Take one step* record (the update's numbers and figures: no text anyone typed);
+- the view ids of the runs the class started from the lesson's links (at most MAX_RUNS);
+- a seat per student browser: an opaque key (a hash, never the browser's id), the step it is on, whether it follows,
+  when it was last seen, and the index of the answer it chose at each step (at most MAX_SEATS seats). Counts are
+  made from these; no name and no text a student typed is kept.
+The oldest classes are dropped beyond `limit`. A restarted server forgets its classes: the teacher presses *Lead a
+class* again and shares the new link.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import os
+import re
+import socket
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 from bert_core.serve.runs import new_token
 
 MAX_CLASSES = 500
+MAX_SEATS = 300      # students a class counts (a lecture hall); the seat seen longest ago goes first
+MAX_RUNS = 100       # runs a class lists; the oldest goes first
+MAX_CHOICES = 8      # a lesson question has a handful of choices: a larger index is not an answer
+SEEN_S = 30.0        # a seat silent this long (its tab closed) no longer counts as on the lesson
+PUBLIC_URL_ENV = "BERT_EXPLORER_PUBLIC_URL"   # the address students reach this server by, for the class link
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+_SHIPPED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_SEAT = re.compile(r"[0-9a-f]{20}")
+MODEL_KINDS = ("shipped", "run")
+
+
+def _token(value) -> str | None:
+    text = str(value or "")
+    return text if _TOKEN.fullmatch(text) else None
+
+
+def seat_of(code: str, visitor: str) -> str:
+    """A student's seat in class `code`: a hash of the class and the browser's id, so that a reload keeps its seat
+    and its answers while the class record never holds the browser's id."""
+    return hashlib.sha256(f"{code}\0{visitor}".encode()).hexdigest()[:20]
+
+
+@dataclass
+class _Seat:
+    step: str
+    following: bool
+    seen: float
+    answers: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Class:
+    teacher: str
+    step: str
+    version: int = 0
+    model: tuple[str, str] | None = None
+    run: str | None = None
+    step_record: Any = None
+    runs: OrderedDict = field(default_factory=OrderedDict)
+    seats: OrderedDict = field(default_factory=OrderedDict)
+    shown: set = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class ClassState:
+    """What a student's page reads of its class. `version` changes whenever anything else here does, so a page
+    that polls redraws only then."""
+
+    step: str
+    version: int
+    model: tuple[str, str] | None
+    run: str | None
+    step_record: Any
+    shown: frozenset
+
+
+@dataclass(frozen=True)
+class ClassReport:
+    """The teacher's view: counts only. `on_step`: seats seen lately by step; `answers`: the current step's
+    choices, counted over every seat that answered it."""
+
+    code: str
+    step: str
+    following: int
+    on_step: dict
+    answers: tuple[int, ...]
+    runs: tuple[str, ...]
+    shown: bool
 
 
 class LessonClasses:
-    """Class code -> (the teacher's current step, when it was set)."""
+    """Class code -> its record (see the module's docstring); the teacher's token -> its class code."""
 
     def __init__(self, steps: tuple[str, ...], limit: int = MAX_CLASSES):
         self.steps = tuple(steps)
         self.limit = limit
         self._lock = threading.Lock()
-        self._classes: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._classes: OrderedDict[str, _Class] = OrderedDict()
+        self._teachers: dict[str, str] = {}
+
+    # -------------------------------------------------------------------------------------------- the teacher
+
+    def lead(self, step: str) -> tuple[str, str]:
+        """A new class at `step`: (the students' code, the teacher's token), two unrelated random tokens."""
+        code, teacher = new_token(), new_token()
+        with self._lock:
+            self._classes[code] = _Class(teacher=teacher, step=step if step in self.steps else self.steps[0])
+            self._teachers[teacher] = code
+            while len(self._classes) > self.limit:
+                _, dropped = self._classes.popitem(last=False)
+                self._teachers.pop(dropped.teacher, None)
+        return code, teacher
 
     def open(self, step: str) -> str:
-        """A new class at `step`; returns its code."""
-        code = new_token()
-        self.set_step(code, step, create=True)
-        return code
+        """A new class at `step`; returns its students' code."""
+        return self.lead(step)[0]
+
+    def code_for_teacher(self, teacher: str | None) -> str | None:
+        """The class whose teacher's token this is, or None (a students' code is not a teacher's token)."""
+        token = _token(teacher)
+        if token is None:
+            return None
+        with self._lock:
+            return self._teachers.get(token)
+
+    def close(self, code: str | None) -> None:
+        """End class `code`: its students' pages say so, and its teacher's link no longer opens it."""
+        with self._lock:
+            found = self._classes.pop(str(code or ""), None)
+            if found is not None:
+                self._teachers.pop(found.teacher, None)
+
+    def _change(self, code: str | None, apply) -> None:
+        with self._lock:
+            found = self._classes.get(str(code or ""))
+            if found is not None and apply(found) is not False:
+                found.version += 1
+                self._classes.move_to_end(str(code))
 
     def set_step(self, code: str, step: str, create: bool = False) -> None:
-        """Move class `code` to `step` (a step name of the lesson; anything else is ignored)."""
+        """Move class `code` to `step` (a step name of the lesson; anything else is ignored). `create` is kept for
+        older callers: a class is made by `lead`."""
         if step not in self.steps:
             return
+
+        def apply(c: _Class):
+            if c.step == step:
+                return False
+            c.step = step
+
+        self._change(code, apply)
+
+    def set_model(self, code: str, model: tuple[str, str] | None) -> None:
+        """The model the teacher's sidebar has: ("shipped", a checkpoint's name), ("run", the teacher's run's view
+        id), or None for one that cannot be shared (an upload, a server folder)."""
+        if model is not None:
+            kind, value = model
+            ok = (kind == "shipped" and _SHIPPED_NAME.fullmatch(str(value))) or (kind == "run" and _token(value))
+            model = (kind, str(value)) if ok else None
+
+        def apply(c: _Class):
+            if c.model == model:
+                return False
+            c.model = model
+
+        self._change(code, apply)
+
+    def set_run(self, code: str, view_id: str | None) -> None:
+        """The teacher's live run of the lesson (its view id), or None; it is one of the class's runs too."""
+        view = _token(view_id)
+
+        def apply(c: _Class):
+            if view is not None:
+                self._add_run(c, view)
+            if c.run == view:
+                return False
+            c.run = view
+
+        self._change(code, apply)
+
+    def set_step_record(self, code: str, record: Any) -> None:
+        """The teacher's latest *Take one step* (a (StepRecord, vocabulary size) pair), or None after a fresh
+        start."""
+        def apply(c: _Class):
+            if c.step_record is record:
+                return False
+            c.step_record = record
+
+        self._change(code, apply)
+
+    def show_split(self, code: str, step: str, shown: bool = True) -> None:
+        """Show (or hide again) the class's answer split of `step` on the students' pages."""
+        if step not in self.steps:
+            return
+
+        def apply(c: _Class):
+            if (step in c.shown) == shown:
+                return False
+            (c.shown.add if shown else c.shown.discard)(step)
+
+        self._change(code, apply)
+
+    def report(self, teacher: str | None, now: float | None = None, choices: int = MAX_CHOICES) -> ClassReport | None:
+        """The teacher's view of their class (by the teacher's token only: a students' code gets None)."""
+        token = _token(teacher)
+        now = time.time() if now is None else now
         with self._lock:
-            if code not in self._classes and not create:
-                return
-            self._classes[code] = (step, time.time())
-            self._classes.move_to_end(code)
-            while len(self._classes) > self.limit:
-                self._classes.popitem(last=False)
+            code = self._teachers.get(token or "")
+            c = self._classes.get(code or "")
+            if c is None:
+                return None
+            lately = [s for s in c.seats.values() if now - s.seen <= SEEN_S]
+            on_step = {step: sum(1 for s in lately if s.step == step) for step in self.steps}
+            answers = [0] * max(0, min(int(choices), MAX_CHOICES))
+            for seat in c.seats.values():
+                chosen = seat.answers.get(c.step)
+                if chosen is not None and chosen < len(answers):
+                    answers[chosen] += 1
+            return ClassReport(code, c.step, sum(1 for s in lately if s.following), on_step, tuple(answers),
+                               tuple(c.runs), c.step in c.shown)
+
+    # ------------------------------------------------------------------------------------------- the students
 
     def step(self, code: str | None) -> str | None:
         """The step class `code` is on, or None for a code this server does not know."""
+        found = self.state(code)
+        return found.step if found is not None else None
+
+    def state(self, code: str | None) -> ClassState | None:
+        """What a student's page shows of class `code`, or None for a code this server does not know."""
         if not code:
             return None
         with self._lock:
-            found = self._classes.get(str(code))
-        return found[0] if found else None
+            c = self._classes.get(str(code))
+            if c is None:
+                return None
+            return ClassState(c.step, c.version, c.model, c.run, c.step_record, frozenset(c.shown))
+
+    def seen(self, code: str | None, seat: str, step: str, following: bool, now: float | None = None) -> None:
+        """A student's page of class `code` is open at `step` (following the teacher or not)."""
+        if step not in self.steps or not _SEAT.fullmatch(str(seat)):
+            return
+        now = time.time() if now is None else now
+        with self._lock:
+            c = self._classes.get(str(code or ""))
+            if c is None:
+                return
+            found = c.seats.get(seat)
+            if found is None:
+                found = c.seats[seat] = _Seat(step, bool(following), now)
+            found.step, found.following, found.seen = step, bool(following), now
+            c.seats.move_to_end(seat)
+            while len(c.seats) > MAX_SEATS:
+                c.seats.popitem(last=False)
+
+    def answer(self, code: str | None, seat: str, step: str, choice: int | None) -> None:
+        """A student's chosen answer (its index) to `step`'s question, or None to take it back."""
+        if step not in self.steps or not _SEAT.fullmatch(str(seat)):
+            return
+        if choice is not None and not (isinstance(choice, int) and 0 <= choice < MAX_CHOICES):
+            return
+        with self._lock:
+            c = self._classes.get(str(code or ""))
+            found = c.seats.get(seat) if c is not None else None
+            if found is None:
+                return
+            if choice is None:
+                found.answers.pop(step, None)
+            else:
+                found.answers[step] = choice
+
+    def shown_split(self, code: str | None, step: str, choices: int) -> tuple[int, ...] | None:
+        """The class's answer counts for `step` once the teacher has shown them on the students' pages; None
+        before that (a student's page can never read them earlier)."""
+        with self._lock:
+            c = self._classes.get(str(code or ""))
+            if c is None or step not in c.shown:
+                return None
+            counts = [0] * max(0, min(int(choices), MAX_CHOICES))
+            for seat in c.seats.values():
+                chosen = seat.answers.get(step)
+                if chosen is not None and chosen < len(counts):
+                    counts[chosen] += 1
+            return tuple(counts)
+
+    def add_run(self, code: str | None, view_id: str | None) -> None:
+        """A run started by someone of class `code` from the lesson's links (by its view id: watch-only)."""
+        view = _token(view_id)
+        if view is None:
+            return
+        with self._lock:
+            c = self._classes.get(str(code or ""))
+            if c is not None:
+                self._add_run(c, view)
+
+    @staticmethod
+    def _add_run(c: _Class, view: str) -> None:
+        c.runs[view] = None
+        while len(c.runs) > MAX_RUNS:
+            c.runs.popitem(last=False)
+
+
+# ------------------------------------------------------------------------------------------------ the class link
+
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for an address that names the computer itself (localhost, 127.x, ::1, 0.0.0.0): another device that
+    opens it reaches itself, not this server."""
+    host = (host or "").strip("[]").lower()
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def network_address() -> str | None:
+    """This computer's address on its network (the one its default route leaves by), or None. A UDP socket's
+    connect sends nothing: it only picks the outgoing interface."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.254.254.254", 1))
+            address = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if is_loopback(address) else address
+
+
+@dataclass(frozen=True)
+class ClassLinks:
+    students: str
+    teacher: str
+    note: str | None = None          # why the students' link may not open on their devices, and what to do
+
+
+def class_links(page_url: str | None, code: str, teacher: str, public_url: str | None = None,
+                lan_address: str | None = None) -> ClassLinks:
+    """The students' and the teacher's links of a class. The base is the operator's public address
+    ($BERT_EXPLORER_PUBLIC_URL) when set, else the address the teacher's browser reached this page by
+    (`page_url`, st.context.url). When that names the teacher's own computer (localhost), the note says that
+    students' devices cannot open it, with this computer's network address to open instead."""
+    page = urlsplit(page_url or "")
+    page_name = page.path.rstrip("/").rsplit("/", 1)[-1] or "Lesson"
+    public = (public_url or "").strip()
+    note = None
+    if public and re.match(r"https?://[^\s/?#]+", public):
+        base = f"{public.split('?')[0].split('#')[0].rstrip('/')}/{page_name}"
+    else:
+        base = f"{page.scheme or 'http'}://{page.netloc or 'localhost'}{page.path or '/' + page_name}"
+        if is_loopback(page.hostname):
+            port = f":{page.port}" if page.port else ""
+            where = (f" On this computer's network the page is at `{page.scheme or 'http'}://{lan_address}{port}"
+                     f"{page.path}` (if the server listens on the network: `--server.address 0.0.0.0`): open it "
+                     "there and lead the class from that address." if lan_address else "")
+            note = (f"This address names your own computer ({page.hostname}): students' devices cannot open it."
+                    f"{where} Or the server's operator sets `{PUBLIC_URL_ENV}` to the address students reach it "
+                    "by.")
+    return ClassLinks(f"{base}?follow={code}", f"{base}?teach={teacher}", note)
+
+
+def public_url() -> str | None:
+    """The operator's address for class links ($BERT_EXPLORER_PUBLIC_URL), or None."""
+    return os.environ.get(PUBLIC_URL_ENV) or None
