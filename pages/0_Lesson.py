@@ -122,6 +122,8 @@ if lead_code is not None:
     lesson_run, _ = app_state.current_run()
     # The teacher's live run, which the students watch at step 4: the default BERT run, never a GPT of the Train page.
     CLASSES.set_run(lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
+    race, _ = app_state.current_run(FINETUNE_PAGE)
+    CLASSES.set_race(lead_code, race.view_id if race is not None else None)
 elif following:
     class_model = klass.model
 st.title("The lesson: how BERT learns")
@@ -151,6 +153,9 @@ if klass is not None:
             st.rerun(scope="app")   # the teacher moved, or changed the model, the run, the step taken, a split shown
         elif (step.key in now.shown) != (step.key in klass.shown):
             st.rerun(scope="app")
+        race = app_state.RUNS.by_view(s.get("_lesson_race_pending"))
+        if race is not None and not race.active:
+            st.rerun(scope="app")   # the teacher's race has finished: the last step reports it
 
     _follow()
 st.markdown(step.text)
@@ -410,6 +415,17 @@ def _to_race() -> None:
 
 
 def _finetune() -> str | None:
+    if following:   # the teacher's race, its figures read here: the class does not run thirty races
+        run = app_state.RUNS.by_view(klass.race)
+        if run is not None:
+            app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
+        done = run is not None and not run.active and run.job is not None
+        s["_lesson_race_pending"] = klass.race if run is not None and not done else None   # redrawn once it ends
+        text = lesson.notice_finetune(getattr(run.job.trainer, "results", None) if done else None)
+        if text is None:
+            st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
+                       "once it has finished.")
+        return text
     if st.button("Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
                  on_click=_to_race, help="Opens the Fine-tune page set to the word-order task, 200 training "
                                          "sentences, 300 steps a model and the bag of words beside them."):
@@ -426,6 +442,7 @@ def _finetune() -> str | None:
 
 BODIES = {"tokens": _tokens, "masking": _masking, "step": _one_step, "run": _live_run, "attention": _attention,
           "predictions": _predictions, "bert-or-gpt": _bert_or_gpt, "fine-tune": _finetune}
+s.pop("_lesson_race_pending", None)   # set again by the last step while the teacher's race runs
 try:
     notice = BODIES[step.key]()
 except BertCoreError as exc:

@@ -296,3 +296,58 @@ def test_a_students_code_does_not_open_the_teachers_view(led):
     student = _page(follow=code)
     assert not [e for e in student.expander if "teacher's view" in str(e.label)]
     assert not [b for b in student.button if b.key in ("lesson_lead_go", "lesson_show_split")]
+
+
+@pytest.mark.slow
+def test_the_teachers_view_lists_the_class_runs_with_a_students_own(led):
+    from bert_core.serve import app_state
+
+    teacher, code, token = led
+    teacher.query_params["step"] = "run"
+    teacher.run()
+    teacher.button(key="lesson_run_go").click().run()
+    student = _page(follow=code)
+    student.toggle(key="lesson_follow_on").set_value(False).run()   # on their own: their own run, from the lesson
+    student.query_params["step"] = "run"
+    student.run()
+    student.button(key="lesson_run_go").click().run()
+    assert not student.exception, [e.value for e in student.exception]
+    student.run()   # the rerun's sidebar notes the new run as the class's
+    teacher.run()
+    runs = app_state.LESSON_CLASSES.report(token).runs
+    assert len(runs) == 2 and {app_state.RUNS.by_view(v).view_id for v in runs} == set(runs)
+    table = next(d.value for d in teacher.dataframe if "changed" in d.value.columns)
+    assert list(table["run"]) == ["run 1", "run 2"] and set(table["size"]) == {"nano"}
+    assert set(table["changed"]) == {"none (the default run)"}
+
+
+@pytest.mark.slow
+def test_the_last_step_of_a_following_student_reports_the_teachers_race(led):
+    import time
+
+    from bert_core.serve import app_state
+    from bert_core.serve.finetune_runs import FINETUNE_PAGE
+
+    teacher, code, _ = led
+    teacher.query_params["step"] = "fine-tune"
+    teacher.run()
+    student = _page(follow=code)
+    assert _param(student, "step") == "fine-tune" and _notice(student) is None
+    assert not [b for b in student.button if b.key == "lesson_race_go"]   # the class does not run thirty races
+    for name, value in (("ft_steps", "5"), ("ft_train", "60"), ("ft_val", "30"), ("ft_maxlen", "32")):
+        teacher.query_params[name] = value
+    teacher.switch_page("pages/5_Fine-tune.py").run()
+    next(b for b in teacher.button if b.label in ("Run the race", "Fine-tune both")).click().run()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        races = [r for r in app_state.RUNS.runs() if getattr(r.spec, "page", None) == FINETUNE_PAGE]
+        if races and not races[0].active:
+            break
+        time.sleep(0.5)
+    teacher.query_params["step"] = "fine-tune"
+    teacher.switch_page("pages/0_Lesson.py").run()
+    assert not teacher.exception, [e.value for e in teacher.exception]
+    text = _notice(teacher)
+    assert text and text.startswith("Your race, held-out")
+    student.run()
+    assert _notice(student) == text

@@ -7,7 +7,8 @@ In memory, server-wide, and small. A class holds:
 - which model the teacher's sidebar has, so that every student's steps look at the same one: a shipped checkpoint's
   name (checked against a name's shape here, looked up by the page among the shipped folders, never a path) or the
   view id of the teacher's run, which students then watch as a share link's holder does;
-- the view id of the teacher's live run of the lesson (step 4), watched by the students, not restarted by each;
+- the view id of the teacher's live run of the lesson (step 4), watched by the students, not restarted by each, and
+  of the teacher's race (step 8), whose figures the students' last step reports;
 - the teacher's latest *Take one step* record (the update's numbers and figures: no text anyone typed);
 - the view ids of the runs the class started from the lesson's links (at most MAX_RUNS);
 - a seat per student browser: an opaque key (a hash, never the browser's id), the step it is on, whether it follows,
@@ -72,6 +73,7 @@ class _Class:
     version: int = 0
     model: tuple[str, str] | None = None
     run: str | None = None
+    race: str | None = None
     step_record: Any = None
     runs: OrderedDict = field(default_factory=OrderedDict)
     seats: OrderedDict = field(default_factory=OrderedDict)
@@ -89,6 +91,7 @@ class ClassState:
     run: str | None
     step_record: Any
     shown: frozenset
+    race: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,17 @@ class LessonClasses:
 
         self._change(code, apply)
 
+    def set_race(self, code: str, view_id: str | None) -> None:
+        """The teacher's race of the lesson's last step (its view id), or None."""
+        view = _token(view_id)
+
+        def apply(c: _Class):
+            if c.race == view:
+                return False
+            c.race = view
+
+        self._change(code, apply)
+
     def set_step_record(self, code: str, record: Any) -> None:
         """The teacher's latest *Take one step* (a (StepRecord, vocabulary size) pair), or None after a fresh
         start."""
@@ -251,7 +265,7 @@ class LessonClasses:
             c = self._classes.get(str(code))
             if c is None:
                 return None
-            return ClassState(c.step, c.version, c.model, c.run, c.step_record, frozenset(c.shown))
+            return ClassState(c.step, c.version, c.model, c.run, c.step_record, frozenset(c.shown), c.race)
 
     def seen(self, code: str | None, seat: str, step: str, following: bool, now: float | None = None) -> None:
         """A student's page of class `code` is open at `step` (following the teacher or not)."""
