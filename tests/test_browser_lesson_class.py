@@ -132,6 +132,7 @@ def test_a_following_student_sees_the_teachers_model_and_notice_on_every_step(se
         assert student.get_by_role("button", name="Start the default run").count() == 0
         _same(teacher, student, "run", "went under it at step")
         _no_exception(student, "a student watching the teacher's run")
+        _no_exception(teacher, "the teacher's view listing the class's run")
         _shoot(student, "lesson-class-student-watches-run", screenshot_dirs)
 
         # From here the teacher looks at the model the run trained: so do the students.
@@ -149,6 +150,7 @@ def test_a_following_student_sees_the_teachers_model_and_notice_on_every_step(se
         _next(teacher, "fine-tune")
         assert _same(teacher, student, "fine-tune") == (model, None)   # no race yet on either page
         _no_exception(student, "a student following the whole lesson")
+        _no_exception(teacher, "the teacher's page, with its view of the class and its run")
     finally:
         teacher.context.close()
         student.context.close()
