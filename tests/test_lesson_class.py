@@ -351,3 +351,36 @@ def test_the_last_step_of_a_following_student_reports_the_teachers_race(led):
     assert text and text.startswith("Your race, held-out")
     student.run()
     assert _notice(student) == text
+
+
+@pytest.mark.slow
+def test_the_teachers_link_reopens_the_class_where_it_is_and_the_students_way_back_keeps_the_class(led):
+    teacher, code, token = led
+    teacher.button(key="lesson_next").click().run()               # the class is on step 2
+    again = _page(teach=token)                                      # the teacher's link, in a fresh session
+    assert _param(again, "step") == "masking"
+    assert [e for e in again.expander if "teacher's view" in str(e.label)]
+    student = _page(follow=code)
+    student.switch_page("pages/3_Attention.py").run()
+    for name in ("follow", "step"):
+        if name in student.query_params:
+            del student.query_params[name]
+    student.switch_page("pages/0_Lesson.py").run()                  # the sidebar's *Lesson*: a link without them
+    assert not student.exception, [e.value for e in student.exception]
+    assert _param(student, "follow") == code and _param(student, "step") == "masking"
+    assert any("The teacher is on step 2" in str(c.value) for c in student.caption)
+
+
+@pytest.mark.slow
+def test_stop_leading_ends_the_class_for_its_students(led):
+    from bert_core.serve import app_state
+
+    teacher, code, token = led
+    student = _page(follow=code)
+    teacher.button(key="lesson_lead_stop").click().run()
+    assert "teach" not in teacher.query_params and app_state.LESSON_CLASSES.state(code) is None
+    assert app_state.LESSON_CLASSES.code_for_teacher(token) is None
+    student.run()
+    assert not student.exception, [e.value for e in student.exception]
+    assert any("class of this link has ended" in str(c.value) for c in student.caption)
+    assert not student.button(key="lesson_next").disabled           # the student goes on by themselves
