@@ -162,9 +162,12 @@ def test_a_class_run_row_names_its_size_its_changed_knob_its_accuracy_and_the_pl
     assert [r["run"] for r in rows] == ["run 1", "run 3", "run 4"]
     a, b, c = rows
     assert a["changed"] == "mask rate 0.15 → 0.4" and b["changed"] == "none (the default run)"
-    assert a["size"] == "nano" and a["held-out accuracy"] == 12.3
+    assert a["size"] == "nano" and a["held-out accuracy (%)"] == 12.3 and a["of"] == "masked tokens"
     assert (a["on the unigram plateau"], b["on the unigram plateau"], c["on the unigram plateau"]) == \
         ("yes", "no", "too early")
+    gpt = one_change(default, "attention", "causal")
+    row = class_view.run_row(5, SimpleNamespace(spec=gpt, phase="finished", trainer=_trainer(0.3, 100)), default)
+    assert row["of"] == "the next token" and "attention bidirectional (BERT) → causal (GPT)" in row["changed"]
     own = one_change(default, "corpus", "tinyshakespeare")
     own.corpus = "/home/someone/secret.txt"
     row = class_view.run_row(1, SimpleNamespace(spec=own, phase="queued", trainer=None), default)

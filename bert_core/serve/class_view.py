@@ -30,14 +30,13 @@ def _changes(spec, default) -> str:
     return "; ".join(said) or "none (the default run)"
 
 
-def _plateau(trainer) -> str:
+def _plateau(trainer, causal: bool) -> str:
     """'yes' while the run's [MASK] accuracy sits on the unigram line past CHECK_AFTER of its steps, 'no' when it
     is above it, 'too early' before that share of the run."""
     max_steps = getattr(getattr(trainer, "config", None), "max_steps", None) or 0
     done = trainer.step / max_steps if max_steps else None
     if done is None or done < CHECK_AFTER:
         return "too early"
-    causal = getattr(trainer.config, "objective", "mlm") == "clm"
     return "yes" if plateau_warning(trainer.history, trainer.baselines, done, causal=causal) else "no"
 
 
@@ -51,10 +50,13 @@ def run_row(number: int, run, default) -> dict | None:
     trainer = run.trainer
     evals = list(getattr(trainer, "evals", None) or ()) if trainer is not None else []
     accuracy = evals[-1].mlm_acc if evals else None
+    causal = knob_value(spec, "attention") == "causal"
     return {"run": f"run {number}", "phase": run.phase, "size": size, "changed": _changes(spec, default),
             "step": getattr(trainer, "step", 0) if trainer is not None else 0,
-            "held-out accuracy": None if accuracy is None else round(100 * accuracy, 1),
-            "on the unigram plateau": _plateau(trainer) if trainer is not None else "not started"}
+            # a GPT's accuracy is of the next token, a BERT's of masked ones: not the same test, so said beside it
+            "held-out accuracy (%)": None if accuracy is None else round(100 * accuracy, 1),
+            "of": "the next token" if causal else "masked tokens",
+            "on the unigram plateau": _plateau(trainer, causal) if trainer is not None else "not started"}
 
 
 def run_rows(view_ids: Sequence[str], lookup, default) -> list[dict]:
