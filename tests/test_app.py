@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.serve import app_state, jobs, model_sources
+from tests.stand_ins import StandInView  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))
@@ -372,9 +373,7 @@ def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypat
     monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # the blocking race below runs on a thread (it cannot be pickled)
     release = threading.Event()
 
-    class Blocking:
-        state, error, step = "running", None, 0
-
+    class Blocking(StandInView):
         def run(self):
             release.wait(TIMEOUT)
             self.state = "finished"

@@ -31,6 +31,7 @@ from bert_core.training.finetune import (
     set_dropout,
     toy_topic_task,
 )
+from tests.stand_ins import StandInView
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -391,9 +392,7 @@ def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steerin
     monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # the stand-in below trains on a thread (it cannot be pickled)
     release = threading.Event()
 
-    class Blocking:
-        state, error, step, tuners, results = "running", None, 0, [], {}
-
+    class Blocking(StandInView):
         def run(self):
             release.wait(60)
             self.state = "finished"

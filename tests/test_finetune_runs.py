@@ -18,7 +18,8 @@ from bert_core.serve.finetune_runs import FinetuneSpec, race_score
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.serve.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison
-from tests.test_runs import Counter, _until  # a stand-in pretraining run (counts steps); a polling wait
+from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)
+from tests.test_runs import _until  # a polling wait
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -69,6 +70,8 @@ def test_a_race_paused_between_its_models_goes_on_to_the_same_results(race_parts
 class _Race:
     """A stand-in race of `parts` models, each `part_s` seconds, which yields between them on pause()."""
 
+    probes, primary = None, 0
+
     def __init__(self, parts: int, part_s: float):
         self.parts, self.part_s, self.done, self.error = parts, part_s, 0, None
         self.tuners, self.results = [], {}
@@ -78,6 +81,10 @@ class _Race:
     @property
     def step(self):
         return self.done
+
+    @property
+    def progress(self):
+        return Progress(self.done / self.parts, (self.parts - self.done) * self.part_s, self.done, 0.0)
 
     @property
     def state(self):
@@ -111,7 +118,7 @@ def _spec(parts=2, part_s=0.3):
 
 def _store(**kw):
     def factory(run):
-        builder = run.spec.builder if isinstance(run.spec, FinetuneSpec) else partial(Counter, run.spec)
+        builder = run.spec.builder if isinstance(run.spec, FinetuneSpec) else partial(Counter, run.spec.steps)
         return jobs.TrainingJob(run.run_id, builder=builder)
 
     kw.setdefault("slots", lambda: 1)
@@ -128,9 +135,9 @@ def store():
 
 def test_a_full_server_queues_a_race_behind_pretraining_and_says_when_it_starts(store):
     s = store(turn_s=1000)
-    pretraining = s.submit(None, "teacher")                      # trains until stopped: the one slot is taken
+    pretraining = s.submit(Steps(), "teacher")                      # trains until stopped: the one slot is taken
     race = s.submit(_spec(parts=3, part_s=0.2), "student", visitor=runs.new_token())
-    later = s.submit(50, "another")
+    later = s.submit(Steps(50), "another")
     assert race.phase == "queued" and race.job is None           # queued, not refused
     assert s.queue_position(race)[0] == 0 and s.queue_position(later)[0] == 1
     # The race's length is known from its budget (3 models x 0.2 s), so the run behind it is told when it starts.
@@ -146,7 +153,7 @@ def test_a_race_takes_its_turns_as_one_run_yielding_between_its_models(store):
     s = store(turn_s=0.25)
     race = s.submit(_spec(parts=4, part_s=0.2), "student")
     _until(lambda: race.phase == "running", "the race starts at once on a free server")
-    other = s.submit(40, "classmate")                            # someone waits: the race's turn will end
+    other = s.submit(Steps(40), "classmate")                            # someone waits: the race's turn will end
     _until(lambda: race.phase == "queued" and race.trainer.done >= 1, "its turn is up: it yields between models")
     assert 1 <= race.trainer.done < 4                            # a whole model, never half of one
     _until(lambda: other.phase == "finished", "the waiting run gets the slot")
@@ -197,7 +204,7 @@ def test_an_ended_race_nobody_watches_is_dropped_with_its_models_and_its_link_sa
     alive = {"tab": True}
     s = store(is_alive=alive.get, unwatched_s=0.2)
     race = s.submit(_spec(parts=1, part_s=0.05), "tab")
-    pretraining = s.submit(3, "tab")                               # a pretraining run keeps its folder: it stays
+    pretraining = s.submit(Steps(3), "tab")                               # a pretraining run keeps its folder: it stays
     _until(lambda: race.phase == "finished" and pretraining.phase == "finished", "both run")
     time.sleep(0.5)
     assert s.get(race.run_id) is race                              # watched: kept, however long
@@ -212,7 +219,7 @@ def test_a_stopped_race_gives_back_its_process_at_once(store):
     finished race's does (a stopped pretraining run keeps its process for Resume)."""
     s = store()
     race = s.submit(_spec(parts=3, part_s=0.3), "tab")
-    pretraining = s.submit(None, "other")
+    pretraining = s.submit(Steps(), "other")
     _until(lambda: race.phase == "running", "the race starts")
     s.stop(race.run_id, wait=5)
     _until(lambda: race.released, "the stopped race's process is released")

@@ -2,47 +2,24 @@
 nobody watches ending, a bounded number of ended runs, and share ids that give no control. Stand-in trainers
 (threads that count steps) keep these fast; the last test ends a real training process."""
 
-import threading
 import time
 
 import pytest
 
 from bert_core.errors import BertCoreError
 from bert_core.serve import jobs, runs
+from tests.stand_ins import Counter, Steps
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
 WAIT_S = 60          # generous: a loaded shared machine starts processes slowly; passing tests never wait it out
 
 
-class Counter:
-    """A stand-in Trainer: counts steps until stopped, or until `steps` (then it has finished)."""
-
-    def __init__(self, steps: int | None = None):
-        self.steps = steps
-        self.step = 0
-        self.state, self.error = "idle", None
-        self._stop = threading.Event()
-
-    def run(self):
-        self._stop.clear()
-        self.state = "running"
-        while not self._stop.wait(0.005):
-            self.step += 1
-            if self.steps is not None and self.step >= self.steps:
-                self.state = "finished"
-                return
-        self.state = "stopped"
-
-    def stop(self):
-        self._stop.set()
-
-
 def _store(**kw):
     made = {}
 
     def factory(run):
-        made[run.run_id] = job = jobs.TrainingJob(run.run_id, builder=lambda: Counter(run.spec))
+        made[run.run_id] = job = jobs.TrainingJob(run.run_id, builder=lambda: Counter(run.spec.steps))
         return job
 
     kw.setdefault("slots", lambda: 1)
@@ -68,9 +45,9 @@ def cleanup():
 def test_a_start_beyond_the_slots_waits_in_line_and_starts_when_a_slot_frees(cleanup):
     store, _ = _store(turn_s=1000)
     cleanup(store)
-    first = store.submit(None, "s1")             # runs until stopped
-    second = store.submit(50, "s2")
-    third = store.submit(50, "s3")
+    first = store.submit(Steps(), "s1")             # runs until stopped
+    second = store.submit(Steps(50), "s2")
+    third = store.submit(Steps(50), "s3")
     assert first.phase in ("preparing", "running") and second.phase == third.phase == "queued"
     assert second.job is None                     # a queued run costs nothing yet
     assert store.queue_position(second)[0] == 0 and store.queue_position(third)[0] == 1
@@ -85,12 +62,12 @@ def test_a_start_beyond_the_slots_waits_in_line_and_starts_when_a_slot_frees(cle
 def test_while_others_wait_a_run_trains_one_turn_then_rejoins_the_queue_where_it_stopped(cleanup):
     store, made = _store(turn_s=0.5)   # each turn long enough for a loaded machine's poll to see it
     cleanup(store)
-    long_run = store.submit(None, "s1")
+    long_run = store.submit(Steps(), "s1")
     _until(lambda: long_run.job is not None and long_run.job.trainer is not None, "it starts")
     alone = long_run.job.trainer.step
     time.sleep(1.0)
     assert long_run.phase == "running", "with nobody waiting, no turn ends"
-    other = store.submit(None, "s2")
+    other = store.submit(Steps(), "s2")
     _until(lambda: long_run.phase == "queued", "its turn ends once someone waits")
     paused_at = long_run.job.trainer.step
     assert paused_at > alone
@@ -103,8 +80,8 @@ def test_while_others_wait_a_run_trains_one_turn_then_rejoins_the_queue_where_it
 def test_stopping_a_queued_run_cancels_it_and_a_share_id_gives_no_control(cleanup):
     store, _ = _store(turn_s=1000)
     cleanup(store)
-    busy = store.submit(None, "s1")
-    waiting = store.submit(None, "s2")
+    busy = store.submit(Steps(), "s1")
+    waiting = store.submit(Steps(), "s2")
     with pytest.raises(BertCoreError):
         store.stop(busy.view_id)                 # whoever only holds the share link cannot stop the run
     assert busy.phase == "running" and store.by_view(busy.view_id) is busy
@@ -120,7 +97,7 @@ def test_a_run_nobody_watches_for_the_grace_period_is_stopped_and_released(clean
     store, _ = _store(is_alive=alive.get, unwatched_s=1.5, turn_s=1000,
                       release_folder=lambda run: released.append(run.run_id))
     cleanup(store)
-    run = store.submit(None, "owner")
+    run = store.submit(Steps(), "owner")
     store.attach(run, "viewer", runs.VIEWER)
     _until(lambda: run.phase == "running", "it starts")
     alive["owner"] = False                       # the owner closed the tab, but a viewer still watches
@@ -135,7 +112,7 @@ def test_a_run_nobody_watches_for_the_grace_period_is_stopped_and_released(clean
     _until(lambda: run.phase == "stopped" and run.released, "nobody watches: it is stopped")
     assert "nobody watched it" in run.note
     _until(lambda: released == [run.run_id], "its checkpoint goes to its folder")
-    queued_alone = store.submit(None, "gone")    # a queued run whose tab is gone is cancelled, never started
+    queued_alone = store.submit(Steps(), "gone")    # a queued run whose tab is gone is cancelled, never started
     alive["gone"] = False
     _until(lambda: queued_alone.phase in ("cancelled", "stopped"), "a run nobody watches never holds the CPU")
 
@@ -145,7 +122,7 @@ def test_the_server_keeps_the_latest_ended_runs_and_says_when_a_link_was_dropped
     cleanup(store)
     done = []
     for i in range(4):
-        done.append(store.submit(3, f"s{i}"))
+        done.append(store.submit(Steps(3), f"s{i}"))
         _until(lambda: done[-1].phase == "finished", "a short run finishes")
         store.tick()
     _until(lambda: len(store.runs()) == 2, "only the latest two ended runs stay")
@@ -157,9 +134,9 @@ def test_the_server_keeps_the_latest_ended_runs_and_says_when_a_link_was_dropped
 def test_a_family_lists_the_runs_started_from_one_tab(cleanup):
     store, _ = _store(slots=lambda: 2)
     cleanup(store)
-    a = store.submit(3, "s1")
-    b = store.submit(3, "s1", family_of=a)
-    c = store.submit(3, "s2")
+    a = store.submit(Steps(3), "s1")
+    b = store.submit(Steps(3), "s1", family_of=a)
+    c = store.submit(Steps(3), "s2")
     assert store.family(b) == [a, b] and store.family(c) == [c]
 
 
@@ -203,8 +180,8 @@ def test_a_browsers_run_list_holds_its_own_runs_and_the_ones_it_watched_and_no_o
     store, _ = _store(turn_s=1000, slots=lambda: 2)
     cleanup(store)
     alice, bob, carol = (runs.new_token() for _ in range(3))
-    mine = store.submit(30, "tab-a", visitor=alice)
-    bobs = store.submit(30, "tab-b", visitor=bob)
+    mine = store.submit(Steps(30), "tab-a", visitor=alice)
+    bobs = store.submit(Steps(30), "tab-b", visitor=bob)
     store.attach(bobs, "tab-a2", runs.VIEWER, alice)     # alice opened bob's share link
     store.attach(mine, "tab-a3", runs.VIEWER, alice)     # her own run, opened again: still hers
     assert store.visited(alice) == [(bobs, runs.VIEWER), (mine, runs.OWNER)]

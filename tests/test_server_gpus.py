@@ -16,16 +16,17 @@ from bert_core.serve import jobs, runs, server_gpus
 from bert_core.serve.run_queue import RunQueue
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
+from tests.stand_ins import Steps
 
 H100 = ServerGpu("cuda", "NVIDIA H100 80GB HBM3", 81_559, 2)
 
 
 def _runs(n: int) -> list[Run]:
-    return [Run(run_id=f"r{i}", view_id=f"v{i}", family=f"r{i}", spec=None, queued=True) for i in range(n)]
+    return [Run(run_id=f"r{i}", view_id=f"v{i}", family=f"r{i}", spec=Steps(), queued=True) for i in range(n)]
 
 
 def _job(busy: bool, phase: str) -> SimpleNamespace:
-    return SimpleNamespace(busy=busy, phase=phase, error=None, trainer=None, ended_note=None)
+    return SimpleNamespace(busy=busy, phase=phase, error=None, trainer=None, ended_note=None, silent_s=lambda: 0.0)
 
 
 def _queue(slots: int, gpus) -> RunQueue:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
+from bert_core.serve.run_protocols import FINETUNE_PAGE
+
 KIND_LABELS = {"labels": "sentence labels", "tags": "token tags", "spans": "answer spans"}
-FINETUNE_PAGE = "Fine-tune"
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,9 +58,9 @@ class FinetuneSpec:
 
 def race_score(trainer: Any) -> str:
     """The pretrained model's latest validation figure, named ('84.6% F1', '72.0% accuracy'); '' before its first
-    pass."""
-    for tuner in getattr(trainer, "tuners", None) or []:
+    pass (or before its training process has sent its runs)."""
+    for tuner in trainer.tuners if trainer is not None else ():
         if tuner.name == "pretrained" and tuner.evals:
-            ev, f1 = tuner.evals[-1], bool(getattr(trainer, "primary", 0))
+            ev, f1 = tuner.evals[-1], bool(trainer.primary)
             return f"{ev.macro_f1 if f1 else ev.accuracy:.1%} {'F1' if f1 else 'accuracy'}"
     return ""

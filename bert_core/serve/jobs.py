@@ -165,7 +165,7 @@ class TrainingJob:
         the model in training has finished; start() goes on from there."""
         trainer = self.trainer
         if trainer is not None and self.busy:
-            (getattr(trainer, "pause", None) or trainer.stop)()
+            trainer.pause()
 
     def step_once(self):
         """One more update of a stopped run, recorded for *Step once* (bert_core.inspect.training_step); Resume
@@ -199,12 +199,8 @@ class TrainingJob:
         step = trainer.step
         if self._snapshot is not None and self._snapshot[0] == step:
             return self._snapshot[1]
-        lock = getattr(trainer, "_step_lock", None)
-        if lock is not None:
-            with lock:
-                step = trainer.step
-                model = copy.deepcopy(trainer.model)
-        else:
+        with trainer._step_lock:   # held during an update (run_loop.RunLoop): a copy of whole steps only
+            step = trainer.step
             model = copy.deepcopy(trainer.model)
         model = model.to("cpu").eval()
         self._snapshot = (step, model)
@@ -243,8 +239,10 @@ class TrainingJob:
     def close(self, wait: float = 10.0) -> None:
         """Nothing to release beyond stopping: the thread ends with its run."""
 
-    # A run on a server thread keeps its model in the server's memory: never lost, never silent, nothing to kill.
+    # A run on a server thread keeps its model in the server's memory: never lost, never silent, nothing to kill,
+    # never released to a folder.
     ended_note = None
+    released = None
     model_available = property(lambda self: self.trainer is not None)
     snapshot_step = property(lambda self: self._snapshot[0] if self._snapshot is not None else None)
     kept_step = property(lambda self: self.trainer.step if self.trainer is not None else None)

@@ -23,15 +23,13 @@ SILENT_S = 5.0   # a training process quiet this long (its heartbeat comes every
 
 def _progress_eta(run: Run) -> float | None:
     trainer = run.trainer
-    progress = getattr(trainer, "progress", None) if trainer is not None else None
-    eta = getattr(progress, "eta_s", None)
+    eta = trainer.progress.eta_s if trainer is not None else None
     return float(eta) if eta is not None else None
 
 
 def run_silence(run: Run) -> float:
     """Seconds its training process has said nothing (0 for a job that cannot tell: one on a server thread)."""
-    silent = getattr(run.job, "silent_s", None)
-    return silent() if silent is not None else 0.0
+    return run.job.silent_s() if run.job is not None else 0.0
 
 
 def _free_device(run: Run, caps: dict[str, int], used: Counter) -> str | None:
@@ -161,8 +159,8 @@ class RunQueue:
                 phase = job.phase if job is not None else "cancelled"
                 why = f" ({job.error or job.ended_note})" if job is not None and phase == "failed" else ""
                 log.info("run %s ended: %s at step %s%s; its slot is free (%d of %d taken, %d queued)",
-                         run.run_id[:6], phase, getattr(run.trainer, "step", 0), why, len(self._slotted),
-                         self.slots(), len(self._queue))
+                         run.run_id[:6], phase, run.trainer.step if run.trainer is not None else 0, why,
+                         len(self._slotted), self.slots(), len(self._queue))
         return to_stop
 
     # -------------------------------------------------------------- wait estimates
@@ -185,14 +183,14 @@ class RunQueue:
     def _expected_duration(self, run: Run) -> float:
         # A fine-tuning race knows its length from its budget (bert_core.serve.finetune_runs); a pretraining run
         # is guessed from the recent runs.
-        known = getattr(run.spec, "expected_s", None)
+        known = run.spec.expected_s
         if known is not None:
             return float(known)
         return statistics.median(self._durations) if self._durations else self.turn_s
 
     def _turn_floor(self, run: Run) -> float:
         # A race yields its slot only between its models: a turn lasts at least the model it is on.
-        return float(getattr(run.spec, "longest_part_s", 0.0) or 0.0)
+        return float(run.spec.longest_part_s)
 
     def _expected_turn(self, run: Run) -> float:
         eta = _progress_eta(run)

@@ -79,7 +79,7 @@ class RunScheduler:
                 job = run.job
                 # A stopped pretraining run keeps its process for Resume; a stopped race cannot resume (a Stop skips
                 # its remaining models), so its idle process goes at once, as a finished one's does.
-                race = not getattr(run.spec, "recorded", True)
+                race = not run.spec.recorded
                 ended = ("finished", "failed", "stopped") if race else ("finished", "failed")
                 if (not run.released and job is not None and not run.active and run not in to_end
                         and job.phase in ended and retry):
@@ -93,8 +93,7 @@ class RunScheduler:
         for run in to_stop:
             # A turn that is up: a pretraining run stops at its next step; a fine-tuning race at the end of the
             # model in training (it cannot resume one halfway: each keeps its whole budget).
-            pause = getattr(run.job, "pause", None)
-            (pause or run.job.stop)()
+            run.job.pause()
         for run in to_end:
             self.release(run, stop_first=True)
         for run in to_release:
@@ -120,8 +119,8 @@ class RunScheduler:
                 continue
             trainer = run.trainer
             ended = not run.active and phase in ("finished", "stopped", "failed")
-            probes = getattr(trainer, "probes", None) if ended else None
-            self._records.write(run, phase, getattr(trainer, "step", None), probes=probes)
+            probes = trainer.probes if ended and trainer is not None else None
+            self._records.write(run, phase, trainer.step if trainer is not None else None, probes=probes)
             run.recorded_phase = phase   # tried: a write that failed (a full disk) is logged once, not every pass
 
     def _end_silent(self) -> None:
@@ -170,14 +169,13 @@ class RunScheduler:
                 if stop_first:
                     run.job.stop(wait=10)
                 folder = self._release_folder(run)
-                release = getattr(run.job, "release", None)
-                if folder is not None and release is not None:
-                    release(folder)
+                if folder is not None:
+                    run.job.release(folder)
                 if run.release_failed:
                     log.info("run %s: its checkpoint was written on a later try", run.run_id[:6])
                 run.release_failed = run.release_retry_at = None
             except Exception as exc:  # noqa: BLE001 - a model still in its process is kept, never lost in silence
-                if getattr(run.job, "model_available", False) and getattr(run.job, "released", None) is None:
+                if run.job.model_available and run.job.released is None:
                     run.release_failed = release_failure(exc, folder)
                     run.release_retry_at = time.monotonic() + RELEASE_RETRY_S
                     run.released = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bert_core.data.corpora import corpus_from_bytes, corpus_from_text
 from bert_core.data.objectives import objective_settings
@@ -29,6 +29,7 @@ from bert_core.inspect.probes import (
 from bert_core.model.config import BertConfig
 from bert_core.serve import app_storage
 from bert_core.serve.model_sources import load_folder
+from bert_core.serve.run_protocols import TRAIN_PAGE
 from bert_core.training.comparison import one_change, train_command
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import GROW_FROM
@@ -55,6 +56,13 @@ class TrainSpec:
     # A checkpoint folder to start from (its weights, size and tokenizer; a new optimizer and schedule), as
     # `train --init-from` does; the model settings of the spec are then ignored.
     init_from: str | None = None
+
+    # Its place among the server's runs (bert_core.serve.run_protocols.RunSpec): a Train-page run, recorded so
+    # that a restarted server brings it back; its length is the queue's guess, and it can yield at any step.
+    page: ClassVar[str] = TRAIN_PAGE
+    recorded: ClassVar[bool] = True
+    expected_s: ClassVar[float | None] = None
+    longest_part_s: ClassVar[float] = 0.0
 
     def train_config(self) -> TrainConfig:
         """The run's TrainConfig, checked as it is made: the one place a spec's settings become a config."""

@@ -107,6 +107,8 @@ class TrainerProxy(EventLog):
 class ComparisonProxy:
     """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
 
+    probes = None   # a race takes no probe snapshots (run_protocols.LiveView)
+
     def __init__(self, built: dict):
         self.config = built["config"]
         self.train_data, self.val_data = built["train_data"], built["val_data"]
@@ -498,7 +500,7 @@ class ProcessTrainingJob:
             elif phase in ("preparing", "running"):
                 error = f"the training process exited unexpectedly (exit code {code})"
                 phase, unexpected = "failed", True
-            if self.trainer is not None and getattr(self.trainer, "state", None) in ("running", "idle"):
+            if self.trainer is not None and self.trainer.state in ("running", "idle"):
                 # The mirror's clock runs while its state says running: a dead process's run has stopped. Stopped
                 # before the job's phase says so, since the pages read both without the lock: a page that sees the
                 # run failed must not still see its clock running.

@@ -558,6 +558,8 @@ class FinetuneComparison:
     Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
     """
 
+    probes = None   # a race takes no probe snapshots (the server's run_protocols.LiveView)
+
     def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData | None = None,
                  val: ClassificationData | None = None, config: FinetuneConfig = FinetuneConfig(), callbacks=(),
                  baseline: bool = False, *, task: FinetuneTask | None = None):

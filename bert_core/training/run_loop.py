@@ -154,6 +154,10 @@ class RunLoop(EventLog):
         """Ask a running `run()` to return at the next step boundary (safe to call from any thread)."""
         self._stop.set()
 
+    def pause(self) -> None:
+        """End a turn on a shared server: a run stops at its next step, and run() goes on from there."""
+        self.stop()
+
     @property
     def history_limit(self) -> int:
         return 0

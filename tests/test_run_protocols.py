@@ -1,0 +1,79 @@
+"""The server's declared interfaces (bert_core.serve.run_protocols): every kind of run spec, job and live view
+implements its protocol in full, so that the queue and the scheduler read them plainly, never by probing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.serve.jobs import TrainingJob, default_spec
+from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, LiveView, RunJob, RunSpec
+from bert_core.serve.training_process import ComparisonProxy, ProcessTrainingJob
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _never():
+    raise AssertionError("not built in this test")
+
+
+def test_both_specs_are_run_specs_with_their_page():
+    train, race = default_spec(), FinetuneSpec(_never, "labels", "toy topics", "nano", 2, 30.0)
+    assert isinstance(train, RunSpec) and isinstance(race, RunSpec)
+    assert (train.page, train.recorded, train.expected_s, train.longest_part_s) == (TRAIN_PAGE, True, None, 0.0)
+    assert (race.page, race.recorded, race.expected_s, race.longest_part_s) == (FINETUNE_PAGE, False, 60.0, 30.0)
+
+
+def test_both_jobs_are_run_jobs():
+    assert isinstance(TrainingJob("session", default_spec()), RunJob)
+    job = ProcessTrainingJob("session", _never, spec=default_spec())
+    try:
+        assert isinstance(job, RunJob)
+    finally:
+        job.close(wait=1.0)
+
+
+def test_the_trainer_the_race_and_their_mirrors_are_live_views():
+    from bert_core.data.classification_data import toy_order_task
+    from bert_core.model.bert import BertForPreTraining
+    from bert_core.model.config import BertConfig
+    from bert_core.model.tokenization import train_tokenizer
+    from bert_core.serve.jobs import build_trainer
+    from bert_core.training.finetune import build_comparison
+    from bert_core.training.run_loop import Progress
+
+    trainer = build_trainer(default_spec())
+    assert isinstance(trainer, LiveView) and trainer.probes is not None
+    task = toy_order_task(seed=0, num_examples=40)
+    tok = train_tokenizer(task.texts, vocab_size=120)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tok.vocab_size, max_position_embeddings=32))
+    race = build_comparison(task, model, tok, dict(train=20, val=20, seed=0, steps=2, lr=1e-3, batch=4, maxlen=24))
+    assert isinstance(race, LiveView) and race.probes is None
+    view = {"tuners": [], "progress": Progress(fraction=0.0, eta_s=None, step=0, elapsed_s=0.0), "state": "idle",
+            "error": None}
+    proxy = ComparisonProxy({"config": race.config, "train_data": None, "val_data": None, "task_kind": "labels",
+                             "metric_names": ("accuracy", "macro-F1"), "primary": 0, "view": view})
+    assert isinstance(proxy, LiveView) and proxy.probes is None
+
+
+def _probes(path: Path) -> list[tuple[int, str]]:
+    """The getattr(obj, "literal", default) and hasattr calls in a module, with their lines; an exception's
+    `strerror` is not ours to declare (only an OSError has one)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and ast.unparse(node.args[0]) == "exc":
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                (node.func.id == "getattr" and len(node.args) == 3 and isinstance(node.args[1], ast.Constant))
+                or node.func.id == "hasattr"):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+@pytest.mark.parametrize("module", ["run_queue.py", "run_scheduler.py", "jobs.py", "finetune_runs.py",
+                                    "training_process.py", "train_spec.py", "run_registry.py", "runs.py"])
+def test_the_queue_the_scheduler_and_the_jobs_read_the_protocols_without_probing(module):
+    assert _probes(ROOT / "bert_core" / "serve" / module) == []
