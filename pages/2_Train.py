@@ -6,7 +6,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson, tricks
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
-from bert_core.training import comparison, plateau, recipes
+from bert_core.training import comparison, lesson_settings, plateau, recipes
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
 app_state.sidebar()
@@ -37,6 +37,7 @@ for key, value, cast in jobs.widget_defaults(st.session_state):
     app_state.follow_default(key, value, cast)
 app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
+app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, float)   # read from the URL before it goes
 app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
 if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
@@ -100,6 +101,8 @@ with st.expander("Settings", expanded=run is None):
             sizes = PRESETS[preset]
             st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
                        f"{sizes['num_attention_heads']} heads, feed-forward {feed_forward_width(sizes['hidden_size'])}")
+        if speed := recipes.speed_note(preset):   # before Start: a bigger size is slower a step, by measurement
+            st.caption(speed)
         with st.popover("What each size reaches", icon=":material/speed:"):
             st.markdown(recipes.ladder_note())
             st.table(recipes.ladder_rows(), hide_index=True)
@@ -132,7 +135,6 @@ with st.expander("Settings", expanded=run is None):
                        "a CPU a 2 x 64 step is about eight times cheaper than a mini's, so the small model makes "
                        "the many updates it takes to leave the 'most frequent token' plateau, and the grown model "
                        "starts where it got to. The loss chart marks the step it grew at.")
-        st.caption(f"The recipe for this size: {recipes.recipe_caption(st.session_state['train_preset'])}")
         gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
                        key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
         st.slider("Mask rate", 0.01, 0.5, key="train_mask", disabled=gpt)
@@ -140,9 +142,12 @@ with st.expander("Settings", expanded=run is None):
         st.number_input("Seed", 0, 2**31 - 1, key="train_seed")
         st.number_input("Held-out evaluation every N steps (0 = start and end)", 0, 100000, key="train_eval_every")
         st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
+    # Computed from the fields' own values (issue #64: a line describing another recipe than the one on screen).
+    st.caption(lesson_settings.settings_caption({name: st.session_state[key] for key, name in jobs.WIDGETS.items()},
+                                                st.session_state["train_objective"]))
     _probe_editor()
 
-app_state.sync_query(*jobs.WIDGETS, "train_smoothing", "train_objective")
+app_state.sync_query(*jobs.WIDGETS, "train_objective")
 
 
 def _command_preview() -> None:
@@ -221,10 +226,13 @@ try:
         st.session_state["train_step_record"] = (run.run_id, job.step_once())
         notice.empty()
     if b4.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None,
-                 help="Forget this tab's run and its model"):
+                 help="Forget this tab's run and its model: it leaves *My runs* too, and its link stops working. "
+                      "To keep a model, save it on the server (or download it) first."):
         app_state.RUNS.discard(run.run_id)
         app_state.set_current_run(None)
         st.session_state.pop("train_zip", None)
+        # Said after the page redraws: the run vanishes from My runs, and nobody should wonder where it went.
+        st.session_state["train_reset_note"] = app_state.reset_note(run)
         st.rerun()
     if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not has_model,
                  help="Save the checkpoint folder and offer it as a zip"):
@@ -248,6 +256,9 @@ try:
                 _start(init_from_run=job)
 except BertCoreError as exc:
     app_state.show_error(exc)
+
+if reset_note := st.session_state.pop("train_reset_note", None):
+    st.info(reset_note, icon=":material/restart_alt:")
 
 stepped = st.session_state.get("train_step_record")
 if stepped is not None and run is not None and stepped[0] == run.run_id and phase == "stopped":
@@ -367,10 +378,12 @@ def _charts() -> None:
     trainer = job.trainer if job is not None else None
     if trainer is None:
         return
+    run, _ = app_state.current_run()
     smoothing = app_state.smoothing_slider(
-        "train_smoothing", help="Moving average over steps (as in TensorBoard): each batch is small, so per-step "
-                                "values are noisy. The raw values stay faint behind the line; 0 shows them alone. "
-                                "Held-out evaluations are never smoothed.")
+        "train_smoothing", view=(run.run_id, run.active),
+        help="Moving average over steps (as in TensorBoard): each batch is small, so per-step values are noisy. "
+             "The raw values stay faint behind the line; 0 shows them alone. Held-out evaluations are never "
+             "smoothed. A run that ends draws at the default again.")
     if active:
         st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
     charts = figures.LIVE_CHARTS.figures(trainer, smoothing)   # built once for everyone watching this run
@@ -411,6 +424,13 @@ def _charts() -> None:
 st.divider()
 st.fragment(_status, run_every=app_state.poll_seconds() if active else None)()
 st.fragment(_charts, run_every=app_state.chart_poll_seconds() if active else None)()
+if active:
+    # A smoothing set while a run trains is for its live view: the URL keeps only an ended run's (written after the
+    # charts, which return it to the default when the run ends), so that a reload of the finished run does not draw
+    # its curves unsmoothed (issue #64).
+    st.query_params.pop("train_smoothing", None)
+else:
+    app_state.sync_query("train_smoothing")
 
 
 def _compare() -> None:
@@ -426,10 +446,12 @@ def _compare() -> None:
     if len(every) >= 2:
         st.table(comparison.run_list_rows(every, [names[r.run_id] for r in every]), hide_index=True)
     if len(family) >= 2:
-        default = [r.run_id for r in family][-figures.MAX_OVERLAID_RUNS:]
+        # Keyed by the tab's current run (and whether it has curves yet): a new run starts a new choice, so the
+        # overlay never keeps an older reference that differs from the new run in several knobs (issue #64).
         chosen = st.multiselect("Runs to overlay (the first is the reference)", [r.run_id for r in family],
-                                default=default, format_func=names.get, max_selections=figures.MAX_OVERLAID_RUNS,
-                                key=f"train_overlay_{run.family[:8]}")
+                                default=comparison.overlay_default([r.run_id for r in family], run.run_id),
+                                format_func=names.get, max_selections=figures.MAX_OVERLAID_RUNS,
+                                key=f"train_overlay_{run.run_id[:12]}_{any(r is run for r in family)}")
         picked = [r for r in family if r.run_id in chosen]
         if len(picked) >= 2:
             app_state.plotly(figures.overlay_figure([r.spec for r in picked], [r.trainer.history for r in picked],

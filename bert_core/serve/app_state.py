@@ -333,7 +333,19 @@ def my_runs_list() -> None:
         st.caption("None yet: the runs this browser starts or watches are listed here.")
         return
     st.markdown(rows_markdown(rows))
-    st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link.")
+    st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link. "
+               "*Reset* on the Train page removes a run from this list; an ended run stays until the server drops "
+               "it.")
+
+
+def reset_note(run: Run) -> str:
+    """What the Train page says after *Reset*: the run it forgot, by what it was, and that *My runs* no longer
+    lists it (a finished run that vanished without a word looked lost)."""
+    trainer = run.trainer
+    step = getattr(trainer, "step", 0) if trainer is not None else 0
+    what = f"{run.phase} at step {step:,}" if step else run.phase
+    return (f"**The run was reset** ({what}): its model is gone, and it is no longer listed in *My runs*. A run "
+            "saved with *Save this run on the server* stays under the sidebar's *A saved run*.")
 
 
 def current_run(page: str = TRAIN_PAGE) -> tuple[Run | None, str | None]:
@@ -488,10 +500,28 @@ def pair_attention(active: ActiveModel, pairs_name: str, instances):
     return _PAIRS(key, active.model, active.tokenizer, chosen)
 
 
+def _waiting_model_note(phase: str | None) -> str:
+    """What the sidebar's *Model trained in this session* says before the tab's run has a model: a run that is
+    queued or preparing (loading its corpus, training its tokenizer) is named as such, with what it will offer,
+    never as "no model has been trained" (issue #64)."""
+    offer = ("Its model appears here from its first step and follows the run as it trains; once it ends, its final "
+             "model stays here for the other pages.")
+    if phase == "queued":
+        return f"**This tab's run is waiting for a slot** (see the Train page). {offer}"
+    if phase == "preparing":
+        return (f"**This tab's run is preparing**: loading its corpus and training its tokenizer (see the Train "
+                f"page). {offer}")
+    if phase in ("cancelled", "failed", "stopped"):
+        return (f"This tab's run {'was cancelled' if phase == 'cancelled' else phase} before its first step, so it "
+                "has no model: start a new one on the **Train** page.")
+    return "No model has been trained in this session yet: start one on the **Train** page."
+
+
 def _session_model():
     job = current_job()
     if job is None or job.trainer is None:
-        return None, "No model has been trained in this session yet: start one on the **Train** page."
+        run, _ = current_run()
+        return None, _waiting_model_note(run.phase if run is not None else None)
     model = job.model_snapshot()
     trainer = job.trainer
     if model is None:   # its process ended before its weights reached a folder, and no copy was taken
@@ -757,8 +787,10 @@ def _sidebar_notes(active: ActiveModel | None) -> None:
     run, role = current_run()
     if run is not None and run.active:
         # Drawn outside the live fragment, so it would go stale: no step count here.
-        st.caption("A training run of this tab is going on in the background (see the Train page)."
-                   if role == OWNER else "You are watching a shared training run (see the Train page).")
+        st.caption(("A training run of this tab is going on in the background (see the Train page)"
+                    if role == OWNER else "You are watching a shared training run (see the Train page)")
+                   + (": *Model trained in this session* is its model as it trains, and its final model once it "
+                      "ends." if active is not None and active.source == SOURCE_SESSION else "."))
     note = st.session_state.pop("run_note", None)
     if note:
         st.warning(note)
@@ -839,12 +871,17 @@ def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
         st.session_state[key] = query_default(param or key, default, cast)
 
 
-def smoothing_slider(key: str, help: str) -> float:
+def smoothing_slider(key: str, help: str, view: Any = None) -> float:
     """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default,
-    an out-of-range URL value replaced by the default; returns its value."""
-
-
+    an out-of-range URL value replaced by the default; returns its value. `view` names what the curves show (a run
+    and whether it still trains): when it changes, the slider returns to the default, so a value set for a live run
+    (0 shows its raw steps) does not draw the finished run's curves as blocks of spikes (issue #64)."""
     init_widget(key, DEFAULT_SMOOTHING, float)
+    marker = f"_view_of_{key}"
+    if view is not None:
+        if st.session_state.get(marker) not in (None, view):
+            st.session_state[key] = DEFAULT_SMOOTHING
+        st.session_state[marker] = view
     if not 0.0 <= st.session_state[key] <= 0.99:
         st.session_state[key] = DEFAULT_SMOOTHING
     return st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key=key, help=help)

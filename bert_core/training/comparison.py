@@ -317,6 +317,9 @@ def run_list_rows(runs, names) -> list[dict]:
     """A tab's run list as table rows: each run's name, state, step, last held-out accuracy, and the knobs (then
     other settings) in which it differs from the run before it. `runs` are duck-typed: .spec, .phase, .trainer
     (with .step and .evals) or None."""
+    # A BERT's and a GPT's figures are different tasks (a GPT's next token is easier to guess than a masked one):
+    # one column each, named, so that a GPT's figure never reads as a better BERT's (issue #64).
+    tasks = [ACCURACY_COLUMNS[is_causal(run.spec)] for run in runs]
     rows = []
     for i, run in enumerate(runs):
         trainer = run.trainer
@@ -327,10 +330,35 @@ def run_list_rows(runs, names) -> list[dict]:
         else:
             before = runs[i - 1].spec
             change = ", ".join([c.label for c in knob_diff(before, run.spec)] + other_differences(before, run.spec))
-        rows.append({"run": names[i], "state": run.phase, "step": getattr(trainer, "step", 0) if trainer else 0,
-                     "held-out accuracy": f"{acc:.1%}" if acc is not None else "–",
-                     "change from the run before": change or "same settings"})
+        row = {"run": names[i], "state": run.phase, "step": getattr(trainer, "step", 0) if trainer else 0}
+        for column in ACCURACY_COLUMNS.values():
+            if column in tasks:
+                row[column] = f"{acc:.1%}" if acc is not None and tasks[i] == column else "–"
+        row["change from the run before"] = change or "same settings"
+        rows.append(row)
     return rows
+
+
+# The run list's held-out accuracy columns, by whether the run is causal (a GPT) or not.
+ACCURACY_COLUMNS = {False: "held-out masked-token accuracy (BERT)", True: "held-out next-token accuracy (GPT)"}
+
+
+def is_causal(spec) -> bool:
+    """Whether a run's spec trains a GPT (next-token objective, causal attention) rather than a BERT."""
+    train = getattr(spec, "train", None) or {}
+    overrides = getattr(spec, "model_overrides", None) or {}
+    return train.get(OBJECTIVE_FIELD) == "clm" or overrides.get("attention") == "causal"
+
+
+def overlay_default(run_ids, current) -> list:
+    """The runs a tab's overlay starts with: its current run and the run before it (the one it was changed from, as
+    the reference), so that the legend names the change just made; the last two when the current run is not among
+    those with curves yet."""
+    ids = list(run_ids)
+    if current in ids:
+        i = ids.index(current)
+        return ids[max(0, i - 1):i + 1]
+    return ids[-2:]
 
 
 def run_labels(specs, names=None) -> list[str]:

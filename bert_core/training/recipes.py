@@ -123,8 +123,9 @@ class Recipe:
                 "mask_rate": self.mask_rate, "warmup_ratio": self.warmup_ratio, "grow_fraction": self.grow_fraction,
                 "grow_from_hidden": self.grow_from_hidden, "grow_from_layers": self.grow_from_layers}
 
-    def describe(self) -> str:
-        """One line: what this recipe sets, as the CLI logs it and the Train page shows it."""
+    def describe(self, hidden_size: int | None = None, num_hidden_layers: int | None = None) -> str:
+        """One line: what this recipe sets, as the CLI logs it and the Train page shows it; a custom size's width
+        and depth, when given, replace the preset's in what it grows to."""
         short = ""
         if self.short_seq_length and self.short_seq_fraction:
             rows = short_phase_rows(self.batch_size, self.max_seq_length, self.short_seq_length,
@@ -132,7 +133,8 @@ class Recipe:
             short = f"; the first {self.short_seq_fraction:.0%} of the run at {rows} x {self.short_seq_length}"
         grow = ""
         if self.grow_fraction:
-            hidden, layers = PRESETS[self.preset]["hidden_size"], PRESETS[self.preset]["num_hidden_layers"]
+            hidden = hidden_size or PRESETS[self.preset]["hidden_size"]
+            layers = num_hidden_layers or PRESETS[self.preset]["num_hidden_layers"]
             seed_lr = seed_learning_rate(self.learning_rate, hidden, layers, self.grow_from_hidden,
                                          self.grow_from_layers)
             grow = (f"; starts as {self.grow_from_layers} layers x {self.grow_from_hidden} (peak rate {seed_lr:g}) "
@@ -236,17 +238,31 @@ def page_recipe(preset: str, toy: bool, hidden_size: int | None = None, num_hidd
     return page
 
 
-def recipe_caption(preset: str) -> str:
-    """A line the Train page shows under the settings: what the size's real-text recipe sets."""
-    name = preset if preset in PRESETS else DEFAULT_PRESET
-    r = recipe_for(name)
-    page = ""
-    if r.grow_fraction:
-        steps, share = PAGE_GROWTH[name]
-        page = (f" This page counts steps, not seconds: it grows the model after {share:.0%} of its {steps:,} "
-                "steps (a 2 x 64 step costs a tenth of a mini's on one core, a thirtieth of a small's), about "
-                "two thirds of the run's time.")
-    return f"{name} on real text: {r.describe()} (bert_core.training.recipes).{page}"
+# Seconds a Train-page step took on one core of the project's 2-core server, on real text at the page's 16 x 128
+# tokens a step (a 2 x 64 step is nano's): docs/benchmarks.md, "Start small, then grow" ("On the Train page...").
+# The page says them before Start, so that nobody picks mini expecting nano's pace.
+PAGE_STEP_S = {"nano": 0.12, "mini": 1.2, "small": 3.6}
+
+
+def speed_note(preset: str) -> str:
+    """One line for the Train page, before Start: how many of nano's steps a second a size makes on a CPU, from the
+    measured step times (PAGE_STEP_S); '' for a size without a measurement."""
+    if preset not in PAGE_STEP_S:
+        return ""
+    fast = PAGE_STEP_S["nano"]
+    rows = ", ".join(f"{name} {step:g} s" for name, step in PAGE_STEP_S.items())
+    ratio = PAGE_STEP_S[preset] / fast
+    pace = ("the fastest size" if preset == "nano" else
+            f"{preset} makes about {fraction_words(ratio)} of nano's steps a second")
+    return (f"On this server's kind of CPU a step takes {rows} (one core a run, 16 x 128 tokens a step, measured: "
+            f"docs/benchmarks.md): {pace}.")
+
+
+def fraction_words(ratio: float) -> str:
+    """1/ratio in words a reader takes in at once: 'a tenth', 'a thirtieth', else '1/N'."""
+    words = {2: "half", 3: "a third", 4: "a quarter", 10: "a tenth", 30: "a thirtieth"}
+    n = round(ratio)
+    return words.get(n, f"1/{n}")
 
 
 @functools.lru_cache(maxsize=1)
