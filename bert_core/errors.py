@@ -24,3 +24,8 @@ def is_disk_full(error: BaseException | str | None) -> bool:
             return True
         error, seen = error.__cause__ or error.__context__, seen + 1
     return isinstance(error, str) and any(w in error for w in _DISK_FULL_WORDS)
+
+
+def os_reason(error: BaseException) -> str:
+    """An error's reason in words: an OSError's own ("No space left on device"), else its message."""
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)

@@ -16,6 +16,7 @@ class _Live:
         self.evals = [EvalEvent(step=0, mlm_loss=5.0, mlm_acc=0.1, perplexity=148.4, nsp_acc=0.5)]
         self.config = TrainConfig(max_steps=3, batch_size=2, max_seq_length=32, device="cpu")
         self.baselines = {"unigram": {"accuracy": 0.05}}
+        self.metadata = {}   # what made it (the commands); a Trainer and its mirror both carry it
 
 
 def test_a_saved_state_and_a_live_run_give_the_same_kind_of_record():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.paths import REPO_ROOT
 
 log = logging.getLogger("bert_core.app")
@@ -204,7 +204,7 @@ def save_failure(exc: BaseException) -> str:
     if is_disk_full(exc):
         return ("the server's disk is full: nothing was saved. Download the run as a zip instead (*Prepare "
                 "download*), or ask the operator to free space.")
-    reason = getattr(exc, "strerror", None) or str(exc)
+    reason = os_reason(exc)
     return f"could not save the run ({without_paths(reason)}): nothing was saved."
 
 
@@ -233,7 +233,7 @@ def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: P
         shutil.rmtree(staging, ignore_errors=True)
         if fresh:
             shutil.rmtree(folder, ignore_errors=True)
-        log.warning("saving a run failed: %s", getattr(exc, "strerror", None) or exc)
+        log.warning("saving a run failed: %s", os_reason(exc))
         raise BertCoreError(save_failure(exc)) from None
     removed = _drop_oldest([p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()],
                            _env_mb(RUNS_CAP_ENV, DEFAULT_RUNS_CAP_MB), keep=folder)

@@ -34,7 +34,7 @@ def run_record(model_config=None, trainer=None, trainer_state: dict | None = Non
         history = [dataclasses.asdict(e) for e in trainer.history]
         evals = [dataclasses.asdict(e) for e in trainer.evals]
         train_config, baselines = trainer.config.to_dict(), dict(trainer.baselines)
-        metadata = getattr(trainer, "metadata", None) or {}
+        metadata = trainer.metadata or {}
     else:
         state = trainer_state or {}
         history, evals = list(state.get("history", [])), list(state.get("evals", []))

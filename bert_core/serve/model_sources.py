@@ -58,7 +58,7 @@ class ActiveModel:
     @property
     def causal(self) -> bool:
         """A GPT-style model (causal attention): it continues text and cannot fill a [MASK]."""
-        return getattr(self.model.config, "attention", "bidirectional") == "causal"
+        return self.model.config.attention == "causal"
 
     def unigram_counts(self) -> dict[int, int] | None:
         """Token counts of the model's training text, when the checkpoint or run recorded them."""

@@ -31,6 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bert_core.errors import os_reason
+
 log = logging.getLogger("bert_core.app")
 
 STATE_DIR_ENV = "BERT_EXPLORER_STATE_DIR"
@@ -79,7 +81,7 @@ def _ended_note(job) -> str | None:
     """Why a run's process ended, when it failed or the server ended it (a restarted server says it again)."""
     if job is None:
         return None
-    return getattr(job, "error", None) or getattr(job, "ended_note", None)
+    return job.error or job.ended_note
 
 
 class RunRecords:
@@ -99,7 +101,7 @@ class RunRecords:
     def write(self, run, phase: str, step: int | None, probes=None) -> bool:
         """Write (replace) the run's record; with `probes` (a ProbeStore) its snapshots too. False, and a line in
         the log, when it cannot be written: the run goes on, only a restart would lose it."""
-        if not dataclasses.is_dataclass(run.spec) or not getattr(run.spec, "recorded", True):
+        if not dataclasses.is_dataclass(run.spec) or not run.spec.recorded:
             return False   # a fine-tuning race (finetune_runs.FinetuneSpec) lives in memory only
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
@@ -114,7 +116,7 @@ class RunRecords:
             return True
         except (OSError, TypeError, ValueError) as exc:
             log.warning("run %s: its record could not be written (%s)", run.run_id[:6],
-                        getattr(exc, "strerror", None) or type(exc).__name__)
+                        os_reason(exc) if isinstance(exc, OSError) else type(exc).__name__)
             return False
 
     def remove(self, run_id: str) -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.serve.app_storage import disk_free_mb, without_paths
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
@@ -267,7 +267,7 @@ def release_failure(exc: BaseException, folder: Path | None) -> str:
         room = f" ({free:.0f} MB free)" if free is not None else ""
         why = f"the server's disk is full{room}"
     else:
-        why = f"the server could not write it ({without_paths(getattr(exc, 'strerror', None) or str(exc))})"
+        why = f"the server could not write it ({without_paths(os_reason(exc))})"
     return (f"**This run's model is not on disk yet:** {why}. Its training process is kept alive to hold the "
             "model, so nothing is lost while this page is open: download it now (*Prepare download*), or ask the "
             f"operator to free space. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")

@@ -131,6 +131,8 @@ class TrainingChild:
                 log.exception("building the trainer failed")
             self.events.send(("failed", None, None, failure_message(exc)))
             return False
+        # A race (a FinetuneComparison, or a test's stand-in for one) is the live view with runs inside it; the
+        # child imports neither class to ask, so it asks for what it then reads.
         self.comparison = hasattr(trainer, "tuners")
         if self.comparison:
             for tuner in trainer.tuners:
@@ -208,7 +210,7 @@ class TrainingChild:
                 # Only a running run is told: a stop flag set while idle would end the next Resume at once. A pause
                 # (a turn that is up) lets a fine-tuning race finish the model in training (FinetuneComparison.pause).
                 if trainer is not None and trainer.state == "running":
-                    (getattr(trainer, "pause", trainer.stop) if kind == "pause" else trainer.stop)()
+                    (trainer.pause if kind == "pause" else trainer.stop)()
                 return
             if kind == "config":
                 # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
@@ -279,12 +281,12 @@ class TrainingChild:
 
 def _comparison_view(comparison) -> dict:
     """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
-    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(getattr(t, "stages", ())))
+    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(t.stages))
                        for t in comparison.tuners],
             "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
 
 
 def _unwrapped(trainer):
     model = trainer.model
-    return getattr(model, "module", model)
+    return getattr(model, "module", model)   # DistributedDataParallel wraps it; torch's own class, not ours
 

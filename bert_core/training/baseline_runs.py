@@ -38,6 +38,7 @@ class LevelRun(abc.ABC):
 
     budgeted = False  # fitting takes seconds, not a share of the comparison's budget: left out of its progress
     kind, metric_names = "labels", LABEL_METRICS
+    stages = ()       # one stage, no curriculum (a Finetuner's stages)
 
     def __init__(self, name: str, callbacks: Sequence[Callable[[object], None]] = ()):
         self.name = name
