@@ -74,7 +74,7 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
         for stage in stages:
             fig.add_vline(x=_value(stage, x), line=dict(color="#9e9e9e", width=1, dash="dot"),
                           annotation_text=stage_label(stage.name), annotation_position="top right",
-                          annotation_font=dict(size=11, color="#616161"))
+                          annotation_font=dict(size=12, color="#616161"))
     fig.update_xaxes(title="training seconds" if x == "elapsed_s" else "step", rangemode="tozero")
     fig.update_yaxes(title=f"validation {label_of_metric}", range=[0, 1], tickformat=".0%")
     title = (f"Validation {label_of_metric}: same model, same budget, with and without pretraining"
@@ -102,8 +102,9 @@ def confusion_figure(confusion: Sequence[Sequence[int]], label_names: Sequence[s
         hovertemplate="true %{y}<br>predicted %{x}<br>%{text} examples<extra></extra>"))
     fig.update_xaxes(title="predicted", side="bottom", type="category")
     fig.update_yaxes(title="true label", autorange="reversed", type="category")
-    size = min(max(260, 60 * k + 120), 700)
-    fig.update_layout(title=title or "Confusion matrix", height=size, margin=dict(l=90, r=20, t=50, b=60),
+    top = 50 + 22 * title.count("<br>")   # room for a title of two lines (the page's: a third of a projector)
+    size = min(max(260, 60 * k + 120), 700) + top - 50
+    fig.update_layout(title=title or "Confusion matrix", height=size, margin=dict(l=90, r=20, t=top, b=60),
                       template="plotly_white")
     return fig
 

@@ -140,7 +140,7 @@ STEP_KEYS = tuple(s.key for s in STEPS)
 # The race the fine-tuning step sends a class to (the Fine-tune page's settings, by their widget names without
 # `ft_`): the word-order task, where pretraining on the toy stories must pay, with the bag of words beside it. In
 # steps, so that a class on a busy server sees the figures of a quiet one: over seeds 0-2 the default run's model
-# reached 95-97% in 300 steps, its from-scratch twin 56-61%, the bag of words 75% (docs/lessons.md).
+# reached 93-97% in 300 steps, its from-scratch twin 58-65%, the bag of words 74-78% (docs/lessons.md).
 LESSON_RACE = {"kind": "labels", "data": "toy_order", "train": 200, "val": 500, "steps": 300, "budget": 300,
                "batch": 32, "maxlen": 64, "baseline": True}
 LESSON_RACE_DATA_SETTINGS = {"steps": LESSON_RACE["steps"]}   # what the page's data choice sets of it
