@@ -446,6 +446,7 @@ def test_model_snapshot_is_a_frozen_copy(checkpoint):
     class T:
         step = 5
         tokenizer = tok
+        _step_lock = threading.RLock()   # a Trainer's (run_loop.RunLoop): held during an update
 
     T.model = model
     job = jobs.TrainingJob("snap", builder=lambda: None)
