@@ -38,7 +38,7 @@ st.markdown(
     "on a small labelled set, in one of the three ways the BERT paper fine-tuned: **a label per sentence** (a "
     "classifier on [CLS]), **a tag per word** (a classifier on every word's first WordPiece: chunks, parts of "
     "speech) or **an answer span** (a start and an end score on every token of a passage). Then **the same "
-    "architecture from scratch** (random weights, same tokenizer) gets the same data and the same time budget, "
+    "architecture from scratch** (random weights, same tokenizer) gets the same data and the same number of steps, "
     "and their validation curves are drawn on one chart. **The race:** add a second pretrained model (e.g. the "
     "GPT-style checkpoint beside the BERT) and the baselines a student who knows some ML will ask about.")
 if st.session_state.get("ft_from_lesson"):
@@ -71,8 +71,8 @@ ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
 UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
             "upload_squad": "an uploaded SQuAD file"}
 # (training, validation) examples: sentences for labels and tags, questions for spans.
-SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500), "upload": (2000, 500),
-         "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
+SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500),
+         "upload": (2000, 500), "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
 # What a kind starts from on this page (each measured with the shipped models: docs/benchmarks.md). The budget is in
 # steps, so that a busy server gives a class the same figures as a quiet one, only later; `budget` is a time cap in
 # seconds a model, which cuts a run short only on a machine too slow or too busy for its steps (the page then says
@@ -615,8 +615,8 @@ def _label_results(results: dict, comparison) -> None:
     if "tfidf" in results:
         st.caption(f"The bag-of-words line was fitted on the same training split in "
                    f"{results['tfidf'].train_seconds:.1f} s and scored on the same validation rows; it ignores "
-                   "word order and had no pretraining. A tiny model fine-tuned for seconds does not always beat "
-                   "it: that is an honest result, not a bug.")
+                   "word order and had no pretraining. A tiny model fine-tuned for a few hundred steps does not "
+                   "always beat it: that is an honest result, not a bug.")
     # One row a model, its confusion matrix beside its mistakes: three or four side by side squeeze the class labels
     # and the mistakes' text past reading on a projector (1280 x 720).
     for r in results.values():
