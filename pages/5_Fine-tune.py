@@ -72,7 +72,8 @@ UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file
             "upload_squad": "an uploaded SQuAD file"}
 # (training, validation) examples: sentences for labels and tags, questions for spans.
 SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500),
-         "upload": (2000, 500), "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500), "upload_squad": (2000, 300)}
+         "upload": (2000, 500), "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500),
+         "upload_squad": (2000, 300)}
 # What a kind starts from on this page (each measured with the shipped models: docs/benchmarks.md). The budget is in
 # steps, so that a busy server gives a class the same figures as a quiet one, only later; `budget` is a time cap in
 # seconds a model, which cuts a run short only on a machine too slow or too busy for its steps (the page then says

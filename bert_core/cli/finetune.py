@@ -63,8 +63,8 @@ def add_parser(subparsers):
                    help="token tags: a CoNLL file (one `word ... tag` a line, a blank line between sentences), e.g. "
                         "CoNLL-2000 chunking; scored by chunk F1 beside its majority-tag baselines")
     p.add_argument("--tag-column", type=_tag_column, default="chunk", metavar="COLUMN",
-                   help="with --conll or --task conll2000: 'chunk' (the last column: chunk or entity tags, the default), 'pos' (the "
-                        "second column: part-of-speech tags) or a column number from 2")
+                   help="with --conll or --task conll2000: 'chunk' (the last column: chunk or entity tags, the "
+                        "default), 'pos' (the second column: part-of-speech tags) or a column number from 2")
     p.add_argument("--squad", type=path_arg, metavar="FILE",
                    help="answer spans: a SQuAD v1.1 JSON file; passages longer than the model's input are read in "
                         "overlapping windows")
