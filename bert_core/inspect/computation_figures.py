@@ -25,6 +25,10 @@ def token_labels(tokens: Sequence[str]) -> list[str]:
     return [f"{i + 1} {t}" for i, t in enumerate(tokens)]
 
 
+def _token_name(steps) -> str:
+    return f"Token {steps.query + 1} “{steps.tokens[steps.query]}”"
+
+
 def _symmetric(*arrays: np.ndarray) -> float:
     top = max(float(np.abs(a).max()) for a in arrays if a.size)
     return top if top > 0 else 1.0
@@ -75,13 +79,14 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
                         subplot_titles=("1. score q·k", f"2. divided by √d = √{steps.head_dim} "
                                         f"= {np.sqrt(steps.head_dim):.2f}",
                                         "3. softmax: the attention weights (they sum to 1)"))
-    fig.add_trace(go.Bar(x=labels, y=steps.scores, marker_color=colour, name="q·k",
+    fig.add_trace(go.Bar(x=labels, y=steps.scores, marker_color=colour, name="q·k", showlegend=False,
                          hovertemplate="%{x}: q·k = %{y:.4f}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=labels, y=steps.scaled, marker_color=colour, name="q·k / √d",
+    fig.add_trace(go.Bar(x=labels, y=steps.scaled, marker_color=colour, name="q·k / √d", showlegend=False,
                          hovertemplate="%{x}: q·k / √d = %{y:.4f}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Bar(x=labels, y=steps.probs, marker_color=colour, name="the model (temperature 1)",
-                         text=[("hidden" if h else f"{p:.2f}") for p, h in zip(steps.probs, hidden)],
-                         textposition="outside", hovertemplate="%{x}: weight %{y:.4f}<extra></extra>"), row=3, col=1)
+                         text=[("" if h else f"{p:.2f}") for p, h in zip(steps.probs, hidden)],
+                         textposition="outside", textfont=dict(size=FONT - 1), cliponaxis=False,
+                         hovertemplate="%{x}: weight %{y:.4f}<extra></extra>"), row=3, col=1)
     if what_if is not None and temperature != 1.0:
         fig.add_trace(go.Bar(x=labels, y=what_if, marker_color=WHAT_IF_COLOUR,
                              name=f"what-if: temperature {temperature:g}",
@@ -93,8 +98,10 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
     if hidden.any():
         masked_note = (" — grey: hidden by the causal mask (a later token), its score set to a huge negative"
                        if steps.causal else " — grey: hidden by the mask")
-    fig.update_layout(barmode="group", showlegend=what_if is not None and temperature != 1.0)
-    title = wrap(f"Token {labels[steps.query]} attending{masked_note}", 90)
+    # A number too small to read at 12 px is left out rather than shrunk (its exact value is on hover).
+    fig.update_layout(barmode="group", showlegend=what_if is not None and temperature != 1.0,
+                      uniformtext=dict(minsize=FONT - 1, mode="hide"))
+    title = wrap(f"{_token_name(steps)}: its scores and weights over every token{masked_note}", 90)
     return _fonts(_layout(fig, title, height=620, legend="below"))
 
 
@@ -127,7 +134,7 @@ def context_figure(steps) -> go.Figure:
     for row in (1, 2):
         fig.update_yaxes(autorange="reversed", row=row, col=1)
     fig.update_xaxes(title="component", row=2, col=1)
-    return _fonts(_layout(fig, f"Token {labels[steps.query]}: the weighted sum and what follows it",
+    return _fonts(_layout(fig, f"{_token_name(steps)}: the weighted sum and what follows it",
                           height=260 + 24 * (len(labels) + 6)))
 
 
@@ -245,6 +252,11 @@ def word_map_figure(wmap, columns: int = 5) -> go.Figure:
                 legendgroup=group, showlegend=i == 0, marker=dict(size=10, color=DISTINCT_COLORS[g % 10]),
                 text=[hover[j] for j in keep], hovertemplate="%{text}<extra></extra>"),
                 row=i // columns + 1, col=i % columns + 1)
+        # Each panel's own range with a margin: PCA scales differ by layer, and a dot on the edge is cut in half.
+        for axis, update in ((0, fig.update_xaxes), (1, fig.update_yaxes)):
+            lo, hi = float(wmap.points[i, :, axis].min()), float(wmap.points[i, :, axis].max())
+            pad = 0.12 * (hi - lo or 1.0)
+            update(range=[lo - pad, hi + pad], row=i // columns + 1, col=i % columns + 1)
     fig.update_xaxes(showticklabels=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, zeroline=False)
     return _fonts(_layout(fig, f"“{wmap.word}” in {len(wmap.sentences)} sentences, layer by layer (PCA)",

@@ -1,0 +1,127 @@
+"""How long each view of the "How BERT computes" page takes (a benchmark, not a test): the computation, its
+Plotly figures and their JSON (what the server sends), on a shipped checkpoint and a 32-token input.
+
+    python benchmarks/computation_views.py [--checkpoint checkpoints/bert-mini-english] [--repeats 15]
+                                           [--threads 1 2] [--json out.json]
+
+Prints a Markdown table: median, min and max milliseconds per view, for each torch thread count. Target (issue 59):
+every view under 1 s, the grammar check of one pair under 2 s, on a 2-core CPU with the shipped mini.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from bert_core.inspect import computation_figures as cf  # noqa: E402
+from bert_core.inspect.attention_steps import attention_steps, heads_off_effect, with_temperature  # noqa: E402
+from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours, word_map  # noqa: E402
+from bert_core.inspect.grammar import compare_pair  # noqa: E402
+from bert_core.inspect.logit_lens import logit_lens  # noqa: E402
+from bert_core.model.bert import is_causal  # noqa: E402
+from bert_core.model.checkpoint import load_checkpoint  # noqa: E402
+
+WORDS = ("the old man walked slowly along the river bank with his small dog , and the children who lived in the "
+         "village watched them from the bridge while the sun went down behind the hills .").split()
+PAIR = ("the keys to the old house are lost .", "the keys to the old house is lost .")
+
+
+def text_of_tokens(tokenizer, pieces: int) -> str:
+    """The first words of WORDS whose word pieces number exactly `pieces` (or as near as the words allow)."""
+    words = []
+    for w in WORDS * 4:
+        if len(tokenizer.encode(" ".join([*words, w]))) > pieces:
+            break
+        words.append(w)
+    return " ".join(words)
+
+
+def views(model, tok, tokens: int) -> dict:
+    """name -> a function that computes one view and builds (and serialises) its figures."""
+    causal = is_causal(model)
+    sentence = text_of_tokens(tok, tokens - 2)               # + [CLS] and [SEP]
+    lens_text = (text_of_tokens(tok, tokens - 1) if causal    # + [CLS]
+                 else text_of_tokens(tok, tokens - 3) + " [MASK]")
+    rows = SENSE_SENTENCES["bank"]
+    n = len(tok.encode(sentence)) + 2
+    print(f"input: {n} tokens ({sentence!r})", file=sys.stderr)
+
+    def send(*figs):
+        return sum(len(f.to_json()) for f in figs)
+
+    def attention():
+        s = attention_steps(model, tok, sentence, 1, 1, 5)
+        return send(cf.vectors_figure(s), cf.scores_figure(s, 0.5, with_temperature(s, 0.5)), cf.context_figure(s))
+
+    def lens():
+        result = logit_lens(model, tok, lens_text)
+        return send(cf.lens_figure(result), cf.lens_lines_figure(result))
+
+    def heads():
+        return send(cf.heads_off_figure(heads_off_effect(model, tok, lens_text, [(0, 0), (1, 1)])))
+
+    def embeddings():
+        parts = embedding_parts(model, tok, sentence)
+        return send(cf.embedding_parts_figure(parts, 3), cf.embedding_norms_figure(parts),
+                    cf.neighbours_figure("king", nearest_neighbours(model, tok, "king")))
+
+    def word_maps():
+        return send(cf.word_map_figure(word_map(model, tok, "bank", [s for _, s in rows], [g for g, _ in rows])))
+
+    def grammar():
+        c = compare_pair(model, tok, *PAIR)
+        return send(cf.shares_figure(c), cf.sentence_tokens_figure(c))
+
+    def grammar_32():
+        c = compare_pair(model, tok, sentence, sentence.replace(" the ", " a ", 1))
+        return send(cf.shares_figure(c), cf.sentence_tokens_figure(c))
+
+    return {"inside attention (3 figures)": attention, "each layer's guess (2 figures)": lens,
+            "heads switched off": heads, "embeddings + neighbours (3 figures)": embeddings,
+            "word map, 12 sentences x every layer": word_maps, f"grammar check, one pair {PAIR[0]!r}": grammar,
+            f"grammar check, one pair of {n}-token sentences": grammar_32}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=str(ROOT / "checkpoints" / "bert-mini-english"))
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    ckpt = load_checkpoint(args.checkpoint, require_tokenizer=True)
+    model = ckpt.model.eval()
+    results = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for name, fn in views(model, ckpt.tokenizer, args.tokens).items():
+            fn()  # warm: first-call allocations and Plotly's validators
+            times = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t) * 1000)
+            results.append({"view": name, "threads": threads, "median_ms": statistics.median(times),
+                            "min_ms": min(times), "max_ms": max(times), "n": len(times)})
+    print(f"{Path(args.checkpoint).name}, load average {os.getloadavg()[0]:.1f} at the end\n")
+    print("| view | torch threads | median ms | min | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['view']} | {r['threads']} | {r['median_ms']:.0f} | {r['min_ms']:.0f} | {r['max_ms']:.0f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
