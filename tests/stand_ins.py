@@ -22,6 +22,8 @@ class Steps:
     expected_s: ClassVar[float | None] = None
     longest_part_s: ClassVar[float] = 0.0
     corpus_label: ClassVar[str] = "stand-in"
+    preset: ClassVar[str] = "stand-in"              # what a run list names it by, as a TrainSpec's
+    train: ClassVar[dict] = {"objective": "mlm"}
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Counter:
     """A stand-in Trainer: counts steps until stopped, or until `steps` (then it has finished)."""
 
     probes = None
+    evals = ()   # no held-out evaluations
 
     def __init__(self, steps: int | None = None):
         self.steps = steps

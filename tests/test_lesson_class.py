@@ -157,7 +157,8 @@ def test_a_class_run_row_names_its_size_its_changed_knob_its_accuracy_and_the_pl
     runs = {"a": SimpleNamespace(spec=changed, phase="running", trainer=_trainer(0.05, 50)),
             "b": SimpleNamespace(spec=default, phase="finished", trainer=_trainer(0.30, 100)),
             "c": SimpleNamespace(spec=default, phase="running", trainer=_trainer(0.05, 10)),
-            "race": SimpleNamespace(spec=SimpleNamespace(builder=None), phase="finished", trainer=None)}
+            "race": SimpleNamespace(spec=SimpleNamespace(builder=None, page="Fine-tune"), phase="finished",
+                                    trainer=None)}
     rows = class_view.run_rows(["a", "gone", "b", "c", "race"], runs.get, default)
     assert [r["run"] for r in rows] == ["run 1", "run 3", "run 4"]
     a, b, c = rows

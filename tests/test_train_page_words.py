@@ -59,7 +59,7 @@ def test_the_speed_before_start_is_the_measured_one_in_the_benchmarks():
 
 def _run(objective=None, acc=None, phase="finished"):
     train = {"objective": objective} if objective else {}
-    spec = SimpleNamespace(train=train, model_overrides={}, preset="nano", corpus="toy")
+    spec = SimpleNamespace(train=train, model_overrides={}, preset="nano", corpus="toy", page="Train")
     evals = [SimpleNamespace(mlm_acc=acc)] if acc is not None else []
     return SimpleNamespace(spec=spec, phase=phase, trainer=SimpleNamespace(step=10, evals=evals))
 

@@ -4,6 +4,7 @@ file watcher, no usage statistics), and a wait until it answers its health check
 
 from __future__ import annotations
 
+import io
 import socket
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def start_app_server(port: int, env: dict, log: IO, timeout_s: float = 120, **po
             proc.kill()
             proc.wait()
             log.flush()
-            name = getattr(log, "name", None)
+            name = log.name if isinstance(log, (io.TextIOWrapper, io.BufferedWriter, io.FileIO)) else None
             tail = Path(name).read_text()[-3000:] if isinstance(name, str) and Path(name).is_file() else ""
             raise RuntimeError(f"streamlit did not come up:\n{tail}")
         time.sleep(0.05)

@@ -68,16 +68,19 @@ POLL_ENV = "BERT_EXPLORER_POLL_S"                  # how often the live training
 LOG_LEVEL_ENV = "BERT_EXPLORER_LOG_LEVEL"          # the operator's log: INFO (default), WARNING, DEBUG...
 
 
+_LOG_HANDLER = "bert_explorer"
+
+
 def configure_logging() -> None:
     """The operator's log on the server's standard error: one line for each run that starts, ends or fails, each
     slot handed over, each run a restart restores or drops, each save or checkpoint that fails (run ids only, no
     visitor's text). `$BERT_EXPLORER_LOG_LEVEL` sets the level (default INFO). Once per server process."""
     logger = logging.getLogger("bert_core")
-    if any(getattr(h, "bert_explorer", False) for h in logger.handlers):
+    if any(h.get_name() == _LOG_HANDLER for h in logger.handlers):   # its own handler, by the name it gave it
         return
     level = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper() or "INFO"
     handler = logging.StreamHandler()
-    handler.bert_explorer = True
+    handler.set_name(_LOG_HANDLER)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s bert_core: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
@@ -245,7 +248,7 @@ def attach_run(page: str = TRAIN_PAGE) -> None:
         if not token or token == s.get(state_key):
             continue
         found = lookup(token)
-        if found is not None and getattr(found.spec, "page", TRAIN_PAGE) == page:
+        if found is not None and found.spec.page == page:
             s.pop(run_key, None)
             s.pop(watch_key, None)
             s[state_key] = token
@@ -342,7 +345,7 @@ def reset_note(run: Run) -> str:
     """What the Train page says after *Reset*: the run it forgot, by what it was, and that *My runs* no longer
     lists it (a finished run that vanished without a word looked lost)."""
     trainer = run.trainer
-    step = getattr(trainer, "step", 0) if trainer is not None else 0
+    step = trainer.step if trainer is not None else 0
     what = f"{run.phase} at step {step:,}" if step else run.phase
     return (f"**The run was reset** ({what}): its model is gone, and it is no longer listed in *My runs*. A run "
             "saved with *Save this run on the server* stays under the sidebar's *A saved run*.")
@@ -385,7 +388,7 @@ def tab_run_folders() -> dict[str, Path]:
     for i, r in enumerate(RUNS.family(run)):
         if r is run:
             continue  # the tab's current run is the sidebar's "Model trained in this session"
-        folder = getattr(r.job, "released", None) if r.job is not None else None
+        folder = r.job.released if r.job is not None else None
         if folder is not None and (Path(folder) / "config.json").is_file():
             found[f"run {i + 1} of this tab"] = Path(folder)
     return found
@@ -442,7 +445,7 @@ def toy_pretraining_data(active: ActiveModel):
     if _TOY is None:
         _TOY = _toy_pairs_cached()
     tok = active.tokenizer
-    seq_len = min(128, active.config.max_position_embeddings, getattr(tok, "model_max_length", 512))
+    seq_len = min(128, active.config.max_position_embeddings, tok.model_max_length)
     return _TOY(f"{active.source}:{active.path}:{id(tok)}", tok, seq_len)
 
 
@@ -675,7 +678,7 @@ def quick_config():
                                                    or query_default("ckpt", "")))
         if source == SOURCE_SESSION:
             job = current_job()
-            return getattr(job.trainer, "model_config", None) or job.trainer.model.config
+            return job.trainer.model_config
     except Exception:  # noqa: BLE001 - only a first drawing: the sidebar reports what is wrong
         return None
     return None

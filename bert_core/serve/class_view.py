@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from bert_core.serve.run_protocols import TRAIN_PAGE
 from bert_core.training.comparison import knob_diff, knob_value, KNOBS
 from bert_core.training.plateau import CHECK_AFTER, plateau_warning
 
@@ -33,7 +34,7 @@ def _changes(spec, default) -> str:
 def _plateau(trainer, causal: bool) -> str:
     """'yes' while the run's [MASK] accuracy sits on the unigram line past CHECK_AFTER of its steps, 'no' when it
     is above it, 'too early' before that share of the run."""
-    max_steps = getattr(getattr(trainer, "config", None), "max_steps", None) or 0
+    max_steps = trainer.config.max_steps or 0
     done = trainer.step / max_steps if max_steps else None
     if done is None or done < CHECK_AFTER:
         return "too early"
@@ -43,16 +44,16 @@ def _plateau(trainer, causal: bool) -> str:
 def run_row(number: int, run, default) -> dict | None:
     """One pretraining run of the class as a row of the teacher's table; None for a run that is not a
     pretraining run (a race) or has no settings."""
-    spec = getattr(run, "spec", None)
-    if spec is None or not hasattr(spec, "train"):
+    spec = run.spec
+    if spec.page != TRAIN_PAGE:
         return None
     size = KNOBS["model_size"].show(knob_value(spec, "model_size"))
     trainer = run.trainer
-    evals = list(getattr(trainer, "evals", None) or ()) if trainer is not None else []
+    evals = list(trainer.evals) if trainer is not None else []
     accuracy = evals[-1].mlm_acc if evals else None
     causal = knob_value(spec, "attention") == "causal"
     return {"run": f"run {number}", "phase": run.phase, "size": size, "changed": _changes(spec, default),
-            "step": getattr(trainer, "step", 0) if trainer is not None else 0,
+            "step": trainer.step if trainer is not None else 0,
             # a GPT's accuracy is of the next token, a BERT's of masked ones: not the same test, so said beside it
             "held-out accuracy (%)": None if accuracy is None else round(100 * accuracy, 1),
             "of": "the next token" if causal else "masked tokens",

@@ -60,7 +60,7 @@ def fork_available() -> bool:
     there; on macOS system libraries are not) with pidfds (kernel 5.3+: how the launcher and its processes watch
     for an end), not switched off."""
     return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and \
-        hasattr(socket, "send_fds") and _pidfds()
+        hasattr(socket, "send_fds") and _pidfds()   # Python 3.9+ on Unix: a platform's feature, asked of it
 
 
 _PIDFDS: bool | None = None

@@ -60,7 +60,7 @@ def _server_watch():
     (bert_core.serve.launcher) watches the server by its pid (a pidfd: no confusion with a reused pid), since its
     parent is the launcher; a spawned one watches for its parent to change (it was reparented)."""
     server = os.environ.get(SERVER_PID_ENV)
-    if server and hasattr(os, "pidfd_open"):
+    if server and hasattr(os, "pidfd_open"):   # Linux 5.3+ and Python 3.9+: a platform feature, asked of it
         try:
             fd = os.pidfd_open(int(server))
         except ProcessLookupError:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from bert_core.serve.finetune_runs import FINETUNE_PAGE
+from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.run_registry import OWNER
 
 VISITOR_COOKIE = "bert_explorer_visitor"
-TRAIN_PAGE = "Train"
 # Each page's URL keys for a run: the owner's id, and a share link's.
 LINK_PARAMS = {TRAIN_PAGE: ("run", "watch"), FINETUNE_PAGE: ("ft", "ftwatch")}
 VISITOR_DAYS = 30          # how long a browser keeps its id; the runs themselves go by the server's retention
@@ -47,14 +46,13 @@ RACE_NAMES = {"pretrained": "from pretrained", "scratch": "from scratch", "tfidf
 def race_result(trainer: Any) -> str:
     """A race's result, every contender's latest validation figure ('from pretrained 71.6%, from scratch 96.8%,
     TF-IDF + LR 74.2% accuracy'): a row that showed the pretrained model's alone would hide who won."""
-    tuners = list(getattr(trainer, "tuners", None) or ())
-    scored = [t for t in tuners if getattr(t, "evals", None)]
+    scored = [t for t in (trainer.tuners if trainer is not None else ()) if t.evals]
     if not scored:
         return ""
-    f1 = bool(getattr(trainer, "primary", None))
+    f1 = bool(trainer.primary)
     order = {name: i for i, name in enumerate(RACE_NAMES)}
     scored.sort(key=lambda t: order.get(t.name, len(order)))
-    figures = [f"{RACE_NAMES.get(t.name, t.name)} {getattr(t.evals[-1], 'macro_f1' if f1 else 'accuracy'):.1%}"
+    figures = [f"{RACE_NAMES.get(t.name, t.name)} {t.evals[-1].macro_f1 if f1 else t.evals[-1].accuracy:.1%}"
                for t in scored]
     return f"{', '.join(figures)} {'F1' if f1 else 'accuracy'}"
 
@@ -62,26 +60,26 @@ def race_result(trainer: Any) -> str:
 def _score(run) -> str:
     """The run's latest held-out figure, named: a pretraining run's masked-token (BERT) or next-token (GPT)
     accuracy, a race's result (`race_result`)."""
-    if getattr(run.spec, "page", None) == FINETUNE_PAGE:
+    if run.spec.page == FINETUNE_PAGE:
         return race_result(run.trainer)
-    evals = getattr(run.trainer, "evals", None) or []
+    evals = run.trainer.evals if run.trainer is not None else ()
     if not evals:
         return ""
-    causal = (getattr(run.spec, "train", None) or {}).get("objective") == "clm"
+    causal = run.spec.train.get("objective") == "clm"
     return f"{float(evals[-1].mlm_acc):.1%} {'next-token' if causal else 'masked-token'} accuracy"
 
 
 def _model(spec) -> str:
-    if getattr(spec, "page", None) == FINETUNE_PAGE:
+    if spec.page == FINETUNE_PAGE:
         return f"fine-tuned from {spec.model_label}"
-    causal = (getattr(spec, "train", None) or {}).get("objective") == "clm"
-    return f"{'GPT' if causal else 'BERT'} {getattr(spec, 'preset', '')}".strip()
+    causal = spec.train.get("objective") == "clm"
+    return f"{'GPT' if causal else 'BERT'} {spec.preset}".strip()
 
 
 def run_link(run, role: str, base: str = "") -> str:
     """The link that opens the run on its own page (Train, or Fine-tune for a race), relative to `base`: the owner's
     id for a run this browser started, the share id for one it watched."""
-    page = getattr(run.spec, "page", TRAIN_PAGE)
+    page = run.spec.page
     owner, viewer = LINK_PARAMS[page]
     return f"{base}{page}?{owner}={run.run_id}" if role == OWNER else f"{base}{page}?{viewer}={run.view_id}"
 
@@ -93,13 +91,13 @@ def visitor_rows(visited: Sequence[tuple[Any, str]], base: str = "") -> list[dic
     for run, role in visited:
         spec = run.spec
         trainer = run.trainer
-        finetune = getattr(spec, "page", None) == FINETUNE_PAGE
+        finetune = spec.page == FINETUNE_PAGE
         rows.append({
             "run": run.name or ("started here" if role == OWNER else "watched here"),
             "state": run.phase,
             "model": _model(spec),
-            "data": (spec.task_label if finetune else getattr(spec, "corpus_label", "")) or "",
-            "step": getattr(trainer, "step", 0) if trainer is not None else 0,
+            "data": (spec.task_label if finetune else spec.corpus_label) or "",
+            "step": trainer.step if trainer is not None else 0,
             "held-out": _score(run),
             "open": run_link(run, role, base),
         })

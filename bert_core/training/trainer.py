@@ -140,6 +140,12 @@ class Trainer(RunLoop):
         return self.dist.is_main
 
     @property
+    def model_config(self):
+        """The model's BertConfig as it is now (a growing run's changes size once), as its mirror in the server
+        keeps it (serve.training_process.TrainerProxy.model_config)."""
+        return _unwrap(self.model).config
+
+    @property
     def history_limit(self) -> int:
         """How many step events `history` keeps before it thins them (TrainConfig.history_limit)."""
         return self.config.history_limit
