@@ -159,7 +159,7 @@ if klass is not None:
 
     _follow()
 st.markdown(step.text)
-if active is not None and step.key not in ("bert-or-gpt", "step"):
+if active is not None and step.key not in ("bert-or-gpt", "step", "run"):   # those show their own model
     name = active.short_name
     if class_model is not None and class_model[0] == "run" and active.path is None:
         name = lesson.class_run_name(active.step)   # the same words on the teacher's and the students' pages

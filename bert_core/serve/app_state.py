@@ -107,6 +107,7 @@ NAVIGATION = (
     ("pages/2_Train.py", "Train", ":material/model_training:"),
     ("pages/3_Attention.py", "Attention", ":material/visibility:"),
     ("pages/4_Predictions.py", "Predictions", ":material/target:"),
+    ("pages/7_How_BERT_computes.py", "How BERT computes", ":material/calculate:"),   # after what it explains
     ("pages/5_Fine-tune.py", "Fine-tune", ":material/label:"),
     ("pages/6_Export.py", "Export", ":material/download:"),
 )
