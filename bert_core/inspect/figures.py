@@ -435,8 +435,8 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
         hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
     ))
     size = max(420, min(900, 24 * len(labels) + 160))
-    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=10))
-    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=10))
+    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=12, color="#222"))
+    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=12, color="#222"))
     title = f"Layer {layer + 1}, head {head + 1}" + (f" — {label}" if label else "")
     if result.causal:
         title += f" ({FUTURE_NOTE})"
@@ -476,7 +476,8 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
             x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
             y1 = 1 - layer / n_layers - gap_y
             y0 = 1 - (layer + 1) / n_layers
-            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=dict(size=9))
+            # 12 px and dark: read from the back of a room (a labelled panel gives each token a row of 14 px or more)
+            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=dict(size=12, color="#222"))
             layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}",
                                             showticklabels=labelled and layer == n_layers - 1,
                                             tickangle=-90, **ticks)
@@ -485,7 +486,7 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
             extra = f": {labels[n - 1]}" if labels else ""
             titles.append(dict(text=f"L{layer + 1} H{head + 1}{extra}", x=(x0 + x1) / 2, y=y1, xref="paper",
                                yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
-                               font=dict(size=10)))
+                               font=dict(size=12)))
     top = float(max(result.attentions.max(), 1e-6)) if zmax is None else float(zmax)
     margin = dict(l=80, r=10, t=60, b=80) if labelled else dict(l=10, r=10, t=60, b=10)
     layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")),
@@ -517,8 +518,8 @@ def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int
         tok = _token_labels(result.tokens)
         fig.add_trace(go.Heatmap(z=future_hidden(att, result.causal), x=tok, y=tok, coloraxis="coloraxis",
                                  hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>"), row=1, col=col)
-        fig.update_yaxes(autorange="reversed", tickfont=dict(size=9), row=1, col=col)
-        fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", tickfont=dict(size=12, color="#222"), row=1, col=col)
+        fig.update_xaxes(tickangle=-60, tickfont=dict(size=12, color="#222"), row=1, col=col)
     seq = max(len(result.tokens) for result, _ in panels)
     causal = any(result.causal for result, _ in panels)
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")))
@@ -664,14 +665,14 @@ def architecture_figure(config: Any = None) -> go.Figure:
     fig.add_shape(type="rect", x0=0.1, y0=0.44, x1=0.9, y1=0.71, line=dict(color="#c0504d", dash="dash"))
     fig.add_annotation(x=0.5, y=0.69, text=f"Transformer {'decoder' if causal else 'encoder'} layer × {layers}  "
                                            "(residual + LayerNorm after each sub-layer)", showarrow=False,
-                       font=dict(size=11, color="#c0504d"))
+                       font=dict(size=12, color="#c0504d"))
     head_arrows = ((0.5, 0.71, 0.79),) if causal else ((0.25, 0.71, 0.79), (0.75, 0.71, 0.79))
     for x, y0, y1 in ((0.5, 0.12, 0.17), (0.5, 0.29, 0.34), (0.5, 0.41, 0.46), (0.5, 0.56, 0.58), *head_arrows):
         fig.add_annotation(x=x, y=y1, ax=x, ay=y0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor="#555", text="")
     fig.add_annotation(x=0.5, y=0.97, text="hidden states → every position's vector, scored against the token after it"
                        if causal else "hidden states → every position's vector (MLM) and [CLS]'s (NSP)",
-                       showarrow=False, font=dict(size=11, color="#555"))
+                       showarrow=False, font=dict(size=12, color="#555"))
     fig.update_xaxes(visible=False, range=[0, 1])
     fig.update_yaxes(visible=False, range=[1.0, 0])
     fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10),
