@@ -1,0 +1,403 @@
+"""Building a pretraining corpus from public collections (issue 60): duplicates, per-author caps, contamination
+with what the project evaluates on, held-out documents per source, token shards, and a report of every drop.
+
+The steps, in order, each a pure function of the documents and the seed:
+1. read and clean every source (bert_core.data.corpus_sources, corpus_cleaning); drop non-English books;
+2. drop whole documents seen before (same words), then repeated paragraphs, and a document that is mostly
+   repeated paragraphs (another edition of a book already read);
+3. drop every document that shares a NGRAM-word run with a reference text (WikiText-2 test, Brown, polarity,
+   AG News, CoNLL-2000 test: see `default_references`);
+4. cap each author's (group's) words, keeping books in a seeded order;
+5. hold out a seeded share of each source's documents;
+6. tokenize once into uint16 shards (bert_core.data.corpus_shards) and write `report.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bert_core.data.corpus_cleaning import normalized_words
+from bert_core.data.corpus_shards import INDEX_FILE, ShardWriter
+from bert_core.data.corpus_sources import (SourceDocument, SourceTree, decode_text, detect_kind, parse_source,
+                                           read_documents)
+from bert_core.errors import BertCoreError
+from bert_core.paths import cache_dir, shared_data_dir
+
+__all__ = ["BuildSettings", "Reference", "build_corpus", "default_references", "load_reference", "ngram_hashes",
+           "REPORT_FILE", "DEFAULT_WEIGHTS"]
+
+REPORT_FILE = "report.json"
+# How many times each source's training documents are read per pass over the mix. Books dominate by words; the
+# news (the era and topics of AG News) and the NLTK text are repeated so that about a tenth of what a model
+# reads is news, at the cost of repeating 4x a text far smaller than the books (see docs/corpus.md).
+DEFAULT_WEIGHTS = {"gutenberg": 1.0, "reuters": 4.0, "newsgroups": 2.0, "bbc": 4.0, "nltk": 2.0, "text": 1.0}
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What a build chooses; recorded whole in report.json and index.json, so a build can be repeated."""
+
+    seed: int = 0
+    ngram: int = 13
+    author_cap_words: int = 3_000_000
+    heldout_fraction: float = 0.01
+    dedup_min_words: int = 8          # paragraphs shorter than this ("Yes, sir.", "CHAPTER I") may repeat
+    near_duplicate_share: float = 0.5  # a document this much made of paragraphs seen before is a duplicate
+    shard_tokens: int = 1 << 23
+    compress: bool = False
+    weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+
+
+@dataclass
+class Reference:
+    """Text the project evaluates on, as the sorted hashes of its NGRAM-word runs."""
+
+    name: str
+    where: str
+    words: int
+    hashes: np.ndarray
+
+
+_PRIME = np.uint64(1099511628211)
+
+
+def _word_ids(words: list[str]) -> np.ndarray:
+    # Stable within one process (Python's string hash), which is all a build needs: references and documents are
+    # hashed by the same process. 64-bit run hashes make a false match between two runs about 1 in 10^19 / n.
+    return np.fromiter((hash(w) for w in words), dtype=np.int64, count=len(words)).view(np.uint64)
+
+
+def ngram_hashes(words: list[str], n: int) -> np.ndarray:
+    """The 64-bit hashes of every run of `n` consecutive words (empty when there are fewer than n)."""
+    if len(words) < n:
+        return np.zeros(0, dtype=np.uint64)
+    ids = _word_ids(words)
+    m = len(words) - n + 1
+    h = np.zeros(m, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):
+            h = h * _PRIME + ids[k:k + m]
+    return h
+
+
+def _reference_texts(path: Path, data: bytes) -> list[str]:
+    """The texts in a reference file: CSV fields, CoNLL tokens, the test members of a zip, or plain text."""
+    import csv
+    import io
+    import zipfile
+
+    if data[:2] == b"PK":
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = [n for n in z.namelist() if "test" in n.rsplit("/", 1)[-1].lower() and not n.endswith("/")]
+            if not names:
+                raise BertCoreError(f"reference {path} is a zip with no member named test*; give the test file")
+            return [t for n in names for t in _reference_texts(Path(n), z.read(n))]
+    text = decode_text(data, str(path))
+    if path.suffix.lower() == ".csv":
+        rows = csv.reader(io.StringIO(text))
+        # Every field but a bare label: the polarity CSV's text, AG News's title and description (\\ = a break).
+        return [" ".join(f.replace("\\", " ") for f in row if not f.strip().isdigit()) for row in rows]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines and all(len(ln.split()) == 3 for ln in lines[:50]):  # CoNLL: `word POS chunk`, a blank line a sentence
+        return [" ".join(ln.split()[0] if ln.strip() else "\n" for ln in text.splitlines())]
+    # WikiText's `<unk>` stands for a rare word: a run through it must not match a real word, so the text is cut.
+    return [part for part in text.split("<unk>")]
+
+
+def load_reference(spec: str, n: int = 13) -> Reference:
+    """A reference from `PATH` (a file) or `GIT_DIR::PATH_IN_REPO` (a file of a bare git directory)."""
+    where, sep, inner = spec.partition("::")
+    if sep:
+        tree = SourceTree(where)
+        present = {f.path: f for f in tree.files()}
+        if inner not in present:
+            raise BertCoreError(f"reference {inner} is not in {where}")
+        if present[inner].size is None:
+            raise BertCoreError(f"reference {inner} is absent from the copy {where} (Git LFS or 4 MiB and over)")
+        data = next(tree.read_many([inner]))[1]
+        path = Path(inner)
+    else:
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise BertCoreError(f"reference {spec} is not a file; give a text, CSV, CoNLL or zip file")
+        data = path.read_bytes()
+    texts = _reference_texts(path, data)
+    hashes, words = [], 0
+    for t in texts:
+        w = normalized_words(t)
+        words += len(w)
+        hashes.append(ngram_hashes(w, n))
+    all_hashes = np.unique(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
+    if words == 0:
+        raise BertCoreError(f"reference {spec} holds no words")
+    return Reference(name=path.name, where=spec, words=words, hashes=all_hashes)
+
+
+def default_references() -> list[str]:
+    """The project's evaluation text found on this machine: the shared folder's Brown (all of it: a superset of
+    any run's held-out documents), polarity and AG News rows, and the app's downloaded task files in the cache.
+    WikiText-2 test and CoNLL-2000 test are not in either place; give them with --against (docs/corpus.md)."""
+    found = []
+    shared = shared_data_dir()
+    if shared is not None:
+        for rel in ("brown/brown.txt", "sentence_polarity/polarity.csv", "ag_news/news.csv"):
+            if (shared / rel).is_file():
+                found.append(str(shared / rel))
+    for name in ("ag_news-download.csv", "polarity-download.csv"):
+        if (cache_dir() / name).is_file():
+            found.append(str(cache_dir() / name))
+    return found
+
+
+def _text_key(words: list[str]) -> int:
+    return int.from_bytes(hashlib.blake2b(" ".join(words).encode(), digest_size=8).digest(), "little")
+
+
+class _Tally:
+    """Documents and words dropped per source and reason."""
+
+    def __init__(self):
+        self.by_source: dict[str, dict] = {}
+
+    def source(self, name: str) -> dict:
+        return self.by_source.setdefault(name, {"documents_read": 0, "words_read": 0, "dropped": {},
+                                                "paragraphs_repeated": 0, "words_in_repeated_paragraphs": 0})
+
+    def drop(self, name: str, reason: str, words: int) -> None:
+        d = self.source(name)["dropped"].setdefault(reason, {"documents": 0, "words": 0})
+        d["documents"] += 1
+        d["words"] += words
+
+
+def _dedup_and_check(doc: SourceDocument, seen_docs: dict, seen_paragraphs: set, references: list[Reference],
+                     settings: BuildSettings, tally: _Tally, examples: dict) -> SourceDocument | None:
+    """The document with repeated paragraphs removed, or None when it is dropped (the reason tallied)."""
+    words = doc.words
+    if doc.note:
+        tally.drop(doc.source, doc.note, words)
+        return None
+    normalized = [normalized_words(p) for p in doc.paragraphs]
+    flat = [w for p in normalized for w in p]
+    if not flat:
+        tally.drop(doc.source, "empty after cleaning", words)
+        return None
+    key = _text_key(flat)
+    if key in seen_docs:
+        tally.drop(doc.source, "duplicate document", words)
+        return None
+    seen_docs[key] = doc.name
+    kept, repeated_words, keys = [], 0, []
+    for para, norm in zip(doc.paragraphs, normalized):
+        if len(norm) < settings.dedup_min_words:
+            kept.append(para)
+            continue
+        k = _text_key(norm)
+        if k in seen_paragraphs:
+            repeated_words += len(para.split())
+            continue
+        keys.append(k)
+        kept.append(para)
+    if repeated_words >= settings.near_duplicate_share * words:
+        tally.drop(doc.source, "near-duplicate (mostly paragraphs seen before)", words)
+        return None
+    hashes = ngram_hashes(flat, settings.ngram)
+    for ref in references:
+        # ref.hashes is sorted and unique: a binary search per run, not np.isin's sort of both arrays per document.
+        pos = np.minimum(np.searchsorted(ref.hashes, hashes), max(len(ref.hashes) - 1, 0))
+        hit = ref.hashes[pos] == hashes if len(ref.hashes) else np.zeros(len(hashes), dtype=bool)
+        if hit.any():
+            tally.drop(doc.source, f"shares a {settings.ngram}-word run with {ref.name}", words)
+            first = int(np.argmax(hit))
+            examples.setdefault(ref.name, [])
+            if len(examples[ref.name]) < 5:
+                examples[ref.name].append({"document": f"{doc.source}:{doc.name}",
+                                           "run": " ".join(flat[first:first + settings.ngram])})
+            return None
+    seen_paragraphs.update(keys)
+    s = tally.source(doc.source)
+    s["paragraphs_repeated"] += len(doc.paragraphs) - len(kept)
+    s["words_in_repeated_paragraphs"] += repeated_words
+    doc.paragraphs = kept
+    return doc
+
+
+def _capped(docs: list[dict], cap: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(kept, dropped) records of one group: books in a seeded order until the group reaches `cap` words; the
+    first book is always kept, so a writer of one long book still appears."""
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    kept, dropped, total = [], [], 0
+    for i in order:
+        if total and total + docs[i]["words"] > cap:
+            dropped.append(docs[i])
+        else:
+            kept.append(docs[i])
+            total += docs[i]["words"]
+    return sorted(kept, key=lambda d: d["offset"]), dropped
+
+
+def _heldout_choice(n: int, fraction: float, seed: int) -> set[int]:
+    if n < 2:
+        return set()
+    k = min(n - 1, max(1, round(fraction * n)))
+    return set(random.Random(seed).sample(range(n), k))
+
+
+def _seed_of(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest(), "little")
+
+
+def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: BuildSettings | None = None,
+                 references: list[str] | None = None, overwrite: bool = False,
+                 progress: Callable[[str], None] | None = None) -> dict:
+    """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report.
+
+    The folder is written under a temporary name and renamed at the end: a failed build leaves no half corpus and
+    never touches an existing one (`overwrite` replaces it only once the new one is complete)."""
+    settings = settings or BuildSettings()
+    say = progress or (lambda msg: None)
+    if not sources:
+        raise BertCoreError("give at least one SOURCE folder or git directory")
+    out = Path(out).expanduser()
+    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise BertCoreError(f"{out} exists and is not empty; give a new folder (or --overwrite to replace it)")
+    unknown = [w for w in settings.weights if w not in DEFAULT_WEIGHTS]
+    if unknown:
+        raise BertCoreError(f"weights for unknown kinds {unknown}; kinds are {', '.join(DEFAULT_WEIGHTS)}")
+    if not 0.0 <= settings.heldout_fraction < 1.0:
+        raise BertCoreError(f"the held-out fraction must be in [0, 1), got {settings.heldout_fraction}")
+    if tokenizer.vocab_size > 65535:
+        raise BertCoreError(f"the tokenizer has {tokenizer.vocab_size} tokens; uint16 shards hold at most 65535")
+    trees = []
+    names: dict[str, int] = {}
+    for spec in sources:
+        kind, path = parse_source(spec)
+        tree = SourceTree(path)
+        kind = kind or detect_kind(tree)
+        names[kind] = names.get(kind, 0) + 1
+        trees.append((tree, kind, kind if names[kind] == 1 else f"{kind}-{names[kind]}"))
+    refs = []
+    for spec in (default_references() if references is None else references):
+        say(f"reading reference {spec}")
+        refs.append(load_reference(spec, settings.ngram))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
+    try:
+        report = _build_into(work, trees, tokenizer, settings, refs, say)
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.replace(work, out)
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: list[Reference], say) -> dict:
+    started = time.time()
+    tally, examples = _Tally(), {}
+    seen_docs: dict = {}
+    seen_paragraphs: set = set()
+    kept: dict[str, list[dict]] = {}
+    staging = work / "staging.jsonl"
+    files_skipped: dict[str, dict] = {}
+    with open(staging, "w", encoding="utf-8") as stage:
+        for tree, kind, name in trees:
+            say(f"reading {name} ({kind}) from {tree.path}")
+            skipped = files_skipped.setdefault(name, {})
+            n_docs = 0
+            for doc in read_documents(tree, kind, name, skipped):
+                n_docs += 1
+                s = tally.source(name)
+                s["documents_read"] += 1
+                s["words_read"] += doc.words
+                doc = _dedup_and_check(doc, seen_docs, seen_paragraphs, refs, settings, tally, examples)
+                if doc is None:
+                    continue
+                offset = stage.tell()
+                stage.write(json.dumps(doc.paragraphs, ensure_ascii=False) + "\n")
+                kept.setdefault(name, []).append({"group": doc.group, "name": doc.name, "words": doc.words,
+                                                  "offset": offset, "kind": kind})
+                if n_docs % 500 == 0:
+                    say(f"  {name}: {n_docs} documents read")
+            if n_docs == 0:
+                raise BertCoreError(f"source {tree.path} holds no {kind} documents; check the folder and its kind")
+    del seen_paragraphs
+    writer = ShardWriter(work, tokenizer, settings.shard_tokens, compress=settings.compress)
+    sources_report = {}
+    with open(staging, "rb") as stage:
+        for tree, kind, name in trees:
+            docs = kept.get(name, [])
+            if kind == "gutenberg":
+                groups: dict[str, list[dict]] = {}
+                for d in docs:
+                    groups.setdefault(d["group"], []).append(d)
+                docs = []
+                for g in sorted(groups):
+                    k, dropped = _capped(groups[g], settings.author_cap_words, _seed_of(settings.seed, g))
+                    docs.extend(k)
+                    for d in dropped:
+                        tally.drop(name, "over its author's cap", d["words"])
+                docs.sort(key=lambda d: d["offset"])
+            held = _heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
+            say(f"tokenizing {name}: {len(docs)} documents")
+            split_words = {"train": 0, "heldout": 0}
+            heldout_text = []
+            for i, d in enumerate(docs):
+                stage.seek(d["offset"])
+                paras = json.loads(stage.readline())
+                split = "heldout" if i in held else "train"
+                split_words[split] += d["words"]
+                writer.add_document(name, split, paras)
+                if split == "heldout":
+                    heldout_text.append("\n".join(paras))
+            (work / "heldout").mkdir(exist_ok=True)
+            if heldout_text:
+                # Plain text for `eval --text-file`: a paragraph a line, a blank line between documents.
+                (work / "heldout" / f"{name}.txt").write_text("\n\n".join(heldout_text) + "\n", encoding="utf-8")
+            s = tally.source(name)
+            sources_report[name] = {
+                "kind": kind, "path": str(tree.path), "files_skipped": files_skipped.get(name, {}),
+                "documents_read": s["documents_read"], "words_read": s["words_read"],
+                "dropped": s["dropped"], "repeated_paragraphs_removed": s["paragraphs_repeated"],
+                "words_in_repeated_paragraphs": s["words_in_repeated_paragraphs"],
+                "documents_kept": len(docs), "words_kept": split_words["train"] + split_words["heldout"],
+                "heldout_documents": len(held), "heldout_words": split_words["heldout"],
+                "train_words": split_words["train"], "weight": settings.weights.get(kind, 1.0),
+                "groups": len({d["group"] for d in docs}),
+            }
+    staging.unlink()
+    index = writer.finish(settings={**asdict(settings)}, weights={n: sources_report[n]["weight"]
+                                                                 for n in sources_report})
+    for name, rec in sources_report.items():
+        rec["tokens"] = {split: sum(s["tokens"] for s in index["shards"] if s["source"] == name and
+                                    s["split"] == split) for split in ("train", "heldout")}
+    total_train = sum(r["train_words"] * r["weight"] for r in sources_report.values()) or 1
+    for rec in sources_report.values():
+        rec["share_of_mix"] = round(rec["train_words"] * rec["weight"] / total_train, 4)
+    report = {
+        "settings": asdict(settings),
+        "sources": sources_report,
+        "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
+                       for r in refs],
+        "contamination_examples": examples,
+        "totals": {k: sum(r[k] for r in sources_report.values())
+                   for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
+                             "heldout_words")},
+        "tokens": {"train": index["tokens"]["train"], "heldout": index["tokens"]["heldout"]},
+        "seconds": round(time.time() - started, 1),
+    }
+    (work / REPORT_FILE).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert (work / INDEX_FILE).is_file()
+    return report
