@@ -1,5 +1,6 @@
 """In a real browser at a projector's 1280 x 720, on a server whose two cores other work keeps busy: the lesson's own
-path to its race. The default run from the lesson's step 4, to its end; then step 8's *Run the lesson's race* on
+path to its race. From step 1 (the notices of steps 1 and 2 still what their figures show), the default run from
+step 4 to its end, Next to step 8; then *Run the lesson's race* on
 the Fine-tune page, read off the page over three seeds: pretraining pays (the pretrained model beats the same model
 from scratch and the bag of words), the same seed gives the same figures on a quiet and on a loaded machine (steps
 decide, not seconds), and the way back to the lesson reports the race with the figures the page showed.
@@ -29,6 +30,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server,
     server_home,
 )
+from tests.test_browser_tour import _notice, _plot   # a step's notice, and a chart by its title
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -96,14 +98,25 @@ def test_the_lessons_race_pays_for_pretraining_on_a_busy_server(server, browser,
     load: list[subprocess.Popen] = []
     figures = {}
     try:
-        page.goto(f"{base}/Lesson?step=run")
-        _settle(page)
         load = _busy()
+        page.goto(f"{base}/Lesson")
+        _settle(page)
+        # Steps 1 and 2 under the load: each notice still says what the figure beside it shows.
+        pieces = int(re.search(r"became (\d+) word pieces", _notice(page, "word pieces")).group(1))
+        assert _plot(page, "tokens, as the model reads them")["title"].startswith(f"{pieces + 2} tokens")
+        _next(page, "masking")
+        said = dict(re.findall(r"the (kept tokens|\[MASK\]ed ones|random ones) (\d+)%", _notice(page, "guesses")))
+        bars = _plot(page, "Right guesses by decision")["data"][0]
+        names = {"kept": "kept tokens", "[MASK]": "[MASK]ed ones", "random": "random ones"}
+        assert all(int(said[names[d]]) == round(v * 100) for d, v in zip(bars["x"], bars["y"])), (said, bars)
+        _next(page, "step")
+        _next(page, "run")
         page.get_by_role("button", name="Start the default run").click()
         page.get_by_text("Run finished", exact=False).first.wait_for(timeout=900_000)
         _settle(page)
         for key in ("attention", "predictions", "bert-or-gpt", "fine-tune"):   # as a class goes: Next, Next...
             _next(page, key)
+            _no_exception(page, f"lesson: {key}")
         assert page.get_by_text("Model in use (the sidebar's): the model trained in this session", exact=False) \
             .count() == 1
         page.get_by_role("button", name="Run the lesson's race").click()
