@@ -84,6 +84,12 @@ def add_parser(subparsers):
     p.add_argument("--train-size", type=int_arg(1), help="training examples (default: all but the validation set)")
     p.add_argument("--val-size", type=int_arg(1), help="validation examples (default: 10%%)")
     p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
+    _add_training_options(p)
+    return p
+
+
+def _add_training_options(p) -> None:
+    """The budget, the optimisation and what to write and compare: the second half of `finetune`'s flags."""
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--time-budget", type=POSITIVE, metavar="S",
                         help="training seconds per model, instead of a number of steps (the result then depends on the "
@@ -135,7 +141,6 @@ def add_parser(subparsers):
                    help="sentence labels: also fit TF-IDF + logistic regression (scikit-learn) on the same split, the "
                         "bag-of-words line to beat (token tags always get their majority-tag baselines)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    return p
 
 
 def _tag_column(text: str) -> str | int:
