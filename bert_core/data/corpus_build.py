@@ -304,6 +304,41 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
     return report
 
 
+def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, tally: _Tally) -> list[dict]:
+    """A Gutenberg source's documents with each author capped at settings.author_cap_words (seeded by author), in
+    their staged order; what the cap drops is tallied."""
+    groups: dict[str, list[dict]] = {}
+    for d in docs:
+        groups.setdefault(d["group"], []).append(d)
+    kept = []
+    for g in sorted(groups):
+        k, dropped = _capped(groups[g], settings.author_cap_words, _seed_of(settings.seed, g))
+        kept.extend(k)
+        for d in dropped:
+            tally.drop(name, "over its author's cap", d["words"])
+    return sorted(kept, key=lambda d: d["offset"])
+
+
+def _report(settings: BuildSettings, sources_report: dict, refs: list[Reference], examples: dict, index: dict,
+            started: float) -> dict:
+    """report.json: the settings, each source's figures and share of the mix, the references, the totals."""
+    total_train = sum(r["train_words"] * r["weight"] for r in sources_report.values()) or 1
+    for rec in sources_report.values():
+        rec["share_of_mix"] = round(rec["train_words"] * rec["weight"] / total_train, 4)
+    return {
+        "settings": asdict(settings),
+        "sources": sources_report,
+        "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
+                       for r in refs],
+        "contamination_examples": examples,
+        "totals": {k: sum(r[k] for r in sources_report.values())
+                   for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
+                             "heldout_words")},
+        "tokens": {"train": index["tokens"]["train"], "heldout": index["tokens"]["heldout"]},
+        "seconds": round(time.time() - started, 1),
+    }
+
+
 def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: list[Reference], say) -> dict:
     started = time.time()
     tally, examples = _Tally(), {}
@@ -340,16 +375,7 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
         for tree, kind, name in trees:
             docs = kept.get(name, [])
             if kind == "gutenberg":
-                groups: dict[str, list[dict]] = {}
-                for d in docs:
-                    groups.setdefault(d["group"], []).append(d)
-                docs = []
-                for g in sorted(groups):
-                    k, dropped = _capped(groups[g], settings.author_cap_words, _seed_of(settings.seed, g))
-                    docs.extend(k)
-                    for d in dropped:
-                        tally.drop(name, "over its author's cap", d["words"])
-                docs.sort(key=lambda d: d["offset"])
+                docs = _cap_authors(docs, name, settings, tally)
             held = _heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
             say(f"tokenizing {name}: {len(docs)} documents")
             split_words = {"train": 0, "heldout": 0}
@@ -383,21 +409,7 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
     for name, rec in sources_report.items():
         rec["tokens"] = {split: sum(s["tokens"] for s in index["shards"] if s["source"] == name and
                                     s["split"] == split) for split in ("train", "heldout")}
-    total_train = sum(r["train_words"] * r["weight"] for r in sources_report.values()) or 1
-    for rec in sources_report.values():
-        rec["share_of_mix"] = round(rec["train_words"] * rec["weight"] / total_train, 4)
-    report = {
-        "settings": asdict(settings),
-        "sources": sources_report,
-        "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
-                       for r in refs],
-        "contamination_examples": examples,
-        "totals": {k: sum(r[k] for r in sources_report.values())
-                   for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
-                             "heldout_words")},
-        "tokens": {"train": index["tokens"]["train"], "heldout": index["tokens"]["heldout"]},
-        "seconds": round(time.time() - started, 1),
-    }
+    report = _report(settings, sources_report, refs, examples, index, started)
     (work / REPORT_FILE).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     assert (work / INDEX_FILE).is_file()
     return report
