@@ -143,16 +143,9 @@ def _batch(config: BertConfig, batch: int, seq: int, mask_rate: float, seed: int
                 labels=labels, next_sentence_label=torch.randint(0, 2, (batch,), generator=g))
 
 
-def run_bench(args) -> dict:
-    """Run the side-by-side benchmark and return its figures (also printed)."""
-    config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
-    # Two models train side by side: refuse, before allocating either, a size that could not train even once.
-    config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
-    device = resolve_device(getattr(args, "device", "cpu"), DistInfo())
-    precision = computes_in(device, getattr(args, "precision", "bf16"))
-    kept = False if args.default_malloc else keep_freed_memory()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def _side_by_side(config: BertConfig) -> dict:
+    """Our model and, where transformers is installed, its BertForPreTraining (SDPA attention) with the same
+    weights, both in training mode."""
     torch.manual_seed(0)
     ours = BertForPreTraining(config).train()
     models = {"ours": ours}
@@ -167,20 +160,30 @@ def run_bench(args) -> dict:
         models["transformers"] = ref.train()
     except ImportError:
         pass
-    models = {k: m.to(device) for k, m in models.items()}
+    return models
+
+
+def run_bench(args) -> dict:
+    """Run the side-by-side benchmark and return its figures (also printed)."""
+    config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
+    # Two models train side by side: refuse, before allocating either, a size that could not train even once.
+    config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
+    device = resolve_device(getattr(args, "device", "cpu"), DistInfo())
+    precision = computes_in(device, getattr(args, "precision", "bf16"))
+    kept = False if args.default_malloc else keep_freed_memory()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = {k: m.to(device) for k, m in _side_by_side(config).items()}
     batch = {k: v.to(device) for k, v in _batch(config, args.batch_size, args.seq_len, args.mask_rate).items()}
     optims = {k: adamw(m, lr=1e-4) for k, m in models.items()}  # the same (fused) optimizer for both
     runners = {k: (torch.compile(m) if getattr(args, "compile", False) else m) for k, m in models.items()}
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
-    def autocast():
-        return autocast_for(device, precision)
-
     def step(name):
         _sync(device)
         t = time.perf_counter()
         optims[name].zero_grad(set_to_none=True)
-        with autocast():
+        with autocast_for(device, precision):
             loss = runners[name](**batch).loss
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -225,11 +228,10 @@ def run_bench(args) -> dict:
         "memory_gbps": round(memory.gbps(), 1),
         "memory_spread": round(_spread(memory.times), 3),
     }
-    for name, ts in times.items():
+    for name, ts in times.items():   # each model's median step, its tokens a second and its spread
         med = statistics.median(ts)
-        result[f"{name}_step_s"] = round(med, 4)
-        result[f"{name}_tokens_per_s"] = round(tokens / med, 1)
-        result[f"{name}_step_spread"] = round(_spread(ts), 3)
+        result.update({f"{name}_step_s": round(med, 4), f"{name}_tokens_per_s": round(tokens / med, 1),
+                       f"{name}_step_spread": round(_spread(ts), 3)})
     ours_flops = training_flops(config, args.batch_size, args.seq_len, masked, sparse_head=True)
     result["ours_gflops"] = round(ours_flops / result["ours_step_s"] / 1e9, 1)
     result["ours_fraction_of_matmul"] = round(result["ours_gflops"] / ceiling, 3)
@@ -238,11 +240,7 @@ def run_bench(args) -> dict:
     if max(result["matmul_spread"], result["memory_spread"]) > 0.1:
         result["warning"] = ("the machine was busy during this run (the middle half of the matmul or memory samples "
                              "spread over more than 10% of their median): compare its figures only with quiet runs")
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for k, v in result.items():
-            print(f"{k:>28}: {v}")
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>28}: {v}" for k, v in result.items()))
     return result
 
 
