@@ -92,6 +92,30 @@ def scratch_key(run_id: str) -> str:
     return f"run:{run_id}"
 
 
+def where_runs_train(caps: dict[str, int], gpus: list) -> str:
+    """Where a server's runs train, in one sentence: its CPU, or its GPUs (`gpus`, those with slots in `caps`) and
+    the CPU's slots beside them."""
+    cores = os.cpu_count() or 1
+    cpu = f"CPU ({cores} core{'s' if cores != 1 else ''})"
+    if not gpus:
+        return f"Runs train on this server's {cpu}, a training process a run."
+    names = ", ".join(f"{g.name}, up to {caps[g.device]} run(s) at once" for g in gpus)
+    cpu_part = (f", and up to {caps['cpu']} more on its {cpu} while the GPU{'s are' if len(gpus) > 1 else ' is'} "
+                "full" if caps["cpu"] else "")
+    return (f"Runs train on this server's GPU{'s' if len(gpus) > 1 else ''} ({names}; bf16 autocast){cpu_part}, "
+            "a training process a run.")
+
+
+def sharing_policy(where: str, slots: int, turn_s: float, unwatched_s: float, keep: int) -> str:
+    """A server's sharing rules in one paragraph, as the pages show them."""
+    return (f"{where} This server trains {slots} run(s) at a time; further runs wait in a "
+            f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at "
+            f"most {turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
+            f"continuing where it stopped (a fine-tuning race pauses between two of its models, never within "
+            f"one). A run that no open tab has watched for {unwatched_s / 60:g} min is stopped; the server keeps "
+            f"the latest {keep} ended runs.")
+
+
 class RunStore:
     """Every training run of one server process, and what its owner and the pages do with it. Its collaborators
     share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's and GPUs' slots and its turns
@@ -205,17 +229,8 @@ class RunStore:
 
     def where(self) -> str:
         """Where the runs train, in one sentence, as the pages show it."""
-        cores = os.cpu_count() or 1
-        cpu = f"CPU ({cores} core{'s' if cores != 1 else ''})"
         caps = self._queue.capacities()
-        gpus = [g for g in self._gpus() if caps.get(g.device)]
-        if not gpus:
-            return f"Runs train on this server's {cpu}, a training process a run."
-        names = ", ".join(f"{g.name}, up to {caps[g.device]} run(s) at once" for g in gpus)
-        cpu_part = (f", and up to {caps['cpu']} more on its {cpu} while the GPU{'s are' if len(gpus) > 1 else ' is'} "
-                    "full" if caps["cpu"] else "")
-        return (f"Runs train on this server's GPU{'s' if len(gpus) > 1 else ''} ({names}; bf16 autocast){cpu_part}, "
-                "a training process a run.")
+        return where_runs_train(caps, [g for g in self._gpus() if caps.get(g.device)])
 
     def device_of(self, run: Run) -> str:
         """Where `run` trains, as a page says it ('the GPU (NVIDIA H100 80GB HBM3)', 'the CPU'); '' before it has
@@ -224,13 +239,8 @@ class RunStore:
 
     def policy(self) -> str:
         """The sharing rules in one paragraph, as the pages show them."""
-        return (f"{self.where()} This server trains {self.slots()} run(s) at a time; further runs wait in a "
-                f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at "
-                f"most {self._queue.turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
-                f"continuing where it stopped (a fine-tuning race pauses between two of its models, never within "
-                f"one). A run that no open tab has watched for "
-                f"{self._registry.unwatched_s / 60:g} min is stopped; the server keeps the latest "
-                f"{self._registry.keep} ended runs.")
+        return sharing_policy(self.where(), self.slots(), self._queue.turn_s, self._registry.unwatched_s,
+                              self._registry.keep)
 
     # -------------------------------------------------------------- owner actions
 
