@@ -3,26 +3,20 @@
 The Trainer is the loop and its bookkeeping; each part of an update is a collaborator of its own module: the batches
 (pretraining_batches), the forward and backward passes (gradient_accumulation), the optimizer and its schedule
 (optimization), held-out evaluation (heldout_evaluation), the events it reports (pretraining_events), checkpoint I/O
-(trainer_checkpoint), the dropout RNG (dropout_rng) and the torchrun job (distributed). The names other modules import
-from here (TrainConfig, the events, lr_multiplier, resolve_device...) are re-exported.
+(trainer_checkpoint), growing a run that starts small (trainer_growth), the dropout RNG (dropout_rng) and the torchrun
+job (distributed). The names other modules import from here (TrainConfig, the events, lr_multiplier, resolve_device...)
+are re-exported.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
-from bert_core.model.checkpoint import rng_state_from_json, rng_state_to_json, save_checkpoint
 from bert_core.model.config import BertConfig
-from bert_core.model.growth import grow_model
 from bert_core.training.distributed import (
     DistInfo,
     current_dist,
@@ -34,21 +28,14 @@ from bert_core.training.distributed import (
 from bert_core.training.dropout_rng import DropoutRng
 from bert_core.training.gradient_accumulation import GradientAccumulator
 from bert_core.training.heldout_evaluation import HeldoutEvaluation
-from bert_core.training.optimization import (
-    MAX_SKIPPED_UPDATES,
-    Optimization,
-    lr_multiplier,
-    scheduled_lr,
-    stage_multiplier,
-)
+from bert_core.training.optimization import MAX_SKIPPED_UPDATES, Optimization, lr_multiplier
 from bert_core.training.pretraining_batches import PretrainingBatches, split_rows, take_rows
 from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent, step_event, step_loss
-from bert_core.training.recipes import DEFAULT_PRESET, recipe_for, seed_learning_rate
+from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
 from bert_core.training.run_loop import RunLoop
 from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig
-from bert_core.training.trainer_checkpoint import check_trainer_state, read_resumable, restore_resumed
-
-log = logging.getLogger(__name__)
+from bert_core.training.trainer_checkpoint import TrainerCheckpointing, check_trainer_state
+from bert_core.training.trainer_growth import TrainerGrowth, unwrap
 
 __all__ = [
     "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "GrowthEvent", "SCHEDULES", "PRECISIONS", "STATES",
@@ -75,15 +62,13 @@ def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: 
     }
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if hasattr(model, "module") else model
-
-
-class Trainer(RunLoop):
+class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread (run_loop).
 
     Another thread may read `history`, `evals`, `state`, `progress`, `probes` and `error` at any time and call
-    `stop()`; `run()` may be called again after a stop to continue from where it stopped.
+    `stop()`; `run()` may be called again after a stop to continue from where it stopped. Growing a run that starts
+    small is TrainerGrowth's (trainer_growth); state_dict, save, load_state_dict and resume are TrainerCheckpointing's
+    (trainer_checkpoint).
     """
 
     step_event_type = StepEvent
@@ -143,7 +128,7 @@ class Trainer(RunLoop):
     def model_config(self):
         """The model's BertConfig as it is now (a growing run's changes size once), as its mirror in the server
         keeps it (serve.training_process.TrainerProxy.model_config)."""
-        return _unwrap(self.model).config
+        return unwrap(self.model).config
 
     @property
     def history_limit(self) -> int:
@@ -243,62 +228,18 @@ class Trainer(RunLoop):
                 if self.checkpoint_dir is not None and self.last_checkpoint_step is not None else "")
         return f"lower it and resume from the last checkpoint{kept}."
 
-    # ------------------------------------------------------------------ starting small, then growing
-
-    def growth_pending(self) -> bool:
-        """Whether the model is still the small one of a run that grows (TrainConfig.grow_fraction)."""
-        if self.grow_to is None:
-            return False
-        c = _unwrap(self.model).config
-        return (c.hidden_size, c.num_hidden_layers) != (self.grow_to.hidden_size, self.grow_to.num_hidden_layers)
-
-    def grow_if_due(self) -> bool:
-        """Grow the model now if the run has reached its grow_fraction (each update checks first; *Step once* too,
-        before it notes the weights); True when it grew."""
-        if self.growth_pending() and self._fraction_done() >= self.config.grow_fraction:
-            self._grow()
-            return True
-        return False
-
-    def _learning_rate(self) -> float:
-        """The rate of the next update: the schedule's, over each stage of a run that grows."""
-        cfg = self.config
-        if self.grow_to is None or (self.growth is None and not self.growth_pending()):
-            return scheduled_lr(cfg, self.step, self._elapsed_now())
-        p = self._fraction_done()
-        if self.growth_pending():
-            c, target = _unwrap(self.model).config, self.grow_to
-            peak = seed_learning_rate(cfg.learning_rate, target.hidden_size, target.num_hidden_layers,
-                                      c.hidden_size, c.num_hidden_layers)
-            return peak * stage_multiplier(cfg, p / cfg.grow_fraction)
-        start = self.growth["fraction"] if self.growth else cfg.grow_fraction
-        return cfg.learning_rate * stage_multiplier(cfg, (p - start) / max(1.0 - start, 1e-9))
-
-    def _grow(self) -> None:
-        """Grow the small model to the run's size (bert_core.model.growth) and train on it with a new optimizer."""
-        small = _unwrap(self.model)
-        before = (small.config.num_hidden_layers, small.config.hidden_size)
-        with self._step_lock:
-            self._set_model(grow_model(small, self.grow_to, seed=self.config.seed))
-            self.growth = {"step": self.step, "fraction": self._fraction_done(), "from_size": list(before),
-                           "to_size": [self.grow_to.num_hidden_layers, self.grow_to.hidden_size]}
-        event = GrowthEvent(step=self.step, fraction=self.growth["fraction"], from_size=before,
-                            to_size=tuple(self.growth["to_size"]), model_config=self.grow_to.to_hf_dict())
-        for callback in self.callbacks:
-            callback(event)
+    # ------------------------------------------------------------------ phases, evaluation, probes
 
     def in_short_phase(self) -> bool:
         """Whether the next update belongs to the short-sequence phase (TrainConfig.short_seq_length)."""
         return self.batches.in_short_phase(self.config, self._fraction_done())
-
-    # ------------------------------------------------------------------ evaluation, probes, checkpoints
 
     def heldout_batches(self) -> list:
         """The fixed held-out batches (same masks at every evaluation), built once on first use."""
         return self.evaluation.batches(self.config)
 
     def _evaluate(self):
-        event = self.evaluation.evaluate(_unwrap(self.model), self.step, self.device, self.config)
+        event = self.evaluation.evaluate(unwrap(self.model), self.step, self.device, self.config)
         if event is None:
             return
         self.model.train()
@@ -307,96 +248,10 @@ class Trainer(RunLoop):
     def _snapshot_probes(self):
         if self.probes is None or not self.is_main:
             return
-        snap = self.probes.snapshot(_unwrap(self.model), self.tokenizer, self.step)
+        snap = self.probes.snapshot(unwrap(self.model), self.tokenizer, self.step)
         self.model.train()
         for callback in self.callbacks:
             callback(snap)
-
-    def _checkpoint(self):
-        self._last_checkpoint = time.monotonic()
-        if self.is_main:
-            try:
-                self.save(self.checkpoint_dir)
-            except BertCoreError as exc:
-                if self.checkpoint_failures_fatal:
-                    raise
-                log.warning("a checkpoint at step %d could not be written: %s", self.step, exc)
-                self.checkpoint_error = str(exc)
-                return
-        self.checkpoint_error = None
-        self.last_checkpoint_step = self.step
-
-    def state_dict(self) -> dict:
-        """Everything but tensors needed to continue this run exactly (the content of trainer_state.json)."""
-        with self._step_lock:
-            rng = self.rng.current(running=self._state == "running")
-            with self._lock:
-                return {
-                    "format": 1,
-                    "step": self.step,
-                    "tokens_seen": self.tokens_seen,
-                    "elapsed_s": self._elapsed_now(),
-                    "state": self._state,
-                    "train_config": self.config.to_dict(),
-                    "history": [dataclasses.asdict(e) for e in self._history],
-                    "evals": [dataclasses.asdict(e) for e in self._evals],
-                    "baselines": self.baselines,
-                    **self.batches.state_dict(),  # "data_state", "short_data_state"
-                    "rng": rng_state_to_json(rng),
-                    "world_size": self.dist.world_size,
-                    "metadata": self.metadata,
-                    # The size a run that starts small grows to, and when it grew (None: not yet).
-                    "growth": ({"to": self.grow_to.to_hf_dict(), "grown": self.growth}
-                               if self.grow_to is not None else None),
-                }
-
-    def save(self, folder) -> None:
-        """Write a checkpoint folder atomically (model, tokenizer, trainer state, optimizer); rank 0 only."""
-        if not self.is_main:
-            return
-        with self._step_lock:
-            save_checkpoint(folder, _unwrap(self.model), tokenizer=self.tokenizer, trainer_state=self.state_dict(),
-                            optimizer=self.optimizer)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore counters, history, RNG and data position from a trainer_state.json dict."""
-        with self._step_lock, self._lock:
-            self.step = int(state["step"])
-            self.tokens_seen = int(state.get("tokens_seen", 0))
-            self.elapsed_s = float(state.get("elapsed_s", 0.0))
-            self._history = [StepEvent(**e) for e in state.get("history", [])]
-            self._evals = [EvalEvent(**e) for e in state.get("evals", [])]
-            self.baselines = dict(state.get("baselines", {}))
-            self.metadata = {**state.get("metadata", {}), **self.metadata}
-            if state.get("rng"):
-                rng = rng_state_from_json(state["rng"])
-                if state.get("world_size", 1) == self.dist.world_size or self.dist.world_size == 1:
-                    self.rng.state = rng
-            self.batches.load_state_dict(state, self.config)
-            if isinstance(state.get("growth"), dict):
-                self.growth = state["growth"].get("grown")
-            prior = state.get("state", "stopped")
-            self._state = "stopped" if prior in ("running", "finished", "failed") else prior
-            if self._state == "idle" and self.step > 0:
-                self._state = "stopped"
-
-    @classmethod
-    def resume(cls, folder, data, eval_data=None, callbacks: Iterable[Callable[[Any], None]] = (), probes=None,
-               checkpoint_dir=None, config_overrides: dict | None = None, metadata: dict | None = None) -> "Trainer":
-        """Rebuild a trainer from a checkpoint folder: weights, optimizer, RNG, history and data position.
-
-        `data` must be built from the same corpus and tokenizer as the original run (its position is restored).
-        `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
-        """
-        ckpt, config = read_resumable(folder, config_overrides)
-        growth = ckpt.trainer_state.get("growth")
-        grow_to = BertConfig.from_hf_dict(growth["to"]) if isinstance(growth, dict) else None
-        trainer = cls(ckpt.model, ckpt.tokenizer, data, config, eval_data=eval_data, callbacks=list(callbacks),
-                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata, grow_to=grow_to)
-        restore_resumed(trainer, ckpt, folder)
-        same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
-        trainer.last_checkpoint_step = trainer.step if same else None
-        return trainer
 
 
 def extended_config(trainer, more_steps: int):

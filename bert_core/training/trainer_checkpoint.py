@@ -1,17 +1,35 @@
 """Checkpoint I/O of a pretraining run, beyond what model.checkpoint writes: what a trainer_state.json must hold to
-be resumed from (checked before anything is built or written), and a checkpoint folder read back into a Trainer."""
+be resumed from (checked before anything is built or written), a checkpoint folder read back into a Trainer, and the
+Trainer's own side of it (TrainerCheckpointing: its state as a dict, a save, a resume)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import TRAINER_STATE, Checkpoint, load_checkpoint, load_optimizer_state
+from bert_core.model.checkpoint import (
+    TRAINER_STATE,
+    Checkpoint,
+    load_checkpoint,
+    load_optimizer_state,
+    rng_state_from_json,
+    rng_state_to_json,
+    save_checkpoint,
+)
+from bert_core.model.config import BertConfig
 from bert_core.training.pretraining_events import EvalEvent, StepEvent
 from bert_core.training.train_config import TrainConfig, is_finite_number, is_whole_number
+from bert_core.training.trainer_growth import unwrap
+
+# Logged under the trainer's name: these saves are the Trainer's own, and its log is where they are looked for.
+log = logging.getLogger("bert_core.training.trainer")
 
 
 def _damaged(path, why: str) -> BertCoreError:
@@ -102,3 +120,94 @@ def restore_resumed(trainer, ckpt: Checkpoint, folder) -> None:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:
         raise _damaged(Path(folder) / TRAINER_STATE, f"{type(e).__name__}: {e}") from e
+
+
+class TrainerCheckpointing:
+    """Trainer's checkpoints: the timed and final saves into `checkpoint_dir`, trainer_state.json written and read
+    back, and `resume` (a new Trainer where a checkpoint's run stood)."""
+
+    def _checkpoint(self):
+        self._last_checkpoint = time.monotonic()
+        if self.is_main:
+            try:
+                self.save(self.checkpoint_dir)
+            except BertCoreError as exc:
+                if self.checkpoint_failures_fatal:
+                    raise
+                log.warning("a checkpoint at step %d could not be written: %s", self.step, exc)
+                self.checkpoint_error = str(exc)
+                return
+        self.checkpoint_error = None
+        self.last_checkpoint_step = self.step
+
+    def state_dict(self) -> dict:
+        """Everything but tensors needed to continue this run exactly (the content of trainer_state.json)."""
+        with self._step_lock:
+            rng = self.rng.current(running=self._state == "running")
+            with self._lock:
+                return {
+                    "format": 1,
+                    "step": self.step,
+                    "tokens_seen": self.tokens_seen,
+                    "elapsed_s": self._elapsed_now(),
+                    "state": self._state,
+                    "train_config": self.config.to_dict(),
+                    "history": [dataclasses.asdict(e) for e in self._history],
+                    "evals": [dataclasses.asdict(e) for e in self._evals],
+                    "baselines": self.baselines,
+                    **self.batches.state_dict(),  # "data_state", "short_data_state"
+                    "rng": rng_state_to_json(rng),
+                    "world_size": self.dist.world_size,
+                    "metadata": self.metadata,
+                    # The size a run that starts small grows to, and when it grew (None: not yet).
+                    "growth": ({"to": self.grow_to.to_hf_dict(), "grown": self.growth}
+                               if self.grow_to is not None else None),
+                }
+
+    def save(self, folder) -> None:
+        """Write a checkpoint folder atomically (model, tokenizer, trainer state, optimizer); rank 0 only."""
+        if not self.is_main:
+            return
+        with self._step_lock:
+            save_checkpoint(folder, unwrap(self.model), tokenizer=self.tokenizer, trainer_state=self.state_dict(),
+                            optimizer=self.optimizer)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore counters, history, RNG and data position from a trainer_state.json dict."""
+        with self._step_lock, self._lock:
+            self.step = int(state["step"])
+            self.tokens_seen = int(state.get("tokens_seen", 0))
+            self.elapsed_s = float(state.get("elapsed_s", 0.0))
+            self._history = [StepEvent(**e) for e in state.get("history", [])]
+            self._evals = [EvalEvent(**e) for e in state.get("evals", [])]
+            self.baselines = dict(state.get("baselines", {}))
+            self.metadata = {**state.get("metadata", {}), **self.metadata}
+            if state.get("rng"):
+                rng = rng_state_from_json(state["rng"])
+                if state.get("world_size", 1) == self.dist.world_size or self.dist.world_size == 1:
+                    self.rng.state = rng
+            self.batches.load_state_dict(state, self.config)
+            if isinstance(state.get("growth"), dict):
+                self.growth = state["growth"].get("grown")
+            prior = state.get("state", "stopped")
+            self._state = "stopped" if prior in ("running", "finished", "failed") else prior
+            if self._state == "idle" and self.step > 0:
+                self._state = "stopped"
+
+    @classmethod
+    def resume(cls, folder, data, eval_data=None, callbacks: Iterable[Callable[[Any], None]] = (), probes=None,
+               checkpoint_dir=None, config_overrides: dict | None = None, metadata: dict | None = None):
+        """Rebuild a trainer from a checkpoint folder: weights, optimizer, RNG, history and data position.
+
+        `data` must be built from the same corpus and tokenizer as the original run (its position is restored).
+        `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
+        """
+        ckpt, config = read_resumable(folder, config_overrides)
+        growth = ckpt.trainer_state.get("growth")
+        grow_to = BertConfig.from_hf_dict(growth["to"]) if isinstance(growth, dict) else None
+        trainer = cls(ckpt.model, ckpt.tokenizer, data, config, eval_data=eval_data, callbacks=list(callbacks),
+                      probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata, grow_to=grow_to)
+        restore_resumed(trainer, ckpt, folder)
+        same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
+        trainer.last_checkpoint_step = trainer.step if same else None
+        return trainer
