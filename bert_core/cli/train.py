@@ -32,7 +32,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.growth import growth_record
 from bert_core.training.precision import computes_in
-from bert_core.training.run_builder import BuiltRun, build_run, resume_run
+from bert_core.training.run_builder import BuiltRun, build_run, check_shards_exclude, resume_run
 from bert_core.training.trainer import TrainConfig, init_distributed, shutdown_distributed
 
 
@@ -101,7 +101,10 @@ def _prepare_new(args) -> PreparedRun:
             state = plan.start.trainer_state
             # A folder `grow` wrote has no trainer state: its growth.json carries its source's split.
             before = state.get("metadata", {}) if state is not None else growth_record(args.init_from)
-            check_same_heldout(args.init_from, before.get("heldout"), built.record)
+            if built.record.get("shards"):  # the build's decontamination, not a seeded split, keeps it unseen
+                check_shards_exclude(args.init_from, before.get("heldout"), built.record["shards"])
+            else:
+                check_same_heldout(args.init_from, before.get("heldout"), built.record)
         return built
 
     return PreparedRun(out, plan.config, plan.corpora, recipe_line, build)

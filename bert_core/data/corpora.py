@@ -287,6 +287,30 @@ def corpus_label(recorded: str) -> str:
     return f"the text file {path.name}" if path.name else "a text file"
 
 
+# A shard folder of `corpus build` named as a corpus (`train --corpus shards:DIR`; a folder holding its index
+# file is one too). Here, torch-free, so that the held-out tools read its held-out text as they read a corpus's.
+SHARDS_PREFIX = "shards:"
+SHARD_INDEX = "index.json"
+
+
+def shard_folder(spec) -> Path | None:
+    """The shard folder a corpus spec names (`shards:DIR`, or a folder holding index.json), else None."""
+    text = str(spec).strip()
+    if text.startswith(SHARDS_PREFIX):
+        return Path(text[len(SHARDS_PREFIX):]).expanduser()
+    path = Path(text).expanduser()
+    return path if path.is_dir() and (path / SHARD_INDEX).is_file() else None
+
+
+def shard_heldout_corpora(folder: str | Path) -> dict[str, Corpus]:
+    """Each source's held-out documents of a shard folder (`heldout/<source>.txt`, written by the build)."""
+    folder = Path(folder)
+    texts = sorted((folder / "heldout").glob("*.txt"))
+    if not texts:
+        raise BertCoreError(f"{folder} has no held-out text (heldout/*.txt); rebuild it with `corpus build`")
+    return {t.stem: corpus_from_file(t, name=t.stem) for t in texts}
+
+
 def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None,
                 progress: Callable[[int, int | None], None] | None = None) -> Corpus:
     """Corpus by name ("toy", "tinyshakespeare", "wikitext-2", "brown") or a path to a UTF-8 text file.

@@ -24,13 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bert_core.data.pretraining_data import Batch, _mix, mask_tokens
+from bert_core.data.corpora import SHARD_INDEX, SHARDS_PREFIX, shard_folder  # noqa: F401  (re-exported)
+from bert_core.data.objectives import OBJECTIVES, objective_has_nsp
+from bert_core.data.pretraining_data import Batch, _mix, causal_labels, mask_tokens, unigram_baseline
 from bert_core.errors import BertCoreError
+from bert_core.model.bert import next_token_targets
 from bert_core.model.tokenization import BertTokenizer
 
-__all__ = ["INDEX_FILE", "ShardWriter", "ShardStream", "open_index", "shard_tokens"]
+__all__ = ["INDEX_FILE", "SHARDS_PREFIX", "ShardWriter", "ShardStream", "open_index", "shard_folder", "shard_tokens"]
 
-INDEX_FILE = "index.json"
+INDEX_FILE = SHARD_INDEX
+_EVAL_SALT = 0x45564C   # the held-out batches' seed is mixed with this, as PretrainingData.eval_batches does
 INDEX_VERSION = 1
 _SUFFIX, _XZ = ".u16", ".u16.xz"
 
@@ -140,13 +144,19 @@ class ShardStream:
     """An endless, seeded, resumable iterator of masked NSP batches over a shard folder's `split`.
 
     `sources` limits it to some sources; `weights` (default: index.json's) repeats each source's windows per
-    epoch (2.5 = every window twice and half of them a third time, by the seed)."""
+    epoch (2.5 = every window twice and half of them a third time, by the seed). Without NSP (`nsp=False`, and
+    always for the next-token objective "clm") a window is one segment, `[CLS] window [SEP]`."""
 
     STATE_VERSION = 1
 
     def __init__(self, folder: str | Path, split: str = "train", seq_len: int = 128, batch_size: int = 32,
                  seed: int = 0, mask_rate: float = 0.15, sources: list[str] | None = None,
-                 weights: dict | None = None, tokenizer: BertTokenizer | None = None):
+                 weights: dict | None = None, tokenizer: BertTokenizer | None = None, nsp: bool = True,
+                 objective: str = "mlm"):
+        if objective not in OBJECTIVES:
+            raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        if nsp and not objective_has_nsp(objective):
+            raise BertCoreError(f"the {objective} objective has no next-sentence prediction: turn NSP off")
         self.folder = Path(folder).expanduser()
         self.index = open_index(self.folder)
         if seq_len < 16:
@@ -159,6 +169,8 @@ class ShardStream:
                                 f"{self.index['vocab_size']}; use the shard folder's own tokenizer")
         self.split, self.seq_len, self.batch_size = split, int(seq_len), int(batch_size)
         self.seed, self.mask_rate = int(seed), float(mask_rate)
+        self.nsp, self.objective = bool(nsp), objective
+        self._sources = list(sources) if sources else None
         self.weights = dict(self.index.get("weights") or {}) if weights is None else dict(weights)
         known = sorted({s["source"] for s in self.index["shards"]})
         unknown = [s for s in (sources or []) if s not in known]
@@ -166,7 +178,7 @@ class ShardStream:
             raise BertCoreError(f"no source {', '.join(unknown)} in {self.folder}; it has {', '.join(known)}")
         self.shards = [s for s in self.index["shards"] if s["split"] == split and (not sources or
                                                                                     s["source"] in sources)]
-        self.window = self.seq_len - 3  # [CLS] A [SEP] B [SEP]
+        self.window = self.seq_len - (3 if self.nsp else 2)  # [CLS] A [SEP] B [SEP], or [CLS] text [SEP]
         self._counts = np.array([s["tokens"] // self.window for s in self.shards], dtype=np.int64)
         if not self._counts.sum():
             raise BertCoreError(f"{self.folder} has no {split} text of {self.seq_len} tokens or more")
@@ -176,6 +188,41 @@ class ShardStream:
         self.epoch, self.position = 0, 0
         self._plan_epoch: int | None = None
         self._plan = np.zeros((0, 2), dtype=np.int64)
+        self._token_counts: torch.Tensor | None = None
+
+    def resized(self, seq_len: int, batch_size: int) -> "ShardStream":
+        """The same shards and settings cut into windows of another length and batched anew, at its epoch 0: the
+        short-sequence phase of a run (TrainConfig.short_seq_length)."""
+        return ShardStream(self.folder, self.split, seq_len, batch_size, self.seed, self.mask_rate, self._sources,
+                           self.weights, self.tokenizer, self.nsp, self.objective)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(s["tokens"] for s in self.shards))
+
+    @property
+    def token_counts(self) -> torch.Tensor:
+        """How often each token id occurs in this split's shards (for the unigram baseline), counted once."""
+        if self._token_counts is None:
+            counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
+            for i in range(len(self.shards)):
+                counts += np.bincount(self._tokens(i), minlength=len(counts))[:len(counts)]
+            self._token_counts = torch.from_numpy(counts)
+        return self._token_counts
+
+    def unigram_baseline(self, batches) -> dict:
+        """The most-frequent-token baseline on `batches`, from these shards' token counts (see `unigram_baseline`)."""
+        tok = self.tokenizer
+        return unigram_baseline(self.token_counts, batches, never_ids=tok.special_ids - {tok.unk_id})
+
+    def eval_batches(self, n_batches: int | None = None, seed: int = 0) -> list[Batch]:
+        """Fixed batches for held-out evaluation (the same windows and masks for a seed): the first `n_batches`
+        (all when None) of a stream over the same shards, every source at weight 1, seeded apart from training."""
+        fixed = ShardStream(self.folder, self.split, self.seq_len, self.batch_size, _mix(seed, _EVAL_SALT),
+                            self.mask_rate, self._sources, {}, self.tokenizer, self.nsp, self.objective)
+        total = fixed.batches_per_epoch
+        n = total if n_batches is None else min(int(n_batches), total)
+        return [fixed.batch(0, j) for j in range(n)]
 
     # -- the order of an epoch -----------------------------------------------------------------------
     def plan(self, epoch: int) -> np.ndarray:
@@ -215,21 +262,31 @@ class ShardStream:
         plan = self.plan(epoch)
         rows = plan[j * self.batch_size:(j + 1) * self.batch_size]
         gen = torch.Generator().manual_seed(_mix(self.seed, epoch, j))
-        half = self.window // 2
-        not_next = torch.rand(len(rows), generator=gen) < 0.5
-        others = torch.randint(len(plan), (len(rows),), generator=gen)
         tok = self.tokenizer
         ids = torch.full((len(rows), self.seq_len), tok.pad_id, dtype=torch.long)
         types = torch.zeros_like(ids)
-        for r, row in enumerate(rows):
-            win = self._window(row)
-            a, b = win[:half], win[half:]
-            if not_next[r]:
-                b = self._window(plan[int(others[r])])[half:]
-            seq = np.concatenate([[tok.cls_id], a, [tok.sep_id], b, [tok.sep_id]])
-            ids[r, :len(seq)] = torch.from_numpy(seq)
-            types[r, len(a) + 2:len(seq)] = 1
+        if self.nsp:
+            half = self.window // 2
+            not_next = torch.rand(len(rows), generator=gen) < 0.5
+            others = torch.randint(len(plan), (len(rows),), generator=gen)
+            for r, row in enumerate(rows):
+                win = self._window(row)
+                a, b = win[:half], win[half:]
+                if not_next[r]:
+                    b = self._window(plan[int(others[r])])[half:]
+                seq = np.concatenate([[tok.cls_id], a, [tok.sep_id], b, [tok.sep_id]])
+                ids[r, :len(seq)] = torch.from_numpy(seq)
+                types[r, len(a) + 2:len(seq)] = 1
+        else:
+            not_next = torch.zeros(len(rows), dtype=torch.bool)
+            for r, row in enumerate(rows):
+                seq = np.concatenate([[tok.cls_id], self._window(row), [tok.sep_id]])
+                ids[r, :len(seq)] = torch.from_numpy(seq)
         attn = (ids != tok.pad_id).long()
+        if self.objective == "clm":
+            return Batch(input_ids=ids, attention_mask=attn, token_type_ids=types,
+                         mlm_labels=next_token_targets(causal_labels(ids, attn)), next_sentence_label=not_next.long(),
+                         decisions=torch.zeros_like(ids), original_ids=ids.clone(), causal=True)
         special = (ids == tok.cls_id) | (ids == tok.pad_id) | (ids == tok.sep_id) | (ids == tok.mask_id)
         m = mask_tokens(ids, special, gen, tok.vocab_size, tok.mask_id, candidate_ids=self.candidate_ids,
                         mask_rate=self.mask_rate)
@@ -261,13 +318,13 @@ class ShardStream:
         """Where the stream stands (JSON-able), with what must match for a resume to be exact."""
         return {"version": self.STATE_VERSION, "epoch": self.epoch, "position": self.position, "seed": self.seed,
                 "seq_len": self.seq_len, "batch_size": self.batch_size, "split": self.split,
-                "mask_rate": self.mask_rate, "weights": self.weights,
+                "mask_rate": self.mask_rate, "weights": self.weights, "nsp": self.nsp, "objective": self.objective,
                 "shards": hashlib.sha256("".join(s["sha256"] for s in self.shards).encode()).hexdigest()[:16]}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`; refused when the shards or settings differ (the batches would too)."""
         mine = self.state_dict()
-        for key in ("seed", "seq_len", "batch_size", "split", "mask_rate", "shards", "weights"):
+        for key in ("seed", "seq_len", "batch_size", "split", "mask_rate", "shards", "weights", "nsp", "objective"):
             if key in state and state[key] != mine[key]:
                 raise BertCoreError(f"the saved stream had {key}={state[key]!r} but this one has {mine[key]!r}; "
                                     "resume with the same shards and settings")

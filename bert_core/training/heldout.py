@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from bert_core.data.corpora import corpus_from_file, load_corpus, split_heldout
+from bert_core.data.corpora import corpus_from_file, load_corpus, shard_folder, shard_heldout_corpora, split_heldout
 from bert_core.data.objectives import objective_settings
 from bert_core.errors import BertCoreError
 
@@ -66,6 +66,9 @@ def heldout_documents(record: dict, corpus_loader=None) -> list[list[str]]:
     seed, fraction = record["seed"], record["fraction"]
     docs: list[list[str]] = []
     for entry in record["corpora"]:
+        if shard_folder(entry["spec"]) is not None:   # the build held out whole documents: they are its heldout/
+            docs.extend(d for c in shard_heldout_corpora(shard_folder(entry["spec"])).values() for d in c.documents)
+            continue
         corpus = load(entry["spec"], seed)
         if "documents" in entry and len(corpus.documents) != entry["documents"]:
             raise BertCoreError(f"corpus {entry['spec']!r} now has {len(corpus.documents)} documents, but the "

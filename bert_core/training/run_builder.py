@@ -8,18 +8,24 @@ Streamlit-free; the run it returns is not started.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from bert_core.data.corpora import shard_folder, shard_heldout_corpora
+from bert_core.data.corpus_shards import ShardStream, open_index
+from bert_core.data.downloads import SOURCES
 from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import pretraining_model
 from bert_core.model.config import BertConfig
 from bert_core.model.growth import copy_trained_positions
+from bert_core.model.tokenization import BertTokenizer
 from bert_core.training.recipes import DEFAULT_PRESET
 from bert_core.training.trainer import TrainConfig, Trainer
 
@@ -133,11 +139,68 @@ def load_data(plan: RunPlan, world_size: int = 1) -> RunData:
     tokenizer (given, or the warm start's) one is trained on the training part only, so held-out text stays unseen."""
     cfg = plan.config
     tokenizer = plan.start.tokenizer if plan.start is not None else plan.tokenizer
+    folders = [shard_folder(spec) for spec in plan.corpora]
+    if any(f is not None for f in folders):
+        if len(folders) > 1:
+            raise BertCoreError("a shard folder is a whole corpus: give it alone (`--corpus shards:DIR`), not beside "
+                                "other corpora; `corpus build` mixes sources at the weights it states")
+        return load_shard_data(plan, folders[0], tokenizer, world_size)
     train, heldout_batches, heldout, tokenizer, record = build_datasets(
         list(plan.corpora), tokenizer, cfg.max_seq_length, cfg.batch_size, cfg.mask_rate, cfg.nsp, cfg.seed,
         plan.heldout_fraction, world_size, train_tokenizer=plan.vocab_size,
         whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only, objective=cfg.objective)
-    return RunData(train, heldout_batches, heldout, tokenizer, record)
+    # Each source's held-out documents, for its own figures in metrics.json.
+    return RunData(train, heldout_batches, shard_heldout_corpora(folder), tokenizer, record)
+
+
+def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> RunData:
+    """A plan's data from a shard folder (`corpus build`): streams over its train and held-out shards, whose
+    document-level split the build made; the tokenizer is the shards' own, and a given one must be the same."""
+    cfg = plan.config
+    index = open_index(folder)
+    if cfg.whole_word_masking or cfg.mask_only:
+        raise BertCoreError("whole-word masking and [MASK]-only masking are not available on shards yet; "
+                            "train on a text corpus for them")
+    if tokenizer is not None:
+        mine = BertTokenizer.load(folder / "tokenizer")
+        if mine.tokenizer.get_vocab(with_added_tokens=True) != tokenizer.tokenizer.get_vocab(with_added_tokens=True):
+            raise BertCoreError(f"the shards in {folder} were made with another vocabulary than the model's; build "
+                                "them with its tokenizer (`corpus build --tokenizer DIR`)")
+    else:
+        tokenizer = BertTokenizer.load(folder / "tokenizer")
+    common = dict(seq_len=cfg.max_seq_length, seed=cfg.seed, mask_rate=cfg.mask_rate, tokenizer=tokenizer,
+                  nsp=cfg.nsp, objective=cfg.objective)
+    train = ShardStream(folder, "train", batch_size=cfg.batch_size * world_size, **common)
+    heldout_batches = ShardStream(folder, "heldout", batch_size=cfg.batch_size, weights={}, **common)
+    built = index.get("settings", {})
+    record = {"seed": int(built.get("seed", 0)), "fraction": float(built.get("heldout_fraction", plan.heldout_fraction)),
+              "method": "the documents `corpus build` held out of each source (its index.json and heldout/)",
+              "shards": str(folder), "corpora": [{"spec": spec} for spec in plan.corpora]}
+    # Each source's held-out documents, for its own figures in metrics.json.
+    return RunData(train, heldout_batches, shard_heldout_corpora(folder), tokenizer, record)
+
+
+def check_shards_exclude(folder, before: dict | None, shards) -> None:
+    """A warm start on shards: every corpus the start model held documents out of must be among the texts the shards
+    were decontaminated against (`corpus build --against`), or the run could train on that held-out text."""
+    if not before:
+        return
+    report_path = Path(shards) / "report.json"
+    try:
+        refs = json.loads(report_path.read_text())["references"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BertCoreError(f"{report_path} cannot be read ({e}); it says what the shards were checked against") from e
+    checked = {Path(str(r.get("where", "")).split("::")[-1]).name for r in refs}
+
+    def file_name(spec: str) -> str:
+        named = SOURCES.get(spec)
+        return Path(named.shared_copy or named.filename).name if named is not None else Path(spec).name
+
+    missing = [c.get("spec", "?") for c in before.get("corpora", []) if file_name(c.get("spec", "?")) not in checked]
+    if missing:
+        raise BertCoreError(f"{folder} held out documents of {', '.join(missing)}, but the shards in {shards} were not "
+                            "checked against them; rebuild the shards with `corpus build --against FILE` for each, so "
+                            "that its held-out text stays unseen")
 
 
 def grow_target(plan: RunPlan, tokenizer) -> BertConfig | None:

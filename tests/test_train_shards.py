@@ -1,0 +1,129 @@
+"""`train --corpus shards:DIR` (issue "A model that has read thirty times more"): a run streams a `corpus build`
+folder, resumes at the same shard position with the same masks (stopped and resumed = straight through, bit for
+bit), warm-starts the shipped tokenizer's model, trains the GPT twin on the same shards, and refuses a mix."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bert_core.cli.main import main
+from bert_core.data.corpus_shards import ShardStream
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER = ROOT / "checkpoints" / "bert-tiny-english"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(1)
+    words = ("the farmer walked to the market with his old dog and bought fresh bread cheese and apples before "
+             "going home across the river where children played").split()
+    for i in range(12):
+        paras = [" ".join(rng.choice(words) for _ in range(60)).capitalize() + "." for _ in range(6)]
+        (src / f"doc{i}.txt").write_text("\n\n".join(paras) + "\n")
+    out = root / "corpus"
+    assert main(["corpus", "build", "--out", str(out), "--tokenizer", str(TOKENIZER), "--no-default-references",
+                 "--heldout-fraction", "0.25", f"text:{src}"]) == 0
+    return out
+
+
+def _train(capsys, *argv) -> int:
+    code = main(["train", *argv])
+    capsys.readouterr()
+    return code
+
+
+def _weights(folder: Path) -> dict:
+    return load_file(str(folder / "model.safetensors"))
+
+
+COMMON = ("--preset", "nano", "--seq-len", "32", "--batch-size", "4", "--eval-batches", "1", "--device", "cpu",
+          "--precision", "fp32", "--short-seq-len", "0")
+
+
+def test_a_stopped_and_resumed_shard_run_equals_one_run_straight_through(shards, tmp_path, capsys):
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, "--steps", "8", "--out", str(straight)) == 0
+    # A run stopped after 4 steps, then resumed to 8: with a constant rate and no warmup its first half is the
+    # same as the first half of an 8-step run, so the two must end on the same weights.
+    flat = ("--schedule", "constant", "--warmup", "0")
+    assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, *flat, "--steps", "4", "--out", str(halves)) == 0
+    state = json.loads((halves / "trainer_state.json").read_text())
+    assert state["metadata"]["corpora"] == [f"shards:{shards}"]
+    assert state["data_state"]["position"] == 4 and "shards" in state["data_state"]
+    assert _train(capsys, "--resume", str(halves), "--steps", "8") == 0
+    again = tmp_path / "again"
+    assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, *flat, "--steps", "8", "--out", str(again)) == 0
+    a, b = _weights(again), _weights(halves)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((halves / "trainer_state.json").read_text())["step"] == 8
+    metrics = json.loads((straight / "metrics.json").read_text())
+    assert metrics["heldout"]["masked_token_accuracy"] is not None and "text" in metrics["per_corpus"]
+    assert metrics["baselines"]["unigram"]["accuracy"] > 0
+
+
+def test_the_same_seed_gives_the_same_weights_and_another_seed_other_masks(shards, tmp_path, capsys):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out in (one, two):
+        assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, "--steps", "3", "--out", str(out)) == 0
+    a, b = _weights(one), _weights(two)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    s0 = ShardStream(shards, seq_len=32, batch_size=4, seed=0, tokenizer=None)
+    s1 = ShardStream(shards, seq_len=32, batch_size=4, seed=1)
+    assert not torch.equal(next(s0).mlm_labels, next(s1).mlm_labels)
+
+
+def test_a_warm_start_needs_shards_checked_against_the_start_models_heldout_corpora(shards, tmp_path, capsys):
+    warm = tmp_path / "warm"
+    argv = ("--init-from", str(TOKENIZER), "--seq-len", "32", "--batch-size", "4", "--steps", "2", "--eval-batches",
+            "1", "--device", "cpu", "--out", str(warm))
+    code = main(["train", "--corpus", f"shards:{shards}", *argv])
+    err = capsys.readouterr().err
+    assert code != 0 and "were not checked against them" in err and "brown" in err
+    assert not (warm / "model.safetensors").exists()
+    # The same source built against the start model's corpora (here stand-ins under their file names) is accepted.
+    refs = tmp_path / "refs"
+    for name in ("brown.txt", "valid.txt", "input.txt"):
+        (refs / name.split(".")[0]).mkdir(parents=True)
+        (refs / name.split(".")[0] / name).write_text("Some evaluation text that the fixture never repeats at all.\n")
+    checked = tmp_path / "checked"
+    against = [a for name in ("brown/brown.txt", "valid/valid.txt", "input/input.txt")
+               for a in ("--against", str(refs / name))]
+    assert main(["corpus", "build", "--out", str(checked), "--tokenizer", str(TOKENIZER), "--no-default-references",
+                 *against, "--heldout-fraction", "0.25", f"text:{shards.parent / 'src'}"]) == 0
+    assert _train(capsys, "--corpus", f"shards:{checked}", *argv) == 0
+    assert json.loads((warm / "trainer_state.json").read_text())["metadata"]["init_from"]["folder"]
+
+
+def test_the_gpt_twin_trains_on_the_same_shards(shards, tmp_path, capsys):
+    gpt = tmp_path / "gpt"
+    assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, "--objective", "clm", "--steps", "2", "--out",
+                  str(gpt)) == 0
+    metrics = json.loads((gpt / "metrics.json").read_text())
+    assert metrics["heldout"]["objective"] == "clm" and metrics["heldout"]["next_token_accuracy"] is not None
+    batch = next(ShardStream(shards, seq_len=32, batch_size=2, nsp=False, objective="clm"))
+    assert batch.causal and int((batch.token_type_ids != 0).sum()) == 0
+
+
+def test_shards_beside_another_corpus_or_from_another_vocabulary_are_refused(shards, tmp_path, capsys):
+    code = main(["train", "--corpus", f"shards:{shards}", "--corpus", "toy", *COMMON, "--steps", "2", "--out",
+                 str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("error:") == 1 and "shard folder is a whole corpus" in err
+    assert not (tmp_path / "x" / "model.safetensors").exists()
+    gpt2_vocab = tmp_path / "othertok"
+    gpt2_vocab.mkdir()
+    (gpt2_vocab / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")
+    code = main(["train", "--corpus", f"shards:{shards}", "--tokenizer", str(gpt2_vocab), *COMMON, "--steps", "2",
+                 "--out", str(tmp_path / "y")])
+    err = capsys.readouterr().err
+    assert code != 0 and "another vocabulary" in err
