@@ -2,7 +2,6 @@
 word, an answer span in a passage), and the same architecture from scratch with the same budget; or race it
 against a second checkpoint (BERT against GPT) and the kind's baselines."""
 
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -15,13 +14,13 @@ from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures, lesson
 from bert_core.paths import shared_data_dir
-from bert_core.serve import app_state, app_storage, jobs, model_sources
-from bert_core.serve.finetune_runs import FINETUNE_PAGE, FinetuneSpec
+from bert_core.serve import app_state, app_storage, finetune_runs, jobs, model_sources, runs
+from bert_core.serve.finetune_runs import FINETUNE_PAGE
+from bert_core.training import finetune_race
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import (
     KIND_RATE_SCALE,
     TOY_QA_STEPS,
-    build_comparison,
     comparison_config,
     finetune_learning_rate,
     result_probabilities,
@@ -445,6 +444,47 @@ def _describe(data) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def _race_data(folder) -> finetune_runs.RaceData:
+    """The chosen data by reference, as the race's training process reads it (an upload is kept as a file in the
+    race's folder)."""
+    s = st.session_state
+    choice = s["ft_data"]
+    if choice in finetune_runs.PAGE_TASKS:
+        return finetune_runs.RaceData(task=finetune_runs.PAGE_TASKS[choice], drills=bool(s.get("ft_drills", True)))
+    if choice == "conll2000":
+        return finetune_runs.RaceData(conll=str(local_task_csv(choice)), name="conll2000/train.txt",
+                                      tag_column=s["ft_tag_column"])
+    if choice in TASKS:
+        return finetune_runs.RaceData(csv=str(local_task_csv(choice)), drop_empty=bool(s.get("ft_drop_empty")))
+    key = {"upload_conll": "ft_upload_conll", "upload_squad": "ft_upload_squad"}.get(choice, "ft_upload")
+    file = _upload(key, "a file")
+    kept = finetune_runs.keep_upload(folder, file.getvalue(), file.name)
+    if choice == "upload_conll":
+        return finetune_runs.RaceData(conll=kept, name=file.name, tag_column=s["ft_tag_column"])
+    if choice == "upload_squad":
+        return finetune_runs.RaceData(squad=kept, name=file.name)
+    return finetune_runs.RaceData(csv=kept, name=file.name, text_columns=tuple(s.get("ft_text_cols") or ()) or None,
+                                  label_column=s.get("ft_label_col"), pair=bool(s.get("ft_pair")),
+                                  drop_empty=bool(s.get("ft_drop_empty")))
+
+
+def _race_spec(run_id: str, settings: dict) -> finetune_runs.FinetuneSpec:
+    """This page's race as plain data: the active model by its folder (one trained in this session is written to
+    the race's folder first), the data by reference, the settings under FinetuneConfig's names."""
+    s = st.session_state
+    folder = app_state.RECORDS.folder_for(run_id)
+    checkpoint = (str(active.path) if active.path is not None and Path(active.path).is_dir() else
+                  finetune_race.keep_source_model(active.model, active.tokenizer, folder / "source"))
+    second = s.get("ft_second")
+    return finetune_runs.FinetuneSpec(
+        kind=s["ft_kind"], data=_race_data(folder), checkpoint=checkpoint,
+        settings=finetune_runs.page_settings(settings),
+        compare=((f"from {second}", str(OTHERS[second])),) if second else (), baseline=bool(s.get("ft_baseline")),
+        train_size=int(settings["train"]), val_size=int(settings["val"]),
+        data_label=UPLOADED.get(s["ft_data"], ALL_DATASETS[s["ft_data"]]), model_label=active.short_name,
+        keep_in=str(app_state.RECORDS.checkpoint_for(run_id)))
+
+
 data = None
 try:
     data = _data()
@@ -473,19 +513,13 @@ try:
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "steps", "budget", "lr", "batch", "maxlen")}
         split_task(data, settings["train"], settings["val"], settings["seed"])  # size errors, now
         comparison_config(settings)  # and config errors, before any process starts
-        others = []
-        if s.get("ft_second"):
-            second, second_tokenizer, _ = app_state.load_folder_cached(OTHERS[s["ft_second"]])
-            others.append((f"from {s['ft_second']}", second, second_tokenizer))
-        notice.info("Starting: a training process is loading PyTorch and receiving a copy of the model and the "
-                    "data (a few seconds)…", icon=":material/hourglass_top:")
+        notice.info("Starting: a training process is loading PyTorch and reading the model and the data (a few "
+                    "seconds)…", icon=":material/hourglass_top:")
         if run is not None and not viewer:
             app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
-        spec = FinetuneSpec(partial(build_comparison, data, active.model, active.tokenizer, settings, others,
-                                    bool(s.get("ft_baseline"))),
-                            kind=s["ft_kind"], data_label=UPLOADED.get(s["ft_data"], ALL_DATASETS[s["ft_data"]]),
-                            model_label=active.short_name, models=2 + len(others), budget_s=float(settings["budget"]))
-        app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id()), FINETUNE_PAGE)
+        run_id = runs.new_token()
+        spec = _race_spec(run_id, settings)
+        app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id(), run_id=run_id), FINETUNE_PAGE)
         st.rerun()
     if b2.button("Stop", icon=":material/stop:", disabled=viewer or not busy,
                  help="Stop the model in training after its current step and skip the rest (a queued race that has "
@@ -527,6 +561,8 @@ def _live() -> None:
         return
     if run.note:
         st.warning(f"This race was {run.note}.")
+    if run.record_failed:
+        st.warning(run.record_failed, icon=":material/hard_drive:")
     if run.phase == "queued" and _queued(run):
         return
     job = run.job
@@ -539,6 +575,10 @@ def _live() -> None:
     comparison = job.trainer
     if comparison is None:
         st.info("Preparing: splitting the data and copying the model…", icon=":material/hourglass_top:")
+        return
+    if not comparison.tuners:   # a race read back after a restart that had ended none of its models
+        st.info("Nothing of this race was kept: the server restarted before any of its models had ended. Run it "
+                "again.", icon=":material/history:")
         return
     prog = comparison.progress
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
@@ -642,8 +682,9 @@ def _label_results(results: dict, comparison) -> None:
     if sentence.strip():
         try:
             first = next(iter(results.values()))
+            # A baseline read back after a restart keeps its figures, not its scikit-learn model.
             probs = {name: result_probabilities(r, sentence, max_length=comparison.config.max_length)
-                     for name, r in results.items()}
+                     for name, r in results.items() if r.model is not None}
             rows = [{"model": finetune_figures.RUN_LABELS.get(n, n),
                      "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],
                      "confidence": f"{max(p):.0%}"} for n, p in probs.items()]

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.serve import app_state, jobs, model_sources
+from tests.race_stand_ins import race_spec  # noqa: E402
 from tests.stand_ins import StandInView  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -382,7 +383,7 @@ def test_a_start_beyond_the_slots_is_queued_and_runs_when_a_slot_frees(monkeypat
             release.set()
 
     # The one slot is taken by someone's fine-tuning race: one queue for every training.
-    race = app_state.FinetuneSpec(Blocking, kind="labels", data_label="toy", model_label="nano", models=2,
+    race = race_spec(Blocking, kind="labels", data_label="toy", model_label="nano", models=2,
                                   budget_s=30)
     other = app_state.RUNS.submit(race, "someone-else")
     try:

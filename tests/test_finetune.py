@@ -386,7 +386,7 @@ def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steerin
     from streamlit.testing.v1 import AppTest
 
     from bert_core.serve import app_state, jobs
-    from bert_core.serve.finetune_runs import FinetuneSpec
+    from tests.race_stand_ins import race_spec
 
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")
     monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # the stand-in below trains on a thread (it cannot be pickled)
@@ -400,7 +400,7 @@ def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steerin
         def stop(self):
             release.set()
 
-    other = app_state.RUNS.submit(FinetuneSpec(Blocking, kind="labels", data_label="toy", model_label="nano",
+    other = app_state.RUNS.submit(race_spec(Blocking, kind="labels", data_label="toy", model_label="nano",
                                                models=2, budget_s=30), "someone-else")
     mine = None
     try:

@@ -18,6 +18,7 @@ from bert_core.serve.finetune_runs import FinetuneSpec, race_score
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.serve.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison
+from tests.race_stand_ins import race_spec
 from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)
 from tests.test_runs import _until  # a polling wait
 
@@ -112,7 +113,7 @@ class _Race:
 
 
 def _spec(parts=2, part_s=0.3):
-    return FinetuneSpec(partial(_Race, parts, part_s), kind="labels", data_label="AG News topics (4 classes)",
+    return race_spec(partial(_Race, parts, part_s), kind="labels", data_label="AG News topics (4 classes)",
                         model_label="bert-tiny-english", models=parts, budget_s=part_s)
 
 

@@ -24,7 +24,7 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
-            "serve.finetune_runs", "inspect.tricks", "data.task_downloads", "training.lesson_settings",
+            "serve.finetune_runs", "training.finetune_race", "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes"}
@@ -130,7 +130,8 @@ def test_only_the_serving_wing_calls_streamlit():
 
 # The app's server imports these without loading torch: the home page draws at once, and a class server's process
 # stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
-TORCH_FREE = ("bert_core.serve.app_state", "bert_core.serve.jobs", "bert_core.serve.runs",
+TORCH_FREE = ("bert_core.serve.app_state", "bert_core.serve.jobs", "bert_core.serve.job_factory",
+              "bert_core.serve.thread_job", "bert_core.serve.training_mirrors", "bert_core.serve.runs",
               "bert_core.serve.finetune_runs", "bert_core.serve.training_process", "bert_core.serve.model_sources", "bert_core.serve.app_storage",
               "bert_core.serve.export", "bert_core.inspect.figures", "bert_core.inspect.probes",
               "bert_core.training.comparison", "bert_core.training.recipes", "bert_core.training.heldout",

@@ -21,10 +21,10 @@ def _never():
 
 
 def test_both_specs_are_run_specs_with_their_page():
-    train, race = default_spec(), FinetuneSpec(_never, "labels", "toy topics", "nano", 2, 30.0)
+    train, race = default_spec(), FinetuneSpec(settings={"time_budget_s": 30.0}, checkpoint="nano")
     assert isinstance(train, RunSpec) and isinstance(race, RunSpec)
     assert (train.page, train.recorded, train.expected_s, train.longest_part_s) == (TRAIN_PAGE, True, None, 0.0)
-    assert (race.page, race.recorded, race.expected_s, race.longest_part_s) == (FINETUNE_PAGE, False, 60.0, 30.0)
+    assert (race.page, race.recorded, race.expected_s, race.longest_part_s) == (FINETUNE_PAGE, True, 60.0, 30.0)
 
 
 def test_both_jobs_are_run_jobs():
@@ -73,7 +73,8 @@ def _probes(path: Path) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("module", ["run_queue.py", "run_scheduler.py", "jobs.py", "finetune_runs.py",
                                     "training_process.py", "train_spec.py", "run_registry.py", "runs.py",
                                     "run_records.py", "app_storage.py", "export.py", "model_sources.py",
-                                    "visitor_runs.py", "class_view.py"])
+                                    "visitor_runs.py", "class_view.py", "job_base.py", "thread_job.py",
+                                    "job_factory.py", "process_model.py", "training_mirrors.py"])
 def test_the_queue_the_scheduler_and_the_jobs_read_the_protocols_without_probing(module):
     assert _probes(ROOT / "bert_core" / "serve" / module) == []
 

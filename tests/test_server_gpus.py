@@ -16,6 +16,7 @@ from bert_core.serve import jobs, runs, server_gpus
 from bert_core.serve.run_queue import RunQueue
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
+from tests.race_stand_ins import race_spec
 from tests.stand_ins import Steps
 
 H100 = ServerGpu("cuda", "NVIDIA H100 80GB HBM3", 81_559, 2)
@@ -243,7 +244,7 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
         assert "the GPU (" in store.device_of(started[0]) and store.device_of(started[2]) == "the CPU"
         model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
         settings = dict(train=120, val=40, seed=0, budget=2, lr=1e-3, batch=16, maxlen=32)
-        race = store.submit(FinetuneSpec(partial(build_comparison, toy_topic_task(0, 200), model, tok, settings),
+        race = store.submit(race_spec(partial(build_comparison, toy_topic_task(0, 200), model, tok, settings),
                                          kind="labels", data_label="toy", model_label="nano", models=2,
                                          budget_s=2.0), "s-race")
         assert race.device == "cuda"

@@ -4,7 +4,6 @@ the table it prints)."""
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import sys
@@ -30,14 +29,12 @@ from bert_core.training.finetune import (
     FinetuneResult,
     FinetuneStage,
     checkpoint_pretraining_rate,
-    finetune,
     finetune_learning_rate,
     kind_config,
-    load_task,
     save_classifier,
-    split_task,
-    tokenizer_for_scratch,
 )
+from bert_core.serve.finetune_runs import FinetuneSpec, RaceData
+from bert_core.training.finetune_race import build_race, load_race_data, race_task
 from bert_core.training.trainer import resolve_device
 
 
@@ -277,14 +274,13 @@ def run(args) -> int:
         check_output_folder(args.out, overwrite=args.overwrite,
                             subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
     folder, config = _checked_models(args, config, compares)
-    data = load_task(args.csv, args.task, args.text_column, args.label_column, args.pair, args.drop_empty,
-                     args.seed, conll=args.conll, tag_column=args.tag_column, squad=args.squad,
-                     drills=not args.no_drills)
-    task = split_task(data, args.train_size, args.val_size, args.seed, pooling=args.pooling)
+    spec = spec_from_args(args, folder, config, compares)
+    data = load_race_data(spec)
+    task = race_task(spec, data)
     print(describe(task), file=sys.stderr)
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
-    results = _results(args, _runs(args, folder, task, compares), task, config)
+    results = _results(build_race(spec, task=task), task)
     saved = []
     if args.out:
         for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
@@ -331,39 +327,38 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
     return folder, config
 
 
-def _runs(args, folder: Path | None, task, compares: dict[str, Path]) -> list[tuple[str, object, object]]:
-    """(name, model, tokenizer) of each neural run, in the order they race: the checkpoint's with the task's head
-    (or the --scratch-preset model with a tokenizer trained on the training texts), each --compare, then
-    --compare-scratch."""
-    runs = []
-    if folder is None:
-        tokenizer = tokenizer_for_scratch(task.train_data)
-        model_config = BertConfig.preset(args.scratch_preset, vocab_size=tokenizer.vocab_size)
-        runs.append(("scratch", task.new_head(model_config, args.seed), tokenizer))
-    else:
-        model, tokenizer = task.head_from_checkpoint(folder, args.seed)
-        runs.append(("pretrained", model, tokenizer))
-    for name, other in compares.items():
-        runs.append((name, *task.head_from_checkpoint(other, args.seed)))
-    if folder is not None and args.compare_scratch:
-        runs.append(("scratch", task.new_head(runs[0][1].config, args.seed), tokenizer))
-    return runs
+def spec_from_args(args, folder: Path | None, config: FinetuneConfig, compares: dict[str, Path]) -> FinetuneSpec:
+    """The race a command line asks for, as the plain-data spec the Fine-tune page's races are made of: the same
+    builder (finetune_race.build_race) then makes both. Token tags always get their baselines (they take
+    seconds); sentence labels with --baseline."""
+    data = RaceData(task=args.task, csv=_str(args.csv), conll=_str(args.conll), squad=_str(args.squad),
+                    text_columns=tuple(args.text_column) if args.text_column else None,
+                    label_column=args.label_column, pair=args.pair, drop_empty=args.drop_empty,
+                    tag_column=args.tag_column, drills=not args.no_drills, seed=args.seed)
+    kind = data_kind(args)
+    return FinetuneSpec(kind=kind, data=data, checkpoint=_str(folder), settings=dataclasses.asdict(config),
+                        scratch_preset=args.scratch_preset,
+                        compare=tuple((name, str(f)) for name, f in compares.items()),
+                        scratch=bool(args.compare_scratch), baseline=bool(args.baseline or kind == "tags"),
+                        train_size=args.train_size, val_size=args.val_size, pooling=args.pooling)
 
 
-def _results(args, runs, task, config: FinetuneConfig) -> list[FinetuneResult]:
-    """The baseline lines first (sentence labels: with --baseline; token tags: always, they take seconds), then
-    each run fine-tuned in turn, its progress on stderr."""
-    results = []
-    if args.baseline or task.kind == "tags":
-        for line in task.baselines(args.seed, config.num_misclassified):
-            line.callbacks.append(_progress_printer(line.name, sys.stderr, task.metric_names))
-            if line.run() is None:
-                raise BertCoreError(line.error or f"the {line.name} baseline produced no result")
-            results.append(line.result)
-    for name, model, tokenizer in runs:
-        results.append(finetune(model, tokenizer, config=config, name=name, task=copy.copy(task),
-                                callbacks=[_progress_printer(name, sys.stderr, task.metric_names)]))
-    return results
+def _str(path) -> str | None:
+    return None if path is None else str(path)
+
+
+def _results(race, task) -> list[FinetuneResult]:
+    """Run the race (the baseline lines first, then each model in turn, its progress on stderr) and return each
+    run's result; a failure raises BertCoreError."""
+    for tuner in race.tuners:
+        tuner.callbacks.append(_progress_printer(tuner.name, sys.stderr, task.metric_names))
+    race.run()
+    if race.error is not None:
+        raise BertCoreError(race.error)
+    missing = [t.name for t in race.tuners if t.result is None]
+    if missing:
+        raise BertCoreError(f"the run {missing[0]} produced no result")
+    return [t.result for t in race.tuners]
 
 
 def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:

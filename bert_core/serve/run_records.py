@@ -27,11 +27,16 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from bert_core.errors import os_reason
+from bert_core.errors import is_disk_full, os_reason
+from bert_core.serve.finetune_runs import is_race_record
+
+# The file a race's training process keeps its results in (bert_core.training.finetune_race.KEPT_FILE).
+RACE_FILE = "race.json"
 
 log = logging.getLogger("bert_core.app")
 
@@ -40,6 +45,7 @@ RECORD = "run.json"
 CHECKPOINT = "checkpoint"
 PROBES = "probes.json"
 CHECKPOINT_EVERY_S = 60.0   # a run training when the server dies loses at most this much
+RECORD_RETRY_S = 30.0       # how often a record that could not be written (a full disk) is tried again
 FORMAT = 1
 
 
@@ -77,6 +83,22 @@ def probes_to_json(store) -> dict | None:
             "top_k": store.top_k, "max_snapshots": store.max_snapshots, "snapshots": snaps}
 
 
+def record_failure(exc: BaseException) -> str:
+    """What the pages say while a run's record cannot be written: a restart would lose the run."""
+    why = "the server's disk is full" if is_disk_full(exc) else f"the server could not write it ({os_reason(exc)})"
+    return (f"**This run would be lost if the server restarted:** its record could not be written ({why}). It is "
+            f"here while the server runs; the server writes the record again every {RECORD_RETRY_S:g} s, as soon as "
+            "there is room. Download what you need to keep.")
+
+
+def _kept_race_models(checkpoint: Path) -> int:
+    """How many models of a race its kept results hold (0: none, or unreadable)."""
+    try:
+        return len(json.loads((checkpoint / RACE_FILE).read_text(encoding="utf-8")).get("results") or {})
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
 def _ended_note(job) -> str | None:
     """Why a run's process ended, when it failed or the server ended it (a restarted server says it again)."""
     if job is None:
@@ -100,11 +122,13 @@ class RunRecords:
 
     def write(self, run, phase: str, step: int | None, probes=None) -> bool:
         """Write (replace) the run's record; with `probes` (a ProbeStore) its snapshots too. False, and a line in
-        the log, when it cannot be written: the run goes on, only a restart would lose it."""
-        if not dataclasses.is_dataclass(run.spec) or not run.spec.recorded:
-            return False   # a fine-tuning race (finetune_runs.FinetuneSpec) lives in memory only
+        the log, when it cannot be written: the run goes on, but a restart would lose it, so `run.record_failed`
+        says so (the pages show it) and the scheduler tries again every RECORD_RETRY_S until there is room."""
+        if not run.spec.recorded:
+            return False   # a test's stand-in spec, which holds no plain data
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
-                  "name": run.name, "created": run.created, "spec": dataclasses.asdict(run.spec), "phase": phase,
+                  "page": run.spec.page, "name": run.name, "created": run.created,
+                  "spec": dataclasses.asdict(run.spec), "phase": phase,
                   "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled,
                   "visitors": dict(run.visitors)}
         folder = self.folder_for(run.run_id)
@@ -113,11 +137,54 @@ class RunRecords:
             if probes is not None:
                 _write_json(folder / PROBES, probes_to_json(probes))
             _write_json(folder / RECORD, record)
-            return True
         except (OSError, TypeError, ValueError) as exc:
-            log.warning("run %s: its record could not be written (%s)", run.run_id[:6],
-                        os_reason(exc) if isinstance(exc, OSError) else type(exc).__name__)
+            why = os_reason(exc) if isinstance(exc, OSError) else type(exc).__name__
+            if run.record_failed is None:
+                log.warning("run %s: its record could not be written (%s)", run.run_id[:6], why)
+            run.record_failed = record_failure(exc)
+            run.record_retry_at = time.monotonic() + RECORD_RETRY_S
             return False
+        if run.record_failed is not None:
+            log.info("run %s: its record was written on a later try", run.run_id[:6])
+        run.record_failed = run.record_retry_at = None
+        return True
+
+    def due(self, run, now: float) -> bool:
+        """True when the run's record is to be written: its phase changed since its last record, or a write that
+        failed is due to be tried again."""
+        if run.record_failed is not None:
+            return run.record_retry_at is None or now >= run.record_retry_at
+        return run.phase != run.recorded_phase
+
+    @staticmethod
+    def kept(record: dict, checkpoint: Path) -> tuple[str, str | None]:
+        """(phase, note) a recorded run comes back with after a restart: as it ended, or, when it was training,
+        stopped by the restart with what it kept. FileNotFoundError when it kept nothing worth bringing back: no
+        whole checkpoint, or only the one written before its first update (untrained weights: offering to train on
+        from "the model of step 0" would be offering nothing)."""
+        phase, note = record.get("phase"), record.get("note")
+        if is_race_record(record):
+            # A race keeps each model's results as it ends; one that was training comes back stopped with them.
+            if phase not in ("finished", "stopped", "failed"):
+                if phase != "running":
+                    raise FileNotFoundError("it had not started")
+                done = _kept_race_models(checkpoint)
+                phase = "stopped"
+                note = ("stopped by a server restart after " + (f"{done} of its models" if done else
+                        "none of its models had ended: nothing of it was kept"))
+            return phase, note
+        # Imported here, once there is a run to restore: it loads torch (TORCH_FREE).
+        from bert_core.model.hf import is_whole_checkpoint
+
+        if not is_whole_checkpoint(checkpoint):
+            raise FileNotFoundError("no whole checkpoint")
+        step = int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"])
+        if step == 0:
+            raise FileNotFoundError("only the untrained weights of step 0")
+        if phase not in ("finished", "stopped", "failed"):
+            phase = "stopped"
+            note = f"stopped by a server restart at step {step:,} (its last checkpoint)"
+        return phase, note
 
     def remove(self, run_id: str) -> None:
         """Forget a run (dropped, or reset by its owner): its folder goes."""

@@ -44,6 +44,8 @@ class Run:
     visitors: dict[str, str] = field(default_factory=dict)
     unwatched_since: float | None = None
     recorded_phase: str | None = None   # the phase its record on disk holds (bert_core.serve.run_records)
+    record_failed: str | None = None    # why its record could not be written: a restart would lose it
+    record_retry_at: float | None = None  # monotonic time of the next try to write it
 
     @property
     def phase(self) -> str:

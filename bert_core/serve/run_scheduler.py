@@ -14,6 +14,9 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.serve.app_storage import disk_free_mb, without_paths
+from bert_core.serve.finetune_runs import KeptRaceJob
+from bert_core.serve.run_protocols import FINETUNE_PAGE
+from bert_core.serve.run_records import CHECKPOINT, PROBES, RACE_FILE
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 
@@ -79,17 +82,19 @@ class RunScheduler:
                 job = run.job
                 # A stopped pretraining run keeps its process for Resume; a stopped race cannot resume (a Stop skips
                 # its remaining models), so its idle process goes at once, as a finished one's does.
-                race = not run.spec.recorded
+                race = run.spec.page == FINETUNE_PAGE
                 ended = ("finished", "failed", "stopped") if race else ("finished", "failed")
                 if (not run.released and job is not None and not run.active and run not in to_end
                         and job.phase in ended and retry):
                     to_release.append(run)
-                # An ended fine-tuning race keeps its models in the server's memory, not in a folder: once nobody
-                # has watched it for the grace period they go, so memory is bounded by the races people look at.
+                # An ended fine-tuning race holds its models in the server's memory: once nobody has watched it for
+                # the grace period they go, so memory is bounded by the races people look at. A race whose results
+                # its process kept in its folder is read back from there when opened again; one that kept none
+                # (a stand-in, a full disk) is dropped.
                 if unwatched and run.released and not run.active and race:
                     forgotten.append(run)
             doomed = self._registry.drop_oldest_ended()
-            gone = [r for r in forgotten if self._registry.drop(r)]
+            gone = [r for r in forgotten if not self._to_disk(r) and self._registry.drop(r)]
         for run in to_stop:
             # A turn that is up: a pretraining run stops at its next step; a fine-tuning race at the end of the
             # model in training (it cannot resume one halfway: each keeps its whole budget).
@@ -107,21 +112,38 @@ class RunScheduler:
             end_job(run, wait=1.0)
             if self._records is not None:
                 self._records.remove(run.run_id)
-        self._record_changes()
+        self._record_changes(now)
 
-    def _record_changes(self) -> None:
-        """Write the record of each run whose phase changed since its last record (its probes once it ended)."""
+    def _record_changes(self, now: float) -> None:
+        """Write the record of each run whose phase changed since its last record (its probes once it ended), and
+        those whose last write failed, when their retry is due."""
         if self._records is None:
             return
         for run in self._registry.runs():
             phase = run.phase
-            if phase == run.recorded_phase:
+            if not self._records.due(run, now):
                 continue
             trainer = run.trainer
             ended = not run.active and phase in ("finished", "stopped", "failed")
             probes = trainer.probes if ended and trainer is not None else None
+            # Tried: a write that failed (a full disk) is tried again every RECORD_RETRY_S, logged once.
             self._records.write(run, phase, trainer.step if trainer is not None else None, probes=probes)
-            run.recorded_phase = phase   # tried: a write that failed (a full disk) is logged once, not every pass
+            run.recorded_phase = phase
+
+    def _to_disk(self, run: Run) -> bool:
+        """Swap an ended race's job in memory for the one that reads its kept results from its folder (True), when
+        it has that folder; called under the lock."""
+        if self._records is None or not run.spec.recorded or run.record_failed is not None:
+            return False
+        folder = self._records.checkpoint_for(run.run_id)
+        if not (folder / RACE_FILE).is_file() or run.job.released == folder.resolve():
+            return run.job.released == folder.resolve()   # already reading it from disk
+        try:
+            run.job = KeptRaceJob(run.run_id, run.spec, folder, run.job.phase, run.job.ended_note or run.job.error)
+        except Exception:  # noqa: BLE001 - a damaged folder: the race is dropped as it was before records
+            log.exception("reading back the race %s failed", run.run_id[:6])
+            return False
+        return True
 
     def _end_silent(self) -> None:
         """End the processes that have said nothing for `stall_s` (stalled), and at once those whose owner pressed
@@ -206,28 +228,17 @@ class RunScheduler:
 
 def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:
     """Read back the runs an earlier server process recorded: an ended run as it ended, a run that was training as
-    stopped by the restart at its last checkpoint; one with no whole checkpoint is dropped (its links say so).
+    stopped by the restart with what it kept; one that kept nothing (RunRecords.kept) is dropped (its links say so).
     Returns (restored, dropped)."""
     found = records.read_all()
     if not found:
         return 0, 0
-    # Imported here, once there is something to restore: it loads torch, and a server starting with no recorded runs
-    # should not spend its first seconds importing it beside its first page (TORCH_FREE).
-    from bert_core.model.hf import is_whole_checkpoint
-    from bert_core.serve.run_records import CHECKPOINT, PROBES
-
     restored = lost = 0
     for record, folder in found:
         run_id, view_id = str(record["run_id"]), str(record.get("view_id") or "")
         checkpoint = folder / CHECKPOINT
-        phase, note = record.get("phase"), record.get("note")
         try:
-            if not is_whole_checkpoint(checkpoint):
-                raise FileNotFoundError("no whole checkpoint")
-            if phase not in ("finished", "stopped", "failed"):
-                phase = "stopped"
-                step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
-                note = f"stopped by a server restart at step {int(step):,} (its last checkpoint)"
+            phase, note = records.kept(record, checkpoint)
             probes = None
             if (folder / PROBES).is_file():
                 probes = json.loads((folder / PROBES).read_text(encoding="utf-8"))
@@ -269,7 +280,7 @@ def release_failure(exc: BaseException, folder: Path | None) -> str:
     else:
         why = f"the server could not write it ({without_paths(os_reason(exc))})"
     return (f"**This run's model is not on disk yet:** {why}. Its training process is kept alive to hold the "
-            "model, so nothing is lost while this page is open: download it now (*Prepare download*), or ask the "
+            "model, so nothing is lost while the server runs, but a server restart would lose it: download it now (*Prepare download*), or ask the "
             f"operator to free space. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")
 
 

@@ -14,8 +14,8 @@ of its first slot. A Start beyond that joins a first-come queue and starts by it
 anyone waits, a run trains for at most `turn_s` seconds at a stretch (`$BERT_EXPLORER_TURN_S`, default 120); then
 it pauses at a step boundary, in its own process and with its optimizer, and goes to the back of the queue, so one
 long run cannot keep a class waiting. A fine-tuning race counts as one run and yields between its models
-(`FinetuneComparison.pause`: each model keeps its whole budget). An ended race's models are in memory, not in a
-folder: once nobody has watched it for `unwatched_s` it is dropped.
+(`FinetuneComparison.pause`: each model keeps its whole budget). An ended race's models are in memory and in its
+folder: once nobody has watched it for `unwatched_s` they are read back from the folder when opened again.
 
 Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_EXPLORER_UNWATCHED_S`, default
 600: long enough for a Wi-Fi blip or a reopened laptop) is stopped. When a run ends (finished, stopped and then
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.serve.finetune_runs import restoring
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
@@ -153,7 +154,9 @@ class RunStore:
         self._records = records
         self._restored = threading.Event()
         if records is not None and restore_job is not None:
-            threading.Thread(target=self._restore, args=(restore_job,), name="bert-run-restore", daemon=True).start()
+            # A race's record is read back by finetune_runs, a pretraining run's by `restore_job`.
+            threading.Thread(target=self._restore, args=(restoring(restore_job),), name="bert-run-restore",
+                             daemon=True).start()
         else:
             self._restored.set()
 

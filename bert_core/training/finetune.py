@@ -575,6 +575,8 @@ class FinetuneComparison:
         if baseline:
             self.tuners[:0] = self.task.baselines(config.seed, config.num_misclassified, callbacks)
         self.error: str | None = None
+        # Called after each model's run ends (finished, stopped or failed): build_race keeps the results so far there.
+        self.on_model_end: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._pause = threading.Event()
         self._started = False
@@ -642,6 +644,8 @@ class FinetuneComparison:
                 if self._stop.is_set() or self._pause.is_set():
                     break
                 tuner.run()
+                if self.on_model_end is not None:
+                    self.on_model_end()
                 if tuner.error is not None:
                     self.error = f"{tuner.name}: {tuner.error}"
                     break

@@ -1,0 +1,22 @@
+"""A stand-in fine-tuning race spec for tests whose race is a stand-in (a blocking or counting builder): a
+FinetuneSpec whose builder is given, not built from plain data, so it is not recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from bert_core.serve.finetune_runs import FinetuneSpec
+
+
+@dataclass(frozen=True)
+class RaceStandIn(FinetuneSpec):
+    builder: Any = None
+    models: int = 2
+    budget_s: float = 30.0
+    recorded: ClassVar[bool] = False   # its builder is no plain data
+
+
+def race_spec(builder, **kw) -> RaceStandIn:
+    """FinetuneSpec's old shape: a builder, kind, data_label, model_label, models and budget_s."""
+    return RaceStandIn(builder=builder, **kw)

@@ -1,0 +1,180 @@
+"""A fine-tuning race on the pretraining runs' road (issue #61): one plain-data spec and one builder for the CLI and
+the page, races recorded and brought back after a server restart (finished with their curves, confusion matrices
+and models; running as stopped by the restart), and the two fault paths of a run's record (a full disk; a run that
+kept only its untrained step-0 weights)."""
+
+import errno
+import json
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bert_core.cli.main import main
+from bert_core.data.classification_data import toy_order_task
+from bert_core.model.bert import BertForPreTraining
+from bert_core.model.checkpoint import save_checkpoint
+from bert_core.model.config import BertConfig
+from bert_core.model.hf import load_pretrained
+from bert_core.model.tokenization import BertTokenizer, train_tokenizer
+from bert_core.serve import jobs, run_records, runs
+from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings, restoring
+from bert_core.serve.run_records import RunRecords
+from bert_core.serve.run_registry import Run
+from bert_core.training.finetune import build_comparison, classify_text
+from bert_core.training.finetune_race import build_race, keep_race
+from tests.test_runs import _until  # a polling wait
+
+pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py)
+
+WIDGETS = dict(train=48, val=24, seed=0, steps=3, budget=300, lr=1e-3, batch=16, maxlen=32)
+
+
+@pytest.fixture(scope="module")
+def nano_folder(tmp_path_factory):
+    """A nano BERT checkpoint folder with a tokenizer trained on the toy stories (untrained weights)."""
+    data = toy_order_task(seed=0, num_examples=200)
+    tokenizer = train_tokenizer(data.texts, vocab_size=300)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
+    return save_checkpoint(tmp_path_factory.mktemp("nano") / "nano", model, tokenizer=tokenizer)
+
+
+def _page_spec(folder, keep_in=None, **kw) -> FinetuneSpec:
+    """The page's race on the lesson's data, as the page makes it (finetune_runs.page_settings)."""
+    return FinetuneSpec(kind="labels", data=RaceData(task="toy-order"), checkpoint=str(folder),
+                        settings=page_settings(WIDGETS), train_size=WIDGETS["train"], val_size=WIDGETS["val"],
+                        data_label="toy word order", model_label="nano", keep_in=keep_in, **kw)
+
+
+def test_the_cli_and_the_pages_race_give_the_same_weights_bit_for_bit(nano_folder, tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["finetune", "--checkpoint", str(nano_folder), "--task", "toy-order", "--steps", "3",
+                 "--train-size", "48", "--val-size", "24", "--lr", "1e-3", "--batch-size", "16", "--max-length", "32",
+                 "--compare-scratch", "--out", str(out)]) == 0
+    race = build_race(_page_spec(nano_folder))
+    race.run()
+    assert race.state == "finished"
+    for name, folder in (("pretrained", out), ("scratch", out / "from-scratch")):
+        saved = load_file(folder / "model.safetensors")
+        mine = race.results[name].model.state_dict()
+        assert saved.keys() <= mine.keys()
+        assert all(torch.equal(saved[k], mine[k]) for k in saved), name
+    # ... and the page's race before the spec (a closure over the live model) gave these same weights.
+    model = load_pretrained(nano_folder)
+    old = build_comparison(toy_order_task(0), model, BertTokenizer.load(nano_folder), dict(WIDGETS))
+    old.run()
+    for name in ("pretrained", "scratch"):
+        a, b = old.results[name].model.state_dict(), race.results[name].model.state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def _store(records, **kw):
+    def factory(run):
+        return jobs.finetune_job(run.run_id, run.spec.builder, device=run.device)
+
+    return runs.RunStore(factory, slots=lambda: 1, poll_s=0.02, records=records,
+                         restore_job=lambda *a: pytest.fail("a race is restored by finetune_runs"), **kw)
+
+
+def test_a_finished_race_comes_back_after_a_restart_with_its_curves_matrices_and_models(nano_folder, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # on a server thread: this test needs no process
+    records = RunRecords(tmp_path / "state")
+    store = _store(records)
+    run_id = runs.new_token()
+    try:
+        run = store.submit(_page_spec(nano_folder, keep_in=str(records.checkpoint_for(run_id))), "s1", run_id=run_id,
+                           visitor="browser-1")
+        _until(lambda: run.phase == "finished" and run.recorded_phase == "finished", "the race is recorded")
+        live = run.job.trainer.results
+        sentence = "the farmer went to the barn"
+        before = {n: classify_text(r.model, r.tokenizer, sentence) for n, r in live.items()}
+    finally:
+        store.close()
+    # A new server process on the same state folder.
+    again = _store(records)
+    try:
+        back = again.get(run_id)
+        assert back is not None and back.phase == "finished" and back.spec == run.spec
+        assert again.by_view(run.view_id) is back and [r for r, _ in again.visited("browser-1")] == [back]
+        race = back.trainer
+        assert [t.name for t in race.tuners] == ["pretrained", "scratch"]
+        assert all(t.evals for t in race.tuners) and race.tuners[0].evals == live["pretrained"].evals
+        results = race.results
+        assert set(results) == {"pretrained", "scratch"}
+        for name, result in results.items():
+            assert result.confusion == live[name].confusion and result.accuracy == live[name].accuracy
+            assert classify_text(result.model, result.tokenizer, sentence) == before[name]
+        assert len(race.val_data) == WIDGETS["val"]   # the split, made again from the spec
+    finally:
+        again.close()
+
+
+def test_a_race_running_at_the_restart_comes_back_as_stopped_with_what_it_kept(nano_folder, tmp_path):
+    records = RunRecords(tmp_path / "state")
+    spec = _page_spec(nano_folder)
+    race = build_race(spec)
+    race.on_model_end = race.pause   # the scratch twin never runs: the restart came after the first model
+    race.run()
+    run = Run(run_id="r1", view_id="v1", family="r1", spec=spec, queued=False)
+    run.job = type("Job", (), {"phase": "running", "error": None, "ended_note": None, "trainer": race})()
+    assert records.write(run, "running", race.step)
+    keep_race(race, records.checkpoint_for("r1"))
+    store = _store(records)
+    try:
+        back = store.get("r1")
+        assert back is not None and back.phase == "stopped" and "server restart" in back.note
+        assert "1 of its models" in back.note
+        assert list(back.trainer.results) == ["pretrained"] and back.trainer.results["pretrained"].model is not None
+    finally:
+        store.close()
+    # One that had ended none of its models: it says nothing was kept.
+    records.remove("r1")
+    assert records.write(run, "running", 0)
+    store = _store(records)
+    try:
+        back = store.get("r1")
+        assert back.phase == "stopped" and "nothing of it was kept" in back.note and back.trainer.tuners == []
+    finally:
+        store.close()
+
+
+def test_a_record_a_full_disk_refuses_says_a_restart_would_lose_the_run_and_is_written_once_there_is_room(
+        nano_folder, tmp_path, monkeypatch):
+    records = RunRecords(tmp_path / "state")
+    run = Run(run_id="r2", view_id="v2", family="r2", spec=_page_spec(nano_folder), queued=False)
+    run.job = type("Job", (), {"phase": "finished", "error": None, "ended_note": None, "trainer": None})()
+    real = run_records._write_json
+
+    def full(path, obj):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_records, "_write_json", full)
+    assert not records.write(run, "finished", 3)
+    assert "would be lost if the server restarted" in run.record_failed and "nothing is lost" not in run.record_failed
+    now = time.monotonic()
+    assert not records.due(run, now) and records.due(run, now + run_records.RECORD_RETRY_S + 1)
+    monkeypatch.setattr(run_records, "_write_json", real)
+    assert records.write(run, "finished", 3) and run.record_failed is None
+    assert json.loads((records.folder_for("r2") / "run.json").read_text())["phase"] == "finished"
+
+
+def test_a_run_that_kept_only_its_untrained_step_0_weights_says_nothing_was_kept(tmp_path):
+    records = RunRecords(tmp_path / "state")
+    tokenizer = train_tokenizer(toy_order_task(0, num_examples=50).texts, vocab_size=200)
+    model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
+    checkpoint = records.checkpoint_for("r3")
+    save_checkpoint(checkpoint, model, tokenizer=tokenizer, trainer_state={"step": 0})
+    with pytest.raises(FileNotFoundError, match="step 0"):
+        records.kept({"run_id": "r3", "phase": "running", "page": "Train"}, checkpoint)
+    record = {"format": run_records.FORMAT, "run_id": "r3", "view_id": "v3", "page": "Train", "phase": "running",
+              "spec": {}, "created": 1.0}
+    (records.folder_for("r3") / "run.json").write_text(json.dumps(record))
+    store = runs.RunStore(lambda run: None, slots=lambda: 1, records=records,
+                          restore_job=restoring(lambda *a: pytest.fail("nothing to restore")))
+    try:
+        assert store.get("r3") is None and store.was_lost("r3") and store.was_lost("v3")
+    finally:
+        store.close()
