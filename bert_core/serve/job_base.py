@@ -1,0 +1,80 @@
+"""What the two kinds of training job share (run_protocols.RunJob): a run's job on a server thread (thread_job) and
+in a child process (training_process) hold the same fields, take the same turn at the same threads, label their weight
+copies alike, and extend, check and zip a run the same way; only where the training runs differs. Torch-free."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+from bert_core.serve.runs import SLOTS_ENV, default_slots
+
+MAX_TRAININGS_ENV = SLOTS_ENV                       # concurrent trainings on one server (bert_core.serve.runs)
+THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
+
+
+def max_trainings() -> int:
+    """The server's limit on concurrent trainings (`$BERT_EXPLORER_MAX_TRAININGS`, default cores - 1)."""
+    return default_slots()
+
+
+def training_threads() -> int:
+    """Torch intra-op threads in the app (training and inspection): `$BERT_EXPLORER_TORCH_THREADS`, else the
+    cores but one (the web server's) shared out between the allowed concurrent trainings: one each by default.
+    Oversubscribed OpenMP threads spin-wait: on a busy 2-core machine two threads ran a nano BERT's training 8x
+    and a mini BERT's forward pass 35x slower."""
+    raw = os.environ.get(THREADS_ENV, "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return max(1, ((os.cpu_count() or 1) - 1) // max_trainings())
+
+
+class JobBase:
+    """A run's job, whichever kind: its fields, its weight copy's step, and what it does the same way on a thread
+    and in a process. `busy` and `save` (which `zip_bytes` calls) are each kind's own."""
+
+    def __init__(self, session_id: str, spec: Any, builder: Callable[..., Any] | None):
+        self.session_id = session_id
+        self.spec = spec
+        self._builder = builder
+        self.trainer = None         # the Trainer (or FinetuneComparison), or its mirror in the server
+        self.error: str | None = None
+        self.phase = "new"          # new | preparing | running | stopped | finished | failed
+        self.created = time.time()
+        self._snapshot = None       # (step, model copy) for inspection while training goes on
+
+    busy: bool   # each kind's own (a live thread; a live child process that prepares or trains)
+
+    @property
+    def snapshot_step(self) -> int | None:
+        """The step of the weight copy this server holds (pages label a model by it), None when it holds none."""
+        return self._snapshot[0] if self._snapshot is not None else None
+
+    def extend(self, more_steps: int) -> None:
+        """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
+        if self.trainer is None or self.busy:
+            raise BertCoreError("there is no stopped or finished run to continue")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.training.trainer import extended_config
+
+        cfg = extended_config(self.trainer, more_steps)
+        if cfg is None:
+            return
+        self.trainer.config = cfg
+        self._config_changed(cfg)
+
+    def _config_changed(self, cfg) -> None:
+        """The run's config was extended: a job whose trainer lives elsewhere tells it (nothing on a thread)."""
+
+    def _check_saveable(self) -> None:
+        if self.trainer is None:
+            raise BertCoreError("nothing to save yet: start a training run first")
+
+    def zip_bytes(self) -> bytes:
+        """The checkpoint folder as a zip archive, for the download button."""
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.model.checkpoint import zip_checkpoint
+
+        return zip_checkpoint(self.save)

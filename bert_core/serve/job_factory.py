@@ -1,0 +1,112 @@
+"""Which job trains a run, and what builds its training: the one decision between the spec a page makes and the
+thread or process that trains it, made here for the server's run store (`JobFactory`) and for the tests and
+benchmarks that start a job themselves (`pretraining_job`, `finetune_job`).
+
+A job kind is a maker in JOB_KINDS: "process" (a child process, `training_process.ProcessTrainingJob`, the default)
+or "thread" (a server thread, `thread_job.TrainingJob`). Each implements run_protocols.RunJob; a new backend (one
+that trains on a cluster, say) is one more maker here, chosen by `job_kind()`, and the builders do not change.
+No Streamlit, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.serve.job_base import training_threads
+from bert_core.serve.run_protocols import RunJob
+from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
+from bert_core.serve.thread_job import TrainingJob
+from bert_core.serve.train_spec import TrainSpec, build_trainer, spec_from_dict, training_data_for
+from bert_core.serve.training_process import ProcessTrainingJob
+
+PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread instead of a child process
+
+# (session id, builder, spec or None, data_factory or None) -> a job. The builder returns the Trainer or the
+# FinetuneComparison and must be picklable (a process job sends it to its child); data_factory(tokenizer) rebuilds a
+# pretraining run's data where the job's mirror is (None: a race, or a job whose trainer is in this process).
+JobMaker = Callable[[str, Callable[..., Any], Any, Callable[[Any], Any] | None], RunJob]
+
+
+def _thread_job(session_id, builder, spec=None, data_factory=None) -> RunJob:
+    return TrainingJob(session_id, spec, builder=builder)
+
+
+def _process_job(session_id, builder, spec=None, data_factory=None) -> RunJob:
+    return ProcessTrainingJob(session_id, builder, spec=spec, threads=training_threads(), data_factory=data_factory)
+
+
+JOB_KINDS: dict[str, JobMaker] = {"thread": _thread_job, "process": _process_job}
+
+
+def train_in_process() -> bool:
+    """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread).
+
+    The child talks over inherited pipe descriptors (`pass_fds`), which only POSIX systems have: on Windows the
+    run stays on a server thread."""
+    if os.name != "posix":
+        return False
+    return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
+
+
+def job_kind() -> str:
+    """The kind of job this server trains its runs in (a key of JOB_KINDS)."""
+    return "process" if train_in_process() else "thread"
+
+
+def finetune_job(session_id: str, builder: Callable[..., Any], device: str | None = None, kind: str | None = None):
+    """A job for the Fine-tune page (`builder` returns a FinetuneComparison and must be picklable): in a child
+    process like pretraining, or on a server thread when `$BERT_EXPLORER_TRAIN_PROCESS` is 0. `device`: where the
+    server's queue gave it a slot; a GPU is passed to `builder(device=...)`, the CPU is the builder's own default
+    (build_comparison's), so a builder that knows no devices still runs on a CPU slot."""
+    if device not in (None, "cpu"):
+        builder = partial(builder, device=device)
+    return JOB_KINDS[kind or job_kind()](session_id, builder)
+
+
+def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path | None = None,
+                    device: str | None = None, kind: str | None = None):
+    """A job for the Train page: by default in a child process (off the server's GIL), else on a thread.
+    `checkpoint_dir`: where the run writes the server's safety-net checkpoints (bert_core.serve.run_records);
+    `device`: where the server's queue gave it a slot (None: the spec's own, the CPU for a page's spec)."""
+    # The spec the run keeps (its record, its train command) stays as the page made it: only the trainer built in
+    # the training process goes to the slot's device.
+    built = spec if device is None else replace(spec, train={**spec.train, "device": device})
+    builder = partial(build_trainer, built)
+    if checkpoint_dir is not None:
+        builder = partial(build_trainer, built, checkpoint_dir=str(checkpoint_dir),
+                          checkpoint_every_s=CHECKPOINT_EVERY_S)
+    return JOB_KINDS[kind or job_kind()](session_id, builder, spec, partial(training_data_for, spec))
+
+
+def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None):
+    """The job of a run an earlier server process recorded (bert_core.serve.run_records), read back from its
+    checkpoint: curves, probes and model, no process."""
+    spec = spec_from_dict(record["spec"])
+    return ProcessTrainingJob.restored(str(record["run_id"]), checkpoint, spec, phase, note, probes,
+                                       data_factory=partial(training_data_for, spec))
+
+
+@dataclass(frozen=True)
+class JobFactory:
+    """The run store's maker of jobs (runs.RunStore's job_factory and restore_job): a Fine-tune race's or a Train
+    run's, on the slot the queue gave it, its safety-net checkpoints in `records`' folder for it."""
+
+    records: RunRecords | None = None
+    kind: Callable[[], str] = job_kind
+
+    def __call__(self, run) -> RunJob:
+        # run.device: where the queue gave the run its first slot (a GPU of the server's, or its CPU)
+        if isinstance(run.spec, FinetuneSpec):
+            return finetune_job(run.run_id, run.spec.builder, device=run.device, kind=self.kind())
+        checkpoint_dir = self.records.checkpoint_for(run.run_id) if self.records is not None else None
+        return pretraining_job(run.run_id, run.spec, checkpoint_dir=checkpoint_dir, device=run.device,
+                               kind=self.kind())
+
+    def restore(self, record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None) -> RunJob:
+        """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind)."""
+        return restored_pretraining_job(record, checkpoint, phase, note, probes)

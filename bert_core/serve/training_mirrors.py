@@ -1,0 +1,132 @@
+"""The server's mirrors of a training that runs in a child process (training_process.ProcessTrainingJob): what the
+pages and the queue read (run_protocols.LiveView), fed by the child's events. `TrainerProxy` mirrors a pretraining
+run's `Trainer` (config, step, history, evals, baselines, probes, progress, tokenizer, metadata); `ComparisonProxy`
+a Fine-tune race's `FinetuneComparison` (runs, progress, and at the end the results with the trained models);
+`restored_trainer` is the mirror of a run an earlier server process recorded, read back from its checkpoint.
+Torch-free at import, like the rest of the server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
+from bert_core.model.config import BertConfig
+from bert_core.training.run_loop import EventLog, append_thinned, run_progress
+
+
+class TrainerProxy(EventLog):
+    """The server's read-only view of the child's Trainer, with the attributes the pages read."""
+
+    def __init__(self, built: dict, data_factory: Callable[[Any], Any] | None = None):
+        self.config = built["config"]
+        self.model_config = built["model_config"]
+        self.tokenizer = built["tokenizer"]
+        self.metadata = built["metadata"]
+        # When a run that started small grew (bert_core.training.trainer.Trainer.growth), None before or without.
+        self.growth = built.get("growth")
+        self.baselines = built["baselines"]
+        self.probes = None
+        if built["probes"] is not None:
+            self.probes = ProbeStore(*built["probes"])
+        self.step = built["step"]
+        EventLog.__init__(self, built["history"], built["evals"])
+        self.tokens_seen = self._history[-1].tokens_seen if self._history else 0
+        self.state = "idle"
+        self.error: str | None = None
+        self._elapsed = self._history[-1].elapsed_s if self._history else 0.0
+        self._elapsed_at = None          # monotonic time of the last step event while running
+        self._data_factory = data_factory
+        self._data = None
+
+    @property
+    def progress(self):
+        elapsed = self._elapsed
+        if self.state == "running" and self._elapsed_at is not None:
+            elapsed += time.monotonic() - self._elapsed_at
+        return run_progress(self.config, self.step, elapsed, self.state == "finished")
+
+    @property
+    def data(self):
+        """The run's training data rebuilt here (for the Tokens & masking page), or None when unknown."""
+        if self._data is None and self._data_factory is not None:
+            self._data = self._data_factory(self.tokenizer)
+        return self._data
+
+    def _receive(self, event, extra) -> None:
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.training.trainer import EvalEvent, GrowthEvent, StepEvent
+
+        with self._lock:
+            if isinstance(event, GrowthEvent):
+                self.model_config = BertConfig.from_hf_dict(event.model_config)
+                self.growth = {"step": event.step, "fraction": event.fraction, "from_size": list(event.from_size),
+                               "to_size": list(event.to_size)}
+            elif isinstance(event, StepEvent):
+                append_thinned(self._history, event, self.config.history_limit)
+                self.step, self.tokens_seen = event.step, event.tokens_seen
+                self._elapsed, self._elapsed_at = event.elapsed_s, time.monotonic()
+            elif isinstance(event, EvalEvent):
+                self._evals.append(event)
+                if extra is not None:
+                    self.baselines = extra
+        if isinstance(event, ProbeSnapshot) and self.probes is not None:
+            self.probes.add(event)
+
+
+class ComparisonProxy:
+    """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
+
+    probes = None   # a race takes no probe snapshots (run_protocols.LiveView)
+
+    def __init__(self, built: dict):
+        self.config = built["config"]
+        self.train_data, self.val_data = built["train_data"], built["val_data"]
+        self.task_kind, self.metric_names, self.primary = built["task_kind"], built["metric_names"], built["primary"]
+        self.results: dict = {}
+        self.error: str | None = None
+        self._update(built["view"])
+
+    def _update(self, view: dict) -> None:
+        self.tuners, self.progress = view["tuners"], view["progress"]
+        self.state, self.error = view["state"], view["error"]
+
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.tuners)
+
+
+def restored_trainer(folder: Path, probes: dict | None = None,
+                     data_factory: Callable[[Any], Any] | None = None) -> TrainerProxy:
+    """The mirror of a run an earlier server process recorded (bert_core.serve.run_records), read from its
+    checkpoint folder: its curves, probes (`probes`: as its record keeps them) and model config as they were
+    written. Its state is "idle": the job that holds it says how the run ended."""
+    # Imported here, not at the top: they load torch, and the server imports this module without it.
+    from bert_core.model.checkpoint import TRAINER_STATE, read_json
+    from bert_core.model.tokenization import BertTokenizer
+    from bert_core.training.trainer import EvalEvent, StepEvent, TrainConfig
+
+    folder = Path(folder)
+    state = read_json(folder / TRAINER_STATE)
+    built = {"config": TrainConfig.from_dict(state["train_config"]), "model_config": BertConfig.load(folder),
+             "tokenizer": BertTokenizer.load(folder), "metadata": state.get("metadata") or {},
+             "baselines": dict(state.get("baselines") or {}), "step": int(state["step"]),
+             "history": [StepEvent(**e) for e in state.get("history", [])],
+             "evals": [EvalEvent(**e) for e in state.get("evals", [])],
+             "growth": (state.get("growth") or {}).get("grown"),
+             "probes": None if not probes else (probes["sentences"], probes["attention_sentence"],
+                                                probes["top_k"], probes["max_snapshots"])}
+    trainer = TrainerProxy(built, data_factory)
+    if probes and trainer.probes is not None:
+        for snap in probes.get("snapshots", []):
+            attention = snap.get("attention")
+            trainer.probes.add(ProbeSnapshot(
+                step=int(snap["step"]), predictions=[[[tuple(c) for c in m] for m in p]
+                                                     for p in snap["predictions"]],
+                attention_tokens=snap.get("attention_tokens"),
+                attention=None if attention is None else np.asarray(attention, dtype=np.float16)))
+    return trainer
