@@ -149,8 +149,7 @@ def load_data(plan: RunPlan, world_size: int = 1) -> RunData:
         list(plan.corpora), tokenizer, cfg.max_seq_length, cfg.batch_size, cfg.mask_rate, cfg.nsp, cfg.seed,
         plan.heldout_fraction, world_size, train_tokenizer=plan.vocab_size,
         whole_word_masking=cfg.whole_word_masking, mask_only=cfg.mask_only, objective=cfg.objective)
-    # Each source's held-out documents, for its own figures in metrics.json.
-    return RunData(train, heldout_batches, shard_heldout_corpora(folder), tokenizer, record)
+    return RunData(train, heldout_batches, heldout, tokenizer, record)
 
 
 def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> RunData:
