@@ -1,0 +1,120 @@
+"""What the lesson and the inspection pages compute from the active model, kept across reruns in Streamlit's caches:
+the toy corpus's sentence pairs in the model's tokenizer, its right guesses by masking decision, its sentence-B-to-A
+attention, and probe sentences from its own held-out text. Each is keyed by the model (and its step: a run's model
+changes as it trains). Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
+from bert_core.serve.app_storage import public_mode
+from bert_core.serve.model_sources import ActiveModel
+
+
+def _toy_pairs_cached():
+
+    @st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
+    def toy(key: str, _tokenizer, seq_len: int):
+        # Imported here, not at the top: pretraining_data loads torch, and the server imports this module without
+        # it (TORCH_FREE); a cached computation runs only once a page asks for it.
+        from bert_core.data.corpora import generate_toy_corpus
+        from bert_core.data.pretraining_data import PretrainingData
+
+        return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
+
+    return toy
+
+
+_TOY = None
+
+
+def toy_pretraining_data(active: ActiveModel):
+    """Sentence pairs of the toy grammar corpus (200 documents) in the active model's tokenizer, up to 128 tokens:
+    what the Tokens & masking page and the lesson draw pairs from when no run of this tab gives its own."""
+    global _TOY
+    if _TOY is None:
+        _TOY = _toy_pairs_cached()
+    tok = active.tokenizer
+    seq_len = min(128, active.config.max_position_embeddings, tok.model_max_length)
+    return _TOY(f"{active.source}:{active.path}:{id(tok)}", tok, seq_len)
+
+
+def _accuracy_cached():
+
+    @st.cache_data(max_entries=32, show_spinner="Asking the model for every chosen token…")
+    def accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
+        from bert_core.inspect.masked_guesses import accuracy_by_decision   # torch: not at the top (TORCH_FREE)
+
+        return accuracy_by_decision(_model, _tokenizer, _pairs, seed=seed, mask_rate=rate)
+
+    return accuracy
+
+
+_ACCURACY = None
+DECISION_POOL = 256   # pairs the accuracy by decision is counted over: about 1,500 chosen tokens, 2-3 s on 2 cores
+
+
+def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int, rate: float):
+    """The active model's right guesses by masking decision over the first DECISION_POOL of `instances` masked with
+    `seed` and `rate` (masked_guesses.accuracy_by_decision), kept per model, pairs, seed and rate. A run's model
+    changes as it trains: its step is part of the key."""
+    global _ACCURACY
+    if _ACCURACY is None:
+        _ACCURACY = _accuracy_cached()
+    pairs = [(x.input_ids, x.token_type_ids) for x in instances[:DECISION_POOL]]
+    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(pairs)}"
+    return _ACCURACY(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
+
+
+def _pair_attention_cached():
+
+    @st.cache_data(max_entries=16, show_spinner="Reading sentence pairs through every head…")
+    def pairs(key: str, _model, _tokenizer, _instances):
+        from bert_core.inspect.pair_attention import b_to_a_attention   # torch: not at the top (TORCH_FREE)
+
+        return b_to_a_attention(_model, _tokenizer, _instances)
+
+    return pairs
+
+
+_PAIRS = None
+
+
+def pair_attention(active: ActiveModel, pairs_name: str, instances):
+    """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`
+    (pair_attention.b_to_a_attention), kept per model, its step and the pairs."""
+    global _PAIRS
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.inspect.pair_attention import PAIR_POOL
+
+    if _PAIRS is None:
+        _PAIRS = _pair_attention_cached()
+    chosen = list(instances[:PAIR_POOL])
+    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(chosen)}"
+    return _PAIRS(key, active.model, active.tokenizer, chosen)
+
+
+def _recorded_probes_cached():
+
+    @st.cache_data(max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
+    def probes(key: str, allow_paths: bool, _metadata):
+        return recorded_probes(_metadata, allow_paths)
+
+    return probes
+
+
+_PROBES = None
+
+
+def model_probes(active: ActiveModel | None):
+    """Sentences for the Attention and Predictions pages from the active model's own held-out text (the probes
+    its run recorded, or drawn again from its recorded corpora when they can be read here); English sentences
+    for a model without a readable corpus (e.g. a Hugging Face download)."""
+    global _PROBES
+    meta = ((active.trainer_state or {}).get("metadata") if active is not None else None) or {}
+    if not meta:
+        return ENGLISH_PROBES
+    if _PROBES is None:
+        _PROBES = _recorded_probes_cached()
+    return _PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES

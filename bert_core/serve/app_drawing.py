@@ -1,0 +1,104 @@
+"""Drawing helpers every page uses: the sidebar's page list, links between pages, Plotly charts with their download
+button set up, a user error as a message, and one training update as the lesson and the Train page show it.
+Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+
+from __future__ import annotations
+
+import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
+
+from bert_core.inspect import figures, lesson_figures
+from bert_core.inspect.figures import clear_of_toolbar, plotly_config
+from bert_core.paths import REPO_ROOT
+
+
+# The sidebar's page list, in teaching order. Streamlit would name the main script's entry after its file ("app");
+# .streamlit/config.toml hides that list (client.showSidebarNavigation) and every page draws this one instead.
+NAVIGATION = (
+    ("app.py", "Home", ":material/home:"),
+    ("pages/0_Lesson.py", "Lesson", ":material/school:"),
+    ("pages/1_Tokens_and_masking.py", "Tokens & masking", ":material/text_fields:"),
+    ("pages/2_Train.py", "Train", ":material/model_training:"),
+    ("pages/3_Attention.py", "Attention", ":material/visibility:"),
+    ("pages/4_Predictions.py", "Predictions", ":material/target:"),
+    ("pages/7_How_BERT_computes.py", "How BERT computes", ":material/calculate:"),   # after what it explains
+    ("pages/5_Fine-tune.py", "Fine-tune", ":material/label:"),
+    ("pages/6_Export.py", "Export", ":material/download:"),
+)
+APP_ROOT = REPO_ROOT
+
+
+def navigation() -> None:
+    """The sidebar's list of pages (Home first), the ones present in this install."""
+    with st.sidebar:
+        try:
+            for page, label, icon in NAVIGATION:
+                if (APP_ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
+                    st.page_link(page, label=label, icon=icon)
+        except StreamlitPageNotFoundError:
+            return  # a page run on its own (AppTest.from_file of one page): there is no app to link to
+        st.divider()
+
+
+def page_link(page: str, label: str, icon: str | None = None) -> None:
+    """A link to another page of the app; nothing when the page is run on its own (AppTest.from_file of one
+    page), where there is no app to link to."""
+    try:
+        st.page_link(page, label=label, icon=icon)
+    except StreamlitPageNotFoundError:
+        pass
+
+
+def page_link_with(page: str, label: str, icon: str | None = None, **query: str) -> None:
+    """`page_link` to a page opened with these query parameters (e.g. the lesson at a given `step`)."""
+    try:
+        st.page_link(page, label=label, icon=icon, query_params=query)
+    except StreamlitPageNotFoundError:
+        pass
+
+
+EXPORT_WIDTH_PX = 1100   # the width of a downloaded chart, whatever the screen
+
+
+def plotly(fig, name: str, key: str | None = None) -> None:
+    """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page)."""
+    fmt = st.session_state.get("image_format", "png")
+    config = plotly_config(name)
+    config["toImageButtonOptions"]["format"] = fmt
+    fig = clear_of_toolbar(fig)   # first: it may add to the height the download is drawn at
+    # The download is drawn at a fixed width, not the chart's width on this screen: a narrow column (or a phone)
+    # would otherwise cut the legend and titles of the exported picture.
+    config["toImageButtonOptions"].update(width=EXPORT_WIDTH_PX, height=fig.layout.height or 450)
+    st.plotly_chart(fig, config=config, key=key, width="stretch")
+
+
+def show_error(exc: Exception) -> None:
+    """Show a user error as a message on the page (the app never shows a traceback for bad input)."""
+    st.error(str(exc))
+
+
+def show_step_record(record, key: str) -> None:
+    """What one update did (a bert_core.inspect.training_step.StepRecord), as the lesson and the Train page's
+    *Step once* show it: the numbers, the batch's first pair as the model saw it, each part's gradient and the
+    weights that moved most."""
+    m = st.columns(4)
+    m[0].metric("Update", f"{record.step:,}")
+    m[1].metric("Next-token loss" if record.causal else "Masked-LM loss", f"{record.mlm_loss:.3f}")
+    m[2].metric("Learning rate", f"{record.learning_rate:.2g}")
+    m[3].metric("Gradient norm", f"{record.grad_norm:.3g}")
+    nsp = "" if record.is_random_next is None else \
+        f" (NSP: {'B is random' if record.is_random_next else 'B follows A'})"
+    fig = figures.masking_figure(record.example)
+    fig.update_layout(title=f"The batch's first sequence of {record.rows}{nsp}")
+    plotly(fig, "step-batch", key=f"{key}_batch")
+    left, right = st.columns([2, 3])
+    with left:
+        plotly(lesson_figures.layer_gradient_figure(record.layer_grad_norms, record.step), "step-gradients",
+               key=f"{key}_grads")
+    with right:
+        st.markdown(f"**The {len(record.changes)} weights that moved most**")
+        st.dataframe([{"weight": c.name, "change": f"{c.change:+.2e}", "gradient": f"{c.gradient:+.3g}"}
+                      for c in record.changes], hide_index=True, width="stretch")
+        st.caption("Nearly every weight moves, even those that played no part in this batch: AdamW's weight "
+                   "decay shrinks every weight a little, and the output layer shares the word embeddings, so every "
+                   "token's embedding gets a gradient.")

@@ -1,0 +1,211 @@
+"""The models the sidebar's picker offers, each loaded as an `ActiveModel` or explained by a note: a shipped
+checkpoint, this tab's run's model as it trains, a saved run, an uploaded zip, a server folder (not in public mode).
+Checkpoints load through Streamlit's resource cache. Streamlit-facing (bert_core.serve.app_state re-exports it for
+the pages)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from bert_core.errors import BertCoreError
+from bert_core.model.config import BertConfig
+from bert_core.serve.app_storage import public_mode, saved_run_folder, unpack_uploaded_checkpoint
+from bert_core.serve.app_tab import current_job, current_run, session_id
+from bert_core.serve.app_widgets import query_default
+from bert_core.serve.model_sources import (
+    ActiveModel,
+    default_checkpoint,
+    describe_checkpoint,
+    folder_stamp,
+    load_folder,
+    shipped_checkpoints,
+)
+from bert_core.serve.runs import VIEWER
+
+
+SOURCE_SHIPPED = "Shipped checkpoint"
+SOURCE_SESSION = "Model trained in this session"
+SOURCE_SAVED = "A saved run"
+SOURCE_UPLOAD = "Upload a checkpoint (zip)"
+SOURCE_FOLDER = "Checkpoint folder"   # a server path: local use only, off in public mode
+SOURCES = (SOURCE_SHIPPED, SOURCE_SESSION, SOURCE_SAVED, SOURCE_UPLOAD, SOURCE_FOLDER)
+SOURCE_CODES = {"shipped": SOURCE_SHIPPED, "session": SOURCE_SESSION, "saved": SOURCE_SAVED,
+                "upload": SOURCE_UPLOAD, "folder": SOURCE_FOLDER}   # the URL's ?model=...
+
+
+def model_sources() -> tuple[str, ...]:
+    """The sidebar's choices: every source on the user's own machine; no server path in public mode."""
+    return tuple(s for s in SOURCES if s != SOURCE_FOLDER) if public_mode() else SOURCES
+
+
+def _cached_loader():
+
+    @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
+    def load(path: str, stamp: float):
+        return load_folder(path)
+
+    return load
+
+
+_LOADER = None
+
+
+def load_folder_cached(folder: str | Path) -> tuple[Any, Any, dict | None]:
+    """`load_folder` through `st.cache_resource`, keyed by path and modification time (a re-saved folder reloads)."""
+    global _LOADER
+    path = Path(str(folder).strip()).expanduser()
+    if not path.is_dir():
+        return load_folder(path)  # raises the right message
+    if _LOADER is None:
+        _LOADER = _cached_loader()
+    return _LOADER(str(path.resolve()), folder_stamp(path))
+
+
+def shipped_choice(name: str | None) -> Path:
+    """The shipped checkpoint picked by name (the sidebar's box, `?ckpt=` in the URL): one of the folders in
+    checkpoints/, never a path built from the name; the default one for no name or a name not shipped."""
+    return shipped_checkpoints().get(name or "", default_checkpoint())
+
+
+def _shipped_model(path: Path | None = None):
+    path = path or default_checkpoint()
+    if not path.is_dir():
+        where = path.name if public_mode() else path   # a visitor of a public server learns none of its folders
+        return None, (f"The shipped checkpoint is not here yet (`{where}`). Train a model on the **Train** page "
+                      "and pick *Model trained in this session*, or give a checkpoint folder.")
+    model, tok, state = load_folder_cached(path)
+    return ActiveModel(model, tok, SOURCE_SHIPPED, path, describe_checkpoint(path.name, model, state), state,
+                       (state or {}).get("step")), None
+
+
+def shipped_model(name: str) -> ActiveModel | None:
+    """The shipped checkpoint `name` (a folder of checkpoints/, never a path), or None when it is not here."""
+    path = shipped_checkpoints().get(name)
+    return _shipped_model(path)[0] if path is not None else None
+
+
+def waiting_model_note(phase: str | None) -> str:
+    """What the sidebar's *Model trained in this session* says before the tab's run has a model: a run that is
+    queued or preparing (loading its corpus, training its tokenizer) is named as such, with what it will offer,
+    never as "no model has been trained" (issue #64)."""
+    offer = ("Its model appears here from its first step and follows the run as it trains; once it ends, its final "
+             "model stays here for the other pages.")
+    if phase == "queued":
+        return f"**This tab's run is waiting for a slot** (see the Train page). {offer}"
+    if phase == "preparing":
+        return (f"**This tab's run is preparing**: loading its corpus and training its tokenizer (see the Train "
+                f"page). {offer}")
+    if phase in ("cancelled", "failed", "stopped"):
+        return (f"This tab's run {'was cancelled' if phase == 'cancelled' else phase} before its first step, so it "
+                "has no model: start a new one on the **Train** page.")
+    return "No model has been trained in this session yet: start one on the **Train** page."
+
+
+def _session_model():
+    job = current_job()
+    if job is None or job.trainer is None:
+        run, _ = current_run()
+        return None, waiting_model_note(run.phase if run is not None else None)
+    model = job.model_snapshot()
+    trainer = job.trainer
+    if model is None:   # its process ended before its weights reached a folder, and no copy was taken
+        return None, job.lost_message()
+    # A copy taken earlier is labelled with its own step: a run whose process died later is not at that step.
+    step = job.snapshot_step if job.snapshot_step is not None else trainer.step
+    # Its whole training config, as a checkpoint's trainer_state holds it: the Fine-tune page's rate follows its
+    # peak rate, and anything that writes this state writes a true config, not a part of one.
+    state = {"metadata": trainer.metadata, "step": step, "train_config": trainer.config.to_dict()}
+    spec = job.spec
+    whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
+    older = ("" if step == trainer.step else
+             f"; the weights of step {step:,}, the last copy the server holds (the run reached step {trainer.step:,}"
+             " and its later weights are lost)")
+    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {step:,}"
+            f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
+            f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")
+    return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, step), None
+
+
+def _folder_model(folder: str):
+    if public_mode():  # a stale URL or session value must not reopen a server path on a public server
+        return None, "Opening a folder by its server path is off on this public server: upload a zip instead."
+    if not folder.strip():
+        return None, "Type the path of a checkpoint folder (ours or a Hugging Face BERT folder)."
+    model, tok, state = load_folder_cached(folder)
+    path = Path(folder).expanduser()
+    return ActiveModel(model, tok, SOURCE_FOLDER, path, describe_checkpoint(path, model, state), state,
+                       (state or {}).get("step"), _grown_rate(path, state)), None
+
+
+def _grown_rate(folder: Path, state: dict | None) -> float | None:
+    from bert_core.model.growth import grown_pretraining_rate   # torch: not at the top (TORCH_FREE)
+
+    return grown_pretraining_rate(folder) if state is None else None
+
+
+def _saved_model(name: str | None):
+    if not name:
+        return None, "No run has been saved on this server yet: train one and press **Save** on the Train page."
+    path = saved_run_folder(name)
+    model, tok, state = load_folder_cached(path)
+    return ActiveModel(model, tok, SOURCE_SAVED, Path(name), describe_checkpoint(Path(name), model, state), state,
+                       (state or {}).get("step")), None
+
+
+def _uploaded_model(upload):
+    if upload is None:
+        return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
+                      "such as the one the Train page's download gives.")
+
+    # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
+    known = st.session_state.get("_model_upload_folder")
+    if known and known[0] == upload.file_id and Path(known[1]).is_dir():
+        path = Path(known[1])
+    else:
+        path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
+        st.session_state["_model_upload_folder"] = (upload.file_id, str(path))
+    try:
+        model, tok, state = load_folder_cached(path)
+    except BertCoreError as exc:   # name the file inside the zip, not the server's scratch folder it went to
+        message = str(exc)
+        for where in (str(path.resolve()), str(path)):
+            message = message.replace(where + os.sep, "the zip's ").replace(where, "the zip")
+        raise BertCoreError(message) from None
+    label = Path(upload.name)
+    return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
+                       (state or {}).get("step"), _grown_rate(path, state)), None
+
+
+def quick_config():
+    """The active model's sizes (a BertConfig) read from its config.json, without torch or the weights, for the
+    home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""
+    source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
+    try:
+        if source == SOURCE_SHIPPED:
+            return BertConfig.load(shipped_choice(st.session_state.get("model_shipped")
+                                                   or query_default("ckpt", "")))
+        if source == SOURCE_SESSION:
+            job = current_job()
+            return job.trainer.model_config
+    except Exception:  # noqa: BLE001 - only a first drawing: the sidebar reports what is wrong
+        return None
+    return None
+
+
+def load_model(source: str, choice) -> tuple[ActiveModel | None, str | None]:
+    """(the model of `source` for the picker's `choice`, a note to show under the picker), one of them None. A
+    `choice` is a shipped checkpoint's folder, a server folder's path, a saved run's name or an upload (None: this
+    tab's run's model). Raises BertCoreError for a checkpoint that cannot be read."""
+    if source == SOURCE_SHIPPED:
+        return _shipped_model(choice)
+    if source == SOURCE_SESSION:
+        return _session_model()
+    if source == SOURCE_SAVED:
+        return _saved_model(choice)
+    if source == SOURCE_UPLOAD:
+        return _uploaded_model(choice)
+    return _folder_model(choice)

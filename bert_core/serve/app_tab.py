@@ -1,0 +1,199 @@
+"""This tab's runs and this browser: which run of the server each page of the tab shows (found from the URL, a share
+link or the session, and written back into the URL so that the address bar reopens it), this browser's id kept in a
+cookie, and the "My runs" list it keys. Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from bert_core.serve.app_runs import LESSON_CLASSES, RUNS
+from bert_core.serve.run_protocols import FINETUNE_PAGE, RunJob
+from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
+from bert_core.serve.visitor_runs import (
+    LINK_PARAMS,
+    TRAIN_PAGE,
+    VISITOR_COOKIE,
+    cookie_script,
+    rows_markdown,
+    valid_visitor,
+    visitor_rows,
+)
+
+
+def session_id() -> str:
+    """This browser session's id (a stable fallback outside a Streamlit run)."""
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "no-session"
+
+
+RUN_PARAM, WATCH_PARAM = LINK_PARAMS[TRAIN_PAGE]   # the URL's run ids: the owner's, and a share link's
+FINETUNE_PARAM, FINETUNE_WATCH_PARAM = LINK_PARAMS[FINETUNE_PAGE]   # the same for the Fine-tune page's races
+# Each page's run in this tab: its URL keys, and where the session keeps the owner's and the share link's id.
+_TAB_RUN = {TRAIN_PAGE: (RUN_PARAM, WATCH_PARAM, "run_id", "watch_id"),
+            FINETUNE_PAGE: (FINETUNE_PARAM, FINETUNE_WATCH_PARAM, "ft_run_id", "ft_watch_id")}
+
+
+def attach_run(page: str = TRAIN_PAGE) -> None:
+    """Find this tab's run of `page` (the Train page's pretraining run, or the Fine-tune page's race) from its URL
+    (a reload, a reopened link, a share link) or its session, note this session as watching it, and write its id
+    back into the URL so that the address bar always reopens it."""
+    s = st.session_state
+    run_param, watch_param, run_key, watch_key = _TAB_RUN[page]
+    for param, state_key, lookup in ((run_param, run_key, RUNS.get), (watch_param, watch_key, RUNS.by_view)):
+        token = st.query_params.get(param)
+        if not token or token == s.get(state_key):
+            continue
+        found = lookup(token)
+        if found is not None and found.spec.page == page:
+            s.pop(run_key, None)
+            s.pop(watch_key, None)
+            s[state_key] = token
+        else:
+            s["run_note"] = ("The race of this link is gone: a race's results stay on the server while someone "
+                             f"looks at them, and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it "
+                             "again here."
+                             if RUNS.was_dropped(token) and page == FINETUNE_PAGE else
+                             "The run of this link was dropped: the server keeps only its latest ended runs. Save "
+                             "a run you want to keep (Train page, *Save this run on the server*)."
+                             if RUNS.was_dropped(token) else
+                             "The run of this link was lost when the server restarted: it had not written its first "
+                             "checkpoint yet. Start a new run on the Train page."
+                             if RUNS.was_lost(token) else
+                             f"The run of this link is not on this server (it may have restarted). Start a new run "
+                             f"on the {page} page.")
+            del st.query_params[param]
+    run, role = current_run(page)
+    if run is None:
+        s.pop(run_key, None)   # dropped or reset meanwhile
+        s.pop(watch_key, None)
+        for param in (run_param, watch_param):
+            if param in st.query_params:
+                del st.query_params[param]
+        return
+    RUNS.attach(run, session_id(), role, visitor_id())
+    param, token = (run_param, run.run_id) if role == OWNER else (watch_param, run.view_id)
+    if st.query_params.get(param) != token:
+        st.query_params[param] = token
+
+
+def note_class_run() -> None:
+    """A run this tab started while in a led lesson class (the class link, or leading it) is one of the class's runs:
+    the teacher's view lists it by its view id (bert_core.serve.lesson_classes)."""
+    s = st.session_state
+    code = s.get("lesson_class") or s.get("lesson_lead")
+    run, role = current_run()
+    if code and run is not None and role == OWNER:
+        LESSON_CLASSES.add_run(code, run.view_id)
+
+
+def visitor_id() -> str:
+    """This browser's id (the "My runs" list is kept under it): read from its cookie, or a new one that the page
+    then stores in the browser (bert_core.serve.visitor_runs)."""
+    s = st.session_state
+    if "visitor_id" not in s:
+        try:
+            known = valid_visitor((st.context.cookies or {}).get(VISITOR_COOKIE))
+        except Exception:  # noqa: BLE001 - no request to read (a page run on its own): a session-long id
+            known = None
+        s["visitor_id"], s["_visitor_stored"] = known or new_token(), known is not None
+    return s["visitor_id"]
+
+
+def store_visitor_cookie() -> None:
+    """Have the browser keep its id: drawn at each script run of a session whose browser came without it (the
+    cookie it sets is read at the next visit; a zero-height frame at the foot of the sidebar)."""
+    visitor = visitor_id()
+    if not st.session_state.get("_visitor_stored"):
+        with st.sidebar:
+            if hasattr(st, "iframe"):   # Streamlit >= 1.56; components.v1.html is deprecated there
+                st.iframe(cookie_script(visitor), height="content")
+            else:   # an older Streamlit: its components module, imported only there
+                import streamlit.components.v1 as components
+
+                components.html(cookie_script(visitor), height=0)
+
+
+def my_runs() -> list[dict]:
+    """This browser's runs, started or watched, newest first, as rows with the link that opens each on its page
+    (relative: it resolves beside the page showing it, whatever path the server is served under)."""
+    return visitor_rows(RUNS.visited(visitor_id()))
+
+
+def my_runs_list() -> None:
+    """The "My runs" switch of the Train and Fine-tune pages: this browser's runs, each with its link. Drawn only
+    when switched on: folded content would still be on the page, where its words ("preparing") mix with the
+    page's own."""
+    rows = my_runs()
+    if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
+                     help="The runs this browser started or watched, with their links, after a reload and when you "
+                          "come back (as long as the server keeps them)."):
+        return
+    if not rows:
+        st.caption("None yet: the runs this browser starts or watches are listed here.")
+        return
+    st.markdown(rows_markdown(rows))
+    st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link. "
+               "*Reset* on the Train page removes a run from this list; an ended run stays until the server drops "
+               "it.")
+
+
+def reset_note(run: Run) -> str:
+    """What the Train page says after *Reset*: the run it forgot, by what it was, and that *My runs* no longer
+    lists it (a finished run that vanished without a word looked lost)."""
+    trainer = run.trainer
+    step = trainer.step if trainer is not None else 0
+    what = f"{run.phase} at step {step:,}" if step else run.phase
+    return (f"**The run was reset** ({what}): its model is gone, and it is no longer listed in *My runs*. A run "
+            "saved with *Save this run on the server* stays under the sidebar's *A saved run*.")
+
+
+def current_run(page: str = TRAIN_PAGE) -> tuple[Run | None, str | None]:
+    """(this tab's run of `page`, OWNER or VIEWER), or (None, None)."""
+    s = st.session_state
+    _, _, run_key, watch_key = _TAB_RUN[page]
+    run = RUNS.get(s.get(run_key))
+    if run is not None:
+        return run, OWNER
+    run = RUNS.by_view(s.get(watch_key))
+    return (run, VIEWER) if run is not None else (None, None)
+
+
+def set_current_run(run: Run | None, page: str = TRAIN_PAGE) -> None:
+    """Make `run` (started by this tab) the tab's run of `page`, or forget it."""
+    run_param, watch_param, run_key, watch_key = _TAB_RUN[page]
+    st.session_state.pop(watch_key, None)
+    if watch_param in st.query_params:
+        del st.query_params[watch_param]
+    if run is None:
+        st.session_state.pop(run_key, None)
+        if run_param in st.query_params:
+            del st.query_params[run_param]
+    else:
+        st.session_state[run_key] = run.run_id
+        st.query_params[run_param] = run.run_id   # the URL names the tab's run (else it would reopen the last)
+        RUNS.attach(run, session_id(), OWNER, visitor_id())
+
+
+def tab_run_folders() -> dict[str, Path]:
+    """This tab's earlier runs whose checkpoints are in their folders ("run 1 of this tab": folder), for the pages
+    that set a second model beside the active one (the run list's numbering, as on the Train page)."""
+    run, role = current_run()
+    if run is None or role != OWNER:
+        return {}
+    found = {}
+    for i, r in enumerate(RUNS.family(run)):
+        if r is run:
+            continue  # the tab's current run is the sidebar's "Model trained in this session"
+        folder = r.job.released if r.job is not None else None
+        if folder is not None and (Path(folder) / "config.json").is_file():
+            found[f"run {i + 1} of this tab"] = Path(folder)
+    return found
+
+
+def current_job() -> RunJob | None:
+    """The training job of this tab's run (its own or one it watches), once the run has started."""
+    run, _ = current_run()
+    return run.job if run is not None else None
