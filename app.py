@@ -41,7 +41,7 @@ if lesson.button("Start the lesson", type="primary", icon=":material/school:", k
                  on_click=_start_lesson):
     st.query_params.clear()
     st.switch_page("pages/0_Lesson.py")
-where.markdown("Eight short steps, from tokens to fine-tuning, each with the live model, a figure and a question.")
+where.markdown("Ten short steps, from tokens to fine-tuning, each with the live model, a figure and a question.")
 left, right = st.columns([3, 2])
 with right:
     st.subheader("Walkthrough")

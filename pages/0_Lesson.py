@@ -1,11 +1,13 @@
-"""The lesson: eight steps through the explorer in the order of its pages, each with a short explanation, one
+"""The lesson: ten steps through the explorer in the order of its pages, each with a short explanation, one
 control, a figure, a "What to notice" line computed from the model in use, and a question. The step is in the URL
 (`?step=masking`), so a reload or a shared link opens the same step. Text and notices: bert_core.inspect.lesson."""
 
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures, lesson, lesson_figures
+from bert_core.inspect import computation_figures, figures, lesson, lesson_figures
+from bert_core.inspect.attention_steps import attention_steps, with_temperature
+from bert_core.inspect.embeddings import embedding_parts, nearest_neighbours
 from bert_core.inspect.inspection import (
     attention_maps,
     fill_mask,
@@ -85,7 +87,7 @@ def _go(to: int) -> None:
     st.query_params["step"] = STEPS[to].key
     if lead_code is not None:
         app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
-    if STEPS[to].key in ("attention", "predictions", "masking") and _run_finished():
+    if STEPS[to].key in ("attention", "attends", "predictions", "masking") and _run_finished():
         # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable).
         st.session_state["model_source"] = app_state.SOURCE_SESSION
 
@@ -120,7 +122,7 @@ if lead_code is not None:
     class_model = _model_ref(active)
     CLASSES.set_model(lead_code, class_model)
     lesson_run, _ = app_state.current_run()
-    # The teacher's live run, which the students watch at step 4: the default BERT run, never a GPT of the Train page.
+    # The teacher's live run, which the students watch at step 5: the default BERT run, never a GPT of the Train page.
     CLASSES.set_run(lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
     race, _ = app_state.current_run(FINETUNE_PAGE)
     CLASSES.set_race(lead_code, race.view_id if race is not None else None)
@@ -345,6 +347,47 @@ def _attention() -> str | None:
     return lesson.notice_attention(summaries)
 
 
+def _token_picker(key: str, tokens: list[str], default: int) -> int:
+    """A token of the sentence (counted from 1 on screen), kept in range when the sentence changes; from 0."""
+    labels = computation_figures.token_labels(tokens)
+    if s.get(key) not in range(len(labels)):
+        s[key] = min(default, len(labels) - 1)
+    return int(st.selectbox("Token", list(range(len(labels))), key=key, format_func=lambda i: labels[i]))
+
+
+def _embedding() -> str | None:
+    if not _need_model():
+        return None
+    app_state.init_widget("lesson_emb_text", "the dog saw the cat .")
+    text = st.text_input("A sentence", key="lesson_emb_text")
+    if not text.strip():
+        st.warning("Type a sentence.")
+        return None
+    parts = embedding_parts(active.model, active.tokenizer, text)
+    token = _token_picker("lesson_emb_token", parts.tokens, 1)
+    app_state.plotly(computation_figures.embedding_parts_figure(parts, token), "lesson-embedding",
+                     key="lesson_emb_fig")
+    word = parts.tokens[token]
+    near = [] if word.startswith("[") else nearest_neighbours(active.model, active.tokenizer, word, k=4)
+    return lesson.notice_embedding(parts, token, near)
+
+
+def _attends() -> str | None:
+    if not _need_model():
+        return None
+    app_state.follow_default("lesson_attends_text", app_state.model_probes(active).attention_sentence)
+    text = st.text_input("Sentence", key="lesson_attends_text")
+    if not text.strip():
+        st.warning("Type a sentence.")
+        return None
+    layer = active.config.num_hidden_layers - 1   # the last layer's first head: the Attention page's last row
+    first = attention_steps(active.model, active.tokenizer, text, layer, 0, 0)
+    query = _token_picker("lesson_attends_token", first.tokens, 2)
+    steps = attention_steps(active.model, active.tokenizer, text, layer, 0, query)
+    app_state.plotly(computation_figures.scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
+    return lesson.notice_attends(steps, with_temperature(steps, 1 / steps.head_dim ** 0.5))
+
+
 def _use_shipped(name: str) -> None:
     """The sidebar's model becomes a shipped checkpoint (a callback: it runs before the sidebar is drawn)."""
     st.session_state["model_source"] = app_state.SOURCE_SHIPPED
@@ -440,8 +483,9 @@ def _finetune() -> str | None:
     return text
 
 
-BODIES = {"tokens": _tokens, "masking": _masking, "step": _one_step, "run": _live_run, "attention": _attention,
-          "predictions": _predictions, "bert-or-gpt": _bert_or_gpt, "fine-tune": _finetune}
+BODIES = {"tokens": _tokens, "embedding": _embedding, "masking": _masking, "step": _one_step, "run": _live_run,
+          "attention": _attention, "attends": _attends, "predictions": _predictions, "bert-or-gpt": _bert_or_gpt,
+          "fine-tune": _finetune}
 s.pop("_lesson_race_pending", None)   # set again by the last step while the teacher's race runs
 try:
     notice = BODIES[step.key]()

@@ -6,7 +6,8 @@ import streamlit as st
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures as cf
 from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, heads_off_effect, with_temperature
-from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours, word_map
+from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, contextual_neighbours, embedding_parts,
+                                          heldout_pool, nearest_neighbours, word_map)
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.logit_lens import logit_lens
@@ -141,6 +142,18 @@ with embeddings_tab:
         app_state.plotly(cf.embedding_parts_figure(parts, int(st.session_state["hbc_emb_token"])), "embedding-parts",
                          key="hbc_parts")
         app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
+        st.subheader("Neighbours in context, layer by layer")
+        sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
+        with st.spinner("Reading the pool's sentences through the model (once per model)…"):
+            pool = cached_token_pool(model, tok, sentences, source)
+        near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"],
+                                                int(st.session_state["hbc_emb_token"]), pool, k=5)
+        app_state.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
+                         key="hbc_context_near")
+        st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
+                   f"({len(pool.tokens):,} tokens) from the {source}; hover a cell for its sentence. After the "
+                   "embeddings a token's neighbours share its spelling; layer by layer, more share its role in "
+                   "the sentence.")
     st.subheader("Nearest neighbours in the embedding table")
     st.text_input("A word", key="hbc_neighbour")
     try:

@@ -1,6 +1,6 @@
 """In a real browser at a projector's 1280 x 720, on a server whose two cores other work keeps busy: the lesson's own
 path to its race. From step 1 (the notices of steps 1 and 2 still what their figures show), the default run from
-step 4 to its end, Next to step 8; then *Run the lesson's race* on
+step 5 to its end, Next to step 10; then *Run the lesson's race* on
 the Fine-tune page, read off the page over three seeds: pretraining pays (the pretrained model beats the same model
 from scratch and the bag of words), the same seed gives the same figures on a quiet and on a loaded machine (steps
 decide, not seconds), and the way back to the lesson reports the race with the figures the page showed.

@@ -89,6 +89,14 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _no_exception(page, "lesson: tokens")
         _shoot(page, "lesson-1-tokens", screenshot_dirs)
 
+        # 1b. What an embedding is: the notice names the picked token the figure's title names.
+        _next(page, "embedding")
+        text = _notice(page, "token vector is")
+        token = re.match(r"Token (\d+ \S+):", text).group(1).replace("“", "").replace("”", "")
+        assert token in _plot(page, "its embeddings")["title"], (token, text)
+        _answer(page, "embedding")
+        _shoot(page, "lesson-embedding", screenshot_dirs)
+
         # 2. Masking: the notice's accuracies by decision are the bars' heights.
         _next(page, "masking")
         text = _notice(page, "guesses right")
@@ -148,6 +156,15 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _answer(page, "attention")
         _shoot(page, "lesson-5-attention", screenshot_dirs)
 
+        # 5b. How one token attends: the notice's top weight is the softmax panel's tallest bar.
+        _next(page, "attends")
+        text = _notice(page, "sum to 1.00")
+        share = int(re.search(r"the most, (\d+)%, go to", text).group(1))
+        weights = [t for t in _plot(page, "its scores and weights")["data"] if t["name"] == "the model (temperature 1)"]
+        assert round(max(weights[0]["y"]) * 100) == share, (share, text)
+        _answer(page, "attends")
+        _shoot(page, "lesson-attends", screenshot_dirs)
+
         # 6. Predictions: the notice's top guess is the first bar.
         _next(page, "predictions")
         text = _notice(page, "top guess is")
@@ -172,7 +189,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         # A reload opens the same step; Back goes one step back.
         page.reload()
         _settle(page)
-        assert "step=fine-tune" in page.url and page.get_by_text("Step 8 of 8", exact=False).count() == 1
+        assert "step=fine-tune" in page.url and page.get_by_text("Step 10 of 10", exact=False).count() == 1
         page.get_by_role("button", name="Back").click()
         page.wait_for_url(re.compile(r"step=bert-or-gpt"), timeout=30_000)
         _no_exception(page, "lesson: back")

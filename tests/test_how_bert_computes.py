@@ -275,3 +275,45 @@ def test_the_figures_show_the_results_numbers_and_count_from_one():
     assert titles[0].startswith("embeddings") and titles[1].startswith("layer 1") and len(titles) == 3
     effect = heads_off_effect(bert.model, bert.tokenizer, PROMPTS["bert"], [(0, 1)])
     assert "L1 H2" in cf.heads_off_figure(effect).layout.title.text
+
+
+# ------------------------------------------------------------------------------------------ contextual neighbours
+
+
+def test_the_pool_holds_each_tokens_own_vector_at_every_layer_and_neighbours_are_the_nearest():
+    from bert_core.inspect.embeddings import contextual_neighbours, token_pool
+
+    bert = load_checkpoint(DEFAULT_CHECKPOINT, require_tokenizer=True)
+    model, tok = bert.model.eval(), bert.tokenizer
+    sentences = ["the dogs bark at the old man .", "a bank by the river .", "she put money in the bank today ."]
+    pool = token_pool(model, tok, sentences, "test")   # padded batches, shortest first
+    assert pool.unit.shape[0] == model.config.num_hidden_layers + 1
+    for sentence in sentences:
+        ids = [tok.cls_id, *tok.encode(sentence), tok.sep_id]
+        with torch.no_grad():
+            hidden = model.bert(torch.tensor([ids]), output_hidden_states=True)[2]
+        rows = [i for i, s in enumerate(pool.sentence_of) if pool.sentences[s] == sentence]
+        assert pool.tokens[rows[0]:rows[-1] + 1] == tok.convert_ids_to_tokens(ids[1:-1])   # no [CLS] or [SEP]
+        for layer, h in enumerate(hidden):
+            want = torch.nn.functional.normalize(h[0, 1:-1], dim=-1).numpy()
+            np.testing.assert_allclose(pool.unit[layer, rows], want, atol=1e-5)   # padding changed nothing
+    query = "she put money in the bank today ."
+    position = [tok.cls_id, *tok.encode(query)].index(tok.token_to_id("bank"))
+    near = contextual_neighbours(model, tok, query, position, pool, k=3)
+    assert near.tokens[position] == "bank" and len(near.by_layer) == model.config.num_hidden_layers + 1
+    for layer, row in enumerate(near.by_layer):
+        assert [c for _, _, c in row] == sorted((c for _, _, c in row), reverse=True)
+        # the token itself (its own sentence is in the pool) is left out: the other "bank" is its nearest
+        assert not any(s == query and c > 0.9999 for _, s, c in row)
+    assert near.by_layer[0][0][:2] == ("bank", "a bank by the river .")
+
+
+def test_the_neighbour_pool_is_the_models_held_out_text_or_says_it_is_not():
+    from bert_core.inspect.embeddings import builtin_pool, heldout_pool
+
+    sentences, source = heldout_pool(None)
+    assert (sentences, source) == builtin_pool() and "cannot be read here" in source
+    sentences, source = heldout_pool({"heldout": {"seed": 0, "fraction": 0.1, "corpora": [{"spec": "toy"}]}},
+                                     count=30)
+    assert source == "held-out text of toy" and len(sentences) == 30
+    assert all(6 <= len(s.split()) <= 30 for s in sentences)

@@ -214,9 +214,9 @@ def test_weight_names_say_which_token_position_or_layer():
 # ------------------------------------------------------------------------------------------------ the steps
 
 def test_the_steps_follow_the_pages_and_the_url_names_them():
-    assert lesson.STEP_KEYS == ("tokens", "masking", "step", "run", "attention", "predictions", "bert-or-gpt",
-                                "fine-tune")
-    assert lesson.step_index("masking") == 1 and lesson.step_index("3") == 2
+    assert lesson.STEP_KEYS == ("tokens", "embedding", "masking", "step", "run", "attention", "attends",
+                                "predictions", "bert-or-gpt", "fine-tune")
+    assert lesson.step_index("masking") == 2 and lesson.step_index("3") == 2
     for junk in (None, "", "0", "99", "../etc", "<script>"):
         assert lesson.step_index(junk) == 0
     for s in lesson.STEPS:
@@ -441,3 +441,52 @@ def test_every_question_that_states_a_fact_about_a_model_says_which_model():
     race = next(s for s in lesson.STEPS if s.key == "fine-tune")
     assert "100%" not in race.question.text and "Run the lesson's race" in race.text
     assert lesson.LESSON_RACE["data"] == "toy_order" and lesson.LESSON_RACE["baseline"] is True
+
+
+# ------------------------------------------------------------------------------------------------ the two inside steps
+
+
+def _shipped():
+    from bert_core.model.checkpoint import load_checkpoint
+    from bert_core.paths import DEFAULT_CHECKPOINT
+
+    if not (DEFAULT_CHECKPOINT / "config.json").is_file():
+        pytest.skip("the shipped checkpoint is not in this checkout")
+    return load_checkpoint(DEFAULT_CHECKPOINT, require_tokenizer=True)
+
+
+def test_the_embedding_notice_says_the_parts_lengths_and_the_repeated_words_cosine():
+    import numpy as np
+
+    from bert_core.inspect.embeddings import embedding_parts, nearest_neighbours
+
+    ckpt = _shipped()
+    parts = embedding_parts(ckpt.model, ckpt.tokenizer, "the dog saw the cat .")
+    near = nearest_neighbours(ckpt.model, ckpt.tokenizer, "dog", k=4)
+    text = lesson.notice_embedding(parts, 2, near)
+    assert parts.tokens[2] == "dog" and "Token 3 “dog”" in text
+    assert f"token vector is {np.linalg.norm(parts.word[2]):.2f} long" in text
+    assert f"position vector {np.linalg.norm(parts.position[2]):.2f}" in text
+    a, b = parts.normed[1], parts.normed[4]
+    cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    assert parts.tokens[1] == parts.tokens[4] == "the" and cosine < 0.999
+    assert "positions 2 and 5" in text and f"cosine similarity is {cosine:.2f}" in text
+    assert f"“{near[0][0]}”" in text
+    alone = lesson.notice_embedding(embedding_parts(ckpt.model, ckpt.tokenizer, "dogs bark ."), 1)
+    assert "positions" not in alone and "nearest" not in alone
+
+
+def test_the_attends_notice_reads_the_heads_weights_and_the_undivided_softmax():
+    from bert_core.inspect.attention_steps import attention_steps, with_temperature
+
+    ckpt = _shipped()
+    steps = attention_steps(ckpt.model, ckpt.tokenizer, "the dog saw the cat .", 1, 0, 2)
+    undivided = with_temperature(steps, 1 / math.sqrt(steps.head_dim))
+    # at a temperature of 1/sqrt(d) the what-if is the softmax of q.k itself
+    expected = torch.tensor(steps.scores).double().softmax(-1).numpy()
+    assert abs(undivided - expected).max() < 1e-5
+    text = lesson.notice_attends(steps, undivided)
+    top = int(steps.probs.argmax())
+    assert f"go to token {top + 1} “{steps.tokens[top]}”" in text and f"{steps.probs[top]:.0%}" in text
+    assert f"over {len(steps.tokens)} tokens sum to 1.00" in text
+    assert f"its top token {undivided.max():.0%}" in text and undivided.max() >= steps.probs.max()

@@ -52,6 +52,22 @@ def test_next_and_back_walk_the_steps_and_the_url_follows():
     assert at.query_params["step"] in ("bert-or-gpt", ["bert-or-gpt"])
 
 
+def test_the_two_inside_steps_draw_their_figure_and_a_notice_from_the_model():
+    at = _lesson("embedding")
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) == 1 and at.selectbox(key="lesson_emb_token").value == 1
+    text = _notice(at)
+    assert text.startswith("Token 2 “the”") and "positions 2 and 5" in text
+    at.selectbox(key="lesson_emb_token").set_value(2).run()
+    assert _notice(at).startswith("Token 3 “dog”")
+    at = _lesson("attends")
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) == 1
+    assert "sum to 1.00" in _notice(at) and "Undivided by √" in _notice(at)
+    at.selectbox(key="lesson_attends_token").set_value(1).run()
+    assert _notice(at).startswith("Token 2 ")
+
+
 def test_a_link_opens_its_step_and_a_bad_one_the_first():
     assert _lesson("predictions").query_params["step"] in ("predictions", ["predictions"])
     assert _lesson("nonsense").query_params["step"] in ("tokens", ["tokens"])
@@ -87,7 +103,7 @@ def test_one_step_then_another_and_the_answer_with_its_reason():
     assert _notice(at).startswith("Update 1: the masked-LM loss was")
     at.button(key="lesson_step_go").click().run()
     assert _notice(at).startswith("Update 2:")
-    q = lesson.STEPS[2].question
+    q = lesson.STEPS[lesson.STEP_KEYS.index("step")].question
     at.radio(key="lesson_q_step").set_value(q.answer).run()
     assert any(q.reason in str(s.value) and str(s.value).startswith("Right.") for s in at.success)
     at.radio(key="lesson_q_step").set_value((q.answer + 1) % len(q.choices)).run()

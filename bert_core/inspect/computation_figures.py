@@ -314,3 +314,20 @@ def pairs_summary_figure(rows: Sequence[dict]) -> go.Figure:
                   annotation_position="top left")
     fig.update_yaxes(range=[0, 1.15], tickformat=".0%", title="good sentence preferred")
     return _fonts(_layout(fig, "The built-in pairs, by kind of rule", height=380))
+
+
+def contextual_neighbours_figure(cn) -> go.Figure:
+    """A token's nearest pool tokens at each layer: a column a layer (the embeddings first), a row a rank, each
+    cell the neighbour's token coloured by its cosine; its sentence on hover."""
+    layers = ["embeddings", *[f"layer {i}" for i in range(1, len(cn.by_layer))]]
+    k = max(len(row) for row in cn.by_layer)
+    z = np.array([[row[r][2] for row in cn.by_layer] for r in range(k)])
+    text = [[row[r][0] for row in cn.by_layer] for r in range(k)]
+    hover = [[wrap(row[r][1], 60) for row in cn.by_layer] for r in range(k)]
+    fig = go.Figure(go.Heatmap(z=z, x=layers, y=[str(r + 1) for r in range(k)], text=text, customdata=hover,
+                               texttemplate="%{text}", textfont=dict(size=FONT), colorscale="Blues", zmin=0, zmax=1,
+                               colorbar=dict(title="cosine"),
+                               hovertemplate="%{text} (cosine %{z:.3f}) in:<br>%{customdata}<extra>%{x}</extra>"))
+    fig.update_yaxes(autorange="reversed", title="rank")
+    name = f"token {cn.position + 1} “{cn.tokens[cn.position]}”"
+    return _fonts(_layout(fig, wrap(f"Nearest in context to {name}, layer by layer", 90), height=150 + 44 * k))

@@ -1,11 +1,15 @@
 """What an embedding is: the three vectors the model adds for each token (the token's own, its position's, its
 segment's), their sum and the LayerNorm, as the model's embedding layer computes them; the nearest neighbours of a
 word in the input embedding table; and a 2-D map (PCA) of one word's contextual vectors across sentences, layer by
-layer, where a word with two senses ("bank", "play") may be seen to separate, or not.
+layer, where a word with two senses ("bank", "play") may be seen to separate, or not; and a token's contextual
+neighbours at each layer, among the tokens of sentences drawn from the model's own held-out text.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,3 +198,149 @@ def separation(points: np.ndarray, labels) -> float:
     between = np.mean([np.linalg.norm(a - b) for i, a in enumerate(centres) for b in centres[i + 1:]])
     within = np.mean([np.linalg.norm(g - g.mean(0), axis=1).mean() for g in groups])
     return float(between / within) if within > 0 else float("inf")
+
+
+# ------------------------------------------------------------------------------------------ contextual neighbours
+
+POOL_SENTENCES = 120          # sentences in a neighbour pool: about 2,500 tokens, encoded once per model
+POOL_WORDS = (6, 30)          # a pool sentence's length in words: whole sentences, none a heading or a paragraph
+
+
+def _readable_sentences(documents, count: int, seed: int) -> list[str]:
+    import random
+
+    candidates = [s for doc in documents for s in doc if POOL_WORDS[0] <= len(s.split()) <= POOL_WORDS[1]]
+    rng = random.Random(seed)
+    return rng.sample(candidates, min(count, len(candidates)))
+
+
+def builtin_pool() -> tuple[list[str], str]:
+    """The pool a model without readable held-out text gets: this module's sense sentences and the grammar
+    check's good sentences."""
+    from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+
+    sentences = [s for group in SENSE_SENTENCES.values() for _, s in group] + [p.good for p in MINIMAL_PAIRS]
+    return list(dict.fromkeys(sentences)), "built-in sentences (this model's held-out text cannot be read here)"
+
+
+@functools.lru_cache(maxsize=8)
+def _heldout_pool(record_json: str, count: int, seed: int) -> tuple[tuple[str, ...], str]:
+    from bert_core.data.corpora import load_corpus, split_heldout
+
+    record = json.loads(record_json)
+    documents, specs = [], []
+    for entry in record["corpora"]:
+        corpus = load_corpus(entry["spec"], seed=int(record.get("seed", 0)))
+        documents += split_heldout(corpus, fraction=float(record.get("fraction", 0.1)),
+                                   seed=int(record.get("seed", 0)))[1].documents
+        specs.append(entry.get("name") or entry["spec"])
+    return tuple(_readable_sentences(documents, count, seed)), "held-out text of " + ", ".join(specs)
+
+
+def heldout_pool(metadata: dict | None, count: int = POOL_SENTENCES, seed: int = 0) -> tuple[list[str], str]:
+    """(sentences, where they come from): `count` whole sentences drawn with `seed` from the held-out part of the
+    corpora a model's run recorded (its `trainer_state.json` metadata), when every one can be read here without a
+    download; else builtin_pool(). Cached per record: reading the corpora takes seconds."""
+    from bert_core.inspect.probes import readable_offline
+
+    record = (metadata or {}).get("heldout")
+    specs = [c.get("spec") for c in record.get("corpora", [])] if isinstance(record, dict) else []
+    if not specs or not all(isinstance(s, str) and readable_offline(s) for s in specs):
+        return builtin_pool()
+    try:
+        sentences, source = _heldout_pool(json.dumps({"seed": record.get("seed", 0),
+                                                      "fraction": record.get("fraction", 0.1),
+                                                      "corpora": record["corpora"]}, sort_keys=True), count, seed)
+    except (BertCoreError, OSError, ValueError, KeyError):
+        return builtin_pool()
+    return (list(sentences), source) if sentences else builtin_pool()
+
+
+@dataclass
+class TokenPool:
+    """Every token of a set of sentences as the model represents it after the embeddings (0) and each layer."""
+
+    sentences: list[str]
+    source: str
+    tokens: list[str]          # [N] the pool's tokens ([CLS] and [SEP] left out)
+    sentence_of: np.ndarray    # [N] index into `sentences`
+    position_of: np.ndarray    # [N] the token's position in its sentence's input
+    unit: np.ndarray           # [L + 1, N, H] each vector scaled to length 1 (cosine = dot product)
+
+
+def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -> TokenPool:
+    """Encode `sentences` (one at a time into the model's inputs, `[CLS] s [SEP]`, in padded batches) and keep
+    every token's vector at every layer, normalised."""
+    sentences = [s for s in sentences if isinstance(s, str) and s.strip()]
+    if not sentences:
+        raise BertCoreError("the neighbour pool has no sentences")
+    limit = int(model.config.max_position_embeddings)
+    encoded = [encode_for_steps(model, tokenizer, s)[0][:limit] for s in sentences]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))   # batches of like lengths: little padding
+    sentences, encoded = [sentences[i] for i in order], [encoded[i] for i in order]
+    device = next(model.parameters()).device
+    vectors, tokens, sentence_of, position_of = [], [], [], []
+    for start in range(0, len(encoded), batch):
+        chunk = encoded[start:start + batch]
+        width = max(len(ids) for ids in chunk)
+        x = torch.tensor([ids + [tokenizer.pad_id] * (width - len(ids)) for ids in chunk], device=device)
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in chunk], device=device)
+        hidden = _eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x), output_hidden_states=True)[2])
+        stacked = torch.stack(hidden, 0).float()   # [L + 1, B, S, H]
+        for b, ids in enumerate(chunk):
+            keep = list(range(1, len(ids) - 1))    # the sentence's own tokens, not [CLS] and [SEP]
+            vectors.append(stacked[:, b, keep])
+            tokens += tokenizer.convert_ids_to_tokens([ids[i] for i in keep])
+            sentence_of += [start + b] * len(keep)
+            position_of += keep
+    unit = torch.nn.functional.normalize(torch.cat(vectors, 1), dim=-1).cpu().numpy()
+    return TokenPool(sentences=sentences, source=source, tokens=tokens, sentence_of=np.array(sentence_of),
+                     position_of=np.array(position_of), unit=unit)
+
+
+_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cached_token_pool(model, tokenizer, sentences, source: str = "") -> TokenPool:
+    """token_pool, kept per model (and dropped with it) for the same sentences: a page redraws without encoding
+    the pool again."""
+    key = (source, tuple(sentences))
+    per_model = _POOLS.setdefault(model, {})
+    if key not in per_model:
+        per_model.clear()   # one pool a model: a new pool replaces the old
+        per_model[key] = token_pool(model, tokenizer, sentences, source)
+    return per_model[key]
+
+
+@dataclass
+class ContextualNeighbours:
+    """The pool tokens closest to one token's vector, layer by layer: `by_layer[l]` is a list of (token, its
+    sentence, cosine), nearest first; layer 0 is the embeddings' output."""
+
+    tokens: list[str]
+    position: int
+    by_layer: list[list[tuple[str, str, float]]]
+    source: str
+
+
+def contextual_neighbours(model, tokenizer, sentence: str, position: int, pool: TokenPool,
+                          k: int = 5) -> ContextualNeighbours:
+    """The `k` tokens of `pool` whose vectors lie closest (cosine) to the vector of token `position` (from 0, in
+    `[CLS] sentence [SEP]`) at each layer. Early on, neighbours share the token's spelling; later, its role."""
+    ids, _, tokens = encode_for_steps(model, tokenizer, sentence)
+    if not 0 <= position < len(ids):
+        raise BertCoreError(f"token {position + 1} does not exist: the input has {len(ids)} tokens")
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    hidden = _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
+                                                     output_hidden_states=True)[2])
+    query = torch.nn.functional.normalize(torch.stack([h[0, position].float() for h in hidden]), dim=-1).cpu().numpy()
+    sims = np.einsum("lnh,lh->ln", pool.unit, query)   # [L + 1, N]
+    # The same token of the same sentence, when the typed sentence is in the pool, is no neighbour worth showing.
+    same = np.array([pool.sentences[s] == sentence.strip() for s in pool.sentence_of]) & (pool.position_of == position)
+    sims[:, same] = -2.0
+    k = max(1, min(int(k), sims.shape[1]))
+    by_layer = []
+    for row in sims:
+        top = np.argsort(-row, kind="stable")[:k]
+        by_layer.append([(pool.tokens[i], pool.sentences[pool.sentence_of[i]], float(row[i])) for i in top])
+    return ContextualNeighbours(tokens=list(tokens), position=position, by_layer=by_layer, source=pool.source)

@@ -45,6 +45,21 @@ STEPS: tuple[LessonStep, ...] = (
                  "A vocabulary of a few thousand pieces cannot hold every word, but it can spell every word from "
                  "pieces: frequent words stay whole, rare ones are split, and no word is ever unknown.")),
     LessonStep(
+        "embedding", "What an embedding is", "pages/7_How_BERT_computes.py",
+        "Before any layer reads it, each token becomes a list of numbers, its *embedding*: the model looks up a "
+        "learned vector for the token, adds one for its position and one for its segment (sentence A or B), and a "
+        "LayerNorm rescales the sum. Pick a token and see its three parts as coloured strips (red positive, blue "
+        "negative).",
+        Question("In this sentence “the” comes twice. Its token vector is the same both times, yet its embedding "
+                 "differs. Why?",
+                 ("The tokenizer cut the two differently",
+                  "A different position vector is added: attention by itself ignores word order, so the position "
+                  "must be written into the token's numbers",
+                  "Dropout adds random noise to one of them"), 1,
+                 "Attention compares every token with every other, in any order; without position embeddings "
+                 "\"dog bites man\" and \"man bites dog\" would look the same to it. BERT learns one vector per "
+                 "position (up to 512) and adds it to the token's.")),
+    LessonStep(
         "masking", "Masking", "pages/1_Tokens_and_masking.py",
         "Pretraining hides words and asks the model to guess them back. About 15% of the tokens are chosen; of "
         "those, 80% become `[MASK]` (red), 10% a random token (orange) and 10% stay as they are (green). The model "
@@ -93,6 +108,20 @@ STEPS: tuple[LessonStep, ...] = (
                  "Clark et al. (2019) found this in BERT-base: attention to [SEP] rises where a head's job does not "
                  "apply, and changing it barely changes the output. A head must spend 100% of its attention "
                  "somewhere.")),
+    LessonStep(
+        "attends", "How one token attends", "pages/7_How_BERT_computes.py",
+        "Inside one head, for one token: the token's *query* is compared with every token's *key* (a dot product, "
+        "q·k), the scores are divided by √d (d: the head's width), and a softmax turns them into weights that sum "
+        "to 1. The token then takes that weighted mix of every token's *value*. The weights are one row of a small "
+        "map of the last step. Pick the token that looks.",
+        Question("Why divide the scores by √d before the softmax?",
+                 ("To make every score positive",
+                  "Dot products of long vectors grow with their length: undivided, the softmax would put nearly "
+                  "all the weight on one token, and its gradients would vanish",
+                  "To save memory"), 1,
+                 "Vaswani et al. (2017) scaled by √d because q·k sums d products, so its spread grows like √d. "
+                 "Too large scores make the softmax almost one-hot, where its gradient is nearly zero and a head "
+                 "stops learning. The notice shows what this head's weights would be undivided.")),
     LessonStep(
         "predictions", "Predictions", "pages/4_Predictions.py",
         "The model in use fills in blanks. Write `[MASK]` where a word should be and compare its guesses with "
@@ -313,6 +342,48 @@ def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_
     n = len(gpt_last_row)
     return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens (only itself can be seen), its last token at "
             f"{seen(gpt_last_row)}; BERT's [CLS] looks at {seen(bert_row)} of {len(bert_row)} (over 1% each).")
+
+
+def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] = ()) -> str:
+    """The embedding step, from embeddings.embedding_parts: the picked token's three parts and its sum's length
+    before and after the LayerNorm; a word the sentence repeats, how alike its two embeddings are (the same token
+    vector, another position); the token's nearest rows in the embedding table."""
+    import numpy as np
+
+    name = parts.tokens[token]
+    length = lambda v: float(np.linalg.norm(v))   # noqa: E731
+    text = (f"Token {token + 1} “{name}”: its token vector is {length(parts.word[token]):.2f} long, its position "
+            f"vector {length(parts.position[token]):.2f}, its segment vector {length(parts.segment[token]):.2f}; "
+            f"the sum, {length(parts.summed[token]):.2f} long, is {length(parts.normed[token]):.2f} after the "
+            "LayerNorm.")
+    repeated = next(((i, j) for i in range(len(parts.tokens)) for j in range(i + 1, len(parts.tokens))
+                     if parts.tokens[i] == parts.tokens[j] and not parts.tokens[i].startswith("[")), None)
+    if repeated is not None:
+        i, j = repeated
+        a, b = parts.normed[i], parts.normed[j]
+        cosine = float(a @ b / max(length(a) * length(b), 1e-12))
+        text += (f" “{parts.tokens[i]}” at positions {i + 1} and {j + 1}: the same token vector, but their "
+                 f"embeddings' cosine similarity is {cosine:.2f}, not 1: the positions differ.")
+    if neighbours:
+        text += " Its nearest rows in the embedding table: " + ", ".join(f"“{t}”" for t, _ in neighbours[:4]) + "."
+    return text
+
+
+def notice_attends(steps, undivided) -> str:
+    """The one-token attention step, from attention_steps.attention_steps and the same scores' softmax without
+    the √d division (with_temperature at 1/√d)."""
+    allowed = [i for i, ok in enumerate(steps.allowed) if ok]
+    top = max(allowed, key=lambda i: steps.probs[i])
+    scaled_top = max(allowed, key=lambda i: steps.scaled[i])
+    text = (f"Token {steps.query + 1} “{steps.tokens[steps.query]}”, layer {steps.layer + 1}, head "
+            f"{steps.head + 1}: its weights over {len(allowed)} tokens sum to {float(steps.probs.sum()):.2f}; the "
+            f"most, {float(steps.probs[top]):.0%}, go to token {top + 1} “{steps.tokens[top]}”")
+    if scaled_top == top:
+        text += f", whose score q·k/√d is the largest, {float(steps.scaled[top]):.2f}."
+    else:
+        text += "."
+    return text + (f" Undivided by √{steps.head_dim} = {math.sqrt(steps.head_dim):.1f}, the softmax would give "
+                   f"its top token {float(max(undivided)):.0%}.")
 
 
 RACE_NAMES = {"pretrained": "the pretrained model", "scratch": "the same model from scratch",

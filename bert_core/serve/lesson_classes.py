@@ -7,8 +7,8 @@ In memory, server-wide, and small. A class holds:
 - which model the teacher's sidebar has, so that every student's steps look at the same one: a shipped checkpoint's
   name (checked against a name's shape here, looked up by the page among the shipped folders, never a path) or the
   view id of the teacher's run, which students then watch as a share link's holder does;
-- the view id of the teacher's live run of the lesson (step 4), watched by the students, not restarted by each, and
-  of the teacher's race (step 8), whose figures the students' last step reports;
+- the view id of the teacher's live run of the lesson (step 5), watched by the students, not restarted by each, and
+  of the teacher's race (step 10), whose figures the students' last step reports;
 - the teacher's latest *Take one step* record (the update's numbers and figures: no text anyone typed);
 - the view ids of the runs the class started from the lesson's links (at most MAX_RUNS);
 - a seat per student browser: an opaque key (a hash, never the browser's id), the step it is on, whether it follows,
