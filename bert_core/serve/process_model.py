@@ -126,9 +126,10 @@ class ProcessModel:
                 self._child.request("save", str(folder))
                 self.released = folder
                 self._snapshot = None   # read back from the folder when someone looks (bounded memory per run)
-            elif self.trainer is not None and self._checkpoint_step(folder) >= (self.snapshot_step or 0):
+            elif self.trainer is not None and 0 < self._checkpoint_step(folder) >= (self.snapshot_step or 0):
                 # The process died, but a checkpoint it wrote on its way (bert_core.serve.run_records) is there and
-                # no newer copy is: the run keeps the model of that step, labelled with it.
+                # no newer copy is: the run keeps the model of that step, labelled with it. Not one of step 0: the
+                # weights before the first update are untrained, and offering to train on from them offers nothing.
                 self.released, self._snapshot = folder, None
             self.close()
 
