@@ -127,7 +127,7 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     @property
     def model_config(self):
         """The model's BertConfig as it is now (a growing run's changes size once), as its mirror in the server
-        keeps it (serve.training_process.TrainerProxy.model_config)."""
+        keeps it (serve.training_mirrors.TrainerProxy.model_config)."""
         return unwrap(self.model).config
 
     @property
