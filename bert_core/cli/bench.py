@@ -24,6 +24,7 @@ import time
 import torch
 
 from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, int_arg
+from bert_core.data.objectives import MASK_RATE
 from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, adamw
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int_arg(8, 2**22), default=30522, help="BERT's WordPiece size by default")
     p.add_argument("--seq-len", type=int_arg(2, MAX_SEQ_LEN), default=128)
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=32)
-    p.add_argument("--mask-rate", type=FRACTION, default=0.15)
+    p.add_argument("--mask-rate", type=FRACTION, default=MASK_RATE)
     p.add_argument("--rounds", type=int_arg(1, 10**4), default=7, help="timed steps per model, alternated")
     p.add_argument("--warmup", type=int_arg(0, 10**4), default=2, help="untimed steps per model first")
     p.add_argument("--threads", type=int_arg(0, 4096), default=0, help="torch intra-op threads (0: leave as is)")

@@ -15,6 +15,7 @@ import sys
 from bert_core.cli import bench, corpus, download, finetune, generate, grow, heldout, score, train
 from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, SEED, int_arg, path_arg
 from bert_core.cli.console import one_line, percent
+from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect.inspection import fill_mask
 from bert_core.model.checkpoint import load_checkpoint
@@ -36,7 +37,7 @@ def _add_eval(sub) -> None:
     p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=32)
     p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), default=None,
                    help="default: the checkpoint's training length or 128 (at most its positions)")
-    p.add_argument("--mask-rate", type=FRACTION, default=0.15)
+    p.add_argument("--mask-rate", type=FRACTION, default=MASK_RATE)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_eval)

@@ -35,6 +35,7 @@ from bert_core.data.toy_grammar import (
 )
 from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, drill_squad, toy_qa_drills
 from bert_core.errors import BertCoreError
+from bert_core.model.tokenization import special_tokens_count
 
 __all__ = [
     "MAX_SQUAD_BYTES", "QAExample", "QAData", "parse_squad", "load_squad", "toy_qa_task", "drill_data",
@@ -512,10 +513,11 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
     questions = [e.ids[:max_question_tokens]
                  for e in fast.encode_batch([x.question for x in data.examples], add_special_tokens=False)]
     longest = max(len(q) for q in questions)
-    if max_length - longest - 3 <= doc_stride:
+    specials = special_tokens_count(pair=True)   # [CLS] question [SEP] context [SEP]
+    if max_length - longest - specials <= doc_stride:
         raise BertCoreError(
-            f"max_length={max_length} is too small: a question of {longest} tokens and the 3 special tokens leave "
-            f"{max_length - longest - 3} tokens of context per window, not more than doc_stride={doc_stride}. "
+            f"max_length={max_length} is too small: a question of {longest} tokens and the {specials} special tokens "
+            f"leave {max_length - longest - specials} tokens of context per window, not more than doc_stride={doc_stride}. "
             "Raise max_length, or lower doc_stride or max_question_tokens.")
     contexts = list(dict.fromkeys(x.context for x in data.examples))  # questions on a passage share its tokens
     encoded = {c: (e.ids, [tuple(o) for o in e.offsets])
@@ -527,7 +529,7 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
         start_char = example.answer_starts[0] if example.answers else 0
         end_char = start_char + len(example.answers[0]) if example.answers else 0
         answer = _answer_tokens(ctx_offsets, start_char, end_char) if example.answers else None
-        window = max_length - len(q_ids) - 3
+        window = max_length - len(q_ids) - specials
         prefix = len(q_ids) + 2
         begin = 0
         while True:

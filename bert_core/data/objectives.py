@@ -6,6 +6,8 @@ from __future__ import annotations
 from bert_core.errors import BertCoreError
 
 OBJECTIVES = ("mlm", "clm")
+# The share of tokens BERT's masked LM chooses to predict (its paper's 15%): every default mask rate is this one.
+MASK_RATE = 0.15
 
 
 def objective_has_nsp(objective: str) -> bool:

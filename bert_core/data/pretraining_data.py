@@ -15,13 +15,13 @@ import torch.distributed as dist
 from tokenizers import Tokenizer
 
 from bert_core.data.corpora import Corpus, load_corpus, split_heldout
-from bert_core.data.objectives import OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
+from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import (  # IGNORE_INDEX: labels not predicted (re-exported)
     IGNORE_INDEX,
     next_token_targets,
 )
-from bert_core.model.tokenization import BertTokenizer
+from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 from bert_core.model.tokenization import train_tokenizer as train_tok
 
 # The masking decision recorded for every token (Batch.decisions); names for people and keys for figures.
@@ -200,7 +200,7 @@ def create_nsp_instances(token_docs: Sequence[Sequence[Sequence[int]]], tokenize
         raise BertCoreError("the corpus has no tokens; give it some text")
     out: list[NspInstance] = []
     build = _instances_from_document if nsp else _contiguous_instances
-    max_num_tokens = max_seq_length - (3 if nsp else 2)
+    max_num_tokens = max_seq_length - special_tokens_count(pair=nsp)
     for d in range(len(docs)):
         build(docs, kept, d, max_num_tokens, short_seq_prob, rng, tokenizer.cls_id, tokenizer.sep_id, out)
     if len(doc_ids) != len(token_docs):  # documents were dropped: restore the corpus's document numbers
@@ -230,7 +230,7 @@ def _how_many(n_candidates: torch.Tensor, mask_rate: float, generator: torch.Gen
 
 
 def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: torch.Generator, vocab_size: int,
-                mask_id: int, candidate_ids: torch.Tensor | None = None, mask_rate: float = 0.15,
+                mask_id: int, candidate_ids: torch.Tensor | None = None, mask_rate: float = MASK_RATE,
                 whole_word_starts: torch.Tensor | None = None, mask_only: bool = False) -> MaskingResult:
     """BERT's MLM masking over a [B, S] batch: pick `mask_rate` of the non-special tokens, then 80% [MASK],
     10% a random non-special token, 10% unchanged. `special_mask` is True at [CLS]/[SEP]/[PAD].
@@ -240,7 +240,7 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: 
     into [MASK], never a random or kept one; the same tokens are chosen as with 80/10/10.
     """
     if not 0.0 < mask_rate < 1.0:
-        raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses 0.15), got {mask_rate!r}")
+        raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses {MASK_RATE:g}), got {mask_rate!r}")
     ids = input_ids.long()
     cand = ~special_mask.bool()
     B, S = ids.shape
@@ -381,7 +381,7 @@ class PretrainingData:
 
     STATE_VERSION = 1
 
-    def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = 0.15,
+    def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = MASK_RATE,
                  seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
                  rank: int = 0, world_size: int = 1, mask_only: bool = False, objective: str = "mlm"):
         if objective not in OBJECTIVES:
@@ -391,7 +391,7 @@ class PretrainingData:
         if batch_size < 1:
             raise BertCoreError(f"batch_size must be at least 1, got {batch_size!r}")
         if not 0.0 < mask_rate < 1.0:
-            raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses 0.15), got {mask_rate!r}")
+            raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses {MASK_RATE:g}), got {mask_rate!r}")
         if max_seq_length > getattr(tokenizer, "model_max_length", 512) or max_seq_length < 16:
             raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's "
                                 f"{getattr(tokenizer, 'model_max_length', 512)}")

@@ -23,6 +23,7 @@ import torch
 from bert_core.data.batching import length_grouped_batches
 from bert_core.data.splits import seeded_split
 from bert_core.errors import BertCoreError
+from bert_core.model.tokenization import special_tokens_count
 
 __all__ = [
     "IGNORE_INDEX",
@@ -418,7 +419,7 @@ def encode_tagged(data: TaggedSentences, tokenizer, max_length: int = 128) -> li
         raise BertCoreError(f"max length {max_length} is too short; use at least 8 (64-128 is typical).")
     if limit is not None and max_length > limit:
         raise BertCoreError(f"max length {max_length} is over the tokenizer's limit of {limit}; use at most {limit}.")
-    budget = max_length - 2
+    budget = max_length - special_tokens_count(pair=False)
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
     out: list[TaggedExample] = []
 

@@ -21,6 +21,7 @@ import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from bert_core.data.objectives import MASK_RATE
 from bert_core.training.comparison import KNOBS, run_labels
 
 if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
@@ -396,7 +397,7 @@ def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=observed, name="observed", text=[f"{v:.1%}" for v in observed],
                          marker_color=["#1f77b4", DECISION_COLORS["[MASK]"], DECISION_COLORS["random"],
                                        DECISION_COLORS["kept"]]))
-    fig.add_trace(go.Scatter(x=names, y=[counts.get("target_rate", 0.15), 0.8, 0.1, 0.1], mode="markers",
+    fig.add_trace(go.Scatter(x=names, y=[counts.get("target_rate", MASK_RATE), 0.8, 0.1, 0.1], mode="markers",
                              name="target", marker=dict(symbol="line-ew-open", size=40, color="#000",
                                                         line=dict(width=3))))
     fig.update_yaxes(range=[0, 1], tickformat=".0%")

@@ -15,10 +15,11 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from bert_core.data.objectives import MASK_RATE
 from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM, mask_tokens
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
-from bert_core.model.tokenization import truncate_pair
+from bert_core.model.tokenization import special_tokens_count, truncate_pair
 
 MASK_MARKER = re.compile(r"\[mask\]", re.IGNORECASE)
 # The masking page shows "random" (short) where pretraining_data.DECISION_NAMES says "random token".
@@ -116,7 +117,7 @@ def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512)
     ids_b = _encode_with_masks(tokenizer, b) if b is not None else None
     if not ids_a:
         raise BertCoreError("the text produced no tokens: type some words")
-    specials = 3 if ids_b is not None else 2
+    specials = special_tokens_count(pair=ids_b is not None)
     if max_length <= specials:
         raise BertCoreError(f"max_length {max_length} leaves no room for text")
     ids_a, ids_b, dropped = truncate_pair(ids_a, ids_b, max_length - specials)
@@ -374,7 +375,7 @@ def mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed
 
 
 def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
-                 mask_rate: float = 0.15) -> list[MaskingRow]:
+                 mask_rate: float = MASK_RATE) -> list[MaskingRow]:
     """Mask one instance with `seed` and `mask_rate` (BERT's 80/10/10 rule) and describe every position."""
     ids = torch.tensor([list(input_ids)], dtype=torch.long)
     result, _ = mask_padded(tokenizer, ids, torch.ones_like(ids), seed, mask_rate)
@@ -382,7 +383,7 @@ def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[i
                         result.decisions[0].tolist())
 
 
-def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, mask_rate: float = 0.15) -> dict:
+def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, mask_rate: float = MASK_RATE) -> dict:
     """Mask many instances (lists of ids) at once and count decisions against the 15% and 80/10/10 targets."""
     if not instances:
         raise BertCoreError("no instances to mask")

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect.inspection import CAUSAL_CANNOT_FILL, DECISION_NAMES, mask_padded
 from bert_core.model.bert import IGNORE_INDEX, is_causal
@@ -89,7 +90,7 @@ def _check(model, instances) -> None:
 
 
 def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
-                         mask_rate: float = 0.15) -> list[ChosenGuess]:
+                         mask_rate: float = MASK_RATE) -> list[ChosenGuess]:
     """Mask one instance with `seed` and `mask_rate` (the same masks as `inspection.mask_example`) and return the
     model's guess at each chosen position, in order."""
     _check(model, [input_ids])
@@ -111,7 +112,7 @@ def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_
 
 
 def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int = 0,
-                         mask_rate: float = 0.15, batch_size: int = 64) -> dict[str, DecisionAccuracy]:
+                         mask_rate: float = MASK_RATE, batch_size: int = 64) -> dict[str, DecisionAccuracy]:
     """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, with one seeded draw over them all,
     and count the model's right top guesses per decision ("[MASK]", "random", "kept")."""
     _check(model, instances)

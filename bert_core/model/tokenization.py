@@ -36,6 +36,12 @@ def _attach_post_processor(tok: Tokenizer) -> None:
     )
 
 
+def special_tokens_count(pair: bool) -> int:
+    """The special tokens an input holds beside its text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a
+    pair. Every budget of text tokens (an NSP pair, a question and its passage, a tagged sentence) is the length
+    less these."""
+    return 3 if pair else 2
+
 
 def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, int]:
     """Fit `a` (and `b`) into `budget` tokens, HF's longest_first: the shorter side keeps up to half the budget,
@@ -54,8 +60,11 @@ def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[
         a, b = a[:keep_a], b[: budget - keep_a]
     return list(a), list(b), total - len(a) - len(b)
 
+
 class BertTokenizer:
     """A BERT WordPiece tokenizer (wraps `tokenizers.Tokenizer`) with the special ids the data pipeline needs."""
+
+    special_tokens_count = staticmethod(special_tokens_count)   # its [CLS]/[SEP] budget, asked of a tokenizer
 
     def __init__(self, tokenizer: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH, do_lower_case: bool = True):
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
@@ -98,7 +107,7 @@ class BertTokenizer:
         max_length = self.model_max_length if max_length is None else int(max_length)
         ids_a = self.encode(a)
         ids_b = self.encode(b) if b is not None else None
-        budget = max_length - (3 if ids_b is not None else 2)
+        budget = max_length - special_tokens_count(pair=ids_b is not None)
         if budget < (2 if ids_b is not None else 1):
             raise BertCoreError(f"max_length={max_length} is too short to hold [CLS] text [SEP]; use at least 8")
         ids_a, ids_b, _ = truncate_pair(ids_a, ids_b, budget)

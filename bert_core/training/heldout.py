@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bert_core.data.corpora import corpus_from_file, load_corpus, shard_folder, shard_heldout_corpora, split_heldout
-from bert_core.data.objectives import objective_settings
+from bert_core.data.objectives import MASK_RATE, objective_settings
 from bert_core.errors import BertCoreError
 
 
@@ -116,7 +116,7 @@ def _field(state, section: str, key: str):
     return part.get(key) if isinstance(part, dict) else None
 
 
-def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=0.15,
+def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=MASK_RATE,
                        device="auto") -> dict:
     """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
     figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""

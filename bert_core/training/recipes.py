@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.model.config import PRESETS
 
@@ -109,7 +110,7 @@ class Recipe:
     short_seq_batch_size: int
     short_seq_fraction: float
     dropout: float = 0.0
-    mask_rate: float = 0.15
+    mask_rate: float = MASK_RATE
     warmup_ratio: float = 0.1
     grow_fraction: float = 0.0      # start small, then grow (0: the size from the first step)
     grow_from_hidden: int = 0
@@ -201,7 +202,7 @@ def preset_for_size(hidden_size: int, num_hidden_layers: int) -> str:
 # narrow 0.02 std suits these two; the larger sizes keep the lesson's shape and take their own rates from the
 # width and depth rules above (TOY_OWN_RATES).
 TOY_LESSON = {"steps": 2000, "batch_size": 16, "max_seq_length": 32, "learning_rate": 3e-3, "initializer_range": 0.02,
-              "short_seq_length": 0, "short_seq_fraction": 0.5, "short_seq_batch_size": 0, "mask_rate": 0.15,
+              "short_seq_length": 0, "short_seq_fraction": 0.5, "short_seq_batch_size": 0, "mask_rate": MASK_RATE,
               "dropout": 0.0, "grow_fraction": 0.0}
 TOY_OWN_RATES = ("nano", "tiny")
 # Real text on the page: steps for about five minutes of one core (the app trains each run on one). nano's 3,000
