@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 
 from bert_core.model.config import MAX_BATCH, MAX_SEED, MAX_SEQ_LEN  # noqa: F401  (the bounds the types use)
+from bert_core.training import setting
+from bert_core.training.setting import Limits
 
 
 def int_arg(low: int, high: int | None = None):
@@ -54,8 +56,16 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def limits_arg(kind, limits: Limits):
+    """An argparse type for a setting's described values (bert_core.training.setting): a whole number (`kind` int)
+    or a finite number within its `limits`."""
+    if kind is int:
+        return int_arg(int(limits.low), None if limits.high is None else int(limits.high))
+    return float_arg(limits.low, limits.high, low_open=limits.low_open, high_open=limits.high_open)
+
+
 SEED = int_arg(0, MAX_SEED)
-POSITIVE = float_arg(0, low_open=True)
-NON_NEGATIVE = float_arg(0)
-FRACTION = float_arg(0, 1, low_open=True, high_open=True)  # (0, 1): mask rate, held-out fraction
-RATE = float_arg(0, 1, high_open=True)  # [0, 1): dropout, warmup
+POSITIVE = limits_arg(float, setting.POSITIVE)
+NON_NEGATIVE = limits_arg(float, setting.NON_NEGATIVE)
+FRACTION = limits_arg(float, setting.FRACTION)  # (0, 1): mask rate, held-out fraction
+RATE = limits_arg(float, setting.RATE)  # [0, 1): dropout, warmup

@@ -18,13 +18,14 @@ from bert_core.model.checkpoint import TRAINER_STATE, load_checkpoint
 from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
 from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length
-from bert_core.training.run_settings import SIZE_FIELDS, flag
+from bert_core.training.run_settings import SIZE_FIELDS, flag, on_resume
+from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS
 from bert_core.training.trainer import TrainConfig, check_trainer_state, resolve_device
 
 # On --resume, these options may change how the run goes on (they are None unless given, so that only what the
-# user typed overrides the saved config); the others shape the data or the model and must stay as they were.
-RESUMABLE = ("learning_rate", "warmup_ratio", "schedule", "weight_decay", "max_grad_norm", "grad_accum", "eval_every",
-             "history_limit", "checkpoint_every_s", "device", "precision")
+# user typed overrides the saved config): the settings described so (`on_resume`, bert_core.training.setting). The
+# others shape the data or the model and must stay as they were (STAYS), or only start a new run (NEW_RUN_ONLY).
+RESUMABLE = on_resume(CHANGES)
 
 
 @dataclass(frozen=True)
@@ -137,15 +138,12 @@ def new_run_plan(args) -> RunPlan:
 
 
 def _saved_settings(state: dict, config: TrainConfig, model_config_) -> dict:
-    """The settings of a saved run that shape its data or its model, by setting name."""
+    """The settings of a saved run that shape its data or its model (STAYS), by setting name: the config's, and the
+    run's own from where the run keeps them."""
     meta = state.get("metadata", {})
-    return {"corpus": meta["corpora"], "max_seq_length": config.max_seq_length, "batch_size": config.batch_size,
-            "mask_rate": config.mask_rate, "nsp": config.nsp, "seed": config.seed, "objective": config.objective,
-            "eval_batches": config.eval_batches, "heldout_fraction": meta["heldout"]["fraction"],
-            "whole_word_masking": config.whole_word_masking, "mask_only": config.mask_only,
-            "preset": meta.get("preset"), "dropout": model_config_.hidden_dropout_prob,
-            "initializer_range": model_config_.initializer_range, "short_seq_length": config.short_seq_length,
-            "short_seq_fraction": config.short_seq_fraction, "short_seq_batch_size": config.short_seq_batch_size}
+    own = {"corpus": meta["corpora"], "heldout_fraction": meta["heldout"]["fraction"], "preset": meta.get("preset"),
+           "dropout": model_config_.hidden_dropout_prob, "initializer_range": model_config_.initializer_range}
+    return {name: own[name] if name in own else getattr(config, name) for name in on_resume(STAYS)}
 
 
 def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
@@ -182,7 +180,7 @@ def resume_plan(args) -> ResumePlan:
             raise BertCoreError(f"{flag(name)} cannot change on --resume (the run has {value!r}; the "
                                 "data and the model depend on it): leave it out, or start a new run from these "
                                 f"weights with --init-from {args.resume} --out NEW_FOLDER")
-    for name in ("vocab_size", "tokenizer", "init_from", "copy_positions", *SIZE_FIELDS):
+    for name in on_resume(NEW_RUN_ONLY):
         if getattr(args, name) is not None:
             raise BertCoreError(f"{flag(name)} only shapes a new run; --resume takes the tokenizer and "
                                 f"weights from {args.resume}: leave it out")

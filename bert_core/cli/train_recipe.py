@@ -3,34 +3,38 @@ of machine (bert_core.training.recipes) or its fixed default, and the log says i
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from bert_core.data.objectives import objective_has_nsp
 from bert_core.data.pretraining_data import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.config import PRESETS, BertConfig
-from bert_core.training.recipes import GROW_FROM, preset_for_size, short_phase_rows
+from bert_core.training.recipes import GROW_FROM, Recipe, preset_for_size, short_phase_rows
 from bert_core.training.run_settings import flag
+from bert_core.training.setting import LENGTHENS
+from bert_core.training.train_config import TRAIN_SETTINGS
 from bert_core.training.trainer import default_recipe
 
-# The `train` options whose default is the size's recipe, by the names the recipe gives them.
-RECIPE_SETTINGS = ("learning_rate", "batch_size", "max_seq_length", "short_seq_length", "short_seq_fraction",
-                   "short_seq_batch_size", "mask_rate", "warmup_ratio", "dropout", "initializer_range", "grow_fraction",
-                   "grow_from_hidden", "grow_from_layers")
+# The `train` options whose default is the size's recipe: the recipe's own fields (bert_core.training.recipes.Recipe)
+# but the size and machine it is for.
+RECIPE_SETTINGS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name not in ("preset", "device"))
+# The defaults of `train` that are not the config's: the schedule follows --steps or --time-budget, the run keeps a
+# checkpoint every ten minutes, the vocabulary trained and the held-out share are the run's own.
+_OWN_DEFAULTS = {"schedule": None, "checkpoint_every_s": 600.0, "vocab_size": 8000, "heldout_fraction": HELDOUT_FRACTION}
 
 
 def train_defaults(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
                    num_hidden_layers: int | None = None) -> dict:
     """The value each `train` option takes when it is not given on a new run, by setting name: the recipe for the
-    model's size on this kind of machine, and the fixed defaults of the rest."""
+    model's size on this kind of machine, and the fixed defaults of the rest (the config's, for its settings but the
+    run's length)."""
     recipe = default_recipe(preset, device, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers)
-    d = recipe["train_config"]
-    fixed = {"preset": recipe["preset"], "vocab_size": 8000, "grad_accum": d.grad_accum, "schedule": None,
-             "weight_decay": d.weight_decay, "max_grad_norm": d.max_grad_norm, "nsp": d.nsp, "seed": d.seed,
-             "eval_every": 0, "eval_batches": d.eval_batches, "history_limit": d.history_limit,
-             "heldout_fraction": HELDOUT_FRACTION, "checkpoint_every_s": 600.0, "device": "auto",
-             "whole_word_masking": d.whole_word_masking, "mask_only": d.mask_only, "precision": d.precision}
-    return {**fixed, **{name: getattr(recipe["recipe"], name) for name in RECIPE_SETTINGS}}
+    config = recipe["train_config"]
+    fixed = {s.name: getattr(config, s.name) for s in TRAIN_SETTINGS if s.option and s.on_resume != LENGTHENS}
+    return {"preset": recipe["preset"], **fixed, **_OWN_DEFAULTS,
+            **{name: getattr(recipe["recipe"], name) for name in RECIPE_SETTINGS}}
 
 
 def recipe_device(name: str | None) -> str:

@@ -33,7 +33,7 @@ from bert_core.serve.run_protocols import TRAIN_PAGE
 from bert_core.training.comparison import one_change, train_command
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import GROW_FROM
-from bert_core.training.run_settings import SIZE_FIELDS
+from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, TRAIN_FIELDS, app_values, widgets
 from bert_core.training.train_config import TrainConfig
 
 
@@ -70,20 +70,14 @@ class TrainSpec:
 
 
 # The Train page's settings: each widget's key (also its URL parameter, so it keeps its short name) and the run
-# setting it holds (bert_core.training.run_settings), in the order the address bar lists them.
-WIDGETS = {"train_corpus": "corpus", "train_vocab": "vocab_size", "train_preset": "preset",
-           "train_steps": "max_steps", "train_batch": "batch_size", "train_lr": "learning_rate",
-           "train_seq": "max_seq_length", "train_mask": "mask_rate", "train_nsp": "nsp", "train_seed": "seed",
-           "train_eval_every": "eval_every", "train_probe_every": "probe_every", "train_layers": "num_hidden_layers",
-           "train_hidden": "hidden_size", "train_heads": "num_attention_heads", "train_ffn": "intermediate_size",
-           "train_dropout": "dropout", "train_init": "initializer_range", "train_short_seq": "short_seq_length",
-           "train_short_frac": "short_seq_fraction", "train_short_batch": "short_seq_batch_size",
-           "train_grow": "grow_fraction"}
+# setting it holds, in the order the address bar lists them: made from the settings' descriptions (their `widget`,
+# bert_core.training.run_settings).
+WIDGETS = widgets()
 _KEY_OF = {name: key for key, name in WIDGETS.items()}
-# The TrainConfig fields the page's widgets set; the app fixes two more: it trains on its CPU, 20 held-out batches
-# an evaluation.
-PAGE_TRAIN_FIELDS = tuple(name for name in WIDGETS.values() if name in {f.name for f in fields(TrainConfig)})
-APP_TRAIN = {"eval_batches": 20, "device": "cpu"}
+# The TrainConfig fields the page's widgets set; the app fixes the others it sets (their `app`: it trains on its CPU,
+# 20 held-out batches an evaluation).
+PAGE_TRAIN_FIELDS = tuple(name for name in WIDGETS.values() if name in TRAIN_FIELDS)
+APP_TRAIN = app_values()
 # Each setting's type, as the lesson gives it (a number typed in a URL is read back as one).
 _TYPES = {name: type(value) for name, value in lesson_settings().items()}
 
@@ -204,8 +198,8 @@ def page_values_of(spec: TrainSpec) -> dict[str, Any]:
     the page shows the new run's settings and the command line that repeats it, not the run it changed."""
     train = spec.train
     values = {"train_objective": "clm" if train.get("objective") == "clm" else "mlm"}
-    for name in ("nsp", "mask_rate", "learning_rate"):
-        if name in train:
+    for name in _KEY_OF:   # the knobs that are one config setting shown by a widget
+        if name in train and SETTINGS[name].knob is not None:
             values[_KEY_OF[name]] = _TYPES[name](train[name])
     if not spec.model_overrides.keys() & set(SIZE_FIELDS):   # a preset's sizes, not the custom ones
         values["train_preset"] = spec.preset

@@ -17,8 +17,10 @@ from typing import Any, Callable
 from bert_core.errors import BertCoreError
 from bert_core.data.objectives import objective_settings
 from bert_core.model.config import ATTENTION_KINDS, PRESETS, BertConfig, feed_forward_width
-from bert_core.training.run_settings import SIZE_FIELDS, flag
-from bert_core.training.train_config import TrainConfig
+from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, flag
+from bert_core.training.setting import ALWAYS as ALWAYS_WRITTEN
+from bert_core.training.setting import NEVER, Setting
+from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig
 
 # The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
 # token (bert_core.training.run_builder makes the model causal from it, for the app and `train --objective clm`),
@@ -59,34 +61,6 @@ def _train_value(spec, name: str):
 
 def _with_train(spec, **changes):
     return dataclasses.replace(spec, train={**spec.train, **changes})
-
-
-def _as_bool(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise BertCoreError(f"expected on or off, got {value!r}")
-
-
-def _as_float(low: float, high: float | None, what: str):
-    def parse(value) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise BertCoreError(f"{what} must be a number, got {value!r}") from None
-        if not (low < number and (high is None or number < high)):
-            raise BertCoreError(f"{what} must be above {low:g}{f' and below {high:g}' if high else ''}, got {value!r}")
-        return number
-
-    return parse
-
-
-def _on_off(yes: str, no: str):
-    return lambda v: yes if v else no
 
 
 # -- model size: a preset's name, or its four sizes when they are set one by one ------------------------------
@@ -184,36 +158,34 @@ def _attention_parse(value):
     return value
 
 
-def _train_knob(name, label, field, show, parse, suggestions=lambda current: ()):
-    return Knob(name, label, lambda spec: _train_value(spec, field), lambda spec, v: _with_train(spec, **{field: v}),
-                show, parse, suggestions)
+def _train_knob(setting: Setting) -> Knob:
+    """The knob of a TrainConfig setting described as one (its `knob`: bert_core.training.train_config)."""
+    face = setting.knob
+    return Knob(setting.name, setting.legend(), lambda spec: _train_value(spec, setting.name),
+                lambda spec, v: _with_train(spec, **{setting.name: v}), face.show, face.parse, face.suggestions)
 
 
-KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("attention", "attention", _attention_get, _attention_put,
-         {"bidirectional": "bidirectional (BERT)", "causal": "causal (GPT)"}.get, _attention_parse,
-         lambda current: ("causal",) if current == "bidirectional" else ("bidirectional",)),
-    _train_knob("nsp", "NSP", "nsp", _on_off("on", "off"), _as_bool, lambda current: (not current,)),
-    _train_knob("mask_rate", "mask rate", "mask_rate", lambda v: f"{v:g}", _as_float(0, 1, "the mask rate"),
-                lambda current: tuple(v for v in (0.15, 0.4) if v != current)),
-    _train_knob("mask_only", "masking", "mask_only", _on_off("[MASK] only", "80/10/10"), _as_bool,
-                lambda current: (not current,)),
-    _train_knob("whole_word_masking", "whole-word masking", "whole_word_masking", _on_off("on", "off"), _as_bool,
-                lambda current: (not current,)),
-    Knob("model_size", "model size", _size_value, _size_put, _size_show, _size_parse,
-         lambda current: tuple(p for p in ("nano", "tiny", "mini") if p != current)),
-    _train_knob("learning_rate", "learning rate", "learning_rate", lambda v: f"{v:g}",
-                _as_float(0, None, "the learning rate"),
-                lambda current: (float(f"{current / 3:.1g}"), float(f"{current * 3:.1g}"))),
-    Knob("corpus", "corpus", lambda spec: spec.corpus, _corpus_put, str, _corpus_parse,
-         lambda current: tuple(c for c in ("toy", "tinyshakespeare", "wikitext-2") if c != current)),
-)}
+# The knobs that are not one config field: the attention (with the objective), the model's size, the corpus.
+_OWN_KNOBS = (
+    (0, Knob("attention", "attention", _attention_get, _attention_put,
+             {"bidirectional": "bidirectional (BERT)", "causal": "causal (GPT)"}.get, _attention_parse,
+             lambda current: ("causal",) if current == "bidirectional" else ("bidirectional",))),
+    (5, Knob("model_size", "model size", _size_value, _size_put, _size_show, _size_parse,
+             lambda current: tuple(p for p in ("nano", "tiny", "mini") if p != current))),
+    (7, Knob("corpus", "corpus", lambda spec: spec.corpus, _corpus_put, str, _corpus_parse,
+             lambda current: tuple(c for c in ("toy", "tinyshakespeare", "wikitext-2") if c != current))),
+)
+# Every knob, in the order a legend and the 'try one change' menu list them: the config's settings described as knobs
+# (their `knob`), and the three above.
+KNOBS: dict[str, Knob] = {k.name: k for _, k in sorted(
+    [*_OWN_KNOBS, *((s.knob.at, _train_knob(s)) for s in TRAIN_SETTINGS if s.knob)], key=lambda pair: pair[0])}
 
 
 # Knobs another knob's change may carry along: causal attention (GPT's next-token objective) turns NSP off.
 IMPLIED = {"attention": {"nsp"}}
-# Knobs of BERT's masked-LM objective only: with causal attention nothing is masked and there is no NSP.
-MLM_ONLY = ("nsp", "mask_rate", "mask_only", "whole_word_masking")
+# Knobs of BERT's masked-LM objective only: with causal attention nothing is masked and there is no NSP (their
+# descriptions' `mlm_only`).
+MLM_ONLY = tuple(s.name for s in TRAIN_SETTINGS if s.knob and s.knob.mlm_only)
 
 
 def available_knobs() -> list[str]:
@@ -243,10 +215,10 @@ def knob_diff(spec_a, spec_b) -> list[KnobChange]:
     return changes
 
 
-# Settings that are not knobs, with the words the legend uses for them.
-_OTHER_LABELS = {"seed": "seed", "max_steps": "steps", "batch_size": "batch", "max_seq_length": "sequence length",
-                 "time_budget_s": "time budget (s)", "warmup_ratio": "warmup", "vocab_size": "vocabulary",
-                 "hidden_dropout_prob": "dropout", "initializer_range": "initial weight std"}
+# Settings that are not knobs, with the words the legend uses for them (their descriptions' labels; the model's
+# dropout is the setting `dropout`).
+_OTHER_LABELS = {**{name: s.label for name, s in SETTINGS.items() if s.label},
+                 "hidden_dropout_prob": SETTINGS["dropout"].legend()}
 _NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device", "precision", "eval_every",
                  "eval_batches", "corpus_label", "probes", "probe_sentences", "attention_probe",
                  "attention_probs_dropout_prob", OBJECTIVE_FIELD, "attention", *SIZE_FIELDS}
@@ -255,7 +227,7 @@ _NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device",
 def other_differences(spec_a, spec_b) -> list[str]:
     """Labels ('seed 0 → 1') of the settings outside the knobs that differ between two runs and change what
     the run learns (not how often it is evaluated or where it runs)."""
-    knob_fields = {"nsp", "mask_rate", "mask_only", "whole_word_masking", "learning_rate", "corpus", "preset"}
+    knob_fields = {*(s.name for s in TRAIN_SETTINGS if s.knob), "corpus", "preset"}
     pairs = {}
     for name in {*spec_a.train, *spec_b.train}:
         pairs[name] = (spec_a.train.get(name, getattr(TrainConfig, name, None)),
@@ -383,22 +355,26 @@ def run_labels(specs, names=None) -> list[str]:
 
 
 # -- the equivalent command line --------------------------------------------------------------------------------
-# The TrainConfig fields that `train` has an option for and that change what a run learns, in the command's order;
-# each option is the field's flag (bert_core.training.run_settings).
-COMMAND_FIELDS = ("batch_size", "learning_rate", "warmup_ratio", "max_steps", "time_budget_s", "schedule",
-                  "weight_decay", "max_grad_norm", "grad_accum", "max_seq_length", "mask_rate", "nsp", "seed",
-                  "eval_every", "eval_batches", "history_limit", "device", "whole_word_masking", "mask_only",
-                  "short_seq_length", "short_seq_fraction", "short_seq_batch_size", "grow_fraction", "grow_from_hidden",
-                  "grow_from_layers", OBJECTIVE_FIELD)
-# TrainConfig fields and the `train` option that sets each (None: the field does not change what a run learns, so
-# the command leaves it out). A field missing here makes train_command refuse, so a new setting on the Train page
-# cannot silently drop out of the command.
-TRAIN_FLAGS = {**{name: flag(name) for name in COMMAND_FIELDS},
-               "probe_every": None, "checkpoint_every_s": None, "precision": None,
-               "adam_eps": False, "adam_beta1": False, "adam_beta2": False}  # False: no option; must stay default
+# The `train` option that sets each TrainConfig field, in the command's order (their descriptions' `command_at`): None
+# when the command leaves the field out (it does not change what a run learns), False when `train` has no option for
+# it, so it must stay at its default. A field without a description is such a False, so a new setting on the Train
+# page cannot silently drop out of the command.
+def _command_flag(name: str):
+    described = SETTINGS.get(name)
+    if described is not None and described.command == NEVER:
+        return None
+    return (described.option if described is not None else None) or False
+
+
+def _command_place(name: str) -> int:
+    return SETTINGS[name].command_at if name in SETTINGS else 10**7
+
+
+TRAIN_FLAGS = {name: _command_flag(name) for name in sorted((f.name for f in dataclasses.fields(TrainConfig)),
+                                                               key=_command_place)}
 SIZE_FLAGS = {name: flag(name) for name in SIZE_FIELDS}
 # Always written out, whatever the CLI's defaults (its default recipe differs from the Train page's).
-ALWAYS = ("max_steps", "batch_size", "max_seq_length", "learning_rate", "mask_rate", "nsp", "seed", "device")
+ALWAYS = tuple(s.name for s in TRAIN_SETTINGS if s.command == ALWAYS_WRITTEN)
 
 
 def _fmt(value) -> str:

@@ -17,6 +17,7 @@ from bert_core.training.recipes import (
     page_recipe,
     preset_for_size,
 )
+from bert_core.training.run_settings import widgets
 
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
 # under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
@@ -28,9 +29,8 @@ LESSON = {"corpus": "toy", "vocab_size": 2000, "preset": "nano", "nsp": True, "s
           "intermediate_size": 256}
 # Real text has more words to learn, and its runs are longer: evaluations and probe snapshots further apart.
 REAL_TEXT = {"vocab_size": 8000, "eval_every": 250, "probe_every": 250}
-# The settings a size's recipe gives the page (recipes.page_recipe), besides its steps.
-RECIPE_SETTINGS = ("batch_size", "learning_rate", "max_seq_length", "dropout", "initializer_range",
-                   "short_seq_length", "short_seq_fraction", "short_seq_batch_size", "mask_rate", "grow_fraction")
+# The settings the page shows (the described settings with a widget: bert_core.training.run_settings).
+_SHOWN = frozenset(widgets().values())
 
 
 def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int | None = None,
@@ -44,8 +44,10 @@ def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int 
                  else int(num_hidden_layers)}
         preset = preset_for_size(sizes["hidden_size"], sizes["num_hidden_layers"])
     recipe = page_recipe(preset, toy=corpus == "toy", **sizes)
+    # A size's recipe gives the page each setting the page shows (a recipe's other values are the CLI's), besides
+    # its steps.
     settings = {**LESSON, "corpus": corpus, "preset": asked, "max_steps": recipe["steps"],
-                **{name: recipe[name] for name in RECIPE_SETTINGS}}
+                **{name: value for name, value in recipe.items() if name in _SHOWN}}
     if corpus != "toy":
         settings.update(REAL_TEXT)
     return settings

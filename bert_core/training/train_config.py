@@ -1,5 +1,5 @@
 """The knobs of a pretraining run (TrainConfig), checked when made: stored in trainer_state.json, so a run can be
-resumed and reported."""
+resumed and reported. Each field a user sets is described on the field itself (bert_core.training.setting)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,29 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bert_core.data.objectives import OBJECTIVES, objective_has_nsp
+from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
-from bert_core.model.config import MAX_SEED
+from bert_core.model.config import MAX_BATCH, MAX_SEED, MAX_SEQ_LEN
+from bert_core.training.recipes import GROW_FRACTIONS, GROW_FROM
+from bert_core.training.setting import (
+    ALWAYS,
+    CHANGES,
+    FRACTION,
+    LENGTHENS,
+    NEVER,
+    NON_NEGATIVE,
+    POSITIVE,
+    RATE,
+    STAYS,
+    KnobFace,
+    Limits,
+    as_bool,
+    as_float,
+    described,
+    flipped,
+    on_off,
+    settings_of,
+)
 
 SCHEDULES = ("linear", "cosine", "time", "constant", "wsd")
 # "wsd" (warmup-stable-decay; Hu et al. 2024, MiniCPM): the peak rate until this share of the run is left, then a
@@ -33,32 +53,78 @@ def is_finite_number(value) -> bool:
 class TrainConfig:
     """Every knob of a pretraining run; stored in trainer_state.json so a run can be resumed and reported."""
 
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_steps: int | None = 1000
-    time_budget_s: float | None = None
+    # Each described field is a run setting: its `train` option, its Train-page widget, what --resume does with it,
+    # whether the command that repeats a page run writes it, and whether it is a comparison knob
+    # (bert_core.training.setting; docs/settings.md). "{name}" in a help is the default recipe's value.
+    batch_size: int = described(
+        32, help="sequences per step per process (default: the size's recipe; {batch_size} for {preset})",
+        kind=int, limits=Limits(1, MAX_BATCH), cli_at=11, widget="train_batch", widget_at=5, label="batch",
+        on_resume=STAYS, command=ALWAYS, command_at=1)
+    learning_rate: float = described(
+        1e-3, flag="--lr", help="peak learning rate (default: the size's recipe, which shrinks with width and depth; "
+                                "{learning_rate:g} for {preset})",
+        kind=float, limits=POSITIVE, cli_at=16, widget="train_lr", widget_at=6, label="learning rate",
+        on_resume=CHANGES, command=ALWAYS, command_at=2,
+        knob=KnobFace(lambda v: f"{v:g}", as_float(0, None, "the learning rate"),
+                      lambda current: (float(f"{current / 3:.1g}"), float(f"{current * 3:.1g}")), at=6))
+    warmup_ratio: float = described(
+        0.1, flag="--warmup", help="warmup as a fraction of the run (default {warmup_ratio:g})", kind=float,
+        limits=RATE, cli_at=17, label="warmup", on_resume=CHANGES, command_at=3)
+    max_steps: int | None = described(
+        1000, flag="--steps", help="number of optimizer steps (on --resume: the new total)", kind=int,
+        limits=Limits(1, 2**40), cli_at=22, one_of="length", widget="train_steps", widget_at=4, label="steps",
+        on_resume=LENGTHENS, command=ALWAYS, command_at=4)
+    time_budget_s: float | None = described(
+        None, flag="--time-budget", help="train for this many seconds (on --resume: this many more)", kind=float,
+        limits=POSITIVE, metavar="SECONDS", cli_at=23, one_of="length", label="time budget (s)",
+        on_resume=LENGTHENS, command_at=5)
     # "linear"/"cosine": warmup then decay over max_steps (or over the time budget when there is no step count);
     # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out;
     # "wsd": warmup, the peak rate, then a linear decay over the last WSD_DECAY_FRACTION of the run.
-    schedule: str = "linear"
-    weight_decay: float = 0.01
+    schedule: str = described(
+        "linear", help="learning-rate schedule (default linear; 'time' when only --time-budget is given; on --resume "
+                       "the run's own; wsd: warmup, the peak rate, then a linear decay over the last fifth, so a long "
+                       "run can be lengthened)",
+        kind=str, choices=SCHEDULES, cli_at=19, on_resume=CHANGES, command_at=6)
+    weight_decay: float = described(0.01, help="default {weight_decay:g}", kind=float, limits=NON_NEGATIVE, cli_at=20,
+                                    on_resume=CHANGES, command_at=7)
     adam_eps: float = 1e-6
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still reported)
+    # 0 disables clipping (the norm is still reported)
+    max_grad_norm: float = described(1.0, help="gradient clipping (0 = off; default {max_grad_norm:g})", kind=float,
+                                     limits=NON_NEGATIVE, cli_at=21, on_resume=CHANGES, command_at=8)
     # Each batch is split into this many micro-batches whose gradients add up: less memory, the same update.
-    grad_accum: int = 1
-    max_seq_length: int = 128
+    grad_accum: int = described(1, help="micro-batches per optimizer step (default 1)", kind=int,
+                                limits=Limits(1, MAX_BATCH), cli_at=15, on_resume=CHANGES, command_at=9)
+    max_seq_length: int = described(
+        128, flag="--seq-len", help="maximum sequence length (default: the size's recipe; {max_seq_length} for "
+                                    "{preset})",
+        kind=int, limits=Limits(16, MAX_SEQ_LEN), cli_at=10, widget="train_seq", widget_at=7,
+        label="sequence length", on_resume=STAYS, command=ALWAYS, command_at=10)
     # Short sequences first, a deviation from BERT's paper (which trained 90% of its steps at 128 tokens and the
     # rest at 512, for speed): for the first `short_seq_fraction` of the run (of its steps or its time budget,
     # whichever is further), sequences of `short_seq_length` tokens, `short_seq_batch_size` of them a step (0: as
     # many tokens a step as the long phase). A small model's attention starts near uniform; in a short sequence a
     # neighbour is a large share of it, so the model leaves the unigram plateau sooner ("The unigram plateau" in
     # docs/benchmarks.md). 0 = off: every step at max_seq_length.
-    short_seq_length: int = 0
-    short_seq_fraction: float = 0.0
-    short_seq_batch_size: int = 0
+    short_seq_length: int = described(
+        0, flag="--short-seq-len",
+        help="train the first --short-seq-fraction of the run on sequences of N tokens, as many tokens a step as the "
+             "rest (a deviation from BERT's paper: it leaves the unigram plateau sooner; 0 = off; default: the "
+             "size's recipe, {short_seq_length} for {preset}; off when not shorter than --seq-len)",
+        kind=int, limits=Limits(0, MAX_SEQ_LEN), metavar="N", cli_at=12, widget="train_short_seq", widget_at=19,
+        on_resume=STAYS, command_at=20)
+    short_seq_fraction: float = described(
+        0.0, help="the share of the run (steps or time budget) at --short-seq-len (default: the size's recipe; "
+                  "{short_seq_fraction:g} for {preset})",
+        kind=float, limits=FRACTION, metavar="F", cli_at=13, widget="train_short_frac", widget_at=20,
+        on_resume=STAYS, command_at=21)
+    short_seq_batch_size: int = described(
+        0, help="sequences per step in the short phase (0 = as many tokens a step as the rest; default: the size's "
+                "recipe, {short_seq_batch_size} for {preset})",
+        kind=int, limits=Limits(0, MAX_BATCH), metavar="N", cli_at=14, widget="train_short_batch", widget_at=21,
+        on_resume=STAYS, command_at=22)
     # Start small, then grow: a deviation from BERT's paper (which trained one size from the first step), for the
     # large sizes on a CPU. For the first `grow_fraction` of the run (of its steps or time, as above) the model is
     # `grow_from_layers` x `grow_from_hidden` (heads of the full model's size, fewer of them), at the width rule's
@@ -67,33 +133,83 @@ class TrainConfig:
     # for depth) and trains on at `learning_rate` after a fresh warmup. A small model makes many more updates a
     # second, and a model leaves the unigram plateau after enough updates ("Every size learns" in
     # docs/benchmarks.md). 0 = off: the run's size from the first step.
-    grow_fraction: float = 0.0
-    grow_from_hidden: int = 0
-    grow_from_layers: int = 0
-    mask_rate: float = 0.15
-    nsp: bool = True
+    grow_fraction: float = described(
+        0.0, help="start small, then grow: train the first F of the run (steps or time) as a model of "
+                  "--grow-from-layers x --grow-from-hidden, then grow it to the run's size (Net2Net width, repeated "
+                  "layers) and train on (a deviation from BERT's paper; 0 = the run's size from the first step; "
+                  "default: the size's recipe: on a CPU "
+                  + ", ".join(f"{name} {share:g}" for name, share in GROW_FRACTIONS.items())
+                  + f" from {GROW_FROM[1]} x {GROW_FROM[0]}, else 0)",
+        kind=float, limits=RATE, metavar="F", cli_at=35, widget="train_grow", widget_at=22, on_resume=STAYS,
+        command_at=23)
+    grow_from_hidden: int = described(
+        0, help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size); "
+                "only for a run that grows (--grow-fraction, or a recipe that grows)",
+        kind=int, limits=Limits(0, 2**15), metavar="N", cli_at=36, on_resume=STAYS, command_at=24)
+    grow_from_layers: int = described(
+        0, help="layers of the model a growing run starts as (a divisor of the run's); only for a run that grows",
+        kind=int, limits=Limits(0, 512), metavar="N", cli_at=37, on_resume=STAYS, command_at=25)
+    mask_rate: float = described(
+        MASK_RATE, help="default: the size's recipe; {mask_rate:g} for {preset}", kind=float, limits=FRACTION,
+        cli_at=24, widget="train_mask", widget_at=8, label="mask rate", on_resume=STAYS, command=ALWAYS,
+        command_at=11,
+        knob=KnobFace(lambda v: f"{v:g}", as_float(0, 1, "the mask rate"),
+                      lambda current: tuple(v for v in (MASK_RATE, 0.4) if v != current), at=2,
+                      mlm_only=True))
+    nsp: bool = described(
+        True, help="next-sentence prediction beside MLM (--no-nsp: MLM only; default {nsp})", kind=bool, cli_at=25,
+        widget="train_nsp", widget_at=9, label="NSP", on_resume=STAYS, command=ALWAYS, command_at=12,
+        knob=KnobFace(on_off("on", "off"), as_bool, flipped, at=1, mlm_only=True))
     # "mlm": BERT's masked LM (+ NSP when nsp); "clm": GPT's next token on every position, a causal model (no NSP,
     # nothing masked, mask_rate unused).
-    objective: str = "mlm"
-    seed: int = 0
-    eval_every: int = 0  # steps between held-out evaluations; 0 = only before the first and after the last step
-    eval_batches: int = 20
-    probe_every: int = 0  # steps between probe snapshots; 0 = none
-    checkpoint_every_s: float = 0.0  # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
-    device: str = "auto"
+    objective: str = described(
+        "mlm", help="mlm: BERT's masked LM (+ NSP); clm: GPT's next token on every position, with causal attention, "
+                    "no NSP and nothing masked; the checkpoint loads in transformers as BertLMHeadModel (default mlm)",
+        kind=str, choices=OBJECTIVES, cli_at=26, on_resume=STAYS, command_at=26)
+    seed: int = described(
+        0, help=f"0 to {MAX_SEED} (default {{seed}})", kind=int, limits=Limits(0, MAX_SEED), cli_at=38,
+        widget="train_seed", widget_at=10, label="seed", on_resume=STAYS, command=ALWAYS, command_at=13)
+    # steps between held-out evaluations; 0 = only before the first and after the last step
+    eval_every: int = described(
+        0, help="steps between held-out evaluations (0 = start/end)", kind=int, limits=Limits(0), cli_at=39,
+        widget="train_eval_every", widget_at=11, on_resume=CHANGES, command_at=14)
+    eval_batches: int = described(
+        20, help="held-out batches per evaluation (default {eval_batches})", kind=int, limits=Limits(1, 10**6),
+        cli_at=40, app=20, on_resume=STAYS, command_at=15)
+    # steps between probe snapshots; 0 = none (the Train page's; `train` takes no probes)
+    probe_every: int = described(0, widget="train_probe_every", widget_at=12, command=NEVER)
+    # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
+    checkpoint_every_s: float = described(
+        0.0, flag="--checkpoint-every", help="seconds between checkpoints (default 600; 0 = only at the end)",
+        kind=float, limits=NON_NEGATIVE, metavar="SECONDS", cli_at=43, on_resume=CHANGES, command=NEVER)
+    device: str = described("auto", help="auto | cpu | cuda (default auto)", kind=str, cli_at=44, app="cpu",
+                            on_resume=CHANGES, command=ALWAYS, command_at=17)
     # Mixed precision (training.precision): "bf16" autocasts to bfloat16 on a CUDA GPU and on a CPU with bfloat16
     # instructions (elsewhere a CPU emulates it, slower than fp32, so the run is fp32), "fp16" to float16 with a
     # loss scaler on a GPU without bfloat16 (a CPU has no fast float16: fp32), "fp32" none. The CLI's log says which.
-    precision: str = "bf16"
+    precision: str = described(
+        "bf16", help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
+                     "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32",
+        kind=str, choices=PRECISIONS, cli_at=18, on_resume=CHANGES, command=NEVER)
     # Per-step events kept in `history` (and trainer_state.json): past this many, every 2nd, then every 4th...
     # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
     # history was 13 MB of JSON in its checkpoint folder; thinned to 4,096 it is 1.7 MB.
-    history_limit: int = 4096
+    history_limit: int = described(
+        4096, help="per-step records kept in trainer_state.json; beyond it every 2nd, 4th... step, evenly "
+                   "(default {history_limit}; 0 keeps all)",
+        kind=int, limits=Limits(0), cli_at=41, on_resume=CHANGES, command_at=16)
     # Masking switches for one-knob comparisons (bert_core.training.comparison). Whole-word masking is the paper's later
     # variant (Google's 2019 release): a word's pieces are masked together. mask_only is a deviation from the
     # paper: every chosen token becomes [MASK] (no 10% random, no 10% kept), to show what 80/10/10 buys.
-    whole_word_masking: bool = False
-    mask_only: bool = False
+    whole_word_masking: bool = described(
+        False, help="mask all the WordPieces of a chosen word together (Google's 2019 variant; default off)",
+        kind=bool, cli_at=27, label="whole-word masking", on_resume=STAYS, command_at=18,
+        knob=KnobFace(on_off("on", "off"), as_bool, flipped, at=4, mlm_only=True))
+    mask_only: bool = described(
+        False, help="every chosen token becomes [MASK], no 10%% random / 10%% kept (a deviation from the paper's "
+                    "80/10/10, to compare against it; default off)",
+        kind=bool, cli_at=28, label="masking", on_resume=STAYS, command_at=19,
+        knob=KnobFace(on_off("[MASK] only", "80/10/10"), as_bool, flipped, at=3, mlm_only=True))
 
     def __post_init__(self):
         def need(ok: bool, message: str):
@@ -175,3 +291,7 @@ class TrainConfig:
         if "precision" not in d and d.get("bf16") is False:  # written before `precision` replaced `bf16`
             d["precision"] = "fp32"
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# The run settings TrainConfig describes, in field order (bert_core.training.run_settings adds the run's own).
+TRAIN_SETTINGS = settings_of(TrainConfig)

@@ -1,0 +1,143 @@
+"""One run setting's description (`Setting`), written once where the setting lives: on its TrainConfig field
+(`dataclasses.field(metadata={"setting": ...})`, made by `described`) or, for the run's own settings (corpus, size,
+dropout...), in bert_core.training.run_settings. The `train` options, the Train page's widget map, the command that
+repeats a page run, the settings a --resume may change and the comparison knobs are all made from these
+descriptions (docs/settings.md). Torch-free; the config imports it, so it imports nothing of the project but its errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+
+@dataclass(frozen=True)
+class Limits:
+    """The values a number may take, as `train` checks them: from `low` to `high` (None: no top), open at either
+    end when asked ((0, 1) for a fraction, [0, 1) for a rate)."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+
+FRACTION = Limits(0, 1, low_open=True, high_open=True)   # (0, 1): the mask rate, the held-out fraction
+RATE = Limits(0, 1, high_open=True)                      # [0, 1): dropout, warmup
+POSITIVE = Limits(0, low_open=True)
+NON_NEGATIVE = Limits(0)
+
+# What a --resume does with a setting given again.
+CHANGES = "changes"          # the new value goes on from the saved step (a rate, the schedule, housekeeping)
+LENGTHENS = "lengthens"      # the run's length: --steps is the new total, --time-budget more seconds
+STAYS = "stays"              # it shapes the data or the model: it may be repeated, not changed
+NEW_RUN_ONLY = "new run"     # it only starts a new run (the tokenizer, the weights, the sizes): leave it out
+
+# Whether the command that repeats a page run (bert_core.training.comparison.train_command) writes a setting.
+ALWAYS = "always"            # always: the CLI's default differs from the page's
+IF_CHANGED = "if changed"    # when it differs from the CLI's recipe for the size
+NEVER = "never"              # never: it does not change what a run learns (how often it saves, its precision)
+
+
+def as_bool(value) -> bool:
+    """A knob's on/off value as given: a bool, or its words ("on", "false", "1"...)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise BertCoreError(f"expected on or off, got {value!r}")
+
+
+def as_float(low: float, high: float | None, what: str) -> Callable[[Any], float]:
+    """A knob's number as given, strictly between `low` and `high` (None: no top)."""
+    def parse(value) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise BertCoreError(f"{what} must be a number, got {value!r}") from None
+        if not (low < number and (high is None or number < high)):
+            raise BertCoreError(f"{what} must be above {low:g}{f' and below {high:g}' if high else ''}, got {value!r}")
+        return number
+
+    return parse
+
+
+def on_off(yes: str, no: str) -> Callable[[Any], str]:
+    """How a knob shows a switch: `yes` when on, `no` when off."""
+    return lambda value: yes if value else no
+
+
+def flipped(current) -> tuple:
+    """A switch's one suggested change: the other way."""
+    return (not current,)
+
+
+@dataclass(frozen=True)
+class KnobFace:
+    """How a comparison knob shows, reads and suggests values of its setting ('mask rate 0.15 → 0.4')."""
+
+    show: Callable[[Any], str]
+    parse: Callable[[Any], Any]
+    suggestions: Callable[[Any], tuple] = lambda current: ()
+    at: int = 0              # its place among the knobs (bert_core.training.comparison.KNOBS)
+    mlm_only: bool = False   # BERT's masked LM's only: with causal attention nothing is masked and there is no NSP
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything said about one run setting, in one place.
+
+    The `train` option: `flag` (default: the name in dashes), `help` (None: no option; "{name}" in it is the
+    default recipe's value of that setting, filled in by bert_core.cli.train_options), the value's `kind` (int,
+    float, str, "path", bool: a --x/--no-x switch, "switch": --x alone, "list": repeated) and its `limits` or
+    `choices`, the `metavar` when not the flag's name, `cli_at` (where `train --help` lists it) and `one_of` (a
+    group of options that exclude each other). The Train page: `widget` (its key, also its URL parameter) and
+    `widget_at` (the address bar's order); `app` is the value the app always uses for a setting without a widget.
+    `label`: the setting in a legend or a run list. `on_resume`: what --resume does with it. `command`: whether
+    the command that repeats a page run writes it (`command_at`: where). `knob`: a comparison knob's face.
+    """
+
+    name: str = ""           # filled in from the field's name by `settings_of`
+    help: str | None = None
+    flag: str | None = None
+    kind: Any = None
+    limits: Limits | None = None
+    choices: tuple | None = None
+    metavar: str | None = None
+    cli_at: int = 10**6
+    one_of: str | None = None
+    widget: str | None = None
+    widget_at: int = 10**6
+    app: Any = None
+    label: str | None = None
+    on_resume: str | None = None
+    command: str = IF_CHANGED
+    command_at: int = 10**6
+    knob: KnobFace | None = None
+
+    @property
+    def option(self) -> str | None:
+        """The `train` flag that sets it ('learning_rate' -> '--lr'), or None when `train` has no option for it."""
+        if self.help is None:
+            return None
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def legend(self) -> str:
+        """The setting as a legend names it: its label, else its name in words."""
+        return self.label or self.name.replace("_", " ")
+
+
+def described(default, **description):
+    """A dataclass field with a default and its setting's description (`Setting`'s arguments but the name)."""
+    return dataclasses.field(default=default, metadata={"setting": Setting(**description)})
+
+
+def settings_of(config_class) -> tuple[Setting, ...]:
+    """The described fields of a dataclass, in field order, each named by its field."""
+    return tuple(dataclasses.replace(f.metadata["setting"], name=f.name) for f in dataclasses.fields(config_class)
+                 if "setting" in f.metadata)
