@@ -25,7 +25,11 @@ import torch  # noqa: E402
 
 from bert_core.inspect import computation_figures as cf  # noqa: E402
 from bert_core.inspect.attention_steps import attention_steps, heads_off_effect, with_temperature  # noqa: E402
-from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours, word_map  # noqa: E402
+from bert_core.inspect.embeddings import (SENSE_SENTENCES, contextual_neighbours, embedding_parts,  # noqa: E402
+                                          heldout_pool, nearest_neighbours, token_pool, word_map)
+from bert_core.inspect.salience_figures import salience_panel_data  # noqa: E402
+from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification  # noqa: E402
+from bert_core.model.bert import BertForTokenClassification  # noqa: E402
 from bert_core.inspect.grammar import compare_pair  # noqa: E402
 from bert_core.inspect.logit_lens import logit_lens  # noqa: E402
 from bert_core.model.bert import is_causal  # noqa: E402
@@ -82,6 +86,34 @@ def views(model, tok, tokens: int) -> dict:
         c = compare_pair(model, tok, *PAIR)
         return send(cf.shares_figure(c), cf.sentence_tokens_figure(c))
 
+    pool_sentences, source = heldout_pool(None)   # the built-in pool: the same sentences on every machine
+    pool = token_pool(model, tok, pool_sentences, source)
+
+    def pool_encoding():
+        return len(token_pool(model, tok, pool_sentences, source).tokens)
+
+    def in_context():
+        return send(cf.contextual_neighbours_figure(contextual_neighbours(model, tok, sentence, 5, pool)))
+
+    def finetuned(kind):
+        torch.manual_seed(0)   # a fresh head on the same encoder: the cost is the encoder's, trained or not
+        head = {"labels": lambda: BertForSequenceClassification(model.config, num_labels=2),
+                "tags": lambda: BertForTokenClassification(model.config, num_labels=3),
+                "spans": lambda: BertForQuestionAnswering(model.config)}[kind]()
+        head.bert.load_state_dict(model.bert.state_dict(), strict=False)
+        return head.eval()
+
+    finetuned_models = {kind: finetuned(kind) for kind in ("labels", "tags", "spans")}
+    question = "who watched them from the bridge ?"
+
+    def salience(kind):
+        def run():
+            text, text_b = (question, sentence) if kind == "spans" else (sentence, None)
+            panel = salience_panel_data(finetuned_models[kind], tok, kind, text, text_b,
+                                        label_names=["O", "B-NP", "I-NP"] if kind == "tags" else None)
+            return send(*(f for _, f, _ in panel.figures))
+        return run
+
     def grammar_32():
         c = compare_pair(model, tok, sentence, sentence.replace(" the ", " a ", 1))
         return send(cf.shares_figure(c), cf.sentence_tokens_figure(c))
@@ -89,7 +121,13 @@ def views(model, tok, tokens: int) -> dict:
     return {"inside attention (3 figures)": attention, "each layer's guess (2 figures)": lens,
             "heads switched off": heads, "embeddings + neighbours (3 figures)": embeddings,
             "word map, 12 sentences x every layer": word_maps, f"grammar check, one pair {PAIR[0]!r}": grammar,
-            f"grammar check, one pair of {n}-token sentences": grammar_32}
+            f"grammar check, one pair of {n}-token sentences": grammar_32,
+            f"contextual neighbours ({len(pool.tokens):,} pool tokens, pool encoded once)": in_context,
+            f"encoding the neighbour pool ({len(pool.sentences)} sentences, once per model)": pool_encoding,
+            "why it decided: a label (128 IG steps + heads grid)": salience("labels"),
+            "why it decided: a tag (128 IG steps + heads grid)": salience("tags"),
+            f"why it decided: an answer span ({len(tok.encode(question)) + n + 1} tokens, start and end)":
+                salience("spans")}
 
 
 def main() -> None:
