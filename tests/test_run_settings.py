@@ -12,7 +12,8 @@ from bert_core.data.objectives import MASK_RATE
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 from bert_core.serve import train_spec
 from bert_core.training import comparison, run_settings
-from bert_core.training.recipes import Recipe
+from bert_core.training.lesson_settings import lesson_settings
+from bert_core.training.recipes import Recipe, recipe_for
 from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS, KnobFace, Limits, Setting, described, settings_of
 from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig
 
@@ -82,6 +83,15 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
     assert "smooth the MLM targets (default 0)" in _train_parser().format_help()
     assert run_settings.widgets()["train_smooth"] == "label_smoothing"
     assert "label_smoothing" in run_settings.on_resume(CHANGES)
+
+
+def test_a_config_setting_given_a_widget_starts_from_the_recipe_or_the_configs_default(monkeypatch):
+    warmup = dataclasses.replace(run_settings.SETTINGS["warmup_ratio"], widget="train_warmup", widget_at=23)
+    assert "warmup_ratio" not in lesson_settings("toy")
+    monkeypatch.setattr(run_settings, "SETTINGS", {**run_settings.SETTINGS, "warmup_ratio": warmup})
+    assert list(run_settings.widgets())[-1] == "train_warmup"
+    assert lesson_settings("toy")["warmup_ratio"] == TrainConfig.warmup_ratio          # the toy lesson has none
+    assert lesson_settings("wikitext-2", "mini")["warmup_ratio"] == recipe_for("mini").warmup_ratio
 
 
 def test_the_tables_are_made_from_the_descriptions():

@@ -8,6 +8,8 @@ settings before torch loads.
 
 from __future__ import annotations
 
+import dataclasses
+
 from bert_core.model.config import PRESETS
 from bert_core.training.recipes import (
     GROW_FROM,
@@ -18,6 +20,7 @@ from bert_core.training.recipes import (
     preset_for_size,
 )
 from bert_core.training.run_settings import widgets
+from bert_core.training.train_config import TrainConfig
 
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
 # under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
@@ -29,8 +32,8 @@ LESSON = {"corpus": "toy", "vocab_size": 2000, "preset": "nano", "nsp": True, "s
           "intermediate_size": 256}
 # Real text has more words to learn, and its runs are longer: evaluations and probe snapshots further apart.
 REAL_TEXT = {"vocab_size": 8000, "eval_every": 250, "probe_every": 250}
-# The settings the page shows (the described settings with a widget: bert_core.training.run_settings).
-_SHOWN = frozenset(widgets().values())
+# The config's defaults: what a setting the page shows starts from when neither the lesson nor the recipe sets it.
+_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int | None = None,
@@ -44,12 +47,16 @@ def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int 
                  else int(num_hidden_layers)}
         preset = preset_for_size(sizes["hidden_size"], sizes["num_hidden_layers"])
     recipe = page_recipe(preset, toy=corpus == "toy", **sizes)
-    # A size's recipe gives the page each setting the page shows (a recipe's other values are the CLI's), besides
-    # its steps.
+    # A size's recipe gives the page each setting the page shows (the described settings with a widget:
+    # bert_core.training.run_settings; a recipe's other values are the CLI's), besides its steps.
+    shown = widgets().values()
     settings = {**LESSON, "corpus": corpus, "preset": asked, "max_steps": recipe["steps"],
-                **{name: value for name, value in recipe.items() if name in _SHOWN}}
+                **{name: value for name, value in recipe.items() if name in shown}}
     if corpus != "toy":
         settings.update(REAL_TEXT)
+    for name in shown:   # a setting shown that neither sets starts from the config's default
+        if name not in settings and name in _CONFIG_DEFAULTS:
+            settings[name] = _CONFIG_DEFAULTS[name]
     return settings
 
 

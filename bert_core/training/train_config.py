@@ -212,68 +212,7 @@ class TrainConfig:
         knob=KnobFace(on_off("[MASK] only", "80/10/10"), as_bool, flipped, at=3, mlm_only=True))
 
     def __post_init__(self):
-        def need(ok: bool, message: str):
-            if not ok:
-                raise BertCoreError(message)
-
-        # Types first: a config read back from a hand-edited trainer_state.json may hold "32" or 1e999.
-        for name, low in (("batch_size", 1), ("grad_accum", 1), ("max_seq_length", 8), ("eval_every", 0),
-                          ("short_seq_length", 0), ("short_seq_batch_size", 0),
-                          ("grow_from_hidden", 0), ("grow_from_layers", 0),
-                          ("eval_batches", 1), ("probe_every", 0), ("history_limit", 0), ("seed", 0)):
-            value = getattr(self, name)
-            need(is_whole_number(value) and value >= low,
-                 f"{name} must be a whole number of at least {low}, got {value!r}")
-        need(self.seed <= MAX_SEED, f"seed must be between 0 and {MAX_SEED} (2**32 - 1), got {self.seed}")
-        need(self.max_steps is None or (is_whole_number(self.max_steps) and self.max_steps >= 1),
-             f"max_steps must be at least 1, got {self.max_steps!r}")
-        for name in ("learning_rate", "weight_decay", "max_grad_norm", "checkpoint_every_s", "adam_eps",
-                     "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2", "short_seq_fraction",
-                     "grow_fraction"):
-            value = getattr(self, name)
-            need(is_finite_number(value), f"{name} must be a finite number, got {value!r}")
-        need(self.time_budget_s is None or is_finite_number(self.time_budget_s),
-             f"time_budget_s must be a finite number of seconds, got {self.time_budget_s!r}")
-        need(self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}")
-        need(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        need(
-            self.time_budget_s is None or self.time_budget_s > 0,
-            f"time_budget_s must be positive, got {self.time_budget_s}",
-        )
-        need(
-            self.max_steps is not None or self.time_budget_s is not None,
-            "give a number of steps (max_steps) or a time budget (time_budget_s)",
-        )
-        need(self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        need(
-            self.schedule != "time" or self.time_budget_s is not None,
-            "the 'time' schedule needs a time budget (time_budget_s)",
-        )
-        need(0 < self.mask_rate < 1, f"mask_rate must be in (0, 1), got {self.mask_rate}")
-        need(0 <= self.short_seq_fraction < 1, f"short_seq_fraction must be in [0, 1), got {self.short_seq_fraction}")
-        need(self.short_seq_length == 0 or 16 <= self.short_seq_length <= self.max_seq_length,
-             f"short_seq_length must be 0 (off) or between 16 and max_seq_length ({self.max_seq_length}), got "
-             f"{self.short_seq_length}")
-        need(0 <= self.grow_fraction < 1, f"grow_fraction must be in [0, 1), got {self.grow_fraction}")
-        need(self.grow_fraction == 0 or (self.grow_from_hidden >= 8 and self.grow_from_layers >= 1),
-             "a run that grows (grow_fraction > 0) needs the size it starts from: grow_from_hidden (at least 8) "
-             "and grow_from_layers")
-        need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
-        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.checkpoint_every_s >= 0, f"checkpoint_every_s must be >= 0 (0 = only at the end), got "
-                                           f"{self.checkpoint_every_s}")
-        need(self.adam_eps > 0 and 0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1,
-             "adam_eps must be positive and adam_beta1 / adam_beta2 in [0, 1)")
-        need(self.history_limit == 0 or self.history_limit >= 2,
-             f"history_limit must be 0 (keep all) or at least 2, got {self.history_limit}")
-        need(isinstance(self.nsp, bool), "nsp must be true or false")
-        need(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        need(isinstance(self.whole_word_masking, bool) and isinstance(self.mask_only, bool),
-             "whole_word_masking and mask_only must be true or false")
-        need(isinstance(self.device, str), f"device must be a name (auto, cpu, cuda), got {self.device!r}")
-        need(self.objective in OBJECTIVES, f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        need(objective_has_nsp(self.objective) or not self.nsp,
-             f"the {self.objective} objective has no next-sentence prediction: set nsp off")
+        _check(self)
 
     def replace(self, **changes) -> "TrainConfig":
         """Return a copy with some fields changed (validated again)."""
@@ -291,6 +230,72 @@ class TrainConfig:
         if "precision" not in d and d.get("bf16") is False:  # written before `precision` replaced `bf16`
             d["precision"] = "fp32"
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _check(config: TrainConfig) -> None:
+    """Refuse a config that cannot train, with the field and the value in the message."""
+    def need(ok: bool, message: str):
+        if not ok:
+            raise BertCoreError(message)
+
+    # Types first: a config read back from a hand-edited trainer_state.json may hold "32" or 1e999.
+    for name, low in (("batch_size", 1), ("grad_accum", 1), ("max_seq_length", 8), ("eval_every", 0),
+                      ("short_seq_length", 0), ("short_seq_batch_size", 0),
+                      ("grow_from_hidden", 0), ("grow_from_layers", 0),
+                      ("eval_batches", 1), ("probe_every", 0), ("history_limit", 0), ("seed", 0)):
+        value = getattr(config, name)
+        need(is_whole_number(value) and value >= low,
+             f"{name} must be a whole number of at least {low}, got {value!r}")
+    need(config.seed <= MAX_SEED, f"seed must be between 0 and {MAX_SEED} (2**32 - 1), got {config.seed}")
+    need(config.max_steps is None or (is_whole_number(config.max_steps) and config.max_steps >= 1),
+         f"max_steps must be at least 1, got {config.max_steps!r}")
+    for name in ("learning_rate", "weight_decay", "max_grad_norm", "checkpoint_every_s", "adam_eps",
+                 "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2", "short_seq_fraction",
+                 "grow_fraction"):
+        value = getattr(config, name)
+        need(is_finite_number(value), f"{name} must be a finite number, got {value!r}")
+    need(config.time_budget_s is None or is_finite_number(config.time_budget_s),
+         f"time_budget_s must be a finite number of seconds, got {config.time_budget_s!r}")
+    need(config.learning_rate > 0, f"learning_rate must be positive, got {config.learning_rate}")
+    need(0 <= config.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {config.warmup_ratio}")
+    need(
+        config.time_budget_s is None or config.time_budget_s > 0,
+        f"time_budget_s must be positive, got {config.time_budget_s}",
+    )
+    need(
+        config.max_steps is not None or config.time_budget_s is not None,
+        "give a number of steps (max_steps) or a time budget (time_budget_s)",
+    )
+    need(config.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
+    need(
+        config.schedule != "time" or config.time_budget_s is not None,
+        "the 'time' schedule needs a time budget (time_budget_s)",
+    )
+    need(0 < config.mask_rate < 1, f"mask_rate must be in (0, 1), got {config.mask_rate}")
+    need(0 <= config.short_seq_fraction < 1, f"short_seq_fraction must be in [0, 1), got {config.short_seq_fraction}")
+    need(config.short_seq_length == 0 or 16 <= config.short_seq_length <= config.max_seq_length,
+         f"short_seq_length must be 0 (off) or between 16 and max_seq_length ({config.max_seq_length}), got "
+         f"{config.short_seq_length}")
+    need(0 <= config.grow_fraction < 1, f"grow_fraction must be in [0, 1), got {config.grow_fraction}")
+    need(config.grow_fraction == 0 or (config.grow_from_hidden >= 8 and config.grow_from_layers >= 1),
+         "a run that grows (grow_fraction > 0) needs the size it starts from: grow_from_hidden (at least 8) "
+         "and grow_from_layers")
+    need(config.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {config.max_grad_norm}")
+    need(config.weight_decay >= 0, f"weight_decay must be >= 0, got {config.weight_decay}")
+    need(config.checkpoint_every_s >= 0, f"checkpoint_every_s must be >= 0 (0 = only at the end), got "
+                                       f"{config.checkpoint_every_s}")
+    need(config.adam_eps > 0 and 0 <= config.adam_beta1 < 1 and 0 <= config.adam_beta2 < 1,
+         "adam_eps must be positive and adam_beta1 / adam_beta2 in [0, 1)")
+    need(config.history_limit == 0 or config.history_limit >= 2,
+         f"history_limit must be 0 (keep all) or at least 2, got {config.history_limit}")
+    need(isinstance(config.nsp, bool), "nsp must be true or false")
+    need(config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
+    need(isinstance(config.whole_word_masking, bool) and isinstance(config.mask_only, bool),
+         "whole_word_masking and mask_only must be true or false")
+    need(isinstance(config.device, str), f"device must be a name (auto, cpu, cuda), got {config.device!r}")
+    need(config.objective in OBJECTIVES, f"objective must be one of {', '.join(OBJECTIVES)}, got {config.objective!r}")
+    need(objective_has_nsp(config.objective) or not config.nsp,
+         f"the {config.objective} objective has no next-sentence prediction: set nsp off")
 
 
 # The run settings TrainConfig describes, in field order (bert_core.training.run_settings adds the run's own).
