@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 from bert_core.data.corpora import SHARD_INDEX, SHARDS_PREFIX, shard_folder  # noqa: F401  (re-exported)
-from bert_core.data.objectives import OBJECTIVES, objective_has_nsp
+from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp
 from bert_core.data.pretraining_data import Batch, _mix, causal_labels, mask_tokens, unigram_baseline
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import next_token_targets
-from bert_core.model.tokenization import BertTokenizer
+from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 
 __all__ = ["INDEX_FILE", "SHARDS_PREFIX", "ShardWriter", "ShardStream", "open_index", "shard_folder", "shard_tokens"]
 
@@ -150,7 +150,7 @@ class ShardStream:
     STATE_VERSION = 1
 
     def __init__(self, folder: str | Path, split: str = "train", seq_len: int = 128, batch_size: int = 32,
-                 seed: int = 0, mask_rate: float = 0.15, sources: list[str] | None = None,
+                 seed: int = 0, mask_rate: float = MASK_RATE, sources: list[str] | None = None,
                  weights: dict | None = None, tokenizer: BertTokenizer | None = None, nsp: bool = True,
                  objective: str = "mlm"):
         if objective not in OBJECTIVES:
@@ -178,7 +178,7 @@ class ShardStream:
             raise BertCoreError(f"no source {', '.join(unknown)} in {self.folder}; it has {', '.join(known)}")
         self.shards = [s for s in self.index["shards"] if s["split"] == split and (not sources or
                                                                                     s["source"] in sources)]
-        self.window = self.seq_len - (3 if self.nsp else 2)  # [CLS] A [SEP] B [SEP], or [CLS] text [SEP]
+        self.window = self.seq_len - special_tokens_count(pair=self.nsp)  # [CLS] A [SEP] B [SEP], or [CLS] text [SEP]
         self._counts = np.array([s["tokens"] // self.window for s in self.shards], dtype=np.int64)
         if not self._counts.sum():
             raise BertCoreError(f"{self.folder} has no {split} text of {self.seq_len} tokens or more")
