@@ -39,7 +39,8 @@ SIZE_FIELDS = tuple(s.name for s in SIZE_SETTINGS)
 # `command=NEVER`: the command that repeats a page run writes these itself (bert_core.training.comparison).
 RUN_SETTINGS = (
     Setting("corpus", kind="list", metavar="SPEC", cli_at=1, widget="train_corpus", widget_at=1, on_resume=STAYS,
-            help="toy | tinyshakespeare | wikitext-2 | brown | a text file; repeat for several (default toy)",
+            help="toy | tinyshakespeare | wikitext-2 | brown | a text file; repeat for several (default toy); "
+                 "or alone, shards:DIR, a `corpus build` folder (docs/corpus.md)",
             command=NEVER),
     Setting("out", kind="path", cli_at=2, command=NEVER,
             help="checkpoint folder to write (required unless --resume); a new or empty folder, or an existing "
