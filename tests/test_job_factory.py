@@ -24,8 +24,9 @@ def made(monkeypatch):
     """A third job kind, "stand-in", that records what it was made with; the server's kind set to it."""
     calls = []
 
-    def stand_in(session_id, builder, spec=None, data_factory=None):
-        calls.append({"session": session_id, "builder": builder, "spec": spec, "data_factory": data_factory})
+    def stand_in(session_id, builder, spec=None, data_factory=None, device=None):
+        calls.append({"session": session_id, "builder": builder, "spec": spec, "data_factory": data_factory,
+                      "device": device})
         return calls[-1]
 
     monkeypatch.setitem(job_factory.JOB_KINDS, "stand-in", stand_in)
@@ -49,6 +50,7 @@ def test_a_third_job_kind_is_one_entry_and_gets_the_train_runs_builder(made, tmp
     assert builder.keywords == {"checkpoint_dir": str(records.checkpoint_for("r1")),
                                 "checkpoint_every_s": CHECKPOINT_EVERY_S}
     assert call["data_factory"].args == (spec,)
+    assert call["device"] == "cuda"   # a kind that asks its cluster for a GPU share reads the slot here
 
 
 def test_a_race_gets_its_own_builder_with_the_slots_device(made):

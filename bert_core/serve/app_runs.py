@@ -101,8 +101,9 @@ JOB_FACTORY = JobFactory(RECORDS)
 # Every training of this server, pretraining runs (Train page) and fine-tuning races (Fine-tune page) alike, is a run
 # of one store: they outlive a tab, take fair turns in one queue for the CPU and GPU, and can be watched by a class
 # (bert_core.serve.runs).
-RUNS = RunStore(JOB_FACTORY, is_alive=session_alive_from_runtime, release_folder=_release_folder, records=RECORDS,
-                restore_job=JOB_FACTORY.restore)
+# Its slots and GPUs are the factory's: this machine's, or a Ray cluster's (bert_core.serve.ray_cluster).
+RUNS = RunStore(JOB_FACTORY, slots=JOB_FACTORY.slots, gpus=JOB_FACTORY.gpus, is_alive=session_alive_from_runtime,
+                release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 

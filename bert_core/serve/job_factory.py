@@ -2,9 +2,10 @@
 thread or process that trains it, made here for the server's run store (`JobFactory`) and for the tests and
 benchmarks that start a job themselves (`pretraining_job`, `finetune_job`).
 
-A job kind is a maker in JOB_KINDS: "process" (a child process, `training_process.ProcessTrainingJob`, the default)
-or "thread" (a server thread, `thread_job.TrainingJob`). Each implements run_protocols.RunJob; a new backend (one
-that trains on a cluster, say) is one more maker here, chosen by `job_kind()`, and the builders do not change.
+A job kind is a maker in JOB_KINDS: "process" (a child process, `training_process.ProcessTrainingJob`, the default),
+"thread" (a server thread, `thread_job.TrainingJob`) or "ray" (an actor on a Ray cluster, `ray_job.RayTrainingJob`,
+when `$BERT_EXPLORER_RAY_ADDRESS` is set; Ray is imported only then). Each implements run_protocols.RunJob; the
+builders are the same for all.
 No Streamlit, no torch.
 """
 
@@ -18,8 +19,11 @@ from typing import Any, Callable
 
 from bert_core.serve.finetune_runs import FinetuneSpec
 from bert_core.serve.job_base import training_threads
+from bert_core.serve.ray_cluster import cluster_gpus, cluster_slots, cpus_per_run, ray_address
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
+from bert_core.serve.runs import default_slots
+from bert_core.serve.server_gpus import detected_gpus
 from bert_core.serve.thread_job import TrainingJob
 from bert_core.serve.train_spec import TrainSpec, build_trainer, spec_from_dict, training_data_for
 from bert_core.serve.training_process import ProcessTrainingJob
@@ -28,19 +32,28 @@ PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread
 
 # (session id, builder, spec or None, data_factory or None) -> a job. The builder returns the Trainer or the
 # FinetuneComparison and must be picklable (a process job sends it to its child); data_factory(tokenizer) rebuilds a
-# pretraining run's data where the job's mirror is (None: a race, or a job whose trainer is in this process).
-JobMaker = Callable[[str, Callable[..., Any], Any, Callable[[Any], Any] | None], RunJob]
+# pretraining run's data where the job's mirror is (None: a race, or a job whose trainer is in this process). A maker
+# also takes `device=`: the slot the queue gave the run (a job on a cluster asks for a GPU share by it).
+JobMaker = Callable[..., RunJob]
 
 
-def _thread_job(session_id, builder, spec=None, data_factory=None) -> RunJob:
+def _thread_job(session_id, builder, spec=None, data_factory=None, device=None) -> RunJob:
     return TrainingJob(session_id, spec, builder=builder)
 
 
-def _process_job(session_id, builder, spec=None, data_factory=None) -> RunJob:
+def _process_job(session_id, builder, spec=None, data_factory=None, device=None) -> RunJob:
     return ProcessTrainingJob(session_id, builder, spec=spec, threads=training_threads(), data_factory=data_factory)
 
 
-JOB_KINDS: dict[str, JobMaker] = {"thread": _thread_job, "process": _process_job}
+def _ray_job(session_id, builder, spec=None, data_factory=None, device=None) -> RunJob:
+    # Imported here, not at the top: Ray is an optional extra, loaded only on a server that trains on a cluster.
+    from bert_core.serve.ray_job import RayTrainingJob
+
+    return RayTrainingJob(session_id, builder, spec=spec, threads=cpus_per_run(), data_factory=data_factory,
+                          on_gpu=device is not None and device.startswith("cuda"))
+
+
+JOB_KINDS: dict[str, JobMaker] = {"thread": _thread_job, "process": _process_job, "ray": _ray_job}
 
 
 def train_in_process() -> bool:
@@ -54,7 +67,10 @@ def train_in_process() -> bool:
 
 
 def job_kind() -> str:
-    """The kind of job this server trains its runs in (a key of JOB_KINDS)."""
+    """The kind of job this server trains its runs in (a key of JOB_KINDS): a Ray cluster's actors when
+    `$BERT_EXPLORER_RAY_ADDRESS` is set, else a child process or a thread."""
+    if ray_address() is not None:
+        return "ray"
     return "process" if train_in_process() else "thread"
 
 
@@ -65,7 +81,7 @@ def finetune_job(session_id: str, builder: Callable[..., Any], device: str | Non
     (build_comparison's), so a builder that knows no devices still runs on a CPU slot."""
     if device not in (None, "cpu"):
         builder = partial(builder, device=device)
-    return JOB_KINDS[kind or job_kind()](session_id, builder)
+    return JOB_KINDS[kind or job_kind()](session_id, builder, device=device)
 
 
 def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path | None = None,
@@ -80,7 +96,7 @@ def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path
     if checkpoint_dir is not None:
         builder = partial(build_trainer, built, checkpoint_dir=str(checkpoint_dir),
                           checkpoint_every_s=CHECKPOINT_EVERY_S)
-    return JOB_KINDS[kind or job_kind()](session_id, builder, spec, partial(training_data_for, spec))
+    return JOB_KINDS[kind or job_kind()](session_id, builder, spec, partial(training_data_for, spec), device=device)
 
 
 def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None):
@@ -106,6 +122,14 @@ class JobFactory:
         checkpoint_dir = self.records.checkpoint_for(run.run_id) if self.records is not None else None
         return pretraining_job(run.run_id, run.spec, checkpoint_dir=checkpoint_dir, device=run.device,
                                kind=self.kind())
+
+    def slots(self) -> int:
+        """The runs this server trains at once (runs.RunStore's `slots`): its cores', or a Ray cluster's."""
+        return cluster_slots() if self.kind() == "ray" else default_slots()
+
+    def gpus(self) -> tuple:
+        """The GPUs its runs train on (runs.RunStore's `gpus`): its own, or a Ray cluster's shares."""
+        return cluster_gpus() if self.kind() == "ray" else detected_gpus()
 
     def restore(self, record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None) -> RunJob:
         """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind)."""

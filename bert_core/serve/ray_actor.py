@@ -1,0 +1,180 @@
+"""A run's training as a Ray actor on a cluster's node (bert_core.serve.ray_job is the server's side): the training
+process's own loop (training_child.TrainingChild) on a thread of the actor, its pipes replaced by two queues that the
+server reaches through the actor's methods: `send` (a command) and `events` (the messages since the last call).
+
+What differs from a training process on the server's machine: no disk is shared with the server. The run's safety-net
+checkpoints are written to a folder on the node and each new one goes back to the server as its files' bytes (a
+"checkpoint" message, which the server writes to the run's own checkpoint folder), and so does a save ("save"
+replies with the files, not a path). The server watches the actor, not a pid: Ray ends an actor whose owner has gone.
+
+Ray-free and torch-free at import (the actor's class is made a Ray actor by ray_job, on a server that uses Ray).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bert_core.serve.training_child import TrainingChild
+from bert_core.serve.training_link import HEARTBEAT_S
+from bert_core.training.run_loop import failure_message
+
+log = logging.getLogger("bert_core.app")
+
+ENDED = ("ended", None, None, None)   # the last message of an actor whose training loop has returned
+MAX_EVENTS = 256                      # messages handed back by one `events` call
+
+
+def folder_files(folder: str | Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its path relative to it (a checkpoint's few files, as bytes)."""
+    root = Path(folder)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class CommandQueue:
+    """The commands' end a TrainingChild reads (training_link.Channel's recv and poll), fed by the actor's `send`."""
+
+    def __init__(self):
+        self._queue: queue.Queue = queue.Queue()
+        self._next = None
+
+    def put(self, message) -> None:
+        self._queue.put(message)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        if self._next is None:
+            try:
+                self._next = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                return False
+        return True
+
+    def recv(self):
+        message, self._next = (self._next, None) if self._next is not None else (self._queue.get(), None)
+        return message
+
+
+class EventQueue:
+    """The events' end a TrainingChild writes (training_link.Channel's send), emptied by the actor's `events`."""
+
+    def __init__(self):
+        self.queue: queue.Queue = queue.Queue()
+
+    def send(self, message) -> None:
+        self.queue.put(message)
+
+
+class ClusterChild(TrainingChild):
+    """TrainingChild on a cluster's node: its heartbeat has no server pid to watch, and its checkpoints and saves
+    travel back as bytes."""
+
+    def __init__(self, commands, events):
+        super().__init__(commands, events)
+        self._server_folder: str | None = None   # where the server keeps the run's checkpoint (its path, not ours)
+        self._local: str | None = None            # the node's folder the trainer writes its checkpoints to
+        self._shipped: int | None = None          # the step of the last checkpoint sent back
+
+    def heartbeat(self) -> None:
+        """Say "alive" every HEARTBEAT_S: Ray ends the actor itself when the server (its owner) has gone."""
+        while not self.quit:
+            self.events.send(("alive", None, None, None))
+            time.sleep(HEARTBEAT_S)
+
+    def build(self, builder) -> bool:
+        if not super().build(builder):
+            return False
+        # The trainer was built to write its safety-net checkpoints into the server's folder for the run; on this
+        # node they go to a folder of its own, and each new one is sent back (`ship`).
+        trainer = self.trainer
+        if not self.comparison and trainer.checkpoint_dir is not None:
+            self._server_folder = str(trainer.checkpoint_dir)
+            self._local = tempfile.mkdtemp(prefix="bert-ray-checkpoint-")
+            trainer.checkpoint_dir = self._local
+        return True
+
+    def ship(self) -> None:
+        """Send the trainer's newest checkpoint back, once per checkpoint (on the training thread, between steps)."""
+        step = None if self._local is None else self.trainer.last_checkpoint_step
+        if step is None or step == self._shipped:
+            return
+        files = folder_files(self._local)
+        self.events.send(("checkpoint", None, {"folder": self._server_folder, "step": step, "files": files}, None))
+        self._shipped = step
+
+    def end(self) -> None:
+        """The loop has returned: the heartbeat stops and the node's checkpoint folder goes."""
+        self.quit = True
+        if self._local is not None:
+            shutil.rmtree(self._local, ignore_errors=True)
+
+    def forward(self, event) -> None:
+        super().forward(event)
+        self.ship()
+
+    def _run(self) -> None:
+        super()._run()
+        self.ship()   # the checkpoint of the run's stop or end
+
+    def handle(self, cmd: tuple) -> None:
+        if cmd[0] != "save":
+            super().handle(cmd)
+            return
+        # A save is written on this node and its files go back in the reply; the server writes them where it asked.
+        folder = tempfile.mkdtemp(prefix="bert-ray-save-")
+        try:
+            self.trainer.save(folder)
+            self.events.send(("reply", cmd[1], folder_files(folder), None))
+        except Exception as exc:  # noqa: BLE001 - the server shows the message; the run goes on
+            log.exception("a save failed")
+            self.events.send(("reply", cmd[1], None, failure_message(exc)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class TrainingActor:
+    """One run's training on a cluster node: its loop on a thread, commands in, messages out. Each method returns
+    at once or within `events`' short wait, so Ray runs them in the order the server sent them."""
+
+    def __init__(self):
+        self._commands = CommandQueue()
+        self._events = EventQueue()
+        self._thread = threading.Thread(target=self._main, name="bert-ray-training", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        child = ClusterChild(self._commands, self._events)
+        try:
+            threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
+            builder = child.receive_setup()
+            if child.build(builder):
+                child.serve()
+        finally:
+            child.end()
+            self._events.queue.put(ENDED)
+
+    def node_id(self) -> str:
+        """The id of the node this actor runs on."""
+        # Imported here: this module is imported by the server without Ray; the actor always has it.
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def send(self, message: tuple) -> None:
+        """A command of the server's (training_link lists them)."""
+        self._commands.put(message)
+
+    def events(self, wait_s: float) -> list:
+        """The messages since the last call, waiting up to `wait_s` for the first; ENDED is the last of all."""
+        out = []
+        try:
+            out.append(self._events.queue.get(timeout=wait_s))
+            while len(out) < MAX_EVENTS:
+                out.append(self._events.queue.get_nowait())
+        except queue.Empty:
+            pass
+        return out

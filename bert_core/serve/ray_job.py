@@ -1,0 +1,223 @@
+"""A run trained as a Ray actor on a cluster (`$BERT_EXPLORER_RAY_ADDRESS`): the third kind of job
+(run_protocols.RunJob), beside the server thread and the training process.
+
+It is the process job (training_process.ProcessTrainingJob: its phases, mirrors, model, saves and release) with
+another link: `RayLink` speaks the same messages (training_link lists them) to a `ray_actor.TrainingActor` on the node
+ray_cluster chose, through the actor's `send` and `events` methods. Each message comes back as a method's return value,
+through Ray's object store; a checkpoint's files too (a safety-net checkpoint as the actor writes it, a save, the
+end-of-run checkpoint), which the server writes to the run's own folder: no disk is shared with the cluster. A worker
+or node that is lost ends the actor, and the job reads that as a training process that died: the run failed, its last
+checkpoint kept (the scheduler releases it into that folder, as for a killed process).
+
+Torch-free, and Ray-free at import: job_factory imports this module only on a server that uses Ray.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from bert_core.errors import BertCoreError
+from bert_core.serve.ray_actor import ENDED, TrainingActor
+from bert_core.serve.ray_cluster import CLUSTER, GPU_TICKET, connect
+from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
+from bert_core.serve.training_process import ProcessTrainingJob
+
+log = logging.getLogger("bert_core.app")
+
+EVENTS_WAIT_S = 0.25   # the longest an `events` call waits: a command sent meanwhile runs after it (Ray keeps order)
+_ACTOR = None          # TrainingActor as a Ray actor class, made once
+
+
+def write_checkpoint(folder: str | Path, files: dict[str, bytes]) -> Path:
+    """Write a checkpoint's files (by relative path) as `folder`, replacing what was there only once all are
+    written: a server that dies meanwhile keeps the previous checkpoint whole."""
+    folder = Path(folder)
+    incoming = folder.with_name(folder.name + ".incoming")
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir(parents=True)
+    for name, data in files.items():
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+            raise BertCoreError(f"a checkpoint file from the cluster has a bad name: {name!r}")
+        target = incoming.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    incoming.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+class ActorProcess:
+    """What the job reads of its training process (poll, wait, kill, returncode), for an actor."""
+
+    def __init__(self, link: "RayLink"):
+        self._link = link
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired("ray actor", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        self._link.kill()
+
+    def ended(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+
+class RayLink(ChildLink):
+    """The server's end of one run's actor: ChildLink's commands, requests and pump, over Ray instead of pipes.
+    `on_gpu`: the run has a GPU slot; `training()`: whether the run trains now (it then takes its node's slot)."""
+
+    def __init__(self, name: str, threads: int, changed: threading.Condition,
+                 on_message: Callable[[str, Any, Any, str | None], None], on_exit: Callable[[Any], None],
+                 on_gpu: bool = False, training: Callable[[], bool] = lambda: True):
+        super().__init__(name, threads, changed, on_message, on_exit)
+        self._on_gpu = on_gpu
+        self._training = training
+        self._actor = None
+        self.node_id: str | None = None   # the cluster node the run's actor is on
+        self.lost: str | None = None      # why the actor ended, when neither it nor the server ended it
+        self._killed = False
+        self._writing = threading.Lock()  # the pump's checkpoints and a save's reply write the same folder
+
+    def alive(self) -> bool:
+        return self.starting or (self.process is not None and self.process.returncode is None)
+
+    def kill(self) -> None:
+        if self._actor is not None and self.process is not None and self.process.returncode is None:
+            self._killed = True
+            connect().kill(self._actor, no_restart=True)
+
+    def spawn(self, builder: Callable[[], Any]) -> None:
+        """Create the run's actor on the node ray_cluster chose and hand it its work. Returns at once: the actor
+        starts (a worker process importing torch) while the pump waits for its first message."""
+        global _ACTOR
+        self.starting = True
+        self._spawned.clear()
+        try:
+            ray = connect()
+            # Imported here: Ray is an optional extra.
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            self.node_id = CLUSTER.place(self._name, self._on_gpu, self._training)
+            if _ACTOR is None:
+                _ACTOR = ray.remote(TrainingActor)
+            # No CPU held (the server's queue is the limit, ray_cluster says why); a token GPU share, with which Ray
+            # gives the actor its GPU.
+            self._actor = _ACTOR.options(
+                num_cpus=0, num_gpus=GPU_TICKET if self._on_gpu else 0, max_restarts=0, max_task_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)).remote()
+            self.process = ActorProcess(self)
+            self.last_heard = time.monotonic()
+            self._send(("init", sys.path, self._threads))
+            self._send(("builder", builder))
+        except BaseException:
+            CLUSTER.remove(self._name)
+            raise
+        finally:
+            self.starting = False
+            self._spawned.set()
+
+    def _send(self, message: tuple) -> None:
+        if self._actor is None or self.process is None or self.process.returncode is not None:
+            raise BertCoreError("the training process has ended; start a new run")
+        self._actor.send.remote(message)
+
+    def request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
+        """ChildLink.request; a save's answer is its files, written here to the folder asked for."""
+        value = super().request(kind, *args, timeout=timeout)
+        if kind == "save":
+            with self._writing:
+                return str(write_checkpoint(args[0], value))
+        return value
+
+    def _pump_events(self) -> None:
+        ray = connect()
+        actor, process, code = self._actor, self.process, 0
+        while code == 0:
+            try:
+                batch = ray.get(actor.events.remote(EVENTS_WAIT_S))
+            except ray.exceptions.ActorUnavailableError:
+                time.sleep(EVENTS_WAIT_S)   # unreachable for a moment; a lost node's actor dies (ActorDiedError)
+                continue
+            except ray.exceptions.RayError as exc:   # the actor died: ended by the server, or its worker was lost
+                code = -9 if self._killed else 1
+                if not self._killed:
+                    self.lost = "its cluster node or worker process was lost"
+                    log.warning("run %s: its Ray actor died (%s)", self._name[:6], type(exc).__name__)
+                break
+            for message in batch:
+                if message == ENDED:
+                    code = None
+                    break
+                self._deliver(message)
+            if code is None:
+                ray.kill(actor, no_restart=True)   # its loop has returned: its worker goes
+                code = 0
+                break
+        CLUSTER.remove(self._name)
+        if code == 1:
+            CLUSTER.forget_nodes()   # a lost node leaves the slots at the next question
+        process.ended(code)
+        self._on_exit(process)
+
+    def _deliver(self, message: tuple) -> None:
+        kind, request, payload, error = message
+        self.last_heard = time.monotonic()
+        try:
+            if kind == "alive":
+                return
+            if kind == "reply":
+                self._answer(request, payload, error)
+            elif kind == "checkpoint":
+                with self._writing:
+                    write_checkpoint(payload["folder"], payload["files"])
+            else:
+                self._on_message(kind, request, payload, error)
+        except Exception:  # noqa: BLE001 - the pump must outlive one odd message
+            log.exception("training event %s could not be handled", kind)
+
+
+class RayTrainingJob(ProcessTrainingJob):
+    """One run trained by a Ray actor: ProcessTrainingJob's job, its link a RayLink."""
+
+    def __init__(self, session_id: str, builder: Callable[[], Any], spec: Any = None, threads: int = 1,
+                 data_factory: Callable[[Any], Any] | None = None, on_gpu: bool = False):
+        super().__init__(session_id, builder, spec=spec, threads=threads, data_factory=data_factory)
+        self._child = RayLink(session_id, threads, self._changed, self._handle, self._child_gone, on_gpu,
+                              lambda: self.busy)
+
+    @property
+    def node_id(self) -> str | None:
+        """The cluster node its actor runs on (None before it started)."""
+        return self._child.node_id
+
+    def _child_gone(self, process) -> None:
+        super()._child_gone(process)
+        lost = self._child.lost
+        if lost is None or self._killed is not None:
+            return
+        with self._changed:
+            if self.phase == "failed":
+                self.error = f"the training ended: {lost}"
+                if self.trainer is not None:
+                    self.trainer.error = self.error
+            self._changed.notify_all()
