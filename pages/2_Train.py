@@ -198,6 +198,13 @@ def _start(init_from_run=None) -> None:
     st.rerun()
 
 
+def _forget(run) -> None:
+    """After Reset: the run's download goes, and the page says what was forgot once it redraws (the run vanishes
+    from My runs, and nobody should wonder where it went)."""
+    st.session_state.pop("train_zip", None)
+    st.session_state["train_reset_note"] = app_state.reset_note(run)
+
+
 if viewer:
     st.info("**You are watching a shared run.** Its curves, probes and progress update here, and the Attention and "
             "Predictions pages inspect its current model (pick *Model trained in this session* in the sidebar). "
@@ -207,11 +214,7 @@ try:
     if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
                  help="Start a new run with these settings (it waits in the queue when the server is full)"):
         _start()
-    if b2.button("Stop", icon=":material/stop:", disabled=viewer or not active,
-                 help="Stop the run at the next step (a queued run that has not started is cancelled)"):
-        notice.info("Stopping: the run ends after the step it is on…", icon=":material/hourglass_top:")
-        app_state.RUNS.stop(run.run_id, wait=10)
-        st.rerun()
+    app_state.stop_button(b2, run, active, viewer, notice, app_state.TRAIN_WORDS)
     if b3.button("Resume", icon=":material/resume:",
                  disabled=viewer or phase != "stopped" or weights_only or not has_model,
                  help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished run "
@@ -225,15 +228,7 @@ try:
         notice.info("Taking one step…", icon=":material/hourglass_top:")
         st.session_state["train_step_record"] = (run.run_id, job.step_once())
         notice.empty()
-    if b4.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None,
-                 help="Forget this tab's run and its model: it leaves *My runs* too, and its link stops working. "
-                      "To keep a model, save it on the server (or download it) first."):
-        app_state.RUNS.discard(run.run_id)
-        app_state.set_current_run(None)
-        st.session_state.pop("train_zip", None)
-        # Said after the page redraws: the run vanishes from My runs, and nobody should wonder where it went.
-        st.session_state["train_reset_note"] = app_state.reset_note(run)
-        st.rerun()
+    app_state.reset_button(b4, run, viewer, app_state.TRAIN_WORDS, after=_forget)
     if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not has_model,
                  help="Save the checkpoint folder and offer it as a zip"):
         notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
@@ -268,14 +263,7 @@ if stepped is not None and run is not None and stepped[0] == run.run_id and phas
 
 app_state.my_runs_list()
 
-if run is not None and role == app_state.OWNER:
-    with st.expander("Share this run with a class", icon=":material/share:"):
-        base = (st.context.url or "").split("?")[0]
-        st.code(f"{base}?{app_state.WATCH_PARAM}={run.view_id}", language=None)
-        st.caption("Everyone who opens this link watches this run live: its curves, probes and progress, and on the "
-                   "Attention and Predictions pages its current model, each with their own sentences. They cannot "
-                   "stop, reset or resume it. Your own address bar holds the run's private link (`?run=...`): "
-                   "reloading or reopening it brings you back to this run.")
+app_state.share_box(run, viewer, app_state.TRAIN_WORDS)
 
 if has_model and not viewer:
     with st.expander("Save this run on the server"):
@@ -307,22 +295,9 @@ def _status() -> None:
                 "the same run.")
         st.caption(app_state.RUNS.where())
         return
-    if run.note:
-        st.warning(f"This run was {run.note}.")
+    if app_state.run_status(run, app_state.TRAIN_WORDS, viewer):   # note, lost record, queue, failure
+        return
     job = run.job
-    if run.phase == "queued":
-        ahead, wait = app_state.RUNS.queue_position(run)
-        paused = (f"Its turn was up, so it paused at step {job.trainer.step:,} and continues where it stopped "
-                  "when its turn comes again. " if job is not None and job.trainer is not None else "")
-        st.info(f"**Queued**: {ahead} run(s) ahead of yours, estimated wait {jobs.format_duration(wait)}. {paused}"
-                "It starts by itself; *Stop* cancels it.", icon=":material/schedule:")
-        st.caption(app_state.RUNS.policy())
-        if job is None or job.trainer is None:
-            return
-    elif job is not None and job.error:
-        st.error(f"Training failed: {job.error}")
-    elif job is not None and job.ended_note:
-        st.warning(f"Training ended: {job.ended_note}.")
     if job is not None and job.trainer is not None and not job.model_available and not run.active:
         st.warning(job.lost_message(), icon=":material/report:")
     elif run.phase == "failed" and job is not None and job.kept_step is not None and job.trainer is not None:

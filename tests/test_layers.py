@@ -24,7 +24,8 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
-            "serve.finetune_runs", "training.finetune_race", "inspect.tricks", "data.task_downloads", "training.lesson_settings",
+            "serve.finetune_runs", "serve.finetune_kinds", "training.finetune_race", "inspect.salience_figures",
+            "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes"}
@@ -125,8 +126,8 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
 # The modules that call Streamlit: the parts of serve.app_state, which re-exports them for the pages. The job factory
 # and everything the pages steer are not among them.
 STREAMLIT_SIDE = {"bert_core.serve.app_cache", "bert_core.serve.app_drawing", "bert_core.serve.app_models",
-                  "bert_core.serve.app_runs", "bert_core.serve.app_sidebar", "bert_core.serve.app_tab",
-                  "bert_core.serve.app_widgets"}
+                  "bert_core.serve.app_run_panel", "bert_core.serve.app_runs", "bert_core.serve.app_sidebar",
+                  "bert_core.serve.app_tab", "bert_core.serve.app_widgets"}
 
 
 def test_only_the_serving_wing_calls_streamlit():
@@ -143,7 +144,8 @@ def test_only_the_serving_wing_calls_streamlit():
 TORCH_FREE = ("bert_core.serve.app_state", *sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
               "bert_core.serve.job_factory", "bert_core.serve.job_base", "bert_core.serve.thread_job",
               "bert_core.serve.training_process", "bert_core.serve.process_model", "bert_core.serve.training_mirrors",
-              "bert_core.serve.runs", "bert_core.serve.finetune_runs", "bert_core.serve.model_sources",
+              "bert_core.serve.runs", "bert_core.serve.run_panel", "bert_core.serve.finetune_runs",
+              "bert_core.serve.model_sources",
               "bert_core.serve.app_storage", "bert_core.serve.export", "bert_core.inspect.figures",
               "bert_core.inspect.probes", "bert_core.training.comparison", "bert_core.training.recipes",
               "bert_core.training.heldout", "bert_core.data.objectives", "bert_core.model.config")

@@ -40,4 +40,14 @@ def test_the_page_races_bert_gpt_scratch_and_the_baseline_and_classifies_with_ea
     at.text_input(key="ft_sentence").input("the farmer feeds the hungry cows").run()
     assert not at.exception, at.exception
     assert len(at.dataframe[-1].value) == 4
+    # Why: one fine-tuned model's saliences and heads, only once asked for (integrated gradients take a moment).
+    charts = len(at.get("plotly_chart"))
+    at.toggle(key="ft_why").set_value(True).run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="ft_why_model").options == ["from pretrained", "from gpt-nano", "from scratch"]
+    assert any(m.value.startswith("The model says **") for m in at.markdown)
+    assert len(at.get("plotly_chart")) == charts + 2   # the tokens' saliences, and the layers x heads grid
+    assert any("integrated gradients" in c.value for c in at.caption)
+    at.selectbox(key="ft_why_model").set_value("scratch").run()
+    assert not at.exception, at.exception
 

@@ -7,7 +7,8 @@ each one idea, so that a page reads `app_state.sidebar()`, `app_state.RUNS`, `ap
 - `app_models`: the models the picker offers; `app_sidebar`: the sidebar that draws the picker and the page list;
 - `app_cache`: what the lesson and inspection pages compute from the active model, kept in Streamlit's caches;
 - `app_drawing`: the page list, links, Plotly charts, errors, one update as *Step once* shows it;
-- `app_widgets`: widget values seeded from the URL, kept across pages, written back.
+- `app_widgets`: widget values seeded from the URL, kept across pages, written back;
+- `app_run_panel`: the run panel the Train and Fine-tune pages share (status, queue, Stop, Reset, share link).
 
 What they steer lives in Streamlit-free modules, tested without it: training runs and their jobs
 (`bert_core.serve.runs`, `.jobs`), checkpoint folders (`bert_core.serve.model_sources`), files and public mode
@@ -51,6 +52,7 @@ from bert_core.serve.app_models import (
     shipped_model,
 )
 from bert_core.serve.app_models import waiting_model_note as _waiting_model_note
+from bert_core.serve.app_run_panel import FINETUNE_WORDS, TRAIN_WORDS, reset_button, run_status, share_box, stop_button
 from bert_core.serve.app_runs import (
     CHART_POLL_ENV,
     JOB_FACTORY,

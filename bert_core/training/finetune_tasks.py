@@ -181,14 +181,14 @@ class SentenceLabels(FinetuneTask):
             raise BertCoreError("train and validation sets have different label names; split one dataset")
         self.train_data, self.val_data = train, val
         self.pooling = pooling  # the heads' reading (model.POOLING_KINDS); None: each model's default
+        self._pad_id = 0
+        self._train_encoded: list[dict] | None = None
+        self._val_encoded: list[dict] | None = None
 
     split = staticmethod(split_train_val)
 
     def with_data(self, train, val) -> "SentenceLabels":
         return SentenceLabels(train, val, self.pooling)
-        self._pad_id = 0
-        self._train_encoded: list[dict] | None = None
-        self._val_encoded: list[dict] | None = None
 
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_labels, **({"pooling": self.pooling} if self.pooling else {})}

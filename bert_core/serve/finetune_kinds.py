@@ -1,0 +1,436 @@
+"""What each kind of fine-tuning (bert_core.training.finetune_tasks: a label per sentence, a tag per word, an answer
+span) answers the Fine-tune page: its data choices, its defaults, what to expect of it, the figures of its results,
+and its "try your own sentence" inputs and outputs. The page looks a kind up (KIND_PAGES) and draws what it returns,
+`Block`s and `Field`s, without asking which kind it is. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bert_core.data.task_downloads import TASKS
+from bert_core.inspect import finetune_figures
+from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
+from bert_core.training.answer_spans import answer_question
+from bert_core.training.finetune import TOY_QA_STEPS, result_probabilities
+from bert_core.training.token_tagging import tag_words
+
+# Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
+# visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
+MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
+# The two real sentence tasks and the chunks, offered wherever they are on this server or can be fetched:
+# (kind, the file in the shared data folder, the choice's label).
+SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 classes)"),
+                "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
+                "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
+# How a run list names a race's uploaded data (never the file's name or a server path).
+UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
+            "upload_squad": "an uploaded SQuAD file"}
+# (training, validation) examples: sentences for labels and tags, questions for spans.
+SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500),
+         "upload": (2000, 500), "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500),
+         "upload_squad": (2000, 300)}
+# What a dataset changes of its kind's settings: the lesson's word-order race is decided within 300 steps (a few
+# seconds a model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU
+# thread longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
+DATA_SETTINGS = {"toy_order": dict(LESSON_RACE_DATA_SETTINGS), "toy_qa": dict(steps=TOY_QA_STEPS, budget=600)}
+
+# What the real tasks gave with this page's defaults and the shipped model (seeds 0-2, one thread a run, bf16 autocast
+# on a 2-core Intel VM with bfloat16 instructions, 2026-11-28; in steps, the same on any load of that machine;
+# docs/benchmarks.md, "The Fine-tune page's defaults in steps").
+EXPECT = {"polarity": "What to expect with this page's defaults (2,000 training sentences, 600 steps a model) and "
+                      "the shipped model: pretrained 66-68%, from scratch 62-66%, the bag of words 70-73% (seeds "
+                      "0-2). Pretraining is ahead by about 2 points on average, but a seed can tie: try two or three. "
+                      "The 2-layer shipped model does not yet beat a bag of words here.",
+          "ag_news": "What to expect with this page's defaults (2,000 training rows, 600 steps a model) and the "
+                     "shipped model: pretrained 77-79%, from scratch 73-78%, the bag of words 83-85% (seeds 0-2). "
+                     "Pretraining pays against the same model from scratch; topic words give a bag of words the lead."}
+# The same race with the larger shipped BERT active (2026-11-28, as EXPECT; docs/benchmarks.md, "The Fine-tune page's
+# defaults in steps"; the 1,500-step figures: #28's protocol at seeds 0-4 and 20-25, "Eleven splits, and four more
+# levers").
+EXPECT_BY_MODEL = {"bert-mini-english": {
+    "polarity": "What to expect with this page's defaults (600 steps a model) and bert-mini-english: pretrained "
+                "71-74%, from scratch 49-60%, the bag of words 70-73% (seeds 0-2; the tiny, pretrained, 66-68%). "
+                "Each of its steps takes about three times the tiny's on a CPU. With more steps it passes the bag "
+                "of words: 1,500 (`finetune --steps 1500`, 2 minutes on one core with bfloat16 instructions, 7 "
+                "elsewhere) gave 77.5% against 75.3% over eleven larger splits.",
+    "ag_news": "What to expect with this page's defaults (600 steps a model) and bert-mini-english: pretrained "
+               "81.8%, from scratch 53.4%, the bag of words 84.8% (seed 0; the tiny, pretrained, 77-79%). Topic "
+               "words keep the bag of words ahead: 1,500 steps (4 minutes on one core with bfloat16 instructions, "
+               "13 elsewhere) gave 84.3% against its 86.3% over eleven larger splits."}}
+# The built-in sentence tasks, with the model the lesson trains (the Train page's default run; docs/lessons.md, "The
+# lesson's race", seeds 0-2, 2026-11-28).
+EXPECT_TOY = {
+    "toy_order": "What to expect with the lesson's settings (200 training sentences, 300 steps a model) and the Train "
+                 "page's default run as the model: pretrained 93-97%, from scratch 58-65%, the bag of words 74-78%. "
+                 "Both classes hold the same words, so only knowing how the stories' sentences go tells them apart: "
+                 "what masked-word pretraining on the stories taught.",
+    "toy": "What to expect with a model pretrained on the toy stories (the Train page's default run): its from-scratch "
+           "twin wins here, 96-98% against 74-77% (seed 0), and the bag of words about 74%. A topic is given away by "
+           "single words, which a random model's nearly even attention already adds up; pretraining taught the toy "
+           "model which slot a noun fills, not which story it belongs to (docs/lessons.md, \"Why not the toy "
+           "topics?\"). The word-order task is where its pretraining pays."}
+# CoNLL-2000 chunks with this page's defaults (docs/benchmarks.md).
+EXPECT_CHUNKS = ("What to expect on CoNLL-2000 chunks, with this page's defaults (2,000 training sentences, 600 steps "
+                 "a model): the shipped model reached 85-87 chunk F1, its from-scratch twin 63-64, a tag per part of "
+                 "speech 75-77 and a tag per word 67-68 (seeds 1-2). With every sentence and about 1,500 steps (the "
+                 "CLI's defaults): 89.5 against 81. The larger bert-mini-english, with every sentence and 1,500 steps "
+                 "(about 7 minutes on one core): 92.5, its from-scratch twin 66 (docs/benchmarks.md).")
+# The toy stories after their drills (docs/benchmarks.md, "The drills as the task's recipe").
+EXPECT_QA_DRILLS = (
+    "What to expect: the drills come first, in order, each until its last training batches are 95% right or its "
+    "share of the budget, and what the drills before it left unused, is spent; the curve is always the held-out "
+    "stories, so it stays low through the drills (dotted lines mark where each began) and climbs once the stories "
+    "begin. Each drill clicks at its own moment, a different one for each seed. docs/benchmarks.md (\"The drills "
+    "as the task's recipe\") gives the figures.")
+# ... and what the shipped models reached (2026-11-27, one CPU thread a run, other runs beside them).
+EXPECT_QA_BY_MODEL = {
+    "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, 18 to 21 minutes a run on "
+                         "one thread of a 2-core CPU shared with other runs) read the held-out stories at 94.3 / "
+                         "95.5 / 100.0% exact match (seeds 0 / 1 / 2). This page's 600 s on one CPU thread held "
+                         "4,954 steps at seed 0: every drill learnt within 329 s, then the stories at 91.9%. An "
+                         "H200 shared with pretraining ran the stories at about 57 steps a second "
+                         "(docs/benchmarks.md): the whole 8,000 steps fit in 600 s there.",
+    "bert-tiny-english": "With bert-tiny-english (2 layers) the drills click at some seeds only and the stories "
+                         "stop short of the mini's: `finetune --task toy-qa` (8,000 steps, about 8 minutes on one "
+                         "thread) read them at 73.1 / 33.5 / 35.6% (seeds 0 / 1 / 2), and this page's 600 s at "
+                         "52.2% (seed 0: every drill learnt, then the stories level near 52% after 2,100 steps): "
+                         "choose bert-mini-english in the sidebar to watch them being read."}
+EXPECT_QA_ALONE = ("What to expect: answering means matching the question's words to the passage and reading the words "
+                   "a few places from the match, which a small model learns slowly. On the toy stories alone either "
+                   "shipped model (2 or 4 layers) stays near 25-30% exact match for thousands of steps (the right "
+                   "kind of answer, often for the wrong character: a guess among the characters); the drills are "
+                   "what it needs. Watch which kind of span each model picks, and how sure it is where.")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One thing the page draws, in order: `what` is a Streamlit element (caption, markdown, table, dataframe, html,
+    plotly), or a container of blocks (columns: `parts` holds one tuple of blocks a column, `widths` their shares;
+    expander: `body` is its label, `parts` its blocks). `name` is a figure's export name, `key` its widget key,
+    `options` the element's own keyword arguments."""
+
+    what: str
+    body: Any = None
+    name: str = ""
+    key: str | None = None
+    parts: tuple = ()
+    widths: tuple = ()
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One input of "try your own sentence": a Streamlit widget (`widget`: text_input, text_area or number_input)
+    with its label, its key and its own keyword arguments."""
+
+    widget: str
+    label: str
+    key: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataView:
+    """What the page says of the chosen data before a race: captions (what to expect first), and a few examples."""
+
+    captions: list[str]
+    rows: list[dict]
+
+
+def _label(name: str) -> str:
+    return finetune_figures.RUN_LABELS.get(name, name)
+
+
+class KindPage:
+    """One kind of fine-tuning as the page shows it. Its own data choices come first (built in), then the real
+    tasks of SHARED_FILES that this server has or can fetch, then its uploads."""
+
+    name = ""             # FinetuneTask.kind: "labels", "tags" or "spans"
+    label = ""            # the kind's radio button
+    unit = ""             # what its split counts: examples, sentences, questions
+    built_in: dict = {}   # its built-in data (choice -> label)
+    uploads: dict = {}    # its uploads (choice -> label)
+    preferred = ()        # real tasks that are its default data when on this server (else its first choice)
+    settings: dict = {}   # its defaults: steps, time cap (budget, seconds a model), max length (maxlen)
+    baseline_label, baseline_help, has_baseline = "", "", True
+    val_help: str | None = None   # the validation size's help
+    tag_columns: dict | None = None   # the tags it can train on (choice -> label); None: no choice
+    try_title = ""        # the subheader of "try your own sentence"
+    fetch_instead = ""    # what to do instead when one of its real tasks cannot be fetched
+
+    def choices(self, shared) -> dict:
+        """Its data choices (choice -> label) on a server whose shared data folder is `shared` (None: none)."""
+        real = {key: label for key, (kind, rel, label) in SHARED_FILES.items()
+                if kind == self.name and (key in TASKS or (shared is not None and (shared / rel).is_file()))}
+        return {**self.built_in, **real, **self.uploads}
+
+    def default_data(self, choices: Mapping, on_server: Callable[[str], bool]) -> str:
+        """The choice it starts with: a preferred real task on this server, else its first choice."""
+        return next((c for c in self.preferred if c in choices and on_server(c)), next(iter(choices)))
+
+    def offers_drop_empty(self, choice: str) -> bool:
+        """Whether the data `choice` can drop rows with an empty text or label (a CSV's)."""
+        return False
+
+    def chance(self, val) -> float | None:
+        """The validation score of always guessing the largest class (a dashed line); None: no such line."""
+        return None
+
+    def describe(self, data, choice: str, shipped: str | None) -> DataView:
+        """What to expect of `data` (the choice `choice`) with the shipped model `shipped` active (None: another),
+        and a few of its examples."""
+        raise NotImplementedError
+
+    def split_caption(self, train, val) -> str:
+        """A race's split, under its curves."""
+        raise NotImplementedError
+
+    def result_blocks(self, results: Mapping) -> list[Block]:
+        """The figures of an ended race's results, after its table."""
+        raise NotImplementedError
+
+    def try_fields(self, val) -> list[Field]:
+        """The inputs of "try your own sentence" (`val`: the race's validation data, for examples)."""
+        raise NotImplementedError
+
+    def try_blocks(self, results: Mapping, values: Mapping, val, max_length: int) -> list[Block]:
+        """Each fine-tuned model's answer to the inputs' `values` (by key); BertCoreError for bad input."""
+        raise NotImplementedError
+
+    def explained(self, values: Mapping, val) -> tuple[str, str | None, int | None] | None:
+        """(text, text_b, word) of the input the salience panel explains (salience_figures.salience_panel_data);
+        None while there is nothing to explain."""
+        raise NotImplementedError
+
+
+class LabelsPage(KindPage):
+    name, label, unit = "labels", "A label per sentence", "examples"
+    built_in = {"toy_order": "Toy stories: their own word order, or shuffled? (built-in, 2 classes)",
+                "toy": "Toy story topics (built-in, 10 classes)"}
+    uploads = {"upload": "Upload a CSV"}
+    # A real task wherever one is on this server: the toy topics, which a bag of words solves outright, cannot show
+    # whether pretraining pays.
+    preferred = ("polarity",)
+    settings = dict(steps=600, budget=300, maxlen=64)
+    baseline_label = "Bag-of-words baseline: TF-IDF + logistic regression"
+    baseline_help = ("Fitted on the same training split in seconds (scikit-learn), word order ignored: the line to "
+                     "beat.")
+    try_title = "Classify a sentence with each"
+    fetch_instead = "pick a built-in toy task, or upload the data as a labelled CSV (*Upload a CSV*)"
+
+    def offers_drop_empty(self, choice: str) -> bool:
+        return choice not in self.built_in
+
+    def chance(self, val) -> float | None:
+        return max(val.label_counts()) / max(len(val), 1)
+
+    def describe(self, data, choice: str, shipped: str | None) -> DataView:
+        expect = {**EXPECT_TOY, **EXPECT_BY_MODEL.get(shipped, EXPECT)}
+        counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
+        summary = (f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
+                   f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
+        return DataView([*([expect[choice]] if choice in expect else []), summary],
+                        [{"label": data.label_names[y], "text": data.example_text(i)}
+                         for i, y in enumerate(data.labels[:8])])
+
+    def split_caption(self, train, val) -> str:
+        return (f"{len(train):,} training examples ({', '.join(map(str, train.label_counts()))} per label), "
+                f"{len(val):,} validation; the dashed line is always guessing the largest class.")
+
+    def result_blocks(self, results: Mapping) -> list[Block]:
+        """Confusion matrices and the most confident mistakes: one row a model, its matrix beside its mistakes
+        (three or four side by side squeeze the class labels and the mistakes' text past reading on a projector,
+        1280 x 720)."""
+        blocks = []
+        if "tfidf" in results:
+            blocks.append(Block("caption", f"The bag-of-words line was fitted on the same training split in "
+                                           f"{results['tfidf'].train_seconds:.1f} s and scored on the same "
+                                           "validation rows; it ignores word order and had no pretraining. A tiny "
+                                           "model fine-tuned for a few hundred steps does not always beat it: that "
+                                           "is an honest result, not a bug."))
+        for r in results.values():
+            matrix = Block("plotly", finetune_figures.confusion_figure(   # two lines: one is cut at 1/3 of 1280 px
+                r.confusion, r.label_names, f"Confusion matrix<br>{_label(r.name)}"), name=f"confusion-{r.name}",
+                key=f"ft_conf_{r.name}")
+            # A static table: every column on screen, long texts wrapped (a data grid scrolls them away).
+            mistakes = (Block("table", finetune_figures.mistakes_table(r.misclassified), options={"hide_index": True})
+                        if r.misclassified else Block("caption", "No mistakes on the validation set."))
+            blocks.append(Block("columns", widths=(2, 3), parts=(
+                (matrix,), (Block("markdown", f"**Most confident mistakes ({_label(r.name)})**"), mistakes))))
+        return blocks
+
+    def try_fields(self, val) -> list[Field]:
+        example = val.example_text(0) if val is not None and len(val) else "a sentence like the task's"
+        return [Field("text_input", "Sentence", "ft_sentence", {
+            "placeholder": f"e.g. {finetune_figures.shorten(example)}",
+            "help": "Any text; the placeholder is a validation example of this task."})]
+
+    def try_blocks(self, results: Mapping, values: Mapping, val, max_length: int) -> list[Block]:
+        sentence = values.get("ft_sentence") or ""
+        if not sentence.strip():
+            return []
+        first = next(iter(results.values()))
+        # A baseline read back after a restart keeps its figures, not its scikit-learn model.
+        probs = {name: result_probabilities(r, sentence, max_length=max_length)
+                 for name, r in results.items() if r.model is not None}
+        rows = [{"model": _label(n), "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],
+                 "confidence": f"{max(p):.0%}"} for n, p in probs.items()]
+        return [Block("dataframe", rows, options={"hide_index": True, "width": "stretch"}),
+                Block("plotly", finetune_figures.class_probabilities_figure(probs, first.label_names),
+                      name="finetune-probabilities", key="ft_probs")]
+
+    def explained(self, values: Mapping, val):
+        sentence = values.get("ft_sentence") or ""
+        return (sentence, None, None) if sentence.strip() else None
+
+
+class TagsPage(KindPage):
+    name, label, unit = "tags", "A tag per word", "sentences"
+    uploads = {"upload_conll": "Upload a CoNLL file"}
+    settings = dict(steps=600, budget=300, maxlen=128)
+    baseline_label = "Majority-tag baselines: each word's, and each POS tag's, most frequent tag"
+    baseline_help = ("The CoNLL-2000 task's classic baselines, on the same split: 71 and 77 chunk F1 on its official "
+                     "test set.")
+    tag_columns = {"chunk": "chunks (the last column)", "pos": "parts of speech (the second column)"}
+    try_title = "Tag a sentence with each"
+    fetch_instead = "upload a CoNLL file (*Upload a CoNLL file*)"
+
+    def describe(self, data, choice: str, shipped: str | None) -> DataView:
+        counts = sorted(zip(data.tag_counts(), data.tag_names), reverse=True)[:6]
+        iob = data.scheme == "iob"
+        summary = (f"**{data.source}**: {len(data):,} sentences, {data.num_tokens:,} words, {data.num_tags} tags "
+                   f"(most frequent: {', '.join(f'{n} {c:,}' for c, n in counts)}); "
+                   + ("span tags, scored by chunk F1 as the CoNLL shared task did." if iob
+                      else "plain tags, scored by accuracy and macro-F1."))
+        return DataView([*([EXPECT_CHUNKS] if iob else []), summary],
+                        [{"sentence": " ".join(data.words[i]), "tags": " ".join(data.tag_strings(i))}
+                         for i in range(min(5, len(data)))])
+
+    def split_caption(self, train, val) -> str:
+        return (f"{len(train):,} training sentences, {len(val):,} validation sentences ({val.num_tokens:,} words); "
+                "dashed lines are baselines fitted in a second.")
+
+    def result_blocks(self, results: Mapping) -> list[Block]:
+        """F1 per chunk type, four models a row."""
+        per_type = [(n, r.details["per_type"]) for n, r in results.items() if r.details.get("per_type")]
+        if not per_type:
+            return []
+        width = min(len(per_type), 4)
+        columns = [[] for _ in range(width)]
+        for i, (n, table) in enumerate(per_type[:2 * width]):
+            columns[i % width] += [Block("markdown", f"**{_label(n)}**"),
+                                   Block("dataframe", finetune_figures.per_type_table(table),
+                                         options={"hide_index": True})]
+        return [Block("expander", "F1 per chunk type",
+                      parts=(Block("columns", parts=tuple(tuple(c) for c in columns)),))]
+
+    def try_fields(self, val) -> list[Field]:
+        return [Field("number_input", f"A held-out sentence (0 to {len(val) - 1}), shown with its true tags",
+                      "ft_tag_example", {"min_value": 0, "max_value": len(val) - 1}),
+                Field("text_input", "…or type a sentence", "ft_tag_sentence", {
+                    "max_chars": MAX_TYPED_CHARS,
+                    "placeholder": "e.g. The company said its profit rose sharply in the third quarter .",
+                    "help": "Words are split on spaces and punctuation, as the tagger's training words were."})]
+
+    @staticmethod
+    def _words(values: Mapping, val):
+        """(the typed sentence, None) or (the chosen held-out sentence's words, their true tags)."""
+        typed = values.get("ft_tag_sentence") or ""
+        index = int(values.get("ft_tag_example") or 0)
+        return (typed, None) if typed.strip() else (val.words[index], val.tag_strings(index))
+
+    def try_blocks(self, results: Mapping, values: Mapping, val, max_length: int) -> list[Block]:
+        words, gold = self._words(values, val)
+        blocks = []
+        for name, r in results.items():
+            if r.tokenizer is None:
+                continue  # a baseline tags validation words it has seen counted, not a typed sentence
+            tagged = tag_words(r.model, r.tokenizer, words, r.label_names, max_length)
+            blocks += [Block("markdown", f"**{_label(name)}**"),
+                       Block("html", finetune_figures.tagged_words_html(tagged, gold))]
+        return blocks + [Block("caption", "Each box: the word, its predicted tag and how sure the tagger is (hover "
+                                          "for it); under a held-out sentence, ✓ where the true tag agrees, else the "
+                                          "true tag in red. A darker left edge starts a chunk (B-).")]
+
+    def explained(self, values: Mapping, val):
+        words, _ = self._words(values, val)
+        return (words if isinstance(words, str) else " ".join(words), None, None)
+
+
+class SpansPage(KindPage):
+    name, label, unit = "spans", "An answer span", "questions"
+    built_in = {"toy_qa": "Toy stories: who went where, and what they found (built-in)"}
+    uploads = {"upload_squad": "Upload a SQuAD v1.1 JSON file"}
+    settings = dict(steps=600, budget=300, maxlen=256)
+    baseline_label, baseline_help = "Baseline (none for answer spans)", "Answer spans have no cheap baseline here."
+    has_baseline = False
+    val_help = "Answer spans split by passage: no validation passage is ever trained on."
+    try_title = "Ask each a question"
+    fetch_instead = "pick the built-in toy stories, or upload a SQuAD file (*Upload a SQuAD v1.1 JSON file*)"
+
+    def describe(self, data, choice: str, shipped: str | None) -> DataView:
+        drills = data.drills
+        summary = (f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages"
+                   + (f", after {len(drills)} drills: " + "; ".join(f"*{d.example}*" for d in drills) + "."
+                      if drills else "."))
+        expect = (EXPECT_QA_DRILLS + (" " + EXPECT_QA_BY_MODEL[shipped] if shipped in EXPECT_QA_BY_MODEL else "")
+                  if drills else EXPECT_QA_ALONE)
+        return DataView([summary, expect],
+                        [{"question": ex.question, "answer": ex.answers[0] if ex.answers else "",
+                          "passage": finetune_figures.shorten(ex.context, 160)} for ex in data.examples[:6]])
+
+    def split_caption(self, train, val) -> str:
+        return (f"{len(train):,} training questions, {len(val):,} validation questions on {val.num_passages:,} "
+                "passages never trained on.")
+
+    def result_blocks(self, results: Mapping) -> list[Block]:
+        """How each run's drills ended, and its most confident wrong answers, a column a model."""
+        blocks = []
+        for r in results.values():
+            ended = [(finetune_figures.stage_label(a.name), b.previous_score) for a, b in zip(r.stages, r.stages[1:])
+                     if b.previous_score is not None]
+            if ended:
+                blocks.append(Block("caption", f"**{_label(r.name)}**, each drill at its end (the share of its last "
+                                               "training batches' answers right): "
+                                               + ", ".join(f"{name} {score:.0%}" for name, score in ended) + "."))
+        columns = []
+        for r in results.values():
+            wrong = (Block("table", [{"question": m.text, "true answer": m.true_label, "answered": m.predicted_label,
+                                      "confidence": f"{m.confidence:.0%}"} for m in r.misclassified[:8]])
+                     if r.misclassified else Block("caption", "Every validation question answered exactly."))
+            columns.append((Block("markdown", f"**Most confident wrong answers ({_label(r.name)})**"), wrong))
+        return blocks + [Block("columns", parts=tuple(columns))]
+
+    def try_fields(self, val) -> list[Field]:
+        example = val.examples[0]
+        return [Field("text_area", "Passage", "ft_passage", {
+                    "value": example.context[:MAX_PASSAGE_CHARS], "height": 140, "max_chars": MAX_PASSAGE_CHARS,
+                    "help": "A held-out passage to start with; edit it or paste your own."}),
+                Field("text_input", "Question", "ft_question", {"value": example.question[:MAX_TYPED_CHARS],
+                                                                "max_chars": MAX_TYPED_CHARS})]
+
+    def try_blocks(self, results: Mapping, values: Mapping, val, max_length: int) -> list[Block]:
+        passage, question = values.get("ft_passage") or "", values.get("ft_question") or ""
+        blocks = []
+        for name, r in results.items():
+            if r.tokenizer is None:
+                continue
+            answer = answer_question(r.model, r.tokenizer, question, passage, max_length)
+            blocks += [Block("markdown", f"**{_label(name)}** answers **{answer.text or '(nothing)'}** "
+                                         f"({answer.probability:.0%} sure)"),
+                       Block("html", finetune_figures.answer_html(passage, answer.start_char, answer.end_char)),
+                       Block("plotly", finetune_figures.span_probabilities_figure(
+                           answer, f"Where the answer starts and ends, {_label(name)}"), name=f"answer-{name}",
+                           key=f"ft_span_{name}")]
+        return blocks
+
+    def explained(self, values: Mapping, val):
+        passage, question = values.get("ft_passage") or "", values.get("ft_question") or ""
+        return (question, passage, None) if question.strip() and passage.strip() else None
+
+
+# The kinds in the page's order (its radio buttons), by FinetuneTask.kind.
+KIND_PAGES: dict[str, KindPage] = {k.name: k for k in (LabelsPage(), TagsPage(), SpansPage())}
