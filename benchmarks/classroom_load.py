@@ -2,6 +2,13 @@
 
     python benchmarks/classroom_load.py [--duration 240] [--solo-s 60] [--browsers 4] [--json out.json]
     python benchmarks/classroom_load.py --finetuners 4 --viewers 15 --browse 3   # fine-tuning in the mix (issue #31)
+    python benchmarks/classroom_load.py --ray 2 --ray-cpus 1   # the server trains on a local Ray cluster (issue #63)
+
+With `--ray N` (Ray installed: requirements-cluster.txt) the benchmark first starts a local Ray cluster, a head that
+trains nothing and N worker nodes of `--ray-cpus` CPUs each (`ray.cluster_utils.Cluster`), and each server it starts
+trains on it (`BERT_EXPLORER_RAY_ADDRESS`): its runs are Ray actors, its slots the cluster's. The cluster's own
+processes (GCS, raylets, the actors' workers) are not the server's children: their memory is reported on a row of
+its own.
 
 What it does, in two phases, each on its own fresh server (headless, `--server.fileWatcherType none`, temporary
 runs and scratch folders, the shipped checkpoint, the capacity settings at their defaults unless a flag says
@@ -180,7 +187,8 @@ def _cpu_ticks(pid: int) -> int | None:
 class Server:
     """`streamlit run app.py` on a free port with temporary runs and scratch folders; memory sampled every second."""
 
-    def __init__(self, workdir: Path, slots: int | None):
+    def __init__(self, workdir: Path, slots: int | None, ray_address: str | None = None,
+                 cluster_pids=lambda: []):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"server-{self.port}.log"
@@ -189,6 +197,10 @@ class Server:
                    BERT_EXPLORER_SCRATCH_DIR=str(workdir / f"scratch-{self.port}"))
         if slots:
             env["BERT_EXPLORER_MAX_TRAININGS"] = str(slots)
+        if ray_address:
+            env["BERT_EXPLORER_RAY_ADDRESS"] = ray_address
+        self._cluster_pids = cluster_pids   # a local Ray cluster's processes and their children (--ray)
+        self.cluster_peak_kb = 0
         self._log = open(self.log_path, "w")
         self.proc = start_app_server(self.port, env, self._log)
         self.peak = dict(total_kb=0, server_kb=0, children_kb=0, children=0)
@@ -209,6 +221,10 @@ class Server:
                 self.peak.update(total_kb=server + children, server_kb=server, children_kb=children,
                                  children=len(kids))
             self.max_children = max(self.max_children, len(kids))
+            cluster = set(self._cluster_pids())
+            for pid in list(cluster):
+                cluster.update(_descendants(pid))
+            self.cluster_peak_kb = max(self.cluster_peak_kb, sum(_pss_kb(k) for k in cluster))
             for pid in kids:
                 if pid not in self.training_started:
                     try:
@@ -999,7 +1015,9 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
         tokens=dict(solo=solo_tps, solo_samples=solo_result.get("samples"), per_run=per_run),
         memory=dict(peak_total_mb=server.peak["total_kb"] / 1024, server_mb=server.peak["server_kb"] / 1024,
                     children_mb=server.peak["children_kb"] / 1024, children_at_peak=server.peak["children"],
-                    max_children=server.max_children),
+                    max_children=server.max_children, ray_cluster_mb=server.cluster_peak_kb / 1024),
+        runs_completed=sum(1 for v in final.values() if v["role"] in ("teacher", "trainer")
+                           and v["phase"] == "finished"),
         exceptions=rec.exceptions, server_tracebacks=server.tracebacks(), leaks=rec.leaks, session_errors=rec.errors,
         notes=sorted(set(rec.notes)),
         timelines={k: [(round(t - (rec.teacher_start or 0), 1), ph, st, (key or "")[:6]) for t, ph, st, key in v]
@@ -1069,6 +1087,11 @@ def table(r: dict) -> str:
          "; ".join(_f(x["finished_after_s"], "{:.0f}") if x["finished_after_s"] is not None else str(x["last"])
                    for x in r["races"]), "each finishes or waits with an estimate", None),
     ] if r.get("races") else []) + [
+        ("runs finished by the end (teacher and trainers)", f"{r['runs_completed']}", "", None),
+    ] + ([
+        ("peak Pss of the local Ray cluster (GCS, raylets, the runs' actors) (MB)", f"{m['ray_cluster_mb']:,.0f}",
+         "", None),
+    ] if m.get("ray_cluster_mb") else []) + [
         ("exceptions on pages / tracebacks in the server log",
          f"{len(r['exceptions'])} / {len(r['server_tracebacks'])}", "0", not r["exceptions"]),
         ("state seen by another session", f"{len(r['leaks'])}", "0", not r["leaks"]),
@@ -1096,25 +1119,61 @@ def main(argv=None) -> int:
     ap.add_argument("--viewers", type=int, default=20, help="watchers of the teacher's run (the issue-31 mix: 15)")
     ap.add_argument("--browse", type=int, default=2, help="sessions that only browse (the issue-31 mix: 3)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--ray", type=int, default=0, metavar="NODES",
+                    help="train on a local Ray cluster of this many worker nodes (0: the server's own processes)")
+    ap.add_argument("--ray-cpus", type=int, default=1, help="CPUs of each local Ray worker node (with --ray)")
     args = ap.parse_args(argv)
     if args.browsers and not Path(CHROMIUM).exists():
         ap.error(f"no Chromium at {CHROMIUM} (set BERT_CHROMIUM, or --browsers 0)")
     meta = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), duration=args.duration, browsers=args.browsers,
                 finetuners=args.finetuners, viewers=args.viewers, browse=args.browse,
-                slots_env=args.slots, cores=os.cpu_count(), loadavg_before=Path("/proc/loadavg").read_text().split()[:3])
+                slots_env=args.slots, cores=os.cpu_count(), loadavg_before=Path("/proc/loadavg").read_text().split()[:3],
+                ray_nodes=args.ray, ray_cpus=args.ray_cpus)
+    cluster = _ray_cluster(args.ray, args.ray_cpus) if args.ray else None
+    try:
+        return _run(args, meta, cluster)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def _ray_cluster(nodes: int, cpus: int):
+    """A local Ray cluster: a head that trains nothing and `nodes` worker nodes of `cpus` CPUs each."""
+    try:
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        raise SystemExit("error: --ray needs Ray (pip install -r requirements-cluster.txt)") from None
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=cpus)
+    cluster.wait_for_nodes()
+    print(f"local Ray cluster at {cluster.address}: {nodes} node(s) of {cpus} CPU(s)", flush=True)
+    return cluster
+
+
+def _cluster_pids(cluster) -> list[int]:
+    """The pids of a local Ray cluster's processes (its nodes' GCS, raylets and the rest)."""
+    if cluster is None:
+        return []
+    return [info.process.pid for node in cluster.list_all_nodes() for infos in node.all_processes.values()
+            for info in infos if info.process is not None]
+
+
+def _run(args, meta: dict, cluster) -> int:
+    address = cluster.address if cluster is not None else None
     print(f"load average before: {' '.join(meta['loadavg_before'])}", flush=True)
     with tempfile.TemporaryDirectory(prefix="classroom-load-") as tmp:
         work = Path(tmp)
         solo_result = {}
         if args.solo_s > 0:
-            server = Server(work, args.slots)
+            server = Server(work, args.slots, address, lambda: _cluster_pids(cluster))
             try:
                 solo_result = asyncio.run(solo(server, args.solo_s))
             finally:
                 server.close()
             print(f"solo run: {_f(solo_result.get('tokens_per_s'), '{:,.0f}')} tokens/s "
                   f"({solo_result.get('samples')} samples, up to step {solo_result.get('last_step')})", flush=True)
-        server = Server(work, args.slots)
+        server = Server(work, args.slots, address, lambda: _cluster_pids(cluster))
         try:
             rec, final = asyncio.run(classroom(server, args.duration, args.browsers, args.seed, args.finetuners,
                                                args.viewers, args.browse))
