@@ -27,8 +27,8 @@ class FastDropout(nn.Dropout):
 
     Randomness: each mask's generator is seeded by one draw from torch's global generator, which is where torch's
     own dropout draws too, so `torch.manual_seed` repeats the masks, and the Trainer, which installs its own saved
-    generator state there for each run, resumes with the same masks. On a GPU, and for rates that round to 0 or 1,
-    this is `nn.Dropout`.
+    generator state there for each run, resumes with the same masks. On a GPU, for rates that round to 0 or 1, and
+    inside torch.compile, this is `nn.Dropout`.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,6 +39,10 @@ class FastDropout(nn.Dropout):
         """The mask this module multiplies `x` by: 0 or the keep scale. None where torch's dropout runs instead
         (a GPU, a rate that rounds to 0 or 1) or none at all (eval mode, p = 0)."""
         if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < self.drop_levels < 65536:
+            return None
+        if torch.compiler.is_compiling():
+            # Inside torch.compile (training.compiled_step) torch's dropout, which the compiler fuses and draws
+            # from its own generator; numpy's draws here would break the graph at every dropout.
             return None
         return dropout_keep_mask(x.shape, self.drop_levels, x.dtype).mul_(self.keep_scale)
 

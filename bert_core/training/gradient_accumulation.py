@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from bert_core.model.bert import IGNORE_INDEX
+from bert_core.training.compiled_step import CompiledTraining
 from bert_core.training.distributed import DistInfo, all_reduce
 from bert_core.training.precision import autocast_for
 from bert_core.training.mlm_stats import MlmStats, batch_stats
@@ -28,6 +29,7 @@ class GradientAccumulator:
         self.device = device
         self.dist = dist_info
         self.optimization = optimization
+        self.compiled = CompiledTraining(model)   # TrainConfig.compile: the encoder compiled for training steps
 
     def accumulate(self, batches: list, config: TrainConfig) -> MlmStats:
         """Forward and backward through every micro-batch; returns the update's figures summed over all ranks."""
@@ -47,11 +49,11 @@ class GradientAccumulator:
         # micro-batch on a GPU.
         totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(batches):
-            batch = batch.to(self.device)
+            batch = self.compiled.shaped(batch.to(self.device), config, config.compile)   # fixed shapes when compiled
             sync = self.ddp is None or i == len(batches) - 1
             ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
             with ctx:
-                with autocast_for(self.device, config.precision):
+                with autocast_for(self.device, config.precision), self.compiled.forward(config.compile, self.device):
                     out = forward(**batch.model_inputs(), full_mlm_logits=False)
                 logits = out.mlm_logits.float()
                 # The model's mean back to a sum over this micro-batch's masked tokens (sparse logits: no grad).

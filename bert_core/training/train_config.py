@@ -37,6 +37,9 @@ SCHEDULES = ("linear", "cosine", "time", "constant", "wsd")
 # run whose useful length is found as it goes.
 WSD_DECAY_FRACTION = 0.2
 PRECISIONS = ("bf16", "fp16", "fp32")
+# torch.compile of the training step (bert_core.training.compiled_step), by torch.compile's names for its modes:
+# "default" fuses kernels, "reduce-overhead" adds CUDA graphs on a GPU.
+COMPILE_MODES = ("off", "default", "reduce-overhead")
 
 
 def is_whole_number(value) -> bool:
@@ -191,6 +194,12 @@ class TrainConfig:
         "bf16", help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
                      "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32",
         kind=str, choices=PRECISIONS, cli_at=18, on_resume=CHANGES, command=NEVER)
+    # Off by default: compiling needs a C compiler on a CPU (Triton on a GPU) and takes seconds to a minute at the
+    # first steps; it becomes CUDA's default only where measured to pay (docs/benchmarks.md, "The GPU at its limit").
+    compile: str = described(
+        "off", help="torch.compile the encoder for the training steps: off (default), default (fused kernels) or "
+                    "reduce-overhead (also CUDA graphs on a GPU); the first steps then compile",
+        kind=str, choices=COMPILE_MODES, metavar="MODE", cli_at=46, on_resume=CHANGES, command=NEVER)
     # Per-step events kept in `history` (and trainer_state.json): past this many, every 2nd, then every 4th...
     # step is kept, evenly over the whole run, plus the newest. 0 keeps every step. The shipped model's 28k-step
     # history was 13 MB of JSON in its checkpoint folder; thinned to 4,096 it is 1.7 MB.
@@ -290,6 +299,8 @@ def _check(config: TrainConfig) -> None:
          f"history_limit must be 0 (keep all) or at least 2, got {config.history_limit}")
     need(isinstance(config.nsp, bool), "nsp must be true or false")
     need(config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
+    need(config.compile in COMPILE_MODES,
+         f"compile must be one of {', '.join(COMPILE_MODES)}, got {config.compile!r}")
     need(isinstance(config.whole_word_masking, bool) and isinstance(config.mask_only, bool),
          "whole_word_masking and mask_only must be true or false")
     need(isinstance(config.device, str), f"device must be a name (auto, cpu, cuda), got {config.device!r}")
