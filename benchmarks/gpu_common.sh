@@ -1,7 +1,7 @@
-# Sourced (not run) by benchmarks/gpu_session.sh, gpu_continue.sh and gpu_grow.sh, after each sets DEV, OUT and PY:
-# the clock and log every step line goes through, the scratch folder $R, the shared data unpacked from the carried
-# .devdata where a lent device machine has no ../shared/data, what machine and software ran, and the seven
-# pretraining corpora of the shipped minis as train flags ($CORPORA).
+# Sourced (not run) by benchmarks/gpu_session.sh, gpu_continue.sh, gpu_grow.sh and gpu_session_62.sh, after each
+# sets DEV, OUT and PY: the clock and log every step line goes through, the scratch folder $R, the shared data
+# unpacked from the carried .devdata where a lent device machine has no ../shared/data, what machine and software
+# ran, and the seven pretraining corpora of the shipped minis as train flags ($CORPORA).
 #
 # Where ../shared/data is not beside the checkout (a lent device machine gets only the repository), pack it first,
 # into a folder git ignores, and carry .devdata with the call:
@@ -13,8 +13,9 @@ export PYTHONUNBUFFERED=1
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 R=/tmp/r; rm -rf $R; mkdir -p $R $OUT
 log() { echo "[$(el)s] $*" | tee -a $OUT/steps.log; }
-if [ ! -d ../shared/data ]; then mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared; fi
-log "data $(du -sh ../shared/data | cut -f1)"
+# (gpu_session_62.sh needs one file only: it carries .devdata/wikitext-2-valid.txt.xz and no data.tar.gz.)
+if [ ! -d ../shared/data ] && [ -f .devdata/data.tar.gz ]; then mkdir -p ../shared && tar xzf .devdata/data.tar.gz -C ../shared; fi
+log "data $(du -sh ../shared/data 2>/dev/null | cut -f1)"
 if [ "$DEV" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a $OUT/steps.log
 fi
