@@ -136,3 +136,17 @@ def test_bench_table_turns_bench_lines_into_markdown_rows():
     rows = table.rows(["not json", line])
     assert len(rows) == 3 and rows[2] == ("| mini, seq 128, batch 128 | reduce-overhead | 2,000,000 | 1,000,000 | "
                                           "2.00x | 100.0 | 13.5% | 10.1% | 7.0% | 30.5, 41.0 |")
+
+
+def test_gpu_ladder_reads_a_carried_packed_corpus(tmp_path):
+    import lzma
+
+    ladder = load_script("benchmarks/gpu_ladder.py")
+    packed = tmp_path / "wikitext-2-valid.txt.xz"
+    packed.write_bytes(lzma.compress("one line\nanother\n".encode()))
+    work = tmp_path / "work"
+    work.mkdir()
+    unpacked = ladder.corpus_file(packed, work)
+    assert unpacked == work / "valid.txt" and unpacked.read_text() == "one line\nanother\n"
+    plain = tmp_path / "plain.txt"
+    assert ladder.corpus_file(plain, work) == plain
