@@ -74,6 +74,9 @@ def test_the_compiled_encoder_stands_in_only_within_a_training_step(toy):
         compiled.compiled("max-autotune")
     with pytest.raises(BertCoreError, match="compile must be one of"):
         TrainConfig(max_steps=1, compile="fast")
+    with pytest.raises(BertCoreError, match="grad_accum 1"):
+        TrainConfig(max_steps=1, compile="reduce-overhead", grad_accum=2)
+    assert TrainConfig(max_steps=1, compile="default", grad_accum=2).grad_accum == 2
 
 
 def _losses(toy, mode: str, device: str = "cpu", steps: int = 3) -> tuple[list[float], dict]:

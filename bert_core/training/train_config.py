@@ -301,6 +301,10 @@ def _check(config: TrainConfig) -> None:
     need(config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
     need(config.compile in COMPILE_MODES,
          f"compile must be one of {', '.join(COMPILE_MODES)}, got {config.compile!r}")
+    # CUDA graphs replay into the same memory: a second micro-batch's gradients would land where the first's are
+    # still being added up.
+    need(config.compile != "reduce-overhead" or config.grad_accum == 1,
+         "compile reduce-overhead (CUDA graphs) takes one micro-batch an update: use grad_accum 1, or compile default")
     need(isinstance(config.whole_word_masking, bool) and isinstance(config.mask_only, bool),
          "whole_word_masking and mask_only must be true or false")
     need(isinstance(config.device, str), f"device must be a name (auto, cpu, cuda), got {config.device!r}")
