@@ -178,3 +178,24 @@ def test_a_run_that_kept_only_its_untrained_step_0_weights_says_nothing_was_kept
         assert store.get("r3") is None and store.was_lost("r3") and store.was_lost("v3")
     finally:
         store.close()
+
+
+def test_a_figure_that_is_not_a_number_is_kept_and_read_back(nano_folder, tmp_path):
+    """JSON has no NaN: a race whose loss or F1 is NaN (a tagger's first evaluation can give one) is kept all the
+    same, and reads back as NaN, its other figures unchanged."""
+    import dataclasses
+    import math
+
+    from bert_core.training.finetune_race import KeptRace
+
+    spec = _page_spec(nano_folder)
+    race = build_race(spec)
+    race.run()
+    first = race.results["pretrained"]
+    first.loss = float("nan")
+    first.details = {**first.details, "f1": float("inf")}
+    first.evals[0] = dataclasses.replace(first.evals[0], loss=float("nan"))
+    back = KeptRace(spec, keep_race(race, tmp_path / "kept"), "finished")
+    kept = back.results["pretrained"]
+    assert math.isnan(kept.loss) and kept.details["f1"] == float("inf") and kept.accuracy == first.accuracy
+    assert math.isnan(kept.evals[0].loss) and kept.evals[1:] == first.evals[1:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import shutil
 import uuid
 from pathlib import Path
@@ -125,6 +126,33 @@ def _keep_quietly(race, folder: Path) -> None:
 # ---------------------------------------------------------------------------------------------- kept results
 
 
+# A figure that is not a number (a loss or an F1 of nothing: a tagger's first evaluation can give NaN) goes into
+# race.json as {"__float__": "nan"}, since JSON has no NaN, and comes back as the float it was.
+_FLOAT = "__float__"
+
+
+def _finite_json(obj):
+    """`obj` with each NaN or infinity as {_FLOAT: its repr}, for JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {_FLOAT: repr(obj)}
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
+def _from_json(obj):
+    """What _finite_json wrote, read back."""
+    if isinstance(obj, dict):
+        if len(obj) == 1 and _FLOAT in obj:
+            return float(obj[_FLOAT])
+        return {k: _from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_json(v) for v in obj]
+    return obj
+
+
 def _result_json(result: FinetuneResult) -> dict:
     out = result.to_dict(with_history=True)
     out["metric_names"] = list(result.metric_names)
@@ -151,7 +179,7 @@ def keep_race(race, folder: Path) -> Path:
                 "tuners": [{"name": t.name, "state": t.state, "step": t.step,
                             "evals": [dataclasses.asdict(e) for e in t.evals],
                             "stages": [dataclasses.asdict(s) for s in t.stages]} for t in race.tuners]}
-        write_json_atomic(tmp / KEPT_FILE, kept)
+        write_json_atomic(tmp / KEPT_FILE, _finite_json(kept))
         replace_folder(tmp, folder)
     finally:
         if tmp.exists():
@@ -179,7 +207,8 @@ class KeptRace:
 
     def __init__(self, spec, folder: Path | None, state: str):
         self.spec, self.folder = spec, folder
-        kept = read_json(folder / KEPT_FILE) if folder is not None and (folder / KEPT_FILE).is_file() else {}
+        kept = (_from_json(read_json(folder / KEPT_FILE)) if folder is not None and (folder / KEPT_FILE).is_file()
+                else {})
         if kept and kept.get("format") != KEPT_FORMAT:
             raise BertCoreError(f"{folder / KEPT_FILE} is of another format")
         self._kept = kept
