@@ -11,8 +11,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bert_core.inspect.figures import (DISTINCT_COLORS, FUTURE_COLOUR, SERIES_COLORS, _layout, _probability_range,
-                                      wrap)
+from bert_core.inspect.figures import (DISTINCT_COLORS, FUTURE_COLOUR, SERIES_COLORS, TITLE_PX, TOOLBAR_PX, _layout,
+                                      _probability_range, wrap)
 
 FONT = 13             # every label a class reads from a projector: at least 12 px
 NUMBERS_UP_TO = 16    # a head this narrow (or narrower) shows its numbers in the cells, not only on hover
@@ -34,11 +34,30 @@ def _symmetric(*arrays: np.ndarray) -> float:
     return top if top > 0 else 1.0
 
 
+SUBTITLE_PX = 22      # a subplot title's line, at FONT + 1
+
+
 def _fonts(fig: go.Figure) -> go.Figure:
     fig.update_layout(font=dict(size=FONT))
     fig.update_xaxes(tickfont=dict(size=FONT))
     fig.update_yaxes(tickfont=dict(size=FONT))
     fig.update_annotations(font_size=FONT + 1)
+    return _room_above(fig)
+
+
+def _room_above(fig: go.Figure) -> go.Figure:
+    """A top margin that holds, under the toolbar's strip, every line of the title and of the top row's subplot
+    titles (the plot keeps its size: the height grows by as much). A title wrapped to two lines otherwise ran into
+    the first panel's title at a projector's 1280 px (seen in the browser test's screenshots)."""
+    title = str(fig.layout.title.text or "")
+    lines = title.count("<br>") + 1 if title else 0
+    top_row = [a for a in fig.layout.annotations
+               if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y > 0.98]
+    sub = max((str(a.text or "").count("<br>") + 1 for a in top_row), default=0)
+    need = TOOLBAR_PX + TITLE_PX * lines + SUBTITLE_PX * sub + 8
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+    if top < need:
+        fig.update_layout(margin_t=need, height=(fig.layout.height or 450) + need - top)
     return fig
 
 

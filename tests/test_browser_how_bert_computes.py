@@ -1,0 +1,205 @@
+"""In a real browser at a projector's 1280 x 720: every view of *How BERT computes* (inside attention with a
+temperature what-if, each layer's guess with a head switched off, the embeddings with their neighbours and the word
+map, the grammar check) draws, for BERT and for its GPT twin, on the shipped checkpoints and on models trained in
+this session from the Train page. Each view is screenshotted at the projector's size (docs/screenshots/how-*.png
+with BERT_UPDATE_SCREENSHOTS=1) and the whole page once per tab for review (test-artifacts only).
+
+A long check (`--long`): four models through four views, two of them trained first; minutes on a loaded CPU."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _no_exception,
+    _open,
+    _settle,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+    server,
+    server_home,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.long]
+
+PAGE = "How_BERT_computes"
+PROJECTOR = {"width": 1280, "height": 720}
+STEPS = 20   # a few steps of the Train page's default nano run: enough for a model, not for a good one
+# Each tab and the charts it draws, by a part of their titles. The tabs hold the title's words for BERT and GPT
+# alike (the GPT twin's lens guesses "the next token", not "the [MASK]").
+VIEWS = {
+    "Inside attention": ("query, keys and values", "its scores and weights", "the weighted sum"),
+    "Each layer's guess": ("Each layer's guess", "The final answer's tokens", "The guess with heads off"),
+    "Embeddings": ("its embeddings", "How long each part is", "Nearest in context to", "in the embedding table",
+                   "layer by layer (PCA)"),
+    "Grammar check": ("Prefers", "Each piece's log-probability"),
+}
+# The chart each docs screenshot is scrolled to (its top at the window's top), by tab.
+SHOWN = {"Inside attention": "its scores and weights", "Each layer's guess": "Each layer's guess",
+         "Embeddings": "layer by layer (PCA)", "Grammar check": "Prefers"}
+SLUGS = {"Inside attention": "attention-steps", "Each layer's guess": "logit-lens", "Embeddings": "word-map",
+         "Grammar check": "grammar-check"}
+# The views that also go to docs/screenshots (README, docs/how-bert-computes.md), by model: the rest stay in
+# test-artifacts, looked over but not kept (the repository's size matters).
+DOCS = {"shipped-bert": set(VIEWS), "shipped-gpt": {"Inside attention", "Each layer's guess"},
+        "session-bert": set(), "session-gpt": {"Grammar check"}}
+
+
+def _visible_titles(page) -> list[str]:
+    """The titles of the Plotly charts drawn in the open tab (a hidden tab's charts have no offsetParent)."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(d => d.offsetParent !== null && d.layout)
+            .map(d => String((d.layout.title || {}).text || d.layout.title || '').replace(/<[^>]+>/g, ' '))""")
+
+
+def _wait_for_charts(page, titles: tuple[str, ...], where: str, timeout: float = 120.0) -> list[str]:
+    """Every chart named in `titles` drawn in the open tab (a chart below the fold may be drawn when scrolled to)."""
+    deadline = time.time() + timeout
+    while True:
+        drawn = _visible_titles(page)
+        missing = [t for t in titles if not any(t in d for d in drawn)]
+        if not missing:
+            return drawn
+        assert time.time() < deadline, f"{where}: no chart titled {missing}; drawn: {drawn}"
+        page.mouse.wheel(0, 500)
+        time.sleep(0.5)
+
+
+def _no_error_on_page(page, where: str) -> None:
+    """No exception box, no traceback in the text, no error box in the open tab."""
+    _no_exception(page, where)
+    text = page.locator('[data-testid="stMain"]').inner_text()
+    assert "Traceback" not in text, f"{where}: {text[:2000]}"
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    shown = [errors.nth(i).inner_text() for i in range(errors.count()) if errors.nth(i).is_visible()]
+    assert not shown, f"{where}: {shown}"
+
+
+def _shoot_chart(page, title: str, name: str, dirs) -> None:
+    """The window as a projector shows it, scrolled so that the chart titled `title` starts at its top."""
+    page.evaluate(
+        """(title) => {
+            const d = Array.from(document.querySelectorAll('.js-plotly-plot')).find(d => d.offsetParent !== null
+                && String((d.layout.title || {}).text || d.layout.title || '').includes(title));
+            const box = d.closest('[data-testid="stElementContainer"]') || d;
+            box.scrollIntoView({block: 'start'});
+            // Clear of the app's header bar, which would otherwise cover the chart's title.
+            let el = box.parentElement;
+            while (el && el.scrollTop === 0) el = el.parentElement;
+            (el || document.scrollingElement).scrollTop -= 64;
+        }""", title)
+    time.sleep(0.8)   # the scroll settles, and plotly relayouts
+    for d in dirs:
+        page.screenshot(path=str(d / f"{name}.png"))
+
+
+def _shoot_whole(page, name: str, dirs) -> None:
+    """The whole page at the projector's width, for looking over (test-artifacts only: too tall for the docs)."""
+    height = page.evaluate("() => Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], "
+                           "[data-testid=stAppViewContainer]')).map(e => e.scrollHeight), document.body.scrollHeight)")
+    page.set_viewport_size({"width": PROJECTOR["width"], "height": int(min(max(height, 720), 8000))})
+    time.sleep(0.8)
+    page.screenshot(path=str(dirs[0] / f"{name}.png"), full_page=True)
+    page.set_viewport_size(PROJECTOR)
+    time.sleep(0.5)
+
+
+def _switch_a_head_off(page) -> None:
+    """Pick layer 1, head 1 in *Switch heads off*; the guess without it is drawn (checked by the caller)."""
+    box = page.get_by_test_id("stMultiSelect").filter(has_text="Heads to switch off").locator("input")
+    box.click()
+    box.fill("layer 1, head 1")
+    page.keyboard.press("Enter")
+    page.keyboard.press("Escape")
+    _settle(page)
+
+
+def _every_view(page, label: str, dirs) -> None:
+    """Open each tab of the page, check its charts are drawn and nothing failed, and screenshot it: as
+    how-{view}.png for the shipped BERT, how-{label}-{view}.png for the others; in docs/screenshots too for the
+    views DOCS names."""
+    for tab, titles in VIEWS.items():
+        where = f"{label}, {tab}"
+        page.get_by_role("tab", name=tab).click()
+        time.sleep(0.5)
+        _settle(page)
+        if tab == "Each layer's guess":
+            _wait_for_charts(page, titles[:2], where)
+            _switch_a_head_off(page)
+            page.get_by_text("with those heads off").first.wait_for(timeout=60_000)
+        drawn = _wait_for_charts(page, titles, where)
+        assert drawn, where
+        _no_error_on_page(page, where)
+        slug = SLUGS[tab]
+        name = f"how-{slug}" if label == "shipped-bert" else f"how-{label}-{slug}"
+        _shoot_chart(page, SHOWN[tab], name, dirs if tab in DOCS[label] else dirs[:1])
+        _shoot_whole(page, f"how-{label}-{slug}-whole", dirs)
+        page.evaluate("() => window.scrollTo(0, 0)")
+
+
+def _train_in_this_tab(page, base: str, objective: str) -> None:
+    """A few steps of the Train page's default nano run on toy text (BERT's `mlm` or the GPT twin's `clm`), then
+    the sidebar's *Model trained in this session* and the page."""
+    _open(page, base, "Train", f"?train_steps={STEPS}&train_eval_every={STEPS // 2}&train_probe_every=0"
+                               f"&train_objective={objective}")
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
+    page.get_by_text(f"Run finished at step {STEPS}").wait_for(timeout=300_000)
+    _settle(page)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_test_id("stRadioGroup").get_by_text("Model trained in this session").click()
+    _settle(page)
+    sidebar.get_by_role("link", name="How BERT computes").click()
+    page.wait_for_url(re.compile(PAGE), timeout=60_000)
+    _settle(page, timeout=300)
+
+
+@pytest.mark.parametrize("label", ["shipped-bert", "shipped-gpt"])
+def test_every_view_draws_on_the_shipped_checkpoints(server, browser, screenshot_dirs, model_folder, label):
+    """The shipped BERT the app opens by default (with a temperature what-if on the softmax) and its GPT twin
+    beside it (`?ckpt=gpt-...`), every view."""
+    base, _ = server
+    checkpoint = model_folder.name.replace("bert", "gpt") if label == "shipped-gpt" else None
+    if checkpoint is not None and not (model_folder.parent / checkpoint / "config.json").is_file():
+        pytest.skip(f"no GPT twin shipped beside {model_folder}")
+    page = browser.new_page(viewport=PROJECTOR)
+    try:
+        query = "?model=shipped&hbc_temperature=0.5" + (f"&ckpt={checkpoint}" if checkpoint else "")
+        page.goto(f"{base}/{PAGE}{query}")
+        _settle(page, timeout=300)   # the first open reads the held-out pool through the model
+        # The sidebar's picker reads the checkpoint from the URL; the GPT twin's page says so by its causal mask.
+        causal = page.get_by_text("The GPT twin's causal mask", exact=False).count() >= 1
+        assert causal == (checkpoint is not None), label
+        assert page.get_by_text("Orange is a what-if at temperature 0.5", exact=False).count() == 1
+        _every_view(page, label, screenshot_dirs)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("objective, label", [("mlm", "session-bert"), ("clm", "session-gpt")])
+def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, screenshot_dirs, objective, label):
+    """A nano BERT and a nano GPT twin, each trained a few steps from the Train page, every view; the toy BERT also
+    scores every built-in pair (does a toy run know any grammar?)."""
+    base, _ = server
+    context = browser.new_context(viewport=PROJECTOR)
+    try:
+        page = context.new_page()
+        _train_in_this_tab(page, base, objective)
+        causal = page.get_by_text("The GPT twin's causal mask", exact=False).count() >= 1
+        assert causal == (objective == "clm"), label
+        _every_view(page, label, screenshot_dirs)
+        if objective == "mlm":
+            page.get_by_role("tab", name="Grammar check").click()
+            page.get_by_text("Score all", exact=False).first.click()
+            _settle(page, timeout=300)
+            page.get_by_text(re.compile(r"prefers the good sentence in \d+ of \d+ pairs")).wait_for(timeout=300_000)
+            _wait_for_charts(page, ("The built-in pairs",), f"{label}, every pair")
+            _no_error_on_page(page, f"{label}, every pair")
+            _shoot_chart(page, "The built-in pairs", "how-session-bert-grammar-pairs", screenshot_dirs)
+    finally:
+        context.close()
