@@ -1,6 +1,7 @@
 """In a real browser, a run outlives its server (issue #34): a run finishes on a public server, the server is killed
 (SIGKILL: no chance to clean up) and started again over the same folders, and the run's link opens the run with its
-curves, its probes and its model, on the Train page and in the sidebar of the other pages."""
+curves, its probes and its model, on the Train page and in the sidebar of the other pages. A Fine-tune race does too
+(issue #61): its link opens its results, curves and confusion matrices, and its models classify a typed sentence."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # a long check (`--long`): a server restarted under a browser; test_faults restarts one in the suite
 
 STEPS = 60
+RACE = "?ft_kind=labels&ft_data=toy_order&ft_steps=20&ft_train=100&ft_val=40&ft_maxlen=32"
 
 
 def _start(folder: Path, model_folder: Path, log_name: str) -> tuple[subprocess.Popen, str]:
@@ -41,9 +43,29 @@ def _start(folder: Path, model_folder: Path, log_name: str) -> tuple[subprocess.
     return start_app_server(port, env, log, timeout_s=90), f"http://127.0.0.1:{port}"
 
 
-def _recorded_finished(folder: Path) -> bool:
+def _recorded_finished(folder: Path, count: int = 1) -> bool:
     records = list((folder / "runs-state").glob("*/run.json"))
-    return any(json.loads(r.read_text()).get("phase") == "finished" for r in records)
+    return sum(json.loads(r.read_text()).get("phase") == "finished" for r in records) >= count
+
+
+def _race_figures(page) -> tuple[list[int], int]:
+    """(each curve's length on the validation chart, how many confusion matrices are drawn)."""
+    return page.evaluate("""() => {
+        const plots = Array.from(document.querySelectorAll('.js-plotly-plot'));
+        const title = d => String((d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || '');
+        const curves = plots.filter(d => title(d).includes('Validation'))
+            .flatMap(d => (d.data || []).map(t => (t.x || []).length));
+        return [curves, plots.filter(d => title(d).includes('Confusion matrix')).length];
+    }""")
+
+
+def _finished_race(page) -> None:
+    """Wait for a race's results, their figures drawn."""
+    page.get_by_role("heading", name="Results").wait_for(timeout=180_000)
+    _settle(page)
+    page.wait_for_function("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .filter(d => String((d.layout.title || {}).text || '').includes('Confusion matrix')).length >= 2""",
+                           timeout=60_000)
 
 
 def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browser, model_folder, tmp_path,
@@ -54,7 +76,7 @@ def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browse
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         _open(page, base, "Train", f"?train_steps={STEPS}&train_probe_every=20")
-        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
         page.get_by_text(f"Run finished at step {STEPS}").wait_for(timeout=180_000)
         _settle(page)
         url = page.url.replace(base, "")
@@ -64,9 +86,18 @@ def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browse
             f".some(d => (d.data || []).some(t => (t.x || []).length > 0 && t.x[t.x.length - 1] == {STEPS}))",
             timeout=60_000)
         curves = max(max(x, default=0) for x in _trace_lengths(page))
+        # A tiny Fine-tune race (the toy word-order task, 20 steps a model) beside it.
+        race = context.new_page()
+        _open(race, base, "Fine-tune", RACE)
+        race.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Fine-tune both", exact=True).click()
+        _finished_race(race)
+        race_url = race.url.replace(base, "")
+        assert "ft=" in race_url, race_url
+        race_curves, matrices = _race_figures(race)
+        assert matrices == 2 and race_curves and min(race_curves) > 0, (race_curves, matrices)
         deadline = time.time() + 60
-        while not _recorded_finished(tmp_path):   # the record is written by the scheduler's next pass
-            assert time.time() < deadline, "the finished run was never recorded"
+        while not _recorded_finished(tmp_path, 2):   # the records are written by the scheduler's next pass
+            assert time.time() < deadline, "the finished run and race were never recorded"
             time.sleep(0.2)
         context.close()
         first.send_signal(signal.SIGKILL)
@@ -96,6 +127,19 @@ def test_a_finished_run_and_its_model_are_there_after_the_server_restarts(browse
         sidebar.get_by_text(f"step {STEPS}", exact=False).first.wait_for(timeout=30_000)
         assert sidebar.locator('[data-testid="stAlertContentError"]').count() == 0
         _no_exception(page, "Predictions with the restored model")
+        # The race: its results, its curves as they were and both confusion matrices, and its models still answer.
+        page.goto(base + race_url)
+        _finished_race(page)
+        _no_exception(page, "Fine-tune after the restart")
+        assert _race_figures(page) == [race_curves, 2], "the race's curves and confusion matrices are all there"
+        assert page.get_by_text("Nothing of this race was kept").count() == 0
+        page.get_by_label("Sentence", exact=True).fill("the farmer feeds the hungry cows")
+        page.keyboard.press("Enter")
+        _settle(page)
+        page.wait_for_function("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .some(d => String((d.layout.title || {}).text || '').includes('Class probabilities'))""", timeout=30_000)
+        _no_exception(page, "a typed sentence classified by the restored race's models")
+        _shoot(page, "fine-tune-after-restart", screenshot_dirs)
         context.close()
     finally:
         for proc in (first, second):
