@@ -39,7 +39,8 @@ for run in "${RUNS[@]}"; do
     --vocab-size $VOCAB --rounds $ROUNDS --warmup $WARMUP --compile $mode --json > $R/bench.out 2>> $R/bench.err
   rc=$?
   cat $R/bench.out >> $OUT/bench.jsonl
-  log "bench $run: rc=$rc $(grep -o '"speedup": [0-9.]*\|"ours_fraction_of_matmul": [0-9.]*\|"ours_compile_s": [0-9.]*' $R/bench.out | tr '\n' ' ')"
+  said='"speedup": [0-9.]*\|"ours_fraction_of_matmul": [0-9.]*\|"ours_compile_s": [0-9.]*'
+  log "bench $run: rc=$rc $(grep -o "$said" $R/bench.out | tr '\n' ' ')"
 done
 n=$(echo "$PRESETS" | tr ',' '\n' | grep -c .)
 TB=${TB:-$(( (END - $(el) - n * SETUP_S) / n ))}; [ $TB -gt 90 ] && TB=90; [ $TB -lt 10 ] && TB=10
