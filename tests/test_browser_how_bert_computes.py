@@ -46,8 +46,7 @@ SLUGS = {"Inside attention": "attention-steps", "Each layer's guess": "logit-len
          "Grammar check": "grammar-check"}
 # The views that also go to docs/screenshots (README, docs/how-bert-computes.md), by model: the rest stay in
 # test-artifacts, looked over but not kept (the repository's size matters).
-DOCS = {"shipped-bert": set(VIEWS), "shipped-gpt": {"Inside attention", "Each layer's guess"},
-        "session-bert": set(), "session-gpt": {"Grammar check"}}
+DOCS = {"shipped-bert": set(VIEWS), "shipped-gpt": {"Inside attention"}, "session-bert": set(), "session-gpt": set()}
 
 
 def _visible_titles(page) -> list[str]:
