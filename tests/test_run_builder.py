@@ -34,7 +34,8 @@ def test_every_train_option_stores_its_value_under_the_setting_it_sets():
             assert actions[option] == field, option
     # Every TrainConfig field `train` has an option for reaches the config under its own name.
     options = {f.name for f in dataclasses.fields(TrainConfig)} & set(actions.values())
-    assert options == {f for f, o in comparison.TRAIN_FLAGS.items() if o} | {"checkpoint_every_s", "precision"}
+    assert options == ({f for f, o in comparison.TRAIN_FLAGS.items() if o}
+                       | {"checkpoint_every_s", "precision", "compile"})
 
 
 def _values(**changes) -> dict:
