@@ -42,7 +42,7 @@ def add_parser(sub):
         "train",
         help="pretrain a BERT (MLM + NSP), or a GPT-style causal model (--objective clm), on corpora",
         description="Pretrain a BERT with masked-language modelling and next-sentence prediction. "
-        f"{int(HELDOUT_FRACTION * 100)}%% of each corpus's documents (seeded) are held out for evaluation. "
+        f"{int(HELDOUT_FRACTION * 100)}% of each corpus's documents (seeded) are held out for evaluation. "
         "Runs unchanged under torchrun --nproc_per_node=N (DistributedDataParallel). On --resume, the learning-rate "
         "schedule, optimizer and housekeeping options given override the saved ones; the data and model stay.",
     )
