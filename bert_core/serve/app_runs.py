@@ -13,7 +13,7 @@ from pathlib import Path
 from streamlit import runtime
 
 from bert_core.inspect.lesson import STEP_KEYS
-from bert_core.serve.job_factory import JobFactory, train_in_process
+from bert_core.serve.job_factory import JobFactory
 from bert_core.serve.launcher import fork_available, launcher
 from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
@@ -111,5 +111,5 @@ def warm_launcher() -> None:
     """Have the training launcher make its imports now (bert_core.serve.launcher), on the pages with a Start button,
     so the first Start finds it ready; not when the app loads, where its seconds of imports would compete with the
     first page's draw on a small server."""
-    if train_in_process() and fork_available():
+    if JOB_FACTORY.kind() == "process" and fork_available():   # a Ray server's runs are never forked here
         launcher().warm()
