@@ -12,7 +12,11 @@ from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.logit_lens import logit_lens
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.finetune_figures import RUN_LABELS
+from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.serve import app_state
+from bert_core.serve.finetune_kinds import KIND_PAGES
+from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
 OWN_SENTENCES = "your own sentences"
 
@@ -47,8 +51,60 @@ app_state.persist_keys(*keys, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pa
 st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
 st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
 
-attention_tab, lens_tab, embeddings_tab, grammar_tab = st.tabs(
-    ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check"])
+WHY_TITLE = "Why a fine-tuned model decided"
+WIDGETS = {"text_input": st.text_input, "text_area": st.text_area, "number_input": st.number_input}
+
+
+def _finished_race():
+    """This tab's fine-tuning race (the Fine-tune page's) once it has ended with fine-tuned models: (its run id,
+    the race's trainer, its models by name), or (None, None, {})."""
+    race, _ = app_state.current_run(FINETUNE_PAGE)
+    trainer = race.job.trainer if race is not None and race.job is not None and not race.active else None
+    results = (trainer.results or {}) if trainer is not None else {}
+    tuned = {n: r for n, r in results.items() if r.model is not None and r.tokenizer is not None}
+    return (race.run_id, trainer, tuned) if tuned else (None, None, {})
+
+
+def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
+    """The salience panel for one of the race's fine-tuned models and an input typed here (the Fine-tune page has
+    its own, beside "try your own sentence"); drawn on request, since integrated gradients take seconds."""
+    its = KIND_PAGES[race.task_kind]
+    st.markdown(f"Your fine-tuning race on the **Fine-tune** page ({its.label.lower()}): which tokens made a "
+                "fine-tuned model's answer, and which attention heads it leans on.")
+    if st.session_state.get("hbc_why_model") not in tuned:
+        st.session_state.pop("hbc_why_model", None)   # a model of an earlier race
+    name = st.selectbox("Model to explain", list(tuned), key="hbc_why_model",
+                        format_func=lambda n: RUN_LABELS.get(n, n))
+    fields = its.try_fields(race.val_data)
+    for f in fields:   # the Fine-tune page's inputs, under keys of this page's own
+        WIDGETS[f.widget](f.label, key=f"hbc_why_{f.key}", **f.options)
+    explained = its.explained({f.key: st.session_state.get(f"hbc_why_{f.key}") for f in fields}, race.val_data)
+    if explained is None:
+        st.caption("Type an input above.")
+        return
+    if not st.toggle("Explain (a few seconds)", key="hbc_why_on"):
+        return
+    r, (text, text_b, word) = tuned[name], explained
+    key = (run_id, name, its.name, text, text_b, word)
+    try:
+        if st.session_state.get("_hbc_why", (None,))[0] != key:   # kept while the input stays: reruns are cheap
+            with st.spinner("Following the path from the baseline to the input…"):
+                st.session_state["_hbc_why"] = (key, salience_panel_data(
+                    r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names,
+                    max_length=race.config.max_length))
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return
+    panel = st.session_state["_hbc_why"][1]
+    st.markdown(panel.summary)
+    for figure_name, figure, caption in panel.figures:
+        app_state.plotly(figure, figure_name, key=f"hbc_{figure_name}")
+        st.caption(caption)
+
+
+race_id, race, tuned = _finished_race()
+attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
+    ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", *([WHY_TITLE] if tuned else [])])
 
 with attention_tab:
     c1, c2 = st.columns(2)
@@ -239,5 +295,9 @@ with grammar_tab:
             st.markdown(f"The model prefers the good sentence in **{right} of {len(rows)}** pairs (chance: half).")
             app_state.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
             st.dataframe(rows, hide_index=True, width="stretch")
+
+if why_tab:
+    with why_tab[0]:
+        _why_fine_tuned(race_id, race, tuned)
 
 app_state.sync_query(*keys)
