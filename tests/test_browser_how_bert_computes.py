@@ -2,9 +2,11 @@
 temperature what-if, each layer's guess with a head switched off, the embeddings with their neighbours and the word
 map, the grammar check) draws, for BERT and for its GPT twin, on the shipped checkpoints and on models trained in
 this session from the Train page. Each view is screenshotted at the projector's size (docs/screenshots/how-*.png
-with BERT_UPDATE_SCREENSHOTS=1) and the whole page once per tab for review (test-artifacts only).
+with BERT_UPDATE_SCREENSHOTS=1) and the whole page once per tab for review (test-artifacts only). Last, after a
+short fine-tuning race on the Fine-tune page, the fifth tab explains a fine-tuned model's answer.
 
-A long check (`--long`): four models through four views, two of them trained first; minutes on a loaded CPU."""
+A long check (`--long`): four models through four views, two of them trained first, and a race; about six minutes
+on a loaded 2-core CPU."""
 
 from __future__ import annotations
 
@@ -200,5 +202,34 @@ def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, sc
             _wait_for_charts(page, ("The built-in pairs",), f"{label}, every pair")
             _no_error_on_page(page, f"{label}, every pair")
             _shoot_chart(page, "The built-in pairs", "how-session-bert-grammar-pairs", screenshot_dirs)
+    finally:
+        context.close()
+
+
+def test_a_fine_tuned_model_of_this_tab_is_explained(server, browser, screenshot_dirs):
+    """After a short fine-tuning race on the Fine-tune page (the default labels task, a few steps), the page's
+    *Why a fine-tuned model decided* explains one model's answer to a typed sentence: the saliences and the heads."""
+    base, _ = server
+    context = browser.new_context(viewport=PROJECTOR)
+    try:
+        page = context.new_page()
+        _open(page, base, "Fine-tune", "?ft_steps=30&ft_train=100&ft_val=50")
+        page.get_by_role("button", name="Fine-tune both").click()
+        page.get_by_role("heading", name="Results").wait_for(timeout=600_000)
+        _settle(page)
+        page.get_by_test_id("stSidebar").get_by_role("link", name="How BERT computes").click()
+        page.wait_for_url(re.compile(PAGE), timeout=60_000)
+        _settle(page, timeout=300)
+        page.get_by_role("tab", name="Why a fine-tuned model decided").click()
+        box = page.get_by_role("textbox", name="Sentence", exact=True)
+        box.fill("the film was a long and rather dull story .")
+        box.press("Enter")
+        _settle(page)
+        page.get_by_text("Explain (a few seconds)").click()
+        _settle(page, timeout=300)
+        _wait_for_charts(page, ("Which tokens made the answer", "Each head switched off"), "why", timeout=300)
+        _no_error_on_page(page, "why a fine-tuned model decided")
+        _shoot_chart(page, "Which tokens made the answer", "how-why-fine-tuned", screenshot_dirs)
+        _shoot_whole(page, "how-why-fine-tuned-whole", screenshot_dirs)
     finally:
         context.close()
