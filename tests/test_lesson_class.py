@@ -236,8 +236,8 @@ def test_a_student_looks_at_the_teachers_model_and_the_teachers_update(led):
     assert _notice(student) == _notice(teacher)
     teacher.selectbox(key="model_shipped").set_value("bert-tiny-english").run()
     # One training step: the teacher presses, the student sees that very update, with no button of their own.
-    teacher.button(key="lesson_next").click().run()
-    teacher.button(key="lesson_next").click().run()
+    for _ in range(3):   # tokens -> embedding -> masking -> step
+        teacher.button(key="lesson_next").click().run()
     student.run()
     assert _param(student, "step") == "step" and not [b for b in student.button if b.key == "lesson_step_go"]
     teacher.button(key="lesson_step_go").click().run()
@@ -362,7 +362,7 @@ def test_the_teachers_link_reopens_the_class_where_it_is_and_the_students_way_ba
     teacher, code, token = led
     teacher.button(key="lesson_next").click().run()               # the class is on step 2
     again = _page(teach=token)                                      # the teacher's link, in a fresh session
-    assert _param(again, "step") == "masking"
+    assert _param(again, "step") == "embedding"
     assert [e for e in again.expander if "teacher's view" in str(e.label)]
     student = _page(follow=code)
     student.switch_page("pages/3_Attention.py").run()
@@ -371,7 +371,7 @@ def test_the_teachers_link_reopens_the_class_where_it_is_and_the_students_way_ba
             del student.query_params[name]
     student.switch_page("pages/0_Lesson.py").run()                  # the sidebar's *Lesson*: a link without them
     assert not student.exception, [e.value for e in student.exception]
-    assert _param(student, "follow") == code and _param(student, "step") == "masking"
+    assert _param(student, "follow") == code and _param(student, "step") == "embedding"
     assert any("The teacher is on step 2" in str(c.value) for c in student.caption)
 
 
