@@ -5,9 +5,9 @@ third job, say one on a cluster) is one more class that satisfies the same proto
 
 Implementations:
 - RunSpec: `train_spec.TrainSpec` (a Train-page run), `finetune_runs.FinetuneSpec` (a Fine-tune race).
-- RunJob: `jobs.TrainingJob` (on a server thread), `training_process.ProcessTrainingJob` (in a child process).
+- RunJob: `thread_job.TrainingJob` (on a server thread), `training_process.ProcessTrainingJob` (in a child process).
 - LiveView: `training.trainer.Trainer` and `training.finetune.FinetuneComparison` where they run, and their mirrors
-  in the server, `training_process.TrainerProxy` and `training_process.ComparisonProxy`.
+  in the server, `training_mirrors.TrainerProxy` and `training_mirrors.ComparisonProxy`.
 
 Torch-free, like the rest of the server's import path.
 """
