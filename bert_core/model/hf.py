@@ -12,7 +12,6 @@ import json
 import pickle
 import re
 import warnings
-import zipfile
 from pathlib import Path
 
 import torch
@@ -29,89 +28,16 @@ from bert_core.model.bert import (
     pretraining_model,
 )
 from bert_core.model.config import BertConfig
-
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
-TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-
-
-# How to turn a pickled checkpoint into files that cannot run code; said whenever one is refused.
-CONVERT_PICKLE = (
-    "convert it to safetensors on a machine where you trust the file: "
-    "transformers.BertForPreTraining.from_pretrained(FOLDER).save_pretrained(NEW_FOLDER, safe_serialization=True), "
-    "or safetensors.torch.save_file(state_dict, 'model.safetensors') on its state dict"
+from bert_core.model.files import (  # noqa: F401 - re-exported: the checks on a folder, from where they used to live
+    CONVERT_PICKLE,
+    WEIGHT_FILES,
+    is_checkpoint_folder,
+    is_whole_checkpoint,
+    require_checkpoint_folder,
 )
 
-
-def is_checkpoint_folder(folder: str | Path) -> bool:
-    """True when `folder` holds a config.json and one of the weight files."""
-    folder = Path(folder)
-    return (folder / "config.json").is_file() and any((folder / f).is_file() for f in WEIGHT_FILES)
-
-
-def is_whole_checkpoint(folder: str | Path) -> bool:
-    """True when `folder` looks loadable without loading it: config.json is a JSON object, and model.safetensors is
-    whole (its header parses and its tensors end where the file ends), or a pytorch_model.bin is there and not
-    empty. A save cut short by a full disk fails this."""
-    folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(config, dict):
-            return False
-        weights = folder / "model.safetensors"
-        if not weights.is_file():
-            return (folder / "pytorch_model.bin").is_file() and (folder / "pytorch_model.bin").stat().st_size > 0
-        size = weights.stat().st_size
-        with weights.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                return False
-            n = int.from_bytes(head, "little")
-            if n > min(size - 8, 100 * 2**20):
-                return False
-            header = json.loads(f.read(n))
-        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
-        return isinstance(header, dict) and 8 + n + max(ends, default=0) == size
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return False
-
-
-def _file_kind(path: Path) -> str:
-    """'pickle' (a pickle or torch.save's zip of one), 'zip', or 'other', from the first bytes; never unpickles."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(4)
-        if head[:1] == b"\x80":  # the PROTO opcode every pickle since protocol 2 starts with
-            return "pickle"
-        if head == b"PK\x03\x04":
-            with zipfile.ZipFile(path) as z:
-                return "pickle" if any(n.endswith("data.pkl") for n in z.namelist()) else "zip"
-    except (OSError, zipfile.BadZipFile):
-        pass
-    return "other"
-
-
-def require_checkpoint_folder(folder: str | Path) -> Path:
-    """`folder` as a Path when it is a checkpoint folder; otherwise a BertCoreError that says what it is instead
-    (missing, a pickle, a zip, a file inside a checkpoint, a folder without weights)."""
-    folder = Path(folder)
-    if folder.is_file():
-        kind = _file_kind(folder)
-        if kind == "pickle":
-            raise BertCoreError(f"{folder} is a pickled PyTorch file, not a checkpoint folder; a pickle can run code "
-                                f"when loaded, so it is not read: {CONVERT_PICKLE}, then give that folder")
-        if kind == "zip":
-            raise BertCoreError(f"{folder} is a zip archive: unpack it and give the folder that holds config.json")
-        if folder.name in ("config.json", *WEIGHT_FILES):
-            raise BertCoreError(f"{folder} is a file: give its folder, {folder.parent}")
-        raise BertCoreError(f"{folder} is a file, not a checkpoint folder: give the folder that holds config.json "
-                            "and model.safetensors")
-    if not folder.is_dir():
-        raise BertCoreError(f"checkpoint folder {folder} does not exist")
-    if not is_checkpoint_folder(folder):
-        raise BertCoreError(f"{folder} is not a checkpoint folder: it needs config.json and model.safetensors "
-                            "(or pytorch_model.bin)")
-    return folder
+# Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
 def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_names=None) -> Path:
