@@ -5,7 +5,7 @@ this session from the Train page. Each view is screenshotted at the projector's 
 with BERT_UPDATE_SCREENSHOTS=1) and the whole page once per tab for review (test-artifacts only). Last, after a
 short fine-tuning race on the Fine-tune page, the fifth tab explains a fine-tuned model's answer.
 
-A long check (`--long`): four models through four views, two of them trained first, and a race; about six minutes
+A long check (`--long`): four models through four views, two of them trained first, and a race; four to six minutes
 on a loaded 2-core CPU."""
 
 from __future__ import annotations
