@@ -169,12 +169,17 @@ class TrainingActor:
         self._commands.put(message)
 
     def events(self, wait_s: float) -> list:
-        """The messages since the last call, waiting up to `wait_s` for the first; ENDED is the last of all."""
-        out = []
-        try:
-            out.append(self._events.queue.get(timeout=wait_s))
-            while len(out) < MAX_EVENTS:
-                out.append(self._events.queue.get_nowait())
-        except queue.Empty:
-            pass
+        """The messages of the next `wait_s` seconds (ENDED is the last of all): a training run says something at
+        every step, and one call a fraction of a second costs the server less than one a step. A reply, or the
+        end, comes back at once: a save or a Step once is waited for."""
+        out: list = []
+        deadline = time.monotonic() + wait_s
+        while len(out) < MAX_EVENTS:
+            try:
+                message = self._events.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            out.append(message)
+            if message[0] == "reply" or message == ENDED:
+                break
         return out

@@ -31,7 +31,7 @@ from bert_core.serve.training_process import ProcessTrainingJob
 
 log = logging.getLogger("bert_core.app")
 
-EVENTS_WAIT_S = 0.25   # the longest an `events` call waits: a command sent meanwhile runs after it (Ray keeps order)
+EVENTS_WAIT_S = 0.25   # what one `events` call gathers: a command sent meanwhile runs after it (Ray keeps order)
 _ACTOR = None          # TrainingActor as a Ray actor class, made once
 
 
