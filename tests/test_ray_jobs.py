@@ -72,10 +72,14 @@ def cluster():
 
 
 def test_without_the_setting_the_server_never_imports_ray(tmp_path):
-    """The app's state (its run store, job factory and slots) in a fresh process, the setting unset: no Ray."""
+    """The app's state (its run store, job factory and slots) in a fresh process, the setting unset: no Ray; and the
+    Ray job's modules themselves are Ray-free and torch-free at import."""
     code = ("import sys\nimport bert_core.serve.app_state\nfrom bert_core.serve import app_runs, jobs\n"
             "assert app_runs.JOB_FACTORY.kind() in ('process', 'thread')\nassert app_runs.RUNS.slots() >= 1\n"
-            "assert 'ray' not in sys.modules, 'ray imported'\nprint('ok')\n")
+            "assert 'ray' not in sys.modules, 'ray imported'\n"
+            # The Ray job's own modules load neither Ray nor torch until a run is made on a cluster.
+            "import bert_core.serve.ray_job, bert_core.serve.ray_actor, bert_core.serve.ray_cluster\n"
+            "assert 'ray' not in sys.modules and 'torch' not in sys.modules\nprint('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != ray_cluster.RAY_ADDRESS_ENV}
     env["BERT_EXPLORER_STATE_DIR"] = str(tmp_path / "state")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
