@@ -4,6 +4,7 @@ control, a figure, a "What to notice" line computed from the model in use, and a
 
 import streamlit as st
 
+from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, lesson_figures
 from bert_core.inspect.attention_steps import attention_steps, with_temperature
@@ -215,7 +216,7 @@ def _masking() -> str | None:
         return lesson.notice_masking(stats, None)
     guesses = guesses_for_instance(active.model, active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
     app_state.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
-    accuracy = app_state.decision_accuracy(active, "toy:0", instances, seed, 0.15)
+    accuracy = app_state.decision_accuracy(active, "toy:0", instances, seed, MASK_RATE)
     app_state.plotly(lesson_figures.decision_accuracy_bars(
         accuracy, f"Right guesses by decision, {stats['instances']} toy pairs"), "lesson-accuracy",
         key="lesson_accuracy_fig")

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
@@ -38,7 +39,7 @@ app_state.init_widget("tm_pair_seed", 0, int)
 app_state.init_widget("tm_a", "the cat sat on the mat .")
 app_state.init_widget("tm_b", "it was tired after the long day .")
 app_state.init_widget("tm_seed", 0, int)
-app_state.init_widget("tm_rate", 0.15, float)
+app_state.init_widget("tm_rate", MASK_RATE, float)
 app_state.persist_keys("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
 if st.session_state["tm_mode"] not in ("draw", "type"):
     st.session_state["tm_mode"] = "draw"
