@@ -14,13 +14,16 @@ The steps, in order, each a pure function of the documents and the seed:
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import random
 import shutil
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -93,10 +96,6 @@ def ngram_hashes(words: list[str], n: int) -> np.ndarray:
 
 def _reference_texts(path: Path, data: bytes) -> list[str]:
     """The texts in a reference file: CSV fields, CoNLL tokens, the test members of a zip, or plain text."""
-    import csv
-    import io
-    import zipfile
-
     if data[:2] == b"PK":
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = [n for n in z.namelist() if "test" in n.rsplit("/", 1)[-1].lower() and not n.endswith("/")]

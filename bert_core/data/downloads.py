@@ -152,7 +152,7 @@ def fetch(name: str, cache_dir: str | Path | None = None, progress: Progress | N
 
 def wikitext_text_from_parquet(path: str | Path) -> str:
     """The WikiText lines of a Hugging Face parquet file (one row per line) as one text."""
-    try:
+    try:   # an optional dependency, needed only for this file type: imported where it is used
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise BertCoreError("reading WikiText's parquet file needs pyarrow: pip install pyarrow") from exc

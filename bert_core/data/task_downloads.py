@@ -96,7 +96,7 @@ def polarity_csv_from_tarball(path: str | Path) -> str:
 
 def ag_news_csv_from_parquet(path: str | Path) -> str:
     """Hugging Face's AG News parquet file as a `label,text` CSV (labels World, Sports, Business, Sci/Tech)."""
-    try:
+    try:   # an optional dependency, needed only for this file type: imported where it is used
         import pyarrow.parquet as pq
 
         table = pq.read_table(str(path), columns=["text", "label"])

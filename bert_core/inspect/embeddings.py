@@ -9,44 +9,21 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from bert_core.data.corpora import load_corpus, split_heldout
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
-
-# Sentences with two senses of a few words, written for this project: the map's default sets. A student may type
-# their own; the word must appear in each sentence.
-SENSE_SENTENCES: dict[str, list[tuple[str, str]]] = {
-    "bank": [
-        ("money", "she put her money in the bank ."), ("money", "the bank gave him a loan ."),
-        ("money", "he works at a bank in the city ."), ("money", "the bank was closed on sunday ."),
-        ("money", "they robbed the bank last night ."), ("money", "i need to go to the bank to get cash ."),
-        ("river", "we sat on the bank of the river ."), ("river", "the boat was pulled up on the bank ."),
-        ("river", "flowers grew along the river bank ."), ("river", "the water rose over the bank ."),
-        ("river", "he fished from the west bank of the stream ."), ("river", "the grassy bank was wet ."),
-    ],
-    "play": [
-        ("game", "the children play in the park ."), ("game", "they play football every day ."),
-        ("game", "let us play a game of cards ."), ("game", "the dogs play in the snow ."),
-        ("game", "he wants to play with his friends ."), ("game", "we play tennis on saturday ."),
-        ("theatre", "we saw a play at the theatre ."), ("theatre", "she wrote a play about the war ."),
-        ("theatre", "the play was first performed in london ."), ("theatre", "the actors rehearsed the play ."),
-        ("theatre", "the new play opens next week ."), ("theatre", "he starred in a play by shakespeare ."),
-    ],
-    "light": [
-        ("brightness", "the light was too bright ."), ("brightness", "turn on the light , please ."),
-        ("brightness", "the light of the sun filled the room ."), ("brightness", "a red light flashed ."),
-        ("brightness", "plants need light to grow ."), ("brightness", "the street light was broken ."),
-        ("weight", "the bag is very light ."), ("weight", "she wore a light coat ."),
-        ("weight", "the box was light enough to carry ."), ("weight", "it is a light meal ."),
-        ("weight", "the chair is light and strong ."), ("weight", "he packed a light bag for the trip ."),
-    ],
-}
-
+from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.probes import readable_offline
+# The map's torch-free parts live in word_maps (a probe snapshot carries maps to a server without torch); they are
+# re-exported here, beside word_map, where the page and the tests have always found them.
+from bert_core.inspect.word_maps import SENSE_SENTENCES, WordMap, pca_2d, separation  # noqa: F401
 
 @dataclass
 class EmbeddingParts:
@@ -130,33 +107,6 @@ def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
     return None
 
 
-@dataclass
-class WordMap:
-    """One word's contextual vector in each sentence, after the embeddings (layer 0) and each layer, in 2-D."""
-
-    word: str
-    sentences: list[str]
-    labels: list[str]                 # a sense or group label per sentence ("" when none was given)
-    points: np.ndarray                # [L + 1, N, 2] PCA coordinates, layer by layer
-    explained: np.ndarray             # [L + 1] share of the variance the two axes keep
-    skipped: list[str]                # sentences the word was not found in
-
-
-def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """The rows of `x` on their first two principal axes, and the share of the variance those keep. Each axis's
-    sign is fixed (its largest loading positive), so a map does not flip from one layer to the next for nothing."""
-    x = np.asarray(x, dtype=np.float64)
-    centred = x - x.mean(0, keepdims=True)
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
-    axes = vt[:2]
-    axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(1)])[:, None]
-    coords = centred @ axes.T
-    if coords.shape[1] < 2:
-        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
-    total = float((s ** 2).sum())
-    return coords.astype(np.float32), float((s[:2] ** 2).sum() / total) if total > 0 else 0.0
-
-
 def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
     """PCA maps of `word`'s contextual vectors (the mean over its pieces) across `sentences`, one per layer."""
     if not isinstance(word, str) or not word.strip():
@@ -187,19 +137,6 @@ def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
                    explained=np.array([m[1] for m in maps], dtype=np.float32), skipped=skipped)
 
 
-def separation(points: np.ndarray, labels) -> float:
-    """How far apart two or more labelled groups lie on a map: the distance between group centres over the mean
-    spread within groups (0 when there is one group). A number for "the senses separate" that a test can hold."""
-    labels = np.asarray(labels)
-    groups = [points[labels == g] for g in dict.fromkeys(labels.tolist())]
-    if len(groups) < 2:
-        return 0.0
-    centres = np.stack([g.mean(0) for g in groups])
-    between = np.mean([np.linalg.norm(a - b) for i, a in enumerate(centres) for b in centres[i + 1:]])
-    within = np.mean([np.linalg.norm(g - g.mean(0), axis=1).mean() for g in groups])
-    return float(between / within) if within > 0 else float("inf")
-
-
 # ------------------------------------------------------------------------------------------ contextual neighbours
 
 POOL_SENTENCES = 120          # sentences in a neighbour pool: about 2,500 tokens, encoded once per model
@@ -207,8 +144,6 @@ POOL_WORDS = (6, 30)          # a pool sentence's length in words: whole sentenc
 
 
 def _readable_sentences(documents, count: int, seed: int) -> list[str]:
-    import random
-
     candidates = [s for doc in documents for s in doc if POOL_WORDS[0] <= len(s.split()) <= POOL_WORDS[1]]
     rng = random.Random(seed)
     return rng.sample(candidates, min(count, len(candidates)))
@@ -217,16 +152,12 @@ def _readable_sentences(documents, count: int, seed: int) -> list[str]:
 def builtin_pool() -> tuple[list[str], str]:
     """The pool a model without readable held-out text gets: this module's sense sentences and the grammar
     check's good sentences."""
-    from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
-
     sentences = [s for group in SENSE_SENTENCES.values() for _, s in group] + [p.good for p in MINIMAL_PAIRS]
     return list(dict.fromkeys(sentences)), "built-in sentences (this model's held-out text cannot be read here)"
 
 
 @functools.lru_cache(maxsize=8)
 def _heldout_pool(record_json: str, count: int, seed: int) -> tuple[tuple[str, ...], str]:
-    from bert_core.data.corpora import load_corpus, split_heldout
-
     record = json.loads(record_json)
     documents, specs = [], []
     for entry in record["corpora"]:
@@ -241,8 +172,6 @@ def heldout_pool(metadata: dict | None, count: int = POOL_SENTENCES, seed: int =
     """(sentences, where they come from): `count` whole sentences drawn with `seed` from the held-out part of the
     corpora a model's run recorded (its `trainer_state.json` metadata), when every one can be read here without a
     download; else builtin_pool(). Cached per record: reading the corpora takes seconds."""
-    from bert_core.inspect.probes import readable_offline
-
     record = (metadata or {}).get("heldout")
     specs = [c.get("spec") for c in record.get("corpora", [])] if isinstance(record, dict) else []
     if not specs or not all(isinstance(s, str) and readable_offline(s) for s in specs):

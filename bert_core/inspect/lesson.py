@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Question:
@@ -348,8 +350,6 @@ def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] 
     """The embedding step, from embeddings.embedding_parts: the picked token's three parts and its sum's length
     before and after the LayerNorm; a word the sentence repeats, how alike its two embeddings are (the same token
     vector, another position); the token's nearest rows in the embedding table."""
-    import numpy as np
-
     name = parts.tokens[token]
     length = lambda v: float(np.linalg.norm(v))   # noqa: E731
     text = (f"Token {token + 1} “{name}”: its token vector is {length(parts.word[token]):.2f} long, its position "

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bert_core.training.token_tagging import split_words
 
 DEFAULT_STEPS = 128  # midpoints: the completeness gap under 5% on the shipped minis (tests/test_salience.py)
 MAX_STEPS = 512
@@ -224,9 +226,6 @@ MAX_ANSWER_TOKENS = 30   # the longest span the answer search considers, as answ
 
 
 def _check_kind(model, kind: str) -> None:
-    from bert_core.model.bert import (BertForQuestionAnswering, BertForSequenceClassification,
-                                      BertForTokenClassification)
-
     heads = {"labels": BertForSequenceClassification, "tags": BertForTokenClassification,
              "spans": BertForQuestionAnswering}
     if kind not in heads:
@@ -263,8 +262,6 @@ def _label_targets(model, tokenizer, text, text_b, names, max_length):
 
 
 def _tag_targets(model, tokenizer, text, word, names, max_length):
-    from bert_core.training.token_tagging import split_words
-
     if not isinstance(text, str) or not text.strip():
         raise BertCoreError("type a sentence to tag")
     words = [w for w, _ in split_words(tokenizer, text)]
