@@ -343,6 +343,10 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
     )
 
 
+# The share of each corpus's documents `train` holds out for evaluation by default (seeded, by document).
+HELDOUT_FRACTION = 0.1
+
+
 def split_heldout(corpus: Corpus, fraction: float = 0.1, seed: int = 0) -> tuple[Corpus, Corpus]:
     """(train, held-out) by whole documents chosen with `seed`; a one-document corpus gives up a contiguous block.
 

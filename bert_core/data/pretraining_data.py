@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from tokenizers import Tokenizer
 
-from bert_core.data.corpora import Corpus, load_corpus, split_heldout
+from bert_core.data.corpora import HELDOUT_FRACTION, Corpus, load_corpus, split_heldout  # noqa: F401  (re-exported)
 from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import (  # IGNORE_INDEX: labels not predicted (re-exported)
@@ -567,8 +567,6 @@ def unigram_baseline(train_counts, batches: Sequence[Batch], never_ids: frozense
 
 
 # ---------------------------------------------------------------------------------------------- `train`'s data
-# The share of each corpus's documents `train` holds out for evaluation by default (seeded, by document).
-HELDOUT_FRACTION = 0.1
 
 
 def _load_corpora(specs: list[str], seed: int):

@@ -51,7 +51,7 @@ class BagOfWordsClassifier:
 
 def fit_bag_of_words(train: ClassificationData, seed: int = 0) -> BagOfWordsClassifier:
     """TF-IDF (unigrams + bigrams, sublinear tf) + logistic regression fitted on `train`, seeded."""
-    try:
+    try:   # scikit-learn takes a second to import, and only this baseline needs it: imported when it is fitted
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline

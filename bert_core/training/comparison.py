@@ -14,13 +14,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from bert_core.errors import BertCoreError
+from bert_core.data.corpora import HELDOUT_FRACTION
 from bert_core.data.objectives import objective_settings
+from bert_core.errors import BertCoreError
 from bert_core.model.config import ATTENTION_KINDS, PRESETS, BertConfig, feed_forward_width
 from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, flag
 from bert_core.training.setting import ALWAYS as ALWAYS_WRITTEN
 from bert_core.training.setting import NEVER, Setting
-from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig
+from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig, default_recipe
 
 # The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
 # token (bert_core.training.run_builder makes the model causal from it, for the app and `train --objective clm`),
@@ -400,10 +401,6 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     """The `python -m bert_core train ...` command (shell-quoted) that trains what `spec` trains: the same data,
     initial weights and updates, so the same held-out figures. `corpus` replaces `corpus_argument(spec)`; `out`
     is the folder to write (default runs/PRESET-CORPUS-seedN)."""
-    # Both load torch, which this module leaves unloaded until a command is written.
-    from bert_core.data.pretraining_data import HELDOUT_FRACTION
-    from bert_core.training.trainer import default_recipe
-
     config = spec.train_config()
     # The command leaves out what the CLI's recipe for this size sets the same (bert_core.training.recipes).
     recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),

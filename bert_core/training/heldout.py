@@ -16,9 +16,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from bert_core.data.corpora import corpus_from_file, load_corpus, shard_folder, shard_heldout_corpora, split_heldout
-from bert_core.data.objectives import MASK_RATE, objective_settings
+from bert_core.data.corpora import load_corpus, shard_folder, shard_heldout_corpora, split_heldout
+from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
+from bert_core.model.files import read_json, require_checkpoint_folder, write_json_atomic, write_text_atomic
 
 
 def _valid_record(record) -> bool:
@@ -34,10 +35,6 @@ def _valid_record(record) -> bool:
 
 def heldout_split_record(checkpoint: str | Path) -> dict:
     """The held-out split a checkpoint recorded: {"seed", "fraction", "corpora": [{"spec", ...}, ...]}."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import read_json
-    from bert_core.model.hf import require_checkpoint_folder
-
     folder = Path(checkpoint)
     if folder.is_file():
         require_checkpoint_folder(folder)  # says what the file is (a pickle, a zip, a file inside a checkpoint)
@@ -100,9 +97,6 @@ def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=No
                        corpora: list[str] | None = None) -> dict:
     """Write the checkpoint's held-out text to `out` (only that of `corpora`, when given: select_corpora); returns
     what was written (path, documents, sentences)."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import write_text_atomic
-
     record = select_corpora(heldout_split_record(checkpoint), corpora)
     docs = heldout_documents(record, corpus_loader)
     out = write_text_atomic(out, documents_to_text(docs))
@@ -110,79 +104,15 @@ def write_heldout_text(checkpoint: str | Path, out: str | Path, corpus_loader=No
             "corpora": [e["spec"] for e in record["corpora"]], "seed": record["seed"], "fraction": record["fraction"]}
 
 
-def _field(state, section: str, key: str):
-    """state[section][key] when both levels are objects, else None."""
-    part = state.get(section) if isinstance(state, dict) else None
-    return part.get(key) if isinstance(part, dict) else None
-
-
 def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32, seq_len=None, mask_rate=MASK_RATE,
                        device="auto") -> dict:
     """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
     figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    import torch
+    from bert_core.training.heldout_evaluation import evaluate_checkpoint_on_text
 
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.data.pretraining_data import PretrainingData, unigram_baseline
-    from bert_core.model.bert import is_causal
-    from bert_core.model.checkpoint import load_checkpoint
-    from bert_core.training.evaluation import evaluate
-    from bert_core.training.trainer import resolve_device
-
-    if Path(text_file).is_dir():
-        raise BertCoreError(f"--text-file {text_file} is a folder; give a plain text file")
-    if not Path(text_file).is_file():
-        raise BertCoreError(f"text file {text_file} does not exist")
-    dev = resolve_device(device)
-    ckpt = load_checkpoint(checkpoint, require_tokenizer=True)
-    state = ckpt.trainer_state or {}
-    # Read defensively: a Hugging Face Trainer's trainer_state.json has other keys, and eval needs only these two.
-    saved_len = _field(state, "train_config", "max_seq_length")
-    if seq_len is None:
-        seq_len = saved_len if isinstance(saved_len, int) and not isinstance(saved_len, bool) else 128
-    seq_len = max(16, min(seq_len, ckpt.model.config.max_position_embeddings, ckpt.tokenizer.model_max_length))
-    # The same reader as `train`'s corpora: size-checked, UTF-8-checked, and very long lines cut into pieces.
-    corpus = corpus_from_file(text_file)
-    causal = is_causal(ckpt.model)  # a next-token model is scored on plain text: every position, nothing masked
-    data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
-                           mask_rate=mask_rate, seed=seed, **objective_settings("clm" if causal else "mlm"))
-    eval_batches = data.eval_batches(batches, seed=seed)
-    # On a CPU in fp32 even where bf16 autocast would be faster (training.precision): the figures a checkpoint's
-    # metrics.json quotes were computed so there, and `eval` reproduces them.
-    result = evaluate(ckpt.model.to(dev), eval_batches, device=dev, precision="bf16" if dev.type == "cuda" else "fp32")
-    counts_list = _field(state, "metadata", "unigram_counts")
-    never = ckpt.tokenizer.special_ids - {ckpt.tokenizer.unk_id}
-    if isinstance(counts_list, list) and len(counts_list) == ckpt.tokenizer.vocab_size \
-            and all(isinstance(c, int) and c >= 0 for c in counts_list):
-        counts, source = torch.tensor(counts_list), "the checkpoint's training text"
-    else:
-        counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
-    baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
-    common = {"checkpoint": str(checkpoint), "text_file": str(text_file), "seed": seed}
-    if causal:
-        return {
-            **common,
-            "objective": "clm",
-            "next_token_accuracy": result.mlm_acc,
-            "next_token_loss": result.mlm_loss,
-            "perplexity": result.perplexity,
-            "predicted_tokens": result.num_masked,
-            "sequences": result.num_sequences,
-            "unigram_baseline": {**baseline, "counts_from": source},
-        }
-    return {
-        **common,
-        "objective": "mlm",
-        "masked_token_accuracy": result.mlm_acc,
-        "mlm_loss": result.mlm_loss,
-        "perplexity": result.perplexity,
-        "nsp_accuracy": result.nsp_acc,
-        "accuracy_by_decision": result.acc_by_decision,
-        "masked_tokens": result.num_masked,
-        "sequences": result.num_sequences,
-        "unigram_baseline": {**baseline, "counts_from": source},
-    }
+    return evaluate_checkpoint_on_text(checkpoint, text_file, seed=seed, batches=batches, batch_size=batch_size,
+                                       seq_len=seq_len, mask_rate=mask_rate, device=device)
 
 
 def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
@@ -206,9 +136,6 @@ def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
 
 def update_metrics(checkpoint: str | Path, corpus_loader=None) -> dict:
     """Add (or refresh) the reproducible "eval" section of a checkpoint's metrics.json; returns it."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import read_json, write_json_atomic
-
     path = Path(checkpoint) / "metrics.json"
     metrics = read_json(path) if path.is_file() else {}
     if not isinstance(metrics, dict):

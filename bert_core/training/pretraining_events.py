@@ -5,9 +5,11 @@ evaluation, and how each is made from the figures of its step or evaluation. The
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bert_core.training.evaluation import EvalResult
-from bert_core.training.mlm_stats import MlmStats
+if TYPE_CHECKING:  # annotations only: both load torch, and the server reads these events without it (TORCH_FREE)
+    from bert_core.training.evaluation import EvalResult
+    from bert_core.training.mlm_stats import MlmStats
 
 
 @dataclass

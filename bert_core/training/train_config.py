@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
 from bert_core.model.config import MAX_BATCH, MAX_SEED, MAX_SEQ_LEN
-from bert_core.training.recipes import GROW_FRACTIONS, GROW_FROM
+from bert_core.training.recipes import DEFAULT_PRESET, GROW_FRACTIONS, GROW_FROM, recipe_for
 from bert_core.training.setting import (
     ALWAYS,
     CHANGES,
@@ -315,3 +315,19 @@ def _check(config: TrainConfig) -> None:
 
 # The run settings TrainConfig describes, in field order (bert_core.training.run_settings adds the run's own).
 TRAIN_SETTINGS = settings_of(TrainConfig)
+
+
+def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
+                   num_hidden_layers: int | None = None) -> dict:
+    """The pretraining recipe for a size on a kind of machine (bert_core.training.recipes, measured in
+    docs/benchmarks.md): model preset, dropout, initializer_range, and a TrainConfig (what `train` uses when nothing
+    is given)."""
+    r = recipe_for(preset or DEFAULT_PRESET, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                   device=device)
+    return {
+        "preset": r.preset,
+        "dropout": r.dropout,
+        "initializer_range": r.initializer_range,
+        "recipe": r,
+        "train_config": TrainConfig(**r.train_config_fields()),
+    }

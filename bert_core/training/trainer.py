@@ -31,9 +31,8 @@ from bert_core.training.heldout_evaluation import HeldoutEvaluation
 from bert_core.training.optimization import MAX_SKIPPED_UPDATES, Optimization, lr_multiplier
 from bert_core.training.pretraining_batches import PretrainingBatches, split_rows, take_rows
 from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent, step_event, step_loss
-from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
 from bert_core.training.run_loop import RunLoop
-from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig
+from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig, default_recipe
 from bert_core.training.trainer_checkpoint import TrainerCheckpointing, check_trainer_state
 from bert_core.training.trainer_growth import TrainerGrowth, unwrap
 
@@ -44,22 +43,6 @@ __all__ = [
 ]
 
 STATES = ("idle", "running", "stopped", "finished", "failed")
-
-
-def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
-                   num_hidden_layers: int | None = None) -> dict:
-    """The pretraining recipe for a size on a kind of machine (bert_core.training.recipes, measured in
-    docs/benchmarks.md): model preset, dropout, initializer_range, and a TrainConfig (what `train` uses when nothing
-    is given)."""
-    r = recipe_for(preset or DEFAULT_PRESET, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                   device=device)
-    return {
-        "preset": r.preset,
-        "dropout": r.dropout,
-        "initializer_range": r.initializer_range,
-        "recipe": r,
-        "train_config": TrainConfig(**r.train_config_fields()),
-    }
 
 
 class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
