@@ -18,8 +18,6 @@ import torch
 
 from bert_core.errors import BertCoreError
 
-PAIR_POOL = 128   # pairs the Attention page summarises: a second or two on 2 cores for the shipped model
-
 
 @dataclass(frozen=True)
 class PairAttention:

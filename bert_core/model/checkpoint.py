@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bert_core.errors import BertCoreError
-from bert_core.model.files import (  # noqa: F401 - the file helpers, re-exported: callers that load torch use them from here
+from bert_core.model.files import (  # noqa: F401 - re-exported: the file helpers, from where they used to live
     CHECKPOINT_FILES,
     MEMORY_FOLDER,
     OPTIMIZER_META,

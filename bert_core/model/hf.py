@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -38,6 +39,15 @@ from bert_core.model.files import (  # noqa: F401 - re-exported: the checks on a
 
 # Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+
+
+def pretraining_model_from_bytes(config: BertConfig, blob: bytes) -> nn.Module:
+    """A pretraining model of `config` holding the state dict that safetensors.torch.save wrote into `blob` (a
+    training process's weights, sent to the server)."""
+    model = pretraining_model(config)
+    model.load_state_dict(load_safetensors_bytes(blob))
+    return model
 
 
 def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_names=None) -> Path:

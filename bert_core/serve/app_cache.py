@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from bert_core.data.corpora import generate_toy_corpus
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.serve.app_storage import public_mode
 from bert_core.serve.model_sources import ActiveModel
@@ -18,7 +19,6 @@ def _toy_pairs_cached():
     def toy(key: str, _tokenizer, seq_len: int):
         # Imported here, not at the top: pretraining_data loads torch, and the server imports this module without
         # it (TORCH_FREE); a cached computation runs only once a page asks for it.
-        from bert_core.data.corpora import generate_toy_corpus
         from bert_core.data.pretraining_data import PretrainingData
 
         return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
@@ -79,15 +79,13 @@ def _pair_attention_cached():
 
 
 _PAIRS = None
+PAIR_POOL = 128   # pairs the Attention page summarises: a second or two on 2 cores for the shipped model
 
 
 def pair_attention(active: ActiveModel, pairs_name: str, instances):
     """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`
     (pair_attention.b_to_a_attention), kept per model, its step and the pairs."""
     global _PAIRS
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.inspect.pair_attention import PAIR_POOL
-
     if _PAIRS is None:
         _PAIRS = _pair_attention_cached()
     chosen = list(instances[:PAIR_POOL])

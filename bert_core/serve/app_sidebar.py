@@ -25,7 +25,7 @@ from bert_core.serve.app_runs import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
 from bert_core.serve.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
 from bert_core.serve.app_widgets import init_widget, persist_every_page_keys, persist_keys
-from bert_core.serve.job_base import training_threads
+from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints
 from bert_core.serve.runs import OWNER, VIEWER
 
@@ -38,10 +38,7 @@ _TORCH_THREADS_SET = False
 def _configure_torch() -> None:
     global _TORCH_THREADS_SET
     if not _TORCH_THREADS_SET:
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        import torch
-
-        torch.set_num_threads(training_threads())
+        use_training_threads()
         _TORCH_THREADS_SET = True
 
 

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
+from bert_core.model.files import is_checkpoint_folder, is_whole_checkpoint, replace_folder
 from bert_core.paths import REPO_ROOT
 
 log = logging.getLogger("bert_core.app")
@@ -215,10 +216,6 @@ def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: P
     Atomic: the run is written into a hidden staging folder beside the others, checked whole, and only then
     renamed into place (an earlier save of this session under the name is replaced in one step). On any failure
     the staging folder and a newly reserved name are removed: a save leaves a whole run or nothing."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import replace_folder
-    from bert_core.model.hf import is_whole_checkpoint
-
     runs = runs_dir() if runs is None else runs
     folder = reserve_run_folder(name_text, owner, runs)
     fresh = not is_whole_checkpoint(folder)   # a name just reserved, not this session's earlier save
@@ -253,9 +250,6 @@ class SavedRun:
 
 def list_runs(runs: Path | None = None) -> list[SavedRun]:
     """The app's saved runs that hold a checkpoint, newest first (folders the app did not save are not listed)."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.hf import is_whole_checkpoint
-
     runs = runs_dir() if runs is None else runs
     if not runs.is_dir():
         return []
@@ -523,9 +517,6 @@ def extract_checkpoint_zip(data: bytes, dest: Path, max_bytes: int | None = None
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.hf import is_checkpoint_folder
-
     if not is_checkpoint_folder(dest):
         shutil.rmtree(dest, ignore_errors=True)
         raise BertCoreError("the zip holds config.json but no model.safetensors (or pytorch_model.bin) beside it")

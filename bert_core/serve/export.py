@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bert_core.inspect import figures
+from bert_core.model.files import zip_checkpoint
 
 
 @dataclass
@@ -118,9 +119,6 @@ def run_bundle(save: Callable[[Path], Any], record: RunRecord, figures: Mapping[
     """One zip for a run: its checkpoint folder written by `save(folder)` (a folder `transformers` loads as it
     is), the history and evaluations as CSV, the configuration, the command that repeats it, and `figures`
     (name -> Plotly figure) as Plotly JSON and HTML. No PNGs: they would need kaleido, which is not a dependency."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import zip_checkpoint
-
     buf = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(zip_checkpoint(save))) as saved, \
             zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

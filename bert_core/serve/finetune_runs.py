@@ -41,6 +41,15 @@ class RaceData:
     seed: int = 0   # a built-in task's generator seed (the page's are always 0; the CLI's, its --seed)
 
 
+def _finetune_race():
+    """bert_core.training.finetune_race: a race's builder (called in the training process) and its kept view (read
+    back once the server has runs to restore)."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.training import finetune_race
+
+    return finetune_race
+
+
 @dataclass(frozen=True)
 class FinetuneSpec:
     """One race, as plain data (JSON in its run's record): what it trains and what is known of it before it runs.
@@ -74,10 +83,7 @@ class FinetuneSpec:
     @property
     def builder(self):
         """The race's builder for a training process (picklable: this spec is plain data)."""
-        # Imported here: the builder loads torch, and only the training process calls it (TORCH_FREE).
-        from bert_core.training.finetune_race import build_race
-
-        return partial(build_race, self)
+        return partial(_finetune_race().build_race, self)
 
     @property
     def models(self) -> int:
@@ -148,12 +154,8 @@ class KeptRaceJob:
     model_available = True
 
     def __init__(self, session_id: str, spec: FinetuneSpec, folder: Path, phase: str, note: str | None = None):
-        # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE); a kept race is
-        # only read back once the server has runs to restore.
-        from bert_core.training.finetune_race import KeptRace
-
         self.session_id, self.spec, self.phase = session_id, spec, phase
-        self.trainer = KeptRace(spec, folder, phase)
+        self.trainer = _finetune_race().KeptRace(spec, folder, phase)
         self.error = self.trainer.error if phase == "failed" else None
         self.ended_note = note
         self.released: Path | None = Path(folder).resolve()

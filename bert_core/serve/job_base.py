@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.model.files import zip_checkpoint
 from bert_core.serve.runs import SLOTS_ENV, default_slots
 
 MAX_TRAININGS_ENV = SLOTS_ENV                       # concurrent trainings on one server (bert_core.serve.runs)
@@ -29,6 +30,15 @@ def training_threads() -> int:
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return max(1, ((os.cpu_count() or 1) - 1) // max_trainings())
+
+
+
+def use_training_threads(threads: int | None = None) -> None:
+    """Set torch's intra-op threads in this process: `threads` (at least 1), else training_threads()."""
+    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+    import torch
+
+    torch.set_num_threads(max(1, threads) if threads is not None else training_threads())
 
 
 class JobBase:
@@ -74,7 +84,4 @@ class JobBase:
 
     def zip_bytes(self) -> bytes:
         """The checkpoint folder as a zip archive, for the download button."""
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.model.checkpoint import zip_checkpoint
-
         return zip_checkpoint(self.save)

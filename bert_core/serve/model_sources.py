@@ -11,6 +11,7 @@ from typing import Any
 
 from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
+from bert_core.model.files import is_checkpoint_folder, read_json
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.serve.app_storage import list_runs
@@ -72,9 +73,6 @@ class ActiveModel:
 def shipped_checkpoints() -> dict[str, Path]:
     """The checkpoint folders shipped with the app, by folder name: the default one first (the BERT), then the
     others beside it in name order (the GPT-style twin). Only folders that hold a checkpoint count."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.hf import is_checkpoint_folder
-
     default = default_checkpoint()
     parent = default.parent
     found = {p.name: p for p in (sorted(parent.iterdir()) if parent.is_dir() else [])
@@ -103,8 +101,7 @@ def folder_stamp(folder: Path) -> float:
 def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
     """Load (model, tokenizer, trainer_state or None) from a checkpoint folder, ours or a Hugging Face BERT."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.model.checkpoint import read_json
-    from bert_core.model.hf import is_checkpoint_folder, load_pretrained
+    from bert_core.model.hf import load_pretrained
 
     text = str(folder).strip()
     if not text:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertCoreError
+from bert_core.model.files import copy_checkpoint, is_whole_checkpoint
 from bert_core.serve.model_sources import load_folder
 from bert_core.serve.training_link import REPLY_TIMEOUT_S
 from bert_core.serve.training_mirrors import ComparisonProxy
@@ -62,13 +63,10 @@ class ProcessModel:
                     self._snapshot = self._released_model()
                 return self._snapshot[1] if self._snapshot is not None else None
             step, blob = self._child.request("weights")
-        # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
-        from safetensors.torch import load as from_bytes
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.model.hf import pretraining_model_from_bytes
 
-        from bert_core.model.bert import pretraining_model
-
-        model = pretraining_model(self.trainer.model_config)
-        model.load_state_dict(from_bytes(blob))
+        model = pretraining_model_from_bytes(self.trainer.model_config, blob)
         model.eval()
         self._snapshot = (step, model)
         return model
@@ -91,9 +89,6 @@ class ProcessModel:
         folder = Path(folder).expanduser().resolve()
         with self._release_lock:
             if self.released is not None:
-                # Imported here, not at the top: it loads torch, and the server imports this module without it.
-                from bert_core.model.checkpoint import copy_checkpoint
-
                 copy_checkpoint(self._released_folder(), folder)
                 return folder
             if not self._child.alive():
@@ -136,9 +131,6 @@ class ProcessModel:
     @staticmethod
     def _checkpoint_step(folder: Path) -> int:
         """The step of the whole checkpoint in `folder`; -1 when there is none."""
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.model.hf import is_whole_checkpoint
-
         try:
             if is_whole_checkpoint(folder):
                 return int(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["step"])

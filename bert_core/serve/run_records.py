@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import is_disk_full, os_reason
+from bert_core.model.files import is_whole_checkpoint
+from bert_core.serve.app_storage import runs_dir
 from bert_core.serve.finetune_runs import is_race_record
 
 # The file a race's training process keeps its results in (bert_core.training.finetune_race.KEPT_FILE).
@@ -54,9 +56,6 @@ def state_dir() -> Path:
     env = os.environ.get(STATE_DIR_ENV, "").strip()
     if env:
         return Path(env)
-    # Imported here: app_storage holds the runs folder's setting, and imports nothing of this module.
-    from bert_core.serve.app_storage import runs_dir
-
     runs = runs_dir()
     return runs.with_name(f"{runs.name}-state")
 
@@ -173,9 +172,6 @@ class RunRecords:
                 note = ("stopped by a server restart after " + (f"{done} of its models" if done else
                         "none of its models had ended: nothing of it was kept"))
             return phase, note
-        # Imported here, once there is a run to restore: it loads torch (TORCH_FREE).
-        from bert_core.model.hf import is_whole_checkpoint
-
         if not is_whole_checkpoint(checkpoint):
             raise FileNotFoundError("no whole checkpoint")
         step = int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"])

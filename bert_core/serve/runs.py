@@ -117,6 +117,19 @@ def sharing_policy(where: str, slots: int, turn_s: float, unwatched_s: float, ke
             f"the latest {keep} ended runs.")
 
 
+def _restore_recorded(records, registry: RunRegistry, restore_job, done: threading.Event) -> None:
+    """Bring back into `registry` the runs an earlier server process recorded (bert_core.serve.run_records), on
+    RunStore's thread of its own; `done` is set when it is over, however it went."""
+    try:
+        restored, lost = restore_runs(records, registry, restore_job)
+        if restored or lost:
+            log.info("restart: %d run(s) restored, %d dropped (no checkpoint yet)", restored, lost)
+    except Exception:  # noqa: BLE001 - a server must start whatever an old record holds
+        log.exception("restoring the recorded runs failed")
+    finally:
+        done.set()
+
+
 class RunStore:
     """Every training run of one server process, and what its owner and the pages do with it. Its collaborators
     share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's and GPUs' slots and its turns
@@ -155,20 +168,9 @@ class RunStore:
         self._restored = threading.Event()
         if records is not None and restore_job is not None:
             # A race's record is read back by finetune_runs, a pretraining run's by `restore_job`.
-            threading.Thread(target=self._restore, args=(restoring(restore_job),), name="bert-run-restore",
-                             daemon=True).start()
+            threading.Thread(target=_restore_recorded, name="bert-run-restore", daemon=True,
+                             args=(records, self._registry, restoring(restore_job), self._restored)).start()
         else:
-            self._restored.set()
-
-    def _restore(self, restore_job) -> None:
-        """Bring back the runs an earlier server process recorded (bert_core.serve.run_records)."""
-        try:
-            restored, lost = restore_runs(self._records, self._registry, restore_job)
-            if restored or lost:
-                log.info("restart: %d run(s) restored, %d dropped (no checkpoint yet)", restored, lost)
-        except Exception:  # noqa: BLE001 - a server must start whatever an old record holds
-            log.exception("restoring the recorded runs failed")
-        finally:
             self._restored.set()
 
     # -------------------------------------------------------------- lookups

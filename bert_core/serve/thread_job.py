@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.job_base import JobBase, training_threads
+from bert_core.serve.job_base import JobBase, use_training_threads
 from bert_core.serve.train_spec import TrainSpec, build_trainer
 
 log = logging.getLogger("bert_core.app")
@@ -55,10 +55,7 @@ class TrainingJob(JobBase):
 
     def _run(self) -> None:
         try:
-            # Here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-            import torch
-
-            torch.set_num_threads(training_threads())
+            use_training_threads()
             if self.trainer is None:
                 trainer = self._builder()
                 self.trainer = trainer

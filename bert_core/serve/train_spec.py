@@ -243,29 +243,33 @@ def spec_with_change(spec: TrainSpec, knob: str, value, folder_key: str) -> Trai
 # ---------------------------------------------------------------------------------------------- down to the run
 
 
+def _run_builder():
+    """bert_core.training.run_builder, which every step down to the run goes through."""
+    # Imported here, once a run is built: it loads torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.training import run_builder
+
+    return run_builder
+
+
 def run_plan(spec: TrainSpec, start=None, tokenizer=None, commands: tuple[str, ...] = ()):
     """The spec as a plan for the run builder (bert_core.training.run_builder.RunPlan): its one corpus, its config,
     the model's preset and overrides, and where it starts."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.run_builder import RunPlan
-
-    return RunPlan(corpora=(spec.corpus,), corpus_labels=(spec.corpus_label,), config=spec.train_config(),
-                   preset=spec.preset, model_overrides=dict(spec.model_overrides), vocab_size=spec.vocab_size,
-                   heldout_fraction=spec.heldout_fraction, tokenizer=tokenizer, start=start, commands=commands)
+    return _run_builder().RunPlan(
+        corpora=(spec.corpus,), corpus_labels=(spec.corpus_label,), config=spec.train_config(), preset=spec.preset,
+        model_overrides=dict(spec.model_overrides), vocab_size=spec.vocab_size,
+        heldout_fraction=spec.heldout_fraction, tokenizer=tokenizer, start=start, commands=commands)
 
 
 def _warm_start(folder: str, max_seq_length: int):
     """The model of an earlier run (or any checkpoint folder) to start from, as loaded: the page keeps its dropout;
     a run longer than the one it trained at starts its untrained positions as copies (`positions_to_copy`)."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.run_builder import WarmStart, positions_to_copy
-
     model, tokenizer, state = load_folder(folder)
     if model.config.max_position_embeddings < max_seq_length:
         raise BertCoreError(f"the starting model has {model.config.max_position_embeddings} positions, "
                             f"fewer than the sequence length {max_seq_length}")
-    return WarmStart(model, tokenizer, state or {}, label="the model of an earlier run in this session",
-                     copy_positions_from=positions_to_copy(state, max_seq_length))
+    run_builder = _run_builder()
+    return run_builder.WarmStart(model, tokenizer, state or {}, label="the model of an earlier run in this session",
+                                 copy_positions_from=run_builder.positions_to_copy(state, max_seq_length))
 
 
 def _probes(spec: TrainSpec, seed: int, heldout: dict):
@@ -298,9 +302,6 @@ def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = No
     `checkpoint_dir`: the server's own safety net (bert_core.serve.run_records): a checkpoint there before the first
     update, every `checkpoint_every_s` seconds and at every stop, so that a restarted server finds the run. A
     checkpoint that cannot be written there (a full disk) is logged and the run goes on."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.run_builder import build_run
-
     try:  # the command that repeats this run (bert_core.training.comparison), as `train` records its own
         commands = (train_command(spec),)
     except BertCoreError as exc:
@@ -309,7 +310,8 @@ def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = No
     if spec.init_from:
         plan = replace(plan, start=_warm_start(spec.init_from, plan.config.max_seq_length))
     probes_for = functools.partial(_probes, spec, plan.config.seed)
-    trainer = build_run(plan, callbacks=callbacks, probes_for=probes_for, checkpoint_dir=checkpoint_dir).trainer
+    built = _run_builder().build_run(plan, callbacks=callbacks, probes_for=probes_for, checkpoint_dir=checkpoint_dir)
+    trainer = built.trainer
     if checkpoint_dir is not None:
         trainer.config = trainer.config.replace(checkpoint_every_s=checkpoint_every_s)
         trainer.checkpoint_failures_fatal = False
@@ -318,7 +320,4 @@ def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = No
 
 def training_data_for(spec: TrainSpec, tokenizer):
     """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
-    # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.run_builder import load_data
-
-    return load_data(run_plan(spec, tokenizer=tokenizer)).train
+    return _run_builder().load_data(run_plan(spec, tokenizer=tokenizer)).train

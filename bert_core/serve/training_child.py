@@ -15,12 +15,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
 from bert_core.errors import BertCoreError
+from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.launcher import SERVER_PID_ENV
 from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
+from bert_core.training.pretraining_events import EvalEvent
 from bert_core.training.run_loop import failure_message
+from bert_core.training.train_config import TrainConfig
 
 log = logging.getLogger("bert_core.app")
 
@@ -40,8 +44,6 @@ class TunerView:
 
 def run_on_fds(commands_fd: int, events_fd: int) -> None:
     """The training process on its two inherited pipe ends (commands to read, events to write)."""
-    from multiprocessing.connection import Connection
-
     child_main(Channel(Connection(commands_fd, writable=False)), Channel(Connection(events_fd, readable=False)))
 
 
@@ -113,12 +115,8 @@ class TrainingChild:
         """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""
         _, path, threads = self.commands.recv()
         sys.path[:0] = [p for p in path if p not in sys.path]
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        import torch
-
-
         keep_freed_memory()  # this process only trains, and exits when the run is done with
-        torch.set_num_threads(max(1, threads))
+        use_training_threads(threads)
         _, builder = self.commands.recv()
         return builder
 
@@ -213,9 +211,6 @@ class TrainingChild:
                     (trainer.pause if kind == "pause" else trainer.stop)()
                 return
             if kind == "config":
-                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
-                from bert_core.training.trainer import TrainConfig
-
                 trainer.config = TrainConfig.from_dict(cmd[2])
                 return
             if kind == "weights":
@@ -259,9 +254,6 @@ class TrainingChild:
 
     def forward(self, event) -> None:
         """The trainer's callback: send the event (or, fine-tuning, the runs' state) and answer waiting commands."""
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.training.trainer import EvalEvent
-
         trainer = self.trainer
         try:
             if self.comparison:

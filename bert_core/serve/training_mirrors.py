@@ -16,7 +16,11 @@ import numpy as np
 
 from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
 from bert_core.model.config import BertConfig
+from bert_core.model.files import TRAINER_STATE, read_json
+from bert_core.model.tokenization import BertTokenizer
+from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent
 from bert_core.training.run_loop import EventLog, append_thinned, run_progress
+from bert_core.training.train_config import TrainConfig
 
 
 class TrainerProxy(EventLog):
@@ -58,9 +62,6 @@ class TrainerProxy(EventLog):
         return self._data
 
     def _receive(self, event, extra) -> None:
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.training.trainer import EvalEvent, GrowthEvent, StepEvent
-
         with self._lock:
             if isinstance(event, GrowthEvent):
                 self.model_config = BertConfig.from_hf_dict(event.model_config)
@@ -105,11 +106,6 @@ def restored_trainer(folder: Path, probes: dict | None = None,
     """The mirror of a run an earlier server process recorded (bert_core.serve.run_records), read from its
     checkpoint folder: its curves, probes (`probes`: as its record keeps them) and model config as they were
     written. Its state is "idle": the job that holds it says how the run ended."""
-    # Imported here, not at the top: they load torch, and the server imports this module without it.
-    from bert_core.model.checkpoint import TRAINER_STATE, read_json
-    from bert_core.model.tokenization import BertTokenizer
-    from bert_core.training.trainer import EvalEvent, StepEvent, TrainConfig
-
     folder = Path(folder)
     state = read_json(folder / TRAINER_STATE)
     built = {"config": TrainConfig.from_dict(state["train_config"]), "model_config": BertConfig.load(folder),
