@@ -28,7 +28,8 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
-            "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes"}
+            "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes",
+            "inspect.word_maps"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -165,9 +166,6 @@ def test_the_servers_modules_import_without_torch(tmp_path):
 # Imports inside functions hide a module's dependencies; each one left has a reason, said in a comment on its line or
 # just above the group it belongs to (a torch module the server must not load yet, an optional dependency...).
 MAX_INNER_IMPORTS = 30
-# Files whose inner import still needs its comment, and which another change has open: the test fails once they
-# have it, so that this list empties.
-AWAITING_COMMENT = {"bert_core/cli/bench.py"}
 
 
 def inner_imports(path: Path) -> list[ast.stmt]:
@@ -201,9 +199,6 @@ def test_imports_inside_functions_are_few_and_say_why():
             if not said:
                 silent.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     assert total <= MAX_INNER_IMPORTS, f"{total} imports inside functions in bert_core (at most {MAX_INNER_IMPORTS})"
-    awaiting = {s.split(":")[0] for s in silent} & AWAITING_COMMENT
-    assert awaiting == AWAITING_COMMENT, f"{sorted(AWAITING_COMMENT - awaiting)} say why now: drop them from the list"
-    silent = [s for s in silent if s.split(":")[0] not in AWAITING_COMMENT]
     assert not silent, f"imports inside functions without a comment saying why: {silent}"
 
 

@@ -105,7 +105,7 @@ def _side_by_side(config: BertConfig) -> dict:
     ours = BertForPreTraining(config).train()
     models = {"ours": ours}
     try:
-        import transformers
+        import transformers  # optional (tests only): the side-by-side runs where it is installed
 
         ref = transformers.BertForPreTraining(
             transformers.BertConfig(**{k: v for k, v in config.to_hf_dict().items() if k != "architectures"}),
