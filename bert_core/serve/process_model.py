@@ -6,6 +6,7 @@ pages say when it is not. Torch-free at import."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,36 @@ class ProcessModel:
                 self.released, self._snapshot = folder, None
             self.close()
 
+    def park(self, folder: str | Path, device: str | None) -> bool:
+        """Free the device of a stopped run and keep it resumable (a run on a GPU: its process holds a CUDA context
+        of 0.8-1.1 GB for as long as it lives). Its whole checkpoint (weights, optimizer, RNG, data position) goes
+        to `folder` and its process ends; start() then builds it again from there (`resumed_trainer`) and it goes on
+        exactly as if it had never stopped. `device`: the queue's device it trained on. False when it was not
+        parked (not stopped, or its process is gone)."""
+        with self._release_lock:
+            if (self.phase != "stopped" or self.busy or not self._child.alive() or self.trainer is None
+                    or isinstance(self.trainer, ComparisonProxy)):
+                return False
+            folder = Path(folder).expanduser().resolve()
+            self._child.request("save", str(folder))
+            self.released, self._snapshot = folder, None   # saves, downloads and inspection read the folder meanwhile
+            self.parked, self._parked_on, self._resume_device = folder, device, None
+            process = self.process
+            self.close()
+            with self._changed:   # its pump has said its last: nothing of it can reach the next process's run
+                self._changed.wait_for(lambda: self._exited is process, timeout=REPLY_TIMEOUT_S)
+        return True
+
+    def resume_on(self, device: str | None) -> None:
+        """The queue's device for a parked run's next process: its own keeps the device its checkpoint records;
+        another (its GPU failed) moves it there."""
+        if self.parked is not None:
+            self._resume_device = None if device == self._parked_on else device
+
+    def _parked_builder(self):
+        """The builder of a parked run's new process: its trainer where its checkpoint left it."""
+        return partial(resumed_trainer, self.spec, str(self.parked), self._resume_device)
+
     @staticmethod
     def _checkpoint_step(folder: Path) -> int:
         """The step of the whole checkpoint in `folder`; -1 when there is none."""
@@ -137,3 +168,25 @@ class ProcessModel:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return -1
+
+
+def resumed_trainer(spec, folder: str, device: str | None = None):
+    """A parked run's Trainer, built in its new process from the checkpoint its last one wrote to `folder`: the same
+    corpus and held-out split as its first build (train_spec.build_trainer), the probe sentences its trainer_state.json
+    records, then `Trainer.resume`, which puts weights, optimizer, RNG and data position back exactly. It keeps
+    writing its safety-net checkpoints to `folder`. `device`: where it trains now when that is not where it trained
+    (None: the checkpoint's own)."""
+    # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.inspect.probes import ProbeStore
+    from bert_core.model.files import TRAINER_STATE, read_json
+    from bert_core.model.tokenization import BertTokenizer
+    from bert_core.serve.train_spec import run_plan
+    from bert_core.training import run_builder
+    from bert_core.training.trainer import Trainer
+
+    plan = run_plan(spec, tokenizer=BertTokenizer.load(folder))
+    data = run_builder.load_data(plan)
+    recorded = (read_json(Path(folder) / TRAINER_STATE).get("metadata") or {}).get("probes")
+    probes = ProbeStore(recorded["sentences"], recorded["attention_sentence"]) if spec.probes and recorded else None
+    return Trainer.resume(folder, data.train, eval_data=data.eval, probes=probes, checkpoint_dir=folder,
+                          config_overrides={"device": device} if device else None)

@@ -15,6 +15,7 @@ from collections import Counter, deque
 from typing import Callable, Sequence
 
 from bert_core.serve.run_registry import Run
+from bert_core.serve.server_gpus import usable
 
 log = logging.getLogger("bert_core.app")
 
@@ -70,7 +71,7 @@ class RunQueue:
     def capacities(self) -> dict[str, int]:
         """How many runs may hold a slot on each device at once: each GPU its share, the CPU the rest."""
         total, caps = self.slots(), {}
-        for gpu in self._gpus():
+        for gpu in usable(self._gpus()):   # a GPU that failed a run with a CUDA fault has no slots
             share = min(int(gpu.runs), total - sum(caps.values()))
             if share > 0:
                 caps[gpu.device] = share

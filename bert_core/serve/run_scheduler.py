@@ -15,10 +15,12 @@ from typing import Any, Callable
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.serve.app_storage import disk_free_mb, without_paths
 from bert_core.serve.finetune_runs import KeptRaceJob
+from bert_core.serve.process_model import ProcessModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE
 from bert_core.serve.run_records import CHECKPOINT, PROBES, RACE_FILE
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
+from bert_core.serve.server_gpus import failed_gpus, is_gpu_fault, mark_failed
 
 log = logging.getLogger("bert_core.app")
 
@@ -44,6 +46,7 @@ class RunScheduler:
         self.stall_s = stall_s
         self._records = records   # a run_records.RunRecords, or None: runs live in memory only
         self._tick_lock = threading.Lock()    # one scheduler pass at a time (the thread's and a page's)
+        self._parking: set[str] = set()      # runs whose processes are being ended to free their GPUs
         self._thread: threading.Thread | None = None
         self.closed = False                  # set when the store closes: the thread ends
 
@@ -53,6 +56,8 @@ class RunScheduler:
             try:
                 if run.job is None:
                     run.job = self._job_factory(run)
+                if isinstance(run.job, ProcessModel):
+                    run.job.resume_on(run.device)   # a parked run goes on where the queue put it
                 run.job.start()
             except Exception as exc:  # noqa: BLE001 - a run that cannot start must not block the queue
                 log.exception("starting a run failed")
@@ -69,9 +74,10 @@ class RunScheduler:
         self.schedule()
 
     def _tick(self, now: float) -> None:
-        to_release, to_end = [], []
+        to_release, to_end, to_park = [], [], []
         self._end_silent()
         with self._lock:
+            drop_failed_gpus(self._registry.runs())
             to_stop = self._queue.end_turns(now)
             forgotten = []
             for run in self._registry.runs():
@@ -87,6 +93,8 @@ class RunScheduler:
                 if (not run.released and job is not None and not run.active and run not in to_end
                         and job.phase in ended and retry):
                     to_release.append(run)
+                elif self._parkable(run) and run not in to_end:
+                    to_park.append(run)
                 # An ended fine-tuning race holds its models in the server's memory: once nobody has watched it for
                 # the grace period they go, so memory is bounded by the races people look at. A race whose results
                 # its process kept in its folder is read back from there when opened again; one that kept none
@@ -103,6 +111,8 @@ class RunScheduler:
             self.release(run, stop_first=True)
         for run in to_release:
             self.release(run)
+        for run in to_park:
+            self._park(run)
         for run in doomed + gone:
             if run in gone:
                 log.info("dropping the ended race %s: nobody watched it for %g min", run.run_id[:6],
@@ -113,6 +123,36 @@ class RunScheduler:
             if self._records is not None:
                 self._records.remove(run.run_id)
         self._record_changes(now)
+
+    def _parkable(self, run: Run) -> bool:
+        """A stopped pretraining run in a process on a GPU, not parked yet (nor being parked): its process holds a
+        CUDA context (0.8-1.1 GB) for as long as it lives, so it goes, its checkpoint kept for Resume. Under the
+        lock. On the CPU a stopped run keeps its process (Resume and Step once continue it there at once)."""
+        job = run.job
+        return (isinstance(job, ProcessModel) and run.device not in (None, "cpu") and not run.released
+                and not run.active and job.phase == "stopped" and job.parked is None and job.process is not None
+                and job.process.poll() is None and run.run_id not in self._parking
+                and run.spec.page != FINETUNE_PAGE)
+
+    def _park(self, run: Run) -> None:
+        """End a stopped GPU run's process, its checkpoint written to its folder first (ProcessModel.park), in the
+        background: a save takes a moment. Without a folder (a server that keeps no records) it keeps its process."""
+        folder = self._release_folder(run)
+        if folder is None:
+            return
+        self._parking.add(run.run_id)
+
+        def work():
+            try:
+                if run.job.park(folder, run.device):
+                    log.info("run %s: stopped on %s, its process ended to free the GPU (Resume goes on from its "
+                             "checkpoint)", run.run_id[:6], run.device)
+            except Exception:  # noqa: BLE001 - a run whose save failed keeps its process, as it was
+                log.exception("parking run %s failed", run.run_id[:6])
+            finally:
+                self._parking.discard(run.run_id)
+
+        threading.Thread(target=work, name=f"bert-park-{run.run_id[:6]}", daemon=True).start()
 
     def _record_changes(self, now: float) -> None:
         """Write the record of each run whose phase changed since its last record (its probes once it ended), and
@@ -224,6 +264,21 @@ class RunScheduler:
                 self.tick()
             except Exception:  # noqa: BLE001 - the scheduler must outlive one bad pass
                 log.exception("scheduler pass failed")
+
+
+def drop_failed_gpus(runs: list[Run]) -> None:
+    """Take a GPU out of use once a run on it failed with a CUDA fault that is not running out of memory
+    (server_gpus.mark_failed: the queue gives it no more slots), and send the runs waiting for it to the CPU: one not
+    started yet, or parked (its checkpoint resumes anywhere). Under the store's lock."""
+    for run in runs:
+        job = run.job
+        if job is not None and run.device not in (None, "cpu") and job.phase == "failed" and is_gpu_fault(job.error):
+            mark_failed(run.device, job.error)
+    failed = failed_gpus()
+    for run in runs:
+        parked = isinstance(run.job, ProcessModel) and run.job.parked is not None
+        if run.queued and run.device in failed and (run.job is None or parked):
+            run.device = None   # the queue gives it a slot where there is one
 
 
 def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:

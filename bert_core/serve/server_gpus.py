@@ -9,6 +9,11 @@ Torch-free and fork-safe: the server imports this module without torch, and no C
 the server or in the launcher its training processes are forked from (a driver initialised before a fork cannot be
 used by the forks). A machine without an NVIDIA or AMD GPU device node is answered at once; otherwise one short
 child interpreter asks torch, through NVML, which GPUs there are, once per server process.
+
+A GPU that fails a run with a CUDA error other than running out of memory (a driver or hardware fault: an illegal
+address, an ECC error, a lost device) is taken out of use for the rest of the server process (`mark_failed`): the
+queue gives it no more slots (`usable`) and its waiting runs go to the CPU. Running out of memory is the run's own
+size against what the card has free, not a broken GPU, so it only fails that run.
 """
 
 from __future__ import annotations
@@ -41,6 +46,13 @@ for i in range(n):
     gpus.append({"name": p.name, "memory_mb": int(p.total_memory // 2**20)})
 print(json.dumps(gpus))
 """
+
+
+# What a CUDA fault's message starts with in torch's errors (RuntimeError or torch.AcceleratorError, as a run's failure
+# message carries it: "RuntimeError: CUDA error: an illegal memory access was encountered"), cuBLAS's and cuDNN's too.
+CUDA_FAULTS = ("CUDA error", "CUBLAS_STATUS_", "cuDNN error", "CUDNN_STATUS_", "CUDA driver error")
+_FAILED: dict[str, str] = {}   # device -> the error that took it out of use, for the rest of this server process
+_FAILED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,41 @@ def detect_in_background(gpus=detected_gpus) -> None:
     """Ask for the GPUs on a thread now, so that a server's first Start does not wait for the answer (a second or
     two of a child interpreter importing torch, where a GPU device exists)."""
     threading.Thread(target=gpus, name="bert-gpu-probe", daemon=True).start()
+
+
+def is_gpu_fault(error: str | None) -> bool:
+    """True when a run's failure message is a CUDA fault that is not running out of memory."""
+    if not error or "out of memory" in error.lower():
+        return False
+    return any(fault in error for fault in CUDA_FAULTS)
+
+
+def mark_failed(device: str, error: str) -> bool:
+    """Take the GPU `device` out of use for the rest of this server process (logged once); True the first time."""
+    with _FAILED_LOCK:
+        if device in _FAILED:
+            return False
+        _FAILED[device] = error
+    log.error("GPU %s failed a run (%s): it is taken out of use, and its runs train on the CPU", device, error)
+    return True
+
+
+def failed_gpus() -> dict[str, str]:
+    """The GPUs taken out of use, each with the error that did it."""
+    with _FAILED_LOCK:
+        return dict(_FAILED)
+
+
+def usable(gpus) -> list:
+    """`gpus` without those taken out of use."""
+    failed = failed_gpus()
+    return [gpu for gpu in gpus if gpu.device not in failed]
+
+
+def forget_failures() -> None:
+    """Put every failed GPU back in use (a test's clean start; a server needs a restart for it)."""
+    with _FAILED_LOCK:
+        _FAILED.clear()
 
 
 def device_label(device: str | None, gpus=()) -> str:

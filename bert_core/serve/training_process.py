@@ -63,6 +63,10 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         self._killed: tuple[str, str] | None = None   # (why, phase) when the server ended the process itself
         self.ended_note: str | None = None  # why the process ended when the server ended it (a hung run, a Stop)
         self._kept: tuple[Path, int] | None = None   # (released folder, the step of its checkpoint), read once
+        self.parked: Path | None = None   # a stopped run whose process ended to free its GPU: start() resumes it
+        self._parked_on: str | None = None   # the queue's device it trained on before it was parked
+        self._resume_device: str | None = None   # where it goes on when its own device can no longer take it
+        self._exited: subprocess.Popen | None = None   # the last process whose end the pump has reported
 
     @classmethod
     def restored(cls, session_id: str, folder: Path, spec: Any, phase: str, note: str | None = None,
@@ -89,31 +93,39 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         return self.phase in ("preparing", "running") and self._child.alive()
 
     def start(self) -> None:
-        """Spawn the child (first start) or tell it to continue (resume)."""
+        """Spawn the child (first start, or a parked run's resume from its checkpoint) or tell it to continue."""
         if self.busy:
             raise BertCoreError("this training is already running")
         if self.error and self.phase == "failed" and self.trainer is not None and self.trainer.state == "failed":
             raise BertCoreError(f"this run failed ({self.error}); press Reset and start a new one")
-        if not self._child.alive():
-            if self.trainer is not None:
+        with self._release_lock:   # not while park() is ending the process
+            spawn = not self._child.alive()
+            if spawn and self.trainer is not None and self.parked is None:
                 raise BertCoreError("the training process has ended; press Reset and start a new run")
-            self.error = None
-            # 'preparing' before the process exists, and busy while the launcher forks it (it can wait for the
-            # launcher's imports): the scheduler must not read the run as ended and give its slot away.
-            self._child.starting = True
-            self._set_phase("preparing")
-            try:
-                self._child.spawn(self._builder)
-            except BaseException:
-                self._set_phase("new")
-                raise
-            self._child.start_pump()
+            # Alive from here ('starting'): the scheduler must not read the run as ended and give its slot away.
+            if spawn:
+                self._child.starting = True
+        if spawn:
+            self._spawn(self._builder if self.parked is None else self._parked_builder())
             return
         self.error = None
         self._set_phase("running")
         if self.trainer is not None:
             self.trainer.state = "running"
         self._child.send(("run", None))
+
+    def _spawn(self, builder) -> None:
+        self.error, self._closing, self._killed = None, False, None
+        # 'preparing' before the process exists, and busy while the launcher forks it (it can wait for the
+        # launcher's imports).
+        self._set_phase("preparing")
+        try:
+            self._child.spawn(builder)
+        except BaseException:
+            self._child.starting = False
+            self._set_phase("new" if self.parked is None else "stopped")
+            raise
+        self._child.start_pump()
 
     def stop(self, wait: float | None = None) -> None:
         """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
@@ -196,7 +208,11 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             return
         with self._changed:
             if kind == "built":
-                if payload["kind"] == "comparison":
+                if self.parked is not None and isinstance(self.trainer, TrainerProxy):
+                    # A parked run back in a process: its mirror keeps its curves and probes, and the new process
+                    # sends on from the step it stopped at. Its model is the process's again.
+                    self.parked, self.released, self._snapshot = None, None, None
+                elif payload["kind"] == "comparison":
                     self.trainer = ComparisonProxy(payload)
                 else:
                     self.trainer = TrainerProxy(payload, self._data_factory)
@@ -221,7 +237,10 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             self._changed.notify_all()
 
     def _child_gone(self, process) -> None:
+        if process is not self.process:
+            return   # a parked run's old process, reported after its new one was started: nothing of today's run
         with self._changed:
+            self._exited = process
             code = process.returncode
             phase, error, unexpected = self.phase, self.error, False
             if self._killed is not None:
