@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures, lesson, tricks
+from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
@@ -40,6 +40,8 @@ app_state.persist_keys("train_smoothing")  # a view setting (the slider is in th
 app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, float)   # read from the URL before it goes
 app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
+app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
+app_state.persist_keys("train_map_word")
 if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
     st.session_state["train_objective"] = "mlm"
 
@@ -396,9 +398,46 @@ def _charts() -> None:
         st.table(rows, hide_index=True)
 
 
+def _word_map_timelapse() -> None:
+    """The How BERT computes page's word map at each probe snapshot of this run: a word's senses separating (or
+    not) as the model trains. The maps were made at the snapshots (the weights are not kept); this only draws."""
+    job = app_state.current_job()
+    store = job.trainer.probes if job is not None and job.trainer is not None else None
+    snaps = store.snapshots() if store is not None else []
+    if not snaps:
+        return
+    st.subheader("One word's senses, snapshot by snapshot")
+    if st.session_state["train_map_word"] not in word_maps.TIMELAPSE_WORDS:
+        st.session_state["train_map_word"] = word_maps.TIMELAPSE_WORDS[0]
+    word = st.radio("Word", word_maps.TIMELAPSE_WORDS, key="train_map_word", horizontal=True)
+    timeline = word_maps.word_map_timelapse(snaps, word)
+    if not timeline:
+        st.caption(f"This run's snapshots hold no map of “{word}”: its tokenizer does not find the word in three of "
+                   "the built-in sentences, or the run was recorded before snapshots kept maps.")
+        return
+    steps = [step for step, _ in timeline]
+    # The slider follows the newest snapshot until the user moves it back to an older one.
+    if st.session_state.get("train_map_step") in (None, st.session_state.get("train_map_newest")) \
+            or st.session_state["train_map_step"] not in steps:
+        st.session_state["train_map_step"] = steps[-1]
+    st.session_state["train_map_newest"] = steps[-1]
+    step = st.select_slider("Training step", steps, key="train_map_step") if len(steps) > 1 else steps[0]
+    st.caption("The same map as on *How BERT computes* (its built-in sentences, two senses), made from the model "
+               "as it was at each probe snapshot. At step 0 the dots sit where the random weights put them; watch "
+               "whether the two colours pull apart as the run goes on, and in which layers first.")
+    app_state.plotly(computation_figures.word_map_figure(timeline[steps.index(step)][1], step=step),
+                     "word-map-timelapse", key="train_map")
+    app_state.plotly(computation_figures.separation_timeline_figure(word, *word_maps.separation_by_step(timeline),
+                                                                    step=step),
+                     "word-map-separation", key="train_map_separation")
+    st.caption("Separation: the distance between the two senses' centres on a layer's map over the mean spread "
+               "within each sense: the higher, the further apart the senses lie.")
+
+
 st.divider()
 st.fragment(_status, run_every=app_state.poll_seconds() if active else None)()
 st.fragment(_charts, run_every=app_state.chart_poll_seconds() if active else None)()
+st.fragment(_word_map_timelapse, run_every=app_state.chart_poll_seconds() if active else None)()
 if active:
     # A smoothing set while a run trains is for its live view: the URL keeps only an ended run's (written after the
     # charts, which return it to the default when the run ends), so that a reload of the finished run does not draw

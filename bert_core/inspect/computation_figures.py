@@ -252,9 +252,10 @@ def neighbours_figure(word: str, neighbours: Sequence[tuple[str, float]]) -> go.
     return _fonts(_layout(fig, f"Nearest to “{word}” in the embedding table", height=120 + 30 * len(neighbours)))
 
 
-def word_map_figure(wmap, columns: int = 5) -> go.Figure:
+def word_map_figure(wmap, columns: int = 5, step: int | None = None) -> go.Figure:
     """One word's contextual vectors across sentences, projected to 2-D (PCA) after the embeddings and after each
-    layer, one small map per layer, coloured by the sense each sentence was written for."""
+    layer, one small map per layer, coloured by the sense each sentence was written for; `step` names the training
+    step of a probe snapshot's map."""
     n = wmap.points.shape[0]
     columns = min(columns, n)
     rows = -(-n // columns)
@@ -278,8 +279,25 @@ def word_map_figure(wmap, columns: int = 5) -> go.Figure:
             update(range=[lo - pad, hi + pad], row=i // columns + 1, col=i % columns + 1)
     fig.update_xaxes(showticklabels=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, zeroline=False)
-    return _fonts(_layout(fig, f"“{wmap.word}” in {len(wmap.sentences)} sentences, layer by layer (PCA)",
+    when = "" if step is None else f", at step {step:,}"
+    return _fonts(_layout(fig, f"“{wmap.word}” in {len(wmap.sentences)} sentences, layer by layer (PCA){when}",
                           height=120 + 260 * rows, legend="below"))
+
+
+def separation_timeline_figure(word: str, steps: Sequence[int], separations: np.ndarray,
+                               step: int | None = None) -> go.Figure:
+    """How far apart a word's senses lie on each layer's map (word_maps.separation: the distance between the
+    senses' centres over their spread), at each probe snapshot of a run; a dotted line marks `step`."""
+    fig = go.Figure()
+    for layer in range(separations.shape[1]):
+        fig.add_trace(go.Scatter(x=list(steps), y=separations[:, layer], mode="lines+markers",
+                                 name="embeddings" if layer == 0 else f"layer {layer}",
+                                 line=dict(color=DISTINCT_COLORS[layer % 10])))
+    if step is not None:
+        fig.add_vline(x=step, line=dict(dash="dot", color="#7f7f7f"))
+    fig.update_xaxes(title="training step")
+    fig.update_yaxes(title="separation", rangemode="tozero")
+    return _fonts(_layout(fig, f"How far apart the senses of “{word}” lie, snapshot by snapshot", height=320))
 
 
 def sentence_tokens_figure(comparison) -> go.Figure:

@@ -21,8 +21,9 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.probes import readable_offline
-# The map's torch-free parts live in word_maps (a probe snapshot carries maps to a server without torch); they are
-# re-exported here, beside word_map, where the page and the tests have always found them.
+# The word map lives in word_map_vectors and its torch-free parts in word_maps (a probe snapshot carries maps to a
+# server without torch); they are re-exported here, where the page and the tests have always found them.
+from bert_core.inspect.word_map_vectors import eval_forward, word_map  # noqa: F401
 from bert_core.inspect.word_maps import SENSE_SENTENCES, WordMap, pca_2d, separation  # noqa: F401
 
 @dataclass
@@ -40,17 +41,6 @@ class EmbeddingParts:
     model_output: np.ndarray  # [S, H] the embedding layer's output
 
 
-def _eval_forward(model, fn):
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            return fn()
-    finally:
-        if was_training:
-            model.train()
-
-
 def _arr(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 
@@ -65,7 +55,7 @@ def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> Embedding
     x = torch.tensor([ids], device=device)
     t = torch.tensor([types], device=device)
     try:
-        _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), t))
+        eval_forward(model, lambda: model.bert(x, torch.ones_like(x), t))
     finally:
         handle.remove()
     with torch.inference_mode():
@@ -96,45 +86,6 @@ def nearest_neighbours(model, tokenizer, word: str, k: int = 10) -> list[tuple[s
         sims[[i for i in skip if i < len(sims)]] = -2.0  # itself and specials are no neighbours worth showing
         values, indices = sims.topk(max(1, min(int(k), len(sims) - 1)))
     return list(zip(tokenizer.convert_ids_to_tokens(indices.tolist()), values.tolist()))
-
-
-def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
-    """Where `word_ids` first occur in `ids` (the sentence's pieces after [CLS]), or None."""
-    n = len(word_ids)
-    for i in range(1, len(ids) - n + 1):
-        if ids[i:i + n] == word_ids:
-            return i
-    return None
-
-
-def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
-    """PCA maps of `word`'s contextual vectors (the mean over its pieces) across `sentences`, one per layer."""
-    if not isinstance(word, str) or not word.strip():
-        raise BertCoreError("type the word to follow")
-    word_ids = tokenizer.encode(word.strip())
-    labels = list(labels) if labels is not None else [""] * len(sentences)
-    vectors, used, used_labels, skipped = [], [], [], []
-    for sentence, label in zip(sentences, labels):
-        if not sentence.strip():
-            continue
-        ids, types, _ = encode_for_steps(model, tokenizer, sentence)
-        start = _word_span(tokenizer, ids, word_ids) if word_ids else None
-        if start is None:
-            skipped.append(sentence)
-            continue
-        x = torch.tensor([ids], device=next(model.parameters()).device)
-        hidden = _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
-                                                         output_hidden_states=True)[2])
-        vectors.append(torch.stack([h[0, start:start + len(word_ids)].float().mean(0) for h in hidden]))
-        used.append(sentence)
-        used_labels.append(label)
-    if len(used) < 3:
-        raise BertCoreError(f"{word!r} was found in {len(used)} sentence(s); a map needs at least 3 with the word in "
-                            "them")
-    stacked = torch.stack(vectors, 1).cpu().numpy()  # [L + 1, N, H]
-    maps = [pca_2d(layer) for layer in stacked]
-    return WordMap(word=word.strip(), sentences=used, labels=used_labels, points=np.stack([m[0] for m in maps]),
-                   explained=np.array([m[1] for m in maps], dtype=np.float32), skipped=skipped)
 
 
 # ------------------------------------------------------------------------------------------ contextual neighbours
@@ -214,7 +165,7 @@ def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -
         width = max(len(ids) for ids in chunk)
         x = torch.tensor([ids + [tokenizer.pad_id] * (width - len(ids)) for ids in chunk], device=device)
         mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in chunk], device=device)
-        hidden = _eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x), output_hidden_states=True)[2])
+        hidden = eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x), output_hidden_states=True)[2])
         stacked = torch.stack(hidden, 0).float()   # [L + 1, B, S, H]
         for b, ids in enumerate(chunk):
             keep = list(range(1, len(ids) - 1))    # the sentence's own tokens, not [CLS] and [SEP]
@@ -260,7 +211,7 @@ def contextual_neighbours(model, tokenizer, sentence: str, position: int, pool: 
     if not 0 <= position < len(ids):
         raise BertCoreError(f"token {position + 1} does not exist: the input has {len(ids)} tokens")
     x = torch.tensor([ids], device=next(model.parameters()).device)
-    hidden = _eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
+    hidden = eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
                                                      output_hidden_states=True)[2])
     query = torch.nn.functional.normalize(torch.stack([h[0, position].float() for h in hidden]), dim=-1).cpu().numpy()
     sims = np.einsum("lnh,lh->ln", pool.unit, query)   # [L + 1, N]

@@ -17,6 +17,7 @@ import numpy as np
 from bert_core.data.corpora import load_corpus, split_heldout
 from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
+from bert_core.inspect.word_maps import WordMap
 from bert_core.paths import cache_dir, shared_data_dir
 
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
@@ -227,6 +228,7 @@ class ProbeSnapshot:
     predictions: list[list[list[tuple[str, float]]]]
     attention_tokens: list[str] | None
     attention: np.ndarray | None  # float16 [layers, heads, S, S] (half precision keeps the store small)
+    word_maps: dict[str, WordMap] | None = None  # each built-in sense word's map (word_map_vectors)
 
 
 class ProbeStore:
@@ -255,20 +257,22 @@ class ProbeStore:
 
     def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
         """Run the probes through `model` (its train/eval mode is restored), store and return the snapshot."""
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.inspect.inspection import attention_maps, fill_mask, is_causal
+        # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.inspect import inspection, word_map_vectors
 
         # A causal model cannot fill a [MASK] (inspection.CAUSAL_CANNOT_FILL): its snapshots keep the attention only.
         predictions = [
-            [] if is_causal(model) else [p.candidates for p in fill_mask(model, tokenizer, s, top_k=self.top_k)]
+            [] if inspection.is_causal(model)
+            else [p.candidates for p in inspection.fill_mask(model, tokenizer, s, top_k=self.top_k)]
             for s in self.sentences
         ]
         tokens = attention = None
         if self.attention_sentence is not None:
-            result = attention_maps(model, tokenizer, self.attention_sentence)
+            result = inspection.attention_maps(model, tokenizer, self.attention_sentence)
             tokens, attention = result.tokens, result.attentions.astype(np.float16)
-        return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens,
-                                      attention=attention))
+        # Every built-in word's map, made now: the weights of this step are not kept for later (Train page).
+        return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens, attention=attention,
+                                      word_maps=word_map_vectors.snapshot_word_maps(model, tokenizer) or None))
 
     def add(self, snap: ProbeSnapshot) -> ProbeSnapshot:
         """Store a snapshot (taken here or received from a training process), thinning when full."""

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import is_disk_full, os_reason
+from bert_core.inspect.word_maps import word_maps_to_json
 from bert_core.model.files import is_whole_checkpoint
 from bert_core.serve.app_storage import runs_dir
 from bert_core.serve.finetune_runs import is_race_record
@@ -77,7 +78,7 @@ def probes_to_json(store) -> dict | None:
     for snap in store.snapshots():
         attention = None if snap.attention is None else snap.attention.astype("float32").round(3).tolist()
         snaps.append({"step": snap.step, "predictions": snap.predictions, "attention_tokens": snap.attention_tokens,
-                      "attention": attention})
+                      "attention": attention, "word_maps": word_maps_to_json(snap.word_maps)})
     return {"sentences": list(store.sentences), "attention_sentence": store.attention_sentence,
             "top_k": store.top_k, "max_snapshots": store.max_snapshots, "snapshots": snaps}
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
+from bert_core.inspect.word_maps import word_maps_from_json
 from bert_core.model.config import BertConfig
 from bert_core.model.files import TRAINER_STATE, read_json
 from bert_core.model.tokenization import BertTokenizer
@@ -124,5 +125,6 @@ def restored_trainer(folder: Path, probes: dict | None = None,
                 step=int(snap["step"]), predictions=[[[tuple(c) for c in m] for m in p]
                                                      for p in snap["predictions"]],
                 attention_tokens=snap.get("attention_tokens"),
-                attention=None if attention is None else np.asarray(attention, dtype=np.float16)))
+                attention=None if attention is None else np.asarray(attention, dtype=np.float16),
+                word_maps=word_maps_from_json(snap.get("word_maps"))))
     return trainer

@@ -1,0 +1,92 @@
+"""The word map computed from a model: one word's contextual vectors across sentences, after the embeddings and
+each layer, projected to 2-D (word_maps.pca_2d); for the How BERT computes page and, at each probe snapshot of a
+training run, for the Train page's time-lapse (the maps of every built-in sense word, made while the weights of that
+step exist)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect.attention_steps import encode_for_steps
+from bert_core.inspect.word_maps import SENSE_SENTENCES, TIMELAPSE_WORDS, WordMap, pca_2d
+
+
+def eval_forward(model, fn):
+    """fn() in eval mode without gradients, the model's train/eval mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return fn()
+    finally:
+        if was_training:
+            model.train()
+
+
+def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
+    """Where `word_ids` first occur in `ids` (the sentence's pieces after [CLS]), or None."""
+    n = len(word_ids)
+    for i in range(1, len(ids) - n + 1):
+        if ids[i:i + n] == word_ids:
+            return i
+    return None
+
+
+def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
+    """PCA maps of `word`'s contextual vectors (the mean over its pieces) across `sentences`, one per layer."""
+    if not isinstance(word, str) or not word.strip():
+        raise BertCoreError("type the word to follow")
+    word_ids = tokenizer.encode(word.strip())
+    if tokenizer.unk_id in word_ids:   # [UNK] would match any other unknown word in a sentence
+        raise BertCoreError(f"{word.strip()!r} is not in this model's vocabulary: its pieces include [UNK]")
+    labels = list(labels) if labels is not None else [""] * len(sentences)
+    found, used, used_labels, skipped = [], [], [], []
+    for sentence, label in zip(sentences, labels):
+        if not sentence.strip():
+            continue
+        ids = encode_for_steps(model, tokenizer, sentence)[0]
+        start = _word_span(tokenizer, ids, word_ids) if word_ids else None
+        if start is None:
+            skipped.append(sentence)
+            continue
+        found.append((ids, start))
+        used.append(sentence)
+        used_labels.append(label)
+    if len(used) < 3:
+        raise BertCoreError(f"{word!r} was found in {len(used)} sentence(s); a map needs at least 3 with the word in "
+                            "them")
+    # One padded batch, not a pass per sentence: a training run maps the built-in words at every probe snapshot.
+    width = max(len(ids) for ids, _ in found)
+    device = next(model.parameters()).device
+    x = torch.tensor([ids + [tokenizer.pad_id] * (width - len(ids)) for ids, _ in found], device=device)
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in found], device=device)
+    hidden = torch.stack(eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x),
+                                                                 output_hidden_states=True)[2])).float()
+    vectors = [hidden[:, b, start:start + len(word_ids)].mean(1) for b, (_, start) in enumerate(found)]
+    stacked = torch.stack(vectors, 1).cpu().numpy()  # [L + 1, N, H]
+    maps = [pca_2d(layer) for layer in stacked]
+    return WordMap(word=word.strip(), sentences=used, labels=used_labels, points=np.stack([m[0] for m in maps]),
+                   explained=np.array([m[1] for m in maps], dtype=np.float32), skipped=skipped)
+
+
+def sense_word_map(model, tokenizer, word: str) -> WordMap:
+    """The map of built-in `word` across its sense sentences, exactly as the How BERT computes page draws it."""
+    if word not in SENSE_SENTENCES:
+        raise BertCoreError(f"{word!r} has no built-in sentences; pick one of {', '.join(SENSE_SENTENCES)}")
+    rows = SENSE_SENTENCES[word]
+    return word_map(model, tokenizer, word, [s for _, s in rows], [g for g, _ in rows])
+
+
+def snapshot_word_maps(model, tokenizer, words=TIMELAPSE_WORDS) -> dict[str, WordMap]:
+    """The map of each built-in word for a probe snapshot, taken from `model` as it is at that step. The weights
+    are not kept (a run's snapshots would hold dozens of copies), so every word the page offers is mapped now; a
+    word the tokenizer cannot find in three sentences is left out."""
+    maps = {}
+    for word in words:
+        try:
+            maps[word] = sense_word_map(model, tokenizer, word)
+        except BertCoreError:
+            continue
+    return maps

@@ -1,0 +1,117 @@
+"""One word's contextual vectors across sentences, projected to 2-D by layer (PCA): the map itself, the sense
+sentences it is drawn for by default, how far apart the senses lie on it, and the same map at each probe snapshot
+of a training run, so that the senses can be watched separating as the model learns.
+
+Torch-free: a ProbeSnapshot carries its maps from the training process to the server, which reads them without
+torch (tests/test_layers.py's TORCH_FREE). The maps are computed from a model by word_map_vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+# Sentences with two senses of a few words, written for this project: the map's default sets. A student may type
+# their own; the word must appear in each sentence.
+SENSE_SENTENCES: dict[str, list[tuple[str, str]]] = {
+    "bank": [
+        ("money", "she put her money in the bank ."), ("money", "the bank gave him a loan ."),
+        ("money", "he works at a bank in the city ."), ("money", "the bank was closed on sunday ."),
+        ("money", "they robbed the bank last night ."), ("money", "i need to go to the bank to get cash ."),
+        ("river", "we sat on the bank of the river ."), ("river", "the boat was pulled up on the bank ."),
+        ("river", "flowers grew along the river bank ."), ("river", "the water rose over the bank ."),
+        ("river", "he fished from the west bank of the stream ."), ("river", "the grassy bank was wet ."),
+    ],
+    "play": [
+        ("game", "the children play in the park ."), ("game", "they play football every day ."),
+        ("game", "let us play a game of cards ."), ("game", "the dogs play in the snow ."),
+        ("game", "he wants to play with his friends ."), ("game", "we play tennis on saturday ."),
+        ("theatre", "we saw a play at the theatre ."), ("theatre", "she wrote a play about the war ."),
+        ("theatre", "the play was first performed in london ."), ("theatre", "the actors rehearsed the play ."),
+        ("theatre", "the new play opens next week ."), ("theatre", "he starred in a play by shakespeare ."),
+    ],
+    "light": [
+        ("brightness", "the light was too bright ."), ("brightness", "turn on the light , please ."),
+        ("brightness", "the light of the sun filled the room ."), ("brightness", "a red light flashed ."),
+        ("brightness", "plants need light to grow ."), ("brightness", "the street light was broken ."),
+        ("weight", "the bag is very light ."), ("weight", "she wore a light coat ."),
+        ("weight", "the box was light enough to carry ."), ("weight", "it is a light meal ."),
+        ("weight", "the chair is light and strong ."), ("weight", "he packed a light bag for the trip ."),
+    ],
+}
+
+
+@dataclass
+class WordMap:
+    """One word's contextual vector in each sentence, after the embeddings (layer 0) and each layer, in 2-D."""
+
+    word: str
+    sentences: list[str]
+    labels: list[str]                 # a sense or group label per sentence ("" when none was given)
+    points: np.ndarray                # [L + 1, N, 2] PCA coordinates, layer by layer
+    explained: np.ndarray             # [L + 1] share of the variance the two axes keep
+    skipped: list[str]                # sentences the word was not found in
+
+
+def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The rows of `x` on their first two principal axes, and the share of the variance those keep. Each axis's
+    sign is fixed (its largest loading positive), so a map does not flip from one layer to the next for nothing."""
+    x = np.asarray(x, dtype=np.float64)
+    centred = x - x.mean(0, keepdims=True)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    axes = vt[:2]
+    axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(1)])[:, None]
+    coords = centred @ axes.T
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    total = float((s ** 2).sum())
+    return coords.astype(np.float32), float((s[:2] ** 2).sum() / total) if total > 0 else 0.0
+
+
+def separation(points: np.ndarray, labels) -> float:
+    """How far apart two or more labelled groups lie on a map: the distance between group centres over the mean
+    spread within groups (0 when there is one group). A number for "the senses separate" that a test can hold."""
+    labels = np.asarray(labels)
+    groups = [points[labels == g] for g in dict.fromkeys(labels.tolist())]
+    if len(groups) < 2:
+        return 0.0
+    centres = np.stack([g.mean(0) for g in groups])
+    between = np.mean([np.linalg.norm(a - b) for i, a in enumerate(centres) for b in centres[i + 1:]])
+    within = np.mean([np.linalg.norm(g - g.mean(0), axis=1).mean() for g in groups])
+    return float(between / within) if within > 0 else float("inf")
+
+
+# ------------------------------------------------------------------------------------------ during training
+
+TIMELAPSE_WORDS = tuple(SENSE_SENTENCES)   # every built-in word: a snapshot's maps cannot be drawn again later
+
+
+def word_map_timelapse(snapshots, word: str) -> list[tuple[int, WordMap]]:
+    """(step, map) for each snapshot that mapped `word`, oldest first."""
+    return [(s.step, s.word_maps[word]) for s in snapshots if s.word_maps and word in s.word_maps]
+
+
+def separation_by_step(timeline: list[tuple[int, WordMap]]) -> tuple[list[int], np.ndarray]:
+    """The steps and, per step, the senses' separation on each layer's map ([steps, L + 1])."""
+    return ([step for step, _ in timeline],
+            np.array([[separation(layer, m.labels) for layer in m.points] for _, m in timeline]))
+
+
+def word_maps_to_json(maps: dict[str, WordMap] | None) -> dict | None:
+    """A snapshot's maps as JSON (coordinates rounded to 4 decimals: figures, not training), for a run's record."""
+    if not maps:
+        return None
+    return {w: {"sentences": m.sentences, "labels": m.labels, "points": np.round(m.points, 4).tolist(),
+                "explained": np.round(m.explained, 4).tolist(), "skipped": m.skipped} for w, m in maps.items()}
+
+
+def word_maps_from_json(data) -> dict[str, WordMap] | None:
+    """word_maps_to_json read back; None for a record without maps (one written before they were kept)."""
+    if not isinstance(data, dict) or not data:
+        return None
+    return {w: WordMap(word=w, sentences=list(m["sentences"]), labels=list(m["labels"]),
+                       points=np.asarray(m["points"], dtype=np.float32),
+                       explained=np.asarray(m["explained"], dtype=np.float32), skipped=list(m["skipped"]))
+            for w, m in data.items()}
