@@ -237,7 +237,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             self._changed.notify_all()
 
     def _child_gone(self, process) -> None:
-        if process is not self.process:
+        if self.process is not None and process is not self.process:
             return   # a parked run's old process, reported after its new one was started: nothing of today's run
         with self._changed:
             self._exited = process
