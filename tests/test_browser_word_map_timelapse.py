@@ -1,0 +1,74 @@
+"""In a real browser at a projector's 1280 x 720: the Train page's word map at each probe snapshot draws once a
+short run with probe snapshots has finished, a snapshot picked on the slider redraws it at that step, and nothing
+on the page raises. The window is screenshotted with the map's title at its top (test-artifacts/screenshots)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _no_exception,
+    _open,
+    _settle,
+    browser,
+    chromium,
+    model_folder,
+    screenshot_dirs,
+    server,
+    server_home,
+)
+
+pytestmark = pytest.mark.slow
+
+PROJECTOR = {"width": 1280, "height": 720}
+STEPS = 12
+MAP = "layer by layer (PCA), at step"
+
+
+def _titles(page) -> list[str]:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(d => d.layout)
+            .map(d => String((d.layout.title || {}).text || d.layout.title || ''))""")
+
+
+def _shoot_map(page, path) -> None:
+    page.evaluate(
+        """(title) => {
+            const d = Array.from(document.querySelectorAll('.js-plotly-plot'))
+                .find(d => String((d.layout.title || {}).text || '').includes(title));
+            const box = d.closest('[data-testid="stElementContainer"]') || d;
+            box.scrollIntoView({block: 'start'});
+            let el = box.parentElement;   // clear of the app's header bar
+            while (el && el.scrollTop === 0) el = el.parentElement;
+            (el || document.scrollingElement).scrollTop -= 64;
+        }""", MAP)
+    time.sleep(0.8)
+    page.screenshot(path=str(path))
+
+
+def test_the_train_page_draws_the_word_map_at_each_snapshot(server, browser, screenshot_dirs):
+    base, _ = server
+    page = browser.new_page(viewport=PROJECTOR)
+    try:
+        _open(page, base, "Train", f"?train_steps={STEPS}&train_eval_every={STEPS}&train_probe_every=4")
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text(f"Run finished at step {STEPS}").wait_for(timeout=300_000)
+        _settle(page)
+        _no_exception(page, "Train, finished")
+        maps = [t for t in _titles(page) if MAP in t]
+        assert len(maps) == 1 and f"at step {STEPS}" in maps[0] and "bank" in maps[0], maps
+        assert any("How far apart the senses of" in t for t in _titles(page))
+        _shoot_map(page, screenshot_dirs[0] / "train-word-map-timelapse.png")
+        # The slider's first snapshot (step 0): the keyboard moves a Streamlit select slider.
+        handle = page.get_by_test_id("stSlider").filter(has_text="Training step").get_by_role("slider")
+        handle.focus()
+        page.keyboard.press("Home")
+        _settle(page)
+        _no_exception(page, "Train, step 0")
+        maps = [t for t in _titles(page) if MAP in t]
+        assert len(maps) == 1 and "at step 0" in maps[0], json.dumps(maps)
+    finally:
+        page.close()
