@@ -71,13 +71,24 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
     its = KIND_PAGES[race.task_kind]
     st.markdown(f"Your fine-tuning race on the **Fine-tune** page ({its.label.lower()}): which tokens made a "
                 "fine-tuned model's answer, and which attention heads it leans on.")
+    fields = its.try_fields(race.val_data)
+    # Kept when the user leaves the page and comes back, like the page's other widgets.
+    app_state.persist_keys("hbc_why_model", "hbc_why_on", *(f"hbc_why_{f.key}" for f in fields))
     if st.session_state.get("hbc_why_model") not in tuned:
         st.session_state.pop("hbc_why_model", None)   # a model of an earlier race
     name = st.selectbox("Model to explain", list(tuned), key="hbc_why_model",
                         format_func=lambda n: RUN_LABELS.get(n, n))
-    fields = its.try_fields(race.val_data)
     for f in fields:   # the Fine-tune page's inputs, under keys of this page's own
-        WIDGETS[f.widget](f.label, key=f"hbc_why_{f.key}", **f.options)
+        options, key = dict(f.options), f"hbc_why_{f.key}"
+        # A kept value and a widget's own default may not meet (Streamlit warns): the default seeds the value once,
+        # and a kept number outside this race's range goes back to it.
+        default = options.pop("value", None)
+        kept = st.session_state.get(key)
+        if kept is None or (f.widget == "number_input" and not options.get("min_value", kept) <= kept
+                            <= options.get("max_value", kept)):
+            if default is not None:
+                st.session_state[key] = default
+        WIDGETS[f.widget](f.label, key=key, **options)
     explained = its.explained({f.key: st.session_state.get(f"hbc_why_{f.key}") for f in fields}, race.val_data)
     if explained is None:
         st.caption("Type an input above.")
