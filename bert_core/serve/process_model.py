@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertCoreError
-from bert_core.model.files import copy_checkpoint, is_whole_checkpoint
+from bert_core.inspect.probes import ProbeStore
+from bert_core.model.files import TRAINER_STATE, copy_checkpoint, is_whole_checkpoint, read_json
+from bert_core.model.tokenization import BertTokenizer
 from bert_core.serve.model_sources import load_folder
+from bert_core.serve.train_spec import run_plan
 from bert_core.serve.training_link import REPLY_TIMEOUT_S
 from bert_core.serve.training_mirrors import ComparisonProxy
 
@@ -177,10 +180,6 @@ def resumed_trainer(spec, folder: str, device: str | None = None):
     writing its safety-net checkpoints to `folder`. `device`: where it trains now when that is not where it trained
     (None: the checkpoint's own)."""
     # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.inspect.probes import ProbeStore
-    from bert_core.model.files import TRAINER_STATE, read_json
-    from bert_core.model.tokenization import BertTokenizer
-    from bert_core.serve.train_spec import run_plan
     from bert_core.training import run_builder
     from bert_core.training.trainer import Trainer
 
