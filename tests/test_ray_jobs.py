@@ -172,6 +172,28 @@ def test_stop_step_once_and_resume_on_the_cluster(cluster):
     assert job.process.poll() is not None and job.phase == "stopped"
 
 
+def test_a_parked_run_goes_on_in_a_new_actor_from_its_checkpoint_files(cluster, tmp_path):
+    """A stopped run whose actor was ended to free its device (ProcessModel.park, a GPU server's) is resumed in a
+    new actor from its checkpoint's files, sent with the builder (the node has no path to the server's folder)."""
+    folder = tmp_path / "checkpoint"
+    job = jobs.pretraining_job("ray-park", _spec(steps=100_000), checkpoint_dir=folder, kind="ray")
+    try:
+        job.start()
+        _until(lambda: job.trainer is not None and job.trainer.step >= 3, what="a few steps")
+        job.stop(wait=60)
+        stopped_at, first = job.trainer.step, job.process
+        assert job.park(folder, "cpu") and job.parked is not None
+        _until(lambda: first.poll() is not None, 30, "the parked actor to end")
+        assert _checkpoint_step(folder) == stopped_at
+        job.start()
+        _until(lambda: job.trainer.step > stopped_at + 2, what="the resumed run")
+        assert job.process is not first and job.parked is None and job.phase == "running"
+        job.stop(wait=60)
+        _until(lambda: _checkpoint_step(folder) == job.trainer.step, 30, "its stop's checkpoint, sent back")
+    finally:
+        job.close(wait=30)
+
+
 def test_a_lost_node_fails_its_run_keeps_its_checkpoint_and_the_queue_goes_on(cluster, tmp_path, monkeypatch):
     """Last in the file: it removes one of the cluster's two nodes."""
     local, workers = cluster

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from bert_core.serve.finetune_runs import FinetuneSpec
 from bert_core.serve.job_base import training_threads
 from bert_core.serve.ray_cluster import cluster_gpus, cluster_slots, cpus_per_run, ray_address
+from bert_core.serve.ray_job import RayTrainingJob   # Ray-free at import: Ray is loaded by a run on a cluster
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
 from bert_core.serve.runs import default_slots
@@ -46,9 +47,6 @@ def _process_job(session_id, builder, spec=None, data_factory=None, device=None)
 
 
 def _ray_job(session_id, builder, spec=None, data_factory=None, device=None) -> RunJob:
-    # Imported here, not at the top: Ray is an optional extra, loaded only on a server that trains on a cluster.
-    from bert_core.serve.ray_job import RayTrainingJob
-
     return RayTrainingJob(session_id, builder, spec=spec, threads=cpus_per_run(), data_factory=data_factory,
                           on_gpu=device is not None and device.startswith("cuda"))
 

@@ -18,8 +18,9 @@ import shutil
 import tempfile
 import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from bert_core.serve.process_model import resumed_trainer
 from bert_core.serve.training_child import TrainingChild
 from bert_core.serve.training_link import HEARTBEAT_S
 from bert_core.training.run_loop import failure_message
@@ -28,6 +29,23 @@ log = logging.getLogger("bert_core.app")
 
 ENDED = ("ended", None, None, None)   # the last message of an actor whose training loop has returned
 MAX_EVENTS = 256                      # messages handed back by one `events` call
+
+
+def resumed_from_files(files: dict[str, bytes], server_folder: str, spec, device: str | None = None):
+    """A parked run's trainer rebuilt on a node (process_model.resumed_trainer) from its checkpoint's files, which
+    came from the server's folder for the run: written to a folder of the node's, resumed from there, and pointed at
+    the server's folder again, so that ClusterChild sends its next checkpoints back there."""
+    local = tempfile.mkdtemp(prefix="bert-ray-resume-")
+    try:
+        for name, data in files.items():
+            target = Path(local, *PurePosixPath(name).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        trainer = resumed_trainer(spec, local, device)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    trainer.checkpoint_dir = server_folder
+    return trainer
 
 
 def folder_files(folder: str | Path) -> dict[str, bytes]:
@@ -156,13 +174,6 @@ class TrainingActor:
         finally:
             child.end()
             self._events.queue.put(ENDED)
-
-    def node_id(self) -> str:
-        """The id of the node this actor runs on."""
-        # Imported here: this module is imported by the server without Ray; the actor always has it.
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
 
     def send(self, message: tuple) -> None:
         """A command of the server's (training_link lists them)."""

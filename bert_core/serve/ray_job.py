@@ -9,7 +9,7 @@ end-of-run checkpoint), which the server writes to the run's own folder: no disk
 or node that is lost ends the actor, and the job reads that as a training process that died: the run failed, its last
 checkpoint kept (the scheduler releases it into that folder, as for a killed process).
 
-Torch-free, and Ray-free at import: job_factory imports this module only on a server that uses Ray.
+Torch-free, and Ray-free at import (job_factory imports it on every server): Ray is loaded when a run is made here.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.ray_actor import ENDED, TrainingActor
+from bert_core.serve.ray_actor import ENDED, TrainingActor, folder_files, resumed_from_files
 from bert_core.serve.ray_cluster import CLUSTER, GPU_TICKET, connect
 from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
 from bert_core.serve.training_process import ProcessTrainingJob
@@ -114,9 +115,6 @@ class RayLink(ChildLink):
         self._spawned.clear()
         try:
             ray = connect()
-            # Imported here: Ray is an optional extra.
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
             self.node_id = CLUSTER.place(self._name, self._on_gpu, self._training)
             if _ACTOR is None:
                 _ACTOR = ray.remote(TrainingActor)
@@ -124,7 +122,8 @@ class RayLink(ChildLink):
             # gives the actor its GPU.
             self._actor = _ACTOR.options(
                 num_cpus=0, num_gpus=GPU_TICKET if self._on_gpu else 0, max_restarts=0, max_task_retries=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)).remote()
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+            ).remote()
             self.process = ActorProcess(self)
             self.last_heard = time.monotonic()
             self._send(("init", sys.path, self._threads))
@@ -209,6 +208,12 @@ class RayTrainingJob(ProcessTrainingJob):
     def node_id(self) -> str | None:
         """The cluster node its actor runs on (None before it started)."""
         return self._child.node_id
+
+    def _parked_builder(self):
+        """A parked run's new actor resumes from its checkpoint's files, sent with the builder: the node has no
+        path to the server's folder."""
+        return partial(resumed_from_files, folder_files(self.parked), str(self.parked), self.spec,
+                       self._resume_device)
 
     def _child_gone(self, process) -> None:
         super()._child_gone(process)
