@@ -275,9 +275,9 @@ def test_a_cuda_fault_takes_the_gpu_out_of_use_and_the_next_run_trains_on_the_cp
     store = _thread_store({"bad": CUDA_FAULT}, [ServerGpu("cuda", "stand-in GPU", 16_000, 2)], slots=3)
     try:
         assert store._queue.capacities() == {"cuda": 2, "cpu": 1}
-        bad = store.submit(Steps(), "s0", run_id="bad")
-        assert bad.device == "cuda"
         with caplog.at_level("ERROR", logger="bert_core.app"):
+            bad = store.submit(Steps(), "s0", run_id="bad")
+            assert bad.device == "cuda"
             _until(lambda: bad.phase == "failed", "the run fails")
             store.tick()
         assert server_gpus.failed_gpus() == {"cuda": CUDA_FAULT}
@@ -313,8 +313,8 @@ def test_a_parked_run_waiting_for_a_failed_gpu_resumes_on_the_cpu(tmp_path):
         server_gpus.mark_failed("cuda", CUDA_FAULT)   # another run on it faulted
         store.resume(parked.run_id)
         # The scheduler's next pass sends it to the CPU, where its checkpoint resumes.
-        _until(lambda: parked.job.resumed_on == ["cpu"], "it resumes on the CPU")
-        assert parked.device == "cpu" and parked.job.busy
+        _until(lambda: parked.job.resumed_on == ["cpu"] and parked.job.busy, "it resumes on the CPU")
+        assert parked.device == "cpu"
     finally:
         store.close()
 
