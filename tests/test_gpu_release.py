@@ -22,7 +22,7 @@ from bert_core.serve.server_gpus import ServerGpu
 from tests.stand_ins import Counter, Steps
 
 GPU = ServerGpu("cuda", "stand-in GPU", 16_000, 8)
-SPEC = jobs.TrainSpec(vocab_size=300, train=dict(max_steps=60, batch_size=4, max_seq_length=32, eval_every=0,
+SPEC = jobs.TrainSpec(vocab_size=300, train=dict(max_steps=120, batch_size=4, max_seq_length=32, eval_every=0,
                                                  probe_every=0, device="cpu", seed=3), probes=False)
 
 
