@@ -103,7 +103,8 @@ JOB_FACTORY = JobFactory(RECORDS)
 # (bert_core.serve.runs).
 # Its slots and GPUs are the factory's: this machine's, or a Ray cluster's (bert_core.serve.ray_cluster).
 RUNS = RunStore(JOB_FACTORY, slots=JOB_FACTORY.slots, gpus=JOB_FACTORY.gpus, is_alive=session_alive_from_runtime,
-                release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore)
+                release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore,
+                where=JOB_FACTORY.where)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 

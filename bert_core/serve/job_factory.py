@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 from bert_core.serve.finetune_runs import FinetuneSpec
 from bert_core.serve.job_base import training_threads
-from bert_core.serve.ray_cluster import cluster_gpus, cluster_slots, cpus_per_run, ray_address
+from bert_core.serve.ray_cluster import cluster_gpus, cluster_slots, cluster_where, cpus_per_run, ray_address
 from bert_core.serve.ray_job import RayTrainingJob   # Ray-free at import: Ray is loaded by a run on a cluster
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
-from bert_core.serve.runs import default_slots
+from bert_core.serve.runs import default_slots, where_runs_train
 from bert_core.serve.server_gpus import detected_gpus
 from bert_core.serve.thread_job import TrainingJob
 from bert_core.serve.train_spec import TrainSpec, build_trainer, spec_from_dict, training_data_for
@@ -128,6 +128,10 @@ class JobFactory:
     def gpus(self) -> tuple:
         """The GPUs its runs train on (runs.RunStore's `gpus`): its own, or a Ray cluster's shares."""
         return cluster_gpus() if self.kind() == "ray" else detected_gpus()
+
+    def where(self, caps: dict[str, int], gpus: list) -> str:
+        """Where its runs train, as the pages say it (runs.RunStore's `where`): this server, or a Ray cluster."""
+        return cluster_where(caps, gpus) if self.kind() == "ray" else where_runs_train(caps, gpus)
 
     def restore(self, record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None) -> RunJob:
         """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind)."""

@@ -162,6 +162,18 @@ def cluster_slots() -> int:
     return CLUSTER.slots()
 
 
+def cluster_where(caps: dict[str, int], gpus: list) -> str:
+    """Where a Ray server's runs train, in one sentence as the pages show it (runs.where_runs_train's twin): the
+    cluster's nodes and slots, never its address (a page is public)."""
+    nodes = len(CLUSTER.nodes())
+    on = f"a Ray cluster of {nodes} node{'s' if nodes != 1 else ''}"
+    if not gpus:
+        return f"Runs train on {on}: up to {caps.get('cpu', 0)} at once on its CPUs, a Ray actor a run."
+    shares = ", ".join(f"{g.name}, up to {caps.get(g.device, 0)} run(s) at once" for g in gpus)
+    cpu = f", and up to {caps['cpu']} more on its CPUs while the GPUs are full" if caps.get("cpu") else ""
+    return f"Runs train on {on} ({shares}; bf16 autocast){cpu}, a Ray actor a run."
+
+
 def cluster_gpus() -> tuple[ServerGpu, ...]:
     """The cluster's GPU shares (bert_core.serve.runs.RunStore's `gpus`)."""
     return CLUSTER.gpus()

@@ -150,7 +150,9 @@ class RunStore:
                  release_folder: Callable[[Run], Path | None] = lambda run: None,
                  unwatched_s: float | None = None, keep: int | None = None, turn_s: float | None = None,
                  stall_s: float | None = None, poll_s: float = 0.5, records: Any = None,
-                 restore_job: Callable[[dict, Path, str, str | None, dict | None], Any] | None = None):
+                 restore_job: Callable[[dict, Path, str, str | None, dict | None], Any] | None = None,
+                 where: Callable[[dict, list], str] = where_runs_train):
+        self._where = where   # the sentence saying where runs train: this server's, or a cluster's (job_factory)
         self._lock = threading.RLock()   # shared with its collaborators: a run moves between them in one step
         self._registry = RunRegistry(
             self._lock, is_alive,
@@ -235,7 +237,7 @@ class RunStore:
     def where(self) -> str:
         """Where the runs train, in one sentence, as the pages show it."""
         caps = self._queue.capacities()
-        return where_runs_train(caps, [g for g in self._gpus() if caps.get(g.device)])
+        return self._where(caps, [g for g in self._gpus() if caps.get(g.device)])
 
     def device_of(self, run: Run) -> str:
         """Where `run` trains, as a page says it ('the GPU (NVIDIA H100 80GB HBM3)', 'the CPU'); '' before it has
