@@ -91,16 +91,26 @@ def test_both_kinds_refuse_alike_before_a_run_has_a_trainer(kind):
         job.close(wait=1.0)
 
 
-def test_the_pages_say_a_ray_server_trains_on_its_cluster_without_naming_its_address(monkeypatch):
+def test_the_pages_say_a_ray_server_trains_on_its_cluster(monkeypatch):
     from bert_core.serve import job_factory, ray_cluster
 
     nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 2.0}},
              {"NodeID": "b", "Alive": True, "Resources": {"CPU": 1.0}}, {"NodeID": "c", "Alive": False}]
     monkeypatch.setattr(ray_cluster, "CLUSTER", ray_cluster.ClusterSlots(nodes_source=lambda: nodes))
-    monkeypatch.setenv("BERT_EXPLORER_RAY_ADDRESS", "ray://10.1.2.3:10001")
     factory = job_factory.JobFactory(kind=lambda: "ray")
     said = factory.where({"cpu": factory.slots()}, [])
     assert said == "Runs train on a Ray cluster of 2 nodes: up to 3 at once on its CPUs, a Ray actor a run."
-    assert "10.1.2.3" not in said
     local = job_factory.JobFactory(kind=lambda: "process").where({"cpu": 2}, [])
     assert local.startswith("Runs train on this server's CPU")
+
+
+def test_a_running_server_never_moves_onto_a_cluster_whose_setting_appears_later(monkeypatch):
+    from bert_core.serve import job_factory, ray_cluster
+
+    monkeypatch.delenv(ray_cluster.RAY_ADDRESS_ENV, raising=False)
+    kind = job_factory.server_job_kind()
+    monkeypatch.setenv(ray_cluster.RAY_ADDRESS_ENV, "ray://127.0.0.1:1")   # set after the server started
+    assert kind() == "process" and job_factory.job_kind() == "ray"
+    monkeypatch.setenv(job_factory.PROCESS_ENV, "0")
+    assert kind() == "thread"                                               # process or thread stays live
+    assert job_factory.server_job_kind()() == "ray"                         # a server started now trains there

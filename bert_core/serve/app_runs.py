@@ -13,7 +13,7 @@ from pathlib import Path
 from streamlit import runtime
 
 from bert_core.inspect.lesson import STEP_KEYS
-from bert_core.serve.job_factory import JobFactory
+from bert_core.serve.job_factory import JobFactory, server_job_kind
 from bert_core.serve.launcher import fork_available, launcher
 from bert_core.serve.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
@@ -96,7 +96,7 @@ def scratch_alive(key: str) -> bool | None:
 
 
 # Which job trains each run, and with what builder: job_factory's (torch-free, and no Streamlit).
-JOB_FACTORY = JobFactory(RECORDS)
+JOB_FACTORY = JobFactory(RECORDS, kind=server_job_kind())
 
 # Every training of this server, pretraining runs (Train page) and fine-tuning races (Fine-tune page) alike, is a run
 # of one store: they outlive a tab, take fair turns in one queue for the CPU and GPU, and can be watched by a class

@@ -67,9 +67,20 @@ def train_in_process() -> bool:
 def job_kind() -> str:
     """The kind of job this server trains its runs in (a key of JOB_KINDS): a Ray cluster's actors when
     `$BERT_EXPLORER_RAY_ADDRESS` is set, else a child process or a thread."""
-    if ray_address() is not None:
-        return "ray"
+    return "ray" if ray_address() is not None else local_job_kind()
+
+
+def local_job_kind() -> str:
+    """The kind of job on this server's own cores: a child process, or a thread (`$BERT_EXPLORER_TRAIN_PROCESS`)."""
     return "process" if train_in_process() else "thread"
+
+
+def server_job_kind() -> Callable[[], str]:
+    """The job kind of a server that starts now: whether it trains on a Ray cluster is decided once, here, so that
+    the setting appearing later (in a test, a shell) never moves a running server's queue onto a cluster it never
+    joined (its scheduler would block connecting); process or thread stays a live choice."""
+    on_ray = ray_address() is not None
+    return (lambda: "ray") if on_ray else local_job_kind
 
 
 def finetune_job(session_id: str, builder: Callable[..., Any], device: str | None = None, kind: str | None = None):
