@@ -105,6 +105,8 @@ def test_a_following_student_sees_the_teachers_model_and_notice_on_every_step(se
         assert model == "bert-tiny-english"
         assert student.get_by_text("Model in use (the teacher's)", exact=False).count() == 1
 
+        _next(teacher, "embedding")
+        _same(teacher, student, "embedding")
         _next(teacher, "masking")
         _same(teacher, student, "masking", "guesses right")
 
@@ -143,6 +145,8 @@ def test_a_following_student_sees_the_teachers_model_and_notice_on_every_step(se
         model, _ = _same(teacher, student, "attention", "of its attention")
         assert model.startswith("the class's run at step"), model
 
+        _next(teacher, "attends")
+        _same(teacher, student, "attends")
         _next(teacher, "predictions")
         _same(teacher, student, "predictions", "top guess is")
         _next(teacher, "bert-or-gpt")

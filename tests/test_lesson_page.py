@@ -203,11 +203,11 @@ def test_the_lesson_reopens_at_the_step_left_and_its_last_step_sums_up_what_was_
     at.switch_page("pages/3_Attention.py").run()
     del at.query_params["step"]
     at.switch_page(PAGE).run()   # the sidebar's *Lesson*: no step in its link
-    assert at.query_params["step"] in ("masking", ["masking"])
+    assert at.query_params["step"] in ("embedding", ["embedding"])
     at.query_params["step"] = "fine-tune"
     at.run()
     summary = next(str(m.value) for m in at.markdown if "**Tokens.**" in str(m.value))
-    assert seen in summary and "**Masking.**" in summary
+    assert seen in summary and "**What an embedding is.**" in summary
     assert any("What to try next" in str(m.value) for m in at.markdown)
 
 
