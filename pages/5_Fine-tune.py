@@ -510,20 +510,9 @@ def _why(its, results: dict, explained, max_length: int) -> None:
                         format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
     r, (text, text_b, word) = tuned[name], explained
     key = (run.run_id, name, its.name, text, text_b, word, max_length)
-    try:
-        if st.session_state.get("_ft_why", (None,))[0] != key:   # kept while the input stays: reruns are cheap
-            with st.spinner("Following the path from the baseline to the input…"):
-                st.session_state["_ft_why"] = (key, salience_panel_data(
-                    r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names,
-                    max_length=max_length))
-    except BertCoreError as exc:
-        app_state.show_error(exc)
-        return
-    panel = st.session_state["_ft_why"][1]
-    st.markdown(panel.summary)
-    for figure_name, figure, caption in panel.figures:
-        app_state.plotly(figure, figure_name, key=f"ft_{figure_name}")
-        st.caption(caption)
+    app_state.salience_panel("_ft_why", key, lambda: salience_panel_data(
+        r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names, max_length=max_length),
+        "ft")
 
 
 if stale:

@@ -97,20 +97,9 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
         return
     r, (text, text_b, word) = tuned[name], explained
     key = (run_id, name, its.name, text, text_b, word)
-    try:
-        if st.session_state.get("_hbc_why", (None,))[0] != key:   # kept while the input stays: reruns are cheap
-            with st.spinner("Following the path from the baseline to the input…"):
-                st.session_state["_hbc_why"] = (key, salience_panel_data(
-                    r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names,
-                    max_length=race.config.max_length))
-    except BertCoreError as exc:
-        app_state.show_error(exc)
-        return
-    panel = st.session_state["_hbc_why"][1]
-    st.markdown(panel.summary)
-    for figure_name, figure, caption in panel.figures:
-        app_state.plotly(figure, figure_name, key=f"hbc_{figure_name}")
-        st.caption(caption)
+    app_state.salience_panel("_hbc_why", key, lambda: salience_panel_data(
+        r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names,
+        max_length=race.config.max_length), "hbc")
 
 
 race_id, race, tuned = _finished_race()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
+from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.figures import clear_of_toolbar, plotly_config
 from bert_core.paths import REPO_ROOT
@@ -75,6 +76,24 @@ def plotly(fig, name: str, key: str | None = None) -> None:
 def show_error(exc: Exception) -> None:
     """Show a user error as a message on the page (the app never shows a traceback for bad input)."""
     st.error(str(exc))
+
+
+def salience_panel(slot: str, key, compute, chart_prefix: str) -> None:
+    """Why a fine-tuned model decided (bert_core.inspect.salience): `compute()` gives the panel, once per input `key`
+    (kept under `slot` in the session while the input stays, so reruns are cheap), drawn as its summary, then each
+    figure with its caption; a user error is a message."""
+    try:
+        if st.session_state.get(slot, (None,))[0] != key:
+            with st.spinner("Following the path from the baseline to the input…"):
+                st.session_state[slot] = (key, compute())
+    except BertCoreError as exc:
+        show_error(exc)
+        return
+    panel = st.session_state[slot][1]
+    st.markdown(panel.summary)
+    for figure_name, figure, caption in panel.figures:
+        plotly(figure, figure_name, key=f"{chart_prefix}_{figure_name}")
+        st.caption(caption)
 
 
 def show_step_record(record, key: str) -> None:

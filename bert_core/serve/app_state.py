@@ -35,6 +35,7 @@ from bert_core.serve.app_drawing import (
     page_link,
     page_link_with,
     plotly,
+    salience_panel,
     show_error,
     show_step_record,
 )
