@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SCALE, WHAT_IF_COLOUR, _fonts,
                                                   token_labels)
 from bert_core.inspect.figures import _layout, wrap
-from bert_core.inspect.salience import BASELINE, DEFAULT_STEPS, Explanation, explain
+from bert_core.inspect.salience import BASELINE, FIRST_STEPS, GAP_LIMIT, Explanation, explain
 
 NUMBERS_UP_TO = 16   # a grid this wide (heads) or narrower shows its numbers in the cells, not only on hover
 
@@ -74,7 +74,8 @@ def _ig_caption(e: Explanation) -> str:
                      f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
                      f"{change * 100:+.2f} (completeness gap {s.gap:.1%})")
     steps = e.saliences[0].steps
-    more = f" (doubled from {DEFAULT_STEPS}: the path bends sharply)" if steps != DEFAULT_STEPS else ""
+    more = (f" (from {FIRST_STEPS}, doubled until the sum at that count and at half of it both came within "
+            f"{GAP_LIMIT:.0%} of the change)")
     return (f"Blue: integrated gradients, {steps} equal steps{more} along the straight line from a baseline to "
             f"this input, on the word embeddings. The baseline: {BASELINE}. A token's bar is its share of the "
             "change in probability from the baseline to the input. " + "; ".join(parts) + ". Orange: gradient × "
