@@ -124,8 +124,8 @@ def views(model, tok, tokens: int) -> dict:
             f"grammar check, one pair of {n}-token sentences": grammar_32,
             f"contextual neighbours ({len(pool.tokens):,} pool tokens, pool encoded once)": in_context,
             f"encoding the neighbour pool ({len(pool.sentences)} sentences, once per model)": pool_encoding,
-            "why it decided: a label (IG from 32 steps + heads grid)": salience("labels"),
-            "why it decided: a tag (IG from 32 steps + heads grid)": salience("tags"),
+            "why it decided: a label (refined IG steps + heads grid)": salience("labels"),
+            "why it decided: a tag (refined IG steps + heads grid)": salience("tags"),
             f"why it decided: an answer span ({len(tok.encode(question)) + n + 1} tokens, start and end)":
                 salience("spans")}
 

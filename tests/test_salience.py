@@ -54,21 +54,22 @@ def test_attributions_add_up_to_the_change_from_the_baseline_at_the_default_step
         text, text_b = INPUTS[kind]
         e = explain(model, ckpt.tokenizer, kind, text, text_b, label_names=TAGS if kind == "tags" else None)
         for s in e.saliences:
-            # The default: from FIRST_STEPS, doubled until the sum meets 5% (never run out to the cap here).
-            assert s.steps in (FIRST_STEPS, 2 * FIRST_STEPS, 4 * FIRST_STEPS, 8 * FIRST_STEPS), (name, kind, seed)
+            # The default: from FIRST_STEPS equal steps, refined where needed (never run out to the cap here).
+            assert FIRST_STEPS <= s.steps < MAX_STEPS, (name, kind, seed)
             change = s.value - s.baseline_value
             assert abs(float(s.integrated.sum()) - change) <= 0.05 * max(abs(change), 0.01), (name, kind, seed)
             assert s.gap < 0.05
         assert len(e.saliences) == (2 if kind == "spans" else 1)
 
 
-def _trapezoid_by_hand(model, tok, ids, types, target, steps):
-    """Integrated gradients by the trapezoid rule written out: one gradient per point, from the model's own
-    embedding output with the path put in its place, nothing kept between counts."""
+def _trapezoid_by_hand(model, tok, ids, types, target, points):
+    """Integrated gradients by the trapezoid rule over `points` written out: one gradient per point, from the
+    model's own embedding output with the path put in its place, nothing kept between points. Also each point's
+    probability."""
     x, base = baseline_vectors(model, tok, ids, types)
-    total = torch.zeros(x.shape[0])
-    for i in range(steps + 1):
-        point = (base + (i / steps) * (x - base))[None].clone().requires_grad_(True)
+    per_point, probability = [], []
+    for alpha in points:
+        point = (base + float(alpha) * (x - base))[None].clone().requires_grad_(True)
         handle = model.bert.embeddings.register_forward_hook(lambda m, a, out: point)
         try:
             out = model(ids, torch.ones_like(ids), types)
@@ -76,31 +77,37 @@ def _trapezoid_by_hand(model, tok, ids, types, target, steps):
             handle.remove()
         logits = getattr(out, target.output)
         logits = logits[:, target.position] if target.position is not None and logits.dim() == 3 else logits
-        g, = torch.autograd.grad(logits.softmax(-1)[0, target.index], point)
-        total += (0.5 if i in (0, steps) else 1.0) / steps * ((x - base) * g[0]).sum(-1).detach()
-    return total.numpy()
+        p = logits.softmax(-1)[0, target.index]
+        g, = torch.autograd.grad(p, point)
+        per_point.append(((x - base) * g[0]).sum(-1).detach().numpy())
+        probability.append(float(p.detach()))
+    c, w = np.stack(per_point), np.diff(np.asarray(points, dtype=np.float64))
+    return (w[:, None] * (c[1:] + c[:-1]) / 2).sum(0), c.sum(-1), np.array(probability)
 
 
 @pytest.mark.parametrize("kind", ["labels", "spans"])
-def test_the_doubled_counts_reuse_their_points_and_equal_the_trapezoid_written_out(kind):
+def test_the_refined_steps_equal_the_trapezoid_written_out_and_meet_the_check_on_every_step(kind):
     ckpt = _load("bert-tiny-english")
     model, tok = _finetuned(ckpt, kind), ckpt.tokenizer
-    model.eval()
     text, text_b = INPUTS[kind]
     e = explain(model, tok, kind, text, text_b)
     enc = tok.encode_pair(text, text_b)
     ids, types = torch.tensor([enc["input_ids"]]), torch.tensor([enc["token_type_ids"]])
     targets = [s.target for s in e.saliences]
-    adaptive = adaptive_integrated_gradients(model, tok, ids, types, targets, first=4)
-    for s in adaptive:   # the rule: this count and half of it both within the gap (or the cap reached)
-        half = integrated_gradients(model, tok, ids, types, [s.target], max(s.steps // 2, 1))[0]
-        assert (s.gap <= GAP_LIMIT and half.gap <= GAP_LIMIT) or s.steps == MAX_STEPS
-        if s.steps > 4:   # and the count before it did not meet the rule
-            before = integrated_gradients(model, tok, ids, types, targets, s.steps // 2)
-            quarter = integrated_gradients(model, tok, ids, types, targets, max(s.steps // 4, 1))
-            assert max(x.gap for x in before + quarter) > GAP_LIMIT
-        np.testing.assert_allclose(s.integrated, _trapezoid_by_hand(model, tok, ids, types, s.target, s.steps),
-                                   rtol=1e-4, atol=1e-6)
+    refined = adaptive_integrated_gradients(model, tok, ids, types, targets, first=2)
+    even = integrated_gradients(model, tok, ids, types, targets, 2)
+    assert max(s.gap for s in even) > GAP_LIMIT   # two equal steps were not enough: the rule had work to do
+    for s in refined:
+        assert s.points[0] == 0 and s.points[-1] == 1 and np.all(np.diff(s.points) > 0) and len(s.points) == s.steps + 1
+        assert len(set(np.round(np.diff(s.points), 9))) > 1   # refined unevenly, where the path bends
+        integrated, slope, prob = _trapezoid_by_hand(model, tok, ids, types, s.target, s.points)
+        np.testing.assert_allclose(s.integrated, integrated, rtol=1e-4, atol=1e-6)
+        # The rule, checked from the written-out sum: each step's trapezoid of d f / d alpha against f's own change.
+        w = np.diff(s.points)
+        step_errors = np.abs(w * (slope[1:] + slope[:-1]) / 2 - np.diff(prob))
+        change = max(abs(prob[-1] - prob[0]), 0.01)
+        assert step_errors.sum() / change <= GAP_LIMIT * (1 + 1e-3) or s.steps >= MAX_STEPS
+        assert s.gap <= step_errors.sum() / change + 1e-4   # the whole path's gap is within the steps' errors
 
 
 def test_the_ends_of_the_path_are_the_models_own_probabilities():
@@ -242,7 +249,7 @@ def test_the_panel_draws_the_explanations_numbers_and_names_baseline_and_steps()
         e = panel.explanation
         assert [k for k, _, _ in panel.figures] == ["salience", "salience-heads"]
         (_, bars, caption), (_, grid, grid_caption) = panel.figures
-        assert BASELINE in caption and f"{e.saliences[0].steps} equal steps" in caption
+        assert BASELINE in caption and f"{e.saliences[0].steps} steps" in caption
         assert e.heads.name in grid_caption
         ig = [t for t in bars.data if t.name == "integrated gradients"]
         assert len(ig) == len(e.saliences)
