@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from bert_core.serve import jobs, runs
 from tests import test_runs
@@ -165,7 +166,7 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
         assert back.job.model_snapshot() is not None and back.job.snapshot_step == back.trainer.step == 8
         stopped = second.get(ids["going"])
         assert stopped.phase == "stopped" and stopped.job.model_available
-        assert stopped.note.startswith("stopped by a server restart at step ")
+        assert stopped.note.startswith("stopped by a server restart at step ") and not stopped.released  # Resume
         assert stopped.job.model_snapshot() is not None and stopped.job.snapshot_step == stopped.trainer.step >= 3
         assert second.family(back) == [back, stopped]
         # Each browser's list of its runs comes back with them.
@@ -251,3 +252,45 @@ def test_a_process_killed_after_its_first_steps_keeps_its_last_checkpoint_labell
         assert run.job.model_snapshot() is not None and 0 < run.job.snapshot_step <= run.trainer.step
     finally:
         s.close()
+
+
+def test_a_run_stopped_before_a_restart_resumes_exactly_where_it_stopped(tmp_path, monkeypatch):
+    """A run stopped, the server restarted over the same state folder: the run comes back stopped and parked, and
+    Resume goes on from its checkpoint in a new process, to the very weights of the same run never interrupted;
+    its curve has every step once."""
+    from safetensors.torch import load_file
+
+    from bert_core.serve.run_records import RunRecords
+
+    monkeypatch.setenv(jobs.PROCESS_ENV, "1")
+    steps = 40
+    records = RunRecords(tmp_path / "state")
+    first = _recorded_store(records)
+    try:
+        run = first.submit(_spec(steps=steps), "owner", name="stopped")
+        whole = first.submit(_spec(steps=steps), "owner", name="never stopped")
+        _training(run, step=3)
+        first.stop(run.run_id)
+        _until(lambda: run.phase == "stopped" and not run.active, "the run stops")
+        stopped_at = run.trainer.step
+        _until(lambda: records.due(run, time.monotonic()) is False, "its record says it stopped")
+        _until(lambda: whole.phase == "finished", "the other run finishes")
+        expected = load_file(str(whole.job.save(tmp_path / "whole") / "model.safetensors"))
+    finally:
+        first.close()
+    assert stopped_at < steps, "the run must stop before its end for the test to mean anything"
+    second = _recorded_store(records)
+    try:
+        back = second.get(run.run_id)
+        assert back is not None and back.phase == "stopped" and not back.released
+        assert back.trainer.step == stopped_at
+        second.resume(run.run_id)
+        _until(lambda: back.phase == "finished", "the resumed run finishes")
+        assert back.trainer.step == steps
+        assert [e.step for e in back.trainer.history] == list(range(1, steps + 1))
+        resumed = load_file(str(back.job.save(tmp_path / "resumed") / "model.safetensors"))
+        assert resumed.keys() == expected.keys()
+        for name, tensor in expected.items():
+            assert torch.equal(resumed[name], tensor), name
+    finally:
+        second.close()

@@ -108,12 +108,17 @@ def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path
     return JOB_KINDS[kind or job_kind()](session_id, builder, spec, partial(training_data_for, spec), device=device)
 
 
-def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None):
+def restored_pretraining_job(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None,
+                             resumable: bool = True):
     """The job of a run an earlier server process recorded (bert_core.serve.run_records), read back from its
-    checkpoint: curves, probes and model, no process."""
+    checkpoint: curves, probes and model, no process; a stopped one resumable from there in a new process when
+    `resumable` (a server on Ray keeps its runs on the cluster: there it is trained on from its weights)."""
     spec = spec_from_dict(record["spec"])
-    return ProcessTrainingJob.restored(str(record["run_id"]), checkpoint, spec, phase, note, probes,
-                                       data_factory=partial(training_data_for, spec))
+    job = ProcessTrainingJob.restored(str(record["run_id"]), checkpoint, spec, phase, note, probes,
+                                      data_factory=partial(training_data_for, spec))
+    if not resumable:
+        job.parked = None
+    return job
 
 
 @dataclass(frozen=True)
@@ -146,4 +151,4 @@ class JobFactory:
 
     def restore(self, record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None) -> RunJob:
         """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind)."""
-        return restored_pretraining_job(record, checkpoint, phase, note, probes)
+        return restored_pretraining_job(record, checkpoint, phase, note, probes, resumable=self.kind() != "ray")

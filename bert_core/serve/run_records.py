@@ -180,7 +180,7 @@ class RunRecords:
             raise FileNotFoundError("only the untrained weights of step 0")
         if phase not in ("finished", "stopped", "failed"):
             phase = "stopped"
-            note = f"stopped by a server restart at step {step:,} (its last checkpoint)"
+            note = f"stopped by a server restart at step {step:,} (its last checkpoint; Resume goes on from there)"
         return phase, note
 
     def remove(self, run_id: str) -> None:

@@ -205,7 +205,7 @@ class RunScheduler:
         minutes = f"{self._registry.unwatched_s / 60:g} min"
         if run.queued and run.job is None:
             run.cancelled, what = True, "cancelled"
-        elif run.job is not None and (run.active or run.job.phase == "stopped"):
+        elif run.job is not None and (run.active or (run.job.phase == "stopped" and not _parked(run.job))):
             run.pausing, run.stopping, what = False, True, "stopped by the server"
             log.warning("stopping run %s: nobody watched it for %s", run.run_id[:6], minutes)
             to_end.append(run)
@@ -281,6 +281,12 @@ def drop_failed_gpus(runs: list[Run]) -> None:
             run.device = None   # the queue gives it a slot where there is one
 
 
+def _parked(job) -> bool:
+    """A stopped run whose process has ended, its whole checkpoint in its folder: it holds no process nor memory of
+    the server's, so nobody watching it is no reason to take its Resume away."""
+    return isinstance(job, ProcessModel) and job.parked is not None
+
+
 def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:
     """Read back the runs an earlier server process recorded: an ended run as it ended, a run that was training as
     stopped by the restart with what it kept; one that kept nothing (RunRecords.kept) is dropped (its links say so).
@@ -305,9 +311,11 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
             records.remove(run_id)
             lost += 1
             continue
+        # A stopped run comes back parked (its whole checkpoint in its folder): Resume goes on from there exactly.
+        resumable = _parked(job)
         run = Run(run_id=run_id, view_id=view_id, family=str(record.get("family") or run_id), spec=job.spec,
                   name=str(record.get("name") or ""), created=float(record.get("created") or time.time()), job=job,
-                  note=note, released=True, ended_at=time.monotonic(), recorded_phase=None,
+                  note=note, released=not resumable, ended_at=time.monotonic(), recorded_phase=None,
                   visitors=_visitors(record.get("visitors")))
         try:
             registry.add(run)

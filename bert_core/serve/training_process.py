@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
+from bert_core.model.files import is_whole_checkpoint
 from bert_core.serve.job_base import JobBase
 from bert_core.serve.process_model import ProcessModel
 from bert_core.serve.training_child import TunerView, run_on_fds
@@ -73,11 +74,15 @@ class ProcessTrainingJob(ProcessModel, JobBase):
                  probes: dict | None = None, data_factory: Callable[[Any], Any] | None = None):
         """A run of an earlier server process, read back from its checkpoint folder (bert_core.serve.run_records):
         its curves, probes and model as they were written, no process. It can be inspected, saved, downloaded and
-        trained on from its weights; not resumed in place (its process is gone)."""
+        trained on from its weights. A stopped one comes back parked: its folder holds the whole checkpoint
+        (weights, optimizer, RNG, data position), so Resume builds its trainer again from there and it goes on
+        exactly from that step, as a run parked to free its GPU does."""
         job = cls(session_id, builder=None, spec=spec, data_factory=data_factory)
         job.trainer = restored_trainer(folder, probes, data_factory)
         job.trainer.state = phase
         job.phase, job.released, job.ended_note = phase, Path(folder).resolve(), note
+        if phase == "stopped" and is_whole_checkpoint(folder):
+            job.parked = job.released   # on the device the queue gives it (ProcessModel.resume_on)
         return job
 
     # -------------------------------------------------------------- lifecycle
