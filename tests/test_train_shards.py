@@ -1,6 +1,7 @@
 """`train --corpus shards:DIR` (issue "A model that has read thirty times more"): a run streams a `corpus build`
 folder, resumes at the same shard position with the same masks (stopped and resumed = straight through, bit for
-bit), warm-starts the shipped tokenizer's model, trains the GPT twin on the same shards, and refuses a mix."""
+bit), warm-starts the shipped tokenizer's model, trains the GPT twin on the same shards, and mixes them with
+text corpora at a stated share of the batches, resumed as exactly."""
 
 from __future__ import annotations
 
@@ -114,12 +115,56 @@ def test_the_gpt_twin_trains_on_the_same_shards(shards, tmp_path, capsys):
     assert batch.causal and int((batch.token_type_ids != 0).sum()) == 0
 
 
-def test_shards_beside_another_corpus_or_from_another_vocabulary_are_refused(shards, tmp_path, capsys):
-    code = main(["train", "--corpus", f"shards:{shards}", "--corpus", "toy", *COMMON, "--steps", "2", "--out",
-                 str(tmp_path / "x")])
+def test_shards_mixed_with_text_corpora_resume_exactly_and_draw_each_batch_from_one(shards, tmp_path, capsys):
+    mixed = ("--corpus", f"shards:{shards}", "--corpus", "toy", *COMMON, "--schedule", "constant", "--warmup", "0")
+    halves, again = tmp_path / "halves", tmp_path / "again"
+    assert _train(capsys, *mixed, "--steps", "4", "--out", str(halves)) == 0
+    state = json.loads((halves / "trainer_state.json").read_text())
+    data = state["data_state"]
+    assert data["taken"] == 4 and data["share"] == 0.5
+    # Each batch came whole from one stream: their positions add up to the batches taken.
+    assert data["shards"]["position"] + data["text"]["position"] == 4
+    assert state["metadata"]["heldout"]["shard_share"] == 0.5
+    assert _train(capsys, "--resume", str(halves), "--steps", "10") == 0
+    assert _train(capsys, *mixed, "--steps", "10", "--out", str(again)) == 0
+    a, b = _weights(again), _weights(halves)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    data = json.loads((halves / "trainer_state.json").read_text())["data_state"]
+    assert data["shards"]["position"] > 0 and data["text"]["position"] > 0   # seed 0 draws both in 10 batches
+    metrics = json.loads((again / "metrics.json").read_text())
+    assert {"text", "toy"} <= set(metrics["per_corpus"])   # each held-out part's own figures
+    # Another share is another run: a resume keeps the saved one.
+    code = main(["train", "--resume", str(halves), "--steps", "12", "--shard-share", "0.25"])
+    assert code != 0 and "shard" in capsys.readouterr().err
+
+
+def test_the_share_of_batches_from_the_shards_is_the_one_asked_for():
+    from bert_core.data.corpus_mix import _from_shards
+    for share in (0.25, 0.5, 0.9):
+        drawn = sum(_from_shards(0, k, share) for k in range(4000)) / 4000
+        assert abs(drawn - share) < 0.03
+    assert [_from_shards(0, k, 0.5) for k in range(20)] == [_from_shards(0, k, 0.5) for k in range(20)]
+    assert [_from_shards(0, k, 0.5) for k in range(40)] != [_from_shards(1, k, 0.5) for k in range(40)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--corpus", "SHARDS", "--corpus", "SHARDS"), "give one shard folder"),
+    (("--corpus", "SHARDS", "--shard-share", "0.3"), "give both"),
+    (("--corpus", "toy", "--shard-share", "0.3"), "give both"),
+    (("--corpus", "SHARDS", "--corpus", "toy", "--shard-share", "1.5"), "shard-share"),
+])
+def test_a_mix_that_cannot_be_made_is_refused_in_one_line(shards, tmp_path, capsys, argv, message):
+    argv = tuple(f"shards:{shards}" if a == "SHARDS" else a for a in argv)
+    try:
+        code = main(["train", *argv, *COMMON, "--steps", "2", "--out", str(tmp_path / "x")])
+    except SystemExit as e:   # a value out of its limits: argparse's one error line
+        code = e.code
     err = capsys.readouterr().err
-    assert code != 0 and err.count("error:") == 1 and "shard folder is a whole corpus" in err
+    assert code != 0 and err.count("error:") == 1 and message in err
     assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
+def test_shards_from_another_vocabulary_are_refused(shards, tmp_path, capsys):
     gpt2_vocab = tmp_path / "othertok"
     gpt2_vocab.mkdir()
     (gpt2_vocab / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")

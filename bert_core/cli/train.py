@@ -103,7 +103,7 @@ def _prepare_new(args) -> PreparedRun:
             before = state.get("metadata", {}) if state is not None else growth_record(args.init_from)
             if built.record.get("shards"):  # the build's decontamination, not a seeded split, keeps it unseen
                 check_shards_exclude(args.init_from, before.get("heldout"), built.record["shards"])
-            else:
+            if not built.record.get("shards") or "shard_share" in built.record:   # text corpora: a seeded split
                 check_same_heldout(args.init_from, before.get("heldout"), built.record)
         return built
 

@@ -118,7 +118,8 @@ def new_run_plan(args) -> RunPlan:
     config = train_config(args)
     plan = RunPlan(corpora=tuple(args.corpus or ["toy"]), config=config, preset=args.preset,
                    model_overrides=model_overrides(args), vocab_size=args.vocab_size,
-                   heldout_fraction=args.heldout_fraction, commands=(command_line(args),))
+                   heldout_fraction=args.heldout_fraction, shard_share=args.shard_share,
+                   commands=(command_line(args),))
     if args.init_from is not None and any(getattr(args, name) is not None for name in SIZE_FIELDS):
         raise BertCoreError("--init-from takes the model's size from its checkpoint: leave out --layers, "
                             "--hidden-size, --heads and --intermediate-size")
@@ -142,6 +143,7 @@ def _saved_settings(state: dict, config: TrainConfig, model_config_) -> dict:
     run's own from where the run keeps them."""
     meta = state.get("metadata", {})
     own = {"corpus": meta["corpora"], "heldout_fraction": meta["heldout"]["fraction"], "preset": meta.get("preset"),
+           "shard_share": meta["heldout"].get("shard_share"),
            "dropout": model_config_.hidden_dropout_prob, "initializer_range": model_config_.initializer_range}
     return {name: own[name] if name in own else getattr(config, name) for name in on_resume(STAYS)}
 

@@ -8,6 +8,7 @@ Streamlit-free; the run it returns is not started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from bert_core.data.corpora import shard_folder, shard_heldout_corpora
+from bert_core.data.corpus_mix import DEFAULT_SHARD_SHARE, MixedHeldOut, MixedStream, check_share
 from bert_core.data.corpus_shards import ShardStream, open_index
 from bert_core.data.downloads import SOURCES
 from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
@@ -98,6 +100,7 @@ class RunPlan:
     model_overrides: dict = field(default_factory=dict)   # BertConfig fields beyond the preset's (sizes, dropout...)
     vocab_size: int = 8000          # the WordPiece vocabulary to train on the training part
     heldout_fraction: float = HELDOUT_FRACTION
+    shard_share: float | None = None   # a shard folder beside text corpora: the shards' share of the batches
     tokenizer: Any = None           # use this tokenizer instead of training one (a warm start brings its own)
     start: WarmStart | None = None
     corpus_labels: tuple[str, ...] | None = None   # the corpora as trainer_state.json names them (default: the specs)
@@ -140,11 +143,16 @@ def load_data(plan: RunPlan, world_size: int = 1) -> RunData:
     cfg = plan.config
     tokenizer = plan.start.tokenizer if plan.start is not None else plan.tokenizer
     folders = [shard_folder(spec) for spec in plan.corpora]
-    if any(f is not None for f in folders):
-        if len(folders) > 1:
-            raise BertCoreError("a shard folder is a whole corpus: give it alone (`--corpus shards:DIR`), not beside "
-                                "other corpora; `corpus build` mixes sources at the weights it states")
-        return load_shard_data(plan, folders[0], tokenizer, world_size)
+    shards = [f for f in folders if f is not None]
+    if len(shards) > 1:
+        raise BertCoreError("give one shard folder (`corpus build` mixes sources at the weights it states)")
+    if plan.shard_share is not None and (not shards or len(folders) == 1):
+        raise BertCoreError("--shard-share mixes a shard folder with text corpora: give both (`--corpus shards:DIR "
+                            "--corpus brown ...`), or leave it out")
+    if shards and len(folders) == 1:
+        return load_shard_data(plan, shards[0], tokenizer, world_size)
+    if shards:
+        return load_mixed_data(plan, shards[0], tokenizer, world_size)
     train, heldout_batches, heldout, tokenizer, record = build_datasets(
         list(plan.corpora), tokenizer, cfg.max_seq_length, cfg.batch_size, cfg.mask_rate, cfg.nsp, cfg.seed,
         plan.heldout_fraction, world_size, train_tokenizer=plan.vocab_size,
@@ -177,6 +185,24 @@ def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> Ru
               "shards": str(folder), "corpora": [{"spec": spec} for spec in plan.corpora]}
     # Each source's held-out documents, for its own figures in metrics.json.
     return RunData(train, heldout_batches, shard_heldout_corpora(folder), tokenizer, record)
+
+
+def load_mixed_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> RunData:
+    """A shard folder and text corpora in one run (bert_core.data.corpus_mix): each batch from the shards with
+    probability plan.shard_share (default DEFAULT_SHARD_SHARE), else from the text corpora, each held out as
+    alone; the tokenizer must be the shards' (a warm start's or --tokenizer), the text split as `load_data` does."""
+    share = DEFAULT_SHARD_SHARE if plan.shard_share is None else check_share(plan.shard_share)
+    texts = tuple(spec for spec in plan.corpora if shard_folder(spec) is None)
+    if tokenizer is None:
+        tokenizer = BertTokenizer.load(Path(folder) / "tokenizer")
+    text = load_data(dataclasses.replace(plan, corpora=texts, shard_share=None, tokenizer=tokenizer), world_size)
+    sharded = load_shard_data(dataclasses.replace(plan, corpora=(f"shards:{folder}",), shard_share=None), folder,
+                              tokenizer, world_size)
+    record = {**text.record, "shards": str(folder), "shard_share": share, "shard_split": sharded.record,
+              "method": f"{text.record['method']}; the shards' own split ({sharded.record['method']})"}
+    return RunData(MixedStream(sharded.train, text.train, share, plan.config.seed),
+                   MixedHeldOut(sharded.eval, text.eval, share), {**sharded.heldout, **text.heldout},
+                   text.tokenizer, record)
 
 
 def check_shards_exclude(folder, before: dict | None, shards) -> None:
@@ -279,7 +305,7 @@ def resume_run(folder, state: dict, config: TrainConfig, changes: dict, tokenize
     its trainer_state.json), then `Trainer.resume` with the `changes` to its config."""
     meta = state["metadata"]
     plan = RunPlan(corpora=tuple(meta["corpora"]), config=config, heldout_fraction=meta["heldout"]["fraction"],
-                   tokenizer=tokenizer)
+                   shard_share=meta["heldout"].get("shard_share"), tokenizer=tokenizer)
     data = load_data(plan, world_size)
     trainer = Trainer.resume(folder, data.train, eval_data=data.eval, callbacks=callbacks,
                              checkpoint_dir=checkpoint_dir, config_overrides=changes or None)

@@ -40,8 +40,13 @@ SIZE_FIELDS = tuple(s.name for s in SIZE_SETTINGS)
 RUN_SETTINGS = (
     Setting("corpus", kind="list", metavar="SPEC", cli_at=1, widget="train_corpus", widget_at=1, on_resume=STAYS,
             help="toy | tinyshakespeare | wikitext-2 | brown | a text file; repeat for several (default toy); "
-                 "or alone, shards:DIR, a `corpus build` folder (docs/corpus.md)",
+                 "or shards:DIR, a `corpus build` folder (docs/corpus.md), alone or beside text corpora "
+                 "(--shard-share)",
             command=NEVER),
+    Setting("shard_share", kind=float, limits=FRACTION, metavar="F", cli_at=1.5, on_resume=STAYS, command=NEVER,
+            help="with a shards:DIR corpus beside text corpora: the share of the batches drawn from the shards, the "
+                 "rest from the text corpora (default 0.5; each batch from one of the two, drawn by the seed), so "
+                 "that a model continued on new text keeps reading the text it knew (docs/corpus.md)"),
     Setting("out", kind="path", cli_at=2, command=NEVER,
             help="checkpoint folder to write (required unless --resume); a new or empty folder, or an existing "
                  "checkpoint with --overwrite"),
