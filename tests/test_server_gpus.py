@@ -22,6 +22,15 @@ from tests.stand_ins import Steps
 H100 = ServerGpu("cuda", "NVIDIA H100 80GB HBM3", 81_559, 2)
 
 
+@pytest.fixture(autouse=True)
+def _this_machines_gpus_cached():
+    """detected_gpus() answered with this machine's GPUs before a test stands in for the probe: a store's scheduler
+    thread left running by an earlier test in this worker (the app's) asks it, and must never keep a stand-in's
+    answer (it once did: a later page test's race was given a GPU this machine does not have)."""
+    server_gpus.detected_gpus()
+    yield
+
+
 def _runs(n: int) -> list[Run]:
     return [Run(run_id=f"r{i}", view_id=f"v{i}", family=f"r{i}", spec=Steps(), queued=True) for i in range(n)]
 
@@ -124,7 +133,12 @@ def test_the_gpus_are_asked_for_once_however_many_ask_at_once(monkeypatch):
             t.join(10)
         assert answers == [(H100,)] * 3 and calls == [1]
     finally:
-        server_gpus._detected.cache_clear()
+        # The real probe back before the stand-in's answer is forgotten, both under the lock every caller takes:
+        # a store's scheduler thread left running by an earlier test (the app's, in this worker) could otherwise
+        # ask in between and keep the stand-in H100 for the rest of the session.
+        with server_gpus._DETECTING:
+            monkeypatch.undo()
+            server_gpus._detected.cache_clear()
 
 
 def test_a_machine_without_a_gpu_device_is_answered_without_starting_torch(monkeypatch):
