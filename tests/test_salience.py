@@ -249,7 +249,9 @@ def test_the_panel_draws_the_explanations_numbers_and_names_baseline_and_steps()
         e = panel.explanation
         assert [k for k, _, _ in panel.figures] == ["salience", "salience-heads"]
         (_, bars, caption), (_, grid, grid_caption) = panel.figures
-        assert BASELINE in caption and f"{e.saliences[0].steps} steps" in caption
+        n = e.saliences[0].steps
+        assert BASELINE in caption and (f"{n} equal steps (enough" in caption if n == FIRST_STEPS else
+                                        f"{n} steps ({FIRST_STEPS} equal ones" in caption)
         assert e.heads.name in grid_caption
         ig = [t for t in bars.data if t.name == "integrated gradients"]
         assert len(ig) == len(e.saliences)

@@ -74,10 +74,14 @@ def _ig_caption(e: Explanation) -> str:
                      f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
                      f"{change * 100:+.2f} (completeness gap {s.gap:.1%})")
     steps = e.saliences[0].steps
-    more = (f" (from {FIRST_STEPS} equal steps, each step halved while its own error was over its share, until "
-            f"the steps' errors added up to at most {GAP_LIMIT:.0%} of the change: the steps crowd where the path "
-            "bends)")
-    return (f"Blue: integrated gradients, {steps} steps{more} along the straight line from a baseline to "
+    if steps == FIRST_STEPS:
+        how = (f"{steps} equal steps (enough: their trapezoids' errors add up to under {GAP_LIMIT:.0%} of the "
+               "change)")
+    else:
+        how = (f"{steps} steps ({FIRST_STEPS} equal ones to begin with, each halved while its own error was over "
+               f"its share, until the errors added up to under {GAP_LIMIT:.0%} of the change: the steps crowd "
+               "where the path bends)")
+    return (f"Blue: integrated gradients, {how}, along the straight line from a baseline to "
             f"this input, on the word embeddings. The baseline: {BASELINE}. A token's bar is its share of the "
             "change in probability from the baseline to the input. " + "; ".join(parts) + ". Orange: gradient × "
             "input, one gradient at the input times the same difference: cheap, and misleading where the model is "
