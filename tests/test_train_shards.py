@@ -105,6 +105,17 @@ def test_a_warm_start_needs_shards_checked_against_the_start_models_heldout_corp
     assert json.loads((warm / "trainer_state.json").read_text())["metadata"]["init_from"]["folder"]
 
 
+def test_a_model_trained_on_shards_goes_on_from_its_weights_on_the_same_shards(shards, tmp_path, capsys):
+    """A second phase (--init-from a run on these shards, as BERT's longer-sequence phase): the build's split held
+    out the same documents for both, so no decontamination against the first run is asked for."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, "--steps", "2", "--out", str(first)) == 0
+    code = main(["train", "--corpus", f"shards:{shards}", "--init-from", str(first), "--seq-len", "64",
+                 "--batch-size", "4", "--steps", "2", "--eval-batches", "1", "--device", "cpu", "--out", str(second)])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((second / "trainer_state.json").read_text())["metadata"]["init_from"]["folder"]
+
+
 def test_the_gpt_twin_trains_on_the_same_shards(shards, tmp_path, capsys):
     gpt = tmp_path / "gpt"
     assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, "--objective", "clm", "--steps", "2", "--out",
