@@ -495,10 +495,10 @@ def _try_your_own(results: dict, comparison) -> None:
 
 
 def _why(its, results: dict, explained, max_length: int) -> None:
-    """On request (integrated gradients take a moment): why one fine-tuned model answered as it did."""
+    """On request (integrated gradients take about a second): why one fine-tuned model answered as it did."""
     if not st.toggle("Why? Each token's share of the answer, and each attention head's", key="ft_why",
                      help="Integrated gradients on the word embeddings, beside gradient × input, and every head "
-                          "switched off in turn: for one model and the input above. It takes a few seconds."):
+                          "switched off in turn: for one model and the input above. It takes about a second."):
         return
     tuned = {n: r for n, r in results.items() if r.model is not None and r.tokenizer is not None}
     if explained is None or not tuned:

@@ -67,7 +67,7 @@ def _finished_race():
 
 def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
     """The salience panel for one of the race's fine-tuned models and an input typed here (the Fine-tune page has
-    its own, beside "try your own sentence"); drawn on request, since integrated gradients take seconds."""
+    its own, beside "try your own sentence"); drawn on request: integrated gradients take about a second."""
     its = KIND_PAGES[race.task_kind]
     st.markdown(f"Your fine-tuning race on the **Fine-tune** page ({its.label.lower()}): which tokens made a "
                 "fine-tuned model's answer, and which attention heads it leans on.")
@@ -93,7 +93,7 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
     if explained is None:
         st.caption("Type an input above.")
         return
-    if not st.toggle("Explain (a few seconds)", key="hbc_why_on"):
+    if not st.toggle("Explain (about a second)", key="hbc_why_on"):
         return
     r, (text, text_b, word) = tuned[name], explained
     key = (run_id, name, its.name, text, text_b, word)

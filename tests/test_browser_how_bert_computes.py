@@ -225,7 +225,7 @@ def test_a_fine_tuned_model_of_this_tab_is_explained(server, browser, screenshot
         box.fill("the film was a long and rather dull story .")
         box.press("Enter")
         _settle(page)
-        page.get_by_text("Explain (a few seconds)").click()
+        page.get_by_text("Explain (about a second)").click()
         _settle(page, timeout=300)
         _wait_for_charts(page, ("Which tokens made the answer", "Each head switched off"), "why", timeout=300)
         _no_error_on_page(page, "why a fine-tuned model decided")
