@@ -125,7 +125,3 @@ class MixedHeldOut:
         n = int(n_batches)
         from_shards = min(max(round(n * self.share), 1), n - 1) if n > 1 else n
         return self.shards.eval_batches(from_shards, seed) + self.text.eval_batches(n - from_shards, seed)
-
-    @property
-    def token_counts(self) -> torch.Tensor:
-        return self.shards.token_counts + self.text.token_counts
