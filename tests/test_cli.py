@@ -191,8 +191,8 @@ def test_heldout_errors_on_a_folder_without_a_split(tmp_path, capsys):
     [
         (["fill-mask", "--checkpoint", "/nonexistent/ckpt", "a [MASK] b"], "does not exist"),
         (["train", "--corpus", "toy", "--steps", "1"], "--out"),
-        (["train", "--corpus", "/nonexistent/file.txt", "--steps", "1", "--out", "/tmp/x"], "unknown corpus"),
-        (["train", "--corpus", "toy", "--out", "/tmp/x"], "--steps"),
+        (["train", "--corpus", "/nonexistent/file.txt", "--steps", "1", "--out", "/tmp/bert-cli-test-never-made"], "unknown corpus"),
+        (["train", "--corpus", "toy", "--out", "/tmp/bert-cli-test-never-made"], "--steps"),
         (["eval", "--checkpoint", "/nonexistent", "--text-file", "/nonexistent.txt"], "does not exist"),
         (["train", "--steps", "nope"], "invalid int"),
     ],
