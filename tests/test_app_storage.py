@@ -125,6 +125,7 @@ def test_a_save_cut_short_by_a_full_disk_leaves_nothing_and_names_no_path(runs, 
     """Issue #34: a save that fails midway (the disk fills while the weights are written, here through the same
     copy a released run's save makes) leaves no folder, lists nothing, and in public mode names no server path."""
     from bert_core.model import checkpoint as checkpoint_module
+    from bert_core.model import files as files_module
 
     if public:
         monkeypatch.setenv(app_storage.PUBLIC_ENV, "1")
@@ -136,7 +137,7 @@ def test_a_save_cut_short_by_a_full_disk_leaves_nothing_and_names_no_path(runs, 
             raise OSError(28, "No space left on device", str(dst))
         return shutil.copy2(src, dst, **kw)
 
-    monkeypatch.setattr(checkpoint_module.shutil, "copytree",
+    monkeypatch.setattr(files_module.shutil, "copytree",
                         lambda src, dst, **kw: real_copytree(src, dst, copy_function=copy_until_full, **kw))
     earlier = app_storage.save_run(lambda f: _copy_checkpoint(checkpoint, f), "kept", owner="a")
     before = snapshot(earlier)

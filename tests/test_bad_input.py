@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bert_core.cli.main import main
-from bert_core.model import checkpoint as checkpoint_module
+from bert_core.model import files as files_module
 from bert_core.model import hf
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
@@ -364,11 +364,11 @@ def test_a_full_disk_on_save_is_one_line_and_the_previous_checkpoint_stays_whole
     code, err = run_cli(FINETUNE + ["--checkpoint", str(world["ck"]), "--out", str(tmp_path / "clf")], capsys)
     assert_one_error_line(code, err, ["No space left on device"])
     real_replace = os.replace
-    monkeypatch.setattr(checkpoint_module.os, "replace", disk_full)
+    monkeypatch.setattr(files_module.os, "replace", disk_full)
     try:
         code, err = run_cli(["heldout", "--checkpoint", str(world["ck"]), "--out", str(tmp_path / "h.txt")], capsys)
     finally:
-        monkeypatch.setattr(checkpoint_module.os, "replace", real_replace)
+        monkeypatch.setattr(files_module.os, "replace", real_replace)
     assert_one_error_line(code, err, ["No space left on device", "h.txt"])
     assert snapshot(tmp_path) == before
 
@@ -379,7 +379,7 @@ def test_a_read_only_output_folder_is_refused_before_any_work(world, tmp_path, c
     if os.geteuid() == 0:
         # chmod does not stop root; a read-only mount is what access() reports here, so simulate its answer.
         real_access = os.access
-        monkeypatch.setattr(checkpoint_module.os, "access",
+        monkeypatch.setattr(files_module.os, "access",
                             lambda p, mode: False if Path(p) == locked else real_access(p, mode))
     else:
         locked.chmod(0o555)

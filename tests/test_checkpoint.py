@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model import checkpoint
+from bert_core.model import checkpoint, files
 from bert_core.model.bert import BertForPreTraining, param_groups
 from bert_core.model.checkpoint import (
     load_checkpoint,
@@ -131,7 +131,7 @@ def test_crash_between_the_two_renames_is_recovered_on_load(tmp_path, monkeypatc
     folder = tmp_path / "ckpt"
     first = _model(seed=0)
     save_checkpoint(folder, first, trainer_state={"step": 1})
-    real_replace = checkpoint.os.replace
+    real_replace = files.os.replace
     calls = []
 
     def replace_then_die(src, dst):
@@ -140,10 +140,10 @@ def test_crash_between_the_two_renames_is_recovered_on_load(tmp_path, monkeypatc
             raise KeyboardInterrupt("killed (simulated)")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", replace_then_die)
+    monkeypatch.setattr(files.os, "replace", replace_then_die)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(folder, _model(seed=3), trainer_state={"step": 2})
-    monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
     assert not folder.exists()
     loaded = load_checkpoint(folder)
     assert loaded.trainer_state == {"step": 1}

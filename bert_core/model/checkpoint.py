@@ -10,9 +10,6 @@ Nothing is pickled: loading reads safetensors and JSON only, so a folder can nev
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from bert_core.model.files import (  # noqa: F401 - re-exported: the file helper
     check_output_file,
     check_output_folder,
     copy_checkpoint,
+    folder_built_beside,
     read_json,
     recover_folder,
     remove_leftovers,
@@ -131,15 +129,7 @@ def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = 
     classifier's. If anything fails midway the temporary folder is removed and an existing `folder` is left as it
     was; a failed write (full disk, read-only folder) is a BertCoreError naming the path.
     """
-    given = Path(folder)
-    folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
-    if not folder.name:
-        raise BertCoreError(f"{given} is the root folder; give a folder to write the checkpoint into")
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(folder)
-        tmp.mkdir()
+    with folder_built_beside(folder, errors=(SafetensorError,)) as tmp:
         save_pretrained(model, tmp, tokenizer=tokenizer, label_names=label_names)
         if optimizer is not None:
             save_optimizer_state(optimizer, tmp)
@@ -147,14 +137,7 @@ def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = 
             write_json(tmp / TRAINER_STATE, trainer_state)
         for name, obj in (extra or {}).items():
             write_json(tmp / name, obj)
-        replace_folder(tmp, folder)
-    except (OSError, SafetensorError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(given, e) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return given
+    return Path(folder)
 
 
 

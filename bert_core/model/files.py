@@ -18,7 +18,7 @@ import tempfile
 import uuid
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bert_core.errors import BertCoreError, is_disk_full
 
@@ -223,24 +223,37 @@ def _first_os_error(e: Exception) -> Exception:
     return OSError(int(found.group(1)), found.group(2)) if found else OSError(str(e.args[0][0][-1]))
 
 
-def copy_checkpoint(source, folder) -> Path:
-    """Copy a checkpoint folder to `folder` atomically, as save_checkpoint writes one: a failed copy (a full disk)
-    removes its partial copy and leaves an existing `folder` as it was; the failure is a BertCoreError."""
-    source, given = Path(source), Path(folder)
-    folder = Path(os.path.abspath(given))
+@contextlib.contextmanager
+def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = ()) -> Iterator[Path]:
+    """Put a folder together in a temporary sibling of `folder` (the block writes into the path it is given) and
+    move it into place whole when the block ends. If anything fails midway the temporary folder is removed and an
+    existing `folder` is left as it was; a failed write (an OSError, or one of `errors`) is a BertCoreError naming
+    the path."""
+    given = Path(folder)
+    folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
+    if not folder.name:
+        raise BertCoreError(f"{given} is the root folder; give a folder to write the checkpoint into")
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(folder)
-        shutil.copytree(source, tmp)
+        tmp.mkdir()
+        yield tmp
         replace_folder(tmp, folder)
-    except (OSError, shutil.Error) as e:
+    except (OSError, shutil.Error, *errors) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error(given, _first_os_error(e)) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return given
+
+
+def copy_checkpoint(source, folder) -> Path:
+    """Copy a checkpoint folder to `folder` atomically, as save_checkpoint writes one: a failed copy (a full disk)
+    removes its partial copy and leaves an existing `folder` as it was; the failure is a BertCoreError."""
+    with folder_built_beside(folder) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+    return Path(folder)
 
 
 # ---------------------------------------------------------------------------------------------- output paths
