@@ -183,3 +183,20 @@ def test_shards_from_another_vocabulary_are_refused(shards, tmp_path, capsys):
                  "--out", str(tmp_path / "y")])
     err = capsys.readouterr().err
     assert code != 0 and "another vocabulary" in err
+
+
+def test_a_mixed_run_needs_shards_checked_against_its_own_text_corpora(shards, toy_file, tmp_path, capsys):
+    """The text corpora mixed in hold documents out; shards not decontaminated against them could hold those very
+    documents, so the run is refused before it trains, and accepted once the shards are built against them."""
+    out = tmp_path / "mixed"
+    code = main(["train", "--corpus", f"shards:{shards}", "--corpus", str(toy_file), *COMMON, "--steps", "2",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: this run holds out documents of")
+    assert str(toy_file) in errors[0] and not (out / "model.safetensors").exists()
+    checked = tmp_path / "checked"
+    assert main(["corpus", "build", "--out", str(checked), "--tokenizer", str(TOKENIZER), "--no-default-references",
+                 "--against", str(toy_file), "--heldout-fraction", "0.25", f"text:{shards.parent / 'src'}"]) == 0
+    assert _train(capsys, "--corpus", f"shards:{checked}", "--corpus", str(toy_file), *COMMON, "--steps", "2",
+                  "--out", str(out)) == 0

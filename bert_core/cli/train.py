@@ -102,7 +102,8 @@ def _prepare_new(args) -> PreparedRun:
             # A folder `grow` wrote has no trainer state: its growth.json carries its source's split.
             before = state.get("metadata", {}) if state is not None else growth_record(args.init_from)
             if built.record.get("shards"):  # the build's decontamination, not a seeded split, keeps it unseen
-                check_shards_exclude(args.init_from, before.get("heldout"), built.record["shards"])
+                check_shards_exclude(f"{args.init_from} held out", before.get("heldout"),
+                                     built.record["shards"])
             if not built.record.get("shards") or "shard_share" in built.record:   # text corpora: a seeded split
                 check_same_heldout(args.init_from, before.get("heldout"), built.record)
         return built
