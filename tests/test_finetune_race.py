@@ -22,7 +22,7 @@ from bert_core.serve import jobs, run_records, runs
 from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings, restoring
 from bert_core.serve.run_records import RunRecords
 from bert_core.serve.run_registry import Run
-from bert_core.training.finetune import build_comparison, classify_text
+from bert_core.training.finetune import build_comparison, result_probabilities
 from bert_core.training.finetune_race import build_race, keep_race
 from tests.test_runs import _until  # a polling wait
 
@@ -85,12 +85,12 @@ def test_a_finished_race_comes_back_after_a_restart_with_its_curves_matrices_and
     store = _store(records)
     run_id = runs.new_token()
     try:
-        run = store.submit(_page_spec(nano_folder, keep_in=str(records.checkpoint_for(run_id))), "s1", run_id=run_id,
-                           visitor="browser-1")
+        run = store.submit(_page_spec(nano_folder, keep_in=str(records.checkpoint_for(run_id)), baseline=True), "s1",
+                           run_id=run_id, visitor="browser-1")
         _until(lambda: run.phase == "finished" and run.recorded_phase == "finished", "the race is recorded")
         live = run.job.trainer.results
         sentence = "the farmer went to the barn"
-        before = {n: classify_text(r.model, r.tokenizer, sentence) for n, r in live.items()}
+        before = {n: result_probabilities(r, sentence) for n, r in live.items()}
     finally:
         store.close()
     # A new server process on the same state folder.
@@ -100,13 +100,15 @@ def test_a_finished_race_comes_back_after_a_restart_with_its_curves_matrices_and
         assert back is not None and back.phase == "finished" and back.spec == run.spec
         assert again.by_view(run.view_id) is back and [r for r, _ in again.visited("browser-1")] == [back]
         race = back.trainer
-        assert [t.name for t in race.tuners] == ["pretrained", "scratch"]
-        assert all(t.evals for t in race.tuners) and race.tuners[0].evals == live["pretrained"].evals
+        assert [t.name for t in race.tuners] == ["tfidf", "pretrained", "scratch"]   # the baseline is fitted first
+        tuned = {t.name: t for t in race.tuners}
+        assert all(t.evals for t in race.tuners) and tuned["pretrained"].evals == live["pretrained"].evals
         results = race.results
-        assert set(results) == {"pretrained", "scratch"}
-        for name, result in results.items():
+        assert set(results) == {"pretrained", "scratch", "tfidf"}
+        for name, result in results.items():   # the bag of words too: its fitted model was kept, not just its figures
             assert result.confusion == live[name].confusion and result.accuracy == live[name].accuracy
-            assert classify_text(result.model, result.tokenizer, sentence) == before[name]
+            assert result_probabilities(result, sentence) == before[name], name
+        assert results["tfidf"].tokenizer is None and results["pretrained"].tokenizer is not None
         assert len(race.val_data) == WIDGETS["val"]   # the split, made again from the spec
     finally:
         again.close()

@@ -13,7 +13,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING, BertForPreTraining, BertLMHeadModel
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
-from bert_core.training.bag_of_words import fit_bag_of_words
+from bert_core.training.bag_of_words import fit_bag_of_words, load_bag_of_words
 from bert_core.training.finetune import (
     BASELINE_NAME,
     BagOfWordsRun,
@@ -84,6 +84,23 @@ def test_the_baseline_says_what_is_wrong_with_data_it_cannot_fit():
     no_words = ClassificationData(texts=["!", "?", "."], labels=[0, 1, 0], label_names=["x", "y"])
     run = BagOfWordsRun(no_words, no_words)
     assert run.run() is None and run.state == "failed" and "could not be fitted" in run.error
+
+
+def test_a_kept_baseline_reads_back_as_the_same_classifier_without_a_pickle(task, tmp_path):
+    """Two labels (one sigmoid) and four (a softmax): the classifier read back gives the same probabilities, bit
+    for bit, from JSON and safetensors alone; a damaged folder is one clear error."""
+    train, val = split_train_val(task, train_size=SETTINGS["train"], val_size=SETTINGS["val"], seed=0)
+    two = ClassificationData(texts=train.texts, labels=[y % 2 for y in train.labels], label_names=["even", "odd"])
+    for data in (two, train):
+        fitted = fit_bag_of_words(data)
+        folder = fitted.save(tmp_path / f"bow{len(data.label_names)}")
+        assert sorted(p.name for p in folder.iterdir()) == ["bag_of_words.json", "bag_of_words.safetensors"]
+        back = load_bag_of_words(folder)
+        texts = list(val.texts[:20]) + ["words it never saw", ""]
+        assert back.probabilities(texts) == fitted.probabilities(texts) and back.label_names == data.label_names
+    (folder / "bag_of_words.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(BertCoreError, match="cannot be read"):
+        load_bag_of_words(folder)
 
 
 def test_a_race_runs_bert_gpt_scratch_and_the_baseline_on_one_split(racers, task):

@@ -11,6 +11,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.files import read_json, write_json
 from bert_core.model.stored_weights import STORAGE_DTYPES, store_checkpoint
+from bert_core.training.heldout import reproducible_eval
 
 
 def add_parser(sub):
@@ -43,8 +44,6 @@ def _measure_again(out: Path, skip: bool):
         if skip:
             record["eval_measured_on"] = "the weights before export"
             return
-        from bert_core.training.heldout import reproducible_eval  # loads the training side only when it is needed
-
         again = reproducible_eval(tmp)
         again["commands"] = [c.replace(str(tmp), str(out)) for c in again["commands"]]
         metrics["eval"] = again

@@ -273,7 +273,7 @@ class LabelsPage(KindPage):
         if not sentence.strip():
             return []
         first = next(iter(results.values()))
-        # A baseline read back after a restart keeps its figures, not its scikit-learn model.
+        # A race kept before the bag of words' model was (its figures only) has no model for it.
         probs = {name: result_probabilities(r, sentence, max_length=max_length)
                  for name, r in results.items() if r.model is not None}
         rows = [{"model": _label(n), "prediction": first.label_names[max(range(len(p)), key=p.__getitem__)],

@@ -3,17 +3,31 @@
 A bag of words ignores word order and needs no pretraining; with a few thousand labelled sentences it is a strong
 baseline, and a tiny BERT or GPT fine-tuned for a minute does not always beat it (docs/benchmarks.md, "BERT or
 GPT?"). `finetune.BagOfWordsRun` runs it as one run of a comparison, beside the neural ones. scikit-learn is
-imported only when a baseline is fitted: the app's startup does not pay for it.
+imported only when a baseline is fitted or read back: the app's startup does not pay for it.
+
+A kept race (finetune_race.keep_race) keeps the fitted baseline too, as a folder of JSON (its terms, labels and
+settings) and safetensors (its idf weights and the regression's coefficients), never a pickle: a server restarted
+over its folder classifies a typed sentence with it again, exactly as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
 
 from bert_core.data.classification_data import PAIR_JOINER, ClassificationData
 from bert_core.errors import BertCoreError
+from bert_core.model.files import read_json, write_json
 
-__all__ = ["BagOfWordsClassifier", "fit_bag_of_words", "texts_of"]
+__all__ = ["BagOfWordsClassifier", "fit_bag_of_words", "load_bag_of_words", "texts_of", "BAG_OF_WORDS_FILE"]
+
+BAG_OF_WORDS_FILE = "bag_of_words.json"   # beside bag_of_words.safetensors in a kept baseline's folder
+_TENSORS = "bag_of_words.safetensors"
+_FORMAT = 1
 
 # Not tuned on the validation set (that would flatter it): word unigrams and bigrams with sublinear term
 # frequency, and scikit-learn's default L2 strength (C=1), a common first choice for short texts.
@@ -48,15 +62,38 @@ class BagOfWordsClassifier:
             out.append(probs)
         return out
 
+    def save(self, folder) -> Path:
+        """Write the fitted pipeline to `folder` as JSON and safetensors (load_bag_of_words reads it back)."""
+        vectorizer, regression = self.pipeline[0], self.pipeline[-1]
+        terms = [""] * len(vectorizer.vocabulary_)
+        for term, index in vectorizer.vocabulary_.items():
+            terms[index] = term
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / BAG_OF_WORDS_FILE, {
+            "format": _FORMAT, "label_names": self.label_names, "classes": [int(c) for c in regression.classes_],
+            "ngram_range": list(vectorizer.ngram_range), "sublinear_tf": bool(vectorizer.sublinear_tf),
+            "C": float(regression.C), "terms": terms})
+        save_file({"idf": np.ascontiguousarray(vectorizer.idf_), "coef": np.ascontiguousarray(regression.coef_),
+                   "intercept": np.ascontiguousarray(regression.intercept_)}, str(folder / _TENSORS))
+        return folder
 
-def fit_bag_of_words(train: ClassificationData, seed: int = 0) -> BagOfWordsClassifier:
-    """TF-IDF (unigrams + bigrams, sublinear tf) + logistic regression fitted on `train`, seeded."""
-    try:   # scikit-learn takes a second to import, and only this baseline needs it: imported when it is fitted
+
+def _sklearn():
+    """scikit-learn's vectorizer, regression and pipeline maker: imported when a baseline is fitted or read back,
+    since it takes a second to import and only this baseline needs it."""
+    try:   # not at the top: the second it takes to import is paid only where a baseline is used
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
     except ImportError:
         raise BertCoreError("the bag-of-words baseline needs scikit-learn: pip install -r requirements.txt") from None
+    return TfidfVectorizer, LogisticRegression, make_pipeline
+
+
+def fit_bag_of_words(train: ClassificationData, seed: int = 0) -> BagOfWordsClassifier:
+    """TF-IDF (unigrams + bigrams, sublinear tf) + logistic regression fitted on `train`, seeded."""
+    TfidfVectorizer, LogisticRegression, make_pipeline = _sklearn()
     if len(set(train.labels)) < 2:
         raise BertCoreError("the training split holds a single label; the baseline needs examples of two or more")
     pipeline = make_pipeline(TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True),
@@ -66,3 +103,27 @@ def fit_bag_of_words(train: ClassificationData, seed: int = 0) -> BagOfWordsClas
     except ValueError as exc:  # e.g. every text empty after tokenising: "empty vocabulary"
         raise BertCoreError(f"the bag-of-words baseline could not be fitted: {exc}") from None
     return BagOfWordsClassifier(pipeline, train.label_names)
+
+
+def load_bag_of_words(folder) -> BagOfWordsClassifier:
+    """A baseline that BagOfWordsClassifier.save wrote, rebuilt as the same scikit-learn pipeline (the same
+    probabilities for every text); a damaged folder is a BertCoreError."""
+    TfidfVectorizer, LogisticRegression, make_pipeline = _sklearn()
+    folder = Path(folder)
+    try:
+        meta, tensors = read_json(folder / BAG_OF_WORDS_FILE), load_file(str(folder / _TENSORS))
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}")
+        terms = meta["terms"]
+        vectorizer = TfidfVectorizer(ngram_range=tuple(meta["ngram_range"]), sublinear_tf=meta["sublinear_tf"],
+                                     vocabulary={t: i for i, t in enumerate(terms)})
+        vectorizer.idf_ = tensors["idf"]
+        regression = LogisticRegression(C=meta["C"])
+        regression.classes_ = np.array(meta["classes"])
+        regression.coef_, regression.intercept_ = tensors["coef"], tensors["intercept"]
+        regression.n_features_in_ = len(terms)
+        if regression.coef_.shape[1] != len(terms) or len(vectorizer.idf_) != len(terms):
+            raise ValueError("its weights and its terms differ in number")
+        return BagOfWordsClassifier(make_pipeline(vectorizer, regression), meta["label_names"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as exc:
+        raise BertCoreError(f"the bag-of-words baseline kept in {folder} cannot be read ({exc})") from None

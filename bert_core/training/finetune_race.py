@@ -25,6 +25,7 @@ from bert_core.model.checkpoint import read_json, replace_folder, save_checkpoin
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer
+from bert_core.training.bag_of_words import BAG_OF_WORDS_FILE, BagOfWordsClassifier, load_bag_of_words
 from bert_core.training.finetune import FinetuneComparison, FinetuneConfig, split_task, tokenizer_for_scratch
 from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, Misclassified
 from bert_core.training.run_loop import Progress
@@ -162,7 +163,9 @@ def _result_json(result: FinetuneResult) -> dict:
 def keep_race(race, folder: Path) -> Path:
     """Write the race as it stands into `folder`, replacing what was there whole: race.json (its kind, config,
     each model's state and curves, each result's figures) and each ended neural model as a checkpoint folder
-    (`models/<i>`, safetensors and its tokenizer). A baseline's model (scikit-learn) is not kept: its figures are."""
+    (`models/<i>`, safetensors and its tokenizer); a bag-of-words baseline's fitted model too, as JSON and
+    safetensors (bag_of_words.BagOfWordsClassifier.save). A majority-tag baseline keeps its figures only: it
+    classifies no typed text."""
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -172,6 +175,9 @@ def keep_race(race, folder: Path) -> Path:
             if result.tokenizer is not None and result.model is not None:
                 save_checkpoint(tmp / "models" / str(i), result.model, tokenizer=result.tokenizer,
                                 label_names=result.label_names or None)
+                models[name] = f"models/{i}"
+            elif isinstance(result.model, BagOfWordsClassifier):
+                result.model.save(tmp / "models" / str(i))
                 models[name] = f"models/{i}"
         kept = {"format": KEPT_FORMAT, "task_kind": race.task_kind, "metric_names": list(race.metric_names),
                 "primary": race.primary, "config": dataclasses.asdict(race.config), "state": race.state,
@@ -261,7 +267,9 @@ class KeptRace:
     def _result(self, name: str, r: dict) -> FinetuneResult:
         model = tokenizer = None
         where = self._kept.get("models", {}).get(name)
-        if where is not None:
+        if where is not None and (self.folder / where / BAG_OF_WORDS_FILE).is_file():
+            model = load_bag_of_words(self.folder / where)   # takes raw text: no tokenizer
+        elif where is not None:
             model, tokenizer = self._model(self.folder / where)
         return FinetuneResult(
             name=r["name"], accuracy=r["accuracy"], macro_f1=r["macro_f1"], loss=r["loss"],
