@@ -16,7 +16,8 @@ from bert_core.training.heldout import reproducible_eval
 
 def add_parser(sub):
     p = sub.add_parser("export", help="write a checkpoint folder for sharing, its weights in float16 (half the size)",
-                       description="Copy a checkpoint folder with its weights stored in float16 (or float32) and "
+                       description="Copy a checkpoint folder with its weights stored in float16 (or bfloat16, or "
+                                   "float32) and "
                                    "without optimizer state: half the bytes, every loader still computes in float32 "
                                    "(the config says so), and it loads in transformers as it is. When its "
                                    "metrics.json records a held-out evaluation (\"eval\"), that is run again on the "
@@ -24,7 +25,7 @@ def add_parser(sub):
     p.add_argument("--checkpoint", type=path_arg, required=True, help="checkpoint folder to export")
     p.add_argument("--out", type=path_arg, required=True,
                    help="folder to write (the checkpoint folder itself, with --overwrite, converts it in place)")
-    p.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float16", help="how the weights are stored")
+    p.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float16", help="how the weights are stored (default float16: 11 significant bits, half of float32's bytes)")
     p.add_argument("--overwrite", action="store_true", help="replace the folder --out if it holds a checkpoint")
     p.add_argument("--skip-eval", action="store_true",
                    help="do not measure the recorded held-out evaluation again (it needs the training corpora); "
@@ -44,7 +45,11 @@ def _measure_again(out: Path, skip: bool):
         if skip:
             record["eval_measured_on"] = "the weights before export"
             return
-        again = reproducible_eval(tmp)
+        try:
+            again = reproducible_eval(tmp)
+        except BertCoreError as e:
+            raise BertCoreError(f"{e} (the held-out evaluation in metrics.json is measured again on the stored "
+                                "weights; --skip-eval keeps the figures before instead)") from None
         again["commands"] = [c.replace(str(tmp), str(out)) for c in again["commands"]]
         metrics["eval"] = again
         record["eval_measured_on"] = "the stored weights"
