@@ -1,6 +1,8 @@
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,37 @@ def test_python_dash_m_reports_errors_without_a_traceback():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_run_with_a_checkpoint_that_resumes(toy_file, tmp_path, signum):
+    """`kill` (SIGTERM) or Ctrl-C (SIGINT) stops a training run at the end of its step and writes its checkpoint,
+    so nothing since the last periodic one is lost, and the run goes on from there with --resume."""
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "bert_core", "train", "--corpus", str(toy_file), "--preset", "nano", "--vocab-size",
+            "300", "--seq-len", "32", "--batch-size", "4", "--steps", "100000", "--eval-every", "100000",
+            "--eval-batches", "1", "--checkpoint-every", "100000", "--device", "cpu", "--out", str(out)]
+    with open(log, "w") as err:
+        # start_new_session: not in this test's process group, so its SIGINT is its own (a background shell would
+        # also leave SIGINT ignored: the handler takes it all the same).
+        child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while " step " not in log.read_text() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert child.poll() is None, log.read_text()
+        child.send_signal(signum)
+        code = child.wait(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    text = log.read_text()
+    assert code == 128 + signum, text
+    step = json.loads((out / "trainer_state.json").read_text())["step"]
+    assert step >= 1 and f"stopped by {signal.Signals(signum).name} at step {step}" in text
+    assert f"--resume {out}" in text and "Traceback" not in text
+    assert main(["train", "--resume", str(out), "--steps", str(step + 2)]) == 0
+    assert json.loads((out / "trainer_state.json").read_text())["step"] == step + 2
 
 
 def test_a_grown_folder_keeps_its_sources_rate_and_held_out_split(trained, toy_file, capsys, tmp_path):

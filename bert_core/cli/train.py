@@ -8,10 +8,13 @@ checked (options, output folder, checkpoints, corpora, sizes) before anything is
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,8 +154,14 @@ def _train(args, prepared: PreparedRun, dist_info) -> int:
     trainer_ref[0] = trainer
     if dist_info.is_main:
         _say_start(args, trainer, prepared, dist_info.world_size)
-    trainer.run()
+    with stop_on_signals(trainer, dist_info.world_size) as caught:
+        trainer.run()
     bar.close()
+    if caught and trainer.state == "stopped":
+        name = signal.Signals(caught[0]).name
+        print(f"stopped by {name} at step {trainer.step}, its checkpoint written to {prepared.out}; go on exactly "
+              f"with: python -m bert_core train --resume {shlex.quote(str(prepared.out))}", file=sys.stderr)
+        return 128 + caught[0]
     if trainer.state == "failed":
         advice = ""
         if trainer.diverged and trainer.last_checkpoint_step is not None:
@@ -163,6 +172,35 @@ def _train(args, prepared: PreparedRun, dist_info) -> int:
     if dist_info.is_main:
         report(trainer, built.heldout, prepared.out, started, warnings, args.json)
     return 0
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer, world_size: int) -> Iterator[list[int]]:
+    """While the block runs, Ctrl-C (SIGINT) or SIGTERM (`kill`, a scheduler's end of a job) stops the run at the end
+    of its step with a checkpoint that `--resume` goes on from exactly, instead of losing everything since the last
+    periodic one; a second signal acts as it did before (Ctrl-C interrupts at once). The list it yields receives
+    the signal caught. A run of several processes (torchrun) keeps the default: each would stop at its own step."""
+    caught: list[int] = []
+    if world_size > 1 or threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum, frame):
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        caught.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping after this step and writing a checkpoint (again to end at "
+              "once)", file=sys.stderr)
+        trainer.stop()
+
+    for s in before:
+        signal.signal(s, stop)
+    try:
+        yield caught
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def run(args) -> int:
