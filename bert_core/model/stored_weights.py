@@ -2,9 +2,8 @@
 
 A model that trained in float32 (or bf16 autocast over float32 weights) loses nothing measurable when its weights
 are rounded to float16 for storage: float16 keeps 11 significant bits, a relative rounding error of at most 2^-11,
-far below what training moved each weight by. The shipped folders are stored so (docs/shipped-model.md measures
-the held-out cost), which halves them and keeps every file under the Hugging Face Hub's 10 MiB limit for files
-outside Git LFS.
+far below what training moved each weight by. The shipped tiny folders are stored so, which halved them
+(docs/shipped-model.md measures the held-out cost: none); the minis were packaged in bfloat16 before this existed.
 
 Loading casts back: bert_core's models hold float32 parameters, and `load_state_dict` copies float16 values into
 them. transformers 5 loads a folder in the dtype its config names, else in its weights' dtype, so the folder's
