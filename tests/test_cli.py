@@ -241,8 +241,10 @@ def test_a_signal_stops_a_run_with_a_checkpoint_that_resumes(toy_file, tmp_path,
         child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while " step " not in log.read_text() and child.poll() is None and time.monotonic() < deadline:
+        while "eval step 0" not in log.read_text() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
+        # A log file gets a progress line every 30 s; a nano step takes milliseconds, so 3 s is hundreds of them.
+        time.sleep(3)
         assert child.poll() is None, log.read_text()
         child.send_signal(signum)
         code = child.wait(timeout=120)
