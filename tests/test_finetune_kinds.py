@@ -9,7 +9,7 @@ import pytest
 from bert_core.data.answer_spans_data import toy_qa_task
 from bert_core.data.classification_data import toy_order_task
 from bert_core.data.token_tags_data import read_conll
-from bert_core.serve import finetune_kinds, run_panel
+from bert_core.serve import finetune_expectations, finetune_kinds, run_panel
 from bert_core.serve.finetune_kinds import KIND_PAGES, SIZES, Block
 
 CONLL = b"He PRP B-NP\nreckons VBZ B-VP\nthe DT B-NP\ndeficit NN I-NP\n. . O\n\nRates NNS B-NP\nrose VBD B-VP\n. . O\n"
@@ -46,10 +46,12 @@ def test_labels_say_what_to_expect_and_the_chance_line():
     data = toy_order_task(0, num_examples=40)
     kp = KIND_PAGES["labels"]
     view = kp.describe(data, "toy_order", None)
-    assert view.captions[0] == finetune_kinds.EXPECT_TOY["toy_order"] and "40 examples" in view.captions[1]
+    assert view.captions[0] == finetune_expectations.TOY_BY_DEFAULT_RUN["toy_order"]
+    assert "40 examples" in view.captions[1]
     assert len(view.rows) == 8 and set(view.rows[0]) == {"label", "text"}
     mini = kp.describe(data, "polarity", "bert-mini-english").captions[0]
-    assert mini == finetune_kinds.EXPECT_BY_MODEL["bert-mini-english"]["polarity"]
+    assert mini == kp.expectation("polarity", "bert-mini-english") and "bert-mini-english:" in mini
+    assert len(kp.describe(data, "upload", "bert-mini-english").captions) == 1   # an upload: its summary only
     assert kp.chance(data) == max(data.label_counts()) / len(data)
     assert "per label" in kp.split_caption(data, data)
     assert kp.explained({"ft_sentence": "  "}, data) is None
@@ -61,7 +63,9 @@ def test_tags_say_what_to_expect_of_chunks_and_explain_the_typed_or_held_out_sen
     data = read_conll(CONLL)
     kp = KIND_PAGES["tags"]
     view = kp.describe(data, "upload_conll", None)
-    assert view.captions[0] == finetune_kinds.EXPECT_CHUNKS and "chunk F1" in view.captions[1]
+    assert len(view.captions) == 1 and "chunk F1" in view.captions[0]   # no CoNLL-2000 promise for an upload
+    chunks = kp.describe(data, "conll2000", "bert-tiny-english").captions[0]
+    assert chunks == kp.expectation("conll2000", "bert-tiny-english") and "CoNLL-2000 chunks" in chunks
     assert view.rows[0] == {"sentence": "He reckons the deficit .", "tags": "B-NP B-VP B-NP I-NP O"}
     assert kp.chance(data) is None
     fields = kp.try_fields(data)
@@ -80,10 +84,10 @@ def test_spans_say_what_the_drills_bring_and_explain_the_question_in_its_passage
     kp = KIND_PAGES["spans"]
     view = kp.describe(data, "toy_qa", "bert-mini-english")
     assert "drills" in view.captions[0]
-    assert view.captions[1] == (finetune_kinds.EXPECT_QA_DRILLS + " "
-                                + finetune_kinds.EXPECT_QA_BY_MODEL["bert-mini-english"])
+    assert view.captions[1] == (finetune_expectations.EXPECT_QA_DRILLS + " "
+                                + finetune_expectations.EXPECT_QA_BY_MODEL["bert-mini-english"])
     alone = toy_qa_task(0, num_stories=6, drills=False)
-    assert kp.describe(alone, "toy_qa", None).captions[1] == finetune_kinds.EXPECT_QA_ALONE
+    assert kp.describe(alone, "toy_qa", None).captions[1] == finetune_expectations.EXPECT_QA_ALONE
     passage, question = kp.try_fields(data)
     assert (passage.key, question.key) == ("ft_passage", "ft_question")
     assert passage.options["value"] == data.examples[0].context

@@ -13,6 +13,8 @@ from typing import Any
 from bert_core.data.task_downloads import TASKS
 from bert_core.inspect import finetune_figures
 from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
+from bert_core.serve.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS,
+                                                     expectation)
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import TOY_QA_STEPS, result_probabilities
 from bert_core.training.token_tagging import tag_words
@@ -36,73 +38,6 @@ SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "po
 # seconds a model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU
 # thread longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
 DATA_SETTINGS = {"toy_order": dict(LESSON_RACE_DATA_SETTINGS), "toy_qa": dict(steps=TOY_QA_STEPS, budget=600)}
-
-# What the real tasks gave with this page's defaults and the shipped model (seeds 0-2, one thread a run, bf16 autocast
-# on a 2-core Intel VM with bfloat16 instructions, 2026-11-28; in steps, the same on any load of that machine;
-# docs/benchmarks.md, "The Fine-tune page's defaults in steps").
-EXPECT = {"polarity": "What to expect with this page's defaults (2,000 training sentences, 600 steps a model) and "
-                      "the shipped model: pretrained 66-68%, from scratch 62-66%, the bag of words 70-73% (seeds "
-                      "0-2). Pretraining is ahead by about 2 points on average, but a seed can tie: try two or three. "
-                      "The 2-layer shipped model does not yet beat a bag of words here.",
-          "ag_news": "What to expect with this page's defaults (2,000 training rows, 600 steps a model) and the "
-                     "shipped model: pretrained 77-79%, from scratch 73-78%, the bag of words 83-85% (seeds 0-2). "
-                     "Pretraining pays against the same model from scratch; topic words give a bag of words the lead."}
-# The same race with the larger shipped BERT active (2026-11-28, as EXPECT; docs/benchmarks.md, "The Fine-tune page's
-# defaults in steps"; the 1,500-step figures: #28's protocol at seeds 0-4 and 20-25, "Eleven splits, and four more
-# levers").
-EXPECT_BY_MODEL = {"bert-mini-english": {
-    "polarity": "What to expect with this page's defaults (600 steps a model) and bert-mini-english: pretrained "
-                "71-74%, from scratch 49-60%, the bag of words 70-73% (seeds 0-2; the tiny, pretrained, 66-68%). "
-                "Each of its steps takes about three times the tiny's on a CPU. With more steps it passes the bag "
-                "of words: 1,500 (`finetune --steps 1500`, 2 minutes on one core with bfloat16 instructions, 7 "
-                "elsewhere) gave 77.5% against 75.3% over eleven larger splits.",
-    "ag_news": "What to expect with this page's defaults (600 steps a model) and bert-mini-english: pretrained "
-               "81.8%, from scratch 53.4%, the bag of words 84.8% (seed 0; the tiny, pretrained, 77-79%). Topic "
-               "words keep the bag of words ahead: 1,500 steps (4 minutes on one core with bfloat16 instructions, "
-               "13 elsewhere) gave 84.3% against its 86.3% over eleven larger splits."}}
-# The built-in sentence tasks, with the model the lesson trains (the Train page's default run; docs/lessons.md, "The
-# lesson's race", seeds 0-2, 2026-11-28).
-EXPECT_TOY = {
-    "toy_order": "What to expect with the lesson's settings (200 training sentences, 300 steps a model) and the Train "
-                 "page's default run as the model: pretrained 93-97%, from scratch 58-65%, the bag of words 74-78%. "
-                 "Both classes hold the same words, so only knowing how the stories' sentences go tells them apart: "
-                 "what masked-word pretraining on the stories taught.",
-    "toy": "What to expect with a model pretrained on the toy stories (the Train page's default run): its from-scratch "
-           "twin wins here, 96-98% against 74-77% (seed 0), and the bag of words about 74%. A topic is given away by "
-           "single words, which a random model's nearly even attention already adds up; pretraining taught the toy "
-           "model which slot a noun fills, not which story it belongs to (docs/lessons.md, \"Why not the toy "
-           "topics?\"). The word-order task is where its pretraining pays."}
-# CoNLL-2000 chunks with this page's defaults (docs/benchmarks.md).
-EXPECT_CHUNKS = ("What to expect on CoNLL-2000 chunks, with this page's defaults (2,000 training sentences, 600 steps "
-                 "a model): the shipped model reached 85-87 chunk F1, its from-scratch twin 63-64, a tag per part of "
-                 "speech 75-77 and a tag per word 67-68 (seeds 1-2). With every sentence and about 1,500 steps (the "
-                 "CLI's defaults): 89.5 against 81. The larger bert-mini-english, with every sentence and 1,500 steps "
-                 "(about 7 minutes on one core): 92.5, its from-scratch twin 66 (docs/benchmarks.md).")
-# The toy stories after their drills (docs/benchmarks.md, "The drills as the task's recipe").
-EXPECT_QA_DRILLS = (
-    "What to expect: the drills come first, in order, each until its last training batches are 95% right or its "
-    "share of the budget, and what the drills before it left unused, is spent; the curve is always the held-out "
-    "stories, so it stays low through the drills (dotted lines mark where each began) and climbs once the stories "
-    "begin. Each drill clicks at its own moment, a different one for each seed. docs/benchmarks.md (\"The drills "
-    "as the task's recipe\") gives the figures.")
-# ... and what the shipped models reached (2026-11-27, one CPU thread a run, other runs beside them).
-EXPECT_QA_BY_MODEL = {
-    "bert-mini-english": "With bert-mini-english, `finetune --task toy-qa` (8,000 steps, 18 to 21 minutes a run on "
-                         "one thread of a 2-core CPU shared with other runs) read the held-out stories at 94.3 / "
-                         "95.5 / 100.0% exact match (seeds 0 / 1 / 2). This page's 600 s on one CPU thread held "
-                         "4,954 steps at seed 0: every drill learnt within 329 s, then the stories at 91.9%. An "
-                         "H200 shared with pretraining ran the stories at about 57 steps a second "
-                         "(docs/benchmarks.md): the whole 8,000 steps fit in 600 s there.",
-    "bert-tiny-english": "With bert-tiny-english (2 layers) the drills click at some seeds only and the stories "
-                         "stop short of the mini's: `finetune --task toy-qa` (8,000 steps, about 8 minutes on one "
-                         "thread) read them at 73.1 / 33.5 / 35.6% (seeds 0 / 1 / 2), and this page's 600 s at "
-                         "52.2% (seed 0: every drill learnt, then the stories level near 52% after 2,100 steps): "
-                         "choose bert-mini-english in the sidebar to watch them being read."}
-EXPECT_QA_ALONE = ("What to expect: answering means matching the question's words to the passage and reading the words "
-                   "a few places from the match, which a small model learns slowly. On the toy stories alone either "
-                   "shipped model (2 or 4 layers) stays near 25-30% exact match for thousands of steps (the right "
-                   "kind of answer, often for the wrong character: a guess among the characters); the drills are "
-                   "what it needs. Watch which kind of span each model picks, and how sure it is where.")
 
 
 @dataclass(frozen=True)
@@ -184,6 +119,11 @@ class KindPage:
         and a few of its examples."""
         raise NotImplementedError
 
+    def expectation(self, choice: str, shipped: str | None) -> str | None:
+        """What the page's defaults gave on the data `choice` with the shipped model `shipped` (None: another)."""
+        return expectation(choice, shipped, SIZES.get(choice, (0, 0))[0],
+                           {**self.settings, **DATA_SETTINGS.get(choice, {})}["steps"], self.unit)
+
     def split_caption(self, train, val) -> str:
         """A race's split, under its curves."""
         raise NotImplementedError
@@ -228,11 +168,11 @@ class LabelsPage(KindPage):
         return max(val.label_counts()) / max(len(val), 1)
 
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
-        expect = {**EXPECT_TOY, **EXPECT_BY_MODEL.get(shipped, EXPECT)}
+        expect = self.expectation(choice, shipped)
         counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
         summary = (f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
                    f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
-        return DataView([*([expect[choice]] if choice in expect else []), summary],
+        return DataView([*([expect] if expect else []), summary],
                         [{"label": data.label_names[y], "text": data.example_text(i)}
                          for i, y in enumerate(data.labels[:8])])
 
@@ -305,7 +245,8 @@ class TagsPage(KindPage):
                    f"(most frequent: {', '.join(f'{n} {c:,}' for c, n in counts)}); "
                    + ("span tags, scored by chunk F1 as the CoNLL shared task did." if iob
                       else "plain tags, scored by accuracy and macro-F1."))
-        return DataView([*([EXPECT_CHUNKS] if iob else []), summary],
+        expect = self.expectation(choice, shipped)
+        return DataView([*([expect] if expect else []), summary],
                         [{"sentence": " ".join(data.words[i]), "tags": " ".join(data.tag_strings(i))}
                          for i in range(min(5, len(data)))])
 
