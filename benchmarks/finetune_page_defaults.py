@@ -13,10 +13,12 @@ About 40 minutes of a 2-core CPU with bfloat16 instructions at --jobs 2 for ever
 """
 import argparse
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.remeasure_mini import run   # one finetune command a run, its JSON kept in --out
 from bert_core.serve.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 
 MODELS = ("bert-tiny-english", "bert-mini-english", "gpt-tiny-english", "gpt-mini-english")
@@ -32,6 +34,20 @@ def page_args(choice: str) -> list[str]:
     train, val = SIZES[choice]
     return ["--task", task, "--train-size", str(train), "--val-size", str(val), "--steps", str(settings["steps"]),
             "--max-length", str(settings["maxlen"]), "--compare-scratch", "--baseline"]
+
+
+def run(out: Path, name: str, args: list[str], timeout: float) -> dict | None:
+    target = out / f"{name}.json"
+    if not target.exists():
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "bert_core", "finetune", *args, "--json"]
+        with open(out / f"{name}.err", "w") as err:
+            done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, timeout=timeout)
+        if done.returncode != 0:
+            print(f"{name}: exit {done.returncode} (see {name}.err)", file=sys.stderr)
+            return None
+        target.write_text(done.stdout)
+    return json.loads(target.read_text())
 
 
 def score(result: dict, kind: str) -> float:

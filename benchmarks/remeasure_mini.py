@@ -8,20 +8,19 @@ Each run is a `python -m bert_core finetune` command with one thread (the figure
 there is not run again (so an interrupted call resumes). Then a summary of each figure beside the command that gave
 it goes to --out/summary.md:
 - issue #28's protocol: polarity and AG News, all but 300 validation rows, 1,500 steps, seeds 0-2, with TF-IDF + LR;
-- the Fine-tune page's race with its defaults (2,000 rows, 30 s a model, 64 tokens), pretrained against scratch and
-  the bag of words, seeds 0-2 (a time budget: run it on an otherwise quiet machine);
+- the Fine-tune page's race with its defaults (2,000 rows, 600 steps a model, 64 tokens: finetune_page_defaults'
+  page_args), pretrained against scratch and the bag of words, seeds 0-2;
 - the toy stories by the CLI's recipe (8,000 steps, seeds 0-2) and the page's 600 s on one thread (seed 0);
 - CoNLL-2000 chunks, 1,500 steps, seeds 0-2, beside the POS baseline.
 About 50 minutes of a 2-core CPU with bfloat16 instructions at --jobs 2 (2026-11-27; the toy stories take most of it).
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from benchmarks.finetune_page_defaults import page_args, run   # the page's race; one finetune command a run
 
 CONLL = "../shared/data/conll2000/train.txt"
 
@@ -37,25 +36,8 @@ def jobs_for(checkpoint: str, seeds: list[int]) -> list[tuple[str, list[str]]]:
         jobs += [(f"protocol-{task}-{s}", c + ["--task", task, "--val-size", "300", "--steps", "1500", "--baseline",
                                               "--seed", str(s)]) for s in seeds]
     for task in ("ag_news", "polarity"):
-        jobs += [(f"race-{task}-{s}", c + ["--task", task, "--train-size", "2000", "--val-size", "500",
-                                          "--time-budget", "30", "--max-length", "64", "--compare-scratch",
-                                          "--baseline", "--seed", str(s)]) for s in seeds]
+        jobs += [(f"race-{task}-{s}", c + [*page_args(task), "--seed", str(s)]) for s in seeds]
     return jobs
-
-
-def run(out: Path, name: str, args: list[str], timeout: float) -> dict | None:
-    target = out / f"{name}.json"
-    if not target.exists():
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "bert_core", "finetune", *args, "--json"]
-        with open(out / f"{name}.err", "w") as err:
-            done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, timeout=timeout)
-        if done.returncode != 0:
-            print(f"{name}: exit {done.returncode} (see {name}.err)", file=sys.stderr)
-            return None
-        target.write_text(done.stdout)
-    print(f"{name}: done", file=sys.stderr)
-    return json.loads(target.read_text())
 
 
 def _score(result: dict, metric: str) -> float:
