@@ -1,5 +1,5 @@
 """The Fine-tune page's built-in and real tasks on the page's own defaults, with each shipped model active: what its
-"What to expect" captions quote (bert_core.serve.finetune_kinds.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
+"What to expect" captions quote (bert_core.serve.finetune_expectations.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
 page's defaults with each shipped model").
 
     PYTHONPATH=. python benchmarks/finetune_page_defaults.py --out runs/page-defaults [--jobs 2]
@@ -19,17 +19,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bert_core.serve.finetune_expectations import KIND_OF, NAMES
 from bert_core.serve.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 
 MODELS = ("bert-tiny-english", "bert-mini-english", "gpt-tiny-english", "gpt-mini-english")
-# The page's data choice -> (its kind, the CLI's --task).
-TASKS = {"toy_order": ("labels", "toy-order"), "toy": ("labels", "toy"), "polarity": ("labels", "polarity"),
-         "ag_news": ("labels", "ag_news"), "conll2000": ("tags", "conll2000")}
+# The page's data choice -> the CLI's --task (its kind: finetune_expectations.KIND_OF).
+TASKS = {"toy_order": "toy-order", "toy": "toy", "polarity": "polarity", "ag_news": "ag_news", "conll2000": "conll2000"}
 
 
 def page_args(choice: str) -> list[str]:
     """The finetune arguments of the page's defaults for a data choice."""
-    kind, task = TASKS[choice]
+    kind, task = KIND_OF[choice], TASKS[choice]
     settings = {**KIND_PAGES[kind].settings, **DATA_SETTINGS.get(choice, {})}
     train, val = SIZES[choice]
     return ["--task", task, "--train-size", str(train), "--val-size", str(val), "--steps", str(settings["steps"]),
@@ -55,9 +55,10 @@ def score(result: dict, kind: str) -> float:
     return 100 * result["accuracy" if kind == "labels" else "macro_f1"]
 
 
-# The baselines' result names: the bag of words for sentence labels; for chunks, each part of speech's and each
-# word's most frequent tag.
-BASELINES = {"labels": ("tfidf", None), "tags": ("pos-majority", "word-majority")}
+def baselines(kind: str) -> tuple[str, str | None]:
+    """The kind's baselines' result names, the second None for sentence labels (finetune_expectations.NAMES)."""
+    names = [name for name, _ in NAMES[kind][2:]]
+    return names[0], (names[1] if len(names) > 1 else None)
 
 
 def table(out: Path, models, choices, seeds) -> str:
@@ -67,7 +68,7 @@ def table(out: Path, models, choices, seeds) -> str:
              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for model in models:
         for choice in choices:
-            kind = TASKS[choice][0]
+            kind = KIND_OF[choice]
             found = [json.loads(p.read_text()) for s in seeds if (p := out / f"{choice}-{model}-{s}.json").exists()]
             if not found:
                 continue
@@ -75,7 +76,7 @@ def table(out: Path, models, choices, seeds) -> str:
 
             def cells(name):
                 return " / ".join(f"{score(r[name], kind):.1f}" if name in r else "-" for r in runs) if name else "-"
-            first, second = BASELINES[kind]
+            first, second = baselines(kind)
             lines.append(f"| {model} | {choice} | {' / '.join(map(str, seeds[:len(found)]))} | {cells(first)} | "
                          f"{cells(second)} | {cells('pretrained')} | {cells('scratch')} |")
     return "\n".join(lines) + "\n"
@@ -87,12 +88,12 @@ def figures(out: Path, models, choices, seeds) -> dict:
     got = {}
     for model in models:
         for choice in choices:
-            kind = TASKS[choice][0]
+            kind = KIND_OF[choice]
             paths = [out / f"{choice}-{model}-{s}.json" for s in seeds]
             if not all(p.exists() for p in paths):
                 continue
             runs = [{r["name"]: r for r in json.loads(p.read_text())["results"]} for p in paths]
-            names = ["pretrained", "scratch", *(b for b in BASELINES[kind] if b)]
+            names = [name for name, _ in NAMES[kind]]
             got.setdefault(model, {})[choice] = {
                 n: (min(v := [round(score(r[n], kind), 1) for r in runs]), max(v)) for n in names}
     return got

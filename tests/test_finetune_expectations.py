@@ -30,11 +30,8 @@ def _docs_rows() -> dict[tuple[str, str], dict[str, list[float]]]:
 
         def values(cell):
             return [] if cell == "-" else [float(v) for v in cell.split(" / ")]
-        first_name, second_name = (("tfidf", None) if fe.KIND_OF[choice] == "labels"
-                                   else ("pos-majority", "word-majority"))
-        got = {"pretrained": values(pretrained), "scratch": values(scratch), first_name: values(first)}
-        if second_name:
-            got[second_name] = values(second)
+        names = [name for name, _ in fe.NAMES[fe.KIND_OF[choice]]]   # pretrained, scratch, then the baselines
+        got = dict(zip(names, (values(pretrained), values(scratch), values(first), values(second))))
         assert seeds == "0 / 1 / 2" and all(len(v) == 3 for v in got.values()), line
         rows[(model, choice)] = got
     return rows
