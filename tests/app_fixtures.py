@@ -43,3 +43,29 @@ def failing_builder():
     from bert_core.errors import BertCoreError
 
     raise BertCoreError("the corpus file is empty: give some text")
+
+
+RUN_WAIT_S = 900   # a hang guard only: the waits below end on the run's own events, however busy the machine
+
+
+def finish_page_run(at, param: str = "ft"):
+    """Wait for the run a page started (its id in the URL's `param`: `ft` for a race, `run` for a pretraining run)
+    to end, then draw the page again; returns its job. Waits on the job's own end, not on the clock: a race takes
+    seconds on a quiet machine and minutes on one loaded 30 deep."""
+    import time
+
+    from bert_core.serve.app_runs import RUNS
+
+    token = at.query_params[param]
+    run = RUNS.get(token[0] if isinstance(token, list) else token)
+    assert run is not None, f"no run for ?{param}="
+    # A run the scheduler has just created has no job, or one that is 'new', whose wait() returns at once.
+    for _ in range(int(RUN_WAIT_S / 0.05)):
+        if run.job is not None and run.job.phase != "new":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the run of ?{param}= was never started")
+    assert run.job.wait(RUN_WAIT_S), f"the run of ?{param}= did not end within {RUN_WAIT_S} s"
+    at.run()
+    return run.job

@@ -4,7 +4,6 @@ answer_question reads a passage longer than the model in windows, and the Fine-t
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import SPAN_ANSWER_METRICS, AnswerSpans, answer_question
 from bert_core.training.finetune import TOY_QA_STEPS, FinetuneConfig, finetune
+from tests.app_fixtures import finish_page_run
 
 transformers = pytest.importorskip("transformers")
 
@@ -158,10 +158,7 @@ def test_the_page_fine_tunes_question_answering_and_answers_a_question():
         at.number_input(key=key).set_value(value)
     at.run()
     next(b for b in at.button if "Fine-tune both" in b.label).click().run()
-    deadline = time.monotonic() + 90
-    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        at.run()
+    finish_page_run(at)
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "run" in d.value.columns)
     assert list(table["run"]) == ["from pretrained", "from scratch"] and "exact match" in table.columns

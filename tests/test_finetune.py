@@ -31,6 +31,7 @@ from bert_core.training.finetune import (
     set_dropout,
     toy_topic_task,
 )
+from tests.app_fixtures import finish_page_run
 from tests.stand_ins import StandInView
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
@@ -345,10 +346,7 @@ def test_page_runs_both_models_classifies_a_typed_sentence_and_a_reload_finds_th
     at.number_input(key="ft_maxlen").set_value(32)
     at.run()
     next(b for b in at.button if "Fine-tune both" in b.label).click().run()
-    deadline = time.monotonic() + 60
-    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        at.run()
+    finish_page_run(at)
     assert not at.exception, at.exception
     assert any(h.value == "Results" for h in at.subheader)
     table = next(d.value for d in at.dataframe if "run" in d.value.columns)
@@ -423,10 +421,7 @@ def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steerin
         stop, reset = (next(b for b in viewer.button if b.label == name) for name in ("Stop", "Reset"))
         assert stop.disabled and reset.disabled and "ft" not in viewer.query_params
         release.set()                                  # the slot frees: the race starts by itself
-        deadline = time.monotonic() + 60
-        while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            at.run()
+        finish_page_run(at)
         assert not at.exception, at.exception
         assert mine.phase == "finished" and any(h.value == "Results" for h in at.subheader)
     finally:

@@ -20,6 +20,7 @@ from bert_core.training.finetune import (
     comparison_config,
     load_task,
 )
+from tests.app_fixtures import finish_page_run
 
 SETTINGS = dict(train=120, val=60, seed=3, lr=1e-3, batch=16, maxlen=32)
 
@@ -146,10 +147,7 @@ def test_the_page_budgets_in_steps_and_a_race_of_another_kind_is_not_drawn_under
         at.number_input(key=key).set_value(value)
     at.run()
     next(b for b in at.button if "Fine-tune both" in b.label).click().run()
-    deadline = time.monotonic() + 120
-    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        at.run()
+    finish_page_run(at)
     assert any(h.value == "Results" for h in at.subheader) and not at.exception
     assert not any("Cut short" in w.value for w in at.warning)
     at.radio(key="ft_kind").set_value("tags").run()

@@ -1,9 +1,9 @@
 """The Fine-tune page runs the race: the active BERT, a GPT-style checkpoint beside it, the scratch twin and the
 bag-of-words line, on one split (AppTest; the models are test_race's nano pair)."""
 
-import time
 from pathlib import Path
 
+from tests.app_fixtures import finish_page_run
 from tests.test_race import racers, task  # noqa: F401  (fixtures: the nano BERT and GPT folders, the toy task)
 
 
@@ -29,10 +29,7 @@ def test_the_page_races_bert_gpt_scratch_and_the_baseline_and_classifies_with_ea
     at.checkbox(key="ft_baseline").check()
     at.run()
     next(b for b in at.button if b.label == "Run the race").click().run()
-    deadline = time.monotonic() + 90
-    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        at.run()
+    finish_page_run(at)
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "run" in d.value.columns)
     assert list(table["run"]) == ["TF-IDF + logistic regression", "from pretrained", "from gpt-nano", "from scratch"]

@@ -3,7 +3,6 @@ transformers loads as BertForTokenClassification with the same logits, bad files
 Fine-tune page tags a held-out sentence."""
 
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.finetune import FinetuneConfig, finetune
 from bert_core.training.token_tagging import PLAIN_METRICS, SPAN_METRICS, TokenTags, tag_words
+from tests.app_fixtures import finish_page_run
 
 transformers = pytest.importorskip("transformers")
 
@@ -162,10 +162,7 @@ def test_the_page_fine_tunes_a_tagger_and_tags_a_held_out_sentence(shared_data, 
         at.number_input(key=key).set_value(value)
     at.checkbox(key="ft_baseline").check().run()
     next(b for b in at.button if "Run the race" in b.label).click().run()
-    deadline = time.monotonic() + 90
-    while not any(h.value == "Results" for h in at.subheader) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        at.run()
+    finish_page_run(at)
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "run" in d.value.columns)
     assert list(table["run"])[:2] == ["each word's most frequent tag", "each POS tag's most frequent tag"]
