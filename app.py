@@ -14,8 +14,9 @@ WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line 
     "pages/2_Train.py": ("2. Train", "pretrain a tiny BERT live"),
     "pages/3_Attention.py": ("3. Attention", "what each head looks at"),
     "pages/4_Predictions.py": ("4. Predictions", "fill in [MASK]s, judge sentence pairs"),
-    "pages/5_Fine-tune.py": ("5. Fine-tune", "teach it to classify text"),
-    "pages/6_Export.py": ("6. Export", "curves, configuration, figures"),
+    "pages/7_How_BERT_computes.py": ("5. How BERT computes", "one token through a head, each layer's guess"),
+    "pages/5_Fine-tune.py": ("6. Fine-tune", "teach it to classify text"),
+    "pages/6_Export.py": ("7. Export", "curves, configuration, figures"),
 }
 
 

@@ -78,7 +78,7 @@ def test_head_view_labels_keep_repeated_tokens_apart():
     result = _attention()
     fig = figures.head_view_figure(result, layer=1, head=2, label="self 60%")
     (hm,) = fig.data
-    assert list(hm.x) == ["0:[CLS]", "1:the", "2:the", "3:cat", "4:[SEP]"]
+    assert list(hm.x) == ["1:[CLS]", "2:the", "3:the", "4:cat", "5:[SEP]"]
     np.testing.assert_allclose(np.asarray(hm.z), result.attentions[1, 2])
     assert "Layer 2, head 3" in fig.layout.title.text and "self 60%" in fig.layout.title.text
 

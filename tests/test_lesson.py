@@ -253,16 +253,33 @@ def test_the_masking_notice_says_the_measured_shares_and_accuracies(tokenizer, p
 def test_the_tokens_notice_counts_the_pieces_and_names_the_split_words():
     text = lesson.notice_tokens(["playing", "in", "gardens"], [["play", "##ing"], ["in"], ["garden", "##s"]], 8192)
     assert "3 words and marks became 5 word pieces" in text and "8,192" in text
-    assert "2 of them were split" in text and "“playing” → play ##ing" in text
+    assert "2 of them were split" in text and "“playing” → play ##ing" in text and "more" not in text
     assert "single piece" in lesson.notice_tokens(["in"], [["in"]], 100)
+
+
+def test_the_tokens_notice_counts_the_split_words_it_does_not_name():
+    words = ["playing", "gardens", "walked", "quickly", "happiness"]
+    text = lesson.notice_tokens(words, [[w[:3], "##" + w[3:]] for w in words], 8192)
+    named = [w for w in words if f"“{w}”" in text]
+    assert "5 of them were split" in text and len(named) == lesson.SPLIT_WORDS_SHOWN
+    assert f"and {5 - lesson.SPLIT_WORDS_SHOWN} more" in text
 
 
 def test_the_step_notice_reads_the_record():
     record = SimpleNamespace(step=1, mlm_loss=6.98, learning_rate=1.5e-5, causal=False, changed_weights=90,
-                             total_weights=100, layer_grad_norms=[("embeddings", 1.9), ("layer 0", 0.1)])
+                             total_weights=100, layer_grad_norms=[("embeddings", 1.9), ("layer 0", 0.1)],
+                             changes=[SimpleNamespace(change=c) for c in (2e-5, -1e-5)])
     text = lesson.notice_step(record, 1045)
     assert "loss was 6.98" in text and f"{math.log(1045):.2f}" in text and "embeddings (1.9)" in text
-    assert "90 of the model's 100 weights (90%)" in text
+    assert "90 of the model's 100 weights (90%)" in text and "Adam" not in text
+
+
+def test_the_step_notice_says_why_adams_first_update_moves_every_weight_alike():
+    record = SimpleNamespace(step=1, mlm_loss=6.98, learning_rate=1.5e-5, causal=False, changed_weights=90,
+                             total_weights=100, layer_grad_norms=[],
+                             changes=[SimpleNamespace(change=c) for c in (1.5e-5, -1.5e-5, 1.5e-5)])
+    text = lesson.notice_step(record, 1045)
+    assert "The 3 weights listed all moved by the same amount" in text and "Adam's first update" in text
 
 
 def test_the_run_notice_finds_where_the_loss_went_under_the_unigram_line():
@@ -291,7 +308,7 @@ def test_the_attention_notice_names_the_most_specialised_head():
 
 def test_the_gpt_notice_counts_what_each_first_and_last_token_sees():
     text = lesson.notice_bert_or_gpt([0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.5, 0.005, 0.495])
-    assert "GPT's [CLS] looks at 1 of the 3 tokens" in text and "its last token at 2" in text
+    assert "GPT's [CLS] looks at 1 of the 3 tokens" in text and "GPT's last token looks at 2 of them" in text
     assert "BERT's [CLS] looks at 3 of 3" in text
 
 

@@ -405,8 +405,9 @@ def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
 
 
 def _token_labels(tokens: Sequence[str]) -> list[str]:
-    # Plotly merges equal category labels; numbering keeps repeated tokens (two "the"s) apart.
-    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+    # Plotly merges equal category labels; numbering keeps repeated tokens (two "the"s) apart. From 1, as every
+    # page and lesson step counts tokens, layers and heads.
+    return [f"{i + 1}:{t}" for i, t in enumerate(tokens)]
 
 
 # Where a causal model's mask hides the future: the cells above the diagonal are left empty over this colour, so

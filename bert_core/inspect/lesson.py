@@ -232,6 +232,9 @@ def answer_feedback(question: Question, choice: int | None) -> tuple[bool, str] 
 # ----------------------------------------------------------------------------------------------- what to notice
 
 
+SPLIT_WORDS_SHOWN = 4   # split words a notice names one by one; past that it counts the rest
+
+
 def notice_tokens(words: Sequence[str], pieces_by_word: Sequence[Sequence[str]], vocab_size: int) -> str:
     """The tokens step: how many pieces the text became and which words were split."""
     n_pieces = sum(len(p) for p in pieces_by_word)
@@ -240,9 +243,12 @@ def notice_tokens(words: Sequence[str], pieces_by_word: Sequence[Sequence[str]],
             f"from this model's vocabulary of {vocab_size:,}.")
     if not split:
         return head + " Every word is a single piece here: try a rarer or longer word."
-    shown = "; ".join(f"“{w}” → {' '.join(p)}" for w, p in split[:3])
+    shown = "; ".join(f"“{w}” → {' '.join(p)}" for w, p in split[:SPLIT_WORDS_SHOWN])
+    more = len(split) - SPLIT_WORDS_SHOWN
     were = "was" if len(split) == 1 else "were"
-    return f"{head} {len(split)} of them {were} split: {shown}."
+    # A notice names everything it counts: past a handful it says how many it did not name.
+    rest = f", and {more} more (hover the boxes below)" if more > 0 else ""
+    return f"{head} {len(split)} of them {were} split: {shown}{rest}."
 
 
 def notice_masking(stats: Mapping, accuracy: Mapping | None) -> str:
@@ -276,6 +282,13 @@ def notice_step(record, vocab_size: int) -> str:
         text += f" The largest gradient was in the {biggest[0]} ({biggest[1]:.3g})."
     text += (f" The update changed {record.changed_weights:,} of the model's {record.total_weights:,} weights"
              f" ({record.changed_weights / max(1, record.total_weights):.0%}).")
+    moves = {f"{abs(c.change):.2e}" for c in record.changes}
+    if len(record.changes) > 1 and len(moves) == 1:
+        # Adam divides each gradient by its own running size, so on its first steps every weight with a gradient
+        # moves by about the learning rate, large gradient or small: the list below is a tie, not a ranking.
+        text += (f" The {len(record.changes)} weights listed all moved by the same amount: on Adam's first update "
+                 "every weight moves by about the learning rate, whatever its gradient's size (each gradient is "
+                 "divided by its own size). From the next updates on, the sizes differ.")
     return text
 
 
@@ -342,8 +355,10 @@ def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_
         return sum(1 for v in row if v > threshold)
 
     n = len(gpt_last_row)
-    return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens (only itself can be seen), its last token at "
-            f"{seen(gpt_last_row)}; BERT's [CLS] looks at {seen(bert_row)} of {len(bert_row)} (over 1% each).")
+    return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens (only itself can be seen), and GPT's last "
+            f"token looks at {seen(gpt_last_row)} of them (every token up to itself may be seen); BERT's [CLS] looks "
+            f"at {seen(bert_row)} of {len(bert_row)}. A token counts as looked at when it gets over 1% of the "
+            "attention.")
 
 
 def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] = ()) -> str:

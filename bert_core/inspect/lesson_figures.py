@@ -35,7 +35,7 @@ def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int 
         if items:
             box_cells(fig, kind, colors[kind], [i % per_line for i, _ in items],
                       [-(i // per_line) for i, _ in items], [shorten(t, 9) for _, t in items],
-                      [f"#{i}: {t}" for i, t in items], font_size=15)
+                      [f"#{i + 1}: {t}" for i, t in items], font_size=15)
     lines = max(1, -(-len(tokens) // per_line))
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])
