@@ -202,8 +202,9 @@ def _tokens() -> str | None:
 def _masking() -> str | None:
     if not _need_model():
         return None
-    app_state.init_widget("lesson_seed", 0, int)
-    seed = int(st.number_input("Masking seed (same seed, same masks)", 0, 2**31 - 1, key="lesson_seed"))
+    seeds = app_state.Within(0, 2**31 - 1)   # the widget's range, and what a link's value is held to
+    app_state.init_widget("lesson_seed", 0, seeds)
+    seed = int(st.number_input("Masking seed (same seed, same masks)", *seeds, key="lesson_seed"))
     data = app_state.toy_pretraining_data(active)
     instances = data.build_instances(0)
     pair = instances[seed % len(instances)]

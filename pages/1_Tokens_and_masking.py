@@ -34,12 +34,14 @@ def _instances(key: str, _data, seed: int):
     return _data.build_instances(seed)
 
 
+# The numbers' ranges: their widgets', and what a link's value is held to.
+PAIRS, SEEDS, RATES = app_state.Within(0, 1_000_000), app_state.Within(0, 2**31 - 1), app_state.Within(0.05, 0.5)
 app_state.init_widget("tm_mode", "draw")
-app_state.init_widget("tm_pair_seed", 0, int)
+app_state.init_widget("tm_pair_seed", 0, PAIRS)
 app_state.init_widget("tm_a", "the cat sat on the mat .")
 app_state.init_widget("tm_b", "it was tired after the long day .")
-app_state.init_widget("tm_seed", 0, int)
-app_state.init_widget("tm_rate", MASK_RATE, float)
+app_state.init_widget("tm_seed", 0, SEEDS)
+app_state.init_widget("tm_rate", MASK_RATE, RATES)
 app_state.persist_keys("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
 if st.session_state["tm_mode"] not in ("draw", "type"):
     st.session_state["tm_mode"] = "draw"
@@ -54,7 +56,7 @@ st.radio("Sentence pair", ["draw", "type"], key="tm_mode", horizontal=True,
          format_func={"draw": "draw one from the corpus", "type": "type my own"}.get)
 instance = None
 if st.session_state["tm_mode"] == "draw":
-    st.number_input("Pair number (each number draws another pair)", 0, 1_000_000, key="tm_pair_seed")
+    st.number_input("Pair number (each number draws another pair)", *PAIRS, key="tm_pair_seed")
     instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
     instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
     input_ids, token_type_ids = instance.input_ids, instance.token_type_ids
@@ -78,8 +80,8 @@ else:
     st.caption("A pair you typed has no NSP label: the label says whether the corpus had B right after A.")
 
 m1, m2 = st.columns(2)
-m1.number_input("Masking seed (same seed, same masks)", 0, 2**31 - 1, key="tm_seed")
-m2.slider("Mask rate", 0.05, 0.5, step=0.01, key="tm_rate")
+m1.number_input("Masking seed (same seed, same masks)", *SEEDS, key="tm_seed")
+m2.slider("Mask rate", *RATES, step=0.01, key="tm_rate")
 seed, rate = int(st.session_state["tm_seed"]), float(st.session_state["tm_rate"])
 
 rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)

@@ -33,11 +33,20 @@ if st.session_state["train_corpus"] not in CORPORA:
 app_state.init_widget("train_preset", "nano")
 if st.session_state["train_preset"] not in PRESET_NAMES:
     st.session_state["train_preset"] = "nano"
+# Each number's range: its widget's, and what its value from a link is held to (a value out of it is not the minimum).
+W = app_state.Within
+RANGES = {"train_vocab": W(100, 60000), "train_layers": W(1, 12), "train_hidden": W(8, 768), "train_heads": W(1, 16),
+          "train_ffn": W(8, 3072), "train_dropout": W(0.0, 0.9), "train_init": W(0.001, 1.0),
+          "train_steps": W(1, 1_000_000), "train_batch": W(1, 512), "train_lr": W(1e-6, 1.0), "train_seq": W(16, 512),
+          "train_short_seq": W(0, 512), "train_short_frac": W(0.0, 0.95), "train_short_batch": W(0, 512),
+          "train_grow": W(0.0, 0.99), "train_mask": W(0.01, 0.5), "train_seed": W(0, 2**31 - 1),
+          "train_eval_every": W(0, 100000), "train_probe_every": W(0, 100000)}
 for key, value, cast in jobs.widget_defaults(st.session_state):
-    app_state.follow_default(key, value, cast)
+    app_state.follow_default(key, value, RANGES.get(key, cast))
 app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
-app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, float)   # read from the URL before it goes
+# Read from the URL before it goes (the slider is drawn only beside a run).
+app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
 app_state.init_widget("train_objective", "mlm")
 app_state.persist_keys("train_objective")
 app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
@@ -89,16 +98,16 @@ with st.expander("Settings", expanded=run is None):
             st.text_area("Paste a few paragraphs (blank lines separate documents)", key="train_paste", height=150)
         elif corpus != "toy":
             st.caption("Read from the local data folder when present, else downloaded once (checksum-verified).")
-        st.number_input("WordPiece vocabulary size", 100, 60000, step=100, key="train_vocab")
+        st.number_input("WordPiece vocabulary size", *RANGES["train_vocab"], step=100, key="train_vocab")
     with c2:
         st.markdown("**Model**")
         preset = st.selectbox("Size preset", PRESET_NAMES, key="train_preset",
                               help="nano: 2 layers x 64; tiny: 2 x 128; mini: 4 x 256; small: 4 x 512")
         if preset == "custom":
-            st.number_input("Layers", 1, 12, key="train_layers")
-            st.number_input("Hidden size", 8, 768, step=8, key="train_hidden")
-            st.number_input("Attention heads", 1, 16, key="train_heads")
-            st.number_input("Feed-forward size", 8, 3072, step=8, key="train_ffn")
+            st.number_input("Layers", *RANGES["train_layers"], key="train_layers")
+            st.number_input("Hidden size", *RANGES["train_hidden"], step=8, key="train_hidden")
+            st.number_input("Attention heads", *RANGES["train_heads"], key="train_heads")
+            st.number_input("Feed-forward size", *RANGES["train_ffn"], step=8, key="train_ffn")
         else:
             sizes = PRESETS[preset]
             st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
@@ -108,30 +117,32 @@ with st.expander("Settings", expanded=run is None):
         with st.popover("What each size reaches", icon=":material/speed:"):
             st.markdown(recipes.ladder_note())
             st.table(recipes.ladder_rows(), hide_index=True)
-        st.number_input("Dropout", 0.0, 0.9, step=0.05, key="train_dropout",
+        st.number_input("Dropout", *RANGES["train_dropout"], step=0.05, key="train_dropout",
                         help="BERT uses 0.1. A model trained for minutes is far from overfitting, so 0 learns faster.")
-        st.number_input("Initial weight scale (std)", 0.001, 1.0, step=0.01, format="%.3f", key="train_init",
+        st.number_input("Initial weight scale (std)", *RANGES["train_init"], step=0.01, format="%.3f", key="train_init",
                         help="BERT's initializer_range, 0.02, was chosen for hidden size 768. Small models start "
                              "with near-uniform attention and can sit on the 'predict the most frequent token' "
                              "plateau for a long time; try 0.1 and compare.")
     with c3:
         st.markdown("**Training**")
-        st.number_input("Steps", 1, 1_000_000, key="train_steps")
-        st.number_input("Batch size", 1, 512, key="train_batch")
-        st.number_input("Peak learning rate", 1e-6, 1.0, format="%.5f", key="train_lr")
-        st.number_input("Max sequence length", 16, 512, step=16, key="train_seq")
-        st.number_input("Short sequences first: length (0 = off)", 0, 512, step=16, key="train_short_seq",
+        st.number_input("Steps", *RANGES["train_steps"], key="train_steps")
+        st.number_input("Batch size", *RANGES["train_batch"], key="train_batch")
+        st.number_input("Peak learning rate", *RANGES["train_lr"], format="%.5f", key="train_lr")
+        st.number_input("Max sequence length", *RANGES["train_seq"], step=16, key="train_seq")
+        st.number_input("Short sequences first: length (0 = off)", *RANGES["train_short_seq"], step=16,
+                        key="train_short_seq",
                         help="Train the first part of the run on sequences this short, as many tokens a step (a "
                              "deviation from BERT's paper). In a short sequence a neighbouring word is a large share "
                              "of what attention averages over, so a small model stops predicting only the most "
                              "frequent token sooner. The held-out evaluation stays at the full length.")
-        st.slider("Share of the steps at the short length", 0.0, 0.95, step=0.05, key="train_short_frac")
-        st.number_input("Short phase: sequences a step (0 = as many tokens a step as the rest)", 0, 512,
-                        key="train_short_batch",
+        st.slider("Share of the steps at the short length", *RANGES["train_short_frac"], step=0.05,
+                  key="train_short_frac")
+        st.number_input("Short phase: sequences a step (0 = as many tokens a step as the rest)",
+                        *RANGES["train_short_batch"], key="train_short_batch",
                         help="Larger sizes take small batches of short sequences first: a model leaves the plateau "
                              "after a number of updates, and on a CPU a small batch is a cheap update.")
-        st.slider("Start small, then grow: share of the steps as 2 layers x 64 (0 = off)", 0.0, 0.99, step=0.01,
-                  key="train_grow",
+        st.slider("Start small, then grow: share of the steps as 2 layers x 64 (0 = off)", *RANGES["train_grow"],
+                  step=0.01, key="train_grow",
                   help="Train a narrow, shallow model first and then grow it to the size chosen: its units copied "
                        "(Net2Net, the same function) and its layers repeated (a deviation from BERT's paper). On "
                        "a CPU a 2 x 64 step is about eight times cheaper than a mini's, so the small model makes "
@@ -139,11 +150,13 @@ with st.expander("Settings", expanded=run is None):
                        "starts where it got to. The loss chart marks the step it grew at.")
         gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
                        key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
-        st.slider("Mask rate", 0.01, 0.5, key="train_mask", disabled=gpt)
+        st.slider("Mask rate", *RANGES["train_mask"], key="train_mask", disabled=gpt)
         st.checkbox("Next-sentence prediction", key="train_nsp", disabled=gpt)
-        st.number_input("Seed", 0, 2**31 - 1, key="train_seed")
-        st.number_input("Held-out evaluation every N steps (0 = start and end)", 0, 100000, key="train_eval_every")
-        st.number_input("Probe snapshot every N steps (0 = none)", 0, 100000, key="train_probe_every")
+        st.number_input("Seed", *RANGES["train_seed"], key="train_seed")
+        st.number_input("Held-out evaluation every N steps (0 = start and end)", *RANGES["train_eval_every"],
+                        key="train_eval_every")
+        st.number_input("Probe snapshot every N steps (0 = none)", *RANGES["train_probe_every"],
+                        key="train_probe_every")
     # Computed from the fields' own values (issue #64: a line describing another recipe than the one on screen).
     st.caption(lesson_settings.settings_caption({name: st.session_state[key] for key, name in jobs.WIDGETS.items()},
                                                 st.session_state["train_objective"]))

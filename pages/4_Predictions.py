@@ -35,10 +35,13 @@ if is_causal(active.model):
     st.subheader("Continue the text")
     app_state.follow_default("gen_prompt", " ".join(examples.attention_sentence.split()[:6]))
     app_state.init_widget("gen_strategy", "greedy")
-    app_state.init_widget("gen_temperature", 1.0, float)
-    app_state.init_widget("gen_top_k", 0, int)
-    app_state.init_widget("gen_seed", 0, int)
-    app_state.init_widget("gen_tokens", 20, int)
+    # The numbers' ranges: their widgets', and what a link's value is held to.
+    W = app_state.Within
+    temperatures, top_ks, seeds, lengths = W(0.1, 2.0), W(0, 1000), W(0, 2**31 - 1), W(1, 60)
+    app_state.init_widget("gen_temperature", 1.0, temperatures)
+    app_state.init_widget("gen_top_k", 0, top_ks)
+    app_state.init_widget("gen_seed", 0, seeds)
+    app_state.init_widget("gen_tokens", 20, lengths)
     gen_keys = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
     app_state.persist_keys(*gen_keys)
     st.text_area("The start of a text", key="gen_prompt", height=80)
@@ -46,13 +49,13 @@ if is_causal(active.model):
     g1.radio("Decoding", list(generation.STRATEGIES), key="gen_strategy", horizontal=True,
              format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
     sampled = st.session_state["gen_strategy"] == "sample"
-    g2.slider("Temperature", 0.1, 2.0, step=0.1, key="gen_temperature", disabled=not sampled,
+    g2.slider("Temperature", *temperatures, step=0.1, key="gen_temperature", disabled=not sampled,
               help="Sampling divides the scores by it: below 1 the likely tokens get likelier, above 1 the choice "
                    "spreads out.")
-    g3.number_input("Top-k (0 = all tokens)", 0, 1000, key="gen_top_k", disabled=not sampled)
-    g4.number_input("Seed", 0, 2**31 - 1, key="gen_seed", disabled=not sampled,
+    g3.number_input("Top-k (0 = all tokens)", *top_ks, key="gen_top_k", disabled=not sampled)
+    g4.number_input("Seed", *seeds, key="gen_seed", disabled=not sampled,
                     help="The same seed draws the same text.")
-    st.slider("New tokens", 1, 60, key="gen_tokens")
+    st.slider("New tokens", *lengths, key="gen_tokens")
     try:
         out = generation.generate(active.model, active.tokenizer, st.session_state["gen_prompt"],
                                   max_new_tokens=int(st.session_state["gen_tokens"]),
@@ -74,14 +77,15 @@ if is_causal(active.model):
 
 st.info(BIDIRECTIONAL_CANNOT_CONTINUE)
 app_state.follow_default("pred_text", examples.sentences[0])
-app_state.init_widget("pred_k", 5, int)
+CANDIDATES = app_state.Within(1, 20)   # the slider's range, and what a link's value is held to
+app_state.init_widget("pred_k", 5, CANDIDATES)
 app_state.follow_default("nsp_a", examples.pair[0])
 app_state.follow_default("nsp_b", examples.pair[1])
 app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
 
 st.subheader("Fill in the blanks")
 st.text_area("Text with one or more [MASK]", key="pred_text", height=80)
-st.slider("Candidates per mask (k)", 1, 20, key="pred_k")
+st.slider("Candidates per mask (k)", *CANDIDATES, key="pred_k")
 tok = active.tokenizer
 max_len = active.config.max_position_embeddings
 

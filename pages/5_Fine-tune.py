@@ -63,7 +63,10 @@ defaults = {"kind": FIRST, "data": DEFAULT_DATA[FIRST], "train": SIZES[DEFAULT_D
             "val": SIZES[DEFAULT_DATA[FIRST]][1], "seed": 0, **KIND_PAGES[FIRST].settings,
             **finetune_kinds.DATA_SETTINGS.get(DEFAULT_DATA[FIRST], {}), "lr": SUGGESTED_LRS[FIRST], "batch": 32,
             "tag_column": "chunk"}
-casts = dict(train=int, val=int, seed=int, steps=int, budget=int, lr=float, batch=int, maxlen=int)
+# Each number's range: its widget's, and what its value from a link is held to (a value out of it is not the minimum).
+W = app_state.Within
+casts = dict(train=W(10, 100_000), val=W(10, 20_000), seed=W(0, 2**31 - 1), steps=W(1, 100_000), budget=W(1, 3_600),
+             lr=W(1e-6, 1e-1), batch=W(1, 256), maxlen=W(16, 512))
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
 st.session_state.setdefault("ft_drills", True)
@@ -210,23 +213,23 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
             st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
     with c2:
         st.markdown("**Split**")
-        st.number_input(f"Training {kp.unit}", 10, 100_000, step=100, key="ft_train")
-        st.number_input(f"Validation {kp.unit}", 10, 20_000, step=100, key="ft_val", help=kp.val_help)
-        st.number_input("Seed (split, head, batches)", 0, 2**31 - 1, key="ft_seed")
+        st.number_input(f"Training {kp.unit}", *casts["train"], step=100, key="ft_train")
+        st.number_input(f"Validation {kp.unit}", *casts["val"], step=100, key="ft_val", help=kp.val_help)
+        st.number_input("Seed (split, head, batches)", *casts["seed"], key="ft_seed")
     with c3:
         st.markdown("**Budget (each model)**")
-        st.number_input("Training steps per model", 1, 100_000, step=100, key="ft_steps",
+        st.number_input("Training steps per model", *casts["steps"], step=100, key="ft_steps",
                         help="Each model trains this many optimizer steps: the same figures on a busy server as on "
                              "a quiet one, only later.")
-        st.number_input("Time cap per model (seconds)", 1, 3_600, step=30, key="ft_budget",
+        st.number_input("Time cap per model (seconds)", *casts["budget"], step=30, key="ft_budget",
                         help="A model still short of its steps after this long stops there, and the results say "
                              "how many steps it got: a slow or busy machine's figures are those of fewer steps.")
-        st.number_input("Peak learning rate", 1e-6, 1e-1, format="%.5f", key="ft_lr",
+        st.number_input("Peak learning rate", *casts["lr"], format="%.5f", key="ft_lr",
                         help=f"{SUGGESTED_LR:.2g} suits the active model: the rate it was pretrained at x 128 / "
                              "hidden (1e-3 for the tiny shipped model), or 1e-3 x (128 / hidden)² for a model that "
                              "does not record it (about 3e-5 for BERT-base)")
-        st.number_input("Batch size", 1, 256, key="ft_batch")
-        st.number_input("Max length (tokens)", 16, 512, step=16, key="ft_maxlen")
+        st.number_input("Batch size", *casts["batch"], key="ft_batch")
+        st.number_input("Max length (tokens)", *casts["maxlen"], step=16, key="ft_maxlen")
     st.markdown("**The race** (optional)")
     r1, r2 = st.columns(2)
     OTHERS = model_sources.checkpoints_beside_default(exclude=active.path if active is not None else None)
@@ -361,7 +364,8 @@ try:
     start_help = ("Fine-tune the active model, then train the same architecture from scratch, same budget" +
                   ("; the race's second model and baseline too" if racing else "") +
                   ". When the server is full it waits in the queue and starts by itself.")
-    if b1.button("Run the race" if racing else "Fine-tune both", icon=":material/play_arrow:", type="primary",
+    start_label = "Run the race" if racing else "Fine-tune both"
+    if b1.button(start_label, icon=":material/play_arrow:", type="primary",
                  disabled=(busy and not viewer) or data is None or active is None, help=start_help):
         s = st.session_state
         settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "steps", "budget", "lr", "batch", "maxlen")}
@@ -526,6 +530,6 @@ if job is not None and job.trainer is not None and not busy and not stale:
         _draw(KIND_PAGES[comparison.task_kind].result_blocks(results))
         _try_your_own(results, comparison)
 elif run is None:
-    st.info("Choose the kind of task, the data and the budget, then press **Fine-tune both**. Each model trains "
+    st.info(f"Choose the kind of task, the data and the budget, then press **{start_label}**. Each model trains "
             "for the same number of steps, one after the other.")
     st.caption(app_state.RUNS.where())

@@ -38,7 +38,8 @@ app_state.init_widget("hbc_b", "")
 app_state.init_widget("hbc_layer", 1, int)
 app_state.init_widget("hbc_head", 1, int)
 app_state.init_widget("hbc_token", 2, int)
-app_state.init_widget("hbc_temperature", 1.0, float)
+TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
+app_state.init_widget("hbc_temperature", 1.0, TEMPERATURES)
 app_state.follow_default("hbc_lens", gpt_prompt if causal else examples.sentences[0])
 app_state.init_widget("hbc_word", "bank")
 app_state.init_widget("hbc_neighbour", "king")
@@ -122,7 +123,7 @@ with attention_tab:
         p2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="hbc_head")
         p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
                      format_func=lambda i: f"{i} {tokens[i - 1]}")
-        p4.slider("Temperature (a what-if)", 0.1, 5.0, step=0.1, key="hbc_temperature",
+        p4.slider("Temperature (a what-if)", *TEMPERATURES, step=0.1, key="hbc_temperature",
                   help="A what-if: the softmax of the scores divided by this. Below 1 the head attends more "
                        "sharply, above 1 more evenly. The model itself always uses 1.")
         layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))

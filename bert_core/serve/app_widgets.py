@@ -9,6 +9,9 @@ from typing import Any
 import streamlit as st
 
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
+from bert_core.serve.url_settings import Within, url_value
+
+SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
 
 
 def persist_keys(*keys: str) -> None:
@@ -26,13 +29,18 @@ def persist_every_page_keys() -> None:
 
 
 def query_default(name: str, default, cast=str):
-    """A page setting from the URL query (so a shared link opens the same view), else `default`."""
+    """A page setting from the URL query (so a shared link opens the same view), else `default`. The one place a
+    link's values are read: a number with a range (`cast` a `Within`) is held to it; one that cannot be read (junk,
+    NaN, an infinity) keeps `default`, and a short note says that the link's value was not used."""
     raw = st.query_params.get(name)
     if raw is None:
         return default
     try:
-        return cast(raw)
-    except (TypeError, ValueError):
+        return url_value(raw, cast)
+    except ValueError:
+        # A toast: the reading happens before the page draws, and on pages that draw it after their sidebar.
+        st.toast(f"The link's `{name}` is not a number this page takes, so it was not used: the setting keeps "
+                 "its default.", icon=":material/link_off:")
         return default
 
 
@@ -67,16 +75,14 @@ def sync_query(*keys: str) -> None:
 
 
 def smoothing_slider(key: str, help: str, view: Any = None) -> float:
-    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default,
-    an out-of-range URL value replaced by the default; returns its value. `view` names what the curves show (a run
+    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL (held to its
+    range) or the default; returns its value. `view` names what the curves show (a run
     and whether it still trains): when it changes, the slider returns to the default, so a value set for a live run
     (0 shows its raw steps) does not draw the finished run's curves as blocks of spikes (issue #64)."""
-    init_widget(key, DEFAULT_SMOOTHING, float)
+    init_widget(key, DEFAULT_SMOOTHING, SMOOTHING)
     marker = f"_view_of_{key}"
     if view is not None:
         if st.session_state.get(marker) not in (None, view):
             st.session_state[key] = DEFAULT_SMOOTHING
         st.session_state[marker] = view
-    if not 0.0 <= st.session_state[key] <= 0.99:
-        st.session_state[key] = DEFAULT_SMOOTHING
-    return st.slider("Smoothing of the training curves", 0.0, 0.99, step=0.01, key=key, help=help)
+    return st.slider("Smoothing of the training curves", *SMOOTHING, step=0.01, key=key, help=help)

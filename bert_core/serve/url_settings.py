@@ -1,0 +1,58 @@
+"""A page's number setting as a link gives it (`?ft_batch=64`): held to its widget's range, or refused. Pure (no
+Streamlit): bert_core.serve.app_widgets reads every URL setting through `url_value`.
+
+A number widget left to itself takes its minimum for a value out of its range, above as well as below (Streamlit's
+number_input), or raises (its slider); and NaN passes every comparison. So the range is applied where the URL is
+read, and the widget is drawn with the same range (`Within`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, NamedTuple
+
+_WHOLE = re.compile(r"\s*[+-]?\d+\s*")
+
+
+class Within(NamedTuple):
+    """A number widget's range, also the cast its URL value is read with: `init_widget(key, default, RANGE)` and
+    `st.number_input(label, *RANGE, key=key)` share it. Whole numbers when both ends are ints."""
+
+    lo: int | float
+    hi: int | float
+
+    def __call__(self, raw: Any) -> int | float:
+        return url_number(raw, self.lo, self.hi)
+
+
+def url_number(raw: Any, lo: int | float, hi: int | float) -> int | float:
+    """`raw` (a URL's text) as a number within [lo, hi]: above the range its maximum, below its minimum. A whole
+    number when both ends are ints. ValueError for text that is no number, NaN, an infinity, or a fraction where a
+    whole number is asked."""
+    text = str(raw).strip()
+    whole = isinstance(lo, int) and isinstance(hi, int)
+    try:
+        value: int | float = int(text) if whole and _WHOLE.fullmatch(text) else float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("not a finite number")
+        if whole:
+            if not value.is_integer():
+                raise ValueError("not a whole number")
+            value = int(value)
+    value = min(max(value, lo), hi)
+    return value if whole else float(value)
+
+
+def url_value(raw: Any, cast: Callable[[Any], Any]) -> Any:
+    """`cast(raw)`, a URL setting's value; ValueError when it cannot be read or is a number that is not finite
+    (NaN passes every range check, so no setting takes it)."""
+    try:
+        value = cast(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(str(exc) or "not readable") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value

@@ -1,0 +1,159 @@
+"""What a link gives the pages (issue 70): a number setting in the URL held to its widget's range (the nearest
+bound, never the minimum for a value too large) and NaN, infinities and junk refused with a note; a link that names
+no run, race or class says so; an upload's error shown once."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bert_core.serve.url_settings import Within, url_number, url_value
+
+pytestmark = pytest.mark.slow  # its page tests take 10 s or more: it runs first (conftest.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+# ------------------------------------------------------------------------------------ the parsing, without Streamlit
+
+@pytest.mark.parametrize("raw, lo, hi, expected", [
+    ("100000", 1, 256, 256),              # above: the maximum (Streamlit alone gave the minimum)
+    ("999999999", 1, 3600, 3600),
+    ("-5", 1, 256, 1),                    # below: the minimum
+    (" 64 ", 1, 256, 64),
+    ("1e3", 1, 100_000, 1000),            # a whole number written as a float
+    ("99999999999999999999999", 0, 2**31 - 1, 2**31 - 1),
+    ("0.3", 0.0, 0.9, 0.3),
+    ("2", 0.0, 0.95, 0.95),
+    ("-1", 0.01, 0.5, 0.01),
+    ("5", 1e-6, 1e-1, 1e-1),              # a log-scale float (a learning rate): its own bounds, not a step
+    ("1e-12", 1e-6, 1e-1, 1e-6),
+    ("3e-4", 1e-6, 1e-1, 3e-4),
+])
+def test_a_url_number_is_held_to_the_nearest_bound(raw, lo, hi, expected):
+    value = url_number(raw, lo, hi)
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert type(value) is type(expected)
+
+
+@pytest.mark.parametrize("raw, lo, hi", [
+    ("nan", 1e-6, 1e-1), ("NaN", 0.0, 1.0), ("inf", 0.0, 1.0), ("-inf", 1, 256), ("1e400", 0.0, 1.0),
+    ("abc", 1, 256), ("", 1, 256), ("2.5", 1, 256), ("nan", 1, 256), ("0x10", 1, 256), ("1,5", 0.0, 1.0),
+])
+def test_junk_nan_and_infinities_are_refused(raw, lo, hi):
+    with pytest.raises(ValueError):
+        url_number(raw, lo, hi)
+
+
+def test_within_is_the_widgets_range_and_the_cast():
+    batch = Within(1, 256)
+    assert tuple(batch) == (1, 256) and [*batch] == [1, 256]   # unpacks into a widget's min and max
+    assert batch("100000") == 256
+
+
+def test_url_value_refuses_what_a_plain_cast_lets_through():
+    assert url_value("a dog ran", str) == "a dog ran"
+    assert url_value("7", int) == 7
+    for raw in ("nan", "inf", "-Infinity"):
+        with pytest.raises(ValueError):
+            url_value(raw, float)    # float("nan") is a value that passes every range check
+    with pytest.raises(ValueError):
+        url_value("x", int)
+    assert math.isclose(url_value("0.5", float), 0.5)
+
+
+# ------------------------------------------------------------------------------------------- the pages (AppTest)
+
+streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from tests.app_fixtures import train_nano_checkpoint
+
+    return train_nano_checkpoint(tmp_path_factory.mktemp("ckpt") / "nano-toy")
+
+
+@pytest.fixture(autouse=True)
+def _app_env(checkpoint, monkeypatch):
+    from bert_core.serve import app_state, jobs, model_sources
+
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
+    monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
+    yield
+    for run in app_state.RUNS.runs():
+        app_state.RUNS.discard(run.run_id, wait=30)
+
+
+def _open(page: str, **query):
+    at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _toasts(at) -> list[str]:
+    return [t.value for t in at.toast]
+
+
+def _url(at, key: str) -> str:
+    value = at.query_params[key]
+    return value[0] if isinstance(value, list) else value
+
+
+def test_fine_tune_settings_from_a_link_take_the_nearest_bound_and_nan_is_refused():
+    plain = _open("pages/5_Fine-tune.py")
+    suggested = plain.session_state["ft_lr"]
+    at = _open("pages/5_Fine-tune.py", ft_batch="100000", ft_budget="999999999", ft_train="3", ft_lr="nan",
+               ft_seed="2.5", ft_maxlen="-1")
+    s = at.session_state
+    assert at.number_input(key="ft_batch").value == 256 and s["ft_batch"] == 256         # int, above: the maximum
+    assert at.number_input(key="ft_budget").value == 3600
+    assert at.number_input(key="ft_train").value == 10                                # int, below: the minimum
+    assert at.number_input(key="ft_maxlen").value == 16
+    assert s["ft_lr"] == pytest.approx(suggested) and math.isfinite(s["ft_lr"])      # NaN: the default
+    assert s["ft_seed"] == 0                                                          # a fraction: not a seed
+    notes = _toasts(at)
+    assert len(notes) == 2 and any("`ft_lr`" in n for n in notes) and any("`ft_seed`" in n for n in notes), notes
+    assert _url(at, "ft_batch") == "256"      # the address bar now holds what the page uses
+    assert not at.error
+
+
+@pytest.mark.parametrize("raw, expected", [("5", 0.1), ("1e-12", 1e-6), ("0.0003", 3e-4)])
+def test_a_log_scale_rate_from_a_link_takes_the_nearest_bound(raw, expected):
+    at = _open("pages/5_Fine-tune.py", ft_lr=raw)
+    assert at.number_input(key="ft_lr").value == pytest.approx(expected, rel=1e-9)
+    assert not _toasts(at)
+
+
+def test_train_settings_from_a_link_take_the_nearest_bound_and_nan_is_refused():
+    plain = _open("pages/2_Train.py")
+    at = _open("pages/2_Train.py", train_steps="99999999", train_lr="nan", train_mask="0.9", train_dropout="inf",
+               train_short_frac="2", train_batch="0", train_smoothing="5")
+    s = at.session_state
+    assert s["train_steps"] == 1_000_000 and s["train_batch"] == 1
+    assert s["train_mask"] == pytest.approx(0.5) and s["train_short_frac"] == pytest.approx(0.95)   # sliders
+    assert s["train_lr"] == pytest.approx(plain.session_state["train_lr"])
+    assert s["train_dropout"] == pytest.approx(plain.session_state["train_dropout"])
+    assert s["train_smoothing"] == pytest.approx(0.99)
+    notes = _toasts(at)
+    assert len(notes) == 2 and any("`train_lr`" in n for n in notes) and any("`train_dropout`" in n for n in notes)
+
+
+@pytest.mark.parametrize("page, query, key, expected", [
+    ("pages/1_Tokens_and_masking.py", {"tm_rate": "0.9"}, "tm_rate", 0.5),     # a slider: it raised before
+    ("pages/1_Tokens_and_masking.py", {"tm_rate": "nan"}, "tm_rate", 0.15),    # NaN reached the masking: raised
+    ("pages/1_Tokens_and_masking.py", {"tm_seed": "99999999999"}, "tm_seed", 2**31 - 1),
+    ("pages/4_Predictions.py", {"pred_k": "100"}, "pred_k", 20),
+    ("pages/7_How_BERT_computes.py", {"hbc_temperature": "nan"}, "hbc_temperature", 1.0),
+    ("pages/7_How_BERT_computes.py", {"hbc_temperature": "50"}, "hbc_temperature", 5.0),
+    ("pages/0_Lesson.py", {"step": "masking", "lesson_seed": "1e99"}, "lesson_seed", 2**31 - 1),
+])
+def test_every_page_holds_its_link_numbers_to_their_widgets(page, query, key, expected):
+    at = _open(page, **query)
+    assert at.session_state[key] == pytest.approx(expected)
+    assert len(_toasts(at)) == (1 if query[key] == "nan" else 0)
