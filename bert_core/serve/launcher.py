@@ -13,9 +13,10 @@ launcher's child rather than the server's.
 
 The launcher forks only: it never runs a torch operation, so no OpenMP or BLAS thread pool exists when it forks
 (one that did would leave its locks held in the child), and CUDA is first touched in the child. It exits as soon as
-the server's end of its socket closes; a training process then sees that the server has gone (BERT_SERVER_PID,
-below) and stops as it would have before. Elsewhere (macOS, Windows), or with `BERT_EXPLORER_LAUNCHER=spawn`, each
-training process is a fresh interpreter as before (`bert_core.serve.training_link`).
+the server has gone (its end of the socket closes, or its pid ends); a training process sees that itself
+(BERT_SERVER_PID, below) and stops as it would have before. Elsewhere (macOS, Windows), or with
+`BERT_EXPLORER_LAUNCHER=spawn`, each training process is a fresh interpreter as before
+(`bert_core.serve.training_link`).
 
 The protocol, over a Unix datagram-like socket pair (SOCK_SEQPACKET, one JSON message a packet): the server sends
 {"id", "entry", "env"} with the child's two pipe ends attached (SCM_RIGHTS); the launcher answers {"id", "pid"} (or
@@ -340,13 +341,18 @@ def _run_child(entry: str, fds: list[int], env: dict[str, str], sock: socket.soc
 
 def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
     """The launcher process: preload, then fork a training process for each request and report how each ends,
-    until the server's end of the socket closes."""
+    until the server has gone. Never returns."""
     sock = socket.socket(fileno=sock_fd)
+    server = _server_end(server_pid)
+    if server is None:
+        _leave()
     _preload(preload)
     children: dict[int, int] = {}   # pidfd -> pid
     while True:
-        readable, _, _ = select.select([sock, *children], [], [])
+        readable, _, _ = select.select([sock, server, *children], [], [])
         for fd in readable:
+            if fd == server:
+                _leave()
             if fd in children:
                 pid = children.pop(fd)
                 os.close(fd)
@@ -358,7 +364,7 @@ def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
             except OSError:
                 data, fds = b"", []
             if not data:
-                return   # the server has gone: its training processes see it themselves
+                _leave()
             request = json.loads(data)
             try:
                 pid = os.fork()
@@ -368,6 +374,7 @@ def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
                 _send(sock, {"id": request["id"], "error": str(exc)})
                 continue
             if pid == 0:
+                os.close(server)
                 for f in children:
                     os.close(f)
                 _run_child(request["entry"], fds, request.get("env") or {}, sock, server_pid)
@@ -375,6 +382,33 @@ def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
                 os.close(f)
             children[os.pidfd_open(pid)] = pid
             _send(sock, {"id": request["id"], "pid": pid})
+
+
+def _server_end(server_pid: int) -> int | None:
+    """A pidfd that turns readable when the server ends, None when it has already gone. The launcher watches the
+    server's pid as well as its socket: a process the server forked (a library's worker) would hold the server's
+    end of the socket open after the server died. Its parent is the server until the server dies, so checking that
+    after the open tells a live server from a reused pid."""
+    try:
+        fd = os.pidfd_open(server_pid)
+    except OSError:   # ProcessLookupError: it has gone already
+        return None
+    if os.getppid() != server_pid:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _leave() -> None:
+    """The server has gone (or closed the launcher): exit now. Not through the interpreter's shutdown, which tears
+    down torch's modules for 1 to 9 s on a loaded 2-core machine, a launcher outliving its server all that time;
+    the training processes see the server go themselves (training_child._server_watch)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(0)
 
 
 def _send(sock: socket.socket, message: dict) -> None:

@@ -58,21 +58,31 @@ def child_main(commands: Channel, events: Channel) -> None:
 
 
 def _server_watch():
-    """A function that says whether the server has gone. A process forked by the launcher
-    (bert_core.serve.launcher) watches the server by its pid (a pidfd: no confusion with a reused pid), since its
-    parent is the launcher; a spawned one watches for its parent to change (it was reparented)."""
+    """A function `gone(wait=0.0)`: whether the server has gone, waiting up to `wait` seconds for it to go. A process
+    forked by the launcher (bert_core.serve.launcher) watches the server by its pid (a pidfd: no confusion with a
+    reused pid, and its end wakes the wait at once), since its parent is the launcher; a spawned one watches for its
+    parent to change (it was reparented)."""
     server = os.environ.get(SERVER_PID_ENV)
     if server and hasattr(os, "pidfd_open"):   # Linux 5.3+ and Python 3.9+: a platform feature, asked of it
         try:
             fd = os.pidfd_open(int(server))
         except ProcessLookupError:
-            return lambda: True   # it had already gone
+            return lambda wait=0.0: True   # it had already gone
         except (OSError, ValueError):
             pass                  # no pidfds here: the parent check below
         else:
-            return lambda: bool(select.select([fd], [], [], 0)[0])
+            return lambda wait=0.0: bool(select.select([fd], [], [], wait)[0])
     parent = os.getppid()
-    return lambda: os.getppid() != parent
+
+    def gone(wait: float = 0.0) -> bool:
+        deadline = time.monotonic() + wait
+        while os.getppid() == parent:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        return True
+
+    return gone
 
 
 class TrainingChild:
@@ -90,26 +100,31 @@ class TrainingChild:
     def heartbeat(self) -> None:
         """Say "alive" every HEARTBEAT_S until the server has gone: the server tells a frozen process (stopped by a
         signal, swapped out, or hung holding the interpreter) from a slow step by this silence
-        (bert_core.serve.run_scheduler). It also watches for the server's end itself (`_server_watch`): once the
-        server has ended, the run stops at its next step, writing its checkpoint, and the process exits; a closed
-        pipe says the same, but one server that was shut down left its child training on."""
+        (bert_core.serve.run_scheduler). Between beats it waits for the server's end itself (`_server_watch`), so
+        a server killed outright (SIGKILL: nothing runs in it to tell us) is seen at once; a closed pipe says the
+        same, but one server that was shut down left its child training on."""
         server_gone = _server_watch()
-        orphaned_at = None
         while True:
-            if orphaned_at is None and server_gone():
-                orphaned_at = time.monotonic()
-                log.warning("the server has gone: stopping the run")
-                self.quit = True
-                if self.trainer is not None:
-                    self.trainer.stop()
-            if orphaned_at is not None and time.monotonic() - orphaned_at > ORPHAN_GRACE_S:
-                os._exit(1)   # the stop did not end the process (a step or a write that never returns)
-            if orphaned_at is None and not self.quit:
+            if not self.quit:
                 try:
                     self.events.send(("alive", None, None, None))
                 except (EOFError, OSError, ValueError):
-                    pass  # the server is gone, or the pipe is closed as the child ends: the parent check decides
-            time.sleep(HEARTBEAT_S)
+                    pass  # the server is gone, or the pipe is closed as the child ends: the watch decides
+            if server_gone(HEARTBEAT_S):
+                self.orphaned()
+
+    def orphaned(self) -> None:
+        """The server has gone: the run stops as a stopped run does (at its next step, writing its checkpoint when
+        it has a checkpoint folder) and the process exits; a process still building its trainer has trained nothing,
+        so it exits at once. Never returns."""
+        log.warning("the server has gone: stopping the run")
+        self.quit = True
+        trainer = self.trainer
+        if trainer is None:
+            os._exit(0)   # nothing trained, nothing to keep; downloads and caches are written whole or not at all
+        trainer.stop()
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)   # the stop did not end the process (a step or a write that never returns)
 
     def receive_setup(self):
         """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""
