@@ -134,8 +134,11 @@ st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: *
 if bad_teacher_link:
     st.warning("This teacher's link opens no class on this server: a class's students' link never opens the "
                "teacher's view, and a restarted server forgets its classes.")
-if class_ended:
+if class_ended and CLASSES.ended(follow_code):
     st.caption("The teacher's class of this link has ended on this server.")
+elif class_ended:
+    st.warning("This class link names no class on this server: check that the whole link was copied, or ask the "
+               "teacher for the class link again.", icon=":material/link_off:")
 if klass is not None:
     st.toggle("Follow the teacher", key="lesson_follow_on",
               help="On: this page moves to the step the teacher is on and looks at the teacher's model and run. "

@@ -432,7 +432,7 @@ def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering(
     app_state.RUNS.discard(run.run_id)
     gone = _open("app.py", run=run.run_id)
     _assert_clean(gone)
-    assert any("not on this server" in t for t in _texts(gone.sidebar.warning))
+    assert any("names no run on this server" in t for t in _texts(gone.sidebar.warning))
 
 
 def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():

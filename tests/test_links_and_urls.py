@@ -87,11 +87,22 @@ def _app_env(checkpoint, monkeypatch):
 
 
 def _open(page: str, **query):
+    """The page opened from Home with this query (a number setting stays in the URL through the switch)."""
     at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
     at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _link(page: str, **query):
+    """The page opened by a link to it (the sidebar reads a run's link on the page the link opens)."""
+    at = streamlit_testing.AppTest.from_file(str(ROOT / page), default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -157,3 +168,110 @@ def test_every_page_holds_its_link_numbers_to_their_widgets(page, query, key, ex
     at = _open(page, **query)
     assert at.session_state[key] == pytest.approx(expected)
     assert len(_toasts(at)) == (1 if query[key] == "nan" else 0)
+
+
+# ------------------------------------------------------------------------------------- links that name nothing
+
+UNKNOWN = "Zq" * 11     # the shape of a run's ids and a class's code (runs.new_token), given by no server
+
+
+def _warnings(at) -> list[str]:
+    return [str(w.value) for w in at.warning]   # the main area's and the sidebar's
+
+
+@pytest.mark.parametrize("page, param, words", [
+    ("pages/2_Train.py", "run", "names no run on this server"),
+    ("pages/2_Train.py", "watch", "names no run on this server"),
+    ("pages/3_Attention.py", "run", "names no run on this server"),      # the sidebar binds every page's run
+    ("pages/5_Fine-tune.py", "ft", "names no race on this server"),
+    ("pages/5_Fine-tune.py", "ftwatch", "names no race on this server"),
+])
+def test_a_run_or_race_link_that_names_nothing_says_so_at_once(page, param, words):
+    at = _link(page, **{param: UNKNOWN})
+    notes = _warnings(at)
+    assert len([n for n in notes if words in n]) == 1, notes       # on the first drawing, not after a click
+    assert not any("may have restarted" in n for n in notes)        # no guess
+    assert param not in at.query_params                             # the address bar drops what names nothing
+    at.run()
+    assert not any(words in n for n in _warnings(at))               # said once
+
+
+def test_a_dropped_or_lost_run_keeps_its_own_message():
+    from bert_core.serve import app_state
+
+    app_state.RUNS._registry._dropped.append("Dd" * 11)
+    app_state.RUNS._registry.mark_lost("Ll" * 11)
+    assert any("was dropped" in n for n in _warnings(_link("pages/2_Train.py", run="Dd" * 11)))
+    assert any("race of this link is gone" in n for n in _warnings(_link("pages/5_Fine-tune.py", ft="Dd" * 11)))
+    lost = _warnings(_link("pages/5_Fine-tune.py", ftwatch="Ll" * 11))
+    assert any("lost when the server restarted" in n and "new race on the Fine-tune page" in n for n in lost), lost
+
+
+def test_a_race_link_given_as_a_run_link_names_the_page_it_belongs_to(monkeypatch):
+    import threading
+
+    from bert_core.serve import app_state, jobs
+    from tests.race_stand_ins import race_spec
+    from tests.stand_ins import StandInView
+
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")
+    release = threading.Event()
+
+    class Blocking(StandInView):
+        def run(self):
+            release.wait(TIMEOUT)
+            self.state = "finished"
+
+        def stop(self):
+            release.set()
+
+    race = app_state.RUNS.submit(race_spec(Blocking, kind="labels", data_label="toy", model_label="nano", models=2,
+                                           budget_s=30), "someone")
+    try:
+        notes = _warnings(_link("pages/2_Train.py", watch=race.view_id))
+        assert any("names a run of the Fine-tune page" in n for n in notes), notes
+    finally:
+        release.set()
+        app_state.RUNS.discard(race.run_id)
+
+
+def test_the_lesson_classes_know_the_codes_that_ended():
+    from bert_core.inspect import lesson
+    from bert_core.serve.lesson_classes import LessonClasses
+
+    classes = LessonClasses(lesson.STEP_KEYS, limit=2)
+    first, _ = classes.lead("tokens")
+    second, _ = classes.lead("tokens")
+    classes.close(second)
+    assert classes.ended(second) and not classes.ended(first) and not classes.ended(UNKNOWN)
+    classes.lead("tokens"), classes.lead("tokens")      # the oldest class is dropped beyond the limit
+    assert classes.state(first) is None and classes.ended(first)
+
+
+def test_a_class_link_that_names_nothing_says_so_and_an_ended_one_says_it_ended():
+    from bert_core.serve import app_state
+
+    at = _link("pages/0_Lesson.py", follow=UNKNOWN)
+    assert any("names no class on this server" in n for n in _warnings(at)), _warnings(at)
+    assert not any("has ended" in str(c.value) for c in at.caption)
+    code, _ = app_state.LESSON_CLASSES.lead("tokens")
+    app_state.LESSON_CLASSES.close(code)
+    at = _link("pages/0_Lesson.py", follow=code)
+    assert any("has ended on this server" in str(c.value) for c in at.caption)
+    assert not any("names no class" in n for n in _warnings(at))
+    assert any("opens no class" in n for n in _warnings(_link("pages/0_Lesson.py", teach=UNKNOWN)))
+
+
+def test_a_model_or_checkpoint_link_that_names_nothing_says_so(monkeypatch):
+    from bert_core.serve import app_state, model_sources
+
+    at = _link("pages/3_Attention.py", model="nonsense")
+    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_SHIPPED
+    assert [t for t in _toasts(at) if "`model`" in t and "no model source" in t], _toasts(at)
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(ROOT / "checkpoints" / "bert-tiny-english"))
+    if len(model_sources.shipped_checkpoints()) < 2:
+        pytest.skip("one shipped checkpoint: no ?ckpt= to read")
+    at = _link("pages/3_Attention.py", ckpt="bert-huge-nonsense")
+    assert at.sidebar.selectbox(key="model_shipped").value == "bert-tiny-english"
+    assert [t for t in _toasts(at) if "`ckpt`" in t and "no shipped checkpoint" in t], _toasts(at)
+    assert not _toasts(_link("pages/3_Attention.py", ckpt="gpt-tiny-english"))

@@ -10,7 +10,7 @@ import logging
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.app_drawing import navigation
+from bert_core.serve.app_drawing import navigation, show_error
 from bert_core.serve.app_models import (
     SOURCE_CODES,
     SOURCE_FOLDER,
@@ -28,6 +28,7 @@ from bert_core.serve.app_widgets import init_widget, persist_every_page_keys, pe
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints
 from bert_core.serve.runs import OWNER, VIEWER
+from bert_core.serve.url_settings import one_of
 
 log = logging.getLogger("bert_core.app")
 
@@ -50,7 +51,8 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
         navigation()
     _configure_torch()
     start_janitor(scratch_alive)
-    attach_run()
+    with st.sidebar:
+        attach_run()   # a note on a link whose run is not here goes under the page list
     note_class_run()
     store_visitor_cookie()
 
@@ -60,7 +62,8 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     # of a run opens that run's model.
     watching = current_run()[1] == VIEWER
     init_widget("model_source", SOURCE_SESSION if watching else SOURCE_SHIPPED,
-                lambda v: SOURCE_CODES.get(v, SOURCE_SHIPPED), param="model")
+                one_of({c: name for c, name in SOURCE_CODES.items() if name in sources},
+                       "no model source of that name on this server"), param="model")
     with st.sidebar:
         st.markdown("### Active model")
         if st.session_state.get("model_source") not in sources:
@@ -83,7 +86,8 @@ def _sidebar_model_choice(source: str):
         names = list(folders)
         shipped = None
         if len(names) > 1:
-            init_widget("model_shipped", names[0], param="ckpt")
+            init_widget("model_shipped", names[0], one_of(names, "no shipped checkpoint of that name"),
+                        param="ckpt")
             if st.session_state["model_shipped"] not in names:
                 st.session_state["model_shipped"] = names[0]
             shipped = st.selectbox("Checkpoint", names, key="model_shipped")
@@ -114,19 +118,18 @@ def _load_sidebar_model(source: str, choice) -> ActiveModel | None:
         active, note = load_model(source, choice)
     except BertCoreError as exc:
         active, note = None, None
-        st.error(str(exc))
+        show_error(exc)
     except Exception as exc:  # noqa: BLE001 - a checkpoint we cannot read is a message, never a traceback
         log.exception("loading the model failed")
         active, note = None, None
-        st.error(f"could not load this model: {type(exc).__name__}: {exc}")
+        show_error(f"could not load this model: {type(exc).__name__}: {exc}")
     if note:
         st.info(note)
     return active
 
 
 def _sidebar_notes(active: ActiveModel | None) -> None:
-    """Under the picker: the active model's size, whether this tab's run trains in the background, and why the run
-    of this page's link is not there (dropped, or not on this server)."""
+    """Under the picker: the active model's size, and whether this tab's run trains in the background."""
     if active is not None:
         cfg = active.config
         st.caption(f"{active.source}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads, "
@@ -139,6 +142,3 @@ def _sidebar_notes(active: ActiveModel | None) -> None:
                     if role == OWNER else "You are watching a shared training run (see the Train page)")
                    + (": *Model trained in this session* is its model as it trains, and its final model once it "
                       "ends." if active is not None and active.source == SOURCE_SESSION else "."))
-    note = st.session_state.pop("run_note", None)
-    if note:
-        st.warning(note)

@@ -39,7 +39,8 @@ _TAB_RUN = {TRAIN_PAGE: (RUN_PARAM, WATCH_PARAM, "run_id", "watch_id"),
 def attach_run(page: str = TRAIN_PAGE) -> None:
     """Find this tab's run of `page` (the Train page's pretraining run, or the Fine-tune page's race) from its URL
     (a reload, a reopened link, a share link) or its session, note this session as watching it, and write its id
-    back into the URL so that the address bar always reopens it."""
+    back into the URL so that the address bar always reopens it. A link whose run is not here gets its note where
+    this is called (the sidebar for the Train page's run, the Fine-tune page above its settings for a race)."""
     s = st.session_state
     run_param, watch_param, run_key, watch_key = _TAB_RUN[page]
     for param, state_key, lookup in ((run_param, run_key, RUNS.get), (watch_param, watch_key, RUNS.by_view)):
@@ -52,18 +53,8 @@ def attach_run(page: str = TRAIN_PAGE) -> None:
             s.pop(watch_key, None)
             s[state_key] = token
         else:
-            s["run_note"] = ("The race of this link is gone: a race's results stay on the server while someone "
-                             f"looks at them, and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it "
-                             "again here."
-                             if RUNS.was_dropped(token) and page == FINETUNE_PAGE else
-                             "The run of this link was dropped: the server keeps only its latest ended runs. Save "
-                             "a run you want to keep (Train page, *Save this run on the server*)."
-                             if RUNS.was_dropped(token) else
-                             "The run of this link was lost when the server restarted: it had not written its first "
-                             "checkpoint yet. Start a new run on the Train page."
-                             if RUNS.was_lost(token) else
-                             f"The run of this link is not on this server (it may have restarted). Start a new run "
-                             f"on the {page} page.")
+            st.warning(missing_run_note(page, token, found.spec.page if found is not None else None),
+                       icon=":material/link_off:")
             del st.query_params[param]
     run, role = current_run(page)
     if run is None:
@@ -77,6 +68,27 @@ def attach_run(page: str = TRAIN_PAGE) -> None:
     param, token = (run_param, run.run_id) if role == OWNER else (watch_param, run.view_id)
     if st.query_params.get(param) != token:
         st.query_params[param] = token
+
+
+def missing_run_note(page: str, token: str, other_page: str | None = None) -> str:
+    """Why the run that a link of `page` names (`token`, its owner's or share id) is not shown: what the server
+    knows of it (dropped to keep the store bounded, lost in a restart, a run of another page), or that the link
+    names none of its runs: a mistyped or cut link, or one from another server."""
+    race = page == FINETUNE_PAGE
+    if other_page is not None:
+        return (f"This link names a run of the {other_page} page, not {'a race' if race else 'a training run'}: "
+                f"open it on the {other_page} page (*My runs* there lists it).")
+    if RUNS.was_dropped(token):
+        return ("The race of this link is gone: a race's results stay on the server while someone looks at them, "
+                f"and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it again here." if race else
+                "The run of this link was dropped: the server keeps only its latest ended runs. Save a run you want "
+                "to keep (Train page, *Save this run on the server*).")
+    if RUNS.was_lost(token):
+        return ("The run of this link was lost when the server restarted: it had not written its first checkpoint "
+                f"yet. Start a new {'race' if race else 'run'} on the {page} page.")
+    what = "race" if race else "run"
+    return (f"This link names no {what} on this server: check that the whole link was copied, or start a new "
+            f"{what} on the {page} page (*My runs* lists the ones this browser started or watched).")
 
 
 def note_class_run() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
-from bert_core.serve.url_settings import Within, url_value
+from bert_core.serve.url_settings import LinkValueError, Within, url_value
 
 SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
 
@@ -31,16 +31,17 @@ def persist_every_page_keys() -> None:
 def query_default(name: str, default, cast=str):
     """A page setting from the URL query (so a shared link opens the same view), else `default`. The one place a
     link's values are read: a number with a range (`cast` a `Within`) is held to it; one that cannot be read (junk,
-    NaN, an infinity) keeps `default`, and a short note says that the link's value was not used."""
+    NaN, an infinity, a choice the page does not offer) keeps `default`, and a short note says that the link's
+    value was not used, and why."""
     raw = st.query_params.get(name)
     if raw is None:
         return default
     try:
         return url_value(raw, cast)
-    except ValueError:
+    except LinkValueError as exc:
         # A toast: the reading happens before the page draws, and on pages that draw it after their sidebar.
-        st.toast(f"The link's `{name}` is not a number this page takes, so it was not used: the setting keeps "
-                 "its default.", icon=":material/link_off:")
+        st.toast(f"The link's `{name}` was not used ({exc}): the page shows its default.",
+                 icon=":material/link_off:")
         return default
 
 

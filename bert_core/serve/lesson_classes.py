@@ -117,6 +117,9 @@ class LessonClasses:
         self._lock = threading.Lock()
         self._classes: OrderedDict[str, _Class] = OrderedDict()
         self._teachers: dict[str, str] = {}
+        # The codes of the classes that ended here (closed, or dropped beyond `limit`), so that their links say
+        # so, where a code this server never gave is a link that names no class (bounded like the classes).
+        self._ended: OrderedDict[str, None] = OrderedDict()
 
     # -------------------------------------------------------------------------------------------- the teacher
 
@@ -127,8 +130,9 @@ class LessonClasses:
             self._classes[code] = _Class(teacher=teacher, step=step if step in self.steps else self.steps[0])
             self._teachers[teacher] = code
             while len(self._classes) > self.limit:
-                _, dropped = self._classes.popitem(last=False)
+                old, dropped = self._classes.popitem(last=False)
                 self._teachers.pop(dropped.teacher, None)
+                self._note_ended(old)
         return code, teacher
 
     def open(self, step: str) -> str:
@@ -149,6 +153,18 @@ class LessonClasses:
             found = self._classes.pop(str(code or ""), None)
             if found is not None:
                 self._teachers.pop(found.teacher, None)
+                self._note_ended(str(code))
+
+    def _note_ended(self, code: str) -> None:   # the caller holds the lock
+        self._ended[code] = None
+        while len(self._ended) > self.limit:
+            self._ended.popitem(last=False)
+
+    def ended(self, code: str | None) -> bool:
+        """True when class `code` was led on this server and has ended (its teacher stopped, or it was dropped);
+        False for a code this server never gave (a mistyped or cut link, or another server's)."""
+        with self._lock:
+            return str(code or "") in self._ended
 
     def _change(self, code: str | None, apply) -> None:
         with self._lock:

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 _WHOLE = re.compile(r"\s*[+-]?\d+\s*")
+
+
+class LinkValueError(ValueError):
+    """A link's value that a setting does not take; its message says why in the app's own words (never the value:
+    a visitor's text is not put on the page)."""
 
 
 class Within(NamedTuple):
@@ -27,32 +33,50 @@ class Within(NamedTuple):
 
 def url_number(raw: Any, lo: int | float, hi: int | float) -> int | float:
     """`raw` (a URL's text) as a number within [lo, hi]: above the range its maximum, below its minimum. A whole
-    number when both ends are ints. ValueError for text that is no number, NaN, an infinity, or a fraction where a
-    whole number is asked."""
+    number when both ends are ints. LinkValueError for text that is no number, NaN, an infinity, or a fraction where
+    a whole number is asked."""
     text = str(raw).strip()
     whole = isinstance(lo, int) and isinstance(hi, int)
     try:
         value: int | float = int(text) if whole and _WHOLE.fullmatch(text) else float(text)
     except ValueError:
-        raise ValueError("not a number") from None
+        raise LinkValueError("not a number") from None
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError("not a finite number")
+            raise LinkValueError("not a finite number")
         if whole:
             if not value.is_integer():
-                raise ValueError("not a whole number")
+                raise LinkValueError("not a whole number")
             value = int(value)
     value = min(max(value, lo), hi)
     return value if whole else float(value)
 
 
 def url_value(raw: Any, cast: Callable[[Any], Any]) -> Any:
-    """`cast(raw)`, a URL setting's value; ValueError when it cannot be read or is a number that is not finite
-    (NaN passes every range check, so no setting takes it)."""
+    """`cast(raw)`, a URL setting's value; LinkValueError when it cannot be read or is a number that is not finite
+    (NaN passes every range check, so no setting takes it). A cast says why in a LinkValueError of its own; any
+    other failure (`int("abc")`, whose message repeats the text) becomes a plain one."""
     try:
         value = cast(raw)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValueError(str(exc) or "not readable") from None
+    except LinkValueError:
+        raise
+    except (TypeError, ValueError, OverflowError):
+        raise LinkValueError("not a value this setting takes") from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("not a finite number")
+        raise LinkValueError("not a finite number")
     return value
+
+
+def one_of(choices: Iterable[Any] | Mapping[Any, Any], reason: str) -> Callable[[Any], Any]:
+    """The cast of a link's choice among `choices` (a mapping: its keys, read as their values): the choice, or a
+    LinkValueError saying `reason` (a page otherwise put its first choice in place of an unknown one without a
+    word)."""
+    table = dict(choices) if isinstance(choices, Mapping) else {c: c for c in choices}
+
+    def read(raw: Any) -> Any:
+        for key, value in table.items():
+            if str(key) == str(raw):
+                return value
+        raise LinkValueError(reason)
+
+    return read
