@@ -294,3 +294,71 @@ def test_a_run_stopped_before_a_restart_resumes_exactly_where_it_stopped(tmp_pat
             assert torch.equal(resumed[name], tensor), name
     finally:
         second.close()
+
+
+def _race_store(records, **kw):
+    """A store as the app makes it for the Fine-tune page's races: each race's record and kept folder in `records`."""
+    kw.setdefault("slots", lambda: 1)
+    return runs.RunStore(lambda run: jobs.finetune_job(run.run_id, run.spec.builder, device=run.device),
+                         records=records, restore_job=jobs.restored_pretraining_job, poll_s=0.05, turn_s=1000, **kw)
+
+
+def _race(records, run_id: str, nano: str):
+    """The page's race of a nano BERT and its from-scratch twin, 60 steps each, kept in its record folder with a
+    checkpoint of the model in training at every step."""
+    from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings
+
+    widgets = dict(train=48, val=24, seed=0, steps=60, budget=3000, lr=1e-3, batch=16, maxlen=32)
+    return FinetuneSpec(kind="labels", data=RaceData(task="toy-order"), checkpoint=nano,
+                        settings=page_settings(widgets), train_size=48, val_size=24, data_label="toy word order",
+                        model_label="nano", keep_in=str(records.checkpoint_for(run_id)), checkpoint_every_s=0.0)
+
+
+def test_a_race_killed_while_training_resumes_after_a_restart_to_the_race_never_killed(tmp_path):
+    """The server and the race's training process are killed (SIGKILL, no cleanup) while the race's second model
+    trains. The restarted server has the race back as stopped by the restart, its first model kept and its second at
+    its last checkpoint; Resume goes on from there in a new process, and the race ends with the weights, figures and
+    curves of the same race never killed, bit for bit."""
+    from bert_core.serve import finetune_runs
+    from bert_core.serve.run_records import RunRecords
+    from tests.test_finetune_race import _same_race, save_nano
+
+    nano = str(save_nano(tmp_path / "nano"))
+    script = textwrap.dedent(f"""
+        import json, os, signal, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.test_faults import _race, _race_store
+        from bert_core.serve.run_records import RunRecords
+        records = RunRecords({str(tmp_path / "state")!r})
+        store = _race_store(records)
+        race = store.submit(_race(records, "killed", {nano!r}), "owner", run_id="killed", visitor="browser-1")
+        def ready():
+            view = race.trainer
+            return (view is not None and len(view.tuners) == 2 and view.tuners[1].state == "running"
+                    and view.tuners[1].step >= 3 and race.recorded_phase == "running")
+        while not ready():
+            time.sleep(0.02)
+        os.kill(race.job.process.pid, signal.SIGKILL)   # the whole container goes: no stop, no last checkpoint
+        print(json.dumps(dict(view=race.view_id, child=race.job.process.pid)), flush=True)
+        os._exit(0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT_S * 2,
+                         env={**os.environ, jobs.PROCESS_ENV: "1"}, cwd=tmp_path)
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    _until(lambda: not _alive(ids["child"]), "the killed child is gone")
+    records = RunRecords(tmp_path / "state")
+    second = _race_store(records)
+    try:
+        back = second.get("killed")
+        assert back is not None and back.phase == "stopped" and second.by_view(ids["view"]) is back
+        assert "stopped by a server restart (1 of its models had ended, kept; its model 'scratch' had made" in back.note
+        assert finetune_runs.can_resume(back) and [(t.name, t.state) for t in back.trainer.tuners] == \
+            [("pretrained", "finished"), ("scratch", "idle")]
+        whole = second.submit(_race(records, "never killed", nano), "owner", run_id="never killed")
+        second.resume("killed")
+        _until(lambda: back.phase == "finished" and whole.phase == "finished", "both races finish", WAIT_S * 2)
+        _until(lambda: back.trainer.results and whole.trainer.results, "their results reach the server")
+        _same_race(back.trainer, whole.trainer)
+        assert not (records.checkpoint_for("killed") / "training").exists()
+    finally:
+        second.close()

@@ -3,6 +3,7 @@ the page, races recorded and brought back after a server restart (finished with 
 and models; running as stopped by the restart), and the two fault paths of a run's record (a full disk; a run that
 kept only its untrained step-0 weights)."""
 
+import dataclasses
 import errno
 import json
 import time
@@ -23,7 +24,9 @@ from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings,
 from bert_core.serve.run_records import RunRecords
 from bert_core.serve.run_registry import Run
 from bert_core.training.finetune import build_comparison, result_probabilities
-from bert_core.training.finetune_race import build_race, keep_race
+from bert_core.training.finetune_checkpoint import checkpoint_of
+from bert_core.training.finetune_race import TRAINING, EndedRun, build_race, keep_race
+from bert_core.training.finetune_results import FinetuneStep
 from tests.test_runs import _until  # a polling wait
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py)
@@ -31,14 +34,18 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 WIDGETS = dict(train=48, val=24, seed=0, steps=3, budget=300, lr=1e-3, batch=16, maxlen=32)
 
 
-@pytest.fixture(scope="module")
-def nano_folder(tmp_path_factory):
+def save_nano(folder):
     """A nano BERT checkpoint folder with a tokenizer trained on the toy stories (untrained weights)."""
     data = toy_order_task(seed=0, num_examples=200)
     tokenizer = train_tokenizer(data.texts, vocab_size=300)
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig.preset("nano", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
-    return save_checkpoint(tmp_path_factory.mktemp("nano") / "nano", model, tokenizer=tokenizer)
+    return save_checkpoint(folder, model, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def nano_folder(tmp_path_factory):
+    return save_nano(tmp_path_factory.mktemp("nano") / "nano")
 
 
 def _page_spec(folder, keep_in=None, **kw) -> FinetuneSpec:
@@ -201,3 +208,62 @@ def test_a_figure_that_is_not_a_number_is_kept_and_read_back(nano_folder, tmp_pa
     kept = back.results["pretrained"]
     assert math.isnan(kept.loss) and kept.details["f1"] == float("inf") and kept.accuracy == first.accuracy
     assert math.isnan(kept.evals[0].loss) and kept.evals[1:] == first.evals[1:]
+
+
+def _weights(result) -> dict:
+    return {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
+
+
+def _same_race(resumed, whole) -> None:
+    """Every model of `resumed` has the weights, figures and curve of `whole`'s, bit for bit (the seconds aside)."""
+    assert list(resumed.results) == list(whole.results) and resumed.state == whole.state == "finished"
+    for name, expected in whole.results.items():
+        got = resumed.results[name]
+        mine, theirs = _weights(got), _weights(expected)
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+        assert (got.accuracy, got.macro_f1, got.loss, got.confusion, got.steps) == \
+            (expected.accuracy, expected.macro_f1, expected.loss, expected.confusion, expected.steps), name
+        assert [(e.step, e.accuracy, e.loss) for e in got.evals] == [(e.step, e.accuracy, e.loss)
+                                                                    for e in expected.evals], name
+        assert [(e.step, e.loss, e.lr) for e in got.history] == [(e.step, e.loss, e.lr) for e in expected.history]
+
+
+@pytest.mark.parametrize("cut", ["killed", "stopped"])
+def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_never_cut_off(nano_folder, tmp_path,
+                                                                                             cut):
+    """A race whose second model is cut off at step 17 of 30: killed (its folder as the disk holds it then: the
+    first model kept, the second's checkpoint of every step, here of step 16) or stopped (a checkpoint at the stop,
+    kept beside the stopped model's result). Built again over that folder, it keeps the first model as it was,
+    takes the second up from its checkpoint, and ends with the weights, figures and curves of the race never cut
+    off."""
+    import shutil
+
+    widgets = {**WIDGETS, "steps": 30}
+    spec = _page_spec(nano_folder, keep_in=str(tmp_path / "whole"), checkpoint_every_s=0.0)
+    spec = dataclasses.replace(spec, settings=page_settings(widgets))
+    whole = build_race(spec)
+    folder = tmp_path / "cut"
+
+    def cut_at_17(event):
+        if isinstance(event, FinetuneStep) and event.step == 17 and not folder.exists():
+            shutil.copytree(tmp_path / "whole", folder)   # what a kill -9 leaves on disk
+            if cut == "stopped":
+                stopped.stop()
+
+    scratch = whole.tuners[-1]
+    scratch.callbacks.append(cut_at_17)
+    stopped = whole
+    if cut == "stopped":   # the race itself is stopped at step 17, and the whole race is another one
+        stopped, whole = whole, build_race(dataclasses.replace(spec, keep_in=None))
+        whole.run()
+        stopped.run()
+        assert stopped.tuners[-1].state == "stopped" and stopped.tuners[-1].step == 17
+        folder = tmp_path / "whole"
+    else:
+        whole.run()
+    assert checkpoint_of(folder / TRAINING)["step"] == (16 if cut == "killed" else 17)
+    resumed = build_race(dataclasses.replace(spec, keep_in=str(folder)))
+    assert isinstance(resumed.tuners[0], EndedRun) and resumed.tuners[-1].step == (16 if cut == "killed" else 17)
+    resumed.run()
+    _same_race(resumed, whole)
+    assert not (folder / TRAINING).exists(), "a finished model's checkpoint goes"

@@ -59,7 +59,9 @@ class FinetuneSpec:
     from-scratch twin; `baseline`: the kind's baseline lines. `settings`: FinetuneConfig's fields under their own
     names (time_budget_s, max_steps, batch_size, max_length, learning_rate, seed...). `data_label` and
     `model_label` name the data and the model as a reader knows them, never by a server path. `keep_in`: where its
-    training process keeps its results as each model ends (the run's record folder; None: nowhere).
+    training process keeps its results as each model ends, and the checkpoints of the model in training, one every
+    `checkpoint_every_s` and at a stop (the run's record folder; None: nowhere). A race built again over that folder
+    goes on from what it holds (finetune_race.build_race): a server restart's Resume.
     """
 
     kind: str = "labels"
@@ -77,6 +79,7 @@ class FinetuneSpec:
     data_label: str = ""
     model_label: str = ""
     keep_in: str | None = None
+    checkpoint_every_s: float = 60.0
     recorded: ClassVar[bool] = True
     page: ClassVar[str] = FINETUNE_PAGE
 
@@ -148,17 +151,27 @@ def is_race_record(record: dict) -> bool:
 
 class KeptRaceJob:
     """A race that no process runs any more, read back from its folder (a server restart, or an ended race whose
-    models went to disk): the RunJob the queue and the pages read. Its live view is a finetune_race.KeptRace."""
+    models went to disk): the RunJob the queue and the pages read. Its live view is a finetune_race.KeptRace.
+
+    One that a server restart stopped part-way is `parked` (its folder): Resume queues it, and the scheduler then
+    gives the run a new job (`rebuilds`), whose process builds the race again over that folder and goes on from it."""
 
     busy = False
     model_available = True
 
-    def __init__(self, session_id: str, spec: FinetuneSpec, folder: Path, phase: str, note: str | None = None):
+    def __init__(self, session_id: str, spec: FinetuneSpec, folder: Path, phase: str, note: str | None = None,
+                 resumable: bool = False):
         self.session_id, self.spec, self.phase = session_id, spec, phase
         self.trainer = _finetune_race().KeptRace(spec, folder, phase)
         self.error = self.trainer.error if phase == "failed" else None
         self.ended_note = note
         self.released: Path | None = Path(folder).resolve()
+        self.parked: Path | None = self.released if resumable and phase == "stopped" else None
+
+    @property
+    def rebuilds(self) -> bool:
+        """True when the run's next start is a new job's (a race a restart stopped, which Resume takes up)."""
+        return self.parked is not None
 
     def start(self) -> None:
         raise BertCoreError("this race has ended: start a new one")
@@ -186,8 +199,23 @@ class KeptRaceJob:
 
 
 def restored_race_job(record: dict, folder: Path, phase: str, note: str | None) -> KeptRaceJob:
-    """The job of a race an earlier server process recorded, read back from its kept results."""
-    return KeptRaceJob(str(record["run_id"]), FinetuneSpec.from_dict(record["spec"]), folder, phase, note)
+    """The job of a race an earlier server process recorded, read back from its kept results; one that was under
+    way when that server ended (training, or waiting for its next turn) comes back stopped, and resumable."""
+    under_way = record.get("phase") not in ("finished", "stopped", "failed")
+    return KeptRaceJob(str(record["run_id"]), FinetuneSpec.from_dict(record["spec"]), folder, phase, note,
+                       resumable=under_way)
+
+
+def can_resume(run) -> bool:
+    """True when `run` is a race a server restart stopped part-way, which its owner's Resume takes up where its
+    folder left it (RunStore.resume)."""
+    job = run.job if run is not None else None
+    return isinstance(job, KeptRaceJob) and job.rebuilds and not run.active and not run.released
+
+
+RESUME_HELP = ("Go on where the restart stopped it: the models that had ended are kept as they were, the one in "
+               "training goes on from its last checkpoint (written every minute), the rest run. The results are "
+               "those of the race never stopped.")
 
 
 def restoring(restore_pretraining):

@@ -38,8 +38,10 @@ from bert_core.model.files import is_whole_checkpoint
 from bert_core.serve.app_storage import runs_dir
 from bert_core.serve.finetune_runs import is_race_record
 
-# The file a race's training process keeps its results in (bert_core.training.finetune_race.KEPT_FILE).
+# The file a race's training process keeps its results in (bert_core.training.finetune_race.KEPT_FILE), and the
+# folder of its checkpoints of the model in training (finetune_race.TRAINING).
 RACE_FILE = "race.json"
+RACE_TRAINING = "training"
 
 log = logging.getLogger("bert_core.app")
 
@@ -97,6 +99,29 @@ def _kept_race_models(checkpoint: Path) -> int:
         return len(json.loads((checkpoint / RACE_FILE).read_text(encoding="utf-8")).get("results") or {})
     except (OSError, ValueError, AttributeError):
         return 0
+
+
+def _race_checkpoint(checkpoint: Path) -> tuple[str, int] | None:
+    """(the model, its step) of a race's checkpoint of the model in training; None: none, or unreadable."""
+    try:
+        state = json.loads((checkpoint / RACE_TRAINING / "trainer_state.json").read_text(encoding="utf-8"))
+        return str(state["name"]), int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def race_restart_note(done: int, training: tuple[str, int] | None) -> str:
+    """How a race a server restart stopped part-way comes back: what it kept, and what Resume does."""
+    if training is not None:
+        name, step = training
+        ended = f"{done} of its models had ended, kept; " if done else ""
+        return (f"stopped by a server restart ({ended}its model {name!r} had made {step:,} steps: its last "
+                "checkpoint). Resume goes on from there, to the results of the race never stopped")
+    if done:
+        return (f"stopped by a server restart after {done} of its models had ended, kept. Resume goes on with the "
+                "next, to the results of the race never stopped")
+    return ("stopped by a server restart before any of its models had ended or written a checkpoint: nothing of it "
+            "was kept. Resume runs it again from the start")
 
 
 def _ended_note(job) -> str | None:
@@ -164,14 +189,13 @@ class RunRecords:
         from "the model of step 0" would be offering nothing)."""
         phase, note = record.get("phase"), record.get("note")
         if is_race_record(record):
-            # A race keeps each model's results as it ends; one that was training comes back stopped with them.
+            # A race keeps each model's results as it ends, and checkpoints of the one in training: one under way
+            # (training, or queued for its next turn after some of its models) comes back stopped, to be resumed.
             if phase not in ("finished", "stopped", "failed"):
-                if phase != "running":
+                done, training = _kept_race_models(checkpoint), _race_checkpoint(checkpoint)
+                if phase != "running" and not (done or training):
                     raise FileNotFoundError("it had not started")
-                done = _kept_race_models(checkpoint)
-                phase = "stopped"
-                note = ("stopped by a server restart after " + (f"{done} of its models" if done else
-                        "none of its models had ended: nothing of it was kept"))
+                phase, note = "stopped", race_restart_note(done, training)
             return phase, note
         if not is_whole_checkpoint(checkpoint):
             raise FileNotFoundError("no whole checkpoint")

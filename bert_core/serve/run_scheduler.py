@@ -54,7 +54,8 @@ class RunScheduler:
         """Give free slots to the runs at the front of the queue (a first slot makes the run's job)."""
         for run in self._queue.take_free_slots():
             try:
-                if run.job is None:
+                if run.job is None or getattr(run.job, "rebuilds", False):
+                    # A first slot; or a race a restart stopped, taken up from its folder by a new job's process.
                     run.job = self._job_factory(run)
                 if isinstance(run.job, ProcessModel):
                     run.job.resume_on(run.device)   # a parked run goes on where the queue put it
@@ -89,7 +90,7 @@ class RunScheduler:
                 # A stopped pretraining run keeps its process for Resume; a stopped race cannot resume (a Stop skips
                 # its remaining models), so its idle process goes at once, as a finished one's does.
                 race = run.spec.page == FINETUNE_PAGE
-                ended = ("finished", "failed", "stopped") if race else ("finished", "failed")
+                ended = ("finished", "failed", "stopped") if race and not _parked(job) else ("finished", "failed")
                 if (not run.released and job is not None and not run.active and run not in to_end
                         and job.phase in ended and retry):
                     to_release.append(run)
@@ -282,9 +283,10 @@ def drop_failed_gpus(runs: list[Run]) -> None:
 
 
 def _parked(job) -> bool:
-    """A stopped run whose process has ended, its whole checkpoint in its folder: it holds no process nor memory of
-    the server's, so nobody watching it is no reason to take its Resume away."""
-    return isinstance(job, ProcessModel) and job.parked is not None
+    """A stopped run whose process has ended, its whole checkpoint in its folder (or a race a restart stopped, its
+    folder holding what it kept): it holds no process nor memory of the server's, so nobody watching it is no
+    reason to take its Resume away."""
+    return isinstance(job, (ProcessModel, KeptRaceJob)) and job.parked is not None
 
 
 def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:

@@ -40,6 +40,7 @@ from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
 from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
+from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
 from bert_core.training.finetune_results import (
     FinetuneEval,
     FinetuneResult,
@@ -282,14 +283,15 @@ def result_probabilities(result: FinetuneResult, text: str, max_length: int = 12
 # ---------------------------------------------------------------------------------------------- the loop
 
 
-class Finetuner(RunLoop):
+class Finetuner(FinetuneCheckpointing, RunLoop):
     """Fine-tunes `model` on one task kind (finetune_tasks.FinetuneTask): SentenceLabels over `train` and `val`, or
     the given `task`; observable and stoppable from any thread (run_loop), run once.
 
     The loop talks to the task only: it prepares the task's data with `tokenizer`, asks it for training batches and
     each batch's loss, and for the figures of the validation passes. Another thread may read `state`, `history`,
     `evals`, `progress`, `error` and `result` at any time and call `stop()`; the run then ends at the next step
-    boundary with a final validation pass.
+    boundary with a final validation pass. With `checkpoint_dir` it writes checkpoints as it trains, and a run
+    built alike goes on from one exactly (finetune_checkpoint.FinetuneCheckpointing: `resume_from`).
     """
 
     step_event_type = FinetuneStep
@@ -345,9 +347,12 @@ class Finetuner(RunLoop):
         self.task.prepare(self.tokenizer, cfg.max_length)
         if self.selection is not None:
             self.selection.prepare(self.tokenizer, cfg.max_length)
+        self.model.train()
+        if self._resumed is not None:
+            self._take_up()   # a checkpoint's run: its stage, batches and random state; its first pass was made
+            return
         if not self.stages:
             self._enter_stage(0)
-        self.model.train()
         self._evaluate()
 
     def _new_optimizer(self):
@@ -409,6 +414,7 @@ class Finetuner(RunLoop):
             self._next_eval = math.floor(done * points) + 1
             if not self._done() and not evaluated:
                 self._evaluate()
+        self._checkpoint_if_due()
 
     def _eval_fraction(self) -> float:
         """How far the run is, for placing its validation passes: by steps when it has a step budget (a time cap
@@ -425,6 +431,8 @@ class Finetuner(RunLoop):
 
     def _after_loop(self, final: str) -> None:
         cfg = self.config
+        if final == "stopped" and self.checkpointing and self.step > 0:
+            self.write_checkpoint()   # before the final pass and the best weights: where a restart goes on from
         best_step = None
         if self.selection is not None:
             self._select()

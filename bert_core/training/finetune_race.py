@@ -4,6 +4,12 @@ safetensors, curves and figures as JSON; never a pickle) and read back from it a
 
 The builder reads the spec's attributes only (its data choice, model folders and settings under FinetuneConfig's
 own names), so this wing does not import the server's spec class.
+
+A race with a folder (`spec.keep_in`) keeps there each model as it ends, and the checkpoints of the model in
+training (`training/`, finetune_checkpoint: every `spec.checkpoint_every_s` and when it is stopped). Built again over
+that folder (a server restart stopped it part-way), it goes on from there: the ended models are kept as they were,
+the one that was training goes on from its last checkpoint, the others run; at the same seed the results are those
+of the race never interrupted, bit for bit.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -26,15 +33,30 @@ from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.training.bag_of_words import BAG_OF_WORDS_FILE, BagOfWordsClassifier, load_bag_of_words
-from bert_core.training.finetune import FinetuneComparison, FinetuneConfig, split_task, tokenizer_for_scratch
-from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, Misclassified
+from bert_core.training.finetune import (
+    FinetuneComparison,
+    FinetuneConfig,
+    Finetuner,
+    split_task,
+    tokenizer_for_scratch,
+)
+from bert_core.training.finetune_checkpoint import checkpoint_of
+from bert_core.training.finetune_results import (
+    FinetuneEval,
+    FinetuneResult,
+    FinetuneStage,
+    FinetuneStep,
+    Misclassified,
+)
 from bert_core.training.run_loop import Progress
 
-__all__ = ["load_race_data", "race_task", "race_config", "build_race", "keep_race", "KeptRace", "KEPT_FILE"]
+__all__ = ["load_race_data", "race_task", "race_config", "build_race", "keep_race", "KeptRace", "KEPT_FILE",
+           "TRAINING", "EndedRun"]
 
 log = logging.getLogger(__name__)
 KEPT_FILE = "race.json"
 KEPT_FORMAT = 1
+TRAINING = "training"   # the kept folder's checkpoint of the model in training (finetune_checkpoint)
 
 # The built-in tasks by the CLI's names (BUILT_IN_TASKS): each a generator of its own seed.
 _BUILT_IN = {"toy": toy_topic_task, "toy-order": toy_order_task}
@@ -107,13 +129,60 @@ def _runs(spec, task, seed: int) -> list[tuple[str, Any, Any]]:
 def build_race(spec, device: str | None = None, task=None) -> FinetuneComparison:
     """The race a spec describes, ready to run: the same models, data, settings and seed give the same weights,
     whoever builds it (the CLI, or the page's run in its training process). `task`: the split already made (the
-    CLI describes it first). With `spec.keep_in`, the race keeps its results there as each model ends."""
+    CLI describes it first). With `spec.keep_in`, the race keeps its results there as each model ends and its
+    model in training writes checkpoints there; a race that folder holds part-way goes on from it (_go_on)."""
     task = race_task(spec) if task is None else task
     config = race_config(spec, device)
     race = FinetuneComparison(_runs(spec, task, config.seed), config=config, baseline=spec.baseline, task=task)
     if spec.keep_in:
-        race.on_model_end = lambda r=race: _keep_quietly(r, Path(spec.keep_in))
+        folder = Path(spec.keep_in)
+        for tuner in race.tuners:
+            if isinstance(tuner, Finetuner):
+                tuner.checkpoint_dir, tuner.checkpoint_every_s = folder / TRAINING, spec.checkpoint_every_s
+        _go_on(race, spec, folder)
+        race.on_model_end = lambda r=race: _keep_quietly(r, folder)
     return race
+
+
+class EndedRun:
+    """A model of a race that had ended when the race was cut off, read back from its folder: shaped like a
+    Finetuner that has run (name, state, step, evals, stages, result, progress), so a race built again skips it and
+    keeps its result, model and curves as they were."""
+
+    error = None
+
+    def __init__(self, view, result: FinetuneResult, budgeted: bool):
+        self.name, self.state, self.step = view.name, view.state, view.step
+        self.evals, self.stages, self.history = list(view.evals), list(view.stages), list(result.history)
+        self.result, self.budgeted, self.callbacks = result, budgeted, []
+
+    @property
+    def progress(self) -> Progress:
+        return Progress(fraction=1.0, eta_s=0.0, step=self.step, elapsed_s=self.result.train_seconds)
+
+    def run(self) -> FinetuneResult:
+        return self.result
+
+    def stop(self) -> None:
+        """It has ended."""
+
+    pause = stop
+
+
+def _go_on(race, spec, folder: Path) -> None:
+    """Put a newly built race where its folder left it: each model that had finished as it was kept (its result and
+    weights read back), the model whose checkpoint is in `training/` from that checkpoint; the others run as built.
+    Nothing to do for a new race (an empty folder)."""
+    checkpoint = checkpoint_of(folder / TRAINING)
+    if not kept_race_exists(folder) and checkpoint is None:
+        return
+    kept = KeptRace(spec, folder, "stopped", task=race.task)
+    views = {t.name: t for t in kept.tuners if t.state == "finished"}
+    for i, tuner in enumerate(race.tuners):
+        if tuner.name in views and tuner.name in kept.kept_names:
+            race.tuners[i] = EndedRun(views[tuner.name], kept.result_of(tuner.name), getattr(tuner, "budgeted", True))
+        elif checkpoint is not None and tuner.name == checkpoint["name"] and isinstance(tuner, Finetuner):
+            tuner.resume_from(folder / TRAINING)
 
 
 def _keep_quietly(race, folder: Path) -> None:
@@ -165,7 +234,8 @@ def keep_race(race, folder: Path) -> Path:
     each model's state and curves, each result's figures) and each ended neural model as a checkpoint folder
     (`models/<i>`, safetensors and its tokenizer); a bag-of-words baseline's fitted model too, as JSON and
     safetensors (bag_of_words.BagOfWordsClassifier.save). A majority-tag baseline keeps its figures only: it
-    classifies no typed text."""
+    classifies no typed text. The checkpoint of a model stopped part-way (`training/`) stays: a restart goes on
+    from it; that of a model that has finished or failed goes."""
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -186,11 +256,28 @@ def keep_race(race, folder: Path) -> Path:
                             "evals": [dataclasses.asdict(e) for e in t.evals],
                             "stages": [dataclasses.asdict(s) for s in t.stages]} for t in race.tuners]}
         write_json_atomic(tmp / KEPT_FILE, _finite_json(kept))
-        replace_folder(tmp, folder)
+        carried = _carry_checkpoint(race, folder, tmp)
+        try:
+            replace_folder(tmp, folder)
+        except BaseException:
+            if carried:   # back where it was: the folder as it stood still names it
+                os.replace(tmp / TRAINING, folder / TRAINING)
+            raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _carry_checkpoint(race, folder: Path, tmp: Path) -> bool:
+    """Move the kept folder's checkpoint of a model stopped part-way (not finished, not failed) into the folder that
+    replaces it (True); any other goes with the old folder."""
+    checkpoint = checkpoint_of(folder / TRAINING)
+    states = {t.name: t.state for t in race.tuners}
+    if checkpoint is None or states.get(checkpoint["name"]) not in ("stopped", "running", "idle"):
+        return False
+    os.replace(folder / TRAINING, tmp / TRAINING)
+    return True
 
 
 @dataclasses.dataclass
@@ -206,12 +293,12 @@ class _Tuner:
 
 class KeptRace:
     """A race read back from its folder (keep_race): the live view the Fine-tune page draws, with no process. Its
-    models are read when first asked for; its data is the spec's, split again (the same seed gives the same split).
-    A race stopped before any model ended holds no tuners and no results: nothing of it was kept."""
+    models are read when first asked for; its data is the spec's, split again (the same seed gives the same split),
+    or `task`, the split already made. A race stopped before any model ended holds no tuners and no results."""
 
     probes = None
 
-    def __init__(self, spec, folder: Path | None, state: str):
+    def __init__(self, spec, folder: Path | None, state: str, task=None):
         self.spec, self.folder = spec, folder
         kept = (_from_json(read_json(folder / KEPT_FILE)) if folder is not None and (folder / KEPT_FILE).is_file()
                 else {})
@@ -228,7 +315,7 @@ class KeptRace:
         self.state = state
         self.error = kept.get("error")
         self._results: dict | None = None
-        self._task = None
+        self._task = task
 
     @property
     def kept_anything(self) -> bool:
@@ -264,6 +351,17 @@ class KeptRace:
             self._results = {name: self._result(name, r) for name, r in self._kept.get("results", {}).items()}
         return self._results
 
+    @property
+    def kept_names(self) -> list[str]:
+        """The runs whose results were kept."""
+        return list(self._kept.get("results", {}))
+
+    def result_of(self, name: str) -> FinetuneResult:
+        """One kept run's result, its model read from the folder (the others' are not read)."""
+        if self._results is not None:
+            return self._results[name]
+        return self._result(name, self._kept["results"][name])
+
     def _result(self, name: str, r: dict) -> FinetuneResult:
         model = tokenizer = None
         where = self._kept.get("models", {}).get(name)
@@ -274,7 +372,8 @@ class KeptRace:
         return FinetuneResult(
             name=r["name"], accuracy=r["accuracy"], macro_f1=r["macro_f1"], loss=r["loss"],
             confusion=r["confusion"], label_names=r["label_names"], evals=[FinetuneEval(**e) for e in r["evals"]],
-            history=[], misclassified=[Misclassified(**m) for m in r["misclassified"]], steps=r["steps"],
+            history=[FinetuneStep(**e) for e in r.get("history", [])],
+            misclassified=[Misclassified(**m) for m in r["misclassified"]], steps=r["steps"],
             train_seconds=r["train_seconds"], state=r["state"], model=model, tokenizer=tokenizer, kind=r["kind"],
             metric_names=tuple(r["metric_names"]), details=r["details"], best_step=r["best_step"],
             stages=[FinetuneStage(**s) for s in r["stages"]], steps_asked=r["steps_asked"])

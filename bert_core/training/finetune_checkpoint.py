@@ -1,0 +1,153 @@
+"""A fine-tuning run's checkpoints (finetune.Finetuner's side): what a model of a race writes while it trains, so
+that a run cut off part-way (a server restart, a killed training process) goes on from its last checkpoint to the
+very weights of the same run never interrupted, and the reading back.
+
+A checkpoint is a folder as model.checkpoint writes it (safetensors and JSON, never a pickle): the model with its
+head, its tokenizer, the optimizer's state, and trainer_state.json holding everything else the loop carries from
+one step to the next: the step and training seconds, the curves, the curriculum's stage and its schedule, where the
+validation passes fall, the last steps' scores and times, and the random generator's state (dropout). The batches
+are not stored: a stage's batches are an endless seeded sequence, so the run takes it up again after the batches
+its stage has used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from bert_core.errors import BertCoreError
+from bert_core.model.checkpoint import (
+    TRAINER_STATE,
+    load_optimizer_state,
+    read_json,
+    rng_state_from_json,
+    rng_state_to_json,
+    save_checkpoint,
+)
+from bert_core.model.hf import TIED_KEYS, read_state_dict
+from bert_core.training.finetune_results import FinetuneEval, FinetuneStage, FinetuneStep
+from bert_core.training.train_config import TrainConfig
+
+__all__ = ["FinetuneCheckpointing", "checkpoint_of", "STATE_FORMAT"]
+
+log = logging.getLogger(__name__)
+STATE_FORMAT = 1   # trainer_state.json of a fine-tuning checkpoint ("kind": "finetune")
+
+
+def checkpoint_of(folder: str | Path) -> dict | None:
+    """The trainer_state.json of the fine-tuning checkpoint in `folder` (its "name" and "step" say whose and how
+    far), or None when there is none, or it is not one."""
+    path = Path(folder) / TRAINER_STATE
+    if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
+        return None
+    try:
+        state = read_json(path)
+    except BertCoreError:
+        return None
+    ok = isinstance(state, dict) and state.get("kind") == "finetune" and state.get("format") == STATE_FORMAT
+    return state if ok else None
+
+
+class FinetuneCheckpointing:
+    """Finetuner's checkpoints: with `checkpoint_dir` set, one every `checkpoint_every_s` seconds while it trains
+    and one when it is stopped (before its final validation pass), each replacing the last; `resume_from(folder)`
+    puts a newly built run where a checkpoint left it, and its run() goes on from there.
+
+    A run that keeps its best step's weights (keep_best) writes none: those weights would have to go too, and no
+    race asks for them (the page never sets it), so such a run is trained anew after a restart."""
+
+    checkpoint_dir: Path | None = None
+    checkpoint_every_s: float = 60.0
+    checkpoint_error: str | None = None   # why the last checkpoint could not be written (None: it was)
+    _resumed: dict | None = None          # the state of the checkpoint run() goes on from, until it does
+    _last_checkpoint: float | None = None
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.checkpoint_dir is not None and not self.config.keep_best
+
+    def _checkpoint_if_due(self) -> None:
+        """At the end of a step: write a checkpoint when `checkpoint_every_s` has passed since the last one (or
+        since the first step)."""
+        if not self.checkpointing:
+            return
+        now = time.monotonic()
+        if self._last_checkpoint is None:
+            self._last_checkpoint = now
+        if now - self._last_checkpoint >= self.checkpoint_every_s:
+            self.write_checkpoint()
+
+    def write_checkpoint(self) -> None:
+        """Write the run as it stands (between two steps) into `checkpoint_dir`, atomically. A failure (a full disk)
+        is logged and kept in `checkpoint_error`: it costs the safety net, never the run."""
+        self._last_checkpoint = time.monotonic()
+        try:
+            save_checkpoint(self.checkpoint_dir, self.model, tokenizer=self.tokenizer,
+                            trainer_state=self.training_state(), optimizer=self.optimizer,
+                            label_names=self.task.label_names)
+        except BertCoreError as exc:
+            log.warning("%s: a checkpoint at step %d could not be written: %s", self.name, self.step, exc)
+            self.checkpoint_error = str(exc)
+            return
+        self.checkpoint_error = None
+
+    def training_state(self) -> dict:
+        """Everything but tensors that the next step depends on (trainer_state.json)."""
+        cuda = torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None
+        return {
+            "kind": "finetune", "format": STATE_FORMAT, "name": self.name, "step": self.step,
+            "examples_seen": self.examples_seen, "elapsed_s": self.elapsed_s,
+            "history": [dataclasses.asdict(e) for e in self.history],
+            "evals": [dataclasses.asdict(e) for e in self.evals],
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+            "stage_config": self._stage_config.to_dict(), "stage_origin": list(self._stage_origin),
+            "stage_scores": list(self._stage_scores), "step_seconds": self._step_seconds[-5:],
+            "next_eval": self._next_eval,
+            "rng": rng_state_to_json({"torch": torch.get_rng_state(), "cuda": cuda}),
+        }
+
+    def resume_from(self, folder: str | Path) -> None:
+        """Put this run (built as the checkpoint's run was: the same model, data and config) where the checkpoint
+        in `folder` left it: weights, optimizer, counters, curves, stage, schedule and random state. run() then
+        goes on from its step, with no validation pass before it (the run had made that one)."""
+        state = checkpoint_of(folder)
+        if state is None or state.get("name") != self.name or self.state != "idle":
+            raise BertCoreError(f"{folder} holds no checkpoint of the run {self.name!r} to go on from")
+        try:
+            missing, unexpected = self.model.load_state_dict(read_state_dict(folder), strict=False)
+            if unexpected or [k for k in missing if k not in TIED_KEYS]:
+                raise BertCoreError(f"the weights in {folder} are not those of the run {self.name!r}")
+            load_optimizer_state(self.optimizer, folder)
+            with self._lock:
+                self.step, self.examples_seen = int(state["step"]), int(state["examples_seen"])
+                self.elapsed_s = self._elapsed_before_step = float(state["elapsed_s"])
+                self._history = [FinetuneStep(**e) for e in state["history"]]
+                self._evals = [FinetuneEval(**e) for e in state["evals"]]
+            self.stages = [FinetuneStage(**s) for s in state["stages"]]
+            self._stage_config = TrainConfig.from_dict(state["stage_config"])
+            self._stage_origin = (int(state["stage_origin"][0]), float(state["stage_origin"][1]))
+            self._stage_scores.extend(float(s) for s in state["stage_scores"])
+            self._step_seconds = [float(s) for s in state["step_seconds"]]
+            self._next_eval = int(state["next_eval"])
+            rng_state_from_json(state["rng"])   # checked now, set when the run starts (inside its seeded context)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise BertCoreError(f"the checkpoint in {folder} is damaged ({type(exc).__name__}: {exc})") from exc
+        self._resumed = state
+
+    def _take_up(self) -> None:
+        """At the start of a resumed run (in its seeded context): the stage's batches after those it has used, and
+        the random state of the checkpoint."""
+        state, self._resumed = self._resumed, None
+        cfg, index = self.config, len(self.stages) - 1
+        self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(self.task.drills)
+                         else self.task.train_batches(cfg.batch_size, cfg.seed))
+        for _ in range(self.step - self._stage_origin[0]):
+            next(self._batches)
+        rng = rng_state_from_json(state["rng"])
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") and self.device.type == "cuda":
+            torch.cuda.set_rng_state_all(rng["cuda"])
