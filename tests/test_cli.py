@@ -393,3 +393,43 @@ def test_copy_positions_is_asked_for_only_where_it_means_something(trained, toy_
         assert code == 2 and stderr.startswith("error: ") and words in stderr, stderr
     code, _, stderr = _run_main(["train", "--resume", str(out), "--copy-positions", "--steps", "5"], capsys)
     assert code == 2 and "--copy-positions only shapes a new run" in stderr, stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_finetune_after_its_step_keeping_the_models_it_has(tmp_path, signum):
+    """`kill` (SIGTERM) or Ctrl-C (SIGINT) stops `finetune` as it stops `train`: the model in training ends after its
+    step and is saved as it stands (with the baseline that ran before it), the output says what was kept, what
+    never ran and that fine-tuning does not resume from it, and the exit status is 128 + the signal."""
+    import re
+
+    out, log = tmp_path / "classifier", tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "bert_core", "finetune", "--scratch-preset", "nano", "--task", "toy",
+            "--train-size", "200", "--val-size", "40", "--batch-size", "8", "--max-length", "32", "--steps", "100000",
+            "--eval-points", "10000", "--baseline", "--device", "cpu", "--out", str(out)]
+    with open(log, "w") as err:
+        child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=err, start_new_session=True,
+                                 text=True)
+    try:
+        deadline = time.monotonic() + 240
+        # A validation line past step 0: the model has made steps (evaluations come every 10 here).
+        while (not re.search(r"\[scratch\] step +[1-9]", log.read_text()) and child.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        assert child.poll() is None, log.read_text()
+        child.send_signal(signum)
+        stdout, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    text = log.read_text()
+    assert child.returncode == 128 + signum, text
+    kept = json.loads((out / "finetune_result.json").read_text())
+    assert kept["state"] == "stopped" and kept["steps"] >= 10
+    assert f"stopped by {signal.Signals(signum).name} with scratch at step {kept['steps']:,}." in text
+    assert f"scratch: stopped at step {kept['steps']:,}, its model of that step saved to {out}" in text
+    assert "tfidf: finished, its figures above" in text and "Fine-tuning does not resume" in text
+    assert "Traceback" not in text and "tfidf" in stdout and "scratch" in stdout   # the table of what ran
+    from bert_core.model.hf import load_pretrained
+    from bert_core.training.finetune import SentenceLabels
+
+    assert load_pretrained(out, model_class=SentenceLabels.head).num_labels == len(kept["label_names"])

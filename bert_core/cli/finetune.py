@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
+import signal
 import sys
 from pathlib import Path
 
 from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, float_arg, int_arg, path_arg
+from bert_core.cli.train import stop_on_signals
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING, POOLING_KINDS
@@ -280,10 +283,17 @@ def run(args) -> int:
     print(describe(task), file=sys.stderr)
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
-    results = _results(build_race(spec, task=task), task)
+    race = build_race(spec, task=task)
+    # Ctrl-C or SIGTERM stops the model in training at the end of its step; what has run is printed and saved.
+    with stop_on_signals(race, keeping="keeping the models trained so far") as caught:
+        results = _results(race, task)
+    missing = [t.name for t in race.tuners if t.result is None]
+    if missing and not caught:
+        raise BertCoreError(f"the run {missing[0]} produced no result")
+    kept = [r for r in results if r.tokenizer is not None and (r.state == "finished" or r.steps > 0)]
     saved = []
     if args.out:
-        for i, r in enumerate(r for r in results if r.tokenizer is not None):  # the baseline is not a checkpoint
+        for i, r in enumerate(kept):  # the baseline is not a checkpoint; a model stopped at step 0 learnt nothing
             folder = Path(args.out) if i == 0 else Path(args.out) / f"from-{r.name}"
             saved.append(str(save_classifier(r, folder)))
     if args.json:
@@ -293,9 +303,38 @@ def run(args) -> int:
                           "config": dataclasses.asdict(config), "results": [r.to_dict() for r in results],
                           "saved": saved}, indent=1))
     else:
-        print(format_results(results))
-        _print_saved(saved, [r for r in results if r.tokenizer is not None])
+        if results:
+            print(format_results(results))
+        _print_saved(saved, kept)
+    if caught:
+        print(stopped_words(caught[0], race, dict(zip((r.name for r in kept), saved)), args.out), file=sys.stderr)
+        return 128 + caught[0]
     return 0
+
+
+def stopped_words(signum: int, race, saved: dict[str, str], out) -> str:
+    """What a `finetune` stopped by a signal says: where it stopped, what it kept and where, what never ran, and that
+    fine-tuning does not resume (a saved model is the model of its step, not a checkpoint to go on from)."""
+    stopped = next((t for t in race.tuners if t.state == "stopped" and t.result is not None), None)
+    where = f" with {stopped.name} at step {stopped.step:,}" if stopped is not None else ""
+    lines = [f"stopped by {signal.Signals(signum).name}{where}."]
+    for t in race.tuners:
+        r = t.result
+        if r is None:
+            lines.append(f"  {t.name}: not run")
+        elif r.tokenizer is None:
+            lines.append(f"  {t.name}: {r.state}, its figures above")
+        elif t.name in saved:
+            lines.append(f"  {t.name}: {r.state} at step {r.steps:,}, its model of that step saved to {saved[t.name]}")
+        else:
+            lines.append(f"  {t.name}: {r.state} at step {r.steps:,}, " + ("nothing to keep (no step made)" if
+                         r.steps == 0 else "not saved (give --out DIR to keep it)"))
+    if stopped is not None:
+        lines.append(f"Fine-tuning does not resume: what was saved of {stopped.name} is its model at step "
+                     f"{stopped.step:,}, with the figures of that step, not a checkpoint to go on from. For whole "
+                     "budgets, run the command again" + (f" with --overwrite (it replaces {shlex.quote(str(out))})"
+                                                          if saved else "") + ".")
+    return "\n".join(lines)
 
 
 def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> tuple[Path | None, FinetuneConfig]:
@@ -348,17 +387,14 @@ def _str(path) -> str | None:
 
 
 def _results(race, task) -> list[FinetuneResult]:
-    """Run the race (the baseline lines first, then each model in turn, its progress on stderr) and return each
-    run's result; a failure raises BertCoreError."""
+    """Run the race (the baseline lines first, then each model in turn, its progress on stderr) and return the
+    result of each run that ran (a stopped race's later runs have none); a failure raises BertCoreError."""
     for tuner in race.tuners:
         tuner.callbacks.append(_progress_printer(tuner.name, sys.stderr, task.metric_names))
     race.run()
     if race.error is not None:
         raise BertCoreError(race.error)
-    missing = [t.name for t in race.tuners if t.result is None]
-    if missing:
-        raise BertCoreError(f"the run {missing[0]} produced no result")
-    return [t.result for t in race.tuners]
+    return [t.result for t in race.tuners if t.result is not None]
 
 
 def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:
