@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import sys
 
+from bert_core.cli.console import one_line
 from bert_core.data.downloads import SOURCES, fetch_corpus_text
 from bert_core.data.task_downloads import TASKS, fetch_task_csv
+from bert_core.errors import BertCoreError
 
 NAMES = (*TASKS, *SOURCES)
 
@@ -15,7 +17,8 @@ def add_parser(sub):
     p = sub.add_parser("download", help="fetch corpora and fine-tuning tasks into the cache",
                        description="Download, verify and cache the named corpora and fine-tuning tasks (once; "
                                    "later runs read the cache, or the shared data folder when it is there). "
-                                   f"Names: {', '.join(NAMES)}.")
+                                   "Every name is tried, one line each (its cached file, or an error: line); the "
+                                   f"exit status is 1 when any failed. Names: {', '.join(NAMES)}.")
     p.add_argument("names", nargs="+", choices=NAMES, metavar="NAME", help=f"one or more of {', '.join(NAMES)}")
     return p
 
@@ -27,13 +30,27 @@ def _progress(name: str):
     return report
 
 
+def _fetch(name: str):
+    if name in TASKS:
+        return fetch_task_csv(name, progress=_progress(name))
+    return fetch_corpus_text(name, progress=_progress(name))[1]
+
+
 def run(args) -> int:
-    """Carry out `python -m bert_core download`."""
+    """Carry out `python -m bert_core download`: every name is tried, so that one unreachable address (a build
+    without network for one host) does not keep the others from the cache."""
+    failed = 0
     for name in dict.fromkeys(args.names):
-        if name in TASKS:
-            where = fetch_task_csv(name, progress=_progress(name))
-        else:
-            where = fetch_corpus_text(name, progress=_progress(name))[1]
+        try:
+            where = _fetch(name)
+        except (BertCoreError, OSError) as exc:
+            failed += 1
+            why = one_line(exc)
+            if isinstance(exc, OSError) and exc.strerror:   # the machine's answer, as main() words it
+                why = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+            print(file=sys.stderr)
+            print(f"error: {name}: {why}", file=sys.stderr, flush=True)
+            continue
         print(file=sys.stderr)
-        print(f"{name}: {where}")
-    return 0
+        print(f"{name}: {where}", flush=True)
+    return 1 if failed else 0
