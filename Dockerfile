@@ -5,8 +5,11 @@ FROM python:3.11-slim
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# Spaces run the container as user 1000.
-RUN useradd --create-home --uid 1000 user
+# Spaces run the container as user 1000. The app's folder is made here as that user's: a WORKDIR that made it would
+# make it root's, and Docker's BuildKit keeps an existing folder's owner at `COPY --chown` (podman's builder hands it
+# over), so that the app could write nothing there.
+RUN useradd --create-home --uid 1000 user \
+ && install -d -o user -g user /home/user/app
 WORKDIR /home/user/app
 
 COPY --chown=user requirements.txt .
@@ -17,11 +20,20 @@ RUN pip install --index-url "$TORCH_INDEX" torch==2.13.0 \
 COPY --chown=user . .
 USER user
 # A Space serves strangers: public mode turns off every box that takes a server path (docs/deployment.md, "public mode").
-ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PUBLIC=1
-# The real fine-tuning tasks, fetched now so that the Fine-tune page offers them at once. Without a network at build
-# time the image still builds, and the page fetches a task when it is first picked.
+# Runs, their records and saved runs go to /data when the Space has persistent storage (a writable /data, kept
+# across restarts), else to the user's home (lost at a restart); bert_core.paths.app_data_dir reads the list.
+ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PUBLIC=1 \
+    BERT_EXPLORER_DATA=/data:/home/user
+# A Space shows the app inside huggingface.co's page, a frame of another site, where Streamlit's cookie-based XSRF
+# check refuses every upload (HTTP 403) and a browser that blocks third-party cookies (Safari, a private window)
+# never keeps the cookie at all. The check guards nothing else here (no st.login; an upload's address holds its
+# session's random id); the origin check of the app's WebSocket (server.enableCORS) stays on.
+ENV STREAMLIT_SERVER_ENABLE_XSRF_PROTECTION=false
+# The real fine-tuning tasks, fetched now so that the Fine-tune page offers them at once. Each is tried and reported
+# on its own line; without a network at build time the image still builds, and the page fetches a task when it is
+# first picked.
 RUN python -m bert_core download polarity ag_news conll2000 \
- || echo "warning: the fine-tuning tasks were not fetched; the Fine-tune page will fetch them on first use"
+ || echo "warning: not every fine-tuning task was fetched (see above); the Fine-tune page fetches a missing one on first use"
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

@@ -35,7 +35,7 @@ from typing import Callable
 
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.model.files import is_checkpoint_folder, is_whole_checkpoint, replace_folder
-from bert_core.paths import REPO_ROOT
+from bert_core.paths import app_data_dir
 
 log = logging.getLogger("bert_core.app")
 
@@ -119,12 +119,12 @@ def _drop_oldest(folders: list[Path], max_bytes: int, keep: Path | None = None) 
 
 
 def runs_dir() -> Path:
-    """The app's own runs folder (`BERT_EXPLORER_RUNS_DIR`, default `runs/app` beside app.py)."""
+    """The app's own runs folder (`BERT_EXPLORER_RUNS_DIR`, default `runs/app` under `paths.app_data_dir()`: beside
+    app.py, or on a Space under /data or the user's home)."""
     env = os.environ.get(RUNS_DIR_ENV, "").strip()
     if env:
         return Path(env)
-
-    return REPO_ROOT / "runs" / "app"
+    return app_data_dir() / "runs" / "app"
 
 
 def run_name(text: str) -> str:

@@ -22,6 +22,7 @@ the server's own secrets, as its memory held them. Nothing here imports Streamli
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -86,11 +87,18 @@ def probes_to_json(store) -> dict | None:
 
 
 def record_failure(exc: BaseException) -> str:
-    """What the pages say while a run's record cannot be written: a restart would lose the run."""
-    why = "the server's disk is full" if is_disk_full(exc) else f"the server could not write it ({os_reason(exc)})"
+    """What the pages say while a run's record cannot be written: a restart would lose the run. Each cause in its
+    own words: a full disk waits for room, a folder the server may not write in waits for its operator."""
+    if is_disk_full(exc):
+        why, until = "the server's disk is full", "as soon as there is room"
+    elif isinstance(exc, PermissionError) or getattr(exc, "errno", None) == errno.EROFS:
+        why = f"the server may not write in its state folder: {os_reason(exc)}"
+        until = "once its operator makes the folder writable by the user the server runs as"
+    else:
+        why, until = f"the server could not write it: {os_reason(exc)}", "until it can"
     return (f"**This run would be lost if the server restarted:** its record could not be written ({why}). It is "
-            f"here while the server runs; the server writes the record again every {RECORD_RETRY_S:g} s, as soon as "
-            "there is room. Download what you need to keep.")
+            f"here while the server runs; the server tries again every {RECORD_RETRY_S:g} s, {until}. Download "
+            "what you need to keep.")
 
 
 def _kept_race_models(checkpoint: Path) -> int:

@@ -341,12 +341,15 @@ def release_failure(exc: BaseException, folder: Path | None) -> str:
     if is_disk_full(exc):
         free = disk_free_mb(folder) if folder is not None else None
         room = f" ({free:.0f} MB free)" if free is not None else ""
-        why = f"the server's disk is full{room}"
+        why, ask = f"the server's disk is full{room}", "free space"
     else:
         why = f"the server could not write it ({without_paths(os_reason(exc))})"
+        # A folder the server may not write in (an image whose app folder is root's) is not a full disk.
+        ask = ("make the server's state folder writable by the user it runs as" if isinstance(exc, PermissionError)
+               else "look at the server's log")
     return (f"**This run's model is not on disk yet:** {why}. Its training process is kept alive to hold the "
             "model, so nothing is lost while the server runs, but a server restart would lose it: download it now (*Prepare download*), or ask the "
-            f"operator to free space. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")
+            f"operator to {ask}. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")
 
 
 def end_job(run: Run, wait: float) -> None:
