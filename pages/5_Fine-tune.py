@@ -381,6 +381,11 @@ try:
         st.rerun()
     app_state.stop_button(b2, run, busy, viewer, notice, app_state.FINETUNE_WORDS)
     app_state.reset_button(b3, run, viewer, app_state.FINETUNE_WORDS)
+    # A race a server restart stopped part-way: its note says what it kept; Resume goes on from there.
+    if not viewer and finetune_runs.can_resume(run) and st.button(
+            "Resume the race", icon=":material/resume:", type="primary", help=finetune_runs.RESUME_HELP):
+        app_state.RUNS.resume(run.run_id)
+        st.rerun()
 except BertCoreError as exc:
     app_state.show_error(exc)
 
@@ -399,8 +404,9 @@ def _live() -> None:
         st.info("Preparing: splitting the data and copying the model…", icon=":material/hourglass_top:")
         return
     if not comparison.tuners:   # a race read back after a restart that had ended none of its models
-        st.info("Nothing of this race was kept: the server restarted before any of its models had ended. Run it "
-                "again.", icon=":material/history:")
+        if not finetune_runs.can_resume(run):   # else its note says what it kept, and Resume is offered
+            st.info("Nothing of this race was kept: the server restarted before any of its models had ended. Run "
+                    "it again.", icon=":material/history:")
         return
     prog = comparison.progress
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)

@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,3 +268,43 @@ def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_n
     resumed.run()
     _same_race(resumed, whole)
     assert not (folder / TRAINING).exists(), "a finished model's checkpoint goes"
+
+
+def test_the_page_says_what_a_restart_kept_of_a_race_and_its_resume_finishes_it(nano_folder, tmp_path, monkeypatch):
+    """A race a server restart stopped while its second model trained, opened by its link on the Fine-tune page:
+    the page says it was stopped by the restart, what it kept and that Resume goes on, offers *Resume the race*,
+    and the race resumed from there finishes with both models' full budgets."""
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.serve import app_state
+    from bert_core.serve.run_scheduler import restore_runs
+    from tests.app_fixtures import finish_page_run
+
+    records, run_id = RunRecords(tmp_path / "state"), runs.new_token()
+    spec = dataclasses.replace(_page_spec(nano_folder, keep_in=str(records.checkpoint_for(run_id))),
+                               settings=page_settings({**WIDGETS, "steps": 30}))
+    race = build_race(spec)
+    race.tuners[-1].callbacks.append(lambda e: race.stop() if isinstance(e, FinetuneStep) and e.step == 5 else None)
+    race.run()   # the server's end stops the race at its next step: a checkpoint of step 5 is kept
+    run = Run(run_id=run_id, view_id=runs.new_token(), family=run_id, spec=spec, queued=False)
+    run.job = type("Job", (), {"phase": "running", "error": None, "ended_note": None, "trainer": race})()
+    assert records.write(run, "running", race.step)   # its last record: training
+    restore_runs(records, app_state.RUNS._registry, restoring(lambda *a: pytest.fail("a race is restored as one")))
+    monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(nano_folder))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
+    at.query_params["ft"] = run_id
+    try:
+        at.run()
+        assert not at.exception, at.exception
+        said = " ".join(w.value for w in at.warning)
+        assert "stopped by a server restart (1 of its models had ended, kept; its model 'scratch' had made 5 " \
+               "steps" in said and "Resume goes on from there" in said
+        next(b for b in at.button if b.label == "Resume the race").click().run()
+        assert not at.exception, at.exception
+        job = finish_page_run(at)
+        assert not at.exception, at.exception
+        assert [(r.name, r.state, r.steps) for r in job.trainer.results.values()] == \
+            [("pretrained", "finished", 30), ("scratch", "finished", 30)]
+        assert not any(b.label == "Resume the race" for b in at.button)
+    finally:
+        app_state.RUNS.discard(run_id)

@@ -129,7 +129,8 @@ def _add_training_options(p) -> None:
     p.add_argument("--out", type=path_arg, metavar="DIR",
                    help="write the classifier here (a Hugging Face folder: a new or empty folder, or an earlier "
                         "classifier with --overwrite); with --compare-scratch the from-scratch one goes to "
-                        "DIR/from-scratch")
+                        "DIR/from-scratch. Ctrl-C or kill stops the model in training after its step and saves "
+                        "what has run, a stopped model as the model of its step")
     p.add_argument("--overwrite", action="store_true", help="replace the classifier already in --out")
     p.add_argument("--compare-scratch", action="store_true",
                    help="also train the same architecture from scratch with the same budget")

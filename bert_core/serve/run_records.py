@@ -102,9 +102,11 @@ def record_failure(exc: BaseException) -> str:
 
 
 def _kept_race_models(checkpoint: Path) -> int:
-    """How many models of a race its kept results hold (0: none, or unreadable)."""
+    """How many models of a race had finished, their results kept (0: none, or unreadable). A model stopped part-way
+    (the server's end stops it) is kept too, but is not counted: it goes on from its checkpoint."""
     try:
-        return len(json.loads((checkpoint / RACE_FILE).read_text(encoding="utf-8")).get("results") or {})
+        results = json.loads((checkpoint / RACE_FILE).read_text(encoding="utf-8")).get("results") or {}
+        return sum(1 for r in results.values() if isinstance(r, dict) and r.get("state") == "finished")
     except (OSError, ValueError, AttributeError):
         return 0
 

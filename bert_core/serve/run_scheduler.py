@@ -88,7 +88,8 @@ class RunScheduler:
                     self._end_unwatched(run, now, to_end)
                 job = run.job
                 # A stopped pretraining run keeps its process for Resume; a stopped race cannot resume (a Stop skips
-                # its remaining models), so its idle process goes at once, as a finished one's does.
+                # its remaining models), so its idle process goes at once, as a finished one's does. A race a restart
+                # stopped has no process: it is parked, and Resume takes it up in a new one.
                 race = run.spec.page == FINETUNE_PAGE
                 ended = ("finished", "failed", "stopped") if race and not _parked(job) else ("finished", "failed")
                 if (not run.released and job is not None and not run.active and run not in to_end
