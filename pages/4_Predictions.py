@@ -134,6 +134,8 @@ with st.expander("The same text with another model (e.g. an earlier run of this 
     if not others:
         st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a checkpoint "
                    "beside the shipped one, and it can be set beside this model here.")
+    elif not preds:   # the text's fault is said once, above: the other model reads the same text
+        st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
     else:
         if st.session_state.get("pred_other") not in others:
             st.session_state["pred_other"] = next(iter(others))

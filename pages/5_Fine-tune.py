@@ -188,8 +188,8 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
                     st.selectbox("Label column", [None, *columns], key="ft_label_col",
                                  format_func=lambda c: "(guess)" if c is None else c)
                     st.checkbox("Two text columns as a sentence pair (not joined)", key="ft_pair")
-                except BertCoreError as exc:
-                    app_state.show_error(exc)
+                except BertCoreError:
+                    pass   # no columns to pick: the file's fault is said once, where the page reads its data (_data)
         if choice == "upload_conll":
             st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
                              "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll",

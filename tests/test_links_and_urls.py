@@ -275,3 +275,73 @@ def test_a_model_or_checkpoint_link_that_names_nothing_says_so(monkeypatch):
     assert at.sidebar.selectbox(key="model_shipped").value == "bert-tiny-english"
     assert [t for t in _toasts(at) if "`ckpt`" in t and "no shipped checkpoint" in t], _toasts(at)
     assert not _toasts(_link("pages/3_Attention.py", ckpt="gpt-tiny-english"))
+
+
+# -------------------------------------------------------------------------------------- an upload's error, once
+
+BAD_UPLOADS = {"binary": b"text,label\n\x00\x01\x02binary,1\n", "not UTF-8": b"text,label\n\xff\xfe caf\xe9,1\n",
+               "too large": b"text,label\n" + b"a fine sentence,1\n" * 200, "empty": b""}
+
+
+@pytest.fixture
+def small_caps(monkeypatch):
+    """Every upload's size limit at 1 kB, so that "too large" is a small file."""
+    from bert_core.data import answer_spans_data, classification_data, corpora, token_tags_data
+    from bert_core.serve import app_storage
+
+    for module, name in ((corpora, "MAX_INPUT_BYTES"), (classification_data, "MAX_CSV_BYTES"),
+                         (token_tags_data, "MAX_CONLL_BYTES"), (answer_spans_data, "MAX_SQUAD_BYTES")):
+        monkeypatch.setattr(module, name, 1024)
+    monkeypatch.setenv(app_storage.UPLOAD_CAP_ENV, str(1024 / 2**20))
+
+
+def _one_error(at) -> str:
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [str(e.value) for e in at.error]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+@pytest.mark.parametrize("kind", list(BAD_UPLOADS))
+def test_a_bad_corpus_upload_on_the_train_page_is_one_error(kind, small_caps):
+    at = _link("pages/2_Train.py")
+    at.selectbox(key="train_corpus").set_value("upload").run()
+    at.file_uploader(key="train_upload").upload("notes.txt", BAD_UPLOADS[kind], "text/plain").run()
+    at.button[0].click().run()
+    _one_error(at)
+
+
+@pytest.mark.parametrize("kind", list(BAD_UPLOADS))
+@pytest.mark.parametrize("choice, key, name", [("upload", "ft_upload", "data.csv"),
+                                               ("upload_conll", "ft_upload_conll", "tags.txt"),
+                                               ("upload_squad", "ft_upload_squad", "questions.json")])
+def test_a_bad_upload_on_the_fine_tune_page_is_one_error(kind, choice, key, name, small_caps):
+    at = _link("pages/5_Fine-tune.py")
+    at.radio(key="ft_kind").set_value({"upload": "labels", "upload_conll": "tags", "upload_squad": "spans"}[choice]).run()
+    at.radio(key="ft_data").set_value(choice).run()
+    at.file_uploader(key=key).upload(name, BAD_UPLOADS[kind], "text/plain").run()
+    _one_error(at)
+    at.run()                     # and on the next drawing still once
+    _one_error(at)
+
+
+@pytest.mark.parametrize("kind", list(BAD_UPLOADS))
+def test_a_bad_checkpoint_upload_in_the_sidebar_is_one_error(kind, small_caps):
+    from bert_core.serve import app_state
+
+    at = _link("pages/3_Attention.py")
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()
+    at.sidebar.file_uploader(key="model_upload").upload("model.zip", BAD_UPLOADS[kind], "application/zip").run()
+    _one_error(at)
+
+
+def test_a_text_without_mask_is_one_error_with_a_second_model_beside(monkeypatch):
+    """The second model's expander reads the same text: its fault was said twice."""
+    from bert_core.serve import model_sources
+
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(ROOT / "checkpoints" / "bert-tiny-english"))
+    if not model_sources.checkpoints_beside_default(exclude=model_sources.default_checkpoint()):
+        pytest.skip("no second checkpoint beside the shipped one")
+    at = _link("pages/4_Predictions.py")
+    at.text_area(key="pred_text").input("no mask in this text").run()
+    assert "MASK" in _one_error(at)
