@@ -29,6 +29,7 @@ from bert_core.training.finetune_checkpoint import checkpoint_of
 from bert_core.training.finetune_race import TRAINING, EndedRun, build_race, keep_race
 from bert_core.training.finetune_results import FinetuneStep
 from tests.test_runs import _until  # a polling wait
+from tests.test_toy_qa_drills import _staged_task, tiny  # noqa: F401  (fixture: a nano config and its tokenizer)
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py)
 
@@ -308,3 +309,43 @@ def test_the_page_says_what_a_restart_kept_of_a_race_and_its_resume_finishes_it(
         assert not any(b.label == "Resume the race" for b in at.button)
     finally:
         app_state.RUNS.discard(run_id)
+
+
+def test_a_curriculum_run_goes_on_from_a_checkpoint_past_a_stage_change_exactly(tiny, tmp_path, monkeypatch):
+    """The toy QA task's drills: a run killed at step 33 (its checkpoint of step 32, just after `where` gave way to
+    the next drill with a new optimizer and schedule; `sentence` learnt early, so a stage ended by its scores) goes
+    on from it to the stages, learning rates, curve and weights of the run never killed."""
+    import shutil
+
+    from bert_core.training import finetune as finetune_module
+    from bert_core.training.finetune import FinetuneConfig, Finetuner
+
+    monkeypatch.setattr(finetune_module, "MASTERY_STEPS", 5)
+
+    def tuner(**kw):
+        task = _staged_task()
+        task.drills = (dataclasses.replace(task.drills[0], mastery=0.0),
+                       dataclasses.replace(task.drills[1], mastery=1.01), *task.drills[2:])
+        config, tokenizer = tiny
+        cfg = FinetuneConfig(max_steps=80, time_budget_s=None, batch_size=8, learning_rate=1e-3, max_length=96,
+                             eval_points=4, seed=0, device="cpu", precision="fp32")
+        made = Finetuner(task.new_head(config, 0), tokenizer, config=cfg, task=task, name="qa", **kw)
+        made.checkpoint_dir, made.checkpoint_every_s = tmp_path / "every-step", 0.0
+        return made
+
+    def kill_at_33(event):
+        if isinstance(event, FinetuneStep) and event.step == 33:
+            shutil.copytree(tmp_path / "every-step", tmp_path / "killed")
+
+    whole = tuner(callbacks=[kill_at_33])
+    expected = whole.run()
+    resumed = tuner()
+    resumed.resume_from(tmp_path / "killed")
+    assert resumed.step == 32 and [s.step for s in resumed.stages] == [0, 5, 22, 32]
+    got = resumed.run()
+    assert [s.step for s in got.stages] == [s.step for s in expected.stages] == [0, 5, 22, 32, 44, 54, 64]
+    assert [(e.step, e.lr, e.loss) for e in got.history] == [(e.step, e.lr, e.loss) for e in expected.history]
+    assert [(e.step, e.accuracy, e.macro_f1) for e in got.evals] == [(e.step, e.accuracy, e.macro_f1)
+                                                                    for e in expected.evals]
+    assert _weights(got).keys() == _weights(expected).keys()
+    assert all(torch.equal(_weights(got)[k], v) for k, v in _weights(expected).items())
