@@ -36,15 +36,13 @@ def _instances(key: str, _data, seed: int):
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
 PAIRS, SEEDS, RATES = app_state.Within(0, 1_000_000), app_state.Within(0, 2**31 - 1), app_state.Within(0.05, 0.5)
-app_state.init_widget("tm_mode", "draw")
+app_state.init_widget("tm_mode", "draw", app_state.one_of(("draw", "type"), "no such choice"))
 app_state.init_widget("tm_pair_seed", 0, PAIRS)
 app_state.init_widget("tm_a", "the cat sat on the mat .")
 app_state.init_widget("tm_b", "it was tired after the long day .")
 app_state.init_widget("tm_seed", 0, SEEDS)
 app_state.init_widget("tm_rate", MASK_RATE, RATES)
 app_state.persist_keys("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
-if st.session_state["tm_mode"] not in ("draw", "type"):
-    st.session_state["tm_mode"] = "draw"
 
 try:
     data, data_name = _corpus_data()

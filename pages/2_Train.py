@@ -25,14 +25,10 @@ PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
 # After "Start with this change", the settings show the new run's (set here, before the widgets are drawn).
 for key, value in st.session_state.pop("train_show_settings", {}).items():
     st.session_state[key] = value
-app_state.init_widget("train_corpus", "toy")
-if st.session_state["train_corpus"] not in CORPORA:
-    st.session_state["train_corpus"] = "toy"
+app_state.init_widget("train_corpus", "toy", app_state.one_of(CORPORA, "no corpus of that name"))
 # Each setting follows the chosen corpus and size until the user changes it: a typed value stays when either
 # changes. The size is settled first, since the rest follow it (bert_core.training.lesson_settings).
-app_state.init_widget("train_preset", "nano")
-if st.session_state["train_preset"] not in PRESET_NAMES:
-    st.session_state["train_preset"] = "nano"
+app_state.init_widget("train_preset", "nano", app_state.one_of(PRESET_NAMES, "no size of that name"))
 # Each number's range: its widget's, and what its value from a link is held to (a value out of it is not the minimum).
 W = app_state.Within
 RANGES = {"train_vocab": W(100, 60000), "train_layers": W(1, 12), "train_hidden": W(8, 768), "train_heads": W(1, 16),
@@ -47,7 +43,7 @@ app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_
 app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
 # Read from the URL before it goes (the slider is drawn only beside a run).
 app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
-app_state.init_widget("train_objective", "mlm")
+app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
 app_state.persist_keys("train_objective")
 app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
 app_state.persist_keys("train_map_word")

@@ -63,17 +63,17 @@ defaults = {"kind": FIRST, "data": DEFAULT_DATA[FIRST], "train": SIZES[DEFAULT_D
             "val": SIZES[DEFAULT_DATA[FIRST]][1], "seed": 0, **KIND_PAGES[FIRST].settings,
             **finetune_kinds.DATA_SETTINGS.get(DEFAULT_DATA[FIRST], {}), "lr": SUGGESTED_LRS[FIRST], "batch": 32,
             "tag_column": "chunk"}
-# Each number's range: its widget's, and what its value from a link is held to (a value out of it is not the minimum).
+# How a link's value is read: the kind among the page's, each number held to its widget's range (which the widget is
+# drawn with: a value out of it is not the minimum).
 W = app_state.Within
-casts = dict(train=W(10, 100_000), val=W(10, 20_000), seed=W(0, 2**31 - 1), steps=W(1, 100_000), budget=W(1, 3_600),
-             lr=W(1e-6, 1e-1), batch=W(1, 256), maxlen=W(16, 512))
+casts = dict(kind=app_state.one_of(KIND_PAGES, "no such kind of task"), train=W(10, 100_000), val=W(10, 20_000),
+             seed=W(0, 2**31 - 1), steps=W(1, 100_000), budget=W(1, 3_600), lr=W(1e-6, 1e-1), batch=W(1, 256),
+             maxlen=W(16, 512))
 for name, value in defaults.items():
     app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
 st.session_state.setdefault("ft_drills", True)
 app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
                        "ft_second", "ft_baseline", "ft_drills")
-if st.session_state["ft_kind"] not in KIND_PAGES:
-    st.session_state["ft_kind"] = FIRST
 SUGGESTED_LR = SUGGESTED_LRS[st.session_state["ft_kind"]]
 if st.session_state.get("_ft_suggested_lr", SUGGESTED_LR) != SUGGESTED_LR:
     st.session_state["ft_lr"] = SUGGESTED_LR  # an active model of another size, or another kind: the rate that suits

@@ -69,9 +69,7 @@ else:
                        "command.\n\n" + "\n\n".join(notes))
 
 st.subheader("Figures")
-app_state.init_widget("image_format", "png")
-if st.session_state["image_format"] not in ("png", "svg"):
-    st.session_state["image_format"] = "png"
+app_state.init_widget("image_format", "png", app_state.one_of(("png", "svg"), "not png or svg"))
 st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
          horizontal=True)
 st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "

@@ -235,6 +235,20 @@ def test_a_race_link_given_as_a_run_link_names_the_page_it_belongs_to(monkeypatc
         app_state.RUNS.discard(race.run_id)
 
 
+@pytest.mark.parametrize("page, key, raw, default, reason", [
+    ("pages/2_Train.py", "train_corpus", "wikipedia-all", "toy", "no corpus of that name"),
+    ("pages/2_Train.py", "train_preset", "huge", "nano", "no size of that name"),
+    ("pages/2_Train.py", "train_objective", "gpt9", "mlm", "no such objective"),
+    ("pages/5_Fine-tune.py", "ft_kind", "poems", "labels", "no such kind of task"),
+    ("pages/1_Tokens_and_masking.py", "tm_mode", "dream", "draw", "no such choice"),
+    ("pages/6_Export.py", "image_format", "gif", "png", "not png or svg"),
+])
+def test_a_choice_from_a_link_that_names_nothing_says_so(page, key, raw, default, reason):
+    at = _link(page, **{key: raw})
+    assert at.session_state[key] == default
+    assert [t for t in _toasts(at) if f"`{key}`" in t and reason in t], _toasts(at)
+
+
 def test_the_lesson_classes_know_the_codes_that_ended():
     from bert_core.inspect import lesson
     from bert_core.serve.lesson_classes import LessonClasses

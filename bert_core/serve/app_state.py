@@ -100,4 +100,4 @@ from bert_core.serve.lesson_classes import PUBLIC_URL_ENV  # a server setting (t
 from bert_core.serve.model_sources import ActiveModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.runs import OWNER, VIEWER, Run
-from bert_core.serve.url_settings import Within
+from bert_core.serve.url_settings import Within, one_of
