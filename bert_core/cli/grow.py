@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bert_core.cli.arguments import SEED, int_arg, path_arg
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import check_output_folder
+from bert_core.model.checkpoint import CHECKPOINT_FILES, check_output_folder, folder_built_beside
 from bert_core.model.config import PRESETS
 from bert_core.model.growth import grow_checkpoint
 from bert_core.training.finetune import checkpoint_pretraining_rate
@@ -39,8 +39,11 @@ def run(args) -> int:
         heldout = heldout_split_record(args.checkpoint)
     except BertCoreError:
         heldout = None
-    r = grow_checkpoint(args.checkpoint, out, hidden, layers, seed=args.seed,
-                        pretraining_rate=checkpoint_pretraining_rate(args.checkpoint), heldout=heldout)
+    # Put together beside --out and moved into place whole, as every checkpoint is: an old folder there is replaced
+    # only once the grown one is complete, and a full disk leaves it as it was.
+    with folder_built_beside(out, owned=CHECKPOINT_FILES) as tmp:
+        r = grow_checkpoint(args.checkpoint, tmp, hidden, layers, seed=args.seed,
+                            pretraining_rate=checkpoint_pretraining_rate(args.checkpoint), heldout=heldout)
     f = r["from_size"]
     # The heads grow with the width (the head size stays), so a preset's own head count may differ: say it.
     print(f"grew {args.checkpoint} from {f['num_hidden_layers']} layers x {f['hidden_size']} to {layers} layers x "

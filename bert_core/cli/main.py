@@ -16,9 +16,10 @@ from bert_core.cli import bench, corpus, download, export, finetune, generate, g
 from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, SEED, int_arg, path_arg
 from bert_core.cli.console import one_line, percent
 from bert_core.data.objectives import MASK_RATE
-from bert_core.errors import BertCoreError
+from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.inspect.inspection import fill_mask
 from bert_core.model.checkpoint import load_checkpoint
+from bert_core.model.files import disk_full_words
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.allocator import TRAINING_COMMANDS, keep_freed_memory
 from bert_core.training.heldout import evaluate_text_file
@@ -167,11 +168,19 @@ def _setup_output() -> None:
         logger.addHandler(_WarningsOnly())
 
 
+def _written(args, error: BaseException) -> str | None:
+    """What a command that met a full disk was writing: the file the system names, else the command's output (its
+    --out, or the run it resumes); None when neither is known."""
+    named = getattr(error, "filename", None) or getattr(args, "out", None) or getattr(args, "resume", None)
+    return None if named is None else str(named)
+
+
 def main(argv=None) -> int:
     """Entry point: parse, run, and turn every failure into one `error:` line: user errors exit with status 2,
     a failed run with 1, and anything unexpected with 1 as an "internal error" (BERT_CORE_DEBUG=1 shows its trace)."""
     _setup_output()
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
         parser = build_parser()  # imports every command's module: a broken installation fails here
         args = parser.parse_args(argv)  # argparse's own errors exit here, as one line (see _Parser)
@@ -192,11 +201,15 @@ def main(argv=None) -> int:
     except MemoryError:
         print("error: out of memory: use a smaller model, batch, sequence length or text", file=sys.stderr)
         return 1
-    except OSError as e:  # the machine's answer (permission denied, disk full...) to an operation on a path
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}{e.strerror or one_line(e)}", file=sys.stderr)
-        return 2
     except Exception as e:  # noqa: BLE001 - the last resort: a bug, said in one line, never a traceback
+        if is_disk_full(e):  # the user's disk, whichever library met it (OSError, SafetensorError...): not a bug
+            print(f"error: {one_line(disk_full_words(_written(args, e), e))}; free some space, or choose a folder on "
+                  "another disk", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError):  # the machine's answer (permission denied...) to an operation on a path
+            where = f"{e.filename}: " if e.filename else ""
+            print(f"error: {where}{e.strerror or one_line(e)}", file=sys.stderr)
+            return 2
         if os.environ.get(DEBUG_ENV):
             raise
         print(f"error: internal error: {type(e).__name__}: {one_line(e)[:500]}; please report it (run again with "

@@ -18,7 +18,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -31,20 +30,28 @@ from typing import Callable
 import numpy as np
 
 from bert_core.data.corpus_cleaning import normalized_words
-from bert_core.data.corpus_shards import INDEX_FILE, ShardWriter
+from bert_core.data.corpus_shards import INDEX_FILE, ShardWriter, shard_patterns
 from bert_core.data.corpus_sources import (SourceDocument, SourceTree, decode_text, detect_kind, parse_source,
                                            read_documents)
 from bert_core.errors import BertCoreError
+from bert_core.model.files import TOKENIZER_FILES, check_output_folder, replace_folder
 from bert_core.paths import cache_dir, shared_data_dir
 
 __all__ = ["BuildSettings", "Reference", "build_corpus", "default_references", "load_reference", "ngram_hashes",
-           "REPORT_FILE", "DEFAULT_WEIGHTS"]
+           "REPORT_FILE", "DEFAULT_WEIGHTS", "CORPUS_FILES"]
 
 REPORT_FILE = "report.json"
 # How many times each source's training documents are read per pass over the mix. Books dominate by words; the
 # news (the era and topics of AG News) and the NLTK text are repeated so that about a tenth of what a model
 # reads is news, at the cost of repeating 4x a text far smaller than the books (see docs/corpus.md).
 DEFAULT_WEIGHTS = {"gutenberg": 1.0, "reuters": 4.0, "newsgroups": 2.0, "bbc": 4.0, "nltk": 2.0, "text": 1.0}
+# Every name a build writes (fnmatch patterns; a source is named KIND or KIND-N): `--overwrite` replaces a folder
+# holding these only, and removes nothing else.
+CORPUS_FILES = frozenset({
+    REPORT_FILE, INDEX_FILE, *(f"tokenizer/{name}" for name in TOKENIZER_FILES),
+    *(pattern for kind in DEFAULT_WEIGHTS for source in (kind, f"{kind}-[0-9]*")
+      for pattern in (*shard_patterns(source), f"heldout/{source}.txt")),
+})
 
 
 @dataclass(frozen=True)
@@ -268,9 +275,7 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
     say = progress or (lambda msg: None)
     if not sources:
         raise BertCoreError("give at least one SOURCE folder or git directory")
-    out = Path(out).expanduser()
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise BertCoreError(f"{out} exists and is not empty; give a new folder (or --overwrite to replace it)")
+    out = check_output_folder(out, overwrite, owned=CORPUS_FILES, holds="a corpus")
     unknown = [w for w in settings.weights if w not in DEFAULT_WEIGHTS]
     if unknown:
         raise BertCoreError(f"weights for unknown kinds {unknown}; kinds are {', '.join(DEFAULT_WEIGHTS)}")
@@ -294,9 +299,8 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
     try:
         report = _build_into(work, trees, tokenizer, settings, refs, say)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(work, out)
+        # Checked again as it is replaced, and only the build's own files removed: a build takes hours.
+        replace_folder(work, out, owned=CORPUS_FILES)
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)

@@ -18,8 +18,8 @@ import hashlib
 import json
 import lzma
 import os
-import tempfile
-from pathlib import Path
+import uuid
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import torch
@@ -31,12 +31,20 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import next_token_targets
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 
-__all__ = ["INDEX_FILE", "SHARDS_PREFIX", "ShardWriter", "ShardStream", "open_index", "shard_folder", "shard_tokens"]
+__all__ = ["INDEX_FILE", "SHARDS_PREFIX", "ShardWriter", "ShardStream", "open_index", "shard_folder", "shard_tokens",
+           "shard_patterns"]
 
 INDEX_FILE = SHARD_INDEX
 _EVAL_SALT = 0x45564C   # the held-out batches' seed is mixed with this, as PretrainingData.eval_batches does
 INDEX_VERSION = 1
 _SUFFIX, _XZ = ".u16", ".u16.xz"
+SHARDS_DIR = "shards"
+
+
+def shard_patterns(source: str) -> tuple[str, ...]:
+    """The names (fnmatch patterns) ShardWriter gives the shards of a source whose name matches `source`, and the
+    raw copies shard_tokens unpacks beside compressed ones."""
+    return tuple(f"{SHARDS_DIR}/{source}-*-[0-9][0-9][0-9][0-9]{suffix}" for suffix in (_SUFFIX, _XZ))
 
 
 class ShardWriter:
@@ -45,7 +53,7 @@ class ShardWriter:
     def __init__(self, folder: str | Path, tokenizer: BertTokenizer, shard_tokens: int = 1 << 23,
                  compress: bool = False):
         self.folder = Path(folder)
-        (self.folder / "shards").mkdir(parents=True, exist_ok=True)
+        (self.folder / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
         self.tokenizer = tokenizer
         self.shard_tokens = int(shard_tokens)
         self.compress = bool(compress)
@@ -70,8 +78,8 @@ class ShardWriter:
         data = np.concatenate(arrays).astype("<u2").tobytes()
         name = f"{source}-{split}-{n:04d}" + (_XZ if self.compress else _SUFFIX)
         stored = lzma.compress(data, preset=6) if self.compress else data
-        (self.folder / "shards" / name).write_bytes(stored)
-        self.shards.append({"file": f"shards/{name}", "source": source, "split": split, "tokens": count,
+        (self.folder / SHARDS_DIR / name).write_bytes(stored)
+        self.shards.append({"file": f"{SHARDS_DIR}/{name}", "source": source, "split": split, "tokens": count,
                             "documents": docs, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(stored)})
 
     def finish(self, settings: dict, weights: dict) -> dict:
@@ -99,12 +107,14 @@ def open_index(folder: str | Path) -> dict:
         index = json.loads(path.read_text())
         shards = index["shards"]
         int(index["vocab_size"])
+        if not all(isinstance(s["file"], str) and type(s["tokens"]) is int and s["tokens"] >= 0 for s in shards):
+            raise TypeError("a shard's file is not a name, or its tokens not a count")
     except (ValueError, KeyError, TypeError) as e:
         raise BertCoreError(f"{path} is damaged ({e}); rebuild the corpus") from e
     if index.get("version") != INDEX_VERSION:
         raise BertCoreError(f"{path} has version {index.get('version')}; this code reads version {INDEX_VERSION}")
     for s in shards:
-        f = folder / s["file"]
+        f = shard_path(folder, s)
         if not f.is_file():
             raise BertCoreError(f"shard {s['file']} listed in {path} is missing; copy it again or rebuild")
         if s["file"].endswith(_SUFFIX) and f.stat().st_size != 2 * s["tokens"]:
@@ -113,13 +123,28 @@ def open_index(folder: str | Path) -> dict:
     return index
 
 
+def shard_path(folder: str | Path, shard: dict) -> Path:
+    """Where a shard index's entry points: a file inside the corpus folder. An absolute path, a `..`, or a link
+    that leads out of the folder is refused: an index is data that travels, and must not open /etc/passwd."""
+    folder = Path(folder).expanduser()
+    name = shard["file"]
+    inside = PurePosixPath(name)
+    where = folder / name
+    if (not name or inside.is_absolute() or ".." in inside.parts or "\\" in name
+            or not where.resolve().is_relative_to(folder.resolve())):
+        raise BertCoreError(f"{folder / INDEX_FILE} lists shard {name!r}, which is not a file inside the corpus "
+                            f"folder {folder}; a shard index names files inside its own folder only (as "
+                            f"{SHARDS_DIR}/NAME.u16): rebuild the corpus or copy it again")
+    return where
+
+
 def shard_tokens(folder: str | Path, shard: dict) -> np.ndarray:
     """The token ids of one shard as a read-only memory map; a compressed shard is unpacked beside itself once
     (checked against its sha256) and mapped from there."""
     folder = Path(folder)
-    f = folder / shard["file"]
+    f = shard_path(folder, shard)
     if shard["file"].endswith(_XZ):
-        raw = f.with_name(f.name[: -len(_XZ)] + _SUFFIX)
+        raw = shard_path(folder, {"file": shard["file"][: -len(_XZ)] + _SUFFIX})   # a link there is refused too
         if not raw.is_file() or raw.stat().st_size != 2 * shard["tokens"]:
             try:
                 data = lzma.decompress(f.read_bytes())
@@ -127,10 +152,14 @@ def shard_tokens(folder: str | Path, shard: dict) -> np.ndarray:
                 raise BertCoreError(f"shard {shard['file']} is truncated or damaged ({e}); copy it again") from e
             if len(data) != 2 * shard["tokens"] or hashlib.sha256(data).hexdigest() != shard["sha256"]:
                 raise BertCoreError(f"shard {shard['file']} does not unpack to the tokens recorded; copy it again")
-            fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=raw.name, suffix=".part")
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, raw)
+            # Opened as any file is (its mode from the umask, unlike mkstemp's 0600), under a name of ours.
+            tmp = raw.with_name(f".{raw.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            try:
+                with open(tmp, "xb") as out:
+                    out.write(data)
+                os.replace(tmp, raw)
+            finally:
+                tmp.unlink(missing_ok=True)
         f = raw
     if f.stat().st_size != 2 * shard["tokens"]:
         raise BertCoreError(f"shard {shard['file']} is truncated or damaged ({f.stat().st_size} bytes, expected "

@@ -7,10 +7,13 @@ stays torch-free until a model is shown (tests/test_layers.py's TORCH_FREE). Tho
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import fnmatch
 import glob
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,15 +25,17 @@ from typing import Any, Callable, Iterator
 
 from bert_core.errors import BertCoreError, is_disk_full
 
+log = logging.getLogger(__name__)
+
 TRAINER_STATE = "trainer_state.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
 OPTIMIZER_META = "optimizer.json"
+TOKENIZER_FILES = frozenset({"tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"})
 # Every name bert_core writes into a checkpoint or classifier folder: a folder holding anything else is the
-# user's, and is never replaced.
+# user's, and is never replaced. (growth.json: what `grow` recorded, model.growth.GROWTH_RECORD.)
 CHECKPOINT_FILES = frozenset({
-    "config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
-    "special_tokens_map.json", TRAINER_STATE, OPTIMIZER_TENSORS, OPTIMIZER_META, "metrics.json",
-    "finetune_result.json",
+    "config.json", "model.safetensors", *TOKENIZER_FILES, TRAINER_STATE, OPTIMIZER_TENSORS, OPTIMIZER_META,
+    "metrics.json", "finetune_result.json", "growth.json",
 })
 
 
@@ -60,11 +65,47 @@ def write_json_atomic(path, obj) -> Path:
     return write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
 
 
-def write_error(path, e: Exception) -> BertCoreError:
+def write_error(path, e: BaseException) -> BertCoreError:
     """The one-line message for a failed write: the path, the system's reason, and that nothing was replaced."""
+    if is_disk_full(e):
+        return BertCoreError(f"{disk_full_words(path, e)}; nothing there was replaced: free some space, or choose a "
+                             "folder on another disk")
     reason = getattr(e, "strerror", None) or str(e)
     return BertCoreError(f"could not write {path}: {reason}; nothing there was replaced (free some space or "
                          "choose a writable folder)")
+
+
+def disk_free_mb(path) -> float | None:
+    """Free megabytes on the disk that holds `path` (or its nearest existing parent); None when unknown."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free / 2**20
+    except OSError:
+        return None
+
+
+def disk_full_words(path, error: BaseException) -> str:
+    """'could not write PATH: the disk is full (No space left on device; 1.5 MB free there)': a full disk in plain
+    words, whichever library met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe).
+    Without a `path` (None), what was written is not known: the words say so."""
+    quota = any(getattr(e, "errno", None) == 122 or "quota" in str(e).lower() for e in _chain(error))
+    reason = "Disk quota exceeded" if quota else "No space left on device"
+    if path is None:
+        return f"could not write a file: the disk is full ({reason})"
+    free = disk_free_mb(path)
+    room = ("" if free is None else f"; {free:,.1f} MB free there" if free < 10_000
+            else f"; {free / 1024:,.1f} GB free there")
+    return f"could not write {path}: the disk is full ({reason}{room})"
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    found = []
+    while isinstance(error, BaseException) and len(found) < 10:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
 
 
 def read_json(path) -> Any:
@@ -175,12 +216,78 @@ def recover_folder(folder: Path) -> None:
         os.replace(aside, folder)
 
 
-def replace_folder(tmp: Path, folder: Path) -> None:
-    """Move a finished temporary folder onto `folder`, keeping the old one whole until the new one is in place."""
+def _umask() -> int:
+    # Linux says it without changing it; os.umask() must set one to read it, which races with other threads.
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _honour_umask(folder: Path) -> None:
+    """Give everything in `folder` the modes a plain open() or mkdir() would (0666 / 0777 less the umask):
+    safetensors writes through a private temporary file (0600) and mkdtemp makes 0700 folders, so without this a
+    checkpoint in a shared folder or a container volume is unreadable to every other user."""
+    mask = _umask()
+    for root, _dirs, names in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for name in names:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
+
+
+def _discard(aside: Path, owned) -> list[str]:
+    """Remove a folder set aside: whole, or with `owned` only the files those patterns name (and the folders left
+    empty); returns what was left, the user's."""
+    if owned is None:
+        shutil.rmtree(aside, ignore_errors=True)
+        return []
+    if aside.is_symlink():   # `folder` was a link: the link goes, what it points to stays as it was
+        aside.unlink()
+        return []
+    left = _remove_owned(aside, frozenset(owned), ())
+    if not left:
+        aside.rmdir()
+    return left
+
+
+def _remove_owned(folder: Path, owned: frozenset, prefix: tuple[str, ...]) -> list[str]:
+    left = []
+    for entry in sorted(folder.iterdir()):
+        parts = (*prefix, entry.name)
+        kind = _made_by(owned, entry, parts)
+        if kind == "folder":
+            inside = _remove_owned(entry, owned, parts)
+            if not inside:
+                entry.rmdir()
+            left += inside
+        elif kind == "file":
+            entry.unlink()
+        else:
+            left.append("/".join(parts))
+    return left
+
+
+def replace_folder(tmp: Path, folder: Path, owned=None) -> None:
+    """Move a finished temporary folder onto `folder`, keeping the old one whole until the new one is in place.
+
+    With `owned` (the names its writer writes, as for check_output_folder), an old `folder` holding anything else
+    is refused, and only what those names match is removed of it: the check before the work is not the only
+    thing between a user's file and rmtree (a build takes hours; a file may appear meanwhile)."""
     recover_folder(folder)
     aside = _aside_name(folder)
-    if aside.exists():
-        shutil.rmtree(aside)
+    if owned is not None and (folder.is_symlink() or folder.exists()):
+        foreign = _foreign_entries(folder, owned) if folder.is_dir() else [f"{folder.name} itself is a file"]
+        if foreign:
+            raise _foreign_error(str(folder), foreign)
+    if aside.exists() and _discard(aside, owned):
+        raise BertCoreError(f"{aside} (a copy set aside by an earlier save) holds files that bert_core did not write; "
+                            "move them away, then try again")
+    _honour_umask(tmp)
     if folder.exists():
         os.replace(folder, aside)
     try:
@@ -190,7 +297,9 @@ def replace_folder(tmp: Path, folder: Path) -> None:
             os.replace(aside, folder)  # the old checkpoint back in its place
         raise
     if aside.exists():
-        shutil.rmtree(aside, ignore_errors=True)
+        left = _discard(aside, owned)
+        if left:
+            log.warning("%s holds files that bert_core did not write (%s): they were kept there", aside, _shown(left))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -224,11 +333,11 @@ def _first_os_error(e: Exception) -> Exception:
 
 
 @contextlib.contextmanager
-def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = ()) -> Iterator[Path]:
+def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = (), owned=None) -> Iterator[Path]:
     """Put a folder together in a temporary sibling of `folder` (the block writes into the path it is given) and
-    move it into place whole when the block ends. If anything fails midway the temporary folder is removed and an
-    existing `folder` is left as it was; a failed write (an OSError, or one of `errors`) is a BertCoreError naming
-    the path."""
+    move it into place whole when the block ends (replace_folder, with `owned`). If anything fails midway the
+    temporary folder is removed and an existing `folder` is left as it was; a failed write (an OSError, one of
+    `errors`, or whatever says the disk is full) is a BertCoreError naming the path."""
     given = Path(folder)
     folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
     if not folder.name:
@@ -239,12 +348,12 @@ def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = ()) ->
         remove_leftovers(folder)
         tmp.mkdir()
         yield tmp
-        replace_folder(tmp, folder)
-    except (OSError, shutil.Error, *errors) as e:
+        replace_folder(tmp, folder, owned)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(given, _first_os_error(e)) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (OSError, shutil.Error, *errors)) or (
+                isinstance(e, Exception) and not isinstance(e, BertCoreError) and is_disk_full(e)):
+            raise write_error(given, _first_os_error(e)) from e
         raise
 
 
@@ -290,26 +399,63 @@ def _require_writable(path: Path, flag: str) -> None:
                             "choose a writable folder")
 
 
-def _foreign_entries(folder: Path, subfolders: tuple[str, ...]) -> list[str]:
-    """Names in `folder` (and its allowed subfolders) that bert_core does not write."""
+def _owns(owned: frozenset, parts: tuple[str, ...], folder: bool = False) -> bool:
+    """Whether the patterns `owned` ("name", "sub/*.txt": one fnmatch pattern a path part) name the file at `parts`,
+    or with `folder`, a folder some of them lie in."""
+    for pattern in owned:
+        steps = pattern.split("/")
+        if (len(steps) > len(parts) if folder else len(steps) == len(parts)) and all(
+                fnmatch.fnmatchcase(part, step) for part, step in zip(parts, steps)):
+            return True
+    return False
+
+
+def _made_by(owned, entry: Path, parts: tuple[str, ...]) -> str | None:
+    """"folder" or "file" when the writer of the patterns `owned` makes `entry` (at `parts` inside its folder), or
+    it is a temporary file of ours; None when it is the user's (a link always is)."""
+    if entry.is_symlink():
+        return None
+    if entry.is_dir():
+        return "folder" if _owns(owned, parts, folder=True) else None
+    return "file" if entry.is_file() and (_owns(owned, parts) or _OUR_TEMPORARY.fullmatch(entry.name)) else None
+
+
+def _foreign_entries(folder: Path, owned, prefix: tuple[str, ...] = ()) -> list[str]:
+    """Paths in `folder` that the patterns `owned` do not name (nor a temporary file of ours): the user's."""
     foreign = []
     for entry in sorted(folder.iterdir()):
-        if entry.is_dir() and not entry.is_symlink() and entry.name in subfolders:
-            foreign += [f"{entry.name}/{n}" for n in _foreign_entries(entry, ())]
-        elif entry.is_file() and not entry.is_symlink() and (entry.name in CHECKPOINT_FILES
-                                                             or _OUR_TEMPORARY.fullmatch(entry.name)):
-            continue
-        else:
-            foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+        parts = (*prefix, entry.name)
+        kind = _made_by(owned, entry, parts)
+        if kind == "folder":
+            foreign += _foreign_entries(entry, owned, parts)
+        elif kind is None:
+            foreign.append("/".join(parts) + ("/" if entry.is_dir() else ""))
     return foreign
 
 
-def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", subfolders: tuple[str, ...] = ()) -> Path:
-    """Check, before any work, that a checkpoint may be written to `folder`; returns it as a Path.
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
-    Refused: an empty path, the root, the current or home folder, an existing file, and a folder holding anything
-    bert_core does not write (its files, plus the `subfolders` it writes, e.g. a classifier's from-scratch/).
-    A folder that already holds a checkpoint is replaced only with `overwrite`.
+
+def _foreign_error(where: str, foreign: list[str]) -> BertCoreError:
+    return BertCoreError(f"{where} holds files that bert_core did not write ({_shown(foreign)}); it is left alone: "
+                         "give a new or empty folder")
+
+
+def owned_names(owned=CHECKPOINT_FILES, subfolders: tuple[str, ...] = ()) -> frozenset:
+    """The patterns of a writer that writes the files `owned` into a folder and into each of its `subfolders`."""
+    return frozenset(owned) | {f"{glob.escape(sub)}/{name}" for sub in subfolders for name in owned}
+
+
+def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", subfolders: tuple[str, ...] = (),
+                        owned=CHECKPOINT_FILES, holds: str = "a checkpoint") -> Path:
+    """Check, before any work, that a writer may write `folder`; returns it as a Path. Every command's --out and
+    --overwrite go through here.
+
+    `owned` are the names the writer writes (fnmatch patterns of paths inside the folder, "shards/*.u16"); by
+    default a checkpoint's, also in each of `subfolders` (e.g. a classifier's from-scratch/). Refused: an empty
+    path, the root, the current or home folder, an existing file, and a folder holding anything else: the user's.
+    A folder that already holds what the writer writes (`holds`) is replaced only with `overwrite`.
     """
     raw = str(folder)
     resolved = _refuse_special(Path(raw), raw, flag)
@@ -317,15 +463,13 @@ def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", su
     if path.is_symlink() and not path.exists():
         raise BertCoreError(f"{flag} {raw} is a link to nothing; give a real folder")
     if path.exists() and not path.is_dir():
-        raise BertCoreError(f"{flag} {raw} is an existing file; give a folder to write the checkpoint into")
+        raise BertCoreError(f"{flag} {raw} is an existing file; give a folder to write {holds} into")
     if path.is_dir() and any(path.iterdir()):
-        foreign = _foreign_entries(path, subfolders)
+        foreign = _foreign_entries(path, owned_names(owned, subfolders))
         if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise BertCoreError(f"{flag} {raw} holds files that bert_core did not write ({shown}); it is left alone: "
-                                "give a new or empty folder")
+            raise _foreign_error(f"{flag} {raw}", foreign)
         if not overwrite:
-            raise BertCoreError(f"{flag} {raw} already holds a checkpoint; add --overwrite to replace it (or give "
+            raise BertCoreError(f"{flag} {raw} already holds {holds}; add --overwrite to replace it (or give "
                                 "another folder)")
     _require_writable(resolved, flag)
     return path
@@ -335,7 +479,9 @@ def check_output_file(file, overwrite: bool = False, flag: str = "--out") -> Pat
     """Check, before any work, that a text file may be written at `file`; returns it as a Path.
 
     Refused: an empty path, the root, the current or home folder, an existing folder, and an existing file
-    unless `overwrite`.
+    unless `overwrite`. What the writer replaces is the one file named, and only as text replaces text: a file
+    that is not plain UTF-8 text (a checkpoint's weights, a pickle, a zip, a device) was never written by it, and
+    `overwrite` leaves it alone. (A link is replaced itself; what it points to is not written.)
     """
     raw = str(file)
     resolved = _refuse_special(Path(raw), raw, flag)
@@ -344,8 +490,24 @@ def check_output_file(file, overwrite: bool = False, flag: str = "--out") -> Pat
         raise BertCoreError(f"{flag} {raw} is a folder; give a file name, e.g. {Path(raw) / 'heldout.txt'}")
     if path.exists() and not overwrite:
         raise BertCoreError(f"{flag} {raw} already exists; add --overwrite to replace it (or give another name)")
+    if path.exists() and not path.is_symlink() and not _is_text_file(path):
+        raise BertCoreError(f"{flag} {raw} is not a text file (bert_core writes plain text there): it is left alone; "
+                            "give another name")
     _require_writable(resolved, flag)
     return path
+
+
+def _is_text_file(path: Path, head: int = 1 << 16) -> bool:
+    """Whether `path` is a regular file whose first bytes are UTF-8 text without NUL bytes."""
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            data = f.read(head)
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)   # a character cut at the end is fine
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in data
 
 MEMORY_FOLDER = "/dev/shm"   # a folder in memory on Linux: where a download is put together when the disk is full
 

@@ -90,7 +90,7 @@ def store_checkpoint(source, out, dtype: str = "float16", check=None) -> dict:
     state = read_state_dict(source)
     stored, record = stored_state(state, dtype)
     before = (source / "model.safetensors").stat().st_size if (source / "model.safetensors").is_file() else None
-    with folder_built_beside(out) as tmp:
+    with folder_built_beside(out, owned=CHECKPOINT_FILES) as tmp:
         for entry in sorted(source.iterdir()):
             if entry.is_file() and entry.name in CHECKPOINT_FILES - LEFT_OUT - {"config.json", "model.safetensors"}:
                 shutil.copy2(entry, tmp / entry.name)

@@ -189,17 +189,6 @@ def without_paths(text: str) -> str:
     return re.sub(r"""(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'"(),;]*[^\s'"(),;.:]""", "(a server folder)", text)
 
 
-def disk_free_mb(path: Path) -> float | None:
-    """Free megabytes on the disk that holds `path` (or its nearest existing parent); None when unknown."""
-    path = Path(path)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free / 2**20
-    except OSError:
-        return None
-
-
 def save_failure(exc: BaseException) -> str:
     """Why a save failed, in words a visitor can act on: a full disk says so; no server path in public mode."""
     if is_disk_full(exc):

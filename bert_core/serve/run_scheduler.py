@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
-from bert_core.serve.app_storage import disk_free_mb, without_paths
+from bert_core.model.files import disk_free_mb
+from bert_core.serve.app_storage import without_paths
 from bert_core.serve.finetune_runs import KeptRaceJob
 from bert_core.serve.process_model import ProcessModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE
