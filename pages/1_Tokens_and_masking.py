@@ -6,6 +6,7 @@ from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.serve import app_state
 
@@ -25,7 +26,8 @@ def _corpus_data():
     """Pretraining data to draw pairs from: this session's training corpus when it uses this tokenizer, else toy."""
     job = app_state.current_job()
     if job is not None and job.trainer is not None and job.trainer.tokenizer is tok:
-        return job.trainer.data, f"this session's training corpus ({job.spec.corpus_label if job.spec else ''})"
+        label = markdown(job.spec.corpus_label) if job.spec else ""   # an uploaded file's name: shown as written
+        return job.trainer.data, f"this session's training corpus ({label})"
     return app_state.toy_pretraining_data(active), "the toy grammar corpus (200 documents)"
 
 

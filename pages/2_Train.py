@@ -4,6 +4,7 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
+from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.serve import app_state, app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
@@ -76,7 +77,7 @@ def _probe_editor() -> None:
                  help="Drawn from the held-out part of the corpus (text the model never trains on), a content word "
                       "masked. Edit them or add your own before Start.")
     p2.text_input("Sentence for the attention time-lapse", key="train_att_probe")
-    where = f"the {drawn.source}" if drawn else "the held-out part of the corpus, when the run starts"
+    where = f"the {markdown(drawn.source)}" if drawn else "the held-out part of the corpus, when the run starts"
     p2.caption(f"Drawn from {where}. Each probe snapshot records the model's top guesses for every [MASK] and the "
                "attention of this sentence (the Predictions and Attention pages replay them).")
 
@@ -285,8 +286,8 @@ if has_model and not viewer:
             try:
                 path = app_storage.save_run(job.save, st.session_state.get("train_save_name", ""), owner=sid)
                 where = "" if app_storage.public_mode() else f" (`{path}`)"
-                st.success(f"Saved as **{path.name}**{where}. Pick *{app_state.SOURCE_SAVED}* in the sidebar to "
-                           "open it later, or download it as a zip.")
+                st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_state.SOURCE_SAVED}* in the "
+                           "sidebar to open it later, or download it as a zip.")
             except BertCoreError as exc:
                 app_state.show_error(exc)
     zipped = st.session_state.get("train_zip")
@@ -404,7 +405,7 @@ def _charts() -> None:
                     f"before (step {previous.step})" if previous else "before": ", ".join(
                         f"{t} {p:.1%}" for t, p in before[:3]),
                 })
-        st.table(rows, hide_index=True)
+        st.table(markdown_rows(rows), hide_index=True)   # a visitor's corpus or typed probes, shown as written
 
 
 def _word_map_timelapse() -> None:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 from bert_core.serve import app_state, model_sources
 
@@ -127,9 +128,9 @@ with tab_time:
         snap_labels = [s.label for s in head_summaries(snap_result)]
         if st.session_state["att_hide"]:
             snap_result = hide_special_tokens(snap_result)
-        st.caption(f"Probe sentence (held out): “{probes.attention_sentence}” at step {step:,}. The colour scale "
-                   "is the same at every step, from 0 to 1: at step 0 every head spreads its attention evenly "
-                   "(pale), and colour appears as heads learn where to look.")
+        st.caption(f"Probe sentence (held out): “{markdown(probes.attention_sentence)}” at step {step:,}. The "
+                   "colour scale is the same at every step, from 0 to 1: at step 0 every head spreads its attention "
+                   "evenly (pale), and colour appears as heads learn where to look.")
         app_state.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
                          f"attention-step{step}", key="att_time")
 

@@ -5,6 +5,7 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, generation
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import (
     BIDIRECTIONAL_CANNOT_CONTINUE,
     CAUSAL_CANNOT_FILL,
@@ -68,7 +69,7 @@ if is_causal(active.model):
         if out.truncated_prompt:
             st.warning(f"The text is longer than the model's positions: its first {out.truncated_prompt} word "
                        "pieces were left out.")
-        st.markdown(f"{st.session_state['gen_prompt'].strip()} **{out.text}**")
+        st.markdown(f"{markdown(st.session_state['gen_prompt'].strip())} **{markdown(out.text)}**")
         st.caption(f"Stopped: {out.stopped}. Each row is one new token, the probability the model gave it, and "
                    "the other tokens it weighed at that step.")
         st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")

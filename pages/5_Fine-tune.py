@@ -14,6 +14,7 @@ from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures, lesson
 from bert_core.paths import shared_data_dir
+from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.serve import app_state, app_storage, finetune_kinds, finetune_runs, jobs, model_sources, runs
 from bert_core.serve.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
@@ -480,8 +481,10 @@ def _draw(blocks) -> None:
                 _draw(b.parts)
         elif b.what == "plotly":
             app_state.plotly(b.body, b.name, key=b.key)
-        elif b.what in ("table", "dataframe"):
-            getattr(st, b.what)(pd.DataFrame(b.body), **b.options)
+        elif b.what == "table":   # its cells are Markdown, and hold a visitor's labels and texts
+            st.table(pd.DataFrame(markdown_rows(b.body)), **b.options)
+        elif b.what == "dataframe":
+            st.dataframe(pd.DataFrame(b.body), **b.options)
         else:   # caption, markdown, html
             getattr(st, b.what)(b.body, **b.options)
 

@@ -13,6 +13,7 @@ from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.logit_lens import logit_lens
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.serve import app_state
 from bert_core.serve.finetune_kinds import KIND_PAGES
@@ -134,9 +135,9 @@ with attention_tab:
             app_state.show_error(exc)
         else:
             temperature = float(st.session_state["hbc_temperature"])
-            st.markdown(f"The hidden state of token **{query + 1} {tokens[query]}** enters layer {layer + 1}. Head "
-                        f"{head + 1} turns it into a **query**, and every token into a **key** and a **value**, "
-                        f"each {steps.head_dim} numbers long.")
+            st.markdown(f"The hidden state of token **{query + 1} {markdown(tokens[query])}** enters layer "
+                        f"{layer + 1}. Head {head + 1} turns it into a **query**, and every token into a **key** "
+                        f"and a **value**, each {steps.head_dim} numbers long.")
             app_state.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
             what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
             if causal:
@@ -178,7 +179,7 @@ with lens_tab:
         else:
             effect = heads_off_effect(model, tok, st.session_state["hbc_lens"], heads)  # the lens read this text
             m1, m2 = st.columns(2)
-            m1.metric(f"P({effect.answer}) with every head", f"{effect.answer_before:.1%}")
+            m1.metric(f"P({markdown(effect.answer)}) with every head", f"{effect.answer_before:.1%}")
             m2.metric("with those heads off", f"{effect.answer_after:.1%}",
                       delta=f"{(effect.answer_after - effect.answer_before) * 100:+.1f} points")
             app_state.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
@@ -242,7 +243,8 @@ with embeddings_tab:
         st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
                    "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
         if wmap.skipped:
-            st.caption(f"Left out ({len(wmap.skipped)}), the word not found: " + "; ".join(wmap.skipped[:5]))
+            st.caption(f"Left out ({len(wmap.skipped)}), the word not found: "
+                       + "; ".join(map(markdown, wmap.skipped[:5])))
 
 with grammar_tab:
     method = ("the sum of each next token's log-probability (the GPT twin), the closing [SEP] included"

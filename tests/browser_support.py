@@ -140,13 +140,18 @@ def server(model_folder, tmp_path_factory, server_home):
     try:
         yield _Server(f"http://127.0.0.1:{port}", log_path, pid=proc.pid, runs=runs)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_server(proc)
         log.close()
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """End a test's app server: SIGTERM, then SIGKILL if it has not gone within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 @pytest.fixture(scope="module")

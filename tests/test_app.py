@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
+from bert_core.inspect.safe_text import markdown  # noqa: E402
 from bert_core.serve import app_state, jobs, model_sources
 from tests.race_stand_ins import race_spec  # noqa: E402
 from tests.stand_ins import StandInView  # noqa: E402
@@ -137,7 +138,7 @@ def test_predictions_without_mask_says_where_to_put_one():
     at = _open("pages/4_Predictions.py")
     at.text_area(key="pred_text").input("the cat sat on the mat").run()
     _assert_clean(at)
-    assert any("no [MASK]" in t for t in _texts(at.error))
+    assert any(markdown("no [MASK]") in t for t in _texts(at.error))
 
 
 def test_predictions_text_longer_than_positions_is_truncated_with_a_note():
@@ -315,7 +316,7 @@ def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edi
     at.text_area(key="train_probes").input("no blank here").run()
     _small_run(at, steps=1)
     at.button[0].click().run()
-    assert any("no [MASK]" in t for t in _texts(at.error)), _texts(at.error)
+    assert any(markdown("no [MASK]") in t for t in _texts(at.error)), _texts(at.error)
     assert not app_state.RUNS.runs()
 
 

@@ -11,6 +11,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS  # noqa: E402
+from bert_core.inspect.safe_text import markdown  # noqa: E402
 from bert_core.paths import DEFAULT_CHECKPOINT  # noqa: E402
 from bert_core.serve import model_sources  # noqa: E402
 
@@ -110,7 +111,7 @@ def test_bad_input_gets_a_message_not_a_traceback(monkeypatch):
     at.text_input(key="hbc_pair_b").input("   ").run()
     _clean(at)
     errors = _errors(at)
-    assert any("no [MASK]" in e for e in errors) and any("empty" in e for e in errors)
+    assert any(markdown("no [MASK]") in e for e in errors) and any("empty" in e for e in errors)
     at.text_area(key="hbc_a").input("").run()
     _clean(at)
     assert any("empty" in e for e in _errors(at))

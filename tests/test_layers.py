@@ -29,7 +29,7 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes",
-            "inspect.word_maps"}
+            "inspect.word_maps", "inspect.safe_text"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:

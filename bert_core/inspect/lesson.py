@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from bert_core.inspect.safe_text import markdown
+
 
 @dataclass(frozen=True)
 class Question:
@@ -188,7 +190,7 @@ def model_in_use(name: str, vocab_size: int, causal: bool, whose: str = "the sid
     """The line that names the model a step looks at: the sidebar's choice, or (`whose="the teacher's"`) the model
     of the teacher a student follows."""
     kind = "GPT-style (next token)" if causal else "BERT"
-    return (f"Model in use ({whose}): **{name}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
+    return (f"Model in use ({whose}): **{markdown(name)}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
             "A model knows only the words of the text it was pretrained on.")
 
 

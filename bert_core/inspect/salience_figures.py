@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SCALE, WHAT_IF_COLOUR, _fonts,
                                                   token_labels)
 from bert_core.inspect.figures import _layout, wrap
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience import BASELINE, FIRST_STEPS, GAP_LIMIT, Explanation, explain
 
 NUMBERS_UP_TO = 16   # a grid this wide (heads) or narrower shows its numbers in the cells, not only on hover
@@ -70,7 +71,8 @@ def _ig_caption(e: Explanation) -> str:
     parts = []
     for s in e.saliences:
         change = s.value - s.baseline_value
-        parts.append(f"{s.target.name}: {s.value:.1%} at the input, {s.baseline_value:.1%} at the baseline; the "
+        parts.append(f"{markdown(s.target.name)}: {s.value:.1%} at the input, {s.baseline_value:.1%} at the "
+                     "baseline; the "
                      f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
                      f"{change * 100:+.2f} (completeness gap {s.gap:.1%})")
     steps = e.saliences[0].steps
@@ -97,15 +99,17 @@ def salience_panel_data(model, tokenizer, kind: str, text: str, text_b: str | No
     e = explain(model, tokenizer, kind, text, text_b, word=word, label_names=label_names, max_length=max_length)
     first = e.saliences[0]
     if kind == "labels":
-        summary = f"The model says **{e.answer}** ({first.value:.0%})."
+        summary = f"The model says **{markdown(e.answer)}** ({first.value:.0%})."
     elif kind == "tags":
-        summary = f"The word explained: **{e.words[e.word]}**, tagged **{first.target.label}** ({first.value:.0%})."
+        summary = (f"The word explained: **{markdown(e.words[e.word])}**, tagged **{markdown(first.target.label)}** "
+                   f"({first.value:.0%}).")
     else:
-        summary = (f"The model's answer: **{e.answer or '(nothing)'}** (start {first.value:.0%}, end "
+        summary = (f"The model's answer: **{markdown(e.answer) or '(nothing)'}** (start {first.value:.0%}, end "
                    f"{e.saliences[1].value:.0%}).")
     grid_caption = ("Each cell switches one head off (its output set to zero, the others on) and shows how "
-                    f"{e.heads.name} changes, in percentage points. Red: the answer gets likelier without the head; "
-                    "blue: the head was helping it. Most heads matter little alone: a model spreads its work.")
+                    f"{markdown(e.heads.name)} changes, in percentage points. Red: the answer gets likelier without "
+                    "the head; blue: the head was helping it. Most heads matter little alone: a model spreads its "
+                    "work.")
     return SaliencePanel(summary=summary, explanation=e, figures=[
         ("salience", salience_figure(e), _ig_caption(e)),
         ("salience-heads", head_grid_figure(e), grid_caption)])

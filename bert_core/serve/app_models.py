@@ -12,6 +12,7 @@ from typing import Any
 import streamlit as st
 
 from bert_core.errors import BertCoreError
+from bert_core.inspect.safe_text import markdown
 from bert_core.model.config import BertConfig
 from bert_core.serve.app_storage import public_mode, saved_run_folder, unpack_uploaded_checkpoint
 from bert_core.serve.app_tab import current_job, current_run, session_id
@@ -124,7 +125,7 @@ def _session_model():
     older = ("" if step == trainer.step else
              f"; the weights of step {step:,}, the last copy the server holds (the run reached step {trainer.step:,}"
              " and its later weights are lost)")
-    desc = (f"{whose} on {spec.corpus_label if spec else 'a corpus'}: step {step:,}"
+    desc = (f"{whose} on {markdown(spec.corpus_label) if spec else 'a corpus'}: step {step:,}"
             f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
             f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")
     return ActiveModel(model, trainer.tokenizer, SOURCE_SESSION, None, desc, state, step), None

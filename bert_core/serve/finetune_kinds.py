@@ -13,6 +13,7 @@ from typing import Any
 from bert_core.data.task_downloads import TASKS
 from bert_core.inspect import finetune_figures
 from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
+from bert_core.inspect.safe_text import markdown
 from bert_core.serve.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS,
                                                      expectation)
 from bert_core.training.answer_spans import answer_question
@@ -169,9 +170,11 @@ class LabelsPage(KindPage):
 
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
         expect = self.expectation(choice, shipped)
-        counts = ", ".join(f"{n} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
-        summary = (f"**{data.source}**: {len(data):,} examples, {data.num_labels} labels ({counts}); text from "
-                   f"{' + '.join(data.text_columns)}, label from {data.label_column}.")
+        # The file's name, its labels and its columns are the visitor's: shown as written, never Markdown.
+        counts = ", ".join(f"{markdown(n)} {c:,}" for n, c in zip(data.label_names, data.label_counts()))
+        summary = (f"**{markdown(data.source)}**: {len(data):,} examples, {data.num_labels} labels ({counts}); "
+                   f"text from {' + '.join(map(markdown, data.text_columns))}, label from "
+                   f"{markdown(data.label_column)}.")
         return DataView([*([expect] if expect else []), summary],
                         [{"label": data.label_names[y], "text": data.example_text(i)}
                          for i, y in enumerate(data.labels[:8])])
@@ -241,8 +244,8 @@ class TagsPage(KindPage):
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
         counts = sorted(zip(data.tag_counts(), data.tag_names), reverse=True)[:6]
         iob = data.scheme == "iob"
-        summary = (f"**{data.source}**: {len(data):,} sentences, {data.num_tokens:,} words, {data.num_tags} tags "
-                   f"(most frequent: {', '.join(f'{n} {c:,}' for c, n in counts)}); "
+        summary = (f"**{markdown(data.source)}**: {len(data):,} sentences, {data.num_tokens:,} words, "
+                   f"{data.num_tags} tags (most frequent: {', '.join(f'{markdown(n)} {c:,}' for c, n in counts)}); "
                    + ("span tags, scored by chunk F1 as the CoNLL shared task did." if iob
                       else "plain tags, scored by accuracy and macro-F1."))
         expect = self.expectation(choice, shipped)
@@ -314,7 +317,7 @@ class SpansPage(KindPage):
 
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
         drills = data.drills
-        summary = (f"**{data.source}**: {len(data):,} questions on {data.num_passages:,} passages"
+        summary = (f"**{markdown(data.source)}**: {len(data):,} questions on {data.num_passages:,} passages"
                    + (f", after {len(drills)} drills: " + "; ".join(f"*{d.example}*" for d in drills) + "."
                       if drills else "."))
         expect = (EXPECT_QA_DRILLS + (" " + EXPECT_QA_BY_MODEL[shipped] if shipped in EXPECT_QA_BY_MODEL else "")
@@ -360,7 +363,7 @@ class SpansPage(KindPage):
             if r.tokenizer is None:
                 continue
             answer = answer_question(r.model, r.tokenizer, question, passage, max_length)
-            blocks += [Block("markdown", f"**{_label(name)}** answers **{answer.text or '(nothing)'}** "
+            blocks += [Block("markdown", f"**{_label(name)}** answers **{markdown(answer.text) or '(nothing)'}** "
                                          f"({answer.probability:.0%} sure)"),
                        Block("html", finetune_figures.answer_html(passage, answer.start_char, answer.end_char)),
                        Block("plotly", finetune_figures.span_probabilities_figure(

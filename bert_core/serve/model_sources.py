@@ -11,6 +11,7 @@ from typing import Any
 
 from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
+from bert_core.inspect.safe_text import markdown
 from bert_core.model.files import is_checkpoint_folder, read_json
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.paths import DEFAULT_CHECKPOINT
@@ -131,7 +132,7 @@ def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
 
 
 def _corpora(recorded) -> str:
-    names = list(dict.fromkeys(corpus_label(c) for c in recorded or ()))
+    names = list(dict.fromkeys(markdown(corpus_label(c)) for c in recorded or ()))   # a file's name: Markdown
     if not names:
         return "unrecorded text"
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -144,7 +145,9 @@ def describe_checkpoint(name: str | Path, model, state: dict | None) -> str:
     the paths of the machine that trained it."""
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    text = (f"`{name}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
+    # A name (an uploaded file's) in a code span, which shows its text as written: only a ` could close it early.
+    shown = str(name).replace("`", "'")
+    text = (f"`{shown}`: {cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}, "
             f"{cfg.num_attention_heads} heads, vocabulary {cfg.vocab_size:,} ({n_params / 1e6:.1f}M parameters).")
     if state:
         meta = state.get("metadata", {})
@@ -154,7 +157,7 @@ def describe_checkpoint(name: str | Path, model, state: dict | None) -> str:
         start = meta.get("init_from")
         if isinstance(start, dict):  # the time above is this run's only: name the run it started from
             steps = f" of {start['step']:,} steps" if isinstance(start.get("step"), int) else ""
-            size = f"`{start['preset']}` " if isinstance(start.get("preset"), str) else ""
+            size = "`" + start["preset"].replace("`", "'") + "` " if isinstance(start.get("preset"), str) else ""
             on = f" on {_corpora(start['corpora'])}" if start.get("corpora") else ""
             text += f", continuing an earlier {size}run{steps}{on}"
         text += "."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from bert_core.inspect.safe_text import markdown
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.run_registry import OWNER
 
@@ -104,13 +105,10 @@ def visitor_rows(visited: Sequence[tuple[Any, str]], base: str = "") -> list[dic
     return rows
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
-
-
 def _plain(text: Any) -> str:
     """A cell's text with every Markdown sign escaped: a run's name or an uploaded file's name is shown, never
-    interpreted (no link or picture can be smuggled into the list)."""
-    return _MARKDOWN.sub(r"\\\1", str(text)).replace("\n", " ")
+    interpreted (no link or picture can be smuggled into the list, nor a bare URL made one)."""
+    return markdown(str(text)).replace("\n", " ")
 
 
 def rows_markdown(rows: Sequence[dict]) -> str:
