@@ -35,7 +35,7 @@ TEXTS = ('see <A HREF="https://evil.example/t">here</A> now', "<script>alert(1)<
          "mail x@evil.example today", "<a href=javascript:alert(1)>js</a> hungry")
 FILE_NAME = '<a href="http:evil.example">f</a><img src=x onerror=alert(1)>[f](http:evil.example).csv'
 TYPED = '<a href="http://evil.example/typed">typed</a> the farmer'
-RACE = "?ft_kind=labels&ft_data=upload&ft_steps=10&ft_train=90&ft_val=30&ft_maxlen=32"
+RACE = "?ft_data=upload&ft_steps=10&ft_train=90&ft_val=30&ft_maxlen=32"
 # What the visitor's text would have become: links to their addresses, pictures, scripts; and any link in a figure.
 HOSTILE_ELEMENTS = """() => {
     const href = a => a.getAttribute('href') || a.getAttribute('xlink:href') || '';
