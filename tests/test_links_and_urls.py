@@ -12,7 +12,6 @@ from bert_core.serve.url_settings import Within, url_number, url_value
 pytestmark = pytest.mark.slow  # its page tests take 10 s or more: it runs first (conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 120
 
 
 # ------------------------------------------------------------------------------------ the parsing, without Streamlit
@@ -66,34 +65,14 @@ def test_url_value_refuses_what_a_plain_cast_lets_through():
 # ------------------------------------------------------------------------------------------- the pages (AppTest)
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from tests.app_fixtures import train_nano_checkpoint
-
-    return train_nano_checkpoint(tmp_path_factory.mktemp("ckpt") / "nano-toy")
-
-
-@pytest.fixture(autouse=True)
-def _app_env(checkpoint, monkeypatch):
-    from bert_core.serve import app_state, jobs, model_sources
-
-    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(checkpoint))
-    monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
-    yield
-    for run in app_state.RUNS.runs():
-        app_state.RUNS.discard(run.run_id, wait=30)
+from tests.test_app import TIMEOUT, _app_env, _assert_clean, checkpoint  # noqa: E402,F401 - its nano model, cleanup
+from tests.test_app import _open as _from_home  # noqa: E402
 
 
 def _open(page: str, **query):
     """The page opened from Home with this query (a number setting stays in the URL through the switch)."""
-    at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _from_home(page, **query)
+    _assert_clean(at)
     return at
 
 
@@ -103,7 +82,7 @@ def _link(page: str, **query):
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    _assert_clean(at)
     return at
 
 
@@ -208,31 +187,19 @@ def test_a_dropped_or_lost_run_keeps_its_own_message():
 
 
 def test_a_race_link_given_as_a_run_link_names_the_page_it_belongs_to(monkeypatch):
-    import threading
-
     from bert_core.serve import app_state, jobs
     from tests.race_stand_ins import race_spec
     from tests.stand_ins import StandInView
 
-    monkeypatch.setenv(jobs.PROCESS_ENV, "0")
-    release = threading.Event()
-
-    class Blocking(StandInView):
+    class Done(StandInView):
         def run(self):
-            release.wait(TIMEOUT)
             self.state = "finished"
 
-        def stop(self):
-            release.set()
-
-    race = app_state.RUNS.submit(race_spec(Blocking, kind="labels", data_label="toy", model_label="nano", models=2,
+    monkeypatch.setenv(jobs.PROCESS_ENV, "0")   # a stand-in race trains on a thread (it cannot be pickled)
+    race = app_state.RUNS.submit(race_spec(Done, kind="labels", data_label="toy", model_label="nano", models=2,
                                            budget_s=30), "someone")
-    try:
-        notes = _warnings(_link("pages/2_Train.py", watch=race.view_id))
-        assert any("names a run of the Fine-tune page" in n for n in notes), notes
-    finally:
-        release.set()
-        app_state.RUNS.discard(race.run_id)
+    notes = _warnings(_link("pages/2_Train.py", watch=race.view_id))
+    assert any("names a run of the Fine-tune page" in n for n in notes), notes
 
 
 @pytest.mark.parametrize("page, key, raw, default, reason", [
