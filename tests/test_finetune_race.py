@@ -230,14 +230,15 @@ def _same_race(resumed, whole) -> None:
         assert [(e.step, e.loss, e.lr) for e in got.history] == [(e.step, e.loss, e.lr) for e in expected.history]
 
 
-@pytest.mark.parametrize("cut", ["killed", "stopped"])
+@pytest.mark.parametrize("cut", ["killed", "stopped", "damaged"])
 def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_never_cut_off(nano_folder, tmp_path,
                                                                                              cut):
     """A race whose second model is cut off at step 17 of 30: killed (its folder as the disk holds it then: the
     first model kept, the second's checkpoint of every step, here of step 16) or stopped (a checkpoint at the stop,
     kept beside the stopped model's result). Built again over that folder, it keeps the first model as it was,
     takes the second up from its checkpoint, and ends with the weights, figures and curves of the race never cut
-    off."""
+    off. A checkpoint whose weights are damaged is refused before anything is changed: that model trains anew, to
+    the same end."""
     import shutil
 
     widgets = {**WIDGETS, "steps": 30}
@@ -263,9 +264,12 @@ def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_n
         folder = tmp_path / "whole"
     else:
         whole.run()
-    assert checkpoint_of(folder / TRAINING)["step"] == (16 if cut == "killed" else 17)
+    assert checkpoint_of(folder / TRAINING)["step"] == (17 if cut == "stopped" else 16)
+    if cut == "damaged":
+        (folder / TRAINING / "model.safetensors").write_bytes(b"not safetensors")
     resumed = build_race(dataclasses.replace(spec, keep_in=str(folder)))
-    assert isinstance(resumed.tuners[0], EndedRun) and resumed.tuners[-1].step == (16 if cut == "killed" else 17)
+    assert isinstance(resumed.tuners[0], EndedRun)
+    assert resumed.tuners[-1].step == {"killed": 16, "stopped": 17, "damaged": 0}[cut]
     resumed.run()
     _same_race(resumed, whole)
     assert not (folder / TRAINING).exists(), "a finished model's checkpoint goes"

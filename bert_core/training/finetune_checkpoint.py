@@ -113,29 +113,34 @@ class FinetuneCheckpointing:
     def resume_from(self, folder: str | Path) -> None:
         """Put this run (built as the checkpoint's run was: the same model, data and config) where the checkpoint
         in `folder` left it: weights, optimizer, counters, curves, stage, schedule and random state. run() then
-        goes on from its step, with no validation pass before it (the run had made that one)."""
+        goes on from its step, with no validation pass before it (the run had made that one). A checkpoint that
+        does not fit is refused (BertCoreError) before the model is touched."""
         state = checkpoint_of(folder)
         if state is None or state.get("name") != self.name or self.state != "idle":
             raise BertCoreError(f"{folder} holds no checkpoint of the run {self.name!r} to go on from")
         try:
-            missing, unexpected = self.model.load_state_dict(read_state_dict(folder), strict=False)
-            if unexpected or [k for k in missing if k not in TIED_KEYS]:
+            weights, own = read_state_dict(folder), self.model.state_dict()
+            if set(weights) - set(own) or set(own) - set(weights) - set(TIED_KEYS) or any(
+                    v.shape != own[k].shape for k, v in weights.items()):
                 raise BertCoreError(f"the weights in {folder} are not those of the run {self.name!r}")
-            load_optimizer_state(self.optimizer, folder)
-            with self._lock:
-                self.step, self.examples_seen = int(state["step"]), int(state["examples_seen"])
-                self.elapsed_s = self._elapsed_before_step = float(state["elapsed_s"])
-                self._history = [FinetuneStep(**e) for e in state["history"]]
-                self._evals = [FinetuneEval(**e) for e in state["evals"]]
-            self.stages = [FinetuneStage(**s) for s in state["stages"]]
-            self._stage_config = TrainConfig.from_dict(state["stage_config"])
-            self._stage_origin = (int(state["stage_origin"][0]), float(state["stage_origin"][1]))
-            self._stage_scores.extend(float(s) for s in state["stage_scores"])
-            self._step_seconds = [float(s) for s in state["step_seconds"]]
-            self._next_eval = int(state["next_eval"])
+            history, evals = [FinetuneStep(**e) for e in state["history"]], [FinetuneEval(**e) for e in state["evals"]]
+            stages = [FinetuneStage(**s) for s in state["stages"]]
+            stage_config = TrainConfig.from_dict(state["stage_config"])
+            origin = (int(state["stage_origin"][0]), float(state["stage_origin"][1]))
+            scores, seconds = [float(s) for s in state["stage_scores"]], [float(s) for s in state["step_seconds"]]
+            counts = int(state["step"]), int(state["examples_seen"]), float(state["elapsed_s"]), int(state["next_eval"])
             rng_state_from_json(state["rng"])   # checked now, set when the run starts (inside its seeded context)
+            load_optimizer_state(self.optimizer, folder)   # checks its files before it changes the optimizer
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
             raise BertCoreError(f"the checkpoint in {folder} is damaged ({type(exc).__name__}: {exc})") from exc
+        self.model.load_state_dict(weights, strict=False)   # the tied weights share their embeddings' storage
+        with self._lock:
+            self.step, self.examples_seen, self.elapsed_s, self._next_eval = counts
+            self._elapsed_before_step = self.elapsed_s
+            self._history, self._evals = history, evals
+        self.stages, self._stage_config, self._stage_origin = stages, stage_config, origin
+        self._stage_scores.extend(scores)
+        self._step_seconds = seconds
         self._resumed = state
 
     def _take_up(self) -> None:

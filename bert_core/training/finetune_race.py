@@ -182,7 +182,10 @@ def _go_on(race, spec, folder: Path) -> None:
         if tuner.name in views and tuner.name in kept.kept_names:
             race.tuners[i] = EndedRun(views[tuner.name], kept.result_of(tuner.name), getattr(tuner, "budgeted", True))
         elif checkpoint is not None and tuner.name == checkpoint["name"] and isinstance(tuner, Finetuner):
-            tuner.resume_from(folder / TRAINING)
+            try:
+                tuner.resume_from(folder / TRAINING)
+            except BertCoreError as exc:   # a damaged checkpoint costs its steps, not the race
+                log.warning("the race's checkpoint of %s cannot be taken up (%s): it trains anew", tuner.name, exc)
 
 
 def _keep_quietly(race, folder: Path) -> None:
