@@ -51,27 +51,97 @@ def gpu_runs() -> int:
     return DEFAULT_GPU_RUNS if setting is None else setting
 
 
-_CONNECTING = threading.Lock()
+CONNECT_TIMEOUT_S = 30.0   # how long a run or a page waits for the cluster to answer (ray.init retries for minutes)
+RETRY_S = 30.0             # after a failed connection, how long the next ones are refused without asking again
+NODES_WAIT_S = 5.0         # how long a page's question for the nodes waits for a connection under way
 
 
-def connect():
-    """The `ray` module, connected to the cluster once per server process (a test's own connection is kept).
+class ClusterUnavailable(BertCoreError):
+    """The cluster cannot take a run: it could not be reached, or it has no node for it. The message is for the
+    page: no address (a page is public), no traceback; the operator's log has the whole error."""
+
+
+class ClusterConnection:
+    """The connection to the cluster, made once per server process and waited for at most CONNECT_TIMEOUT_S: Ray's
+    `init` to an address where no cluster answers retries for many minutes (379 s seen; over 20 min to a closed
+    port here), and a run or a page must not wait that long. So `init` runs on a thread of its own; a caller waits
+    for it until `timeout` s after it began, then gives up and leaves it trying (later callers give up at once while
+    it tries), and a later call takes its result. A failure is remembered for RETRY_S, then tried again."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._error: BaseException | None = None   # how the last `init` failed
+        self._warned = False   # the operator's log has said that the `init` under way is slow
+        self._refused: tuple[float, ClusterUnavailable] | None = None   # (when, what) the last failure said
+
+    def connect(self, timeout: float = CONNECT_TIMEOUT_S):
+        """The `ray` module, connected; raises ClusterUnavailable when the cluster does not answer."""
+        # Imported here, not at the top: Ray is an optional extra, loaded only on a server that trains on a cluster.
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        address = ray_address()
+        if address is None:
+            raise BertCoreError(f"no Ray cluster: set {RAY_ADDRESS_ENV} (docs/deployment.md)")
+        with self._lock:
+            if self._refused is not None and time.monotonic() - self._refused[0] < RETRY_S:
+                raise self._refused[1]
+            if self._thread is None or not self._thread.is_alive():
+                self._error, self._started, self._warned = None, time.monotonic(), False
+                self._thread = threading.Thread(target=self._init, args=(ray, address), name="bert-ray-connect",
+                                                daemon=True)
+                self._thread.start()
+            thread, started = self._thread, self._started
+        thread.join(max(0.0, started + timeout - time.monotonic()))
+        if ray.is_initialized():
+            return ray
+        if thread.is_alive():   # still trying: the next callers wait for what is left of their time, no more
+            waited = time.monotonic() - started
+            if waited >= CONNECT_TIMEOUT_S and not self._warned:
+                self._warned = True
+                log.warning("the Ray cluster at %s has not answered in %.0f s (still trying)", address, waited)
+            raise ClusterUnavailable(f"the training cluster could not be reached (it did not answer within "
+                                     f"{waited:.0f} s)")
+        refused = ClusterUnavailable(f"the training cluster could not be reached ({_reason(self._error)})")
+        with self._lock:
+            self._refused = (time.monotonic(), refused)
+        log.error("the Ray cluster at %s could not be reached", address, exc_info=self._error)
+        raise refused
+
+    def _init(self, ray, address: str) -> None:
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+        except BaseException as exc:  # noqa: BLE001 - kept for the caller, which says it plainly and logs it whole
+            self._error = exc
+            return
+        with self._lock:
+            self._refused = None
+        log.info("training on the Ray cluster at %s", address)
+
+
+def _reason(error: BaseException | None) -> str:
+    """A failed connection in a few plain words: the kind of failure, never Ray's text (it names the address and
+    may hold the server's paths)."""
+    if isinstance(error, (ConnectionError, TimeoutError)):
+        return "no Ray cluster answered at its address"
+    return f"Ray failed with {type(error).__name__}" if error is not None else "Ray failed"
+
+
+CONNECTION = ClusterConnection()
+
+
+def connect(timeout: float = CONNECT_TIMEOUT_S):
+    """The `ray` module, connected to the cluster once per server process (a test's own connection is kept);
+    ClusterUnavailable when it does not answer within `timeout` s.
 
     The cluster's workers import bert_core from the server's own path: they run the same image or checkout
     (docs/deployment.md), and the builder reads the shipped corpora there too."""
-    # Imported here, not at the top: Ray is an optional extra, loaded only on a server that trains on a cluster.
-    import ray
-
-    with _CONNECTING:
-        if not ray.is_initialized():
-            address = ray_address()
-            if address is None:
-                raise BertCoreError(f"no Ray cluster: set {RAY_ADDRESS_ENV} (docs/deployment.md)")
-            path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
-            log.info("training on the Ray cluster at %s", address)
-    return ray
+    return CONNECTION.connect(timeout)
 
 
 @dataclass(frozen=True)
@@ -105,7 +175,7 @@ class ClusterSlots:
         """The alive nodes, asked of the cluster at most once every NODES_TTL_S."""
         with self._lock:
             if time.monotonic() - self._nodes_at >= NODES_TTL_S:
-                found = self._nodes_source() if self._nodes_source is not None else connect().nodes()
+                found = self._nodes_source() if self._nodes_source is not None else _ray_nodes()
                 per_cpu, per_gpu = cpus_per_run(), gpu_runs()
                 self._nodes = tuple(
                     RayNode(str(n["NodeID"]), int(n["Resources"].get("CPU", 0) // per_cpu),
@@ -138,7 +208,8 @@ class ClusterSlots:
             choices = [((n.gpu_slots if on_gpu else n.cpu_slots) - busy.get(n.node_id, 0), -i, n.node_id)
                        for i, n in enumerate(nodes) if (n.gpu_slots if on_gpu else n.cpu_slots) > 0]
             if not choices:
-                raise BertCoreError(f"the Ray cluster has no node with a {'GPU' if on_gpu else 'CPU'} for a run")
+                raise ClusterUnavailable(f"the training cluster has no node with a {'GPU' if on_gpu else 'CPU'} "
+                                         "for a run")
             node_id = max(choices)[2]
             self._placed[key] = _Placed(node_id, on_gpu, training)
             return node_id
@@ -152,6 +223,18 @@ class ClusterSlots:
         """Ask the cluster for its nodes at the next question (a node was just lost)."""
         with self._lock:
             self._nodes_at = -NODES_TTL_S
+
+
+def _ray_nodes() -> list[dict]:
+    """The cluster's nodes as Ray lists them; none while it cannot be reached (the pages ask at every draw: they
+    show the server as having no slots, and a run that starts meanwhile fails with connect()'s plain message)."""
+    try:
+        return connect(NODES_WAIT_S).nodes()
+    except ClusterUnavailable:
+        return []
+    except Exception:  # noqa: BLE001 - a cluster lost after connecting: Ray's own errors, logged whole
+        log.exception("the Ray cluster's nodes could not be listed")
+        return []
 
 
 CLUSTER = ClusterSlots()

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.ray_actor import ENDED, TrainingActor, folder_files, resumed_from_files
-from bert_core.serve.ray_cluster import CLUSTER, GPU_TICKET, connect
+from bert_core.serve.ray_cluster import CLUSTER, GPU_TICKET, ClusterUnavailable, connect
 from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
 from bert_core.serve.training_process import ProcessTrainingJob
 
@@ -96,6 +96,7 @@ class RayLink(ChildLink):
         self._actor = None
         self.node_id: str | None = None   # the cluster node the run's actor is on
         self.lost: str | None = None      # why the actor ended, when neither it nor the server ended it
+        self.heard = False                # the actor has said something: it was placed and started
         self._killed = False
         self._writing = threading.Lock()  # the pump's checkpoints and a save's reply write the same folder
 
@@ -111,7 +112,7 @@ class RayLink(ChildLink):
         """Create the run's actor on the node ray_cluster chose and hand it its work. Returns at once: the actor
         starts (a worker process importing torch) while the pump waits for its first message."""
         global _ACTOR
-        self.starting = True
+        self.starting, self.heard = True, False
         self._spawned.clear()
         try:
             ray = connect()
@@ -128,6 +129,13 @@ class RayLink(ChildLink):
             self.last_heard = time.monotonic()
             self._send(("init", sys.path, self._threads))
             self._send(("builder", builder))
+        except ClusterUnavailable:
+            CLUSTER.remove(self._name)
+            raise
+        except Exception as exc:   # Ray's own errors (a cluster lost since it was reached): logged whole
+            CLUSTER.remove(self._name)
+            log.exception("run %s: its actor could not be made on the Ray cluster", self._name[:6])
+            raise ClusterUnavailable(f"the training cluster could not take the run ({type(exc).__name__})") from exc
         except BaseException:
             CLUSTER.remove(self._name)
             raise
@@ -160,7 +168,8 @@ class RayLink(ChildLink):
             except ray.exceptions.RayError as exc:   # the actor died: ended by the server, or its worker was lost
                 code = -9 if self._killed else 1
                 if not self._killed:
-                    self.lost = "its cluster node or worker process was lost"
+                    self.lost = ("the training ended: its cluster node or worker process was lost" if self.heard
+                                 else "the training cluster could not start its actor; the run was not started")
                     log.warning("run %s: its Ray actor died (%s)", self._name[:6], type(exc).__name__)
                 break
             for message in batch:
@@ -180,7 +189,7 @@ class RayLink(ChildLink):
 
     def _deliver(self, message: tuple) -> None:
         kind, request, payload, error = message
-        self.last_heard = time.monotonic()
+        self.last_heard, self.heard = time.monotonic(), True
         try:
             if kind == "alive":
                 return
@@ -209,6 +218,26 @@ class RayTrainingJob(ProcessTrainingJob):
         """The cluster node its actor runs on (None before it started)."""
         return self._child.node_id
 
+    def _spawn(self, builder) -> None:
+        """ProcessTrainingJob's start, and a cluster that cannot take the run fails it with one plain message (the
+        operator's log has the whole error): no actor was made, and nothing ran."""
+        try:
+            super()._spawn(builder)
+        except ClusterUnavailable as exc:
+            log.warning("run %s was not started: %s", self.session_id[:6], exc)
+            with self._changed:
+                self.error = f"{exc}; the run was not started"
+                self.phase = "failed" if self.parked is None else "stopped"   # a parked run resumes later
+                self._changed.notify_all()
+
+    def kill(self, why: str, phase: str = "failed") -> None:
+        """ProcessTrainingJob.kill; an actor that never said a word was never placed (the scheduler ends it after
+        its stall time, `$BERT_EXPLORER_STALL_S`), and the page says so."""
+        if self._child.alive() and not self._child.heard:
+            why = (f"the training cluster gave its actor no place to run in {self._child.silent_s():.0f} s; the run "
+                   "was not started")
+        super().kill(why, phase)
+
     def _parked_builder(self):
         """A parked run's new actor resumes from its checkpoint's files, sent with the builder: the node has no
         path to the server's folder."""
@@ -222,7 +251,7 @@ class RayTrainingJob(ProcessTrainingJob):
             return
         with self._changed:
             if self.phase == "failed":
-                self.error = f"the training ended: {lost}"
+                self.error = lost
                 if self.trainer is not None:
                     self.trainer.error = self.error
             self._changed.notify_all()
