@@ -65,7 +65,7 @@ class RunScheduler:
                 log.exception("starting a run failed")
                 with self._lock:
                     self._queue.remove(run)
-                    run.cancelled, run.note = True, f"could not start: {exc}"
+                    run.cancelled, run.note = True, f"not started: {exc}"
                     run.ended_at = time.monotonic()
 
     def tick(self, now: float | None = None) -> None:
