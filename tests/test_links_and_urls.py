@@ -216,6 +216,20 @@ def test_a_choice_from_a_link_that_names_nothing_says_so(page, key, raw, default
     assert [t for t in _toasts(at) if f"`{key}`" in t and reason in t], _toasts(at)
 
 
+@pytest.mark.parametrize("page, key, raw", [
+    ("pages/2_Train.py", "train_corpus", "wikitext-2"),
+    ("pages/2_Train.py", "train_preset", "mini"),
+    ("pages/2_Train.py", "train_objective", "clm"),
+    ("pages/5_Fine-tune.py", "ft_kind", "tags"),
+    ("pages/1_Tokens_and_masking.py", "tm_mode", "type"),
+    ("pages/6_Export.py", "image_format", "svg"),
+])
+def test_a_choice_from_a_link_that_names_one_is_taken_as_it_is(page, key, raw):
+    # A choice whose list is a mapping (corpus -> label, kind -> its page) is its key, not what the key maps to.
+    at = _link(page, **{key: raw})
+    assert at.session_state[key] == raw and not _toasts(at), _toasts(at)
+
+
 def test_the_lesson_classes_know_the_codes_that_ended():
     from bert_core.inspect import lesson
     from bert_core.serve.lesson_classes import LessonClasses

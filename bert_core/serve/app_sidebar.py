@@ -62,8 +62,8 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     # of a run opens that run's model.
     watching = current_run()[1] == VIEWER
     init_widget("model_source", SOURCE_SESSION if watching else SOURCE_SHIPPED,
-                one_of({c: name for c, name in SOURCE_CODES.items() if name in sources},
-                       "no model source of that name on this server"), param="model")
+                one_of([c for c, name in SOURCE_CODES.items() if name in sources],
+                       "no model source of that name on this server", to=SOURCE_CODES), param="model")
     with st.sidebar:
         st.markdown("### Active model")
         if st.session_state.get("model_source") not in sources:

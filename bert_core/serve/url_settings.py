@@ -67,16 +67,16 @@ def url_value(raw: Any, cast: Callable[[Any], Any]) -> Any:
     return value
 
 
-def one_of(choices: Iterable[Any] | Mapping[Any, Any], reason: str) -> Callable[[Any], Any]:
-    """The cast of a link's choice among `choices` (a mapping: its keys, read as their values): the choice, or a
-    LinkValueError saying `reason` (a page otherwise put its first choice in place of an unknown one without a
+def one_of(choices: Iterable[Any], reason: str, to: Mapping[Any, Any] | None = None) -> Callable[[Any], Any]:
+    """The cast of a link's choice among `choices` (a mapping's keys, as iterating it gives them): the choice itself,
+    or what `to` maps it to (the sidebar's `?model=session` names the radio's label); a LinkValueError saying
+    `reason` for any other value (a page otherwise put its first choice in place of an unknown one without a
     word)."""
-    table = dict(choices) if isinstance(choices, Mapping) else {c: c for c in choices}
+    table = {str(c): (to[c] if to is not None else c) for c in choices}
 
     def read(raw: Any) -> Any:
-        for key, value in table.items():
-            if str(key) == str(raw):
-                return value
+        if str(raw) in table:
+            return table[str(raw)]
         raise LinkValueError(reason)
 
     return read
