@@ -48,8 +48,6 @@ app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_
 app_state.persist_keys("train_objective")
 app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
 app_state.persist_keys("train_map_word")
-if st.session_state["train_objective"] not in jobs.OBJECTIVE_LABELS:
-    st.session_state["train_objective"] = "mlm"
 
 sid = app_state.session_id()
 run, role = app_state.current_run()       # this tab's run (from its URL: a reload finds it again), if any
