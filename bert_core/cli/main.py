@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 
-from bert_core.cli import bench, corpus, download, export, finetune, generate, grow, heldout, score, train
+from bert_core.cli import (bench, corpus, download, everyday, export, finetune, generate, grow, heldout, score,
+                           train)
 from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, SEED, int_arg, path_arg
 from bert_core.cli.console import one_line, percent
 from bert_core.data.objectives import MASK_RATE
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_command(sub, grow)
     _add_command(sub, download)
     _add_command(sub, score)
+    _add_command(sub, everyday)
     _add_command(sub, corpus)
     _add_command(sub, export)
     return parser

@@ -6,7 +6,7 @@ The steps, in order, each a pure function of the documents and the seed:
 2. drop whole documents seen before (same words), then repeated paragraphs, and a document that is mostly
    repeated paragraphs (another edition of a book already read);
 3. drop every document that shares a NGRAM-word run with a reference text (WikiText-2 test, Brown, polarity,
-   AG News, CoNLL-2000 test: see `default_references`);
+   AG News, CoNLL-2000 test, the everyday-English set: see `default_references`);
 4. cap each author's (group's) words, keeping books in a seeded order;
 5. hold out a seeded share of each source's documents;
 6. tokenize once into uint16 shards (bert_core.data.corpus_shards) and write `report.json`.
@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from bert_core.data.corpus_cleaning import normalized_words
+from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
 from bert_core.data.corpus_shards import INDEX_FILE, ShardWriter, shard_patterns
 from bert_core.data.corpus_sources import (SourceDocument, SourceTree, decode_text, detect_kind, parse_source,
                                            read_documents)
@@ -110,6 +111,9 @@ def _reference_texts(path: Path, data: bytes) -> list[str]:
                 raise BertCoreError(f"reference {path} is a zip with no member named test*; give the test file")
             return [t for n in names for t in _reference_texts(Path(n), z.read(n))]
     text = decode_text(data, str(path))
+    everyday = everyday_texts(path.name, text)  # each sentence on its own, its blank filled with each right word
+    if everyday is not None:
+        return everyday
     if path.suffix.lower() == ".csv":
         rows = csv.reader(io.StringIO(text))
         # Every field but a bare label: the polarity CSV's text, AG News's title and description (\\ = a break).
@@ -151,10 +155,11 @@ def load_reference(spec: str, n: int = 13) -> Reference:
 
 
 def default_references() -> list[str]:
-    """The project's evaluation text found on this machine: the shared folder's Brown (all of it: a superset of
-    any run's held-out documents), polarity and AG News rows, and the app's downloaded task files in the cache.
+    """The project's evaluation text: its everyday-English set (bert_core.data.everyday_set, always), and what is
+    found on this machine: the shared folder's Brown (all of it: a superset of any run's held-out documents),
+    polarity and AG News rows, and the app's downloaded task files in the cache.
     WikiText-2 test and CoNLL-2000 test are not in either place; give them with --against (docs/corpus.md)."""
-    found = []
+    found = [str(BLANKS_FILE), str(PAIRS_FILE)]
     shared = shared_data_dir()
     if shared is not None:
         for rel in ("brown/brown.txt", "sentence_polarity/polarity.csv", "ag_news/news.csv"):
