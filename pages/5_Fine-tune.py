@@ -56,8 +56,10 @@ SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, active.pretraining_ra
 ACTIVE_SHIPPED = next((name for name, folder in model_sources.shipped_checkpoints().items()
                        if active is not None and active.path is not None
                        and Path(active.path).resolve() == folder.resolve()), None)
-# Each kind's first data: a real task where the kind prefers one and it is on this server.
-DEFAULT_DATA = {kind: kp.default_data(DATASETS[kind], lambda c: local_task_csv(c) is not None)
+# A model that has read only the toy grammar knows no English: its toy tasks come first, and a warning before English.
+TOY_MODEL = active is not None and active.toy_only
+# Each kind's first data: a real task where the kind prefers one and it is on this server (a toy task for a toy model).
+DEFAULT_DATA = {kind: kp.default_data(DATASETS[kind], lambda c: local_task_csv(c) is not None, toy_model=TOY_MODEL)
                 for kind, kp in KIND_PAGES.items()}
 FIRST = next(iter(KIND_PAGES))
 defaults = {"kind": FIRST, "data": DEFAULT_DATA[FIRST], "train": SIZES[DEFAULT_DATA[FIRST]][0],
@@ -161,6 +163,13 @@ def _on_kind_change():
     _on_data_change()
 
 
+_TOYS = KIND_PAGES[st.session_state["ft_kind"]].built_in
+if TOY_MODEL and not st.session_state.get("_ft_toy_model") and _TOYS and st.session_state["ft_data"] not in _TOYS:
+    # A toy model just became the active one (a student's own run): its kind's toy task in place of English text.
+    st.session_state["ft_data"] = DEFAULT_DATA[st.session_state["ft_kind"]]
+    _on_data_change()
+st.session_state["_ft_toy_model"] = TOY_MODEL
+
 # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`) after a
 # reload, or from the session.
 app_state.attach_run(FINETUNE_PAGE)
@@ -178,6 +187,8 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         kp = KIND_PAGES[kind]
         choice = st.radio("Data", list(DATASETS[kind]), format_func=ALL_DATASETS.get, key="ft_data",
                           on_change=_on_data_change)
+        if TOY_MODEL and kp.toy_model_warning(choice):
+            st.warning(kp.toy_model_warning(choice), icon=":material/warning:")
         if choice == "upload":
             upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
                                       type=["csv", "txt"], key="ft_upload")

@@ -19,7 +19,8 @@ MAX_INPUT_BYTES = 50 * 1024 * 1024
 # 3,000), and a piece already fills a 512-token sequence, but it bounds the tokenizer's memory per call and the
 # pair-building work per sentence, which grow with the sentence's length (a 50 MB line took gigabytes).
 MAX_SENTENCE_CHARS = 10_000
-NAMED_CORPORA = ("toy", "tinyshakespeare", "wikitext-2", "brown")
+TOY_CORPUS = "toy"   # the generated toy grammar, as a run records it
+NAMED_CORPORA = (TOY_CORPUS, "tinyshakespeare", "wikitext-2", "brown")
 
 
 @dataclass

@@ -28,6 +28,9 @@ MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
 SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 classes)"),
                 "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
                 "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
+# The Train page's default toy run (2,000 steps on the toy grammar) raced on movie-review polarity at this page's
+# defaults, seeds 0-2, lowest and highest accuracy % (benchmarks/toy_model_on_english.py; docs/benchmarks.md).
+TOY_ON_POLARITY = {"pretrained": (50.6, 55.8), "scratch": (60.4, 63.2), "tfidf": (70.0, 73.2)}
 # How a run list names a race's uploaded data (never the file's name or a server path).
 UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
             "upload_squad": "an uploaded SQuAD file"}
@@ -103,9 +106,27 @@ class KindPage:
                 if kind == self.name and (key in TASKS or (shared is not None and (shared / rel).is_file()))}
         return {**self.built_in, **real, **self.uploads}
 
-    def default_data(self, choices: Mapping, on_server: Callable[[str], bool]) -> str:
-        """The choice it starts with: a preferred real task on this server, else its first choice."""
+    def default_data(self, choices: Mapping, on_server: Callable[[str], bool], toy_model: bool = False) -> str:
+        """The choice it starts with: for a model that has read only the toy grammar its first built-in toy task
+        (English would start it from nothing), else a preferred real task on this server, else its first choice."""
+        if toy_model:
+            return next((c for c in self.built_in if c in choices), next(iter(choices)))
         return next((c for c in self.preferred if c in choices and on_server(c)), next(iter(choices)))
+
+    def toy_model_warning(self, choice: str) -> str | None:
+        """Said before a race on the data `choice` when the active model has read only the toy grammar: on English
+        text its pretraining gives it nothing to start from. None for the built-in toy tasks."""
+        if choice in self.built_in:
+            return None
+        toys = ("Its toy tasks come first in the list: " + "; ".join(self.built_in.values()) + "."
+                if self.built_in else "This kind of task has no toy version.")
+        figures = {name: f"{lo:g}-{hi:g}%" for name, (lo, hi) in TOY_ON_POLARITY.items()}
+        return ("The active model was pretrained on the toy grammar only: it has never read English, so on English "
+                "text its pretraining gives it nothing to start from, and it does no better than chance, and worse "
+                "than the same model from scratch (the Train page's default run on movie-review polarity with this "
+                f"page's defaults: pretrained {figures['pretrained']}, from scratch {figures['scratch']}, the bag of "
+                f"words {figures['tfidf']}, seeds 0-2). {toys} To race on English, pick a shipped English model in "
+                "the sidebar.")
 
     def offers_drop_empty(self, choice: str) -> bool:
         """Whether the data `choice` can drop rows with an empty text or label (a CSV's)."""

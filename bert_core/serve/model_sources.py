@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bert_core.data.corpora import corpus_label
+from bert_core.data.corpora import TOY_CORPUS, corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.safe_text import markdown
 from bert_core.model.files import is_checkpoint_folder, read_json
@@ -56,6 +56,19 @@ class ActiveModel:
         from bert_core.training.run_builder import pretraining_rate_of   # torch: not at the top (TORCH_FREE)
 
         return pretraining_rate_of(self.trainer_state) or self.grown_rate
+
+    @property
+    def corpora(self) -> tuple[str, ...]:
+        """The corpora its training recorded, an earlier run it started from included (empty: none recorded)."""
+        meta = (self.trainer_state or {}).get("metadata", {})
+        start = meta.get("init_from") if isinstance(meta.get("init_from"), dict) else {}
+        return tuple(str(c) for c in (*(meta.get("corpora") or ()), *(start.get("corpora") or ())))
+
+    @property
+    def toy_only(self) -> bool:
+        """Whether all it has read is the generated toy grammar: it knows no English (a race on English text starts
+        it from nothing it can use)."""
+        return bool(self.corpora) and all(c.lower() == TOY_CORPUS for c in self.corpora)
 
     @property
     def causal(self) -> bool:
