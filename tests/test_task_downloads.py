@@ -227,3 +227,20 @@ def test_without_the_shared_folder_the_page_offers_conll2000_and_a_fetch_box(tmp
     assert at.radio(key="ft_data").value == "conll2000", at.radio(key="ft_data").options
     assert any("not on this server yet" in i.value and "CoNLL-2000" in i.value for i in at.info)
     assert not at.exception
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_fetched_files_honour_the_umask_like_any_plain_file(tmp_path, umask):
+    # A server's cache shared by its users (or a container volume): mkstemp's 0600 kept it from all but one.
+    import os
+
+    source = _polarity_tarball(tmp_path / "source.tar.gz")
+    cache = tmp_path / "cache"
+    before = os.umask(umask)
+    try:
+        fetch_task_csv("polarity", cache_dir=cache, url=source.as_uri(), use_shared=False)
+    finally:
+        os.umask(before)
+    files = [p for p in cache.iterdir() if p.is_file()]
+    assert files and {p.stat().st_mode & 0o777 for p in files} == {0o666 & ~umask}, \
+        {p.name: oct(p.stat().st_mode & 0o777) for p in files}

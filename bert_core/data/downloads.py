@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bert_core.errors import BertCoreError
+from bert_core.model.files import plain_file_mode
 from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
@@ -85,6 +86,7 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    os.fchmod(fd, plain_file_mode())   # mkstemp's 0600 would keep a shared cache from every other user
     tmp = Path(tmp_name)
     done, total = 0, None
     try:

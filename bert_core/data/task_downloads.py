@@ -21,6 +21,7 @@ from pathlib import Path
 from bert_core.data.classification_data import clean_ag_news_text
 from bert_core.data.downloads import Progress, RemoteFile, download, sha256_of
 from bert_core.errors import BertCoreError
+from bert_core.model.files import plain_file_mode
 from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
@@ -182,6 +183,7 @@ def _fetch(name: str, cache_dir, progress: Progress | None, url: str | None) -> 
                             "so fetching again starts afresh") from exc
     dest = folder / task.csv_name
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=folder)
+    os.fchmod(fd, plain_file_mode())   # mkstemp's 0600 would keep a shared cache from every other user
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)

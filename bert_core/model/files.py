@@ -227,6 +227,11 @@ def _umask() -> int:
     return mask
 
 
+def plain_file_mode() -> int:
+    """The mode a plain open() gives a new file (0666 less the umask), for files written through mkstemp (0600)."""
+    return 0o666 & ~_umask()
+
+
 def _honour_umask(folder: Path) -> None:
     """Give everything in `folder` the modes a plain open() or mkdir() would (0666 / 0777 less the umask):
     safetensors writes through a private temporary file (0600) and mkdtemp makes 0700 folders, so without this a
