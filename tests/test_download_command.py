@@ -29,6 +29,23 @@ def test_every_task_is_tried_and_each_reported(monkeypatch, tmp_path, capsys):
                       f"error: ag_news: {tmp_path / 'cache' / 'ag_news.csv'}: Permission denied"]
 
 
+def test_a_full_disk_is_said_in_plain_words_for_that_task(monkeypatch, tmp_path, capsys):
+    import errno
+
+    def fetch(name, progress=None):
+        if name == "polarity":
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "polarity.csv"))
+        return tmp_path / f"{name}.csv"
+
+    monkeypatch.setattr(download, "fetch_task_csv", fetch)
+    assert main(["download", "polarity", "ag_news"]) == 1
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: polarity: could not write {tmp_path / 'polarity.csv'}: "
+                                                     "the disk is full (No space left on device"), errors
+    assert out.splitlines() == [f"ag_news: {tmp_path / 'ag_news.csv'}"]
+
+
 def test_all_fetched_exits_zero(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(download, "fetch_task_csv", lambda name, progress=None: tmp_path / f"{name}.csv")
     assert main(["download", "polarity", "ag_news", "polarity"]) == 0

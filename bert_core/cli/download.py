@@ -8,7 +8,9 @@ import sys
 from bert_core.cli.console import one_line
 from bert_core.data.downloads import SOURCES, fetch_corpus_text
 from bert_core.data.task_downloads import TASKS, fetch_task_csv
-from bert_core.errors import BertCoreError
+from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.model.files import disk_full_words
+from bert_core.paths import cache_dir
 
 NAMES = (*TASKS, *SOURCES)
 
@@ -46,7 +48,9 @@ def run(args) -> int:
         except (BertCoreError, OSError) as exc:
             failed += 1
             why = one_line(exc)
-            if isinstance(exc, OSError) and exc.strerror:   # the machine's answer, as main() words it
+            if is_disk_full(exc):   # the user's disk, said as every command says it
+                why = disk_full_words(getattr(exc, "filename", None) or cache_dir(), exc)
+            elif isinstance(exc, OSError) and exc.strerror:   # the machine's answer, as main() words it
                 why = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
             print(file=sys.stderr)
             print(f"error: {name}: {why}", file=sys.stderr, flush=True)
