@@ -254,3 +254,12 @@ def test_overwrite_replaces_what_each_command_wrote(world, tmp_path, capsys):
         assert main(argv + ["--overwrite"]) == 0, capsys.readouterr().err   # grow's growth.json is its own
     assert (grown / "growth.json").is_file()
     capsys.readouterr()
+
+
+def test_a_refused_write_that_is_not_a_full_disk_does_not_ask_for_room(tmp_path):
+    import errno
+
+    from bert_core.model.files import write_error
+
+    said = str(write_error(tmp_path / "ck", PermissionError(errno.EACCES, "Permission denied")))
+    assert "Permission denied" in said and "space" not in said and "can write to" in said, said

@@ -71,8 +71,9 @@ def write_error(path, e: BaseException) -> BertCoreError:
         return BertCoreError(f"{disk_full_words(path, e)}; nothing there was replaced: free some space, or choose a "
                              "folder on another disk")
     reason = getattr(e, "strerror", None) or str(e)
-    return BertCoreError(f"could not write {path}: {reason}; nothing there was replaced (free some space or "
-                         "choose a writable folder)")
+    # Not a full disk (handled above): permission, a read-only disk, a name too long... room is not the cure.
+    return BertCoreError(f"could not write {path}: {reason}; nothing there was replaced (choose a folder this user "
+                         "can write to)")
 
 
 def disk_free_mb(path) -> float | None:
