@@ -20,8 +20,8 @@ st.markdown("Each head turns every token into a weighted mix of the tokens it at
 if active is None:
     st.stop()
 
-# The default sentence comes from the active model's own held-out text (the toy stories for a model trained on toy):
-# it follows the model until the student types another.
+# The default sentence: a toy story for a model that has read only the toy grammar, else a plain English sentence
+# whose every word is one piece of its vocabulary; it follows the model until the student types another.
 app_state.follow_default("att_a", app_state.model_probes(active).attention_sentence)
 app_state.init_widget("att_b", "")
 app_state.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))

@@ -27,14 +27,15 @@ st.title("Predictions")
 if active is None:
     st.stop()
 
-# Default sentences from the active model's own held-out text (a toy story for a model trained on toy), following
-# the model until the student types their own.
+# Default sentences: a toy story for a model that has read only the toy grammar, else plain English the model gets
+# right; they follow the model until the student types their own. The note says what it gets wrong.
 examples = app_state.model_probes(active)
+note = app_state.examples_note(active, examples)
 
 if is_causal(active.model):
     st.info(CAUSAL_CANNOT_FILL)
     st.subheader("Continue the text")
-    app_state.follow_default("gen_prompt", " ".join(examples.attention_sentence.split()[:6]))
+    app_state.follow_default("gen_prompt", examples.prompt)
     app_state.init_widget("gen_strategy", "greedy")
     # The numbers' ranges: their widgets', and what a link's value is held to.
     W = app_state.Within
@@ -46,6 +47,8 @@ if is_causal(active.model):
     gen_keys = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
     app_state.persist_keys(*gen_keys)
     st.text_area("The start of a text", key="gen_prompt", height=80)
+    if note:
+        st.caption(note)
     g1, g2, g3, g4 = st.columns(4)
     g1.radio("Decoding", list(generation.STRATEGIES), key="gen_strategy", horizontal=True,
              format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
@@ -86,6 +89,8 @@ app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
 
 st.subheader("Fill in the blanks")
 st.text_area("Text with one or more [MASK]", key="pred_text", height=80)
+if note:
+    st.caption(note)
 st.slider("Candidates per mask (k)", *CANDIDATES, key="pred_k")
 tok = active.tokenizer
 max_len = active.config.max_position_embeddings

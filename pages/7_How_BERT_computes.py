@@ -33,7 +33,6 @@ if active is None:
 model, tok, cfg = active.model, active.tokenizer, active.config
 causal = is_causal(model)
 examples = app_state.model_probes(active)
-gpt_prompt = " ".join(examples.attention_sentence.split()[:6])
 app_state.follow_default("hbc_a", examples.attention_sentence)
 app_state.init_widget("hbc_b", "")
 app_state.init_widget("hbc_layer", 1, int)
@@ -41,11 +40,11 @@ app_state.init_widget("hbc_head", 1, int)
 app_state.init_widget("hbc_token", 2, int)
 TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
 app_state.init_widget("hbc_temperature", 1.0, TEMPERATURES)
-app_state.follow_default("hbc_lens", gpt_prompt if causal else examples.sentences[0])
+app_state.follow_default("hbc_lens", examples.prompt if causal else examples.sentences[0])
 app_state.init_widget("hbc_word", "bank")
 app_state.init_widget("hbc_neighbour", "king")
-app_state.follow_default("hbc_pair_a", MINIMAL_PAIRS[0].good)
-app_state.follow_default("hbc_pair_b", MINIMAL_PAIRS[0].bad)
+app_state.follow_default("hbc_pair_a", examples.grammar_pair[0])
+app_state.follow_default("hbc_pair_b", examples.grammar_pair[1])
 keys = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
 app_state.persist_keys(*keys, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
@@ -157,6 +156,9 @@ with attention_tab:
 with lens_tab:
     label = "The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]"
     st.text_input(label, key="hbc_lens")
+    note = app_state.examples_note(active, examples)
+    if note:
+        st.caption(note)
     try:
         lens = logit_lens(model, tok, st.session_state["hbc_lens"])
     except BertCoreError as exc:

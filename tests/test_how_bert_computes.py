@@ -315,5 +315,5 @@ def test_the_neighbour_pool_is_the_models_held_out_text_or_says_it_is_not():
     assert (sentences, source) == builtin_pool() and "cannot be read here" in source
     sentences, source = heldout_pool({"heldout": {"seed": 0, "fraction": 0.1, "corpora": [{"spec": "toy"}]}},
                                      count=30)
-    assert source == "held-out text of toy" and len(sentences) == 30
+    assert source == "held-out text of the toy grammar (generated)" and len(sentences) == 30
     assert all(6 <= len(s.split()) <= 30 for s in sentences)

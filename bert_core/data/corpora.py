@@ -258,26 +258,30 @@ def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
                   source=f"toy grammar (bert_core.data.toy_grammar), seed {seed}")
 
 
-# How a reader knows each corpus: the named ones, and the files of the shared data folder by (folder, file).
-CORPUS_LABELS = {"toy": "the toy grammar (generated)", "tinyshakespeare": "Tiny Shakespeare",
-                 "wikitext-2": "WikiText-2", "brown": "the Brown Corpus"}
+# How a reader knows each corpus, in words a student understands (what it is, never its file's name): the named
+# ones, and the files of the shared data folder by (folder, file). A split of WikiText-2 is WikiText-2 to a reader.
+_WIKITEXT = "WikiText-2 (Wikipedia articles)"
+_BROWN = "the Brown Corpus (American English texts of 1961)"
+_SHAKESPEARE = "Tiny Shakespeare (Shakespeare's plays)"
+CORPUS_LABELS = {"toy": "the toy grammar (generated)", "tinyshakespeare": _SHAKESPEARE, "wikitext-2": _WIKITEXT,
+                 "brown": _BROWN}
 _SHARED_FILE_LABELS = {
-    ("wikitext-2", "valid.txt"): "WikiText-2 (validation split)",
-    ("wikitext-2", "train.txt"): "WikiText-2 (training split)",
-    ("wikitext-2", "test.txt"): "WikiText-2 (test split)",
-    ("brown", "brown.txt"): "the Brown Corpus",
-    ("tinyshakespeare", "input.txt"): "Tiny Shakespeare",
+    ("wikitext-2", "valid.txt"): _WIKITEXT,
+    ("wikitext-2", "train.txt"): _WIKITEXT,
+    ("wikitext-2", "test.txt"): _WIKITEXT,
+    ("brown", "brown.txt"): _BROWN,
+    ("tinyshakespeare", "input.txt"): _SHAKESPEARE,
     ("movie_reviews", "reviews.txt"): "movie reviews",
-    ("movie_plots", "plots.txt"): "IMDb plot sentences",
-    ("news", "abc.txt"): "ABC news stories",
-    ("state_union", "addresses.txt"): "State of the Union addresses",
+    ("movie_plots", "plots.txt"): "film plot summaries from IMDb",
+    ("news", "abc.txt"): "Australian ABC news stories",
+    ("state_union", "addresses.txt"): "US presidents' State of the Union addresses",
 }
 
 
 def corpus_label(recorded: str) -> str:
-    """A recorded corpus (a name, or the path a run was given) as a reader knows it: "WikiText-2 (validation split)"
-    for `../shared/data/wikitext-2/valid.txt`, "the Brown Corpus" for `brown`; any other file by its name only
-    ("the text file notes.txt"): never a folder of the machine that trained it."""
+    """A recorded corpus (a name, or the path a run was given) as a reader knows it: "WikiText-2 (Wikipedia
+    articles)" for `../shared/data/wikitext-2/valid.txt`, "the Brown Corpus (...)" for `brown`; any other file by
+    its name only ("the text file notes.txt"): never a folder of the machine that trained it."""
     text = str(recorded).strip()
     if text.lower() in CORPUS_LABELS:
         return CORPUS_LABELS[text.lower()]

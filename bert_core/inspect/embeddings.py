@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bert_core.data.corpora import load_corpus, split_heldout
+from bert_core.data.corpora import corpus_label, load_corpus, split_heldout
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
@@ -115,7 +115,7 @@ def _heldout_pool(record_json: str, count: int, seed: int) -> tuple[tuple[str, .
         corpus = load_corpus(entry["spec"], seed=int(record.get("seed", 0)))
         documents += split_heldout(corpus, fraction=float(record.get("fraction", 0.1)),
                                    seed=int(record.get("seed", 0)))[1].documents
-        specs.append(entry.get("name") or entry["spec"])
+        specs.append(corpus_label(entry["spec"]))   # as a reader knows it, never a file's name ("valid")
     return tuple(_readable_sentences(documents, count, seed)), "held-out text of " + ", ".join(specs)
 
 

@@ -22,13 +22,13 @@ from bert_core.paths import cache_dir, shared_data_dir
 
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
 DEFAULT_PROBES = (
-    "the man went to the [MASK] to buy some milk .",
-    "she said that [MASK] would come back tomorrow .",
-    "it was one of the [MASK] days of the year .",
-    "he opened the door and [MASK] into the room .",
+    "The man went to the [MASK] to buy some milk.",
+    "She said that [MASK] would come back tomorrow.",
+    "It was one of the [MASK] days of the year.",
+    "He opened the door and [MASK] into the room.",
 )
-DEFAULT_ATTENTION_PROBE = "the cat sat on the mat because it was tired ."
-DEFAULT_PAIR = ("the man went to the store .", "he bought a gallon of milk .")
+DEFAULT_ATTENTION_PROBE = "The cat sat on the mat because it was tired."
+DEFAULT_PAIR = ("The man went to the store.", "He bought a gallon of milk.")
 PROBE_COUNT = 4
 # Function words: never the masked word of a probe (they teach little, and any corpus is full of them).
 STOPWORDS = frozenset("""

@@ -1,15 +1,19 @@
 """What the lesson and the inspection pages compute from the active model, kept across reruns in Streamlit's caches:
 the toy corpus's sentence pairs in the model's tokenizer, its right guesses by masking decision, its sentence-B-to-A
-attention, and probe sentences from its own held-out text. Each is keyed by the model (and its step: a run's model
-changes as it trains). Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+attention, and the examples its pages open on (its own held-out toy stories, or plain English it gets right). Each
+is keyed by the model (and its step: a run's model changes as it trains). Streamlit-facing (bert_core.serve.app_state
+re-exports it for the pages)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from bert_core.data.corpora import generate_toy_corpus
+from bert_core.inspect.plain_examples import PageExamples, from_probes, stored_examples
+from bert_core.inspect.plain_examples import examples_note as note_for
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.serve.app_storage import public_mode
+from bert_core.serve.app_models import SOURCE_SHIPPED
 from bert_core.serve.model_sources import ActiveModel
 
 
@@ -102,17 +106,46 @@ def _recorded_probes_cached():
     return probes
 
 
+def _plain_examples_cached():
+
+    @st.cache_data(max_entries=16, show_spinner="Finding plain sentences this model gets right…")
+    def plain(key: str, folder: str | None, _model, _tokenizer):
+        # Imported here, not at the top: asking the model loads torch (TORCH_FREE); a shipped checkpoint's choice is
+        # stored, so only another model is asked (a few forward passes, once).
+        from bert_core.inspect.example_choice import choose_examples
+
+        return stored_examples(folder) or choose_examples(_model, _tokenizer)
+
+    return plain
+
+
 _PROBES = None
+_PLAIN = None
 
 
-def model_probes(active: ActiveModel | None):
-    """Sentences for the Attention and Predictions pages from the active model's own held-out text (the probes
-    its run recorded, or drawn again from its recorded corpora when they can be read here); English sentences
-    for a model without a readable corpus (e.g. a Hugging Face download)."""
-    global _PROBES
-    meta = ((active.trainer_state or {}).get("metadata") if active is not None else None) or {}
-    if not meta:
-        return ENGLISH_PROBES
-    if _PROBES is None:
-        _PROBES = _recorded_probes_cached()
-    return _PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES
+def model_probes(active: ActiveModel | None) -> PageExamples:
+    """The examples the inspection pages and the lesson open on for the active model: for a model that has read
+    only the toy grammar, sentences from its own held-out toy stories (the probes its run recorded, or drawn again);
+    for any other model plain English sentences that it gets right, with a first try it misses
+    (plain_examples.choose_examples; stored for a shipped checkpoint). Kept per model and its step."""
+    global _PROBES, _PLAIN
+    if active is None:
+        return from_probes(ENGLISH_PROBES)
+    if active.toy_only:
+        meta = (active.trainer_state or {}).get("metadata") or {}
+        if _PROBES is None:
+            _PROBES = _recorded_probes_cached()
+        return from_probes(_PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES)
+    if _PLAIN is None:
+        _PLAIN = _plain_examples_cached()
+    # Only a shipped folder is read for its stored choice: another source's path may be a name, not a folder.
+    folder = str(active.path) if active.source == SOURCE_SHIPPED and active.path is not None else None
+    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}"
+    return _PLAIN(key, folder, active.model, active.tokenizer)
+
+
+def examples_note(active: ActiveModel, examples: PageExamples) -> str:
+    """The plain line beside an English model's default example (plain_examples.examples_note): what it read, a
+    sentence it gets wrong and its guesses there, and that the default is one it gets right; "" for a toy model."""
+    weights = sum(p.numel() for p in active.model.parameters())
+    return note_for(examples, active.corpora, weights, active.causal)

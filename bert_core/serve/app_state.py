@@ -23,6 +23,7 @@ from bert_core.errors import BertCoreError
 from bert_core.serve.app_cache import (
     DECISION_POOL,
     decision_accuracy,
+    examples_note,
     model_probes,
     pair_attention,
     toy_pretraining_data,

@@ -1,0 +1,229 @@
+"""The examples an English model's pages open on: plain, everyday sentences that the active model gets right,
+chosen by asking it, and one a teacher would try first that it gets wrong, said plainly.
+
+A model trained on Brown, Wikipedia and Shakespeare has never seen its held-out text look like what a teacher types
+("POMPEY: Here comes Signior Claudio, led by the provost to [MASK]; ..."), and a teacher's first try
+("Paris is the capital of [MASK].") is one the small shipped models get wrong. So for a model that has read English,
+the Predictions, Attention and How BERT computes pages open on a sentence from a short fixed list, in written
+order, the first one the model fills right (its first guess, else one of its first three), and a line says which
+plain sentence it misses and what it guesses there. The candidates are sentences of the everyday-English set
+(bert_core.data.everyday_set), which holds the words a fair judge accepts at each blank; a GPT-style model is asked
+for the next word after the words before the blank. A model that has read only the toy grammar keeps sentences
+from its own toy stories (probes.recorded_probes): everyday English is not its language.
+
+Asking (bert_core.inspect.example_choice, which loads torch; this module does not) costs a few forward passes of a
+small model and a batch of pseudo-likelihoods for the grammar pair: up to 1.7 s on a busy 2-core machine for the
+shipped mini. So the choice for each shipped checkpoint is stored (SHIPPED_EXAMPLES) and another model is asked once:
+the pages keep the answer (serve.app_cache.model_probes).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from bert_core.data.corpora import corpus_label
+from bert_core.data.everyday_set import MASK, load_blanks
+from bert_core.errors import BertCoreError
+from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.safe_text import markdown
+
+# The [MASK] sentences a page may open on, most wanted first (each in the everyday-English set, whose right words
+# judge the model's guess): varied topics, each a sentence a student can check at a glance.
+MASKED = (
+    "I like to drink a cup of [MASK] in the morning.",
+    "There are seven days in a [MASK].",
+    "He put his hat on his [MASK].",
+    "It was a stormy night with heavy [MASK].",
+    "The woman he married is his [MASK].",
+    "We eat breakfast at the kitchen [MASK].",
+    "There are twelve months in a [MASK].",
+    "I went to bed early and woke up at six in the [MASK].",
+    "She posted a letter at the post [MASK].",
+    "Canada is north of the United [MASK].",
+    "Put on your sunglasses, the [MASK] is very bright.",
+    "I opened the [MASK] to let some fresh air into the room.",
+)
+# What a teacher types first into a BERT demo; the first one the model misses is named beside the default.
+FIRST_TRIES = (
+    "Paris is the capital of [MASK].",
+    "The [MASK] barked at the mailman.",
+    "London is the capital of [MASK].",
+    "I sleep in my [MASK] every night.",
+)
+# The attention sentence: the first whose every word is one piece of the model's vocabulary (a heatmap of words,
+# not of word pieces); "it" looks back at what it stands for.
+ATTENTION = (
+    "The cat sat on the mat because it was tired.",
+    "The girl gave her brother a book because he was bored.",
+    "My father bought a new car last week.",
+)
+# Sentence pairs that really follow one another: the first the model says follows (P above one half).
+PAIRS = (
+    ("The man went to the store.", "He bought a gallon of milk."),
+    ("It started to rain in the afternoon.", "We ran inside to stay dry."),
+    ("She opened the door and looked outside.", "The street was empty and quiet."),
+)
+# The choice made for each shipped checkpoint, by the sha256 of its model.safetensors: a page opens a shipped model
+# without asking it (benchmarks/shipped_examples.py writes it; a test checks it against the models).
+SHIPPED_EXAMPLES = Path(__file__).resolve().with_name("shipped_examples.json")
+WEIGHTS_FILE = "model.safetensors"
+TOP = 3                  # guesses shown, and the rank a default may be right at when no first guess is
+SMALL = 50_000_000       # weights: below this a model is called small (the shipped ones have 4 to 14 million)
+PROMPT_WORDS = 4         # a GPT is asked about a blank only with at least this many words before it
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One everyday sentence put to the model (with its [MASK]), the words that count as right there, and the
+    model's TOP likeliest guesses (a GPT's for the next word after the words before the blank)."""
+
+    text: str
+    answers: tuple[str, ...]
+    guesses: tuple[str, ...]
+
+    @property
+    def rank(self) -> int | None:
+        """1 when the first guess is right, ..., None when none of the guesses is."""
+        return next((i for i, g in enumerate(self.guesses, 1) if g in self.answers), None)
+
+
+@dataclass(frozen=True)
+class PageExamples:
+    """What a page's text boxes open on for one model: [MASK] sentences (the first is the default), the attention
+    sentence, a sentence pair that follows, a GPT's prompt, a grammar pair (good, broken), where they come from, and
+    for an English model the default as the model fills it (`right`) and a first try it misses (`wrong`)."""
+
+    sentences: tuple[str, ...]
+    attention_sentence: str
+    pair: tuple[str, str]
+    prompt: str
+    grammar_pair: tuple[str, str]
+    source: str
+    right: Tried | None = None
+    wrong: Tried | None = None
+
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PageExamples":
+        def tried(t):
+            return None if t is None else Tried(t["text"], tuple(t["answers"]), tuple(t["guesses"]))
+
+        return cls(tuple(d["sentences"]), d["attention_sentence"], tuple(d["pair"]), d["prompt"],
+                   tuple(d["grammar_pair"]), d["source"], tried(d.get("right")), tried(d.get("wrong")))
+
+
+def from_probes(probes) -> PageExamples:
+    """A model's own held-out sentences (a probes.CorpusProbes) as page examples: how a toy model's pages open (the
+    grammar pair in its stories' style: lower case, a spaced full stop)."""
+    return PageExamples(tuple(probes.sentences), probes.attention_sentence, tuple(probes.pair),
+                        " ".join(probes.attention_sentence.split()[:6]),
+                        (MINIMAL_PAIRS[0].good, MINIMAL_PAIRS[0].bad), probes.source)
+
+
+@functools.lru_cache(maxsize=1)
+def _answers() -> dict[str, tuple[str, ...]]:
+    return {b.text: b.answers for b in load_blanks()}
+
+
+def answers_for(text: str) -> tuple[str, ...]:
+    """The right words at the blank of `text`, a sentence of the everyday-English set."""
+    try:
+        return _answers()[text]
+    except KeyError:
+        raise BertCoreError(f"{text!r} is not a sentence of the everyday-English set, so its right words are "
+                            "not known") from None
+
+
+def prompt_of(text: str) -> str:
+    """The words before the blank: what a GPT is asked to continue."""
+    return text.split(MASK, 1)[0].rstrip()
+
+
+def _quoted(text: str) -> str:
+    return f"“{markdown(text)}”"
+
+
+def _listed(words: Sequence[str]) -> str:
+    return ", ".join(markdown(w) for w in words)
+
+
+def corpora_in_words(recorded: Sequence[str]) -> str:
+    """The recorded corpora as a reader knows them, joined: "the Brown Corpus (...), WikiText-2 (...) and ..."."""
+    names = list(dict.fromkeys(corpus_label(c) for c in recorded))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def examples_note(examples: PageExamples, recorded: Sequence[str], weights: int, causal: bool) -> str:
+    """One plain paragraph (Markdown) beside the default: what the model read, a first try it gets wrong with its
+    guesses, and that the default is one it gets right. "" for examples from the model's own text (a toy model)."""
+    if examples.right is None:
+        return ""
+    size = f"{weights / 1e6:.1f}M weights" if weights >= 1e5 else f"{weights:,} weights"
+    text = (f"This model ({size}) has read only {markdown(corpora_in_words(recorded))}. " if recorded
+            else f"This model ({size}) does not record what it read. ")
+
+    def shown(sentence: str) -> str:   # a GPT is asked for the words after the blank's start
+        return prompt_of(sentence) + " …" if causal else sentence
+
+    miss = examples.wrong
+    if miss is not None:
+        text += (f"It {'continues' if causal else 'gets'} plain sentences such as {_quoted(shown(miss.text))} "
+                 f"{'wrongly' if causal else 'wrong'} ")
+        text += f"(its guesses: {_listed(miss.guesses)}; right would be {markdown(miss.answers[0])})"
+        text += ": a model this small knows little about the world. " if weights < SMALL else ". "
+    right = examples.right
+    what = "start" if causal else "sentence"
+    if right.rank == 1:
+        text += (f"The default {what}, {_quoted(shown(right.text))}, is one it gets right (its first guess: "
+                 f"{markdown(right.guesses[0])}).")
+    elif right.rank is not None:
+        text += (f"The default {what}, {_quoted(shown(right.text))}, is one it nearly gets: a right word is its "
+                 f"guess number {right.rank} ({_listed(right.guesses)}).")
+    else:
+        text += (f"It gets none of the plain sentences tried here right yet: the default {what}, "
+                 f"{_quoted(shown(right.text))}, gets {_listed(right.guesses)}.")
+    return text
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path: str, size: int, mtime: float) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_digest(folder: str | Path | None) -> str | None:
+    """The sha256 of a checkpoint folder's model.safetensors (kept per file and its time), or None without one."""
+    path = Path(folder) / WEIGHTS_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return _sha256(str(path), stat.st_size, stat.st_mtime)
+
+
+def read_stored(file: str | Path = SHIPPED_EXAMPLES) -> dict:
+    """The stored choices: {folder name: {"weights_sha256": ..., "examples": PageExamples.to_dict()}}."""
+    path = Path(file)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def stored_examples(folder: str | Path | None, file: str | Path = SHIPPED_EXAMPLES) -> PageExamples | None:
+    """The examples stored for the checkpoint in `folder` when its weights are those they were chosen for (a
+    shipped checkpoint, or a copy of one), else None (ask the model: choose_examples)."""
+    digest = weights_digest(folder)
+    if digest is None:
+        return None
+    for entry in read_stored(file).values():
+        if entry.get("weights_sha256") == digest:
+            return PageExamples.from_dict(entry["examples"])
+    return None
