@@ -258,3 +258,17 @@ def test_a_toy_model_keeps_its_toy_stories_and_no_note(tmp_path_factory, monkeyp
     assert at.text_area(key="pred_text").value == own.sentences[0] and own.sentences[0] not in pe.MASKED
     assert at.text_input(key="nsp_a").value == own.pair[0]
     assert not any(c.value.startswith("This model (") for c in at.caption)
+
+
+def test_probes_drawn_from_a_play_leave_out_the_speakers_names():
+    """A run on Shakespeare draws its time-lapse probes from held-out lines that lead with a speaker: dropped."""
+    from bert_core.inspect.probes import probes_from_documents
+
+    doc = ["POMPEY: Here comes Signior Claudio, led by the provost to prison.",
+           "MISTRESS OVERDONE: Why, here's a change indeed in the commonwealth!",
+           "KING RICHARD III: Now is the winter of our discontent made glorious summer.",
+           "First we walk to the river, then we cross the bridge."]
+    probes = probes_from_documents([doc, list(reversed(doc))], count=3)
+    for text in (*probes.sentences, probes.attention_sentence, *probes.pair):
+        assert not SPEAKER.search(text), text
+    assert "Here comes Signior Claudio, led by the provost to [MASK]." in probes.sentences

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -44,6 +45,9 @@ anything something nothing everything together
 less least many few same such like unto hath doth art wilt shalt nay yea o oh
 """.split())
 _STRIP = ".,;:!?\"'()[]{}`-_"
+# A speaker's name that leads a line of a play ("POMPEY: Here comes ...", "KING RICHARD III: ..."): not part of what
+# is said, and no sentence a student would type, so a probe drops it.
+_SPEAKER = re.compile(r"^[A-Z][A-Z']+(?: [A-Z][A-Z']+)*:\s+(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ def probes_from_documents(documents, count: int = PROBE_COUNT, seed: int = 0, co
     an attention sentence of 6-12 words and a pair of consecutive sentences, chosen with `seed` from `documents`
     (held-out text). `counts` (word counts of the whole corpus) keeps rare words from being the blank; by default
     the documents' own counts are used. Raises BertCoreError when the text has no usable sentence."""
-    docs = [list(d) for d in documents if d]
+    docs = [[_SPEAKER.sub("", s) for s in d] for d in documents if d]
     counts = counts if counts is not None else word_counts(docs)
     rng = random.Random(seed)
     order = list(range(len(docs)))
