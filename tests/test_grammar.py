@@ -2,6 +2,7 @@
 shipped folders, the per-token shares add up, and bad input is one `error:` line."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -149,3 +150,11 @@ def test_a_pairs_file_prints_scores_and_the_preferred_sentence(tmp_path, capsys)
     assert main(["score", "--checkpoint", str(DEFAULT_CHECKPOINT), "--file", str(pairs)]) == 0
     out = capsys.readouterr().out
     assert out.count("prefers ") == 2 and "of 2 pairs" in out
+
+
+def test_the_built_in_pairs_are_written_as_a_teacher_would_write_them():
+    # Capitalised, no space before a full stop: the shipped tokenizers lower-case and split punctuation, so the
+    # scores are those of the lower-case, spaced text they replaced (checked on all four shipped tokenizers).
+    for pair in MINIMAL_PAIRS:
+        for sentence in (pair.good, pair.bad):
+            assert sentence[0].isupper() and sentence[-1] in ".?!" and not re.search(r" [.,?!;:]", sentence), sentence
