@@ -20,6 +20,7 @@ from bert_core.inspect.inspection import (
     word_text,
 )
 from bert_core.inspect.masked_guesses import guesses_for_instance
+from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.training_step import take_one_step
 from bert_core.serve import app_state, class_view, jobs, lesson_classes, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
@@ -88,8 +89,9 @@ def _go(to: int) -> None:
     st.query_params["step"] = STEPS[to].key
     if lead_code is not None:
         app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
-    if STEPS[to].key in ("attention", "attends", "predictions", "masking") and _run_finished():
-        # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable).
+    if STEPS[to].key in ("attention", "attends", "predictions", "masking", "fine-tune") and _run_finished():
+        # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable), and
+        # the race fine-tunes it.
         st.session_state["model_source"] = app_state.SOURCE_SESSION
 
 
@@ -118,6 +120,14 @@ def _model_ref(model) -> tuple[str, str] | None:
 
 active = app_state.sidebar()
 app_state.warm_launcher()
+if s.get("_lesson_drawn_step") != step.key:
+    # A new step (Next, Back, the teacher's move, a link) opens at its top: Streamlit keeps the page's scroll
+    # position across reruns, so the press of Next at the foot of one step left the next one scrolled down, its
+    # title and notice off the screen. A zero-height frame in the sidebar scrolls the main area up, once: drawn on
+    # this run only, with a number of its own, so that the browser runs it afresh for each step opened.
+    s["_lesson_drawn_step"], s["_lesson_opened"] = step.key, s.get("_lesson_opened", 0) + 1
+    with st.sidebar:
+        st.iframe(lesson.to_top_script(s["_lesson_opened"]), height="content")
 class_model = None   # the model the class looks at, as its record names it
 if lead_code is not None:
     class_model = _model_ref(active)
@@ -165,12 +175,14 @@ if klass is not None:
 
     _follow()
 st.markdown(step.text)
-if active is not None and step.key not in ("bert-or-gpt", "step", "run"):   # those show their own model
-    name = active.short_name
+model_name = None   # the model this step's figures come from, in words: its line of the lesson's end names it
+if active is not None:
+    model_name = active.short_name
     if class_model is not None and class_model[0] == "run" and active.path is None:
-        name = lesson.class_run_name(active.step)   # the same words on the teacher's and the students' pages
+        model_name = lesson.class_run_name(active.step)   # the same words on the teacher's and the students' pages
+if active is not None and step.key not in ("bert-or-gpt", "step", "run"):   # those show their own model
     whose = "the teacher's" if following and klass.model is not None else "the sidebar's"
-    st.caption(lesson.model_in_use(name, active.tokenizer.vocab_size, active.causal, whose))
+    st.caption(lesson.model_in_use(model_name, active.tokenizer.vocab_size, active.causal, whose))
 if following and klass.model is None:
     st.caption("The teacher's model (an upload, a saved run or a folder of theirs) cannot be opened here: this "
                "page looks at your sidebar's model.")
@@ -307,17 +319,21 @@ def _watch(run, can_stop: bool) -> None:
     @st.fragment(run_every=app_state.poll_seconds() if run.active else None)
     def live() -> None:
         trainer = run.trainer
+        causal = trainer is not None and getattr(trainer.config, "objective", "mlm") == "clm"
+        baseline = figures.unigram_baseline_values(trainer.baselines).get("loss") if trainer is not None else None
+        text = lesson.notice_run(trainer.evals, baseline, causal) if trainer is not None else None
+        # The notice first, where the other steps have theirs: on screen when the step opens, above the chart.
+        if text:
+            st.info(f"**What to notice.** {markdown(text)}", icon=":material/visibility:")
+            st.session_state.setdefault("lesson_seen", {})["run"] = lesson.Seen(
+                "the default run's nano BERT, as it trained", text)
+        else:
+            st.caption("*What to notice* appears here at the run's first held-out evaluation.")
         st.caption(f"Run {run.phase}" + (f": step {trainer.step:,}" if trainer is not None else ""))
         if trainer is None:
             return
-        causal = getattr(trainer.config, "objective", "mlm") == "clm"
         app_state.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
                                              causal=causal), "lesson-run-loss", key="lesson_run_loss")
-        baseline = figures.unigram_baseline_values(trainer.baselines).get("loss")
-        text = lesson.notice_run(trainer.evals, baseline, causal)
-        if text:
-            st.info(f"**What to notice.** {text}", icon=":material/visibility:")
-            st.session_state.setdefault("lesson_seen", {})["run"] = text
         nsp = lesson.notice_nsp(trainer.evals, trainer.history,
                                getattr(trainer.config, "nsp", False) and not causal)
         if nsp:
@@ -363,7 +379,7 @@ def _token_picker(key: str, tokens: list[str], default: int) -> int:
 def _embedding() -> str | None:
     if not _need_model():
         return None
-    app_state.init_widget("lesson_emb_text", "the dog saw the cat .")
+    app_state.init_widget("lesson_emb_text", lesson.EMBEDDING_SENTENCE)
     text = st.text_input("A sentence", key="lesson_emb_text")
     if not text.strip():
         st.warning("Type a sentence.")
@@ -385,19 +401,26 @@ def _attends() -> str | None:
     if not text.strip():
         st.warning("Type a sentence.")
         return None
-    layer = active.config.num_hidden_layers - 1   # the last layer's first head: the Attention page's last row
-    first = attention_steps(active.model, active.tokenizer, text, layer, 0, 0)
-    query = _token_picker("lesson_attends_token", first.tokens, 2)
-    steps = attention_steps(active.model, active.tokenizer, text, layer, 0, query)
-    app_state.plotly(computation_figures.scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
+    # The last layer's first head at first (the Attention page's last row); the boxes count from 1.
+    c1, c2, c3 = st.columns([1, 1, 2])
+    layer = _counted_from_1(c1, "Layer", "lesson_attends_layer", active.config.num_hidden_layers,
+                            active.config.num_hidden_layers)
+    head = _counted_from_1(c2, "Head", "lesson_attends_head", active.config.num_attention_heads, 1)
+    first = attention_steps(active.model, active.tokenizer, text, layer, head, 0)
+    with c3:
+        query = _token_picker("lesson_attends_token", first.tokens, 2)
+    steps = attention_steps(active.model, active.tokenizer, text, layer, head, query)
+    app_state.plotly(lesson_figures.attends_scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
+    app_state.plotly(lesson_figures.values_figure(steps), "lesson-attends-values", key="lesson_attends_values")
     return lesson.notice_attends(steps, with_temperature(steps, 1 / steps.head_dim ** 0.5))
 
 
-def _use_shipped(name: str) -> None:
-    """The sidebar's model becomes a shipped checkpoint (a callback: it runs before the sidebar is drawn)."""
-    st.session_state["model_source"] = app_state.SOURCE_SHIPPED
-    st.session_state["model_shipped"] = name
-    st.session_state.pop("lesson_pred_text", None)   # the new model's own held-out sentence
+def _counted_from_1(column, label: str, key: str, most: int, default: int) -> int:
+    """A layer or head box, counted from 1 as every figure and notice counts them, held to the model's range (a
+    model with fewer layers, or a 0 from an old link); returns the index from 0."""
+    app_state.init_widget(key, default, int)
+    s[key] = min(max(int(s[key]), 1), most)
+    return int(column.number_input(label, 1, most, key=key)) - 1
 
 
 def _predictions() -> str | None:
@@ -407,12 +430,6 @@ def _predictions() -> str | None:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None
-    if not following and (active.path is None or active.path.name not in ("bert-tiny-english",
-                                                                           "bert-mini-english")):
-        st.button("Try your own sentences on the shipped English model", icon=":material/swap_horiz:",
-                  key="lesson_pred_english", on_click=_use_shipped, args=("bert-tiny-english",),
-                  help="Switches the sidebar's model to bert-tiny-english, pretrained on 5.6M words of real "
-                       "English; the sidebar switches back.")
     probes = app_state.model_probes(active)
     app_state.follow_default("lesson_pred_text", probes.sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
@@ -425,7 +442,39 @@ def _predictions() -> str | None:
     baseline = unigram_top_k(counts, active.tokenizer, 5) if counts else None
     app_state.plotly(figures.topk_figure(predictions[0].candidates, "Guesses for the first [MASK]", baseline),
                      "lesson-predictions", key="lesson_pred_fig")
+    if active.path is None or active.path.name not in ("bert-tiny-english", "bert-mini-english"):
+        _side_trip()
     return lesson.notice_predictions(predictions[0].candidates, baseline or [])
+
+
+def _side_trip() -> None:
+    """Real English on the shipped model, drawn here: the sidebar's model, the other steps and the race stay the
+    lesson's (a side trip that switched the sidebar once left the race fine-tuning the shipped model)."""
+    name = lesson.SHIPPED_ENGLISH
+    if not st.toggle(f"Side trip: try your own sentences on the shipped English model, {name}",
+                     key="lesson_pred_english",
+                     help=f"Shows {name}'s guesses here, beside the lesson's model: {name} was pretrained on "
+                          "5.6M words of real English. The sidebar's model, the next steps and the race do not "
+                          "change."):
+        return
+    shipped = app_state.shipped_model(name)
+    if shipped is None:
+        st.info(f"{name} is not in this install.")
+        return
+    app_state.follow_default("lesson_pred_english_text", app_state.model_probes(shipped).sentences[0])
+    text = st.text_input(f"Text with [MASK], for {name}", key="lesson_pred_english_text")
+    try:
+        guesses = fill_mask(shipped.model, shipped.tokenizer, text, top_k=5)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return
+    counts = shipped.unigram_counts()
+    baseline = unigram_top_k(counts, shipped.tokenizer, 5) if counts else None
+    app_state.plotly(figures.topk_figure(guesses[0].candidates, f"{name}'s guesses for the first [MASK]", baseline),
+                     "lesson-predictions-shipped", key="lesson_pred_english_fig")
+    said = lesson.notice_predictions(guesses[0].candidates, baseline or [])
+    st.caption(f"On {name}: {markdown(said)} The lesson's model is still {markdown(model_name)}.")
+    s.setdefault("lesson_seen", {})["predictions" + lesson.SIDE_TRIP] = lesson.Seen(name, said)
 
 
 def _bert_or_gpt() -> str | None:
@@ -433,7 +482,7 @@ def _bert_or_gpt() -> str | None:
     if bert is None or gpt is None:
         st.info("This step compares the two shipped checkpoints, which are not in this install.")
         return None
-    app_state.init_widget("lesson_gpt_text", "the dog sleeps in the barn after a long day .")
+    app_state.init_widget("lesson_gpt_text", lesson.BERT_OR_GPT_SENTENCE)
     text = st.text_input("Sentence", key="lesson_gpt_text")
     c1, c2 = st.columns(2)
     # Counted from 1, as every figure and notice counts them (a 0 from an old link becomes 1).
@@ -451,7 +500,7 @@ def _bert_or_gpt() -> str | None:
     app_state.plotly(figures.side_by_side_figure([("BERT", a), ("GPT", b)], layer, head), "lesson-bert-gpt",
                      key="lesson_gpt_fig")
     return lesson.notice_bert_or_gpt(a.attentions[layer, head, 0].tolist(), b.attentions[layer, head, 0].tolist(),
-                                     b.attentions[layer, head, -1].tolist())
+                                     b.attentions[layer, head, -1].tolist(), a.tokens, b.tokens)
 
 
 def _to_race() -> None:
@@ -469,7 +518,7 @@ def _finetune() -> str | None:
             app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
         done = run is not None and not run.active and run.job is not None
         s["_lesson_race_pending"] = klass.race if run is not None and not done else None   # redrawn once it ends
-        text = lesson.notice_finetune(getattr(run.job.trainer, "results", None) if done else None)
+        text = lesson.notice_finetune(getattr(run.job.trainer, "results", None) if done else None, _raced(run))
         if text is None:
             st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
                        "once it has finished.")
@@ -481,11 +530,28 @@ def _finetune() -> str | None:
     run, _ = app_state.current_run(FINETUNE_PAGE)   # this tab's race, once the Fine-tune page has run one
     done = run is not None and not run.active and run.job is not None
     results = getattr(run.job.trainer, "results", None) if done else None
-    text = lesson.notice_finetune(results)
+    text = lesson.notice_finetune(results, _raced(run))
     if text is None:
         st.caption("There, press *Run the race*; its page has a way back here, and this step then reports your "
                    "race.")
     return text
+
+
+def _raced(run) -> str:
+    """The model a race fine-tuned, as the Fine-tune page recorded it when the race started."""
+    return getattr(getattr(run, "spec", None), "model_label", "") or ""
+
+
+def _seen_model() -> str:
+    """The model this step's notice came from, in words, for the lesson's end."""
+    if step.key == "step":
+        return "a fresh nano BERT, the Train page's default"
+    if step.key == "bert-or-gpt":
+        return f"{lesson.SHIPPED_ENGLISH} and gpt-tiny-english"
+    if step.key == "fine-tune":
+        run = app_state.RUNS.by_view(klass.race) if following else app_state.current_run(FINETUNE_PAGE)[0]
+        return _raced(run) or model_name or "the sidebar's model"
+    return model_name or "the sidebar's model"
 
 
 BODIES = {"tokens": _tokens, "embedding": _embedding, "masking": _masking, "step": _one_step, "run": _live_run,
@@ -499,8 +565,8 @@ except BertCoreError as exc:
 if notice == "shown":
     pass   # drawn inside the live view, where it follows the run
 elif notice:
-    notice_box.info(f"**What to notice.** {notice}", icon=":material/visibility:")
-    st.session_state.setdefault("lesson_seen", {})[step.key] = notice
+    notice_box.info(f"**What to notice.** {markdown(notice)}", icon=":material/visibility:")
+    st.session_state.setdefault("lesson_seen", {})[step.key] = lesson.Seen(_seen_model(), notice)
 else:
     notice_box.caption("*What to notice* appears here once the step has something to show.")
 

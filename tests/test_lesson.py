@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import lesson, lesson_figures
+from bert_core.inspect import figures, lesson, lesson_figures
 from bert_core.inspect import masked_guesses
 from bert_core.inspect.inspection import DECISION_NAMES, HeadSummary, mask_example, mask_padded, masking_stats
 from bert_core.inspect.masked_guesses import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
@@ -170,7 +170,7 @@ def test_one_step_records_the_batch_gradients_and_the_weights_that_moved(default
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     record = take_one_step(trainer)
     groups = [name for name, _ in record.layer_grad_norms]
-    assert groups[:3] == ["embeddings", "layer 0", "layer 1"] and "LM head" in groups and "NSP head" in groups
+    assert groups[:3] == ["embeddings", "layer 1", "layer 2"] and "LM head" in groups and "NSP head" in groups
     assert all(v > 0 for _, v in record.layer_grad_norms)
     # The parts' norms make up the whole gradient's norm (before clipping).
     assert math.sqrt(sum(v * v for _, v in record.layer_grad_norms)) == pytest.approx(record.grad_norm, rel=1e-4)
@@ -203,10 +203,12 @@ def test_weight_names_say_which_token_position_or_layer():
 
     tok = SimpleNamespace(id_to_token=lambda i: {5: "the"}[i])
     assert weight_name("bert.embeddings.word_embeddings.weight", (5, 3), tok) == "embedding of 'the' (dim 3)"
-    assert weight_name("bert.embeddings.position_embeddings.weight", (7, 1), tok) == "embedding of position 7 (dim 1)"
+    # Layers and positions counted from 1, as every page counts them (the key's layer.1 is the second layer).
+    assert weight_name("bert.embeddings.position_embeddings.weight", (7, 1), tok) == "embedding of position 8 (dim 1)"
     assert weight_name("bert.encoder.layer.1.attention.self.query.weight", (4, 17), tok) == \
-        "layer 1 attention.self.query.weight[4, 17]"
-    assert layer_group("bert.encoder.layer.12.output.dense.bias") == "layer 12"
+        "layer 2 attention.self.query.weight[4, 17]"
+    assert layer_group("bert.encoder.layer.12.output.dense.bias") == "layer 13"
+    assert layer_group("bert.encoder.layer.0.output.dense.bias") == "layer 1"
     assert layer_group("cls.seq_relationship.weight") == "NSP head"
     assert layer_group("cls.predictions.transform.dense.weight") == "LM head"
 
@@ -267,7 +269,7 @@ def test_the_tokens_notice_counts_the_split_words_it_does_not_name():
 
 def test_the_step_notice_reads_the_record():
     record = SimpleNamespace(step=1, mlm_loss=6.98, learning_rate=1.5e-5, causal=False, changed_weights=90,
-                             total_weights=100, layer_grad_norms=[("embeddings", 1.9), ("layer 0", 0.1)],
+                             total_weights=100, layer_grad_norms=[("embeddings", 1.9), ("layer 1", 0.1)],
                              changes=[SimpleNamespace(change=c) for c in (2e-5, -1e-5)])
     text = lesson.notice_step(record, 1045)
     assert "loss was 6.98" in text and f"{math.log(1045):.2f}" in text and "embeddings (1.9)" in text
@@ -303,13 +305,23 @@ def test_the_attention_notice_names_the_most_specialised_head():
     heads = [_head(0, 0, to_previous=0.4), _head(0, 1, to_sep=0.6), _head(1, 0, to_next=0.71), _head(1, 1)]
     text = lesson.notice_attention(heads)
     assert text.startswith("Head L2 H1 (layer 2, head 1) puts 71% of its attention on the next token")
-    assert "1 of the 4 heads put half or more on [SEP]" in text
+    assert "1 of the 4 heads put half or more on [SEP]: L1 H2." in text
 
 
-def test_the_gpt_notice_counts_what_each_first_and_last_token_sees():
-    text = lesson.notice_bert_or_gpt([0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.5, 0.005, 0.495])
-    assert "GPT's [CLS] looks at 1 of the 3 tokens" in text and "GPT's last token looks at 2 of them" in text
-    assert "BERT's [CLS] looks at 3 of 3" in text
+def test_the_attention_notice_names_every_head_it_counts_on_sep():
+    heads = [_head(0, 0, to_sep=0.5), _head(0, 1, to_sep=0.49), _head(1, 0, to_sep=0.9), _head(1, 1, to_self=0.95)]
+    text = lesson.notice_attention(heads)
+    assert text.endswith(" 2 of the 4 heads put half or more on [SEP]: L1 H1, L2 H1."), text
+    assert lesson.notice_attention([_head(0, 0, to_self=0.9)]).endswith("0 of the 1 heads put half or more on [SEP].")
+
+
+def test_the_gpt_notice_counts_what_each_first_and_last_token_sees_and_names_them():
+    tokens = ["[CLS]", "dogs", "[SEP]"]
+    text = lesson.notice_bert_or_gpt([0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.5, 0.005, 0.495], tokens, tokens)
+    # Each count names the tokens it counts, counted from 1 as the figure's axes are.
+    assert "GPT's [CLS] looks at 1 of the 3 tokens (1 [CLS]), as only itself can be seen" in text
+    assert "GPT's last token looks at 2 of them (1 [CLS], 3 [SEP]), though every token up to itself" in text
+    assert "BERT's [CLS] looks at 3 of 3 (every one)" in text and "over 1% of the attention" in text
 
 
 def test_the_predictions_and_finetune_notices():
@@ -322,20 +334,73 @@ def test_the_predictions_and_finetune_notices():
     assert lesson.notice_finetune(None) is None
 
 
+def test_the_race_notice_names_the_model_it_fine_tuned():
+    results = {"pretrained": _race_result(0.96), "scratch": _race_result(0.59)}
+    text = lesson.notice_finetune(results, "the model trained in this session")
+    assert text.startswith("Your race (it fine-tuned the model trained in this session), held-out accuracy:"), text
+    assert lesson.notice_finetune(results).startswith("Your race, held-out")
+
+
+def test_the_summary_names_the_model_of_every_line_and_puts_a_side_trip_after_its_step():
+    seen = {"fine-tune": lesson.Seen("the model trained in this session", "Your race: 96%."),
+            "predictions" + lesson.SIDE_TRIP: lesson.Seen("bert-tiny-english", "The model's top guess is “paris”."),
+            "tokens": lesson.Seen("bert-tiny-english", "Your 5 words became 6 word pieces."),
+            "predictions": lesson.Seen("the model trained in this session", "The model's top guess is “barn”."),
+            "run": lesson.Seen("the default run's nano BERT, as it trained", "Held-out loss 2.1.")}
+    lines = lesson.notice_summary(seen).splitlines()
+    assert lines == [
+        "- **Tokens** (on bert-tiny-english). Your 5 words became 6 word pieces.",
+        "- **A live run** (on the default run's nano BERT, as it trained). Held-out loss 2.1.",
+        "- **Predictions** (on the model trained in this session). The model's top guess is “barn”.",
+        "- **Predictions, side trip** (on bert-tiny-english). The model's top guess is “paris”.",
+        "- **Fine-tuning against a bag of words** (on the model trained in this session). Your race\\: 96%."]
+    # A model or a notice holding a visitor's text is shown as written, never as Markdown.
+    hostile = lesson.notice_summary({"tokens": lesson.Seen("[run](http://x)", "“*a*” → *a*")})
+    assert "[run](" not in hostile and "\\*a\\*" in hostile
+
+
+def test_the_example_sentences_are_written_as_a_teacher_writes():
+    from bert_core.model.tokenization import BertTokenizer
+
+    for sentence in (lesson.EMBEDDING_SENTENCE, lesson.BERT_OR_GPT_SENTENCE):
+        assert sentence[0].isupper() and sentence.endswith(".") and " ." not in sentence, sentence
+    # The tokenizer lower-cases and splits the full stop off: a toy model reads them as its stories are written.
+    tok = train_tokenizer(["the dog saw the cat .", "the dog sleeps in the barn after a long day ."] * 20,
+                          vocab_size=80, min_frequency=1)
+    assert isinstance(tok, BertTokenizer)
+    assert tok.tokenize(lesson.EMBEDDING_SENTENCE) == tok.tokenize("the dog saw the cat .")
+    assert tok.tokenize(lesson.EMBEDDING_SENTENCE).count("the") == 2   # the step's question: "the" comes twice
+
+
+def test_a_new_step_opens_at_its_top():
+    first, second = lesson.to_top_script(1), lesson.to_top_script(2)
+    assert first != second   # a frame whose script changed is loaded again: each step opened scrolls afresh
+    for script in (first, second):
+        assert script.startswith("<script>") and script.endswith("</script>")
+        assert "[data-testid=\"stMain\"]" in script and "scrollTop=0" in script and "scrollTo(0,0)" in script
+
+
 def test_the_lesson_figures_show_their_numbers(tokenizer, pairs):
     model = _model(tokenizer)
     guesses = guesses_for_instance(model, tokenizer, *pairs[0], seed=0, mask_rate=0.4)
     fig = lesson_figures.guesses_figure(guesses)
     guess_text = fig.data[-1].text
     assert len(guess_text) == len(guesses)
+    # Positions counted from 1 on hover, as every figure counts tokens ([CLS] is position 1).
+    hovers = {h for trace in fig.data for h in (trace.hovertext or ()) if str(h).startswith("position ")}
+    assert hovers == {f"position {g.position + 1}: the model saw {g.shown}; the token was {g.token}"
+                      for g in guesses}, hovers
+    rows = mask_example(tokenizer, *pairs[0], seed=0)
+    boxes = [h for trace in figures.masking_figure(rows).data for h in trace.hovertext or ()]
+    assert any(h.startswith("#1 [CLS] ") for h in boxes) and not any(h.startswith("#0 ") for h in boxes), boxes[:3]
     assert all(t.startswith(lesson_figures.RIGHT if g.right else lesson_figures.WRONG)
                for t, g in zip(guess_text, guesses))
     acc = {"[MASK]": DecisionAccuracy("[MASK]", 10, 3), "random": DecisionAccuracy("random", 4, 1),
            "kept": DecisionAccuracy("kept", 5, 5)}
     bars = lesson_figures.decision_accuracy_bars(acc)
     assert list(bars.data[0].y) == [0.3, 0.25, 1.0] and bars.data[0].text[2] == "100% of 5"
-    grads = lesson_figures.layer_gradient_figure([("embeddings", 2.0), ("layer 0", 0.5)], 3)
-    assert list(grads.data[0].y) == ["embeddings", "layer 0"] and "update 3" in grads.layout.title.text
+    grads = lesson_figures.layer_gradient_figure([("embeddings", 2.0), ("layer 1", 0.5)], 3)
+    assert list(grads.data[0].y) == ["embeddings", "layer 1"] and "update 3" in grads.layout.title.text
     toks = lesson_figures.tokens_figure(["[CLS]", "play", "##ing", "[SEP]"], [0, 0, 0, 0])
     assert {t.name for t in toks.data} == {"special token", "sentence A"}
     assert sum(len(t.x) for t in toks.data if "text" in t.mode) == 4   # a box trace under each text trace
@@ -478,7 +543,7 @@ def test_the_embedding_notice_says_the_parts_lengths_and_the_repeated_words_cosi
     from bert_core.inspect.embeddings import embedding_parts, nearest_neighbours
 
     ckpt = _shipped()
-    parts = embedding_parts(ckpt.model, ckpt.tokenizer, "the dog saw the cat .")
+    parts = embedding_parts(ckpt.model, ckpt.tokenizer, lesson.EMBEDDING_SENTENCE)
     near = nearest_neighbours(ckpt.model, ckpt.tokenizer, "dog", k=4)
     text = lesson.notice_embedding(parts, 2, near)
     assert parts.tokens[2] == "dog" and "Token 3 “dog”" in text
@@ -497,7 +562,7 @@ def test_the_attends_notice_reads_the_heads_weights_and_the_undivided_softmax():
     from bert_core.inspect.attention_steps import attention_steps, with_temperature
 
     ckpt = _shipped()
-    steps = attention_steps(ckpt.model, ckpt.tokenizer, "the dog saw the cat .", 1, 0, 2)
+    steps = attention_steps(ckpt.model, ckpt.tokenizer, lesson.EMBEDDING_SENTENCE, 1, 0, 2)
     undivided = with_temperature(steps, 1 / math.sqrt(steps.head_dim))
     # at a temperature of 1/sqrt(d) the what-if is the softmax of q.k itself
     expected = torch.tensor(steps.scores).double().softmax(-1).numpy()
@@ -507,3 +572,28 @@ def test_the_attends_notice_reads_the_heads_weights_and_the_undivided_softmax():
     assert f"go to token {top + 1} “{steps.tokens[top]}”" in text and f"{steps.probs[top]:.0%}" in text
     assert f"over {len(steps.tokens)} tokens sum to 1.00" in text
     assert f"its top token {undivided.max():.0%}" in text and undivided.max() >= steps.probs.max()
+
+
+def test_the_attends_step_draws_the_values_and_their_weighted_sum_and_names_its_layer_and_head():
+    import numpy as np
+
+    from bert_core.inspect.attention_steps import attention_steps, with_temperature
+
+    ckpt = _shipped()
+    steps = attention_steps(ckpt.model, ckpt.tokenizer, lesson.EMBEDDING_SENTENCE, 0, 1, 3)
+    values = lesson_figures.values_figure(steps)
+    strips, summed = values.data
+    # Every token's value, each labelled with its weight (tokens from 1), and their weighted sum: the model's own.
+    assert np.allclose(np.asarray(strips.z), steps.v) and list(strips.y)[1] == f"2 the × {steps.probs[1]:.2f}"
+    assert np.allclose(np.asarray(summed.z)[0], steps.probs @ steps.v, atol=1e-5)
+    assert np.allclose(np.asarray(summed.z)[0], steps.model_context, atol=1e-4)
+    for fig in (values, lesson_figures.attends_scores_figure(steps)):
+        title = str(fig.layout.title.text).replace("<br>", " ")
+        assert title.startswith("Layer 1, head 2") and "token 4 “saw”" in title.lower(), title
+    text = lesson.notice_attends(steps, with_temperature(steps, 1 / math.sqrt(steps.head_dim)))
+    assert "Token 4 “saw”, layer 1, head 2:" in text
+    cos = [float(steps.context @ v / (np.linalg.norm(steps.context) * np.linalg.norm(v))) for v in steps.v]
+    best = int(np.argmax(cos))
+    assert (f"The weighted sum of the {len(steps.tokens)} values, {steps.head_dim} numbers (the bottom strip), is "
+            f"most alike the value of token {best + 1} “{steps.tokens[best]}” (cosine similarity "
+            f"{max(cos):.2f})") in text

@@ -199,8 +199,11 @@ def _param(at, name):
 
 
 def _notice(at) -> str | None:
+    """The step's notice as a reader sees it (the page escapes its Markdown: `\\:`, `\\[`)."""
+    from tests.test_lesson_page import _shown
+
     found = [str(i.value) for i in at.info if str(i.value).startswith("**What to notice.**")]
-    return found[0].removeprefix("**What to notice.** ") if found else None
+    return _shown(found[0].removeprefix("**What to notice.** ")) if found else None
 
 
 def _model_line(at) -> str:
@@ -352,7 +355,7 @@ def test_the_last_step_of_a_following_student_reports_the_teachers_race(led):
     teacher.switch_page("pages/0_Lesson.py").run()
     assert not teacher.exception, [e.value for e in teacher.exception]
     text = _notice(teacher)
-    assert text and text.startswith("Your race, held-out")
+    assert text and text.startswith("Your race (it fine-tuned bert-tiny-english), held-out")
     student.run()
     assert _notice(student) == text
 

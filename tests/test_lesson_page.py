@@ -1,6 +1,7 @@
 """The lesson page under AppTest: Next and Back move the step in the URL, a link opens its step, each step's notice
 is the one computed from the model on the page, and an answer is revealed with its reason."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.inspect import lesson  # noqa: E402
+from bert_core.inspect.safe_text import WORD_JOINER  # noqa: E402
 from bert_core.serve import app_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,10 +28,15 @@ def _lesson(step: str | None = None) -> AppTest:
     return at
 
 
+def _shown(markdown: str) -> str:
+    """Markdown as a reader sees it: the page escapes what a visitor's text could open (`\\[`, `\\:`)."""
+    return re.sub(r"\\(.)", r"\1", str(markdown)).replace(WORD_JOINER, "")
+
+
 def _notice(at: AppTest) -> str:
     found = [i.value for i in at.info if str(i.value).startswith("**What to notice.**")]
     assert len(found) == 1, [i.value for i in at.info]
-    return found[0].removeprefix("**What to notice.** ")
+    return _shown(found[0].removeprefix("**What to notice.** "))
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +69,7 @@ def test_the_two_inside_steps_draw_their_figure_and_a_notice_from_the_model():
     assert _notice(at).startswith("Token 3 “dog”")
     at = _lesson("attends")
     assert not at.exception, [e.value for e in at.exception]
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("plotly_chart")) == 2   # the scores and weights; the values and their weighted sum
     assert "sum to 1.00" in _notice(at) and "Undivided by √" in _notice(at)
     at.selectbox(key="lesson_attends_token").set_value(1).run()
     assert _notice(at).startswith("Token 2 ")
@@ -206,8 +213,9 @@ def test_the_lesson_reopens_at_the_step_left_and_its_last_step_sums_up_what_was_
     assert at.query_params["step"] in ("embedding", ["embedding"])
     at.query_params["step"] = "fine-tune"
     at.run()
-    summary = next(str(m.value) for m in at.markdown if "**Tokens.**" in str(m.value))
-    assert seen in summary and "**What an embedding is.**" in summary
+    summary = next(_shown(m.value) for m in at.markdown if "**Tokens**" in str(m.value))
+    assert seen in summary and "**What an embedding is** (on bert-tiny-english)." in summary
+    assert "- **Tokens** (on bert-tiny-english). " in summary
     assert any("What to try next" in str(m.value) for m in at.markdown)
 
 
@@ -215,3 +223,76 @@ def test_every_step_that_looks_at_a_model_names_it():
     for key in ("tokens", "masking", "attention", "predictions", "fine-tune"):
         at = _lesson(key)
         assert any("Model in use (the sidebar's): **bert-tiny-english**" in str(c.value) for c in at.caption), key
+
+
+def test_the_attends_step_picks_its_layer_and_head_counted_from_1_and_names_them():
+    at = _lesson("attends")
+    bert = app_state.shipped_model("bert-tiny-english")
+    layers, heads = bert.config.num_hidden_layers, bert.config.num_attention_heads
+    layer, head = at.number_input(key="lesson_attends_layer"), at.number_input(key="lesson_attends_head")
+    assert (layer.min, layer.max, layer.value, head.min, head.max, head.value) == (1, layers, layers, 1, heads, 1)
+    assert f"layer {layers}, head 1:" in _notice(at)
+    at.number_input(key="lesson_attends_layer").set_value(1).run()
+    at.number_input(key="lesson_attends_head").set_value(heads).run()
+    assert f"layer 1, head {heads}:" in _notice(at) and "The weighted sum of the" in _notice(at)
+    specs = [str(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(specs) == 2 and all(f"Layer 1, head {heads}" in spec for spec in specs)
+    assert "the weighted sum" in specs[1] and not any(counted_from_0(spec) for spec in specs)
+    at = _lesson_with(step="attends", lesson_attends_layer="0", lesson_attends_head="99")   # held to the range
+    assert at.number_input(key="lesson_attends_layer").value == 1
+    assert at.number_input(key="lesson_attends_head").value == heads
+
+
+def test_a_step_opened_scrolls_to_its_top_once():
+    at = _lesson("tokens")
+
+    def frames():
+        return [str(f.proto.srcdoc) for f in at.sidebar.get("iframe") if "stMain" in str(f.proto.srcdoc)]
+
+    assert frames() == [lesson.to_top_script(1)]
+    at.button(key="lesson_next").click().run()
+    assert frames() == [lesson.to_top_script(2)]   # a new step: a new script, which the browser runs
+    at.selectbox(key="lesson_emb_token").set_value(2).run()
+    assert frames() == []                          # the same step: the page stays where the reader scrolled
+
+
+@pytest.fixture(scope="module")
+def toy_folder(tmp_path_factory):
+    """A nano BERT trained a few steps on the toy stories, in a folder: a lesson's own model that is not shipped."""
+    from tests.app_fixtures import train_nano_checkpoint
+
+    return train_nano_checkpoint(tmp_path_factory.mktemp("lesson-model") / "class-model")
+
+
+def test_the_side_trip_to_the_shipped_model_keeps_the_lessons_model_for_the_sidebar_the_race_and_the_end(
+        toy_folder):
+    at = _lesson("tokens")
+    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.text_input(key="model_folder").input(str(toy_folder)).run()
+    at.query_params["step"] = "predictions"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    ours = _notice(at)
+    at.toggle(key="lesson_pred_english").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    # The shipped model's guesses are drawn on this step, named; the lesson's model is still the sidebar's.
+    assert any("bert-tiny-english's guesses" in str(c.proto.spec) for c in at.get("plotly_chart"))
+    assert any("On bert-tiny-english:" in _shown(c.value) and "The lesson's model is still class-model." in
+               _shown(c.value) for c in at.caption)
+    assert at.session_state["model_source"] == app_state.SOURCE_FOLDER and _notice(at) == ours
+    assert any("Model in use (the sidebar's): **class-model**" in str(c.value) for c in at.caption)
+    for key in ("bert-or-gpt", "fine-tune"):
+        at.button(key="lesson_next").click().run()
+        assert not at.exception, (key, [e.value for e in at.exception])
+    assert any("Model in use (the sidebar's): **class-model**" in str(c.value) for c in at.caption)
+    summary = next(_shown(m.value) for m in at.markdown if "**Predictions**" in str(m.value)).splitlines()
+    summary = summary[next(i for i, line in enumerate(summary) if line.startswith("- **Predictions**")):]
+    assert summary[0].startswith("- **Predictions** (on class-model). ")
+    assert summary[1].startswith("- **Predictions, side trip** (on bert-tiny-english). The model")
+    assert summary[2].startswith("- **BERT or GPT** (on bert-tiny-english and gpt-tiny-english). ")
+    at.button(key="lesson_race_go").click().run()
+    at.switch_page("pages/5_Fine-tune.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    # The race fine-tunes the lesson's model: the sidebar there is the lesson's.
+    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_FOLDER
+    assert at.sidebar.text_input(key="model_folder").value == str(toy_folder)

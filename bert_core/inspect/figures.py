@@ -381,7 +381,7 @@ def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
                   [-(r.position // per_line) for r in picked],
                   [shorten(r.token) if decision in ("not chosen", "kept") else
                    f"{shorten(r.token)}<br>→{shorten(r.shown, LABEL_CHARS - 1)}" for r in picked],
-                  [f"#{r.position} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
+                  [f"#{r.position + 1} {r.token} (id {r.token_id}), segment {'AB'[min(r.segment, 1)]}<br>"
                    f"decision: {decision}; model sees {r.shown}" for r in picked])
     fig.update_xaxes(visible=False, range=[-0.6, per_line - 0.4])
     fig.update_yaxes(visible=False, range=[-lines + 0.4, 0.6])

@@ -116,8 +116,9 @@ STEPS: tuple[LessonStep, ...] = (
         "attends", "How one token attends", "pages/7_How_BERT_computes.py",
         "Inside one head, for one token: the token's *query* is compared with every token's *key* (a dot product, "
         "q·k), the scores are divided by √d (d: the head's width), and a softmax turns them into weights that sum "
-        "to 1. The token then takes that weighted mix of every token's *value*. The weights are one row of a small "
-        "map of the last step. Pick the token that looks.",
+        "to 1. The token then takes that weighted mix of every token's *value*: the strips below show each value and "
+        "their weighted sum. The weights are one row of a small map of the last step. Pick the layer, the head and "
+        "the token that looks.",
         Question("Why divide the scores by √d before the softmax?",
                  ("To make every score positive",
                   "Dot products of long vectors grow with their length: undivided, the softmax would put nearly "
@@ -178,6 +179,12 @@ LESSON_RACE = {"kind": "labels", "data": "toy_order", "train": 200, "val": 500, 
                "batch": 32, "maxlen": 64, "baseline": True}
 LESSON_RACE_DATA_SETTINGS = {"steps": LESSON_RACE["steps"]}   # what the page's data choice sets of it
 
+# The sentences two steps open on, written as a teacher would type them. The tokenizer lower-cases and splits the
+# full stop off (`the dog saw the cat .`), so a model trained on the toy stories reads them as its own text.
+EMBEDDING_SENTENCE = "The dog saw the cat."
+BERT_OR_GPT_SENTENCE = "The dog sleeps in the barn after a long day."
+SHIPPED_ENGLISH = "bert-tiny-english"   # the predictions step's side trip: real English, the sidebar untouched
+
 NEXT_STEPS = (
     "**What to try next.** On *Train*, *Try one change* reruns the default with one knob turned (NSP off, a 40% "
     "mask rate, [MASK] only...) and overlays the two runs. On *Fine-tune*, race the shipped English model on movie-"
@@ -198,6 +205,14 @@ def class_run_name(step: int | None) -> str:
     """How a led class names the teacher's run as its model, the same words on the teacher's and the students'
     pages (each page's own name for it differs: "trained in this session", "a shared run")."""
     return "the class's run" + (f" at step {step:,}" if step is not None else "")
+
+
+def to_top_script(opened: int) -> str:
+    """The page script (for a zero-height frame) that scrolls the app's main area, and the window, to their top: a
+    step opens at its title. `opened` (the how-many-th step this tab opened) makes each step's script differ from the
+    last one's, so that the browser loads and runs it again; it is the only value in it, an int."""
+    return (f"<script>/* step {int(opened)} */(function(){{var w=window.parent;var m=w.document.querySelector("
+            "'[data-testid=\"stMain\"]');if(m){m.scrollTop=0;}w.scrollTo(0,0);})();</script>")
 
 
 def answer_split(question: Question, counts: Sequence[int]) -> str:
@@ -330,12 +345,13 @@ def strongest_head(summaries: Sequence) -> tuple[object, str, float]:
 
 
 def notice_attention(summaries: Sequence) -> str:
-    """The attention step: the most specialised head, and how many heads put most of their attention on [SEP]."""
+    """The attention step: the most specialised head, and which heads put most of their attention on [SEP]."""
     head, pattern, share = strongest_head(summaries)
-    sep = sum(1 for s in summaries if s.to_sep >= 0.5)
+    sep = [s for s in summaries if s.to_sep >= 0.5]
     text = (f"Head L{head.layer + 1} H{head.head + 1} (layer {head.layer + 1}, head {head.head + 1}) puts "
             f"{share:.0%} of its attention on {pattern}.")
-    return text + f" {sep} of the {len(summaries)} heads put half or more on [SEP]."
+    named = ": " + ", ".join(f"L{s.layer + 1} H{s.head + 1}" for s in sep) if sep else ""
+    return text + f" {len(sep)} of the {len(summaries)} heads put half or more on [SEP]{named}."
 
 
 def notice_predictions(candidates: Sequence[tuple[str, float]], unigram: Sequence[tuple[str, float]]) -> str:
@@ -350,17 +366,28 @@ def notice_predictions(candidates: Sequence[tuple[str, float]], unigram: Sequenc
     return text + "."
 
 
+def looked_at(row: Sequence[float], tokens: Sequence[str], threshold: float = 0.01) -> str:
+    """The tokens of an attention row that get over `threshold`, counted from 1 ("1 [CLS], 4 dog"), or "every
+    one" when all do."""
+    seen = [i for i, v in enumerate(row) if v > threshold]
+    if len(seen) == len(row):
+        return "every one"
+    return ", ".join(f"{i + 1} {tokens[i]}" for i in seen) or "none"
+
+
 def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_last_row: Sequence[float],
-                       threshold: float = 0.01) -> str:
-    """The BERT-or-GPT step, from the [CLS] rows of both models and GPT's last row (one layer and head)."""
+                       bert_tokens: Sequence[str], gpt_tokens: Sequence[str], threshold: float = 0.01) -> str:
+    """The BERT-or-GPT step, from the [CLS] rows of both models and GPT's last row (one layer and head), with the
+    tokens each model read: each count names the tokens it counts."""
     def seen(row) -> int:
         return sum(1 for v in row if v > threshold)
 
     n = len(gpt_last_row)
-    return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens (only itself can be seen), and GPT's last "
-            f"token looks at {seen(gpt_last_row)} of them (every token up to itself may be seen); BERT's [CLS] looks "
-            f"at {seen(bert_row)} of {len(bert_row)}. A token counts as looked at when it gets over 1% of the "
-            "attention.")
+    return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens ({looked_at(gpt_row, gpt_tokens, threshold)}), "
+            f"as only itself can be seen; GPT's last token looks at {seen(gpt_last_row)} of them "
+            f"({looked_at(gpt_last_row, gpt_tokens, threshold)}), though every token up to itself may be seen; BERT's "
+            f"[CLS] looks at {seen(bert_row)} of {len(bert_row)} ({looked_at(bert_row, bert_tokens, threshold)}). A "
+            f"token counts as looked at when it gets over {threshold:.0%} of the attention.")
 
 
 def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] = ()) -> str:
@@ -399,25 +426,36 @@ def notice_attends(steps, undivided) -> str:
         text += f", whose score q·k/√d is the largest, {float(steps.scaled[top]):.2f}."
     else:
         text += "."
-    return text + (f" Undivided by √{steps.head_dim} = {math.sqrt(steps.head_dim):.1f}, the softmax would give "
-                   f"its top token {float(max(undivided)):.0%}.")
+    text += (f" Undivided by √{steps.head_dim} = {math.sqrt(steps.head_dim):.1f}, the softmax would give its top "
+             f"token {float(max(undivided)):.0%}.")
+    # The weighted sum leans towards the values that weigh most: the value it is most alike names that.
+    alike = [_cosine(steps.context, steps.v[i]) for i in allowed]
+    closest = allowed[int(np.argmax(alike))]
+    return text + (f" The weighted sum of the {len(allowed)} values, {steps.head_dim} numbers (the bottom strip), is "
+                   f"most alike the value of token {closest + 1} “{steps.tokens[closest]}” (cosine similarity "
+                   f"{max(alike):.2f}).")
+
+
+def _cosine(a, b) -> float:
+    return float(np.dot(a, b) / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 RACE_NAMES = {"pretrained": "the pretrained model", "scratch": "the same model from scratch",
               "tfidf": "the bag of words"}
 
 
-def notice_finetune(results: Mapping | None) -> str | None:
-    """The fine-tuning step, from this session's race (FinetuneResult by run name), or None before one ran: each
-    contestant's figure, who is ahead, by how much the pretrained model beat (or lost to) the others, and whether a
-    time cap cut a model short."""
+def notice_finetune(results: Mapping | None, model: str = "") -> str | None:
+    """The fine-tuning step, from this session's race (FinetuneResult by run name), or None before one ran: which
+    model it fine-tuned (`model`, as the race recorded it), each contestant's figure, who is ahead, by how much the
+    pretrained model beat (or lost to) the others, and whether a time cap cut a model short."""
     if not results:
         return None
     shown = [(RACE_NAMES.get(k, k), r) for k, r in results.items()]
     metric = getattr(next(iter(results.values())), "metric_names", ("accuracy",))[0]
     parts = ", ".join(f"{name} {r.accuracy:.1%}" for name, r in shown)
     best = max(shown, key=lambda kv: kv[1].accuracy)
-    text = f"Your race, held-out {metric}: {parts}. Ahead: {best[0]}."
+    raced = f" (it fine-tuned {model})" if model else ""
+    text = f"Your race{raced}, held-out {metric}: {parts}. Ahead: {best[0]}."
     pre = results.get("pretrained")
     if pre is not None:
         gaps = [(RACE_NAMES[k], pre.accuracy - results[k].accuracy) for k in ("scratch", "tfidf") if k in results]
@@ -456,10 +494,26 @@ def notice_nsp(evals: Sequence, history: Sequence = (), nsp: bool = True) -> str
                    "numbers.")
 
 
-def notice_summary(seen: Mapping[str, str]) -> str:
-    """The lesson's end: what the class saw, from the notices of the steps this browser visited (by step key), in
-    the order of the steps, and what to try next."""
-    lines = [f"- **{step.title}.** {seen[step.key]}" for step in STEPS if seen.get(step.key)]
+@dataclass(frozen=True)
+class Seen:
+    """What a step showed, for the lesson's end: the notice, and the model it was computed from, in words."""
+
+    model: str
+    notice: str
+
+
+SIDE_TRIP = ":side"   # a step's key + this: what its side trip showed (the predictions step's shipped model)
+
+
+def notice_summary(seen: Mapping[str, Seen]) -> str:
+    """The lesson's end: what the class saw, from the notices of the steps this browser visited (by step key; a
+    side trip's under the step's key + SIDE_TRIP, after its step), in the order of the steps. Each line names the
+    model its figures came from, so that a lesson that looked at several never mixes them silently."""
+    lines = []
+    for step in STEPS:
+        for key, title in ((step.key, step.title), (step.key + SIDE_TRIP, f"{step.title}, side trip")):
+            if seen.get(key):
+                lines.append(f"- **{title}** (on {markdown(seen[key].model)}). {markdown(seen[key].notice)}")
     if not lines:
         lines = ["- Visit the steps to collect what each one showed here."]
     return "\n".join(lines)

@@ -9,7 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bert_core.inspect.figures import DECISION_COLORS, _layout, box_cells, shorten
+from bert_core.inspect import computation_figures
+from bert_core.inspect.figures import DECISION_COLORS, _layout, box_cells, shorten, wrap
 
 if TYPE_CHECKING:
     from bert_core.inspect.masked_guesses import ChosenGuess, DecisionAccuracy
@@ -53,7 +54,8 @@ def guesses_figure(guesses: Sequence[ChosenGuess]) -> go.Figure:
             continue
         box_cells(fig, f"{decision}: model saw", color, [i for i, _ in picked], [1] * len(picked),
                   [shorten(g.shown) for _, g in picked],
-                  [f"position {g.position}: the model saw {g.shown}; the token was {g.token}" for _, g in picked],
+                  [f"position {g.position + 1}: the model saw {g.shown}; the token was {g.token}"
+                   for _, g in picked],
                   font_size=13)
     fig.add_trace(go.Scatter(
         x=list(range(len(guesses))), y=[0] * len(guesses), mode="text", name="the token",
@@ -116,3 +118,37 @@ def pair_attention_figure(summary: PairAttention) -> go.Figure:
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(tickformat=".0%")))
     return _layout(fig, "Sentence B's attention on sentence A, by layer and head",
                    height=max(300, 140 + 60 * summary.follows.shape[0]), showlegend=False)
+
+
+def attends_scores_figure(steps) -> go.Figure:
+    """How BERT computes' scores figure (q·k, ÷√d, softmax) for the lesson, its title naming the layer and the head
+    (counted from 1) as well as the token, so that a screenshot or a projector says which head it is."""
+    fig = computation_figures.scores_figure(steps)
+    title = str(fig.layout.title.text or "").replace("<br>", " ")
+    fig.update_layout(title_text=wrap(f"Layer {steps.layer + 1}, head {steps.head + 1}. {title}", 90))
+    return computation_figures._room_above(fig)
+
+
+def values_figure(steps) -> go.Figure:
+    """After the softmax: every token's value for this head as a strip (red positive, blue negative), each labelled
+    with the weight the looking token gives it, and their weighted sum, the vector the token takes from this head.
+    The same numbers as How BERT computes' context figure, drawn as the lesson's text tells them."""
+    cf = computation_figures
+    labels = [f"{name} × {w:.2f}" for name, w in zip(cf.token_labels(steps.tokens), steps.probs)]
+    dims = [str(i + 1) for i in range(steps.head_dim)]
+    zmax = cf._symmetric(steps.v, steps.context)
+    numbers = "%{z:.2f}" if steps.head_dim <= cf.NUMBERS_UP_TO else None
+    fig = make_subplots(rows=2, cols=1, row_heights=[len(labels), 1.5], vertical_spacing=0.12, shared_xaxes=True,
+                        subplot_titles=("4. every token's value, and the weight it gets",
+                                        f"5. the weighted sum: what token {steps.query + 1} takes from this head"))
+    for row, (z, y, what) in enumerate(((steps.v, labels, "value of "), (steps.context[None], ["weighted sum"], "")),
+                                       start=1):
+        fig.add_trace(go.Heatmap(
+            z=z, x=dims, y=y, zmin=-zmax, zmax=zmax, colorscale=cf.VECTOR_SCALE, showscale=row == 1,
+            colorbar=dict(title="value", len=0.6, y=0.7), texttemplate=numbers, textfont=dict(size=cf.FONT - 1),
+            hovertemplate=f"{what}%{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
+        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    fig.update_xaxes(title=f"component (the head's {steps.head_dim} numbers)", row=2, col=1)
+    title = (f"Layer {steps.layer + 1}, head {steps.head + 1}: the values token {steps.query + 1} "
+             f"“{steps.tokens[steps.query]}” mixes, and their weighted sum")
+    return cf._fonts(_layout(fig, wrap(title, 90), height=190 + 26 * (len(labels) + 2)))

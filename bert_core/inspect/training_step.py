@@ -47,7 +47,7 @@ class StepRecord:
     mlm_accuracy: float | None     # on this batch, before the update
     learning_rate: float
     grad_norm: float               # all gradients together, before clipping
-    layer_grad_norms: list[tuple[str, float]]   # ("embeddings", ...), ("layer 0", ...), ..., heads last
+    layer_grad_norms: list[tuple[str, float]]   # ("embeddings", ...), ("layer 1", ...), ..., heads last
     changes: list[WeightChange]    # the TOP_CHANGES weights that moved most
     changed_weights: int           # weights the update changed at all
     total_weights: int
@@ -62,10 +62,11 @@ _LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
 
 
 def layer_group(parameter: str) -> str:
-    """The part of the model a state_dict key belongs to, as the gradient chart names it."""
+    """The part of the model a state_dict key belongs to, as the gradient chart names it (layers counted from 1, as
+    every page counts them; the key's own index is from 0)."""
     found = _LAYER.search(parameter)
     if found:
-        return f"layer {found.group(1)}"
+        return f"layer {int(found.group(1)) + 1}"
     if ".embeddings." in f".{parameter}":
         return "embeddings"
     if "pooler" in parameter:
@@ -84,17 +85,18 @@ def _group_order(name: str) -> tuple[int, int]:
 
 
 def weight_name(parameter: str, index: tuple[int, ...], tokenizer) -> str:
-    """A readable name for one number of a parameter: embeddings by token or position, others by layer and index."""
+    """A readable name for one number of a parameter: embeddings by token or position, others by layer and index.
+    Layers and positions are counted from 1, as the pages count them; the index in brackets is the tensor's own."""
     where = ", ".join(str(i) for i in index)
     if parameter.endswith("word_embeddings.weight"):
         return f"embedding of '{tokenizer.id_to_token(index[0])}' (dim {index[1]})"
     if parameter.endswith("position_embeddings.weight"):
-        return f"embedding of position {index[0]} (dim {index[1]})"
+        return f"embedding of position {index[0] + 1} (dim {index[1]})"
     if parameter.endswith("token_type_embeddings.weight"):
         return f"embedding of segment {'AB'[index[0]] if index[0] < 2 else index[0]} (dim {index[1]})"
     found = _LAYER.search(parameter)
     short = parameter[found.end():] if found else parameter.removeprefix("bert.")
-    prefix = f"layer {found.group(1)} " if found else ""
+    prefix = f"layer {int(found.group(1)) + 1} " if found else ""
     return f"{prefix}{short}[{where}]"
 
 
