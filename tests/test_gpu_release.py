@@ -144,6 +144,8 @@ class StandInGpuJob(ProcessModel):
     step as "its checkpoint" and ends the process; start() after it starts a new process whose Counter goes on from
     that step, on the device the queue gave it (`resumed_on`)."""
 
+    rebuilds = False   # RunJob's: it starts again itself
+
     def __init__(self, run_id: str):
         self.session_id, self.spec, self.trainer = run_id, Steps(), None
         self.phase, self.error, self.ended_note, self.released, self.process = "new", None, None, None, None

@@ -56,6 +56,7 @@ class JobBase:
         self._snapshot = None       # (step, model copy) for inspection while training goes on
 
     busy: bool   # each kind's own (a live thread; a live child process that prepares or trains)
+    rebuilds = False   # a live job starts again itself (only a kept race hands its Resume to a new job)
 
     @property
     def snapshot_step(self) -> int | None:

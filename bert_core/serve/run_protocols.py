@@ -67,6 +67,7 @@ class RunJob(Protocol):
     phase: str               # new | preparing | running | stopped | finished | failed
     ended_note: str | None   # why the server ended it, when it did
     released: Path | None    # the folder its model was written to when its process was ended (None: not released)
+    rebuilds: bool           # its next start is a new job's (a kept race a restart stopped, which Resume takes up)
 
     @property
     def busy(self) -> bool: ...

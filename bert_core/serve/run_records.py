@@ -91,7 +91,7 @@ def record_failure(exc: BaseException) -> str:
     own words: a full disk waits for room, a folder the server may not write in waits for its operator."""
     if is_disk_full(exc):
         why, until = "the server's disk is full", "as soon as there is room"
-    elif isinstance(exc, PermissionError) or getattr(exc, "errno", None) == errno.EROFS:
+    elif isinstance(exc, PermissionError) or (isinstance(exc, OSError) and exc.errno == errno.EROFS):
         why = f"the server may not write in its state folder: {os_reason(exc)}"
         until = "once its operator makes the folder writable by the user the server runs as"
     else:

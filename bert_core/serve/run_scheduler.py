@@ -55,7 +55,7 @@ class RunScheduler:
         """Give free slots to the runs at the front of the queue (a first slot makes the run's job)."""
         for run in self._queue.take_free_slots():
             try:
-                if run.job is None or getattr(run.job, "rebuilds", False):
+                if run.job is None or run.job.rebuilds:
                     # A first slot; or a race a restart stopped, taken up from its folder by a new job's process.
                     run.job = self._job_factory(run)
                 if isinstance(run.job, ProcessModel):
