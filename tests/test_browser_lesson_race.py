@@ -142,7 +142,7 @@ def test_the_lessons_race_pays_for_pretraining_on_a_busy_server(server, browser,
         for name, value in zip(("the pretrained model", "the same model from scratch", "the bag of words"),
                                (figures[0][n] for n in RUNS)):
             assert f"{name} {value:.1f}%" in notice, (name, value, notice)
-        _shoot(page, "lesson-8-fine-tune-reported", screenshot_dirs)
+        _shoot(page, "lesson-10-fine-tune-reported", screenshot_dirs)
     finally:
         for proc in load:
             proc.kill()

@@ -95,7 +95,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         token = re.match(r"Token (\d+ \S+):", text).group(1).replace("“", "").replace("”", "")
         assert token in _plot(page, "its embeddings")["title"], (token, text)
         _answer(page, "embedding")
-        _shoot(page, "lesson-embedding", screenshot_dirs)
+        _shoot(page, "lesson-2-embedding", screenshot_dirs)
 
         # 2. Masking: the notice's accuracies by decision are the bars' heights.
         _next(page, "masking")
@@ -106,7 +106,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         for decision, value in zip(bars["x"], bars["y"]):
             assert int(said[names[decision]]) == round(value * 100), (decision, value, text)
         _answer(page, "masking")
-        _shoot(page, "lesson-2-masking", screenshot_dirs)
+        _shoot(page, "lesson-3-masking", screenshot_dirs)
 
         # 3. One step: the notice's loss is the tile's, and a second press is update 2.
         _next(page, "step")
@@ -122,7 +122,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         assert _notice(page, "Update 2:").startswith("Update 2:")
         assert _plot(page, "Gradient by part of the model, update 2")
         _answer(page, "step")
-        _shoot(page, "lesson-3-one-step", screenshot_dirs)
+        _shoot(page, "lesson-4-one-step", screenshot_dirs)
 
         # 4. A live run: the default run until its held-out loss is under the unigram line, then Stop (the
         # walkthrough test, test_browser_lesson.py, runs it to its end); the notice's last held-out loss is then the
@@ -139,7 +139,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         assert "went under it at step" in text
         _answer(page, "run")
         _no_exception(page, "lesson: run")
-        _shoot(page, "lesson-4-run", screenshot_dirs)
+        _shoot(page, "lesson-5-run", screenshot_dirs)
 
         # 5. Attention, now on the model the run trained: the named head's share is in its panel's label.
         _next(page, "attention")
@@ -154,7 +154,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         pairs = _plot(page, "Sentence B's attention on sentence A")
         assert len(pairs["data"]) == 2   # B follows A, B is random
         _answer(page, "attention")
-        _shoot(page, "lesson-5-attention", screenshot_dirs)
+        _shoot(page, "lesson-6-attention", screenshot_dirs)
 
         # 5b. How one token attends: the notice's top weight is the softmax panel's tallest bar, read from the bars'
         # labels (their heights reach the browser as a binary array, not a list).
@@ -164,7 +164,7 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         weights = [t for t in _plot(page, "its scores and weights")["data"] if t["name"] == "the model (temperature 1)"]
         assert round(max(float(w) for w in weights[0]["text"] if w) * 100) == share, (share, text)
         _answer(page, "attends")
-        _shoot(page, "lesson-attends", screenshot_dirs)
+        _shoot(page, "lesson-7-attends", screenshot_dirs)
 
         # 6. Predictions: the notice's top guess is the first bar.
         _next(page, "predictions")
@@ -172,20 +172,20 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         top = _plot(page, "Guesses for the first [MASK]")["data"][0]
         assert f"“{top['y'][0]}” at {round(top['x'][0] * 100)}%" in text
         _answer(page, "predictions")
-        _shoot(page, "lesson-6-predictions", screenshot_dirs)
+        _shoot(page, "lesson-8-predictions", screenshot_dirs)
 
         # 7. BERT or GPT: GPT's [CLS] sees itself only.
         _next(page, "bert-or-gpt")
         assert "GPT's [CLS] looks at 1 of the" in _notice(page, "GPT's [CLS]")
         _answer(page, "bert-or-gpt")
-        _shoot(page, "lesson-7-bert-or-gpt", screenshot_dirs)
+        _shoot(page, "lesson-9-bert-or-gpt", screenshot_dirs)
 
         # 8. Fine-tuning: no race yet, so the step says where to run one; the last step has no Next.
         _next(page, "fine-tune")
         assert page.get_by_text("this step then reports your race", exact=False).count() == 1
         _answer(page, "fine-tune")
         assert page.get_by_role("button", name="Next").is_disabled()
-        _shoot(page, "lesson-8-fine-tune", screenshot_dirs)
+        _shoot(page, "lesson-10-fine-tune", screenshot_dirs)
 
         # A reload opens the same step; Back goes one step back.
         page.reload()
