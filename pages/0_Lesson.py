@@ -43,7 +43,9 @@ elif lead_code is None and not bad_teacher_link and CLASSES.step(s.get("lesson_l
     st.query_params["teach"] = s["lesson_teach"]
 # A student who opened the class link (?follow=CODE) follows the teacher's step, model and run unless they switch it
 # off; the code stays with the session, so the way back from another page keeps the class.
-follow_code = None if lead_code is not None else (st.query_params.get("follow") or s.get("lesson_class"))
+follow_link = st.query_params.get("follow")
+follow_code = None if lead_code is not None else \
+    (lesson_classes.class_code(follow_link) or follow_link or s.get("lesson_class"))   # "k7p-3qx" reads as K7P3QX
 klass = CLASSES.state(follow_code)
 class_ended = bool(follow_code) and klass is None
 if klass is not None:
@@ -632,6 +634,18 @@ def _teacher_view() -> None:
 
 
 if klass is None:
+    if lead_code is None:
+        join, go = st.columns([3, 1], vertical_alignment="bottom")
+        typed = join.text_input("Join a class: the code your teacher shows", key="lesson_join_code", max_chars=12,
+                                placeholder="e.g. K7P3QX")
+        if go.button("Join", key="lesson_join_go", icon=":material/group_add:") and typed:
+            code = lesson_classes.class_code(typed)
+            if code is None:
+                st.error(f"A class code is {lesson_classes.CODE_LENGTH} letters and digits, like K7P3QX: check what "
+                         "you typed.")
+            else:
+                st.query_params["follow"] = code   # the class link's own way in: a wrong code says so there
+                st.rerun()
     with st.expander("Teach with this lesson", icon=":material/groups:", expanded=lead_code is not None):
         if lead_code is None:
             st.caption("Lead a class: every student who opens the class link sees the step you are on, your model "
@@ -644,8 +658,11 @@ if klass is None:
         else:
             links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"],
                                                lesson_classes.public_url(), lesson_classes.network_address())
-            st.markdown("**You are leading a class.** Put this link on the projector:")
-            st.code(links.students, language=None)
+            st.markdown(f"**You are leading a class.** Put this on the projector: students scan the code, open the "
+                        f"link, or type the class code **{lead_code}** under *Join a class* on this page.")
+            qr, link = st.columns([1, 2], vertical_alignment="center")
+            qr.image(lesson_classes.class_qr_png(links.students), caption=f"Class code {lead_code}", width=200)
+            link.code(links.students, language=None)
             if links.note:
                 st.warning(links.note)
             st.markdown("Your own link, the teacher's (keep it to yourself: it leads the class and shows its "

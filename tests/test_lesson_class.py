@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from bert_core.inspect import lesson
-from bert_core.serve import class_view
+from bert_core.serve import class_view, lesson_classes
 from bert_core.serve.lesson_classes import (
     MAX_RUNS,
     MAX_SEATS,
@@ -391,3 +391,38 @@ def test_stop_leading_ends_the_class_for_its_students(led):
     assert not student.exception, [e.value for e in student.exception]
     assert any("class of this link has ended" in str(c.value) for c in student.caption)
     assert not student.button(key="lesson_next").disabled           # the student goes on by themselves
+
+
+def test_a_class_code_is_six_characters_a_student_can_type_and_is_read_as_typed():
+    classes = LessonClasses(KEYS, limit=100)
+    codes = {classes.lead(KEYS[0])[0] for _ in range(50)}
+    assert len(codes) == 50
+    assert all(len(c) == lesson_classes.CODE_LENGTH and set(c) <= set(lesson_classes.CODE_ALPHABET) for c in codes)
+    assert not set(lesson_classes.CODE_ALPHABET) & set("01IOL")   # nothing a projector's reader mistakes
+    code = sorted(codes)[0]
+    typed = f" {code[:3].lower()}-{code[3:]} "
+    assert lesson_classes.class_code(typed) == code and classes.state(lesson_classes.class_code(typed)) is not None
+    for bad in ("", "K7P3Q", "K7P3QXX", "K7P3Q0", "<a href=x>", None):
+        assert lesson_classes.class_code(bad) is None, bad
+
+
+def test_the_class_link_is_drawn_as_a_qr_code():
+    png = lesson_classes.class_qr_png("http://localhost:8501/Lesson?follow=K7P3QX")
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 200
+
+
+@pytest.mark.slow
+def test_the_teacher_shows_a_code_and_a_qr_code_and_a_student_joins_by_typing_the_code(led):
+    teacher, code, _ = led
+    assert any(code in str(m.value) for m in teacher.markdown), "the class code is not on the teacher's page"
+    assert teacher.get("image"), "no QR code on the teacher's page"
+    student = _page()
+    student.text_input(key="lesson_join_code").input(f"{code[:3].lower()} {code[3:]}")
+    student.button(key="lesson_join_go").click().run()
+    assert not student.exception, [e.value for e in student.exception]
+    assert _param(student, "follow") == code
+    assert student.toggle(key="lesson_follow_on").value is True   # following the class, at the teacher's step
+    wrong = _page()
+    wrong.text_input(key="lesson_join_code").input("K7P3Q")
+    wrong.button(key="lesson_join_go").click().run()
+    assert len(wrong.error) == 1 and "6 letters and digits" in wrong.error[0].value

@@ -21,9 +21,11 @@ class* again and shares the new link.
 from __future__ import annotations
 
 import hashlib
+import io
 import ipaddress
 import os
 import re
+import secrets
 import socket
 import threading
 import time
@@ -31,6 +33,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import segno
 
 from bert_core.serve.runs import new_token
 
@@ -42,6 +46,11 @@ SEEN_S = 30.0        # a seat silent this long (its tab closed) no longer counts
 PUBLIC_URL_ENV = "BERT_EXPLORER_PUBLIC_URL"   # the address students reach this server by, for the class link
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+# A students' class code is typed off a projector by thirty people: six characters, no 0/O or 1/I/L to confuse
+# (32^6, about a billion codes). It lets its holder follow a class, never lead it: that is the teacher's long token.
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 6
+_CODE = re.compile(f"[{CODE_ALPHABET}]{{{CODE_LENGTH}}}")
 _SHIPPED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SEAT = re.compile(r"[0-9a-f]{20}")
 MODEL_KINDS = ("shipped", "run")
@@ -50,6 +59,20 @@ MODEL_KINDS = ("shipped", "run")
 def _token(value) -> str | None:
     text = str(value or "")
     return text if _TOKEN.fullmatch(text) else None
+
+
+def class_code(typed) -> str | None:
+    """A class code as typed ("k7p-3qx", " K7P 3QX "), in its one written form ("K7P3QX"); None when it cannot be
+    one."""
+    text = re.sub(r"[\s-]", "", str(typed or "")).upper()
+    return text if _CODE.fullmatch(text) else None
+
+
+def class_qr_png(link: str) -> bytes:
+    """The class link as a QR code (PNG, black on white, its quiet zone kept): phones open it from the projector."""
+    buffer = io.BytesIO()
+    segno.make(link, error="m").save(buffer, kind="png", scale=8, border=4)
+    return buffer.getvalue()
 
 
 def seat_of(code: str, visitor: str) -> str:
@@ -124,9 +147,10 @@ class LessonClasses:
     # -------------------------------------------------------------------------------------------- the teacher
 
     def lead(self, step: str) -> tuple[str, str]:
-        """A new class at `step`: (the students' code, the teacher's token), two unrelated random tokens."""
-        code, teacher = new_token(), new_token()
+        """A new class at `step`: (the students' code, short enough to type; the teacher's token), unrelated."""
+        teacher = new_token()
         with self._lock:
+            code = self._new_code()
             self._classes[code] = _Class(teacher=teacher, step=step if step in self.steps else self.steps[0])
             self._teachers[teacher] = code
             while len(self._classes) > self.limit:
@@ -134,6 +158,12 @@ class LessonClasses:
                 self._teachers.pop(dropped.teacher, None)
                 self._note_ended(old)
         return code, teacher
+
+    def _new_code(self) -> str:   # the caller holds the lock
+        while True:   # a code never given twice while it is known here, live or ended
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+            if code not in self._classes and code not in self._ended:
+                return code
 
     def open(self, step: str) -> str:
         """A new class at `step`; returns its students' code."""
