@@ -47,7 +47,7 @@ PUBLIC_URL_ENV = "BERT_EXPLORER_PUBLIC_URL"   # the address students reach this 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 # A students' class code is typed off a projector by thirty people: six characters, no 0/O or 1/I/L to confuse
-# (32^6, about a billion codes). It lets its holder follow a class, never lead it: that is the teacher's long token.
+# (31^6, nearly 900 million codes). It lets its holder follow a class, never lead it: that is the teacher's long token.
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 6
 _CODE = re.compile(f"[{CODE_ALPHABET}]{{{CODE_LENGTH}}}")
