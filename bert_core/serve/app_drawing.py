@@ -9,6 +9,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
+from bert_core.inspect.figure_floor import projector_figure
 from bert_core.inspect.figures import clear_of_toolbar, plotly_config
 from bert_core.inspect.safe_text import markdown, safe_figure
 from bert_core.paths import REPO_ROOT
@@ -65,11 +66,12 @@ EXPORT_WIDTH_PX = 1100   # the width of a downloaded chart, whatever the screen
 def plotly(fig, name: str, key: str | None = None) -> None:
     """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page). Every
     chart of the app is drawn here, so this is where a visitor's text in it is made inert (safe_text.safe_figure:
-    a label `<a href=...>` is shown as those characters, never as a link)."""
+    a label `<a href=...>` is shown as those characters, never as a link), and its text is made large and dark
+    enough for a projector (figure_floor.projector_figure)."""
     fmt = st.session_state.get("image_format", "png")
     config = plotly_config(name)
     config["toImageButtonOptions"]["format"] = fmt
-    fig = clear_of_toolbar(safe_figure(fig))   # first: it may add to the height the download is drawn at
+    fig = clear_of_toolbar(projector_figure(safe_figure(fig)))   # first: it may add to the export's height
     # The download is drawn at a fixed width, not the chart's width on this screen: a narrow column (or a phone)
     # would otherwise cut the legend and titles of the exported picture.
     config["toImageButtonOptions"].update(width=EXPORT_WIDTH_PX, height=fig.layout.height or 450)
