@@ -199,6 +199,18 @@ def test_a_shard_index_opens_files_inside_its_folder_only(how, world, tmp_path, 
     assert not out.exists()
 
 
+def test_a_corpus_folders_held_out_text_is_read_inside_it_only(world, tmp_path):
+    from bert_core.data.corpora import shard_heldout_corpora
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(world["corpus"], corpus)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a line of the machine's own that must never be read as held-out text\n")
+    (corpus / "heldout" / "zz-elsewhere.txt").symlink_to(secret)
+    with pytest.raises(BertCoreError, match="leads outside the corpus folder"):
+        shard_heldout_corpora(corpus)
+
+
 def test_a_shard_index_may_name_a_link_that_stays_inside_its_folder(world, tmp_path):
     corpus = _doctored(world, tmp_path, "shards/alias.u16")
     index = json.loads((world["corpus"] / "index.json").read_text())

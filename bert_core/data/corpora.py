@@ -313,6 +313,10 @@ def shard_heldout_corpora(folder: str | Path) -> dict[str, Corpus]:
     texts = sorted((folder / "heldout").glob("*.txt"))
     if not texts:
         raise BertCoreError(f"{folder} has no held-out text (heldout/*.txt); rebuild it with `corpus build`")
+    for t in texts:   # a corpus folder travels: a link in it must not make us read the machine's own files
+        if not t.resolve().is_relative_to(folder.resolve()):
+            raise BertCoreError(f"{t} leads outside the corpus folder {folder}; its held-out text must be files "
+                                "inside it: rebuild the corpus or copy it again")
     return {t.stem: corpus_from_file(t, name=t.stem) for t in texts}
 
 
