@@ -463,7 +463,7 @@ def test_a_class_keeps_its_teachers_step_and_nothing_else():
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=3)
     code = classes.open("tokens")
-    assert classes.step(code) == "tokens" and len(code) >= 20
+    assert classes.step(code) == "tokens" and classes.state(code) is not None
     classes.set_step(code, "masking")
     assert classes.step(code) == "masking"
     classes.set_step(code, "../../etc/passwd")   # not a step: ignored
