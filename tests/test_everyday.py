@@ -187,8 +187,10 @@ def test_a_classifier_without_a_language_model_head_is_one_error_line(tmp_path, 
     ckpt = load_checkpoint(DEFAULT_CHECKPOINT, require_tokenizer=True)
     save_pretrained(BertForSequenceClassification(ckpt.model.config), tmp_path / "clf", ckpt.tokenizer,
                     label_names=["neg", "pos"])
-    line = _error_line(["everyday", "--checkpoint", str(tmp_path / "clf")], capsys)
-    assert "no trained language-model head" in line
+    for argv in (["everyday"], ["fill-mask", "The cat sat on the [MASK]."], ["score", "--builtin"]):
+        # fill-mask and score printed the fresh head's noise as the model's guesses and scores
+        line = _error_line([*argv, "--checkpoint", str(tmp_path / "clf")], capsys)
+        assert "no trained language-model head" in line, (argv, line)
 
 
 def test_parse_blanks_keeps_each_right_word_once_in_its_order():

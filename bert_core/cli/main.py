@@ -18,6 +18,7 @@ from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, SEED, int_
 from bert_core.cli.console import one_line, percent
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.inspect.grammar import trained_lm_head
 from bert_core.inspect.inspection import fill_mask
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.model.files import disk_full_words
@@ -83,6 +84,7 @@ def _add_fill_mask(sub) -> None:
 def cmd_fill_mask(args) -> int:
     folder = args.checkpoint or DEFAULT_CHECKPOINT
     ckpt = load_checkpoint(folder, require_tokenizer=True)
+    trained_lm_head(ckpt.model)
     predictions = fill_mask(ckpt.model, ckpt.tokenizer, args.text, top_k=args.top_k)
     if args.json:
         print(json.dumps([{"position": p.position, "candidates": [{"token": t, "prob": pr} for t, pr in p.candidates]}

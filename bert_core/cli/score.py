@@ -7,7 +7,7 @@ import json
 
 from bert_core.cli.arguments import path_arg
 from bert_core.errors import BertCoreError
-from bert_core.inspect.grammar import compare_pair, read_pairs_file, score_sentence
+from bert_core.inspect.grammar import compare_pair, read_pairs_file, score_sentence, trained_lm_head
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT
@@ -48,6 +48,7 @@ def run(args) -> int:
     if sources != 1:
         raise BertCoreError("give sentences, or --file PAIRS, or --builtin (exactly one of them)")
     ckpt = load_checkpoint(args.checkpoint or DEFAULT_CHECKPOINT, require_tokenizer=True)
+    trained_lm_head(ckpt.model)
     model, tok = ckpt.model, ckpt.tokenizer
     categories: list[str | None]
     if args.file is not None:

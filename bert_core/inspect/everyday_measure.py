@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bert_core.data.everyday_set import Blank, EverydayPair, load_blanks, load_everyday_pairs
-from bert_core.errors import BertCoreError
-from bert_core.inspect.grammar import compare_pair, lm_head
+from bert_core.inspect.grammar import compare_pair, trained_lm_head
 from bert_core.inspect.inspection import CAUSAL_CANNOT_FILL, fill_mask
 from bert_core.model.bert import is_causal
 
@@ -94,12 +93,7 @@ def everyday_report(model, tokenizer, blanks: Sequence[Blank] | None = None,
                     pairs: Sequence[EverydayPair] | None = None) -> dict:
     """The whole measure of one model (the project's own set unless others are given): blanks (None for a GPT,
     with the reason under `blanks_skipped`) and pairs."""
-    lm_head(model)  # a fine-tuned classifier has no head to fill or score with: one clear message
-    if any(k.startswith("cls.predictions.") for k in getattr(model, "missing_keys", ())):
-        # A classifier's folder loads as a pretraining model with a fresh head (hf.load_pretrained): its guesses
-        # would be noise, measured as if they were the model's.
-        raise BertCoreError("this folder holds no trained language-model head (a fine-tuned classifier, tagger or "
-                            "answer finder?), so there is nothing to measure; pick a pretrained BERT or GPT folder")
+    trained_lm_head(model)  # a fine-tuned classifier has no head to fill or score with: one clear message
     blanks = load_blanks() if blanks is None else blanks
     pairs = load_everyday_pairs() if pairs is None else pairs
     causal = is_causal(model)

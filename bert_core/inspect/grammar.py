@@ -81,6 +81,18 @@ def lm_head(model):
     return predictions
 
 
+def trained_lm_head(model):
+    """`lm_head(model)`, refused also when its folder held no trained head: a fine-tuned classifier's folder loads
+    as a pretraining model with a fresh head (model.hf.load_pretrained records its `missing_keys`), whose guesses and
+    scores would be noise read as the model's."""
+    predictions = lm_head(model)
+    # missing_keys exists only on a model read from a folder: one built in memory has all it was made with.
+    if any(k.startswith("cls.predictions.") for k in getattr(model, "missing_keys", ())):
+        raise BertCoreError("this folder holds no trained language-model head (a fine-tuned classifier, tagger or "
+                            "answer finder?), so its guesses would be noise; pick a pretrained BERT or GPT folder")
+    return predictions
+
+
 def encode_sentence(model, tokenizer, text: str) -> list[int]:
     """`[CLS] text [SEP]` ids for scoring, refusing what cannot be scored whole (no silent truncation)."""
     if not isinstance(text, str) or not text.strip():
