@@ -321,7 +321,7 @@ def _watch(run, can_stop: bool) -> None:
     @st.fragment(run_every=app_state.poll_seconds() if run.active else None)
     def live() -> None:
         trainer = run.trainer
-        causal = trainer is not None and getattr(trainer.config, "objective", "mlm") == "clm"
+        causal = trainer is not None and trainer.config.objective == "clm"   # as the Train page reads it
         baseline = figures.unigram_baseline_values(trainer.baselines).get("loss") if trainer is not None else None
         text = lesson.notice_run(trainer.evals, baseline, causal) if trainer is not None else None
         # The notice first, where the other steps have theirs: on screen when the step opens, above the chart.

@@ -187,8 +187,8 @@ with st.expander("Data and settings", expanded=not (job is not None and job.trai
         kp = KIND_PAGES[kind]
         choice = st.radio("Data", list(DATASETS[kind]), format_func=ALL_DATASETS.get, key="ft_data",
                           on_change=_on_data_change)
-        if TOY_MODEL and kp.toy_model_warning(choice):
-            st.warning(kp.toy_model_warning(choice), icon=":material/warning:")
+        if TOY_MODEL and (toy_warning := kp.toy_model_warning(choice)):
+            st.warning(toy_warning, icon=":material/warning:")
         if choice == "upload":
             upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
                                       type=["csv", "txt"], key="ft_upload")

@@ -49,7 +49,7 @@ def run(args) -> int:
             failed += 1
             why = one_line(exc)
             if is_disk_full(exc):   # the user's disk, said as every command says it
-                why = disk_full_words(getattr(exc, "filename", None) or cache_dir(), exc)
+                why = disk_full_words((exc.filename if isinstance(exc, OSError) else None) or cache_dir(), exc)
             elif isinstance(exc, OSError) and exc.strerror:   # the machine's answer, as main() words it
                 why = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
             print(file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import fnmatch
 import glob
 import io
@@ -91,7 +92,7 @@ def disk_full_words(path, error: BaseException) -> str:
     """'could not write PATH: the disk is full (No space left on device; 1.5 MB free there)': a full disk in plain
     words, whichever library met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe).
     Without a `path` (None), what was written is not known: the words say so."""
-    quota = any(getattr(e, "errno", None) == 122 or "quota" in str(e).lower() for e in _chain(error))
+    quota = any((isinstance(e, OSError) and e.errno == errno.EDQUOT) or "quota" in str(e).lower() for e in _chain(error))
     reason = "Disk quota exceeded" if quota else "No space left on device"
     if path is None:
         return f"could not write a file: the disk is full ({reason})"
