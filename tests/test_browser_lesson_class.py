@@ -61,10 +61,12 @@ def _notice(page) -> str | None:
 
 def _model(page) -> str | None:
     """The name the "Model in use" line gives (the bold part), or None on a step without one."""
-    line = page.get_by_text(re.compile(r"^Model in use"))
-    if not line.count():
+    # The texts as they are now, in one call: a count then a read could find the line redrawn in between (a busy
+    # CI machine waited 30 s on an element a rerun had replaced).
+    lines = page.get_by_text(re.compile(r"^Model in use")).all_inner_texts()
+    if not lines:
         return None
-    return re.search(r"Model in use \([^)]*\): (.+?), a (BERT|GPT)", line.first.inner_text()).group(1)
+    return re.search(r"Model in use \([^)]*\): (.+?), a (BERT|GPT)", lines[0]).group(1)
 
 
 def _same(teacher, student, key: str, expect: str = "", timeout: float = 120.0) -> tuple[str | None, str | None]:
