@@ -6,14 +6,17 @@ third job, say one on a cluster) is one more class that satisfies the same proto
 Implementations:
 - RunSpec: `train_spec.TrainSpec` (a Train-page run), `finetune_runs.FinetuneSpec` (a Fine-tune race).
 - RunJob: `thread_job.TrainingJob` (on a server thread), `training_process.ProcessTrainingJob` (in a child process).
-- LiveView: `training.trainer.Trainer` and `training.finetune.FinetuneComparison` where they run, and their mirrors
-  in the server, `training_mirrors.TrainerProxy` and `training_mirrors.ComparisonProxy`.
+- LiveView (a run the server hosts, as the pages read it): `training.trainer.Trainer` and
+  `training.finetune.FinetuneComparison` where they run, their mirrors in the server (`training_mirrors.TrainerProxy`,
+  `training_mirrors.ComparisonProxy`) and a kept race (`training.finetune_race.KeptRace`).
+- HostedRun (a LiveView with its controls: run, stop, pause): the Trainer and the FinetuneComparison.
 
 Torch-free, like the rest of the server's import path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,16 +47,64 @@ class RunSpec(Protocol):
 
 @runtime_checkable
 class LiveView(Protocol):
-    """A training as the pages and the queue watch it: where it is and how it ends."""
+    """A run the server hosts, as the pages and the queue read it: where it is, its curves, its results, how it ends.
 
-    step: int
+    One interface for every kind of run, so nobody asks which kind it is by probing: each kind has every attribute,
+    holding the empty value (None, (), {}) for what it has none of. A pretraining run has no `tuners` and no
+    `results` (it is one model, and its model is the checkpoint); a race has no `history`, `evals`, `tokenizer`,
+    `growth`, `data` or `probes` of its own (each of its models has its own curves and tokenizer, in `tuners` while
+    it runs and in `results` once it has ended).
+
+    Implemented by `training.trainer.Trainer` and `training.finetune.FinetuneComparison` where they run, their
+    mirrors in the server (`training_mirrors.TrainerProxy`, `training_mirrors.ComparisonProxy`) and a race read
+    back from its folder (`training.finetune_race.KeptRace`); tests/test_run_protocols.py checks each.
+    """
+
+    step: int                # steps taken (a race: its models' together)
     state: str               # idle | running | stopped | finished | failed
     error: str | None
+    config: Any              # what it trains with: a training.train_config.TrainConfig; a race's FinetuneConfig
     probes: Any              # a pretraining run's probe snapshots (inspect.probes.ProbeStore); None for a race
+    tokenizer: Any           # a pretraining run's tokenizer; None for a race (each of its models has its own)
+    growth: dict | None      # when a run that started small grew (Trainer.growth); None before, without, for a race
+    tuners: Sequence[Any]    # a race's models as they train (each: name, state, step, evals, stages); () otherwise
 
     @property
     def progress(self) -> Any:
         """A run_loop.Progress: fraction done, eta_s, step, elapsed_s."""
+
+    @property
+    def history(self) -> Sequence[Any]:
+        """A pretraining run's step events so far (pretraining_events.StepEvent); () for a race."""
+
+    @property
+    def evals(self) -> Sequence[Any]:
+        """A pretraining run's held-out evaluations so far (pretraining_events.EvalEvent); () for a race."""
+
+    @property
+    def results(self) -> Mapping[str, Any]:
+        """A race's ended models' results by name (finetune_results.FinetuneResult); {} for a pretraining run."""
+
+    @property
+    def data(self) -> Any:
+        """A pretraining run's training data (for the Attention and Tokens pages), None where it is not at hand
+        (a mirror without a way to rebuild it, a race: its split is `train_data` and `val_data`)."""
+
+
+@runtime_checkable
+class HostedRun(LiveView, Protocol):
+    """A live view that a job drives where it trains (a server thread's job, a training process): the Trainer and a
+    FinetuneComparison. The mirrors have no controls of their own: their job sends the command to the process
+    (RunJob.stop, RunJob.pause), which calls these there."""
+
+    def run(self) -> None:
+        """Train until done, a stop or a pause; never raises (a failure sets `error` and state "failed")."""
+
+    def stop(self) -> None:
+        """End the run at its next step (a race skips its models not yet run); another thread may call it."""
+
+    def pause(self) -> None:
+        """End this turn on a shared server: a pretraining run at its next step, a race between its models."""
 
 
 @runtime_checkable

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -25,7 +26,11 @@ from bert_core.training.train_config import TrainConfig
 
 
 class TrainerProxy(EventLog):
-    """The server's read-only view of the child's Trainer, with the attributes the pages read."""
+    """The server's read-only view of the child's Trainer, with the attributes the pages read (run_protocols.LiveView;
+    its controls are its job's, which sends them to the child)."""
+
+    tuners: tuple = ()                          # one model: no race's models or results
+    results: Mapping = MappingProxyType({})
 
     def __init__(self, built: dict, data_factory: Callable[[Any], Any] | None = None):
         self.config = built["config"]
@@ -83,7 +88,10 @@ class TrainerProxy(EventLog):
 class ComparisonProxy:
     """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
 
-    probes = None   # a race takes no probe snapshots (run_protocols.LiveView)
+    # A race's curves and tokenizers are its models' (in tuners, then results): none of its own (run_protocols.LiveView).
+    probes = tokenizer = growth = data = None
+    history: tuple = ()
+    evals: tuple = ()
 
     def __init__(self, built: dict):
         self.config = built["config"]

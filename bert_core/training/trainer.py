@@ -11,7 +11,8 @@ are re-exported.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from bert_core.errors import BertCoreError
@@ -55,6 +56,9 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     """
 
     step_event_type = StepEvent
+    # One model, kept as its checkpoint: no race's models or results inside it (the server's run_protocols.LiveView).
+    tuners: tuple = ()
+    results: Mapping = MappingProxyType({})
 
     def __init__(self, model, tokenizer, data, config: TrainConfig, eval_data=None,
                  callbacks: Sequence[Callable[[Any], None]] = (), probes=None, checkpoint_dir=None,
