@@ -14,7 +14,8 @@ from bert_core.serve import train_spec
 from bert_core.training import comparison, run_settings
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import Recipe, recipe_for
-from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS, KnobFace, Limits, Setting, described, settings_of
+from bert_core.training.setting import (CHANGES, NEW_RUN_ONLY, STAYS, KnobFace, Limits, Setting, Widget, described,
+                                        settings_of)
 from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,8 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
         plain: int = 1
         label_smoothing: float = described(0.0, help="smooth the MLM targets (default {label_smoothing:g})",
                                            kind=float, limits=Limits(0, 1, high_open=True), cli_at=24.5,
-                                           widget="train_smooth", on_resume=CHANGES)
+                                           widget=Widget("train_smooth", "Label smoothing", range=(0.0, 0.5)),
+                                           on_resume=CHANGES)
 
     new = settings_of(Config)
     assert [s.name for s in new] == ["label_smoothing"] and new[0].option == "--label-smoothing"
@@ -86,19 +88,21 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
 
 
 def test_a_config_setting_given_a_widget_starts_from_the_recipe_or_the_configs_default(monkeypatch):
-    warmup = dataclasses.replace(run_settings.SETTINGS["warmup_ratio"], widget="train_warmup", widget_at=23)
+    warmup = dataclasses.replace(run_settings.SETTINGS["warmup_ratio"], widget=Widget("train_warmup", "Warmup",
+                                                                                       range=(0.0, 0.5)))
     assert "warmup_ratio" not in lesson_settings("toy")
     monkeypatch.setattr(run_settings, "SETTINGS", {**run_settings.SETTINGS, "warmup_ratio": warmup})
-    assert list(run_settings.widgets())[-1] == "train_warmup"
+    # its place on the page and in the address bar is its field's: after the learning rate
+    keys = list(run_settings.widgets())
+    assert keys.index("train_warmup") == keys.index("train_lr") + 1
     assert lesson_settings("toy")["warmup_ratio"] == TrainConfig.warmup_ratio          # the toy lesson has none
     assert lesson_settings("wikitext-2", "mini")["warmup_ratio"] == recipe_for("mini").warmup_ratio
 
 
 def test_the_tables_are_made_from_the_descriptions():
     settings = run_settings.SETTINGS
-    assert train_spec.WIDGETS == {s.widget: s.name for s in sorted((s for s in settings.values() if s.widget),
-                                                                    key=lambda s: s.widget_at)}
-    assert len({s.widget_at for s in settings.values() if s.widget}) == len(train_spec.WIDGETS)
+    assert train_spec.WIDGETS == {s.widget.key: s.name for s in (*run_settings.RUN_SETTINGS, *TRAIN_SETTINGS)
+                                  if s.widget}
     assert set(train_spec.PAGE_TRAIN_FIELDS) == {s.name for s in TRAIN_SETTINGS if s.widget}
     assert train_spec.APP_TRAIN == {"eval_batches": 20, "device": "cpu"}
     assert set(train_plan.RESUMABLE) == {s.name for s in settings.values() if s.on_resume == CHANGES}

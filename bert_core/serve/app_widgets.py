@@ -9,7 +9,8 @@ from typing import Any
 import streamlit as st
 
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
-from bert_core.serve.url_settings import LinkValueError, Within, url_value
+from bert_core.serve.url_settings import LinkValueError, Within, one_of, url_value
+from bert_core.training.setting import Setting, as_bool
 
 SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
 
@@ -87,3 +88,48 @@ def smoothing_slider(key: str, help: str, view: Any = None) -> float:
             st.session_state[key] = DEFAULT_SMOOTHING
         st.session_state[marker] = view
     return st.slider("Smoothing of the training curves", *SMOOTHING, step=0.01, key=key, help=help)
+
+
+def setting_cast(setting: Setting):
+    """How a setting's URL parameter is read: a number held to the page's range (the widget's own, `Within`), a
+    choice among the options the page offers, a switch from its words."""
+    if setting.kind is bool:
+        return as_bool
+    if choices := _options(setting):
+        return one_of(choices, f"no {setting.legend()} of that name")
+    return Within(*setting.page_range())
+
+
+def _options(setting: Setting) -> tuple:
+    """The choices a page offers for a setting: its widget's options (or those it words), else the setting's."""
+    shown = setting.widget
+    return shown.options or tuple(option for option, _ in shown.words) or setting.choices or ()
+
+
+def seed_setting(setting: Setting, default, follow: bool = True) -> None:
+    """Seed a setting's widget from the URL (read by `setting_cast`), else `default`; with `follow`, a default that
+    changes (another corpus or size) replaces a value the user has not changed (`follow_default`)."""
+    (follow_default if follow else init_widget)(setting.widget.key, default, setting_cast(setting))
+
+
+def setting_widget(setting: Setting, where: Any = st, disabled: bool = False, **words: Any) -> Any:
+    """Draw a setting's widget as its description says (bert_core.training.setting.Widget): its label, help, the
+    page's range, step and format, or its options in words; "{word}" in the label or help is filled in from
+    `words`. Returns the widget's value. Seed it first (`seed_setting`)."""
+    shown = setting.widget
+    label, help = shown.label.format(**words), shown.help and shown.help.format(**words)
+    common = {"key": shown.key, "help": help, "disabled": disabled}
+    if setting.kind is bool:
+        return where.checkbox(label, **common)
+    if choices := _options(setting):
+        named = dict(shown.words)
+        return where.selectbox(label, list(choices), format_func=named.get if named else str, **common)
+    draw = where.slider if shown.slider else where.number_input
+    return draw(label, *setting.page_range(), step=shown.step, format=shown.format, **common)
+
+
+def setting_widgets(settings, group: str, where: Any = st, disabled=lambda setting: False, **words: Any) -> None:
+    """Draw the widgets of a page's `group` (`Widget.group`), in the order of their descriptions."""
+    for setting in settings:
+        if setting.widget is not None and setting.widget.group == group:
+            setting_widget(setting, where, disabled(setting), **words)

@@ -89,6 +89,27 @@ class KnobFace:
 
 
 @dataclass(frozen=True)
+class Widget:
+    """How a page shows a setting (bert_core.serve.app_widgets.setting_widget draws it): its `key` (also its URL
+    parameter), `label` and `help` as the page words them ("{word}" in either is filled in by the page), and for a
+    number its `step`, `format` and the page's `range` where it is narrower than the setting's limits (a shared CPU
+    server: the Train page's layers 1 to 12 of the 1 to 512 `train` takes) or closed where they are open. A choice
+    shows `options` (default: the setting's choices) worded by `words`. `group`: where the page draws it; a page
+    draws a group's widgets in the order of their descriptions, which is also its address bar's order."""
+
+    key: str
+    label: str
+    help: str | None = None
+    range: tuple | None = None
+    step: float | None = None
+    format: str | None = None
+    slider: bool = False
+    options: tuple | None = None
+    words: tuple = ()        # (option, its words) pairs, for a choice shown in words
+    group: str = ""
+
+
+@dataclass(frozen=True)
 class Setting:
     """Everything said about one run setting, in one place.
 
@@ -96,8 +117,8 @@ class Setting:
     default recipe's value of that setting, filled in by bert_core.cli.train_options), the value's `kind` (int,
     float, str, "path", bool: a --x/--no-x switch, "switch": --x alone, "list": repeated) and its `limits` or
     `choices`, the `metavar` when not the flag's name, `cli_at` (where `train --help` lists it) and `one_of` (a
-    group of options that exclude each other). The Train page: `widget` (its key, also its URL parameter) and
-    `widget_at` (the address bar's order); `app` is the value the app always uses for a setting without a widget.
+    group of options that exclude each other). A page: its `widget`, drawn in the order of the descriptions; `app`
+    is the value the app always uses for a setting without a widget.
     `label`: the setting in a legend or a run list. `on_resume`: what --resume does with it. `command`: whether
     the command that repeats a page run writes it (`command_at`: where). `knob`: a comparison knob's face.
     """
@@ -111,8 +132,7 @@ class Setting:
     metavar: str | None = None
     cli_at: int = 10**6
     one_of: str | None = None
-    widget: str | None = None
-    widget_at: int = 10**6
+    widget: Widget | None = None
     app: Any = None
     label: str | None = None
     on_resume: str | None = None
@@ -126,6 +146,16 @@ class Setting:
         if self.help is None:
             return None
         return self.flag or "--" + self.name.replace("_", "-")
+
+    def page_range(self) -> tuple | None:
+        """The values a page's number widget offers, from low to high: its widget's range, else the setting's limits
+        when they are closed and have a top."""
+        if self.widget is not None and self.widget.range is not None:
+            return self.widget.range
+        lim = self.limits
+        if lim is None or lim.high is None or lim.low_open or lim.high_open:
+            return None
+        return (self.kind(lim.low), self.kind(lim.high))
 
     def legend(self) -> str:
         """The setting as a legend names it: its label, else its name in words."""

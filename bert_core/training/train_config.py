@@ -23,6 +23,7 @@ from bert_core.training.setting import (
     STAYS,
     KnobFace,
     Limits,
+    Widget,
     as_bool,
     as_float,
     described,
@@ -58,29 +59,31 @@ class TrainConfig:
 
     # Each described field is a run setting: its `train` option, its Train-page widget, what --resume does with it,
     # whether the command that repeats a page run writes it, and whether it is a comparison knob
-    # (bert_core.training.setting; docs/settings.md). "{name}" in a help is the default recipe's value.
+    # (bert_core.training.setting; docs/settings.md). "{name}" in a help is the default recipe's value. The page
+    # draws its widgets in field order; their ranges are the page's (a shared CPU server), within the limits.
+    max_steps: int | None = described(
+        1000, flag="--steps", help="number of optimizer steps (on --resume: the new total)", kind=int,
+        limits=Limits(1, 2**40), cli_at=22, one_of="length", label="steps", on_resume=LENGTHENS, command=ALWAYS,
+        command_at=4, widget=Widget("train_steps", "Steps", range=(1, 1_000_000), group="training"))
+    time_budget_s: float | None = described(
+        None, flag="--time-budget", help="train for this many seconds (on --resume: this many more)", kind=float,
+        limits=POSITIVE, metavar="SECONDS", cli_at=23, one_of="length", label="time budget (s)",
+        on_resume=LENGTHENS, command_at=5)
     batch_size: int = described(
         32, help="sequences per step per process (default: the size's recipe; {batch_size} for {preset})",
-        kind=int, limits=Limits(1, MAX_BATCH), cli_at=11, widget="train_batch", widget_at=5, label="batch",
-        on_resume=STAYS, command=ALWAYS, command_at=1)
+        kind=int, limits=Limits(1, MAX_BATCH), cli_at=11, label="batch", on_resume=STAYS, command=ALWAYS,
+        command_at=1, widget=Widget("train_batch", "Batch size", range=(1, 512), group="training"))
     learning_rate: float = described(
         1e-3, flag="--lr", help="peak learning rate (default: the size's recipe, which shrinks with width and depth; "
                                 "{learning_rate:g} for {preset})",
-        kind=float, limits=POSITIVE, cli_at=16, widget="train_lr", widget_at=6, label="learning rate",
-        on_resume=CHANGES, command=ALWAYS, command_at=2,
+        kind=float, limits=POSITIVE, cli_at=16, label="learning rate", on_resume=CHANGES, command=ALWAYS,
+        command_at=2, widget=Widget("train_lr", "Peak learning rate", range=(1e-6, 1.0), format="%.5f",
+                                    group="training"),
         knob=KnobFace(lambda v: f"{v:g}", as_float(0, None, "the learning rate"),
                       lambda current: (float(f"{current / 3:.1g}"), float(f"{current * 3:.1g}")), at=6))
     warmup_ratio: float = described(
         0.1, flag="--warmup", help="warmup as a fraction of the run (default {warmup_ratio:g})", kind=float,
         limits=RATE, cli_at=17, label="warmup", on_resume=CHANGES, command_at=3)
-    max_steps: int | None = described(
-        1000, flag="--steps", help="number of optimizer steps (on --resume: the new total)", kind=int,
-        limits=Limits(1, 2**40), cli_at=22, one_of="length", widget="train_steps", widget_at=4, label="steps",
-        on_resume=LENGTHENS, command=ALWAYS, command_at=4)
-    time_budget_s: float | None = described(
-        None, flag="--time-budget", help="train for this many seconds (on --resume: this many more)", kind=float,
-        limits=POSITIVE, metavar="SECONDS", cli_at=23, one_of="length", label="time budget (s)",
-        on_resume=LENGTHENS, command_at=5)
     # "linear"/"cosine": warmup then decay over max_steps (or over the time budget when there is no step count);
     # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out;
     # "wsd": warmup, the peak rate, then a linear decay over the last WSD_DECAY_FRACTION of the run.
@@ -103,8 +106,9 @@ class TrainConfig:
     max_seq_length: int = described(
         128, flag="--seq-len", help="maximum sequence length (default: the size's recipe; {max_seq_length} for "
                                     "{preset})",
-        kind=int, limits=Limits(16, MAX_SEQ_LEN), cli_at=10, widget="train_seq", widget_at=7,
-        label="sequence length", on_resume=STAYS, command=ALWAYS, command_at=10)
+        kind=int, limits=Limits(16, MAX_SEQ_LEN), cli_at=10, label="sequence length", on_resume=STAYS,
+        command=ALWAYS, command_at=10,
+        widget=Widget("train_seq", "Max sequence length", range=(16, 512), step=16, group="training"))
     # Short sequences first, a deviation from BERT's paper (which trained 90% of its steps at 128 tokens and the
     # rest at 512, for speed): for the first `short_seq_fraction` of the run (of its steps or its time budget,
     # whichever is further), sequences of `short_seq_length` tokens, `short_seq_batch_size` of them a step (0: as
@@ -116,18 +120,27 @@ class TrainConfig:
         help="train the first --short-seq-fraction of the run on sequences of N tokens, as many tokens a step as the "
              "rest (a deviation from BERT's paper: it leaves the unigram plateau sooner; 0 = off; default: the "
              "size's recipe, {short_seq_length} for {preset}; off when not shorter than --seq-len)",
-        kind=int, limits=Limits(0, MAX_SEQ_LEN), metavar="N", cli_at=12, widget="train_short_seq", widget_at=19,
-        on_resume=STAYS, command_at=20)
+        kind=int, limits=Limits(0, MAX_SEQ_LEN), metavar="N", cli_at=12, on_resume=STAYS, command_at=20,
+        widget=Widget("train_short_seq", "Short sequences first: length (0 = off)", range=(0, 512), step=16,
+                      group="training",
+                      help="Train the first part of the run on sequences this short, as many tokens a step (a "
+                           "deviation from BERT's paper). In a short sequence a neighbouring word is a large share "
+                           "of what attention averages over, so a small model stops predicting only the most "
+                           "frequent token sooner. The held-out evaluation stays at the full length."))
     short_seq_fraction: float = described(
         0.0, help="the share of the run (steps or time budget) at --short-seq-len (default: the size's recipe; "
                   "{short_seq_fraction:g} for {preset})",
-        kind=float, limits=FRACTION, metavar="F", cli_at=13, widget="train_short_frac", widget_at=20,
-        on_resume=STAYS, command_at=21)
+        kind=float, limits=RATE, metavar="F", cli_at=13, on_resume=STAYS, command_at=21,
+        widget=Widget("train_short_frac", "Share of the steps at the short length", range=(0.0, 0.95), step=0.05,
+                      slider=True, group="training"))
     short_seq_batch_size: int = described(
         0, help="sequences per step in the short phase (0 = as many tokens a step as the rest; default: the size's "
                 "recipe, {short_seq_batch_size} for {preset})",
-        kind=int, limits=Limits(0, MAX_BATCH), metavar="N", cli_at=14, widget="train_short_batch", widget_at=21,
-        on_resume=STAYS, command_at=22)
+        kind=int, limits=Limits(0, MAX_BATCH), metavar="N", cli_at=14, on_resume=STAYS, command_at=22,
+        widget=Widget("train_short_batch", "Short phase: sequences a step (0 = as many tokens a step as the rest)",
+                      range=(0, 512), group="training",
+                      help="Larger sizes take small batches of short sequences first: a model leaves the plateau "
+                           "after a number of updates, and on a CPU a small batch is a cheap update."))
     # Start small, then grow: a deviation from BERT's paper (which trained one size from the first step), for the
     # large sizes on a CPU. For the first `grow_fraction` of the run (of its steps or time, as above) the model is
     # `grow_from_layers` x `grow_from_hidden` (heads of the full model's size, fewer of them), at the width rule's
@@ -143,8 +156,16 @@ class TrainConfig:
                   "default: the size's recipe: on a CPU "
                   + ", ".join(f"{name} {share:g}" for name, share in GROW_FRACTIONS.items())
                   + f" from {GROW_FROM[1]} x {GROW_FROM[0]}, else 0)",
-        kind=float, limits=RATE, metavar="F", cli_at=35, widget="train_grow", widget_at=22, on_resume=STAYS,
-        command_at=23)
+        kind=float, limits=RATE, metavar="F", cli_at=35, on_resume=STAYS, command_at=23,
+        widget=Widget("train_grow", f"Start small, then grow: share of the steps as {GROW_FROM[1]} layers x "
+                                    f"{GROW_FROM[0]} (0 = off)", range=(0.0, 0.99), step=0.01, slider=True,
+                      group="training",
+                      help="Train a narrow, shallow model first and then grow it to the size chosen: its units copied "
+                           "(Net2Net, the same function) and its layers repeated (a deviation from BERT's paper). On "
+                           f"a CPU a {GROW_FROM[1]} x {GROW_FROM[0]} step is about eight times cheaper than a mini's, "
+                           "so the small model makes the many updates it takes to leave the 'most frequent token' "
+                           "plateau, and the grown model starts where it got to. The loss chart marks the step it "
+                           "grew at."))
     grow_from_hidden: int = described(
         0, help="hidden size of the model a growing run starts as (a divisor of the run's; heads keep their size); "
                 "only for a run that grows (--grow-fraction, or a recipe that grows)",
@@ -152,16 +173,18 @@ class TrainConfig:
     grow_from_layers: int = described(
         0, help="layers of the model a growing run starts as (a divisor of the run's); only for a run that grows",
         kind=int, limits=Limits(0, 512), metavar="N", cli_at=37, on_resume=STAYS, command_at=25)
+    # The page draws these below its choice of objective, which turns the masked LM's own off for a GPT.
     mask_rate: float = described(
         MASK_RATE, help="default: the size's recipe; {mask_rate:g} for {preset}", kind=float, limits=FRACTION,
-        cli_at=24, widget="train_mask", widget_at=8, label="mask rate", on_resume=STAYS, command=ALWAYS,
-        command_at=11,
+        cli_at=24, label="mask rate", on_resume=STAYS, command=ALWAYS, command_at=11,
+        widget=Widget("train_mask", "Mask rate", range=(0.01, 0.5), slider=True, group="objective"),
         knob=KnobFace(lambda v: f"{v:g}", as_float(0, 1, "the mask rate"),
                       lambda current: tuple(v for v in (MASK_RATE, 0.4) if v != current), at=2,
                       mlm_only=True))
     nsp: bool = described(
         True, help="next-sentence prediction beside MLM (--no-nsp: MLM only; default {nsp})", kind=bool, cli_at=25,
-        widget="train_nsp", widget_at=9, label="NSP", on_resume=STAYS, command=ALWAYS, command_at=12,
+        label="NSP", on_resume=STAYS, command=ALWAYS, command_at=12,
+        widget=Widget("train_nsp", "Next-sentence prediction", group="objective"),
         knob=KnobFace(on_off("on", "off"), as_bool, flipped, at=1, mlm_only=True))
     # "mlm": BERT's masked LM (+ NSP when nsp); "clm": GPT's next token on every position, a causal model (no NSP,
     # nothing masked, mask_rate unused).
@@ -171,16 +194,20 @@ class TrainConfig:
         kind=str, choices=OBJECTIVES, cli_at=26, on_resume=STAYS, command_at=26)
     seed: int = described(
         0, help=f"0 to {MAX_SEED} (default {{seed}})", kind=int, limits=Limits(0, MAX_SEED), cli_at=38,
-        widget="train_seed", widget_at=10, label="seed", on_resume=STAYS, command=ALWAYS, command_at=13)
+        label="seed", on_resume=STAYS, command=ALWAYS, command_at=13,
+        widget=Widget("train_seed", "Seed", range=(0, 2**31 - 1), group="objective"))
     # steps between held-out evaluations; 0 = only before the first and after the last step
     eval_every: int = described(
         0, help="steps between held-out evaluations (0 = start/end)", kind=int, limits=Limits(0), cli_at=39,
-        widget="train_eval_every", widget_at=11, on_resume=CHANGES, command_at=14)
+        on_resume=CHANGES, command_at=14,
+        widget=Widget("train_eval_every", "Held-out evaluation every N steps (0 = start and end)",
+                      range=(0, 100_000), group="objective"))
     eval_batches: int = described(
         20, help="held-out batches per evaluation (default {eval_batches})", kind=int, limits=Limits(1, 10**6),
         cli_at=40, app=20, on_resume=STAYS, command_at=15)
     # steps between probe snapshots; 0 = none (the Train page's; `train` takes no probes)
-    probe_every: int = described(0, widget="train_probe_every", widget_at=12, command=NEVER)
+    probe_every: int = described(0, kind=int, command=NEVER, widget=Widget(
+        "train_probe_every", "Probe snapshot every N steps (0 = none)", range=(0, 100_000), group="objective"))
     # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     checkpoint_every_s: float = described(
         0.0, flag="--checkpoint-every", help="seconds between checkpoints (default 600; 0 = only at the end)",
