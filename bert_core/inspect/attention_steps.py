@@ -12,7 +12,6 @@ Also: a temperature on the softmax (a what-if: the model never uses one) and swi
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.grammar import lm_head
+from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, lm_head
 from bert_core.inspect.inspection import encode_input
 from bert_core.inspect.logit_lens import lens_input
 from bert_core.model.bert import is_causal
@@ -55,26 +54,10 @@ class AttentionSteps:
     model_normed: np.ndarray   # [H]     the model's own attention sub-layer output for the token
 
 
-def _check_pick(model, layer: int, head: int) -> None:
-    cfg = model.config
-    if not 0 <= layer < cfg.num_hidden_layers:
-        raise BertCoreError(f"layer {layer + 1} does not exist: the model has {cfg.num_hidden_layers} layers")
-    if not 0 <= head < cfg.num_attention_heads:
-        raise BertCoreError(f"head {head + 1} does not exist: each layer has {cfg.num_attention_heads} heads")
-
-
 def _run(model, ids: list[int], types: list[int], output_attentions: bool = False):
-    device = next(model.parameters()).device
-    x = torch.tensor([ids], device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            return model.bert(x, torch.ones_like(x), torch.tensor([types], device=device),
-                              output_attentions=output_attentions)
-    finally:
-        if was_training:
-            model.train()
+    x, t = as_batch(model, ids, types)
+    with evaluating(model):
+        return model.bert(x, torch.ones_like(x), t, output_attentions=output_attentions)
 
 
 def encode_for_steps(model, tokenizer, a: str, b: str | None = None) -> tuple[list[int], list[int], list[str]]:
@@ -86,7 +69,7 @@ def encode_for_steps(model, tokenizer, a: str, b: str | None = None) -> tuple[li
 def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
                     b: str | None = None) -> AttentionSteps:
     """Follow one query token through one head of one layer (all counted from 0), with hooks on the model."""
-    _check_pick(model, layer, head)
+    check_head(model, layer, head)
     ids, types, tokens = encode_for_steps(model, tokenizer, a, b)
     if not 0 <= query < len(ids):
         raise BertCoreError(f"token {query + 1} does not exist: the input has {len(ids)} tokens")
@@ -152,36 +135,6 @@ def with_temperature(steps: AttentionSteps, temperature: float) -> np.ndarray:
     return (z / z.sum()).astype(np.float32)
 
 
-@contextlib.contextmanager
-def heads_off(model, heads):
-    """Within the block, the given (layer, head) pairs (from 0) contribute nothing: their slice of the joined
-    contexts is zeroed before the output projection, as transformers' old head_mask of 0 did (it zeroed the head's
-    attention probabilities, hence its context). Hooks only: the weights are untouched, and removed on exit."""
-    heads = sorted(set(heads))
-    for layer, head in heads:
-        _check_pick(model, layer, head)
-    d = model.config.head_dim
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(layer, []).append(head)
-
-    def zero(head_list):
-        def hook(module, args):
-            context = args[0].clone()
-            for h in head_list:
-                context[..., h * d:(h + 1) * d] = 0
-            return (context, *args[1:])
-        return hook
-
-    handles = [model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(zero(hs))
-               for layer, hs in by_layer.items()]
-    try:
-        yield model
-    finally:
-        for h in handles:
-            h.remove()
-
-
 @dataclass
 class HeadsOffEffect:
     """The guess at a [MASK] (BERT) or for the next token (GPT) with all heads on, and with some switched off."""
@@ -197,9 +150,9 @@ class HeadsOffEffect:
 
 
 def _guess_logits(model, ids, types, position) -> torch.Tensor:
-    sequence = _run(model, ids, types)[0]
-    with torch.inference_mode():
-        return lm_head(model)(sequence[0, position]).float()
+    x, t = as_batch(model, ids, types)
+    with evaluating(model):
+        return lm_head(model)(model.bert(x, torch.ones_like(x), t)[0][0, position]).float()
 
 
 def heads_off_effect(model, tokenizer, text: str, heads, top_k: int = 5) -> HeadsOffEffect:

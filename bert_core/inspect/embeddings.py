@@ -23,7 +23,8 @@ from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.probes import readable_offline
 # The word map lives in word_map_vectors and its torch-free parts in word_maps (a probe snapshot carries maps to a
 # server without torch); they are re-exported here, where the page and the tests have always found them.
-from bert_core.inspect.word_map_vectors import eval_forward, word_map  # noqa: F401
+from bert_core.inspect.kit import as_batch, evaluating, hidden_states
+from bert_core.inspect.word_map_vectors import word_map  # noqa: F401
 from bert_core.inspect.word_maps import SENSE_SENTENCES, WordMap, pca_2d, separation  # noqa: F401
 
 @dataclass
@@ -51,11 +52,10 @@ def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> Embedding
     emb = model.bert.embeddings
     seen = {}
     handle = emb.register_forward_hook(lambda module, args, output: seen.__setitem__("out", output))
-    device = next(model.parameters()).device
-    x = torch.tensor([ids], device=device)
-    t = torch.tensor([types], device=device)
+    x, t = as_batch(model, ids, types)
     try:
-        eval_forward(model, lambda: model.bert(x, torch.ones_like(x), t))
+        with evaluating(model):
+            model.bert(x, torch.ones_like(x), t)
     finally:
         handle.remove()
     with torch.inference_mode():
@@ -82,7 +82,7 @@ def nearest_neighbours(model, tokenizer, word: str, k: int = 10) -> list[tuple[s
     with torch.inference_mode():
         unit = torch.nn.functional.normalize(table, dim=-1)
         sims = unit @ unit[ids[0]]
-        skip = [ids[0], *getattr(tokenizer, "never_sample_ids", ())]
+        skip = [ids[0], *tokenizer.never_sample_ids]
         sims[[i for i in skip if i < len(sims)]] = -2.0  # itself and specials are no neighbours worth showing
         values, indices = sims.topk(max(1, min(int(k), len(sims) - 1)))
     return list(zip(tokenizer.convert_ids_to_tokens(indices.tolist()), values.tolist()))
@@ -158,15 +158,10 @@ def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -
     encoded = [encode_for_steps(model, tokenizer, s)[0][:limit] for s in sentences]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))   # batches of like lengths: little padding
     sentences, encoded = [sentences[i] for i in order], [encoded[i] for i in order]
-    device = next(model.parameters()).device
     vectors, tokens, sentence_of, position_of = [], [], [], []
     for start in range(0, len(encoded), batch):
         chunk = encoded[start:start + batch]
-        width = max(len(ids) for ids in chunk)
-        x = torch.tensor([ids + [tokenizer.pad_id] * (width - len(ids)) for ids in chunk], device=device)
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in chunk], device=device)
-        hidden = eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x), output_hidden_states=True)[2])
-        stacked = torch.stack(hidden, 0).float()   # [L + 1, B, S, H]
+        stacked = torch.stack(hidden_states(model, tokenizer, chunk), 0).float()   # [L + 1, B, S, H]
         for b, ids in enumerate(chunk):
             keep = list(range(1, len(ids) - 1))    # the sentence's own tokens, not [CLS] and [SEP]
             vectors.append(stacked[:, b, keep])
@@ -210,9 +205,7 @@ def contextual_neighbours(model, tokenizer, sentence: str, position: int, pool: 
     ids, _, tokens = encode_for_steps(model, tokenizer, sentence)
     if not 0 <= position < len(ids):
         raise BertCoreError(f"token {position + 1} does not exist: the input has {len(ids)} tokens")
-    x = torch.tensor([ids], device=next(model.parameters()).device)
-    hidden = eval_forward(model, lambda: model.bert(x, torch.ones_like(x), torch.zeros_like(x),
-                                                     output_hidden_states=True)[2])
+    hidden = hidden_states(model, tokenizer, [ids])
     query = torch.nn.functional.normalize(torch.stack([h[0, position].float() for h in hidden]), dim=-1).cpu().numpy()
     sims = np.einsum("lnh,lh->ln", pool.unit, query)   # [L + 1, N]
     # The same token of the same sentence, when the typed sentence is in the pool, is no neighbour worth showing.

@@ -61,7 +61,7 @@ def whole_words(tokenizer, text: str) -> bool:
 
 def choose_pair(model, tokenizer, pairs: Sequence[tuple[str, str]] = PAIRS) -> tuple[str, str]:
     """The first pair the model says follows (a GPT has no next-sentence head: the first pair)."""
-    if not is_causal(model) and getattr(model, "cls", None) is not None and hasattr(model.cls, "seq_relationship"):
+    if model.has_nsp_head:
         for a, b in pairs:
             if predict_nsp(model, tokenizer, a, b) > 0.5:
                 return a, b

@@ -13,6 +13,7 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE
+from bert_core.inspect.kit import device_of, evaluating
 from bert_core.model.bert import is_causal
 
 STRATEGIES = ("greedy", "sample")
@@ -76,7 +77,6 @@ def next_token_distribution(logits: torch.Tensor, strategy: str, temperature: fl
     return torch.softmax(logits, dim=-1)
 
 
-@torch.inference_mode()
 def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: str = "greedy",
              temperature: float = 1.0, top_k: int = 0, seed: int = 0, alternatives: int = 5) -> Generation:
     """Continue `prompt` with a causal model; greedy takes the most likely token, "sample" draws one with a
@@ -93,14 +93,12 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
     if dropped:
         ids = [ids[0], *ids[1 + dropped:]]
     result = Generation(prompt_tokens=tokenizer.convert_ids_to_tokens(ids), truncated_prompt=dropped)
-    device = next(model.parameters()).device
+    device = device_of(model)
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     vocab = int(model.config.vocab_size)
     banned = torch.zeros(vocab, dtype=torch.bool)
     banned[[i for i in (tokenizer.pad_id, tokenizer.cls_id, tokenizer.mask_id) if i < vocab]] = True
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         while True:
             if len(result.steps) >= max_new_tokens:
                 result.stopped = STOP_LENGTH
@@ -124,8 +122,6 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
             if chosen == tokenizer.sep_id:
                 result.stopped = STOP_END
                 break
-    finally:
-        model.train(was_training)
     result.text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
     return result
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.inspect.kit import device_of, evaluating, lm_head
 from bert_core.model.bert import is_causal
 
 PLL, NEXT_TOKEN = "pseudo-log-likelihood", "next-token log-likelihood"
@@ -72,22 +73,12 @@ class PairComparison:
         return "a" if self.difference > 0 else "b"
 
 
-def lm_head(model):
-    """The model's language-model head (`cls.predictions`), or a message saying this model has none."""
-    predictions = getattr(getattr(model, "cls", None), "predictions", None)
-    if predictions is None or not hasattr(model, "bert"):
-        raise BertCoreError("this model has no language-model head (a fine-tuned classifier, tagger or answer "
-                            "finder), so it cannot score sentences; pick a pretrained BERT or GPT model")
-    return predictions
-
-
 def trained_lm_head(model):
     """`lm_head(model)`, refused also when its folder held no trained head: a fine-tuned classifier's folder loads
     as a pretraining model with a fresh head (model.hf.load_pretrained records its `missing_keys`), whose guesses and
     scores would be noise read as the model's."""
     predictions = lm_head(model)
-    # missing_keys exists only on a model read from a folder: one built in memory has all it was made with.
-    if any(k.startswith("cls.predictions.") for k in getattr(model, "missing_keys", ())):
+    if any(k.startswith("cls.predictions.") for k in model.missing_keys):   # () for a model built in memory
         raise BertCoreError("this folder holds no trained language-model head (a fine-tuned classifier, tagger or "
                             "answer finder?), so its guesses would be noise; pick a pretrained BERT or GPT folder")
     return predictions
@@ -107,13 +98,9 @@ def encode_sentence(model, tokenizer, text: str) -> list[int]:
     return [tokenizer.cls_id, *ids, tokenizer.sep_id]
 
 
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 def _pll_log_probs(model, head, ids: list[int], mask_id: int) -> list[float]:
     n = len(ids) - 2  # the word pieces between [CLS] and [SEP]
-    base = torch.tensor(ids, dtype=torch.long, device=_device(model))
+    base = torch.tensor(ids, dtype=torch.long, device=device_of(model))
     out: list[float] = []
     for start in range(0, n, MASKED_ROWS_PER_PASS):
         rows = torch.arange(start, min(n, start + MASKED_ROWS_PER_PASS), device=base.device)
@@ -128,7 +115,7 @@ def _pll_log_probs(model, head, ids: list[int], mask_id: int) -> list[float]:
 
 
 def _next_token_log_probs(model, head, ids: list[int]) -> list[float]:
-    batch = torch.tensor([ids], dtype=torch.long, device=_device(model))
+    batch = torch.tensor([ids], dtype=torch.long, device=device_of(model))
     hidden = model.bert(batch, torch.ones_like(batch), torch.zeros_like(batch))[0]
     logits = head(hidden[0, :-1]).float()  # position i predicts token i + 1
     return logits.log_softmax(-1).gather(1, batch[0, 1:, None])[:, 0].tolist()
@@ -139,17 +126,9 @@ def score_sentence(model, tokenizer, text: str) -> SentenceScore:
     head = lm_head(model)
     ids = encode_sentence(model, tokenizer, text)
     causal = is_causal(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            if causal:
-                log_probs = _next_token_log_probs(model, head, ids)
-            else:
-                log_probs = _pll_log_probs(model, head, ids, tokenizer.mask_id)
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model):
+        log_probs = (_next_token_log_probs(model, head, ids) if causal
+                     else _pll_log_probs(model, head, ids, tokenizer.mask_id))
     scored = ids[1:] if causal else ids[1:-1]
     return SentenceScore(text=text, tokens=tokenizer.convert_ids_to_tokens(scored), log_probs=log_probs,
                          method=NEXT_TOKEN if causal else PLL)

@@ -18,6 +18,7 @@ import torch
 from bert_core.data.objectives import MASK_RATE
 from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM, mask_tokens
 from bert_core.errors import BertCoreError
+from bert_core.inspect.kit import as_batch, evaluating, padded_batch
 from bert_core.model.bert import is_causal
 from bert_core.model.tokenization import special_tokens_count, truncate_pair
 
@@ -90,11 +91,6 @@ class HeadSummary:
     measures: dict = field(default_factory=dict)
 
 
-def _max_positions(model) -> int:
-    config = getattr(model, "config", None)
-    return int(getattr(config, "max_position_embeddings", 512))
-
-
 def _encode_with_masks(tokenizer, text: str) -> list[int]:
     """Encode text where the literal `[MASK]` (any case) becomes the tokenizer's mask id."""
     pieces = MASK_MARKER.split(text)
@@ -137,26 +133,10 @@ def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512)
 
 
 def _forward(model, encoded: EncodedInput, output_attentions: bool = False):
-    ids = torch.tensor([encoded.input_ids], dtype=torch.long)
-    types = torch.tensor([encoded.token_type_ids], dtype=torch.long)
-    try:
-        device = next(model.parameters()).device
-    except StopIteration:
-        device = torch.device("cpu")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            out = model(
-                input_ids=ids.to(device),
-                attention_mask=torch.ones_like(ids).to(device),
-                token_type_ids=types.to(device),
-                output_attentions=output_attentions,
-            )
-    finally:
-        if was_training:
-            model.train()
-    return out
+    ids, types = as_batch(model, encoded.input_ids, encoded.token_type_ids)
+    with evaluating(model):
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=types,
+                     output_attentions=output_attentions)
 
 
 def predict_masks(model, tokenizer, encoded: EncodedInput, top_k: int = 5) -> list[MaskPrediction]:
@@ -183,25 +163,25 @@ def predict_masks(model, tokenizer, encoded: EncodedInput, top_k: int = 5) -> li
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5, text_b: str | None = None) -> list[MaskPrediction]:
     """Return top-k (token, probability) candidates for each `[MASK]` in `text` (longer text is truncated)."""
-    encoded = encode_input(tokenizer, text, text_b, max_length=_max_positions(model))
+    encoded = encode_input(tokenizer, text, text_b, max_length=int(model.config.max_position_embeddings))
     return predict_masks(model, tokenizer, encoded, top_k)
 
 
 def predict_nsp(model, tokenizer, a: str, b: str) -> float:
     """Return the model's probability that sentence `b` follows sentence `a` (NSP class 0)."""
-    if getattr(model, "cls", None) is None or not hasattr(model.cls, "seq_relationship"):
+    if not model.has_nsp_head:
         raise BertCoreError("this model has no next-sentence head (a GPT-style model is trained on the next token "
                             "only), so it cannot say whether B follows A")
     if not isinstance(b, str) or not b.strip():
         raise BertCoreError("sentence B is empty: next-sentence prediction needs two sentences")
-    encoded = encode_input(tokenizer, a, b, max_length=_max_positions(model))
+    encoded = encode_input(tokenizer, a, b, max_length=int(model.config.max_position_embeddings))
     logits = _forward(model, encoded).nsp_logits[0].float()
     return float(torch.softmax(logits, dim=-1)[0])
 
 
 def attention_maps(model, tokenizer, a: str, b: str | None = None) -> AttentionResult:
     """Run one input through the model and return every layer's and head's attention probabilities."""
-    encoded = encode_input(tokenizer, a, b, max_length=_max_positions(model))
+    encoded = encode_input(tokenizer, a, b, max_length=int(model.config.max_position_embeddings))
     return attention_from_encoded(model, tokenizer, encoded)
 
 
@@ -211,13 +191,11 @@ def attention_from_encoded(model, tokenizer, encoded: EncodedInput) -> Attention
     if not out.attentions:
         raise BertCoreError("this model returned no attention maps")
     att = torch.stack([layer[0].float() for layer in out.attentions]).cpu().numpy()
-    special_ids = set(getattr(tokenizer, "special_ids", ()) or ())
-    special_ids |= {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id}
     return AttentionResult(
         tokens=list(encoded.tokens),
         attentions=att.astype(np.float32),
         token_type_ids=list(encoded.token_type_ids),
-        special_mask=[i in special_ids for i in encoded.input_ids],
+        special_mask=[i in tokenizer.special_ids for i in encoded.input_ids],
         truncated=encoded.truncated,
         causal=is_causal(model),
     )
@@ -364,7 +342,7 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
 
 def mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
     """Mask a padded [B, S] batch as pretraining does: specials and padding never chosen nor used as replacements."""
-    never = set(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids))
+    never = tokenizer.never_sample_ids
     specials = torch.tensor(sorted(set(tokenizer.special_ids) - {tokenizer.unk_id}), dtype=torch.long)
     special_mask = torch.isin(ids, specials) | (attention_mask == 0)
     candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in never], dtype=torch.long)
@@ -387,12 +365,7 @@ def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, 
     """Mask many instances (lists of ids) at once and count decisions against the 15% and 80/10/10 targets."""
     if not instances:
         raise BertCoreError("no instances to mask")
-    longest = max(len(x) for x in instances)
-    ids = torch.full((len(instances), longest), tokenizer.pad_id, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    for r, x in enumerate(instances):
-        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
-        attention[r, :len(x)] = 1
+    ids, _, attention = padded_batch(tokenizer.pad_id, [(x, ()) for x in instances])
     result, special_mask = mask_padded(tokenizer, ids, attention, seed, mask_rate)
     counts = decision_counts(result.decisions, attention, special_mask)
     counts["target_rate"] = mask_rate

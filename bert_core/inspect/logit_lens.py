@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.grammar import lm_head
+from bert_core.inspect.kit import as_batch, evaluating, lm_head
 from bert_core.inspect.inspection import encode_input
 from bert_core.model.bert import is_causal
 
@@ -61,18 +61,10 @@ def logit_lens(model, tokenizer, text: str, top_k: int = 5) -> LogitLens:
     """Apply the model's MLM head to every layer's hidden state at the [MASK] (BERT) or the last token (GPT)."""
     head = lm_head(model)
     ids, types, tokens, position = lens_input(model, tokenizer, text)
-    device = next(model.parameters()).device
-    x = torch.tensor([ids], device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            _, _, hidden, _ = model.bert(x, torch.ones_like(x), torch.tensor([types], device=device),
-                                         output_hidden_states=True)
-            logits = head(torch.stack([h[0, position] for h in hidden])).float()  # [L + 1, V]
-    finally:
-        if was_training:
-            model.train()
+    x, t = as_batch(model, ids, types)
+    with evaluating(model):
+        hidden = model.bert(x, torch.ones_like(x), t, output_hidden_states=True)[2]
+        logits = head(torch.stack([h[0, position] for h in hidden])).float()  # [L + 1, V]
     probs = logits.softmax(-1)
     k = max(1, min(int(top_k), probs.shape[-1]))
     values, indices = probs.topk(k, dim=-1)

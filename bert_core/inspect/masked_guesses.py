@@ -17,6 +17,7 @@ import torch
 
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
+from bert_core.inspect.kit import device_of, evaluating, padded_batch
 from bert_core.inspect.inspection import CAUSAL_CANNOT_FILL, DECISION_NAMES, mask_padded
 from bert_core.model.bert import IGNORE_INDEX, is_causal
 
@@ -53,33 +54,14 @@ class DecisionAccuracy:
         return self.right / self.count if self.count else 0.0
 
 
-def _padded(tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]]):
-    longest = max(len(ids) for ids, _ in instances)
-    ids = torch.full((len(instances), longest), tokenizer.pad_id, dtype=torch.long)
-    types = torch.zeros_like(ids)
-    attention = torch.zeros_like(ids)
-    for r, (x, t) in enumerate(instances):
-        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
-        types[r, :len(t)] = torch.tensor(list(t), dtype=torch.long)
-        attention[r, :len(x)] = 1
-    return ids, types, attention
-
-
 def _logits(model, ids, types, attention, labels: torch.Tensor | None = None) -> torch.Tensor:
     """Masked-LM logits in eval mode and without gradients: full [B, S, V], or with `labels` [N, V] at the N
     positions whose label is not IGNORE_INDEX, in row-major order (the LM head run on those rows only)."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                        token_type_ids=types.to(device), labels=None if labels is None else labels.to(device),
-                        full_mlm_logits=labels is None)
-    finally:
-        if was_training:
-            model.train()
-    return out.mlm_logits.float().cpu()
+    device = device_of(model)
+    with evaluating(model):
+        return model(input_ids=ids.to(device), attention_mask=attention.to(device), token_type_ids=types.to(device),
+                     labels=None if labels is None else labels.to(device),
+                     full_mlm_logits=labels is None).mlm_logits.float().cpu()
 
 
 def _check(model, instances) -> None:
@@ -94,7 +76,7 @@ def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_
     """Mask one instance with `seed` and `mask_rate` (the same masks as `inspection.mask_example`) and return the
     model's guess at each chosen position, in order."""
     _check(model, [input_ids])
-    ids, types, attention = _padded(tokenizer, [(input_ids, token_type_ids)])
+    ids, types, attention = padded_batch(tokenizer.pad_id, [(input_ids, token_type_ids)])
     result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)
     probs = torch.softmax(_logits(model, result.input_ids, types, attention)[0], dim=-1)
     out = []
@@ -116,7 +98,7 @@ def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[in
     """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, with one seeded draw over them all,
     and count the model's right top guesses per decision ("[MASK]", "random", "kept")."""
     _check(model, instances)
-    ids, types, attention = _padded(tokenizer, instances)
+    ids, types, attention = padded_batch(tokenizer.pad_id, instances)
     result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)
     counts = {d: [0, 0] for d in CHOSEN}
     codes = torch.tensor([code for code, name in DECISION_NAMES.items() if name in counts], dtype=torch.long)

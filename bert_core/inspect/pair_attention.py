@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.inspect.kit import device_of, evaluating, padded_batch
 
 
 @dataclass(frozen=True)
@@ -51,32 +52,19 @@ def b_to_a_attention(model, tokenizer, instances, batch_size: int = 32) -> PairA
     if not pairs:
         raise BertCoreError("no sentence pairs to summarise: each needs a sentence A and a sentence B")
     specials = torch.tensor(sorted({tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id}), dtype=torch.long)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
+    device = device_of(model)
     shares, labels, uniform = [], [], []
-    try:
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start:start + batch_size]
-            width = max(len(x.input_ids) for x in chunk)
-            ids = torch.full((len(chunk), width), tokenizer.pad_id, dtype=torch.long)
-            types = torch.zeros_like(ids)
-            attention = torch.zeros_like(ids)
-            for r, x in enumerate(chunk):
-                ids[r, :len(x.input_ids)] = torch.tensor(x.input_ids)
-                types[r, :len(x.token_type_ids)] = torch.tensor(x.token_type_ids)
-                attention[r, :len(x.input_ids)] = 1
-            words = (attention == 1) & ~torch.isin(ids, specials)
-            a_mask, b_mask = words & (types == 0), words & (types == 1)
-            with torch.inference_mode():
-                out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                            token_type_ids=types.to(device), output_attentions=True)
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        ids, types, attention = padded_batch(tokenizer.pad_id, [(x.input_ids, x.token_type_ids) for x in chunk])
+        words = (attention == 1) & ~torch.isin(ids, specials)
+        a_mask, b_mask = words & (types == 0), words & (types == 1)
+        with evaluating(model):
+            out = model(input_ids=ids.to(device), attention_mask=attention.to(device),
+                        token_type_ids=types.to(device), output_attentions=True)
             shares.append(_shares([a.cpu() for a in out.attentions], a_mask.float(), b_mask))
-            labels += [bool(x.is_random_next) for x in chunk]
-            uniform += (a_mask.sum(1).float() / attention.sum(1).float()).tolist()
-    finally:
-        if was_training:
-            model.train()
+        labels += [bool(x.is_random_next) for x in chunk]
+        uniform += (a_mask.sum(1).float() / attention.sum(1).float()).tolist()
     table = torch.cat(shares).numpy()
     is_random = np.array(labels)
     layers, heads = table.shape[1:]

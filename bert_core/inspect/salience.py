@@ -24,7 +24,7 @@ cannot cancel into a lucky pass (equal steps met the whole-path check at 16 step
 the same (input - baseline): one step of the same sum, from the far end of the path, so the two are on one scale.
 
 The heads' grid switches each head off in turn (its slice of the joined contexts zeroed before the output
-projection, as attention_steps.heads_off does and as transformers' old head_mask of 0 did) and reports how the
+projection, as kit.heads_off does and as transformers' old head_mask of 0 did) and reports how the
 target's probability changes; all the heads in one batched forward pass, one row of the batch a head.
 """
 
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.inspect.kit import as_batch, evaluating, heads_masked
 from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bert_core.training.token_tagging import split_words
 
@@ -132,25 +133,12 @@ def _forward(model, ids: torch.Tensor, types: torch.Tensor, rows: int, embedded:
             handle.remove()
 
 
-class _Eval:
-    """Eval mode (no dropout) inside the block, the model's mode restored after."""
-
-    def __init__(self, model):
-        self.model, self.was = model, model.training
-
-    def __enter__(self):
-        self.model.eval()
-
-    def __exit__(self, *exc):
-        self.model.train(self.was)
-
-
 def baseline_vectors(model, tokenizer, ids: torch.Tensor, types: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, baseline), each [S, H]: the embedding layer's output for the input and for the baseline input (see
     BASELINE), from the model's own embedding module in eval mode."""
     keep = (ids[0] == tokenizer.cls_id) | (ids[0] == tokenizer.sep_id)
     pads = torch.where(keep, ids[0], torch.full_like(ids[0], tokenizer.pad_id))[None]
-    with _Eval(model), torch.no_grad():   # not inference_mode: the path built from these is differentiated
+    with evaluating(model, grad=True), torch.no_grad():   # not inference_mode: the path is differentiated
         both = model.bert.embeddings(torch.cat([ids, pads]), torch.cat([types, types]))
     return both[0].clone(), both[1].clone()
 
@@ -168,7 +156,7 @@ class _Path:
 
     def take(self, alphas) -> None:
         new = sorted(a for a in set(alphas) if a not in self.points)
-        with _Eval(self.model), torch.enable_grad():
+        with evaluating(self.model, grad=True), torch.enable_grad():
             for i in range(0, len(new), ROWS_PER_PASS):
                 chunk = new[i:i + ROWS_PER_PASS]
                 a = torch.tensor([float(f) for f in chunk], dtype=self.x.dtype)
@@ -244,36 +232,16 @@ def adaptive_integrated_gradients(model, tokenizer, ids: torch.Tensor, types: to
         grid = sorted(grid + midpoints)
 
 
-def _zeroing_hook(start: int, rows: int, layer: int, heads: int, d: int):
-    """A pre-hook on layer `layer`'s output projection: batch row r (of `rows`, the r-th of all L x H heads counted
-    from `start`) zeroes head (r + start) % heads's slice when (r + start) // heads == layer."""
-    def hook(module, args):
-        context = args[0].clone()
-        for r in range(rows):
-            lay, head = divmod(start + r, heads)
-            if lay == layer:
-                context[r, :, head * d:(head + 1) * d] = 0
-        return (context, *args[1:])
-    return hook
-
-
 def head_grid(model, ids: torch.Tensor, types: torch.Tensor, name: str, probability) -> HeadGrid:
     """The change in `probability(output)` ([B] from a batch's output) with each head switched off in turn."""
-    cfg = model.config
-    layers, heads, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim
-    total = layers * heads
+    layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    each = torch.eye(layers * heads, dtype=torch.bool).view(-1, layers, heads)   # row r: head r alone off
     changed = []
-    with _Eval(model), torch.inference_mode():
+    with evaluating(model):
         before = float(probability(_forward(model, ids, types, 1))[0])
-        for start in range(0, total, ROWS_PER_PASS):
-            rows = min(ROWS_PER_PASS, total - start)
-            handles = [model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(
-                _zeroing_hook(start, rows, layer, heads, d)) for layer in range(layers)]
-            try:
-                changed.append(probability(_forward(model, ids, types, rows)).float().cpu())
-            finally:
-                for h in handles:
-                    h.remove()
+        for off in each.split(ROWS_PER_PASS):
+            with heads_masked(model, off):
+                changed.append(probability(_forward(model, ids, types, len(off))).float().cpu())
     change = torch.cat(changed).numpy().reshape(layers, heads) - before
     return HeadGrid(name=name, before=before, change=change.astype(np.float32))
 
@@ -293,20 +261,15 @@ def _check_kind(model, kind: str) -> None:
 
 
 def _names(model, label_names) -> list[str]:
-    names = list(label_names or getattr(model, "label_names", None) or [])
+    names = list(label_names or model.label_names or [])
     n = int(model.num_labels)
     if names and len(names) != n:
         raise BertCoreError(f"{len(names)} label names for a model with {n} labels")
     return names or [f"label {i}" for i in range(n)]
 
 
-def _tensors(model, ids: list[int], types: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    device = next(model.parameters()).device
-    return torch.tensor([ids], device=device), torch.tensor([types], device=device)
-
-
 def _first_output(model, ids, types):
-    with _Eval(model), torch.inference_mode():
+    with evaluating(model):
         return _forward(model, ids, types, 1)
 
 
@@ -314,7 +277,7 @@ def _label_targets(model, tokenizer, text, text_b, names, max_length):
     if not isinstance(text, str) or not text.strip():
         raise BertCoreError("type a sentence to explain")
     enc = tokenizer.encode_pair(text, text_b if text_b and text_b.strip() else None, max_length)
-    ids, types = _tensors(model, enc["input_ids"], enc["token_type_ids"])
+    ids, types = as_batch(model, enc["input_ids"], enc["token_type_ids"])
     c = int(_first_output(model, ids, types).logits[0].argmax())
     return ids, types, [Target(f"P({names[c]})", "logits", None, c, names[c])], names[c], [], None
 
@@ -333,7 +296,7 @@ def _tag_targets(model, tokenizer, text, word, names, max_length):
     words = words[:len(firsts)]
     if not words:
         raise BertCoreError("the sentence gave no words to tag")
-    ids, types = _tensors(model, ids + [tokenizer.sep_id], [0] * (len(ids) + 1))
+    ids, types = as_batch(model, ids + [tokenizer.sep_id], [0] * (len(ids) + 1))
     tags = _first_output(model, ids, types).logits[0, firsts].argmax(-1).tolist()
     if word is None:   # the first word given a tag other than "O" (outside every chunk), else the first word
         word = next((i for i, t in enumerate(tags) if names[t] != "O"), 0)
@@ -365,7 +328,7 @@ def _span_targets(model, tokenizer, question, passage, max_length):
     if not isinstance(passage, str) or not passage.strip():
         raise BertCoreError("give a passage to find the answer in")
     enc = tokenizer.encode_pair(question, passage, max_length)
-    ids, types = _tensors(model, enc["input_ids"], enc["token_type_ids"])
+    ids, types = as_batch(model, enc["input_ids"], enc["token_type_ids"])
     out = _first_output(model, ids, types)
     passage_tokens = (types[0] == 1) & (ids[0] != tokenizer.sep_id)
     start, end = best_span(out.start_logits[0], out.end_logits[0], passage_tokens)

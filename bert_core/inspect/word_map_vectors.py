@@ -10,19 +10,8 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
+from bert_core.inspect.kit import hidden_states
 from bert_core.inspect.word_maps import SENSE_SENTENCES, TIMELAPSE_WORDS, WordMap, pca_2d
-
-
-def eval_forward(model, fn):
-    """fn() in eval mode without gradients, the model's train/eval mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            return fn()
-    finally:
-        if was_training:
-            model.train()
 
 
 def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
@@ -58,12 +47,7 @@ def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
         raise BertCoreError(f"{word!r} was found in {len(used)} sentence(s); a map needs at least 3 with the word in "
                             "them")
     # One padded batch, not a pass per sentence: a training run maps the built-in words at every probe snapshot.
-    width = max(len(ids) for ids, _ in found)
-    device = next(model.parameters()).device
-    x = torch.tensor([ids + [tokenizer.pad_id] * (width - len(ids)) for ids, _ in found], device=device)
-    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in found], device=device)
-    hidden = torch.stack(eval_forward(model, lambda: model.bert(x, mask, torch.zeros_like(x),
-                                                                 output_hidden_states=True)[2])).float()
+    hidden = torch.stack(hidden_states(model, tokenizer, [ids for ids, _ in found])).float()
     vectors = [hidden[:, b, start:start + len(word_ids)].mean(1) for b, (_, start) in enumerate(found)]
     stacked = torch.stack(vectors, 1).cpu().numpy()  # [L + 1, N, H]
     maps = [pca_2d(layer) for layer in stacked]

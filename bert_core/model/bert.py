@@ -358,8 +358,24 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-class BertForPreTraining(nn.Module):
+class ModelParts:
+    """What every model class declares for those who look inside it (bert_core.inspect.kit), so none probes."""
+
+    has_nsp_head = False                 # a next-sentence head (cls.seq_relationship)
+    label_names: list[str] | None = None  # a classifier's or tagger's names, as its folder gave them (model.hf)
+    missing_keys: tuple | list = ()      # weights its folder lacked, freshly initialised (model.hf.load_pretrained)
+
+    @property
+    def lm_head(self) -> nn.Module | None:
+        """The language-model head (`cls.predictions`), where the model has one."""
+        return None
+
+
+class BertForPreTraining(ModelParts, nn.Module):
     """BERT with its two pretraining heads: masked-language modelling and next-sentence prediction."""
+
+    has_nsp_head = True
+    lm_head = property(lambda self: self.cls.predictions)
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -410,11 +426,13 @@ def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
-class BertLMHeadModel(nn.Module):
+class BertLMHeadModel(ModelParts, nn.Module):
     """GPT in BERT's house: the same encoder with causal attention (each token sees itself and the tokens before
     it), no pooler, and the LM head predicting the next token; Hugging Face's `BertLMHeadModel` with
     `is_decoder=True`, key for key. It returns a PreTrainingOutput whose `mlm_*` fields hold the next-token loss and
     logits (the same head, `cls.predictions`), so the Trainer and the evaluation run it as they run MLM."""
+
+    lm_head = property(lambda self: self.cls.predictions)
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -480,7 +498,7 @@ def last_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.shape[1] - 1 - flipped
 
 
-class BertForSequenceClassification(nn.Module):
+class BertForSequenceClassification(ModelParts, nn.Module):
     """BERT with a classifier on the pooled [CLS] vector: pooled -> dropout -> linear. With `pooling="last"` (the
     default for a causal model, see LAST_TOKEN_POOLING) there is no pooler and the classifier reads the last real
     token's hidden state instead; with `pooling="mean"` (MEAN_POOLING) the mean of the real tokens' states."""
@@ -518,7 +536,7 @@ class BertForSequenceClassification(nn.Module):
         return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)
 
 
-class BertForTokenClassification(nn.Module):
+class BertForTokenClassification(ModelParts, nn.Module):
     """BERT with a label for every token: each final hidden state -> dropout -> linear (no pooler), as Hugging
     Face's BertForTokenClassification. Positions labelled IGNORE_INDEX (a word's later WordPieces, the specials,
     padding) are left out of the loss."""
@@ -547,7 +565,7 @@ class BertForTokenClassification(nn.Module):
         return ClassifierOutput(loss=loss, logits=logits, attentions=attentions, hidden_states=hidden_states)
 
 
-class BertForQuestionAnswering(nn.Module):
+class BertForQuestionAnswering(ModelParts, nn.Module):
     """BERT for answer spans (SQuAD): one linear layer gives every token a start and an end score (no pooler), as
     Hugging Face's BertForQuestionAnswering. The loss is the mean of the start and end cross-entropies; a position
     outside the sequence (as Hugging Face clamps it) is ignored."""
