@@ -92,7 +92,8 @@ def test_both_kinds_refuse_alike_before_a_run_has_a_trainer(kind):
 
 
 def test_the_pages_say_a_ray_server_trains_on_its_cluster(monkeypatch):
-    from bert_core.serve import job_factory, ray_cluster
+    from bert_core.cluster import ray_cluster
+    from bert_core.serve import job_factory
 
     nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 2.0}},
              {"NodeID": "b", "Alive": True, "Resources": {"CPU": 1.0}}, {"NodeID": "c", "Alive": False}]
@@ -105,11 +106,12 @@ def test_the_pages_say_a_ray_server_trains_on_its_cluster(monkeypatch):
 
 
 def test_a_running_server_never_moves_onto_a_cluster_whose_setting_appears_later(monkeypatch):
-    from bert_core.serve import job_factory, ray_cluster
+    from bert_core.cluster import ray_cluster
+    from bert_core.serve import job_factory
 
-    monkeypatch.delenv(ray_cluster.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(job_factory.RAY_ADDRESS_ENV, raising=False)
     kind = job_factory.server_job_kind()
-    monkeypatch.setenv(ray_cluster.RAY_ADDRESS_ENV, "ray://127.0.0.1:1")   # set after the server started
+    monkeypatch.setenv(job_factory.RAY_ADDRESS_ENV, "ray://127.0.0.1:1")   # set after the server started
     assert kind() == "process" and job_factory.job_kind() == "ray"
     monkeypatch.setenv(job_factory.PROCESS_ENV, "0")
     assert kind() == "thread"                                               # process or thread stays live

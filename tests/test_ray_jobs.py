@@ -1,4 +1,4 @@
-"""Training on a Ray cluster (bert_core.serve.ray_job): a local cluster of two simulated nodes of one CPU each
+"""Training on a Ray cluster (bert_core.cluster.ray_job): a local cluster of two simulated nodes of one CPU each
 (`ray.cluster_utils.Cluster`) trains a run to the same weights as a training process, answers Stop and Step once,
 sends its checkpoints back to the server's folder, and a node that is lost fails its run like a killed process: the
 last checkpoint kept, the next queued run started on the node that is left. Ray is an optional extra
@@ -20,7 +20,8 @@ import torch  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from bert_core.errors import BertCoreError  # noqa: E402
-from bert_core.serve import job_factory, jobs, ray_cluster  # noqa: E402
+from bert_core.cluster import ray_cluster  # noqa: E402
+from bert_core.serve import job_factory, jobs  # noqa: E402
 from bert_core.serve.run_protocols import RunJob  # noqa: E402
 from bert_core.serve.run_records import RunRecords  # noqa: E402
 from bert_core.serve.runs import RunStore  # noqa: E402
@@ -58,17 +59,17 @@ def cluster():
         "_system_config": {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
                            "health_check_failure_threshold": 3}})
     workers = [local.add_node(num_cpus=1) for _ in range(2)]
-    before = os.environ.get(ray_cluster.RAY_ADDRESS_ENV)
-    os.environ[ray_cluster.RAY_ADDRESS_ENV] = local.address
+    before = os.environ.get(job_factory.RAY_ADDRESS_ENV)
+    os.environ[job_factory.RAY_ADDRESS_ENV] = local.address
     ray_cluster.connect()
     ray_cluster.CLUSTER.forget_nodes()
     yield local, workers
     ray.shutdown()
     local.shutdown()
     if before is None:
-        os.environ.pop(ray_cluster.RAY_ADDRESS_ENV, None)
+        os.environ.pop(job_factory.RAY_ADDRESS_ENV, None)
     else:
-        os.environ[ray_cluster.RAY_ADDRESS_ENV] = before
+        os.environ[job_factory.RAY_ADDRESS_ENV] = before
 
 
 def test_without_the_setting_the_server_never_imports_ray(tmp_path):
@@ -78,9 +79,9 @@ def test_without_the_setting_the_server_never_imports_ray(tmp_path):
             "assert app_runs.JOB_FACTORY.kind() in ('process', 'thread')\nassert app_runs.RUNS.slots() >= 1\n"
             "assert 'ray' not in sys.modules, 'ray imported'\n"
             # The Ray job's own modules load neither Ray nor torch until a run is made on a cluster.
-            "import bert_core.serve.ray_job, bert_core.serve.ray_actor, bert_core.serve.ray_cluster\n"
+            "import bert_core.cluster.ray_job, bert_core.cluster.ray_actor, bert_core.cluster.ray_cluster\n"
             "assert 'ray' not in sys.modules and 'torch' not in sys.modules\nprint('ok')\n")
-    env = {k: v for k, v in os.environ.items() if k != ray_cluster.RAY_ADDRESS_ENV}
+    env = {k: v for k, v in os.environ.items() if k != job_factory.RAY_ADDRESS_ENV}
     env["BERT_EXPLORER_STATE_DIR"] = str(tmp_path / "state")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr.strip().splitlines()[-1:]
@@ -107,7 +108,7 @@ def test_the_server_places_each_run_on_the_node_with_the_most_free_slots(monkeyp
 
 
 def test_a_checkpoint_from_the_cluster_replaces_the_folder_whole_and_names_stay_inside(tmp_path):
-    from bert_core.serve.ray_job import write_checkpoint
+    from bert_core.cluster.ray_job import write_checkpoint
 
     folder = tmp_path / "checkpoint"
     write_checkpoint(folder, {"config.json": b"{}", "sub/a.bin": b"1"})

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.serve import job_factory, jobs, ray_cluster, ray_job
+from bert_core.cluster import ray_cluster, ray_job
+from bert_core.serve import job_factory, jobs
 from bert_core.serve.run_panel import TRAIN_WORDS, status_notices
 from bert_core.serve.runs import RunStore
 
@@ -53,7 +54,7 @@ def unreachable(monkeypatch):
     """A server whose setting names a cluster that is not there, with a fresh connection and fresh slots."""
     fake = UnreachableRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
-    monkeypatch.setenv(ray_cluster.RAY_ADDRESS_ENV, ADDRESS)
+    monkeypatch.setenv(job_factory.RAY_ADDRESS_ENV, ADDRESS)
     monkeypatch.setattr(ray_cluster, "CONNECTION", ray_cluster.ClusterConnection())
     slots = ray_cluster.ClusterSlots()
     monkeypatch.setattr(ray_cluster, "CLUSTER", slots)
@@ -126,7 +127,7 @@ def test_a_cluster_that_does_not_answer_is_waited_for_a_bounded_time(monkeypatch
     and while it goes on trying, the next callers give up at once."""
     fake = UnreachableRay(hang=True)
     monkeypatch.setitem(sys.modules, "ray", fake)
-    monkeypatch.setenv(ray_cluster.RAY_ADDRESS_ENV, ADDRESS)
+    monkeypatch.setenv(job_factory.RAY_ADDRESS_ENV, ADDRESS)
     connection = ray_cluster.ClusterConnection()
     try:
         started = time.monotonic()
@@ -159,10 +160,10 @@ def test_the_real_ray_to_a_closed_port_is_the_same_plain_message(tmp_path):
     """With Ray installed: its own init, to a port where nothing listens, within the bounded wait. In a process of
     its own: Ray goes on trying on its thread, which must not meet another test's connection."""
     pytest.importorskip("ray")
-    code = ("import sys\nfrom bert_core.serve import ray_cluster\n"
+    code = ("import sys\nfrom bert_core.cluster import ray_cluster\n"
             "try:\n    ray_cluster.connect(timeout=20)\nexcept ray_cluster.ClusterUnavailable as e:\n"
             "    print('SAID', e)\n    sys.stdout.flush()\n    import os\n    os._exit(0)\n")
-    env = dict(os.environ, **{ray_cluster.RAY_ADDRESS_ENV: "127.0.0.1:9"})
+    env = dict(os.environ, **{job_factory.RAY_ADDRESS_ENV: "127.0.0.1:9"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env=env)

@@ -101,7 +101,7 @@ JOB_FACTORY = JobFactory(RECORDS, kind=server_job_kind())
 # Every training of this server, pretraining runs (Train page) and fine-tuning races (Fine-tune page) alike, is a run
 # of one store: they outlive a tab, take fair turns in one queue for the CPU and GPU, and can be watched by a class
 # (bert_core.serve.runs).
-# Its slots and GPUs are the factory's: this machine's, or a Ray cluster's (bert_core.serve.ray_cluster).
+# Its slots and GPUs are the factory's: this machine's, or a Ray cluster's (bert_core.cluster.ray_cluster).
 RUNS = RunStore(JOB_FACTORY, slots=JOB_FACTORY.slots, gpus=JOB_FACTORY.gpus, is_alive=session_alive_from_runtime,
                 release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore,
                 where=JOB_FACTORY.where)

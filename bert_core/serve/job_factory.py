@@ -2,15 +2,16 @@
 thread or process that trains it, made here for the server's run store (`JobFactory`) and for the tests and
 benchmarks that start a job themselves (`pretraining_job`, `finetune_job`).
 
-A job kind is a maker in JOB_KINDS: "process" (a child process, `training_process.ProcessTrainingJob`, the default),
-"thread" (a server thread, `thread_job.TrainingJob`) or "ray" (an actor on a Ray cluster, `ray_job.RayTrainingJob`,
-when `$BERT_EXPLORER_RAY_ADDRESS` is set; Ray is imported only then). Each implements run_protocols.RunJob; the
-builders are the same for all.
-No Streamlit, no torch.
+A job kind is a maker in JOB_KINDS: "process" (a child process, `training_process.ProcessTrainingJob`, the default)
+or "thread" (a server thread, `thread_job.TrainingJob`). A plug-in kind is a module named in PLUGINS, imported only
+when chosen: "ray" (actors on a Ray cluster, `bert_core.cluster`) when `$BERT_EXPLORER_RAY_ADDRESS` is set. Each
+implements run_protocols.RunJob; the builders are the same for all.
+No Streamlit, no torch, no plug-in.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, replace
 from functools import partial
@@ -19,8 +20,6 @@ from typing import Any, Callable
 
 from bert_core.serve.finetune_runs import FinetuneSpec
 from bert_core.serve.job_base import training_threads
-from bert_core.serve.ray_cluster import cluster_gpus, cluster_slots, cluster_where, cpus_per_run, ray_address
-from bert_core.serve.ray_job import RayTrainingJob   # Ray-free at import: Ray is loaded by a run on a cluster
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
 from bert_core.serve.runs import default_slots, where_runs_train
@@ -30,6 +29,9 @@ from bert_core.serve.train_spec import TrainSpec, build_trainer, spec_from_dict,
 from bert_core.serve.training_process import ProcessTrainingJob
 
 PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread instead of a child process
+RAY_ADDRESS_ENV = "BERT_EXPLORER_RAY_ADDRESS"      # a Ray cluster's address ("auto", "ray://head:10001", "head:6379")
+# Job kinds that live outside the server, by module: each has make_job (a JobMaker), slots(), gpus() and where().
+PLUGINS = {"ray": "bert_core.cluster.ray_job"}
 
 # (session id, builder, spec or None, data_factory or None) -> a job. The builder returns the Trainer or the
 # FinetuneComparison and must be picklable (a process job sends it to its child); data_factory(tokenizer) rebuilds a
@@ -46,12 +48,18 @@ def _process_job(session_id, builder, spec=None, data_factory=None, device=None)
     return ProcessTrainingJob(session_id, builder, spec=spec, threads=training_threads(), data_factory=data_factory)
 
 
-def _ray_job(session_id, builder, spec=None, data_factory=None, device=None) -> RunJob:
-    return RayTrainingJob(session_id, builder, spec=spec, threads=cpus_per_run(), data_factory=data_factory,
-                          on_gpu=device is not None and device.startswith("cuda"))
+def plugin(kind: str):
+    """The module of a plug-in job kind (PLUGINS), imported now: a server that never chooses it never loads it."""
+    return importlib.import_module(PLUGINS[kind])
 
 
-JOB_KINDS: dict[str, JobMaker] = {"thread": _thread_job, "process": _process_job, "ray": _ray_job}
+JOB_KINDS: dict[str, JobMaker] = {"thread": _thread_job, "process": _process_job,
+                                  **{k: lambda *a, k=k, **kw: plugin(k).make_job(*a, **kw) for k in PLUGINS}}
+
+
+def ray_address() -> str | None:
+    """The Ray cluster's address from `$BERT_EXPLORER_RAY_ADDRESS`; None (the default) trains on this machine."""
+    return os.environ.get(RAY_ADDRESS_ENV, "").strip() or None
 
 
 def train_in_process() -> bool:
@@ -138,17 +146,21 @@ class JobFactory:
                                kind=self.kind())
 
     def slots(self) -> int:
-        """The runs this server trains at once (runs.RunStore's `slots`): its cores', or a Ray cluster's."""
-        return cluster_slots() if self.kind() == "ray" else default_slots()
+        """The runs this server trains at once (runs.RunStore's `slots`): its cores', or a plug-in's (a cluster's)."""
+        kind = self.kind()
+        return plugin(kind).slots() if kind in PLUGINS else default_slots()
 
     def gpus(self) -> tuple:
-        """The GPUs its runs train on (runs.RunStore's `gpus`): its own, or a Ray cluster's shares."""
-        return cluster_gpus() if self.kind() == "ray" else detected_gpus()
+        """The GPUs its runs train on (runs.RunStore's `gpus`): its own, or a plug-in's."""
+        kind = self.kind()
+        return plugin(kind).gpus() if kind in PLUGINS else detected_gpus()
 
     def where(self, caps: dict[str, int], gpus: list) -> str:
-        """Where its runs train, as the pages say it (runs.RunStore's `where`): this server, or a Ray cluster."""
-        return cluster_where(caps, gpus) if self.kind() == "ray" else where_runs_train(caps, gpus)
+        """Where its runs train, as the pages say it (runs.RunStore's `where`): this server, or a plug-in's."""
+        kind = self.kind()
+        return plugin(kind).where(caps, gpus) if kind in PLUGINS else where_runs_train(caps, gpus)
 
     def restore(self, record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None) -> RunJob:
-        """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind)."""
-        return restored_pretraining_job(record, checkpoint, phase, note, probes, resumable=self.kind() != "ray")
+        """A run an earlier server process recorded, read back from its checkpoint (no process, whatever the kind;
+        a plug-in's stopped run is trained on from its weights, not resumed)."""
+        return restored_pretraining_job(record, checkpoint, phase, note, probes, resumable=self.kind() not in PLUGINS)

@@ -191,22 +191,27 @@ class ChildLink:
         events, process = self._events, self.process
         while True:
             try:
-                kind, request, payload, error = events.recv()
+                message = events.recv()
             except (EOFError, OSError):
                 process.wait()
                 self._on_exit(process)
                 events.close()
                 return
-            self.last_heard = time.monotonic()
-            if kind == "alive":
-                continue
-            try:
-                if kind == "reply":
-                    self._answer(request, payload, error)
-                else:
-                    self._on_message(kind, request, payload, error)
-            except Exception:  # noqa: BLE001 - the pump must outlive one odd message
-                log.exception("training event %s could not be handled", kind)
+            self._deliver(message)
+
+    def _deliver(self, message: tuple) -> None:
+        """One message of the child's: a heartbeat is only heard, a reply goes to its waiter, the rest to the job."""
+        kind, request, payload, error = message
+        self.last_heard = time.monotonic()
+        if kind == "alive":
+            return
+        try:
+            if kind == "reply":
+                self._answer(request, payload, error)
+            else:
+                self._on_message(kind, request, payload, error)
+        except Exception:  # noqa: BLE001 - the pump must outlive one odd message
+            log.exception("training event %s could not be handled", kind)
 
     def _answer(self, request: int, payload, error: str | None) -> None:
         with self._changed:

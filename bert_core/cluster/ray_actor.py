@@ -1,5 +1,5 @@
-"""A run's training as a Ray actor on a cluster's node (bert_core.serve.ray_job is the server's side): the training
-process's own loop (training_child.TrainingChild) on a thread of the actor, its pipes replaced by two queues that the
+"""A run's training as a Ray actor on a cluster's node (bert_core.cluster.ray_job is the server's side): the training
+process's own loop (training_child.TrainingChild) on a thread of the actor, on two pipes inside the actor that the
 server reaches through the actor's methods: `send` (a command) and `events` (the messages since the last call).
 
 What differs from a training process on the server's machine: no disk is shared with the server. The run's safety-net
@@ -7,22 +7,23 @@ checkpoints are written to a folder on the node and each new one goes back to th
 "checkpoint" message, which the server writes to the run's own checkpoint folder), and so does a save ("save"
 replies with the files, not a path). The server watches the actor, not a pid: Ray ends an actor whose owner has gone.
 
-Ray-free and torch-free at import (the actor's class is made a Ray actor by ray_job, on a server that uses Ray).
+Ray-free and torch-free at import (ray_job makes the actor's class a Ray actor, on a server that uses Ray).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import shutil
 import tempfile
 import threading
 import time
+from multiprocessing import Pipe
 from pathlib import Path, PurePosixPath
 
+from bert_core.errors import BertCoreError
 from bert_core.serve.process_model import resumed_trainer
 from bert_core.serve.training_child import TrainingChild
-from bert_core.serve.training_link import HEARTBEAT_S
+from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.run_loop import failure_message
 
 log = logging.getLogger("bert_core.app")
@@ -37,10 +38,7 @@ def resumed_from_files(files: dict[str, bytes], server_folder: str, spec, device
     the server's folder again, so that ClusterChild sends its next checkpoints back there."""
     local = tempfile.mkdtemp(prefix="bert-ray-resume-")
     try:
-        for name, data in files.items():
-            target = Path(local, *PurePosixPath(name).parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+        write_files(local, files)
         trainer = resumed_trainer(spec, local, device)
     finally:
         shutil.rmtree(local, ignore_errors=True)
@@ -48,43 +46,21 @@ def resumed_from_files(files: dict[str, bytes], server_folder: str, spec, device
     return trainer
 
 
+def write_files(folder: str | Path, files: dict[str, bytes]) -> None:
+    """Write a checkpoint's files, by their paths relative to `folder`; a name that would leave it is refused."""
+    for name, data in files.items():
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+            raise BertCoreError(f"a checkpoint file from the cluster has a bad name: {name!r}")
+        target = Path(folder, *parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
 def folder_files(folder: str | Path) -> dict[str, bytes]:
     """Every file under `folder`, by its path relative to it (a checkpoint's few files, as bytes)."""
     root = Path(folder)
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-class CommandQueue:
-    """The commands' end a TrainingChild reads (training_link.Channel's recv and poll), fed by the actor's `send`."""
-
-    def __init__(self):
-        self._queue: queue.Queue = queue.Queue()
-        self._next = None
-
-    def put(self, message) -> None:
-        self._queue.put(message)
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        if self._next is None:
-            try:
-                self._next = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                return False
-        return True
-
-    def recv(self):
-        message, self._next = (self._next, None) if self._next is not None else (self._queue.get(), None)
-        return message
-
-
-class EventQueue:
-    """The events' end a TrainingChild writes (training_link.Channel's send), emptied by the actor's `events`."""
-
-    def __init__(self):
-        self.queue: queue.Queue = queue.Queue()
-
-    def send(self, message) -> None:
-        self.queue.put(message)
 
 
 class ClusterChild(TrainingChild):
@@ -159,13 +135,13 @@ class TrainingActor:
     at once or within `events`' short wait, so Ray runs them in the order the server sent them."""
 
     def __init__(self):
-        self._commands = CommandQueue()
-        self._events = EventQueue()
-        self._thread = threading.Thread(target=self._main, name="bert-ray-training", daemon=True)
-        self._thread.start()
+        (commands, self._commands), (self._events, events) = Pipe(duplex=False), Pipe(duplex=False)
+        self._commands, self._events = Channel(self._commands), Channel(self._events)
+        self._child = ClusterChild(Channel(commands), Channel(events))
+        threading.Thread(target=self._main, name="bert-ray-training", daemon=True).start()
 
     def _main(self) -> None:
-        child = ClusterChild(self._commands, self._events)
+        child = self._child
         try:
             threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
             builder = child.receive_setup()
@@ -173,11 +149,11 @@ class TrainingActor:
                 child.serve()
         finally:
             child.end()
-            self._events.queue.put(ENDED)
+            child.events.send(ENDED)
 
     def send(self, message: tuple) -> None:
         """A command of the server's (training_link lists them)."""
-        self._commands.put(message)
+        self._commands.send(message)
 
     def events(self, wait_s: float) -> list:
         """The messages of the next `wait_s` seconds (ENDED is the last of all): a training run says something at
@@ -185,12 +161,8 @@ class TrainingActor:
         end, comes back at once: a save or a Step once is waited for."""
         out: list = []
         deadline = time.monotonic() + wait_s
-        while len(out) < MAX_EVENTS:
-            try:
-                message = self._events.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            out.append(message)
-            if message[0] == "reply" or message == ENDED:
+        while len(out) < MAX_EVENTS and self._events.poll(max(0.0, deadline - time.monotonic())):
+            out.append(self._events.recv())
+            if out[-1][0] == "reply" or out[-1] == ENDED:
                 break
         return out

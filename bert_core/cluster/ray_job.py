@@ -1,36 +1,38 @@
-"""A run trained as a Ray actor on a cluster (`$BERT_EXPLORER_RAY_ADDRESS`): the third kind of job
-(run_protocols.RunJob), beside the server thread and the training process.
+"""A run trained as a Ray actor on a cluster (`$BERT_EXPLORER_RAY_ADDRESS`): the plug-in job kind "ray" that
+bert_core.serve.job_factory imports by name (PLUGINS) only on a server that trains there.
 
 It is the process job (training_process.ProcessTrainingJob: its phases, mirrors, model, saves and release) with
-another link: `RayLink` speaks the same messages (training_link lists them) to a `ray_actor.TrainingActor` on the node
-ray_cluster chose, through the actor's `send` and `events` methods. Each message comes back as a method's return value,
-through Ray's object store; a checkpoint's files too (a safety-net checkpoint as the actor writes it, a save, the
-end-of-run checkpoint), which the server writes to the run's own folder: no disk is shared with the cluster. A worker
-or node that is lost ends the actor, and the job reads that as a training process that died: the run failed, its last
-checkpoint kept (the scheduler releases it into that folder, as for a killed process).
+another link: `RayLink` is training_link.ChildLink with the process started as a `ray_actor.TrainingActor` on the node
+ray_cluster chose, its messages fetched through the actor's `events` method. A checkpoint's files come back as bytes
+through Ray's object store (a safety-net checkpoint as the actor writes it, a save, the end-of-run checkpoint), which
+the server writes to the run's own folder: no disk is shared with the cluster. A worker or node that is lost ends the
+actor, and the job reads that as a training process that died: the run failed, its last checkpoint kept (the
+scheduler releases it into that folder, as for a killed process).
 
-Torch-free, and Ray-free at import (job_factory imports it on every server): Ray is loaded when a run is made here.
+Torch-free, and Ray-free at import: Ray is loaded when a run is made here.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
-import sys
 import threading
 import time
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable
 
-from bert_core.errors import BertCoreError
-from bert_core.serve.ray_actor import ENDED, TrainingActor, folder_files, resumed_from_files
-from bert_core.serve.ray_cluster import CLUSTER, GPU_TICKET, ClusterUnavailable, connect
+from bert_core.cluster.ray_actor import ENDED, TrainingActor, folder_files, resumed_from_files, write_files
+from bert_core.cluster.ray_cluster import (CLUSTER, GPU_TICKET, ClusterUnavailable, connect, cpus_per_run,
+                                           gpus, slots, where)
+from bert_core.model.files import folder_built_beside
 from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
 from bert_core.serve.training_process import ProcessTrainingJob
 
 log = logging.getLogger("bert_core.app")
+
+# The plug-in's answers to the server's queue (job_factory.PLUGINS): make_job below, and these.
+__all__ = ["make_job", "slots", "gpus", "where", "RayTrainingJob", "write_checkpoint"]
 
 EVENTS_WAIT_S = 0.25   # what one `events` call gathers: a command sent meanwhile runs after it (Ray keeps order)
 _ACTOR = None          # TrainingActor as a Ray actor class, made once
@@ -39,32 +41,16 @@ _ACTOR = None          # TrainingActor as a Ray actor class, made once
 def write_checkpoint(folder: str | Path, files: dict[str, bytes]) -> Path:
     """Write a checkpoint's files (by relative path) as `folder`, replacing what was there only once all are
     written: a server that dies meanwhile keeps the previous checkpoint whole."""
-    folder = Path(folder)
-    incoming = folder.with_name(folder.name + ".incoming")
-    shutil.rmtree(incoming, ignore_errors=True)
-    incoming.mkdir(parents=True)
-    for name, data in files.items():
-        parts = PurePosixPath(name).parts
-        if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
-            raise BertCoreError(f"a checkpoint file from the cluster has a bad name: {name!r}")
-        target = incoming.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    old = folder.with_name(folder.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    incoming.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-    return folder
+    with folder_built_beside(folder) as incoming:
+        write_files(incoming, files)
+    return Path(folder)
 
 
 class ActorProcess:
-    """What the job reads of its training process (poll, wait, kill, returncode), for an actor."""
+    """A run's actor as its link reads a training process (poll, wait, kill, returncode) and sends it commands."""
 
-    def __init__(self, link: "RayLink"):
-        self._link = link
-        self.returncode: int | None = None
+    def __init__(self, actor):
+        self.actor, self.returncode, self.killed = actor, None, False
         self._ended = threading.Event()
 
     def poll(self) -> int | None:
@@ -76,7 +62,13 @@ class ActorProcess:
         return self.returncode
 
     def kill(self) -> None:
-        self._link.kill()
+        self.killed = True
+        connect().kill(self.actor, no_restart=True)
+
+    def send(self, message: tuple) -> None:
+        if self.returncode is not None:
+            raise OSError("the actor has ended")
+        self.actor.send.remote(message)
 
     def ended(self, code: int) -> None:
         self.returncode = code
@@ -84,36 +76,26 @@ class ActorProcess:
 
 
 class RayLink(ChildLink):
-    """The server's end of one run's actor: ChildLink's commands, requests and pump, over Ray instead of pipes.
-    `on_gpu`: the run has a GPU slot; `training()`: whether the run trains now (it then takes its node's slot)."""
+    """The server's end of one run's actor: ChildLink's spawn, commands, requests and messages, over Ray instead of
+    pipes. `on_gpu`: the run has a GPU slot; `training()`: whether the run trains now (it then takes its node's slot)."""
 
     def __init__(self, name: str, threads: int, changed: threading.Condition,
                  on_message: Callable[[str, Any, Any, str | None], None], on_exit: Callable[[Any], None],
                  on_gpu: bool = False, training: Callable[[], bool] = lambda: True):
-        super().__init__(name, threads, changed, on_message, on_exit)
+        super().__init__(name, threads, changed, self._message, on_exit)
+        self._job_message = on_message
         self._on_gpu = on_gpu
         self._training = training
-        self._actor = None
         self.node_id: str | None = None   # the cluster node the run's actor is on
         self.lost: str | None = None      # why the actor ended, when neither it nor the server ended it
         self.heard = False                # the actor has said something: it was placed and started
-        self._killed = False
         self._writing = threading.Lock()  # the pump's checkpoints and a save's reply write the same folder
 
-    def alive(self) -> bool:
-        return self.starting or (self.process is not None and self.process.returncode is None)
-
-    def kill(self) -> None:
-        if self._actor is not None and self.process is not None and self.process.returncode is None:
-            self._killed = True
-            connect().kill(self._actor, no_restart=True)
-
-    def spawn(self, builder: Callable[[], Any]) -> None:
-        """Create the run's actor on the node ray_cluster chose and hand it its work. Returns at once: the actor
-        starts (a worker process importing torch) while the pump waits for its first message."""
+    def _start_process(self) -> None:
+        """Create the run's actor on the node ray_cluster chose. Returns at once: the actor starts (a worker
+        process importing torch) while the pump waits for its first message."""
         global _ACTOR
-        self.starting, self.heard = True, False
-        self._spawned.clear()
+        self.heard = False
         try:
             ray = connect()
             self.node_id = CLUSTER.place(self._name, self._on_gpu, self._training)
@@ -121,32 +103,17 @@ class RayLink(ChildLink):
                 _ACTOR = ray.remote(TrainingActor)
             # No CPU held (the server's queue is the limit, ray_cluster says why); a token GPU share, with which Ray
             # gives the actor its GPU.
-            self._actor = _ACTOR.options(
+            self.process = self._commands = ActorProcess(_ACTOR.options(
                 num_cpus=0, num_gpus=GPU_TICKET if self._on_gpu else 0, max_restarts=0, max_task_retries=0,
                 scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-            ).remote()
-            self.process = ActorProcess(self)
-            self.last_heard = time.monotonic()
-            self._send(("init", sys.path, self._threads))
-            self._send(("builder", builder))
-        except ClusterUnavailable:
+            ).remote())
+        except BaseException as exc:
             CLUSTER.remove(self._name)
+            if isinstance(exc, Exception) and not isinstance(exc, ClusterUnavailable):
+                # Ray's own errors (a cluster lost since it was reached): logged whole, said plainly
+                log.exception("run %s: its actor could not be made on the Ray cluster", self._name[:6])
+                raise ClusterUnavailable(f"the training cluster could not take the run ({type(exc).__name__})") from exc
             raise
-        except Exception as exc:   # Ray's own errors (a cluster lost since it was reached): logged whole
-            CLUSTER.remove(self._name)
-            log.exception("run %s: its actor could not be made on the Ray cluster", self._name[:6])
-            raise ClusterUnavailable(f"the training cluster could not take the run ({type(exc).__name__})") from exc
-        except BaseException:
-            CLUSTER.remove(self._name)
-            raise
-        finally:
-            self.starting = False
-            self._spawned.set()
-
-    def _send(self, message: tuple) -> None:
-        if self._actor is None or self.process is None or self.process.returncode is not None:
-            raise BertCoreError("the training process has ended; start a new run")
-        self._actor.send.remote(message)
 
     def request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
         """ChildLink.request; a save's answer is its files, written here to the folder asked for."""
@@ -156,52 +123,43 @@ class RayLink(ChildLink):
                 return str(write_checkpoint(args[0], value))
         return value
 
+    def _message(self, kind, request, payload, error) -> None:
+        if kind != "checkpoint":
+            self._job_message(kind, request, payload, error)
+            return
+        with self._writing:
+            write_checkpoint(payload["folder"], payload["files"])
+
+    def _deliver(self, message: tuple) -> None:
+        self.heard = True
+        super()._deliver(message)
+
     def _pump_events(self) -> None:
-        ray = connect()
-        actor, process, code = self._actor, self.process, 0
-        while code == 0:
+        ray, process, code = connect(), self.process, None
+        while code is None:
             try:
-                batch = ray.get(actor.events.remote(EVENTS_WAIT_S))
+                batch = ray.get(process.actor.events.remote(EVENTS_WAIT_S))
             except ray.exceptions.ActorUnavailableError:
                 time.sleep(EVENTS_WAIT_S)   # unreachable for a moment; a lost node's actor dies (ActorDiedError)
                 continue
             except ray.exceptions.RayError as exc:   # the actor died: ended by the server, or its worker was lost
-                code = -9 if self._killed else 1
-                if not self._killed:
+                code = -9 if process.killed else 1
+                if not process.killed:
                     self.lost = ("the training ended: its cluster node or worker process was lost" if self.heard
                                  else "the training cluster could not start its actor; the run was not started")
                     log.warning("run %s: its Ray actor died (%s)", self._name[:6], type(exc).__name__)
                 break
             for message in batch:
                 if message == ENDED:
-                    code = None
+                    ray.kill(process.actor, no_restart=True)   # its loop has returned: its worker goes
+                    code = 0
                     break
                 self._deliver(message)
-            if code is None:
-                ray.kill(actor, no_restart=True)   # its loop has returned: its worker goes
-                code = 0
-                break
         CLUSTER.remove(self._name)
         if code == 1:
             CLUSTER.forget_nodes()   # a lost node leaves the slots at the next question
         process.ended(code)
         self._on_exit(process)
-
-    def _deliver(self, message: tuple) -> None:
-        kind, request, payload, error = message
-        self.last_heard, self.heard = time.monotonic(), True
-        try:
-            if kind == "alive":
-                return
-            if kind == "reply":
-                self._answer(request, payload, error)
-            elif kind == "checkpoint":
-                with self._writing:
-                    write_checkpoint(payload["folder"], payload["files"])
-            else:
-                self._on_message(kind, request, payload, error)
-        except Exception:  # noqa: BLE001 - the pump must outlive one odd message
-            log.exception("training event %s could not be handled", kind)
 
 
 class RayTrainingJob(ProcessTrainingJob):
@@ -255,3 +213,9 @@ class RayTrainingJob(ProcessTrainingJob):
                 if self.trainer is not None:
                     self.trainer.error = self.error
             self._changed.notify_all()
+
+
+def make_job(session_id, builder, spec=None, data_factory=None, device=None) -> RayTrainingJob:
+    """The plug-in's job maker (job_factory.JobMaker): a GPU slot asks the cluster for a GPU share."""
+    return RayTrainingJob(session_id, builder, spec=spec, threads=cpus_per_run(), data_factory=data_factory,
+                          on_gpu=device is not None and device.startswith("cuda"))

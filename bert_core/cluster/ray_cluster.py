@@ -18,25 +18,21 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.paths import REPO_ROOT
+from bert_core.serve.job_factory import RAY_ADDRESS_ENV, ray_address
 from bert_core.serve.server_gpus import DEFAULT_GPU_RUNS, ServerGpu, gpu_runs_setting
 
 log = logging.getLogger("bert_core.app")
 
-RAY_ADDRESS_ENV = "BERT_EXPLORER_RAY_ADDRESS"   # a Ray cluster's address ("auto", "ray://head:10001", "head:6379")
 RAY_CPUS_ENV = "BERT_EXPLORER_RAY_CPUS"         # CPU cores (and torch threads) each run trains with; default 1
 NAMESPACE = "bert-explorer"
 NODES_TTL_S = 1.0        # how long the nodes' list is reused: the queue asks for its slots at every page draw
 GPU_TICKET = 0.001       # the share of a GPU a run's actor asks Ray for: enough for Ray to give it the GPU
-
-
-def ray_address() -> str | None:
-    """The Ray cluster's address from `$BERT_EXPLORER_RAY_ADDRESS`; None (the default) trains on this machine."""
-    return os.environ.get(RAY_ADDRESS_ENV, "").strip() or None
 
 
 def cpus_per_run() -> int:
@@ -201,18 +197,14 @@ class ClusterSlots:
         them free (the server's own runs counted, those that train now), the first of equals."""
         nodes = self.nodes()
         with self._lock:
-            busy: dict[str, int] = {}
-            for placed in self._placed.values():
-                if placed.on_gpu == on_gpu and placed.training():
-                    busy[placed.node_id] = busy.get(placed.node_id, 0) + 1
-            choices = [((n.gpu_slots if on_gpu else n.cpu_slots) - busy.get(n.node_id, 0), -i, n.node_id)
-                       for i, n in enumerate(nodes) if (n.gpu_slots if on_gpu else n.cpu_slots) > 0]
-            if not choices:
+            busy = Counter(p.node_id for p in self._placed.values() if p.on_gpu == on_gpu and p.training())
+            free = [((n.gpu_slots if on_gpu else n.cpu_slots) - busy[n.node_id], -i, n.node_id)
+                    for i, n in enumerate(nodes) if (n.gpu_slots if on_gpu else n.cpu_slots) > 0]
+            if not free:
                 raise ClusterUnavailable(f"the training cluster has no node with a {'GPU' if on_gpu else 'CPU'} "
                                          "for a run")
-            node_id = max(choices)[2]
-            self._placed[key] = _Placed(node_id, on_gpu, training)
-            return node_id
+            self._placed[key] = _Placed(max(free)[2], on_gpu, training)
+            return self._placed[key].node_id
 
     def remove(self, key: str) -> None:
         """A run's actor has ended: it no longer counts on its node."""
@@ -240,12 +232,19 @@ def _ray_nodes() -> list[dict]:
 CLUSTER = ClusterSlots()
 
 
-def cluster_slots() -> int:
+# The plug-in's answers to the server's queue (job_factory.PLUGINS): its slots, its GPUs, and where its runs train.
+
+def slots() -> int:
     """The server's slots on the cluster (bert_core.serve.runs.RunStore's `slots`)."""
     return CLUSTER.slots()
 
 
-def cluster_where(caps: dict[str, int], gpus: list) -> str:
+def gpus() -> tuple[ServerGpu, ...]:
+    """The cluster's GPU shares (bert_core.serve.runs.RunStore's `gpus`)."""
+    return CLUSTER.gpus()
+
+
+def where(caps: dict[str, int], gpus: list) -> str:
     """Where a Ray server's runs train, in one sentence as the pages show it (runs.where_runs_train's twin): the
     cluster's nodes and slots, never its address (a page is public)."""
     nodes = len(CLUSTER.nodes())
@@ -255,8 +254,3 @@ def cluster_where(caps: dict[str, int], gpus: list) -> str:
     shares = ", ".join(f"{g.name}, up to {caps.get(g.device, 0)} run(s) at once" for g in gpus)
     cpu = f", and up to {caps['cpu']} more on its CPUs while the GPUs are full" if caps.get("cpu") else ""
     return f"Runs train on {on} ({shares}; bf16 autocast){cpu}, a Ray actor a run."
-
-
-def cluster_gpus() -> tuple[ServerGpu, ...]:
-    """The cluster's GPU shares (bert_core.serve.runs.RunStore's `gpus`)."""
-    return CLUSTER.gpus()
