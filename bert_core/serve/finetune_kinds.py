@@ -14,7 +14,7 @@ from bert_core.data.task_downloads import TASKS
 from bert_core.inspect import finetune_figures
 from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
 from bert_core.inspect.safe_text import markdown
-from bert_core.serve.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS,
+from bert_core.serve.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS, PAGE_COPY,
                                                      expectation)
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import TOY_QA_STEPS, result_probabilities
@@ -23,21 +23,12 @@ from bert_core.training.token_tagging import tag_words
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
 MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
-# The two real sentence tasks and the chunks, offered wherever they are on this server or can be fetched:
-# (kind, the file in the shared data folder, the choice's label).
-SHARED_FILES = {"ag_news": ("labels", "ag_news/news.csv", "AG News topics (4 classes)"),
-                "polarity": ("labels", "sentence_polarity/polarity.csv", "Movie-review polarity (2 classes)"),
-                "conll2000": ("tags", "conll2000/train.txt", "CoNLL-2000 chunks (Wall Street Journal sentences)")}
-# The Train page's default toy run (2,000 steps on the toy grammar) raced on movie-review polarity at this page's
-# defaults, seeds 0-2, lowest and highest accuracy % (benchmarks/toy_model_on_english.py; docs/benchmarks.md).
-TOY_ON_POLARITY = {"pretrained": (50.6, 55.8), "scratch": (60.4, 63.2), "tfidf": (70.0, 73.2)}
-# How a run list names a race's uploaded data (never the file's name or a server path).
-UPLOADED = {"upload": "an uploaded CSV", "upload_conll": "an uploaded CoNLL file",
-            "upload_squad": "an uploaded SQuAD file"}
-# (training, validation) examples: sentences for labels and tags, questions for spans.
-SIZES = {"toy_order": (200, 500), "toy": (200, 500), "ag_news": (2000, 500), "polarity": (2000, 500),
-         "upload": (2000, 500), "conll2000": (2000, 500), "upload_conll": (2000, 300), "toy_qa": (3000, 500),
-         "upload_squad": (2000, 300)}
+# The real tasks (kind, file in the shared data folder, label), the uploads' names in a run list, the splits'
+# (training, validation) sizes and the toy model's measured polarity race: finetune_page.json says each.
+SHARED_FILES: dict[str, tuple[str, str, str]] = {k: tuple(v) for k, v in PAGE_COPY["shared_files"].items()}
+UPLOADED: dict[str, str] = PAGE_COPY["uploaded"]
+SIZES: dict[str, tuple[int, int]] = {k: tuple(v) for k, v in PAGE_COPY["sizes"].items()}
+TOY_ON_POLARITY: dict[str, tuple[float, float]] = {k: tuple(v) for k, v in PAGE_COPY["toy_on_polarity"].items()}
 # What a dataset changes of its kind's settings: the lesson's word-order race is decided within 300 steps (a few
 # seconds a model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU
 # thread longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
@@ -83,22 +74,25 @@ def _label(name: str) -> str:
     return finetune_figures.RUN_LABELS.get(name, name)
 
 
+@dataclass(frozen=True, eq=False)
 class KindPage:
-    """One kind of fine-tuning as the page shows it. Its own data choices come first (built in), then the real
-    tasks of SHARED_FILES that this server has or can fetch, then its uploads."""
+    """One kind of fine-tuning as the page shows it, its words from finetune_page.json. Its own data choices come
+    first (built in), then the real tasks of SHARED_FILES that this server has or can fetch, then its uploads."""
 
-    name = ""             # FinetuneTask.kind: "labels", "tags" or "spans"
-    label = ""            # the kind's radio button
-    unit = ""             # what its split counts: examples, sentences, questions
-    built_in: dict = {}   # its built-in data (choice -> label)
-    uploads: dict = {}    # its uploads (choice -> label)
-    preferred = ()        # real tasks that are its default data when on this server (else its first choice)
-    settings: dict = {}   # its defaults: steps, time cap (budget, seconds a model), max length (maxlen)
-    baseline_label, baseline_help, has_baseline = "", "", True
-    val_help: str | None = None   # the validation size's help
+    name: str             # FinetuneTask.kind: "labels", "tags" or "spans"
+    label: str            # the kind's radio button
+    unit: str             # what its split counts: examples, sentences, questions
+    settings: dict        # its defaults: steps, time cap (budget, seconds a model), max length (maxlen)
+    baseline_label: str
+    baseline_help: str
+    try_title: str        # the subheader of "try your own sentence"
+    fetch_instead: str    # what to do instead when one of its real tasks cannot be fetched
+    uploads: dict         # its uploads (choice -> label)
+    built_in: dict = field(default_factory=dict)   # its built-in data (choice -> label)
+    preferred: tuple = ()  # real tasks that are its default data when on this server (else its first choice)
+    has_baseline: bool = True
+    val_help: str | None = None       # the validation size's help
     tag_columns: dict | None = None   # the tags it can train on (choice -> label); None: no choice
-    try_title = ""        # the subheader of "try your own sentence"
-    fetch_instead = ""    # what to do instead when one of its real tasks cannot be fetched
 
     def choices(self, shared) -> dict:
         """Its data choices (choice -> label) on a server whose shared data folder is `shared` (None: none)."""
@@ -121,12 +115,7 @@ class KindPage:
         toys = ("Its toy tasks come first in the list: " + "; ".join(self.built_in.values()) + "."
                 if self.built_in else "This kind of task has no toy version.")
         figures = {name: f"{lo:g}-{hi:g}%" for name, (lo, hi) in TOY_ON_POLARITY.items()}
-        return ("The active model was pretrained on the toy grammar only: it has never read English, so on English "
-                "text its pretraining gives it nothing to start from, and it does no better than chance, and worse "
-                "than the same model from scratch (the Train page's default run on movie-review polarity with this "
-                f"page's defaults: pretrained {figures['pretrained']}, from scratch {figures['scratch']}, the bag of "
-                f"words {figures['tfidf']}, seeds 0-2). {toys} To race on English, pick a shipped English model in "
-                "the sidebar.")
+        return PAGE_COPY["toy_model_warning"].format(toys=toys, **figures)
 
     def offers_drop_empty(self, choice: str) -> bool:
         """Whether the data `choice` can drop rows with an empty text or label (a CSV's)."""
@@ -169,19 +158,6 @@ class KindPage:
 
 
 class LabelsPage(KindPage):
-    name, label, unit = "labels", "A label per sentence", "examples"
-    built_in = {"toy_order": "Toy stories: their own word order, or shuffled? (built-in, 2 classes)",
-                "toy": "Toy story topics (built-in, 10 classes)"}
-    uploads = {"upload": "Upload a CSV"}
-    # A real task wherever one is on this server: the toy topics, which a bag of words solves outright, cannot show
-    # whether pretraining pays.
-    preferred = ("polarity",)
-    settings = dict(steps=600, budget=300, maxlen=64)
-    baseline_label = "Bag-of-words baseline: TF-IDF + logistic regression"
-    baseline_help = ("Fitted on the same training split in seconds (scikit-learn), word order ignored: the line to "
-                     "beat.")
-    try_title = "Classify a sentence with each"
-    fetch_instead = "pick a built-in toy task, or upload the data as a labelled CSV (*Upload a CSV*)"
 
     def offers_drop_empty(self, choice: str) -> bool:
         return choice not in self.built_in
@@ -252,15 +228,6 @@ class LabelsPage(KindPage):
 
 
 class TagsPage(KindPage):
-    name, label, unit = "tags", "A tag per word", "sentences"
-    uploads = {"upload_conll": "Upload a CoNLL file"}
-    settings = dict(steps=600, budget=300, maxlen=128)
-    baseline_label = "Majority-tag baselines: each word's, and each POS tag's, most frequent tag"
-    baseline_help = ("The CoNLL-2000 task's classic baselines, on the same split: 71 and 77 chunk F1 on its official "
-                     "test set.")
-    tag_columns = {"chunk": "chunks (the last column)", "pos": "parts of speech (the second column)"}
-    try_title = "Tag a sentence with each"
-    fetch_instead = "upload a CoNLL file (*Upload a CoNLL file*)"
 
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
         counts = sorted(zip(data.tag_counts(), data.tag_names), reverse=True)[:6]
@@ -326,15 +293,6 @@ class TagsPage(KindPage):
 
 
 class SpansPage(KindPage):
-    name, label, unit = "spans", "An answer span", "questions"
-    built_in = {"toy_qa": "Toy stories: who went where, and what they found (built-in)"}
-    uploads = {"upload_squad": "Upload a SQuAD v1.1 JSON file"}
-    settings = dict(steps=600, budget=300, maxlen=256)
-    baseline_label, baseline_help = "Baseline (none for answer spans)", "Answer spans have no cheap baseline here."
-    has_baseline = False
-    val_help = "Answer spans split by passage: no validation passage is ever trained on."
-    try_title = "Ask each a question"
-    fetch_instead = "pick the built-in toy stories, or upload a SQuAD file (*Upload a SQuAD v1.1 JSON file*)"
 
     def describe(self, data, choice: str, shipped: str | None) -> DataView:
         drills = data.drills
@@ -398,4 +356,5 @@ class SpansPage(KindPage):
 
 
 # The kinds in the page's order (its radio buttons), by FinetuneTask.kind.
-KIND_PAGES: dict[str, KindPage] = {k.name: k for k in (LabelsPage(), TagsPage(), SpansPage())}
+KIND_PAGES: dict[str, KindPage] = {name: kind(name=name, **PAGE_COPY["kinds"][name])
+                                   for name, kind in (("labels", LabelsPage), ("tags", TagsPage), ("spans", SpansPage))}
