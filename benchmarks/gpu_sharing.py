@@ -26,12 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.serve import jobs, launcher, runs  # noqa: E402
 from bert_core.serve.server_gpus import ServerGpu, server_gpus  # noqa: E402
-from bert_core.serve.train_spec import page_spec, widget_defaults  # noqa: E402
+from bert_core.serve.train_spec import page_spec, page_values  # noqa: E402
 
 
 def page_run(preset: str, steps: int | None):
-    values = {"train_corpus": "toy", "train_preset": preset, "train_objective": "mlm"}
-    values.update((key, value) for key, value, _ in widget_defaults(values))
+    values = page_values("toy", preset)
     spec = page_spec(values, ("toy", "toy"))
     if steps:
         spec.train["max_steps"] = steps

@@ -1,5 +1,7 @@
 """Train a tiny BERT live: pick a corpus, sizes and settings, start, and watch the curves and probes move."""
 
+from typing import Any, NamedTuple
+
 import streamlit as st
 
 from bert_core.errors import BertCoreError
@@ -14,45 +16,26 @@ app_state.sidebar()
 app_state.warm_launcher()
 st.title("Train a tiny BERT")
 
-CORPORA = {
-    "toy": "Toy grammar (generated, instant)",
-    "tinyshakespeare": "Tiny Shakespeare (1 MB)",
-    "wikitext-2": "WikiText-2 (Wikipedia articles)",
-    "upload": "Upload a text file",
-    "paste": "Paste text",
-}
-PRESET_NAMES = [p for p in PRESETS if p not in ("medium", "base")] + ["custom"]
+SETTINGS = jobs.PAGE_SETTINGS   # each widget's label, range, step, help and order: its setting's description
 
-# After "Start with this change", the settings show the new run's (set here, before the widgets are drawn).
-for key, value in st.session_state.pop("train_show_settings", {}).items():
-    st.session_state[key] = value
-app_state.init_widget("train_corpus", "toy", app_state.one_of(CORPORA, "no corpus of that name"))
-# Each setting follows the chosen corpus and size until the user changes it: a typed value stays when either
-# changes. The size is settled first, since the rest follow it (bert_core.training.lesson_settings).
-app_state.init_widget("train_preset", "nano", app_state.one_of(PRESET_NAMES, "no size of that name"))
-# Each number's range: its widget's, and what its value from a link is held to (a value out of it is not the minimum).
-W = app_state.Within
-RANGES = {"train_vocab": W(100, 60000), "train_layers": W(1, 12), "train_hidden": W(8, 768), "train_heads": W(1, 16),
-          "train_ffn": W(8, 3072), "train_dropout": W(0.0, 0.9), "train_init": W(0.001, 1.0),
-          "train_steps": W(1, 1_000_000), "train_batch": W(1, 512), "train_lr": W(1e-6, 1.0), "train_seq": W(16, 512),
-          "train_short_seq": W(0, 512), "train_short_frac": W(0.0, 0.95), "train_short_batch": W(0, 512),
-          "train_grow": W(0.0, 0.99), "train_mask": W(0.01, 0.5), "train_seed": W(0, 2**31 - 1),
-          "train_eval_every": W(0, 100000), "train_probe_every": W(0, 100000)}
-for key, value, cast in jobs.widget_defaults(st.session_state):
-    app_state.follow_default(key, value, RANGES.get(key, cast))
-app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
-app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
-# Read from the URL before it goes (the slider is drawn only beside a run).
-app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
-app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
-app_state.persist_keys("train_objective")
-app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
-app_state.persist_keys("train_map_word")
 
-sid = app_state.session_id()
-run, role = app_state.current_run()       # this tab's run (from its URL: a reload finds it again), if any
-job = run.job if run is not None else None
-viewer = role == app_state.VIEWER          # watching someone's shared run: it can look, never steer
+def _seed_widgets() -> None:
+    """Each widget's value, once: from the URL (held to the widget's range), else where the lesson starts it for the
+    chosen corpus and size; a value the user has not changed follows a changed corpus or size (the size is settled
+    first, since the rest follow it: bert_core.training.lesson_settings)."""
+    # After "Start with this change", the settings show the new run's (set here, before the widgets are drawn).
+    for key, value in st.session_state.pop("train_show_settings", {}).items():
+        st.session_state[key] = value
+    for setting, value, follows in jobs.widget_defaults(st.session_state):
+        app_state.seed_setting(setting, value, follows)
+    app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
+    app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
+    # Read from the URL before it goes (the slider is drawn only beside a run).
+    app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
+    app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
+    app_state.persist_keys("train_objective")
+    app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
+    app_state.persist_keys("train_map_word")
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")
@@ -80,84 +63,50 @@ def _probe_editor() -> None:
                "attention of this sentence (the Predictions and Attention pages replay them).")
 
 
-with st.expander("Settings", expanded=run is None):
-    c1, c2, c3 = st.columns(3)
-    with c1:
-        st.markdown("**Corpus**")
-        corpus = st.selectbox("Text to learn from", list(CORPORA), format_func=CORPORA.get, key="train_corpus")
-        upload = None
-        if corpus == "upload":
-            upload = st.file_uploader("A UTF-8 text file (.txt), up to 50 MB", type=["txt", "md", "text"],
-                                      key="train_upload")
-        elif corpus == "paste":
-            st.text_area("Paste a few paragraphs (blank lines separate documents)", key="train_paste", height=150)
-        elif corpus != "toy":
-            st.caption("Read from the local data folder when present, else downloaded once (checksum-verified).")
-        st.number_input("WordPiece vocabulary size", *RANGES["train_vocab"], step=100, key="train_vocab")
-    with c2:
-        st.markdown("**Model**")
-        preset = st.selectbox("Size preset", PRESET_NAMES, key="train_preset",
-                              help="nano: 2 layers x 64; tiny: 2 x 128; mini: 4 x 256; small: 4 x 512")
-        if preset == "custom":
-            st.number_input("Layers", *RANGES["train_layers"], key="train_layers")
-            st.number_input("Hidden size", *RANGES["train_hidden"], step=8, key="train_hidden")
-            st.number_input("Attention heads", *RANGES["train_heads"], key="train_heads")
-            st.number_input("Feed-forward size", *RANGES["train_ffn"], step=8, key="train_ffn")
-        else:
-            sizes = PRESETS[preset]
-            st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
-                       f"{sizes['num_attention_heads']} heads, feed-forward {feed_forward_width(sizes['hidden_size'])}")
-        if speed := recipes.speed_note(preset):   # before Start: a bigger size is slower a step, by measurement
-            st.caption(speed)
-        with st.popover("What each size reaches", icon=":material/speed:"):
-            st.markdown(recipes.ladder_note())
-            st.table(recipes.ladder_rows(), hide_index=True)
-        st.number_input("Dropout", *RANGES["train_dropout"], step=0.05, key="train_dropout",
-                        help="BERT uses 0.1. A model trained for minutes is far from overfitting, so 0 learns faster.")
-        st.number_input("Initial weight scale (std)", *RANGES["train_init"], step=0.01, format="%.3f", key="train_init",
-                        help="BERT's initializer_range, 0.02, was chosen for hidden size 768. Small models start "
-                             "with near-uniform attention and can sit on the 'predict the most frequent token' "
-                             "plateau for a long time; try 0.1 and compare.")
-    with c3:
-        st.markdown("**Training**")
-        st.number_input("Steps", *RANGES["train_steps"], key="train_steps")
-        st.number_input("Batch size", *RANGES["train_batch"], key="train_batch")
-        st.number_input("Peak learning rate", *RANGES["train_lr"], format="%.5f", key="train_lr")
-        st.number_input("Max sequence length", *RANGES["train_seq"], step=16, key="train_seq")
-        st.number_input("Short sequences first: length (0 = off)", *RANGES["train_short_seq"], step=16,
-                        key="train_short_seq",
-                        help="Train the first part of the run on sequences this short, as many tokens a step (a "
-                             "deviation from BERT's paper). In a short sequence a neighbouring word is a large share "
-                             "of what attention averages over, so a small model stops predicting only the most "
-                             "frequent token sooner. The held-out evaluation stays at the full length.")
-        st.slider("Share of the steps at the short length", *RANGES["train_short_frac"], step=0.05,
-                  key="train_short_frac")
-        st.number_input("Short phase: sequences a step (0 = as many tokens a step as the rest)",
-                        *RANGES["train_short_batch"], key="train_short_batch",
-                        help="Larger sizes take small batches of short sequences first: a model leaves the plateau "
-                             "after a number of updates, and on a CPU a small batch is a cheap update.")
-        st.slider("Start small, then grow: share of the steps as 2 layers x 64 (0 = off)", *RANGES["train_grow"],
-                  step=0.01, key="train_grow",
-                  help="Train a narrow, shallow model first and then grow it to the size chosen: its units copied "
-                       "(Net2Net, the same function) and its layers repeated (a deviation from BERT's paper). On "
-                       "a CPU a 2 x 64 step is about eight times cheaper than a mini's, so the small model makes "
-                       "the many updates it takes to leave the 'most frequent token' plateau, and the grown model "
-                       "starts where it got to. The loss chart marks the step it grew at.")
-        gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
-                       key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
-        st.slider("Mask rate", *RANGES["train_mask"], key="train_mask", disabled=gpt)
-        st.checkbox("Next-sentence prediction", key="train_nsp", disabled=gpt)
-        st.number_input("Seed", *RANGES["train_seed"], key="train_seed")
-        st.number_input("Held-out evaluation every N steps (0 = start and end)", *RANGES["train_eval_every"],
-                        key="train_eval_every")
-        st.number_input("Probe snapshot every N steps (0 = none)", *RANGES["train_probe_every"],
-                        key="train_probe_every")
-    # Computed from the fields' own values (issue #64: a line describing another recipe than the one on screen).
-    st.caption(lesson_settings.settings_caption({name: st.session_state[key] for key, name in jobs.WIDGETS.items()},
-                                                st.session_state["train_objective"]))
-    _probe_editor()
-
-app_state.sync_query(*jobs.WIDGETS, "train_objective")
+def _settings(expanded: bool) -> None:
+    """The run's settings in three columns, each widget drawn from its setting's description."""
+    with st.expander("Settings", expanded=expanded):
+        c1, c2, c3 = st.columns(3)
+        with c1:
+            st.markdown("**Corpus**")
+            corpus = app_state.setting_widget(SETTINGS["corpus"])
+            if corpus == "upload":
+                st.file_uploader("A UTF-8 text file (.txt), up to 50 MB", type=["txt", "md", "text"],
+                                 key="train_upload")
+            elif corpus == "paste":
+                st.text_area("Paste a few paragraphs (blank lines separate documents)", key="train_paste",
+                             height=150)
+            elif corpus != "toy":
+                st.caption("Read from the local data folder when present, else downloaded once (checksum-verified).")
+            app_state.setting_widget(SETTINGS["vocab_size"])
+        with c2:
+            st.markdown("**Model**")
+            preset = app_state.setting_widget(SETTINGS["preset"])
+            if preset == "custom":
+                app_state.setting_widgets(SETTINGS.values(), "size")
+            else:
+                sizes = PRESETS[preset]
+                st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
+                           f"{sizes['num_attention_heads']} heads, feed-forward "
+                           f"{feed_forward_width(sizes['hidden_size'])}")
+            if speed := recipes.speed_note(preset):   # before Start: a bigger size is slower a step, by measurement
+                st.caption(speed)
+            with st.popover("What each size reaches", icon=":material/speed:"):
+                st.markdown(recipes.ladder_note())
+                st.table(recipes.ladder_rows(), hide_index=True)
+            app_state.setting_widgets(SETTINGS.values(), "model")
+        with c3:
+            st.markdown("**Training**")
+            app_state.setting_widgets(SETTINGS.values(), "training")
+            gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
+                           key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
+            app_state.setting_widgets(SETTINGS.values(), "objective",
+                                      disabled=lambda setting: gpt and setting.name in comparison.MLM_ONLY)
+        # Computed from the fields' own values (issue #64: a line describing another recipe than the one on screen).
+        values = {name: st.session_state[key] for key, name in jobs.WIDGETS.items()}
+        st.caption(lesson_settings.settings_caption(values, st.session_state["train_objective"]))
+        _probe_editor()
+    app_state.sync_query(*jobs.WIDGETS, "train_objective")
 
 
 def _command_preview() -> None:
@@ -178,19 +127,32 @@ def _command_preview() -> None:
             st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
 
 
-_command_preview()
+class Tab(NamedTuple):
+    """This tab's run as the page reads it once a script run: its run (from its URL: a reload finds it again), the
+    tab's role in it, and what the buttons may do with it."""
+
+    sid: str
+    run: Any
+    role: str | None
+    job: Any
+    viewer: bool          # watching someone's shared run: it can look, never steer
+    active: bool          # queued, preparing or training
+    phase: str | None
+    has_model: bool       # False once a dead process took its weights with it
+    weights_only: bool    # nothing left to resume: train on from its weights
 
 
-active = run is not None and run.active            # queued, preparing or training
-phase = run.phase if run is not None else None
-has_model = job is not None and job.model_available   # False once a dead process took its weights with it
-weights_only = (has_model and not active
-                and (phase == "finished" or run.released))   # nothing left to resume: train on from its weights
-b1, b2, b3, b4, b5, b6 = st.columns([1, 1, 1.1, 1, 1.5, 1.2])   # Step once last: the tests count buttons by place
-notice = st.empty()  # what a pressed button is doing, shown before the work starts
+def _tab() -> Tab:
+    run, role = app_state.current_run()
+    job = run.job if run is not None else None
+    active = run is not None and run.active
+    phase = run.phase if run is not None else None
+    has_model = job is not None and job.model_available
+    return Tab(app_state.session_id(), run, role, job, role == app_state.VIEWER, active, phase, has_model,
+               has_model and not active and (phase == "finished" or run.released))
 
 
-def _start(init_from_run=None) -> None:
+def _start(tab: Tab, notice, init_from_run=None) -> None:
     run_id = runs.new_token()
     folder_key = runs.scratch_key(run_id)
     init_from = None
@@ -201,9 +163,10 @@ def _start(init_from_run=None) -> None:
     notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
                 icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
-    if run is not None and role == app_state.OWNER:
-        app_state.RUNS.retire(run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
-    new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run if role == app_state.OWNER else None)
+    owner = tab.run is not None and tab.role == app_state.OWNER
+    if owner:
+        app_state.RUNS.retire(tab.run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
+    new = app_state.RUNS.submit(spec, tab.sid, run_id=run_id, family_of=tab.run if owner else None)
     app_state.set_current_run(new)
     st.rerun()
 
@@ -215,88 +178,92 @@ def _forget(run) -> None:
     st.session_state["train_reset_note"] = app_state.reset_note(run)
 
 
-if viewer:
-    st.info("**You are watching a shared run.** Its curves, probes and progress update here, and the Attention and "
-            "Predictions pages inspect its current model (pick *Model trained in this session* in the sidebar). "
-            "Only the person who started it can stop, resume or reset it. *Start* trains a run of your own.",
-            icon=":material/groups:")
-try:
-    if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
-                 help="Start a new run with these settings (it waits in the queue when the server is full)"):
-        _start()
-    app_state.stop_button(b2, run, active, viewer, notice, app_state.TRAIN_WORDS)
-    if b3.button("Resume", icon=":material/resume:",
-                 disabled=viewer or phase != "stopped" or weights_only or not has_model,
-                 help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished run "
-                      "has nothing left to resume: its learning rate has decayed to zero."):
-        app_state.RUNS.resume(run.run_id)
-        st.rerun()
-    if b6.button("Step once", icon=":material/skip_next:",
-                 disabled=viewer or phase != "stopped" or weights_only or not has_model,
-                 help="Take the next update of this stopped run and see it: the batch and its masks, the loss, each "
-                      "part's gradient and the weights that moved most. Resume goes on from there."):
-        notice.info("Taking one step…", icon=":material/hourglass_top:")
-        st.session_state["train_step_record"] = (run.run_id, job.step_once())
-        notice.empty()
-    app_state.reset_button(b4, run, viewer, app_state.TRAIN_WORDS, after=_forget)
-    if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not has_model,
-                 help="Save the checkpoint folder and offer it as a zip"):
-        notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
-        try:
-            st.session_state["train_zip"] = (job.created, job.kept_step, job.zip_bytes())
-        finally:
+def _buttons(tab: Tab) -> None:
+    """Start, Stop, Resume, Reset, Prepare download and Step once, and training on from a finished run's weights."""
+    run, job, viewer, active, phase = tab.run, tab.job, tab.viewer, tab.active, tab.phase
+    b1, b2, b3, b4, b5, b6 = st.columns([1, 1, 1.1, 1, 1.5, 1.2])   # Step once last: the tests count buttons by place
+    notice = st.empty()  # what a pressed button is doing, shown before the work starts
+    if viewer:
+        st.info("**You are watching a shared run.** Its curves, probes and progress update here, and the Attention "
+                "and Predictions pages inspect its current model (pick *Model trained in this session* in the "
+                "sidebar). Only the person who started it can stop, resume or reset it. *Start* trains a run of your "
+                "own.", icon=":material/groups:")
+    cannot_step = viewer or phase != "stopped" or tab.weights_only or not tab.has_model
+    try:
+        if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
+                     help="Start a new run with these settings (it waits in the queue when the server is full)"):
+            _start(tab, notice)
+        app_state.stop_button(b2, run, active, viewer, notice, app_state.TRAIN_WORDS)
+        if b3.button("Resume", icon=":material/resume:", disabled=cannot_step,
+                     help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished "
+                          "run has nothing left to resume: its learning rate has decayed to zero."):
+            app_state.RUNS.resume(run.run_id)
+            st.rerun()
+        if b6.button("Step once", icon=":material/skip_next:", disabled=cannot_step,
+                     help="Take the next update of this stopped run and see it: the batch and its masks, the loss, "
+                          "each part's gradient and the weights that moved most. Resume goes on from there."):
+            notice.info("Taking one step…", icon=":material/hourglass_top:")
+            st.session_state["train_step_record"] = (run.run_id, job.step_once())
             notice.empty()
-    if weights_only and not viewer:
-        with st.container(border=True):
-            what = (f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has decayed to "
-                    "zero, so *Resume* has nothing to continue." if phase == "finished" else
-                    f"**This run's training process has ended**; its model of step {job.kept_step:,} is kept, but "
-                    "the run cannot be resumed.")
-            st.markdown(
-                f"{what} To train it further, start **a new run from these weights**: the same model and tokenizer, "
-                "with the settings above (steps, learning rate, corpus) and a fresh optimizer and learning-rate "
-                "schedule, warmup included. Its curves start again at step 0, from these weights.")
-            if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
-                         icon=":material/fast_forward:", key="train_continue"):
-                _start(init_from_run=job)
-except BertCoreError as exc:
-    app_state.show_error(exc)
-
-if reset_note := st.session_state.pop("train_reset_note", None):
-    st.info(reset_note, icon=":material/restart_alt:")
-
-stepped = st.session_state.get("train_step_record")
-if stepped is not None and run is not None and stepped[0] == run.run_id and phase == "stopped":
-    with st.container(border=True):
-        st.markdown("**Step once**: the update just taken")
-        app_state.show_step_record(stepped[1], "train_step")
-
-app_state.my_runs_list()
-
-app_state.share_box(run, viewer, app_state.TRAIN_WORDS)
-
-if has_model and not viewer:
-    with st.expander("Save this run on the server"):
-        st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
-                      help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
-                           "replaces a run saved by someone else (it adds -2, -3...).")
-        if st.button("Save", icon=":material/save:"):
+        app_state.reset_button(b4, run, viewer, app_state.TRAIN_WORDS, after=_forget)
+        if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not tab.has_model,
+                     help="Save the checkpoint folder and offer it as a zip"):
+            notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
             try:
-                path = app_storage.save_run(job.save, st.session_state.get("train_save_name", ""), owner=sid)
-                where = "" if app_storage.public_mode() else f" (`{path}`)"
-                st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_state.SOURCE_SAVED}* in the "
-                           "sidebar to open it later, or download it as a zip.")
-            except BertCoreError as exc:
-                app_state.show_error(exc)
-    zipped = st.session_state.get("train_zip")
-    if zipped is not None and zipped[0] == job.created:  # never an earlier run's checkpoint
-        _, step, data = zipped
-        st.download_button(f"Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
-                           file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip",
-                           icon=":material/download:")
+                st.session_state["train_zip"] = (job.created, job.kept_step, job.zip_bytes())
+            finally:
+                notice.empty()
+        if tab.weights_only and not viewer:
+            with st.container(border=True):
+                what = (f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has "
+                        "decayed to zero, so *Resume* has nothing to continue." if phase == "finished" else
+                        f"**This run's training process has ended**; its model of step {job.kept_step:,} is kept, "
+                        "but the run cannot be resumed.")
+                st.markdown(
+                    f"{what} To train it further, start **a new run from these weights**: the same model and "
+                    "tokenizer, with the settings above (steps, learning rate, corpus) and a fresh optimizer and "
+                    "learning-rate schedule, warmup included. Its curves start again at step 0, from these weights.")
+                if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
+                             icon=":material/fast_forward:", key="train_continue"):
+                    _start(tab, notice, init_from_run=job)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
 
 
-def _status() -> None:
+def _after_buttons(tab: Tab) -> None:
+    """What a button left to say, the step just taken, the tab's runs, sharing, and saving the run on the server."""
+    if reset_note := st.session_state.pop("train_reset_note", None):
+        st.info(reset_note, icon=":material/restart_alt:")
+    stepped = st.session_state.get("train_step_record")
+    if stepped is not None and tab.run is not None and stepped[0] == tab.run.run_id and tab.phase == "stopped":
+        with st.container(border=True):
+            st.markdown("**Step once**: the update just taken")
+            app_state.show_step_record(stepped[1], "train_step")
+    app_state.my_runs_list()
+    app_state.share_box(tab.run, tab.viewer, app_state.TRAIN_WORDS)
+    if tab.has_model and not tab.viewer:
+        with st.expander("Save this run on the server"):
+            st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
+                          help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
+                               "replaces a run saved by someone else (it adds -2, -3...).")
+            if st.button("Save", icon=":material/save:"):
+                try:
+                    path = app_storage.save_run(tab.job.save, st.session_state.get("train_save_name", ""),
+                                                owner=tab.sid)
+                    where = "" if app_storage.public_mode() else f" (`{path}`)"
+                    st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_state.SOURCE_SAVED}* in the "
+                               "sidebar to open it later, or download it as a zip.")
+                except BertCoreError as exc:
+                    app_state.show_error(exc)
+        zipped = st.session_state.get("train_zip")
+        if zipped is not None and zipped[0] == tab.job.created:  # never an earlier run's checkpoint
+            _, step, data = zipped
+            st.download_button(f"Download checkpoint (step {step}, {len(data) / 1e6:.1f} MB zip)", data,
+                               file_name=f"bert-checkpoint-step{step}.zip", mime="application/zip",
+                               icon=":material/download:")
+
+
+def _status(viewer: bool, active: bool) -> None:
     """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
     run, _ = app_state.current_run()
     if run is None:
@@ -356,7 +323,7 @@ def _status() -> None:
         st.rerun()
 
 
-def _charts() -> None:
+def _charts(active: bool) -> None:
     """The training curves and the probe sentences: redrawn less often than the numbers above, because a
     browser redrawing four charts costs the training as much CPU as the training itself on a 2-core machine."""
     job = app_state.current_job()
@@ -442,26 +409,13 @@ def _word_map_timelapse() -> None:
                "within each sense: the higher, the further apart the senses lie.")
 
 
-st.divider()
-st.fragment(_status, run_every=app_state.poll_seconds() if active else None)()
-st.fragment(_charts, run_every=app_state.chart_poll_seconds() if active else None)()
-st.fragment(_word_map_timelapse, run_every=app_state.chart_poll_seconds() if active else None)()
-if active:
-    # A smoothing set while a run trains is for its live view: the URL keeps only an ended run's (written after the
-    # charts, which return it to the default when the run ends), so that a reload of the finished run does not draw
-    # its curves unsmoothed (issue #64).
-    st.query_params.pop("train_smoothing", None)
-else:
-    app_state.sync_query("train_smoothing")
-
-
-def _compare() -> None:
+def _compare(sid: str, active: bool) -> None:
     """This tab's runs, one after another: overlay two to four of them (the legend names the knobs that differ),
     and start a copy of the current run with one knob changed."""
     run, role = app_state.current_run()
     if run is None or role != app_state.OWNER:
         return
-    family = [r for r in app_state.RUNS.family(run) if r.trainer is not None and hasattr(r.trainer, "history")]
+    family = [r for r in app_state.RUNS.family(run) if r.trainer is not None]   # a LiveView each: its curves
     st.subheader("Compare runs, one knob at a time")
     every = app_state.RUNS.family(run)
     names = {r.run_id: f"run {i + 1}" for i, r in enumerate(every)}
@@ -513,4 +467,27 @@ def _compare() -> None:
         st.caption("A new run can start once this one has ended (or been stopped).")
 
 
-_compare()
+def main() -> None:
+    _seed_widgets()
+    tab = _tab()
+    _settings(expanded=tab.run is None)
+    _command_preview()
+    _buttons(tab)
+    _after_buttons(tab)
+    st.divider()
+    poll = app_state.poll_seconds() if tab.active else None
+    charts_poll = app_state.chart_poll_seconds() if tab.active else None
+    st.fragment(_status, run_every=poll)(tab.viewer, tab.active)
+    st.fragment(_charts, run_every=charts_poll)(tab.active)
+    st.fragment(_word_map_timelapse, run_every=charts_poll)()
+    if tab.active:
+        # A smoothing set while a run trains is for its live view: the URL keeps only an ended run's (written after
+        # the charts, which return it to the default when the run ends), so that a reload of the finished run does
+        # not draw its curves unsmoothed (issue #64).
+        st.query_params.pop("train_smoothing", None)
+    else:
+        app_state.sync_query("train_smoothing")
+    _compare(tab.sid, tab.active)
+
+
+main()

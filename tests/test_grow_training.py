@@ -168,11 +168,10 @@ def test_the_loss_chart_marks_the_step_the_run_grew_at():
 
 
 def test_the_page_spec_grows_from_the_recipes_start_size_and_says_the_command():
-    from bert_core.serve.train_spec import page_spec, widget_defaults
+    from bert_core.serve.train_spec import page_spec, page_values
     from bert_core.training.comparison import train_command
 
-    values = {"train_corpus": "wikitext-2", "train_preset": "mini", "train_objective": "mlm"}
-    values.update((key, value) for key, value, _ in widget_defaults(values))
+    values = page_values("wikitext-2", "mini")
     assert values["train_grow"] > 0
     spec = page_spec(values, ("wikitext-2", "wikitext-2"))
     config = spec.train_config()
@@ -222,11 +221,10 @@ def test_a_size_that_cannot_grow_is_one_error_line_and_writes_nothing(tmp_path, 
 
 
 def test_trying_a_size_that_cannot_grow_from_a_growing_run_trains_it_whole():
-    from bert_core.serve.train_spec import page_spec, validate_spec, widget_defaults
+    from bert_core.serve.train_spec import page_spec, page_values, validate_spec
     from bert_core.training.comparison import one_change
 
-    values = {"train_corpus": "wikitext-2", "train_preset": "mini", "train_objective": "mlm"}
-    values.update((key, value) for key, value, _ in widget_defaults(values))
+    values = page_values("wikitext-2", "mini")
     spec = page_spec(values, ("wikitext-2", "wikitext-2"))
     nano = one_change(spec, "model_size", "nano")
     validate_spec(nano)

@@ -93,6 +93,9 @@ from bert_core.serve.app_widgets import (
     init_widget,
     persist_keys,
     query_default,
+    seed_setting,
+    setting_widget,
+    setting_widgets,
     smoothing_slider,
     sync_query,
 )

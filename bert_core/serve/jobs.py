@@ -29,6 +29,7 @@ from bert_core.serve.thread_job import TrainingJob  # noqa: F401 - re-exported
 # A Train-page run's spec, and what the page makes it from, live in bert_core.serve.train_spec; pages import them from
 # here (tests/test_layers.py lists the modules a page may import), as the tests and benchmarks do.
 from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
+    PAGE_SETTINGS,
     WIDGETS,
     TrainSpec,
     build_trainer,

@@ -12,7 +12,7 @@ run builder, which loads torch, is imported in the functions that build.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ from bert_core.serve.run_protocols import TRAIN_PAGE
 from bert_core.training.comparison import one_change, train_command
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import GROW_FROM
-from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, TRAIN_FIELDS, app_values, widgets
+from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, TRAIN_FIELDS, app_values, page_settings
 from bert_core.training.train_config import TrainConfig
 
 
@@ -69,10 +69,10 @@ class TrainSpec:
         return TrainConfig(**self.train)
 
 
-# The Train page's settings: each widget's key (also its URL parameter, so it keeps its short name) and the run
-# setting it holds, in the order the address bar lists them: made from the settings' descriptions (their `widget`,
-# bert_core.training.run_settings).
-WIDGETS = widgets()
+# The Train page's settings, by name, in the order of their descriptions (bert_core.training.run_settings): each
+# widget's key is also its URL parameter, so it keeps its short name.
+PAGE_SETTINGS = {s.name: s for s in page_settings()}
+WIDGETS = {s.widget.key: name for name, s in PAGE_SETTINGS.items()}
 _KEY_OF = {name: key for key, name in WIDGETS.items()}
 # The TrainConfig fields the page's widgets set; the app fixes the others it sets (their `app`: it trains on its CPU,
 # 20 held-out batches an evaluation).
@@ -80,21 +80,30 @@ PAGE_TRAIN_FIELDS = tuple(name for name in WIDGETS.values() if name in TRAIN_FIE
 APP_TRAIN = app_values()
 # Each setting's type, as the lesson gives it (a number typed in a URL is read back as one).
 _TYPES = {name: type(value) for name, value in lesson_settings().items()}
+CHOSEN_FIRST = ("corpus", "preset")   # every other setting starts from the lesson for these two
 
 
-def _from_url(kind: type) -> Callable[[Any], Any]:
-    if kind is bool:
-        return lambda v: str(v).lower() in ("1", "true", "yes")
-    return kind
-
-
-def widget_defaults(values: Mapping) -> list[tuple[str, Any, Callable[[Any], Any]]]:
-    """(widget key, the value it starts from, how its URL parameter reads) for each setting that follows the
-    corpus and size chosen in `values` (the page's session state): the lesson for them."""
+def widget_defaults(values: Mapping):
+    """(setting, the value its widget starts from, whether it follows a changed default) for each setting the Train
+    page shows: first the corpus and size, then the rest from the lesson for the corpus and size that `values` (the
+    page's session state) holds by then. A generator, so that the page seeds the first two before the rest are
+    read from them."""
+    start = lesson_settings()
+    for name in CHOSEN_FIRST:
+        yield PAGE_SETTINGS[name], start[name], False
     settings = lesson_settings(values["train_corpus"], values["train_preset"], values.get("train_hidden"),
                                values.get("train_layers"))
-    return [(key, settings[name], _from_url(_TYPES[name])) for key, name in WIDGETS.items()
-            if name not in ("corpus", "preset")]
+    for name, setting in PAGE_SETTINGS.items():
+        if name not in CHOSEN_FIRST:
+            yield setting, settings[name], True
+
+
+def page_values(corpus: str = "toy", preset: str = "nano", objective: str = "mlm") -> dict[str, Any]:
+    """The Train page's values, by widget key, when only the corpus, size and objective are chosen."""
+    values: dict[str, Any] = {"train_corpus": corpus, "train_preset": preset, "train_objective": objective}
+    for setting, value, _ in widget_defaults(values):
+        values.setdefault(setting.widget.key, value)
+    return values
 
 
 def page_corpus(values: Mapping, folder_key: str) -> tuple[str, str]:
@@ -184,9 +193,7 @@ def page_spec(values: Mapping, corpus: tuple[str, str], init_from: str | None = 
 def default_spec(objective: str = "mlm") -> TrainSpec:
     """The run the Train page starts when nothing is changed (toy, nano, its lesson settings), with `objective`
     ("mlm": BERT, "clm": GPT): what the in-app lesson trains and steps through."""
-    values: dict[str, Any] = {"train_corpus": "toy", "train_preset": "nano", "train_objective": objective}
-    values.update((key, value) for key, value, _ in widget_defaults(values))
-    return page_spec(values, ("toy", "toy"))
+    return page_spec(page_values(objective=objective), ("toy", "toy"))
 
 
 PAGE_CORPORA = ("toy", "tinyshakespeare", "wikitext-2")   # the named corpora the Train page's box offers
@@ -217,8 +224,9 @@ def validate_spec(spec: TrainSpec) -> None:
             model.growth_start(config.grow_from_hidden, config.grow_from_layers)
         except BertCoreError as e:
             raise BertCoreError(f"{e}: set 'Start small, then grow' to 0 for this size") from None
-    if not 100 <= spec.vocab_size <= 60_000:
-        raise BertCoreError(f"vocabulary size {spec.vocab_size} is out of range: use 100 to 60,000")
+    low, high = PAGE_SETTINGS["vocab_size"].page_range()
+    if not low <= spec.vocab_size <= high:
+        raise BertCoreError(f"vocabulary size {spec.vocab_size} is out of range: use {low:,} to {high:,}")
     if not 0 < spec.heldout_fraction < 1:
         raise BertCoreError("the held-out fraction must be between 0 and 1")
 
