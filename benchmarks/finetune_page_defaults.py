@@ -1,5 +1,5 @@
 """The Fine-tune page's built-in and real tasks on the page's own defaults, with each shipped model active: what its
-"What to expect" captions quote (bert_core.serve.finetune_expectations.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
+"What to expect" captions quote (bert_core.inspect.finetune_expectations.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
 page's defaults with each shipped model").
 
     PYTHONPATH=. python benchmarks/finetune_page_defaults.py --out runs/page-defaults [--jobs 2]
@@ -19,8 +19,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bert_core.serve.finetune_expectations import KIND_OF, NAMES
-from bert_core.serve.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
+from bert_core.inspect.finetune_expectations import KIND_OF, NAMES
+from bert_core.inspect.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 
 MODELS = ("bert-tiny-english", "bert-mini-english", "gpt-tiny-english", "gpt-mini-english")
 # The page's data choice -> the CLI's --task (its kind: finetune_expectations.KIND_OF).

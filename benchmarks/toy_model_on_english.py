@@ -1,6 +1,6 @@
 """The Train page's default toy run raced on movie-review polarity at the Fine-tune page's defaults: the figures the
 page's warning quotes when a model that has read only the toy grammar meets English text
-(bert_core.serve.finetune_kinds.TOY_ON_POLARITY; docs/benchmarks.md, "A toy model raced on English").
+(bert_core.inspect.finetune_kinds.TOY_ON_POLARITY; docs/benchmarks.md, "A toy model raced on English").
 
     PYTHONPATH=. python benchmarks/toy_model_on_english.py --out runs/toy-on-english
 

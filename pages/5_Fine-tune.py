@@ -12,12 +12,12 @@ from bert_core.data.classification_data import csv_columns, load_classification_
 from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
-from bert_core.inspect import finetune_figures, lesson
+from bert_core.inspect import finetune_figures, finetune_kinds, lesson
 from bert_core.paths import shared_data_dir
 from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience_figures import salience_panel_data
-from bert_core.serve import app_state, app_storage, finetune_kinds, finetune_runs, jobs, model_sources, runs
-from bert_core.serve.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
+from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
+from bert_core.serve import app_state, app_storage, finetune_runs, jobs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
 from bert_core.training.finetune import KIND_RATE_SCALE, comparison_config, finetune_learning_rate, split_task
@@ -44,7 +44,7 @@ if active is not None and active.config.attention == "causal":
                "GPT-1 did, because under causal attention [CLS] sees only itself.")
 
 SHARED = shared_data_dir()
-# Each kind answers the page's questions (bert_core.serve.finetune_kinds): its data choices, its defaults, what to
+# Each kind answers the page's questions (bert_core.inspect.finetune_kinds): its data choices, its defaults, what to
 # expect, its figures and its "try your own sentence".
 DATASETS = {kind: kp.choices(SHARED) for kind, kp in KIND_PAGES.items()}
 ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}

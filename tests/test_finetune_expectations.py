@@ -1,4 +1,4 @@
-"""The Fine-tune page's "What to expect" (bert_core.serve.finetune_expectations): every shipped model has measured
+"""The Fine-tune page's "What to expect" (bert_core.inspect.finetune_expectations): every shipped model has measured
 figures for every built-in and real task, the ranges it quotes are those of the per-seed table in docs/benchmarks.md
 (which benchmarks/finetune_page_defaults.py writes), and the caption names the model in use, or says that nothing
 was measured for it."""
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.serve import finetune_expectations as fe
-from bert_core.serve.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
+from bert_core.inspect import finetune_expectations as fe
+from bert_core.inspect.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 from bert_core.serve.model_sources import shipped_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
-            "serve.finetune_runs", "serve.finetune_kinds", "training.finetune_race", "inspect.salience_figures",
+            "serve.finetune_runs", "inspect.finetune_kinds", "training.finetune_race", "inspect.salience_figures",
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",

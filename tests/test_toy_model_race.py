@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.serve.finetune_kinds import KIND_PAGES, TOY_ON_POLARITY
+from bert_core.inspect.finetune_kinds import KIND_PAGES, TOY_ON_POLARITY
 from bert_core.serve.model_sources import ActiveModel
 from tests.app_fixtures import train_nano_checkpoint
 

@@ -14,7 +14,7 @@ from bert_core.data.task_downloads import TASKS
 from bert_core.inspect import finetune_figures
 from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
 from bert_core.inspect.safe_text import markdown
-from bert_core.serve.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS, PAGE_COPY,
+from bert_core.inspect.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS, PAGE_COPY,
                                                      expectation)
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import TOY_QA_STEPS, result_probabilities
