@@ -7,8 +7,11 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 from bert_core.cli import train_options, train_plan, train_recipe
 from bert_core.data.objectives import MASK_RATE
+from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 from bert_core.serve import train_spec
 from bert_core.training import comparison, run_settings
@@ -162,3 +165,17 @@ def test_one_mask_rate_and_the_tokenizers_special_token_budget():
                 assert not literal.search(code) or "→" in code, (path, line)
             if path.name != "tokenization.py":
                 assert not budget.search(code), (path, line)
+
+
+def test_the_config_refuses_what_each_description_refuses():
+    """The config's check is its descriptions' limits and choices (once), not a list of its own."""
+    for s in TRAIN_SETTINGS:
+        if s.limits is not None:
+            low = s.limits.low - (0 if s.limits.low_open else (1 if s.kind is int else 1e-9))
+            with pytest.raises(BertCoreError, match=s.name):
+                TrainConfig(**{s.name: s.kind(low)})
+        if s.choices is not None:
+            with pytest.raises(BertCoreError, match=f"{s.name} must be one of"):
+                TrainConfig(**{s.name: "none-such"})
+    with pytest.raises(BertCoreError, match="batch_size must be a whole number"):
+        TrainConfig(batch_size="32")   # a hand-edited trainer_state.json

@@ -8,6 +8,7 @@ descriptions (docs/settings.md). Torch-free; the config imports it, so it import
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -15,13 +16,35 @@ from bert_core.errors import BertCoreError
 
 @dataclass(frozen=True)
 class Limits:
-    """The values a number may take, as `train` checks them: from `low` to `high` (None: no top), open at either
-    end when asked ((0, 1) for a fraction, [0, 1) for a rate)."""
+    """The values a number may take, as `train` and the config check them: from `low` to `high` (None: no top),
+    open at either end when asked ((0, 1) for a fraction, [0, 1) for a rate)."""
 
     low: float
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+
+    def holds(self, value) -> bool:
+        return (value > self.low if self.low_open else value >= self.low) and (
+            self.high is None or (value < self.high if self.high_open else value <= self.high))
+
+    def words(self, whole: bool) -> str:
+        """The limits as a message says them: 'at least 1', 'between 16 and 8192', 'in (0, 1)'."""
+        if whole:
+            low = int(self.low)
+            return f"at least {low}" if self.high is None else f"between {low} and {int(self.high)}"
+        left, right = "(" if self.low_open else "[", ")" if self.high_open or self.high is None else "]"
+        return f"in {left}{self.low:g}, {'inf' if self.high is None else f'{self.high:g}'}{right}"
+
+
+def is_whole_number(value) -> bool:
+    """Whether `value` is an int and not a bool (JSON true would pass isinstance(value, int))."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value) -> bool:
+    """Whether `value` is a finite int or float and not a bool (a hand-edited file may hold 1e999 or "32")."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 FRACTION = Limits(0, 1, low_open=True, high_open=True)   # (0, 1): the mask rate, the held-out fraction
@@ -156,6 +179,24 @@ class Setting:
         if lim is None or lim.high is None or lim.low_open or lim.high_open:
             return None
         return (self.kind(lim.low), self.kind(lim.high))
+
+    def refusal(self, value) -> str | None:
+        """Why a config refuses `value` for this setting (its kind, limits or choices), or None: a config read back
+        from a hand-edited trainer_state.json may hold "32", 1e999 or true where a number belongs."""
+        if self.choices is not None:
+            ok, want = value in self.choices, f"one of {', '.join(map(str, self.choices))}"
+        elif self.kind is bool:
+            ok, want = isinstance(value, bool), "true or false"
+        elif self.kind is str:
+            ok, want = isinstance(value, str), "a name"
+        elif self.kind in (int, float):
+            whole = self.kind is int
+            lim = self.limits or Limits(-math.inf)
+            ok = (is_whole_number(value) if whole else is_finite_number(value)) and lim.holds(value)
+            want = f"a {'whole' if whole else 'finite'} number {lim.words(whole)}"
+        else:
+            return None
+        return None if ok else f"{self.name} must be {want}, got {value!r}"
 
     def legend(self) -> str:
         """The setting as a legend names it: its label, else its name in words."""

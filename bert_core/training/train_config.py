@@ -4,7 +4,6 @@ resumed and reported. Each field a user sets is described on the field itself (b
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp
@@ -27,6 +26,7 @@ from bert_core.training.setting import (
     as_bool,
     as_float,
     described,
+    is_finite_number,
     flipped,
     on_off,
     settings_of,
@@ -41,16 +41,6 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 # torch.compile of the training step (bert_core.training.compiled_step), by torch.compile's names for its modes:
 # "default" fuses kernels, "reduce-overhead" adds CUDA graphs on a GPU.
 COMPILE_MODES = ("off", "default", "reduce-overhead")
-
-
-def is_whole_number(value) -> bool:
-    """Whether `value` is an int and not a bool (JSON true would pass isinstance(value, int))."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_finite_number(value) -> bool:
-    """Whether `value` is a finite int or float and not a bool (a hand-edited file may hold 1e999 or "32")."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -206,7 +196,7 @@ class TrainConfig:
         20, help="held-out batches per evaluation (default {eval_batches})", kind=int, limits=Limits(1, 10**6),
         cli_at=40, app=20, on_resume=STAYS, command_at=15)
     # steps between probe snapshots; 0 = none (the Train page's; `train` takes no probes)
-    probe_every: int = described(0, kind=int, command=NEVER, widget=Widget(
+    probe_every: int = described(0, kind=int, limits=Limits(0), command=NEVER, widget=Widget(
         "train_probe_every", "Probe snapshot every N steps (0 = none)", range=(0, 100_000), group="objective"))
     # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     checkpoint_every_s: float = described(
@@ -269,79 +259,42 @@ class TrainConfig:
 
 
 def _check(config: TrainConfig) -> None:
-    """Refuse a config that cannot train, with the field and the value in the message."""
+    """Refuse a config that cannot train, with the field and the value in the message: each described setting
+    within its description's kind, limits and choices, then what holds between settings."""
     def need(ok: bool, message: str):
         if not ok:
             raise BertCoreError(message)
 
-    # Types first: a config read back from a hand-edited trainer_state.json may hold "32" or 1e999.
-    for name, low in (("batch_size", 1), ("grad_accum", 1), ("max_seq_length", 8), ("eval_every", 0),
-                      ("short_seq_length", 0), ("short_seq_batch_size", 0),
-                      ("grow_from_hidden", 0), ("grow_from_layers", 0),
-                      ("eval_batches", 1), ("probe_every", 0), ("history_limit", 0), ("seed", 0)):
-        value = getattr(config, name)
-        need(is_whole_number(value) and value >= low,
-             f"{name} must be a whole number of at least {low}, got {value!r}")
-    need(config.seed <= MAX_SEED, f"seed must be between 0 and {MAX_SEED} (2**32 - 1), got {config.seed}")
-    need(config.max_steps is None or (is_whole_number(config.max_steps) and config.max_steps >= 1),
-         f"max_steps must be at least 1, got {config.max_steps!r}")
-    for name in ("learning_rate", "weight_decay", "max_grad_norm", "checkpoint_every_s", "adam_eps",
-                 "warmup_ratio", "mask_rate", "adam_beta1", "adam_beta2", "short_seq_fraction",
-                 "grow_fraction"):
-        value = getattr(config, name)
-        need(is_finite_number(value), f"{name} must be a finite number, got {value!r}")
-    need(config.time_budget_s is None or is_finite_number(config.time_budget_s),
-         f"time_budget_s must be a finite number of seconds, got {config.time_budget_s!r}")
-    need(config.learning_rate > 0, f"learning_rate must be positive, got {config.learning_rate}")
-    need(0 <= config.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {config.warmup_ratio}")
-    need(
-        config.time_budget_s is None or config.time_budget_s > 0,
-        f"time_budget_s must be positive, got {config.time_budget_s}",
-    )
-    need(
-        config.max_steps is not None or config.time_budget_s is not None,
-        "give a number of steps (max_steps) or a time budget (time_budget_s)",
-    )
-    need(config.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
-    need(
-        config.schedule != "time" or config.time_budget_s is not None,
-        "the 'time' schedule needs a time budget (time_budget_s)",
-    )
-    need(0 < config.mask_rate < 1, f"mask_rate must be in (0, 1), got {config.mask_rate}")
-    need(0 <= config.short_seq_fraction < 1, f"short_seq_fraction must be in [0, 1), got {config.short_seq_fraction}")
+    for setting in TRAIN_SETTINGS:
+        value = getattr(config, setting.name)
+        if value is not None or setting.name not in _OPTIONAL:   # the run's length: steps or seconds
+            need((why := setting.refusal(value)) is None, why)
+    need(config.max_steps is not None or config.time_budget_s is not None,
+         "give a number of steps (max_steps) or a time budget (time_budget_s)")
+    need(config.schedule != "time" or config.time_budget_s is not None,
+         "the 'time' schedule needs a time budget (time_budget_s)")
     need(config.short_seq_length == 0 or 16 <= config.short_seq_length <= config.max_seq_length,
          f"short_seq_length must be 0 (off) or between 16 and max_seq_length ({config.max_seq_length}), got "
          f"{config.short_seq_length}")
-    need(0 <= config.grow_fraction < 1, f"grow_fraction must be in [0, 1), got {config.grow_fraction}")
     need(config.grow_fraction == 0 or (config.grow_from_hidden >= 8 and config.grow_from_layers >= 1),
          "a run that grows (grow_fraction > 0) needs the size it starts from: grow_from_hidden (at least 8) "
          "and grow_from_layers")
-    need(config.max_grad_norm >= 0, f"max_grad_norm must be >= 0, got {config.max_grad_norm}")
-    need(config.weight_decay >= 0, f"weight_decay must be >= 0, got {config.weight_decay}")
-    need(config.checkpoint_every_s >= 0, f"checkpoint_every_s must be >= 0 (0 = only at the end), got "
-                                       f"{config.checkpoint_every_s}")
-    need(config.adam_eps > 0 and 0 <= config.adam_beta1 < 1 and 0 <= config.adam_beta2 < 1,
+    need(all(is_finite_number(v) for v in (config.adam_eps, config.adam_beta1, config.adam_beta2))
+         and config.adam_eps > 0 and 0 <= config.adam_beta1 < 1 and 0 <= config.adam_beta2 < 1,
          "adam_eps must be positive and adam_beta1 / adam_beta2 in [0, 1)")
     need(config.history_limit == 0 or config.history_limit >= 2,
          f"history_limit must be 0 (keep all) or at least 2, got {config.history_limit}")
-    need(isinstance(config.nsp, bool), "nsp must be true or false")
-    need(config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
-    need(config.compile in COMPILE_MODES,
-         f"compile must be one of {', '.join(COMPILE_MODES)}, got {config.compile!r}")
     # CUDA graphs replay into the same memory: a second micro-batch's gradients would land where the first's are
     # still being added up.
     need(config.compile != "reduce-overhead" or config.grad_accum == 1,
          "compile reduce-overhead (CUDA graphs) takes one micro-batch an update: use grad_accum 1, or compile default")
-    need(isinstance(config.whole_word_masking, bool) and isinstance(config.mask_only, bool),
-         "whole_word_masking and mask_only must be true or false")
-    need(isinstance(config.device, str), f"device must be a name (auto, cpu, cuda), got {config.device!r}")
-    need(config.objective in OBJECTIVES, f"objective must be one of {', '.join(OBJECTIVES)}, got {config.objective!r}")
     need(objective_has_nsp(config.objective) or not config.nsp,
          f"the {config.objective} objective has no next-sentence prediction: set nsp off")
 
 
 # The run settings TrainConfig describes, in field order (bert_core.training.run_settings adds the run's own).
 TRAIN_SETTINGS = settings_of(TrainConfig)
+_OPTIONAL = {f.name for f in dataclasses.fields(TrainConfig) if "None" in str(f.type)}
 
 
 def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,

@@ -25,8 +25,8 @@ from bert_core.model.checkpoint import (
 )
 from bert_core.model.config import BertConfig
 from bert_core.training.pretraining_events import EvalEvent, StepEvent
-from bert_core.training.train_config import TrainConfig, is_finite_number, is_whole_number
-from bert_core.training.trainer_growth import unwrap
+from bert_core.training.setting import is_finite_number, is_whole_number
+from bert_core.training.train_config import TrainConfig
 
 # Logged under the trainer's name: these saves are the Trainer's own, and its log is where they are looked for.
 log = logging.getLogger("bert_core.training.trainer")
@@ -169,7 +169,7 @@ class TrainerCheckpointing:
         if not self.is_main:
             return
         with self._step_lock:
-            save_checkpoint(folder, unwrap(self.model), tokenizer=self.tokenizer, trainer_state=self.state_dict(),
+            save_checkpoint(folder, self.model, tokenizer=self.tokenizer, trainer_state=self.state_dict(),
                             optimizer=self.optimizer)
 
     def load_state_dict(self, state: dict) -> None:
