@@ -18,7 +18,7 @@ import pytest
 from safetensors import SafetensorError
 
 from bert_core.cli.main import main
-from bert_core.data.corpus_shards import ShardStream, open_index
+from bert_core.data.shards import ShardStream, open_index
 from bert_core.errors import BertCoreError
 from bert_core.model import files as files_module
 from bert_core.model import hf, stored_weights
@@ -85,7 +85,7 @@ def _os_disk_full(code=errno.ENOSPC, filename=None):
 
 @pytest.mark.parametrize("command", ["train", "resume", "export", "grow", "finetune", "heldout", "corpus build"])
 def test_a_full_disk_is_one_plain_line_in_every_command_that_writes(command, world, tmp_path, capsys, monkeypatch):
-    from bert_core.data.corpus_shards import ShardWriter
+    from bert_core.corpus.build import ShardWriter
 
     out = tmp_path / "out"
     ck = tmp_path / "ck"
@@ -237,7 +237,7 @@ def test_corpus_build_overwrite_replaces_a_corpus_and_keeps_a_file_that_appears_
     code, err = _run(BUILD + ["--out", str(corpus), "--overwrite", f"text:{world['src']}"], capsys)
     assert "heldout/my-notes.txt" in _one_error_line(code, err)
     real = files_module.check_output_folder
-    monkeypatch.setattr("bert_core.data.corpus_build.check_output_folder",
+    monkeypatch.setattr("bert_core.corpus.build.check_output_folder",
                         lambda folder, overwrite, **kw: real(tmp_path / "fresh", overwrite, **kw) and Path(folder))
     code, err = _run(BUILD + ["--out", str(corpus), "--overwrite", f"text:{world['src']}"], capsys)
     assert "did not write (heldout/my-notes.txt)" in _one_error_line(code, err)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bert_core.cli.main import main
-from bert_core.data.corpus_shards import ShardStream
+from bert_core.data.shards import ShardStream
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "checkpoints" / "bert-tiny-english"

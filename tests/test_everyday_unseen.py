@@ -5,8 +5,8 @@ one sentence at a time with its blanks filled, and none of its sentences appears
 import numpy as np
 import pytest
 
-from bert_core.data.corpus_build import _reference_texts, default_references, load_reference, ngram_hashes
-from bert_core.data.corpus_cleaning import normalized_words
+from bert_core.corpus.build import _reference_texts, default_references, load_reference, ngram_hashes
+from bert_core.corpus.cleaning import normalized_words
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, load_blanks, load_everyday_pairs
 from bert_core.data.toy_grammar import generate_toy_documents
 

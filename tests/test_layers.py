@@ -13,7 +13,7 @@ from bert_core.paths import REPO_ROOT
 PACKAGE = REPO_ROOT / "bert_core"
 PAGES = [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pages").glob("*.py"))]
 # The wings from the ground up; a module may import its own wing and those before it (errors and paths are ground).
-WINGS = ("model", "data", "training", "inspect", "serve", "cluster", "cli")
+WINGS = ("model", "data", "training", "inspect", "serve", "cluster", "corpus", "cli")
 GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # What a page may import from bert_core: the UI helpers and the library's public modules. Not the CLI, not the
 # training process's internals, not the speed paths or the allocator.

@@ -258,17 +258,6 @@ def test_each_epoch_has_new_pairs_and_masks(data_args):
     assert not same_batch(batches[0], batches[1])
 
 
-def test_ranks_share_out_disjoint_batches_of_equal_count(data_args):
-    single = PretrainingData(**data_args)
-    n = single.batches_per_epoch
-    everything = [next(single) for _ in range(n)]
-    ranks = [PretrainingData(**data_args, rank=r, world_size=2) for r in range(2)]
-    assert ranks[0].batches_per_epoch == ranks[1].batches_per_epoch == n // 2
-    for k in range(n // 2):
-        for r in range(2):
-            assert same_batch(next(ranks[r]), everything[2 * k + r])
-
-
 def test_eval_batches_are_fixed_for_a_seed(data_args):
     data = PretrainingData(**data_args)
     a, b = data.eval_batches(3, seed=1), data.eval_batches(3, seed=1)
@@ -286,14 +275,6 @@ def test_unigram_baseline_guesses_the_most_frequent_token():
     probs = (counts.double() + 1.0) / (counts.sum() + 8)
     expected = torch.exp(-torch.log(probs[torch.tensor([7, 7, 6, 5])]).mean())
     assert abs(result["perplexity"] - float(expected)) < 1e-9
-
-
-def test_corpus_too_small_for_the_ranks_is_a_clear_error(toy):
-    corpus, tok = toy
-    small = Corpus("small", corpus.documents[:3])
-    data = PretrainingData(small, tok, max_seq_length=64, batch_size=64, rank=0, world_size=2)
-    with pytest.raises(BertCoreError, match="fewer than batch_size x world_size"):
-        next(data)
 
 
 def test_corpus_smaller_than_a_batch_gives_one_short_batch(toy):

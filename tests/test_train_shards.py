@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from bert_core.cli.main import main
-from bert_core.data.corpus_shards import ShardStream
+from bert_core.data.shards import ShardStream
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "checkpoints" / "bert-tiny-english"
@@ -150,7 +150,7 @@ def test_shards_mixed_with_text_corpora_resume_exactly_and_draw_each_batch_from_
 
 
 def test_the_share_of_batches_from_the_shards_is_the_one_asked_for():
-    from bert_core.data.corpus_mix import _from_shards
+    from bert_core.data.shards import _from_shards
     for share in (0.25, 0.5, 0.9):
         drawn = sum(_from_shards(0, k, share) for k in range(4000)) / 4000
         assert abs(drawn - share) < 0.03

@@ -1,5 +1,5 @@
 """`python -m bert_core corpus build | check`: build a pretraining corpus of token shards from public collections
-(bert_core.data.corpus_build), and check a shard folder whole (docs/corpus.md)."""
+(the optional package bert_core.corpus), and check a shard folder whole (docs/corpus.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 import sys
 
 from bert_core.cli.arguments import float_arg, int_arg, path_arg
-from bert_core.data.corpus_build import DEFAULT_WEIGHTS, BuildSettings, build_corpus, default_references
-from bert_core.data.corpus_shards import open_index, shard_tokens
+from bert_core.data.shards import DEFAULT_WEIGHTS, BuildSettings, open_index, shard_tokens
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.paths import CHECKPOINTS_DIR
@@ -76,6 +75,9 @@ def run(args) -> int:
 
 
 def _build(args) -> int:
+    # The pipeline is an optional package off the core path: only a build imports it.
+    from bert_core.corpus.build import build_corpus, default_references
+
     weights = dict(DEFAULT_WEIGHTS)
     weights.update(_weight(w) for w in args.weight)
     settings = BuildSettings(seed=args.seed, author_cap_words=args.author_cap_words,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import length_grouped_batches
+from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
 from bert_core.data.splits import split_sizes
 from bert_core.data.toy_grammar import (
     ADJECTIVE_OF,
@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 MAX_SQUAD_BYTES = 100 * 1024 * 1024
-_SIZE_HINT = "Use a sample of the articles (SQuAD v1.1's whole training file is about 30 MB)."
 
 
 @dataclass
@@ -87,45 +86,16 @@ class QAData:
 
 # -- reading SQuAD files -----------------------------------------------------------------------------------------
 
-def _too_large(size: int, name: str) -> BertCoreError:
-    return BertCoreError(f"{name} is {size / 2**20:.0f} MB; the limit is {MAX_SQUAD_BYTES // 2**20} MB. {_SIZE_HINT}")
+def _squad_text(path_or_bytes: str | Path | bytes, name: str) -> tuple[str, str]:
+    """(text, name) of a SQuAD file, a path or an upload's bytes, checked (batching.read_upload)."""
+    text, name, _ = read_upload(path_or_bytes, name, "SQuAD", MAX_SQUAD_BYTES, "a SQuAD-format .json file",
+                                "Give a SQuAD-format JSON file (an object with a 'data' list).",
+                                "Use a sample of the articles (SQuAD v1.1's whole training file is about 30 MB).")
+    return text, name
 
 
-def _read_bytes(path_or_bytes: str | Path | bytes, name: str) -> tuple[bytes, str]:
-    if isinstance(path_or_bytes, (bytes, bytearray)):
-        return bytes(path_or_bytes), name
-    if not isinstance(path_or_bytes, (str, Path)):
-        raise BertCoreError(f"give a SQuAD file as a path or its bytes, not {type(path_or_bytes).__name__}.")
-    path = Path(path_or_bytes)
-    if path.is_dir():
-        raise BertCoreError(f"{path} is a folder. Give the path of a SQuAD-format .json file.")
-    if not path.is_file():
-        raise BertCoreError(f"SQuAD file not found: {path}. Give the path of an existing .json file.")
-    size = path.stat().st_size
-    if size > MAX_SQUAD_BYTES:
-        raise _too_large(size, path.name)
-    return path.read_bytes(), path.name
-
-
-def _decode_json(data: bytes | str, name: str):
-    """The parsed JSON of a file's bytes (or text), with a clear error for each way it can fail to be JSON."""
-    if isinstance(data, (bytes, bytearray)):
-        if len(data) > MAX_SQUAD_BYTES:
-            raise _too_large(len(data), name)
-        if b"\x00" in data[:65536]:
-            raise BertCoreError(f"{name} looks binary (it contains NUL bytes), not a JSON text file. "
-                                "Give a SQuAD-format .json file saved as UTF-8.")
-        try:
-            text = bytes(data).decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise BertCoreError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded). "
-                                "Save it as UTF-8 JSON and try again.") from None
-    else:
-        if len(data) > MAX_SQUAD_BYTES:  # characters, near enough to bytes for a limit
-            raise _too_large(len(data), name)
-        text = data.lstrip("\ufeff")
-    if not text.strip():
-        raise BertCoreError(f"{name} is empty. Give a SQuAD-format JSON file (an object with a 'data' list).")
+def _decode_json(text: str, name: str):
+    """The parsed JSON of a file's text, with a clear error for each way it can fail to be JSON."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -204,7 +174,10 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
     Every answer must be found at its answer_start in its context. SQuAD v2's unanswerable questions
     (`is_impossible`) are skipped and counted in `notes`; anything else wrong is an error naming where.
     """
-    obj = _decode_json(obj_or_text, source) if isinstance(obj_or_text, (str, bytes, bytearray)) else obj_or_text
+    obj = obj_or_text
+    if isinstance(obj_or_text, (str, bytes, bytearray)):
+        raw = obj_or_text.encode() if isinstance(obj_or_text, str) else obj_or_text
+        obj = _decode_json(_squad_text(raw, source)[0], source)
     if not isinstance(obj, dict) or "data" not in obj:
         got = "an object without a 'data' field" if isinstance(obj, dict) else _json_kind(obj)
         raise BertCoreError(f"{source} is not in SQuAD format: the top level should be an object with a 'data' list "
@@ -274,8 +247,8 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
 
 def load_squad(path_or_bytes: str | Path | bytes, name: str = "upload.json") -> QAData:
     """Read a SQuAD v1.1 .json file from a path, or from raw bytes (an upload called `name`), with checks."""
-    data, name = _read_bytes(path_or_bytes, name)
-    return parse_squad(_decode_json(data, name), source=name)
+    text, name = _squad_text(path_or_bytes, name)
+    return parse_squad(_decode_json(text, name), source=name)
 
 
 # -- the built-in toy task ---------------------------------------------------------------------------------------
@@ -503,7 +476,7 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
                                 ("max_question_tokens", max_question_tokens, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise BertCoreError(f"{label} must be a whole number of at least {least}, got {value!r}.")
-    limit = getattr(tokenizer, "model_max_length", 512)
+    limit = tokenizer.model_max_length
     if max_length > limit:
         raise BertCoreError(f"max_length={max_length} is longer than the model's {limit} positions; "
                             f"use at most {limit}.")
@@ -555,7 +528,7 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
 # -- batches -----------------------------------------------------------------------------------------------------
 
 @dataclass
-class QABatch:
+class QABatch(DeviceBatch):
     """Padded tensors for one batch of features (padded to its longest member)."""
 
     input_ids: torch.Tensor
@@ -563,30 +536,17 @@ class QABatch:
     token_type_ids: torch.Tensor
     start_positions: torch.Tensor
     end_positions: torch.Tensor
-    indices: torch.Tensor  # feature indices, to map logits back to features and examples
-
-    def to(self, device) -> QABatch:
-        moved = (t.to(device) for t in (self.input_ids, self.attention_mask, self.token_type_ids,
-                                        self.start_positions, self.end_positions))
-        return QABatch(*moved, self.indices)  # indices stay on the CPU for the bookkeeping
+    indices: torch.Tensor  # feature indices, to map logits back to features and examples (kept on the CPU)
 
 
 def collate_qa(features: Sequence[QAFeature], indices: Sequence[int], pad_id: int = 0) -> QABatch:
     """Stack the given features into a batch padded to the longest of them."""
-    indices = list(indices)
-    longest = max(len(features[i].input_ids) for i in indices)
-    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
-    types = torch.zeros((len(indices), longest), dtype=torch.long)
-    mask = torch.zeros((len(indices), longest), dtype=torch.long)
-    for row, i in enumerate(indices):
-        f = features[i]
-        n = len(f.input_ids)
-        ids[row, :n] = torch.tensor(f.input_ids, dtype=torch.long)
-        types[row, :n] = torch.tensor(f.token_type_ids, dtype=torch.long)
-        mask[row, :n] = 1
-    starts = torch.tensor([features[i].start_position for i in indices], dtype=torch.long)
-    ends = torch.tensor([features[i].end_position for i in indices], dtype=torch.long)
-    return QABatch(ids, mask, types, starts, ends, torch.tensor(indices, dtype=torch.long))
+    chosen = [features[i] for i in indices]
+    ids = [f.input_ids for f in chosen]
+    return QABatch(pad_rows(ids, pad_id), attention_mask(ids), pad_rows([f.token_type_ids for f in chosen]),
+                   torch.tensor([f.start_position for f in chosen], dtype=torch.long),
+                   torch.tensor([f.end_position for f in chosen], dtype=torch.long),
+                   torch.tensor(list(indices), dtype=torch.long))
 
 
 def qa_train_batches(features: Sequence[QAFeature], batch_size: int, seed: int = 0, pad_id: int = 0,
@@ -610,7 +570,7 @@ def qa_eval_batches(features: Sequence[QAFeature], batch_size: int = 64, pad_id:
 # -- from logits to answers --------------------------------------------------------------------------------------
 
 def _rows(logits, name: str, count: int) -> list:
-    rows = logits.tolist() if hasattr(logits, "tolist") else list(logits)
+    rows = list(logits)
     if len(rows) != count:
         raise BertCoreError(f"{name} has {len(rows)} rows but there are {count} features; give one row per feature.")
     return rows

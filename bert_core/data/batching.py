@@ -1,4 +1,6 @@
-"""Seeded, length-grouped batch order for fine-tuning data (sentences, tagged sentences, question windows).
+"""Batches of fine-tuning data (sentences, tagged sentences, question windows): a seeded, length-grouped order,
+rows padded into tensors, and moved to a device; and reading a file a user gives as text, with one clear error for
+each way it can fail.
 
 Each epoch is a fresh shuffle drawn from (seed, epoch). Within each run of `bucket_batches` batches the examples
 are sorted by length before being cut into batches (then the batches are shuffled), so a batch pads to a length
@@ -8,13 +10,13 @@ epoch. The same lengths and seed give the same batches; `bucket_batches=1` turns
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
 
 from bert_core.errors import BertCoreError
-
-__all__ = ["length_grouped_batches"]
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 0,
@@ -36,3 +38,57 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 
         for b in torch.randperm(len(batches), generator=g).tolist():
             yield batches[b]
         epoch += 1
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:
+    """Lists of ids as one [len(rows), longest] tensor, each row padded on the right with `pad`."""
+    out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def attention_mask(rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """1 over each row's tokens, 0 over its padding (as `pad_rows` pads them)."""
+    return pad_rows([[1] * len(r) for r in rows])
+
+
+class DeviceBatch:
+    """A dataclass of tensors whose `to(device)` moves every field but `indices` (looked up on the CPU)."""
+
+    def to(self, device):
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device)
+                                            for f in dataclasses.fields(self) if f.name != "indices"})
+
+
+def read_upload(path_or_bytes: str | Path | bytes, name: str, kind: str, limit: int, give: str, holds: str,
+                too_large: str) -> tuple[str, str, Path | None]:
+    """(text, name, path or None) of a user's file, a path or an upload's bytes, checked: a folder, a missing file,
+    one over `limit` bytes, an empty, binary or non-UTF-8 one are each one clear error. `kind` names the file ("CSV"),
+    `give` what to give instead (a path of it), `holds` what it must hold, `too_large` what to do with a large one."""
+    path = None
+    if isinstance(path_or_bytes, (bytes, bytearray)):
+        data = bytes(path_or_bytes)
+    elif not isinstance(path_or_bytes, (str, Path)):
+        raise BertCoreError(f"give a {kind} file as a path or its bytes, not {type(path_or_bytes).__name__}.")
+    else:
+        path = Path(path_or_bytes)
+        if path.is_dir():
+            raise BertCoreError(f"{path} is a folder. Give the path of {give}.")
+        if not path.is_file():
+            raise BertCoreError(f"{kind} file not found: {path}. Give the path of an existing file.")
+        name, size = path.name, path.stat().st_size
+        data = b"" if size > limit else path.read_bytes()
+    size = path.stat().st_size if path is not None else len(data)
+    if size > limit:
+        raise BertCoreError(f"{name} is {size / 2**20:.0f} MB; the limit is {limit // 2**20} MB. {too_large}")
+    if not data.strip():
+        raise BertCoreError(f"{name} is empty. {holds}")
+    if b"\x00" in data[:65536]:
+        raise BertCoreError(f"{name} looks binary (it contains NUL bytes), not a {kind} text file. Give {give} "
+                            "saved as UTF-8.")
+    try:
+        return data.decode("utf-8-sig"), name, path
+    except UnicodeDecodeError as exc:
+        raise BertCoreError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded). Save it as UTF-8 and "
+                            "try again.") from None

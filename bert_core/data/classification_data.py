@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import length_grouped_batches
+from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
 from bert_core.data.corpora import generate_toy_corpus
 from bert_core.data.splits import seeded_split
 from bert_core.data.toy_grammar import TOPICS
@@ -88,41 +88,10 @@ class ClassificationData:
         )
 
 
-def _read_bytes(path_or_bytes: str | Path | bytes, name: str) -> tuple[bytes, str, Path | None]:
-    if isinstance(path_or_bytes, (bytes, bytearray)):
-        return bytes(path_or_bytes), name, None
-    path = Path(path_or_bytes)
-    if path.is_dir():
-        raise BertCoreError(f"{path} is a folder. Give the path of a .csv file.")
-    if not path.is_file():
-        raise BertCoreError(f"CSV file not found: {path}. Give the path of an existing .csv file.")
-    size = path.stat().st_size
-    if size > MAX_CSV_BYTES:
-        raise BertCoreError(
-            f"{path.name} is {size / 2**20:.0f} MB; the limit is {MAX_CSV_BYTES // 2**20} MB. "
-            "Use a sample of the rows (fine-tuning a tiny BERT on a CPU needs a few thousand)."
-        )
-    return path.read_bytes(), path.name, path
-
-
-def _decode(data: bytes, name: str) -> str:
-    if len(data) > MAX_CSV_BYTES:
-        raise BertCoreError(
-            f"{name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CSV_BYTES // 2**20} MB. "
-            "Use a sample of the rows (fine-tuning a tiny BERT on a CPU needs a few thousand)."
-        )
-    if not data.strip():
-        raise BertCoreError(f"{name} is empty. Give a CSV with a text column and a label column.")
-    if b"\x00" in data[:65536]:
-        raise BertCoreError(
-            f"{name} looks binary (it contains NUL bytes), not a CSV text file. Export it as UTF-8 CSV."
-        )
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BertCoreError(
-            f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded). Save it as UTF-8 CSV and try again."
-        ) from None
+def _read_csv(path_or_bytes: str | Path | bytes, name: str) -> tuple[str, str, Path | None]:
+    return read_upload(path_or_bytes, name, "CSV", MAX_CSV_BYTES, "a .csv file",
+                       "Give a CSV with a text column and a label column.",
+                       "Use a sample of the rows (fine-tuning a tiny BERT on a CPU needs a few thousand).")
 
 
 def _is_int(cell: str) -> bool:
@@ -267,8 +236,8 @@ def load_classification_csv(
     Labels become ids 0..K-1 in sorted order. Their names are the column's own values (e.g. "business", "sports");
     numbered classes take names from a `classes.txt` beside the file if present, or from DOCUMENTED_LABEL_NAMES.
     """
-    data, name, path = _read_bytes(path_or_bytes, name)
-    columns, body, headerless = _table(_decode(data, name), name)
+    text, name, path = _read_csv(path_or_bytes, name)
+    columns, body, headerless = _table(text, name)
     ag_news = headerless == list(AG_NEWS_COLUMNS)
     text_indices, label_index = _default_columns(columns, text_columns, label_column)
     for line, row in body:
@@ -357,8 +326,7 @@ def _empty_rows_notes(empty_lines: list[int], name: str, drop_empty: bool) -> li
 
 def csv_columns(path_or_bytes: str | Path | bytes, name: str = "upload.csv") -> list[str]:
     """The column names of a CSV (AG News's fixed names when headerless), for column pickers."""
-    data, name, _ = _read_bytes(path_or_bytes, name)
-    text = _decode(data, name)
+    text, name, _ = _read_csv(path_or_bytes, name)
     rows = [r for r in csv.reader(io.StringIO(text[:200_000], newline="")) if any(c.strip() for c in r)]
     if not rows:
         raise BertCoreError(f"{name} has no rows.")
@@ -385,18 +353,14 @@ def split_train_val(
 
 
 @dataclass
-class ClassificationBatch:
+class ClassificationBatch(DeviceBatch):
     """Padded tensors for one batch (dynamic padding to its longest example)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor
     labels: torch.Tensor
-    indices: torch.Tensor  # rows of the dataset, to find misclassified examples
-
-    def to(self, device) -> "ClassificationBatch":
-        return ClassificationBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask,
-                                                            self.token_type_ids, self.labels)), self.indices)
+    indices: torch.Tensor  # rows of the dataset, to find misclassified examples (kept on the CPU)
 
 
 def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) -> list[dict]:
@@ -412,17 +376,10 @@ def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) 
 
 def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: int = 0) -> ClassificationBatch:
     """Stack encoded examples into a batch padded to its longest member."""
-    longest = max(len(encoded[i]["input_ids"]) for i in indices)
-    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
-    types = torch.zeros((len(indices), longest), dtype=torch.long)
-    mask = torch.zeros((len(indices), longest), dtype=torch.long)
-    for row, i in enumerate(indices):
-        e = encoded[i]
-        n = len(e["input_ids"])
-        ids[row, :n] = torch.tensor(e["input_ids"], dtype=torch.long)
-        types[row, :n] = torch.tensor(e["token_type_ids"], dtype=torch.long)
-        mask[row, :n] = 1
-    return ClassificationBatch(ids, mask, types, torch.tensor([labels[i] for i in indices], dtype=torch.long),
+    ids = [encoded[i]["input_ids"] for i in indices]
+    return ClassificationBatch(pad_rows(ids, pad_id), attention_mask(ids),
+                               pad_rows([encoded[i]["token_type_ids"] for i in indices]),
+                               torch.tensor([labels[i] for i in indices], dtype=torch.long),
                                torch.tensor(indices, dtype=torch.long))
 
 

@@ -7,13 +7,15 @@ import bisect
 import copy
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from tokenizers import Tokenizer
 
+from bert_core.data.batching import attention_mask, pad_rows
 from bert_core.data.corpora import HELDOUT_FRACTION, Corpus, load_corpus, split_heldout  # noqa: F401  (re-exported)
 from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
 from bert_core.errors import BertCoreError
@@ -36,8 +38,9 @@ NOTE_FOLLOWS = "B is the text that follows A"
 NOTE_FAR = "B from far away in the same (only) document"
 NOTE_NEAR = "B from elsewhere in the same (only) document; the text is too short to take it from far away"
 NOTE_SINGLE = "one segment of contiguous text (NSP off)"
-# Pretraining objectives: BERT's masked LM (with or without NSP), or GPT's next token ("causal LM") on plain
-# contiguous text, nothing masked.
+EVAL_SALT = 0x45564C   # held-out batches mix their seed with this, apart from every training batch
+
+
 @dataclass
 class NspInstance:
     """One `[CLS] A [SEP] B [SEP]` example and where A and B came from (document, first sentence, end sentence)."""
@@ -348,18 +351,10 @@ class Batch:
 
 def collate(instances: Sequence[NspInstance], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad instances to the longest one: input_ids, token_type_ids, attention_mask, next_sentence_label."""
-    S = max(len(x.input_ids) for x in instances)
-    B = len(instances)
-    ids = torch.full((B, S), pad_id, dtype=torch.long)
-    types = torch.zeros((B, S), dtype=torch.long)
-    attn = torch.zeros((B, S), dtype=torch.long)
-    for r, x in enumerate(instances):
-        n = len(x.input_ids)
-        ids[r, :n] = torch.tensor(x.input_ids, dtype=torch.long)
-        types[r, :n] = torch.tensor(x.token_type_ids, dtype=torch.long)
-        attn[r, :n] = 1
-    nsp = torch.tensor([int(x.is_random_next) for x in instances], dtype=torch.long)
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": attn, "next_sentence_label": nsp}
+    ids = [x.input_ids for x in instances]
+    return {"input_ids": pad_rows(ids, pad_id), "token_type_ids": pad_rows([x.token_type_ids for x in instances]),
+            "attention_mask": attention_mask(ids),
+            "next_sentence_label": torch.tensor([int(x.is_random_next) for x in instances], dtype=torch.long)}
 
 
 def _mix(*parts: int) -> int:
@@ -370,20 +365,55 @@ def _mix(*parts: int) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
-class PretrainingData:
-    """A tokenised corpus and an endless, seeded, resumable iterator of masked NSP batches.
+class PretrainingStream(Protocol):
+    """What a pretraining run reads its batches from (training.pretraining_batches, the Trainer, `train`): an endless,
+    seeded, resumable iterator of global batches (under torchrun every rank reads the same, and takes its rows).
+    PretrainingData, bert_core.data.shards.ShardStream and MixedStream implement it."""
 
-    Each epoch builds fresh NSP pairs (rng seeded by seed and epoch) and shuffles them; batch j of an epoch is
-    masked with a generator seeded by (seed, epoch, j), so a restored iterator continues exactly.
-    With world_size > 1, rank r takes batches r, r + world_size, ... and every rank gets the same count.
-    With objective "clm" the batches are segments of contiguous text labelled with the next token, nothing masked.
-    """
+    batch_size: int
+    tokenizer: BertTokenizer
+
+    @property
+    def started(self) -> bool:
+        """Whether a batch has been taken (a run's short-sequence phase is then over for good)."""
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Batches in the current epoch (reading it builds the epoch: a corpus too small is refused)."""
+
+    @property
+    def token_counts(self) -> torch.Tensor:
+        """Each token id's count in the training text, for the unigram baseline."""
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def __next__(self) -> Batch: ...
+
+    def resized(self, seq_len: int, batch_size: int) -> PretrainingStream:
+        """The same text cut to another length and batched anew, from its start: a run's short-sequence phase."""
+
+    def state_dict(self) -> dict:
+        """Where the stream stands (JSON-able), for trainer_state.json."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a `state_dict()`: the same text and settings give the same next batches."""
+
+    def unigram_baseline(self, batches: Sequence[Batch]) -> dict:
+        """The most-frequent-token baseline on `batches` (see `unigram_baseline`)."""
+
+
+class BatchStream:
+    """The one pretraining batch builder, for a tokenised text corpus (PretrainingData) and a shard folder
+    (bert_core.data.shards.ShardStream) alike. A subclass says which examples batch j of an epoch holds (`examples`)
+    and how many batches an epoch has; this masks them (or, for the next-token objective "clm", labels the next
+    token), reads epoch after epoch and resumes exactly: batch j of epoch e is a pure function of (seed, e, j), its
+    masks drawn from a generator seeded by them."""
 
     STATE_VERSION = 1
+    MUST_MATCH: tuple[str, ...] = ()   # state_dict keys a resume refuses to change (the batches would)
 
-    def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = MASK_RATE,
-                 seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
-                 rank: int = 0, world_size: int = 1, mask_only: bool = False, objective: str = "mlm"):
+    def __init__(self, tokenizer: BertTokenizer, max_seq_length: int, batch_size: int, mask_rate: float, seed: int,
+                 nsp: bool, objective: str, whole_word_masking: bool = False, mask_only: bool = False):
         if objective not in OBJECTIVES:
             raise BertCoreError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         if nsp and not objective_has_nsp(objective):
@@ -392,23 +422,107 @@ class PretrainingData:
             raise BertCoreError(f"batch_size must be at least 1, got {batch_size!r}")
         if not 0.0 < mask_rate < 1.0:
             raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses {MASK_RATE:g}), got {mask_rate!r}")
-        if max_seq_length > getattr(tokenizer, "model_max_length", 512) or max_seq_length < 16:
+        if not 16 <= max_seq_length <= tokenizer.model_max_length:
             raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's "
-                                f"{getattr(tokenizer, 'model_max_length', 512)}")
-        if not 0 <= rank < world_size:
-            raise BertCoreError(f"rank {rank} must be in [0, world_size={world_size})")
-        self.corpus = corpus
+                                f"{tokenizer.model_max_length}")
         self.tokenizer = tokenizer
-        self.max_seq_length = int(max_seq_length)
-        self.batch_size = int(batch_size)
-        self.mask_rate = float(mask_rate)
-        self.seed = int(seed)
+        self.max_seq_length, self.batch_size = int(max_seq_length), int(batch_size)
+        self.mask_rate, self.seed, self.nsp, self.objective = float(mask_rate), int(seed), bool(nsp), objective
+        self.whole_word_masking, self.mask_only = bool(whole_word_masking), bool(mask_only)
+        vocab_size = tokenizer.vocab_size
+        allowed = torch.ones(vocab_size, dtype=torch.bool)
+        allowed[torch.tensor(sorted(tokenizer.never_sample_ids), dtype=torch.long)] = False
+        self.candidate_ids = torch.nonzero(allowed).squeeze(1)
+        self._special = torch.zeros(vocab_size, dtype=torch.bool)
+        self._special[torch.tensor(sorted(tokenizer.special_ids - {tokenizer.unk_id}))] = True
+        self._continuation = torch.tensor(tokenizer.continuation_table(), dtype=torch.bool) if whole_word_masking else None
+        self.epoch = 0
+        self.position = 0
+
+    @property
+    def started(self) -> bool:
+        return self.epoch > 0 or self.position > 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def examples(self, epoch: int, j: int, generator: torch.Generator) -> list[NspInstance]:
+        """The examples of batch `j` of epoch `epoch` (drawing what they need from `generator`)."""
+        raise NotImplementedError
+
+    def batch(self, epoch: int, j: int) -> Batch:
+        """Batch `j` of epoch `epoch`: a pure function of the text, the settings and the seed."""
+        generator = torch.Generator().manual_seed(_mix(self.seed, epoch, j))
+        return self._make_batch(self.examples(epoch, j, generator), generator)
+
+    def _make_batch(self, instances: Sequence[NspInstance], generator: torch.Generator) -> Batch:
+        cols = collate(instances, self.tokenizer.pad_id)
+        ids, attn = cols["input_ids"], cols["attention_mask"]
+        common = dict(attention_mask=attn, token_type_ids=cols["token_type_ids"], instances=list(instances),
+                      next_sentence_label=cols["next_sentence_label"])
+        if self.objective == "clm":
+            return Batch(input_ids=ids, mlm_labels=next_token_targets(causal_labels(ids, attn)),
+                         decisions=torch.zeros_like(ids), original_ids=ids.clone(), causal=True, **common)
+        starts = ~self._continuation[ids] if self._continuation is not None else None
+        m = mask_tokens(ids, self._special[ids] | (attn == 0), generator, self.tokenizer.vocab_size,
+                        self.tokenizer.mask_id, candidate_ids=self.candidate_ids, mask_rate=self.mask_rate,
+                        whole_word_starts=starts, mask_only=self.mask_only)
+        return Batch(input_ids=m.input_ids, mlm_labels=m.mlm_labels, decisions=m.decisions,
+                     original_ids=m.original_ids, **common)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Batch:
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        batch = self.batch(self.epoch, self.position)
+        self.position += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        """Where the stream stands (JSON-able): the next batch is batch `position` of epoch `epoch`."""
+        return {"version": self.STATE_VERSION, "epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a `state_dict()`; refused where a MUST_MATCH setting differs (the batches would too)."""
+        mine = self.state_dict()
+        for key in self.MUST_MATCH:
+            if key in state and state[key] != mine[key]:
+                raise BertCoreError(f"the saved stream had {key}={state[key]!r} but this one has {mine[key]!r}; "
+                                    "resume with the same text and settings")
+        try:
+            epoch, position = int(state["epoch"]), int(state["position"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BertCoreError(f"data state is missing epoch/position ({exc}); the checkpoint's trainer state is "
+                                "damaged") from exc
+        if epoch < 0 or position < 0:
+            raise BertCoreError(f"data state has a negative epoch or position: {state!r}")
+        self.epoch, self.position = epoch, position
+
+    def unigram_baseline(self, batches: Sequence[Batch]) -> dict:
+        """The most-frequent-token baseline on `batches`, from this text's token counts (see `unigram_baseline`)."""
+        tok = self.tokenizer
+        return unigram_baseline(self.token_counts, batches, never_ids=tok.special_ids - {tok.unk_id})
+
+
+class PretrainingData(BatchStream):
+    """A tokenised corpus and an endless, seeded, resumable iterator of masked NSP batches.
+
+    Each epoch builds fresh NSP pairs (rng seeded by seed and epoch) and shuffles them; batch j of an epoch is
+    masked with a generator seeded by (seed, epoch, j), so a restored iterator continues exactly.
+    With objective "clm" the batches are segments of contiguous text labelled with the next token, nothing masked.
+    """
+
+    def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = MASK_RATE,
+                 seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
+                 mask_only: bool = False, objective: str = "mlm"):
+        super().__init__(tokenizer, max_seq_length, batch_size, mask_rate, seed, nsp, objective, whole_word_masking,
+                         mask_only)
+        self.corpus = corpus
         self.short_seq_prob = float(short_seq_prob)
-        self.nsp = bool(nsp)
-        self.whole_word_masking = bool(whole_word_masking)
-        self.objective = objective
-        self.mask_only = bool(mask_only)
-        self.rank, self.world_size = int(rank), int(world_size)
         # Tokenise every sentence once, in one parallel call, then cut back into documents.
         flat = tokenizer.encode_batch(list(corpus.texts()))
         self.token_docs: list[list[list[int]]] = []
@@ -418,25 +532,14 @@ class PretrainingData:
             pos += len(doc)
         if not any(len(s) for d in self.token_docs for s in d):
             raise BertCoreError(f"corpus {corpus.name!r} has no tokens; give it some text")
-        vocab_size = tokenizer.vocab_size
-        never = torch.tensor(sorted(getattr(tokenizer, "never_sample_ids", tokenizer.special_ids)), dtype=torch.long)
-        allowed = torch.ones(vocab_size, dtype=torch.bool)
-        allowed[never] = False
-        self.candidate_ids = torch.nonzero(allowed).squeeze(1)
-        self._special = torch.zeros(vocab_size, dtype=torch.bool)
-        self._special[torch.tensor(sorted(tokenizer.special_ids - {tokenizer.unk_id}))] = True
-        self._continuation = torch.tensor(tokenizer.continuation_table(), dtype=torch.bool) if whole_word_masking else None
-        counts = torch.zeros(vocab_size, dtype=torch.long)
         all_ids = torch.tensor([t for d in self.token_docs for s in d for t in s], dtype=torch.long)
-        counts.scatter_add_(0, all_ids, torch.ones_like(all_ids))
-        self.token_counts = counts  # over the training text, for the unigram baseline
+        # Over the training text, for the unigram baseline.
+        self.token_counts = torch.zeros(tokenizer.vocab_size, dtype=torch.long).scatter_add_(
+            0, all_ids, torch.ones_like(all_ids))
         self.num_tokens = int(all_ids.numel())
-        self.epoch = 0
-        self.position = 0
         self._instances_epoch: int | None = None
         self._instances: list[NspInstance] = []
 
-    # -- epochs ------------------------------------------------------------------------------------
     def build_instances(self, seed: int) -> list[NspInstance]:
         """All NSP instances of the corpus for one rng seed, shuffled."""
         rng = random.Random(seed)
@@ -449,69 +552,27 @@ class PretrainingData:
         if self._instances_epoch != epoch:
             self._instances = self.build_instances(_mix(self.seed, epoch, 0x4E5350))
             self._instances_epoch = epoch
+            if not self._instances:
+                c = self.corpus
+                raise BertCoreError(
+                    f"{c.name!r} gives no training examples: its {c.num_sentences} sentence(s) in {c.num_documents} "
+                    "document(s) make no [CLS] A [SEP] B [SEP] pair. Give more text: at least a few dozen sentences "
+                    "(a useful model needs thousands)")
         return self._instances
-
-    def _num_global_batches(self, n_instances: int) -> int:
-        # Full batches only, so every rank of a distributed run takes the same number of steps.
-        if n_instances == 0:
-            c = self.corpus
-            raise BertCoreError(
-                f"{c.name!r} gives no training examples: its {c.num_sentences} sentence(s) in {c.num_documents} "
-                "document(s) make no [CLS] A [SEP] B [SEP] pair. Give more text: at least a few dozen sentences "
-                "(a useful model needs thousands)")
-        full = n_instances // self.batch_size
-        if full >= self.world_size:
-            return full - full % self.world_size
-        if self.world_size == 1:
-            return 1  # a corpus smaller than one batch: one short batch per epoch
-        raise BertCoreError(f"the corpus gives {n_instances} examples, fewer than batch_size x world_size "
-                            f"({self.batch_size} x {self.world_size}); use more text or a smaller batch")
 
     @property
     def batches_per_epoch(self) -> int:
-        """Batches this rank takes per epoch (the count varies a little from epoch to epoch)."""
-        return self._num_global_batches(len(self._epoch_instances(self.epoch))) // self.world_size
+        """Full batches only (the count varies a little from epoch to epoch); a corpus smaller than one batch gives
+        one short batch."""
+        return max(len(self._epoch_instances(self.epoch)) // self.batch_size, 1)
 
-    def _make_batch(self, instances: Sequence[NspInstance], generator: torch.Generator) -> Batch:
-        cols = collate(instances, self.tokenizer.pad_id)
-        ids = cols["input_ids"]
-        if self.objective == "clm":
-            return Batch(input_ids=ids, attention_mask=cols["attention_mask"], token_type_ids=cols["token_type_ids"],
-                         mlm_labels=next_token_targets(causal_labels(ids, cols["attention_mask"])),
-                         next_sentence_label=cols["next_sentence_label"], decisions=torch.zeros_like(ids),
-                         original_ids=ids.clone(), instances=list(instances), causal=True)
-        special = self._special[ids] | (cols["attention_mask"] == 0)
-        starts = None
-        if self._continuation is not None:
-            starts = ~self._continuation[ids]
-        m = mask_tokens(ids, special, generator, self.tokenizer.vocab_size, self.tokenizer.mask_id,
-                        candidate_ids=self.candidate_ids, mask_rate=self.mask_rate, whole_word_starts=starts,
-                        mask_only=self.mask_only)
-        return Batch(input_ids=m.input_ids, attention_mask=cols["attention_mask"], token_type_ids=cols["token_type_ids"],
-                     mlm_labels=m.mlm_labels, next_sentence_label=cols["next_sentence_label"], decisions=m.decisions,
-                     original_ids=m.original_ids, instances=list(instances))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> Batch:
-        instances = self._epoch_instances(self.epoch)
-        n_global = self._num_global_batches(len(instances))
-        if self.position >= n_global // self.world_size:
-            self.epoch += 1
-            self.position = 0
-            instances = self._epoch_instances(self.epoch)
-            n_global = self._num_global_batches(len(instances))
-        j = self.position * self.world_size + self.rank
-        chunk = instances[j * self.batch_size: (j + 1) * self.batch_size]
-        gen = torch.Generator().manual_seed(_mix(self.seed, self.epoch, j))
-        self.position += 1
-        return self._make_batch(chunk, gen)
+    def examples(self, epoch: int, j: int, generator: torch.Generator) -> list[NspInstance]:
+        return self._epoch_instances(epoch)[j * self.batch_size: (j + 1) * self.batch_size]
 
     def resized(self, max_seq_length: int, batch_size: int) -> "PretrainingData":
         """The same tokenised corpus and settings, cut into sequences of another length and batched anew (at the
         start of its epoch 0): the short-sequence phase of a run (TrainConfig.short_seq_length), no re-tokenising."""
-        if not 16 <= max_seq_length <= getattr(self.tokenizer, "model_max_length", 512) or batch_size < 1:
+        if not 16 <= max_seq_length <= self.tokenizer.model_max_length or batch_size < 1:
             raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's limit, and "
                                 f"batch_size={batch_size} at least 1")
         other = copy.copy(self)
@@ -519,35 +580,16 @@ class PretrainingData:
         other.epoch, other.position, other._instances_epoch, other._instances = 0, 0, None, []
         return other
 
-    # -- resuming ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Where the iterator stands (JSON-able): the next batch is batch `position` of epoch `epoch`."""
-        return {"version": self.STATE_VERSION, "epoch": self.epoch, "position": self.position, "seed": self.seed,
-                "batch_size": self.batch_size, "max_seq_length": self.max_seq_length, "rank": self.rank,
-                "world_size": self.world_size, "num_tokens": self.num_tokens}
+        return {**super().state_dict(), "max_seq_length": self.max_seq_length, "num_tokens": self.num_tokens}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a `state_dict()`; the same corpus, tokenizer and settings give the same next batches."""
-        try:
-            epoch, position = int(state["epoch"]), int(state["position"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BertCoreError(f"data state is missing epoch/position ({exc}); the checkpoint's trainer state is damaged") from exc
-        if epoch < 0 or position < 0:
-            raise BertCoreError(f"data state has a negative epoch or position: {state!r}")
-        self.epoch, self.position = epoch, position
-
-    # -- evaluation --------------------------------------------------------------------------------
     def eval_batches(self, n_batches: int | None = None, seed: int = 0) -> list[Batch]:
         """Fixed batches (same pairs and masks for a seed) for held-out evaluation; all of them when n_batches is None."""
-        instances = self.build_instances(_mix(seed, 0x45564C))
+        instances = self.build_instances(_mix(seed, EVAL_SALT))
         total = math.ceil(len(instances) / self.batch_size)
         n = total if n_batches is None else min(int(n_batches), total)
         return [self._make_batch(instances[j * self.batch_size: (j + 1) * self.batch_size],
-                                 torch.Generator().manual_seed(_mix(seed, 0x45564C, j))) for j in range(n)]
-
-    def unigram_baseline(self, batches: Sequence[Batch]) -> dict:
-        """The most-frequent-token baseline on `batches`, from this corpus's token counts (see `unigram_baseline`)."""
-        return unigram_baseline(self.token_counts, batches, never_ids=self.tokenizer.special_ids - {self.tokenizer.unk_id})
+                                 torch.Generator().manual_seed(_mix(seed, EVAL_SALT, j))) for j in range(n)]
 
 
 def unigram_baseline(train_counts, batches: Sequence[Batch], never_ids: frozenset[int] = frozenset()) -> dict:
@@ -567,10 +609,6 @@ def unigram_baseline(train_counts, batches: Sequence[Batch], never_ids: frozense
 
 
 # ---------------------------------------------------------------------------------------------- `train`'s data
-
-
-def _load_corpora(specs: list[str], seed: int):
-    return [load_corpus(spec, seed=seed) for spec in specs]
 
 
 def _merge(corpora, name: str):
@@ -597,8 +635,6 @@ def _heldout_record(corpus, heldout) -> dict:
 def _rank0_tokenizer(train):
     """Train the tokenizer on rank 0 and send it to every rank: the others skip the work, and all ranks are sure
     to share one vocabulary (training is deterministic, but ranks on other machines may run other library versions)."""
-
-
     rank = dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     tokenizer = train() if rank == 0 else None
@@ -623,7 +659,7 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
     trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
     The held-out batches are masked the way training is (whole words, [MASK] only), as evaluation always was.
     """
-    corpora = _load_corpora(specs, seed)
+    corpora = [load_corpus(spec, seed=seed) for spec in specs]
     splits = [split_heldout(c, fraction=heldout_fraction, seed=seed) for c in corpora]
     train = _merge([s[0] for s in splits], "+".join(c.name for c in corpora))
     heldout = _merge([s[1] for s in splits], "heldout")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import length_grouped_batches
+from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
 from bert_core.data.splits import seeded_split
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
@@ -140,42 +140,13 @@ class TaggedSentences:
 # -- reading -------------------------------------------------------------------------------------------------------
 
 
-def _too_large(name: str, size: int) -> BertCoreError:
-    return BertCoreError(
-        f"{name} is {size / 2**20:.0f} MB; the limit is {MAX_CONLL_BYTES // 2**20} MB. "
-        "Use a sample of the sentences (fine-tuning a tiny BERT on a CPU needs a few thousand)."
-    )
-
-
 def read_conll(path_or_bytes: str | Path | bytes, tag_column: str | int = "chunk", name: str = "upload.txt"
                ) -> TaggedSentences:
     """Read a CoNLL file (a path, or the raw bytes of an upload) with checks; see `parse_conll` for the format."""
-    if isinstance(path_or_bytes, (bytes, bytearray)):
-        data = bytes(path_or_bytes)
-    else:
-        path = Path(path_or_bytes)
-        if path.is_dir():
-            raise BertCoreError(f"{path} is a folder. Give the path of a CoNLL text file (e.g. train.txt).")
-        if not path.is_file():
-            raise BertCoreError(f"CoNLL file not found: {path}. Give the path of an existing file.")
-        name = path.name
-        if path.stat().st_size > MAX_CONLL_BYTES:
-            raise _too_large(name, path.stat().st_size)
-        data = path.read_bytes()
-    if len(data) > MAX_CONLL_BYTES:
-        raise _too_large(name, len(data))
-    if not data.strip():
-        raise BertCoreError(f"{name} is empty. Give a CoNLL file: one word and its tags a line, "
-                            "a blank line between sentences.")
-    if b"\x00" in data[:65536]:
-        raise BertCoreError(f"{name} looks binary (it contains NUL bytes), not a CoNLL text file. "
-                            "Give a UTF-8 text file with one word and its tags a line.")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BertCoreError(
-            f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded). Save it as UTF-8 and try again."
-        ) from None
+    text, name, _ = read_upload(path_or_bytes, name, "CoNLL", MAX_CONLL_BYTES, "a CoNLL text file (e.g. train.txt)",
+                                "Give a CoNLL file: one word and its tags a line, a blank line between sentences.",
+                                "Use a sample of the sentences (fine-tuning a tiny BERT on a CPU needs a few "
+                                "thousand).")
     return parse_conll(text, tag_column=tag_column, source=name)
 
 
@@ -414,10 +385,10 @@ def encode_tagged(data: TaggedSentences, tokenizer, max_length: int = 128) -> li
     as many whole words as fit), never cut, so every word is labelled in exactly one example; a single word longer
     than the whole budget keeps its first pieces (its label sits on the first anyway).
     """
-    limit = getattr(tokenizer, "model_max_length", None)
+    limit = tokenizer.model_max_length
     if max_length < 8:
         raise BertCoreError(f"max length {max_length} is too short; use at least 8 (64-128 is typical).")
-    if limit is not None and max_length > limit:
+    if max_length > limit:
         raise BertCoreError(f"max length {max_length} is over the tokenizer's limit of {limit}; use at most {limit}.")
     budget = max_length - special_tokens_count(pair=False)
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
@@ -583,36 +554,25 @@ def majority_baseline(train: TaggedSentences, val: TaggedSentences, key: str = "
 
 
 @dataclass
-class TagBatch:
+class TagBatch(DeviceBatch):
     """Padded tensors for one batch of tagged examples (dynamic padding to its longest example)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor
     labels: torch.Tensor  # padded with -100
-    indices: torch.Tensor  # example indices into the encode_tagged list, to put predictions back
-
-    def to(self, device) -> TagBatch:
-        """The tensors on `device`; the indices stay on the CPU, where they are looked up."""
-        return TagBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.token_type_ids,
-                                                 self.labels)), self.indices)
+    indices: torch.Tensor  # example indices into the encode_tagged list, to put predictions back (on the CPU)
 
 
 def collate_tagged(examples: Sequence[TaggedExample], indices: Sequence[int], pad_id: int = 0) -> TagBatch:
     """Stack the chosen examples into a batch padded to its longest member (labels padded with -100)."""
     if not indices:
         raise BertCoreError("a batch needs at least one example.")
-    longest = max(len(examples[i].input_ids) for i in indices)
-    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
-    labels = torch.full((len(indices), longest), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(indices), longest), dtype=torch.long)
-    for row, i in enumerate(indices):
-        e = examples[i]
-        n = len(e.input_ids)
-        ids[row, :n] = torch.tensor(e.input_ids, dtype=torch.long)
-        labels[row, :n] = torch.tensor(e.labels, dtype=torch.long)
-        mask[row, :n] = 1
-    return TagBatch(ids, mask, torch.zeros_like(ids), labels, torch.tensor(list(indices), dtype=torch.long))
+    rows = [examples[i].input_ids for i in indices]
+    ids = pad_rows(rows, pad_id)
+    return TagBatch(ids, attention_mask(rows), torch.zeros_like(ids),
+                    pad_rows([examples[i].labels for i in indices], IGNORE_INDEX),
+                    torch.tensor(list(indices), dtype=torch.long))
 
 
 def tag_train_batches(examples: Sequence[TaggedExample], batch_size: int, seed: int = 0, pad_id: int = 0,

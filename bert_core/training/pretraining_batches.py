@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from bert_core.errors import BertCoreError
+from bert_core.data.pretraining_data import PretrainingStream
 from bert_core.training.distributed import DistInfo, check_ranks_agree
 from bert_core.training.train_config import TrainConfig
 
@@ -44,12 +44,12 @@ class PretrainingBatches:
     """The training data of one run and, made from it when first needed, the data of its short-sequence phase;
     hands out each update's micro-batches. The config comes with each call: a watcher may extend the run."""
 
-    def __init__(self, data, dist_info: DistInfo, device: torch.device):
+    def __init__(self, data: PretrainingStream, dist_info: DistInfo, device: torch.device):
         self.data = data
         self.dist = dist_info
         self.device = device
         # The data of the short-sequence phase (TrainConfig.short_seq_length), made from `data` when first needed.
-        self.short_data = None
+        self.short_data: PretrainingStream | None = None
         self._data_iter = None
         self._short_iter = None
         self._ranks_checked = False
@@ -63,14 +63,13 @@ class PretrainingBatches:
         """Whether the next update belongs to the short-sequence phase (TrainConfig.short_seq_length)."""
         # Once a long batch has been taken the phase is over for good: a resume that extends the budget (and so
         # lowers the fraction done) must not go back to short sequences.
-        long_started = getattr(self.data, "epoch", 0) > 0 or getattr(self.data, "position", 0) > 0
         return (0 < config.short_seq_length < config.max_seq_length and fraction_done < config.short_seq_fraction
-                and not long_started)
+                and not self.data.started)
 
     def next_micro_batches(self, config: TrainConfig, fraction_done: float) -> list:
         """This rank's rows of the next global batch, cut into config.grad_accum micro-batches."""
         batch = self._next_batch(config, fraction_done)
-        if self.dist.world_size > 1 and getattr(self.data, "world_size", 1) == 1:
+        if self.dist.world_size > 1:
             # The data yields the global batch (the same on every rank): this rank trains on its slice of rows,
             # so N processes with batch b do exactly what one process with batch N*b does.
             if not self._ranks_checked:
@@ -89,8 +88,6 @@ class PretrainingBatches:
 
     def _short(self, config: TrainConfig):
         if self.short_data is None:
-            if not hasattr(self.data, "resized"):
-                raise BertCoreError("short_seq_length needs data that can be cut to another length (PretrainingData)")
             # The data yields the global batch; keep its ratio to the per-process batch (the world size).
             per_process = config.short_seq_batch_size or max(
                 1, config.batch_size * config.max_seq_length // config.short_seq_length)
@@ -101,13 +98,13 @@ class PretrainingBatches:
     def state_dict(self) -> dict:
         """The position in both streams, as trainer_state.json holds it ("data_state", "short_data_state")."""
         return {
-            "data_state": self.data.state_dict() if hasattr(self.data, "state_dict") else None,
+            "data_state": self.data.state_dict(),
             "short_data_state": self.short_data.state_dict() if self.short_data is not None else None,
         }
 
     def load_state_dict(self, state: dict, config: TrainConfig) -> None:
         """Put both streams back where a trainer_state.json says they stood."""
-        if state.get("data_state") is not None and hasattr(self.data, "load_state_dict"):
+        if state.get("data_state") is not None:
             self.data.load_state_dict(state["data_state"])
             self._data_iter = None
         if state.get("short_data_state") is not None:

@@ -19,10 +19,9 @@ from typing import Any
 import torch
 
 from bert_core.data.corpora import shard_folder, shard_heldout_corpora
-from bert_core.data.corpus_mix import DEFAULT_SHARD_SHARE, MixedHeldOut, MixedStream, check_share
-from bert_core.data.corpus_shards import ShardStream, open_index
 from bert_core.data.downloads import SOURCES
 from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
+from bert_core.data.shards import DEFAULT_SHARD_SHARE, MixedHeldOut, MixedStream, ShardStream, check_share, open_index
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import pretraining_model
 from bert_core.model.config import BertConfig
@@ -165,9 +164,6 @@ def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> Ru
     document-level split the build made; the tokenizer is the shards' own, and a given one must be the same."""
     cfg = plan.config
     index = open_index(folder)
-    if cfg.whole_word_masking or cfg.mask_only:
-        raise BertCoreError("whole-word masking and [MASK]-only masking are not available on shards yet; "
-                            "train on a text corpus for them")
     if tokenizer is not None:
         mine = BertTokenizer.load(folder / "tokenizer")
         if mine.tokenizer.get_vocab(with_added_tokens=True) != tokenizer.tokenizer.get_vocab(with_added_tokens=True):
@@ -176,7 +172,8 @@ def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> Ru
     else:
         tokenizer = BertTokenizer.load(folder / "tokenizer")
     common = dict(seq_len=cfg.max_seq_length, seed=cfg.seed, mask_rate=cfg.mask_rate, tokenizer=tokenizer,
-                  nsp=cfg.nsp, objective=cfg.objective)
+                  nsp=cfg.nsp, objective=cfg.objective, whole_word_masking=cfg.whole_word_masking,
+                  mask_only=cfg.mask_only)
     train = ShardStream(folder, "train", batch_size=cfg.batch_size * world_size, **common)
     heldout_batches = ShardStream(folder, "heldout", batch_size=cfg.batch_size, weights={}, **common)
     built = index.get("settings", {})
@@ -188,7 +185,7 @@ def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> Ru
 
 
 def load_mixed_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> RunData:
-    """A shard folder and text corpora in one run (bert_core.data.corpus_mix): each batch from the shards with
+    """A shard folder and text corpora in one run (bert_core.data.shards.MixedStream): each batch from the shards with
     probability plan.shard_share (default DEFAULT_SHARD_SHARE), else from the text corpora, each held out as
     alone; the tokenizer must be the shards' (a warm start's or --tokenizer), the text split as `load_data` does."""
     share = DEFAULT_SHARD_SHARE if plan.shard_share is None else check_share(plan.shard_share)

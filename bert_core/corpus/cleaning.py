@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["strip_gutenberg", "gutenberg_language", "paragraphs", "english_share", "is_english",
-           "newsgroup_body", "normalized_words", "ENGLISH_MIN_SHARE"]
-
 # The markers of the Gutenberg licence around a book's text, in the styles used from 1990s to today's files.
 _START = re.compile(
     r"^\s*\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$"

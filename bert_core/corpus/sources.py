@@ -25,12 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from bert_core.data.corpus_cleaning import (gutenberg_language, is_english, newsgroup_body, paragraphs,
-                                            strip_gutenberg)
+from bert_core.corpus.cleaning import gutenberg_language, is_english, newsgroup_body, paragraphs, strip_gutenberg
 from bert_core.errors import BertCoreError
-
-__all__ = ["KINDS", "NLTK_CORPORA", "SourceDocument", "SourceFile", "SourceTree", "detect_kind", "parse_source",
-           "read_documents"]
 
 KINDS = ("gutenberg", "reuters", "newsgroups", "bbc", "nltk", "text")
 

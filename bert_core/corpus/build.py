@@ -2,14 +2,14 @@
 with what the project evaluates on, held-out documents per source, token shards, and a report of every drop.
 
 The steps, in order, each a pure function of the documents and the seed:
-1. read and clean every source (bert_core.data.corpus_sources, corpus_cleaning); drop non-English books;
+1. read and clean every source (bert_core.corpus.sources, cleaning); drop non-English books;
 2. drop whole documents seen before (same words), then repeated paragraphs, and a document that is mostly
    repeated paragraphs (another edition of a book already read);
 3. drop every document that shares a NGRAM-word run with a reference text (WikiText-2 test, Brown, polarity,
    AG News, CoNLL-2000 test, the everyday-English set: see `default_references`);
 4. cap each author's (group's) words, keeping books in a seeded order;
 5. hold out a seeded share of each source's documents;
-6. tokenize once into uint16 shards (bert_core.data.corpus_shards) and write `report.json`.
+6. tokenize once into uint16 shards (`ShardWriter`; bert_core.data.shards reads them) and write `report.json`.
 """
 
 from __future__ import annotations
@@ -18,56 +18,37 @@ import csv
 import hashlib
 import io
 import json
+import lzma
 import random
 import shutil
 import tempfile
 import time
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from bert_core.data.corpus_cleaning import normalized_words
+from bert_core.corpus.cleaning import normalized_words
+from bert_core.corpus.sources import SourceDocument, SourceTree, decode_text, detect_kind, parse_source, read_documents
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
-from bert_core.data.corpus_shards import INDEX_FILE, ShardWriter, shard_patterns
-from bert_core.data.corpus_sources import (SourceDocument, SourceTree, decode_text, detect_kind, parse_source,
-                                           read_documents)
+from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_FILE, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
+                                   BuildSettings)
 from bert_core.errors import BertCoreError
 from bert_core.model.files import TOKENIZER_FILES, check_output_folder, replace_folder
+from bert_core.model.tokenization import BertTokenizer
 from bert_core.paths import cache_dir, shared_data_dir
 
-__all__ = ["BuildSettings", "Reference", "build_corpus", "default_references", "load_reference", "ngram_hashes",
-           "REPORT_FILE", "DEFAULT_WEIGHTS", "CORPUS_FILES"]
-
 REPORT_FILE = "report.json"
-# How many times each source's training documents are read per pass over the mix. Books dominate by words; the
-# news (the era and topics of AG News) and the NLTK text are repeated so that about a tenth of what a model
-# reads is news, at the cost of repeating 4x a text far smaller than the books (see docs/corpus.md).
-DEFAULT_WEIGHTS = {"gutenberg": 1.0, "reuters": 4.0, "newsgroups": 2.0, "bbc": 4.0, "nltk": 2.0, "text": 1.0}
 # Every name a build writes (fnmatch patterns; a source is named KIND or KIND-N): `--overwrite` replaces a folder
 # holding these only, and removes nothing else.
 CORPUS_FILES = frozenset({
     REPORT_FILE, INDEX_FILE, *(f"tokenizer/{name}" for name in TOKENIZER_FILES),
     *(pattern for kind in DEFAULT_WEIGHTS for source in (kind, f"{kind}-[0-9]*")
-      for pattern in (*shard_patterns(source), f"heldout/{source}.txt")),
+      for pattern in (*(f"{SHARDS_DIR}/{source}-*-[0-9][0-9][0-9][0-9]{suffix}" for suffix in (SUFFIX, XZ)),
+                      f"heldout/{source}.txt")),
 })
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """What a build chooses; recorded whole in report.json and index.json, so a build can be repeated."""
-
-    seed: int = 0
-    ngram: int = 13
-    author_cap_words: int = 3_000_000
-    heldout_fraction: float = 0.01
-    dedup_min_words: int = 8          # paragraphs shorter than this ("Yes, sir.", "CHAPTER I") may repeat
-    near_duplicate_share: float = 0.5  # a document this much made of paragraphs seen before is a duplicate
-    shard_tokens: int = 1 << 23
-    compress: bool = False
-    weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
 
 @dataclass
@@ -169,6 +150,54 @@ def default_references() -> list[str]:
         if (cache_dir() / name).is_file():
             found.append(str(cache_dir() / name))
     return found
+
+
+class ShardWriter:
+    """Tokenizes documents into shards of at most `shard_tokens` ids per (source, split), then writes index.json."""
+
+    def __init__(self, folder: str | Path, tokenizer: BertTokenizer, shard_tokens: int = 1 << 23,
+                 compress: bool = False):
+        self.folder = Path(folder)
+        (self.folder / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        self.tokenizer = tokenizer
+        self.shard_tokens = int(shard_tokens)
+        self.compress = bool(compress)
+        self.shards: list[dict] = []
+        self._open: dict[tuple[str, str], list] = {}   # (source, split) -> [arrays, count, documents]
+
+    def add_document(self, source: str, split: str, paragraphs: list[str]) -> None:
+        """Append one document (its paragraphs tokenized, then [SEP]) to its source's open shard."""
+        ids = [i for piece in self.tokenizer.encode_batch(paragraphs) for i in piece] + [self.tokenizer.sep_id]
+        buf = self._open.setdefault((source, split), [[], 0, 0])
+        buf[0].append(np.asarray(ids, dtype=np.uint16))
+        buf[1] += len(ids)
+        buf[2] += 1
+        if buf[1] >= self.shard_tokens:
+            self._flush(source, split)
+
+    def _flush(self, source: str, split: str) -> None:
+        arrays, count, docs = self._open.pop((source, split), [[], 0, 0])
+        if not count:
+            return
+        n = sum(1 for s in self.shards if s["source"] == source and s["split"] == split)
+        data = np.concatenate(arrays).astype("<u2").tobytes()
+        name = f"{source}-{split}-{n:04d}" + (XZ if self.compress else SUFFIX)
+        stored = lzma.compress(data, preset=6) if self.compress else data
+        (self.folder / SHARDS_DIR / name).write_bytes(stored)
+        self.shards.append({"file": f"{SHARDS_DIR}/{name}", "source": source, "split": split, "tokens": count,
+                            "documents": docs, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(stored)})
+
+    def finish(self, settings: dict, weights: dict) -> dict:
+        """Flush every open shard, save the tokenizer and write index.json; return the index."""
+        for source, split in list(self._open):
+            self._flush(source, split)
+        self.tokenizer.save(self.folder / "tokenizer")
+        index = {"version": INDEX_VERSION, "dtype": "uint16", "vocab_size": self.tokenizer.vocab_size,
+                 "weights": weights, "settings": settings, "shards": self.shards,
+                 "tokens": {split: sum(s["tokens"] for s in self.shards if s["split"] == split)
+                            for split in ("train", "heldout")}}
+        (self.folder / INDEX_FILE).write_text(json.dumps(index, indent=1) + "\n")
+        return index
 
 
 def _text_key(words: list[str]) -> int:
