@@ -152,16 +152,22 @@ def fetch(name: str, cache_dir: str | Path | None = None, progress: Progress | N
     return dest
 
 
-def wikitext_text_from_parquet(path: str | Path) -> str:
-    """The WikiText lines of a Hugging Face parquet file (one row per line) as one text."""
+def parquet_columns(path: str | Path, columns: list[str], what: str) -> list[list]:
+    """The `columns` of a Hugging Face parquet file of `what` ("WikiText"), each as a list."""
     try:   # an optional dependency, needed only for this file type: imported where it is used
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise BertCoreError("reading WikiText's parquet file needs pyarrow: pip install pyarrow") from exc
+        raise BertCoreError(f"reading {what}'s parquet file needs pyarrow: pip install pyarrow") from exc
     try:
-        column = pq.read_table(str(path), columns=["text"]).column("text").to_pylist()
+        table = pq.read_table(str(path), columns=columns)
     except Exception as exc:  # pyarrow raises its own error types for damaged files
-        raise BertCoreError(f"{path} is not a readable WikiText parquet file ({exc}); delete it to download again") from exc
+        raise BertCoreError(f"{path} is not a readable {what} parquet file ({exc}); delete it to download again") from exc
+    return [table.column(c).to_pylist() for c in columns]
+
+
+def wikitext_text_from_parquet(path: str | Path) -> str:
+    """The WikiText lines of a Hugging Face parquet file (one row per line) as one text."""
+    [column] = parquet_columns(path, ["text"], "WikiText")
     return "".join(line if line.endswith("\n") else line + "\n" for line in column if line is not None)
 
 

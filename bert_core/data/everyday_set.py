@@ -5,7 +5,7 @@ across thirteen everyday topics, each with the words a fair judge accepts; and m
 word order. They live in `everyday/` beside this module as two tab-separated files (format in their first lines and
 in everyday/README.md), are read by `python -m bert_core everyday` (bert_core.inspect.everyday_measure) and are
 never training text: both files are default decontamination references of `corpus build`
-(corpus_build.default_references), read through `reference_texts`.
+(bert_core.corpus.build.default_references), read through `reference_texts`.
 """
 
 from __future__ import annotations

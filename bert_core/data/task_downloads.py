@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bert_core.data.classification_data import clean_ag_news_text
-from bert_core.data.downloads import Progress, RemoteFile, download, sha256_of
+from bert_core.data.downloads import Progress, RemoteFile, download, parquet_columns, sha256_of
 from bert_core.errors import BertCoreError
 from bert_core.model.files import plain_file_mode
 from bert_core.paths import cache_dir as default_cache_dir
@@ -97,17 +97,8 @@ def polarity_csv_from_tarball(path: str | Path) -> str:
 
 def ag_news_csv_from_parquet(path: str | Path) -> str:
     """Hugging Face's AG News parquet file as a `label,text` CSV (labels World, Sports, Business, Sci/Tech)."""
-    try:   # an optional dependency, needed only for this file type: imported where it is used
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(str(path), columns=["text", "label"])
-    except ImportError as exc:
-        raise BertCoreError("reading AG News's parquet file needs pyarrow: pip install pyarrow") from exc
-    except Exception as exc:  # pyarrow raises its own error types for damaged files
-        raise BertCoreError(f"{path} is not a readable AG News parquet file ({exc}); delete it to download "
-                            "again") from exc
     rows = []
-    for text, label in zip(table.column("text").to_pylist(), table.column("label").to_pylist()):
+    for text, label in zip(*parquet_columns(path, ["text", "label"], "AG News")):
         if not isinstance(label, int) or not 0 <= label < len(AG_NEWS_CLASSES) or not text:
             raise BertCoreError(f"{path} has a row that is not AG News (label {label!r}); delete it to download again")
         rows.append((AG_NEWS_CLASSES[label], " ".join(clean_ag_news_text(text).split())))
