@@ -196,25 +196,24 @@ class LessonClasses:
         with self._lock:
             return str(code or "") in self._ended
 
-    def _change(self, code: str | None, apply) -> None:
+    def _set(self, code: str | None, name: str, value, same=lambda a, b: a == b) -> None:
+        """Set the field `name` of class `code`: its version moves, and the class is kept longest, only when the
+        value changes."""
         with self._lock:
             found = self._classes.get(str(code or ""))
-            if found is not None and apply(found) is not False:
-                found.version += 1
-                self._classes.move_to_end(str(code))
+            if found is not None and not same(getattr(found, name), value):
+                setattr(found, name, value)
+                self._changed(str(code), found)
+
+    def _changed(self, code: str, c: _Class) -> None:   # the caller holds the lock
+        c.version += 1
+        self._classes.move_to_end(code)
 
     def set_step(self, code: str, step: str, create: bool = False) -> None:
         """Move class `code` to `step` (a step name of the lesson; anything else is ignored). `create` is kept for
         older callers: a class is made by `lead`."""
-        if step not in self.steps:
-            return
-
-        def apply(c: _Class):
-            if c.step == step:
-                return False
-            c.step = step
-
-        self._change(code, apply)
+        if step in self.steps:
+            self._set(code, "step", step)
 
     def set_model(self, code: str, model: tuple[str, str] | None) -> None:
         """The model the teacher's sidebar has: ("shipped", a checkpoint's name), ("run", the teacher's run's view
@@ -223,59 +222,32 @@ class LessonClasses:
             kind, value = model
             ok = (kind == "shipped" and _SHIPPED_NAME.fullmatch(str(value))) or (kind == "run" and _token(value))
             model = (kind, str(value)) if ok else None
-
-        def apply(c: _Class):
-            if c.model == model:
-                return False
-            c.model = model
-
-        self._change(code, apply)
+        self._set(code, "model", model)
 
     def set_run(self, code: str, view_id: str | None) -> None:
         """The teacher's live run of the lesson (its view id), or None; it is one of the class's runs too."""
         view = _token(view_id)
-
-        def apply(c: _Class):
-            if view is not None:
-                self._add_run(c, view)
-            if c.run == view:
-                return False
-            c.run = view
-
-        self._change(code, apply)
+        self.add_run(code, view)
+        self._set(code, "run", view)
 
     def set_race(self, code: str, view_id: str | None) -> None:
         """The teacher's race of the lesson's last step (its view id), or None."""
-        view = _token(view_id)
-
-        def apply(c: _Class):
-            if c.race == view:
-                return False
-            c.race = view
-
-        self._change(code, apply)
+        self._set(code, "race", _token(view_id))
 
     def set_step_record(self, code: str, record: Any) -> None:
         """The teacher's latest *Take one step* (a (StepRecord, vocabulary size) pair), or None after a fresh
         start."""
-        def apply(c: _Class):
-            if c.step_record is record:
-                return False
-            c.step_record = record
-
-        self._change(code, apply)
+        self._set(code, "step_record", record, same=lambda a, b: a is b)
 
     def show_split(self, code: str, step: str, shown: bool = True) -> None:
         """Show (or hide again) the class's answer split of `step` on the students' pages."""
         if step not in self.steps:
             return
-
-        def apply(c: _Class):
-            if (step in c.shown) == shown:
-                return False
-            (c.shown.add if shown else c.shown.discard)(step)
-
-        self._change(code, apply)
+        with self._lock:
+            c = self._classes.get(str(code or ""))
+            if c is not None and (step in c.shown) != shown:
+                (c.shown.add if shown else c.shown.discard)(step)
+                self._changed(str(code), c)
 
     def report(self, teacher: str | None, now: float | None = None, choices: int = MAX_CHOICES) -> ClassReport | None:
         """The teacher's view of their class (by the teacher's token only: a students' code gets None)."""
@@ -288,13 +260,8 @@ class LessonClasses:
                 return None
             lately = [s for s in c.seats.values() if now - s.seen <= SEEN_S]
             on_step = {step: sum(1 for s in lately if s.step == step) for step in self.steps}
-            answers = [0] * max(0, min(int(choices), MAX_CHOICES))
-            for seat in c.seats.values():
-                chosen = seat.answers.get(c.step)
-                if chosen is not None and chosen < len(answers):
-                    answers[chosen] += 1
-            return ClassReport(code, c.step, sum(1 for s in lately if s.following), on_step, tuple(answers),
-                               tuple(c.runs), c.step in c.shown)
+            return ClassReport(code, c.step, sum(1 for s in lately if s.following), on_step,
+                               _answer_counts(c, c.step, choices), tuple(c.runs), c.step in c.shown)
 
     # ------------------------------------------------------------------------------------------- the students
 
@@ -351,14 +318,7 @@ class LessonClasses:
         before that (a student's page can never read them earlier)."""
         with self._lock:
             c = self._classes.get(str(code or ""))
-            if c is None or step not in c.shown:
-                return None
-            counts = [0] * max(0, min(int(choices), MAX_CHOICES))
-            for seat in c.seats.values():
-                chosen = seat.answers.get(step)
-                if chosen is not None and chosen < len(counts):
-                    counts[chosen] += 1
-            return tuple(counts)
+            return _answer_counts(c, step, choices) if c is not None and step in c.shown else None
 
     def add_run(self, code: str | None, view_id: str | None) -> None:
         """A run started by someone of class `code` from the lesson's links (by its view id: watch-only)."""
@@ -375,6 +335,16 @@ class LessonClasses:
         c.runs[view] = None
         while len(c.runs) > MAX_RUNS:
             c.runs.popitem(last=False)
+
+
+def _answer_counts(c: _Class, step: str, choices: int) -> tuple[int, ...]:
+    """How many of the class's seats chose each of `step`'s `choices` (at most MAX_CHOICES)."""
+    counts = [0] * max(0, min(int(choices), MAX_CHOICES))
+    for seat in c.seats.values():
+        chosen = seat.answers.get(step)
+        if chosen is not None and chosen < len(counts):
+            counts[chosen] += 1
+    return tuple(counts)
 
 
 # ------------------------------------------------------------------------------------------------ the class link
