@@ -16,95 +16,17 @@ the context on both sides can fill most masks: guessing from the word on each si
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 from bert_core.errors import BertCoreError
 
-# topic -> places, (occupation, plural), (object, plural), (verb, 3rd person singular), adjectives
+# topic -> places, (occupation, plural), (object, plural), (verb, 3rd person singular), adjectives: data, in
+# toy_topics.json beside this module (pairs read back as tuples).
 TOPICS: dict[str, dict[str, list]] = {
-    "farm": dict(
-        places=["barn", "field", "meadow"],
-        people=[("farmer", "farmers"), ("shepherd", "shepherds")],
-        things=[("cow", "cows"), ("goat", "goats"), ("horse", "horses"), ("pig", "pigs"), ("hen", "hens"),
-                ("tractor", "tractors"), ("fence", "fences"), ("bucket", "buckets")],
-        verbs=[("feed", "feeds"), ("milk", "milks"), ("count", "counts"), ("wash", "washes"), ("chase", "chases")],
-        adjectives=["muddy", "hungry", "noisy", "dusty"],
-    ),
-    "sea": dict(
-        places=["harbour", "beach", "island"],
-        people=[("sailor", "sailors"), ("fisherman", "fishermen")],
-        things=[("boat", "boats"), ("net", "nets"), ("shell", "shells"), ("wave", "waves"), ("anchor", "anchors"),
-                ("crab", "crabs"), ("sail", "sails"), ("gull", "gulls")],
-        verbs=[("row", "rows"), ("mend", "mends"), ("pull", "pulls"), ("catch", "catches"), ("paint", "paints")],
-        adjectives=["salty", "windy", "wet", "stormy"],
-    ),
-    "forest": dict(
-        places=["woods", "cabin", "clearing"],
-        people=[("hunter", "hunters"), ("woodcutter", "woodcutters")],
-        things=[("tree", "trees"), ("fox", "foxes"), ("owl", "owls"), ("wolf", "wolves"), ("axe", "axes"),
-                ("mushroom", "mushrooms"), ("log", "logs"), ("bear", "bears")],
-        verbs=[("chop", "chops"), ("track", "tracks"), ("gather", "gathers"), ("follow", "follows"), ("stack", "stacks")],
-        adjectives=["dark", "wild", "mossy", "silent"],
-    ),
-    "city": dict(
-        places=["station", "market", "square"],
-        people=[("driver", "drivers"), ("banker", "bankers")],
-        things=[("bus", "buses"), ("taxi", "taxis"), ("train", "trains"), ("ticket", "tickets"), ("shop", "shops"),
-                ("bridge", "bridges"), ("lamp", "lamps"), ("coin", "coins")],
-        verbs=[("drive", "drives"), ("sell", "sells"), ("buy", "buys"), ("check", "checks"), ("clean", "cleans")],
-        adjectives=["busy", "crowded", "bright", "loud"],
-    ),
-    "school": dict(
-        places=["classroom", "library", "playground"],
-        people=[("teacher", "teachers"), ("student", "students")],
-        things=[("book", "books"), ("pencil", "pencils"), ("lesson", "lessons"), ("desk", "desks"), ("map", "maps"),
-                ("poem", "poems"), ("letter", "letters"), ("exam", "exams")],
-        verbs=[("read", "reads"), ("write", "writes"), ("study", "studies"), ("copy", "copies"), ("grade", "grades")],
-        adjectives=["strict", "clever", "long", "difficult"],
-    ),
-    "kitchen": dict(
-        places=["bakery", "restaurant", "pantry"],
-        people=[("cook", "cooks"), ("baker", "bakers")],
-        things=[("cake", "cakes"), ("loaf", "loaves"), ("soup", "soups"), ("pan", "pans"), ("spoon", "spoons"),
-                ("onion", "onions"), ("pie", "pies"), ("plate", "plates")],
-        verbs=[("bake", "bakes"), ("stir", "stirs"), ("slice", "slices"), ("taste", "tastes"), ("serve", "serves")],
-        adjectives=["hot", "sweet", "spicy", "fresh"],
-    ),
-    "castle": dict(
-        places=["palace", "courtyard", "dungeon"],
-        people=[("knight", "knights"), ("guard", "guards")],
-        things=[("sword", "swords"), ("shield", "shields"), ("crown", "crowns"), ("dragon", "dragons"),
-                ("gate", "gates"), ("banner", "banners"), ("key", "keys"), ("candle", "candles")],
-        verbs=[("polish", "polishes"), ("defend", "defends"), ("lock", "locks"), ("raise", "raises"),
-               ("sharpen", "sharpens")],
-        adjectives=["royal", "golden", "ancient", "proud"],
-    ),
-    "garden": dict(
-        places=["greenhouse", "orchard", "pond"],
-        people=[("gardener", "gardeners"), ("florist", "florists")],
-        things=[("rose", "roses"), ("tulip", "tulips"), ("seed", "seeds"), ("apple", "apples"), ("bee", "bees"),
-                ("frog", "frogs"), ("hose", "hoses"), ("basket", "baskets")],
-        verbs=[("water", "waters"), ("plant", "plants"), ("pick", "picks"), ("trim", "trims"), ("grow", "grows")],
-        adjectives=["green", "sunny", "fragrant", "blooming"],
-    ),
-    "mountain": dict(
-        places=["peak", "valley", "camp"],
-        people=[("climber", "climbers"), ("guide", "guides")],
-        things=[("rock", "rocks"), ("tent", "tents"), ("boot", "boots"), ("eagle", "eagles"), ("cliff", "cliffs"),
-                ("stone", "stones"), ("lantern", "lanterns"), ("compass", "compasses")],
-        verbs=[("climb", "climbs"), ("pack", "packs"), ("lift", "lifts"), ("cross", "crosses"), ("mark", "marks")],
-        adjectives=["cold", "steep", "snowy", "high"],
-    ),
-    "workshop": dict(
-        places=["laboratory", "observatory", "garage"],
-        people=[("scientist", "scientists"), ("engineer", "engineers")],
-        things=[("robot", "robots"), ("rocket", "rockets"), ("magnet", "magnets"), ("wire", "wires"),
-                ("battery", "batteries"), ("telescope", "telescopes"), ("engine", "engines"), ("machine", "machines")],
-        verbs=[("build", "builds"), ("fix", "fixes"), ("measure", "measures"), ("repair", "repairs"),
-               ("launch", "launches")],
-        adjectives=["shiny", "strange", "electric", "precise"],
-    ),
-}
+    topic: {field: [tuple(x) if isinstance(x, list) else x for x in words] for field, words in fields.items()}
+    for topic, fields in json.loads(Path(__file__).with_name("toy_topics.json").read_text(encoding="utf-8")).items()}
 # Every thing has its own adjective ("the muddy pig", "the stormy wave"): a masked adjective is read from the
 # noun on its right, a masked noun narrowed by the adjective on its left.
 ADJECTIVE_OF = {thing: t["adjectives"][i % len(t["adjectives"])]
