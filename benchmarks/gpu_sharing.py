@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.serve import jobs, launcher, runs  # noqa: E402
 from bert_core.serve.server_gpus import ServerGpu, server_gpus  # noqa: E402
-from bert_core.serve.train_spec import page_spec, page_values  # noqa: E402
+from bert_core.training.train_spec import page_spec, page_values  # noqa: E402
 
 
 def page_run(preset: str, steps: int | None):

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.serve import jobs, launcher  # noqa: E402
-from bert_core.serve.train_spec import default_spec  # noqa: E402
+from bert_core.training.train_spec import default_spec  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -27,7 +27,9 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 
-    from bert_core.serve.train_spec import build_trainer, default_spec
+    from bert_core.serve.train_spec import build_trainer
+
+    from bert_core.training.train_spec import default_spec
 
     torch.set_num_threads(1)
     folder = args.out / "toy-default"

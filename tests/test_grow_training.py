@@ -168,7 +168,7 @@ def test_the_loss_chart_marks_the_step_the_run_grew_at():
 
 
 def test_the_page_spec_grows_from_the_recipes_start_size_and_says_the_command():
-    from bert_core.serve.train_spec import page_spec, page_values
+    from bert_core.training.train_spec import page_spec, page_values
     from bert_core.training.comparison import train_command
 
     values = page_values("wikitext-2", "mini")
@@ -221,7 +221,7 @@ def test_a_size_that_cannot_grow_is_one_error_line_and_writes_nothing(tmp_path, 
 
 
 def test_trying_a_size_that_cannot_grow_from_a_growing_run_trains_it_whole():
-    from bert_core.serve.train_spec import page_spec, page_values, validate_spec
+    from bert_core.training.train_spec import page_spec, page_values, validate_spec
     from bert_core.training.comparison import one_change
 
     values = page_values("wikitext-2", "mini")

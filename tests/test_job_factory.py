@@ -15,7 +15,8 @@ from bert_core.serve.job_base import JobBase
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
 from bert_core.serve.run_registry import Run
 from bert_core.serve.thread_job import TrainingJob
-from bert_core.serve.train_spec import build_trainer, default_spec
+from bert_core.serve.train_spec import build_trainer
+from bert_core.training.train_spec import default_spec
 from bert_core.serve.training_process import ProcessTrainingJob
 
 

@@ -128,7 +128,7 @@ def test_a_gpt_cannot_guess_masked_tokens(tokenizer, pairs):
 
 @pytest.fixture(scope="module")
 def default_spec():
-    from bert_core.serve.train_spec import default_spec
+    from bert_core.training.train_spec import default_spec
 
     return default_spec()
 

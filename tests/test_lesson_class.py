@@ -149,7 +149,7 @@ def _trainer(masked_acc: float, step: int, max_steps: int = 100):
 
 
 def test_a_class_run_row_names_its_size_its_changed_knob_its_accuracy_and_the_plateau():
-    from bert_core.serve.train_spec import default_spec
+    from bert_core.training.train_spec import default_spec
     from bert_core.training.comparison import one_change
 
     default = default_spec()

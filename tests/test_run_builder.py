@@ -10,10 +10,12 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.serve import app_storage, jobs
+from bert_core.serve.app_widgets import setting_cast
 from bert_core.training import comparison, run_builder
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.run_settings import flag, setting
 from bert_core.training.train_config import TrainConfig
+from bert_core.training.train_spec import page_values
 from tests.test_comparison import page_spec as documented_page_spec
 
 
@@ -40,11 +42,7 @@ def test_every_train_option_stores_its_value_under_the_setting_it_sets():
 
 def _values(**changes) -> dict:
     """The Train page's session state before anything is typed, as its widgets hold it."""
-    values = {key: value for key, value, _ in jobs.widget_defaults({"train_corpus": "toy", "train_preset": "nano"})}
-    values.update(train_corpus="toy", train_preset="nano", train_objective="mlm", train_probes="",
-                  train_att_probe="")
-    values.update(changes)
-    return values
+    return {**page_values(), "train_probes": "", "train_att_probe": "", **changes}
 
 
 def test_the_page_spec_is_made_in_one_place_from_the_widgets_and_checked():
@@ -67,11 +65,12 @@ def test_the_page_spec_is_made_in_one_place_from_the_widgets_and_checked():
 
 
 def test_the_widgets_start_from_the_lesson_and_read_their_urls_as_their_types():
-    real = {key: (value, cast) for key, value, cast in
-            jobs.widget_defaults({"train_corpus": "wikitext-2", "train_preset": "mini"})}
+    values = {"train_corpus": "wikitext-2", "train_preset": "mini"}
+    real = {s.widget.key: (value, setting_cast(s)) for s, value, _ in jobs.widget_defaults(values)}
     lesson = lesson_settings("wikitext-2", "mini")
-    assert {key: value for key, (value, _) in real.items()} == {key: lesson[name] for key, name in
-                                                                jobs.WIDGETS.items() if key in real}
+    assert {key: value for key, (value, _) in real.items() if key not in values} == {
+        key: lesson[name] for key, name in jobs.WIDGETS.items() if key not in values}
+    assert real["train_corpus"][0] == "toy" and real["train_preset"][0] == "nano"   # chosen first, not followed
     assert real["train_lr"][1]("0.001") == 0.001 and real["train_steps"][1]("12") == 12
     assert real["train_nsp"][1]("False") is False and real["train_nsp"][1]("true") is True
 

@@ -13,8 +13,7 @@ from bert_core.cli import train_options, train_plan, train_recipe
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
-from bert_core.serve import train_spec
-from bert_core.training import comparison, run_settings
+from bert_core.training import comparison, run_settings, train_spec
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import Recipe, recipe_for
 from bert_core.training.setting import (CHANGES, NEW_RUN_ONLY, STAYS, KnobFace, Limits, Setting, Widget, described,
@@ -91,13 +90,17 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
 
 
 def test_a_config_setting_given_a_widget_starts_from_the_recipe_or_the_configs_default(monkeypatch):
-    warmup = dataclasses.replace(run_settings.SETTINGS["warmup_ratio"], widget=Widget("train_warmup", "Warmup",
-                                                                                       range=(0.0, 0.5)))
+    # docs/settings.md's example, as it is written there
+    warmup = dataclasses.replace(run_settings.SETTINGS["warmup_ratio"], widget=Widget(
+        "train_warmup", "Warmup (share of the run)", range=(0.0, 0.5), step=0.05, group="training"))
     assert "warmup_ratio" not in lesson_settings("toy")
     monkeypatch.setattr(run_settings, "SETTINGS", {**run_settings.SETTINGS, "warmup_ratio": warmup})
     # its place on the page and in the address bar is its field's: after the learning rate
     keys = list(run_settings.widgets())
     assert keys.index("train_warmup") == keys.index("train_lr") + 1
+    from bert_core.serve.app_widgets import setting_cast
+    from bert_core.serve.url_settings import url_value
+    assert url_value("0.9", setting_cast(warmup)) == 0.5   # a link's value is held to the page's range
     assert lesson_settings("toy")["warmup_ratio"] == TrainConfig.warmup_ratio          # the toy lesson has none
     assert lesson_settings("wikitext-2", "mini")["warmup_ratio"] == recipe_for("mini").warmup_ratio
 

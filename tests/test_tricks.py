@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bert_core.inspect.tricks import DEFAULTS_MEASURED, TRICKS, measured_text, trick_rows
-from bert_core.serve.train_spec import default_spec
+from bert_core.training.train_spec import default_spec
 from bert_core.training.comparison import KNOBS, knob_diff, one_change, suggested_changes
 
 ROOT = Path(__file__).resolve().parent.parent

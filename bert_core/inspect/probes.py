@@ -20,6 +20,7 @@ from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
 from bert_core.inspect.word_maps import WordMap
 from bert_core.paths import cache_dir, shared_data_dir
+from bert_core.training.train_spec import check_probe_sentences
 
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
 DEFAULT_PROBES = (
@@ -247,9 +248,7 @@ class ProbeStore:
         sentences = list(sentences)
         if not sentences and attention_sentence is None:
             raise BertCoreError("give at least one probe sentence or an attention sentence")
-        for s in sentences:
-            if "[mask]" not in s.lower():
-                raise BertCoreError(f"probe sentence {s!r} has no [MASK]: write [MASK] where a word should go")
+        check_probe_sentences(sentences)
         if max_snapshots < 2:
             raise BertCoreError(f"max_snapshots must be at least 2, got {max_snapshots}")
         self.sentences = sentences

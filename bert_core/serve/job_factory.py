@@ -25,8 +25,9 @@ from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
 from bert_core.serve.runs import default_slots, where_runs_train
 from bert_core.serve.server_gpus import detected_gpus
 from bert_core.serve.thread_job import TrainingJob
-from bert_core.serve.train_spec import TrainSpec, build_trainer, spec_from_dict, training_data_for
+from bert_core.serve.train_spec import build_trainer, training_data_for
 from bert_core.serve.training_process import ProcessTrainingJob
+from bert_core.training.train_spec import TrainSpec, spec_from_dict
 
 PROCESS_ENV = "BERT_EXPLORER_TRAIN_PROCESS"        # 0: train on a server thread instead of a child process
 RAY_ADDRESS_ENV = "BERT_EXPLORER_RAY_ADDRESS"      # a Ray cluster's address ("auto", "ray://head:10001", "head:6379")

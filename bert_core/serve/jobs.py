@@ -26,24 +26,27 @@ from bert_core.serve.job_factory import (  # noqa: F401 - re-exported
 )
 from bert_core.serve.thread_job import TrainingJob  # noqa: F401 - re-exported
 
-# A Train-page run's spec, and what the page makes it from, live in bert_core.serve.train_spec; pages import them from
-# here (tests/test_layers.py lists the modules a page may import), as the tests and benchmarks do.
+# A Train-page run's spec and what the page makes it from (bert_core.training.train_spec), and what the server does
+# with it (bert_core.serve.train_spec); pages import them from here (tests/test_layers.py lists the modules a page may
+# import), as the tests and benchmarks do.
 from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
-    PAGE_SETTINGS,
-    WIDGETS,
-    TrainSpec,
     build_trainer,
     corpus_text,
     default_probes,
-    default_spec,
     page_corpus,
-    page_spec,
-    page_values_of,
     preview_corpus,
     save_start_weights,
-    spec_from_dict,
     spec_with_change,
     training_data_for,
+)
+from bert_core.training.train_spec import (  # noqa: F401 - re-exported
+    PAGE_SETTINGS,
+    WIDGETS,
+    TrainSpec,
+    default_spec,
+    page_spec,
+    page_values_of,
+    spec_from_dict,
     validate_spec,
     widget_defaults,
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 # The pages a run belongs to (RunSpec.page), also the names its links and run lists use.
-TRAIN_PAGE = "Train"
+from bert_core.training.train_spec import TRAIN_PAGE  # noqa: F401  (re-exported)
 FINETUNE_PAGE = "Fine-tune"
 
 

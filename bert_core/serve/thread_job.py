@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.job_base import JobBase, use_training_threads
-from bert_core.serve.train_spec import TrainSpec, build_trainer
+from bert_core.serve.train_spec import build_trainer
+from bert_core.training.train_spec import TrainSpec
 
 log = logging.getLogger("bert_core.app")
 
