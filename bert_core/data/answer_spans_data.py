@@ -19,12 +19,13 @@ import string
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
-from bert_core.data.splits import split_sizes
+from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
+from bert_core.data.splits import split_data
 from bert_core.data.toy_grammar import (
     ADJECTIVE_OF,
     COLOURS,
@@ -33,7 +34,7 @@ from bert_core.data.toy_grammar import (
     MALE_NAMES,
     TOPICS,
 )
-from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, drill_squad, toy_qa_drills
+from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, SpanWriter, drill_squad, toy_qa_drills
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
 
@@ -260,26 +261,6 @@ _FEELINGS = ["{name} felt {feeling}.", "{name} was {feeling} all day.", "Everyon
              "{name} and {other} were {feeling}."]
 
 
-class _StoryWriter:
-    """Writes one toy story piece by piece, remembering where each character's name, place and find begin."""
-
-    def __init__(self):
-        self.text = ""
-        self.spans: dict[tuple[str, int], tuple[str, int]] = {}  # (what, character) -> (text, start)
-
-    def add(self, *pieces) -> None:
-        """Append a sentence made of plain strings and (text, key) pairs whose positions are remembered."""
-        if self.text:
-            self.text += " "
-        for piece in pieces:
-            if isinstance(piece, tuple):
-                text, key = piece
-                self.spans.setdefault(key, (text, len(self.text)))
-                self.text += text
-            else:
-                self.text += piece
-
-
 def _thing_phrase(rng: random.Random, noun: tuple[str, str]) -> tuple[str, str]:
     """(what was found, e.g. 'two salty boats', and how a question names it, e.g. 'the salty boats')."""
     plural = rng.random() < 0.4
@@ -336,7 +317,7 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
             a, b = rng.sample(names, 2)
             line = rng.choice(_FEELINGS).format(name=a, other=b, feeling=rng.choice(FEELINGS))
         blocks.insert(rng.randint(0, len(blocks)), [[line]])
-    writer = _StoryWriter()
+    writer = SpanWriter()
     if rng.random() < 0.4:
         writer.add(", ".join(names[:-1]) + f" and {names[-1]} were friends.")
     for block in blocks:
@@ -394,50 +375,13 @@ def drill_data(drill: Drill) -> QAData:
 
 # -- splits ------------------------------------------------------------------------------------------------------
 
-def split_by_passage(
-    data: QAData,
-    train_size: int | None = None,
-    val_size: int | None = None,
-    *,
-    seed: int = 0,
-    val_fraction: float = 0.1,
-) -> tuple[QAData, QAData]:
-    """A seeded train / validation split that keeps every passage's questions on one side.
-
-    Sizes count questions (default: about 10% for validation, the rest for training). Passages are dealt out in a
-    seeded order, whole: validation first, until it holds at least its number of questions (so it can be larger
-    by less than one passage's questions), then training, until it holds its number, or all the rest by default
-    (it may then fall short of an asked-for size by less than one passage's questions). No validation passage is
-    ever seen in training: otherwise the score would measure memorised passages, not reading.
-    """
-    n = len(data)
-    groups: dict[str, list[int]] = {}
-    for i, example in enumerate(data.examples):
-        groups.setdefault(example.context, []).append(i)
-    passages = list(groups.values())
-    if len(passages) < 2:
-        raise BertCoreError(f"{data.source or 'the data'} has {len(passages)} passage(s); a split that keeps "
-                            "passages apart needs at least 2. Add more passages.")
-    rest = train_size is None
-    train_size, val_size = split_sizes(n, train_size, val_size, val_fraction=val_fraction, source=data.source,
-                                       unit="questions")
-    random.Random(seed).shuffle(passages)
-    val: list[int] = []
-    taken = 0
-    while len(val) < val_size and taken < len(passages) - 1:  # keep at least one passage for training
-        val += passages[taken]
-        taken += 1
-    train: list[int] = []
-    for group in passages[taken:]:
-        if len(train) >= train_size and not rest:
-            break
-        train += group
-    largest = max(len(group) for group in passages)
-    if len(val) < val_size or not train or len(train) <= train_size - largest:
-        raise BertCoreError(f"{data.source or 'the data'} cannot give {train_size} training and {val_size} validation "
-                            f"questions with whole passages on each side ({n} questions on {len(passages)} "
-                            "passages). Ask for fewer questions.")
-    return data.subset(sorted(train), " (train)"), data.subset(sorted(val), " (validation)")
+def split_by_passage(data: QAData, train_size: int | None = None, val_size: int | None = None, *, seed: int = 0,
+                     val_fraction: float = 0.1) -> tuple[QAData, QAData]:
+    """A seeded train / validation split that keeps every passage's questions on one side (splits.split_data with
+    the passages as groups; sizes count questions). No validation passage is ever seen in training: otherwise the
+    score would measure memorised passages, not reading."""
+    return split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction, unit="questions",
+                      groups=[e.context for e in data.examples])
 
 
 # -- sliding-window features -------------------------------------------------------------------------------------
@@ -551,20 +495,14 @@ def collate_qa(features: Sequence[QAFeature], indices: Sequence[int], pad_id: in
 
 def qa_train_batches(features: Sequence[QAFeature], batch_size: int, seed: int = 0, pad_id: int = 0,
                      bucket_batches: int = 50) -> Iterator[QABatch]:
-    """Endless seeded batches, grouped by length (batching.length_grouped_batches); the same seed gives the same
-    batches."""
-    if not features:
-        raise BertCoreError("there are no features to train on; encode some questions first.")
-    for indices in length_grouped_batches([len(f.input_ids) for f in features], batch_size, seed, bucket_batches):
-        yield collate_qa(features, indices, pad_id)
+    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
+    return seeded_batches([len(f.input_ids) for f in features], partial(collate_qa, features, pad_id=pad_id),
+                          batch_size, seed, bucket_batches)
 
 
 def qa_eval_batches(features: Sequence[QAFeature], batch_size: int = 64, pad_id: int = 0) -> Iterator[QABatch]:
     """One pass over all features in order."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise BertCoreError(f"batch size must be a whole number of at least 1 (got {batch_size!r}).")
-    for start in range(0, len(features), batch_size):
-        yield collate_qa(features, range(start, min(start + batch_size, len(features))), pad_id)
+    return ordered_batches(range(len(features)), partial(collate_qa, features, pad_id=pad_id), batch_size)
 
 
 # -- from logits to answers --------------------------------------------------------------------------------------

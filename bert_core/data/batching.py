@@ -1,5 +1,5 @@
-"""Batches of fine-tuning data (sentences, tagged sentences, question windows): a seeded, length-grouped order,
-rows padded into tensors, and moved to a device; and reading a file a user gives as text, with one clear error for
+"""Batches of fine-tuning data (sentences, tagged sentences, question windows): a seeded, length-grouped order
+for training and one pass for evaluation, rows padded into tensors, and moved to a device; and reading a file a user gives as text, with one clear error for
 each way it can fail.
 
 Each epoch is a fresh shuffle drawn from (seed, epoch). Within each run of `bucket_batches` batches the examples
@@ -11,7 +11,7 @@ epoch. The same lengths and seed give the same batches; `bucket_batches=1` turns
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -38,6 +38,22 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 
         for b in torch.randperm(len(batches), generator=g).tolist():
             yield batches[b]
         epoch += 1
+
+
+def seeded_batches(lengths: Sequence[int], collate: Callable[[list[int]], object], batch_size: int, seed: int = 0,
+                   bucket_batches: int = 50) -> Iterator:
+    """Endless training batches, `collate(indices)` of each list of length_grouped_batches (the same lengths and
+    seed give the same batches)."""
+    if not lengths:
+        raise BertCoreError("no examples to train on; give at least one.")
+    return map(collate, length_grouped_batches(lengths, batch_size, seed, bucket_batches))
+
+
+def ordered_batches(order: Sequence[int], collate: Callable[[list[int]], object], batch_size: int) -> Iterator:
+    """One pass for evaluation: `collate` of `order`'s example indices, `batch_size` at a time."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise BertCoreError(f"batch size must be a whole number of at least 1 (got {batch_size!r}).")
+    return (collate(list(order[start : start + batch_size])) for start in range(0, len(order), batch_size))
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:

@@ -15,13 +15,14 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
+from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
 from bert_core.data.corpora import generate_toy_corpus
-from bert_core.data.splits import seeded_split
+from bert_core.data.splits import split_data
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 
@@ -334,19 +335,11 @@ def csv_columns(path_or_bytes: str | Path | bytes, name: str = "upload.csv") -> 
     return headerless or [c.strip() for c in rows[0]]
 
 
-def split_train_val(
-    data: ClassificationData,
-    train_size: int | None = None,
-    val_size: int | None = None,
-    *,
-    seed: int = 0,
-    val_fraction: float = 0.1,
-) -> tuple[ClassificationData, ClassificationData]:
-    """A seeded, disjoint train / validation split of the given sizes (defaults: 10% validation, the rest train)."""
-    train_rows, val_rows = seeded_split(len(data), train_size, val_size, seed=seed, val_fraction=val_fraction,
-                                        source=data.source)
-    val = data.subset(val_rows, " (validation)")
-    train = data.subset(train_rows, " (train)")
+def split_train_val(data: ClassificationData, train_size: int | None = None, val_size: int | None = None, *,
+                    seed: int = 0, val_fraction: float = 0.1) -> tuple[ClassificationData, ClassificationData]:
+    """A seeded, disjoint train / validation split of the given sizes (splits.split_data), whose training part holds
+    at least two classes."""
+    train, val = split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction)
     if len(set(train.labels)) < 2:
         raise BertCoreError("the training split holds a single class; use more examples or another seed.")
     return train, val
@@ -385,17 +378,15 @@ def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: 
 
 def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,
                   bucket_batches: int = 50):
-    """Endless seeded batches, grouped by length (batching.length_grouped_batches)."""
-    lengths = [len(e["input_ids"]) for e in encoded]
-    for indices in length_grouped_batches(lengths, batch_size, seed, bucket_batches):
-        yield collate(encoded, labels, indices, pad_id)
+    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
+    return seeded_batches([len(e["input_ids"]) for e in encoded], partial(collate, encoded, labels, pad_id=pad_id),
+                          batch_size, seed, bucket_batches)
 
 
 def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, pad_id: int = 0):
-    """Batches over all examples in order, sorted by length inside each so padding stays small."""
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
-    for start in range(0, len(order), batch_size):
-        yield collate(encoded, labels, order[start : start + batch_size], pad_id)
+    """Batches over all examples, sorted by length so padding stays small."""
+    return ordered_batches(sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"])),
+                           partial(collate, encoded, labels, pad_id=pad_id), batch_size)
 
 
 def _topic_words() -> dict[str, str]:

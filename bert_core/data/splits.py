@@ -1,13 +1,27 @@
-"""Seeded train / validation splits of fine-tuning data: the sizes checked once, with one message, for sentences,
-tagged sentences and questions alike."""
+"""Seeded train / validation splits of fine-tuning data: the sizes checked once, with one message, and whole groups
+dealt out (a passage's questions), for sentences, tagged sentences and questions alike."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Hashable, Sequence
+from typing import Protocol, TypeVar
 
 from bert_core.errors import BertCoreError
 
-__all__ = ["split_sizes", "seeded_split"]
+__all__ = ["split_sizes", "split_data", "Splittable"]
+
+T = TypeVar("T", bound="Splittable")
+
+
+class Splittable(Protocol):
+    """Fine-tuning data: its size, where it came from, and a part of it by row indices."""
+
+    source: str
+
+    def __len__(self) -> int: ...
+
+    def subset(self: T, indices: list[int], source_suffix: str = "") -> T: ...
 
 
 def split_sizes(n: int, train_size: int | None, val_size: int | None, *, val_fraction: float = 0.1,
@@ -26,10 +40,43 @@ def split_sizes(n: int, train_size: int | None, val_size: int | None, *, val_fra
     return train_size, val_size
 
 
-def seeded_split(n: int, train_size: int | None, val_size: int | None, *, seed: int = 0, val_fraction: float = 0.1,
-                 source: str = "", unit: str = "examples") -> tuple[list[int], list[int]]:
-    """Disjoint sorted (train, validation) indices into `n` items, drawn by a seeded shuffle (split_sizes' sizes)."""
-    train_size, val_size = split_sizes(n, train_size, val_size, val_fraction=val_fraction, source=source, unit=unit)
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    return sorted(order[val_size : val_size + train_size]), sorted(order[:val_size])
+def split_data(data: T, train_size: int | None = None, val_size: int | None = None, *, seed: int = 0,
+               val_fraction: float = 0.1, unit: str = "examples", groups: Sequence[Hashable] | None = None
+               ) -> tuple[T, T]:
+    """A seeded, disjoint (train, validation) pair of `data.subset`s, rows in order, sizes by `split_sizes`.
+
+    Rows sharing a key of `groups` (a passage, for its questions) stay on one side; without groups each row is its
+    own. The groups are dealt out whole in a seeded order: validation first, until it holds at least its number of
+    rows (so it can be larger by less than one group), then training, until it holds its number, or all the rest by
+    default (it may then fall short of an asked-for size by less than one group).
+    """
+    n = len(data)
+    if groups is None:
+        dealt = [[i] for i in range(n)]
+    else:
+        by_key: dict[Hashable, list[int]] = {}
+        for i, key in enumerate(groups):
+            by_key.setdefault(key, []).append(i)
+        dealt = list(by_key.values())
+        if len(dealt) < 2:
+            raise BertCoreError(f"{data.source or 'the data'} has {len(dealt)} passage(s); a split that keeps "
+                                "passages apart needs at least 2. Add more passages.")
+    rest = train_size is None
+    train_size, val_size = split_sizes(n, train_size, val_size, val_fraction=val_fraction, source=data.source,
+                                       unit=unit)
+    random.Random(seed).shuffle(dealt)
+    val: list[int] = []
+    taken = 0
+    while len(val) < val_size and taken < len(dealt) - 1:  # keep at least one group for training
+        val += dealt[taken]
+        taken += 1
+    train: list[int] = []
+    for group in dealt[taken:]:
+        if len(train) >= train_size and not rest:
+            break
+        train += group
+    if len(val) < val_size or not train or len(train) <= train_size - max(len(group) for group in dealt):
+        raise BertCoreError(f"{data.source or 'the data'} cannot give {train_size} training and {val_size} validation "
+                            f"{unit} with whole passages on each side ({n} {unit} on {len(dealt)} passages). "
+                            f"Ask for fewer {unit}.")
+    return data.subset(sorted(train), " (train)"), data.subset(sorted(val), " (validation)")

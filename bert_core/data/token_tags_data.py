@@ -16,12 +16,13 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, length_grouped_batches, pad_rows, read_upload
-from bert_core.data.splits import seeded_split
+from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
+from bert_core.data.splits import split_data
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
 
@@ -325,18 +326,10 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
     )
 
 
-def split_sentences(
-    data: TaggedSentences,
-    train_size: int | None = None,
-    val_size: int | None = None,
-    *,
-    seed: int = 0,
-    val_fraction: float = 0.1,
-) -> tuple[TaggedSentences, TaggedSentences]:
-    """A seeded, disjoint train / validation split of sentences (defaults: 10% validation, the rest train)."""
-    train_rows, val_rows = seeded_split(len(data), train_size, val_size, seed=seed, val_fraction=val_fraction,
-                                        source=data.source, unit="sentences")
-    return data.subset(train_rows, " (train)"), data.subset(val_rows, " (validation)")
+def split_sentences(data: TaggedSentences, train_size: int | None = None, val_size: int | None = None, *,
+                    seed: int = 0, val_fraction: float = 0.1) -> tuple[TaggedSentences, TaggedSentences]:
+    """A seeded, disjoint train / validation split of sentences (splits.split_data)."""
+    return split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction, unit="sentences")
 
 
 # -- encoding ------------------------------------------------------------------------------------------------------
@@ -577,17 +570,11 @@ def collate_tagged(examples: Sequence[TaggedExample], indices: Sequence[int], pa
 
 def tag_train_batches(examples: Sequence[TaggedExample], batch_size: int, seed: int = 0, pad_id: int = 0,
                       bucket_batches: int = 50) -> Iterator[TagBatch]:
-    """Endless seeded batches, grouped by length (batching.length_grouped_batches); the same examples and seed
-    give the same batches."""
-    if not examples:
-        raise BertCoreError("no examples to train on; give at least one tagged sentence.")
-    for indices in length_grouped_batches([len(e.input_ids) for e in examples], batch_size, seed, bucket_batches):
-        yield collate_tagged(examples, indices, pad_id)
+    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
+    return seeded_batches([len(e.input_ids) for e in examples], partial(collate_tagged, examples, pad_id=pad_id),
+                          batch_size, seed, bucket_batches)
 
 
 def tag_eval_batches(examples: Sequence[TaggedExample], batch_size: int = 64, pad_id: int = 0) -> Iterator[TagBatch]:
     """One pass over all examples in order, `batch_size` at a time."""
-    if batch_size < 1:
-        raise BertCoreError(f"batch size must be at least 1 (got {batch_size}).")
-    for start in range(0, len(examples), batch_size):
-        yield collate_tagged(examples, list(range(start, min(start + batch_size, len(examples)))), pad_id)
+    return ordered_batches(range(len(examples)), partial(collate_tagged, examples, pad_id=pad_id), batch_size)

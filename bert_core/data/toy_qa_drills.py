@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 
 __all__ = ["QUESTION_KINDS", "DRILL_KINDS", "Drill", "DRILL_SHARES", "MASTERY", "toy_qa_drills", "drill_squad",
-           "question_kind"]
+           "question_kind", "SpanWriter"]
 
 NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
          "paul", "rose")
@@ -45,6 +45,10 @@ QUESTION_KINDS = ("who", "where", "what", "finder")  # the toy stories' four que
 # tom do?" -> "tom went to the barn": the span starts at the name the question gives) or by its place ("What
 # happened at the barn?": the span ends there).
 DRILL_KINDS = ("sentence", "happened", *QUESTION_KINDS)
+# How a drill asks each kind, and what part of a name's sentence answers it (SpanWriter keys).
+ASKED = {"who": ("Who went to the {place}?", "name"), "where": ("Where did {name} go?", "place"),
+         "what": ("What did {name} find?", "thing"), "finder": ("Who found the {thing}?", "finder"),
+         "sentence": ("What did {name} do?", "told"), "happened": ("What happened at the {place}?", "told")}
 
 # The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
 # budget); each ends as soon as it is learnt, or at its deadline: where the shares so far add up, so that what a
@@ -94,9 +98,7 @@ class Drill:
     @property
     def example(self) -> str:
         """One question of this drill, to show what it asks."""
-        return {"sentence": "What did tom do?", "happened": "What happened at the barn?",
-                "who": "Who went to the barn?", "where": "Where did tom go?", "what": "What did tom find?",
-                "finder": "Who found the red stone?"}[self.kind]
+        return ASKED[self.kind][0].format(name="tom", place="barn", thing="red stone")
 
 
 def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
@@ -132,38 +134,54 @@ def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = Fals
             things = [f"{c} {t}" for c, t in zip(finds.sample(COLOURS, k), finds.sample(THINGS, k))]
         else:
             things = [f"{finds.choice(COLOURS)} {finds.choice(THINGS)}" for _ in range(k)] if find else []
-        context, qas = "", []
+        writer = SpanWriter()
         for j, (name, place) in enumerate(zip(names, places)):
-            context += (" " if context else "")
             own = find and forms.random() < own_sentence
-            go, found = ("went", "found")
-            if find and story_verbs:
-                go, found = forms.choice(GO_VERBS), forms.choice(FIND_VERBS)
-            at = {"name": len(context), "place": len(context) + len(f"{name} {go} to ")}
-            context += f"{name} {go} to the {place}"
-            if find and own:
-                told = context[at["name"]:]   # what the name did, and happened at the place: the first sentence
-                at["finder"] = len(context) + len(". ")
-                at["thing"] = at["finder"] + len(f"{name} {found} ")
-                context += f". {name} {found} a {things[j]}"
-            elif find:
-                at["thing"] = len(context) + len(f" and {found} ")
-                context += f" and {found} a {things[j]}"
-            if not own:
-                told = context[at["name"]:]
-            asked = {"sentence": (f"What did {name} do?", told, at["name"]),
-                     "happened": (f"What happened at the {place}?", told, at["name"]),
-                     "who": (f"Who went to the {place}?", name, at["name"]),
-                     "where": (f"Where did {name} go?", f"the {place}", at["place"])}
-            context += "."
-            if find:
-                asked.update(what=(f"What did {name} find?", f"a {things[j]}", at["thing"]),
-                             finder=(f"Who found the {things[j]}?", name, at.get("finder", at["name"])))
-            qas += [{"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"), "question": asked[kind][0],
-                     "answers": [{"text": asked[kind][1], "answer_start": asked[kind][2]}]}
-                    for q, kind in enumerate(QUESTION_KINDS + ("sentence", "happened")) if kind in questions]
-        data.append({"title": "drill", "paragraphs": [{"context": context, "qas": qas}]})
+            go, found = (forms.choice(GO_VERBS), forms.choice(FIND_VERBS)) if find and story_verbs else ("went", "found")
+            went = [(name, ("name", j)), f" {go} to ", (f"the {place}", ("place", j))]
+            if own:   # what the name did, and happened at the place: the first sentence
+                writer.add((went, ("told", j)), ".")
+                writer.add((name, ("finder", j)), f" {found} ", (f"a {things[j]}", ("thing", j)), ".")
+            else:
+                writer.add((went + ([f" and {found} ", (f"a {things[j]}", ("thing", j))] if find else []), ("told", j)),
+                           ".")
+        qas = []
+        for j, (name, place) in enumerate(zip(names, places)):
+            for q, kind in enumerate(QUESTION_KINDS + ("sentence", "happened")):
+                if kind in questions:
+                    template, part = ASKED[kind]
+                    answer, start = writer.spans.get((part, j)) or writer.spans[("name", j)]   # finder: the name
+                    qas.append({"id": f"{i}-{j}" + ("" if questions == ("who",) else f"-{q}"),
+                                "question": template.format(name=name, place=place, thing=things[j] if find else ""),
+                                "answers": [{"text": answer, "answer_start": start}]})
+        data.append({"title": "drill", "paragraphs": [{"context": writer.text, "qas": qas}]})
     return {"version": "1.1", "data": data}
+
+
+class SpanWriter:
+    """Writes a passage sentence by sentence, remembering where each marked piece begins: the toy stories and the
+    drills write their answers this way, so that every answer is a span of its passage by construction."""
+
+    def __init__(self):
+        self.text = ""
+        self.spans: dict[tuple[str, int], tuple[str, int]] = {}  # (what, character) -> (text, start)
+
+    def add(self, *pieces) -> None:
+        """Append a sentence of plain strings and (piece or list of pieces, key) pairs whose spans are remembered
+        (the first of a key)."""
+        if self.text:
+            self.text += " "
+        self._write(pieces)
+
+    def _write(self, pieces) -> None:
+        for piece in pieces:
+            if isinstance(piece, str):
+                self.text += piece
+                continue
+            inner, key = piece
+            start = len(self.text)
+            self._write([inner] if isinstance(inner, str) else inner)
+            self.spans.setdefault(key, (self.text[start:], start))
 
 
 def question_kind(question: str) -> str:
