@@ -204,72 +204,72 @@ def _text_key(words: list[str]) -> int:
     return int.from_bytes(hashlib.blake2b(" ".join(words).encode(), digest_size=8).digest(), "little")
 
 
-class _Tally:
-    """Documents and words dropped per source and reason."""
+class _Screen:
+    """Steps 2 and 3 over the documents in reading order: what was seen before and what shares a run with a
+    reference is dropped. Each source's record (what was read, dropped and removed) is its part of report.json."""
 
-    def __init__(self):
-        self.by_source: dict[str, dict] = {}
+    def __init__(self, references: list[Reference], settings: BuildSettings):
+        self.references, self.settings = references, settings
+        self.seen_docs: set[int] = set()
+        self.seen_paragraphs: set[int] = set()
+        self.sources: dict[str, dict] = {}
+        self.examples: dict[str, list] = {}   # reference -> the first runs found shared with it
 
     def source(self, name: str) -> dict:
-        return self.by_source.setdefault(name, {"documents_read": 0, "words_read": 0, "dropped": {},
-                                                "paragraphs_repeated": 0, "words_in_repeated_paragraphs": 0})
+        return self.sources.setdefault(name, {"files_skipped": {}, "documents_read": 0, "words_read": 0,
+                                              "dropped": {}, "repeated_paragraphs_removed": 0,
+                                              "words_in_repeated_paragraphs": 0})
 
     def drop(self, name: str, reason: str, words: int) -> None:
         d = self.source(name)["dropped"].setdefault(reason, {"documents": 0, "words": 0})
         d["documents"] += 1
         d["words"] += words
 
-
-def _dedup_and_check(doc: SourceDocument, seen_docs: dict, seen_paragraphs: set, references: list[Reference],
-                     settings: BuildSettings, tally: _Tally, examples: dict) -> SourceDocument | None:
-    """The document with repeated paragraphs removed, or None when it is dropped (the reason tallied)."""
-    words = doc.words
-    if doc.note:
-        tally.drop(doc.source, doc.note, words)
-        return None
-    normalized = [normalized_words(p) for p in doc.paragraphs]
-    flat = [w for p in normalized for w in p]
-    if not flat:
-        tally.drop(doc.source, "empty after cleaning", words)
-        return None
-    key = _text_key(flat)
-    if key in seen_docs:
-        tally.drop(doc.source, "duplicate document", words)
-        return None
-    seen_docs[key] = doc.name
-    kept, repeated_words, keys = [], 0, []
-    for para, norm in zip(doc.paragraphs, normalized):
-        if len(norm) < settings.dedup_min_words:
+    def keep(self, doc: SourceDocument) -> bool:
+        """Whether `doc` is kept (its repeated paragraphs removed), tallied either way."""
+        record, words, settings = self.source(doc.source), doc.words, self.settings
+        record["documents_read"] += 1
+        record["words_read"] += words
+        if doc.note:
+            self.drop(doc.source, doc.note, words)
+            return False
+        normalized = [normalized_words(p) for p in doc.paragraphs]
+        flat = [w for p in normalized for w in p]
+        key = _text_key(flat)
+        reason = "empty after cleaning" if not flat else "duplicate document" if key in self.seen_docs else None
+        if reason:
+            self.drop(doc.source, reason, words)
+            return False
+        self.seen_docs.add(key)
+        kept, repeated_words, keys = [], 0, []
+        for para, norm in zip(doc.paragraphs, normalized):
+            k = _text_key(norm) if len(norm) >= settings.dedup_min_words else None
+            if k in self.seen_paragraphs:
+                repeated_words += len(para.split())
+                continue
+            keys += [k] if k is not None else []
             kept.append(para)
-            continue
-        k = _text_key(norm)
-        if k in seen_paragraphs:
-            repeated_words += len(para.split())
-            continue
-        keys.append(k)
-        kept.append(para)
-    if repeated_words >= settings.near_duplicate_share * words:
-        tally.drop(doc.source, "near-duplicate (mostly paragraphs seen before)", words)
-        return None
-    hashes = ngram_hashes(flat, settings.ngram)
-    for ref in references:
-        # ref.hashes is sorted and unique: a binary search per run, not np.isin's sort of both arrays per document.
-        pos = np.minimum(np.searchsorted(ref.hashes, hashes), max(len(ref.hashes) - 1, 0))
-        hit = ref.hashes[pos] == hashes if len(ref.hashes) else np.zeros(len(hashes), dtype=bool)
-        if hit.any():
-            tally.drop(doc.source, f"shares a {settings.ngram}-word run with {ref.name}", words)
-            first = int(np.argmax(hit))
-            examples.setdefault(ref.name, [])
-            if len(examples[ref.name]) < 5:
-                examples[ref.name].append({"document": f"{doc.source}:{doc.name}",
-                                           "run": " ".join(flat[first:first + settings.ngram])})
-            return None
-    seen_paragraphs.update(keys)
-    s = tally.source(doc.source)
-    s["paragraphs_repeated"] += len(doc.paragraphs) - len(kept)
-    s["words_in_repeated_paragraphs"] += repeated_words
-    doc.paragraphs = kept
-    return doc
+        if repeated_words >= settings.near_duplicate_share * words:
+            self.drop(doc.source, "near-duplicate (mostly paragraphs seen before)", words)
+            return False
+        hashes = ngram_hashes(flat, settings.ngram)
+        for ref in self.references:
+            # ref.hashes is sorted and unique: a binary search per run, not np.isin's sort of both arrays per document.
+            pos = np.minimum(np.searchsorted(ref.hashes, hashes), max(len(ref.hashes) - 1, 0))
+            hit = ref.hashes[pos] == hashes if len(ref.hashes) else np.zeros(len(hashes), dtype=bool)
+            if hit.any():
+                self.drop(doc.source, f"shares a {settings.ngram}-word run with {ref.name}", words)
+                first = int(np.argmax(hit))
+                shown = self.examples.setdefault(ref.name, [])
+                if len(shown) < 5:
+                    shown.append({"document": f"{doc.source}:{doc.name}",
+                                  "run": " ".join(flat[first:first + settings.ngram])})
+                return False
+        self.seen_paragraphs.update(keys)
+        record["repeated_paragraphs_removed"] += len(doc.paragraphs) - len(kept)
+        record["words_in_repeated_paragraphs"] += repeated_words
+        doc.paragraphs = kept
+        return True
 
 
 def _capped(docs: list[dict], cap: int, seed: int) -> tuple[list[dict], list[dict]]:
@@ -341,7 +341,7 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
     return report
 
 
-def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, tally: _Tally) -> list[dict]:
+def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, screen: _Screen) -> list[dict]:
     """A Gutenberg source's documents with each author capped at settings.author_cap_words (seeded by author), in
     their staged order; what the cap drops is tallied."""
     groups: dict[str, list[dict]] = {}
@@ -352,76 +352,46 @@ def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, tally: _T
         k, dropped = _capped(groups[g], settings.author_cap_words, _seed_of(settings.seed, g))
         kept.extend(k)
         for d in dropped:
-            tally.drop(name, "over its author's cap", d["words"])
+            screen.drop(name, "over its author's cap", d["words"])
     return sorted(kept, key=lambda d: d["offset"])
-
-
-def _report(settings: BuildSettings, sources_report: dict, refs: list[Reference], examples: dict, index: dict,
-            started: float) -> dict:
-    """report.json: the settings, each source's figures and share of the mix, the references, the totals."""
-    total_train = sum(r["train_words"] * r["weight"] for r in sources_report.values()) or 1
-    for rec in sources_report.values():
-        rec["share_of_mix"] = round(rec["train_words"] * rec["weight"] / total_train, 4)
-    return {
-        "settings": asdict(settings),
-        "sources": sources_report,
-        "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
-                       for r in refs],
-        "contamination_examples": examples,
-        "totals": {k: sum(r[k] for r in sources_report.values())
-                   for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
-                             "heldout_words")},
-        "tokens": {"train": index["tokens"]["train"], "heldout": index["tokens"]["heldout"]},
-        "seconds": round(time.time() - started, 1),
-    }
 
 
 def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: list[Reference], say) -> dict:
     started = time.time()
-    tally, examples = _Tally(), {}
-    seen_docs: dict = {}
-    seen_paragraphs: set = set()
+    screen = _Screen(refs, settings)
     kept: dict[str, list[dict]] = {}
     staging = work / "staging.jsonl"
-    files_skipped: dict[str, dict] = {}
     with open(staging, "w", encoding="utf-8") as stage:
         for tree, kind, name in trees:
             say(f"reading {name} ({kind}) from {tree.path}")
-            skipped = files_skipped.setdefault(name, {})
             n_docs = 0
-            for doc in read_documents(tree, kind, name, skipped):
+            for doc in read_documents(tree, kind, name, screen.source(name)["files_skipped"]):
                 n_docs += 1
-                s = tally.source(name)
-                s["documents_read"] += 1
-                s["words_read"] += doc.words
-                doc = _dedup_and_check(doc, seen_docs, seen_paragraphs, refs, settings, tally, examples)
-                if doc is None:
-                    continue
-                offset = stage.tell()
-                stage.write(json.dumps(doc.paragraphs, ensure_ascii=False) + "\n")
-                kept.setdefault(name, []).append({"group": doc.group, "name": doc.name, "words": doc.words,
-                                                  "offset": offset, "kind": kind})
+                if screen.keep(doc):
+                    offset = stage.tell()
+                    stage.write(json.dumps(doc.paragraphs, ensure_ascii=False) + "\n")
+                    kept.setdefault(name, []).append({"group": doc.group, "words": doc.words, "offset": offset})
                 if n_docs % 500 == 0:
                     say(f"  {name}: {n_docs} documents read")
             if n_docs == 0:
                 raise BertCoreError(f"source {tree.path} holds no {kind} documents; check the folder and its kind")
-    del seen_paragraphs
+    screen.seen_paragraphs = set()
     writer = ShardWriter(work, tokenizer, settings.shard_tokens, compress=settings.compress)
-    sources_report = {}
+    sources = {}
     with open(staging, "rb") as stage:
         for tree, kind, name in trees:
             docs = kept.get(name, [])
             if kind == "gutenberg":
-                docs = _cap_authors(docs, name, settings, tally)
+                docs = _cap_authors(docs, name, settings, screen)
             held = _heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
             say(f"tokenizing {name}: {len(docs)} documents")
-            split_words = {"train": 0, "heldout": 0}
+            words = {"train": 0, "heldout": 0}
             heldout_text = []
             for i, d in enumerate(docs):
                 stage.seek(d["offset"])
                 paras = json.loads(stage.readline())
                 split = "heldout" if i in held else "train"
-                split_words[split] += d["words"]
+                words[split] += d["words"]
                 writer.add_document(name, split, paras)
                 if split == "heldout":
                     heldout_text.append("\n".join(paras))
@@ -429,24 +399,28 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
             if heldout_text:
                 # Plain text for `eval --text-file`: a paragraph a line, a blank line between documents.
                 (work / "heldout" / f"{name}.txt").write_text("\n\n".join(heldout_text) + "\n", encoding="utf-8")
-            s = tally.source(name)
-            sources_report[name] = {
-                "kind": kind, "path": str(tree.path), "files_skipped": files_skipped.get(name, {}),
-                "documents_read": s["documents_read"], "words_read": s["words_read"],
-                "dropped": s["dropped"], "repeated_paragraphs_removed": s["paragraphs_repeated"],
-                "words_in_repeated_paragraphs": s["words_in_repeated_paragraphs"],
-                "documents_kept": len(docs), "words_kept": split_words["train"] + split_words["heldout"],
-                "heldout_documents": len(held), "heldout_words": split_words["heldout"],
-                "train_words": split_words["train"], "weight": settings.weights.get(kind, 1.0),
-                "groups": len({d["group"] for d in docs}),
-            }
+            sources[name] = {"kind": kind, "path": str(tree.path), **screen.source(name), "documents_kept": len(docs),
+                             "words_kept": words["train"] + words["heldout"], "heldout_documents": len(held),
+                             "heldout_words": words["heldout"], "train_words": words["train"],
+                             "weight": settings.weights.get(kind, 1.0), "groups": len({d["group"] for d in docs})}
     staging.unlink()
-    index = writer.finish(settings={**asdict(settings)}, weights={n: sources_report[n]["weight"]
-                                                                 for n in sources_report})
-    for name, rec in sources_report.items():
+    index = writer.finish(settings=asdict(settings), weights={n: rec["weight"] for n, rec in sources.items()})
+    total_train = sum(r["train_words"] * r["weight"] for r in sources.values()) or 1
+    for name, rec in sources.items():
         rec["tokens"] = {split: sum(s["tokens"] for s in index["shards"] if s["source"] == name and
                                     s["split"] == split) for split in ("train", "heldout")}
-    report = _report(settings, sources_report, refs, examples, index, started)
+        rec["share_of_mix"] = round(rec["train_words"] * rec["weight"] / total_train, 4)
+    report = {
+        "settings": asdict(settings),
+        "sources": sources,
+        "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
+                       for r in refs],
+        "contamination_examples": screen.examples,
+        "totals": {k: sum(r[k] for r in sources.values())
+                   for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
+                             "heldout_words")},
+        "tokens": {"train": index["tokens"]["train"], "heldout": index["tokens"]["heldout"]},
+        "seconds": round(time.time() - started, 1),
+    }
     (work / REPORT_FILE).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    assert (work / INDEX_FILE).is_file()
     return report
