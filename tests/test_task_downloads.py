@@ -152,12 +152,12 @@ def test_a_fetched_file_that_is_not_the_task_is_removed_so_the_next_try_starts_a
 def test_visitors_fetching_together_make_one_download(tmp_path, monkeypatch):
     import threading
 
-    from bert_core.data import task_downloads
+    from bert_core.data import downloads
 
     source = _polarity_tarball(tmp_path / "source.tar.gz")
     calls = []
-    real = task_downloads.download
-    monkeypatch.setattr(task_downloads, "download", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = downloads.download
+    monkeypatch.setattr(downloads, "download", lambda *a, **k: calls.append(1) or real(*a, **k))
     found = []
     threads = [threading.Thread(target=lambda: found.append(fetch_task_csv(
         "polarity", cache_dir=tmp_path / "cache", url=source.as_uri(), use_shared=False))) for _ in range(8)]

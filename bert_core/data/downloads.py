@@ -130,26 +130,29 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
             tmp.unlink()
 
 
+def cached_download(remote: RemoteFile, cache_dir: str | Path | None = None, progress: Progress | None = None,
+                    url: str | None = None, offline_hint: str | None = None) -> Path:
+    """Path of `remote`'s file in the cache, downloaded on first use and checked against its pinned sha256, else
+    against the digest recorded beside it by the first download (trusted on first use until pinned); a damaged or
+    foreign file in the cache is fetched again."""
+    dest = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / remote.filename
+    recorded = dest.with_name(dest.name + ".sha256")
+    expected = remote.sha256 or (recorded.read_text().strip() if recorded.is_file() else None) or None
+    if dest.is_file() and expected is not None and sha256_of(dest) != expected:
+        dest.unlink()
+    if not dest.is_file():
+        digest = download(url or remote.url, dest, sha256=expected, progress=progress, offline_hint=offline_hint)
+        if remote.sha256 is None:
+            recorded.write_text(digest + "\n")
+    return dest
+
+
 def fetch(name: str, cache_dir: str | Path | None = None, progress: Progress | None = None,
           url: str | None = None) -> Path:
-    """Path of corpus `name`'s file in the cache, downloading and verifying it on first use."""
+    """Path of corpus `name`'s file in the cache, downloading and verifying it on first use (cached_download)."""
     if name not in SOURCES:
         raise BertCoreError(f"no download known for {name!r}; choose one of {', '.join(SOURCES)}")
-    src = SOURCES[name]
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    dest = folder / src.filename
-    recorded = dest.with_name(dest.name + ".sha256")
-    expected = src.sha256
-    if expected is None and recorded.is_file():
-        expected = recorded.read_text().strip() or None
-    if dest.is_file():
-        if expected is None or sha256_of(dest) == expected:
-            return dest
-        dest.unlink()  # a damaged or foreign file in the cache: fetch it again
-    digest = download(url or src.url, dest, sha256=expected, progress=progress)
-    if src.sha256 is None:
-        recorded.write_text(digest + "\n")  # trust on first use until the digest is pinned in SOURCES
-    return dest
+    return cached_download(SOURCES[name], cache_dir, progress, url)
 
 
 def parquet_columns(path: str | Path, columns: list[str], what: str) -> list[list]:

@@ -11,17 +11,15 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import os
 import tarfile
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from bert_core.data.classification_data import clean_ag_news_text
-from bert_core.data.downloads import Progress, RemoteFile, download, parquet_columns, sha256_of
+from bert_core.data.downloads import Progress, RemoteFile, cached_download, parquet_columns
 from bert_core.errors import BertCoreError
-from bert_core.model.files import plain_file_mode
+from bert_core.model.files import write_text_atomic
 from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
@@ -151,35 +149,17 @@ def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Pro
 
 def _fetch(name: str, cache_dir, progress: Progress | None, url: str | None) -> Path:
     task = TASKS[name]
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    raw = folder / task.remote.filename
-    recorded = raw.with_name(raw.name + ".sha256")
-    expected = task.remote.sha256 or (recorded.read_text().strip() if recorded.is_file() else None)
-    if raw.is_file() and expected is not None and sha256_of(raw) != expected:
-        raw.unlink()  # a damaged file in the cache: fetch it again
-    if not raw.is_file():
-        instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
-                   if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
-                   "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
-        digest = download(url or task.remote.url, raw, sha256=expected, progress=progress, offline_hint=instead)
-        if task.remote.sha256 is None:
-            recorded.write_text(digest + "\n")  # trust on first use until the digest is pinned in TASKS
+    instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
+               if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
+               "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
+    raw = cached_download(task.remote, cache_dir, progress, url, offline_hint=instead)
     try:
         text = _CONVERT[name](raw)
     except BertCoreError as exc:
         raw.unlink(missing_ok=True)  # a visitor cannot delete a server's file: the next try fetches it again
         if task.remote.sha256 is None:
-            recorded.unlink(missing_ok=True)  # the digest it kept was this wrong file's
+            raw.with_name(raw.name + ".sha256").unlink(missing_ok=True)  # the digest it kept was this wrong file's
         raise BertCoreError(f"the file fetched for {task.label} was not what was expected ({exc}); it was removed, "
                             "so fetching again starts afresh") from exc
-    dest = folder / task.csv_name
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=folder)
-    os.fchmod(fd, plain_file_mode())   # mkstemp's 0600 would keep a shared cache from every other user
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, dest)  # whole or absent: a visitor never reads half a file, two writers never mix
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
+    # Whole or absent: a visitor never reads half a file, two writers never mix.
+    return write_text_atomic(raw.with_name(task.csv_name), text)
