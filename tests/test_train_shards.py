@@ -200,3 +200,41 @@ def test_a_mixed_run_needs_shards_checked_against_its_own_text_corpora(shards, t
                  "--against", str(toy_file), "--heldout-fraction", "0.25", f"text:{shards.parent / 'src'}"]) == 0
     assert _train(capsys, "--corpus", f"shards:{checked}", "--corpus", str(toy_file), *COMMON, "--steps", "2",
                   "--out", str(out)) == 0
+
+
+def test_whole_word_and_mask_only_masking_train_on_shards_and_take_every_piece_of_a_word(tmp_path, capsys):
+    """`--whole-word-masking` and `--mask-only` reach a shard run (they were refused on shards before one batch
+    builder served both): the run trains with them, and a shard batch chooses every piece of a word or none."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(2)
+    words = "zorblax quintessentially glimmerwort snarfle blorptastic the farmer and river".split()  # many pieces
+    for i in range(8):
+        paras = [" ".join(rng.choice(words) for _ in range(50)).capitalize() + "." for _ in range(4)]
+        (src / f"doc{i}.txt").write_text("\n\n".join(paras) + "\n")
+    shards = tmp_path / "corpus"
+    assert main(["corpus", "build", "--out", str(shards), "--tokenizer", str(TOKENIZER), "--no-default-references",
+                 "--heldout-fraction", "0.25", f"text:{src}"]) == 0
+    runs = {}
+    for name, flags in (("plain", ()), ("whole", ("--whole-word-masking", "--mask-only"))):
+        runs[name] = tmp_path / name
+        assert _train(capsys, "--corpus", f"shards:{shards}", *COMMON, *flags, "--steps", "2", "--out",
+                      str(runs[name])) == 0
+    config = json.loads((runs["whole"] / "trainer_state.json").read_text())["train_config"]
+    assert config["whole_word_masking"] and config["mask_only"]
+    a, b = _weights(runs["plain"]), _weights(runs["whole"])
+    assert any(not torch.equal(a[k], b[k]) for k in a)   # other masks, other weights
+    from bert_core.data.pretraining_data import MASKED, NOT_CHOSEN
+    stream = ShardStream(shards, seq_len=32, batch_size=8, whole_word_masking=True, mask_only=True)
+    tok, pieces = stream.tokenizer, 0
+    for _ in range(4):
+        batch = next(stream)
+        chosen = batch.decisions != NOT_CHOSEN
+        cont = torch.tensor(tok.continuation_table())[batch.original_ids]
+        # A piece right after [CLS]/[SEP] (its word's start fell in the window before) is a word of its own.
+        cont[:, 1:] &= ~torch.isin(batch.original_ids, torch.tensor(sorted(tok.special_ids)))[:, :-1]
+        before = torch.cat([torch.zeros(len(batch), 1, dtype=torch.bool), chosen[:, :-1]], 1)
+        assert (chosen[cont] == before[cont]).all()
+        assert (batch.decisions[chosen] == MASKED).all()   # --mask-only: no random or kept token
+        pieces += int((chosen & cont).sum())
+    assert pieces > 20
