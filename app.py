@@ -6,7 +6,7 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 
 import streamlit as st
 
-from bert_core.serve import app_state
+from bert_core.app import app_state
 
 WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line under it that wraps (a long link
     # label is cut at the column's edge on a projector's 1280 x 720)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bert_core.serve.app_server import free_port, start_app_server  # noqa: E402
+from bert_core.app.app_server import free_port, start_app_server  # noqa: E402
 from bert_core.serve.launcher import training_processes  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")
@@ -432,7 +432,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     from bert_core.paths import DEFAULT_CHECKPOINT
-    from bert_core.serve.app_state import chart_poll_seconds, poll_seconds
+    from bert_core.app.app_state import chart_poll_seconds, poll_seconds
 
     folder = DEFAULT_CHECKPOINT if (DEFAULT_CHECKPOINT / "config.json").is_file() else None
     env = {"BERT_EXPLORER_TORCH_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}

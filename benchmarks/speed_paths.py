@@ -187,7 +187,7 @@ def _pretraining_trainer(workload: str, total_steps: int):
         try:  # the app's builder moved from app_state to jobs; either way the Train page's defaults
             from bert_core.serve.jobs import TrainSpec, build_trainer
         except ImportError:
-            from bert_core.serve.app_state import TrainSpec, build_trainer
+            from bert_core.app.app_state import TrainSpec, build_trainer
         train = dict(max_steps=total_steps, batch_size=16, learning_rate=1e-3, max_seq_length=32, mask_rate=0.15,
                      nsp=True, seed=0, eval_every=100, probe_every=100, eval_batches=5, device="cpu")
         spec = TrainSpec(corpus="toy", corpus_label="Toy grammar (generated, instant)", vocab_size=2000,

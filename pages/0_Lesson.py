@@ -22,7 +22,8 @@ from bert_core.inspect.inspection import (
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.training_step import take_one_step
-from bert_core.serve import app_state, class_view, jobs, lesson_classes, runs
+from bert_core.app import app_state, class_view, lesson_classes
+from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
 st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")

@@ -8,7 +8,7 @@ from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.masked_guesses import guesses_for_instance
-from bert_core.serve import app_state
+from bert_core.app import app_state
 
 st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
 active = app_state.sidebar()

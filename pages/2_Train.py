@@ -8,7 +8,8 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
-from bert_core.serve import app_state, app_storage, jobs, runs
+from bert_core.app import app_state
+from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")

@@ -8,7 +8,8 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
-from bert_core.serve import app_state, model_sources
+from bert_core.app import app_state
+from bert_core.serve import model_sources
 
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 

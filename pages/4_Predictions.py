@@ -19,7 +19,8 @@ from bert_core.inspect.inspection import (
     unigram_top_k,
     word_text,
 )
-from bert_core.serve import app_state, model_sources
+from bert_core.app import app_state
+from bert_core.serve import model_sources
 
 st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
 active = app_state.sidebar()

@@ -17,7 +17,8 @@ from bert_core.paths import shared_data_dir
 from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
-from bert_core.serve import app_state, app_storage, finetune_runs, jobs, model_sources, runs
+from bert_core.app import app_state
+from bert_core.serve import app_storage, finetune_runs, jobs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
 from bert_core.training.finetune import KIND_RATE_SCALE, comparison_config, finetune_learning_rate, split_task

@@ -6,8 +6,8 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures
-from bert_core.serve import app_state
-from bert_core.serve.export import (
+from bert_core.app import app_state
+from bert_core.app.export import (
     checkpoint_saver,
     history_label,
     rows_to_csv,

@@ -15,7 +15,7 @@ from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience_figures import salience_panel_data
-from bert_core.serve import app_state
+from bert_core.app import app_state
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 

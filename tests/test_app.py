@@ -15,7 +15,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.safe_text import markdown  # noqa: E402
-from bert_core.serve import app_state, jobs, model_sources
+from bert_core.app import app_state
+from bert_core.serve import jobs, model_sources
 from tests.race_stand_ins import race_spec  # noqa: E402
 from tests.stand_ins import StandInView  # noqa: E402
 

@@ -166,7 +166,7 @@ def test_a_gpt_run_on_the_train_page_is_labelled_next_token_throughout(monkeypat
     import json
     import time
 
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     monkeypatch.delenv(jobs.MAX_TRAININGS_ENV, raising=False)
     at = _open("pages/2_Train.py", gpt_checkpoint, monkeypatch)

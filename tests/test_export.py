@@ -4,7 +4,7 @@ import csv
 import io
 
 from bert_core.model.config import BertConfig
-from bert_core.serve.export import history_label, rows_to_csv, run_record
+from bert_core.app.export import history_label, rows_to_csv, run_record
 from bert_core.training.trainer import EvalEvent, TrainConfig
 
 
@@ -57,7 +57,7 @@ def test_a_run_bundle_holds_a_folder_transformers_loads_the_history_the_command_
     from transformers import BertForPreTraining
 
     from bert_core.data.corpora import generate_toy_corpus
-    from bert_core.serve.export import run_bundle, run_figures
+    from bert_core.app.export import run_bundle, run_figures
     from bert_core.serve.jobs import TrainSpec, build_trainer
     from bert_core.training.comparison import train_command
 
@@ -121,7 +121,7 @@ def test_commands_that_name_the_shared_data_folder_say_what_each_file_is_and_whe
 
     from pathlib import Path
 
-    from bert_core.serve.export import RunRecord, run_bundle, shared_data_notes
+    from bert_core.app.export import RunRecord, run_bundle, shared_data_notes
 
     shipped = json.loads((Path(__file__).parent.parent / "checkpoints" / "bert-tiny-english" / "metrics.json")
                          .read_text())["commands"]

@@ -118,5 +118,5 @@ def test_too_light_is_about_greys_on_white():
 
 
 def test_the_sink_applies_the_floor():
-    drawing = (ROOT / "bert_core/serve/app_drawing.py").read_text()
+    drawing = (ROOT / "bert_core/app/app_drawing.py").read_text()
     assert re.search(r"projector_figure\(safe_figure\(fig\)\)[^\n]*\n(.*\n)*?\s+st\.plotly_chart\(fig", drawing)

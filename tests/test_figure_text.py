@@ -185,7 +185,7 @@ def test_every_chart_goes_through_the_one_sink():
     sources = [ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "bert_core").rglob("*.py")]
     calls = {p.relative_to(ROOT).as_posix() for p in sources
              if re.search(r"\bplotly_chart\s*\(", p.read_text())}
-    assert calls == {"bert_core/serve/app_drawing.py"}
-    drawing = (ROOT / "bert_core/serve/app_drawing.py").read_text()
+    assert calls == {"bert_core/app/app_drawing.py"}
+    drawing = (ROOT / "bert_core/app/app_drawing.py").read_text()
     assert re.search(r"safe_figure\(fig\)\)[^\n]*\n(.*\n)*?\s+st\.plotly_chart\(fig", drawing)
     assert not [p for p in sources if "unsafe_allow_html=True" in p.read_text()]

@@ -383,7 +383,8 @@ def test_a_full_server_queues_a_race_and_a_share_link_watches_it_without_steerin
     when the slot frees."""
     from streamlit.testing.v1 import AppTest
 
-    from bert_core.serve import app_state, jobs
+    from bert_core.app import app_state
+    from bert_core.serve import jobs
     from tests.race_stand_ins import race_spec
 
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "1")

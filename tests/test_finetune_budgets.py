@@ -137,7 +137,7 @@ def test_the_page_budgets_in_steps_and_a_race_of_another_kind_is_not_drawn_under
 
     from streamlit.testing.v1 import AppTest
 
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=90)
     at.run()

@@ -1,5 +1,5 @@
 """Each kind of fine-tuning answers the Fine-tune page's questions (bert_core.inspect.finetune_kinds), and the run panel
-the Train and Fine-tune pages share says how a run stands (bert_core.serve.run_panel): both without Streamlit."""
+the Train and Fine-tune pages share says how a run stands (bert_core.app.run_panel): both without Streamlit."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from bert_core.data.answer_spans_data import toy_qa_task
 from bert_core.data.classification_data import toy_order_task
 from bert_core.data.token_tags_data import read_conll
 from bert_core.inspect import finetune_expectations, finetune_kinds
-from bert_core.serve import run_panel
+from bert_core.app import run_panel
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, Block
 
 CONLL = b"He PRP B-NP\nreckons VBZ B-VP\nthe DT B-NP\ndeficit NN I-NP\n. . O\n\nRates NNS B-NP\nrose VBD B-VP\n. . O\n"

@@ -281,7 +281,7 @@ def test_the_page_says_what_a_restart_kept_of_a_race_and_its_resume_finishes_it(
     and the race resumed from there finishes with both models' full budgets."""
     from streamlit.testing.v1 import AppTest
 
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
     from bert_core.serve.run_scheduler import restore_runs
     from tests.app_fixtures import finish_page_run
 

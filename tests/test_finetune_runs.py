@@ -16,7 +16,7 @@ from bert_core.model.tokenization import train_tokenizer
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FinetuneSpec, race_score
 from bert_core.serve.training_process import ProcessTrainingJob
-from bert_core.serve.visitor_runs import visitor_rows
+from bert_core.app.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison
 from tests.race_stand_ins import race_spec
 from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)

@@ -30,7 +30,7 @@ def test_the_walkthrough_links_are_short_and_each_says_what_its_page_teaches():
     walkthrough = [label for label in labels if label[:1].isdigit()]
     assert all(len(label) <= 20 for label in walkthrough), walkthrough
     # Every page of the sidebar but Home itself and the lesson (its own button above) is on the walkthrough.
-    from bert_core.serve.app_drawing import NAVIGATION
+    from bert_core.app.app_drawing import NAVIGATION
     pages = [label for page, label, _ in NAVIGATION if page not in ("app.py", "pages/0_Lesson.py")]
     assert [label.split(". ", 1)[1] for label in walkthrough] == pages, walkthrough
     captions = [str(c.value) for c in at.caption]

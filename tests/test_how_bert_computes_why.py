@@ -12,7 +12,8 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.paths import DEFAULT_CHECKPOINT  # noqa: E402
-from bert_core.serve import app_state, model_sources  # noqa: E402
+from bert_core.app import app_state
+from bert_core.serve import model_sources  # noqa: E402
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """The wings read top-down: each imports only the wings below it, nothing imports the CLI, no module imports another
-that imports it back, pages use only the UI helpers and bert_core's public functions, and only serve.app_state's
+that imports it back, pages use only the UI helpers and bert_core's public functions, and only app.app_state's
 parts call Streamlit."""
 
 import ast
@@ -13,12 +13,12 @@ from bert_core.paths import REPO_ROOT
 PACKAGE = REPO_ROOT / "bert_core"
 PAGES = [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pages").glob("*.py"))]
 # The wings from the ground up; a module may import its own wing and those before it (errors and paths are ground).
-WINGS = ("model", "data", "training", "inspect", "serve", "cluster", "corpus", "cli")
+WINGS = ("model", "data", "training", "inspect", "serve", "app", "cluster", "corpus", "cli")
 GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # What a page may import from bert_core: the UI helpers and the library's public modules. Not the CLI, not the
 # training process's internals, not the speed paths or the allocator.
-PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_sources", "inspect.figures",
-            "inspect.finetune_figures", "inspect.inspection", "serve.export", "model.config", "errors",
+PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sources", "inspect.figures",
+            "inspect.finetune_figures", "inspect.inspection", "app.export", "model.config", "errors",
             "data.classification_data", "training.finetune", "paths", "data.corpora", "data.toy_grammar",
             "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
@@ -28,7 +28,7 @@ PAGE_API = {"serve.app_state", "serve.app_storage", "serve.jobs", "serve.model_s
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
-            "inspect.logit_lens", "inspect.minimal_pairs", "serve.class_view", "serve.lesson_classes",
+            "inspect.logit_lens", "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
             "inspect.word_maps", "inspect.safe_text"}
 
 
@@ -124,11 +124,11 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
     assert not bad, bad
 
 
-# The modules that call Streamlit: the parts of serve.app_state, which re-exports them for the pages. The job factory
+# The modules that call Streamlit: the parts of app.app_state, which re-exports them for the pages. The job factory
 # and everything the pages steer are not among them.
-STREAMLIT_SIDE = {"bert_core.serve.app_cache", "bert_core.serve.app_drawing", "bert_core.serve.app_models",
-                  "bert_core.serve.app_run_panel", "bert_core.serve.app_runs", "bert_core.serve.app_sidebar",
-                  "bert_core.serve.app_tab", "bert_core.serve.app_widgets"}
+STREAMLIT_SIDE = {"bert_core.app.app_cache", "bert_core.app.app_drawing", "bert_core.app.app_models",
+                  "bert_core.app.app_run_panel", "bert_core.app.app_runs", "bert_core.app.app_sidebar",
+                  "bert_core.app.app_tab", "bert_core.serve.app_widgets"}
 
 
 def test_only_the_serving_wing_calls_streamlit():
@@ -136,18 +136,18 @@ def test_only_the_serving_wing_calls_streamlit():
              if any(m.split(".")[0] == "streamlit" for m, _ in imports(p))}
     assert users == STREAMLIT_SIDE, sorted(users ^ STREAMLIT_SIDE)
     # app_state itself only gathers them: a page's `app_state.X` is one of theirs.
-    facade = {m for m, _ in imports(PACKAGE / "serve" / "app_state.py")}
+    facade = {m for m, _ in imports(PACKAGE / "app" / "app_state.py")}
     assert STREAMLIT_SIDE <= facade, sorted(STREAMLIT_SIDE - facade)
 
 
 # The app's server imports these without loading torch: the home page draws at once, and a class server's process
 # stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
-TORCH_FREE = ("bert_core.serve.app_state", *sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
+TORCH_FREE = ("bert_core.app.app_state", *sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
               "bert_core.serve.job_factory", "bert_core.serve.job_base", "bert_core.serve.thread_job",
               "bert_core.serve.training_process", "bert_core.serve.process_model", "bert_core.serve.training_mirrors",
-              "bert_core.serve.runs", "bert_core.serve.run_panel", "bert_core.serve.finetune_runs",
+              "bert_core.serve.runs", "bert_core.app.run_panel", "bert_core.serve.finetune_runs",
               "bert_core.serve.model_sources",
-              "bert_core.serve.app_storage", "bert_core.serve.export", "bert_core.inspect.figures",
+              "bert_core.serve.app_storage", "bert_core.app.export", "bert_core.inspect.figures",
               "bert_core.inspect.probes", "bert_core.training.comparison", "bert_core.training.recipes",
               "bert_core.training.heldout", "bert_core.data.objectives", "bert_core.model.config")
 

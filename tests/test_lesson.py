@@ -459,7 +459,7 @@ def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
 
 
 def test_a_class_keeps_its_teachers_step_and_nothing_else():
-    from bert_core.serve.lesson_classes import LessonClasses
+    from bert_core.app.lesson_classes import LessonClasses
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=3)
     code = classes.open("tokens")

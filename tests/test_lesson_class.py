@@ -1,4 +1,4 @@
-"""A led class: the class record (bert_core.serve.lesson_classes) keeps only steps, model names, run view ids and
+"""A led class: the class record (bert_core.app.lesson_classes) keeps only steps, model names, run view ids and
 counts; the teacher's token, never the students' code, opens the teacher's view; the class link uses the operator's
 address or says why a localhost one will not open on a student's device; and, under AppTest, a following student's
 page looks at the teacher's model, the teacher's update and the teacher's run."""
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from bert_core.inspect import lesson
-from bert_core.serve import class_view, lesson_classes
-from bert_core.serve.lesson_classes import (
+from bert_core.app import class_view, lesson_classes
+from bert_core.app.lesson_classes import (
     MAX_RUNS,
     MAX_SEATS,
     PUBLIC_URL_ENV,
@@ -213,7 +213,7 @@ def _model_line(at) -> str:
 @pytest.fixture
 def led():
     """A teacher's page leading a class: (teacher's AppTest, students' code, teacher's token)."""
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     teacher = _page()
     teacher.button(key="lesson_lead_go").click().run()
@@ -250,7 +250,7 @@ def test_a_student_looks_at_the_teachers_model_and_the_teachers_update(led):
 
 @pytest.mark.slow
 def test_a_student_watches_the_teachers_run_and_gets_no_start_button(led):
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     teacher, code, _ = led
     teacher.query_params["step"] = "run"
@@ -307,7 +307,7 @@ def test_a_students_code_does_not_open_the_teachers_view(led):
 
 @pytest.mark.slow
 def test_the_teachers_view_lists_the_class_runs_with_a_students_own(led):
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     teacher, code, token = led
     teacher.query_params["step"] = "run"
@@ -332,7 +332,7 @@ def test_the_teachers_view_lists_the_class_runs_with_a_students_own(led):
 def test_the_last_step_of_a_following_student_reports_the_teachers_race(led):
     import time
 
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
     from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
     teacher, code, _ = led
@@ -380,7 +380,7 @@ def test_the_teachers_link_reopens_the_class_where_it_is_and_the_students_way_ba
 
 @pytest.mark.slow
 def test_stop_leading_ends_the_class_for_its_students(led):
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     teacher, code, token = led
     student = _page(follow=code)

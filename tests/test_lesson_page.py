@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.inspect import lesson  # noqa: E402
 from bert_core.inspect.safe_text import WORD_JOINER  # noqa: E402
-from bert_core.serve import app_state  # noqa: E402
+from bert_core.app import app_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "pages/0_Lesson.py"

@@ -176,7 +176,7 @@ def test_a_run_or_race_link_that_names_nothing_says_so_at_once(page, param, word
 
 
 def test_a_dropped_or_lost_run_keeps_its_own_message():
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     app_state.RUNS._registry._dropped.append("Dd" * 11)
     app_state.RUNS._registry.mark_lost("Ll" * 11)
@@ -187,7 +187,8 @@ def test_a_dropped_or_lost_run_keeps_its_own_message():
 
 
 def test_a_race_link_given_as_a_run_link_names_the_page_it_belongs_to(monkeypatch):
-    from bert_core.serve import app_state, jobs
+    from bert_core.app import app_state
+    from bert_core.serve import jobs
     from tests.race_stand_ins import race_spec
     from tests.stand_ins import StandInView
 
@@ -232,7 +233,7 @@ def test_a_choice_from_a_link_that_names_one_is_taken_as_it_is(page, key, raw):
 
 def test_the_lesson_classes_know_the_codes_that_ended():
     from bert_core.inspect import lesson
-    from bert_core.serve.lesson_classes import LessonClasses
+    from bert_core.app.lesson_classes import LessonClasses
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=2)
     first, _ = classes.lead("tokens")
@@ -244,7 +245,7 @@ def test_the_lesson_classes_know_the_codes_that_ended():
 
 
 def test_a_class_link_that_names_nothing_says_so_and_an_ended_one_says_it_ended():
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     at = _link("pages/0_Lesson.py", follow=UNKNOWN)
     assert any("names no class on this server" in n for n in _warnings(at)), _warnings(at)
@@ -258,7 +259,8 @@ def test_a_class_link_that_names_nothing_says_so_and_an_ended_one_says_it_ended(
 
 
 def test_a_model_or_checkpoint_link_that_names_nothing_says_so(monkeypatch):
-    from bert_core.serve import app_state, model_sources
+    from bert_core.app import app_state
+    from bert_core.serve import model_sources
 
     at = _link("pages/3_Attention.py", model="nonsense")
     assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_SHIPPED
@@ -322,7 +324,7 @@ def test_a_bad_upload_on_the_fine_tune_page_is_one_error(kind, choice, key, name
 
 @pytest.mark.parametrize("kind", list(BAD_UPLOADS))
 def test_a_bad_checkpoint_upload_in_the_sidebar_is_one_error(kind, small_caps):
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     at = _link("pages/3_Attention.py")
     at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()

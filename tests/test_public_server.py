@@ -12,7 +12,8 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 
 pytest.importorskip("streamlit")
 
-from bert_core.serve import app_state, app_storage, model_sources, runs  # noqa: E402
+from bert_core.app import app_state
+from bert_core.serve import app_storage, model_sources, runs  # noqa: E402
 from tests.test_app import TIMEOUT, _assert_clean, _job, _open, _small_run, _texts  # noqa: E402
 from tests.test_app_storage import decoy, snapshot  # noqa: E402,F401  (decoy: a fixture)
 

@@ -20,7 +20,7 @@ import pytest
 
 from bert_core.cluster import ray_cluster, ray_job
 from bert_core.serve import job_factory, jobs
-from bert_core.serve.run_panel import TRAIN_WORDS, status_notices
+from bert_core.app.run_panel import TRAIN_WORDS, status_notices
 from bert_core.serve.runs import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -54,7 +54,8 @@ def test_the_space_image_starts_in_public_mode():
 
 def test_the_docs_name_every_server_setting():
     """The settings table lives in docs/deployment.md; the README points to it."""
-    from bert_core.serve import app_state, app_storage, jobs, model_sources
+    from bert_core.app import app_state
+    from bert_core.serve import app_storage, jobs, model_sources
 
     names = {v for m in (app_state, app_storage, jobs, model_sources) for k, v in vars(m).items()
              if k.endswith("_ENV") and isinstance(v, str) and v.startswith("BERT_EXPLORER_")}

@@ -86,7 +86,7 @@ def test_the_overlay_starts_with_the_new_run_and_the_one_it_changed():
 
 def test_a_race_row_in_my_runs_shows_every_contender_not_the_pretrained_model_alone():
     from bert_core.serve import finetune_runs
-    from bert_core.serve.visitor_runs import _score, race_result
+    from bert_core.app.visitor_runs import _score, race_result
 
     def tuner(name, acc):
         return SimpleNamespace(name=name, evals=[SimpleNamespace(accuracy=acc, macro_f1=acc - 0.01)])
@@ -104,7 +104,7 @@ def test_a_race_row_in_my_runs_shows_every_contender_not_the_pretrained_model_al
 
 
 def test_the_sidebar_names_a_preparing_run_and_what_it_will_offer():
-    from bert_core.serve import app_state
+    from bert_core.app import app_state
 
     said = app_state._waiting_model_note("preparing")
     assert "No model has been trained" not in said and "preparing" in said and "first step" in said
@@ -125,7 +125,8 @@ from tests.test_app import (  # noqa: E402
     _texts,
     checkpoint,  # noqa: F401
 )
-from bert_core.serve import app_state, jobs  # noqa: E402
+from bert_core.app import app_state
+from bert_core.serve import jobs  # noqa: E402
 
 
 def _latest():

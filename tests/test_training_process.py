@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_core.serve import app_state, jobs, launcher, model_sources
+from bert_core.app import app_state
+from bert_core.serve import jobs, launcher, model_sources
 from bert_core.serve.training_process import ProcessTrainingJob
 from tests import app_fixtures
 

@@ -103,7 +103,8 @@ def test_the_train_page_draws_the_map_at_the_chosen_snapshot_of_a_finished_run(t
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    from bert_core.serve import app_state, model_sources
+    from bert_core.app import app_state
+    from bert_core.serve import model_sources
     from tests.app_fixtures import train_nano_checkpoint
     from tests.test_app import ROOT, TIMEOUT, _job, _small_run
 

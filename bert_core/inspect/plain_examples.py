@@ -14,7 +14,7 @@ from its own toy stories (probes.recorded_probes): everyday English is not its l
 Asking (bert_core.inspect.example_choice, which loads torch; this module does not) costs a few forward passes of a
 small model and a batch of pseudo-likelihoods for the grammar pair: up to 1.7 s on a busy 2-core machine for the
 shipped mini. So the choice for each shipped checkpoint is stored (SHIPPED_EXAMPLES) and another model is asked once:
-the pages keep the answer (serve.app_cache.model_probes).
+the pages keep the answer (app.app_cache.model_probes).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 renderers that read markup in it: Plotly, which draws a subset of HTML in every text of a figure (`<a href>` as a
 live link, `<span style>` as CSS), and Streamlit's Markdown (`[text](url)`, bare URLs, `:red[...]` directives).
 
-`safe_figure` is applied to every figure the app draws, in its one Plotly sink (serve.app_drawing.plotly), so no
+`safe_figure` is applied to every figure the app draws, in its one Plotly sink (app.app_drawing.plotly), so no
 figure needs to remember it; `markdown` is applied where a page writes such text into Markdown. No Streamlit here.
 """
 

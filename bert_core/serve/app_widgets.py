@@ -1,6 +1,6 @@
 """Widget state of the explorer's pages: a widget's value seeded once from the URL (so a shared link opens the same
 view) or its default, kept across page switches, written back into the URL, and following a default that changes.
-Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Training jobs of the explorer's server, as the pages and the tests import them: the job of one run of the server's
 store (`bert_core.serve.runs`), a pretraining run or a fine-tuning race, on a thread or in a child process, and the
-words the Train page says about runs. No Streamlit here: the pages (through `bert_core.serve.app_state`) and the tests
+words the Train page says about runs. No Streamlit here: the pages (through `bert_core.app.app_state`) and the tests
 drive the same objects.
 
 A job has one protocol (run_protocols.RunJob) whether it runs on a server thread (`thread_job.TrainingJob`) or in a

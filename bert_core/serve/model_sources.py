@@ -1,5 +1,5 @@
 """Where the explorer's models come from: checkpoint folders (ours or Hugging Face's) loaded and described for
-the pages. No Streamlit here; `bert_core.serve.app_state` caches and picks among them.
+the pages. No Streamlit here; `bert_core.app.app_state` caches and picks among them.
 """
 
 from __future__ import annotations

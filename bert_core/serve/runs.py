@@ -1,6 +1,6 @@
 """The training runs of a shared explorer server, pretraining (the Train page) and fine-tuning races (the Fine-tune
 page) alike: runs that outlive the browser tab, one fair queue for the CPU and GPU, and runs a whole class can watch. No
-Streamlit here: `bert_core.serve.app_state` drives a `RunStore`, and so do tests.
+Streamlit here: `bert_core.app.app_state` drives a `RunStore`, and so do tests.
 
 Ids. A run has two random 128-bit tokens. `run_id` is the owner's: it sits in their page's URL (`?run=...`), so a
 reload or a reopened link finds the run again, and whoever holds it may stop, resume or reset the run. `view_id`

@@ -20,7 +20,7 @@ from __future__ import annotations
 # Every name below is this module's for the pages (and the tests that drive them): re-exported, not used here.
 # ruff: noqa: F401
 from bert_core.errors import BertCoreError
-from bert_core.serve.app_cache import (
+from bert_core.app.app_cache import (
     DECISION_POOL,
     decision_accuracy,
     examples_note,
@@ -28,7 +28,7 @@ from bert_core.serve.app_cache import (
     pair_attention,
     toy_pretraining_data,
 )
-from bert_core.serve.app_drawing import (
+from bert_core.app.app_drawing import (
     APP_ROOT,
     EXPORT_WIDTH_PX,
     NAVIGATION,
@@ -40,7 +40,7 @@ from bert_core.serve.app_drawing import (
     show_error,
     show_step_record,
 )
-from bert_core.serve.app_models import (
+from bert_core.app.app_models import (
     SOURCE_CODES,
     SOURCE_FOLDER,
     SOURCE_SAVED,
@@ -53,9 +53,9 @@ from bert_core.serve.app_models import (
     quick_config,
     shipped_model,
 )
-from bert_core.serve.app_models import waiting_model_note as _waiting_model_note
-from bert_core.serve.app_run_panel import FINETUNE_WORDS, TRAIN_WORDS, reset_button, run_status, share_box, stop_button
-from bert_core.serve.app_runs import (
+from bert_core.app.app_models import waiting_model_note as _waiting_model_note
+from bert_core.app.app_run_panel import FINETUNE_WORDS, TRAIN_WORDS, reset_button, run_status, share_box, stop_button
+from bert_core.app.app_runs import (
     CHART_POLL_ENV,
     JOB_FACTORY,
     LESSON_CLASSES,
@@ -68,9 +68,9 @@ from bert_core.serve.app_runs import (
     poll_seconds,
     warm_launcher,
 )
-from bert_core.serve.app_runs import session_alive_from_runtime as _session_alive_from_runtime
-from bert_core.serve.app_sidebar import sidebar
-from bert_core.serve.app_tab import (
+from bert_core.app.app_runs import session_alive_from_runtime as _session_alive_from_runtime
+from bert_core.app.app_sidebar import sidebar
+from bert_core.app.app_tab import (
     FINETUNE_PARAM,
     FINETUNE_WATCH_PARAM,
     RUN_PARAM,
@@ -100,7 +100,7 @@ from bert_core.serve.app_widgets import (
     sync_query,
 )
 from bert_core.serve.finetune_runs import FinetuneSpec
-from bert_core.serve.lesson_classes import PUBLIC_URL_ENV  # a server setting (tests/test_repository.py: docs)
+from bert_core.app.lesson_classes import PUBLIC_URL_ENV  # a server setting (tests/test_repository.py: docs)
 from bert_core.serve.model_sources import ActiveModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.runs import OWNER, VIEWER, Run

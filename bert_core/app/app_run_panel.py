@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from bert_core.serve.app_runs import RUNS
-from bert_core.serve.app_tab import set_current_run
-from bert_core.serve.run_panel import FINETUNE_WORDS, TRAIN_WORDS, PanelWords, status_notices, waiting
+from bert_core.app.app_runs import RUNS
+from bert_core.app.app_tab import set_current_run
+from bert_core.app.run_panel import FINETUNE_WORDS, TRAIN_WORDS, PanelWords, status_notices, waiting
 from bert_core.serve.runs import Run
 
 __all__ = ["FINETUNE_WORDS", "TRAIN_WORDS", "run_status", "stop_button", "reset_button", "share_box"]

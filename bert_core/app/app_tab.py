@@ -1,6 +1,6 @@
 """This tab's runs and this browser: which run of the server each page of the tab shows (found from the URL, a share
 link or the session, and written back into the URL so that the address bar reopens it), this browser's id kept in a
-cookie, and the "My runs" list it keys. Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+cookie, and the "My runs" list it keys. Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from bert_core.serve.app_runs import LESSON_CLASSES, RUNS
+from bert_core.app.app_runs import LESSON_CLASSES, RUNS
 from bert_core.serve.run_protocols import FINETUNE_PAGE, RunJob
 from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
-from bert_core.serve.visitor_runs import (
+from bert_core.app.visitor_runs import (
     LINK_PARAMS,
     TRAIN_PAGE,
     VISITOR_COOKIE,
@@ -93,7 +93,7 @@ def missing_run_note(page: str, token: str, other_page: str | None = None) -> st
 
 def note_class_run() -> None:
     """A run this tab started while in a led lesson class (the class link, or leading it) is one of the class's runs:
-    the teacher's view lists it by its view id (bert_core.serve.lesson_classes)."""
+    the teacher's view lists it by its view id (bert_core.app.lesson_classes)."""
     s = st.session_state
     code = s.get("lesson_class") or s.get("lesson_lead")
     run, role = current_run()
@@ -103,7 +103,7 @@ def note_class_run() -> None:
 
 def visitor_id() -> str:
     """This browser's id (the "My runs" list is kept under it): read from its cookie, or a new one that the page
-    then stores in the browser (bert_core.serve.visitor_runs)."""
+    then stores in the browser (bert_core.app.visitor_runs)."""
     s = st.session_state
     if "visitor_id" not in s:
         try:

@@ -1,7 +1,7 @@
 """What the lesson and the inspection pages compute from the active model, kept across reruns in Streamlit's caches:
 the toy corpus's sentence pairs in the model's tokenizer, its right guesses by masking decision, its sentence-B-to-A
 attention, and the examples its pages open on (its own held-out toy stories, or plain English it gets right). Each
-is keyed by the model (and its step: a run's model changes as it trains). Streamlit-facing (bert_core.serve.app_state
+is keyed by the model (and its step: a run's model changes as it trains). Streamlit-facing (bert_core.app.app_state
 re-exports it for the pages)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from bert_core.inspect.plain_examples import PageExamples, from_probes, stored_e
 from bert_core.inspect.plain_examples import examples_note as note_for
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.serve.app_storage import public_mode
-from bert_core.serve.app_models import SOURCE_SHIPPED
+from bert_core.app.app_models import SOURCE_SHIPPED
 from bert_core.serve.model_sources import ActiveModel
 
 

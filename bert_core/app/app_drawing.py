@@ -1,6 +1,6 @@
 """Drawing helpers every page uses: the sidebar's page list, links between pages, Plotly charts with their download
 button set up, a user error as a message, and one training update as the lesson and the Train page show it.
-Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
 
 from __future__ import annotations
 

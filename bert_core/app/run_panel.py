@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from bert_core.serve.jobs import format_duration
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
-from bert_core.serve.visitor_runs import LINK_PARAMS
+from bert_core.app.visitor_runs import LINK_PARAMS
 
 
 @dataclass(frozen=True)

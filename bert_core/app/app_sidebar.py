@@ -1,6 +1,6 @@
 """The sidebar every page draws first: the page list, the model picker (which model the pages look at, in the URL
 as `?model=`), and the notes under it; drawing it also binds the tab to its run, notes a led class's run, keeps the
-browser's id and starts the scratch janitor. Streamlit-facing (bert_core.serve.app_state re-exports it for the
+browser's id and starts the scratch janitor. Streamlit-facing (bert_core.app.app_state re-exports it for the
 pages)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import logging
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.app_drawing import navigation, show_error
-from bert_core.serve.app_models import (
+from bert_core.app.app_drawing import navigation, show_error
+from bert_core.app.app_models import (
     SOURCE_CODES,
     SOURCE_FOLDER,
     SOURCE_SAVED,
@@ -21,9 +21,9 @@ from bert_core.serve.app_models import (
     load_model,
     model_sources,
 )
-from bert_core.serve.app_runs import scratch_alive
+from bert_core.app.app_runs import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
-from bert_core.serve.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
+from bert_core.app.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
 from bert_core.serve.app_widgets import init_widget, persist_every_page_keys, persist_keys
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints

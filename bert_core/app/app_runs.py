@@ -2,7 +2,7 @@
 (every pretraining run and fine-tuning race of the server, with their queue, records and jobs: bert_core.serve.runs),
 the led lesson classes, the launcher's warm-up, and how often live views redraw. Which job trains a run is
 job_factory's; this module only hands the store that factory and asks Streamlit's runtime whether a session lives.
-Streamlit-facing (bert_core.serve.app_state re-exports it for the pages)."""
+Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from streamlit import runtime
 from bert_core.inspect.lesson import STEP_KEYS
 from bert_core.serve.job_factory import JobFactory, server_job_kind
 from bert_core.serve.launcher import fork_available, launcher
-from bert_core.serve.lesson_classes import LessonClasses
+from bert_core.app.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import Run, RunStore
 

@@ -1,6 +1,6 @@
 """The models the sidebar's picker offers, each loaded as an `ActiveModel` or explained by a note: a shipped
 checkpoint, this tab's run's model as it trains, a saved run, an uploaded zip, a server folder (not in public mode).
-Checkpoints load through Streamlit's resource cache. Streamlit-facing (bert_core.serve.app_state re-exports it for
+Checkpoints load through Streamlit's resource cache. Streamlit-facing (bert_core.app.app_state re-exports it for
 the pages)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect.safe_text import markdown
 from bert_core.model.config import BertConfig
 from bert_core.serve.app_storage import public_mode, saved_run_folder, unpack_uploaded_checkpoint
-from bert_core.serve.app_tab import current_job, current_run, session_id
+from bert_core.app.app_tab import current_job, current_run, session_id
 from bert_core.serve.app_widgets import query_default
 from bert_core.serve.model_sources import (
     ActiveModel,
