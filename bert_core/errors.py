@@ -18,7 +18,7 @@ def is_disk_full(error: BaseException | str | None) -> bool:
     """True when `error` (an exception, its causes, or a message) says the disk is full."""
     seen = 0
     while isinstance(error, BaseException) and seen < 10:
-        if getattr(error, "errno", None) in _DISK_FULL_ERRNOS:
+        if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
             return True
         if any(w in str(error) for w in _DISK_FULL_WORDS):
             return True

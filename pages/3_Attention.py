@@ -177,8 +177,8 @@ with tab_pair:
 
 with tab_nsp:
     job = app_state.current_job()
-    if job is not None and getattr(job.trainer, "tokenizer", None) is active.tokenizer \
-            and getattr(job.trainer, "data", None) is not None:
+    trainer = job.trainer if job is not None else None   # a race's has no tokenizer or data of its own
+    if trainer is not None and trainer.tokenizer is active.tokenizer and trainer.data is not None:
         data, data_name = job.trainer.data, f"this session's training corpus ({job.spec.corpus_label})"
     else:
         data, data_name = app_state.toy_pretraining_data(active), "the toy grammar corpus"

@@ -24,6 +24,7 @@ class Steps:
     corpus_label: ClassVar[str] = "stand-in"
     preset: ClassVar[str] = "stand-in"              # what a run list names it by, as a TrainSpec's
     train: ClassVar[dict] = {"objective": "mlm"}
+    model_overrides: ClassVar[dict] = {}
 
 
 @dataclass
@@ -37,8 +38,10 @@ class Progress:
 class Counter:
     """A stand-in Trainer: counts steps until stopped, or until `steps` (then it has finished)."""
 
-    probes = None
-    evals = ()   # no held-out evaluations
+    # A pretraining run with no curves, probes or data to show, and no race inside (run_protocols.LiveView).
+    config = probes = tokenizer = growth = data = None
+    history = evals = tuners = ()
+    results: ClassVar[dict] = {}
 
     def __init__(self, steps: int | None = None):
         self.steps = steps
@@ -73,6 +76,8 @@ class StandInView:
     to tell, and its turn ends as a stop."""
 
     state, error, step, probes, primary, tuners, results = "running", None, 0, None, 0, (), {}
+    config = tokenizer = growth = data = None
+    history = evals = ()
 
     @property
     def progress(self) -> Progress:

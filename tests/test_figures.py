@@ -3,6 +3,7 @@
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -127,7 +128,8 @@ def test_live_charts_are_built_once_per_new_data_and_smoothing_and_shared():
 
     log = EventLog([_step(i, 10 - i * 0.1) for i in range(1, 21)],
                    [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5)])
-    log.baselines = {"unigram": {"accuracy": 0.05}}
+    # What a pretraining run's live view has beside its events (run_protocols.LiveView): a run that never grew.
+    log.baselines, log.config, log.growth = {"unigram": {"accuracy": 0.05}}, SimpleNamespace(objective="mlm"), None
     charts = figures.LiveCharts(keep=2)
     first = charts.figures(log, 0.6)
     assert list(first) == list(figures.LiveCharts.NAMES) and charts.builds == 1
@@ -332,12 +334,12 @@ def test_a_gpt_runs_figures_are_named_next_token_never_masked_or_mlm():
         objective = "clm"
 
     log = EventLog(history, evals)
-    log.baselines, log.config = baselines, Config()
+    log.baselines, log.config, log.growth = baselines, Config(), None
     assert list(figures.LiveCharts().figures(log, 0.0)) == ["loss", "accuracy", "learning-rate"]
 
 
 def test_compared_bert_and_gpt_runs_are_drawn_apart_each_titled_by_what_it_measures():
-    from bert_core.training.train_spec import TrainSpec
+    from bert_core.serve.train_spec import TrainSpec
 
     bert, gpt = TrainSpec(train={"objective": "mlm"}), TrainSpec(train={"objective": "clm", "nsp": False})
     history = [[_step(i, 9 - i * 0.1) for i in range(1, 6)] for _ in range(2)]

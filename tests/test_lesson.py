@@ -128,7 +128,7 @@ def test_a_gpt_cannot_guess_masked_tokens(tokenizer, pairs):
 
 @pytest.fixture(scope="module")
 def default_spec():
-    from bert_core.training.train_spec import default_spec
+    from bert_core.serve.train_spec import default_spec
 
     return default_spec()
 
@@ -327,8 +327,7 @@ def test_the_gpt_notice_counts_what_each_first_and_last_token_sees_and_names_the
 def test_the_predictions_and_finetune_notices():
     text = lesson.notice_predictions([("barn", 0.12), ("woods", 0.05)], [("the", 0.05)])
     assert "“barn” at 12%" in text and "“the” at 5%" in text
-    results = {"pretrained": SimpleNamespace(accuracy=0.75, metric_names=("accuracy", "macro-F1")),
-               "tfidf": SimpleNamespace(accuracy=0.76, metric_names=("accuracy", "macro-F1"))}
+    results = {"pretrained": _race_result(0.75), "tfidf": _race_result(0.76)}
     text = lesson.notice_finetune(results)
     assert "the pretrained model 75.0%" in text and "the bag of words 76.0%" in text and "Ahead: the bag" in text
     assert lesson.notice_finetune(None) is None
@@ -459,7 +458,7 @@ def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
 
 
 def test_a_class_keeps_its_teachers_step_and_nothing_else():
-    from bert_core.app.lesson_classes import LessonClasses
+    from bert_core.serve.lesson_classes import LessonClasses
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=3)
     code = classes.open("tokens")

@@ -206,8 +206,8 @@ def run_bench(args) -> dict:
     config = BertConfig.preset(args.preset, vocab_size=args.vocab_size, max_position_embeddings=max(512, args.seq_len))
     # Two models train side by side: refuse, before allocating either, a size that could not train even once.
     config.check_memory(training=True, batch_size=2 * args.batch_size, seq_len=args.seq_len)
-    device = resolve_device(getattr(args, "device", "cpu"), DistInfo())
-    precision = computes_in(device, getattr(args, "precision", "bf16"))
+    device = resolve_device(args.device, DistInfo())
+    precision = computes_in(device, args.precision)
     kept = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)

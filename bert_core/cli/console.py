@@ -12,7 +12,7 @@ class ProgressBar:
     def __init__(self, stream=None, width: int = 30, log_every_s: float = 30.0):
         self.stream = stream or sys.stderr
         self.width = width
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.tty = self.stream.isatty()
         self.log_every_s = log_every_s
         self._last = 0.0
         self._shown = False

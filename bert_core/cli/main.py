@@ -7,6 +7,7 @@ User mistakes print one line `error: ...` and exit with status 2; progress goes 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argparse tree of `python -m bert_core`."""
     parser = _Parser(prog="python -m bert_core", description="BERT from scratch: pretrain, evaluate, inspect.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # What every command's arguments have, set by those it concerns: its function (none: no command given), and
+    # what it writes (a full disk's message names it).
+    parser.set_defaults(func=None, out=None, resume=None)
     _add_command(sub, train)
     _add_eval(sub)
     _add_fill_mask(sub)
@@ -165,7 +169,7 @@ class _WarningsOnly(logging.Handler):
 def _setup_output() -> None:
     # Paths with undecodable bytes must not turn a message into a UnicodeEncodeError.
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
+        if isinstance(stream, io.TextIOWrapper):   # not a stand-in a caller put there (a test's StringIO)
             stream.reconfigure(errors="backslashreplace")
     logger = logging.getLogger("bert_core")
     if not os.environ.get(DEBUG_ENV) and not any(isinstance(h, _WarningsOnly) for h in logger.handlers):
@@ -175,7 +179,9 @@ def _setup_output() -> None:
 def _written(args, error: BaseException) -> str | None:
     """What a command that met a full disk was writing: the file the system names, else the command's output (its
     --out, or the run it resumes); None when neither is known."""
-    named = getattr(error, "filename", None) or getattr(args, "out", None) or getattr(args, "resume", None)
+    named = error.filename if isinstance(error, OSError) else None
+    if named is None and args is not None:
+        named = args.out or args.resume
     return None if named is None else str(named)
 
 
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
         parser = build_parser()  # imports every command's module: a broken installation fails here
         args = parser.parse_args(argv)  # argparse's own errors exit here, as one line (see _Parser)
         args.argv = argv  # recorded in trainer_state.json / metrics.json as the exact command
-        if getattr(args, "func", None) is None:
+        if args.func is None:
             parser.print_help(sys.stderr)
             return 2
         if args.command in _KEEPS_FREED_MEMORY:

@@ -78,7 +78,7 @@ def _baselines(trainer) -> dict:
 def _per_corpus(trainer, heldout_by_corpus: dict) -> dict:
     """Each corpus's held-out figures on its own, beside its unigram baseline."""
     cfg = trainer.config
-    model = getattr(trainer.model, "module", trainer.model)  # under torchrun, the model inside DDP's wrapper
+    model = trainer.model   # the model itself: under torchrun, DDP's wrapper is held beside it (distributed)
     per_corpus = {}
     for name, corpus in heldout_by_corpus.items():
         try:

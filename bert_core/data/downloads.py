@@ -115,7 +115,8 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
                 raise BertCoreError(f"the download of {url} was interrupted after {len(exc.partial) + done} bytes; "
                                     "nothing was kept, run it again") from exc
             except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
-                raise BertCoreError(_offline_message(url, getattr(exc, "reason", exc), dest, offline_hint)) from exc
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                raise BertCoreError(_offline_message(url, reason, dest, offline_hint)) from exc
         if total is not None and done != total:
             raise BertCoreError(f"the download of {url} was interrupted after {done} of {total} bytes; "
                                 "nothing was kept, run it again")

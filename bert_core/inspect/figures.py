@@ -316,21 +316,20 @@ class LiveCharts:
         history, evals = trainer.history, trainer.evals
         last = history[-1] if history else None
         key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing),
-               bool(getattr(trainer, "growth", None)))
+               bool(trainer.growth))
         with self._lock:
             entries = self._built.setdefault(trainer, {})
             found = entries.get(key)
         if found is not None:
             return found
-        causal = getattr(getattr(trainer, "config", None), "objective", "mlm") == "clm"
+        causal = trainer.config.objective == "clm"
         built = {"loss": loss_figure(history, evals, trainer.baselines, smoothing, causal),
                  "accuracy": accuracy_figure(history, evals, trainer.baselines, smoothing, causal)}
         if not causal:   # a GPT masks nothing: no figure of masking decisions, rather than an empty one
             built["accuracy-by-decision"] = decision_accuracy_figure(history, smoothing)
         built["learning-rate"] = rate_figure(history)
-        growth = getattr(trainer, "growth", None)
         for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
-            mark_growth(fig, growth)
+            mark_growth(fig, trainer.growth)
             clear_of_toolbar(fig)
         with self._lock:
             self.builds += 1
@@ -633,13 +632,10 @@ def architecture_figure(config: Any = None) -> go.Figure:
     """A block diagram of BERT for pretraining, annotated with the sizes of `config` when one is given; for a
     causal config (`attention="causal"`), the GPT-style model of the same house: masked self-attention and one
     next-token head, no NSP."""
-    layers = getattr(config, "num_hidden_layers", "L")
-    hidden = getattr(config, "hidden_size", "H")
-    heads = getattr(config, "num_attention_heads", "A")
-    ffn = getattr(config, "intermediate_size", "4H")
-    vocab = getattr(config, "vocab_size", "V")
-    positions = getattr(config, "max_position_embeddings", "512")
-    causal = getattr(config, "attention", None) == "causal"
+    c = config
+    layers, hidden, heads, ffn, vocab, positions, causal = ("L", "H", "A", "4H", "V", "512", False) if c is None else (
+        c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size, c.vocab_size,
+        c.max_position_embeddings, c.attention == "causal")
     boxes = [
         # (x0, y0, x1, y1, text, colour)
         (0.05, 0.02, 0.95, 0.12, "Input: [CLS] text [SEP]  (WordPiece tokens; no sentence pair)" if causal else

@@ -451,7 +451,7 @@ def notice_finetune(results: Mapping | None, model: str = "") -> str | None:
     if not results:
         return None
     shown = [(RACE_NAMES.get(k, k), r) for k, r in results.items()]
-    metric = getattr(next(iter(results.values())), "metric_names", ("accuracy",))[0]
+    metric = next(iter(results.values())).metric_names[0]
     parts = ", ".join(f"{name} {r.accuracy:.1%}" for name, r in shown)
     best = max(shown, key=lambda kv: kv[1].accuracy)
     raced = f" (it fine-tuned {model})" if model else ""
@@ -465,7 +465,7 @@ def notice_finetune(results: Mapping | None, model: str = "") -> str | None:
         elif gaps:
             said = " and ".join(f"{gap * 100:+.1f} points against {name}" for name, gap in gaps)
             text += f" Pretraining did not pay on this race: the pretrained model scored {said}."
-    short = [RACE_NAMES.get(k, k) for k, r in results.items() if getattr(r, "cut_short", False)]
+    short = [RACE_NAMES.get(k, k) for k, r in results.items() if r.cut_short]
     if short:
         text += f" The time cap cut {', '.join(short)} short of its steps: a busy server; run it again."
     return text
@@ -476,11 +476,11 @@ def notice_nsp(evals: Sequence, history: Sequence = (), nsp: bool = True) -> str
     steps. NSP starts at chance (50%, a loss of ln 2 = 0.69) and, on the toy stories, leaves it only after several
     hundred steps; drawn beside the masked-word loss, which falls from about 7, its fall looks flat. None when the
     run has no NSP or no evaluation yet."""
-    scored = [(int(e.step), e.nsp_acc) for e in evals if getattr(e, "nsp_acc", None) is not None]
+    scored = [(int(e.step), e.nsp_acc) for e in evals if e.nsp_acc is not None]
     if not nsp or not scored:
         return None
     step, last = scored[-1]
-    losses = [e.nsp_loss for e in history[-50:] if getattr(e, "nsp_loss", None) is not None]
+    losses = [e.nsp_loss for e in history[-50:] if e.nsp_loss is not None]
     text = (f"Next-sentence prediction (is sentence B the one that followed A, or a random one?) starts at chance: "
             f"50% right, a loss of ln 2 = {math.log(2):.2f}, a coin toss. Held-out now: {last:.0%} at step {step:,}")
     if losses:

@@ -127,9 +127,8 @@ def _top_changes(before: dict, after: dict, grads: dict, tokenizer, top: int) ->
 def take_one_step(trainer, top: int = TOP_CHANGES) -> StepRecord:
     """Make `trainer`'s next update (see the module docstring) and return what it did. Raises BertCoreError when
     the trainer cannot step (it is running, finished or failed) or the update was refused (a non-finite loss)."""
-    if getattr(trainer, "grow_if_due", None) is not None:
-        trainer.grow_if_due()   # a run that starts small grows before this update: note the grown model's weights
-    model = getattr(trainer.model, "module", trainer.model)
+    trainer.grow_if_due()   # a run that starts small grows before this update: note the grown model's weights
+    model = trainer.model
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     before = {name: p.detach().float().clone() for name, p in params.items()}
     grads: dict[str, torch.Tensor] = {}
@@ -162,7 +161,7 @@ def take_one_step(trainer, top: int = TOP_CHANGES) -> StepRecord:
     example = masking_rows(trainer.tokenizer, first.original_ids[0, :width].tolist(),
                            first.token_type_ids[0, :width].tolist(), first.input_ids[0, :width].tolist(),
                            first.decisions[0, :width].tolist())
-    causal = bool(getattr(first, "causal", False))
+    causal = first.causal
     return StepRecord(
         step=event.step, loss=event.loss, mlm_loss=event.mlm_loss, nsp_loss=event.nsp_loss,
         mlm_accuracy=event.mlm_acc, learning_rate=event.lr, grad_norm=event.grad_norm,

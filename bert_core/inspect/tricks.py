@@ -59,7 +59,7 @@ def measured_text(values: Sequence[float], note: str = "") -> str:
 
 
 def _final_accuracy(run) -> float | None:
-    evals = list(getattr(run.trainer, "evals", None) or [])
+    evals = run.trainer.evals if run.trainer is not None else ()   # a queued run has none yet
     return float(evals[-1].mlm_acc) if evals else None
 
 

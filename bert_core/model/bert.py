@@ -471,7 +471,7 @@ def pretraining_model(config: BertConfig) -> nn.Module:
 
 def is_causal(model: nn.Module) -> bool:
     """Whether `model` predicts the next token (causal attention) rather than filling in masked ones."""
-    return getattr(getattr(model, "config", None), "attention", "bidirectional") == "causal"
+    return model.config.attention == "causal"
 
 
 # Which vector the sequence classifier reads. "cls": BERT's pooled [CLS] (dense + tanh on position 0), as the paper
@@ -615,7 +615,7 @@ def param_groups(model: nn.Module, weight_decay: float = 0.01, layer_decay: floa
     each group's "lr_scale" is layer_decay ** (distance from the top): the heads train at the full rate, each layer
     below at `layer_decay` times the one above, the embeddings least. The optimizer's users multiply the scheduled
     rate by it."""
-    num_layers = model.config.num_hidden_layers if hasattr(model, "config") else 0
+    num_layers = model.config.num_hidden_layers
     groups: dict[tuple[bool, int], list] = {}
     for name, param in model.named_parameters():  # shared (tied) parameters appear once
         if not param.requires_grad:

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bert_core.errors import BertCoreError, is_disk_full
+from bert_core.errors import BertCoreError, is_disk_full, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def write_error(path, e: BaseException) -> BertCoreError:
     if is_disk_full(e):
         return BertCoreError(f"{disk_full_words(path, e)}; nothing there was replaced: free some space, or choose a "
                              "folder on another disk")
-    reason = getattr(e, "strerror", None) or str(e)
+    reason = os_reason(e)
     # Not a full disk (handled above): permission, a read-only disk, a name too long... room is not the cure.
     return BertCoreError(f"could not write {path}: {reason}; nothing there was replaced (choose a folder this user "
                          "can write to)")

@@ -88,6 +88,10 @@ class BertTokenizer:
         self.never_sample_ids = self.special_ids | frozenset(
             i for t, i in vocab.items() if t.startswith("[unused") or (t.startswith("[") and t.endswith("]") and t.isupper())
         )
+        self._continuation = [False] * self.vocab_size
+        for t, i in vocab.items():
+            if t.startswith("##") and i < self.vocab_size:
+                self._continuation[i] = True
 
     # -- encoding -------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -145,13 +149,7 @@ class BertTokenizer:
 
     def continuation_table(self) -> list[bool]:
         """Indexed by id: True for '##' pieces (whole-word masking groups them with the word before)."""
-        if not hasattr(self, "_cont"):
-            cont = [False] * self.vocab_size
-            for tok, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
-                if tok.startswith("##") and i < self.vocab_size:
-                    cont[i] = True
-            self._cont = cont
-        return self._cont
+        return self._continuation
 
     def __len__(self) -> int:
         return self.vocab_size

@@ -60,8 +60,7 @@ def fork_available() -> bool:
     """Whether training processes are forked from the launcher here: Linux (a fork after importing torch is safe
     there; on macOS system libraries are not) with pidfds (kernel 5.3+: how the launcher and its processes watch
     for an end), not switched off."""
-    return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and \
-        hasattr(socket, "send_fds") and _pidfds()   # Python 3.9+ on Unix: a platform's feature, asked of it
+    return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and _pidfds()
 
 
 _PIDFDS: bool | None = None
@@ -73,7 +72,7 @@ def _pidfds() -> bool:
         try:
             os.close(os.pidfd_open(os.getpid()))
             _PIDFDS = True
-        except (AttributeError, OSError):   # Python < 3.9, or a kernel before 5.3 (ENOSYS)
+        except OSError:   # a kernel before 5.3 (ENOSYS); Python 3.10+ on Linux has pidfd_open and send_fds
             _PIDFDS = False
     return _PIDFDS
 

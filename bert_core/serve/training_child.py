@@ -63,7 +63,7 @@ def _server_watch():
     reused pid, and its end wakes the wait at once), since its parent is the launcher; a spawned one watches for its
     parent to change (it was reparented)."""
     server = os.environ.get(SERVER_PID_ENV)
-    if server and hasattr(os, "pidfd_open"):   # Linux 5.3+ and Python 3.9+: a platform feature, asked of it
+    if server and sys.platform.startswith("linux"):   # pidfds: Linux (5.3+; an older kernel's ENOSYS below)
         try:
             fd = os.pidfd_open(int(server))
         except ProcessLookupError:
@@ -144,9 +144,9 @@ class TrainingChild:
                 log.exception("building the trainer failed")
             self.events.send(("failed", None, None, failure_message(exc)))
             return False
-        # A race (a FinetuneComparison, or a test's stand-in for one) is the live view with runs inside it; the
-        # child imports neither class to ask, so it asks for what it then reads.
-        self.comparison = hasattr(trainer, "tuners")
+        # A race (a FinetuneComparison, or a test's stand-in for one) is the live view with models inside it, a
+        # pretraining run the one without (run_protocols.LiveView.tuners).
+        self.comparison = bool(trainer.tuners)
         if self.comparison:
             for tuner in trainer.tuners:
                 tuner.callbacks.append(self.forward)
@@ -158,7 +158,7 @@ class TrainingChild:
             trainer.callbacks.append(self.forward)
             p = trainer.probes
             self.events.send(("built", None, {
-                "kind": "pretraining", "config": trainer.config, "model_config": _unwrapped(trainer).config,
+                "kind": "pretraining", "config": trainer.config, "model_config": trainer.model_config,
                 "tokenizer": trainer.tokenizer, "metadata": trainer.metadata, "baselines": dict(trainer.baselines),
                 "step": trainer.step, "history": trainer.history, "evals": trainer.evals, "growth": trainer.growth,
                 "probes": (p.sentences, p.attention_sentence, p.top_k, p.max_snapshots) if p is not None else None,
@@ -233,7 +233,7 @@ class TrainingChild:
                 from safetensors.torch import save as to_bytes
 
                 # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
-                sd = {k: v.detach().to("cpu").clone() for k, v in _unwrapped(trainer).state_dict().items()}
+                sd = {k: v.detach().to("cpu").clone() for k, v in trainer.model.state_dict().items()}
                 self.events.send(("reply", request, (trainer.step, to_bytes(sd)), None))
             elif kind == "save":
                 trainer.save(cmd[2])
@@ -291,9 +291,4 @@ def _comparison_view(comparison) -> dict:
     return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(t.stages))
                        for t in comparison.tuners],
             "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
-
-
-def _unwrapped(trainer):
-    model = trainer.model
-    return getattr(model, "module", model)   # DistributedDataParallel wraps it; torch's own class, not ours
 

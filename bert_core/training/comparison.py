@@ -295,15 +295,15 @@ def run_list_rows(runs, names) -> list[dict]:
     tasks = [ACCURACY_COLUMNS[is_causal(run.spec)] for run in runs]
     rows = []
     for i, run in enumerate(runs):
-        trainer = run.trainer
-        evals = list(getattr(trainer, "evals", None) or [])
+        trainer = run.trainer   # None while the run waits in the queue
+        evals = trainer.evals if trainer is not None else ()
         acc = evals[-1].mlm_acc if evals else None
         if i == 0:
             change = "first run"
         else:
             before = runs[i - 1].spec
             change = ", ".join([c.label for c in knob_diff(before, run.spec)] + other_differences(before, run.spec))
-        row = {"run": names[i], "state": run.phase, "step": getattr(trainer, "step", 0) if trainer else 0}
+        row = {"run": names[i], "state": run.phase, "step": trainer.step if trainer is not None else 0}
         for column in ACCURACY_COLUMNS.values():
             if column in tasks:
                 row[column] = f"{acc:.1%}" if acc is not None and tasks[i] == column else "–"
@@ -318,9 +318,7 @@ ACCURACY_COLUMNS = {False: "held-out masked-token accuracy (BERT)", True: "held-
 
 def is_causal(spec) -> bool:
     """Whether a run's spec trains a GPT (next-token objective, causal attention) rather than a BERT."""
-    train = getattr(spec, "train", None) or {}
-    overrides = getattr(spec, "model_overrides", None) or {}
-    return train.get(OBJECTIVE_FIELD) == "clm" or overrides.get("attention") == "causal"
+    return spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
 
 
 def overlay_default(run_ids, current) -> list:
@@ -442,11 +440,11 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
         raise BertCoreError(f"no `train` option for {', '.join(drift)} yet "
                             "(bert_core.training.comparison.TRAIN_FLAGS)")
     cli_schedule = "linear" if config.max_steps is not None else "time"
-    inert = set() if getattr(config, "short_seq_length", 0) else {"short_seq_fraction", "short_seq_batch_size"}
-    if not getattr(config, "grow_fraction", 0):
+    inert = set() if config.short_seq_length else {"short_seq_fraction", "short_seq_batch_size"}
+    if not config.grow_fraction:
         inert |= {"grow_from_hidden", "grow_from_layers"}
     for field, option in TRAIN_FLAGS.items():
-        if not hasattr(config, field) or field in inert:  # a field of another version; the short phase's when off
+        if field in inert:  # the short phase's and the growth's settings, when they are off
             continue
         value = getattr(config, field)
         if option is None or value is None or (field == "schedule" and value == cli_schedule):

@@ -78,8 +78,7 @@ class CompiledTraining:
     step's forward pass. With mode "off" it does nothing."""
 
     def __init__(self, model: torch.nn.Module):
-        inner = getattr(model, "module", model)   # a DistributedDataParallel wrapper's model
-        self.encoder = getattr(getattr(inner, "bert", None), "encoder", None)
+        self.encoder = model.bert.encoder   # the model itself: a DistributedDataParallel wrapper is held beside it
         self._compiled: dict[str, object] = {}
 
     @property
@@ -91,8 +90,6 @@ class CompiledTraining:
         """The encoder's forward, compiled in `mode` (made once per mode)."""
         if mode not in COMPILE_MODES or mode == "off":
             raise BertCoreError(f"compile must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
-        if self.encoder is None:
-            raise BertCoreError("compiling needs a BERT model with an encoder (model.bert.encoder)")
         if mode not in self._compiled:
             # The class's forward bound to this encoder, so the compiled function never calls back into itself
             # while it stands in for `encoder.forward`.

@@ -28,13 +28,9 @@ def unigram_accuracy(baselines: Mapping | None) -> float | None:
 def recent_masked_accuracy(history: Sequence, window: int = WINDOW) -> float | None:
     """Mean training accuracy at [MASK] positions over the newest `window` steps (all positions when a run has
     no masking decisions: a GPT-style run)."""
-    values = []
-    for event in history[-window:]:  # a snapshot list already (RunLoop.history, the proxy's)
-        value = getattr(event, "mlm_acc_masked", None)
-        if value is None:
-            value = getattr(event, "mlm_acc", None)
-        if value is not None:
-            values.append(value)
+    # A snapshot list already (RunLoop.history, the proxy's) of StepEvents; a GPT's have no mlm_acc_masked.
+    values = [e.mlm_acc if e.mlm_acc_masked is None else e.mlm_acc_masked for e in history[-window:]]
+    values = [v for v in values if v is not None]
     return sum(values) / len(values) if len(values) >= min(window, 10) else None
 
 

@@ -35,7 +35,7 @@ from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEv
 from bert_core.training.run_loop import RunLoop
 from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig, default_recipe
 from bert_core.training.trainer_checkpoint import TrainerCheckpointing, check_trainer_state
-from bert_core.training.trainer_growth import TrainerGrowth, unwrap
+from bert_core.training.trainer_growth import TrainerGrowth
 
 __all__ = [
     "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "GrowthEvent", "SCHEDULES", "PRECISIONS", "STATES",
@@ -95,9 +95,9 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         self.checkpoint_failures_fatal = True
         self.checkpoint_error: str | None = None
 
-    def _set_model(self, model) -> None:
-        """Train `model` from here on: on this device, wrapped for data parallelism, with a new optimizer."""
-        on_gradients = self.optimization.on_gradients if hasattr(self, "optimization") else None
+    def _set_model(self, model, on_gradients=None) -> None:
+        """Train `model` from here on: on this device, wrapped for data parallelism, with a new optimizer (which
+        calls `on_gradients` as the one before did: a grown model keeps its watcher)."""
         self.model = model.to(self.device)
         self.model.train()
         ddp = ddp_wrapped(self.model, self.device, self.dist)
@@ -115,7 +115,7 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     def model_config(self):
         """The model's BertConfig as it is now (a growing run's changes size once), as its mirror in the server
         keeps it (serve.training_mirrors.TrainerProxy.model_config)."""
-        return unwrap(self.model).config
+        return self.model.config
 
     @property
     def history_limit(self) -> int:
@@ -226,7 +226,7 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         return self.evaluation.batches(self.config)
 
     def _evaluate(self):
-        event = self.evaluation.evaluate(unwrap(self.model), self.step, self.device, self.config)
+        event = self.evaluation.evaluate(self.model, self.step, self.device, self.config)
         if event is None:
             return
         self.model.train()
@@ -235,7 +235,7 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     def _snapshot_probes(self):
         if self.probes is None or not self.is_main:
             return
-        snap = self.probes.snapshot(unwrap(self.model), self.tokenizer, self.step)
+        snap = self.probes.snapshot(self.model, self.tokenizer, self.step)
         self.model.train()
         for callback in self.callbacks:
             callback(snap)

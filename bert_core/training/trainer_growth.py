@@ -11,11 +11,6 @@ from bert_core.training.pretraining_events import GrowthEvent
 from bert_core.training.recipes import seed_learning_rate
 
 
-def unwrap(model):
-    """The model inside a DistributedDataParallel wrapper (or the model itself)."""
-    return model.module if hasattr(model, "module") else model
-
-
 class TrainerGrowth:
     """Trainer's growth: `grow_to` (the size to grow into, None: the run does not grow) and `growth` (when it grew)."""
 
@@ -26,7 +21,7 @@ class TrainerGrowth:
         """Whether the model is still the small one of a run that grows (TrainConfig.grow_fraction)."""
         if self.grow_to is None:
             return False
-        c = unwrap(self.model).config
+        c = self.model.config
         return (c.hidden_size, c.num_hidden_layers) != (self.grow_to.hidden_size, self.grow_to.num_hidden_layers)
 
     def grow_if_due(self) -> bool:
@@ -44,7 +39,7 @@ class TrainerGrowth:
             return scheduled_lr(cfg, self.step, self._elapsed_now())
         p = self._fraction_done()
         if self.growth_pending():
-            c, target = unwrap(self.model).config, self.grow_to
+            c, target = self.model.config, self.grow_to
             peak = seed_learning_rate(cfg.learning_rate, target.hidden_size, target.num_hidden_layers,
                                       c.hidden_size, c.num_hidden_layers)
             return peak * stage_multiplier(cfg, p / cfg.grow_fraction)
@@ -53,10 +48,10 @@ class TrainerGrowth:
 
     def _grow(self) -> None:
         """Grow the small model to the run's size (bert_core.model.growth) and train on it with a new optimizer."""
-        small = unwrap(self.model)
+        small = self.model
         before = (small.config.num_hidden_layers, small.config.hidden_size)
         with self._step_lock:
-            self._set_model(grow_model(small, self.grow_to, seed=self.config.seed))
+            self._set_model(grow_model(small, self.grow_to, seed=self.config.seed), self.optimization.on_gradients)
             self.growth = {"step": self.step, "fraction": self._fraction_done(), "from_size": list(before),
                            "to_size": [self.grow_to.num_hidden_layers, self.grow_to.hidden_size]}
         event = GrowthEvent(step=self.step, fraction=self.growth["fraction"], from_size=before,
