@@ -32,6 +32,7 @@ import numpy as np
 
 from bert_core.corpus.cleaning import normalized_words
 from bert_core.corpus.sources import SourceDocument, SourceTree, decode_text, detect_kind, parse_source, read_documents
+from bert_core.data.corpora import heldout_choice
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
 from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_FILE, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
                                    BuildSettings)
@@ -287,13 +288,6 @@ def _capped(docs: list[dict], cap: int, seed: int) -> tuple[list[dict], list[dic
     return sorted(kept, key=lambda d: d["offset"]), dropped
 
 
-def _heldout_choice(n: int, fraction: float, seed: int) -> set[int]:
-    if n < 2:
-        return set()
-    k = min(n - 1, max(1, round(fraction * n)))
-    return set(random.Random(seed).sample(range(n), k))
-
-
 def _seed_of(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest(), "little")
 
@@ -383,7 +377,7 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
             docs = kept.get(name, [])
             if kind == "gutenberg":
                 docs = _cap_authors(docs, name, settings, screen)
-            held = _heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
+            held = heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
             say(f"tokenizing {name}: {len(docs)} documents")
             words = {"train": 0, "heldout": 0}
             heldout_text = []

@@ -107,23 +107,14 @@ def _decode_json(text: str, name: str):
                             "Check that it is a SQuAD-format .json file.") from None
 
 
-def _json_kind(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
+# What a JSON value is, in words: checked in this order (a bool is an int to Python, an int a number to JSON).
+_JSON_KINDS = ((type(None), "null"), (bool, "true/false"), ((int, float), "a number"), (str, "a string"),
+               (list, "a list"), (dict, "an object"))
 _KIND_NAMES = {str: "a string", list: "a list", dict: "an object", int: "a whole number"}
+
+
+def _json_kind(value) -> str:
+    return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _get(obj, key: str, kind: type, where: str, source: str, default=None):

@@ -127,13 +127,16 @@ def cap_sentence_length(sentences: list[str], limit: int = MAX_SENTENCE_CHARS) -
 
 def documents_from_text(text: str) -> list[list[str]]:
     """Documents at blank lines, sentences by `split_sentences` (or one per line when the text is already so)."""
-    docs: list[list[str]] = []
-    for block in re.split(r"\n[ \t\r\f\v]*\n", text.replace("\r\n", "\n")):
+    # A line of other white space (a no-break space) does not end a document here: only an empty or blank line.
+    return [sentences for lines in _blocks(text, r"\n[ \t\r\f\v]*\n") if (sentences := _block_sentences(lines))]
+
+
+def _blocks(text: str, blank: str = r"\n\s*\n") -> Iterator[list[str]]:
+    """The stripped non-empty lines of each block of `text` between blank lines (`blank`), empty blocks left out."""
+    for block in re.split(blank, text.replace("\r\n", "\n")):
         lines = [ln.strip() for ln in block.split("\n") if ln.strip()]
-        sentences = _block_sentences(lines) if lines else []
-        if sentences:
-            docs.append(sentences)
-    return docs
+        if lines:
+            yield lines
 
 
 _WIKI_TITLE = re.compile(r"^ ?= (?!=)(.+?) = ?$")
@@ -178,10 +181,7 @@ def shakespeare_documents(text: str, speeches_per_document: int = 20) -> list[li
     comes from another stretch, usually another scene or play.
     """
     speeches = []
-    for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n")):
-        lines = [ln.strip() for ln in block.split("\n") if ln.strip()]
-        if not lines:
-            continue
+    for lines in _blocks(text):
         speaker = lines[0] if lines[0].endswith(":") and len(lines) > 1 else ""
         body = lines[1:] if speaker else lines
         sentences = split_sentences(" ".join(body))
@@ -244,12 +244,7 @@ def corpus_from_file(path: str | Path, name: str | None = None) -> Corpus:
 # -- named corpora -----------------------------------------------------------------------------------
 def brown_documents(text: str) -> list[list[str]]:
     """Brown in Google's input format: one sentence per line, a blank line between texts."""
-    docs = []
-    for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n")):
-        sentences = [ln.strip() for ln in block.split("\n") if ln.strip()]
-        if sentences:
-            docs.append(sentences)
-    return docs
+    return list(_blocks(text))
 
 
 def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
@@ -356,6 +351,14 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
 HELDOUT_FRACTION = 0.1
 
 
+def heldout_choice(n: int, fraction: float, seed: int) -> set[int]:
+    """The indices of `n` documents held out: a seeded `fraction` of them, at least one and never all (none of
+    fewer than two)."""
+    if n < 2:
+        return set()
+    return set(random.Random(seed).sample(range(n), min(n - 1, max(1, round(fraction * n)))))
+
+
 def split_heldout(corpus: Corpus, fraction: float = 0.1, seed: int = 0) -> tuple[Corpus, Corpus]:
     """(train, held-out) by whole documents chosen with `seed`; a one-document corpus gives up a contiguous block.
 
@@ -363,20 +366,18 @@ def split_heldout(corpus: Corpus, fraction: float = 0.1, seed: int = 0) -> tuple
     """
     if not 0.0 < fraction < 1.0:
         raise BertCoreError(f"held-out fraction must be between 0 and 1, got {fraction!r}")
-    rng = random.Random(seed)
     docs = corpus.documents
     if len(docs) >= 2:
-        n_held = min(len(docs) - 1, max(1, round(fraction * len(docs))))
-        held_idx = set(rng.sample(range(len(docs)), n_held))
+        held_idx = heldout_choice(len(docs), fraction, seed)
         train = [d for i, d in enumerate(docs) if i not in held_idx]
         held = [d for i, d in enumerate(docs) if i in held_idx]
-        how = f"{n_held} of {len(docs)} documents held out (seed {seed})"
+        how = f"{len(held)} of {len(docs)} documents held out (seed {seed})"
     else:
         sentences = docs[0] if docs else []
         if len(sentences) < 2:
             raise BertCoreError(f"corpus {corpus.name!r} has fewer than 2 sentences; it cannot be split for evaluation")
         n_held = min(len(sentences) - 1, max(1, math.ceil(fraction * len(sentences))))
-        start = rng.randint(0, len(sentences) - n_held)
+        start = random.Random(seed).randint(0, len(sentences) - n_held)
         held = [sentences[start: start + n_held]]
         # The text either side of the held-out block becomes two documents: they are not contiguous any more.
         train = [part for part in (sentences[:start], sentences[start + n_held:]) if part]

@@ -26,28 +26,10 @@ from bert_core.data.splits import split_data
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
 
-__all__ = [
-    "IGNORE_INDEX",
-    "MAX_CONLL_BYTES",
-    "MAX_TAGS",
-    "MAX_UNBROKEN_TOKENS",
-    "TAG_COLUMNS",
-    "TagBatch",
-    "TaggedExample",
-    "TaggedSentences",
-    "collate_tagged",
-    "encode_tagged",
-    "iob_spans",
-    "majority_baseline",
-    "parse_conll",
-    "read_conll",
-    "span_scores",
-    "split_sentences",
-    "tag_eval_batches",
-    "tag_train_batches",
-    "token_accuracy",
-    "words_predictions",
-]
+__all__ = ["IGNORE_INDEX", "MAX_CONLL_BYTES", "MAX_TAGS", "MAX_UNBROKEN_TOKENS", "TAG_COLUMNS", "TagBatch",
+           "TaggedExample", "TaggedSentences", "collate_tagged", "encode_tagged", "iob_spans", "majority_baseline",
+           "parse_conll", "read_conll", "span_scores", "split_sentences", "tag_eval_batches", "tag_train_batches",
+           "token_accuracy", "words_predictions"]
 
 # "chunk" is the LAST column (chunk tags of CoNLL-2000, entity tags of CoNLL-2003); "pos" is the second column.
 TAG_COLUMNS = ("chunk", "pos")

@@ -55,6 +55,7 @@ class _Story:
         self.topic_name = rng.choice(sorted(TOPICS))
         self.topic = TOPICS[self.topic_name]
         self.gender = rng.choice("mf")
+        self.he, self.him, self.his = PRONOUNS[self.gender]
         self.name = rng.choice(MALE_NAMES if self.gender == "m" else FEMALE_NAMES)
         self.friend_gender = rng.choice("mf")
         pool = [n for n in (MALE_NAMES if self.friend_gender == "m" else FEMALE_NAMES) if n != self.name]
@@ -70,18 +71,9 @@ class _Story:
         self.time = rng.choice(TIMES)
 
     # pieces ------------------------------------------------------------------------------------
-    def he(self):
-        return PRONOUNS[self.gender][0]
-
-    def him(self):
-        return PRONOUNS[self.gender][1]
-
-    def his(self):
-        return PRONOUNS[self.gender][2]
-
     def subject(self):
         """The hero as a subject: mostly the pronoun, sometimes the name again."""
-        return self.name if self.rng.random() < 0.25 else self.he()
+        return self.name if self.rng.random() < 0.25 else self.he
 
     def thing(self, plural=None):
         sing, plur = self.rng.choice(self.things)
@@ -133,7 +125,7 @@ class _Story:
 
     def pet_sentence(self):
         adj = self.adjective_of[self.pet[0]]
-        return [self.he(), "has", "a", adj, self.pet[0], "and", self.he(), "loves", "it", "very", "much", "."]
+        return [self.he, "has", "a", adj, self.pet[0], "and", self.he, "loves", "it", "very", "much", "."]
 
     def routine(self):
         time = self.time if self.rng.random() < 0.8 else self.rng.choice(TIMES)
@@ -143,11 +135,11 @@ class _Story:
 
     def possessive(self):
         thing = self.pet[0] if self.rng.random() < 0.5 else self.thing(False)
-        return [self.subject(), self.rng.choice(["likes", "loves", "needs"]), self.his(), self.adjective_of[thing],
+        return [self.subject(), self.rng.choice(["likes", "loves", "needs"]), self.his, self.adjective_of[thing],
                 thing, "more", "than", "anything", "."]
 
     def friend_helps(self):
-        return [self.friend, ",", self.his(), "friend", ",", self.verb(True), *self.np(), "with", self.him(), "."]
+        return [self.friend, ",", self.his, "friend", ",", self.verb(True), *self.np(), "with", self.him, "."]
 
     def crowd(self):
         many = self.rng.random() < 0.5
@@ -169,14 +161,14 @@ class _Story:
                 "are" if many else "is", self.adjective(), "."]
 
     def when(self):
-        return ["when", self.he(), self.verb(True), *self.np(), ",", self.friend, self.verb(True), *self.np(), "."]
+        return ["when", self.he, self.verb(True), *self.np(), ",", self.friend, self.verb(True), *self.np(), "."]
 
     def closing(self):
         r = self.rng.random()
         if r < 0.4:
-            return ["at", "night", self.name, "goes", "home", "and", self.he(), "sleeps", "."]
+            return ["at", "night", self.name, "goes", "home", "and", self.he, "sleeps", "."]
         if r < 0.7:
-            return ["in", "the", "end", self.he(), "and", self.friend, self.verb(False), *self.np(), "together", "."]
+            return ["in", "the", "end", self.he, "and", self.friend, self.verb(False), *self.np(), "together", "."]
         return ["the", "next", "day", self.name, "comes", "back", "to", "the", self.place, "."]
 
     def sentences(self):
