@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import signal
 import subprocess
@@ -85,7 +86,7 @@ def test_train_defaults_take_the_recipe_with_its_short_phase_off_when_not_shorte
                                                                                   tmp_path):
     from bert_core.training.recipes import DEFAULT_PRESET, recipe_for
 
-    recipe = recipe_for(DEFAULT_PRESET).to_dict()
+    recipe = dataclasses.asdict(recipe_for(DEFAULT_PRESET))
 
     out, argv = trained  # --seq-len 32: the default short phase (32 tokens) would be no shorter, so it is off
     if not (out / "trainer_state.json").exists():

@@ -85,7 +85,7 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
     assert actions["--label-smoothing"].dest == "label_smoothing"
     assert flags.index("--label-smoothing") == flags.index("--mask-rate") + 1   # its place, cli_at 24.5
     assert "smooth the MLM targets (default 0)" in _train_parser().format_help()
-    assert run_settings.widgets()["train_smooth"] == "label_smoothing"
+    assert "label_smoothing" in [s.name for s in run_settings.page_settings()]
     assert "label_smoothing" in run_settings.on_resume(CHANGES)
 
 
@@ -96,7 +96,7 @@ def test_a_config_setting_given_a_widget_starts_from_the_recipe_or_the_configs_d
     assert "warmup_ratio" not in lesson_settings("toy")
     monkeypatch.setattr(run_settings, "SETTINGS", {**run_settings.SETTINGS, "warmup_ratio": warmup})
     # its place on the page and in the address bar is its field's: after the learning rate
-    keys = list(run_settings.widgets())
+    keys = [s.widget.key for s in run_settings.page_settings()]
     assert keys.index("train_warmup") == keys.index("train_lr") + 1
     from bert_core.serve.app_widgets import setting_cast
     from bert_core.serve.url_settings import url_value

@@ -18,32 +18,28 @@ from bert_core.training.setting import Limits
 
 def int_arg(low: int, high: int | None = None):
     """An argparse type: a whole number in [low, high]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (expected a whole number)") from None
-        if value < low or (high is not None and value > high):
-            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
-        return value
-
-    return parse
+    return limits_arg(int, Limits(low, high))
 
 
 def float_arg(low: float, high: float | None = None, low_open: bool = False, high_open: bool = False):
     """An argparse type: a finite number in the interval from low to high (open at either end when asked)."""
-    def parse(text: str) -> float:
+    return limits_arg(float, Limits(low, high, low_open, high_open))
+
+
+def limits_arg(kind, limits: Limits):
+    """An argparse type for a setting's described values (bert_core.training.setting): a whole number (`kind` int)
+    or a finite number within its `limits`, refused in the words a config uses for them (Limits.words)."""
+    whole = kind is int
+
+    def parse(text: str):
         try:
-            value = float(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (expected a number)") from None
-        too_low = value <= low if low_open else value < low
-        too_high = high is not None and (value >= high if high_open else value > high)
-        if not math.isfinite(value) or too_low or too_high:
-            left, right = "(" if low_open else "[", ")" if high_open or high is None else "]"
-            bounds = f"in {left}{low:g}, {'inf' if high is None else f'{high:g}'}{right}"
-            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, got {text}")
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r} (expected a "
+                                             f"{'whole number' if whole else 'number'})") from None
+        if not (whole or math.isfinite(value)) or not limits.holds(value):
+            raise argparse.ArgumentTypeError(f"must be {'' if whole else 'a finite number '}{limits.words(whole)}, "
+                                             f"got {value if whole else text}")
         return value
 
     return parse
@@ -54,14 +50,6 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty")
     return Path(text)
-
-
-def limits_arg(kind, limits: Limits):
-    """An argparse type for a setting's described values (bert_core.training.setting): a whole number (`kind` int)
-    or a finite number within its `limits`."""
-    if kind is int:
-        return int_arg(int(limits.low), None if limits.high is None else int(limits.high))
-    return float_arg(limits.low, limits.high, low_open=limits.low_open, high_open=limits.high_open)
 
 
 SEED = int_arg(0, MAX_SEED)

@@ -19,7 +19,7 @@ from bert_core.training.recipes import (
     page_recipe,
     preset_for_size,
 )
-from bert_core.training.run_settings import widgets
+from bert_core.training.run_settings import page_settings
 from bert_core.training.train_config import TrainConfig
 
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
@@ -49,7 +49,7 @@ def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int 
     recipe = page_recipe(preset, toy=corpus == "toy", **sizes)
     # A size's recipe gives the page each setting the page shows (the described settings with a widget:
     # bert_core.training.run_settings; a recipe's other values are the CLI's), besides its steps.
-    shown = widgets().values()
+    shown = [s.name for s in page_settings()]
     settings = {**LESSON, "corpus": corpus, "preset": asked, "max_steps": recipe["steps"],
                 **{name: value for name, value in recipe.items() if name in shown}}
     if corpus != "toy":

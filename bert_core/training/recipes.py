@@ -117,12 +117,9 @@ class Recipe:
     grow_from_layers: int = 0
 
     def train_config_fields(self) -> dict:
-        """The TrainConfig fields this recipe sets."""
-        return {"batch_size": self.batch_size, "learning_rate": self.learning_rate,
-                "max_seq_length": self.max_seq_length, "short_seq_length": self.short_seq_length,
-                "short_seq_batch_size": self.short_seq_batch_size, "short_seq_fraction": self.short_seq_fraction,
-                "mask_rate": self.mask_rate, "warmup_ratio": self.warmup_ratio, "grow_fraction": self.grow_fraction,
-                "grow_from_hidden": self.grow_from_hidden, "grow_from_layers": self.grow_from_layers}
+        """The TrainConfig fields this recipe sets: all but its size, machine, and the model's std and dropout."""
+        model = {"preset", "device", "initializer_range", "dropout"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in model}
 
     def describe(self, hidden_size: int | None = None, num_hidden_layers: int | None = None) -> str:
         """One line: what this recipe sets, as the CLI logs it and the Train page shows it; a custom size's width
@@ -143,9 +140,6 @@ class Recipe:
         return (f"peak learning rate {self.learning_rate:g}, initial weight std {self.initializer_range:g}, "
                 f"batch {self.batch_size} x {self.max_seq_length} tokens{short}, dropout {self.dropout:g}, "
                 f"mask rate {self.mask_rate:g}{grow}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def short_phase_rows(batch_size: int, max_seq_length: int, short_seq_length: int, short_seq_batch_size: int) -> int:

@@ -3,7 +3,7 @@ on the field: bert_core.training.train_config), or the run's own, described here
 dropout...; the `train` command's own: --out, --resume...).
 
 Everything that lists settings is made from these descriptions (bert_core.training.setting; docs/settings.md): the
-`train` options and their flags (`flag`, `setting`), the Train page's widgets (`widgets`), the settings a --resume
+`train` options and their flags (`flag`, `setting`), the Train page's widgets (`page_settings`), the settings a --resume
 changes, keeps or refuses (`on_resume`), and the model's size fields. Torch-free.
 """
 
@@ -135,11 +135,6 @@ def page_settings() -> tuple[Setting, ...]:
     fields): the order a group's widgets are drawn in and the address bar lists them."""
     return tuple(sorted((s for s in SETTINGS.values() if s.widget), key=lambda s: s.name in TRAIN_FIELDS))
 
-
-def widgets() -> dict[str, str]:
-    """The Train page's widgets: each key (also its URL parameter) and the setting it holds, in the address bar's
-    order."""
-    return {s.widget.key: s.name for s in page_settings()}
 
 
 def app_values() -> dict:
