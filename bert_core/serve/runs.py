@@ -180,18 +180,17 @@ class RunStore:
     def get(self, run_id: str | None) -> Run | None:
         """The run with this owner id, if the server still has it (a link opened as the server starts waits for
         the recorded runs to be read back)."""
-        run = self._registry.get(run_id)
-        if run is None and run_id and not self._restored.is_set():
-            self._restored.wait(RESTORE_WAIT_S)
-            run = self._registry.get(run_id)
-        return run
+        return self._found(self._registry.get, run_id)
 
     def by_view(self, view_id: str | None) -> Run | None:
         """The run with this share id, if the server still has it (waiting for the recorded runs, as `get`)."""
-        run = self._registry.by_view(view_id)
-        if run is None and view_id and not self._restored.is_set():
+        return self._found(self._registry.by_view, view_id)
+
+    def _found(self, lookup: Callable[[str | None], Run | None], token: str | None) -> Run | None:
+        run = lookup(token)
+        if run is None and token and not self._restored.is_set():
             self._restored.wait(RESTORE_WAIT_S)
-            run = self._registry.by_view(view_id)
+            run = lookup(token)
         return run
 
     def was_lost(self, token: str | None) -> bool:

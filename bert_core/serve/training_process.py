@@ -132,24 +132,24 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             raise
         self._child.start_pump()
 
-    def stop(self, wait: float | None = None) -> None:
-        """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
+    def _tell(self, command: str) -> None:
+        """Send a command to a live process; one that ended between the check and the send has stopped already."""
         if self._child.alive():
             try:
-                self._child.send(("stop", None))
+                self._child.send((command, None))
             except BertCoreError:
-                pass  # it ended between the check and the send: stopped all the same
+                pass
+
+    def stop(self, wait: float | None = None) -> None:
+        """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
+        self._tell("stop")
         if wait:
             self.wait(wait)
 
     def pause(self) -> None:
         """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
         the model in training has finished (each keeps its whole budget); start() goes on from there."""
-        if self._child.alive():
-            try:
-                self._child.send(("pause", None))
-            except BertCoreError:
-                pass  # it ended between the check and the send
+        self._tell("pause")
 
     def wait(self, timeout: float) -> bool:
         """Wait until the child is neither preparing nor training; True when it is idle (or gone)."""
@@ -169,10 +169,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             return
         self._closing = True
         if self._child.alive():
-            try:
-                self._child.send(("quit", None))
-            except BertCoreError:
-                pass  # it is ending already
+            self._tell("quit")
             try:
                 process.wait(wait)
             except subprocess.TimeoutExpired:
