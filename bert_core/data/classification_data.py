@@ -399,6 +399,14 @@ def _topic_words() -> dict[str, str]:
     return words
 
 
+def _toy_stories(task: str, seed: int, num_examples: int, offset: int) -> tuple[list[list[str]], random.Random]:
+    """(a toy task's stories, from the toy grammar at a seed of their own: not the pretraining corpus's seed 0; the
+    generator that picks from them)."""
+    if num_examples < 20:
+        raise BertCoreError(f"the toy {task} task needs at least 20 examples, got {num_examples}")
+    return generate_toy_corpus(num_documents=num_examples, seed=offset + seed).documents, random.Random(seed)
+
+
 def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
     """The built-in offline task: name the topic (farm, sea, castle...) of a toy story from one of its middle sentences.
 
@@ -406,14 +414,11 @@ def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     the story's topic, read back from its topic-only words, and the text one sentence from between the
     introduction and the closing, so the clue is a word or two that pretraining has seen in context.
     """
-    if num_examples < 20:
-        raise BertCoreError(f"the toy topic task needs at least 20 examples, got {num_examples}")
-    corpus = generate_toy_corpus(num_documents=num_examples, seed=10_000 + seed)
+    stories, rng = _toy_stories("topic", seed, num_examples, 10_000)
     names = sorted(TOPICS)
     topic_of = _topic_words()
-    rng = random.Random(seed)
     texts, labels = [], []
-    for story in corpus.documents:
+    for story in stories:
         votes: dict[str, int] = {}
         for sentence in story:
             for word in re.findall(r"[a-z]+", sentence.lower()):
@@ -446,12 +451,9 @@ def toy_order_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     pretraining on the toy stories teaches, and what a model from scratch must learn from the labelled examples
     alone. Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0).
     """
-    if num_examples < 20:
-        raise BertCoreError(f"the toy word-order task needs at least 20 examples, got {num_examples}")
-    corpus = generate_toy_corpus(num_documents=num_examples, seed=20_000 + seed)
-    rng = random.Random(seed)
+    stories, rng = _toy_stories("word-order", seed, num_examples, 20_000)
     texts, labels = [], []
-    for story in corpus.documents:
+    for story in stories:
         words = re.findall(r"[A-Za-z']+", rng.choice(story))
         shuffled = rng.random() < 0.5 and len(set(words)) > 1
         if shuffled:
