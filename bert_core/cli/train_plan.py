@@ -20,6 +20,7 @@ from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
 from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length
 from bert_core.training.run_settings import SIZE_FIELDS, flag, on_resume
 from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS
+from bert_core.training.train_config import TRAIN_SETTINGS
 from bert_core.training.trainer import TrainConfig, check_trainer_state, resolve_device
 
 # On --resume, these options may change how the run goes on (they are None unless given, so that only what the
@@ -57,7 +58,7 @@ def check_training_size(model_config_, config: TrainConfig) -> None:
 def train_config(args) -> TrainConfig:
     """A new run's TrainConfig: each field `train` has an option for takes the option's value (the options are
     named by the fields), and the schedule follows --steps or --time-budget unless given."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    given = {s.name: getattr(args, s.name) for s in TRAIN_SETTINGS if s.option}
     given["schedule"] = args.schedule or ("time" if args.max_steps is None else "linear")
     return TrainConfig(**given)
 
