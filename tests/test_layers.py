@@ -128,7 +128,7 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
 # and everything the pages steer are not among them.
 STREAMLIT_SIDE = {"bert_core.app.app_cache", "bert_core.app.app_drawing", "bert_core.app.app_models",
                   "bert_core.app.app_run_panel", "bert_core.app.app_runs", "bert_core.app.app_sidebar",
-                  "bert_core.app.app_tab", "bert_core.serve.app_widgets"}
+                  "bert_core.app.app_tab", "bert_core.app.app_widgets"}
 
 
 def test_only_the_serving_wing_calls_streamlit():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.serve.url_settings import Within, url_number, url_value
+from bert_core.app.url_settings import Within, url_number, url_value
 
 pytestmark = pytest.mark.slow  # its page tests take 10 s or more: it runs first (conftest.py)
 

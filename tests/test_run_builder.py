@@ -10,7 +10,7 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.serve import app_storage, jobs
-from bert_core.serve.app_widgets import setting_cast
+from bert_core.app.app_widgets import setting_cast
 from bert_core.training import comparison, run_builder
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.run_settings import flag, setting

@@ -98,8 +98,8 @@ def test_a_config_setting_given_a_widget_starts_from_the_recipe_or_the_configs_d
     # its place on the page and in the address bar is its field's: after the learning rate
     keys = [s.widget.key for s in run_settings.page_settings()]
     assert keys.index("train_warmup") == keys.index("train_lr") + 1
-    from bert_core.serve.app_widgets import setting_cast
-    from bert_core.serve.url_settings import url_value
+    from bert_core.app.app_widgets import setting_cast
+    from bert_core.app.url_settings import url_value
     assert url_value("0.9", setting_cast(warmup)) == 0.5   # a link's value is held to the page's range
     assert lesson_settings("toy")["warmup_ratio"] == TrainConfig.warmup_ratio          # the toy lesson has none
     assert lesson_settings("wikitext-2", "mini")["warmup_ratio"] == recipe_for("mini").warmup_ratio

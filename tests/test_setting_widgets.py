@@ -1,13 +1,13 @@
 """A page's widget for a run setting is drawn from the setting's description (bert_core.training.setting.Widget):
 its label, help, the page's range (narrower than the limits on purpose, and said so on the description), step,
-format and options; its URL value is read through the same range (bert_core.serve.url_settings.Within)."""
+format and options; its URL value is read through the same range (bert_core.app.url_settings.Within)."""
 
 import dataclasses
 
 import pytest
 
-from bert_core.serve import app_widgets
-from bert_core.serve.url_settings import LinkValueError, Within, url_value
+from bert_core.app import app_widgets
+from bert_core.app.url_settings import LinkValueError, Within, url_value
 from bert_core.training import run_settings
 from bert_core.training.setting import Limits, Setting, Widget, described, settings_of
 

@@ -16,7 +16,7 @@ from bert_core.inspect.safe_text import markdown
 from bert_core.model.config import BertConfig
 from bert_core.serve.app_storage import public_mode, saved_run_folder, unpack_uploaded_checkpoint
 from bert_core.app.app_tab import current_job, current_run, session_id
-from bert_core.serve.app_widgets import query_default
+from bert_core.app.app_widgets import query_default
 from bert_core.serve.model_sources import (
     ActiveModel,
     default_checkpoint,

@@ -24,11 +24,11 @@ from bert_core.app.app_models import (
 from bert_core.app.app_runs import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
 from bert_core.app.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
-from bert_core.serve.app_widgets import init_widget, persist_every_page_keys, persist_keys
+from bert_core.app.app_widgets import init_widget, persist_every_page_keys, persist_keys
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints
 from bert_core.serve.runs import OWNER, VIEWER
-from bert_core.serve.url_settings import one_of
+from bert_core.app.url_settings import one_of
 
 log = logging.getLogger("bert_core.app")
 

@@ -87,7 +87,7 @@ from bert_core.app.app_tab import (
     tab_run_folders,
     visitor_id,
 )
-from bert_core.serve.app_widgets import (
+from bert_core.app.app_widgets import (
     SMOOTHING,
     follow_default,
     init_widget,
@@ -104,4 +104,4 @@ from bert_core.app.lesson_classes import PUBLIC_URL_ENV  # a server setting (tes
 from bert_core.serve.model_sources import ActiveModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.runs import OWNER, VIEWER, Run
-from bert_core.serve.url_settings import Within, one_of
+from bert_core.app.url_settings import Within, one_of

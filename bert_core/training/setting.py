@@ -113,7 +113,7 @@ class KnobFace:
 
 @dataclass(frozen=True)
 class Widget:
-    """How a page shows a setting (bert_core.serve.app_widgets.setting_widget draws it): its `key` (also its URL
+    """How a page shows a setting (bert_core.app.app_widgets.setting_widget draws it): its `key` (also its URL
     parameter), `label` and `help` as the page words them ("{word}" in either is filled in by the page), and for a
     number its `step`, `format` and the page's `range` where it is narrower than the setting's limits (a shared CPU
     server: the Train page's layers 1 to 12 of the 1 to 512 `train` takes) or closed where they are open. A choice

@@ -1,5 +1,5 @@
 """A page's number setting as a link gives it (`?ft_batch=64`): held to its widget's range, or refused. Pure (no
-Streamlit): bert_core.serve.app_widgets reads every URL setting through `url_value`.
+Streamlit): bert_core.app.app_widgets reads every URL setting through `url_value`.
 
 A number widget left to itself takes its minimum for a value out of its range, above as well as below (Streamlit's
 number_input), or raises (its slider); and NaN passes every comparison. So the range is applied where the URL is

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
-from bert_core.serve.url_settings import LinkValueError, Within, one_of, url_value
+from bert_core.app.url_settings import LinkValueError, Within, one_of, url_value
 from bert_core.training.setting import Setting, as_bool
 
 SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
