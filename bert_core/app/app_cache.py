@@ -13,49 +13,34 @@ from bert_core.inspect.plain_examples import PageExamples, from_probes, stored_e
 from bert_core.inspect.plain_examples import examples_note as note_for
 from bert_core.inspect.probes import ENGLISH_PROBES, probes_key, recorded_probes
 from bert_core.serve.app_storage import public_mode
-from bert_core.app.app_models import SOURCE_SHIPPED
+from bert_core.app.app_models import SOURCE_SHIPPED, lazy_cache
 from bert_core.serve.model_sources import ActiveModel
 
 
-def _toy_pairs_cached():
+@lazy_cache(st.cache_resource, max_entries=4, show_spinner="Tokenising the toy corpus…")
+def _toy_pairs(key: str, _tokenizer, seq_len: int):
+    # Imported here, not at the top: pretraining_data loads torch, and the server imports this module without it
+    # (TORCH_FREE); a cached computation runs only once a page asks for it.
+    from bert_core.data.pretraining_data import PretrainingData
 
-    @st.cache_resource(max_entries=4, show_spinner="Tokenising the toy corpus…")
-    def toy(key: str, _tokenizer, seq_len: int):
-        # Imported here, not at the top: pretraining_data loads torch, and the server imports this module without
-        # it (TORCH_FREE); a cached computation runs only once a page asks for it.
-        from bert_core.data.pretraining_data import PretrainingData
-
-        return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
-
-    return toy
-
-
-_TOY = None
+    return PretrainingData(generate_toy_corpus(num_documents=200, seed=0), _tokenizer, max_seq_length=seq_len)
 
 
 def toy_pretraining_data(active: ActiveModel):
     """Sentence pairs of the toy grammar corpus (200 documents) in the active model's tokenizer, up to 128 tokens:
     what the Tokens & masking page and the lesson draw pairs from when no run of this tab gives its own."""
-    global _TOY
-    if _TOY is None:
-        _TOY = _toy_pairs_cached()
     tok = active.tokenizer
     seq_len = min(128, active.config.max_position_embeddings, tok.model_max_length)
-    return _TOY(f"{active.source}:{active.path}:{id(tok)}", tok, seq_len)
+    return _toy_pairs(f"{active.source}:{active.path}:{id(tok)}", tok, seq_len)
 
 
-def _accuracy_cached():
+@lazy_cache(st.cache_data, max_entries=32, show_spinner="Asking the model for every chosen token…")
+def _accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
+    from bert_core.inspect.masked_guesses import accuracy_by_decision   # torch: not at the top (TORCH_FREE)
 
-    @st.cache_data(max_entries=32, show_spinner="Asking the model for every chosen token…")
-    def accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
-        from bert_core.inspect.masked_guesses import accuracy_by_decision   # torch: not at the top (TORCH_FREE)
-
-        return accuracy_by_decision(_model, _tokenizer, _pairs, seed=seed, mask_rate=rate)
-
-    return accuracy
+    return accuracy_by_decision(_model, _tokenizer, _pairs, seed=seed, mask_rate=rate)
 
 
-_ACCURACY = None
 DECISION_POOL = 256   # pairs the accuracy by decision is counted over: about 1,500 chosen tokens, 2-3 s on 2 cores
 
 
@@ -63,64 +48,41 @@ def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int
     """The active model's right guesses by masking decision over the first DECISION_POOL of `instances` masked with
     `seed` and `rate` (masked_guesses.accuracy_by_decision), kept per model, pairs, seed and rate. A run's model
     changes as it trains: its step is part of the key."""
-    global _ACCURACY
-    if _ACCURACY is None:
-        _ACCURACY = _accuracy_cached()
     pairs = [(x.input_ids, x.token_type_ids) for x in instances[:DECISION_POOL]]
     key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(pairs)}"
-    return _ACCURACY(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
+    return _accuracy(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
 
 
-def _pair_attention_cached():
+@lazy_cache(st.cache_data, max_entries=16, show_spinner="Reading sentence pairs through every head…")
+def _pairs(key: str, _model, _tokenizer, _instances):
+    from bert_core.inspect.pair_attention import b_to_a_attention   # torch: not at the top (TORCH_FREE)
 
-    @st.cache_data(max_entries=16, show_spinner="Reading sentence pairs through every head…")
-    def pairs(key: str, _model, _tokenizer, _instances):
-        from bert_core.inspect.pair_attention import b_to_a_attention   # torch: not at the top (TORCH_FREE)
-
-        return b_to_a_attention(_model, _tokenizer, _instances)
-
-    return pairs
+    return b_to_a_attention(_model, _tokenizer, _instances)
 
 
-_PAIRS = None
 PAIR_POOL = 128   # pairs the Attention page summarises: a second or two on 2 cores for the shipped model
 
 
 def pair_attention(active: ActiveModel, pairs_name: str, instances):
     """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`
     (pair_attention.b_to_a_attention), kept per model, its step and the pairs."""
-    global _PAIRS
-    if _PAIRS is None:
-        _PAIRS = _pair_attention_cached()
     chosen = list(instances[:PAIR_POOL])
     key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(chosen)}"
-    return _PAIRS(key, active.model, active.tokenizer, chosen)
+    return _pairs(key, active.model, active.tokenizer, chosen)
 
 
-def _recorded_probes_cached():
-
-    @st.cache_data(max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
-    def probes(key: str, allow_paths: bool, _metadata):
-        return recorded_probes(_metadata, allow_paths)
-
-    return probes
+@lazy_cache(st.cache_data, max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
+def _probes(key: str, allow_paths: bool, _metadata):
+    return recorded_probes(_metadata, allow_paths)
 
 
-def _plain_examples_cached():
+@lazy_cache(st.cache_data, max_entries=16, show_spinner="Finding plain sentences this model gets right…")
+def _plain(key: str, folder: str | None, _model, _tokenizer):
+    # Imported here, not at the top: asking the model loads torch (TORCH_FREE); a shipped checkpoint's choice is
+    # stored, so only another model is asked (a few forward passes, once).
+    from bert_core.inspect.example_choice import choose_examples
 
-    @st.cache_data(max_entries=16, show_spinner="Finding plain sentences this model gets right…")
-    def plain(key: str, folder: str | None, _model, _tokenizer):
-        # Imported here, not at the top: asking the model loads torch (TORCH_FREE); a shipped checkpoint's choice is
-        # stored, so only another model is asked (a few forward passes, once).
-        from bert_core.inspect.example_choice import choose_examples
-
-        return stored_examples(folder) or choose_examples(_model, _tokenizer)
-
-    return plain
-
-
-_PROBES = None
-_PLAIN = None
+    return stored_examples(folder) or choose_examples(_model, _tokenizer)
 
 
 def model_probes(active: ActiveModel | None) -> PageExamples:
@@ -128,20 +90,15 @@ def model_probes(active: ActiveModel | None) -> PageExamples:
     only the toy grammar, sentences from its own held-out toy stories (the probes its run recorded, or drawn again);
     for any other model plain English sentences that it gets right, with a first try it misses
     (plain_examples.choose_examples; stored for a shipped checkpoint). Kept per model and its step."""
-    global _PROBES, _PLAIN
     if active is None:
         return from_probes(ENGLISH_PROBES)
     if active.toy_only:
         meta = (active.trainer_state or {}).get("metadata") or {}
-        if _PROBES is None:
-            _PROBES = _recorded_probes_cached()
-        return from_probes(_PROBES(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES)
-    if _PLAIN is None:
-        _PLAIN = _plain_examples_cached()
+        return from_probes(_probes(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES)
     # Only a shipped folder is read for its stored choice: another source's path may be a name, not a folder.
     folder = str(active.path) if active.source == SOURCE_SHIPPED and active.path is not None else None
     key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}"
-    return _PLAIN(key, folder, active.model, active.tokenizer)
+    return _plain(key, folder, active.model, active.tokenizer)
 
 
 def examples_note(active: ActiveModel, examples: PageExamples) -> str:

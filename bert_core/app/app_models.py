@@ -5,9 +5,10 @@ the pages)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -43,27 +44,35 @@ def model_sources() -> tuple[str, ...]:
     return tuple(s for s in SOURCES if s != SOURCE_FOLDER) if public_mode() else SOURCES
 
 
-def _cached_loader():
+def lazy_cache(cache: Callable, **options) -> Callable:
+    """A decorator: the function cached by Streamlit's `cache` (st.cache_data or st.cache_resource, with `options`),
+    made at its first call, so that importing the module where no Streamlit runtime runs (a test, a benchmark) makes
+    no cache and logs no warning."""
+    def wrap(fn: Callable) -> Callable:
+        made: list[Callable] = []
 
-    @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
-    def load(path: str, stamp: float):
-        return load_folder(path)
+        @functools.wraps(fn)
+        def call(*args):
+            if not made:
+                made.append(cache(**options)(fn))
+            return made[0](*args)
 
-    return load
+        return call
+
+    return wrap
 
 
-_LOADER = None
+@lazy_cache(st.cache_resource, max_entries=4, show_spinner="Loading the checkpoint…")
+def _load(path: str, stamp: float):
+    return load_folder(path)
 
 
 def load_folder_cached(folder: str | Path) -> tuple[Any, Any, dict | None]:
     """`load_folder` through `st.cache_resource`, keyed by path and modification time (a re-saved folder reloads)."""
-    global _LOADER
     path = Path(str(folder).strip()).expanduser()
     if not path.is_dir():
         return load_folder(path)  # raises the right message
-    if _LOADER is None:
-        _LOADER = _cached_loader()
-    return _LOADER(str(path.resolve()), folder_stamp(path))
+    return _load(str(path.resolve()), folder_stamp(path))
 
 
 def shipped_choice(name: str | None) -> Path:
