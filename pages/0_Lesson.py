@@ -2,6 +2,9 @@
 control, a figure, a "What to notice" line computed from the model in use, and a question. The step is in the URL
 (`?step=masking`), so a reload or a shared link opens the same step. Text and notices: bert_core.inspect.lesson."""
 
+from dataclasses import dataclass
+from typing import Any
+
 import streamlit as st
 
 from bert_core.data.pretraining_data import MASK_RATE
@@ -26,37 +29,62 @@ from bert_core.app import app_state, class_view, lesson_classes
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
-st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
-
 STEPS = lesson.STEPS
 CLASSES = app_state.LESSON_CLASSES
 s = st.session_state
-# A teacher's link (?teach=TOKEN) leads its class and opens the teacher's view; a students' code there opens nothing.
-teach_param = st.query_params.get("teach")
-lead_code = CLASSES.code_for_teacher(teach_param) if teach_param else None
-bad_teacher_link = bool(teach_param) and lead_code is None
-if lead_code is not None and s.get("lesson_lead") != lead_code:
-    # Opened afresh (a reload, another device): the page goes to the step the class is on.
-    s["lesson_lead"], s["lesson_teach"] = lead_code, teach_param
-    st.query_params["step"] = CLASSES.step(lead_code)
-elif lead_code is None and not bad_teacher_link and CLASSES.step(s.get("lesson_lead")) is not None:
-    lead_code = s["lesson_lead"]   # back from another page, whose link to the lesson has no token
-    st.query_params["teach"] = s["lesson_teach"]
-# A student who opened the class link (?follow=CODE) follows the teacher's step, model and run unless they switch it
-# off; the code stays with the session, so the way back from another page keeps the class.
-follow_link = st.query_params.get("follow")
-follow_code = None if lead_code is not None else \
-    (lesson_classes.class_code(follow_link) or follow_link or s.get("lesson_class"))   # "k7p-3qx" reads as K7P3QX
-klass = CLASSES.state(follow_code)
-class_ended = bool(follow_code) and klass is None
-if klass is not None:
-    s["lesson_class"] = follow_code
-    if st.query_params.get("follow") != follow_code:
-        st.query_params["follow"] = follow_code
-else:
-    s.pop("lesson_class", None)
-app_state.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
-following = klass is not None and s["lesson_follow_on"]
+
+
+@dataclass
+class Lesson:
+    """What every part of the page reads: the class this tab leads (`lead_code`) or follows (`follow_code`, its
+    state `klass`, this browser's `seat`), the step on screen, and the model its figures come from."""
+
+    lead_code: str | None
+    follow_code: str | None
+    klass: Any
+    following: bool
+    index: int = 0
+    seat: str | None = None
+    active: Any = None
+    model_name: str | None = None   # the model of this step's figures, in words: the lesson's end names it
+    class_model: tuple[str, str] | None = None   # the model the class looks at, as its record names it
+
+    @property
+    def step(self):
+        return STEPS[self.index]
+
+
+def _class_of_links() -> tuple[Lesson, bool, bool]:
+    """The class this tab leads or follows, from its links and its session; with whether a teacher's link opened no
+    class, and whether a class link named none."""
+    # A teacher's link (?teach=TOKEN) leads its class and opens the teacher's view; a students' code there opens
+    # nothing.
+    teach_param = st.query_params.get("teach")
+    lead_code = CLASSES.code_for_teacher(teach_param) if teach_param else None
+    bad_teacher_link = bool(teach_param) and lead_code is None
+    if lead_code is not None and s.get("lesson_lead") != lead_code:
+        # Opened afresh (a reload, another device): the page goes to the step the class is on.
+        s["lesson_lead"], s["lesson_teach"] = lead_code, teach_param
+        st.query_params["step"] = CLASSES.step(lead_code)
+    elif lead_code is None and not bad_teacher_link and CLASSES.step(s.get("lesson_lead")) is not None:
+        lead_code = s["lesson_lead"]   # back from another page, whose link to the lesson has no token
+        st.query_params["teach"] = s["lesson_teach"]
+    # A student who opened the class link (?follow=CODE) follows the teacher's step, model and run unless they
+    # switch it off; the code stays with the session, so the way back from another page keeps the class.
+    follow_link = st.query_params.get("follow")
+    follow_code = None if lead_code is not None else \
+        (lesson_classes.class_code(follow_link) or follow_link or s.get("lesson_class"))   # "k7p-3qx": K7P3QX
+    klass = CLASSES.state(follow_code)
+    class_ended = bool(follow_code) and klass is None
+    if klass is not None:
+        s["lesson_class"] = follow_code
+        if st.query_params.get("follow") != follow_code:
+            st.query_params["follow"] = follow_code
+    else:
+        s.pop("lesson_class", None)
+    app_state.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
+    following = klass is not None and s["lesson_follow_on"]
+    return Lesson(lead_code, follow_code, klass, following), bad_teacher_link, class_ended
 
 
 def _follow_model(state) -> None:
@@ -73,21 +101,23 @@ def _follow_model(state) -> None:
         st.query_params[app_state.WATCH_PARAM] = watch
 
 
-if following:
-    st.query_params["step"] = klass.step
-    _follow_model(klass)
-# Without a step in the URL (the sidebar's *Lesson*, or the way back from another page), the step this browser was on.
-index = lesson.step_index(st.query_params.get("step") or s.get("lesson_at"))
-step = STEPS[index]
-s["lesson_at"] = step.key
-if lead_code is not None:
-    CLASSES.set_step(lead_code, step.key)
-seat = lesson_classes.seat_of(follow_code, app_state.visitor_id()) if klass is not None else None
-if klass is not None:
-    CLASSES.seen(follow_code, seat, step.key, following)
+def _open_step(p: Lesson) -> None:
+    """The step on screen: the class's when following, else the URL's, else the one this browser was on."""
+    if p.following:
+        st.query_params["step"] = p.klass.step
+        _follow_model(p.klass)
+    # Without a step in the URL (the sidebar's *Lesson*, or the way back from another page), the step this browser
+    # was on.
+    p.index = lesson.step_index(st.query_params.get("step") or s.get("lesson_at"))
+    s["lesson_at"] = p.step.key
+    if p.lead_code is not None:
+        CLASSES.set_step(p.lead_code, p.step.key)
+    if p.klass is not None:
+        p.seat = lesson_classes.seat_of(p.follow_code, app_state.visitor_id())
+        CLASSES.seen(p.follow_code, p.seat, p.step.key, p.following)
 
 
-def _go(to: int) -> None:
+def _go(to: int, lead_code: str | None) -> None:
     """Next/Back: the step goes into the URL before the rerun draws it (a callback runs before the script)."""
     st.query_params["step"] = STEPS[to].key
     if lead_code is not None:
@@ -104,7 +134,7 @@ def _run_finished() -> bool:
 
 
 def _is_gpt(run) -> bool:
-    return run is not None and (getattr(run.spec, "train", None) or {}).get("objective") == "clm"
+    return run is not None and run.spec.train.get("objective") == "clm"
 
 
 def _model_ref(model) -> tuple[str, str] | None:
@@ -121,88 +151,95 @@ def _model_ref(model) -> tuple[str, str] | None:
     return None
 
 
-active = app_state.sidebar()
-app_state.warm_launcher()
-if s.get("_lesson_drawn_step") != step.key:
-    # A new step (Next, Back, the teacher's move, a link) opens at its top: Streamlit keeps the page's scroll
-    # position across reruns, so the press of Next at the foot of one step left the next one scrolled down, its
-    # title and notice off the screen. A zero-height frame in the sidebar scrolls the main area up, once: drawn on
-    # this run only, with a number of its own, so that the browser runs it afresh for each step opened.
-    s["_lesson_drawn_step"], s["_lesson_opened"] = step.key, s.get("_lesson_opened", 0) + 1
-    with st.sidebar:
-        st.iframe(lesson.to_top_script(s["_lesson_opened"]), height="content")
-class_model = None   # the model the class looks at, as its record names it
-if lead_code is not None:
-    class_model = _model_ref(active)
-    CLASSES.set_model(lead_code, class_model)
-    lesson_run, _ = app_state.current_run()
-    # The teacher's live run, which the students watch at step 5: the default BERT run, never a GPT of the Train page.
-    CLASSES.set_run(lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
-    race, _ = app_state.current_run(FINETUNE_PAGE)
-    CLASSES.set_race(lead_code, race.view_id if race is not None else None)
-elif following:
-    class_model = klass.model
-st.title("The lesson: how BERT learns")
-st.progress((index + 1) / len(STEPS), text=f"Step {index + 1} of {len(STEPS)}: **{step.title}**")
-if bad_teacher_link:
-    st.warning("This teacher's link opens no class on this server: a class's students' link never opens the "
-               "teacher's view, and a restarted server forgets its classes.")
-if class_ended and CLASSES.ended(follow_code):
-    st.caption("The teacher's class of this link has ended on this server.")
-elif class_ended:
-    st.warning("This class link names no class on this server: check that the whole link was copied, or ask the "
-               "teacher for the class link again.", icon=":material/link_off:")
-if klass is not None:
-    st.toggle("Follow the teacher", key="lesson_follow_on",
-              help="On: this page moves to the step the teacher is on and looks at the teacher's model and run. "
-                   "Off: move through the lesson yourself.")
-
-    @st.fragment(run_every=app_state.poll_seconds())
-    def _follow() -> None:
-        now = CLASSES.state(follow_code)
-        if now is None:
-            st.caption("The teacher's class has ended on this server.")
-            return
-        on = bool(s.get("lesson_follow_on"))
-        CLASSES.seen(follow_code, seat, step.key, on)
-        at = lesson.step_index(now.step)
-        st.caption(f"The teacher is on step {at + 1}: {STEPS[at].title}.")
-        if on and (now.step != step.key or now.version != klass.version):
-            st.query_params["step"] = now.step
-            st.rerun(scope="app")   # the teacher moved, or changed the model, the run, the step taken, a split shown
-        elif (step.key in now.shown) != (step.key in klass.shown):
-            st.rerun(scope="app")
-        race = app_state.RUNS.by_view(s.get("_lesson_race_pending"))
-        if race is not None and not race.active:
-            st.rerun(scope="app")   # the teacher's race has finished: the last step reports it
-
-    _follow()
-st.markdown(step.text)
-model_name = None   # the model this step's figures come from, in words: its line of the lesson's end names it
-if active is not None:
-    model_name = active.short_name
-    if class_model is not None and class_model[0] == "run" and active.path is None:
-        model_name = lesson.class_run_name(active.step)   # the same words on the teacher's and the students' pages
-if active is not None and step.key not in ("bert-or-gpt", "step", "run"):   # those show their own model
-    whose = "the teacher's" if following and klass.model is not None else "the sidebar's"
-    st.caption(lesson.model_in_use(model_name, active.tokenizer.vocab_size, active.causal, whose))
-if following and klass.model is None:
-    st.caption("The teacher's model (an upload, a saved run or a folder of theirs) cannot be opened here: this "
-               "page looks at your sidebar's model.")
-notice_box = st.container()
-notice = None
+def _scroll_to_top(key: str) -> None:
+    """A new step (Next, Back, the teacher's move, a link) opens at its top: Streamlit keeps the page's scroll
+    position across reruns, so the press of Next at the foot of one step left the next one scrolled down, its
+    title and notice off the screen. A zero-height frame in the sidebar scrolls the main area up, once: drawn on
+    this run only, with a number of its own, so that the browser runs it afresh for each step opened."""
+    if s.get("_lesson_drawn_step") != key:
+        s["_lesson_drawn_step"], s["_lesson_opened"] = key, s.get("_lesson_opened", 0) + 1
+        with st.sidebar:
+            st.iframe(lesson.to_top_script(s["_lesson_opened"]), height="content")
 
 
-def _need_model() -> bool:
-    if active is None:
-        st.info("This step looks at a model: pick one in the sidebar (the shipped one works offline).")
-        return False
-    return True
+def _tell_the_class(p: Lesson) -> None:
+    """A teacher's page records the model, the live run and the race the class looks at; a student's reads it."""
+    if p.lead_code is not None:
+        p.class_model = _model_ref(p.active)
+        CLASSES.set_model(p.lead_code, p.class_model)
+        lesson_run, _ = app_state.current_run()
+        # The teacher's live run, which the students watch at step 5: the default BERT run, never a GPT of the
+        # Train page.
+        CLASSES.set_run(p.lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
+        race, _ = app_state.current_run(FINETUNE_PAGE)
+        CLASSES.set_race(p.lead_code, race.view_id if race is not None else None)
+    elif p.following:
+        p.class_model = p.klass.model
 
 
-def _tokens() -> str | None:
-    if not _need_model():
+def _header(p: Lesson, bad_teacher_link: bool, class_ended: bool) -> None:
+    st.title("The lesson: how BERT learns")
+    st.progress((p.index + 1) / len(STEPS), text=f"Step {p.index + 1} of {len(STEPS)}: **{p.step.title}**")
+    if bad_teacher_link:
+        st.warning("This teacher's link opens no class on this server: a class's students' link never opens the "
+                   "teacher's view, and a restarted server forgets its classes.")
+    if class_ended and CLASSES.ended(p.follow_code):
+        st.caption("The teacher's class of this link has ended on this server.")
+    elif class_ended:
+        st.warning("This class link names no class on this server: check that the whole link was copied, or ask "
+                   "the teacher for the class link again.", icon=":material/link_off:")
+    if p.klass is not None:
+        st.toggle("Follow the teacher", key="lesson_follow_on",
+                  help="On: this page moves to the step the teacher is on and looks at the teacher's model and "
+                       "run. Off: move through the lesson yourself.")
+        _follow(p)
+
+
+@st.fragment(run_every=app_state.poll_seconds())
+def _follow(p: Lesson) -> None:
+    now = CLASSES.state(p.follow_code)
+    if now is None:
+        st.caption("The teacher's class has ended on this server.")
+        return
+    on = bool(s.get("lesson_follow_on"))
+    CLASSES.seen(p.follow_code, p.seat, p.step.key, on)
+    at = lesson.step_index(now.step)
+    st.caption(f"The teacher is on step {at + 1}: {STEPS[at].title}.")
+    if on and (now.step != p.step.key or now.version != p.klass.version):
+        st.query_params["step"] = now.step
+        st.rerun(scope="app")   # the teacher moved, or changed the model, the run, the step taken, a split shown
+    elif (p.step.key in now.shown) != (p.step.key in p.klass.shown):
+        st.rerun(scope="app")
+    race = app_state.RUNS.by_view(s.get("_lesson_race_pending"))
+    if race is not None and not race.active:
+        st.rerun(scope="app")   # the teacher's race has finished: the last step reports it
+
+
+def _model_in_use(p: Lesson) -> None:
+    active = p.active
+    if active is not None:
+        p.model_name = active.short_name
+        if p.class_model is not None and p.class_model[0] == "run" and active.path is None:
+            p.model_name = lesson.class_run_name(active.step)   # the same words on the teacher's and students' pages
+    if active is not None and p.step.key not in ("bert-or-gpt", "step", "run"):   # those show their own model
+        whose = "the teacher's" if p.following and p.klass.model is not None else "the sidebar's"
+        st.caption(lesson.model_in_use(p.model_name, active.tokenizer.vocab_size, active.causal, whose))
+    if p.following and p.klass.model is None:
+        st.caption("The teacher's model (an upload, a saved run or a folder of theirs) cannot be opened here: this "
+                   "page looks at your sidebar's model.")
+
+
+def _sentence(label: str, key: str) -> str | None:
+    """A sentence box; None (and a word saying so) while it is empty."""
+    text = st.text_input(label, key=key)
+    if not text.strip():
+        st.warning("Type a sentence.")
         return None
+    return text
+
+
+def _tokens(p: Lesson) -> str | None:
+    active = p.active
     app_state.init_widget("lesson_text", "The children were playing happily in the garden.")
     text = st.text_input("A sentence", key="lesson_text")
     pieces = active.tokenizer.tokenize(text)
@@ -217,14 +254,12 @@ def _tokens() -> str | None:
     return lesson.notice_tokens([word_text(w) for w in words], words, active.tokenizer.vocab_size)
 
 
-def _masking() -> str | None:
-    if not _need_model():
-        return None
+def _masking(p: Lesson) -> str | None:
+    active = p.active
     seeds = app_state.Within(0, 2**31 - 1)   # the widget's range, and what a link's value is held to
     app_state.init_widget("lesson_seed", 0, seeds)
     seed = int(st.number_input("Masking seed (same seed, same masks)", *seeds, key="lesson_seed"))
-    data = app_state.toy_pretraining_data(active)
-    instances = data.build_instances(0)
+    instances = app_state.toy_pretraining_data(active).build_instances(0)
     pair = instances[seed % len(instances)]
     rows = mask_example(active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
     app_state.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
@@ -242,12 +277,12 @@ def _masking() -> str | None:
     return lesson.notice_masking(stats, accuracy)
 
 
-def _one_step() -> str | None:
-    if following:   # the teacher's update, as the teacher's page shows it: one model steps for the whole class
-        if klass.step_record is None:
+def _one_step(p: Lesson) -> str | None:
+    if p.following:   # the teacher's update, as the teacher's page shows it: one model steps for the whole class
+        if p.klass.step_record is None:
             st.caption("The teacher takes the steps on their screen: each update appears here as they press.")
             return None
-        record, vocab_size = klass.step_record
+        record, vocab_size = p.klass.step_record
         app_state.show_step_record(record, "lesson_step")
         return lesson.notice_step(record, vocab_size)
     c1, c2 = st.columns([1, 3])
@@ -257,29 +292,28 @@ def _one_step() -> str | None:
                 with st.spinner("Building a fresh nano BERT and its toy data…"):
                     s["lesson_trainer"] = jobs.build_trainer(jobs.default_spec())
             s["lesson_step_record"] = take_one_step(s["lesson_trainer"])
-            if lead_code is not None:
-                CLASSES.set_step_record(lead_code, (s["lesson_step_record"],
-                                                    s["lesson_trainer"].tokenizer.vocab_size))
+            if p.lead_code is not None:
+                CLASSES.set_step_record(p.lead_code, (s["lesson_step_record"],
+                                                      s["lesson_trainer"].tokenizer.vocab_size))
         except BertCoreError as exc:
             app_state.show_error(exc)
     if c2.button("Start over from a fresh model", key="lesson_step_reset"):
         s.pop("lesson_trainer", None)
         s.pop("lesson_step_record", None)
-        if lead_code is not None:
-            CLASSES.set_step_record(lead_code, None)
+        if p.lead_code is not None:
+            CLASSES.set_step_record(p.lead_code, None)
     record = s.get("lesson_step_record")
     if record is None:
         st.caption("The model is the Train page's default: a fresh `nano` BERT on the toy stories, the same "
                    "seed, batches and schedule as the run of the next step.")
         return None
-    trainer = s["lesson_trainer"]
     app_state.show_step_record(record, "lesson_step")
-    return lesson.notice_step(record, trainer.tokenizer.vocab_size)
+    return lesson.notice_step(record, s["lesson_trainer"].tokenizer.vocab_size)
 
 
-def _live_run() -> str | None:
-    if following:   # the teacher's run, watched through its view id: nobody in the class starts one of their own
-        run = app_state.RUNS.by_view(klass.run)
+def _live_run(p: Lesson) -> str | None:
+    if p.following:   # the teacher's run, watched through its view id: nobody in the class starts one of their own
+        run = app_state.RUNS.by_view(p.klass.run)
         if run is None:
             st.info("The teacher starts the default run on their screen: it appears here, live, when they do.",
                     icon=":material/hourglass_top:")
@@ -315,7 +349,7 @@ def _watch(run, can_stop: bool) -> None:
         app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
                             ":material/open_in_new:")
     if can_stop and run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
-                                  help="Stop the run here (the Train page can resume it)"):
+                                               help="Stop the run here (the Train page can resume it)"):
         app_state.RUNS.stop(run.run_id, wait=10)
         st.rerun()
 
@@ -328,8 +362,7 @@ def _watch(run, can_stop: bool) -> None:
         # The notice first, where the other steps have theirs: on screen when the step opens, above the chart.
         if text:
             st.info(f"**What to notice.** {markdown(text)}", icon=":material/visibility:")
-            st.session_state.setdefault("lesson_seen", {})["run"] = lesson.Seen(
-                "the default run's nano BERT, as it trained", text)
+            s.setdefault("lesson_seen", {})["run"] = lesson.Seen("the default run's nano BERT, as it trained", text)
         else:
             st.caption("*What to notice* appears here at the run's first held-out evaluation.")
         st.caption(f"Run {run.phase}" + (f": step {trainer.step:,}" if trainer is not None else ""))
@@ -337,30 +370,27 @@ def _watch(run, can_stop: bool) -> None:
             return
         app_state.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
                                              causal=causal), "lesson-run-loss", key="lesson_run_loss")
-        nsp = lesson.notice_nsp(trainer.evals, trainer.history,
-                               getattr(trainer.config, "nsp", False) and not causal)
+        nsp = lesson.notice_nsp(trainer.evals, trainer.history, trainer.config.nsp and not causal)
         if nsp:
             st.caption(nsp)
-        if not run.active and st.session_state.get("_lesson_run_drawn_active"):
-            st.session_state["_lesson_run_drawn_active"] = False
+        if not run.active and s.get("_lesson_run_drawn_active"):
+            s["_lesson_run_drawn_active"] = False
             st.rerun()   # the run ended while this polled: redraw the page once, so the fragment stops polling
-        st.session_state["_lesson_run_drawn_active"] = run.active
+        s["_lesson_run_drawn_active"] = run.active
 
     live()
 
 
-def _attention() -> str | None:
-    if not _need_model():
-        return None
+def _attention(p: Lesson) -> str | None:
+    active = p.active
     # The model's own sentence follows the model (the teacher's, for a class) until someone types another.
     app_state.follow_default("lesson_att_text", app_state.model_probes(active).attention_sentence)
-    text = st.text_input("Sentence", key="lesson_att_text")
-    if not text.strip():
-        st.warning("Type a sentence.")
+    text = _sentence("Sentence", "lesson_att_text")
+    if text is None:
         return None
     result = attention_maps(active.model, active.tokenizer, text)
     summaries = head_summaries(result)
-    labels = [s.label for s in summaries]
+    labels = [x.label for x in summaries]
     app_state.plotly(figures.model_view_figure(result, labels), "lesson-attention", key="lesson_att_fig")
     with st.expander("Does sentence B look back at sentence A? (the next-sentence signal, over 128 toy pairs)"):
         pairs = app_state.pair_attention(active, "toy:0", app_state.toy_pretraining_data(active).build_instances(0))
@@ -379,13 +409,11 @@ def _token_picker(key: str, tokens: list[str], default: int) -> int:
     return int(st.selectbox("Token", list(range(len(labels))), key=key, format_func=lambda i: labels[i]))
 
 
-def _embedding() -> str | None:
-    if not _need_model():
-        return None
+def _embedding(p: Lesson) -> str | None:
+    active = p.active
     app_state.init_widget("lesson_emb_text", lesson.EMBEDDING_SENTENCE)
-    text = st.text_input("A sentence", key="lesson_emb_text")
-    if not text.strip():
-        st.warning("Type a sentence.")
+    text = _sentence("A sentence", "lesson_emb_text")
+    if text is None:
         return None
     parts = embedding_parts(active.model, active.tokenizer, text)
     token = _token_picker("lesson_emb_token", parts.tokens, 1)
@@ -396,19 +424,16 @@ def _embedding() -> str | None:
     return lesson.notice_embedding(parts, token, near)
 
 
-def _attends() -> str | None:
-    if not _need_model():
-        return None
+def _attends(p: Lesson) -> str | None:
+    active, config = p.active, p.active.config
     app_state.follow_default("lesson_attends_text", app_state.model_probes(active).attention_sentence)
-    text = st.text_input("Sentence", key="lesson_attends_text")
-    if not text.strip():
-        st.warning("Type a sentence.")
+    text = _sentence("Sentence", "lesson_attends_text")
+    if text is None:
         return None
     # The last layer's first head at first (the Attention page's last row); the boxes count from 1.
     c1, c2, c3 = st.columns([1, 1, 2])
-    layer = _counted_from_1(c1, "Layer", "lesson_attends_layer", active.config.num_hidden_layers,
-                            active.config.num_hidden_layers)
-    head = _counted_from_1(c2, "Head", "lesson_attends_head", active.config.num_attention_heads, 1)
+    layer = _counted_from_1(c1, "Layer", "lesson_attends_layer", config.num_hidden_layers, config.num_hidden_layers)
+    head = _counted_from_1(c2, "Head", "lesson_attends_head", config.num_attention_heads, 1)
     first = attention_steps(active.model, active.tokenizer, text, layer, head, 0)
     with c3:
         query = _token_picker("lesson_attends_token", first.tokens, 2)
@@ -426,31 +451,37 @@ def _counted_from_1(column, label: str, key: str, most: int, default: int) -> in
     return int(column.number_input(label, 1, most, key=key)) - 1
 
 
-def _predictions() -> str | None:
-    if not _need_model():
+def _guesses(model, text: str, title: str, name: str, key: str):
+    """A model's top 5 for the first [MASK] of `text`, drawn beside its unigram guesses: (guesses, unigram), or
+    None (the error said) for a text it cannot read."""
+    try:
+        candidates = fill_mask(model.model, model.tokenizer, text, top_k=5)[0].candidates
+    except BertCoreError as exc:
+        app_state.show_error(exc)
         return None
+    counts = model.unigram_counts()
+    baseline = unigram_top_k(counts, model.tokenizer, 5) if counts else None
+    app_state.plotly(figures.topk_figure(candidates, title, baseline), name, key=key)
+    return candidates, baseline or []
+
+
+def _predictions(p: Lesson) -> str | None:
+    active = p.active
     if active.causal:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None
-    probes = app_state.model_probes(active)
-    app_state.follow_default("lesson_pred_text", probes.sentences[0])
+    app_state.follow_default("lesson_pred_text", app_state.model_probes(active).sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
-    try:
-        predictions = fill_mask(active.model, active.tokenizer, text, top_k=5)
-    except BertCoreError as exc:
-        app_state.show_error(exc)
+    guessed = _guesses(active, text, "Guesses for the first [MASK]", "lesson-predictions", "lesson_pred_fig")
+    if guessed is None:
         return None
-    counts = active.unigram_counts()
-    baseline = unigram_top_k(counts, active.tokenizer, 5) if counts else None
-    app_state.plotly(figures.topk_figure(predictions[0].candidates, "Guesses for the first [MASK]", baseline),
-                     "lesson-predictions", key="lesson_pred_fig")
     if active.path is None or active.path.name not in ("bert-tiny-english", "bert-mini-english"):
-        _side_trip()
-    return lesson.notice_predictions(predictions[0].candidates, baseline or [])
+        _side_trip(p)
+    return lesson.notice_predictions(*guessed)
 
 
-def _side_trip() -> None:
+def _side_trip(p: Lesson) -> None:
     """Real English on the shipped model, drawn here: the sidebar's model, the other steps and the race stay the
     lesson's (a side trip that switched the sidebar once left the race fine-tuning the shipped model)."""
     name = lesson.SHIPPED_ENGLISH
@@ -466,21 +497,16 @@ def _side_trip() -> None:
         return
     app_state.follow_default("lesson_pred_english_text", app_state.model_probes(shipped).sentences[0])
     text = st.text_input(f"Text with [MASK], for {name}", key="lesson_pred_english_text")
-    try:
-        guesses = fill_mask(shipped.model, shipped.tokenizer, text, top_k=5)
-    except BertCoreError as exc:
-        app_state.show_error(exc)
+    guessed = _guesses(shipped, text, f"{name}'s guesses for the first [MASK]", "lesson-predictions-shipped",
+                       "lesson_pred_english_fig")
+    if guessed is None:
         return
-    counts = shipped.unigram_counts()
-    baseline = unigram_top_k(counts, shipped.tokenizer, 5) if counts else None
-    app_state.plotly(figures.topk_figure(guesses[0].candidates, f"{name}'s guesses for the first [MASK]", baseline),
-                     "lesson-predictions-shipped", key="lesson_pred_english_fig")
-    said = lesson.notice_predictions(guesses[0].candidates, baseline or [])
-    st.caption(f"On {name}: {markdown(said)} The lesson's model is still {markdown(model_name)}.")
+    said = lesson.notice_predictions(*guessed)
+    st.caption(f"On {name}: {markdown(said)} The lesson's model is still {markdown(p.model_name)}.")
     s.setdefault("lesson_seen", {})["predictions" + lesson.SIDE_TRIP] = lesson.Seen(name, said)
 
 
-def _bert_or_gpt() -> str | None:
+def _bert_or_gpt(p: Lesson) -> str | None:
     bert, gpt = app_state.shipped_model("bert-tiny-english"), app_state.shipped_model("gpt-tiny-english")
     if bert is None or gpt is None:
         st.info("This step compares the two shipped checkpoints, which are not in this install.")
@@ -488,13 +514,8 @@ def _bert_or_gpt() -> str | None:
     app_state.init_widget("lesson_gpt_text", lesson.BERT_OR_GPT_SENTENCE)
     text = st.text_input("Sentence", key="lesson_gpt_text")
     c1, c2 = st.columns(2)
-    # Counted from 1, as every figure and notice counts them (a 0 from an old link becomes 1).
-    for key, most in (("lesson_gpt_layer", bert.config.num_hidden_layers), ("lesson_gpt_head",
-                                                                             bert.config.num_attention_heads)):
-        app_state.init_widget(key, 1, int)
-        st.session_state[key] = min(max(int(st.session_state[key]), 1), most)
-    layer = int(c1.number_input("Layer", 1, bert.config.num_hidden_layers, key="lesson_gpt_layer")) - 1
-    head = int(c2.number_input("Head", 1, bert.config.num_attention_heads, key="lesson_gpt_head")) - 1
+    layer = _counted_from_1(c1, "Layer", "lesson_gpt_layer", bert.config.num_hidden_layers, 1)
+    head = _counted_from_1(c2, "Head", "lesson_gpt_head", bert.config.num_attention_heads, 1)
     if not text.strip():
         st.warning("Type a sentence.")
         return None
@@ -506,35 +527,40 @@ def _bert_or_gpt() -> str | None:
                                      b.attentions[layer, head, -1].tolist(), a.tokens, b.tokens)
 
 
-def _to_race() -> None:
+def _to_race(key: str) -> None:
     """Set the Fine-tune page to the lesson's race and remember the way back (a callback, before the switch)."""
     for name, value in lesson.LESSON_RACE.items():
-        st.session_state[f"ft_{name}"] = value
-    st.session_state["_ft_data_settings"] = dict(lesson.LESSON_RACE_DATA_SETTINGS)
-    st.session_state["ft_from_lesson"] = step.key
+        s[f"ft_{name}"] = value
+    s["_ft_data_settings"] = dict(lesson.LESSON_RACE_DATA_SETTINGS)
+    s["ft_from_lesson"] = key
 
 
-def _finetune() -> str | None:
-    if following:   # the teacher's race, its figures read here: the class does not run thirty races
-        run = app_state.RUNS.by_view(klass.race)
+def _race(p: Lesson):
+    """The race this step reports: the teacher's for a class that follows, else this tab's (once the Fine-tune
+    page has run one)."""
+    return app_state.RUNS.by_view(p.klass.race) if p.following else app_state.current_run(FINETUNE_PAGE)[0]
+
+
+def _finetune(p: Lesson) -> str | None:
+    if not p.following and st.button(
+            "Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
+            on_click=_to_race, args=(p.step.key,), help="Opens the Fine-tune page set to the word-order task, 200 "
+                                                        "training sentences, 300 steps a model and the bag of words "
+                                                        "beside them."):
+        st.switch_page("pages/5_Fine-tune.py")
+    run = _race(p)
+    done = run is not None and not run.active and run.job is not None
+    if p.following:   # the teacher's race, its figures read here: the class does not run thirty races
         if run is not None:
             app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
-        done = run is not None and not run.active and run.job is not None
-        s["_lesson_race_pending"] = klass.race if run is not None and not done else None   # redrawn once it ends
-        text = lesson.notice_finetune(getattr(run.job.trainer, "results", None) if done else None, _raced(run))
-        if text is None:
-            st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
-                       "once it has finished.")
-        return text
-    if st.button("Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
-                 on_click=_to_race, help="Opens the Fine-tune page set to the word-order task, 200 training "
-                                         "sentences, 300 steps a model and the bag of words beside them."):
-        st.switch_page("pages/5_Fine-tune.py")
-    run, _ = app_state.current_run(FINETUNE_PAGE)   # this tab's race, once the Fine-tune page has run one
-    done = run is not None and not run.active and run.job is not None
-    results = getattr(run.job.trainer, "results", None) if done else None
+        s["_lesson_race_pending"] = p.klass.race if run is not None and not done else None   # redrawn once it ends
+    # An ended race's results (none when it failed before its models were built).
+    results = run.job.trainer.results if done and run.job.trainer is not None else None
     text = lesson.notice_finetune(results, _raced(run))
-    if text is None:
+    if text is None and p.following:
+        st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
+                   "once it has finished.")
+    elif text is None:
         st.caption("There, press *Run the race*; its page has a way back here, and this step then reports your "
                    "race.")
     return text
@@ -542,73 +568,86 @@ def _finetune() -> str | None:
 
 def _raced(run) -> str:
     """The model a race fine-tuned, as the Fine-tune page recorded it when the race started."""
-    return getattr(getattr(run, "spec", None), "model_label", "") or ""
+    return run.spec.model_label if run is not None else ""
 
 
-def _seen_model() -> str:
+def _seen_model(p: Lesson) -> str:
     """The model this step's notice came from, in words, for the lesson's end."""
-    if step.key == "step":
+    if p.step.key == "step":
         return "a fresh nano BERT, the Train page's default"
-    if step.key == "bert-or-gpt":
+    if p.step.key == "bert-or-gpt":
         return f"{lesson.SHIPPED_ENGLISH} and gpt-tiny-english"
-    if step.key == "fine-tune":
-        run = app_state.RUNS.by_view(klass.race) if following else app_state.current_run(FINETUNE_PAGE)[0]
-        return _raced(run) or model_name or "the sidebar's model"
-    return model_name or "the sidebar's model"
+    if p.step.key == "fine-tune":
+        return _raced(_race(p)) or p.model_name or "the sidebar's model"
+    return p.model_name or "the sidebar's model"
 
 
 BODIES = {"tokens": _tokens, "embedding": _embedding, "masking": _masking, "step": _one_step, "run": _live_run,
           "attention": _attention, "attends": _attends, "predictions": _predictions, "bert-or-gpt": _bert_or_gpt,
           "fine-tune": _finetune}
-s.pop("_lesson_race_pending", None)   # set again by the last step while the teacher's race runs
-try:
-    notice = BODIES[step.key]()
-except BertCoreError as exc:
-    app_state.show_error(exc)
-if notice == "shown":
-    pass   # drawn inside the live view, where it follows the run
-elif notice:
-    notice_box.info(f"**What to notice.** {markdown(notice)}", icon=":material/visibility:")
-    st.session_state.setdefault("lesson_seen", {})[step.key] = lesson.Seen(_seen_model(), notice)
-else:
-    notice_box.caption("*What to notice* appears here once the step has something to show.")
 
-st.divider()
-q = step.question
-choice = st.radio(q.text, range(len(q.choices)), format_func=lambda i: q.choices[i], index=None,
-                  key=f"lesson_q_{step.key}")
-feedback = lesson.answer_feedback(q, choice)
-if feedback is not None:
-    (st.success if feedback[0] else st.warning)(feedback[1])
-if klass is not None:
-    if choice is not None:   # counted in the class by the seat's hash only; a student sees their own answer only
-        CLASSES.answer(follow_code, seat, step.key, int(choice))
-    split = CLASSES.shown_split(follow_code, step.key, len(q.choices))   # None until the teacher shows it
-    if split is not None:
-        st.info("**The class's answers**, shown by the teacher:\n\n" + lesson.answer_split(q, split),
-                icon=":material/groups:")
 
-back, mid, nxt = st.columns([1, 3, 1])
-back.button("Back", icon=":material/arrow_back:", disabled=index == 0 or following, on_click=_go,
-            args=(max(0, index - 1),), key="lesson_back")
-nxt.button("Next", icon=":material/arrow_forward:", disabled=index == len(STEPS) - 1 or following, type="primary",
-           on_click=_go, args=(min(len(STEPS) - 1, index + 1),), key="lesson_next")
-with mid:
-    app_state.page_link(step.page, "Explore this further on its page", ":material/open_in_new:")
-if st.query_params.get("step") != step.key:
-    st.query_params["step"] = step.key
+def _notice(p: Lesson) -> None:
+    """The step's body, its "What to notice" above it."""
+    notice_box = st.container()
+    notice = None
+    s.pop("_lesson_race_pending", None)   # set again by the last step while the teacher's race runs
+    try:
+        if p.active is None and p.step.key not in ("step", "run", "bert-or-gpt", "fine-tune"):
+            st.info("This step looks at a model: pick one in the sidebar (the shipped one works offline).")
+        else:
+            notice = BODIES[p.step.key](p)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    if notice == "shown":
+        pass   # drawn inside the live view, where it follows the run
+    elif notice:
+        notice_box.info(f"**What to notice.** {markdown(notice)}", icon=":material/visibility:")
+        s.setdefault("lesson_seen", {})[p.step.key] = lesson.Seen(_seen_model(p), notice)
+    else:
+        notice_box.caption("*What to notice* appears here once the step has something to show.")
 
-if index == len(STEPS) - 1:
+
+def _question(p: Lesson) -> None:
     st.divider()
-    st.subheader("What this lesson showed")
-    st.markdown(lesson.notice_summary(st.session_state.get("lesson_seen", {})))
-    st.markdown(lesson.NEXT_STEPS)
+    q = p.step.question
+    choice = st.radio(q.text, range(len(q.choices)), format_func=lambda i: q.choices[i], index=None,
+                      key=f"lesson_q_{p.step.key}")
+    feedback = lesson.answer_feedback(q, choice)
+    if feedback is not None:
+        (st.success if feedback[0] else st.warning)(feedback[1])
+    if p.klass is not None:
+        if choice is not None:   # counted in the class by the seat's hash only; a student sees their own answer only
+            CLASSES.answer(p.follow_code, p.seat, p.step.key, int(choice))
+        split = CLASSES.shown_split(p.follow_code, p.step.key, len(q.choices))   # None until the teacher shows it
+        if split is not None:
+            st.info("**The class's answers**, shown by the teacher:\n\n" + lesson.answer_split(q, split),
+                    icon=":material/groups:")
 
+
+def _foot(p: Lesson) -> None:
+    """Back and Next, the way to the step's page, and after the last step what the lesson showed."""
+    last = len(STEPS) - 1
+    back, mid, nxt = st.columns([1, 3, 1])
+    back.button("Back", icon=":material/arrow_back:", disabled=p.index == 0 or p.following, on_click=_go,
+                args=(max(0, p.index - 1), p.lead_code), key="lesson_back")
+    nxt.button("Next", icon=":material/arrow_forward:", disabled=p.index == last or p.following, type="primary",
+               on_click=_go, args=(min(last, p.index + 1), p.lead_code), key="lesson_next")
+    with mid:
+        app_state.page_link(p.step.page, "Explore this further on its page", ":material/open_in_new:")
+    if st.query_params.get("step") != p.step.key:
+        st.query_params["step"] = p.step.key
+    if p.index == last:
+        st.divider()
+        st.subheader("What this lesson showed")
+        st.markdown(lesson.notice_summary(s.get("lesson_seen", {})))
+        st.markdown(lesson.NEXT_STEPS)
 
 
 @st.fragment(run_every=app_state.poll_seconds())
-def _teacher_view() -> None:
+def _teacher_view(p: Lesson) -> None:
     """The class as the teacher sees it, redrawn as students arrive and answer: counts only, never a name."""
+    q = p.step.question
     report = CLASSES.report(s.get("lesson_teach"), choices=len(q.choices))
     if report is None:
         st.caption("This class has ended on this server.")
@@ -617,12 +656,12 @@ def _teacher_view() -> None:
                 + class_view.step_counts(report.on_step, [(x.key, x.title) for x in STEPS]))
     st.markdown(f"**This step's question:** {sum(report.answers)} answer(s) so far.")
     left, right = st.columns(2)
-    if left.toggle("Reveal the answers here", key=f"lesson_reveal_{step.key}",
+    if left.toggle("Reveal the answers here", key=f"lesson_reveal_{p.step.key}",
                    help="The split of the class's answers to this step's question, on your page only."):
         st.markdown(lesson.answer_split(q, report.answers))
     if right.button("Hide the split on the students' pages" if report.shown else
                     "Show the split on the students' pages", key="lesson_show_split"):
-        CLASSES.show_split(lead_code, step.key, not report.shown)
+        CLASSES.show_split(p.lead_code, p.step.key, not report.shown)
         st.rerun(scope="fragment")
     st.markdown("**The class's runs** (started from the lesson's links)")
     if "_lesson_default_spec" not in s:
@@ -634,47 +673,74 @@ def _teacher_view() -> None:
         st.caption("None yet: the runs your students start from the lesson (and yours) appear here.")
 
 
-if klass is None:
-    if lead_code is None:
-        join, go = st.columns([3, 1], vertical_alignment="bottom")
-        typed = join.text_input("Join a class: the code your teacher shows", key="lesson_join_code", max_chars=12,
-                                placeholder="e.g. K7P3QX")
-        if go.button("Join", key="lesson_join_go", icon=":material/group_add:") and typed:
-            code = lesson_classes.class_code(typed)
-            if code is None:
-                st.error(f"A class code is {lesson_classes.CODE_LENGTH} letters and digits, like K7P3QX: check what "
-                         "you typed.")
-            else:
-                st.query_params["follow"] = code   # the class link's own way in: a wrong code says so there
-                st.rerun()
-    with st.expander("Teach with this lesson", icon=":material/groups:", expanded=lead_code is not None):
-        if lead_code is None:
-            st.caption("Lead a class: every student who opens the class link sees the step you are on, your model "
-                       "and your run, and moves when you press Next or Back (each can switch following off).")
-            if st.button("Lead a class", key="lesson_lead_go"):
-                code, teacher = CLASSES.lead(step.key)
-                s["lesson_lead"], s["lesson_teach"] = code, teacher
-                st.query_params["teach"] = teacher
-                st.rerun()
+def _join() -> None:
+    join, go = st.columns([3, 1], vertical_alignment="bottom")
+    typed = join.text_input("Join a class: the code your teacher shows", key="lesson_join_code", max_chars=12,
+                            placeholder="e.g. K7P3QX")
+    if go.button("Join", key="lesson_join_go", icon=":material/group_add:") and typed:
+        code = lesson_classes.class_code(typed)
+        if code is None:
+            st.error(f"A class code is {lesson_classes.CODE_LENGTH} letters and digits, like K7P3QX: check what "
+                     "you typed.")
         else:
-            links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"],
-                                               lesson_classes.public_url(), lesson_classes.network_address())
-            st.markdown(f"**You are leading a class.** Put this on the projector: students scan the code, open the "
-                        f"link, or type the class code **{lead_code}** under *Join a class* on this page.")
-            qr, link = st.columns([1, 2], vertical_alignment="center")
-            qr.image(lesson_classes.class_qr_png(links.students), caption=f"Class code {lead_code}", width=200)
-            link.code(links.students, language=None)
-            if links.note:
-                st.warning(links.note)
-            st.markdown("Your own link, the teacher's (keep it to yourself: it leads the class and shows its "
-                        "answers; this page's address holds it too):")
-            st.code(links.teacher, language=None)
-            if st.button("Stop leading", key="lesson_lead_stop"):
-                CLASSES.close(lead_code)
-                s.pop("lesson_lead", None)
-                s.pop("lesson_teach", None)
-                st.query_params.pop("teach", None)
-                st.rerun()
-    if lead_code is not None:
+            st.query_params["follow"] = code   # the class link's own way in: a wrong code says so there
+            st.rerun()
+
+
+def _teach(p: Lesson) -> None:
+    lead_code = p.lead_code
+    if lead_code is None:
+        st.caption("Lead a class: every student who opens the class link sees the step you are on, your model "
+                   "and your run, and moves when you press Next or Back (each can switch following off).")
+        if st.button("Lead a class", key="lesson_lead_go"):
+            code, teacher = CLASSES.lead(p.step.key)
+            s["lesson_lead"], s["lesson_teach"] = code, teacher
+            st.query_params["teach"] = teacher
+            st.rerun()
+        return
+    links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"], lesson_classes.public_url(),
+                                       lesson_classes.network_address())
+    st.markdown(f"**You are leading a class.** Put this on the projector: students scan the code, open the "
+                f"link, or type the class code **{lead_code}** under *Join a class* on this page.")
+    qr, link = st.columns([1, 2], vertical_alignment="center")
+    qr.image(lesson_classes.class_qr_png(links.students), caption=f"Class code {lead_code}", width=200)
+    link.code(links.students, language=None)
+    if links.note:
+        st.warning(links.note)
+    st.markdown("Your own link, the teacher's (keep it to yourself: it leads the class and shows its "
+                "answers; this page's address holds it too):")
+    st.code(links.teacher, language=None)
+    if st.button("Stop leading", key="lesson_lead_stop"):
+        CLASSES.close(lead_code)
+        s.pop("lesson_lead", None)
+        s.pop("lesson_teach", None)
+        st.query_params.pop("teach", None)
+        st.rerun()
+
+
+def main() -> None:
+    st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
+    p, bad_teacher_link, class_ended = _class_of_links()
+    _open_step(p)
+    p.active = app_state.sidebar()
+    app_state.warm_launcher()
+    _scroll_to_top(p.step.key)
+    _tell_the_class(p)
+    _header(p, bad_teacher_link, class_ended)
+    st.markdown(p.step.text)
+    _model_in_use(p)
+    _notice(p)
+    _question(p)
+    _foot(p)
+    if p.klass is not None:
+        return
+    if p.lead_code is None:
+        _join()
+    with st.expander("Teach with this lesson", icon=":material/groups:", expanded=p.lead_code is not None):
+        _teach(p)
+    if p.lead_code is not None:
         with st.expander("Your class: the teacher's view", icon=":material/insights:", expanded=True):
-            _teacher_view()
+            _teacher_view(p)
+
+
+main()
