@@ -12,8 +12,8 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson, lesson_figures
-from bert_core.inspect import masked_guesses
 from bert_core.inspect.inspection import DECISION_NAMES, HeadSummary, mask_example, mask_padded, masking_stats
+from bert_core.inspect.kit import padded_batch
 from bert_core.inspect.masked_guesses import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
@@ -84,7 +84,7 @@ def test_accuracy_by_decision_counts_the_masking_pages_decisions_and_batches_do_
     small = accuracy_by_decision(model, tokenizer, pairs, seed=4, batch_size=7)
     assert {d: (a.count, a.right) for d, a in small.items()} == {d: (a.count, a.right) for d, a in acc.items()}
     # The LM head run on the chosen positions only counts what the full [B, S, V] logits count.
-    ids, types, attention = masked_guesses._padded(tokenizer, pairs)
+    ids, types, attention = padded_batch(tokenizer.pad_id, pairs)
     result, _ = mask_padded(tokenizer, ids, attention, 4, 0.15)
     with torch.inference_mode():
         full = model(result.input_ids, attention, types, full_mlm_logits=True).mlm_logits.argmax(-1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -74,6 +74,9 @@ class AttentionResult:
         return int(self.attentions.shape[1])
 
 
+LEANS_SHARE = 0.3   # a head's largest share this high (and under half) is named: "leans [SEP] 44%"
+
+
 @dataclass
 class HeadSummary:
     """What one head mostly does, as shares of its attention averaged over query tokens, plus its entropy."""
@@ -87,8 +90,23 @@ class HeadSummary:
     to_self: float
     entropy: float             # mean over queries, in bits
     normalized_entropy: float  # entropy / log2(number of keys): 1 = uniform
-    label: str = ""
-    measures: dict = field(default_factory=dict)
+
+    @property
+    def measures(self) -> dict[str, float]:
+        return {"[CLS]": self.to_cls, "[SEP]": self.to_sep, "previous": self.to_previous, "next": self.to_next,
+                "self": self.to_self, "entropy": self.normalized_entropy}
+
+    @property
+    def label(self) -> str:
+        """What the head mostly does, in a few words: "[SEP] 62%", "broad", "leans [SEP] 44%" or "mixed"."""
+        name, value = max(((k, v) for k, v in self.measures.items() if k != "entropy"), key=lambda kv: kv[1])
+        if value >= 0.5:
+            return f"{name} {value:.0%}"
+        if self.normalized_entropy >= 0.85:
+            return "broad"
+        if value >= LEANS_SHARE:   # a head giving 44% to [SEP] is not "mixed": say where most of it goes
+            return f"leans {name} {value:.0%}"
+        return "mixed"
 
 
 def _encode_with_masks(tokenizer, text: str) -> list[int]:
@@ -224,21 +242,6 @@ def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -
     )
 
 
-LEANS_SHARE = 0.3   # a head's largest share this high (and under half) is named: "leans [SEP] 44%"
-
-
-def _label_head(s: HeadSummary) -> str:
-    shares = {"[CLS]": s.to_cls, "[SEP]": s.to_sep, "previous": s.to_previous, "next": s.to_next, "self": s.to_self}
-    name, value = max(shares.items(), key=lambda kv: kv[1])
-    if value >= 0.5:
-        return f"{name} {value:.0%}"
-    if s.normalized_entropy >= 0.85:
-        return "broad"
-    if value >= LEANS_SHARE:   # a head giving 44% to [SEP] is not "mixed": say where most of it goes
-        return f"leans {name} {value:.0%}"
-    return "mixed"
-
-
 def head_summaries(result: AttentionResult) -> list[HeadSummary]:
     """Measure each head: share of attention to [CLS], [SEP], previous, next and own token; entropy; a short label."""
     att = result.attentions.astype(np.float64)   # [L, H, S, S]
@@ -254,22 +257,11 @@ def head_summaries(result: AttentionResult) -> list[HeadSummary]:
     plogp = np.where(att > 0, att * np.log2(np.where(att > 0, att, 1.0)), 0.0)
     entropy = (-plogp.sum(-1)).mean(-1)
     max_entropy = math.log2(seq) if seq > 1 else 1.0
-    out = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            s = HeadSummary(
-                layer=layer, head=head,
-                to_cls=float(to_cls[layer, head]), to_sep=float(to_sep[layer, head]),
-                to_previous=float(to_prev[layer, head]), to_next=float(to_next[layer, head]),
-                to_self=float(to_self[layer, head]),
-                entropy=float(entropy[layer, head]),
-                normalized_entropy=float(entropy[layer, head] / max_entropy),
-            )
-            s.label = _label_head(s)
-            s.measures = {"[CLS]": s.to_cls, "[SEP]": s.to_sep, "previous": s.to_previous,
-                          "next": s.to_next, "self": s.to_self, "entropy": s.normalized_entropy}
-            out.append(s)
-    return out
+    return [HeadSummary(layer=layer, head=head, to_cls=float(to_cls[layer, head]), to_sep=float(to_sep[layer, head]),
+                        to_previous=float(to_prev[layer, head]), to_next=float(to_next[layer, head]),
+                        to_self=float(to_self[layer, head]), entropy=float(entropy[layer, head]),
+                        normalized_entropy=float(entropy[layer, head] / max_entropy))
+            for layer in range(n_layers) for head in range(n_heads)]
 
 
 def unigram_counts(token_ids: Iterable[Sequence[int]], special_ids: Iterable[int] = ()) -> Counter:

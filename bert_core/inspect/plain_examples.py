@@ -29,45 +29,17 @@ from typing import Sequence
 from bert_core.data.corpora import corpus_label
 from bert_core.data.everyday_set import MASK, load_blanks
 from bert_core.errors import BertCoreError
+from bert_core.inspect.built_in_text import TEXT
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.safe_text import markdown
 
-# The [MASK] sentences a page may open on, most wanted first (each in the everyday-English set, whose right words
-# judge the model's guess): varied topics, each a sentence a student can check at a glance.
-MASKED = (
-    "I like to drink a cup of [MASK] in the morning.",
-    "There are seven days in a [MASK].",
-    "He put his hat on his [MASK].",
-    "It was a stormy night with heavy [MASK].",
-    "The woman he married is his [MASK].",
-    "We eat breakfast at the kitchen [MASK].",
-    "There are twelve months in a [MASK].",
-    "I went to bed early and woke up at six in the [MASK].",
-    "She posted a letter at the post [MASK].",
-    "Canada is north of the United [MASK].",
-    "Put on your sunglasses, the [MASK] is very bright.",
-    "I opened the [MASK] to let some fresh air into the room.",
-)
-# What a teacher types first into a BERT demo; the first one the model misses is named beside the default.
-FIRST_TRIES = (
-    "Paris is the capital of [MASK].",
-    "The [MASK] barked at the mailman.",
-    "London is the capital of [MASK].",
-    "I sleep in my [MASK] every night.",
-)
-# The attention sentence: the first whose every word is one piece of the model's vocabulary (a heatmap of words,
-# not of word pieces); "it" looks back at what it stands for.
-ATTENTION = (
-    "The cat sat on the mat because it was tired.",
-    "The girl gave her brother a book because he was bored.",
-    "My father bought a new car last week.",
-)
-# Sentence pairs that really follow one another: the first the model says follows (P above one half).
-PAIRS = (
-    ("The man went to the store.", "He bought a gallon of milk."),
-    ("It started to rain in the afternoon.", "We ran inside to stay dry."),
-    ("She opened the door and looked outside.", "The street was empty and quiet."),
-)
+# The sentences a page may open on (built_in_text.json's "page_examples"): MASKED, the [MASK] sentences, most wanted
+# first (each in the everyday-English set, whose right words judge the model's guess); FIRST_TRIES, what a teacher
+# types first into a BERT demo (the first the model misses is named beside the default); ATTENTION, the first whose
+# every word is one piece of the vocabulary (a heatmap of words; "it" looks back at what it stands for); PAIRS,
+# sentence pairs that really follow one another (the first the model says follows, P above one half).
+MASKED, FIRST_TRIES, ATTENTION = (tuple(TEXT["page_examples"][k]) for k in ("masked", "first_tries", "attention"))
+PAIRS = tuple(tuple(pair) for pair in TEXT["page_examples"]["pairs"])
 # The choice made for each shipped checkpoint, by the sha256 of its model.safetensors: a page opens a shipped model
 # without asking it (benchmarks/shipped_examples.py writes it; a test checks it against the models).
 SHIPPED_EXAMPLES = Path(__file__).resolve().with_name("shipped_examples.json")

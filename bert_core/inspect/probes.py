@@ -18,33 +18,18 @@ import numpy as np
 from bert_core.data.corpora import load_corpus, split_heldout
 from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
+from bert_core.inspect.built_in_text import TEXT
 from bert_core.inspect.word_maps import WordMap
 from bert_core.paths import cache_dir, shared_data_dir
 from bert_core.training.train_spec import check_probe_sentences
 
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
-DEFAULT_PROBES = (
-    "The man went to the [MASK] to buy some milk.",
-    "She said that [MASK] would come back tomorrow.",
-    "It was one of the [MASK] days of the year.",
-    "He opened the door and [MASK] into the room.",
-)
-DEFAULT_ATTENTION_PROBE = "The cat sat on the mat because it was tired."
-DEFAULT_PAIR = ("The man went to the store.", "He bought a gallon of milk.")
+DEFAULT_PROBES = tuple(TEXT["english_probes"]["sentences"])
+DEFAULT_ATTENTION_PROBE = TEXT["english_probes"]["attention"]
+DEFAULT_PAIR = tuple(TEXT["english_probes"]["pair"])
 PROBE_COUNT = 4
 # Function words: never the masked word of a probe (they teach little, and any corpus is full of them).
-STOPWORDS = frozenset("""
-a an the this that these those some any every each no all both either neither such own other another
-i me my mine we us our ours you your yours he him his she her hers it its they them their theirs thou thee thy
-thine ye one ones who whom whose which what where when why how whether
-and or but nor so yet if then than because as while though although unless until till since
-of in on at to from by with without for about into onto over under above below between among through during
-before after against near off out up down upon within along across behind beyond toward towards
-is am are was were be been being do does did done have has had having will would shall should can could may
-might must let lets not very too also just only even still ever never again there here now well much more most
-anything something nothing everything together
-less least many few same such like unto hath doth art wilt shalt nay yea o oh
-""".split())
+STOPWORDS = frozenset(TEXT["stopwords"].split())
 _STRIP = ".,;:!?\"'()[]{}`-_"
 # A speaker's name that leads a line of a play ("POMPEY: Here comes ...", "KING RICHARD III: ..."): not part of what
 # is said, and no sentence a student would type, so a probe drops it.

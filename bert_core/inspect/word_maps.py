@@ -12,35 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bert_core.inspect.built_in_text import TEXT
 
-# Sentences with two senses of a few words, written for this project: the map's default sets. A student may type
-# their own; the word must appear in each sentence.
+
+# Sentences with two senses of a few words, written for this project (built_in_text.json): the map's default sets,
+# (sense, sentence) pairs. A student may type their own; the word must appear in each sentence.
 SENSE_SENTENCES: dict[str, list[tuple[str, str]]] = {
-    "bank": [
-        ("money", "she put her money in the bank ."), ("money", "the bank gave him a loan ."),
-        ("money", "he works at a bank in the city ."), ("money", "the bank was closed on sunday ."),
-        ("money", "they robbed the bank last night ."), ("money", "i need to go to the bank to get cash ."),
-        ("river", "we sat on the bank of the river ."), ("river", "the boat was pulled up on the bank ."),
-        ("river", "flowers grew along the river bank ."), ("river", "the water rose over the bank ."),
-        ("river", "he fished from the west bank of the stream ."), ("river", "the grassy bank was wet ."),
-    ],
-    "play": [
-        ("game", "the children play in the park ."), ("game", "they play football every day ."),
-        ("game", "let us play a game of cards ."), ("game", "the dogs play in the snow ."),
-        ("game", "he wants to play with his friends ."), ("game", "we play tennis on saturday ."),
-        ("theatre", "we saw a play at the theatre ."), ("theatre", "she wrote a play about the war ."),
-        ("theatre", "the play was first performed in london ."), ("theatre", "the actors rehearsed the play ."),
-        ("theatre", "the new play opens next week ."), ("theatre", "he starred in a play by shakespeare ."),
-    ],
-    "light": [
-        ("brightness", "the light was too bright ."), ("brightness", "turn on the light , please ."),
-        ("brightness", "the light of the sun filled the room ."), ("brightness", "a red light flashed ."),
-        ("brightness", "plants need light to grow ."), ("brightness", "the street light was broken ."),
-        ("weight", "the bag is very light ."), ("weight", "she wore a light coat ."),
-        ("weight", "the box was light enough to carry ."), ("weight", "it is a light meal ."),
-        ("weight", "the chair is light and strong ."), ("weight", "he packed a light bag for the trip ."),
-    ],
-}
+    word: [tuple(row) for row in rows] for word, rows in TEXT["sense_sentences"].items()}
 
 
 @dataclass

@@ -37,9 +37,9 @@ from bert_core.model.files import (  # noqa: F401 - re-exported: the checks on a
     require_checkpoint_folder,
 )
 
+FINETUNE_HEADS = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
 # Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-
 
 
 def pretraining_model_from_bytes(config: BertConfig, blob: bytes) -> nn.Module:
@@ -55,29 +55,20 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     extra = {}
+    if isinstance(model, (BertForSequenceClassification, BertForTokenClassification)):
+        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(model.num_labels)]
+        if len(names) != model.num_labels:
+            what, of = (("label names for a classifier", "labels") if isinstance(model, BertForSequenceClassification)
+                        else ("tag names for a tagger", "tags"))
+            raise BertCoreError(f"{len(names)} {what} with {model.num_labels} {of}")
+        extra = {"id2label": {str(i): n for i, n in enumerate(names)}, "label2id": {n: i for i, n in enumerate(names)}}
     if isinstance(model, BertForSequenceClassification):
-        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(model.num_labels)]
-        if len(names) != model.num_labels:
-            raise BertCoreError(f"{len(names)} label names for a classifier with {model.num_labels} labels")
-        extra = {
-            "architectures": ["BertForSequenceClassification"],
-            "id2label": {str(i): n for i, n in enumerate(names)},
-            "label2id": {n: i for i, n in enumerate(names)},
-            # Ours, not Hugging Face's: which vector the classifier reads (model.LAST_TOKEN_POOLING). transformers'
-            # BertForSequenceClassification always reads [CLS] through the pooler, so a "last" classifier loads
-            # there with a fresh pooler (reported missing) and different logits: it loads as trained only here.
-            "classifier_pooling": model.pooling,
-        }
-    if isinstance(model, BertForTokenClassification):
-        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(model.num_labels)]
-        if len(names) != model.num_labels:
-            raise BertCoreError(f"{len(names)} tag names for a tagger with {model.num_labels} tags")
-        extra = {"architectures": ["BertForTokenClassification"], "id2label": {str(i): n for i, n in enumerate(names)},
-                 "label2id": {n: i for i, n in enumerate(names)}}
-    if isinstance(model, BertForQuestionAnswering):
-        extra = {"architectures": ["BertForQuestionAnswering"]}  # two outputs (start, end): transformers' default
-    if isinstance(model, BertLMHeadModel):
-        extra = {"architectures": ["BertLMHeadModel"]}
+        # Ours, not Hugging Face's: which vector the classifier reads (model.LAST_TOKEN_POOLING). transformers'
+        # BertForSequenceClassification always reads [CLS] through the pooler, so a "last" classifier loads there
+        # with a fresh pooler (reported missing) and different logits: it loads as trained only here.
+        extra["classifier_pooling"] = model.pooling
+    if isinstance(model, (*FINETUNE_HEADS, BertLMHeadModel)):   # transformers builds the class it names
+        extra = {"architectures": [type(model).__name__], **extra}
     model.config.save(folder, extra)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in TIED_KEYS}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -127,17 +118,9 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     return renamed
 
 
-FINETUNE_HEADS = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
-
-
-def _architectures(folder: Path):
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
-    return raw.get("architectures")
-
-
-def _label_names(folder: Path, model_class=BertForSequenceClassification) -> list[str] | None:
-    """The label (or tag) names a folder saved with `model_class` holds; None for a folder of another kind."""
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
+def _label_names(raw: dict, model_class) -> list[str] | None:
+    """The label (or tag) names a folder's config.json (`raw`) saved with `model_class` holds; None for a folder of
+    another kind."""
     id2label = raw.get("id2label")
     if not id2label or raw.get("architectures") != [model_class.__name__]:
         return None
@@ -145,15 +128,6 @@ def _label_names(folder: Path, model_class=BertForSequenceClassification) -> lis
         return [str(id2label[k]) for k in sorted(id2label, key=int)]
     except (TypeError, ValueError, AttributeError):
         return None  # label names that are not {"0": name, ...}: the classifier keeps generic LABEL_i names
-
-
-def _classifier_pooling(folder: Path) -> str | None:
-    """The reading a saved classifier was trained with (None: the default for its kind, e.g. a pretraining folder)."""
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # BertConfig.load has read it already
-    if raw.get("architectures") != ["BertForSequenceClassification"]:
-        return None  # a pretraining folder's new classifier reads what suits its kind
-    pooling = raw.get("classifier_pooling")
-    return pooling if isinstance(pooling, str) else None
 
 
 def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
@@ -167,17 +141,17 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
     """
     folder = require_checkpoint_folder(folder)
     config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
-    if model_class is BertForSequenceClassification:
-        names = _label_names(folder)
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # what BertConfig keeps not: the heads'
+    if model_class in (BertForSequenceClassification, BertForTokenClassification):
+        names = _label_names(raw, model_class)
         if num_labels is None:
             num_labels = len(names) if names else 2
-        model = BertForSequenceClassification(config, num_labels, pooling or _classifier_pooling(folder))
-        model.label_names = names if names and len(names) == num_labels else None
-    elif model_class is BertForTokenClassification:
-        names = _label_names(folder, model_class)
-        if num_labels is None:
-            num_labels = len(names) if names else 2
-        model = BertForTokenClassification(config, num_labels)
+        if model_class is BertForTokenClassification:
+            model = BertForTokenClassification(config, num_labels)
+        else:   # the reading a saved classifier was trained with; else (a pretraining folder) its kind's default
+            saved = raw.get("classifier_pooling") if raw.get("architectures") == [model_class.__name__] else None
+            model = BertForSequenceClassification(config, num_labels,
+                                                  pooling or (saved if isinstance(saved, str) else None))
         model.label_names = names if names and len(names) == num_labels else None
     else:
         model = pretraining_model(config) if model_class is None else model_class(config)
@@ -185,7 +159,7 @@ def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None
     if not any(k.startswith("bert.") for k in state):
         state = {"bert." + k: v for k, v in state.items()}  # a bare BertModel checkpoint
     expected = model.state_dict()
-    if isinstance(model, FINETUNE_HEADS) and _architectures(folder) != [type(model).__name__]:
+    if isinstance(model, FINETUNE_HEADS) and raw.get("architectures") != [type(model).__name__]:
         # A fine-tuning head is only taken from a folder of the same kind: a sentence classifier's
         # `classifier.weight` has a tagger's name and maybe its shape, not its meaning.
         state = {k: v for k, v in state.items() if k.startswith("bert.")}
