@@ -8,8 +8,10 @@ against the numbers it is computed from, without Streamlit.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -34,140 +36,10 @@ class LessonStep:
     question: Question
 
 
-STEPS: tuple[LessonStep, ...] = (
-    LessonStep(
-        "tokens", "Tokens", "pages/1_Tokens_and_masking.py",
-        "BERT never sees letters or whole words: a WordPiece tokenizer cuts text into pieces from a fixed "
-        "vocabulary, and a piece that continues a word starts with `##`. A pair of sentences is framed as "
-        "`[CLS] A [SEP] B [SEP]`. Type a sentence and see how this model cuts it.",
-        Question("A WordPiece vocabulary keeps frequent words whole and cuts rarer ones into pieces (a small "
-                 "vocabulary might cut *playing* into `play ##ing`; the notice says what this one cut). Why cut "
-                 "words at all?",
-                 ("To make every sentence shorter",
-                  "So that a fixed vocabulary can still spell any word",
-                  "Because BERT reads one letter at a time"), 1,
-                 "A vocabulary of a few thousand pieces cannot hold every word, but it can spell every word from "
-                 "pieces: frequent words stay whole, rare ones are split, and no word is ever unknown.")),
-    LessonStep(
-        "embedding", "What an embedding is", "pages/7_How_BERT_computes.py",
-        "Before any layer reads it, each token becomes a list of numbers, its *embedding*: the model looks up a "
-        "learned vector for the token, adds one for its position and one for its segment (sentence A or B), and a "
-        "LayerNorm rescales the sum. Pick a token and see its three parts as coloured strips (red positive, blue "
-        "negative).",
-        Question("In this sentence “the” comes twice. Its token vector is the same both times, yet its embedding "
-                 "differs. Why?",
-                 ("The tokenizer cut the two differently",
-                  "A different position vector is added: attention by itself ignores word order, so the position "
-                  "must be written into the token's numbers",
-                  "Dropout adds random noise to one of them"), 1,
-                 "Attention compares every token with every other, in any order; without position embeddings "
-                 "\"dog bites man\" and \"man bites dog\" would look the same to it. BERT learns one vector per "
-                 "position (up to 512) and adds it to the token's.")),
-    LessonStep(
-        "masking", "Masking", "pages/1_Tokens_and_masking.py",
-        "Pretraining hides words and asks the model to guess them back. About 15% of the tokens are chosen; of "
-        "those, 80% become `[MASK]` (red), 10% a random token (orange) and 10% stay as they are (green). The model "
-        "must predict the original at every chosen position. Change the seed: other tokens are chosen.",
-        Question("Why would BERT have to predict a word it can still see (the kept 10%)?",
-                 ("It is a bug in the masking",
-                  "After pretraining it never sees [MASK] again, so it must not learn that only [MASK]s need thought",
-                  "It makes training faster"), 1,
-                 "When BERT is fine-tuned there is no [MASK] in its input. Kept and random tokens teach it to "
-                 "build a good vector for every token, and not to trust what it sees blindly.")),
-    LessonStep(
-        "step", "One training step", "pages/2_Train.py",
-        "Training is this step, repeated: draw a batch, mask it, score the guesses (the loss), compute how each "
-        "weight should change to lower it (the gradient), and move the weights a little. Press *Take one step* "
-        "and look at what moved.",
-        Question("Why does the first update use a learning rate far below the run's peak?",
-                 ("Warm-up: the rate climbs over the first steps, so the early, noisy gradients of a random model "
-                  "cannot throw the weights far",
-                  "The optimizer has not been built yet",
-                  "A small batch needs a small rate"), 0,
-                 "BERT warms its learning rate up from zero (10,000 steps in the paper; 10% of a run here) and "
-                 "then lets it decay. Adam's first updates are as large as the rate whatever the gradient's size, "
-                 "so a full rate at step 1 would scramble the random start.")),
-    LessonStep(
-        "run", "A live run", "pages/2_Train.py",
-        "Now thousands of those steps. The default run trains a `nano` BERT (2 layers, hidden size 64) on the "
-        "built-in toy stories, 2,000 steps, about half a minute on a quiet laptop core. Start it and watch the "
-        "held-out loss (text it never trains on) against the grey unigram line: the loss of guessing each word by "
-        "its frequency alone.",
-        Question("While the loss sits on the unigram line, what has the model learned?",
-                 ("How often each word occurs: it guesses common words whatever the context",
-                  "The grammar of the stories",
-                  "Nothing at all"), 0,
-                 "The unigram line is the best a model can do without reading the context. Sitting on it means it "
-                 "has learned word frequencies; going below it means it has started to read the sentence.")),
-    LessonStep(
-        "attention", "Attention", "pages/3_Attention.py",
-        "Each layer has several attention heads; each head decides, for every token, how much to look at every "
-        "other token. Each small map is one head: rows are the tokens looking, columns the tokens looked at. "
-        "Heads specialise: some look at the previous or next token, some at `[SEP]`, some broadly.",
-        Question("In BERT-base many heads put most of their attention on [SEP] (the notice says how many of this "
-                 "model's heads do). What does a head parked on [SEP] mean?",
-                 ("The model has found [SEP] the most important word",
-                  "It is a resting place: a head with nothing useful to add for a token parks its attention there",
-                  "The model is broken"), 1,
-                 "Clark et al. (2019) found this in BERT-base: attention to [SEP] rises where a head's job does not "
-                 "apply, and changing it barely changes the output. A head must spend 100% of its attention "
-                 "somewhere.")),
-    LessonStep(
-        "attends", "How one token attends", "pages/7_How_BERT_computes.py",
-        "Inside one head, for one token: the token's *query* is compared with every token's *key* (a dot product, "
-        "q·k), the scores are divided by √d (d: the head's width), and a softmax turns them into weights that sum "
-        "to 1. The token then takes that weighted mix of every token's *value*: the strips below show each value and "
-        "their weighted sum. The weights are one row of a small map of the last step. Pick the layer, the head and "
-        "the token that looks.",
-        Question("Why divide the scores by √d before the softmax?",
-                 ("To make every score positive",
-                  "Dot products of long vectors grow with their length: undivided, the softmax would put nearly "
-                  "all the weight on one token, and its gradients would vanish",
-                  "To save memory"), 1,
-                 "Vaswani et al. (2017) scaled by √d because q·k sums d products, so its spread grows like √d. "
-                 "Too large scores make the softmax almost one-hot, where its gradient is nearly zero and a head "
-                 "stops learning. The notice shows what this head's weights would be undivided.")),
-    LessonStep(
-        "predictions", "Predictions", "pages/4_Predictions.py",
-        "The model in use fills in blanks. Write `[MASK]` where a word should be and compare its guesses with "
-        "the unigram guess, which is the same for every blank. A model knows only the words of the text it was "
-        "pretrained on: one trained on the toy stories guesses toy-story words, whatever you type.",
-        Question("What makes the model's guess better than the unigram guess?",
-                 ("It has a larger vocabulary", "It reads the words on both sides of the blank",
-                  "It remembers the training text word for word"), 1,
-                 "The unigram guess ignores the sentence. The model's guess changes with the words around the "
-                 "blank, left and right: that is what masked-language modelling trains.")),
-    LessonStep(
-        "bert-or-gpt", "BERT or GPT", "pages/3_Attention.py",
-        "GPT is the same Transformer with one switch: causal attention, each token sees only the tokens before "
-        "it, and it learns to predict the next token. This step always compares the two shipped tiny models, "
-        "`bert-tiny-english` and `gpt-tiny-english`, whatever the sidebar's model: their attention on one "
-        "sentence, the same layer and head: BERT's map is a full square, GPT's a lower triangle.",
-        Question("A GPT classifier cannot read [CLS] as BERT's does. Which token should it read?",
-                 ("[CLS], as BERT does", "The last token: it is the only one that has seen the whole sentence",
-                  "The longest word"), 1,
-                 "In a causal model [CLS] comes first, so it sees only itself. The last token attends to everything "
-                 "before it, so GPT-1 classified from the last token.")),
-    LessonStep(
-        "fine-tune", "Fine-tuning against a bag of words", "pages/5_Fine-tune.py",
-        "Pretraining is only worth its cost if it helps a task. Fine-tuning adds a small classifier on top and "
-        "trains everything on labelled sentences. The honest test: three contestants, same data, same number of "
-        "steps: the model in use, the same model from scratch, and a bag of words (TF-IDF + logistic regression "
-        "on words and pairs of neighbours). The task: is a toy story sentence in its own word order, or "
-        "shuffled? Both kinds hold the same words: only knowing how the stories go tells them apart. Press *Run "
-        "the lesson's race*, then come back.",
-        Question("The pretrained model and the model from scratch have the same size, data and steps. Why does "
-                 "the pretrained one tell a story's word order from shuffled words so much better?",
-                 ("It has more weights",
-                  "Guessing hidden words from their neighbours taught it how the stories' sentences go; from "
-                  "scratch, that must be learnt from 200 labelled sentences",
-                  "It saw these very sentences while pretraining"), 1,
-                 "Masked-language modelling is practice at exactly this: to guess a hidden word from the words "
-                 "around it, a model must learn what the sentences look like. A task that needs what pretraining "
-                 "taught is where pretraining pays. The race's sentences come from stories of another seed than the "
-                 "pretraining text. (On the toy *topics*, which single words give away, a model pretrained on the "
-                 "stories can lose to its from-scratch twin: what it learnt there was grammar, not topics.)")),
-)
+# The steps' words, as data (lesson_steps.json beside this module), in the order of the pages.
+STEPS: tuple[LessonStep, ...] = tuple(
+    LessonStep(**{**step, "question": Question(**{**step["question"], "choices": tuple(step["question"]["choices"])})})
+    for step in json.loads(Path(__file__).with_name("lesson_steps.json").read_text(encoding="utf-8")))
 
 STEP_KEYS = tuple(s.key for s in STEPS)
 
