@@ -10,22 +10,15 @@ from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.app import app_state
 
-st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
-active = app_state.sidebar()
-st.title("Tokens & masking")
-st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about 15% "
-            "of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a random "
-            "token and 10% are kept, so the model cannot rely on seeing `[MASK]`. Half the time B is the real "
-            "next sentence; otherwise it comes from elsewhere (the NSP label).")
-if active is None:
-    st.stop()
-tok = active.tokenizer
+# The numbers' ranges: their widgets', and what a link's value is held to.
+PAIRS, SEEDS, RATES = app_state.Within(0, 1_000_000), app_state.Within(0, 2**31 - 1), app_state.Within(0.05, 0.5)
+KEYS = ("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
 
 
-def _corpus_data():
+def _corpus_data(active):
     """Pretraining data to draw pairs from: this session's training corpus when it uses this tokenizer, else toy."""
     job = app_state.current_job()
-    if job is not None and job.trainer is not None and job.trainer.tokenizer is tok:
+    if job is not None and job.trainer is not None and job.trainer.tokenizer is active.tokenizer:
         label = markdown(job.spec.corpus_label) if job.spec else ""   # an uploaded file's name: shown as written
         return job.trainer.data, f"this session's training corpus ({label})"
     return app_state.toy_pretraining_data(active), "the toy grammar corpus (200 documents)"
@@ -36,83 +29,70 @@ def _instances(key: str, _data, seed: int):
     return _data.build_instances(seed)
 
 
-# The numbers' ranges: their widgets', and what a link's value is held to.
-PAIRS, SEEDS, RATES = app_state.Within(0, 1_000_000), app_state.Within(0, 2**31 - 1), app_state.Within(0.05, 0.5)
-app_state.init_widget("tm_mode", "draw", app_state.one_of(("draw", "type"), "no such choice"))
-app_state.init_widget("tm_pair_seed", 0, PAIRS)
-app_state.init_widget("tm_a", "the cat sat on the mat .")
-app_state.init_widget("tm_b", "it was tired after the long day .")
-app_state.init_widget("tm_seed", 0, SEEDS)
-app_state.init_widget("tm_rate", MASK_RATE, RATES)
-app_state.persist_keys("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
+def _init_widgets() -> None:
+    app_state.init_widget("tm_mode", "draw", app_state.one_of(("draw", "type"), "no such choice"))
+    app_state.init_widget("tm_pair_seed", 0, PAIRS)
+    app_state.init_widget("tm_a", "the cat sat on the mat .")
+    app_state.init_widget("tm_b", "it was tired after the long day .")
+    app_state.init_widget("tm_seed", 0, SEEDS)
+    app_state.init_widget("tm_rate", MASK_RATE, RATES)
+    app_state.persist_keys(*KEYS)
 
-try:
-    data, data_name = _corpus_data()
-except BertCoreError as exc:
-    app_state.show_error(exc)
-    st.stop()
 
-st.radio("Sentence pair", ["draw", "type"], key="tm_mode", horizontal=True,
-         format_func={"draw": "draw one from the corpus", "type": "type my own"}.get)
-instance = None
-if st.session_state["tm_mode"] == "draw":
-    st.number_input("Pair number (each number draws another pair)", *PAIRS, key="tm_pair_seed")
-    instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
-    instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
-    input_ids, token_type_ids = instance.input_ids, instance.token_type_ids
-    label = "1: B is random" if instance.is_random_next else "0: B follows A"
-    st.markdown(f"Drawn from {data_name}. **NSP label {label}**. {instance.note}. "
-                f"A = document {instance.a_span[0]}, sentences {instance.a_span[1]}–{instance.a_span[2] - 1}; "
-                f"B = document {instance.b_span[0]}, sentences {instance.b_span[1]}–{instance.b_span[2] - 1}.")
-else:
+def _pair(active, data, data_name: str) -> tuple[list[int], list[int]]:
+    """The pair to mask, drawn from the corpus or typed: its ids and segments."""
+    st.radio("Sentence pair", ["draw", "type"], key="tm_mode", horizontal=True,
+             format_func={"draw": "draw one from the corpus", "type": "type my own"}.get)
+    if st.session_state["tm_mode"] == "draw":
+        st.number_input("Pair number (each number draws another pair)", *PAIRS, key="tm_pair_seed")
+        instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
+        instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
+        label = "1: B is random" if instance.is_random_next else "0: B follows A"
+        st.markdown(f"Drawn from {data_name}. **NSP label {label}**. {instance.note}. "
+                    f"A = document {instance.a_span[0]}, sentences {instance.a_span[1]}–{instance.a_span[2] - 1}; "
+                    f"B = document {instance.b_span[0]}, sentences {instance.b_span[1]}–{instance.b_span[2] - 1}.")
+        return instance.input_ids, instance.token_type_ids
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="tm_a", height=70)
     c2.text_area("Sentence B (optional)", key="tm_b", height=70)
     try:
-        enc = encode_input(tok, st.session_state["tm_a"], st.session_state["tm_b"] or None,
+        enc = encode_input(active.tokenizer, st.session_state["tm_a"], st.session_state["tm_b"] or None,
                            max_length=active.config.max_position_embeddings)
     except BertCoreError as exc:
         app_state.show_error(exc)
         st.stop()
     if enc.truncated:
         st.warning(f"Longer than the model's {enc.max_length} positions: {enc.dropped_tokens} word pieces cut.")
-    input_ids, token_type_ids = enc.input_ids, enc.token_type_ids
     st.caption("A pair you typed has no NSP label: the label says whether the corpus had B right after A.")
+    return enc.input_ids, enc.token_type_ids
 
-m1, m2 = st.columns(2)
-m1.number_input("Masking seed (same seed, same masks)", *SEEDS, key="tm_seed")
-m2.slider("Mask rate", *RATES, step=0.01, key="tm_rate")
-seed, rate = int(st.session_state["tm_seed"]), float(st.session_state["tm_rate"])
 
-rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
-app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
-st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
-           "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
-causal = active.causal
-if not causal:
-    guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
-    app_state.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
-    right = sum(g.right for g in guesses)
-    st.caption(f"The active model's top guess at each chosen position, whatever it saw there: {right} of "
-               f"{len(guesses)} right in this pair. A kept token can be copied from the input; a random one must be "
-               "distrusted; a [MASK] must be read from the words around it.")
-else:
-    st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see its "
-               "guess at each chosen position.")
-with st.expander("Token table: ids, segments, positions"):
-    st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id, "segment": "AB"[min(r.segment, 1)],
-                   "decision": r.decision, "model sees": r.shown} for r in rows], hide_index=True, width="stretch")
+def _masked_pair(active, input_ids, token_type_ids, seed: int, rate: float) -> None:
+    """The pair's masking, the model's guess at each chosen position, and the token table."""
+    tok = active.tokenizer
+    rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
+    app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
+    st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
+               "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
+    if not active.causal:
+        guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
+        app_state.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
+        right = sum(g.right for g in guesses)
+        st.caption(f"The active model's top guess at each chosen position, whatever it saw there: {right} of "
+                   f"{len(guesses)} right in this pair. A kept token can be copied from the input; a random one "
+                   "must be distrusted; a [MASK] must be read from the words around it.")
+    else:
+        st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
+                   "its guess at each chosen position.")
+    with st.expander("Token table: ids, segments, positions"):
+        st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id,
+                       "segment": "AB"[min(r.segment, 1)], "decision": r.decision, "model sees": r.shown}
+                      for r in rows], hide_index=True, width="stretch")
 
-st.subheader("Over a large batch")
-pool = [x.input_ids for x in _instances(f"{id(data)}:{data_name}", data, seed)[:512]]
-stats = masking_stats(tok, pool, seed=seed, mask_rate=rate)
-app_state.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
-st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
-           f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
-           f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
-if not causal:
-    accuracy = app_state.decision_accuracy(active, f"{id(data)}:{data_name}",
-                                           _instances(f"{id(data)}:{data_name}", data, seed), seed, rate)
+
+def _accuracy(active, key: str, instances, seed: int, rate: float) -> None:
+    """The active model's right guesses by decision over the batch's first pairs, and what they say."""
+    accuracy = app_state.decision_accuracy(active, key, instances, seed, rate)
     app_state.plotly(lesson_figures.decision_accuracy_bars(
         accuracy, f"The active model's right guesses by decision, {sum(a.count for a in accuracy.values()):,} "
                   "chosen tokens"), "accuracy-by-decision", key="tm_accuracy")
@@ -127,4 +107,44 @@ if not causal:
                   if accuracy["random"].accuracy == min(a.accuracy for a in accuracy.values()) else
                   "A random token shows a wrong word: the model must learn not to trust it."))
 
-app_state.sync_query("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
+
+def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
+    st.subheader("Over a large batch")
+    key = f"{id(data)}:{data_name}"
+    pool = [x.input_ids for x in _instances(key, data, seed)[:512]]
+    stats = masking_stats(active.tokenizer, pool, seed=seed, mask_rate=rate)
+    app_state.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
+    st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
+               f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
+               f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
+    if not active.causal:
+        _accuracy(active, key, _instances(key, data, seed), seed, rate)
+
+
+def main() -> None:
+    st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
+    active = app_state.sidebar()
+    st.title("Tokens & masking")
+    st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about "
+                "15% of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a "
+                "random token and 10% are kept, so the model cannot rely on seeing `[MASK]`. Half the time B is "
+                "the real next sentence; otherwise it comes from elsewhere (the NSP label).")
+    if active is None:
+        st.stop()
+    _init_widgets()
+    try:
+        data, data_name = _corpus_data(active)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        st.stop()
+    input_ids, token_type_ids = _pair(active, data, data_name)
+    m1, m2 = st.columns(2)
+    m1.number_input("Masking seed (same seed, same masks)", *SEEDS, key="tm_seed")
+    m2.slider("Mask rate", *RATES, step=0.01, key="tm_rate")
+    seed, rate = int(st.session_state["tm_seed"]), float(st.session_state["tm_rate"])
+    _masked_pair(active, input_ids, token_type_ids, seed, rate)
+    _large_batch(active, data, data_name, seed, rate)
+    app_state.sync_query(*KEYS)
+
+
+main()

@@ -22,31 +22,21 @@ from bert_core.inspect.inspection import (
 from bert_core.app import app_state
 from bert_core.serve import model_sources
 
-st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
-active = app_state.sidebar()
-st.title("Predictions")
-if active is None:
-    st.stop()
+# The numbers' ranges: their widgets', and what a link's value is held to.
+TEMPERATURES, TOP_KS, SEEDS, LENGTHS = (app_state.Within(0.1, 2.0), app_state.Within(0, 1000),
+                                        app_state.Within(0, 2**31 - 1), app_state.Within(1, 60))
+CANDIDATES = app_state.Within(1, 20)
+GEN_KEYS = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
 
-# Default sentences: a toy story for a model that has read only the toy grammar, else plain English the model gets
-# right; they follow the model until the student types their own. The note says what it gets wrong.
-examples = app_state.model_probes(active)
-note = app_state.examples_note(active, examples)
 
-if is_causal(active.model):
-    st.info(CAUSAL_CANNOT_FILL)
-    st.subheader("Continue the text")
+def _generation_widgets(examples, note: str) -> None:
     app_state.follow_default("gen_prompt", examples.prompt)
     app_state.init_widget("gen_strategy", "greedy")
-    # The numbers' ranges: their widgets', and what a link's value is held to.
-    W = app_state.Within
-    temperatures, top_ks, seeds, lengths = W(0.1, 2.0), W(0, 1000), W(0, 2**31 - 1), W(1, 60)
-    app_state.init_widget("gen_temperature", 1.0, temperatures)
-    app_state.init_widget("gen_top_k", 0, top_ks)
-    app_state.init_widget("gen_seed", 0, seeds)
-    app_state.init_widget("gen_tokens", 20, lengths)
-    gen_keys = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
-    app_state.persist_keys(*gen_keys)
+    app_state.init_widget("gen_temperature", 1.0, TEMPERATURES)
+    app_state.init_widget("gen_top_k", 0, TOP_KS)
+    app_state.init_widget("gen_seed", 0, SEEDS)
+    app_state.init_widget("gen_tokens", 20, LENGTHS)
+    app_state.persist_keys(*GEN_KEYS)
     st.text_area("The start of a text", key="gen_prompt", height=80)
     if note:
         st.caption(note)
@@ -54,47 +44,37 @@ if is_causal(active.model):
     g1.radio("Decoding", list(generation.STRATEGIES), key="gen_strategy", horizontal=True,
              format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
     sampled = st.session_state["gen_strategy"] == "sample"
-    g2.slider("Temperature", *temperatures, step=0.1, key="gen_temperature", disabled=not sampled,
+    g2.slider("Temperature", *TEMPERATURES, step=0.1, key="gen_temperature", disabled=not sampled,
               help="Sampling divides the scores by it: below 1 the likely tokens get likelier, above 1 the choice "
                    "spreads out.")
-    g3.number_input("Top-k (0 = all tokens)", *top_ks, key="gen_top_k", disabled=not sampled)
-    g4.number_input("Seed", *seeds, key="gen_seed", disabled=not sampled,
+    g3.number_input("Top-k (0 = all tokens)", *TOP_KS, key="gen_top_k", disabled=not sampled)
+    g4.number_input("Seed", *SEEDS, key="gen_seed", disabled=not sampled,
                     help="The same seed draws the same text.")
-    st.slider("New tokens", *lengths, key="gen_tokens")
+    st.slider("New tokens", *LENGTHS, key="gen_tokens")
+
+
+def _continue_text(active, examples, note: str) -> None:
+    """A GPT-style model's page: its continuation of a text, token by token."""
+    st.info(CAUSAL_CANNOT_FILL)
+    st.subheader("Continue the text")
+    _generation_widgets(examples, note)
+    state = st.session_state
     try:
-        out = generation.generate(active.model, active.tokenizer, st.session_state["gen_prompt"],
-                                  max_new_tokens=int(st.session_state["gen_tokens"]),
-                                  strategy=st.session_state["gen_strategy"],
-                                  temperature=float(st.session_state["gen_temperature"]),
-                                  top_k=int(st.session_state["gen_top_k"]), seed=int(st.session_state["gen_seed"]))
+        out = generation.generate(active.model, active.tokenizer, state["gen_prompt"],
+                                  max_new_tokens=int(state["gen_tokens"]), strategy=state["gen_strategy"],
+                                  temperature=float(state["gen_temperature"]), top_k=int(state["gen_top_k"]),
+                                  seed=int(state["gen_seed"]))
     except BertCoreError as exc:
         app_state.show_error(exc)
     else:
         if out.truncated_prompt:
             st.warning(f"The text is longer than the model's positions: its first {out.truncated_prompt} word "
                        "pieces were left out.")
-        st.markdown(f"{markdown(st.session_state['gen_prompt'].strip())} **{markdown(out.text)}**")
+        st.markdown(f"{markdown(state['gen_prompt'].strip())} **{markdown(out.text)}**")
         st.caption(f"Stopped: {out.stopped}. Each row is one new token, the probability the model gave it, and "
                    "the other tokens it weighed at that step.")
         st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")
-    app_state.sync_query(*gen_keys)
-    st.stop()
-
-st.info(BIDIRECTIONAL_CANNOT_CONTINUE)
-app_state.follow_default("pred_text", examples.sentences[0])
-CANDIDATES = app_state.Within(1, 20)   # the slider's range, and what a link's value is held to
-app_state.init_widget("pred_k", 5, CANDIDATES)
-app_state.follow_default("nsp_a", examples.pair[0])
-app_state.follow_default("nsp_b", examples.pair[1])
-app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
-
-st.subheader("Fill in the blanks")
-st.text_area("Text with one or more [MASK]", key="pred_text", height=80)
-if note:
-    st.caption(note)
-st.slider("Candidates per mask (k)", *CANDIDATES, key="pred_k")
-tok = active.tokenizer
-max_len = active.config.max_position_embeddings
+    app_state.sync_query(*GEN_KEYS)
 
 
 def _mask_word(words: list[list[str]], pick: int) -> None:
@@ -102,48 +82,64 @@ def _mask_word(words: list[list[str]], pick: int) -> None:
     st.session_state["pred_text"] = text_with_word_masked(words, pick)
 
 
-with st.expander("…or pick a word to mask"):
+def _word_picker(tok, max_len: int) -> None:
+    with st.expander("…or pick a word to mask"):
+        try:
+            words = group_word_pieces(encode_input(tok, st.session_state["pred_text"],
+                                                   max_length=max_len).tokens[1:-1])
+        except BertCoreError:
+            words = []
+        choices = [i for i, w in enumerate(words) if w != ["[MASK]"]]
+        if choices:
+            pick = st.selectbox("Word to hide", choices, key="pred_pick",
+                                format_func=lambda i: f"{i + 1}: {word_text(words[i])}")
+            st.button("Mask it", on_click=_mask_word, args=(words, pick))
+        else:
+            st.caption("Type some text first.")
+
+
+def _fill_in(active, note: str) -> list:
+    """The text's [MASK]s filled by the model, beside the unigram baseline; returns the predictions."""
+    st.subheader("Fill in the blanks")
+    st.text_area("Text with one or more [MASK]", key="pred_text", height=80)
+    if note:
+        st.caption(note)
+    st.slider("Candidates per mask (k)", *CANDIDATES, key="pred_k")
+    tok, max_len = active.tokenizer, active.config.max_position_embeddings
+    _word_picker(tok, max_len)
+    counts = active.unigram_counts()
+    baseline = unigram_top_k(counts, tok, st.session_state["pred_k"]) if counts else None
     try:
-        words = group_word_pieces(encode_input(tok, st.session_state["pred_text"], max_length=max_len).tokens[1:-1])
-    except BertCoreError:
-        words = []
-    choices = [i for i, w in enumerate(words) if w != ["[MASK]"]]
-    if choices:
-        pick = st.selectbox("Word to hide", choices, key="pred_pick",
-                            format_func=lambda i: f"{i + 1}: {word_text(words[i])}")
-        st.button("Mask it", on_click=_mask_word, args=(words, pick))
-    else:
-        st.caption("Type some text first.")
+        encoded = encode_input(tok, st.session_state["pred_text"], max_length=max_len)
+        if encoded.truncated:
+            st.warning(f"The text is longer than the model's {max_len} positions: {encoded.dropped_tokens} word "
+                       "pieces at the end were cut off.")
+        preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        preds = []
+    if preds and baseline is None:
+        st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
+    cols = st.columns(min(len(preds), 3) or 1)
+    for n, pred in enumerate(preds):
+        context = context_before(encoded.tokens, pred.position)
+        with cols[n % len(cols)]:
+            app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
+                             f"mask-{n + 1}", key=f"pred_fig_{n}")
+    return preds
 
-counts = active.unigram_counts()
-baseline = unigram_top_k(counts, tok, st.session_state["pred_k"]) if counts else None
-try:
-    encoded = encode_input(tok, st.session_state["pred_text"], max_length=max_len)
-    if encoded.truncated:
-        st.warning(f"The text is longer than the model's {max_len} positions: {encoded.dropped_tokens} word "
-                   "pieces at the end were cut off.")
-    preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
-except BertCoreError as exc:
-    app_state.show_error(exc)
-    preds = []
-if preds and baseline is None:
-    st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
-cols = st.columns(min(len(preds), 3) or 1)
-for n, pred in enumerate(preds):
-    context = context_before(encoded.tokens, pred.position)
-    with cols[n % len(cols)]:
-        app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
-                         f"mask-{n + 1}", key=f"pred_fig_{n}")
 
-with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
-    # This tab's earlier runs, then the checkpoints beside the shipped one and the saved runs.
-    others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
-    if not others:
-        st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a checkpoint "
-                   "beside the shipped one, and it can be set beside this model here.")
-    elif not preds:   # the text's fault is said once, above: the other model reads the same text
-        st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
-    else:
+def _other_model(active, preds: list) -> None:
+    with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
+        # This tab's earlier runs, then the checkpoints beside the shipped one and the saved runs.
+        others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
+        if not others:
+            st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a "
+                       "checkpoint beside the shipped one, and it can be set beside this model here.")
+            return
+        if not preds:   # the text's fault is said once, above: the other model reads the same text
+            st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
+            return
         if st.session_state.get("pred_other") not in others:
             st.session_state["pred_other"] = next(iter(others))
         st.selectbox("Beside this model", list(others), key="pred_other")
@@ -151,41 +147,45 @@ with st.expander("The same text with another model (e.g. an earlier run of this 
             other_model, other_tok, _ = app_state.load_folder_cached(others[st.session_state["pred_other"]])
             if is_causal(other_model):
                 st.info(CAUSAL_CANNOT_FILL)
-            else:
-                other_encoded = encode_input(other_tok, st.session_state["pred_text"],
-                                             max_length=other_model.config.max_position_embeddings)
-                other_preds = predict_masks(other_model, other_tok, other_encoded, st.session_state["pred_k"])
-                other_cols = st.columns(min(len(other_preds), 3) or 1)
-                for n, pred in enumerate(other_preds):
-                    with other_cols[n % len(other_cols)]:
-                        app_state.plotly(figures.topk_figure(
-                            pred.candidates, f"{st.session_state['pred_other']}: [MASK] {n + 1}"),
-                            f"mask-{n + 1}-other", key=f"pred_other_fig_{n}")
-                st.caption("Each model reads the text with its own tokenizer; its unigram line is left out here.")
+                return
+            other_encoded = encode_input(other_tok, st.session_state["pred_text"],
+                                         max_length=other_model.config.max_position_embeddings)
+            other_preds = predict_masks(other_model, other_tok, other_encoded, st.session_state["pred_k"])
+            other_cols = st.columns(min(len(other_preds), 3) or 1)
+            for n, pred in enumerate(other_preds):
+                with other_cols[n % len(other_cols)]:
+                    app_state.plotly(figures.topk_figure(
+                        pred.candidates, f"{st.session_state['pred_other']}: [MASK] {n + 1}"),
+                        f"mask-{n + 1}-other", key=f"pred_other_fig_{n}")
+            st.caption("Each model reads the text with its own tokenizer; its unigram line is left out here.")
         except BertCoreError as exc:
             app_state.show_error(exc)
 
-st.subheader("Does sentence B follow sentence A?")
-n1, n2 = st.columns(2)
-n1.text_input("Sentence A", key="nsp_a")
-n2.text_input("Sentence B", key="nsp_b")
-try:
-    p = predict_nsp(active.model, tok, st.session_state["nsp_a"], st.session_state["nsp_b"])
-    st.metric("P(B follows A)", f"{p:.1%}",
-              help="The NSP head's probability for class 0 (B is the real next sentence). Chance is 50%: "
-                   "pretraining draws B at random half the time.")
-    st.progress(p)
-except BertCoreError as exc:
-    app_state.show_error(exc)
 
-st.subheader("How the guesses changed during training")
-job = app_state.current_job()
-probes = job.trainer.probes if job is not None and job.trainer is not None else None
-snaps = probes.snapshots() if probes is not None else []
-if active.source != app_state.SOURCE_SESSION or not snaps:
-    st.info("Probe sentences are filled in at snapshots while a model trains in this session. Train one on the "
-            "Train page and pick *Model trained in this session* to see its guesses evolve.")
-else:
+def _next_sentence(active) -> None:
+    st.subheader("Does sentence B follow sentence A?")
+    n1, n2 = st.columns(2)
+    n1.text_input("Sentence A", key="nsp_a")
+    n2.text_input("Sentence B", key="nsp_b")
+    try:
+        p = predict_nsp(active.model, active.tokenizer, st.session_state["nsp_a"], st.session_state["nsp_b"])
+        st.metric("P(B follows A)", f"{p:.1%}",
+                  help="The NSP head's probability for class 0 (B is the real next sentence). Chance is 50%: "
+                       "pretraining draws B at random half the time.")
+        st.progress(p)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+
+
+def _probe_history(active) -> None:
+    st.subheader("How the guesses changed during training")
+    job = app_state.current_job()
+    probes = job.trainer.probes if job is not None and job.trainer is not None else None
+    snaps = probes.snapshots() if probes is not None else []
+    if active.source != app_state.SOURCE_SESSION or not snaps:
+        st.info("Probe sentences are filled in at snapshots while a model trains in this session. Train one on the "
+                "Train page and pick *Model trained in this session* to see its guesses evolve.")
+        return
     sentence = st.selectbox("Probe sentence", list(range(len(probes.sentences))),
                             format_func=lambda i: probes.sentences[i], key="pred_probe")
     history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
@@ -195,4 +195,31 @@ else:
                f"at most {figures.HISTORY_CANDIDATES}; a gap means the word was outside that snapshot's top "
                f"{probes.top_k}.")
 
-app_state.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")
+
+def main() -> None:
+    st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
+    active = app_state.sidebar()
+    st.title("Predictions")
+    if active is None:
+        st.stop()
+    # Default sentences: a toy story for a model that has read only the toy grammar, else plain English the model
+    # gets right; they follow the model until the student types their own. The note says what it gets wrong.
+    examples = app_state.model_probes(active)
+    note = app_state.examples_note(active, examples)
+    if is_causal(active.model):
+        _continue_text(active, examples, note)
+        st.stop()
+    st.info(BIDIRECTIONAL_CANNOT_CONTINUE)
+    app_state.follow_default("pred_text", examples.sentences[0])
+    app_state.init_widget("pred_k", 5, CANDIDATES)
+    app_state.follow_default("nsp_a", examples.pair[0])
+    app_state.follow_default("nsp_b", examples.pair[1])
+    app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
+    preds = _fill_in(active, note)
+    _other_model(active, preds)
+    _next_sentence(active)
+    _probe_history(active)
+    app_state.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")
+
+
+main()

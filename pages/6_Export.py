@@ -17,32 +17,36 @@ from bert_core.app.export import (
     shared_data_notes,
 )
 
-st.set_page_config(page_title="Export · BERT explorer", layout="wide")
-active = app_state.sidebar()
-st.title("Export")
 
-job = app_state.current_job()
-live = active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer
-record = run_record(active.config if active is not None else None, trainer=job.trainer if live else None,
-                    trainer_state=active.trainer_state if active is not None else None)
-history, evals, baselines, config = record.history, record.evals, record.baselines, record.config
-if active is None:
-    st.info("Pick a model in the sidebar to export its history and configuration.")
-else:
+
+def _data(active, job, live: bool, record) -> None:
+    """The history, evaluations and configuration as files, the run bundle, and the commands that made it."""
     st.subheader("Data")
     c1, c2, c3 = st.columns(3)
-    if history:
-        c1.download_button(f"Loss history ({history_label(history)}, CSV)", rows_to_csv(history),
-                           "loss_history.csv", "text/csv", help="Long runs keep every 2nd, 4th, ... step evenly over the run, and the newest "
-                                "(TrainConfig.history_limit)")
+    if record.history:
+        c1.download_button(f"Loss history ({history_label(record.history)}, CSV)", rows_to_csv(record.history),
+                           "loss_history.csv", "text/csv", help="Long runs keep every 2nd, 4th, ... step evenly "
+                           "over the run, and the newest (TrainConfig.history_limit)")
     else:
         c1.caption("No training history recorded for this model.")
-    if evals:
-        c2.download_button(f"Held-out evaluations ({len(evals)}, CSV)", rows_to_csv(evals), "evaluations.csv",
-                           "text/csv")
-    c3.download_button("Configuration (JSON)", json.dumps(config, indent=2), "config.json", "application/json")
+    if record.evals:
+        c2.download_button(f"Held-out evaluations ({len(record.evals)}, CSV)", rows_to_csv(record.evals),
+                           "evaluations.csv", "text/csv")
+    c3.download_button("Configuration (JSON)", json.dumps(record.config, indent=2), "config.json", "application/json")
     with st.expander("Configuration"):
-        st.json(config)
+        st.json(record.config)
+    _bundle(active, job, live, record)
+    if record.commands:
+        st.caption("The commands that made this model, oldest first (the last repeats this run):")
+        st.code("\n".join(record.commands), language="bash")
+        notes = shared_data_notes(record.commands)
+        if notes:
+            st.caption("They name files of the project's shared data folder (`../shared/data`, beside a developer's "
+                       "clone), which a fresh clone does not have: put each file there, or change its path in the "
+                       "command.\n\n" + "\n\n".join(notes))
+
+
+def _bundle(active, job, live: bool, record) -> None:
     # One zip with everything: built on request (it saves the checkpoint), kept for this model and step only.
     which = (active.source, str(active.path), active.step)
     if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:",
@@ -59,29 +63,41 @@ else:
     if bundle is not None and bundle[0] == which:
         st.download_button(f"Download run bundle ({len(bundle[1]) / 1e6:.1f} MB zip)", bundle[1],
                            f"bert-run-step{active.step or 0}.zip", "application/zip", icon=":material/download:")
-    if record.commands:
-        st.caption("The commands that made this model, oldest first (the last repeats this run):")
-        st.code("\n".join(record.commands), language="bash")
-        notes = shared_data_notes(record.commands)
-        if notes:
-            st.caption("They name files of the project's shared data folder (`../shared/data`, beside a developer's "
-                       "clone), which a fresh clone does not have: put each file there, or change its path in the "
-                       "command.\n\n" + "\n\n".join(notes))
 
-st.subheader("Figures")
-app_state.init_widget("image_format", "png", app_state.one_of(("png", "svg"), "not png or svg"))
-st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
-         horizontal=True)
-st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
-            "in this format. The curves of the active model:")
-if history:
-    smoothing = app_state.smoothing_slider(
-        "exp_smoothing", help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
-    app_state.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
-    app_state.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
 
-st.subheader("Share a view")
-st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
-            "the address of a page once it shows what you want, and whoever opens the link sees the same view "
-            "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
-app_state.sync_query("image_format", "exp_smoothing")
+def _figures(record) -> None:
+    st.subheader("Figures")
+    app_state.init_widget("image_format", "png", app_state.one_of(("png", "svg"), "not png or svg"))
+    st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
+             horizontal=True)
+    st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
+                "in this format. The curves of the active model:")
+    if record.history:
+        smoothing = app_state.smoothing_slider(
+            "exp_smoothing", help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
+        history, evals, baselines = record.history, record.evals, record.baselines
+        app_state.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
+        app_state.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
+
+
+def main() -> None:
+    st.set_page_config(page_title="Export · BERT explorer", layout="wide")
+    active = app_state.sidebar()
+    st.title("Export")
+    job = app_state.current_job()
+    live = active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer
+    record = run_record(active.config if active is not None else None, trainer=job.trainer if live else None,
+                        trainer_state=active.trainer_state if active is not None else None)
+    if active is None:
+        st.info("Pick a model in the sidebar to export its history and configuration.")
+    else:
+        _data(active, job, live, record)
+    _figures(record)
+    st.subheader("Share a view")
+    st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
+                "the address of a page once it shows what you want, and whoever opens the link sees the same view "
+                "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
+    app_state.sync_query("image_format", "exp_smoothing")
+
+
+main()

@@ -20,40 +20,30 @@ from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
 OWN_SENTENCES = "your own sentences"
-
-st.set_page_config(page_title="How BERT computes · BERT explorer", layout="wide")
-active = app_state.sidebar()
-st.title("How BERT computes")
-st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
-            "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
-            "Every number comes from the active model's own forward pass.")
-if active is None:
-    st.stop()
-
-model, tok, cfg = active.model, active.tokenizer, active.config
-causal = is_causal(model)
-examples = app_state.model_probes(active)
-app_state.follow_default("hbc_a", examples.attention_sentence)
-app_state.init_widget("hbc_b", "")
-app_state.init_widget("hbc_layer", 1, int)
-app_state.init_widget("hbc_head", 1, int)
-app_state.init_widget("hbc_token", 2, int)
 TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
-app_state.init_widget("hbc_temperature", 1.0, TEMPERATURES)
-app_state.follow_default("hbc_lens", examples.prompt if causal else examples.sentences[0])
-app_state.init_widget("hbc_word", "bank")
-app_state.init_widget("hbc_neighbour", "king")
-app_state.follow_default("hbc_pair_a", examples.grammar_pair[0])
-app_state.follow_default("hbc_pair_b", examples.grammar_pair[1])
-keys = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
+KEYS = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
-app_state.persist_keys(*keys, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
-# A URL or another model may hold a layer or head this model lacks: clamp to what it has.
-st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
-st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
-
 WHY_TITLE = "Why a fine-tuned model decided"
 WIDGETS = {"text_input": st.text_input, "text_area": st.text_area, "number_input": st.number_input}
+
+
+def _init_widgets(active, examples, causal: bool) -> None:
+    cfg = active.config
+    app_state.follow_default("hbc_a", examples.attention_sentence)
+    app_state.init_widget("hbc_b", "")
+    app_state.init_widget("hbc_layer", 1, int)
+    app_state.init_widget("hbc_head", 1, int)
+    app_state.init_widget("hbc_token", 2, int)
+    app_state.init_widget("hbc_temperature", 1.0, TEMPERATURES)
+    app_state.follow_default("hbc_lens", examples.prompt if causal else examples.sentences[0])
+    app_state.init_widget("hbc_word", "bank")
+    app_state.init_widget("hbc_neighbour", "king")
+    app_state.follow_default("hbc_pair_a", examples.grammar_pair[0])
+    app_state.follow_default("hbc_pair_b", examples.grammar_pair[1])
+    app_state.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
+    # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
+    st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
+    st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
 
 
 def _finished_race():
@@ -103,11 +93,7 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
         max_length=race.config.max_length), "hbc")
 
 
-race_id, race, tuned = _finished_race()
-attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
-    ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", *([WHY_TITLE] if tuned else [])])
-
-with attention_tab:
+def _attention_tab(model, tok, cfg, causal: bool) -> None:
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="hbc_a", height=80)
     c2.text_area("Sentence B (optional)", key="hbc_b", height=80)
@@ -115,114 +101,113 @@ with attention_tab:
         _, _, tokens = encode_for_steps(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
     except BertCoreError as exc:
         app_state.show_error(exc)
-        tokens = []
-    if tokens:
-        st.session_state["hbc_token"] = min(max(int(st.session_state["hbc_token"]), 1), len(tokens))
-        p1, p2, p3, p4 = st.columns(4)
-        p1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="hbc_layer")
-        p2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="hbc_head")
-        p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
-                     format_func=lambda i: f"{i} {tokens[i - 1]}")
-        p4.slider("Temperature (a what-if)", *TEMPERATURES, step=0.1, key="hbc_temperature",
-                  help="A what-if: the softmax of the scores divided by this. Below 1 the head attends more "
-                       "sharply, above 1 more evenly. The model itself always uses 1.")
-        layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))
-        try:
-            steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
-                                    st.session_state["hbc_b"] or None)
-        except BertCoreError as exc:
-            app_state.show_error(exc)
-        else:
-            temperature = float(st.session_state["hbc_temperature"])
-            st.markdown(f"The hidden state of token **{query + 1} {markdown(tokens[query])}** enters layer "
-                        f"{layer + 1}. Head {head + 1} turns it into a **query**, and every token into a **key** "
-                        f"and a **value**, each {steps.head_dim} numbers long.")
-            app_state.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
-            what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
-            if causal:
-                st.caption("The GPT twin's causal mask: a token may look only at itself and the tokens before it, "
-                           "so the later ones get a huge negative score and a weight of 0.")
-            app_state.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
-            if what_if is not None:
-                st.info(f"Orange is a what-if at temperature {temperature:g}: the model never uses one. "
-                        "The blue bars are its real weights.")
-            gap = float(abs(steps.probs - steps.model_probs).max())
-            st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
-                       f"page (largest difference from the model's own weights: {gap:.1e}).")
-            app_state.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
-            st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
-                       "to the layer's feed-forward part.")
+        return
+    st.session_state["hbc_token"] = min(max(int(st.session_state["hbc_token"]), 1), len(tokens))
+    p1, p2, p3, p4 = st.columns(4)
+    p1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="hbc_layer")
+    p2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="hbc_head")
+    p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
+                 format_func=lambda i: f"{i} {tokens[i - 1]}")
+    p4.slider("Temperature (a what-if)", *TEMPERATURES, step=0.1, key="hbc_temperature",
+              help="A what-if: the softmax of the scores divided by this. Below 1 the head attends more "
+                   "sharply, above 1 more evenly. The model itself always uses 1.")
+    layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))
+    try:
+        steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
+                                st.session_state["hbc_b"] or None)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return
+    temperature = float(st.session_state["hbc_temperature"])
+    st.markdown(f"The hidden state of token **{query + 1} {markdown(tokens[query])}** enters layer "
+                f"{layer + 1}. Head {head + 1} turns it into a **query**, and every token into a **key** "
+                f"and a **value**, each {steps.head_dim} numbers long.")
+    app_state.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
+    what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
+    if causal:
+        st.caption("The GPT twin's causal mask: a token may look only at itself and the tokens before it, "
+                   "so the later ones get a huge negative score and a weight of 0.")
+    app_state.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
+    if what_if is not None:
+        st.info(f"Orange is a what-if at temperature {temperature:g}: the model never uses one. "
+                "The blue bars are its real weights.")
+    gap = float(abs(steps.probs - steps.model_probs).max())
+    st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
+               f"page (largest difference from the model's own weights: {gap:.1e}).")
+    app_state.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
+    st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
+               "to the layer's feed-forward part.")
 
-with lens_tab:
+
+def _lens_tab(active, examples, causal: bool) -> None:
     label = "The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]"
     st.text_input(label, key="hbc_lens")
     note = app_state.examples_note(active, examples)
     if note:
         st.caption(note)
     try:
-        lens = logit_lens(model, tok, st.session_state["hbc_lens"])
+        lens = logit_lens(active.model, active.tokenizer, st.session_state["hbc_lens"])
     except BertCoreError as exc:
         app_state.show_error(exc)
-    else:
-        st.markdown("The model's own prediction head, applied to the hidden state after each layer: what the "
-                    "answer looks like so far. The last row is the model's real answer"
-                    + ("." if causal else ", the Predictions page's."))
-        app_state.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
-        app_state.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
-        st.subheader("Switch heads off")
-        options = [f"layer {layer}, head {head}" for layer in range(1, cfg.num_hidden_layers + 1)
-                   for head in range(1, cfg.num_attention_heads + 1)]
-        st.session_state["hbc_off"] = [o for o in st.session_state.get("hbc_off", []) if o in options]
-        st.multiselect("Heads to switch off (their output set to zero)", options, key="hbc_off")
-        chosen = [options.index(o) for o in st.session_state.get("hbc_off", []) if o in options]
-        heads = [divmod(i, cfg.num_attention_heads) for i in chosen]
-        if not heads:
-            st.caption("Pick one or more heads to see how the guess changes without them.")
-        else:
-            effect = heads_off_effect(model, tok, st.session_state["hbc_lens"], heads)  # the lens read this text
-            m1, m2 = st.columns(2)
-            m1.metric(f"P({markdown(effect.answer)}) with every head", f"{effect.answer_before:.1%}")
-            m2.metric("with those heads off", f"{effect.answer_after:.1%}",
-                      delta=f"{(effect.answer_after - effect.answer_before) * 100:+.1f} points")
-            app_state.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
+        return
+    st.markdown("The model's own prediction head, applied to the hidden state after each layer: what the "
+                "answer looks like so far. The last row is the model's real answer"
+                + ("." if causal else ", the Predictions page's."))
+    app_state.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
+    app_state.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
+    _heads_off(active)
 
-with embeddings_tab:
-    st.markdown("Before any layer, each token becomes the sum of three learned vectors: one for the token, one for "
-                "its position, one for its segment (sentence A or B). A LayerNorm then rescales the sum. "
-                "The sentence is the one on *Inside attention*.")
+
+def _heads_off(active) -> None:
+    cfg = active.config
+    st.subheader("Switch heads off")
+    options = [f"layer {layer}, head {head}" for layer in range(1, cfg.num_hidden_layers + 1)
+               for head in range(1, cfg.num_attention_heads + 1)]
+    st.session_state["hbc_off"] = [o for o in st.session_state.get("hbc_off", []) if o in options]
+    st.multiselect("Heads to switch off (their output set to zero)", options, key="hbc_off")
+    chosen = [options.index(o) for o in st.session_state.get("hbc_off", []) if o in options]
+    heads = [divmod(i, cfg.num_attention_heads) for i in chosen]
+    if not heads:
+        st.caption("Pick one or more heads to see how the guess changes without them.")
+        return
+    # The lens read this text.
+    effect = heads_off_effect(active.model, active.tokenizer, st.session_state["hbc_lens"], heads)
+    m1, m2 = st.columns(2)
+    m1.metric(f"P({markdown(effect.answer)}) with every head", f"{effect.answer_before:.1%}")
+    m2.metric("with those heads off", f"{effect.answer_after:.1%}",
+              delta=f"{(effect.answer_after - effect.answer_before) * 100:+.1f} points")
+    app_state.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
+
+
+def _embedding_parts(active) -> None:
+    model, tok = active.model, active.tokenizer
     try:
         parts = embedding_parts(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
     except BertCoreError as exc:
         app_state.show_error(exc)
-    else:
-        labels = cf.token_labels(parts.tokens)
-        if st.session_state.get("hbc_emb_token") not in range(len(labels)):
-            st.session_state["hbc_emb_token"] = min(1, len(labels) - 1)
-        st.selectbox("Token", list(range(len(labels))), key="hbc_emb_token", format_func=lambda i: labels[i])
-        app_state.plotly(cf.embedding_parts_figure(parts, int(st.session_state["hbc_emb_token"])), "embedding-parts",
-                         key="hbc_parts")
-        app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
-        st.subheader("Neighbours in context, layer by layer")
-        sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
-        with st.spinner("Reading the pool's sentences through the model (once per model)…"):
-            pool = cached_token_pool(model, tok, sentences, source)
-        near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"],
-                                                int(st.session_state["hbc_emb_token"]), pool, k=5)
-        app_state.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
-                         key="hbc_context_near")
-        st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
-                   f"({len(pool.tokens):,} tokens) from the {source}; hover a cell for its sentence. After the "
-                   "embeddings a token's neighbours share its spelling; layer by layer, more share its role in "
-                   "the sentence.")
-    st.subheader("Nearest neighbours in the embedding table")
-    st.text_input("A word", key="hbc_neighbour")
-    try:
-        near = nearest_neighbours(model, tok, st.session_state["hbc_neighbour"], k=10)
-    except BertCoreError as exc:
-        app_state.show_error(exc)
-    else:
-        app_state.plotly(cf.neighbours_figure(st.session_state["hbc_neighbour"].strip(), near), "neighbours",
-                         key="hbc_near")
+        return
+    labels = cf.token_labels(parts.tokens)
+    if st.session_state.get("hbc_emb_token") not in range(len(labels)):
+        st.session_state["hbc_emb_token"] = min(1, len(labels) - 1)
+    st.selectbox("Token", list(range(len(labels))), key="hbc_emb_token", format_func=lambda i: labels[i])
+    app_state.plotly(cf.embedding_parts_figure(parts, int(st.session_state["hbc_emb_token"])), "embedding-parts",
+                     key="hbc_parts")
+    app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
+    st.subheader("Neighbours in context, layer by layer")
+    sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
+    with st.spinner("Reading the pool's sentences through the model (once per model)…"):
+        pool = cached_token_pool(model, tok, sentences, source)
+    near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"],
+                                            int(st.session_state["hbc_emb_token"]), pool, k=5)
+    app_state.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
+                     key="hbc_context_near")
+    st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
+               f"({len(pool.tokens):,} tokens) from the {source}; hover a cell for its sentence. After the "
+               "embeddings a token's neighbours share its spelling; layer by layer, more share its role in "
+               "the sentence.")
+
+
+def _word_map(model, tok) -> None:
     st.subheader("One word in many sentences, layer by layer")
     words = [*SENSE_SENTENCES, OWN_SENTENCES]
     if st.session_state["hbc_word"] not in words:
@@ -240,26 +225,44 @@ with embeddings_tab:
         wmap = word_map(model, tok, word, sentences, senses)
     except BertCoreError as exc:
         app_state.show_error(exc)
-    else:
-        app_state.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
-        st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
-                   "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
-        if wmap.skipped:
-            st.caption(f"Left out ({len(wmap.skipped)}), the word not found: "
-                       + "; ".join(map(markdown, wmap.skipped[:5])))
+        return
+    app_state.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
+    st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
+               "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
+    if wmap.skipped:
+        st.caption(f"Left out ({len(wmap.skipped)}), the word not found: "
+                   + "; ".join(map(markdown, wmap.skipped[:5])))
 
-with grammar_tab:
+
+def _embeddings_tab(active) -> None:
+    st.markdown("Before any layer, each token becomes the sum of three learned vectors: one for the token, one for "
+                "its position, one for its segment (sentence A or B). A LayerNorm then rescales the sum. "
+                "The sentence is the one on *Inside attention*.")
+    _embedding_parts(active)
+    st.subheader("Nearest neighbours in the embedding table")
+    st.text_input("A word", key="hbc_neighbour")
+    try:
+        near = nearest_neighbours(active.model, active.tokenizer, st.session_state["hbc_neighbour"], k=10)
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    else:
+        app_state.plotly(cf.neighbours_figure(st.session_state["hbc_neighbour"].strip(), near), "neighbours",
+                         key="hbc_near")
+    _word_map(active.model, active.tokenizer)
+
+
+def _use_pair(index: int) -> None:
+    # A callback: it runs before the text boxes are drawn again, so it may set their values.
+    st.session_state["hbc_pair_a"] = MINIMAL_PAIRS[index].good
+    st.session_state["hbc_pair_b"] = MINIMAL_PAIRS[index].bad
+
+
+def _grammar_tab(model, tok, causal: bool) -> None:
     method = ("the sum of each next token's log-probability (the GPT twin), the closing [SEP] included"
               if causal else "the pseudo-log-likelihood: each piece masked in turn, its log-probability summed "
                              "(Salazar et al., 2020)")
     st.markdown(f"Which sentence does the model find likelier? Each is scored by {method}. Natural logs: closer "
                 "to 0 is likelier.")
-
-    def _use_pair(index: int) -> None:
-        # A callback: it runs before the text boxes are drawn again, so it may set their values.
-        st.session_state["hbc_pair_a"] = MINIMAL_PAIRS[index].good
-        st.session_state["hbc_pair_b"] = MINIMAL_PAIRS[index].bad
-
     pick = st.selectbox("A built-in pair (good sentence first)", list(range(len(MINIMAL_PAIRS))), key="hbc_builtin",
                         format_func=lambda i: f"{MINIMAL_PAIRS[i].category}: {MINIMAL_PAIRS[i].rule}")
     st.button("Use this pair", on_click=_use_pair, args=(pick,))
@@ -283,26 +286,58 @@ with grammar_tab:
             st.caption("A piece both sentences share can still differ in score: what comes before it differs.")
         else:
             st.caption("A piece both sentences share can still differ in score: the words around it differ.")
+    _all_pairs(model, tok)
+
+
+def _all_pairs(model, tok) -> None:
     st.checkbox(f"Score all {len(MINIMAL_PAIRS)} built-in pairs", key="hbc_all_pairs",
                 help="Pick *Model trained in this session* in the sidebar to ask whether a toy run knows any "
                      "grammar.")
-    if st.session_state.get("hbc_all_pairs"):
-        rows = []
-        try:
-            for p in MINIMAL_PAIRS:
-                c = compare_pair(model, tok, p.good, p.bad)
-                rows.append({"category": p.category, "good": p.good, "bad": p.bad,
-                             "good preferred": c.preferred == "a", "difference (nats)": round(c.difference, 3)})
-        except BertCoreError as exc:
-            app_state.show_error(exc)
-        else:
-            right = sum(r["good preferred"] for r in rows)
-            st.markdown(f"The model prefers the good sentence in **{right} of {len(rows)}** pairs (chance: half).")
-            app_state.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
-            st.dataframe(rows, hide_index=True, width="stretch")
+    if not st.session_state.get("hbc_all_pairs"):
+        return
+    rows = []
+    try:
+        for p in MINIMAL_PAIRS:
+            c = compare_pair(model, tok, p.good, p.bad)
+            rows.append({"category": p.category, "good": p.good, "bad": p.bad,
+                         "good preferred": c.preferred == "a", "difference (nats)": round(c.difference, 3)})
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return
+    right = sum(r["good preferred"] for r in rows)
+    st.markdown(f"The model prefers the good sentence in **{right} of {len(rows)}** pairs (chance: half).")
+    app_state.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
+    st.dataframe(rows, hide_index=True, width="stretch")
 
-if why_tab:
-    with why_tab[0]:
-        _why_fine_tuned(race_id, race, tuned)
 
-app_state.sync_query(*keys)
+def main() -> None:
+    st.set_page_config(page_title="How BERT computes · BERT explorer", layout="wide")
+    active = app_state.sidebar()
+    st.title("How BERT computes")
+    st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
+                "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
+                "Every number comes from the active model's own forward pass.")
+    if active is None:
+        st.stop()
+    model, tok, cfg = active.model, active.tokenizer, active.config
+    causal = is_causal(model)
+    examples = app_state.model_probes(active)
+    _init_widgets(active, examples, causal)
+    race_id, race, tuned = _finished_race()
+    attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
+        ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", *([WHY_TITLE] if tuned else [])])
+    with attention_tab:
+        _attention_tab(model, tok, cfg, causal)
+    with lens_tab:
+        _lens_tab(active, examples, causal)
+    with embeddings_tab:
+        _embeddings_tab(active)
+    with grammar_tab:
+        _grammar_tab(model, tok, causal)
+    if why_tab:
+        with why_tab[0]:
+            _why_fine_tuned(race_id, race, tuned)
+    app_state.sync_query(*KEYS)
+
+
+main()
