@@ -181,28 +181,27 @@ class RunQueue:
             heapq.heappush(frees, heapq.heappop(frees) + self._expected_turn(other))
         return len(ahead), max(0.0, frees[0])
 
-    def _expected_duration(self, run: Run) -> float:
-        # A fine-tuning race knows its length from its budget (bert_core.serve.finetune_runs); a pretraining run
-        # is guessed from the recent runs.
-        known = run.spec.expected_s
-        if known is not None:
-            return float(known)
+    def _left(self, run: Run) -> float:
+        """Its time left in all: its own estimate, else what a race's budget says (bert_core.serve.finetune_runs), else
+        the recent runs' median."""
+        eta = _progress_eta(run)
+        if eta is not None:
+            return eta
+        if run.spec.expected_s is not None:
+            return float(run.spec.expected_s)
         return statistics.median(self._durations) if self._durations else self.turn_s
 
-    def _turn_floor(self, run: Run) -> float:
+    def _turn(self, run: Run) -> float:
         # A race yields its slot only between its models: a turn lasts at least the model it is on.
-        return float(run.spec.longest_part_s)
+        return max(self.turn_s, float(run.spec.longest_part_s))
 
     def _expected_turn(self, run: Run) -> float:
-        eta = _progress_eta(run)
-        left = eta if eta is not None else self._expected_duration(run)
-        return min(max(self.turn_s, self._turn_floor(run)), left)
+        return min(self._turn(run), self._left(run))
 
     def _time_left(self, run: Run, now: float, waiting: bool) -> float:
-        eta = _progress_eta(run)
-        left = eta if eta is not None else self._expected_duration(run)
+        left = self._left(run)
         if waiting and run.turn_started is not None:
-            left = min(left, max(self.turn_s, self._turn_floor(run)) - (now - run.turn_started))
+            left = min(left, self._turn(run) - (now - run.turn_started))
         silent = run_silence(run)
         if silent > SILENT_S:   # frozen: its slot frees when the scheduler ends it as stalled, not before
             left = max(left, self.stall_s - silent)
