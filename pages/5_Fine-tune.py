@@ -2,32 +2,30 @@
 word, an answer span in a passage), and the same architecture from scratch with the same budget; or race it
 against a second checkpoint (BERT against GPT) and the kind's baselines."""
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from bert_core.data.answer_spans_data import load_squad, toy_qa_task
-from bert_core.data.classification_data import csv_columns, load_classification_csv, toy_order_task, toy_topic_task
+from bert_core.data.classification_data import csv_columns
 from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
-from bert_core.data.token_tags_data import read_conll
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures, finetune_kinds, lesson
-from bert_core.paths import shared_data_dir
 from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience_figures import salience_panel_data
+from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
 from bert_core.app import app_state
 from bert_core.serve import app_storage, finetune_runs, jobs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
-from bert_core.training.finetune import KIND_RATE_SCALE, comparison_config, finetune_learning_rate, split_task
+from bert_core.training.finetune import KIND_RATE_SCALE, finetune_learning_rate, load_task, split_task
+from bert_core.training.finetune_settings import PAGE_SETTINGS, PAGE_WIDGETS, FinetuneConfig, page_settings
+from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 
-st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
-active = app_state.sidebar()
-app_state.warm_launcher()
-st.title("Fine-tune: does pretraining pay?")
-st.markdown(
+INTRO = (
     "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a small head and is trained "
     "on a small labelled set, in one of the three ways the BERT paper fine-tuned: **a label per sentence** (a "
     "classifier on [CLS]), **a tag per word** (a classifier on every word's first WordPiece: chunks, parts of "
@@ -35,60 +33,76 @@ st.markdown(
     "architecture from scratch** (random weights, same tokenizer) gets the same data and the same number of steps, "
     "and their validation curves are drawn on one chart. **The race:** add a second pretrained model (e.g. the "
     "GPT-style checkpoint beside the BERT) and the baselines a student who knows some ML will ask about.")
-if st.session_state.get("ft_from_lesson"):
-    # Arrived from the lesson: the way back to the step it left, with this race reported there.
-    app_state.page_link_with("pages/0_Lesson.py", "Back to the lesson (step "
-                             f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
-                             ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
-if active is not None and active.config.attention == "causal":
-    st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), as "
-               "GPT-1 did, because under causal attention [CLS] sees only itself.")
-
-SHARED = shared_data_dir()
-# Each kind answers the page's questions (bert_core.inspect.finetune_kinds): its data choices, its defaults, what to
-# expect, its figures and its "try your own sentence".
-DATASETS = {kind: kp.choices(SHARED) for kind, kp in KIND_PAGES.items()}
-ALL_DATASETS = {k: v for kind in DATASETS.values() for k, v in kind.items()}
-# The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or from
-# its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; answer spans half).
-SUGGESTED_LRS = {k: (finetune_learning_rate(active.config, active.pretraining_rate, kind=k)
-                     if active is not None else 1e-3 * KIND_RATE_SCALE[k]) for k in KIND_PAGES}
-# Which shipped checkpoint is active, by its folder (a saved run that a visitor names "bert-mini-english" is not it).
-ACTIVE_SHIPPED = next((name for name, folder in model_sources.shipped_checkpoints().items()
-                       if active is not None and active.path is not None
-                       and Path(active.path).resolve() == folder.resolve()), None)
-# A model that has read only the toy grammar knows no English: its toy tasks come first, and a warning before English.
-TOY_MODEL = active is not None and active.toy_only
-# Each kind's first data: a real task where the kind prefers one and it is on this server (a toy task for a toy model).
-DEFAULT_DATA = {kind: kp.default_data(DATASETS[kind], lambda c: local_task_csv(c) is not None, toy_model=TOY_MODEL)
-                for kind, kp in KIND_PAGES.items()}
 FIRST = next(iter(KIND_PAGES))
-defaults = {"kind": FIRST, "data": DEFAULT_DATA[FIRST], "train": SIZES[DEFAULT_DATA[FIRST]][0],
-            "val": SIZES[DEFAULT_DATA[FIRST]][1], "seed": 0, **KIND_PAGES[FIRST].settings,
-            **finetune_kinds.DATA_SETTINGS.get(DEFAULT_DATA[FIRST], {}), "lr": SUGGESTED_LRS[FIRST], "batch": 32,
-            "tag_column": "chunk"}
-# How a link's value is read: the kind among the page's, each number held to its widget's range (which the widget is
-# drawn with: a value out of it is not the minimum).
-W = app_state.Within
-casts = dict(kind=app_state.one_of(KIND_PAGES, "no such kind of task"), train=W(10, 100_000), val=W(10, 20_000),
-             seed=W(0, 2**31 - 1), steps=W(1, 100_000), budget=W(1, 3_600), lr=W(1e-6, 1e-1), batch=W(1, 256),
-             maxlen=W(16, 512))
-for name, value in defaults.items():
-    app_state.init_widget(f"ft_{name}", value, casts.get(name, str))
-st.session_state.setdefault("ft_drills", True)
-app_state.persist_keys(*(f"ft_{n}" for n in defaults), "ft_text_cols", "ft_label_col", "ft_drop_empty", "ft_pair",
-                       "ft_second", "ft_baseline", "ft_drills")
-SUGGESTED_LR = SUGGESTED_LRS[st.session_state["ft_kind"]]
-if st.session_state.get("_ft_suggested_lr", SUGGESTED_LR) != SUGGESTED_LR:
-    st.session_state["ft_lr"] = SUGGESTED_LR  # an active model of another size, or another kind: the rate that suits
-st.session_state["_ft_suggested_lr"] = SUGGESTED_LR
-if st.session_state["ft_data"] not in DATASETS[st.session_state["ft_kind"]]:
-    st.session_state["ft_data"] = next(iter(DATASETS[st.session_state["ft_kind"]]))
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the page offers for the active model: each kind's data (bert_core.inspect.finetune_kinds: its data
+    choices, its defaults, what to expect, its figures and its "try your own sentence") and its first choice, and
+    the learning rate that suits the model for each kind."""
+
+    active: Any
+    datasets: dict
+    all_datasets: dict
+    default_data: dict
+    suggested_lrs: dict
+    shipped: str | None   # which shipped checkpoint is active, by its folder (a saved run may share its name)
+    toy_model: bool       # it has read only the toy grammar, knows no English: its toy tasks come first
+
+
+def choices(active) -> Choices:
+    datasets = {kind: kp.choices(shared_data_dir()) for kind, kp in KIND_PAGES.items()}
+    toy_model = active is not None and active.toy_only
+    # The learning rate suits the active model and the kind: the rate it was pretrained at, scaled to its width, or
+    # from its size alone when it records none (finetune_learning_rate: 1e-3 for the shipped tiny model; spans half).
+    lrs = {k: (finetune_learning_rate(active.config, active.pretraining_rate, kind=k) if active is not None
+               else 1e-3 * KIND_RATE_SCALE[k]) for k in KIND_PAGES}
+    shipped = next((name for name, folder in model_sources.shipped_checkpoints().items()
+                    if active is not None and active.path is not None
+                    and Path(active.path).resolve() == folder.resolve()), None)
+    # Each kind's first data: a real task where the kind prefers one and it is on this server (a toy task for a toy
+    # model).
+    default_data = {kind: kp.default_data(datasets[kind], lambda c: local_task_csv(c) is not None,
+                                          toy_model=toy_model) for kind, kp in KIND_PAGES.items()}
+    return Choices(active, datasets, {k: v for kind in datasets.values() for k, v in kind.items()}, default_data,
+                   lrs, shipped, toy_model)
+
+
+def seed_widgets(page: Choices) -> None:
+    """Each widget's first value, from a link (held to the widget's range) or the first kind's defaults; the rate
+    follows the active model and the kind; a toy model that just became active gets its kind's toy task."""
+    s, data, config = st.session_state, page.default_data[FIRST], FinetuneConfig()
+    # By setting: the first data's split, the kind's and the data's budget, the rate; the config's for the rest.
+    first = {"train_size": SIZES[data][0], "val_size": SIZES[data][1], "learning_rate": page.suggested_lrs[FIRST],
+             **{PAGE_WIDGETS[f"ft_{k}"]: v for k, v in {**KIND_PAGES[FIRST].settings,
+                                                        **finetune_kinds.DATA_SETTINGS.get(data, {})}.items()}}
+    app_state.init_widget("ft_kind", FIRST, app_state.one_of(KIND_PAGES, "no such kind of task"))
+    app_state.init_widget("ft_data", data)
+    for setting in PAGE_SETTINGS:
+        app_state.seed_setting(setting, first[setting.name] if setting.name in first else getattr(config, setting.name),
+                               follow=False)
+    app_state.init_widget("ft_tag_column", "chunk")
+    s.setdefault("ft_drills", True)
+    app_state.persist_keys("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column", "ft_text_cols", "ft_label_col",
+                           "ft_drop_empty", "ft_pair", "ft_second", "ft_baseline", "ft_drills")
+    suggested = page.suggested_lrs[s["ft_kind"]]
+    if s.get("_ft_suggested_lr", suggested) != suggested:
+        s["ft_lr"] = suggested  # an active model of another size, or another kind: the rate that suits
+    s["_ft_suggested_lr"] = suggested
+    if s["ft_data"] not in page.datasets[s["ft_kind"]]:
+        s["ft_data"] = next(iter(page.datasets[s["ft_kind"]]))
+    toys = KIND_PAGES[s["ft_kind"]].built_in
+    if page.toy_model and not s.get("_ft_toy_model") and toys and s["ft_data"] not in toys:
+        # A toy model just became the active one (a student's own run): its kind's toy task in place of English.
+        s["ft_data"] = page.default_data[s["ft_kind"]]
+        on_data_change()
+    s["_ft_toy_model"] = page.toy_model
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the data…")
-def _load_shared(path: str, text_columns, label_column, drop_empty: bool):
-    return load_classification_csv(path, text_columns, label_column, drop_empty=drop_empty)
+def _load(data: RaceData, upload: bytes | None):
+    return load_task(data, upload)
 
 
 def _fetch_box(choice: str) -> None:
@@ -114,38 +128,7 @@ def _fetch_box(choice: str) -> None:
         st.rerun()
 
 
-@st.cache_data(max_entries=4, show_spinner="Reading the CSV…")
-def _load_upload(data: bytes, name: str, text_columns, label_column, drop_empty: bool, as_pair: bool):
-    return load_classification_csv(data, text_columns, label_column, drop_empty=drop_empty, as_pair=as_pair,
-                                   name=name)
-
-
-@st.cache_data(max_entries=4, show_spinner="Reading the tagged sentences…")
-def _load_conll(source, name: str, tag_column: str):
-    return read_conll(Path(source) if isinstance(source, str) else source, tag_column, name=name)
-
-
-@st.cache_data(max_entries=4, show_spinner="Reading the questions…")
-def _load_squad(data: bytes, name: str):
-    return load_squad(data, name=name)
-
-
-@st.cache_data(max_entries=4)
-def _toy(seed: int):
-    return toy_topic_task(seed)
-
-
-@st.cache_data(max_entries=4)
-def _toy_order(seed: int):
-    return toy_order_task(seed)
-
-
-@st.cache_data(max_entries=4)
-def _toy_qa(seed: int, drills: bool):
-    return toy_qa_task(seed, drills=drills)
-
-
-def _on_data_change():
+def on_data_change():
     s = st.session_state
     s["ft_train"], s["ft_val"] = SIZES[s["ft_data"]]
     # A dataset's own settings, and the kind's back where the last dataset had its own (a typed budget stays).
@@ -155,111 +138,99 @@ def _on_data_change():
     s["_ft_data_settings"] = now
 
 
-def _on_kind_change():
+def on_kind_change(default_data: dict):
     s = st.session_state
-    s["ft_data"] = DEFAULT_DATA[s["ft_kind"]]
+    s["ft_data"] = default_data[s["ft_kind"]]
     for name, value in KIND_PAGES[s["ft_kind"]].settings.items():
         s[f"ft_{name}"] = value
     s["_ft_data_settings"] = {}
-    _on_data_change()
+    on_data_change()
 
 
-_TOYS = KIND_PAGES[st.session_state["ft_kind"]].built_in
-if TOY_MODEL and not st.session_state.get("_ft_toy_model") and _TOYS and st.session_state["ft_data"] not in _TOYS:
-    # A toy model just became the active one (a student's own run): its kind's toy task in place of English text.
-    st.session_state["ft_data"] = DEFAULT_DATA[st.session_state["ft_kind"]]
-    _on_data_change()
-st.session_state["_ft_toy_model"] = TOY_MODEL
-
-# This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`) after a
-# reload, or from the session.
-app_state.attach_run(FINETUNE_PAGE)
-run, role = app_state.current_run(FINETUNE_PAGE)
-viewer = role == app_state.VIEWER          # watching someone's shared race: it can look, never steer
-job = run.job if run is not None else None
-busy = run is not None and run.active      # queued, preparing or training
-
-with st.expander("Data and settings", expanded=not (job is not None and job.trainer is not None)):
-    c1, c2, c3 = st.columns(3)
-    with c1:
-        st.radio("Kind of task", list(KIND_PAGES), format_func=lambda k: KIND_PAGES[k].label, key="ft_kind",
-                 on_change=_on_kind_change, horizontal=True)
-        kind = st.session_state["ft_kind"]
-        kp = KIND_PAGES[kind]
-        choice = st.radio("Data", list(DATASETS[kind]), format_func=ALL_DATASETS.get, key="ft_data",
-                          on_change=_on_data_change)
-        if TOY_MODEL and (toy_warning := kp.toy_model_warning(choice)):
-            st.warning(toy_warning, icon=":material/warning:")
-        if choice == "upload":
-            upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
-                                      type=["csv", "txt"], key="ft_upload")
-            if upload is not None:
-                try:
-                    columns = csv_columns(upload.getvalue(), upload.name)
-                    st.multiselect("Text column(s) (two are joined, e.g. title and description)", columns,
-                                   key="ft_text_cols", max_selections=2)
-                    st.selectbox("Label column", [None, *columns], key="ft_label_col",
-                                 format_func=lambda c: "(guess)" if c is None else c)
-                    st.checkbox("Two text columns as a sentence pair (not joined)", key="ft_pair")
-                except BertCoreError:
-                    pass   # no columns to pick: the file's fault is said once, where the page reads its data (_data)
-        if choice == "upload_conll":
-            st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
-                             "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll",
-                             help="For example CoNLL-2000's chunks (the choice above fetches them) or CoNLL-2003's "
-                                  "named entities; the second column is read as parts of speech, the last as the "
-                                  "tags.")
-        if choice == "toy_qa":
-            st.checkbox("Drills first, then the stories", key="ft_drills",
-                        help="One kind of question at a time on one-sentence-a-name passages (what did tom do?, "
-                             "where did tom go?, what happened at the barn?, who went to the barn?, what did tom "
-                             "find?, who found the red stone?), each until learnt or its share of the budget (and "
-                             "what the drills before it left unused) is spent, with its own schedule; then the "
-                             "stories for the rest. Validation is on held-out stories only. Without the drills "
-                             "the shipped models stay near 30%.")
-        if choice == "upload_squad":
-            st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
-                             "to 100 MB)", type=["json"], key="ft_upload_squad")
-        if kp.tag_columns:
-            st.selectbox("Tags", list(kp.tag_columns), key="ft_tag_column", format_func=kp.tag_columns.get)
-        if kp.offers_drop_empty(choice):
-            st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
-    with c2:
-        st.markdown("**Split**")
-        st.number_input(f"Training {kp.unit}", *casts["train"], step=100, key="ft_train")
-        st.number_input(f"Validation {kp.unit}", *casts["val"], step=100, key="ft_val", help=kp.val_help)
-        st.number_input("Seed (split, head, batches)", *casts["seed"], key="ft_seed")
-    with c3:
-        st.markdown("**Budget (each model)**")
-        st.number_input("Training steps per model", *casts["steps"], step=100, key="ft_steps",
-                        help="Each model trains this many optimizer steps: the same figures on a busy server as on "
-                             "a quiet one, only later.")
-        st.number_input("Time cap per model (seconds)", *casts["budget"], step=30, key="ft_budget",
-                        help="A model still short of its steps after this long stops there, and the results say "
-                             "how many steps it got: a slow or busy machine's figures are those of fewer steps.")
-        st.number_input("Peak learning rate", *casts["lr"], format="%.5f", key="ft_lr",
-                        help=f"{SUGGESTED_LR:.2g} suits the active model: the rate it was pretrained at x 128 / "
-                             "hidden (1e-3 for the tiny shipped model), or 1e-3 x (128 / hidden)² for a model that "
-                             "does not record it (about 3e-5 for BERT-base)")
-        st.number_input("Batch size", *casts["batch"], key="ft_batch")
-        st.number_input("Max length (tokens)", *casts["maxlen"], step=16, key="ft_maxlen")
-    st.markdown("**The race** (optional)")
-    r1, r2 = st.columns(2)
-    OTHERS = model_sources.checkpoints_beside_default(exclude=active.path if active is not None else None)
-    if st.session_state.get("ft_second") not in OTHERS:
-        st.session_state["ft_second"] = None
-    r1.selectbox("Also fine-tune from", [None, *OTHERS], key="ft_second",
-                 format_func=lambda n: "(no second model)" if n is None else n, placeholder="(no second model)",
-                 help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and seed. "
-                      "A GPT-style model's classifier reads the last token, not [CLS], which under causal attention "
-                      "sees only itself.")
-    r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
-
-app_state.sync_query(*(f"ft_{n}" for n in defaults))
-app_state.my_runs_list()   # this browser's races and pretraining runs (one to fine-tune from), with their links
+def data_box(page: Choices):
+    """The kind of task, its data and how to read it; returns the kind's page (finetune_kinds)."""
+    st.radio("Kind of task", list(KIND_PAGES), format_func=lambda k: KIND_PAGES[k].label, key="ft_kind",
+             on_change=on_kind_change, args=(page.default_data,), horizontal=True)
+    kind = st.session_state["ft_kind"]
+    kp = KIND_PAGES[kind]
+    choice = st.radio("Data", list(page.datasets[kind]), format_func=page.all_datasets.get, key="ft_data",
+                      on_change=on_data_change)
+    if page.toy_model and (toy_warning := kp.toy_model_warning(choice)):
+        st.warning(toy_warning, icon=":material/warning:")
+    if choice == "upload":
+        upload = st.file_uploader("A UTF-8 CSV with a header, a text column and a label column (up to 50 MB)",
+                                  type=["csv", "txt"], key="ft_upload")
+        if upload is not None:
+            try:
+                columns = csv_columns(upload.getvalue(), upload.name)
+                st.multiselect("Text column(s) (two are joined, e.g. title and description)", columns,
+                               key="ft_text_cols", max_selections=2)
+                st.selectbox("Label column", [None, *columns], key="ft_label_col",
+                             format_func=lambda c: "(guess)" if c is None else c)
+                st.checkbox("Two text columns as a sentence pair (not joined)", key="ft_pair")
+            except BertCoreError:
+                pass   # no columns to pick: the file's fault is said once, where the page reads its data (_data)
+    if choice == "upload_conll":
+        st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
+                         "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll",
+                         help="For example CoNLL-2000's chunks (the choice above fetches them) or CoNLL-2003's "
+                              "named entities; the second column is read as parts of speech, the last as the "
+                              "tags.")
+    if choice == "toy_qa":
+        st.checkbox("Drills first, then the stories", key="ft_drills",
+                    help="One kind of question at a time on one-sentence-a-name passages (what did tom do?, "
+                         "where did tom go?, what happened at the barn?, who went to the barn?, what did tom "
+                         "find?, who found the red stone?), each until learnt or its share of the budget (and "
+                         "what the drills before it left unused) is spent, with its own schedule; then the "
+                         "stories for the rest. Validation is on held-out stories only. Without the drills "
+                         "the shipped models stay near 30%.")
+    if choice == "upload_squad":
+        st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
+                         "to 100 MB)", type=["json"], key="ft_upload_squad")
+    if kp.tag_columns:
+        st.selectbox("Tags", list(kp.tag_columns), key="ft_tag_column", format_func=kp.tag_columns.get)
+    if kp.offers_drop_empty(choice):
+        st.checkbox("Drop rows with an empty text or label", key="ft_drop_empty")
+    return kp
 
 
-def _upload(key: str, what: str):
+def settings_box(page: Choices, expanded: bool) -> dict:
+    """Data and settings: the data, the split and the budget (widgets drawn from the settings' descriptions,
+    bert_core.training.finetune_settings), and the race's second model and baseline. Returns the checkpoints a
+    second model may come from."""
+    with st.expander("Data and settings", expanded=expanded):
+        c1, c2, c3 = st.columns(3)
+        with c1:
+            kp = data_box(page)
+        with c2:
+            st.markdown("**Split**")
+            app_state.setting_widgets(PAGE_SETTINGS, "split", unit=kp.unit, val_help=kp.val_help)
+        with c3:
+            st.markdown("**Budget (each model)**")
+            app_state.setting_widgets(PAGE_SETTINGS, "budget",
+                                      suggested_lr=f"{page.suggested_lrs[st.session_state['ft_kind']]:.2g}")
+        st.markdown("**The race** (optional)")
+        r1, r2 = st.columns(2)
+        others = model_sources.checkpoints_beside_default(exclude=page.active.path if page.active is not None
+                                                          else None)
+        if st.session_state.get("ft_second") not in others:
+            st.session_state["ft_second"] = None
+        r1.selectbox("Also fine-tune from", [None, *others], key="ft_second",
+                     format_func=lambda n: "(no second model)" if n is None else n, placeholder="(no second model)",
+                     help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and "
+                          "seed. A GPT-style model's classifier reads the last token, not [CLS], which under causal "
+                          "attention sees only itself.")
+        r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
+    return others
+
+
+# The uploads by the data choice: the file's widget and what it is.
+UPLOADS = {"upload": ("ft_upload", "a CSV file"), "upload_conll": ("ft_upload_conll", "a CoNLL file"),
+           "upload_squad": ("ft_upload_squad", "a SQuAD JSON file")}
+
+
+def _upload(choice: str):
+    key, what = UPLOADS[choice]
     file = st.session_state.get(key)
     if file is None:
         raise BertCoreError(f"choose {what} to upload first")
@@ -267,45 +238,18 @@ def _upload(key: str, what: str):
 
 
 def _data():
-    """The chosen data (cached): labelled sentences, tagged sentences or questions; raises BertCoreError with
-    what to fix."""
-    s = st.session_state
-    choice = s["ft_data"]
-    if choice == "toy":
-        return _toy(0)
-    if choice == "toy_order":
-        return _toy_order(0)
-    if choice == "toy_qa":
-        return _toy_qa(0, bool(s.get("ft_drills", True)))
-    if choice == "conll2000":   # the shared copy, the cache, or the fetch box (as for the CSV tasks below)
-        path = local_task_csv(choice)
-        if path is None:
-            _fetch_box(choice)
-            return None
-        return _load_conll(str(path), "conll2000/train.txt", s["ft_tag_column"])
-    if choice == "upload_conll":
-        file = _upload("ft_upload_conll", "a CoNLL file")
-        return _load_conll(file.getvalue(), file.name, s["ft_tag_column"])
-    if choice == "upload_squad":
-        file = _upload("ft_upload_squad", "a SQuAD JSON file")
-        return _load_squad(file.getvalue(), file.name)
-    if choice in TASKS:
-        # Label names as the loader gives them: polarity's 0/1 as negative/positive (documented in the shared data's
-        # README), AG News's from its classes.txt, a fetched copy's own words; an uploaded CSV keeps its own labels.
-        path = local_task_csv(choice)
-        if path is None:
-            _fetch_box(choice)
-            return None
-        return _load_shared(str(path), None, None, bool(s.get("ft_drop_empty")))
-    file = _upload("ft_upload", "a CSV file")
-    cols = tuple(s.get("ft_text_cols") or ()) or None
-    return _load_upload(file.getvalue(), file.name, cols, s.get("ft_label_col"), bool(s.get("ft_drop_empty")),
-                        bool(s.get("ft_pair")))
+    """The chosen data (cached): labelled sentences, tagged sentences or questions; None while a real task is not on
+    this server (its fetch box is shown); raises BertCoreError with what to fix."""
+    choice = st.session_state["ft_data"]
+    if choice in TASKS and local_task_csv(choice) is None:   # the shared copy, the cache, or the fetch box
+        _fetch_box(choice)
+        return None
+    return _load(race_data(), _upload(choice).getvalue() if choice in UPLOADS else None)
 
 
-def _describe(data) -> None:
+def describe(data, kp, page: Choices) -> None:
     """What to expect of the chosen data, and a few of its examples."""
-    view = kp.describe(data, st.session_state["ft_data"], ACTIVE_SHIPPED)
+    view = kp.describe(data, st.session_state["ft_data"], page.shipped)
     for caption in view.captions:
         st.caption(caption)
     for note in data.notes:
@@ -314,98 +258,89 @@ def _describe(data) -> None:
         st.dataframe(pd.DataFrame(view.rows), hide_index=True, width="stretch")
 
 
-def _race_data(folder) -> finetune_runs.RaceData:
-    """The chosen data by reference, as the race's training process reads it (an upload is kept as a file in the
-    race's folder)."""
+def race_data(folder=None) -> RaceData:
+    """The chosen data by reference, as the race's training process reads it: an upload is kept as a file in the
+    race's `folder` (None: not yet, the page reads its bytes). Label names as the loader gives them: polarity's 0/1
+    as negative/positive (documented in the shared data's README), AG News's from its classes.txt."""
     s = st.session_state
     choice = s["ft_data"]
     if choice in finetune_runs.PAGE_TASKS:
-        return finetune_runs.RaceData(task=finetune_runs.PAGE_TASKS[choice], drills=bool(s.get("ft_drills", True)))
+        return RaceData(task=finetune_runs.PAGE_TASKS[choice], drills=bool(s.get("ft_drills", True)))
     if choice == "conll2000":
-        return finetune_runs.RaceData(conll=str(local_task_csv(choice)), name="conll2000/train.txt",
-                                      tag_column=s["ft_tag_column"])
+        return RaceData(conll=str(local_task_csv(choice)), name="conll2000/train.txt", tag_column=s["ft_tag_column"])
     if choice in TASKS:
-        return finetune_runs.RaceData(csv=str(local_task_csv(choice)), drop_empty=bool(s.get("ft_drop_empty")))
-    key = {"upload_conll": "ft_upload_conll", "upload_squad": "ft_upload_squad"}.get(choice, "ft_upload")
-    file = _upload(key, "a file")
-    kept = finetune_runs.keep_upload(folder, file.getvalue(), file.name)
+        return RaceData(csv=str(local_task_csv(choice)), drop_empty=bool(s.get("ft_drop_empty")))
+    file = _upload(choice)
+    kept = "" if folder is None else finetune_runs.keep_upload(folder, file.getvalue(), file.name)
     if choice == "upload_conll":
-        return finetune_runs.RaceData(conll=kept, name=file.name, tag_column=s["ft_tag_column"])
+        return RaceData(conll=kept, name=file.name, tag_column=s["ft_tag_column"])
     if choice == "upload_squad":
-        return finetune_runs.RaceData(squad=kept, name=file.name)
-    return finetune_runs.RaceData(csv=kept, name=file.name, text_columns=tuple(s.get("ft_text_cols") or ()) or None,
-                                  label_column=s.get("ft_label_col"), pair=bool(s.get("ft_pair")),
-                                  drop_empty=bool(s.get("ft_drop_empty")))
+        return RaceData(squad=kept, name=file.name)
+    return RaceData(csv=kept, name=file.name, text_columns=tuple(s.get("ft_text_cols") or ()) or None,
+                    label_column=s.get("ft_label_col"), pair=bool(s.get("ft_pair")),
+                    drop_empty=bool(s.get("ft_drop_empty")))
 
 
-def _race_spec(run_id: str, settings: dict) -> finetune_runs.FinetuneSpec:
+def race_spec(run_id: str, values: dict, page: Choices, others: dict) -> FinetuneSpec:
     """This page's race as plain data: the active model by its folder (one trained in this session is written to
     the race's folder first), the data by reference, the settings under FinetuneConfig's names."""
-    s = st.session_state
+    s, active = st.session_state, page.active
     folder = app_state.RECORDS.folder_for(run_id)
     checkpoint = (str(active.path) if active.path is not None and Path(active.path).is_dir() else
                   finetune_race.keep_source_model(active.model, active.tokenizer, folder / "source"))
     second = s.get("ft_second")
-    return finetune_runs.FinetuneSpec(
-        kind=s["ft_kind"], data=_race_data(folder), checkpoint=checkpoint,
-        settings=finetune_runs.page_settings(settings),
-        compare=((f"from {second}", str(OTHERS[second])),) if second else (), baseline=bool(s.get("ft_baseline")),
-        train_size=int(settings["train"]), val_size=int(settings["val"]),
-        data_label=UPLOADED.get(s["ft_data"], ALL_DATASETS[s["ft_data"]]), model_label=active.short_name,
+    return FinetuneSpec(
+        kind=s["ft_kind"], data=race_data(folder), checkpoint=checkpoint, settings=page_settings(values),
+        compare=((f"from {second}", str(others[second])),) if second else (), baseline=bool(s.get("ft_baseline")),
+        train_size=int(values["ft_train"]), val_size=int(values["ft_val"]),
+        data_label=UPLOADED.get(s["ft_data"], page.all_datasets[s["ft_data"]]), model_label=active.short_name,
         keep_in=str(app_state.RECORDS.checkpoint_for(run_id)))
 
 
-data = None
-try:
-    data = _data()
-except BertCoreError as exc:
-    app_state.show_error(exc)
-
-if data is not None:
-    _describe(data)
-
-
-b1, b2, b3 = st.columns(3)
-notice = st.empty()  # what a pressed button is doing, shown before the work starts
-if viewer:
-    st.info("**You are watching a shared race.** Its curves, queue place and results update here. Only the person "
-            "who started it can stop or reset it; the button starts a race of your own.", icon=":material/groups:")
-try:
-    if active is None:
-        st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
+def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) -> str:
+    """Start (or join the queue), stop, reset and resume; returns the start button's label."""
+    b1, b2, b3 = st.columns(3)
+    notice = st.empty()  # what a pressed button is doing, shown before the work starts
+    if viewer:
+        st.info("**You are watching a shared race.** Its curves, queue place and results update here. Only the "
+                "person who started it can stop or reset it; the button starts a race of your own.",
+                icon=":material/groups:")
     racing = bool(st.session_state.get("ft_second") or st.session_state.get("ft_baseline"))
-    start_help = ("Fine-tune the active model, then train the same architecture from scratch, same budget" +
-                  ("; the race's second model and baseline too" if racing else "") +
-                  ". When the server is full it waits in the queue and starts by itself.")
     start_label = "Run the race" if racing else "Fine-tune both"
-    if b1.button(start_label, icon=":material/play_arrow:", type="primary",
-                 disabled=(busy and not viewer) or data is None or active is None, help=start_help):
-        s = st.session_state
-        settings = {k: s[f"ft_{k}"] for k in ("train", "val", "seed", "steps", "budget", "lr", "batch", "maxlen")}
-        split_task(data, settings["train"], settings["val"], settings["seed"])  # size errors, now
-        comparison_config(settings)  # and config errors, before any process starts
-        notice.info("Starting: a training process is loading PyTorch and reading the model and the data (a few "
-                    "seconds)…", icon=":material/hourglass_top:")
-        if run is not None and not viewer:
-            app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
-        run_id = runs.new_token()
-        spec = _race_spec(run_id, settings)
-        app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id(), run_id=run_id), FINETUNE_PAGE)
-        st.rerun()
-    app_state.stop_button(b2, run, busy, viewer, notice, app_state.FINETUNE_WORDS)
-    app_state.reset_button(b3, run, viewer, app_state.FINETUNE_WORDS)
-    # A race a server restart stopped part-way: its note says what it kept; Resume goes on from there.
-    if not viewer and finetune_runs.can_resume(run) and st.button(
-            "Resume the race", icon=":material/resume:", type="primary", help=finetune_runs.RESUME_HELP):
-        app_state.RUNS.resume(run.run_id)
-        st.rerun()
-except BertCoreError as exc:
-    app_state.show_error(exc)
+    try:
+        if page.active is None:
+            st.info("Pick a model in the sidebar first: fine-tuning starts from the active model's weights.")
+        start_help = ("Fine-tune the active model, then train the same architecture from scratch, same budget" +
+                      ("; the race's second model and baseline too" if racing else "") +
+                      ". When the server is full it waits in the queue and starts by itself.")
+        if b1.button(start_label, icon=":material/play_arrow:", type="primary",
+                     disabled=(busy and not viewer) or data is None or page.active is None, help=start_help):
+            values = {key: st.session_state[key] for key in PAGE_WIDGETS}
+            split_task(data, values["ft_train"], values["ft_val"], values["ft_seed"])  # size errors, now
+            FinetuneConfig(**page_settings(values))  # and config errors, before any process starts
+            notice.info("Starting: a training process is loading PyTorch and reading the model and the data (a few "
+                        "seconds)…", icon=":material/hourglass_top:")
+            if run is not None and not viewer:
+                app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
+            run_id = runs.new_token()
+            spec = race_spec(run_id, values, page, others)
+            app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id(), run_id=run_id),
+                                      FINETUNE_PAGE)
+            st.rerun()
+        app_state.stop_button(b2, run, busy, viewer, notice, app_state.FINETUNE_WORDS)
+        app_state.reset_button(b3, run, viewer, app_state.FINETUNE_WORDS)
+        # A race a server restart stopped part-way: its note says what it kept; Resume goes on from there.
+        if not viewer and finetune_runs.can_resume(run) and st.button(
+                "Resume the race", icon=":material/resume:", type="primary", help=finetune_runs.RESUME_HELP):
+            app_state.RUNS.resume(run.run_id)
+            st.rerun()
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    return start_label
 
-app_state.share_box(run, viewer, app_state.FINETUNE_WORDS)
 
-
-def _live() -> None:
+def live(viewer: bool, busy: bool) -> None:
+    """The race as it trains: its progress, each model's latest figure and the validation curves."""
     run, _ = app_state.current_run(FINETUNE_PAGE)
     if run is None or app_state.run_status(run, app_state.FINETUNE_WORDS, viewer):
         return
@@ -427,26 +362,22 @@ def _live() -> None:
                 text=f"{run.phase}" + (f": training {current}" if current else "") +
                      f" · time left {jobs.format_duration(prog.eta_s)}"
                      + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
-    runs = {t.name: t.evals for t in comparison.tuners}
     names, primary = comparison.metric_names, comparison.primary
     metric = ("accuracy", "macro_f1")[primary]
-    its = KIND_PAGES[comparison.task_kind]
+    its, steps = KIND_PAGES[comparison.task_kind], comparison.config.max_steps
     st.markdown(f"**Validation {names[primary]}** of each model, so far")
-    cols = st.columns(len(comparison.tuners))
-    for col, tuner in zip(cols, comparison.tuners):   # a model's name alone: a long label is cut on a projector
+    for col, tuner in zip(st.columns(len(comparison.tuners)), comparison.tuners):   # a long label is cut on a projector
         ev = tuner.evals
         col.metric(finetune_figures.RUN_LABELS.get(tuner.name, tuner.name),
                    f"{getattr(ev[-1], metric):.1%}" if ev else "–",
-                   help=f"{tuner.step:,} of {comparison.config.max_steps:,} steps so far" if comparison.config.max_steps
-                   else f"{tuner.step:,} steps so far")
-    staged = next((t for t in comparison.tuners if len(getattr(t, "stages", ())) > 1), None)
+                   help=f"{tuner.step:,} of {steps:,} steps so far" if steps else f"{tuner.step:,} steps so far")
+    staged = next((t for t in comparison.tuners if len(t.stages) > 1), None)
     # Against steps when the budget is steps: the curves a busy server draws are then the quiet one's.
     app_state.plotly(finetune_figures.accuracy_curves_figure(
-        runs, x="step" if comparison.config.max_steps else "elapsed_s", chance=its.chance(comparison.val_data),
-        metric=metric, metric_label=names[primary],
+        {t.name: t.evals for t in comparison.tuners}, x="step" if steps else "elapsed_s",
+        chance=its.chance(comparison.val_data), metric=metric, metric_label=names[primary],
         stages=staged.stages if staged is not None else ()), "finetune-accuracy", key="ft_curves")
-    training = next((t for t in comparison.tuners if t.state == "running" and len(getattr(t, "stages", ())) > 1),
-                    None)
+    training = next((t for t in comparison.tuners if t.state == "running" and len(t.stages) > 1), None)
     if training is not None:
         now = training.stages[-1]
         st.caption(f"**{finetune_figures.RUN_LABELS.get(training.name, training.name)}** is on stage {now.index + 1} "
@@ -455,14 +386,6 @@ def _live() -> None:
     st.caption(its.split_caption(comparison.train_data, comparison.val_data))
     if busy and not run.active:
         st.rerun()  # drawn while running (the only time this polls) and now ended: redraw so the results appear
-
-
-st.divider()
-# A race of another kind than the settings now show is not drawn under them (the note below says so); a watched
-# race is always drawn: its viewer's settings are their own.
-stale = run is not None and not viewer and run.spec.kind != st.session_state["ft_kind"]
-if not stale:
-    st.fragment(_live, run_every=app_state.poll_seconds() if busy else None)()
 
 
 def _results_table(results: dict, names) -> None:
@@ -504,7 +427,7 @@ def _draw(blocks) -> None:
 WIDGETS = {"text_input": st.text_input, "text_area": st.text_area, "number_input": st.number_input}
 
 
-def _try_your_own(results: dict, comparison) -> None:
+def _try_your_own(results: dict, comparison, run_id: str) -> None:
     """The kind's "try your own sentence": its inputs, each fine-tuned model's answer, and why (on request)."""
     its = KIND_PAGES[comparison.task_kind]
     st.subheader(its.try_title)
@@ -516,10 +439,10 @@ def _try_your_own(results: dict, comparison) -> None:
         _draw(its.try_blocks(results, values, comparison.val_data, comparison.config.max_length))
     except BertCoreError as exc:
         app_state.show_error(exc)
-    _why(its, results, its.explained(values, comparison.val_data), comparison.config.max_length)
+    _why(its, results, its.explained(values, comparison.val_data), comparison.config.max_length, run_id)
 
 
-def _why(its, results: dict, explained, max_length: int) -> None:
+def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
     """On request (integrated gradients take about a second): why one fine-tuned model answered as it did."""
     if not st.toggle("Why? Each token's share of the answer, and each attention head's", key="ft_why",
                      help="Integrated gradients on the word embeddings, beside gradient × input, and every head "
@@ -534,23 +457,68 @@ def _why(its, results: dict, explained, max_length: int) -> None:
     name = st.selectbox("Model to explain", list(tuned), key="ft_why_model",
                         format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
     r, (text, text_b, word) = tuned[name], explained
-    key = (run.run_id, name, its.name, text, text_b, word, max_length)
+    key = (run_id, name, its.name, text, text_b, word, max_length)
     app_state.salience_panel("_ft_why", key, lambda: salience_panel_data(
         r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names, max_length=max_length),
         "ft")
 
 
-if stale:
-    st.info(f"Your last race was on {run.spec.task_label}; the settings above are for {kp.label.lower()}. "
-            "Press the button to race on them; the last race stays in *My runs*.", icon=":material/swap_horiz:")
-if job is not None and job.trainer is not None and not busy and not stale:
-    results = job.trainer.results
-    if results:
-        comparison = job.trainer
-        _results_table(results, comparison.metric_names)
-        _draw(KIND_PAGES[comparison.task_kind].result_blocks(results))
-        _try_your_own(results, comparison)
-elif run is None:
-    st.info(f"Choose the kind of task, the data and the budget, then press **{start_label}**. Each model trains "
-            "for the same number of steps, one after the other.")
-    st.caption(app_state.RUNS.where())
+def main() -> None:
+    st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
+    active = app_state.sidebar()
+    app_state.warm_launcher()
+    st.title("Fine-tune: does pretraining pay?")
+    st.markdown(INTRO)
+    if st.session_state.get("ft_from_lesson"):
+        # Arrived from the lesson: the way back to the step it left, with this race reported there.
+        app_state.page_link_with("pages/0_Lesson.py", "Back to the lesson (step "
+                                 f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
+                                 ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
+    if active is not None and active.config.attention == "causal":
+        st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), "
+                   "as GPT-1 did, because under causal attention [CLS] sees only itself.")
+    page = choices(active)
+    seed_widgets(page)
+    # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`)
+    # after a reload, or from the session.
+    app_state.attach_run(FINETUNE_PAGE)
+    run, role = app_state.current_run(FINETUNE_PAGE)
+    viewer = role == app_state.VIEWER          # watching someone's shared race: it can look, never steer
+    job = run.job if run is not None else None
+    busy = run is not None and run.active      # queued, preparing or training
+    others = settings_box(page, expanded=not (job is not None and job.trainer is not None))
+    kp = KIND_PAGES[st.session_state["ft_kind"]]
+    app_state.sync_query("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column")
+    app_state.my_runs_list()   # this browser's races and pretraining runs (one to fine-tune from), with their links
+    data = None
+    try:
+        data = _data()
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+    if data is not None:
+        describe(data, kp, page)
+    start_label = buttons(page, run, viewer, busy, data, others)
+    app_state.share_box(run, viewer, app_state.FINETUNE_WORDS)
+    st.divider()
+    # A race of another kind than the settings now show is not drawn under them (the note below says so); a watched
+    # race is always drawn: its viewer's settings are their own.
+    stale = run is not None and not viewer and run.spec.kind != st.session_state["ft_kind"]
+    if not stale:
+        st.fragment(live, run_every=app_state.poll_seconds() if busy else None)(viewer, busy)
+    if stale:
+        st.info(f"Your last race was on {run.spec.task_label}; the settings above are for {kp.label.lower()}. "
+                "Press the button to race on them; the last race stays in *My runs*.", icon=":material/swap_horiz:")
+    elif job is not None and job.trainer is not None and not busy:
+        results = job.trainer.results
+        if results:
+            comparison = job.trainer
+            _results_table(results, comparison.metric_names)
+            _draw(KIND_PAGES[comparison.task_kind].result_blocks(results))
+            _try_your_own(results, comparison, run.run_id)
+    elif run is None:
+        st.info(f"Choose the kind of task, the data and the budget, then press **{start_label}**. Each model trains "
+                "for the same number of steps, one after the other.")
+        st.caption(app_state.RUNS.where())
+
+
+main()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.training.finetune_spec import FinetuneSpec
 
 
 @dataclass(frozen=True)

@@ -157,10 +157,15 @@ def test_the_page_fine_tunes_question_answering_and_answers_a_question():
     for key, value in (("ft_train", 200), ("ft_val", 40), ("ft_steps", 8)):
         at.number_input(key=key).set_value(value)
     at.run()
-    next(b for b in at.button if "Fine-tune both" in b.label).click().run()
-    finish_page_run(at)
+    start = [b for b in at.button if "Fine-tune both" in b.label]
+    assert start, f"no start button: {[b.label for b in at.button]}"
+    start[0].click().run()
+    job = finish_page_run(at)   # waits on the race's own end, however loaded the machine
     assert not at.exception, at.exception
-    table = next(d.value for d in at.dataframe if "run" in d.value.columns)
+    assert job.phase == "finished", f"the race ended {job.phase}: {job.error}"
+    tables = [d.value for d in at.dataframe if "run" in d.value.columns]
+    assert tables, f"the race finished but the page drew no results table: {[e.value for e in at.error]}"
+    table = tables[0]
     assert list(table["run"]) == ["from pretrained", "from scratch"] and "exact match" in table.columns
     assert any(h.value == "Ask each a question" for h in at.subheader)
     assert any("each drill at its end" in c.value and "where" in c.value for c in at.caption)

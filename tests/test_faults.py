@@ -306,9 +306,10 @@ def _race_store(records, **kw):
 def _race(records, run_id: str, nano: str):
     """The page's race of a nano BERT and its from-scratch twin, 60 steps each, kept in its record folder with a
     checkpoint of the model in training at every step."""
-    from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings
+    from bert_core.training.finetune_settings import page_settings
+    from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 
-    widgets = dict(train=48, val=24, seed=0, steps=60, budget=3000, lr=1e-3, batch=16, maxlen=32)
+    widgets = dict(ft_seed=0, ft_steps=60, ft_budget=3000, ft_lr=1e-3, ft_batch=16, ft_maxlen=32)
     return FinetuneSpec(kind="labels", data=RaceData(task="toy-order"), checkpoint=nano,
                         settings=page_settings(widgets), train_size=48, val_size=24, data_label="toy word order",
                         model_label="nano", keep_in=str(records.checkpoint_for(run_id)), checkpoint_every_s=0.0)

@@ -17,9 +17,9 @@ from bert_core.training.finetune import (
     FINETUNE_STEPS,
     TOY_QA_STEPS,
     build_comparison,
-    comparison_config,
     load_task,
 )
+from bert_core.training.finetune_settings import FinetuneConfig, page_settings
 from tests.app_fixtures import finish_page_run
 
 SETTINGS = dict(train=120, val=60, seed=3, lr=1e-3, batch=16, maxlen=32)
@@ -83,9 +83,11 @@ def test_the_cli_and_the_page_budget_in_steps_with_the_time_cap_apart():
     assert config("--task", "toy-qa").max_steps == TOY_QA_STEPS
     timed = config("--time-budget", "9")
     assert timed.time_budget_s == 9 and timed.max_steps is None
-    page = comparison_config({**SETTINGS, "steps": 40, "budget": 300})
-    assert page.max_steps == 40 and page.time_budget_s == 300
-    assert comparison_config({**SETTINGS, "budget": 30}).max_steps is None   # seconds alone, as before
+    def page(**widgets):
+        return FinetuneConfig(**page_settings({f"ft_{k}": v for k, v in {**SETTINGS, **widgets}.items()}))
+
+    assert (page(steps=40, budget=300).max_steps, page(steps=40, budget=300).time_budget_s) == (40, 300)
+    assert page(steps=None, budget=30).max_steps is None   # seconds alone, as before
 
 
 def test_load_task_names_the_word_order_task():

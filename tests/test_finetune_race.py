@@ -21,12 +21,15 @@ from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer, train_tokenizer
 from bert_core.serve import jobs, run_records, runs
-from bert_core.serve.finetune_runs import FinetuneSpec, RaceData, page_settings, restoring
+from bert_core.serve.finetune_runs import restoring
 from bert_core.serve.run_records import RunRecords
 from bert_core.serve.run_registry import Run
 from bert_core.training.finetune import build_comparison, result_probabilities
 from bert_core.training.finetune_checkpoint import checkpoint_of
-from bert_core.training.finetune_race import TRAINING, EndedRun, build_race, keep_race
+from bert_core.training.finetune_race import EndedRun, build_race
+from bert_core.training.finetune_settings import page_settings
+from bert_core.training.finetune_spec import FinetuneSpec, RaceData
+from bert_core.training.kept_race import TRAINING, KeptRace, keep_race
 from bert_core.training.finetune_results import FinetuneStep
 from tests.test_runs import _until  # a polling wait
 from tests.test_toy_qa_drills import _staged_task, tiny  # noqa: F401  (fixture: a nano config and its tokenizer)
@@ -34,6 +37,11 @@ from tests.test_toy_qa_drills import _staged_task, tiny  # noqa: F401  (fixture:
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py)
 
 WIDGETS = dict(train=48, val=24, seed=0, steps=3, budget=300, lr=1e-3, batch=16, maxlen=32)
+
+
+def _settings(widgets: dict) -> dict:
+    """The race's settings from the page's widgets (keyed `ft_<name>` there)."""
+    return page_settings({f"ft_{name}": value for name, value in widgets.items()})
 
 
 def save_nano(folder):
@@ -51,9 +59,9 @@ def nano_folder(tmp_path_factory):
 
 
 def _page_spec(folder, keep_in=None, **kw) -> FinetuneSpec:
-    """The page's race on the lesson's data, as the page makes it (finetune_runs.page_settings)."""
+    """The page's race on the lesson's data, as the page makes it (finetune_settings.page_settings)."""
     return FinetuneSpec(kind="labels", data=RaceData(task="toy-order"), checkpoint=str(folder),
-                        settings=page_settings(WIDGETS), train_size=WIDGETS["train"], val_size=WIDGETS["val"],
+                        settings=_settings(WIDGETS), train_size=WIDGETS["train"], val_size=WIDGETS["val"],
                         data_label="toy word order", model_label="nano", keep_in=keep_in, **kw)
 
 
@@ -197,7 +205,6 @@ def test_a_figure_that_is_not_a_number_is_kept_and_read_back(nano_folder, tmp_pa
     import dataclasses
     import math
 
-    from bert_core.training.finetune_race import KeptRace
 
     spec = _page_spec(nano_folder)
     race = build_race(spec)
@@ -243,7 +250,7 @@ def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_n
 
     widgets = {**WIDGETS, "steps": 30}
     spec = _page_spec(nano_folder, keep_in=str(tmp_path / "whole"), checkpoint_every_s=0.0)
-    spec = dataclasses.replace(spec, settings=page_settings(widgets))
+    spec = dataclasses.replace(spec, settings=_settings(widgets))
     whole = build_race(spec)
     folder = tmp_path / "cut"
 
@@ -287,7 +294,7 @@ def test_the_page_says_what_a_restart_kept_of_a_race_and_its_resume_finishes_it(
 
     records, run_id = RunRecords(tmp_path / "state"), runs.new_token()
     spec = dataclasses.replace(_page_spec(nano_folder, keep_in=str(records.checkpoint_for(run_id))),
-                               settings=page_settings({**WIDGETS, "steps": 30}))
+                               settings=_settings({**WIDGETS, "steps": 30}))
     race = build_race(spec)
     race.tuners[-1].callbacks.append(lambda e: race.stop() if isinstance(e, FinetuneStep) and e.step == 5 else None)
     race.run()   # the server's end stops the race at its next step: a checkpoint of step 5 is kept

@@ -14,7 +14,8 @@ from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.serve import jobs, runs
-from bert_core.serve.finetune_runs import FinetuneSpec, race_score
+from bert_core.serve.finetune_runs import race_score
+from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.app.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison

@@ -5,6 +5,7 @@ linear head) trains and is evaluated by the same loop as sentence labels."""
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ class LinearHead(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
+        self.config = SimpleNamespace(num_hidden_layers=0)   # no encoder: its one layer is the head (param_groups)
         self.classifier = torch.nn.Linear(4, 2)
         torch.nn.init.zeros_(self.classifier.weight)
         torch.nn.init.zeros_(self.classifier.bias)
@@ -54,6 +56,7 @@ class SignOfSum(FinetuneTask):
     def __init__(self):
         g = torch.Generator().manual_seed(0)
         self.train_x, self.val_x = torch.randn(256, 4, generator=g), torch.randn(64, 4, generator=g)
+        self.train_data = self.val_data = SimpleNamespace(source="four random numbers")   # what a task holds
         self.calls = []
 
     @staticmethod

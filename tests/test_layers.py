@@ -24,7 +24,8 @@ PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sou
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
-            "serve.finetune_runs", "inspect.finetune_kinds", "training.finetune_race", "inspect.salience_figures",
+            "serve.finetune_runs", "inspect.finetune_kinds", "training.finetune_race", "training.finetune_settings",
+            "training.finetune_spec", "inspect.salience_figures",
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
@@ -146,6 +147,7 @@ TORCH_FREE = ("bert_core.app.app_state", *sorted(STREAMLIT_SIDE), "bert_core.ser
               "bert_core.serve.job_factory", "bert_core.serve.job_base", "bert_core.serve.thread_job",
               "bert_core.serve.training_process", "bert_core.serve.process_model", "bert_core.serve.training_mirrors",
               "bert_core.serve.runs", "bert_core.app.run_panel", "bert_core.serve.finetune_runs",
+              "bert_core.training.finetune_spec",
               "bert_core.serve.model_sources",
               "bert_core.serve.app_storage", "bert_core.app.export", "bert_core.inspect.figures",
               "bert_core.inspect.probes", "bert_core.training.comparison", "bert_core.training.recipes",

@@ -10,7 +10,7 @@ from typing import Generic, Protocol
 
 import pytest
 
-from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.jobs import TrainingJob, default_spec
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, HostedRun, LiveView, RunJob, RunSpec
 from bert_core.serve.training_mirrors import ComparisonProxy, TrainerProxy
@@ -98,17 +98,14 @@ def test_a_race_mirror_is_a_live_view_with_no_curves_of_its_own(race):
         (), (), None, None, None, None)
 
 
-# The fine-tune side (training/finetune.py, training/finetune_race.py) declares these in its own change (issue 72).
-@pytest.mark.xfail(reason="FinetuneComparison declares history, evals, tokenizer, growth and data (issue 72)")
 def test_a_race_is_a_hosted_run_with_no_curves_of_its_own(race):
     assert _lacks(race, HostedRun) == [], _lacks(race, HostedRun)
     assert isinstance(race, HostedRun) and race.probes is None and race.tuners
     assert (list(race.history), list(race.evals), race.tokenizer, race.growth, race.data) == ([], [], None, None, None)
 
 
-@pytest.mark.xfail(reason="KeptRace declares history, evals, tokenizer, growth and data (issue 72)")
 def test_a_kept_race_is_a_live_view():
-    from bert_core.training.finetune_race import KeptRace
+    from bert_core.training.kept_race import KeptRace
 
     kept = KeptRace(FinetuneSpec(settings={"time_budget_s": 30.0}, checkpoint="nano"), None, "stopped")
     assert _lacks(kept, LiveView) == [], _lacks(kept, LiveView)

@@ -231,7 +231,7 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
 
     from bert_core.data.classification_data import toy_topic_task
     from bert_core.serve import model_sources
-    from bert_core.serve.finetune_runs import FinetuneSpec
+    from bert_core.training.finetune_spec import FinetuneSpec
     from bert_core.training.finetune import build_comparison, classify_text
 
     monkeypatch.setenv(jobs.PROCESS_ENV, "1")

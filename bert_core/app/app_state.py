@@ -99,7 +99,7 @@ from bert_core.app.app_widgets import (
     smoothing_slider,
     sync_query,
 )
-from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.app.lesson_classes import PUBLIC_URL_ENV  # a server setting (tests/test_repository.py: docs)
 from bert_core.serve.model_sources import ActiveModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE

@@ -11,8 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-from bert_core.cli.arguments import MAX_BATCH, MAX_SEQ_LEN, POSITIVE, RATE, SEED, float_arg, int_arg, path_arg
 from bert_core.cli.train import stop_on_signals
+from bert_core.cli.train_options import add_options
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING, POOLING_KINDS
@@ -22,22 +22,26 @@ from bert_core.model.hf import require_checkpoint_folder
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
     BASELINE_NAME,
-    BUILT_IN_TASKS,
-    FINETUNE_STEPS,
-    KIND_DEFAULTS,
-    SELECTION_FRACTION,
-    TOY_QA_STEPS,
-    FinetuneConfig,
     FinetuneEval,
     FinetuneResult,
     FinetuneStage,
     checkpoint_pretraining_rate,
     finetune_learning_rate,
-    kind_config,
+    load_task,
+    race_task,
     save_classifier,
 )
-from bert_core.serve.finetune_runs import FinetuneSpec, RaceData
-from bert_core.training.finetune_race import build_race, load_race_data, race_task
+from bert_core.training.finetune_race import build_race
+from bert_core.training.finetune_settings import (
+    CONFIG_SETTINGS,
+    FINETUNE_SETTINGS,
+    FINETUNE_STEPS,
+    SELECTION_FRACTION,
+    TOY_QA_STEPS,
+    FinetuneConfig,
+    kind_config,
+)
+from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 from bert_core.training.trainer import resolve_device
 
 
@@ -51,110 +55,8 @@ def add_parser(subparsers):
                     "(BertForQuestionAnswering; or the built-in toy-qa task). Optionally against the same "
                     "architecture from scratch, other checkpoints (--compare, e.g. a GPT-style one) and the kind's "
                     "baselines (--baseline), with the same data, budget and seed.")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--checkpoint", type=path_arg, metavar="DIR",
-                     help="pretrained checkpoint folder (default: the shipped one)")
-    src.add_argument("--scratch-preset", metavar="NAME", choices=list(PRESETS),
-                     help="no pretraining: a fresh model of this preset (nano tiny mini small medium base) with a "
-                          "tokenizer trained on the training texts")
-    p.add_argument("--csv", type=path_arg, metavar="FILE",
-                   help="labelled CSV: headed, AG News (class,title,description) or label,text")
-    p.add_argument("--conll", type=path_arg, metavar="FILE",
-                   help="token tags: a CoNLL file (one `word ... tag` a line, a blank line between sentences), e.g. "
-                        "CoNLL-2000 chunking; scored by chunk F1 beside its majority-tag baselines")
-    p.add_argument("--tag-column", type=_tag_column, default="chunk", metavar="COLUMN",
-                   help="with --conll or --task conll2000: 'chunk' (the last column: chunk or entity tags, the "
-                        "default), 'pos' (the second column: part-of-speech tags) or a column number from 2")
-    p.add_argument("--squad", type=path_arg, metavar="FILE",
-                   help="answer spans: a SQuAD v1.1 JSON file; passages longer than the model's input are read in "
-                        "overlapping windows")
-    p.add_argument("--task", choices=[*BUILT_IN_TASKS, *TASKS],
-                   help="built-in offline task: " + "; ".join(f"{k}: {v}" for k, v in BUILT_IN_TASKS.items())
-                        + "; or a real one, read from ../shared/data or fetched once from its public home (python -m "
-                          "bert_core download NAME): " + "; ".join(f"{k}: {t.label}" for k, t in TASKS.items()))
-    p.add_argument("--no-drills", action="store_true",
-                   help="with --task toy-qa: train on the stories alone, without the drills before them "
-                        "(one kind of question at a time: a name's sentence, where, the sentence by its place, who, "
-                        "what, who found); the stories alone stay near 30%% exact match with the shipped models")
-    p.add_argument("--text-column", action="append", metavar="NAME",
-                   help="text column (give twice to join two, e.g. title and description)")
-    p.add_argument("--label-column", metavar="NAME")
-    p.add_argument("--pair", action="store_true", help="feed two text columns as a sentence pair, not joined")
-    p.add_argument("--drop-empty", action="store_true", help="skip rows with an empty text or label (counted)")
-    p.add_argument("--train-size", type=int_arg(1), help="training examples (default: all but the validation set)")
-    p.add_argument("--val-size", type=int_arg(1), help="validation examples (default: 10%%)")
-    p.add_argument("--seed", type=SEED, default=0, help="split, head initialisation, batches and dropout")
-    _add_training_options(p)
+    add_options(p, FINETUNE_SETTINGS, {})
     return p
-
-
-def _add_training_options(p) -> None:
-    """The budget, the optimisation and what to write and compare: the second half of `finetune`'s flags."""
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--time-budget", type=POSITIVE, metavar="S",
-                        help="training seconds per model, instead of a number of steps (the result then depends on the "
-                             "machine's speed and load)")
-    budget.add_argument("--steps", type=int_arg(1, 2**40), metavar="N",
-                        help=f"optimizer steps per model (default {FINETUNE_STEPS:,}; toy-qa: {TOY_QA_STEPS:,}): the "
-                             "same result on a quiet machine as on a busy one")
-    p.add_argument("--lr", type=POSITIVE,
-                   help="peak learning rate (default, within 2e-5 to 1e-3: a checkpoint made here, the rate it was "
-                        "pretrained at x 128 / hidden (1e-3 for the shipped tiny model, 5e-4 for a mini pretrained "
-                        "at 1e-3); any other, 1e-3 x (128 / hidden)^2 (2.8e-5 for BERT-base)")
-    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=FinetuneConfig.batch_size)
-    p.add_argument("--max-length", type=int_arg(8, MAX_SEQ_LEN),
-                   help="tokens per example (default: the kind's: " +
-                        ", ".join(f"{k} {kind_config(k).max_length}" for k in KIND_DEFAULTS) +
-                        "; or the model's positions if fewer)")
-    p.add_argument("--warmup-ratio", type=RATE, default=FinetuneConfig.warmup_ratio)
-    p.add_argument("--dropout", type=RATE, default=FinetuneConfig.dropout,
-                   help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT "
-                        "fine-tuned with 0.1, the shipped checkpoint was pretrained with 0)")
-    p.add_argument("--layer-decay", type=float_arg(0, 1, low_open=True), default=FinetuneConfig.layer_decay,
-                   help="layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
-                        "it, the classifier at the full rate (default 1: one rate for all, as BERT fine-tuned)")
-    p.add_argument("--keep-best", action="store_true",
-                   help="hold back 10%% of the training data and keep each model's weights from the validation pass "
-                        "that scores best on it (the validation set stays unseen); pairs with longer runs")
-    p.add_argument("--pooling", choices=POOLING_KINDS,
-                   help="sentence labels: what the classifier reads: cls (the pooled [CLS], BERT's; the default "
-                        "for BERT), last (the last token; the default for a GPT-style model) or mean (the mean of "
-                        "the tokens); a folder saved with last or mean loads as trained only here")
-    p.add_argument("--eval-points", type=int_arg(1, 10**4), default=FinetuneConfig.eval_points,
-                   help="validation passes over the run (the accuracy curve)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--precision", choices=("bf16", "fp32"), default=FinetuneConfig.precision,
-                   help="the training steps' precision: bf16 autocast (default) on a CUDA GPU and on a CPU with "
-                        "bfloat16 instructions, else fp32; validation always runs in fp32")
-    p.add_argument("--out", type=path_arg, metavar="DIR",
-                   help="write the classifier here (a Hugging Face folder: a new or empty folder, or an earlier "
-                        "classifier with --overwrite); with --compare-scratch the from-scratch one goes to "
-                        "DIR/from-scratch. Ctrl-C or kill stops the model in training after its step and saves "
-                        "what has run, a stopped model as the model of its step")
-    p.add_argument("--overwrite", action="store_true", help="replace the classifier already in --out")
-    p.add_argument("--compare-scratch", action="store_true",
-                   help="also train the same architecture from scratch with the same budget")
-    p.add_argument("--compare", action="append", type=path_arg, metavar="DIR",
-                   help="also fine-tune from this checkpoint with the same data, budget and seed (repeat for several), "
-                        "e.g. a GPT-style one beside a BERT: the race; a causal model's classifier reads the last "
-                        "token. With --out its classifier goes to DIR/from-NAME")
-    p.add_argument("--baseline", action="store_true",
-                   help="sentence labels: also fit TF-IDF + logistic regression (scikit-learn) on the same split, the "
-                        "bag-of-words line to beat (token tags always get their majority-tag baselines)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-
-
-def _tag_column(text: str) -> str | int:
-    """An argparse type for --tag-column: chunk, pos or a column number from 2."""
-    if text in ("chunk", "pos"):
-        return text
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 2:
-        raise argparse.ArgumentTypeError(f"use chunk, pos or a column number from 2, not {text!r}")
-    return number
 
 
 def data_kind(args) -> str:
@@ -167,18 +69,13 @@ def data_kind(args) -> str:
 
 
 def config_from_args(args) -> FinetuneConfig:
-    """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags."""
-    defaults = kind_config(data_kind(args))
-    steps = args.steps
-    if steps is None and args.time_budget is None:  # steps decide, not seconds: the same run on every machine
-        steps = TOY_QA_STEPS if args.task == "toy-qa" else FINETUNE_STEPS
-    budget = args.time_budget
-    # Without --lr the rate is set from the model's size once its config is read (_checked_models).
-    return defaults.replace(batch_size=args.batch_size, learning_rate=args.lr or defaults.learning_rate,
-                            warmup_ratio=args.warmup_ratio, max_steps=steps, time_budget_s=budget,
-                            max_length=args.max_length or defaults.max_length, dropout=args.dropout,
-                            layer_decay=args.layer_decay, keep_best=args.keep_best, eval_points=args.eval_points,
-                            seed=args.seed, device=args.device, precision=args.precision)
+    """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags
+    given (each stored under its field's name). Without --lr the rate is set from the model's size once its config
+    is read (_checked_models); without a budget, steps decide, not seconds: the same run on every machine."""
+    given = {s.name: getattr(args, s.name) for s in CONFIG_SETTINGS if getattr(args, s.name) is not None}
+    if "max_steps" not in given and "time_budget_s" not in given:
+        given["max_steps"] = TOY_QA_STEPS if args.task == "toy-qa" else FINETUNE_STEPS
+    return kind_config(data_kind(args)).replace(**{"time_budget_s": None, **given})
 
 
 def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
@@ -267,7 +164,7 @@ def _race_names(folders: list[Path]) -> dict[str, Path]:
 def run(args) -> int:
     """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
-    if args.tag_column != "chunk" and data_kind(args) != "tags":
+    if args.tag_column not in (None, "chunk") and data_kind(args) != "tags":
         raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE (or --task conll2000) "
                             "with it")
     if args.no_drills and args.task != "toy-qa":
@@ -279,7 +176,7 @@ def run(args) -> int:
                             subfolders=("from-scratch", *(f"from-{name}" for name in compares)))
     folder, config = _checked_models(args, config, compares)
     spec = spec_from_args(args, folder, config, compares)
-    data = load_race_data(spec)
+    data = load_task(spec.data)
     task = race_task(spec, data)
     print(describe(task), file=sys.stderr)
     for note in data.notes:
@@ -351,7 +248,7 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
             raise BertCoreError(f"the shipped checkpoint {folder} is missing; give --checkpoint DIR or "
                                 "--scratch-preset NAME")
         bound = BertConfig.load(require_checkpoint_folder(folder))
-    if args.lr is None:
+    if args.learning_rate is None:
         config = config.replace(learning_rate=finetune_learning_rate(
             bound, checkpoint_pretraining_rate(folder) if folder is not None else None, kind=data_kind(args)))
     # Every racer is checked before any data is read; the shortest model's positions bound them all.
@@ -372,14 +269,14 @@ def spec_from_args(args, folder: Path | None, config: FinetuneConfig, compares: 
     builder (finetune_race.build_race) then makes both. Token tags always get their baselines (they take
     seconds); sentence labels with --baseline."""
     data = RaceData(task=args.task, csv=_str(args.csv), conll=_str(args.conll), squad=_str(args.squad),
-                    text_columns=tuple(args.text_column) if args.text_column else None,
+                    text_columns=tuple(args.text_columns) if args.text_columns else None,
                     label_column=args.label_column, pair=args.pair, drop_empty=args.drop_empty,
-                    tag_column=args.tag_column, drills=not args.no_drills, seed=args.seed)
+                    tag_column=args.tag_column or "chunk", drills=not args.no_drills, seed=config.seed)
     kind = data_kind(args)
     return FinetuneSpec(kind=kind, data=data, checkpoint=_str(folder), settings=dataclasses.asdict(config),
                         scratch_preset=args.scratch_preset,
                         compare=tuple((name, str(f)) for name, f in compares.items()),
-                        scratch=bool(args.compare_scratch), baseline=bool(args.baseline or kind == "tags"),
+                        scratch=args.scratch, baseline=bool(args.baseline or kind == "tags"),
                         train_size=args.train_size, val_size=args.val_size, pooling=args.pooling)
 
 
@@ -404,7 +301,7 @@ def _print_saved(saved: list[str], results: list[FinetuneResult]) -> None:
         if r.kind != "labels":
             what = "tagger" if r.kind == "tags" else "question-answering model"
             print(f"saved the {what} to {folder} (loads in transformers.{type(r.model).__name__}.from_pretrained)")
-        elif getattr(r.model, "pooling", None) in (LAST_TOKEN_POOLING, MEAN_POOLING):
+        elif r.model.pooling in (LAST_TOKEN_POOLING, MEAN_POOLING):   # a sentence classifier's reading
             reads = "the last token, GPT-style" if r.model.pooling == LAST_TOKEN_POOLING else "the mean of the tokens"
             print(f"saved the classifier to {folder} (it reads {reads}: it loads as trained in bert_core only; "
                   "transformers' BertForSequenceClassification would read [CLS])")

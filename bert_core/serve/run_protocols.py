@@ -4,11 +4,11 @@ kind of run implements all of them (tests/test_run_protocols.py checks every imp
 third job, say one on a cluster) is one more class that satisfies the same protocol, not one more probe.
 
 Implementations:
-- RunSpec: `train_spec.TrainSpec` (a Train-page run), `finetune_runs.FinetuneSpec` (a Fine-tune race).
+- RunSpec: `train_spec.TrainSpec` (a Train-page run), `training.finetune_spec.FinetuneSpec` (a Fine-tune race).
 - RunJob: `thread_job.TrainingJob` (on a server thread), `training_process.ProcessTrainingJob` (in a child process).
 - LiveView (a run the server hosts, as the pages read it): `training.trainer.Trainer` and
   `training.finetune.FinetuneComparison` where they run, their mirrors in the server (`training_mirrors.TrainerProxy`,
-  `training_mirrors.ComparisonProxy`) and a kept race (`training.finetune_race.KeptRace`).
+  `training_mirrors.ComparisonProxy`) and a kept race (`training.kept_race.KeptRace`).
 - HostedRun (a LiveView with its controls: run, stop, pause): the Trainer and the FinetuneComparison.
 
 Torch-free, like the rest of the server's import path.
@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-# The pages a run belongs to (RunSpec.page), also the names its links and run lists use.
+# The pages a run belongs to (RunSpec.page), also the names its links and run lists use; a race's is beside its spec.
+from bert_core.training.finetune_spec import FINETUNE_PAGE  # noqa: F401  (re-exported for the server and pages)
 from bert_core.training.train_spec import TRAIN_PAGE  # noqa: F401  (re-exported)
-FINETUNE_PAGE = "Fine-tune"
 
 
 @runtime_checkable
@@ -57,7 +57,7 @@ class LiveView(Protocol):
 
     Implemented by `training.trainer.Trainer` and `training.finetune.FinetuneComparison` where they run, their
     mirrors in the server (`training_mirrors.TrainerProxy`, `training_mirrors.ComparisonProxy`) and a race read
-    back from its folder (`training.finetune_race.KeptRace`); tests/test_run_protocols.py checks each.
+    back from its folder (`training.kept_race.KeptRace`); tests/test_run_protocols.py checks each.
     """
 
     step: int                # steps taken (a race: its models' together)

@@ -17,7 +17,6 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,12 +32,13 @@ from bert_core.data.classification_data import (
 from bert_core.data.task_downloads import TASKS, fetch_task_csv
 from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_sentences
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import adamw
+from bert_core.model.bert import BertModel, ModelParts, adamw
 from bert_core.model.checkpoint import read_json, save_checkpoint
 from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
+from bert_core.training.bag_of_words import BagOfWordsClassifier
 from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
 from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
 from bert_core.training.finetune_results import (
@@ -50,6 +50,17 @@ from bert_core.training.finetune_results import (
     confusion_matrix,
     macro_f1,
 )
+from bert_core.training.finetune_settings import (
+    BUILT_IN_TASKS,
+    FINETUNE_STEPS,
+    KIND_DEFAULTS,
+    SELECTION_FRACTION,
+    TOY_QA_STEPS,
+    FinetuneConfig,
+    kind_config,
+    page_settings,
+)
+from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
 from bert_core.training.precision import autocast_for
 from bert_core.training.run_builder import pretraining_rate_of
@@ -62,83 +73,15 @@ __all__ = [
     "FinetuneTask", "SentenceLabels", "Misclassified", "confusion_matrix", "macro_f1",
     "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
     "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
-    "evaluate_classifier", "comparison_config", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
+    "evaluate_classifier", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
     "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "toy_order_task", "save_classifier",
-    "split_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS", "kind_config",
+    "split_task", "race_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS",
+    "kind_config", "FINETUNE_STEPS",
     "finetune_learning_rate", "KIND_RATE_SCALE", "TOY_QA_STEPS", "pretraining_rate_of", "checkpoint_pretraining_rate",
 ]
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "finetune_result.json"
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    """Knobs of one fine-tuning run; the pretrained and the from-scratch run of a comparison share one."""
-
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    warmup_ratio: float = 0.1
-    max_steps: int | None = None
-    time_budget_s: float | None = 60.0
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0
-    max_length: int = 128
-    # Hidden and attention dropout while fine-tuning; None keeps the model's own setting. BERT fine-tuned with 0.1,
-    # but our pretraining recipe turns dropout off, and on the shipped checkpoint 0.1 helped the from-scratch
-    # twin more than the pretrained model (docs/benchmarks.md), so the default keeps the checkpoint's.
-    dropout: float | None = None
-    # Layer-wise learning-rate decay (model.bert.param_groups): each layer below the head learns at this times the
-    # rate of the one above. 1 is BERT's own fine-tuning (one rate for all).
-    layer_decay: float = 1.0
-    # Keep the weights of the validation pass that scored best on a held-back SELECTION_FRACTION of the training
-    # data (never on the validation set, which then stays an unbiased test of the kept weights).
-    keep_best: bool = False
-    eval_points: int = 10  # validation passes spread over the budget (plus one before the first step)
-    eval_batch_size: int = 128
-    num_misclassified: int = 20
-    seed: int = 0
-    device: str = "auto"
-    # The training steps' precision (training.precision): bf16 autocast on a CUDA GPU and on a CPU with bfloat16
-    # instructions, fp32 elsewhere. Validation passes always run in fp32, so a figure is the weights' own.
-    precision: str = "bf16"
-
-    def __post_init__(self):
-        self.train_config()  # validates the shared fields with TrainConfig's messages
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise BertCoreError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.layer_decay <= 1.0:
-            raise BertCoreError(f"layer decay must be in (0, 1], got {self.layer_decay}")
-        if self.precision not in ("bf16", "fp32"):  # fp16 would need a loss scaler, which fine-tuning has not
-            raise BertCoreError(f"fine-tuning precision must be bf16 or fp32, got {self.precision!r}")
-        if self.eval_points < 1:
-            raise BertCoreError(f"eval_points must be at least 1, got {self.eval_points}")
-
-    def train_config(self) -> TrainConfig:
-        """The pretraining TrainConfig with the same schedule, used for its learning-rate schedule."""
-        return TrainConfig(
-            batch_size=self.batch_size, learning_rate=self.learning_rate, warmup_ratio=self.warmup_ratio,
-            max_steps=self.max_steps, time_budget_s=self.time_budget_s, schedule="linear",
-            weight_decay=self.weight_decay, adam_eps=self.adam_eps, max_grad_norm=self.max_grad_norm,
-            max_seq_length=self.max_length, seed=self.seed, device=self.device, precision=self.precision,
-        )
-
-    def replace(self, **changes) -> "FinetuneConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-
-SELECTION_FRACTION = 0.1  # of the training data, held back to pick the best step when keep_best is on
-
-
-# What each kind of task starts from when no flag or widget says otherwise, beside the learning rate, which comes
-# from the model's size (finetune_learning_rate). Answer spans read a question and a passage: longer windows.
-KIND_DEFAULTS: dict[str, dict] = {
-    "labels": {},
-    "tags": {},
-    "spans": {"max_length": 256},
-}
 
 
 # Each kind's rate against the size rule's (finetune_learning_rate). Answer spans: half. On the toy QA task the
@@ -186,13 +129,6 @@ def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
         return None
 
 
-def kind_config(kind: str) -> FinetuneConfig:
-    """FinetuneConfig with a kind's defaults (KIND_DEFAULTS)."""
-    if kind not in KIND_DEFAULTS:
-        raise BertCoreError(f"unknown kind of task {kind!r}; the kinds are {', '.join(KIND_DEFAULTS)}")
-    return FinetuneConfig(**KIND_DEFAULTS[kind])
-
-
 # ---------------------------------------------------------------------------------------------- models
 
 
@@ -220,7 +156,7 @@ def set_dropout(model, p: float) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
-        if hasattr(module, "config") and hasattr(module.config, "hidden_dropout_prob"):
+        elif isinstance(module, (BertModel, ModelParts)):   # the modules that keep the model's config
             module.config = module.config.replace(hidden_dropout_prob=p, attention_probs_dropout_prob=p)
 
 
@@ -273,7 +209,7 @@ def result_probabilities(result: FinetuneResult, text: str, max_length: int = 12
     baseline (bag_of_words.BagOfWordsClassifier), whose model takes raw text and has no tokenizer."""
     if result.model is None:
         raise BertCoreError(f"the run {result.name!r} kept no model to classify with")
-    if hasattr(result.model, "probabilities"):
+    if isinstance(result.model, BagOfWordsClassifier):
         if not text or not text.strip():
             raise BertCoreError("type a sentence to classify")
         return result.model.probabilities([text])[0]
@@ -295,6 +231,7 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
     """
 
     step_event_type = FinetuneStep
+    budgeted = True           # a share of its race's budget (a baseline's seconds are not: baseline_runs.LevelRun)
     times_only_steps = True   # the budget is training time: the validation passes that draw the curve are free
     rerunnable = False
     run_name = "fine-tuning"
@@ -521,12 +458,12 @@ def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
     """(name, share of the budget, mastery) of each stage of a run on `task`: its drills (each ends when learnt, or
     at its deadline at the latest: its share plus what the drills before it left unused), then its own data for
     the rest."""
-    plan = [(drill.name, float(drill.share), getattr(drill, "mastery", None)) for drill in task.drills]
+    plan = [(drill.name, float(drill.share), drill.mastery) for drill in task.drills]
     rest = 1.0 - sum(share for _, share, _ in plan)
     if any(not 0 < share < 1 for _, share, _ in plan) or rest <= 0.01:
         raise BertCoreError(f"the drills' shares of the budget ({', '.join(f'{s:g}' for _, s, _ in plan)}) must "
                             "each be above 0 and leave the task itself some of it")
-    source = getattr(getattr(task, "train_data", None), "source", "") or "the task"
+    source = task.train_data.source or "the task"
     return [*plan, (source.removesuffix(" (train)"), rest if plan else 1.0, None)]
 
 
@@ -566,7 +503,9 @@ class FinetuneComparison:
     Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
     """
 
-    probes = None   # a race takes no probe snapshots (the server's run_protocols.LiveView)
+    # What a hosted run holds that a race has none of (the server's run_protocols.LiveView): its models have their
+    # own curves and tokenizers (in `tuners`), and a race takes no probe snapshots.
+    history, evals, tokenizer, growth, data, probes = (), (), None, None, None, None
 
     def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData | None = None,
                  val: ClassificationData | None = None, config: FinetuneConfig = FinetuneConfig(), callbacks=(),
@@ -615,7 +554,7 @@ class FinetuneComparison:
     @property
     def progress(self) -> Progress:
         """Overall fraction over the budgeted runs (the baseline's seconds are not a share); eta from their pace."""
-        parts = [t.progress for t in self.tuners if getattr(t, "budgeted", True)]
+        parts = [t.progress for t in self.tuners if t.budgeted]
         fraction = sum(p.fraction for p in parts) / len(parts)
         elapsed = sum(p.elapsed_s for p in parts)
         eta = elapsed * (1 - fraction) / fraction if 0 < fraction < 1 else (0.0 if fraction >= 1 else None)
@@ -661,20 +600,6 @@ class FinetuneComparison:
             self._running = False
 
 
-def comparison_config(settings: dict, device: str = "cpu") -> FinetuneConfig:
-    """The Fine-tune page's settings (steps, budget, lr, batch, maxlen, seed) as a FinetuneConfig (validated).
-
-    "steps" is each model's budget in optimizer steps, so that a race gives the same figures on a busy server as on
-    a quiet one (steps decide, not seconds); "budget" is then a time cap in seconds that cuts a model short only on
-    a machine too slow or too busy for its steps (the page says so when it did). Without "steps", "budget" is the
-    whole budget, in seconds. `device`: where the server's queue gave the race its slot (bert_core.serve.run_queue)."""
-    steps, budget = settings.get("steps") or None, settings.get("budget") or None
-    return FinetuneConfig(time_budget_s=None if budget is None else float(budget), max_steps=steps,
-                          learning_rate=settings["lr"],
-                          batch_size=settings["batch"], max_length=settings["maxlen"], seed=settings["seed"],
-                          device=device, eval_points=10)
-
-
 def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0,
                pooling: str | None = None) -> FinetuneTask:
     """The task kind of `data` over a seeded train / validation split of it: sentence labels (ClassificationData),
@@ -701,7 +626,7 @@ def build_comparison(data, model, tokenizer, settings: dict, others=(), baseline
     or the GPU the server's queue gave it). Module-level so that it can run in the app's training process."""
     seed = settings["seed"]
     task = split_task(data, settings["train"], settings["val"], seed)
-    config = comparison_config(settings, device)
+    config = FinetuneConfig(**page_settings({f"ft_{k}": v for k, v in settings.items()}), device=device)
     pre = task.head_from_model(model, seed)
     runs = [("pretrained", pre, tokenizer)]
     runs += [(name, task.head_from_model(m, seed), tok) for name, m, tok in others]
@@ -726,45 +651,41 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
     return train_tokenizer(texts, vocab_size=vocab_size)
 
 
-BUILT_IN_TASKS = {"toy": "topic of a toy story sentence (sentence labels)",
-                  "toy-order": "is a toy story sentence in its own word order or shuffled? (sentence labels; the "
-                               "lesson's race, where pretraining must pay)",
-                  "toy-qa": "who went where and what they found, in toy stories (answer spans), after its drills"}
-# The toy QA task's budget where none is given: its drills, each until learnt (at most
-# toy_qa_drills.DRILL_SHARES of it), then the stories for the rest; in steps, so that every machine trains the same
-# run. Measured with the shipped mini in docs/benchmarks.md.
-TOY_QA_STEPS = 8_000
-# Every other task's budget where none is given, in steps for the same reason: a budget in seconds gave 28 steps and
-# chunk F1 49 on a loaded 2-core machine where 1,500 steps give 92.5 (docs/benchmarks.md). 1,500 is the number of
-# steps the shipped models were measured at on every kind of task (#28's protocol).
-FINETUNE_STEPS = 1_500
-
-
-def load_task(csv=None, task: str | None = None, text_columns=None, label_column=None, as_pair=False,
-              drop_empty=False, seed: int = 0, *, conll=None, tag_column: str | int = "chunk", squad=None,
-              drills: bool = True):
-    """The data for a run: a labelled CSV (sentence labels), a CoNLL file (token tags, `tag_column`), a SQuAD v1.1
-    JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy topics when nothing is given). `drills`
-    False leaves out the toy QA task's drills (the stories alone)."""
-    given = [name for name, value in (("a CSV file", csv), ("a CoNLL file", conll), ("a SQuAD file", squad),
-                                      ("a built-in task", task)) if value is not None]
+def load_task(source: RaceData | None = None, upload: bytes | None = None, **choice):
+    """The data for a run (`source`, or a RaceData of `choice`): a labelled CSV (sentence labels), a CoNLL file (token
+    tags, its `tag_column`), a SQuAD v1.1 JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy
+    topics when nothing is given). A file with a `name` (an upload, kept as a file) is read as its bytes under that
+    name, as the page read it: `upload`, the bytes themselves before they are kept. `drills` False leaves out the toy
+    QA task's drills (the stories alone)."""
+    d = source if source is not None else RaceData(**choice)
+    given = [name for name, value in (("a CSV file", d.csv), ("a CoNLL file", d.conll), ("a SQuAD file", d.squad),
+                                      ("a built-in task", d.task)) if value is not None]
     if len(given) > 1:
         raise BertCoreError(f"give one source of data, not {' and '.join(given)}")
-    if csv is not None:
-        return load_classification_csv(csv, text_columns, label_column, as_pair=as_pair, drop_empty=drop_empty)
-    if conll is not None:
-        return read_conll(conll, tag_column)
-    if squad is not None:
-        return load_squad(squad)
-    if task in (None, "toy"):
-        return toy_topic_task(seed)
-    if task == "toy-order":
-        return toy_order_task(seed)
-    if task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
-        if TASKS[task].kind == "tags":
-            return read_conll(fetch_task_csv(task), tag_column)
-        return load_classification_csv(fetch_task_csv(task), drop_empty=drop_empty)
-    if task == "toy-qa":
-        return toy_qa_task(seed, drills=drills)
-    raise BertCoreError(f"unknown task {task!r}; the tasks are {', '.join([*BUILT_IN_TASKS, *TASKS])} (or give "
-                        "--csv, --conll or --squad FILE)")
+    if not given or d.task == "toy":
+        return toy_topic_task(d.seed)
+    if d.task == "toy-order":
+        return toy_order_task(d.seed)
+    if d.task == "toy-qa":
+        return toy_qa_task(d.seed, drills=d.drills)
+    if d.task in TASKS:  # a real task: the shared copy, the cache, or fetched from its public home once
+        if TASKS[d.task].kind == "tags":
+            return read_conll(fetch_task_csv(d.task), d.tag_column)
+        return load_classification_csv(fetch_task_csv(d.task), drop_empty=d.drop_empty)
+    if d.task is not None:
+        raise BertCoreError(f"unknown task {d.task!r}; the tasks are {', '.join([*BUILT_IN_TASKS, *TASKS])} (or give "
+                            "--csv, --conll or --squad FILE)")
+    path = d.csv or d.conll or d.squad
+    source, named = (upload or Path(path).read_bytes(), {"name": d.name}) if d.name else (path, {})
+    if d.conll is not None:
+        return read_conll(source, d.tag_column, **named)
+    if d.squad is not None:
+        return load_squad(source, **named)
+    columns = list(d.text_columns) if d.text_columns else None
+    return load_classification_csv(source, columns, d.label_column, drop_empty=d.drop_empty, as_pair=d.pair, **named)
+
+
+def race_task(spec: FinetuneSpec, data=None) -> FinetuneTask:
+    """A race's task kind over its seeded split (its data read here unless given)."""
+    data = load_task(spec.data) if data is None else data
+    return split_task(data, spec.train_size, spec.val_size, int(spec.settings.get("seed", 0)), pooling=spec.pooling)
