@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bert_core.app.app_server import free_port, start_app_server  # noqa: E402
+from tests.app_server import free_port, start_app_server  # noqa: E402
 from bert_core.serve.launcher import training_processes  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")

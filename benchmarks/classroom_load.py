@@ -80,7 +80,7 @@ from urllib.parse import parse_qs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bert_core.app.app_server import free_port, start_app_server  # noqa: E402
+from tests.app_server import free_port, start_app_server  # noqa: E402
 from bert_core.serve.launcher import PROCESS_NAME, SPAWNED_MODULE  # noqa: E402
 
 CHROMIUM = os.environ.get("BERT_CHROMIUM", "/usr/bin/chromium")

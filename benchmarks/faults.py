@@ -62,7 +62,7 @@ sys.path.insert(0, str(HERE))
 import classroom_load as cl  # its Server, ProtocolSession and /proc helpers; it puts the repo on sys.path
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from bert_core.app.app_server import free_port, start_app_server
+from tests.app_server import free_port, start_app_server
 from bert_core.serve.launcher import PROCESS_NAME, SPAWNED_MODULE
 
 LONG_STEPS = 20_000    # about four minutes of nano on toy: still training whenever a fault comes

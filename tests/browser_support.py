@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.app.app_server import free_port, start_app_server
+from tests.app_server import free_port, start_app_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.app.app_server import free_port, start_app_server
+from tests.app_server import free_port, start_app_server
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
     _no_exception,
     _open,

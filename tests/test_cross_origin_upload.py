@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.space_image_checks import other_site, upload_in_frame
-from bert_core.app.app_server import free_port, start_app_server
+from tests.app_server import free_port, start_app_server
 from tests.browser_support import CHROMIUM_ARGS, chromium, screenshot_dirs, stop_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
