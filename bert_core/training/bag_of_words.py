@@ -5,7 +5,7 @@ baseline, and a tiny BERT or GPT fine-tuned for a minute does not always beat it
 GPT?"). `finetune.BagOfWordsRun` runs it as one run of a comparison, beside the neural ones. scikit-learn is
 imported only when a baseline is fitted or read back: the app's startup does not pay for it.
 
-A kept race (finetune_race.keep_race) keeps the fitted baseline too, as a folder of JSON (its terms, labels and
+A kept race (kept_race.keep_race) keeps the fitted baseline too, as a folder of JSON (its terms, labels and
 settings) and safetensors (its idf weights and the regression's coefficients), never a pickle: a server restarted
 over its folder classifies a typed sentence with it again, exactly as before.
 """
