@@ -265,7 +265,7 @@ class FinetuneSteps(_StepLoop):
         )
 
         self.steps = steps
-        data = load_task(str(POLARITY), seed=0)
+        data = load_task(csv=str(POLARITY), seed=0)
         train, val = split_train_val(data, None, None, seed=0)
         model, tokenizer = classifier_from_checkpoint(ROOT / "checkpoints" / "bert-tiny-english", data.num_labels, 0)
         self.tuner = Finetuner(model, tokenizer, train, val, FinetuneConfig(max_steps=10**6, time_budget_s=None))

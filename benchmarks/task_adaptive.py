@@ -45,7 +45,7 @@ def _run(cmd: list[str], log: Path, threads: int) -> subprocess.CompletedProcess
 def run_seed(args, seed: int, threads: int) -> dict:
     stem = args.out / f"{args.task}-{seed}"
     texts = Path(f"{stem}.txt")
-    rows = write_training_texts(load_task(None, args.task, seed=seed), seed, args.val_size, texts)
+    rows = write_training_texts(load_task(task=args.task, seed=seed), seed, args.val_size, texts)
     adapted = Path(f"{stem}-adapted")
     _run([sys.executable, "-m", "bert_core", "train", "--init-from", str(args.checkpoint), "--corpus", str(texts),
           "--out", str(adapted), "--overwrite", "--seq-len", "128", "--batch-size", "32", "--steps", str(args.steps),
