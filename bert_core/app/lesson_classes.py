@@ -209,9 +209,9 @@ class LessonClasses:
         c.version += 1
         self._classes.move_to_end(code)
 
-    def set_step(self, code: str, step: str, create: bool = False) -> None:
-        """Move class `code` to `step` (a step name of the lesson; anything else is ignored). `create` is kept for
-        older callers: a class is made by `lead`."""
+    def set_step(self, code: str, step: str) -> None:
+        """Move class `code` to `step` (a step name of the lesson; anything else is ignored); a class is made by
+        `lead`."""
         if step in self.steps:
             self._set(code, "step", step)
 
