@@ -63,16 +63,6 @@ def ray_address() -> str | None:
     return os.environ.get(RAY_ADDRESS_ENV, "").strip() or None
 
 
-def train_in_process() -> bool:
-    """Pretraining runs in a child process unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (then on a server thread).
-
-    The child talks over inherited pipe descriptors (`pass_fds`), which only POSIX systems have: on Windows the
-    run stays on a server thread."""
-    if os.name != "posix":
-        return False
-    return os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
-
-
 def job_kind() -> str:
     """The kind of job this server trains its runs in (a key of JOB_KINDS): a Ray cluster's actors when
     `$BERT_EXPLORER_RAY_ADDRESS` is set, else a child process or a thread."""
@@ -80,8 +70,11 @@ def job_kind() -> str:
 
 
 def local_job_kind() -> str:
-    """The kind of job on this server's own cores: a child process, or a thread (`$BERT_EXPLORER_TRAIN_PROCESS`)."""
-    return "process" if train_in_process() else "thread"
+    """The kind of job on this server's own cores: a child process, unless `$BERT_EXPLORER_TRAIN_PROCESS` is 0 (a
+    server thread). The child talks over inherited pipe descriptors (`pass_fds`), which only POSIX systems have: on
+    Windows the run stays on a server thread."""
+    in_process = os.environ.get(PROCESS_ENV, "1").strip().lower() not in ("0", "false", "no")
+    return "process" if in_process and os.name == "posix" else "thread"
 
 
 def server_job_kind() -> Callable[[], str]:

@@ -22,7 +22,6 @@ from bert_core.serve.job_factory import (  # noqa: F401 - re-exported
     finetune_job,
     pretraining_job,
     restored_pretraining_job,
-    train_in_process,
 )
 from bert_core.serve.thread_job import TrainingJob  # noqa: F401 - re-exported
 
