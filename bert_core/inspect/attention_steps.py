@@ -54,12 +54,6 @@ class AttentionSteps:
     model_normed: np.ndarray   # [H]     the model's own attention sub-layer output for the token
 
 
-def _run(model, ids: list[int], types: list[int], output_attentions: bool = False):
-    x, t = as_batch(model, ids, types)
-    with evaluating(model):
-        return model.bert(x, torch.ones_like(x), t, output_attentions=output_attentions)
-
-
 def encode_for_steps(model, tokenizer, a: str, b: str | None = None) -> tuple[list[int], list[int], list[str]]:
     """Ids, segments and tokens the attention view reads: `[CLS] a [SEP] (b [SEP])` for both kinds of model."""
     encoded = encode_input(tokenizer, a, b, max_length=int(model.config.max_position_embeddings))
@@ -90,8 +84,10 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
                attn.self.register_forward_hook(keep("self")),
                attn.output.dense.register_forward_hook(keep("projected")),
                attn.output.register_forward_hook(keep("normed"))]
+    x, t = as_batch(model, ids, types)
     try:
-        _run(model, ids, types, output_attentions=True)
+        with evaluating(model):
+            model.bert(x, torch.ones_like(x), t, output_attentions=True)
     finally:
         for h in handles:
             h.remove()

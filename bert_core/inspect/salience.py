@@ -107,13 +107,9 @@ class Explanation:
 # ------------------------------------------------------------------------------------------------ forward passes
 
 
-def _output(out, name: str) -> torch.Tensor:
-    return getattr(out, name).float()
-
-
 def _probability(out, target: Target) -> torch.Tensor:
     """[B] the target's probability in each row of a batch's output."""
-    logits = _output(out, target.output)
+    logits = getattr(out, target.output).float()   # the output field it names: logits, start_ or end_logits
     if target.position is not None and logits.dim() == 3:
         logits = logits[:, target.position]
     return logits.softmax(-1)[:, target.index]
