@@ -1,7 +1,7 @@
-"""The serving wing: what the Streamlit app needs, and the only wing that knows Streamlit is there (app_state, which
-gathers its app_* parts for the pages). Streamlit-free beside it: which job trains a run (job_factory), runs that
-outlive a tab, the fair queue and its turns, child training processes, public-mode storage and its janitor, where
-models come from, and what the Export page hands out.
+"""The serving wing: the server hosting runs, without Streamlit. Which job trains a run (job_factory; a plug-in kind
+such as bert_core.cluster's is imported by name only when chosen), runs that outlive a tab, the fair queue and its
+turns, child training processes, a restart's records, public-mode storage and its janitor, and where models come
+from. The pages' side of it (Streamlit, run words, lesson classes, export) is bert_core.app, above it.
 
-May import: every wing but the CLI.
+May import: every wing below it (model, data, training, inspect); never app, cluster or the CLI.
 """
