@@ -42,7 +42,7 @@ def test_a_run_outlives_a_reload_is_watched_through_its_share_link_and_ends_when
     page = owner.new_page()
     _open(page, base, "Train", "?train_steps=100000")
     main = page.get_by_test_id("stMainBlockContainer")
-    main.get_by_role("button", name="Start").click()
+    main.get_by_role("button", name="Start", exact=True).click()
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
         ".some(d => (d.data || []).some(t => (t.x || []).length >= 2))", timeout=120_000)

@@ -54,7 +54,7 @@ def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
         attention_probe = _filled_value(page, "Sentence for the attention time-lapse")
         assert attention_probe and _words(attention_probe) <= vocab
         main = page.get_by_test_id("stMainBlockContainer")
-        main.get_by_role("button", name="Start").click()
+        main.get_by_role("button", name="Start", exact=True).click()
         page.get_by_text("Starting", exact=False).or_(page.get_by_text("Preparing", exact=False)).first.wait_for(
             timeout=FEEDBACK_S * 1000)
         page.wait_for_function(

@@ -81,7 +81,7 @@ def test_bad_upload_gets_a_message_not_a_traceback(server, browser, tmp_path, co
         _open(page, base, "Train", "?train_corpus=upload")
         page.locator('[data-testid="stFileUploader"] input[type=file]').set_input_files(str(upload))
         _settle(page)
-        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start").click()
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Start", exact=True).click()
         _settle(page)
         alert = page.locator('[data-testid="stAlert"]', has_text=message)
         alert.first.wait_for(timeout=30_000)
@@ -105,7 +105,7 @@ def test_typed_paths_never_touch_the_servers_files(server, browser, server_home,
     try:
         _open(page, base, "Train", "?train_steps=3&train_eval_every=0&train_probe_every=0")
         main = page.get_by_test_id("stMainBlockContainer")
-        main.get_by_role("button", name="Start").click()
+        main.get_by_role("button", name="Start", exact=True).click()
         page.get_by_text("Run finished at step 3").wait_for(timeout=120_000)
         _settle(page)
         page.get_by_text("Save this run on the server").click()
