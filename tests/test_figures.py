@@ -339,7 +339,7 @@ def test_a_gpt_runs_figures_are_named_next_token_never_masked_or_mlm():
 
 
 def test_compared_bert_and_gpt_runs_are_drawn_apart_each_titled_by_what_it_measures():
-    from bert_core.serve.train_spec import TrainSpec
+    from bert_core.training.train_spec import TrainSpec
 
     bert, gpt = TrainSpec(train={"objective": "mlm"}), TrainSpec(train={"objective": "clm", "nsp": False})
     history = [[_step(i, 9 - i * 0.1) for i in range(1, 6)] for _ in range(2)]

@@ -128,7 +128,7 @@ def test_a_gpt_cannot_guess_masked_tokens(tokenizer, pairs):
 
 @pytest.fixture(scope="module")
 def default_spec():
-    from bert_core.serve.train_spec import default_spec
+    from bert_core.training.train_spec import default_spec
 
     return default_spec()
 
@@ -458,7 +458,7 @@ def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
 
 
 def test_a_class_keeps_its_teachers_step_and_nothing_else():
-    from bert_core.serve.lesson_classes import LessonClasses
+    from bert_core.app.lesson_classes import LessonClasses
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=3)
     code = classes.open("tokens")

@@ -45,7 +45,7 @@ KEYS = {s.widget.key for s in DESCRIBED}
 
 def _prefix(key: str) -> str:
     """A widget key's page prefix (train_, ft_...): a page's widgets share one, so one page's never leak into
-    another's (bert_core.serve.app_widgets.init_widget)."""
+    another's (bert_core.app.app_widgets.init_widget)."""
     return key.split("_")[0]
 
 
