@@ -676,7 +676,8 @@ def load_task(source: RaceData | None = None, upload: bytes | None = None, **cho
         raise BertCoreError(f"unknown task {d.task!r}; the tasks are {', '.join([*BUILT_IN_TASKS, *TASKS])} (or give "
                             "--csv, --conll or --squad FILE)")
     path = d.csv or d.conll or d.squad
-    source, named = (upload or Path(path).read_bytes(), {"name": d.name}) if d.name else (path, {})
+    # An empty upload is b"", its own bytes: the check that follows says it is empty.
+    source, named = (upload if upload is not None else Path(path).read_bytes(), {"name": d.name}) if d.name else (path, {})
     if d.conll is not None:
         return read_conll(source, d.tag_column, **named)
     if d.squad is not None:
