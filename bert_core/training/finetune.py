@@ -677,7 +677,8 @@ def load_task(source: RaceData | None = None, upload: bytes | None = None, **cho
                             "--csv, --conll or --squad FILE)")
     path = d.csv or d.conll or d.squad
     # An empty upload is b"", its own bytes: the check that follows says it is empty.
-    source, named = (upload if upload is not None else Path(path).read_bytes(), {"name": d.name}) if d.name else (path, {})
+    named = {"name": d.name} if d.name else {}
+    source = (upload if upload is not None else Path(path).read_bytes()) if d.name else path
     if d.conll is not None:
         return read_conll(source, d.tag_column, **named)
     if d.squad is not None:
