@@ -219,6 +219,27 @@ def test_a_figure_that_is_not_a_number_is_kept_and_read_back(nano_folder, tmp_pa
     assert math.isnan(kept.evals[0].loss) and kept.evals[1:] == first.evals[1:]
 
 
+def test_a_race_kept_before_nan_was_written_plainly_reads_back(nano_folder, tmp_path):
+    """Races kept before 2026-11-29 wrote a NaN as {"__float__": "nan"}: a server brought up to date reads them as
+    the figures they were, not as dicts in place of numbers."""
+    import json
+    import math
+
+    from bert_core.training.kept_race import KEPT_FILE
+
+    spec = _page_spec(nano_folder)
+    race = build_race(spec)
+    race.run()
+    race.results["pretrained"].loss = float("nan")
+    folder = keep_race(race, tmp_path / "kept")
+    text = (folder / KEPT_FILE).read_text(encoding="utf-8")
+    assert "NaN" in text
+    (folder / KEPT_FILE).write_text(text.replace("NaN", '{"__float__": "nan"}'), encoding="utf-8")
+    json.loads((folder / KEPT_FILE).read_text(encoding="utf-8"))   # the old form is plain JSON
+    kept = KeptRace(spec, folder, "finished").results["pretrained"]
+    assert isinstance(kept.loss, float) and math.isnan(kept.loss)
+
+
 def _weights(result) -> dict:
     return {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
 

@@ -110,10 +110,11 @@ def _chain(error: BaseException) -> list[BaseException]:
     return found
 
 
-def read_json(path) -> Any:
-    """Read a JSON file, turning a broken file into a BertCoreError that names it."""
+def read_json(path, object_hook=None) -> Any:
+    """Read a JSON file (each object through `object_hook` when given, as json.loads does), turning a broken file
+    into a BertCoreError that names it."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"), object_hook=object_hook)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise BertCoreError(f"cannot read {path}: {e}; the checkpoint folder is damaged") from e
 

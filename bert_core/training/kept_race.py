@@ -98,6 +98,12 @@ class _Tuner:
     stages: list
 
 
+def _old_nan(obj: dict):
+    """A figure that is not a number as races kept before 2026-11-29 wrote it ({"__float__": "nan"}); Python's JSON
+    writes NaN as itself now. Read both, so that a server brought up to date keeps its class's races."""
+    return float(obj["__float__"]) if obj.keys() == {"__float__"} else obj
+
+
 class KeptRace:
     """A race read back from its folder (keep_race): the live view the Fine-tune page draws, with no process. Its
     models are read when first asked for; its data is the spec's, split again (the same seed gives the same split),
@@ -108,7 +114,7 @@ class KeptRace:
 
     def __init__(self, spec: FinetuneSpec, folder: Path | None, state: str, task=None):
         self.spec, self.folder = spec, folder
-        kept = read_json(folder / KEPT_FILE) if folder is not None and (folder / KEPT_FILE).is_file() else {}
+        kept = read_json(folder / KEPT_FILE, _old_nan) if folder is not None and (folder / KEPT_FILE).is_file() else {}
         if kept and kept.get("format") != KEPT_FORMAT:
             raise BertCoreError(f"{folder / KEPT_FILE} is of another format")
         self._kept = kept
