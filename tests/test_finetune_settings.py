@@ -46,3 +46,11 @@ def test_the_pages_widgets_and_their_values_come_from_the_descriptions():
     config = FinetuneConfig(**page_settings(values))
     assert (config.seed, config.max_steps, config.time_budget_s, config.learning_rate, config.batch_size,
             config.max_length, config.eval_points) == (2, 40, 300.0, 1e-3, 16, 64, 10)
+
+
+def test_every_max_length_the_description_allows_makes_a_config():
+    """--max-length's limits are its own (8 up): the schedule's TrainConfig, made from the same config, does not
+    hold it to pretraining's 16-token floor (it did, and `finetune --max-length 8` failed naming max_seq_length)."""
+    low = next(s for s in CONFIG_SETTINGS if s.name == "max_length").limits.low
+    config = FinetuneConfig(max_length=int(low))
+    assert config.max_length == 8 and config.train_config().max_steps == config.max_steps

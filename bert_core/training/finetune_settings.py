@@ -131,7 +131,7 @@ class FinetuneConfig:
             batch_size=self.batch_size, learning_rate=self.learning_rate, warmup_ratio=self.warmup_ratio,
             max_steps=self.max_steps, time_budget_s=self.time_budget_s, schedule="linear",
             weight_decay=self.weight_decay, adam_eps=self.adam_eps, max_grad_norm=self.max_grad_norm,
-            max_seq_length=self.max_length, seed=self.seed, device=self.device, precision=self.precision,
+            seed=self.seed, device=self.device, precision=self.precision,   # the schedule's: not max_length
         )
 
     def replace(self, **changes) -> "FinetuneConfig":
