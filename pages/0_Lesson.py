@@ -159,7 +159,7 @@ def _scroll_to_top(key: str) -> None:
     if s.get("_lesson_drawn_step") != key:
         s["_lesson_drawn_step"], s["_lesson_opened"] = key, s.get("_lesson_opened", 0) + 1
         with st.sidebar:
-            st.iframe(lesson.to_top_script(s["_lesson_opened"]), height="content")
+            app_state.script_frame(lesson.to_top_script(s["_lesson_opened"]))
 
 
 def _tell_the_class(p: Lesson) -> None:

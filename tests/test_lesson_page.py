@@ -310,3 +310,15 @@ def test_the_page_script_is_functions():
     assert loose == ["main()"], loose
     assigned = [ast.unparse(node.value) for node in tree.body if isinstance(node, ast.Assign)]
     assert all("(" not in value for value in assigned), assigned   # names for things, never a call that draws
+
+
+def test_the_lesson_and_its_scroll_frame_work_on_a_streamlit_without_st_iframe(monkeypatch):
+    """requirements.txt allows Streamlit 1.53, before st.iframe (1.56): there the step's scroll-to-top frame is
+    drawn by the components module (the page called st.iframe itself and raised an AttributeError)."""
+    import streamlit
+
+    monkeypatch.delattr(streamlit, "iframe")
+    at = _lesson("tokens")
+    assert not at.exception, [e.value for e in at.exception]
+    html = [str(e.proto) for e in at.sidebar if "to_top" in str(e.proto) or "stMain" in str(e.proto)]
+    assert any("stMain" in h for h in html), html

@@ -78,6 +78,17 @@ def plotly(fig, name: str, key: str | None = None) -> None:
     st.plotly_chart(fig, config=config, key=key, width="stretch")
 
 
+def script_frame(html: str) -> None:
+    """A zero-height frame that runs `html`'s script in the visitor's browser (the visitor cookie, the lesson's
+    scroll to a step's top): the one place that knows which Streamlit draws one how."""
+    if hasattr(st, "iframe"):   # a feature of Streamlit >= 1.56 (components.v1.html is deprecated there); we allow 1.53
+        st.iframe(html, height="content")
+    else:   # an older Streamlit: its components module, imported only there
+        import streamlit.components.v1 as components
+
+        components.html(html, height=0)
+
+
 def show_error(exc: Exception | str) -> None:
     """Show a user error as a message on the page (the app never shows a traceback for bad input). The message is
     plain text, as the CLI prints it, and may quote a visitor's file or column name: never Markdown."""

@@ -37,6 +37,7 @@ from bert_core.app.app_drawing import (
     page_link_with,
     plotly,
     salience_panel,
+    script_frame,
     show_error,
     show_step_record,
 )

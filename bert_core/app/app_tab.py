@@ -9,6 +9,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from bert_core.app.app_drawing import script_frame
 from bert_core.app.app_runs import LESSON_CLASSES, RUNS
 from bert_core.serve.run_protocols import FINETUNE_PAGE, RunJob
 from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
@@ -120,12 +121,7 @@ def store_visitor_cookie() -> None:
     visitor = visitor_id()
     if not st.session_state.get("_visitor_stored"):
         with st.sidebar:
-            if hasattr(st, "iframe"):   # Streamlit >= 1.56; components.v1.html is deprecated there
-                st.iframe(cookie_script(visitor), height="content")
-            else:   # an older Streamlit: its components module, imported only there
-                import streamlit.components.v1 as components
-
-                components.html(cookie_script(visitor), height=0)
+            script_frame(cookie_script(visitor))
 
 
 def my_runs() -> list[dict]:
