@@ -93,10 +93,10 @@ def _probability_range(*values: float) -> list[float]:
     return [0.0, min(1.0, max(0.05, top * 1.15))]
 
 
-def _get(event: Any, name: str, default=None):
-    if isinstance(event, Mapping):
-        return event.get(name, default)
-    return getattr(event, name, default)
+def _get(event: Any, name: str):
+    """An event's field: a live run's event (pretraining_events, finetune_results) has every field of its kind; a
+    record read back from JSON may lack one a later version added."""
+    return event.get(name) if isinstance(event, Mapping) else getattr(event, name)
 
 
 def _thin(events: Sequence[Any]) -> list:

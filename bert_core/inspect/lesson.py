@@ -395,7 +395,7 @@ def notice_decisions(history: Sequence, last: int = 50) -> str | None:
     """Under the Train page's accuracy-by-decision chart: each decision's accuracy over the last `last` steps, and
     what it says (kept tokens are easy only once the model has learned to trust what it sees)."""
     def mean(name: str) -> float | None:
-        values = [getattr(e, name, None) for e in history[-last:]]
+        values = [getattr(e, name) for e in history[-last:]]   # StepEvents: each has every decision's accuracy
         values = [v for v in values if v is not None]
         return sum(values) / len(values) if values else None
 

@@ -56,6 +56,11 @@ class KnobChange:
     label: str
 
 
+# Each config field's default, by name: what a spec that leaves a setting out trains with.
+_TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig)}
+
+
 def _train_value(spec, name: str):
     return spec.train.get(name, getattr(TrainConfig, name))
 
@@ -231,10 +236,10 @@ def other_differences(spec_a, spec_b) -> list[str]:
     knob_fields = {*(s.name for s in TRAIN_SETTINGS if s.knob), "corpus", "preset"}
     pairs = {}
     for name in {*spec_a.train, *spec_b.train}:
-        pairs[name] = (spec_a.train.get(name, getattr(TrainConfig, name, None)),
-                       spec_b.train.get(name, getattr(TrainConfig, name, None)))
+        default = _TRAIN_DEFAULTS.get(name)
+        pairs[name] = (spec_a.train.get(name, default), spec_b.train.get(name, default))
     for name in {*spec_a.model_overrides, *spec_b.model_overrides}:
-        default = getattr(BertConfig, name, None)
+        default = _MODEL_DEFAULTS.get(name)
         pairs[name] = (spec_a.model_overrides.get(name, default), spec_b.model_overrides.get(name, default))
     for field in ("vocab_size", "heldout_fraction", "init_from"):
         pairs[field] = (getattr(spec_a, field), getattr(spec_b, field))
@@ -421,7 +426,7 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
         positions = overrides.pop("max_position_embeddings", None)
         if positions is not None and positions != max(512, config.max_seq_length):
             raise BertCoreError("the command line sets max_position_embeddings to max(512, --seq-len) only")
-        if overrides.pop("attention", "bidirectional") == "causal" and getattr(config, OBJECTIVE_FIELD, "mlm") != "clm":
+        if overrides.pop("attention", "bidirectional") == "causal" and config.objective != "clm":
             raise BertCoreError("the command line makes causal attention with --objective clm only")
         overrides = {k: v for k, v in overrides.items() if k not in ("hidden_dropout_prob",
                                                                      "attention_probs_dropout_prob")}
