@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.race_stand_ins import builder_of
 from bert_core.serve import jobs, runs
 from tests import test_runs
 
@@ -299,7 +300,7 @@ def test_a_run_stopped_before_a_restart_resumes_exactly_where_it_stopped(tmp_pat
 def _race_store(records, **kw):
     """A store as the app makes it for the Fine-tune page's races: each race's record and kept folder in `records`."""
     kw.setdefault("slots", lambda: 1)
-    return runs.RunStore(lambda run: jobs.finetune_job(run.run_id, run.spec.builder, device=run.device),
+    return runs.RunStore(lambda run: jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device),
                          records=records, restore_job=jobs.restored_pretraining_job, poll_s=0.05, turn_s=1000, **kw)
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.race_stand_ins import builder_of
 from bert_core.cli.main import main
 from bert_core.data.classification_data import toy_order_task
 from bert_core.model.bert import BertForPreTraining
@@ -89,7 +90,7 @@ def test_the_cli_and_the_pages_race_give_the_same_weights_bit_for_bit(nano_folde
 
 def _store(records, **kw):
     def factory(run):
-        return jobs.finetune_job(run.run_id, run.spec.builder, device=run.device)
+        return jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
 
     return runs.RunStore(factory, slots=lambda: 1, poll_s=0.02, records=records,
                          restore_job=lambda *a: pytest.fail("a race is restored by finetune_runs"), **kw)

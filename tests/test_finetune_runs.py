@@ -19,7 +19,7 @@ from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.app.visitor_runs import visitor_rows
 from bert_core.training.finetune import build_comparison
-from tests.race_stand_ins import race_spec
+from tests.race_stand_ins import builder_of, race_spec
 from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)
 from tests.test_runs import _until  # a polling wait
 
@@ -120,7 +120,7 @@ def _spec(parts=2, part_s=0.3):
 
 def _store(**kw):
     def factory(run):
-        builder = run.spec.builder if isinstance(run.spec, FinetuneSpec) else partial(Counter, run.spec.steps)
+        builder = builder_of(run.spec) if isinstance(run.spec, FinetuneSpec) else partial(Counter, run.spec.steps)
         return jobs.TrainingJob(run.run_id, builder=builder)
 
     kw.setdefault("slots", lambda: 1)

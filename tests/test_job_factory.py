@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.race_stand_ins import builder_of
 from bert_core.errors import BertCoreError
 from bert_core.serve import job_factory
 from bert_core.serve.finetune_runs import FinetuneSpec
@@ -60,7 +61,7 @@ def test_a_race_gets_its_own_builder_with_the_slots_device(made):
     call = made[-1]
     assert call["session"] == "r1" and call["spec"] is None and call["data_factory"] is None
     assert call["builder"].keywords == {"device": "cuda:1"} and call["builder"].args == (race,)
-    job_factory.finetune_job("ft", race.builder, device="cpu")   # the CPU is the builder's own default
+    job_factory.finetune_job("ft", builder_of(race), device="cpu")   # the CPU is the builder's own default
     assert made[-1]["builder"].keywords == {} and made[-1]["builder"].args == (race,)
 
 

@@ -16,7 +16,7 @@ from bert_core.serve import jobs, runs, server_gpus
 from bert_core.serve.run_queue import RunQueue
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
-from tests.race_stand_ins import race_spec
+from tests.race_stand_ins import builder_of, race_spec
 from tests.stand_ins import Steps
 
 H100 = ServerGpu("cuda", "NVIDIA H100 80GB HBM3", 81_559, 2)
@@ -239,7 +239,7 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
 
     def factory(run):
         if isinstance(run.spec, FinetuneSpec):
-            return jobs.finetune_job(run.run_id, run.spec.builder, device=run.device)
+            return jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
         return jobs.pretraining_job(run.run_id, run.spec, device=run.device)
 
     store = runs.RunStore(factory, slots=lambda: 3, gpus=lambda: [ServerGpu(gpu.device, gpu.name, 0, 2)],

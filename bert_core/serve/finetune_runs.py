@@ -5,12 +5,28 @@ Streamlit and no torch here."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.run_protocols import FINETUNE_PAGE
 from bert_core.training.finetune_spec import FinetuneSpec
+
+
+def _race_modules():
+    """bert_core.training's finetune_race (a race's builder, called in its training process) and kept_race (a kept
+    race's view, read back once the server has runs to restore)."""
+    # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.training import finetune_race, kept_race
+
+    return finetune_race, kept_race
+
+
+def race_builder(spec: FinetuneSpec):
+    """The builder of `spec`'s race for its training process (picklable: the spec is plain data). The server decides
+    which builder a run gets (bert_core.serve.job_factory), as it does a pretraining run's."""
+    return partial(_race_modules()[0].build_race, spec)
 
 
 def race_score(trainer: Any) -> str:
@@ -41,10 +57,7 @@ class KeptRaceJob:
     def __init__(self, session_id: str, spec: FinetuneSpec, folder: Path, phase: str, note: str | None = None,
                  resumable: bool = False):
         self.session_id, self.spec, self.phase = session_id, spec, phase
-        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.training.kept_race import KeptRace
-
-        self.trainer = KeptRace(spec, folder, phase)
+        self.trainer = _race_modules()[1].KeptRace(spec, folder, phase)
         self.error = self.trainer.error if phase == "failed" else None
         self.ended_note = note
         self.released: Path | None = Path(folder).resolve()

@@ -18,7 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from bert_core.serve.finetune_runs import FinetuneSpec
+from bert_core.serve.finetune_runs import race_builder
+from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.job_base import training_threads
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
@@ -134,7 +135,7 @@ class JobFactory:
     def __call__(self, run) -> RunJob:
         # run.device: where the queue gave the run its first slot (a GPU of the server's, or its CPU)
         if isinstance(run.spec, FinetuneSpec):
-            return finetune_job(run.run_id, run.spec.builder, device=run.device, kind=self.kind())
+            return finetune_job(run.run_id, race_builder(run.spec), device=run.device, kind=self.kind())
         checkpoint_dir = self.records.checkpoint_for(run.run_id) if self.records is not None else None
         return pretraining_job(run.run_id, run.spec, checkpoint_dir=checkpoint_dir, device=run.device,
                                kind=self.kind())

@@ -6,17 +6,12 @@ training process of the page's run. Torch-free: the server reads specs without l
 from __future__ import annotations
 
 import dataclasses
-import pkgutil
 from dataclasses import dataclass, field
-from functools import partial
 from typing import ClassVar
 
 from bert_core.errors import BertCoreError
 
 FINETUNE_PAGE = "Fine-tune"   # the page whose runs races are (bert_core.serve.run_protocols.RunSpec.page)
-# The one builder of a race, by name: it loads torch and reads this module's classes, and the server reads specs
-# without torch (tests/test_layers.py), so the spec names its builder where a training process resolves it.
-BUILDER = "bert_core.training.finetune_race:build_race"
 KIND_LABELS = {"labels": "sentence labels", "tags": "token tags", "spans": "answer spans"}
 
 
@@ -72,11 +67,6 @@ class FinetuneSpec:
     checkpoint_every_s: float = 60.0
     recorded: ClassVar[bool] = True
     page: ClassVar[str] = FINETUNE_PAGE
-
-    @property
-    def builder(self):
-        """The race's builder for a training process (picklable: this spec is plain data)."""
-        return partial(pkgutil.resolve_name(BUILDER), self)
 
     @property
     def models(self) -> int:
