@@ -205,8 +205,10 @@ def _shoot(page, name: str, dirs: list[Path]) -> None:
 
 
 def _trace_lengths(page) -> list[list[int]]:
+    # Plotly's own traces (_fullData): a figure of numpy arrays (the word map) comes as typed-array specs
+    # ({dtype, bdata}) in `data`, which Plotly decodes there.
     return page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                         ".map(d => (d.data || []).map(t => (t.x || []).length))")
+                         ".map(d => (d._fullData || d.data || []).map(t => (t.x || []).length || 0))")
 
 
 def _open(page, base: str, path: str, query: str = "") -> None:
