@@ -21,19 +21,25 @@ OUT = ROOT / "docs" / "architecture.svg"
 FLOORS = [
     ("pages", "pages/, app.py", "layout and widgets only; no logic, no files"),
     ("cli", "cli/", "python -m bert_core COMMAND: flags, recipe resolution, output"),
-    ("serve", "serve/", "the app's server: session state (the only Streamlit), runs, queue, child processes, storage"),
+    ("corpus", "corpus/ (optional)", "corpus build: sources, cleaning, dedup, decontamination, shards"),
+    ("cluster", "cluster/ (optional)", "a Ray cluster's jobs, loaded only when one is set"),
+    ("app", "app/", "the pages' side of the server: session state and widgets (the only Streamlit), classes, export"),
+    ("serve", "serve/", "hosting runs: the queue, jobs, child processes, records, storage, where models come from"),
     ("inspect", "inspect/", "looking inside a model: fill-mask, attention, probes, generation, Plotly figures"),
-    ("training", "training/", "the observable run loop and what runs in it: Trainer, recipes, fine-tuning, evaluation"),
-    ("data", "data/", "text to tensors: corpora, toy grammar, NSP pairs and masking, task data"),
+    ("training", "training/", "the observable run loop and what runs in it: Trainer, specs, fine-tuning, evaluation"),
+    ("data", "data/", "text to tensors: corpora, shards, toy grammar, NSP pairs and masking, task data"),
     ("model", "model/", "what a checkpoint holds: config, the BERT (one file), tokenizer, HF folders, checkpoints"),
     ("ground", "errors.py, paths.py", "the one user-error type; where files live"),
 ]
-SIDE_BY_SIDE = {"cli", "serve"}  # the two faces on the same core share the top floor
+# Floors drawn side by side in one row (none imports the other): the CLI and the two optional parts.
+ROWS = [("pages",), ("cli", "corpus", "cluster"), ("app",), ("serve",), ("inspect",), ("training",), ("data",),
+        ("model",), ("ground",)]
+SIDE_BY_SIDE = {"cli", "corpus", "cluster"}
 
 # One Train-page run: (where, what happens). Settings go down the left arrow; events come back up the right.
 RUN_PATH = [
     ("pages/2_Train.py", "widgets; their start values: training/lesson_settings"),
-    ("serve/train_spec.py", "page_spec: one validated TrainSpec, built once"),
+    ("training/train_spec.py", "page_spec: one validated TrainSpec, built once"),
     ("serve/runs.py", "the fair queue, turns and watchers"),
     ("serve/training_process.py", "a child process; the spec crosses a pipe"),
     ("training/run_builder.py", "build_run: data, model, Trainer (the CLI's too)"),
@@ -97,15 +103,13 @@ def draw() -> str:
     """The picture as SVG text."""
     floors = modules()
     counts = wing_imports()
-    colors = {"pages": "#fde2e4", "cli": "#e2ece9", "serve": "#e2ece9", "inspect": "#fff1e6", "training": "#dfe7fd",
-              "data": "#e8f0d8", "model": "#f0efeb", "ground": "#eeeeee"}
+    colors = {"pages": "#fde2e4", "cli": "#e2ece9", "corpus": "#f3e8f8", "cluster": "#f3e8f8", "app": "#e2ece9",
+              "serve": "#e2ece9", "inspect": "#fff1e6", "training": "#dfe7fd", "data": "#e8f0d8", "model": "#f0efeb",
+              "ground": "#eeeeee"}
     parts, y, left, width = [], 70, 20, 640
     boxes = {}
-    rows = []
-    for folder, title, what in FLOORS:
-        if folder == "serve":
-            continue
-        rows.append([(folder, title, what)] + ([next(f for f in FLOORS if f[0] == "serve")] if folder == "cli" else []))
+    described = {f[0]: f for f in FLOORS}
+    rows = [[described[folder] for folder in row] for row in ROWS]
     for row in rows:
         box_w = (width - 10 * (len(row) - 1)) // len(row)
         chars = box_w // 7
