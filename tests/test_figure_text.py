@@ -181,7 +181,7 @@ def test_markdown_keeps_common_punctuation_and_table_rows():
 
 
 def test_every_chart_goes_through_the_one_sink():
-    """Only serve/app_drawing.plotly calls st.plotly_chart, after safe_figure; nothing turns on raw HTML."""
+    """Only app/app_drawing.plotly calls st.plotly_chart, after safe_figure; nothing turns on raw HTML."""
     sources = [ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "bert_core").rglob("*.py")]
     calls = {p.relative_to(ROOT).as_posix() for p in sources
              if re.search(r"\bplotly_chart\s*\(", p.read_text())}

@@ -1,5 +1,5 @@
 """Text a projector shows: every figure's text at least 12 px and dark (issue 74). One rule for every chart, applied
-by the one sink (serve/app_drawing.plotly): the figure's base font is 13 px in a near-black, an explicit size under
+by the one sink (app/app_drawing.plotly): the figure's base font is 13 px in a near-black, an explicit size under
 12 anywhere (axis ticks and titles, colour bars, annotations, a trace's text, the legend) is raised to 12, and a
 grey text colour lighter than a projector shows is darkened. A figure's own sizes of 12 and over are kept."""
 

@@ -136,7 +136,7 @@ class RunStore:
     (`RunQueue`), and the pass the server makes over them by itself (`RunScheduler`).
 
     `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`, or `finetune_job` for a
-    `finetune_runs.FinetuneSpec`) when it first gets a slot.
+    `training.finetune_spec.FinetuneSpec`) when it first gets a slot.
     `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
     `release_folder(run)` is where an ended run's checkpoint goes before its process ends (None: keep the job).
     `records` (a `run_records.RunRecords`) keeps each run's record on disk, and `restore_job(record, checkpoint,
