@@ -113,9 +113,9 @@ def projector_figure(fig: go.Figure) -> go.Figure:
     if not legend_font.get("color"):
         base["legend.font.color"] = TEXT_COLOR
     _font_fixes({k: v for k, v in layout.items() if k != "font"}, "", base)
-    if base:
-        fig.update_layout(base)
-    for trace, raw in zip(fig.data, fig._data):
+    for path, value in base.items():
+        _set(layout, path, value)
+    for raw in fig._data:
         fixes: dict = {}
         _font_fixes(raw, "", fixes)
         colorbar = raw.get("colorbar")
@@ -124,5 +124,22 @@ def projector_figure(fig: go.Figure) -> go.Figure:
             if not (colorbar.get("tickfont") or {}).get("color"):
                 fixes["colorbar.tickfont.color"] = TEXT_COLOR
         for path, value in fixes.items():
-            trace[path] = value
+            _set(raw, path, value)
     return fig
+
+
+def _set(raw: dict, path: str, value: Any) -> None:
+    """Write `value` at `path` ("xaxis.tickfont.color", "annotations[2].font.size") into a figure's raw dict, which
+    its layout and trace objects read. Not through Plotly's update: its validation of each dotted path cost 7 ms a
+    figure, the most of any step of a chart redrawn every two seconds for a class of viewers (docs/benchmarks.md);
+    what is written here is always a font size or a colour at a path the walk found or every figure has."""
+    node: Any = raw
+    keys = [part for step in path.split(".") for part in re.split(r"\[(\d+)\]", step) if part]
+    for key in keys[:-1]:
+        if isinstance(node, list):
+            node = node[int(key)]
+        else:
+            if node.get(key) is None:   # absent, or set to None
+                node[key] = {}
+            node = node[key]
+    node[keys[-1]] = value
