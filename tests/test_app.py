@@ -461,6 +461,36 @@ def test_model_snapshot_is_a_frozen_copy(checkpoint):
     assert job.model_snapshot() is not snap
 
 
+def test_a_training_runs_copy_is_shared_for_a_while_and_its_last_step_once_it_ends(checkpoint, monkeypatch):
+    """While a run trains, every page looking at it gets the same copy of its weights for SNAPSHOT_EVERY_S (a copy
+    per page view, and each page's cached computations keyed by it, made a class of viewers redo them all); a run
+    that is not training gets the copy of its last step at once."""
+    from bert_core.serve import job_base
+
+    model, tok, _ = model_sources.load_folder(checkpoint)
+
+    class T:
+        step = 5
+        tokenizer = tok
+        _step_lock = threading.RLock()
+
+    T.model = model
+    training = [True]
+    monkeypatch.setattr(jobs.TrainingJob, "busy", property(lambda self: training[0]))
+    job = jobs.TrainingJob("snap", builder=lambda: None)
+    job.trainer = T()
+    monkeypatch.setattr(job_base, "SNAPSHOT_EVERY_S", 1e9)   # a copy never too old: shared whatever the clock says
+    snap = job.model_snapshot()
+    T.step = 9
+    assert job.model_snapshot() is snap and job.snapshot_step == 5
+    monkeypatch.setattr(job_base, "SNAPSHOT_EVERY_S", 0.0)   # always too old: a new copy
+    newer = job.model_snapshot()
+    assert newer is not snap and job.snapshot_step == 9
+    monkeypatch.setattr(job_base, "SNAPSHOT_EVERY_S", 1e9)
+    T.step, training[0] = 12, False                           # it ended: its last step's weights, not a copy of 9
+    assert job.model_snapshot() is not newer and job.snapshot_step == 12
+
+
 def test_env_var_limit_parsing(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "3")
     assert jobs.max_trainings() == 3

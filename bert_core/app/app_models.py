@@ -15,6 +15,7 @@ import streamlit as st
 from bert_core.errors import BertCoreError
 from bert_core.inspect.safe_text import markdown
 from bert_core.model.config import BertConfig
+from bert_core.serve.job_base import SNAPSHOT_EVERY_S
 from bert_core.serve.app_storage import public_mode, saved_run_folder, unpack_uploaded_checkpoint
 from bert_core.app.app_tab import current_job, current_run, session_id
 from bert_core.app.app_widgets import query_default
@@ -131,9 +132,14 @@ def _session_model():
     state = {"metadata": trainer.metadata, "step": step, "train_config": trainer.config.to_dict()}
     spec = job.spec
     whose = "A shared run (watched through its link)" if current_run()[1] == VIEWER else "Trained in this session"
-    older = ("" if step == trainer.step else
-             f"; the weights of step {step:,}, the last copy the server holds (the run reached step {trainer.step:,}"
-             " and its later weights are lost)")
+    if step == trainer.step:
+        older = ""
+    elif job.busy:   # a copy shared by everyone looking at the run while it trains (job_base.SNAPSHOT_EVERY_S)
+        older = (f"; the weights of step {step:,}, its copy of the last {SNAPSHOT_EVERY_S:.0f} s, shared by "
+                 f"everyone watching while it trains (it is at step {trainer.step:,})")
+    else:
+        older = (f"; the weights of step {step:,}, the last copy the server holds (the run reached step "
+                 f"{trainer.step:,} and its later weights are lost)")
     desc = (f"{whose} on {markdown(spec.corpus_label) if spec else 'a corpus'}: step {step:,}"
             f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
             f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")

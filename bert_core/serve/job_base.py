@@ -41,6 +41,13 @@ def use_training_threads(threads: int | None = None) -> None:
     torch.set_num_threads(max(1, threads) if threads is not None else training_threads())
 
 
+# While a run trains, the pages of everyone watching it share one copy of its weights for this long: each copy costs
+# the weights over the pipe and a model built from them, and every page's cached computation (the Attention page's
+# pair summary, the masking accuracy) is keyed by the copy, so a copy per page view made a class of viewers redo
+# them all (docs/benchmarks.md, "A class of thirty"). A stopped or finished run's copy is always its last step's.
+SNAPSHOT_EVERY_S = 15.0
+
+
 class JobBase:
     """A run's job, whichever kind: its fields, its weight copy's step, and what it does the same way on a thread
     and in a process. `busy` and `save` (which `zip_bytes` calls) are each kind's own."""
@@ -54,9 +61,20 @@ class JobBase:
         self.phase = "new"          # new | preparing | running | stopped | finished | failed
         self.created = time.time()
         self._snapshot = None       # (step, model copy) for inspection while training goes on
+        self._snapshot_at = 0.0     # when that copy was taken (time.monotonic)
 
     busy: bool   # each kind's own (a live thread; a live child process that prepares or trains)
     rebuilds = False   # a live job starts again itself (only a kept race hands its Resume to a new job)
+
+    def _snapshot_serves(self, step: int) -> bool:
+        """True when the copy held serves a page asking now: it is of `step`, or the run is training and the copy
+        is under SNAPSHOT_EVERY_S old."""
+        if self._snapshot is None:
+            return False
+        return self._snapshot[0] == step or (self.busy and time.monotonic() - self._snapshot_at < SNAPSHOT_EVERY_S)
+
+    def _keep_snapshot(self, step: int, model) -> None:
+        self._snapshot, self._snapshot_at = (step, model), time.monotonic()
 
     @property
     def snapshot_step(self) -> int | None:

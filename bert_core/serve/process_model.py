@@ -59,7 +59,7 @@ class ProcessModel:
         changes; after `release`, the model read back from the released folder."""
         if self.trainer is None:
             return None
-        if self._snapshot is not None and self._snapshot[0] == self.trainer.step:
+        if self._snapshot_serves(self.trainer.step):
             return self._snapshot[1]
         with self._release_lock:   # not while the process is being ended
             if self.released is not None or not self._child.alive():
@@ -72,7 +72,7 @@ class ProcessModel:
 
         model = pretraining_model_from_bytes(self.trainer.model_config, blob)
         model.eval()
-        self._snapshot = (step, model)
+        self._keep_snapshot(step, model)
         return model
 
     def _released_folder(self) -> Path:

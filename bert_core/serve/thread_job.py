@@ -108,13 +108,13 @@ class TrainingJob(JobBase):
         if trainer is None:
             return None
         step = trainer.step
-        if self._snapshot is not None and self._snapshot[0] == step:
+        if self._snapshot_serves(step):
             return self._snapshot[1]
         with trainer._step_lock:   # held during an update (run_loop.RunLoop): a copy of whole steps only
             step = trainer.step
             model = copy.deepcopy(trainer.model)
         model = model.to("cpu").eval()
-        self._snapshot = (step, model)
+        self._keep_snapshot(step, model)
         return model
 
     def save(self, folder: str | Path) -> Path:
