@@ -120,6 +120,16 @@ def test_loss_figure_draws_train_heldout_and_unigram_baseline():
     assert [t.name for t in split.data] == ["shown as [MASK]", "replaced by a random token", "kept unchanged"]
 
 
+def test_live_charts_of_a_run_before_its_first_step_draw():
+    """A viewer's Train page opened as the run starts: no step yet (the class benchmark met an AttributeError here
+    once events were read by their declared fields)."""
+    from bert_core.training.run_loop import EventLog
+
+    log = EventLog([], [])
+    log.baselines, log.config, log.growth = {}, SimpleNamespace(objective="mlm"), None
+    assert list(figures.LiveCharts().figures(log, 0.6)) == list(figures.LiveCharts.NAMES)
+
+
 def test_live_charts_are_built_once_per_new_data_and_smoothing_and_shared():
     """Twenty sessions watching one run draw the same four figures: one build until a step or evaluation arrives."""
     import gc

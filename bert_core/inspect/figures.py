@@ -314,9 +314,8 @@ class LiveCharts:
     def figures(self, trainer: Any, smoothing: float) -> dict[str, go.Figure]:
         """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
         history, evals = trainer.history, trainer.evals
-        last = history[-1] if history else None
-        key = (len(history), _get(last, "step"), _get(last, "elapsed_s"), len(evals), float(smoothing),
-               bool(trainer.growth))
+        last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
+        key = (len(history), last, len(evals), float(smoothing), bool(trainer.growth))
         with self._lock:
             entries = self._built.setdefault(trainer, {})
             found = entries.get(key)
