@@ -50,7 +50,8 @@ def add_parser(sub):
     b.add_argument("--author-cap-words", type=int_arg(1), default=BuildSettings.author_cap_words,
                    help="most words kept per Gutenberg author (default %(default)s)")
     b.add_argument("--heldout-fraction", type=float_arg(0.0, 0.5), default=BuildSettings.heldout_fraction,
-                   help="share of each source's documents held out (default %(default)s, at least one document)")
+                   help="share of each source's words held out, by whole documents or paragraph sections (default "
+                        "%(default)s; a warning when a source cannot make it)")
     b.add_argument("--weight", action="append", default=[], metavar="KIND=W",
                    help="times a source kind's windows are read per epoch (defaults: "
                         + ", ".join(f"{k}={v:g}" for k, v in DEFAULT_WEIGHTS.items()) + ")")
@@ -87,6 +88,8 @@ def _build(args) -> int:
     tokenizer = BertTokenizer.load(args.tokenizer)
     report = build_corpus([str(s) for s in args.sources], args.out, tokenizer, settings, references=references,
                           overwrite=args.overwrite, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False))
         return 0

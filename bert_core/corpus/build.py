@@ -8,7 +8,7 @@ The steps, in order, each a pure function of the documents and the seed:
 3. drop every document that shares a NGRAM-word run with a reference text (WikiText-2 test, Brown, polarity,
    AG News, CoNLL-2000 test, the everyday-English set: see `default_references`);
 4. cap each author's (group's) words, keeping books in a seeded order;
-5. hold out a seeded share of each source's documents;
+5. hold out a seeded share of each source's words, by whole documents, a long one split at paragraphs first;
 6. tokenize once into uint16 shards (`ShardWriter`; bert_core.data.shards reads them) and write `report.json`.
 """
 
@@ -32,7 +32,6 @@ import numpy as np
 
 from bert_core.corpus.cleaning import normalized_words
 from bert_core.corpus.sources import SourceDocument, SourceTree, decode_text, detect_kind, parse_source, read_documents
-from bert_core.data.corpora import heldout_choice
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
 from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_FILE, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
                                    BuildSettings)
@@ -292,6 +291,39 @@ def _seed_of(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest(), "little")
 
 
+# A source's held-out share of words may exceed the asked share by this much of it (0.01 asked: 1% to 1.25%).
+HELDOUT_TOLERANCE = 0.25
+
+
+def sections(paragraphs: list[str], most_words: int) -> list[list[str]]:
+    """`paragraphs` in runs of consecutive paragraphs of at most `most_words` words (a longer paragraph alone)."""
+    out, words = [], 0
+    for para in paragraphs:
+        n = len(para.split())
+        if not out or (words and words + n > most_words):
+            out.append([])
+            words = 0
+        out[-1].append(para)
+        words += n
+    return out
+
+
+def heldout_pieces(words: list[int], fraction: float, seed: int) -> set[int]:
+    """The pieces held out: whole pieces in a seeded order until their words reach `fraction` of all, skipping
+    one that would pass the share's tolerance; never every piece."""
+    order = list(range(len(words)))
+    random.Random(seed).shuffle(order)
+    target = fraction * sum(words)
+    held, total = set(), 0
+    for i in order:
+        if total >= target or len(held) == len(words) - 1:
+            break
+        if total + words[i] <= target * (1 + HELDOUT_TOLERANCE):
+            held.add(i)
+            total += words[i]
+    return held
+
+
 def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: BuildSettings | None = None,
                  references: list[str] | None = None, overwrite: bool = False,
                  progress: Callable[[str], None] | None = None) -> dict:
@@ -371,21 +403,33 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
                 raise BertCoreError(f"source {tree.path} holds no {kind} documents; check the folder and its kind")
     screen.seen_paragraphs = set()
     writer = ShardWriter(work, tokenizer, settings.shard_tokens, compress=settings.compress)
-    sources = {}
+    sources, warnings = {}, []
     with open(staging, "rb") as stage:
         for tree, kind, name in trees:
             docs = kept.get(name, [])
             if kind == "gutenberg":
                 docs = _cap_authors(docs, name, settings, screen)
-            held = heldout_choice(len(docs), settings.heldout_fraction, _seed_of(settings.seed, name))
-            say(f"tokenizing {name}: {len(docs)} documents")
+            # Pieces no longer than the held-out share's tolerance, so that whole pieces make up that share: a
+            # document over it (a source of a few large files) is split at paragraphs into sections.
+            total = sum(d["words"] for d in docs)
+            most = max(1, int(HELDOUT_TOLERANCE * settings.heldout_fraction * total))
+            pieces = []   # (document, its section's paragraphs or None for the whole document, words)
+            for d in docs:
+                if d["words"] <= most:
+                    pieces.append((d, None, d["words"]))
+                    continue
+                stage.seek(d["offset"])
+                pieces += [(d, s, sum(len(p.split()) for p in s)) for s in sections(json.loads(stage.readline()), most)]
+            held = heldout_pieces([n for _, _, n in pieces], settings.heldout_fraction, _seed_of(settings.seed, name))
+            say(f"tokenizing {name}: {len(docs)} documents in {len(pieces)} pieces")
             words = {"train": 0, "heldout": 0}
             heldout_text = []
-            for i, d in enumerate(docs):
-                stage.seek(d["offset"])
-                paras = json.loads(stage.readline())
+            for i, (d, paras, n) in enumerate(pieces):
+                if paras is None:
+                    stage.seek(d["offset"])
+                    paras = json.loads(stage.readline())
                 split = "heldout" if i in held else "train"
-                words[split] += d["words"]
+                words[split] += n
                 writer.add_document(name, split, paras)
                 if split == "heldout":
                     heldout_text.append("\n".join(paras))
@@ -394,9 +438,14 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
                 # Plain text for `eval --text-file`: a paragraph a line, a blank line between documents.
                 (work / "heldout" / f"{name}.txt").write_text("\n\n".join(heldout_text) + "\n", encoding="utf-8")
             sources[name] = {"kind": kind, "path": str(tree.path), **screen.source(name), "documents_kept": len(docs),
-                             "words_kept": words["train"] + words["heldout"], "heldout_documents": len(held),
+                             "words_kept": total, "pieces": len(pieces), "heldout_documents": len(held),
                              "heldout_words": words["heldout"], "train_words": words["train"],
                              "weight": settings.weights.get(kind, 1.0), "groups": len({d["group"] for d in docs})}
+            share, asked = words["heldout"] / (total or 1), settings.heldout_fraction
+            if total and not asked <= share <= asked * (1 + HELDOUT_TOLERANCE) + 1e-9:
+                warnings.append(f"{name} held out {share:.2%} of its words, not the {asked:.2%} asked (within "
+                                f"+{HELDOUT_TOLERANCE:.0%} of it): its {len(pieces)} pieces, whole paragraphs, "
+                                "cannot make that share; give it more text or paragraphs (blank lines)")
     staging.unlink()
     index = writer.finish(settings=asdict(settings), weights={n: rec["weight"] for n, rec in sources.items()})
     total_train = sum(r["train_words"] * r["weight"] for r in sources.values()) or 1
@@ -410,6 +459,7 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
         "references": [{"name": r.name, "where": r.where, "words": r.words, "runs": int(len(r.hashes))}
                        for r in refs],
         "contamination_examples": screen.examples,
+        "warnings": warnings,
         "totals": {k: sum(r[k] for r in sources.values())
                    for k in ("documents_read", "words_read", "documents_kept", "words_kept", "train_words",
                              "heldout_words")},
