@@ -79,7 +79,7 @@ def test_saving_under_any_typed_name_stays_in_the_runs_folder(text, runs, decoy,
 
 def _copy_checkpoint(src: Path, dest: Path) -> None:
     """A save function like the training job's (which replaces the folder it is given)."""
-    from bert_core.model.checkpoint import replace_folder
+    from bert_core.model.files import replace_folder
 
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.mkdir()
@@ -124,7 +124,6 @@ def test_a_failed_save_is_a_message(runs):
 def test_a_save_cut_short_by_a_full_disk_leaves_nothing_and_names_no_path(runs, checkpoint, monkeypatch, public):
     """Issue #34: a save that fails midway (the disk fills while the weights are written, here through the same
     copy a released run's save makes) leaves no folder, lists nothing, and in public mode names no server path."""
-    from bert_core.model import checkpoint as checkpoint_module
     from bert_core.model import files as files_module
 
     if public:
@@ -143,7 +142,7 @@ def test_a_save_cut_short_by_a_full_disk_leaves_nothing_and_names_no_path(runs, 
     before = snapshot(earlier)
     for name in ("new", "kept"):   # a new name, and this session's earlier save under its name
         with pytest.raises(BertCoreError) as info:
-            app_storage.save_run(lambda f: checkpoint_module.copy_checkpoint(checkpoint, f), name, owner="a")
+            app_storage.save_run(lambda f: files_module.copy_checkpoint(checkpoint, f), name, owner="a")
         message = str(info.value)
         assert message.startswith("the server's disk is full: nothing was saved"), message
         assert str(runs) not in message and "/tmp" not in message

@@ -10,7 +10,7 @@ import torch
 from bert_core.cli.main import main
 from bert_core.errors import BertCoreError
 from bert_core.inspect.figures import loss_figure, mark_growth
-from bert_core.model.checkpoint import read_json
+from bert_core.model.files import read_json
 from bert_core.model.config import BertConfig
 from bert_core.training.evaluation import evaluate
 from bert_core.training.recipes import GROW_FROM, recipe_for, seed_learning_rate

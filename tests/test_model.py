@@ -14,7 +14,8 @@ from bert_core.model.bert import (
     param_groups,
 )
 from bert_core.model.config import BertConfig
-from bert_core.model.hf import is_checkpoint_folder, load_pretrained, save_pretrained
+from bert_core.model.files import is_checkpoint_folder
+from bert_core.model.hf import load_pretrained, save_pretrained
 
 transformers = pytest.importorskip("transformers")
 

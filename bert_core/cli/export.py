@@ -8,8 +8,7 @@ from pathlib import Path
 from bert_core.cli.arguments import path_arg
 from bert_core.cli.console import percent
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import check_output_folder
-from bert_core.model.files import read_json, write_json
+from bert_core.model.files import check_output_folder, read_json, write_json
 from bert_core.model.stored_weights import STORAGE_DTYPES, store_checkpoint
 from bert_core.training.heldout import reproducible_eval
 

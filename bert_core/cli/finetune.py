@@ -16,9 +16,8 @@ from bert_core.cli.train_options import add_options
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING, POOLING_KINDS
-from bert_core.model.checkpoint import check_output_folder
 from bert_core.model.config import PRESETS, BertConfig
-from bert_core.model.hf import require_checkpoint_folder
+from bert_core.model.files import check_output_folder, require_checkpoint_folder
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
     BASELINE_NAME,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bert_core.cli.arguments import SEED, int_arg, path_arg
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import CHECKPOINT_FILES, check_output_folder, folder_built_beside
+from bert_core.model.files import CHECKPOINT_FILES, check_output_folder, folder_built_beside
 from bert_core.model.config import PRESETS
 from bert_core.model.growth import grow_checkpoint
 from bert_core.training.finetune import checkpoint_pretraining_rate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bert_core.cli.arguments import path_arg
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import check_output_file
+from bert_core.model.files import check_output_file
 from bert_core.training.heldout import heldout_split_record, select_corpora, update_metrics, write_heldout_text
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
-from bert_core.model.checkpoint import TRAINER_STATE, load_checkpoint
+from bert_core.model.checkpoint import load_checkpoint
+from bert_core.model.files import TRAINER_STATE
 from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
 from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length

@@ -14,7 +14,7 @@ import torch
 from bert_core.cli.console import ProgressBar, fmt_seconds, percent
 from bert_core.data.pretraining_data import PretrainingData
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import write_json_atomic
+from bert_core.model.files import write_json_atomic
 from bert_core.training.evaluation import evaluate, unigram_baseline_for
 from bert_core.training.heldout import reproducible_eval
 from bert_core.training.plateau import plateau_warning

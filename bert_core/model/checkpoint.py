@@ -19,27 +19,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bert_core.errors import BertCoreError
-from bert_core.model.files import (  # noqa: F401 - re-exported: the file helpers, from where they used to live
-    CHECKPOINT_FILES,
-    MEMORY_FOLDER,
-    OPTIMIZER_META,
-    OPTIMIZER_TENSORS,
-    TRAINER_STATE,
-    check_output_file,
-    check_output_folder,
-    copy_checkpoint,
-    folder_built_beside,
-    read_json,
-    recover_folder,
-    remove_leftovers,
-    replace_folder,
-    write_error,
-    write_json,
-    write_json_atomic,
-    write_text_atomic,
-    zip_checkpoint,
-)
-from bert_core.model.hf import load_pretrained, require_checkpoint_folder, save_pretrained
+from bert_core.model.files import (OPTIMIZER_META, OPTIMIZER_TENSORS, TRAINER_STATE, folder_built_beside, read_json,
+                                   recover_folder, require_checkpoint_folder, write_json)
+from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import BertTokenizer
 
 # ---------------------------------------------------------------------------------------------- RNG states

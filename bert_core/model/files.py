@@ -1,9 +1,6 @@
-"""Checkpoint folders as files, without torch: their names, JSON read and written atomically, folders replaced
-and copied atomically, the checks on an output path, and whether a folder holds a (whole) checkpoint.
-
-The server's modules import these at their top: model/checkpoint.py and model/hf.py load torch, and the server
-stays torch-free until a model is shown (tests/test_layers.py's TORCH_FREE). Those two modules re-export them.
-"""
+"""Checkpoint folders as files, without torch: JSON written atomically, folders replaced atomically, the checks
+on an output path, and whether a folder holds a (whole) checkpoint. Torch-free, so that the server may import it
+at its top (tests/test_layers.py's TORCH_FREE)."""
 
 from __future__ import annotations
 
@@ -47,7 +44,7 @@ def write_json(path, obj) -> None:
 
 def write_text_atomic(path, text: str) -> Path:
     """Write a text file through a temporary sibling, so a failed write (full disk, read-only folder) leaves the
-    old file whole; failures become a BertCoreError naming the file."""
+    old file whole."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
@@ -62,7 +59,6 @@ def write_text_atomic(path, text: str) -> Path:
 
 
 def write_json_atomic(path, obj) -> Path:
-    """write_json through a temporary sibling (see write_text_atomic)."""
     return write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
 
 
@@ -71,10 +67,9 @@ def write_error(path, e: BaseException) -> BertCoreError:
     if is_disk_full(e):
         return BertCoreError(f"{disk_full_words(path, e)}; nothing there was replaced: free some space, or choose a "
                              "folder on another disk")
-    reason = os_reason(e)
-    # Not a full disk (handled above): permission, a read-only disk, a name too long... room is not the cure.
-    return BertCoreError(f"could not write {path}: {reason}; nothing there was replaced (choose a folder this user "
-                         "can write to)")
+    # Permission, a read-only disk, a name too long...: room is not the cure.
+    return BertCoreError(f"could not write {path}: {os_reason(e)}; nothing there was replaced (choose a folder this "
+                         "user can write to)")
 
 
 def disk_free_mb(path) -> float | None:
@@ -90,9 +85,12 @@ def disk_free_mb(path) -> float | None:
 
 def disk_full_words(path, error: BaseException) -> str:
     """'could not write PATH: the disk is full (No space left on device; 1.5 MB free there)': a full disk in plain
-    words, whichever library met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe).
-    Without a `path` (None), what was written is not known: the words say so."""
-    quota = any((isinstance(e, OSError) and e.errno == errno.EDQUOT) or "quota" in str(e).lower() for e in _chain(error))
+    words, whichever library met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe)."""
+    chain = []
+    while isinstance(error, BaseException) and len(chain) < 10:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    quota = any((isinstance(e, OSError) and e.errno == errno.EDQUOT) or "quota" in str(e).lower() for e in chain)
     reason = "Disk quota exceeded" if quota else "No space left on device"
     if path is None:
         return f"could not write a file: the disk is full ({reason})"
@@ -102,26 +100,15 @@ def disk_full_words(path, error: BaseException) -> str:
     return f"could not write {path}: the disk is full ({reason}{room})"
 
 
-def _chain(error: BaseException) -> list[BaseException]:
-    found = []
-    while isinstance(error, BaseException) and len(found) < 10:
-        found.append(error)
-        error = error.__cause__ or error.__context__
-    return found
-
-
-def read_json(path, object_hook=None) -> Any:
-    """Read a JSON file (each object through `object_hook` when given, as json.loads does), turning a broken file
-    into a BertCoreError that names it."""
+def read_json(path) -> Any:
+    """Read a JSON file, turning a broken file into a BertCoreError that names it."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"), object_hook=object_hook)
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise BertCoreError(f"cannot read {path}: {e}; the checkpoint folder is damaged") from e
 
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-
 # How to turn a pickled checkpoint into files that cannot run code; said whenever one is refused.
 CONVERT_PICKLE = (
     "convert it to safetensors on a machine where you trust the file: "
@@ -131,7 +118,6 @@ CONVERT_PICKLE = (
 
 
 def is_checkpoint_folder(folder: str | Path) -> bool:
-    """True when `folder` holds a config.json and one of the weight files."""
     folder = Path(folder)
     return (folder / "config.json").is_file() and any((folder / f).is_file() for f in WEIGHT_FILES)
 
@@ -179,8 +165,7 @@ def _file_kind(path: Path) -> str:
 
 
 def require_checkpoint_folder(folder: str | Path) -> Path:
-    """`folder` as a Path when it is a checkpoint folder; otherwise a BertCoreError that says what it is instead
-    (missing, a pickle, a zip, a file inside a checkpoint, a folder without weights)."""
+    """`folder` as a Path when it is a checkpoint folder; otherwise a BertCoreError that says what it is instead."""
     folder = Path(folder)
     if folder.is_file():
         kind = _file_kind(folder)
@@ -199,7 +184,6 @@ def require_checkpoint_folder(folder: str | Path) -> Path:
         raise BertCoreError(f"{folder} is not a checkpoint folder: it needs config.json and model.safetensors "
                             "(or pytorch_model.bin)")
     return folder
-
 
 
 # ---------------------------------------------------------------------------------------------- atomic folders
@@ -231,14 +215,14 @@ def _umask() -> int:
 
 
 def plain_file_mode() -> int:
-    """The mode a plain open() gives a new file (0666 less the umask), for files written through mkstemp (0600)."""
+    """The mode a plain open() gives a new file, for files written through mkstemp (0600)."""
     return 0o666 & ~_umask()
 
 
 def _honour_umask(folder: Path) -> None:
-    """Give everything in `folder` the modes a plain open() or mkdir() would (0666 / 0777 less the umask):
-    safetensors writes through a private temporary file (0600) and mkdtemp makes 0700 folders, so without this a
-    checkpoint in a shared folder or a container volume is unreadable to every other user."""
+    """Give everything in `folder` the modes a plain open() or mkdir() would: safetensors writes through a private
+    temporary file (0600), so without this a checkpoint in a shared folder or a container volume is unreadable to
+    every other user."""
     mask = _umask()
     for root, _dirs, names in os.walk(folder):
         os.chmod(root, 0o777 & ~mask)
@@ -257,26 +241,9 @@ def _discard(aside: Path, owned) -> list[str]:
     if aside.is_symlink():   # `folder` was a link: the link goes, what it points to stays as it was
         aside.unlink()
         return []
-    left = _remove_owned(aside, frozenset(owned), ())
+    left = _foreign_entries(aside, owned, remove=True)
     if not left:
         aside.rmdir()
-    return left
-
-
-def _remove_owned(folder: Path, owned: frozenset, prefix: tuple[str, ...]) -> list[str]:
-    left = []
-    for entry in sorted(folder.iterdir()):
-        parts = (*prefix, entry.name)
-        kind = _made_by(owned, entry, parts)
-        if kind == "folder":
-            inside = _remove_owned(entry, owned, parts)
-            if not inside:
-                entry.rmdir()
-            left += inside
-        elif kind == "file":
-            entry.unlink()
-        else:
-            left.append("/".join(parts))
     return left
 
 
@@ -331,6 +298,7 @@ def remove_leftovers(folder: Path) -> None:
         if found and path.is_dir() and not path.is_symlink() and not _pid_alive(int(found.group(1))):
             shutil.rmtree(path, ignore_errors=True)
 
+
 def _first_os_error(e: Exception) -> Exception:
     """shutil.Error lists (source, target, "[Errno N] reason: path") for every file that failed: the first one as
     an OSError with its errno and reason (no paths), so a full disk reads as one."""
@@ -343,9 +311,9 @@ def _first_os_error(e: Exception) -> Exception:
 @contextlib.contextmanager
 def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = (), owned=None) -> Iterator[Path]:
     """Put a folder together in a temporary sibling of `folder` (the block writes into the path it is given) and
-    move it into place whole when the block ends (replace_folder, with `owned`). If anything fails midway the
-    temporary folder is removed and an existing `folder` is left as it was; a failed write (an OSError, one of
-    `errors`, or whatever says the disk is full) is a BertCoreError naming the path."""
+    move it into place whole when the block ends (replace_folder, with `owned`). If anything fails midway an
+    existing `folder` is left as it was; a failed write (an OSError, one of `errors`, or whatever says the disk is
+    full) is a BertCoreError naming the path."""
     given = Path(folder)
     folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
     if not folder.name:
@@ -366,8 +334,7 @@ def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = (), ow
 
 
 def copy_checkpoint(source, folder) -> Path:
-    """Copy a checkpoint folder to `folder` atomically, as save_checkpoint writes one: a failed copy (a full disk)
-    removes its partial copy and leaves an existing `folder` as it was; the failure is a BertCoreError."""
+    """Copy a checkpoint folder to `folder` atomically, as save_checkpoint writes one."""
     with folder_built_beside(folder) as tmp:
         shutil.copytree(source, tmp, dirs_exist_ok=True)
     return Path(folder)
@@ -396,7 +363,7 @@ def _refuse_special(path: Path, raw: str, flag: str) -> Path:
 
 def _require_writable(path: Path, flag: str) -> None:
     """Refuse a destination whose nearest existing ancestor is a file or not writable, before any work is done.
-    (As root, access() allows everything but a read-only mount; a write that still fails is caught when saving.)"""
+    (As root, access() allows everything but a read-only mount: a write that still fails is caught when saving.)"""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -428,14 +395,20 @@ def _made_by(owned, entry: Path, parts: tuple[str, ...]) -> str | None:
     return "file" if entry.is_file() and (_owns(owned, parts) or _OUR_TEMPORARY.fullmatch(entry.name)) else None
 
 
-def _foreign_entries(folder: Path, owned, prefix: tuple[str, ...] = ()) -> list[str]:
-    """Paths in `folder` that the patterns `owned` do not name (nor a temporary file of ours): the user's."""
+def _foreign_entries(folder: Path, owned, prefix: tuple[str, ...] = (), remove: bool = False) -> list[str]:
+    """Paths in `folder` that the patterns `owned` do not name (nor a temporary file of ours): the user's. With
+    `remove`, what they do name is removed, and the folders left empty."""
     foreign = []
     for entry in sorted(folder.iterdir()):
         parts = (*prefix, entry.name)
         kind = _made_by(owned, entry, parts)
         if kind == "folder":
-            foreign += _foreign_entries(entry, owned, parts)
+            inside = _foreign_entries(entry, owned, parts, remove)
+            if remove and not inside:
+                entry.rmdir()
+            foreign += inside
+        elif kind == "file" and remove:
+            entry.unlink()
         elif kind is None:
             foreign.append("/".join(parts) + ("/" if entry.is_dir() else ""))
     return foreign
@@ -448,11 +421,6 @@ def _shown(names: list[str]) -> str:
 def _foreign_error(where: str, foreign: list[str]) -> BertCoreError:
     return BertCoreError(f"{where} holds files that bert_core did not write ({_shown(foreign)}); it is left alone: "
                          "give a new or empty folder")
-
-
-def owned_names(owned=CHECKPOINT_FILES, subfolders: tuple[str, ...] = ()) -> frozenset:
-    """The patterns of a writer that writes the files `owned` into a folder and into each of its `subfolders`."""
-    return frozenset(owned) | {f"{glob.escape(sub)}/{name}" for sub in subfolders for name in owned}
 
 
 def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", subfolders: tuple[str, ...] = (),
@@ -473,7 +441,8 @@ def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", su
     if path.exists() and not path.is_dir():
         raise BertCoreError(f"{flag} {raw} is an existing file; give a folder to write {holds} into")
     if path.is_dir() and any(path.iterdir()):
-        foreign = _foreign_entries(path, owned_names(owned, subfolders))
+        patterns = {*owned, *(f"{glob.escape(sub)}/{name}" for sub in subfolders for name in owned)}
+        foreign = _foreign_entries(path, patterns)
         if foreign:
             raise _foreign_error(f"{flag} {raw}", foreign)
         if not overwrite:
@@ -516,6 +485,7 @@ def _is_text_file(path: Path, head: int = 1 << 16) -> bool:
     except (OSError, UnicodeDecodeError):
         return False
     return b"\0" not in data
+
 
 MEMORY_FOLDER = "/dev/shm"   # a folder in memory on Linux: where a download is put together when the disk is full
 

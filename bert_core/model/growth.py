@@ -33,8 +33,9 @@ from pathlib import Path
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import load_checkpoint, read_json, write_json
+from bert_core.model.checkpoint import load_checkpoint
 from bert_core.model.config import BertConfig
+from bert_core.model.files import read_json, write_json
 from bert_core.model.hf import save_pretrained
 
 # How unevenly one weight is shared among its copies: each share is (1 + u) / factor with u in [-SPLIT_NOISE,

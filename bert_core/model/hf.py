@@ -29,13 +29,7 @@ from bert_core.model.bert import (
     pretraining_model,
 )
 from bert_core.model.config import BertConfig
-from bert_core.model.files import (  # noqa: F401 - re-exported: the checks on a folder, from where they used to live
-    CONVERT_PICKLE,
-    WEIGHT_FILES,
-    is_checkpoint_folder,
-    is_whole_checkpoint,
-    require_checkpoint_folder,
-)
+from bert_core.model.files import CONVERT_PICKLE, require_checkpoint_folder
 
 FINETUNE_HEADS = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
 # Tied parameters are stored once, under the embedding / bias name, as Hugging Face's save_pretrained does.

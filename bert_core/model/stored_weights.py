@@ -24,8 +24,8 @@ from safetensors.torch import save_file
 
 from bert_core.errors import BertCoreError
 from bert_core.model.files import (CHECKPOINT_FILES, OPTIMIZER_META, OPTIMIZER_TENSORS, folder_built_beside, read_json,
-                                   write_json)
-from bert_core.model.hf import read_state_dict, require_checkpoint_folder
+                                   require_checkpoint_folder, write_json)
+from bert_core.model.hf import read_state_dict
 
 # The dtypes a folder's weights can be stored in; a name is also what transformers' config "dtype" takes.
 # float16 keeps 3 more significant bits than bfloat16 and is the default; bfloat16 keeps float32's range, for weights

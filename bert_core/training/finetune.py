@@ -33,7 +33,8 @@ from bert_core.data.task_downloads import TASKS, fetch_task_csv
 from bert_core.data.token_tags_data import TaggedSentences, read_conll, split_sentences
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertModel, ModelParts, adamw
-from bert_core.model.checkpoint import read_json, save_checkpoint
+from bert_core.model.checkpoint import save_checkpoint
+from bert_core.model.files import read_json
 from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer

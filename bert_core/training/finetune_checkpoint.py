@@ -20,14 +20,8 @@ from pathlib import Path
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import (
-    TRAINER_STATE,
-    load_optimizer_state,
-    read_json,
-    rng_state_from_json,
-    rng_state_to_json,
-    save_checkpoint,
-)
+from bert_core.model.checkpoint import load_optimizer_state, rng_state_from_json, rng_state_to_json, save_checkpoint
+from bert_core.model.files import TRAINER_STATE, read_json
 from bert_core.model.hf import TIED_KEYS, read_state_dict
 from bert_core.training.finetune_results import FinetuneEval, FinetuneStage, FinetuneStep
 from bert_core.training.train_config import TrainConfig

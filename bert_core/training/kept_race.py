@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 
 from bert_core.errors import BertCoreError
-from bert_core.model.checkpoint import read_json, replace_folder, save_checkpoint, write_text_atomic
+from bert_core.model.checkpoint import save_checkpoint
+from bert_core.model.files import read_json, replace_folder, write_text_atomic
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.training.bag_of_words import BAG_OF_WORDS_FILE, BagOfWordsClassifier, load_bag_of_words

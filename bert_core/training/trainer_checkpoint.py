@@ -15,7 +15,6 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import (
-    TRAINER_STATE,
     Checkpoint,
     load_checkpoint,
     load_optimizer_state,
@@ -24,6 +23,7 @@ from bert_core.model.checkpoint import (
     save_checkpoint,
 )
 from bert_core.model.config import BertConfig
+from bert_core.model.files import TRAINER_STATE
 from bert_core.training.pretraining_events import EvalEvent, StepEvent
 from bert_core.training.setting import is_finite_number, is_whole_number
 from bert_core.training.train_config import TrainConfig
