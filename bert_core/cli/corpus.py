@@ -45,7 +45,8 @@ def add_parser(sub):
     b.add_argument("--against", action="append", default=[], metavar="FILE",
                    help="more evaluation text to decontaminate against: a file, or GIT_DIR::PATH (repeat)")
     b.add_argument("--no-default-references", action="store_true",
-                   help="decontaminate only against --against, not the shared folder's Brown, polarity and AG News")
+                   help="decontaminate only against --against, not the everyday set, WikiText-2's test split "
+                        "(downloaded once) and the shared folder's files")
     b.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
     b.add_argument("--author-cap-words", type=int_arg(1), default=BuildSettings.author_cap_words,
                    help="most words kept per Gutenberg author (default %(default)s)")
@@ -77,16 +78,16 @@ def run(args) -> int:
 
 def _build(args) -> int:
     # The pipeline is an optional package off the core path: only a build imports it.
-    from bert_core.corpus.build import build_corpus, default_references
+    from bert_core.corpus.build import build_corpus
 
     weights = dict(DEFAULT_WEIGHTS)
     weights.update(_weight(w) for w in args.weight)
     settings = BuildSettings(seed=args.seed, author_cap_words=args.author_cap_words,
                              heldout_fraction=args.heldout_fraction, shard_tokens=args.shard_tokens,
                              compress=args.compress, weights=weights)
-    references = ([] if args.no_default_references else default_references()) + list(args.against)
     tokenizer = BertTokenizer.load(args.tokenizer)
-    report = build_corpus([str(s) for s in args.sources], args.out, tokenizer, settings, references=references,
+    report = build_corpus([str(s) for s in args.sources], args.out, tokenizer, settings,
+                          references=[] if args.no_default_references else None, against=args.against,
                           overwrite=args.overwrite, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     for warning in report["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)

@@ -5,8 +5,8 @@ The steps, in order, each a pure function of the documents and the seed:
 1. read and clean every source (bert_core.corpus.sources, cleaning); drop non-English books;
 2. drop whole documents seen before (same words), then repeated paragraphs, and a document that is mostly
    repeated paragraphs (another edition of a book already read);
-3. drop every document that shares a NGRAM-word run with a reference text (WikiText-2 test, Brown, polarity,
-   AG News, CoNLL-2000 test, the everyday-English set: see `default_references`);
+3. drop every document that shares a NGRAM-word run with a reference text (the everyday-English set, WikiText-2
+   test, every file of the shared folder: see `default_references`, and what --against adds);
 4. cap each author's (group's) words, keeping books in a seeded order;
 5. hold out a seeded share of each source's words, by whole documents, a long one split at paragraphs first;
 6. tokenize once into uint16 shards (`ShardWriter`; bert_core.data.shards reads them) and write `report.json`.
@@ -32,6 +32,7 @@ import numpy as np
 
 from bert_core.corpus.cleaning import normalized_words
 from bert_core.corpus.sources import SourceDocument, SourceTree, decode_text, detect_kind, parse_source, read_documents
+from bert_core.data.downloads import RemoteFile, cached_download, wikitext_text_from_parquet
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
 from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_FILE, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
                                    BuildSettings)
@@ -85,6 +86,8 @@ def ngram_hashes(words: list[str], n: int) -> np.ndarray:
 
 def _reference_texts(path: Path, data: bytes) -> list[str]:
     """The texts in a reference file: CSV fields, CoNLL tokens, the test members of a zip, or plain text."""
+    if data[:4] == b"PAR1":   # a Hugging Face parquet file: WikiText-2's test split as the build downloads it
+        return _reference_texts(path.with_suffix(".txt"), wikitext_text_from_parquet(path).encode())
     if data[:2] == b"PK":
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = [n for n in z.namelist() if "test" in n.rsplit("/", 1)[-1].lower() and not n.endswith("/")]
@@ -135,21 +138,43 @@ def load_reference(spec: str, n: int = 13) -> Reference:
     return Reference(name=path.name, where=spec, words=words, hashes=all_hashes)
 
 
+# Every file of the shared folder is evaluation text: Brown's, WikiText-2 valid's and each pretraining text's held-out
+# documents score the shipped models, the polarity and AG News rows and CoNLL-2000's split score the tasks.
+SHARED_REFERENCES = ("brown/brown.txt", "wikitext-2/valid.txt", "tinyshakespeare/input.txt", "movie_reviews/reviews.txt",
+                     "state_union/addresses.txt", "news/abc.txt", "movie_plots/plots.txt", "conll2000/train.txt",
+                     "sentence_polarity/polarity.csv", "ag_news/news.csv")
+# WikiText-2's test split, which the project's benchmarks score on (docs/benchmarks.md): the raw variant, as the
+# named corpus `wikitext-2` downloads its training split. Not pinned: this machine has no internet (downloads.py).
+WIKITEXT_TEST = RemoteFile(url="https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-2-raw-v1/"
+                               "test-00000-of-00001.parquet", filename="wikitext-2-raw-v1-test.parquet", sha256=None)
+# Its first sentence, raw or tokenised: a given reference holding its first NGRAM words is the test split.
+WIKITEXT_TEST_RUN = ("robert boulter is an english film television and theatre actor he had a guest starring role on "
+                     "the television series the bill in 2000")
+
+
 def default_references() -> list[str]:
-    """The project's evaluation text: its everyday-English set (bert_core.data.everyday_set, always), and what is
-    found on this machine: the shared folder's Brown (all of it: a superset of any run's held-out documents),
-    polarity and AG News rows, and the app's downloaded task files in the cache.
-    WikiText-2 test and CoNLL-2000 test are not in either place; give them with --against (docs/corpus.md)."""
+    """The project's evaluation text found on this machine: its everyday-English set (bert_core.data.everyday_set,
+    always), every file of the shared folder (SHARED_REFERENCES), and the app's downloaded task files in the cache.
+    A build with the defaults adds WikiText-2's test split (`wikitext_test_reference`)."""
     found = [str(BLANKS_FILE), str(PAIRS_FILE)]
     shared = shared_data_dir()
     if shared is not None:
-        for rel in ("brown/brown.txt", "sentence_polarity/polarity.csv", "ag_news/news.csv"):
-            if (shared / rel).is_file():
-                found.append(str(shared / rel))
+        found += [str(shared / rel) for rel in SHARED_REFERENCES if (shared / rel).is_file()]
     for name in ("ag_news-download.csv", "polarity-download.csv"):
         if (cache_dir() / name).is_file():
             found.append(str(cache_dir() / name))
     return found
+
+
+def wikitext_test_reference(refs: list[Reference], n: int) -> Reference | None:
+    """WikiText-2's test split as a reference, unless one of `refs` holds it already (a copy given with --against):
+    downloaded once into the cache; offline, an error that says how to give a copy."""
+    first = ngram_hashes(WIKITEXT_TEST_RUN.split()[:n], n)
+    if len(first) and any(np.isin(first, r.hashes).all() for r in refs):
+        return None
+    hint = ("give a copy of WikiText-2's test split with --against FILE (wiki.test.tokens, or "
+            "word_language_model/data/wikitext-2/test.txt of github.com/pytorch/examples)")
+    return load_reference(str(cached_download(WIKITEXT_TEST, cache_dir(), offline_hint=hint)), n)
 
 
 class ShardWriter:
@@ -326,8 +351,11 @@ def heldout_pieces(words: list[int], fraction: float, seed: int) -> set[int]:
 
 def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: BuildSettings | None = None,
                  references: list[str] | None = None, overwrite: bool = False,
-                 progress: Callable[[str], None] | None = None) -> dict:
+                 progress: Callable[[str], None] | None = None, against: list[str] = ()) -> dict:
     """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report.
+
+    `references` None decontaminates against the defaults (`default_references` and WikiText-2's test split), a list
+    against those only; `against` adds more either way.
 
     The folder is written under a temporary name and renamed at the end: a failed build leaves no half corpus and
     never touches an existing one (`overwrite` replaces it only once the new one is complete)."""
@@ -352,9 +380,11 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
         names[kind] = names.get(kind, 0) + 1
         trees.append((tree, kind, kind if names[kind] == 1 else f"{kind}-{names[kind]}"))
     refs = []
-    for spec in (default_references() if references is None else references):
+    for spec in (default_references() if references is None else references) + list(against):
         say(f"reading reference {spec}")
         refs.append(load_reference(spec, settings.ngram))
+    wikitext = wikitext_test_reference(refs, settings.ngram) if references is None else None
+    refs += [wikitext] if wikitext else []
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
     try:
