@@ -9,7 +9,6 @@ from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 from bert_core.app import app_state
-from bert_core.serve import model_sources
 
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 
@@ -136,8 +135,7 @@ with tab_time:
                          f"attention-step{step}", key="att_time")
 
 with tab_pair:
-    # This tab's earlier runs (e.g. the same settings with NSP off), then the checkpoints beside the shipped one.
-    others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
+    others = app_state.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
     if not others:
         st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
                 "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "

@@ -20,7 +20,6 @@ from bert_core.inspect.inspection import (
     word_text,
 )
 from bert_core.app import app_state
-from bert_core.serve import model_sources
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
 TEMPERATURES, TOP_KS, SEEDS, LENGTHS = (app_state.Within(0.1, 2.0), app_state.Within(0, 1000),
@@ -131,8 +130,7 @@ def _fill_in(active, note: str) -> list:
 
 def _other_model(active, preds: list) -> None:
     with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
-        # This tab's earlier runs, then the checkpoints beside the shipped one and the saved runs.
-        others = {**app_state.tab_run_folders(), **model_sources.checkpoints_beside_default(exclude=active.path)}
+        others = app_state.other_models(active)
         if not others:
             st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a "
                        "checkpoint beside the shipped one, and it can be set beside this model here.")

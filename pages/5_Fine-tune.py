@@ -471,9 +471,9 @@ def main() -> None:
     st.markdown(INTRO)
     if st.session_state.get("ft_from_lesson"):
         # Arrived from the lesson: the way back to the step it left, with this race reported there.
-        app_state.page_link_with("pages/0_Lesson.py", "Back to the lesson (step "
-                                 f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
-                                 ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
+        app_state.page_link("pages/0_Lesson.py", "Back to the lesson (step "
+                            f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
+                            ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
     if active is not None and active.config.attention == "causal":
         st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), "
                    "as GPT-1 did, because under causal attention [CLS] sees only itself.")

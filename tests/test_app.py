@@ -439,7 +439,9 @@ def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering(
 
 def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():
     # Outside `streamlit run` there is no runtime: liveness is unknown, so nothing is ever reaped on a guess.
-    assert app_state._session_alive_from_runtime("whatever") is None
+    from bert_core.app.app_runs import session_alive_from_runtime
+
+    assert session_alive_from_runtime("whatever") is None
 
 
 def test_model_snapshot_is_a_frozen_copy(checkpoint):

@@ -461,14 +461,14 @@ def test_a_class_keeps_its_teachers_step_and_nothing_else():
     from bert_core.app.lesson_classes import LessonClasses
 
     classes = LessonClasses(lesson.STEP_KEYS, limit=3)
-    code = classes.open("tokens")
+    code = classes.lead("tokens")[0]
     assert classes.step(code) == "tokens" and classes.state(code) is not None
     classes.set_step(code, "masking")
     assert classes.step(code) == "masking"
     classes.set_step(code, "../../etc/passwd")   # not a step: ignored
     classes.set_step("made-up", "run")          # not a class: nothing is created
     assert classes.step(code) == "masking" and classes.step("made-up") is None and classes.step(None) is None
-    others = [classes.open("run") for _ in range(3)]
+    others = [classes.lead("run")[0] for _ in range(3)]
     assert classes.step(code) is None and all(classes.step(c) == "run" for c in others)   # the oldest is dropped
 
 

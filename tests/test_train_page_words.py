@@ -104,12 +104,12 @@ def test_a_race_row_in_my_runs_shows_every_contender_not_the_pretrained_model_al
 
 
 def test_the_sidebar_names_a_preparing_run_and_what_it_will_offer():
-    from bert_core.app import app_state
+    from bert_core.app.app_models import waiting_model_note
 
-    said = app_state._waiting_model_note("preparing")
+    said = waiting_model_note("preparing")
     assert "No model has been trained" not in said and "preparing" in said and "first step" in said
-    assert "waiting for a slot" in app_state._waiting_model_note("queued")
-    assert "No model has been trained" in app_state._waiting_model_note(None)
+    assert "waiting for a slot" in waiting_model_note("queued")
+    assert "No model has been trained" in waiting_model_note(None)
 
 
 # -- the page (AppTest) ----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_core.app import app_state
+from bert_core.errors import BertCoreError
 from bert_core.serve import jobs, launcher, model_sources
 from bert_core.serve.training_process import ProcessTrainingJob
 from tests import app_fixtures
@@ -105,7 +105,7 @@ def test_stop_resume_and_extend(started_jobs):
     assert job.trainer.step == stopped_at  # really stopped, not only reported so
     job.start()  # resume
     assert job.busy
-    with pytest.raises(app_state.BertCoreError, match="no stopped or finished"):
+    with pytest.raises(BertCoreError, match="no stopped or finished"):
         job.extend(5)
     _wait_for_step(job, stopped_at + 3)
     job.stop(wait=TIMEOUT)
@@ -119,7 +119,7 @@ def test_step_once_takes_the_next_update_of_a_stopped_run_in_its_process(started
     started_jobs.append(job)
     job.start()
     _wait_for_step(job, 2)
-    with pytest.raises(app_state.BertCoreError, match="stop the run first"):
+    with pytest.raises(BertCoreError, match="stop the run first"):
         job.step_once()
     job.stop(wait=TIMEOUT)
     stopped_at = job.trainer.step
@@ -164,7 +164,7 @@ def test_a_crashed_child_is_reported_not_waited_for(started_jobs):
     job.start()
     assert job.wait(TIMEOUT)
     assert job.phase == "failed" and "exit code 7" in job.error
-    with pytest.raises(app_state.BertCoreError, match="nothing to save"):
+    with pytest.raises(BertCoreError, match="nothing to save"):
         job.save("/tmp/never")
 
 

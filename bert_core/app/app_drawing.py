@@ -1,6 +1,5 @@
-"""Drawing helpers every page uses: the sidebar's page list, links between pages, Plotly charts with their download
-button set up, a user error as a message, and one training update as the lesson and the Train page show it.
-Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
+"""Drawing helpers every page uses: the page list, links, Plotly charts, a user error as a message, one training
+update as the lesson and the Train page show it."""
 
 from __future__ import annotations
 
@@ -43,19 +42,11 @@ def navigation() -> None:
         st.divider()
 
 
-def page_link(page: str, label: str, icon: str | None = None) -> None:
-    """A link to another page of the app; nothing when the page is run on its own (AppTest.from_file of one
-    page), where there is no app to link to."""
+def page_link(page: str, label: str, icon: str | None = None, **query: str) -> None:
+    """A link to another page of the app, opened with `query` (the lesson at a `step`); nothing when the page is run
+    on its own (AppTest.from_file of one page), where there is no app to link to."""
     try:
-        st.page_link(page, label=label, icon=icon)
-    except StreamlitPageNotFoundError:
-        pass
-
-
-def page_link_with(page: str, label: str, icon: str | None = None, **query: str) -> None:
-    """`page_link` to a page opened with these query parameters (e.g. the lesson at a given `step`)."""
-    try:
-        st.page_link(page, label=label, icon=icon, query_params=query)
+        st.page_link(page, label=label, icon=icon, query_params=query or None)
     except StreamlitPageNotFoundError:
         pass
 

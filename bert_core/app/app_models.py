@@ -1,7 +1,6 @@
 """The models the sidebar's picker offers, each loaded as an `ActiveModel` or explained by a note: a shipped
 checkpoint, this tab's run's model as it trains, a saved run, an uploaded zip, a server folder (not in public mode).
-Checkpoints load through Streamlit's resource cache. Streamlit-facing (bert_core.app.app_state re-exports it for
-the pages)."""
+Checkpoints load through Streamlit's resource cache."""
 
 from __future__ import annotations
 
@@ -76,21 +75,26 @@ def load_folder_cached(folder: str | Path) -> tuple[Any, Any, dict | None]:
     return _load(str(path.resolve()), folder_stamp(path))
 
 
-def shipped_choice(name: str | None) -> Path:
-    """The shipped checkpoint picked by name (the sidebar's box, `?ckpt=` in the URL): one of the folders in
-    checkpoints/, never a path built from the name; the default one for no name or a name not shipped."""
-    return shipped_checkpoints().get(name or "", default_checkpoint())
-
-
 def _shipped_model(path: Path | None = None):
     path = path or default_checkpoint()
     if not path.is_dir():
         where = path.name if public_mode() else path   # a visitor of a public server learns none of its folders
         return None, (f"The shipped checkpoint is not here yet (`{where}`). Train a model on the **Train** page "
                       "and pick *Model trained in this session*, or give a checkpoint folder.")
-    model, tok, state = load_folder_cached(path)
-    return ActiveModel(model, tok, SOURCE_SHIPPED, path, describe_checkpoint(path.name, model, state), state,
-                       (state or {}).get("step")), None
+    return _active(SOURCE_SHIPPED, path, path, path.name)
+
+
+def _active(source: str, folder, label: Path, name=None, grown: Path | None = None):
+    """(the checkpoint in `folder` as the picker's model of `source`, known as `label`; None): `name` is what its
+    description calls it (else `label`); a folder `grow` wrote has its rate in `grown`'s growth.json."""
+    model, tok, state = load_folder_cached(folder)
+    rate = None
+    if grown is not None and state is None:
+        from bert_core.model.growth import grown_pretraining_rate   # torch: not at the top (TORCH_FREE)
+
+        rate = grown_pretraining_rate(grown)
+    return ActiveModel(model, tok, source, label, describe_checkpoint(name or label, model, state), state,
+                       (state or {}).get("step"), rate), None
 
 
 def shipped_model(name: str) -> ActiveModel | None:
@@ -151,25 +155,14 @@ def _folder_model(folder: str):
         return None, "Opening a folder by its server path is off on this public server: upload a zip instead."
     if not folder.strip():
         return None, "Type the path of a checkpoint folder (ours or a Hugging Face BERT folder)."
-    model, tok, state = load_folder_cached(folder)
     path = Path(folder).expanduser()
-    return ActiveModel(model, tok, SOURCE_FOLDER, path, describe_checkpoint(path, model, state), state,
-                       (state or {}).get("step"), _grown_rate(path, state)), None
-
-
-def _grown_rate(folder: Path, state: dict | None) -> float | None:
-    from bert_core.model.growth import grown_pretraining_rate   # torch: not at the top (TORCH_FREE)
-
-    return grown_pretraining_rate(folder) if state is None else None
+    return _active(SOURCE_FOLDER, folder, path, grown=path)
 
 
 def _saved_model(name: str | None):
     if not name:
         return None, "No run has been saved on this server yet: train one and press **Save** on the Train page."
-    path = saved_run_folder(name)
-    model, tok, state = load_folder_cached(path)
-    return ActiveModel(model, tok, SOURCE_SAVED, Path(name), describe_checkpoint(Path(name), model, state), state,
-                       (state or {}).get("step")), None
+    return _active(SOURCE_SAVED, saved_run_folder(name), Path(name))
 
 
 def _uploaded_model(upload):
@@ -185,15 +178,12 @@ def _uploaded_model(upload):
         path = unpack_uploaded_checkpoint(session_id(), upload.getvalue())
         st.session_state["_model_upload_folder"] = (upload.file_id, str(path))
     try:
-        model, tok, state = load_folder_cached(path)
+        return _active(SOURCE_UPLOAD, path, Path(upload.name), grown=path)
     except BertCoreError as exc:   # name the file inside the zip, not the server's scratch folder it went to
         message = str(exc)
         for where in (str(path.resolve()), str(path)):
             message = message.replace(where + os.sep, "the zip's ").replace(where, "the zip")
         raise BertCoreError(message) from None
-    label = Path(upload.name)
-    return ActiveModel(model, tok, SOURCE_UPLOAD, label, describe_checkpoint(label, model, state), state,
-                       (state or {}).get("step"), _grown_rate(path, state)), None
 
 
 def quick_config():
@@ -201,9 +191,9 @@ def quick_config():
     home page's first drawing; None when the sidebar's choice has no folder yet (then the sidebar loads it)."""
     source = st.session_state.get("model_source") or SOURCE_CODES.get(query_default("model", "shipped"))
     try:
-        if source == SOURCE_SHIPPED:
-            return BertConfig.load(shipped_choice(st.session_state.get("model_shipped")
-                                                   or query_default("ckpt", "")))
+        if source == SOURCE_SHIPPED:   # by name among the shipped folders, never a path built from the name
+            name = st.session_state.get("model_shipped") or query_default("ckpt", "")
+            return BertConfig.load(shipped_checkpoints().get(name, default_checkpoint()))
         if source == SOURCE_SESSION:
             job = current_job()
             return job.trainer.model_config
@@ -216,12 +206,7 @@ def load_model(source: str, choice) -> tuple[ActiveModel | None, str | None]:
     """(the model of `source` for the picker's `choice`, a note to show under the picker), one of them None. A
     `choice` is a shipped checkpoint's folder, a server folder's path, a saved run's name or an upload (None: this
     tab's run's model). Raises BertCoreError for a checkpoint that cannot be read."""
-    if source == SOURCE_SHIPPED:
-        return _shipped_model(choice)
     if source == SOURCE_SESSION:
         return _session_model()
-    if source == SOURCE_SAVED:
-        return _saved_model(choice)
-    if source == SOURCE_UPLOAD:
-        return _uploaded_model(choice)
-    return _folder_model(choice)
+    return {SOURCE_SHIPPED: _shipped_model, SOURCE_SAVED: _saved_model, SOURCE_UPLOAD: _uploaded_model,
+            SOURCE_FOLDER: _folder_model}[source](choice)

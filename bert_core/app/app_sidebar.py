@@ -1,10 +1,10 @@
 """The sidebar every page draws first: the page list, the model picker (which model the pages look at, in the URL
 as `?model=`), and the notes under it; drawing it also binds the tab to its run, notes a led class's run, keeps the
-browser's id and starts the scratch janitor. Streamlit-facing (bert_core.app.app_state re-exports it for the
-pages)."""
+browser's id and starts the scratch janitor."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import streamlit as st
@@ -24,7 +24,7 @@ from bert_core.app.app_models import (
 from bert_core.app.app_runs import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
 from bert_core.app.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
-from bert_core.app.app_widgets import init_widget, persist_every_page_keys, persist_keys
+from bert_core.app.app_widgets import init_widget, persist_keys
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints
 from bert_core.serve.runs import OWNER, VIEWER
@@ -33,20 +33,13 @@ from bert_core.app.url_settings import one_of
 log = logging.getLogger("bert_core.app")
 
 
-_TORCH_THREADS_SET = False
-
-
-def _configure_torch() -> None:
-    global _TORCH_THREADS_SET
-    if not _TORCH_THREADS_SET:
-        use_training_threads()
-        _TORCH_THREADS_SET = True
+_configure_torch = functools.cache(use_training_threads)   # torch's threads, once per server process
 
 
 def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     """Draw the sidebar: the page list and the model picker (every page calls this). Returns the active model,
     or None with a note."""
-    persist_every_page_keys()
+    persist_keys(*st.session_state.get("_persisted_keys", ()))   # every page's (see persist_keys), before any widget
     if not navigation_drawn:
         navigation()
     _configure_torch()

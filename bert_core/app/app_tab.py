@@ -1,6 +1,6 @@
 """This tab's runs and this browser: which run of the server each page of the tab shows (found from the URL, a share
 link or the session, and written back into the URL so that the address bar reopens it), this browser's id kept in a
-cookie, and the "My runs" list it keys. Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
+cookie, and the "My runs" list it keys."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from bert_core.app.app_drawing import script_frame
 from bert_core.app.app_runs import LESSON_CLASSES, RUNS
+from bert_core.serve.model_sources import checkpoints_beside_default
 from bert_core.serve.run_protocols import FINETUNE_PAGE, RunJob
 from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
 from bert_core.app.visitor_runs import (
@@ -124,17 +125,11 @@ def store_visitor_cookie() -> None:
             script_frame(cookie_script(visitor))
 
 
-def my_runs() -> list[dict]:
-    """This browser's runs, started or watched, newest first, as rows with the link that opens each on its page
-    (relative: it resolves beside the page showing it, whatever path the server is served under)."""
-    return visitor_rows(RUNS.visited(visitor_id()))
-
-
 def my_runs_list() -> None:
-    """The "My runs" switch of the Train and Fine-tune pages: this browser's runs, each with its link. Drawn only
-    when switched on: folded content would still be on the page, where its words ("preparing") mix with the
-    page's own."""
-    rows = my_runs()
+    """The "My runs" switch of the Train and Fine-tune pages: this browser's runs, newest first, each with its link
+    (relative: it resolves beside the page, whatever path the server is under). Drawn only when switched on: folded
+    content would still be on the page, where its words ("preparing") mix with the page's own."""
+    rows = visitor_rows(RUNS.visited(visitor_id()))
     if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
                      help="The runs this browser started or watched, with their links, after a reload and when you "
                           "come back (as long as the server keeps them)."):
@@ -185,20 +180,18 @@ def set_current_run(run: Run | None, page: str = TRAIN_PAGE) -> None:
         RUNS.attach(run, session_id(), OWNER, visitor_id())
 
 
-def tab_run_folders() -> dict[str, Path]:
-    """This tab's earlier runs whose checkpoints are in their folders ("run 1 of this tab": folder), for the pages
-    that set a second model beside the active one (the run list's numbering, as on the Train page)."""
+def other_models(active) -> dict[str, Path]:
+    """The models a page may set beside the `active` one: this tab's earlier runs whose checkpoints are in their
+    folders ("run 1 of this tab", the Train page's numbering), then the checkpoints beside the shipped one."""
     run, role = current_run()
-    if run is None or role != OWNER:
-        return {}
     found = {}
-    for i, r in enumerate(RUNS.family(run)):
+    for i, r in enumerate(RUNS.family(run) if run is not None and role == OWNER else ()):
         if r is run:
             continue  # the tab's current run is the sidebar's "Model trained in this session"
         folder = r.job.released if r.job is not None else None
         if folder is not None and (Path(folder) / "config.json").is_file():
             found[f"run {i + 1} of this tab"] = Path(folder)
-    return found
+    return {**found, **checkpoints_beside_default(exclude=active.path)}
 
 
 def current_job() -> RunJob | None:

@@ -1,6 +1,5 @@
 """Widget state of the explorer's pages: a widget's value seeded once from the URL (so a shared link opens the same
-view) or its default, kept across page switches, written back into the URL, and following a default that changes.
-Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
+view) or its default, kept across page switches, written back into the URL, and following a default that changes."""
 
 from __future__ import annotations
 
@@ -24,11 +23,6 @@ def persist_keys(*keys: str) -> None:
             st.session_state[key] = st.session_state[key]
 
 
-def persist_every_page_keys() -> None:
-    """Re-save the keys every page has named (see `persist_keys`); first thing in `sidebar`, before any widget."""
-    persist_keys(*st.session_state.get("_persisted_keys", ()))
-
-
 def query_default(name: str, default, cast=str):
     """A page setting from the URL query (so a shared link opens the same view), else `default`. The one place a
     link's values are read: a number with a range (`cast` a `Within`) is held to it; one that cannot be read (junk,
@@ -48,9 +42,7 @@ def query_default(name: str, default, cast=str):
 
 def init_widget(key: str, default, cast=str, param: str | None = None) -> None:
     """Seed a widget's session value once: from the URL query parameter `param` (default: the key), else `default`.
-
-    Keys carry a page prefix (att_, pred_...) so that one page's parameters never leak into another's.
-    """
+    Keys carry a page prefix (att_, pred_...) so that one page's parameters never leak into another's."""
     if key not in st.session_state:
         st.session_state[key] = query_default(param or key, default, cast)
 
@@ -77,10 +69,9 @@ def sync_query(*keys: str) -> None:
 
 
 def smoothing_slider(key: str, help: str, view: Any = None) -> float:
-    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL (held to its
-    range) or the default; returns its value. `view` names what the curves show (a run
-    and whether it still trains): when it changes, the slider returns to the default, so a value set for a live run
-    (0 shows its raw steps) does not draw the finished run's curves as blocks of spikes (issue #64)."""
+    """The "Smoothing of the training curves" slider (figures.ema's weight), seeded from the URL or the default.
+    When `view` (a run, and whether it still trains) changes, it returns to the default, so a value set for a live
+    run (0 shows its raw steps) does not draw the finished run's curves as blocks of spikes (issue #64)."""
     init_widget(key, DEFAULT_SMOOTHING, SMOOTHING)
     marker = f"_view_of_{key}"
     if view is not None:

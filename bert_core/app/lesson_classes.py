@@ -2,20 +2,11 @@
 the class link (`Lesson?follow=CODE`) to follow; and the teacher's view of the class, which only the teacher's own
 link (`Lesson?teach=TOKEN`, a second token, never shown to students) opens.
 
-In memory, server-wide, and small. A class holds:
-- the step the teacher is on (a step name checked against the lesson's own, bert_core.inspect.lesson.STEP_KEYS);
-- which model the teacher's sidebar has, so that every student's steps look at the same one: a shipped checkpoint's
-  name (checked against a name's shape here, looked up by the page among the shipped folders, never a path) or the
-  view id of the teacher's run, which students then watch as a share link's holder does;
-- the view id of the teacher's live run of the lesson (step 5), watched by the students, not restarted by each, and
-  of the teacher's race (step 10), whose figures the students' last step reports;
-- the teacher's latest *Take one step* record (the update's numbers and figures: no text anyone typed);
-- the view ids of the runs the class started from the lesson's links (at most MAX_RUNS);
-- a seat per student browser: an opaque key (a hash, never the browser's id), the step it is on, whether it follows,
-  when it was last seen, and the index of the answer it chose at each step (at most MAX_SEATS seats). Counts are
-  made from these; no name and no text a student typed is kept.
-The oldest classes are dropped beyond `limit`. A restarted server forgets its classes: the teacher presses *Lead a
-class* again and shares the new link.
+In memory, server-wide, and small: the teacher's step, model (a shipped checkpoint's name, checked for its shape and
+never a path, or a run's view id), live run, race and latest *Take one step* record; the view ids of the class's
+runs; a seat per student browser (a hash, never the browser's id) with its step, whether it follows, when it was
+last seen and the index of each answer it chose. No name and no text a student typed is kept. The oldest classes go
+beyond `limit`; a restarted server forgets them (the teacher leads again and shares the new link).
 """
 
 from __future__ import annotations
@@ -53,7 +44,6 @@ CODE_LENGTH = 6
 _CODE = re.compile(f"[{CODE_ALPHABET}]{{{CODE_LENGTH}}}")
 _SHIPPED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SEAT = re.compile(r"[0-9a-f]{20}")
-MODEL_KINDS = ("shipped", "run")
 
 
 def _token(value) -> str | None:
@@ -140,8 +130,7 @@ class LessonClasses:
         self._lock = threading.Lock()
         self._classes: OrderedDict[str, _Class] = OrderedDict()
         self._teachers: dict[str, str] = {}
-        # The codes of the classes that ended here (closed, or dropped beyond `limit`), so that their links say
-        # so, where a code this server never gave is a link that names no class (bounded like the classes).
+        # The classes that ended here (closed or dropped), so that their links say so (bounded like the classes).
         self._ended: OrderedDict[str, None] = OrderedDict()
 
     # -------------------------------------------------------------------------------------------- the teacher
@@ -165,17 +154,10 @@ class LessonClasses:
             if code not in self._classes and code not in self._ended:
                 return code
 
-    def open(self, step: str) -> str:
-        """A new class at `step`; returns its students' code."""
-        return self.lead(step)[0]
-
     def code_for_teacher(self, teacher: str | None) -> str | None:
         """The class whose teacher's token this is, or None (a students' code is not a teacher's token)."""
-        token = _token(teacher)
-        if token is None:
-            return None
         with self._lock:
-            return self._teachers.get(token)
+            return self._teachers.get(_token(teacher) or "")
 
     def close(self, code: str | None) -> None:
         """End class `code`: its students' pages say so, and its teacher's link no longer opens it."""
@@ -197,8 +179,7 @@ class LessonClasses:
             return str(code or "") in self._ended
 
     def _set(self, code: str | None, name: str, value, same=lambda a, b: a == b) -> None:
-        """Set the field `name` of class `code`: its version moves, and the class is kept longest, only when the
-        value changes."""
+        """Set the field `name` of class `code`; only a change moves its version and keeps the class longest."""
         with self._lock:
             found = self._classes.get(str(code or ""))
             if found is not None and not same(getattr(found, name), value):
@@ -210,8 +191,7 @@ class LessonClasses:
         self._classes.move_to_end(code)
 
     def set_step(self, code: str, step: str) -> None:
-        """Move class `code` to `step` (a step name of the lesson; anything else is ignored); a class is made by
-        `lead`."""
+        """Move class `code` to `step` (a step name of the lesson; anything else is ignored)."""
         if step in self.steps:
             self._set(code, "step", step)
 
@@ -235,8 +215,7 @@ class LessonClasses:
         self._set(code, "race", _token(view_id))
 
     def set_step_record(self, code: str, record: Any) -> None:
-        """The teacher's latest *Take one step* (a (StepRecord, vocabulary size) pair), or None after a fresh
-        start."""
+        """The teacher's latest *Take one step* (a (StepRecord, vocabulary size) pair), or None."""
         self._set(code, "step_record", record, same=lambda a, b: a is b)
 
     def show_split(self, code: str, step: str, shown: bool = True) -> None:
@@ -289,11 +268,8 @@ class LessonClasses:
             c = self._classes.get(str(code or ""))
             if c is None:
                 return
-            found = c.seats.get(seat)
-            if found is None:
-                found = c.seats[seat] = _Seat(step, bool(following), now)
-            found.step, found.following, found.seen = step, bool(following), now
-            c.seats.move_to_end(seat)
+            kept = c.seats.pop(seat, None)
+            c.seats[seat] = _Seat(step, bool(following), now, kept.answers if kept is not None else {})
             while len(c.seats) > MAX_SEATS:
                 c.seats.popitem(last=False)
 
@@ -328,13 +304,9 @@ class LessonClasses:
         with self._lock:
             c = self._classes.get(str(code or ""))
             if c is not None:
-                self._add_run(c, view)
-
-    @staticmethod
-    def _add_run(c: _Class, view: str) -> None:
-        c.runs[view] = None
-        while len(c.runs) > MAX_RUNS:
-            c.runs.popitem(last=False)
+                c.runs[view] = None
+                while len(c.runs) > MAX_RUNS:
+                    c.runs.popitem(last=False)
 
 
 def _answer_counts(c: _Class, step: str, choices: int) -> tuple[int, ...]:
