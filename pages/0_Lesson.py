@@ -366,6 +366,7 @@ def _watch(run, can_stop: bool) -> None:
         else:
             st.caption("*What to notice* appears here at the run's first held-out evaluation.")
         st.caption(f"Run {run.phase}" + (f": step {trainer.step:,}" if trainer is not None else ""))
+        app_state.busy_caption(run)
         if trainer is None:
             return
         app_state.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
@@ -556,6 +557,7 @@ def _finetune(p: Lesson) -> str | None:
         s["_lesson_race_pending"] = p.klass.race if run is not None and not done else None   # redrawn once it ends
     # An ended race's results (none when it failed before its models were built).
     results = run.job.trainer.results if done and run.job.trainer is not None else None
+    app_state.busy_caption(run, "race")
     text = lesson.notice_finetune(results, _raced(run))
     if text is None and p.following:
         st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "

@@ -300,7 +300,7 @@ def _status(viewer: bool, active: bool) -> None:
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
                      f"elapsed {jobs.format_duration(prog.elapsed_s)}"
-                     + (f" · time left {jobs.format_duration(prog.eta_s)}" if run.active else "")
+                     + (f" · time left {jobs.format_duration(app_state.time_left(run))}" if run.active else "")
                      + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     last = history[-1] if history else None
     m = st.columns(5)

@@ -360,7 +360,7 @@ def live(viewer: bool, busy: bool) -> None:
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}" + (f": training {current}" if current else "") +
-                     f" · time left {jobs.format_duration(prog.eta_s)}"
+                     f" · time left {jobs.format_duration(app_state.time_left(run))}"
                      + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     names, primary = comparison.metric_names, comparison.primary
     metric = ("accuracy", "macro_f1")[primary]

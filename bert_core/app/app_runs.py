@@ -18,6 +18,7 @@ from bert_core.serve.launcher import fork_available, launcher
 from bert_core.app.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
 from bert_core.serve.runs import Run, RunStore
+from bert_core.serve.server_load import Pace
 
 log = logging.getLogger("bert_core.app")
 
@@ -105,6 +106,7 @@ JOB_FACTORY = JobFactory(RECORDS, kind=server_job_kind())
 RUNS = RunStore(JOB_FACTORY, slots=JOB_FACTORY.slots, gpus=JOB_FACTORY.gpus, is_alive=session_alive_from_runtime,
                 release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore,
                 where=JOB_FACTORY.where)
+PACE = Pace()   # each watched run's pace on this server now, for the pages' busy line (server_load)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 
 

@@ -35,7 +35,7 @@ from bert_core.app.app_models import (
     quick_config,
     shipped_model,
 )
-from bert_core.app.app_run_panel import reset_button, run_status, share_box, stop_button
+from bert_core.app.app_run_panel import busy_caption, reset_button, run_status, share_box, stop_button, time_left
 from bert_core.app.app_runs import (
     CHART_POLL_ENV,
     LESSON_CLASSES,
