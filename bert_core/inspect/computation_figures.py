@@ -1,7 +1,6 @@
-"""Plotly figures for "How BERT computes": attention step by step, each layer's guess, heads switched off, the
-embeddings, word maps and the grammar check. Built from the plain results of attention_steps, logit_lens,
-embeddings and grammar; nothing here imports Streamlit. Layers, heads and tokens are counted from 1 in every label
-a person reads (the results count from 0)."""
+"""Plotly figures for "How BERT computes" (attention step by step, each layer's guess, heads switched off,
+embeddings, word maps, the grammar check), from the results of attention_steps, logit_lens, embeddings and grammar.
+Layers, heads and tokens are counted from 1 in every label a person reads (the results count from 0)."""
 
 from __future__ import annotations
 
@@ -25,6 +24,15 @@ def token_labels(tokens: Sequence[str]) -> list[str]:
     return [f"{i + 1} {t}" for i, t in enumerate(tokens)]
 
 
+def _dims(n: int) -> list[str]:
+    return [str(i + 1) for i in range(n)]
+
+
+def _reversed_rows(fig: go.Figure, rows: int) -> None:
+    for row in range(1, rows + 1):
+        fig.update_yaxes(autorange="reversed", row=row, col=1)
+
+
 def _token_name(steps) -> str:
     return f"Token {steps.query + 1} “{steps.tokens[steps.query]}”"
 
@@ -46,9 +54,8 @@ def _fonts(fig: go.Figure) -> go.Figure:
 
 
 def _room_above(fig: go.Figure) -> go.Figure:
-    """A top margin that holds, under the toolbar's strip, every line of the title and of the top row's subplot
-    titles (the plot keeps its size: the height grows by as much). A title wrapped to two lines otherwise ran into
-    the first panel's title at a projector's 1280 px (seen in the browser test's screenshots)."""
+    """A top margin that holds, under the toolbar, every line of the title and of the top row's subplot titles (the
+    height grows by as much): a two-line title otherwise ran into the first panel's at 1280 px."""
     title = str(fig.layout.title.text or "")
     lines = title.count("<br>") + 1 if title else 0
     top_row = [a for a in fig.layout.annotations
@@ -62,11 +69,11 @@ def _room_above(fig: go.Figure) -> go.Figure:
 
 
 def vectors_figure(steps) -> go.Figure:
-    """The head's query for the chosen token, and every token's key and value, as coloured strips (red positive,
-    blue negative); exact values on hover, and in the cells for a narrow head."""
+    """The head's query for the chosen token and every token's key and value, as strips (red positive, blue
+    negative); values on hover, and in the cells for a narrow head."""
     labels = token_labels(steps.tokens)
     d = steps.head_dim
-    dims = [str(i + 1) for i in range(d)]
+    dims = _dims(d)
     zmax = _symmetric(steps.q, steps.k, steps.v)
     s = len(labels)
     fig = make_subplots(rows=3, cols=1, row_heights=[1, s, s], vertical_spacing=0.09,
@@ -80,8 +87,7 @@ def vectors_figure(steps) -> go.Figure:
             colorbar=dict(title="value", len=0.5, y=0.75), texttemplate="%{z:.2f}" if show_numbers else None,
             textfont=dict(size=FONT - 1),
             hovertemplate=f"{name} of %{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
-    for row in (1, 2, 3):
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    _reversed_rows(fig, 3)
     fig.update_xaxes(title=f"component (the head's {d} dimensions)", row=3, col=1)
     height = 150 + 26 * (2 * s + 1)
     return _fonts(_layout(fig, f"Layer {steps.layer + 1}, head {steps.head + 1}: query, keys and values",
@@ -89,8 +95,8 @@ def vectors_figure(steps) -> go.Figure:
 
 
 def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = None) -> go.Figure:
-    """The scores q·k for every key token, then divided by sqrt(d), then the softmax (the model's attention row);
-    a key the mask hides is drawn grey and marked. With a temperature other than 1, the what-if row beside it."""
+    """The scores q·k for every key token, divided by sqrt(d), then the softmax (the model's attention row), a key
+    the mask hides grey; with a temperature other than 1, the what-if row beside it."""
     labels = token_labels(steps.tokens)
     hidden = ~steps.allowed
     colour = [FUTURE_COLOUR if h else MODEL_COLOUR for h in hidden]
@@ -98,10 +104,9 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
                         subplot_titles=("1. score q·k", f"2. divided by √d = √{steps.head_dim} "
                                         f"= {np.sqrt(steps.head_dim):.2f}",
                                         "3. softmax: the attention weights (they sum to 1)"))
-    fig.add_trace(go.Bar(x=labels, y=steps.scores, marker_color=colour, name="q·k", showlegend=False,
-                         hovertemplate="%{x}: q·k = %{y:.4f}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=labels, y=steps.scaled, marker_color=colour, name="q·k / √d", showlegend=False,
-                         hovertemplate="%{x}: q·k / √d = %{y:.4f}<extra></extra>"), row=2, col=1)
+    for row, (y, name) in enumerate(((steps.scores, "q·k"), (steps.scaled, "q·k / √d")), start=1):
+        fig.add_trace(go.Bar(x=labels, y=y, marker_color=colour, name=name, showlegend=False,
+                             hovertemplate=f"%{{x}}: {name} = %{{y:.4f}}<extra></extra>"), row=row, col=1)
     fig.add_trace(go.Bar(x=labels, y=steps.probs, marker_color=colour, name="the model (temperature 1)",
                          text=[("" if h else f"{p:.2f}") for p, h in zip(steps.probs, hidden)],
                          textposition="outside", textfont=dict(size=FONT - 1), cliponaxis=False,
@@ -113,10 +118,9 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
     top = max(float(steps.probs.max()), float(what_if.max()) if what_if is not None else 0.0)
     fig.update_yaxes(range=[0, min(1.15, top * 1.25 + 0.02)], row=3, col=1)
     fig.update_xaxes(tickangle=-45)
-    masked_note = ""
-    if hidden.any():
-        masked_note = (" — grey: hidden by the causal mask (a later token), its score set to a huge negative"
-                       if steps.causal else " — grey: hidden by the mask")
+    masked_note = "" if not hidden.any() else (
+        " — grey: hidden by the causal mask (a later token), its score set to a huge negative" if steps.causal
+        else " — grey: hidden by the mask")
     # A number too small to read at 12 px is left out rather than shrunk (its exact value is on hover).
     fig.update_layout(barmode="group", showlegend=what_if is not None and temperature != 1.0,
                       uniformtext=dict(minsize=FONT - 1, mode="hide"))
@@ -125,8 +129,8 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
 
 
 def context_figure(steps) -> go.Figure:
-    """From weights to the layer's next step: each token's weighted value, their sum (this head's context), all
-    heads joined, the output projection, the residual added and the LayerNorm, as strips."""
+    """Each token's weighted value and their sum (this head's context), then all heads joined, the output
+    projection, the residual and the LayerNorm, as strips."""
     labels = token_labels(steps.tokens)
     weighted = steps.probs[:, None] * steps.v
     d = steps.head_dim
@@ -135,7 +139,7 @@ def context_figure(steps) -> go.Figure:
                         subplot_titles=(f"4. weight × value, and their sum: head {steps.head + 1}'s output",
                                         "5. heads joined → output projection → + residual → LayerNorm"))
     fig.add_trace(go.Heatmap(z=np.vstack([weighted, steps.context[None]]), y=[*labels, "sum (the context)"],
-                             x=[str(i + 1) for i in range(d)], zmin=-zmax_head, zmax=zmax_head,
+                             x=_dims(d), zmin=-zmax_head, zmax=zmax_head,
                              colorscale=VECTOR_SCALE, showscale=False,
                              texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None, textfont=dict(size=FONT - 1),
                              hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
@@ -144,22 +148,21 @@ def context_figure(steps) -> go.Figure:
             ("LayerNorm", steps.normed)]
     zmax = _symmetric(*(r for _, r in rows))
     fig.add_trace(go.Heatmap(z=np.stack([r for _, r in rows]), y=[n for n, _ in rows],
-                             x=[str(i + 1) for i in range(len(steps.normed))], zmin=-zmax, zmax=zmax,
+                             x=_dims(len(steps.normed)), zmin=-zmax, zmax=zmax,
                              colorscale=VECTOR_SCALE, colorbar=dict(title="value", len=0.35, y=0.15),
                              hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=2, col=1)
     start, end = steps.head * d + 0.5, (steps.head + 1) * d + 0.5  # this head's slice of the joined vector
     fig.add_shape(type="rect", x0=start - 1, x1=end - 1, y0=-0.5, y1=0.5, line=dict(color="#000", width=2),
                   row=2, col=1)
-    for row in (1, 2):
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    _reversed_rows(fig, 2)
     fig.update_xaxes(title="component", row=2, col=1)
     return _fonts(_layout(fig, f"{_token_name(steps)}: the weighted sum and what follows it",
                           height=260 + 24 * (len(labels) + 6)))
 
 
 def lens_figure(lens) -> go.Figure:
-    """Each layer's top guesses as a table of cells (token and probability, darker likelier), embeddings at the
-    top and the last layer, the model's answer, at the bottom."""
+    """Each layer's top guesses as cells (token and probability, darker likelier), from the embeddings at the top
+    to the last layer, the model's answer, at the bottom."""
     k = len(lens.top[0])
     rows = ["embeddings", *[f"layer {i}" for i in range(1, lens.num_layers + 1)]]
     z = np.array([[p for _, p in row] for row in lens.top])
@@ -174,7 +177,7 @@ def lens_figure(lens) -> go.Figure:
 
 
 def lens_lines_figure(lens) -> go.Figure:
-    """The last layer's top tokens followed through the layers: how their probability grows (or not)."""
+    """The last layer's top tokens' probability through the layers."""
     x = ["embeddings", *[f"layer {i}" for i in range(1, lens.num_layers + 1)]]
     fig = go.Figure()
     for i, token in enumerate(lens.tracked):
@@ -189,11 +192,10 @@ def heads_off_figure(effect) -> go.Figure:
     """The guesses with every head on beside the guesses with the chosen heads off, on one probability axis."""
     tokens = list(dict.fromkeys([t for t, _ in effect.before] + [t for t, _ in effect.after]))
     on, off = dict(effect.before), dict(effect.after)
-    fig = go.Figure()
-    fig.add_trace(go.Bar(y=tokens, x=[on.get(t, 0.0) for t in tokens], orientation="h", name="every head on",
-                         marker_color=MODEL_COLOUR, hovertemplate="%{y}: %{x:.2%}<extra></extra>"))
-    fig.add_trace(go.Bar(y=tokens, x=[off.get(t, 0.0) for t in tokens], orientation="h", name="heads switched off",
-                         marker_color=B_COLOUR, hovertemplate="%{y}: %{x:.2%}<extra></extra>"))
+    fig = go.Figure([go.Bar(y=tokens, x=[p.get(t, 0.0) for t in tokens], orientation="h", name=name,
+                            marker_color=colour, hovertemplate="%{y}: %{x:.2%}<extra></extra>")
+                     for p, name, colour in ((on, "every head on", MODEL_COLOUR),
+                                             (off, "heads switched off", B_COLOUR))])
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(tickformat=".0%", range=_probability_range(*on.values(), *off.values()), title="probability")
     names = ", ".join(f"L{layer + 1} H{head + 1}" for layer, head in effect.heads) or "none"
@@ -203,8 +205,8 @@ def heads_off_figure(effect) -> go.Figure:
 
 
 def embedding_parts_figure(parts, token: int) -> go.Figure:
-    """One token's token, position and segment embeddings, their sum and the LayerNorm, as strips of the same
-    components (the LayerNorm on its own colour scale: it rescales)."""
+    """One token's token, position and segment embeddings, their sum and the LayerNorm (on its own colour scale:
+    it rescales), as strips."""
     label = token_labels(parts.tokens)[token]
     rows = [("token", parts.word[token]), ("position", parts.position[token]), ("segment", parts.segment[token]),
             ("sum", parts.summed[token])]
@@ -212,7 +214,7 @@ def embedding_parts_figure(parts, token: int) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, row_heights=[4, 1], vertical_spacing=0.2,
                         subplot_titles=("token + position + segment = sum",
                                         "LayerNorm of the sum (what layer 1 reads)"))
-    dims = [str(i + 1) for i in range(parts.word.shape[1])]
+    dims = _dims(parts.word.shape[1])
     fig.add_trace(go.Heatmap(z=np.stack([r for _, r in rows]), y=[n for n, _ in rows], x=dims, zmin=-zmax,
                              zmax=zmax, colorscale=VECTOR_SCALE, colorbar=dict(title="value", len=0.6, y=0.7),
                              hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
@@ -220,8 +222,7 @@ def embedding_parts_figure(parts, token: int) -> go.Figure:
     fig.add_trace(go.Heatmap(z=parts.normed[token][None], y=["LayerNorm"], x=dims, zmin=-zn, zmax=zn,
                              colorscale=VECTOR_SCALE, showscale=False,
                              hovertemplate="LayerNorm, component %{x}: %{z:.4f}<extra></extra>"), row=2, col=1)
-    for row in (1, 2):
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    _reversed_rows(fig, 2)
     fig.update_xaxes(title="component", row=2, col=1)
     segment = "A" if parts.token_type_ids[token] == 0 else "B"
     return _fonts(_layout(fig, f"Token {label}: its embeddings (position {token + 1}, segment {segment})",
@@ -229,7 +230,7 @@ def embedding_parts_figure(parts, token: int) -> go.Figure:
 
 
 def embedding_norms_figure(parts) -> go.Figure:
-    """The length of each token's three embeddings and their sum: which part dominates the sum, token by token."""
+    """The length of each token's three embeddings and their sum: which part dominates, token by token."""
     labels = token_labels(parts.tokens)
     fig = go.Figure()
     for (name, arr), colour in zip((("token", parts.word), ("position", parts.position), ("segment", parts.segment),
@@ -253,9 +254,8 @@ def neighbours_figure(word: str, neighbours: Sequence[tuple[str, float]]) -> go.
 
 
 def word_map_figure(wmap, columns: int = 5, step: int | None = None) -> go.Figure:
-    """One word's contextual vectors across sentences, projected to 2-D (PCA) after the embeddings and after each
-    layer, one small map per layer, coloured by the sense each sentence was written for; `step` names the training
-    step of a probe snapshot's map."""
+    """One word's contextual vectors across sentences in 2-D (PCA), a small map per layer (the embeddings first),
+    coloured by sense; `step` names a probe snapshot's training step."""
     n = wmap.points.shape[0]
     columns = min(columns, n)
     rows = -(-n // columns)
@@ -286,8 +286,8 @@ def word_map_figure(wmap, columns: int = 5, step: int | None = None) -> go.Figur
 
 def separation_timeline_figure(word: str, steps: Sequence[int], separations: np.ndarray,
                                step: int | None = None) -> go.Figure:
-    """How far apart a word's senses lie on each layer's map (word_maps.separation: the distance between the
-    senses' centres over their spread), at each probe snapshot of a run; a dotted line marks `step`."""
+    """How far apart a word's senses lie on each layer's map (word_maps.separation) at each probe snapshot of a
+    run; a dotted line marks `step`."""
     fig = go.Figure()
     for layer in range(separations.shape[1]):
         fig.add_trace(go.Scatter(x=list(steps), y=separations[:, layer], mode="lines+markers",
@@ -314,14 +314,10 @@ def sentence_tokens_figure(comparison) -> go.Figure:
 
 
 def shares_figure(comparison) -> go.Figure:
-    """Where the difference score(A) - score(B) comes from: the pieces the sentences share, one by one, and each
-    stretch where they differ as one bar; above 0 favours A. The bars add up to the whole difference."""
-    names = []
-    for s in comparison.shares:
-        if s.same_tokens:
-            names.append(s.tokens_a[0])
-        else:
-            names.append(f"{' '.join(s.tokens_a) or '∅'} → {' '.join(s.tokens_b) or '∅'}")
+    """Where score(A) - score(B) comes from: a bar for each shared piece and for each stretch where they differ
+    (above 0 favours A); the bars add up to the whole difference."""
+    names = [s.tokens_a[0] if s.same_tokens else f"{' '.join(s.tokens_a) or '∅'} → {' '.join(s.tokens_b) or '∅'}"
+             for s in comparison.shares]
     x = [f"{i + 1} {n}" for i, n in enumerate(names)]
     values = [s.difference for s in comparison.shares]
     colours = ["#bbbbbb" if s.same_tokens else (A_COLOUR if s.difference >= 0 else B_COLOUR)
@@ -333,9 +329,8 @@ def shares_figure(comparison) -> go.Figure:
     lo, hi = min(values + [0.0]), max(values + [0.0])
     pad = 0.2 * (hi - lo or 1.0)
     fig.update_yaxes(title="nats (above 0: favours A)", range=[lo - pad, hi + pad])
-    total = comparison.difference
-    verdict = ("neither" if comparison.preferred == "tie" else comparison.preferred.upper())
-    return _fonts(_layout(fig, wrap(f"Prefers {verdict} by {abs(total):.2f} nats: each piece's share "
+    verdict = "neither" if comparison.preferred == "tie" else comparison.preferred.upper()
+    return _fonts(_layout(fig, wrap(f"Prefers {verdict} by {abs(comparison.difference):.2f} nats: each piece's share "
                                     "(grey: a piece both share)", 90), height=420))
 
 
@@ -354,8 +349,7 @@ def pairs_summary_figure(rows: Sequence[dict]) -> go.Figure:
 
 
 def contextual_neighbours_figure(cn) -> go.Figure:
-    """A token's nearest pool tokens at each layer: a column a layer (the embeddings first), a row a rank, each
-    cell the neighbour's token coloured by its cosine; its sentence on hover."""
+    """A token's nearest pool tokens, a column a layer and a row a rank, coloured by cosine; sentences on hover."""
     layers = ["embeddings", *[f"layer {i}" for i in range(1, len(cn.by_layer))]]
     k = max(len(row) for row in cn.by_layer)
     z = np.array([[row[r][2] for row in cn.by_layer] for r in range(k)])

@@ -1,8 +1,5 @@
-"""Plotly figures for the explorer: architecture, training curves, masking, attention and predictions.
-
-Every function returns a `plotly.graph_objects.Figure` built from plain results (inspection dataclasses, trainer
-events); nothing here imports Streamlit, so the same figures serve the app, notebooks and tests.
-"""
+"""Plotly figures of architecture, training curves, masking, attention and predictions, built from plain results
+(inspection dataclasses, trainer events); no Streamlit, so the app, notebooks and tests share them."""
 
 from __future__ import annotations
 
@@ -54,13 +51,9 @@ _ZOOM_BUTTONS = ["zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2
 
 
 def plotly_config(filename: str = "bert-explorer", scale: int = 2) -> dict:
-    """The `config=` for `st.plotly_chart`: toolbar download as PNG (switchable to SVG) under a sensible name. A
-    drawing (STILL_FIGURES) keeps only the download: no zoom or pan controls over it."""
-    config = {
-        "displaylogo": False,
-        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": scale},
-        "modeBarButtonsToAdd": ["toImage"],
-    }
+    """The `config=` for `st.plotly_chart`: a PNG download under `filename`; a drawing keeps no zoom or pan."""
+    config = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": filename, "scale": scale},
+              "modeBarButtonsToAdd": ["toImage"]}
     if filename in STILL_FIGURES:
         config.update(modeBarButtonsToRemove=_ZOOM_BUTTONS, scrollZoom=False, doubleClick=False)
     return config
@@ -87,15 +80,14 @@ def clear_of_toolbar(fig: go.Figure) -> go.Figure:
 
 
 def _probability_range(*values: float) -> list[float]:
-    """An axis for probabilities that fits them: [0, a little above the largest], at least 5%, at most 100%, so
-    that bars of 1 to 6% are bars, not slivers on a 0-100% axis."""
+    """[0, a little above the largest], at least 5%: bars of 1 to 6% are bars, not slivers on a 0-100% axis."""
     top = max((v for v in values if v is not None), default=0.0)
     return [0.0, min(1.0, max(0.05, top * 1.15))]
 
 
 def _get(event: Any, name: str):
-    """An event's field: a live run's event (pretraining_events, finetune_results) has every field of its kind; a
-    record read back from JSON may lack one a later version added."""
+    """An event's field: a live run's event (pretraining_events, finetune_results) or a record read back from JSON,
+    which may lack one a later version added."""
     return event.get(name) if isinstance(event, Mapping) else getattr(event, name)
 
 
@@ -104,11 +96,8 @@ def _thin(events: Sequence[Any]) -> list:
     events = list(events)
     if len(events) <= MAX_POINTS:
         return events
-    stride = math.ceil(len(events) / MAX_POINTS)
-    thinned = events[::stride]
-    if thinned[-1] is not events[-1]:
-        thinned.append(events[-1])
-    return thinned
+    thinned = events[::math.ceil(len(events) / MAX_POINTS)]
+    return thinned if thinned[-1] is events[-1] else [*thinned, events[-1]]
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:
@@ -135,38 +124,30 @@ def _series(events: Sequence[Any], name: str) -> tuple[list, list]:
 
 
 def unigram_baseline_values(baselines: Mapping | None) -> dict:
-    """Pull the unigram accuracy and loss (log perplexity) out of a trainer's `baselines` dict, whatever its nesting."""
-    if not baselines:
-        return {}
-    src = baselines.get("unigram", baselines) if isinstance(baselines, Mapping) else {}
+    """The unigram accuracy and loss (log perplexity) of a trainer's `baselines` dict, whatever its nesting."""
+    src = (baselines or {}).get("unigram", baselines) if isinstance(baselines, Mapping) else None
     if not isinstance(src, Mapping):
         return {}
-    out = {}
-    if src.get("accuracy") is not None:
-        out["accuracy"] = float(src["accuracy"])
-    if src.get("loss") is not None:
-        out["loss"] = float(src["loss"])
-    elif src.get("perplexity"):
-        out["loss"] = math.log(float(src["perplexity"]))
+    out = {} if src.get("accuracy") is None else {"accuracy": float(src["accuracy"])}
+    if src.get("loss") is not None or src.get("perplexity"):
+        out["loss"] = float(src["loss"]) if src.get("loss") is not None else math.log(float(src["perplexity"]))
     return out
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right", **kw) -> go.Figure:
-    """Title, height and margins; the legend to the right of the plot (one entry per line: entries never overlap
-    each other or the x-axis title) or, for a few category swatches, below it."""
+    """Title, height and margins; the legend to the right (one entry a line: none overlaps another or the x-axis
+    title) or, for a few category swatches, below the plot."""
     # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
     # live training view pays four times per redraw.
-    if legend == "right":
-        place = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
-    else:
-        place = dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top")
+    place = (dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top") if legend == "right"
+             else dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top"))
     fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=50), legend=place, **kw)
     return fig
 
 
 def wrap(text: str, width: int = 48) -> str:
-    """`text` broken into lines of at most about `width` characters at spaces (Plotly's `<br>`): a long legend
-    entry or subplot title then fits a half-width chart and a PNG export instead of running off its edge."""
+    """`text` broken at spaces into `<br>`-joined lines of about `width` characters, so a long legend entry or
+    subplot title fits a half-width chart and a PNG export."""
     lines, line = [], ""
     for word in text.split(" "):
         if line and len(line) + 1 + len(word) > width:
@@ -184,9 +165,8 @@ def shorten(text: str, limit: int = LABEL_CHARS) -> str:
 
 def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
                smoothing: float = 0.0) -> None:
-    """One line per (event field, legend name, colour or None) that the events carry. With smoothing > 0, the
-    line is the series' moving average (`ema`, over every step, before thinning) and the raw values are drawn
-    faintly behind it, in the same legend group so that clicking the legend hides both."""
+    """One line per (event field, legend name, colour) the events carry. With smoothing > 0 the line is the `ema`
+    (over every step, before thinning) and the raw values are faint behind it, in its legend group."""
     for key, name, color in specs:
         xs, ys = _series(events, key)
         if not xs:
@@ -225,64 +205,60 @@ def task_name(causal: bool) -> str:
     return "next-token" if causal else "MLM"
 
 
+def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), held=(), baseline=None) -> go.Figure:
+    """Training lines `train` (smoothed), held-out lines `held` dotted, and the unigram baseline's (y, place)."""
+    fig = go.Figure()
+    _add_lines(fig, history, train, smoothing=smoothing)
+    _add_lines(fig, evals, held, "lines+markers", "dot")
+    _baseline_line(fig, *(baseline or (None, "")))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(**y)
+    return _layout(fig, title)
+
+
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
                 smoothing: float = 0.0, causal: bool = False) -> go.Figure:
-    """Training MLM, NSP and total loss per step (smoothed by `ema` when smoothing > 0, the raw values faint behind),
-    the held-out MLM loss, and the unigram baseline as a line. `causal`: a GPT's run, its lines named next-token
-    loss, with no NSP."""
-    fig = go.Figure()
-    task = task_name(causal)
+    """Training total, MLM and NSP loss per step, the held-out MLM loss and the unigram baseline; `causal`: a
+    GPT's run, its lines named next-token loss, with no NSP."""
     parts = (("loss", "total", "total"), ("mlm_loss", "next-token" if causal else "mlm", "mlm")) \
         + (() if causal else (("nsp_loss", "nsp", "nsp"),))
-    _add_lines(fig, history, [(key, f"{label} loss (train)", SERIES_COLORS[color]) for key, label, color in parts],
-               smoothing=smoothing)
-    _add_lines(fig, evals, [("mlm_loss", f"{task} loss (held-out)", SERIES_COLORS["eval"])], "lines+markers", "dot")
-    _baseline_line(fig, unigram_baseline_values(baselines).get("loss"), "top right", causal)
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(title="loss (nats)")
-    return _layout(fig, f"Loss ({'GPT: next token' if causal else 'BERT: masked tokens'})")
+    return _curves(f"Loss ({'GPT: next token' if causal else 'BERT: masked tokens'})", dict(title="loss (nats)"),
+                   history, [(key, f"{label} loss (train)", SERIES_COLORS[color]) for key, label, color in parts],
+                   smoothing, evals, [("mlm_loss", f"{task_name(causal)} loss (held-out)", SERIES_COLORS["eval"])],
+                   (unigram_baseline_values(baselines).get("loss"), "top right", causal))
 
 
 def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
                     smoothing: float = 0.0, causal: bool = False) -> go.Figure:
-    """MLM and NSP accuracy per step (smoothed as in `loss_figure`), held-out MLM/NSP accuracy, and the unigram
-    baseline's MLM accuracy; `causal`: a GPT's next-token accuracy, with no NSP."""
-    fig = go.Figure()
+    """MLM and NSP accuracy per step, held-out and training, and the unigram baseline's; `causal` as loss_figure."""
     task = task_name(causal)
-    _add_lines(fig, history, [("mlm_acc", f"{task} accuracy (train)", SERIES_COLORS["mlm"])]
-               + ([] if causal else [("nsp_acc", "NSP accuracy (train)", SERIES_COLORS["nsp"])]), smoothing=smoothing)
-    _add_lines(fig, evals, [("mlm_acc", f"{task} accuracy (held-out)", SERIES_COLORS["eval"])]
-               + ([] if causal else [("nsp_acc", "NSP accuracy (held-out)", SERIES_COLORS["eval_nsp"])]),
-               "lines+markers", "dot")
-    _baseline_line(fig, unigram_baseline_values(baselines).get("accuracy"), "bottom right", causal)
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(title="accuracy", range=[0, 1])
-    return _layout(fig, f"Accuracy ({'GPT: next token' if causal else 'BERT: masked tokens'})")
+    nsp = lambda when, color: [] if causal else [("nsp_acc", f"NSP accuracy ({when})", SERIES_COLORS[color])]  # noqa
+    return _curves(f"Accuracy ({'GPT: next token' if causal else 'BERT: masked tokens'})",
+                   dict(title="accuracy", range=[0, 1]), history,
+                   [("mlm_acc", f"{task} accuracy (train)", SERIES_COLORS["mlm"]), *nsp("train", "nsp")], smoothing,
+                   evals, [("mlm_acc", f"{task} accuracy (held-out)", SERIES_COLORS["eval"]),
+                           *nsp("held-out", "eval_nsp")],
+                   (unigram_baseline_values(baselines).get("accuracy"), "bottom right", causal))
 
 
 def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> go.Figure:
-    """MLM accuracy split by masking decision: positions shown as [MASK], as a random token, or kept unchanged
-    (smoothed as in `loss_figure`: a batch holds only a few random and kept positions, so these are noisy)."""
-    fig = go.Figure()
-    _add_lines(fig, history, [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
-                              ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
-                              ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])], smoothing=smoothing)
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(title="MLM accuracy", range=[0, 1])
-    return _layout(fig, "MLM accuracy by masking decision")
+    """MLM accuracy by masking decision (smoothed: a batch holds only a few random and kept positions)."""
+    return _curves("MLM accuracy by masking decision", dict(title="MLM accuracy", range=[0, 1]), history,
+                   [("mlm_acc_masked", "shown as [MASK]", DECISION_COLORS["[MASK]"]),
+                    ("mlm_acc_random", "replaced by a random token", DECISION_COLORS["random"]),
+                    ("mlm_acc_kept", "kept unchanged", DECISION_COLORS["kept"])], smoothing)
 
 
 def rate_figure(history: Sequence[Any]) -> go.Figure:
-    """Learning rate (top) and training speed in tokens/s (bottom) per step: two panels, each with its own y axis
-    from 0, sharing the step axis, so that neither scale hides the other."""
+    """Learning rate (top) and tokens/s (bottom) per step, each panel its own y axis from 0 on one step axis."""
     history = _thin(history)
     fig = go.Figure()
-    xs, ys = _series(history, "lr")
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate", line=dict(color=SERIES_COLORS["lr"]),
-                             hovertemplate="step %{x}: %{y:.2e}<extra></extra>"))
-    xs, ys = _series(history, "tokens_per_s")
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="tokens / s", line=dict(color=SERIES_COLORS["speed"]),
-                             xaxis="x2", yaxis="y2", hovertemplate="step %{x}: %{y:,.0f} tokens/s<extra></extra>"))
+    for key, name, color, axes, hover in (("lr", "learning rate", "lr", {}, "%{y:.2e}"),
+                                          ("tokens_per_s", "tokens / s", "speed", dict(xaxis="x2", yaxis="y2"),
+                                           "%{y:,.0f} tokens/s")):
+        xs, ys = _series(history, key)
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=SERIES_COLORS[color]), **axes,
+                                 hovertemplate=f"step %{{x}}: {hover}<extra></extra>"))
     # Axes laid out by hand (make_subplots alone costs ~30 ms, paid at every live redraw).
     fig.update_layout(
         xaxis=dict(domain=[0, 1], anchor="y", matches="x2", showticklabels=False),
@@ -294,14 +270,10 @@ def rate_figure(history: Sequence[Any]) -> go.Figure:
 
 
 class LiveCharts:
-    """The Train page's four live charts of a run (loss, accuracy, accuracy by masking decision, learning rate),
-    built once per new data and smoothing and shared by every session that draws them.
-
-    Twenty students watching the teacher's run then cost one build per redraw, not twenty: under the class load
-    test (docs/benchmarks.md) building these figures was the largest part of the web server's CPU once Streamlit's
-    per-run garbage collection was off. The figures are shared: callers draw them and never change them. Entries
-    go with their trainer (weak keys), and each trainer keeps its `keep` latest builds (one per smoothing value).
-    """
+    """The Train page's four live charts of a run, built once per new data and smoothing and shared (read only) by
+    every session: twenty students watching the teacher's run cost one build per redraw, not twenty (building them
+    was the web server's largest CPU cost under the class load test, docs/benchmarks.md). Entries go with their
+    trainer (weak keys); each keeps its `keep` latest builds."""
 
     NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")   # a GPT's run has no decisions
 
@@ -344,17 +316,13 @@ LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train pag
 
 def box_cells(fig: go.Figure, name: str, color: str, xs: Sequence[float], ys: Sequence[float],
               texts: Sequence[str], hovers: Sequence[str], font_size: int = 12) -> None:
-    """Boxes drawn in data coordinates (so they scale with the chart, in the app and in a PNG export alike, and
-    never overlap), with their text and hover on top; one legend entry `name` in `color` (the legend's swatches are
-    drawn at a constant size: `legend.itemsizing`)."""
+    """Boxes in data coordinates (they scale with the chart and a PNG export, never overlapping), their text and
+    hover on top; one legend entry `name` in `color`."""
     # The boxes are one filled trace, each box a closed run of its corners between gaps: a layout shape a box
     # (`fig.add_shape`) re-validates every shape already there, and 128 tokens took 7 s a figure (profiled: 61% of a
     # class server's CPU went to the Tokens & masking page); this trace takes about 10 ms.
-    bx: list[float | None] = []
-    by: list[float | None] = []
-    for x, y in zip(xs, ys):
-        bx += [x - 0.47, x + 0.47, x + 0.47, x - 0.47, x - 0.47, None]
-        by += [y - 0.4, y - 0.4, y + 0.4, y + 0.4, y - 0.4, None]
+    bx = [v for x in xs for v in (x - 0.47, x + 0.47, x + 0.47, x - 0.47, x - 0.47, None)]
+    by = [v for y in ys for v in (y - 0.4, y - 0.4, y + 0.4, y + 0.4, y - 0.4, None)]
     fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", fill="toself", fillcolor=color, name=name, legendgroup=name,
                              line=dict(color="#555", width=1), hoverinfo="skip", showlegend=False))
     fig.add_trace(go.Scatter(
@@ -389,12 +357,9 @@ def masking_figure(rows: Sequence[MaskingRow], per_line: int = 16) -> go.Figure:
 def decision_counts_figure(counts: Mapping[str, float]) -> go.Figure:
     """Observed masking shares against BERT's targets: 15% chosen, then 80% [MASK] / 10% random / 10% kept."""
     names = ["chosen (of tokens)", "[MASK] (of chosen)", "random (of chosen)", "kept (of chosen)"]
-    observed = [counts.get("chosen_share", 0), counts.get("masked_share", 0),
-                counts.get("random_share", 0), counts.get("kept_share", 0)]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=names, y=observed, name="observed", text=[f"{v:.1%}" for v in observed],
-                         marker_color=["#1f77b4", DECISION_COLORS["[MASK]"], DECISION_COLORS["random"],
-                                       DECISION_COLORS["kept"]]))
+    observed = [counts.get(f"{k}_share", 0) for k in ("chosen", "masked", "random", "kept")]
+    fig = go.Figure(go.Bar(x=names, y=observed, name="observed", text=[f"{v:.1%}" for v in observed],
+                           marker_color=["#1f77b4", *(DECISION_COLORS[d] for d in ("[MASK]", "random", "kept"))]))
     fig.add_trace(go.Scatter(x=names, y=[counts.get("target_rate", MASK_RATE), 0.8, 0.1, 0.1], mode="markers",
                              name="target", marker=dict(symbol="line-ew-open", size=40, color="#000",
                                                         line=dict(width=3))))
@@ -415,8 +380,7 @@ FUTURE_NOTE = "grey: later tokens, hidden by the causal mask"
 
 
 def future_hidden(att: np.ndarray, causal: bool) -> np.ndarray:
-    """The attention map to draw: a causal model's cells above the diagonal (keys after the query) as NaN, which
-    Plotly leaves empty; a bidirectional model's map unchanged."""
+    """A causal model's map with the cells above the diagonal NaN (Plotly leaves them empty); else `att`."""
     if not causal:
         return att
     shown = np.array(att, dtype=np.float32, copy=True)
@@ -425,9 +389,11 @@ def future_hidden(att: np.ndarray, causal: bool) -> np.ndarray:
     return shown
 
 
+_DARK_TICKS = dict(size=12, color="#222")   # token labels read from the back of a room
+
+
 def head_view_figure(result: AttentionResult, layer: int, head: int, label: str = "") -> go.Figure:
-    """One head as a large heatmap: rows are the attending (query) tokens, columns the attended (key) tokens; for a
-    causal model the hidden future (above the diagonal) is grey."""
+    """One head as a large heatmap: rows the attending (query) tokens, columns the attended (key) ones."""
     att = result.attentions[layer, head]
     labels = _token_labels(result.tokens)
     fig = go.Figure(go.Heatmap(
@@ -435,8 +401,8 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
         hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
     ))
     size = max(420, min(900, 24 * len(labels) + 160))
-    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=dict(size=12, color="#222"))
-    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=dict(size=12, color="#222"))
+    fig.update_yaxes(autorange="reversed", title="query (attending) token", tickfont=_DARK_TICKS)
+    fig.update_xaxes(title="key (attended) token", tickangle=-60, tickfont=_DARK_TICKS)
     title = f"Layer {layer + 1}, head {head + 1}" + (f" — {label}" if label else "")
     if result.causal:
         title += f" ({FUTURE_NOTE})"
@@ -446,13 +412,11 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
 
 def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = None,
                       zmax: float | None = None) -> go.Figure:
-    """Every layer (rows) x head (columns) as a small heatmap, all on one colour scale, titled by head label.
+    """Every layer (rows) x head (columns) as a small heatmap on one colour scale, titled by head label.
 
-    The scale runs from 0 to `zmax`, by default the largest weight shown (a fixed 0..1 scale leaves an untrained
-    model's near-uniform maps, about 1/S everywhere, invisible); a time-lapse passes one `zmax` for every step so
-    that learning shows as colour appearing. The panels carry token labels (rows: the first column's, columns:
-    the bottom row's) when a token gets at least 8 pixels; smaller ones name their tokens on hover only.
-    """
+    The scale runs from 0 to `zmax`, by default the largest weight (a fixed 0..1 scale leaves an untrained model's
+    near-uniform maps, about 1/S, invisible); a time-lapse passes one `zmax` for every step, so learning shows as
+    colour appearing. Token labels are drawn where a token gets at least 8 pixels, else on hover only."""
     n_layers, n_heads = result.num_layers, result.num_heads
     tok = _token_labels(result.tokens)
     seq = len(tok)
@@ -470,14 +434,11 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
             suffix = "" if n == 1 else str(n)
             traces.append(go.Heatmap(
                 z=future_hidden(result.attentions[layer, head], result.causal), x=tok, y=tok, coloraxis="coloraxis",
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
+                xaxis=f"x{suffix}", yaxis=f"y{suffix}",
                 hovertemplate=f"L{layer + 1} H{head + 1}<br>%{{y}} → %{{x}}: %{{z:.3f}}<extra></extra>"))
             x0, x1 = head / n_heads, (head + 1) / n_heads - gap_x
-            y1 = 1 - layer / n_layers - gap_y
-            y0 = 1 - (layer + 1) / n_layers
-            # 12 px and dark: read from the back of a room (a labelled panel gives each token a row of 14 px or more)
-            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=dict(size=12, color="#222"))
+            y0, y1 = 1 - (layer + 1) / n_layers, 1 - layer / n_layers - gap_y
+            ticks = dict(tickmode="array", tickvals=tok, ticktext=shown, tickfont=_DARK_TICKS)
             layout[f"xaxis{suffix}"] = dict(domain=[x0, x1], anchor=f"y{suffix}",
                                             showticklabels=labelled and layer == n_layers - 1,
                                             tickangle=-90, **ticks)
@@ -499,9 +460,8 @@ def model_view_figure(result: AttentionResult, labels: Sequence[str] | None = No
 
 
 def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int, head: int | None = None) -> go.Figure:
-    """Two (or more) models' attention for the same text, one panel each: layer `layer`'s head `head`, or with
-    `head=None` the mean of that layer's heads (each clipped to the model's size); one colour scale for all, and a
-    causal model's hidden future grey, so that BERT's full square stands beside GPT's lower triangle."""
+    """Models' attention for the same text, a panel each: layer `layer`'s head `head`, or (None) the mean of its
+    heads, clipped to each model's size; one colour scale, so BERT's full square stands beside GPT's triangle."""
     panels, titles = [], []
     for name, result in named:
         lay = min(layer, result.num_layers - 1)
@@ -518,8 +478,8 @@ def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int
         tok = _token_labels(result.tokens)
         fig.add_trace(go.Heatmap(z=future_hidden(att, result.causal), x=tok, y=tok, coloraxis="coloraxis",
                                  hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>"), row=1, col=col)
-        fig.update_yaxes(autorange="reversed", tickfont=dict(size=12, color="#222"), row=1, col=col)
-        fig.update_xaxes(tickangle=-60, tickfont=dict(size=12, color="#222"), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", tickfont=_DARK_TICKS, row=1, col=col)
+        fig.update_xaxes(tickangle=-60, tickfont=_DARK_TICKS, row=1, col=col)
     seq = max(len(result.tokens) for result, _ in panels)
     causal = any(result.causal for result, _ in panels)
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")))
@@ -530,10 +490,7 @@ def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int
 
 
 def token_view_figure(result: AttentionResult, token_index: int, direction: str = "from") -> go.Figure:
-    """One token's attention across all heads: rows are layer/head, columns the other tokens.
-
-    direction "from" shows where the token looks; "to" shows which tokens look at it.
-    """
+    """One token's attention across all heads (rows layer/head): where it looks ("from") or who looks at it."""
     n_layers, n_heads = result.num_layers, result.num_heads
     att = result.attentions
     z = att[:, :, token_index, :] if direction == "from" else att[:, :, :, token_index]
@@ -553,10 +510,9 @@ def head_summary_figure(summaries: Sequence[HeadSummary], measure: str = "[CLS]"
     """A layers x heads grid coloured by one head measure, each cell labelled with the head's short label."""
     if not summaries:
         return go.Figure()
-    n_layers = max(s.layer for s in summaries) + 1
-    n_heads = max(s.head for s in summaries) + 1
+    n_layers, n_heads = max(s.layer for s in summaries) + 1, max(s.head for s in summaries) + 1
     z = np.zeros((n_layers, n_heads))
-    text = [["" for _ in range(n_heads)] for _ in range(n_layers)]
+    text = [[""] * n_heads for _ in range(n_layers)]
     for s in summaries:
         z[s.layer, s.head] = s.measures[measure]
         text[s.layer][s.head] = s.label
@@ -573,18 +529,13 @@ def head_summary_figure(summaries: Sequence[HeadSummary], measure: str = "[CLS]"
 def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
                 baseline: Sequence[tuple[str, float]] | None = None) -> go.Figure:
     """Top-k candidates as horizontal probability bars, with the unigram baseline's candidates beside them."""
-    cols = 2 if baseline else 1
-    fig = make_subplots(rows=1, cols=cols, subplot_titles=("model", "unigram baseline")[:cols],
+    panels = [("model", candidates, "#1f77b4"), ("unigram", baseline, SERIES_COLORS["baseline"])][:2 if baseline else 1]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=("model", "unigram baseline")[:len(panels)],
                         horizontal_spacing=0.25)
-    toks = [t for t, _ in candidates]
-    fig.add_trace(go.Bar(x=[p for _, p in candidates], y=toks, orientation="h", name="model",
-                         text=[f"{p:.1%}" for _, p in candidates], textposition="auto",
-                         marker_color="#1f77b4", hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=1)
-    if baseline:
-        fig.add_trace(go.Bar(x=[p for _, p in baseline], y=[t for t, _ in baseline], orientation="h",
-                             name="unigram", text=[f"{p:.1%}" for _, p in baseline], textposition="auto",
-                             marker_color=SERIES_COLORS["baseline"],
-                             hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=2)
+    for col, (name, cands, color) in enumerate(panels, start=1):
+        fig.add_trace(go.Bar(x=[p for _, p in cands], y=[t for t, _ in cands], orientation="h", name=name,
+                             text=[f"{p:.1%}" for _, p in cands], textposition="auto", marker_color=color,
+                             hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=1, col=col)
     fig.update_yaxes(autorange="reversed")
     # One range for both panels, so the model's bars and the baseline's compare by length.
     fig.update_xaxes(range=_probability_range(*(p for _, p in candidates), *(p for _, p in baseline or ())),
@@ -595,9 +546,8 @@ def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
 
 def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], top: int = 3,
                        limit: int = HISTORY_CANDIDATES) -> list[str]:
-    """The few tokens worth a line: the latest snapshot's `top` candidates (where the model ended), then the
-    tokens that were among some snapshot's `top` at the highest probability, at most `limit` in all; special
-    tokens left out."""
+    """The few tokens worth a line: the latest snapshot's `top` candidates, then those that were among some
+    snapshot's `top` by their highest probability, at most `limit`; special tokens left out."""
     def ranked(cands):
         return [(t, p) for t, p in cands if t not in SPECIAL_TOKENS][:top]
 
@@ -611,8 +561,8 @@ def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]
 
 
 def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
-    """How the top candidates' probabilities changed over training steps: one line, in its own colour, per token
-    that was ever among the top 3 (special tokens left out; a gap where it was outside the snapshot's top k)."""
+    """The top candidates' probabilities over training steps, a line per token (history_candidates); a gap where
+    it was outside a snapshot's top k."""
     steps = [s for s, _ in snapshots]
     fig = go.Figure()
     for i, t in enumerate(history_candidates(snapshots)):
@@ -628,9 +578,8 @@ def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float
 
 
 def architecture_figure(config: Any = None) -> go.Figure:
-    """A block diagram of BERT for pretraining, annotated with the sizes of `config` when one is given; for a
-    causal config (`attention="causal"`), the GPT-style model of the same house: masked self-attention and one
-    next-token head, no NSP."""
+    """A block diagram of BERT for pretraining, with `config`'s sizes; a causal config draws the GPT-style model:
+    masked self-attention and one next-token head, no NSP."""
     c = config
     layers, hidden, heads, ffn, vocab, positions, causal = ("L", "H", "A", "4H", "V", "512", False) if c is None else (
         c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size, c.vocab_size,
@@ -678,18 +627,14 @@ def architecture_figure(config: Any = None) -> go.Figure:
     return fig
 
 
-
 MAX_OVERLAID_RUNS = 4  # more lines than this on two small panels stop being readable
 
 
 def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], evals: Sequence[Sequence[Any]],
                    names: Sequence[str] | None = None, smoothing: float = 0.0) -> go.Figure:
-    """Up to four runs on the same axes: training MLM loss (smoothed as in `loss_figure`) with the held-out loss
-    dotted, and held-out masked-token accuracy. Each run has one colour and one legend entry, which names the
-    knobs in which it differs from the first run (`comparison.run_labels`: 'mask rate 0.15 → 0.4').
-
-    Unlike figures stay apart: BERT runs (masked-token figures) and GPT runs (next-token figures) get a row each,
-    titled by what they measure, so a GPT's next-token accuracy is never read off a masked-token axis."""
+    """Up to four runs on the same axes: training MLM loss (smoothed) with the held-out loss as dots, and held-out
+    accuracy; a colour and a legend entry a run, naming how it differs from the first (`comparison.run_labels`).
+    BERT and GPT runs get a row each, so a next-token accuracy is never read off a masked-token axis."""
     if not 1 <= len(specs) <= MAX_OVERLAID_RUNS or not len(specs) == len(histories) == len(evals):
         raise ValueError(f"give 1 to {MAX_OVERLAID_RUNS} runs, each with its settings, history and evaluations")
     labels = run_labels(list(specs), names)

@@ -1,35 +1,26 @@
 """Why a fine-tuned model decided: each token's salience, and what each attention head is worth to the answer.
 
-For the three kinds of fine-tuned model (finetune_tasks: a label per sentence, a tag per word, an answer span), one
-number is explained, always a probability the model gives its own answer (its "target"):
+One number is explained, a probability the model gives its own answer (its "target"): labels, P(the predicted
+label); tags, P(the predicted tag) of one chosen word (at its first piece, as the tagger is trained); spans, P(start
+at the predicted start) and P(end at the predicted end), and for the heads' grid P(start) x P(end).
 
-- labels: P(the predicted label);
-- tags: P(the predicted tag) of one chosen word (read at the word's first piece, as the tagger is trained);
-- spans: P(start at the predicted start) and P(end at the predicted end), two targets; the heads' grid explains
-  the answer's probability P(start) x P(end).
+Salience by **integrated gradients** (Sundararajan et al., 2017) on the embedding layer's output (as Captum's
+LayerIntegratedGradients on `bert.embeddings` reads it), along the straight path from a baseline input (BASELINE:
+[CLS] and [SEP] kept, so they get no salience) to the real one, by the trapezoid rule; a token's salience is its
+components' sum. By completeness the saliences add up to f(input) - f(baseline) (`gap` says how far), and since f
+is known at both ends of every step, each step's own error is known exactly: explain() starts at FIRST_STEPS equal
+steps and halves those whose error is over their share until the errors' sizes add up to at most GAP_LIMIT. The
+steps crowd where the path bends, and errors of opposite signs cannot cancel into a lucky pass (equal steps met the
+whole-path check at 16 steps by such luck, within 4.4%, where 32 then missed by 21%). **Gradient x input** is one
+gradient at the input times the same (input - baseline): one step of the same sum, on the same scale.
 
-Salience by **integrated gradients** (Sundararajan et al., 2017) on the embeddings (the embedding layer's output,
-what enters layer 1, as Captum's LayerIntegratedGradients on `bert.embeddings` reads it): the straight path from a
-baseline input's embeddings to the real one's, cut into steps, the gradient of the target taken at each step's
-ends and summed by the trapezoid rule, and multiplied by (input - baseline) component by component; a token's
-salience is the sum over its components. The baseline input keeps [CLS] and [SEP] and puts [PAD] at every other
-token (the sentence with its words taken out), with the same positions and segments, so [CLS] and [SEP] get no
-salience. By the completeness axiom the saliences add up to f(input) - f(baseline); `gap` says how far the sum is
-from that. The check holds on every step too: the saliences summed are d f / d alpha along the path, and f is known
-at both ends of each step, so each step's own error is known exactly. explain() starts at FIRST_STEPS equal steps
-and halves those whose error is over their share, round by round, until the errors' sizes add up to at most
-GAP_LIMIT of the change: the steps crowd where the path bends (a softmax tipping over), and errors of opposite signs
-cannot cancel into a lucky pass (equal steps met the whole-path check at 16 steps by such luck, within 4.4%, where
-32 then missed by 21%). **Gradient x input**, the cheap view beside it, is one gradient at the input itself times
-the same (input - baseline): one step of the same sum, from the far end of the path, so the two are on one scale.
-
-The heads' grid switches each head off in turn (its slice of the joined contexts zeroed before the output
-projection, as kit.heads_off does and as transformers' old head_mask of 0 did) and reports how the
-target's probability changes; all the heads in one batched forward pass, one row of the batch a head.
+The heads' grid switches each head off in turn (kit.heads_masked) and reports how the target's probability
+changes: all the heads in one batched forward pass, one row a head.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -202,16 +193,15 @@ def _even(steps: int) -> list:
 
 def integrated_gradients(model, tokenizer, ids: torch.Tensor, types: torch.Tensor, targets: list[Target],
                          steps: int) -> list[Salience]:
-    """Integrated gradients (trapezoid rule, `steps` equal steps) and gradient x input of each target over the
-    tokens of one input (ids, types: [1, S])."""
+    """Integrated gradients over `steps` equal steps, and gradient x input, of each target (ids, types: [1, S])."""
     _check_steps(steps)
     return _Path(model, tokenizer, ids, types, targets).saliences(_even(steps))
 
 
 def adaptive_integrated_gradients(model, tokenizer, ids: torch.Tensor, types: torch.Tensor, targets: list[Target],
                                   first: int = FIRST_STEPS) -> list[Salience]:
-    """integrated_gradients from `first` equal steps, each step whose own error is over its share of GAP_LIMIT
-    halved, round by round, until every target's step errors add up to at most GAP_LIMIT (or MAX_STEPS steps)."""
+    """integrated_gradients from `first` equal steps, halving each step whose error is over its share of GAP_LIMIT
+    until every target's step errors add up to at most GAP_LIMIT (or MAX_STEPS steps)."""
     _check_steps(first)
     path = _Path(model, tokenizer, ids, types, targets)
     grid = _even(first)
@@ -343,20 +333,13 @@ def explain(model, tokenizer, kind: str, text: str, text_b: str | None = None, w
     other than "O"); spans: `text` is the question and `text_b` the passage (cut to `max_length` tokens)."""
     _check_kind(model, kind)
     max_length = min(int(max_length), int(model.config.max_position_embeddings))
-    if kind == "labels":
-        ids, types, targets, answer, words, word = _label_targets(model, tokenizer, text, text_b,
-                                                                  _names(model, label_names), max_length)
-    elif kind == "tags":
-        ids, types, targets, answer, words, word = _tag_targets(model, tokenizer, text, word,
-                                                                _names(model, label_names), max_length)
-    else:
-        ids, types, targets, answer, words, word = _span_targets(model, tokenizer, text, text_b, max_length)
-    saliences = adaptive_integrated_gradients(model, tokenizer, ids, types, targets, steps)
     if kind == "spans":
-        start, end = targets
-        grid = head_grid(model, ids, types, "P(this answer) = P(start) x P(end)",
-                         lambda out: _probability(out, start) * _probability(out, end))
+        ids, types, targets, answer, words, word = _span_targets(model, tokenizer, text, text_b, max_length)
     else:
-        grid = head_grid(model, ids, types, targets[0].name, lambda out: _probability(out, targets[0]))
+        ids, types, targets, answer, words, word = (_label_targets if kind == "labels" else _tag_targets)(
+            model, tokenizer, text, text_b if kind == "labels" else word, _names(model, label_names), max_length)
+    saliences = adaptive_integrated_gradients(model, tokenizer, ids, types, targets, steps)
+    name = "P(this answer) = P(start) x P(end)" if kind == "spans" else targets[0].name
+    grid = head_grid(model, ids, types, name, lambda out: math.prod(_probability(out, t) for t in targets))
     return Explanation(kind=kind, tokens=tokenizer.convert_ids_to_tokens(ids[0].tolist()), answer=answer,
                        saliences=saliences, heads=grid, words=words, word=word)
