@@ -12,7 +12,7 @@ import pytest
 from bert_core.cli import train_options, train_plan, train_recipe
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
-from bert_core.model.tokenization import BertTokenizer, special_tokens_count
+from bert_core.model.tokenization import special_tokens_count
 from bert_core.training import comparison, run_settings, train_spec
 from bert_core.training.lesson_settings import lesson_settings
 from bert_core.training.recipes import Recipe, recipe_for
@@ -156,7 +156,6 @@ def test_no_module_lists_the_settings_again():
 def test_one_mask_rate_and_the_tokenizers_special_token_budget():
     assert TrainConfig().mask_rate == MASK_RATE == Recipe("nano", "cpu", 0.1, 1e-3, 16, 128, 32, 0, 0.5).mask_rate
     assert special_tokens_count(pair=True) == 3 and special_tokens_count(pair=False) == 2
-    assert BertTokenizer.special_tokens_count(True) == 3
     literal = re.compile(r"(?<![\w.])0\.15(?![\d])")
     budget = re.compile(r"3 if \w+.* else 2")
     for path in (ROOT / "bert_core").rglob("*.py"):

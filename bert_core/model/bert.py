@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -29,18 +30,10 @@ from bert_core.model.fast_paths import FastDropout
 
 IGNORE_INDEX = -100  # label value for tokens that are not predicted (Hugging Face's convention)
 
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact (erf) GELU, as in the original BERT."""
-    return F.gelu(x)
-
-
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """The tanh approximation of GELU (Hugging Face's "gelu_new")."""
-    return F.gelu(x, approximate="tanh")
-
-
-# Named functions, not lambdas, so that a model pickles (the app sends one to its training process).
-ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu}
+# No lambdas, so that a model pickles (the app sends one to its training process). "gelu" is the exact (erf) GELU of
+# the original BERT; "gelu_new" Hugging Face's name for its tanh approximation.
+_GELU_TANH = partial(F.gelu, approximate="tanh")
+ACTIVATIONS = {"gelu": F.gelu, "gelu_new": _GELU_TANH, "gelu_pytorch_tanh": _GELU_TANH, "relu": F.relu}
 
 
 @dataclass
@@ -142,9 +135,9 @@ class BertSelfAttention(nn.Module):
 class BertSelfOutput(nn.Module):
     """Projection of the attention output, then dropout, residual add and LayerNorm (post-LN)."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, width: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(width or config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = FastDropout(config.hidden_dropout_prob)
 
@@ -175,17 +168,11 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertOutput(nn.Module):
+class BertOutput(BertSelfOutput):
     """The feed-forward contraction (4H -> H), dropout, residual add and LayerNorm (post-LN)."""
 
     def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = FastDropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states, input_tensor):
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+        super().__init__(config, config.intermediate_size)
 
 
 class BertLayer(nn.Module):
@@ -637,8 +624,3 @@ def adamw(model: nn.Module, lr: float, weight_decay: float = 0.01, betas=(0.9, 0
     for group in groups:
         group["lr"] = lr * group["lr_scale"]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
-
-
-def num_parameters(model: nn.Module) -> int:
-    """Count parameters once each (the tied decoder weight is not counted twice)."""
-    return sum(p.numel() for p in model.parameters())

@@ -241,7 +241,7 @@ def _discard(aside: Path, owned) -> list[str]:
     if aside.is_symlink():   # `folder` was a link: the link goes, what it points to stays as it was
         aside.unlink()
         return []
-    left = _foreign_entries(aside, owned, remove=True)
+    left = _sort_out(aside, owned, remove=True)
     if not left:
         aside.rmdir()
     return left
@@ -395,15 +395,20 @@ def _made_by(owned, entry: Path, parts: tuple[str, ...]) -> str | None:
     return "file" if entry.is_file() and (_owns(owned, parts) or _OUR_TEMPORARY.fullmatch(entry.name)) else None
 
 
-def _foreign_entries(folder: Path, owned, prefix: tuple[str, ...] = (), remove: bool = False) -> list[str]:
-    """Paths in `folder` that the patterns `owned` do not name (nor a temporary file of ours): the user's. With
-    `remove`, what they do name is removed, and the folders left empty."""
+def _foreign_entries(folder: Path, owned) -> list[str]:
+    """Paths in `folder` that the patterns `owned` do not name (nor a temporary file of ours): the user's."""
+    return _sort_out(folder, owned)
+
+
+def _sort_out(folder: Path, owned, prefix: tuple[str, ...] = (), remove: bool = False) -> list[str]:
+    """The user's paths in `folder` (_foreign_entries); with `remove`, what `owned` names is removed, and the folders
+    left empty. The removal does not go through the check before the work: it is the last line of defence."""
     foreign = []
     for entry in sorted(folder.iterdir()):
         parts = (*prefix, entry.name)
         kind = _made_by(owned, entry, parts)
         if kind == "folder":
-            inside = _foreign_entries(entry, owned, parts, remove)
+            inside = _sort_out(entry, owned, parts, remove)
             if remove and not inside:
                 entry.rmdir()
             foreign += inside

@@ -27,15 +27,6 @@ def _bert_pipeline(tok: Tokenizer, lowercase: bool = True) -> None:
     tok.decoder = decoders.WordPiece(prefix="##")
 
 
-def _attach_post_processor(tok: Tokenizer) -> None:
-    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0",
-        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
-    )
-
-
 def special_tokens_count(pair: bool) -> int:
     """The special tokens an input holds beside its text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a
     pair. Every budget of text tokens (an NSP pair, a question and its passage, a tagged sentence) is the length
@@ -63,8 +54,6 @@ def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[
 
 class BertTokenizer:
     """A BERT WordPiece tokenizer (wraps `tokenizers.Tokenizer`) with the special ids the data pipeline needs."""
-
-    special_tokens_count = staticmethod(special_tokens_count)   # its [CLS]/[SEP] budget, asked of a tokenizer
 
     def __init__(self, tokenizer: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH, do_lower_case: bool = True):
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
@@ -142,11 +131,6 @@ class BertTokenizer:
         """Id of a vocabulary string, or None when it is not in the vocabulary."""
         return self.tokenizer.token_to_id(token)
 
-    def is_continuation(self, ids: Iterable[int]) -> list[bool]:
-        """Per id: True for a '##' piece that continues the previous word (for whole-word masking)."""
-        table = self.continuation_table()
-        return [bool(table[int(i)]) for i in ids]
-
     def continuation_table(self) -> list[bool]:
         """Indexed by id: True for '##' pieces (whole-word masking groups them with the word before)."""
         return self._continuation
@@ -168,16 +152,10 @@ class BertTokenizer:
         if [i for _, i in by_id] != list(range(len(by_id))):
             raise BertCoreError("the vocabulary ids are not contiguous; cannot write vocab.txt")
         (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
-        config = {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": self.do_lower_case,
-            "strip_accents": None,
-            "tokenize_chinese_chars": True,
-            "model_max_length": self.model_max_length,
-            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
-        }
-        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case, "strip_accents": None,
+                  "tokenize_chinese_chars": True, "model_max_length": self.model_max_length, **specials}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
@@ -234,17 +212,15 @@ def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
     return _tokenizer_from_vocab_dict(vocab, lowercase)
 
 
-def _tokenizer_from_vocab_list(tokens: list[str], lowercase: bool) -> Tokenizer:
-    return _tokenizer_from_vocab_dict({t: i for i, t in enumerate(tokens)}, lowercase)
-
-
 def _tokenizer_from_vocab_dict(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase)
     # As in HF's BertTokenizerFast: "[MASK]" typed in text is the mask token, not "[", "mask", "]".
     tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
     if CLS in vocab and SEP in vocab:
-        _attach_post_processor(tok)
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+            special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))])
     return tok
 
 
@@ -261,7 +237,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency:
     if not counts:
         raise BertCoreError("no text to train the tokenizer on; give a corpus with at least one non-empty sentence")
     vocab = learn_wordpiece_vocab(counts, vocab_size, min_frequency)
-    return BertTokenizer(_tokenizer_from_vocab_list(vocab, lowercase=True))
+    return BertTokenizer(_tokenizer_from_vocab_dict({t: i for i, t in enumerate(vocab)}, lowercase=True))
 
 
 def word_counts(texts: Iterable[str], tok: Tokenizer) -> Counter:
