@@ -82,7 +82,7 @@ def test_wikitext_test_is_downloaded_and_drops_what_shares_a_run(source, tmp_pat
 def test_a_copy_given_with_against_is_used_instead_of_the_download(source, tmp_path, monkeypatch):
     _wikitext_at(monkeypatch, (tmp_path / "nowhere.parquet").as_uri())
     copy = tmp_path / "wiki.test.tokens"
-    copy.write_text(" = Robert Boulter = \n\n Robert Boulter is an English film , television and theatre actor . He "
+    copy.write_text(" = Robert <unk> = \n\n Robert <unk> is an English film , television and theatre actor . He "
                     f"had a guest @-@ starring role on the television series The Bill in 2000 .\n {PLANTED} .\n")
     assert _build(source, tmp_path / "out", "--against", str(copy)) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())

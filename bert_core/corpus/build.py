@@ -147,9 +147,10 @@ SHARED_REFERENCES = ("brown/brown.txt", "wikitext-2/valid.txt", "tinyshakespeare
 # named corpus `wikitext-2` downloads its training split. Not pinned: this machine has no internet (downloads.py).
 WIKITEXT_TEST = RemoteFile(url="https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-2-raw-v1/"
                                "test-00000-of-00001.parquet", filename="wikitext-2-raw-v1-test.parquet", sha256=None)
-# Its first sentence, raw or tokenised: a given reference holding its first NGRAM words is the test split.
-WIKITEXT_TEST_RUN = ("robert boulter is an english film television and theatre actor he had a guest starring role on "
-                     "the television series the bill in 2000")
+# Its first sentences, raw or tokenised (where "Boulter" is <unk>): a given reference holding their first NGRAM
+# words is the test split.
+WIKITEXT_TEST_RUN = ("is an english film television and theatre actor he had a guest starring role on the television "
+                     "series the bill in 2000 this was followed by a starring role in the play herons")
 
 
 def default_references() -> list[str]:
