@@ -323,7 +323,7 @@ def test_the_page_says_what_a_restart_kept_of_a_race_and_its_resume_finishes_it(
     run = Run(run_id=run_id, view_id=runs.new_token(), family=run_id, spec=spec, queued=False)
     run.job = type("Job", (), {"phase": "running", "error": None, "ended_note": None, "trainer": race})()
     assert records.write(run, "running", race.step)   # its last record: training
-    restore_runs(records, app_state.RUNS._registry, restoring(lambda *a: pytest.fail("a race is restored as one")))
+    restore_runs(records, app_state.RUNS, restoring(lambda *a: pytest.fail("a race is restored as one")))
     monkeypatch.setenv("BERT_EXPLORER_CHECKPOINT", str(nano_folder))
     at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "5_Fine-tune.py"), default_timeout=60)
     at.query_params["ft"] = run_id

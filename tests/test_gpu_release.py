@@ -43,7 +43,7 @@ def _until(condition, what: str, wait_s: float = 120):
 def _held_contexts(store) -> int:
     """Live training processes of runs the queue put on a GPU: each would hold a CUDA context on a real card."""
     held = 0
-    for run in store._registry.runs():
+    for run in store.runs():
         process = getattr(run.job, "process", None)
         held += run.device not in (None, "cpu") and process is not None and process.poll() is None
     return held

@@ -188,7 +188,7 @@ def test_the_page_spec_grows_from_the_recipes_start_size_and_says_the_command():
 
 
 def test_the_servers_view_of_a_run_follows_its_growth():
-    from bert_core.serve.training_process import TrainerProxy
+    from bert_core.serve.training_mirrors import TrainerProxy
 
     small = BertConfig.preset("mini", vocab_size=300).growth_start(64, 2)
     proxy = TrainerProxy({"config": TrainConfig(), "model_config": small, "tokenizer": None, "metadata": {},

@@ -178,8 +178,8 @@ def test_a_run_or_race_link_that_names_nothing_says_so_at_once(page, param, word
 def test_a_dropped_or_lost_run_keeps_its_own_message():
     from bert_core.app import app_state
 
-    app_state.RUNS._registry._dropped.append("Dd" * 11)
-    app_state.RUNS._registry.mark_lost("Ll" * 11)
+    app_state.RUNS._dropped.append("Dd" * 11)
+    app_state.RUNS.mark_lost("Ll" * 11)
     assert any("was dropped" in n for n in _warnings(_link("pages/2_Train.py", run="Dd" * 11)))
     assert any("race of this link is gone" in n for n in _warnings(_link("pages/5_Fine-tune.py", ft="Dd" * 11)))
     lost = _warnings(_link("pages/5_Fine-tune.py", ftwatch="Ll" * 11))

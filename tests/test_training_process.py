@@ -221,7 +221,7 @@ def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
 
 def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
     from bert_core.data.classification_data import toy_topic_task
-    from bert_core.serve.training_process import ComparisonProxy
+    from bert_core.serve.training_mirrors import ComparisonProxy
     from bert_core.training.finetune import build_comparison, classify_text
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))

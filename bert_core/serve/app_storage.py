@@ -1,15 +1,10 @@
-"""The app's files, and what a visitor may do with them: public mode, the app's own runs folder, per-session
-scratch folders, and checkpoint zips uploaded by visitors.
+"""The app's files, and what a visitor may do with them: public mode, the app's runs folder, per-session scratch
+folders, and uploaded checkpoint zips.
 
-A public server (a Hugging Face Space, a classroom server) serves strangers, so no text a visitor types ever
-becomes a server path: saved runs get a name the app makes, under the app's own runs folder, and never replace a
-folder another session saved; a checkpoint is opened by uploading a zip (extracted with size caps, no links, no
-paths outside the target) or by picking one of the app's runs. Opening a folder by its server path is a local
-convenience, off in public mode (`BERT_EXPLORER_PUBLIC=1`, which the Space's Dockerfile sets).
-
-Everything a session writes for itself (uploaded and pasted corpora, uploaded checkpoints) lives in one scratch
-folder per session, removed when the session ends, with a cap on their total size (oldest removed first).
-Nothing here imports Streamlit.
+A public server (`BERT_EXPLORER_PUBLIC=1`: a Space, a classroom) serves strangers, so no text a visitor types becomes
+a server path: saved runs get a name the app makes and never replace another session's folder; a checkpoint is
+opened by uploading a zip (size caps, no links, no paths outside the target) or picking one of the app's runs.
+What a session writes for itself lives in its scratch folder, removed when it ends, under a total cap (oldest first).
 """
 
 from __future__ import annotations
@@ -60,10 +55,6 @@ CHECKPOINT_FILES = frozenset({
 MAX_ZIP_MEMBERS = 1000
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _env_mb(name: str, default: int) -> int:
     try:
         value = int(float(os.environ.get(name, "") or default))
@@ -74,16 +65,14 @@ def _env_mb(name: str, default: int) -> int:
 
 def public_mode() -> bool:
     """True when the operator declared a public server (`BERT_EXPLORER_PUBLIC=1`): no server paths from visitors."""
-    return _env_flag(PUBLIC_ENV)
+    return os.environ.get(PUBLIC_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def upload_cap_bytes() -> int:
-    """The largest checkpoint zip accepted, compressed or unpacked (`BERT_EXPLORER_UPLOAD_MB`, default 200)."""
     return _env_mb(UPLOAD_CAP_ENV, DEFAULT_UPLOAD_CAP_MB)
 
 
 def folder_size(folder: Path) -> int:
-    """Bytes of the regular files under `folder` (links are not followed)."""
     total = 0
     for root, _dirs, files in os.walk(folder):
         for name in files:
@@ -119,8 +108,7 @@ def _drop_oldest(folders: list[Path], max_bytes: int, keep: Path | None = None) 
 
 
 def runs_dir() -> Path:
-    """The app's own runs folder (`BERT_EXPLORER_RUNS_DIR`, default `runs/app` under `paths.app_data_dir()`: beside
-    app.py, or on a Space under /data or the user's home)."""
+    """`BERT_EXPLORER_RUNS_DIR`, default `runs/app` under `paths.app_data_dir()`."""
     env = os.environ.get(RUNS_DIR_ENV, "").strip()
     if env:
         return Path(env)
@@ -128,8 +116,8 @@ def runs_dir() -> Path:
 
 
 def run_name(text: str) -> str:
-    """A folder name made from what a visitor typed: ASCII letters, digits, '-' and '_' only, at most 40
-    characters, never empty, never starting with '.' (so '..', '/etc', '~' and '' all become plain names)."""
+    """A folder name from what a visitor typed: ASCII letters, digits, '-' and '_', at most 40, never empty or
+    starting with '.' ('..', '/etc', '~' and '' all become plain names)."""
     ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
     name = re.sub(r"[^a-z0-9_-]+", "-", ascii_text.lower()).strip("-_")[:MAX_NAME].strip("-_")
     return name or "run"
@@ -153,9 +141,8 @@ def _write_owner(folder: Path, owner: str, name: str) -> None:
 
 
 def reserve_run_folder(name_text: str, owner: str, runs: Path | None = None) -> Path:
-    """The folder a session's save goes to: `runs/<run_name(name_text)>`, or that name with -2, -3... when the
-    name is taken by a folder this session did not save. The folder is created at once (atomically, so two
-    sessions saving under one name in the same second get two folders) and marked as this session's."""
+    """`runs/<run_name(name_text)>`, or -2, -3... when another session saved that name; created at once (two
+    sessions saving one name get two folders) and marked as this session's."""
     runs = runs_dir() if runs is None else runs
     try:
         runs.mkdir(parents=True, exist_ok=True)
@@ -182,15 +169,13 @@ STAGING_PREFIX = ".saving-"   # a save under way (or cut short): never listed, s
 
 
 def without_paths(text: str) -> str:
-    """`text` with the server's absolute paths taken out on a public server (a visitor learns nothing of its
-    folders); as it is on the user's own machine."""
+    """`text` without the server's absolute paths on a public server; as it is on the user's own machine."""
     if not public_mode():
         return text
     return re.sub(r"""(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'"(),;]*[^\s'"(),;.:]""", "(a server folder)", text)
 
 
 def save_failure(exc: BaseException) -> str:
-    """Why a save failed, in words a visitor can act on: a full disk says so; no server path in public mode."""
     if is_disk_full(exc):
         return ("the server's disk is full: nothing was saved. Download the run as a zip instead (*Prepare "
                 "download*), or ask the operator to free space.")
@@ -199,12 +184,9 @@ def save_failure(exc: BaseException) -> str:
 
 
 def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: Path | None = None) -> Path:
-    """Save a run with `save(folder)` into the app's runs folder under a name the app makes (see
-    reserve_run_folder), then keep the runs folder under its size cap by removing the oldest other runs.
-
-    Atomic: the run is written into a hidden staging folder beside the others, checked whole, and only then
-    renamed into place (an earlier save of this session under the name is replaced in one step). On any failure
-    the staging folder and a newly reserved name are removed: a save leaves a whole run or nothing."""
+    """Save a run with `save(folder)` under a name the app makes (reserve_run_folder), then drop the oldest other
+    runs beyond the cap. Atomic: written into a hidden staging folder, checked whole, then renamed into place; a
+    failed save leaves nothing behind."""
     runs = runs_dir() if runs is None else runs
     folder = reserve_run_folder(name_text, owner, runs)
     fresh = not is_whole_checkpoint(folder)   # a name just reserved, not this session's earlier save
@@ -230,7 +212,6 @@ def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: P
 
 @dataclass(frozen=True)
 class SavedRun:
-    """One run in the app's runs folder, for the sidebar's list."""
 
     name: str
     folder: Path
@@ -238,7 +219,7 @@ class SavedRun:
 
 
 def list_runs(runs: Path | None = None) -> list[SavedRun]:
-    """The app's saved runs that hold a checkpoint, newest first (folders the app did not save are not listed)."""
+    """The app's saved runs that hold a whole checkpoint, newest first."""
     runs = runs_dir() if runs is None else runs
     if not runs.is_dir():
         return []
@@ -246,7 +227,7 @@ def list_runs(runs: Path | None = None) -> list[SavedRun]:
     for folder in runs.iterdir():
         if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
             continue
-        if not is_whole_checkpoint(folder):   # a folder that would not load is never offered
+        if not is_whole_checkpoint(folder):
             continue
         try:
             record = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
@@ -257,7 +238,6 @@ def list_runs(runs: Path | None = None) -> list[SavedRun]:
 
 
 def saved_run_folder(name: str, runs: Path | None = None) -> Path:
-    """The folder of a saved run picked by name (only names list_runs gives are accepted)."""
     for run in list_runs(runs):
         if run.name == name:
             return run.folder
@@ -268,7 +248,7 @@ def saved_run_folder(name: str, runs: Path | None = None) -> Path:
 
 
 def scratch_root() -> Path:
-    """This server process's scratch area: `<temp>/bert-explorer/server-<pid>`, one folder per session inside."""
+    """`<temp>/bert-explorer/server-<pid>`, one folder per session inside."""
     base = os.environ.get(SCRATCH_DIR_ENV, "").strip() or os.path.join(tempfile.gettempdir(), "bert-explorer")
     return Path(base) / f"server-{os.getpid()}"
 
@@ -278,8 +258,7 @@ _SESSIONS_LOCK = threading.Lock()
 
 
 def session_scratch(session_id: str, create: bool = True) -> Path:
-    """The scratch folder of one browser session (created on demand). Its name is a hash of the session id, so
-    no id, whatever its characters, becomes a path."""
+    """A browser session's scratch folder, named by a hash of its id (no id becomes a path)."""
     if not session_id:
         raise BertCoreError("no session id")
     name = hashlib.sha256(("bert-explorer-session:" + session_id).encode()).hexdigest()[:32]
@@ -293,7 +272,6 @@ def session_scratch(session_id: str, create: bool = True) -> Path:
 
 
 def remove_session_scratch(session_id: str) -> None:
-    """Remove a session's scratch folder (the session ended)."""
     folder = session_scratch(session_id, create=False)
     shutil.rmtree(folder, ignore_errors=True)
     with _SESSIONS_LOCK:
@@ -301,7 +279,6 @@ def remove_session_scratch(session_id: str) -> None:
 
 
 def enforce_scratch_cap(keep: Path | None = None) -> list[Path]:
-    """Remove the oldest sessions' scratch folders until all of them together fit `BERT_EXPLORER_SCRATCH_MB`."""
     root = scratch_root()
     if not root.is_dir():
         return []
@@ -315,7 +292,7 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -323,7 +300,7 @@ STALE_STAGING_S = 3600.0   # a save's staging folder this old belongs to a serve
 
 
 def sweep_stale_saves(runs: Path | None = None, now: float | None = None) -> list[Path]:
-    """Remove the staging folders of saves cut short by a server that died meanwhile (never listed as runs)."""
+    """Remove the staging folders of saves cut short by a server that died meanwhile."""
     runs = runs_dir() if runs is None else runs
     now = time.time() if now is None else now
     removed = []
@@ -338,7 +315,7 @@ def sweep_stale_saves(runs: Path | None = None, now: float | None = None) -> lis
 
 
 def sweep_dead_servers() -> list[Path]:
-    """Remove the scratch areas of server processes that are gone (killed before they could clean up)."""
+    """Remove the scratch areas of server processes killed before they could clean up."""
     base = scratch_root().parent
     removed = []
     if not base.is_dir():
@@ -352,7 +329,7 @@ def sweep_dead_servers() -> list[Path]:
 
 
 def write_session_file(session_id: str, name: str, data: bytes) -> Path:
-    """Write `data` as `name` (a fixed name the app chooses) in the session's scratch folder, within the cap."""
+    """Write `data` as `name` (one the app chooses) in the session's scratch folder, within the cap."""
     if "/" in name or name.startswith("."):
         raise ValueError(name)
     folder = session_scratch(session_id)
@@ -365,10 +342,7 @@ def write_session_file(session_id: str, name: str, data: bytes) -> Path:
 
 
 class ScratchJanitor:
-    """Removes the scratch folder of every session that has been gone for `grace_s` seconds.
-
-    `is_alive(session_id)` is the runtime's answer (None when it cannot tell: then nothing is removed).
-    """
+    """Removes the scratch folders of sessions gone for `grace_s` (`is_alive` None: cannot tell, nothing removed)."""
 
     def __init__(self, is_alive: Callable[[str], bool | None], grace_s: float = 5.0, poll_s: float = 2.0):
         self.is_alive = is_alive
@@ -377,7 +351,6 @@ class ScratchJanitor:
         self._gone_since: dict[str, float] = {}
 
     def sweep(self, now: float | None = None) -> list[str]:
-        """Remove the scratch folders of sessions gone for the grace period; return their session ids."""
         now = time.monotonic() if now is None else now
         removed = []
         with _SESSIONS_LOCK:
@@ -407,8 +380,7 @@ _JANITOR_LOCK = threading.Lock()
 
 
 def start_janitor(is_alive: Callable[[str], bool | None]) -> None:
-    """Start (once per server process) the thread that removes ended sessions' scratch folders, after removing
-    the scratch areas of dead server processes."""
+    """Start, once per server process, the janitor's thread (after the sweeps of dead servers' leftovers)."""
     global _JANITOR
     with _JANITOR_LOCK:
         if _JANITOR is not None and _JANITOR.is_alive():
@@ -421,9 +393,8 @@ def start_janitor(is_alive: Callable[[str], bool | None]) -> None:
 
 
 def carry_run_files(spec, folder_key: str):
-    """A copy of a run's spec whose files (an uploaded or pasted corpus, the weights it started from) are copied
-    into another run's scratch folder, so that the copy never depends on the first run's folder, which goes when
-    that run is dropped. Files outside this server's scratch area (a corpus the user named) stay where they are."""
+    """A copy of a run's spec whose scratch files (uploaded or pasted corpus, start weights) are copied into another
+    run's scratch folder, which outlives the first run's; files outside the scratch area stay where they are."""
     root = scratch_root().resolve()
     target = session_scratch(folder_key)
     changes = {}
@@ -446,7 +417,6 @@ def _is_link(info: zipfile.ZipInfo) -> bool:
 
 
 def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
-    """A member's path, refused when it could land outside the target (absolute, drive letter, '..')."""
     raw = info.filename.replace("\\", "/")
     path = PurePosixPath(raw)
     if raw.startswith("/") or re.match(r"^[A-Za-z]:", raw) or ".." in path.parts or "\x00" in raw:
@@ -455,12 +425,9 @@ def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
 
 
 def extract_checkpoint_zip(data: bytes, dest: Path, max_bytes: int | None = None) -> Path:
-    """Unpack a zipped checkpoint folder into `dest` (which must not exist) and return the folder to load.
-
-    The archive may hold the files at its top or inside one folder. Only checkpoint files (config.json, weights,
-    tokenizer files, trainer state, metrics) are written; links, paths outside the target and archives larger than
-    `max_bytes` (compressed, or unpacked as actually read, whatever the archive claims) are refused.
-    """
+    """Unpack a zipped checkpoint folder (its files at the top or in one folder) into `dest`, new; returns it. Only
+    CHECKPOINT_FILES are written; links, paths outside the target and more than `max_bytes` (compressed, or as
+    actually read) are refused."""
     max_bytes = upload_cap_bytes() if max_bytes is None else max_bytes
     if not data:
         raise BertCoreError("the uploaded file is empty")
@@ -513,7 +480,7 @@ def extract_checkpoint_zip(data: bytes, dest: Path, max_bytes: int | None = None
 
 
 def unpack_uploaded_checkpoint(session_id: str, data: bytes) -> Path:
-    """Unpack an uploaded checkpoint zip into the session's scratch folder (once per distinct upload)."""
+    """Unpack an uploaded checkpoint zip into the session's scratch folder, once per distinct upload."""
     digest = hashlib.sha256(data).hexdigest()[:16]
     folder = session_scratch(session_id) / f"upload-{digest}"
     if folder.is_dir():

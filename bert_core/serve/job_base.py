@@ -1,6 +1,5 @@
-"""What the two kinds of training job share (run_protocols.RunJob): a run's job on a server thread (thread_job) and
-in a child process (training_process) hold the same fields, take the same turn at the same threads, label their weight
-copies alike, and extend, check and zip a run the same way; only where the training runs differs. Torch-free."""
+"""What a run's job on a server thread (thread_job) and in a child process (training_process) share
+(run_protocols.RunJob): fields, threads, weight-copy labels, extend, save check and zip. Torch-free."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ def training_threads() -> int:
 
 
 def use_training_threads(threads: int | None = None) -> None:
-    """Set torch's intra-op threads in this process: `threads` (at least 1), else training_threads()."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
     import torch
 
@@ -49,8 +47,7 @@ SNAPSHOT_EVERY_S = 15.0
 
 
 class JobBase:
-    """A run's job, whichever kind: its fields, its weight copy's step, and what it does the same way on a thread
-    and in a process. `busy` and `save` (which `zip_bytes` calls) are each kind's own."""
+    """`busy` and `save` (which `zip_bytes` calls) are each kind's own."""
 
     def __init__(self, session_id: str, spec: Any, builder: Callable[..., Any] | None):
         self.session_id = session_id
@@ -67,8 +64,7 @@ class JobBase:
     rebuilds = False   # a live job starts again itself (only a kept race hands its Resume to a new job)
 
     def _snapshot_serves(self, step: int) -> bool:
-        """True when the copy held serves a page asking now: it is of `step`, or the run is training and the copy
-        is under SNAPSHOT_EVERY_S old."""
+        """The copy held is of `step`, or the run trains and the copy is under SNAPSHOT_EVERY_S old."""
         if self._snapshot is None:
             return False
         return self._snapshot[0] == step or (self.busy and time.monotonic() - self._snapshot_at < SNAPSHOT_EVERY_S)
@@ -78,11 +74,11 @@ class JobBase:
 
     @property
     def snapshot_step(self) -> int | None:
-        """The step of the weight copy this server holds (pages label a model by it), None when it holds none."""
+        """The step of the weight copy held (pages label a model by it), None when none."""
         return self._snapshot[0] if self._snapshot is not None else None
 
     def extend(self, more_steps: int) -> None:
-        """Let a finished run go on for `more_steps` further steps (the schedule is stretched to the new end)."""
+        """Let a finished run go on for `more_steps` (the schedule stretched to the new end)."""
         if self.trainer is None or self.busy:
             raise BertCoreError("there is no stopped or finished run to continue")
         # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
@@ -95,12 +91,11 @@ class JobBase:
         self._config_changed(cfg)
 
     def _config_changed(self, cfg) -> None:
-        """The run's config was extended: a job whose trainer lives elsewhere tells it (nothing on a thread)."""
+        """A job whose trainer lives elsewhere tells it of the extended config (nothing on a thread)."""
 
     def _check_saveable(self) -> None:
         if self.trainer is None:
             raise BertCoreError("nothing to save yet: start a training run first")
 
     def zip_bytes(self) -> bytes:
-        """The checkpoint folder as a zip archive, for the download button."""
         return zip_checkpoint(self.save)

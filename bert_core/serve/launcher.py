@@ -1,31 +1,24 @@
 """Training processes forked from a warm interpreter, instead of a fresh `python` that imports torch each time.
 
-A training process that starts as a new interpreter spends its first seconds importing torch and the trainer's
-modules: about 3 CPU-seconds on a 2-core VM (docs/benchmarks.md, "Starting a run"), before its first step. On a class
-server where thirty students press Start in one minute, that is a minute and a half of both cores spent on imports,
-while the pages wait. So on Linux the server keeps one launcher process that has imported them once, and forks each
-training process from it: the fork shares the imported modules (copy-on-write) and starts its run at once.
+A fresh interpreter spends about 3 CPU-seconds importing torch and the trainer before its first step (docs/benchmarks.md,
+"Starting a run"): thirty Starts in a minute on a class server would spend a minute and a half of both cores on imports.
+So on Linux the server keeps one launcher that has imported them once and forks each training process from it.
 
-Why a launcher of its own and not multiprocessing's forkserver: a forked child would otherwise re-import the server's
-`__main__` (Streamlit's command line) and hands back a `Process`, where the server's code and tests steer a
-`subprocess.Popen` (poll, wait, kill, returncode). `LaunchedProcess` offers those, for a process that is the
-launcher's child rather than the server's.
+Why not multiprocessing's forkserver: each of its children re-runs the server's `__main__` (Streamlit's console script,
+so an import of Streamlit a start; Python 3.11's `set_forkserver_preload(["__main__"])` never receives the main path),
+and it hands back a `Process` where the server steers a `subprocess.Popen`, which `LaunchedProcess` imitates.
 
-The launcher forks only: it never runs a torch operation, so no OpenMP or BLAS thread pool exists when it forks
-(one that did would leave its locks held in the child), and CUDA is first touched in the child. It exits as soon as
-the server has gone (its end of the socket closes, or its pid ends); a training process sees that itself
-(BERT_SERVER_PID, below) and stops as it would have before. Elsewhere (macOS, Windows), or with
-`BERT_EXPLORER_LAUNCHER=spawn`, each training process is a fresh interpreter as before
-(`bert_core.serve.training_link`).
-
-The protocol, over a Unix datagram-like socket pair (SOCK_SEQPACKET, one JSON message a packet): the server sends
-{"id", "entry", "env"} with the child's two pipe ends attached (SCM_RIGHTS); the launcher answers {"id", "pid"} (or
-{"id", "error"}), and {"exit": pid, "code": returncode} when a child ends (a negative code is the signal that ended
-it, as in `subprocess`).
+The launcher never runs a torch operation, so no OpenMP or BLAS pool holds a lock when it forks, and CUDA is first
+touched in the child. It exits as soon as the server has gone (its socket closes, or its pid ends); a training process
+sees that itself (BERT_SERVER_PID). Elsewhere, or with `BERT_EXPLORER_LAUNCHER=spawn`, each training process is a
+fresh interpreter (`training_link`). Protocol: SOCK_SEQPACKET, one JSON message a packet: {"id", "entry", "env"} with
+the child's two pipe ends attached (SCM_RIGHTS); answers {"id", "pid"} or {"id", "error"}, and {"exit": pid, "code"}
+when a child ends (negative: the signal, as in `subprocess`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -57,34 +50,26 @@ SPAWNED_MODULE = b"bert_core.serve.training_process"   # in a spawned training p
 
 
 def fork_available() -> bool:
-    """Whether training processes are forked from the launcher here: Linux (a fork after importing torch is safe
-    there; on macOS system libraries are not) with pidfds (kernel 5.3+: how the launcher and its processes watch
-    for an end), not switched off."""
+    """Linux (on macOS a fork after importing torch is not safe) with pidfds (how the launcher and its processes
+    watch for an end), not switched off."""
     return sys.platform.startswith("linux") and os.environ.get(LAUNCHER_ENV, "fork") != "spawn" and _pidfds()
 
 
-_PIDFDS: bool | None = None
-
-
+@functools.lru_cache(maxsize=1)
 def _pidfds() -> bool:
-    global _PIDFDS
-    if _PIDFDS is None:
-        try:
-            os.close(os.pidfd_open(os.getpid()))
-            _PIDFDS = True
-        except OSError:   # a kernel before 5.3 (ENOSYS); Python 3.10+ on Linux has pidfd_open and send_fds
-            _PIDFDS = False
-    return _PIDFDS
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except OSError:   # a kernel before 5.3 (ENOSYS); Python 3.10+ on Linux has pidfd_open and send_fds
+        return False
 
 
 class LaunchedProcess:
-    """A training process forked by the launcher, steered like the `subprocess.Popen` of a spawned one: `pid`,
-    `poll()`, `wait(timeout)`, `kill()`, `terminate()`, `send_signal()` and `returncode`. Its exit code comes from
-    the launcher, which is its parent; if the launcher itself is gone, from /proc."""
+    """A forked training process steered like a spawned one's `subprocess.Popen`. Its exit code comes from the
+    launcher, its parent; if the launcher itself is gone, from /proc."""
 
     def __init__(self, pid: int, launcher: "Launcher", parent: subprocess.Popen):
         self.pid = pid
-        self.args = [LAUNCHER_MODULE, str(pid)]
         self.returncode: int | None = None
         self._launcher = launcher
         self._parent = parent   # the launcher process that forked it (a restarted launcher does not report it)
@@ -99,30 +84,20 @@ class LaunchedProcess:
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired([LAUNCHER_MODULE, str(self.pid)], timeout)
             self._launcher.wait_for_exit(0.25 if left is None else min(left, 0.25))
         return self.returncode
 
-    def send_signal(self, sig: int) -> None:
+    def kill(self) -> None:
         if self.poll() is None:
             try:
-                os.kill(self.pid, sig)
+                os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def __repr__(self) -> str:
-        return f"LaunchedProcess(pid={self.pid}, returncode={self.returncode})"
-
 
 class Launcher:
-    """The server's end of the launcher: starts it on first use (or `warm()`), asks it for training processes,
-    and records their exit codes. One per server process (`launcher()`); thread-safe."""
+    """The server's end of the launcher, started on first use (or `warm()`); one per server process (`launcher()`)."""
 
     def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self._preload = preload
@@ -138,8 +113,7 @@ class Launcher:
         return self._proc is not None and self._proc.poll() is None
 
     def warm(self) -> None:
-        """Start the launcher now (it imports torch in the background), so the first Start does not wait for it.
-        Never blocks a page: while another thread starts it or waits for a launch, there is nothing to do."""
+        """Start the launcher now, so the first Start does not wait for its imports. Never blocks a page."""
         if self.running() or not self._lock.acquire(blocking=False):
             return
         try:
@@ -148,8 +122,8 @@ class Launcher:
             self._lock.release()
 
     def launch(self, entry: str, fds: tuple[int, int], env: dict[str, str]) -> LaunchedProcess:
-        """Fork a training process that calls `entry` ("module:function") with the pipe ends `fds` (commands to
-        read, events to write), with `env` added to its environment. The caller closes its copies of `fds`."""
+        """Fork a process that calls `entry` ("module:function") with the pipe ends `fds`, `env` added to its
+        environment. The caller closes its copies of `fds`."""
         with self._lock:
             self._ensure_started()
             self._ids += 1
@@ -178,7 +152,6 @@ class Launcher:
         return LaunchedProcess(int(reply["pid"]), self, parent)
 
     def exit_code(self, pid: int, parent: subprocess.Popen) -> int | None:
-        """The exit code of the process that the launcher `parent` forked, once it has ended, else None."""
         with self._changed:
             if pid in self._exits:
                 return self._exits[pid]
@@ -256,9 +229,8 @@ class Launcher:
 
 
 def training_processes(server_pid: int) -> set[int]:
-    """The live training processes of the server `server_pid`, read from /proc (for operators, tests and
-    benchmarks): its children that run the training module (spawned), and its launcher's children (forked, named
-    PROCESS_NAME; their command line is the launcher's)."""
+    """The live training processes of the server `server_pid` from /proc (operators, tests, benchmarks): its spawned
+    children, and its launcher's children (named PROCESS_NAME)."""
     procs: dict[int, tuple[int, str, str, bytes]] = {}   # pid -> (ppid, state, comm, cmdline)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -287,7 +259,6 @@ _LAUNCHER_LOCK = threading.Lock()
 
 
 def launcher() -> Launcher:
-    """This server process's launcher (made on first use)."""
     global _LAUNCHER
     with _LAUNCHER_LOCK:
         if _LAUNCHER is None:
@@ -298,18 +269,8 @@ def launcher() -> Launcher:
 # ------------------------------------------------------------------------------------------ the launcher process
 
 
-def _preload(names: list[str]) -> None:
-    """Import what every training process needs; a module that fails to import is left to the child."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the child imports it again and reports its own error
-            log.warning("the training launcher could not preload %s: %s", name, exc)
-
-
 def _run_child(entry: str, fds: list[int], env: dict[str, str], sock: socket.socket, server_pid: int) -> None:
-    """In the fork: become a training process, `entry` ("module:function") called with the two pipe ends (what
-    `python -m bert_core.serve.training_process` runs)."""
+    """In the fork: become a training process, `entry` called with the two pipe ends."""
     code = 0
     try:
         sock.close()
@@ -330,12 +291,7 @@ def _run_child(entry: str, fds: list[int], env: dict[str, str], sock: socket.soc
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
+        _leave(code)
 
 
 def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
@@ -345,7 +301,11 @@ def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
     server = _server_end(server_pid)
     if server is None:
         _leave()
-    _preload(preload)
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the child imports it again and reports its own error
+            log.warning("the training launcher could not preload %s: %s", name, exc)
     children: dict[int, int] = {}   # pidfd -> pid
     while True:
         readable, _, _ = select.select([sock, server, *children], [], [])
@@ -384,10 +344,9 @@ def launcher_main(sock_fd: int, server_pid: int, preload: list[str]) -> None:
 
 
 def _server_end(server_pid: int) -> int | None:
-    """A pidfd that turns readable when the server ends, None when it has already gone. The launcher watches the
-    server's pid as well as its socket: a process the server forked (a library's worker) would hold the server's
-    end of the socket open after the server died. Its parent is the server until the server dies, so checking that
-    after the open tells a live server from a reused pid."""
+    """A pidfd readable when the server ends (None: gone already). Watched beside the socket, whose server end a
+    process the server forked (a library's worker) would hold open after the server died. Checking our parent after
+    the open tells a live server from a reused pid."""
     try:
         fd = os.pidfd_open(server_pid)
     except OSError:   # ProcessLookupError: it has gone already
@@ -398,16 +357,15 @@ def _server_end(server_pid: int) -> int | None:
     return fd
 
 
-def _leave() -> None:
-    """The server has gone (or closed the launcher): exit now. Not through the interpreter's shutdown, which tears
-    down torch's modules for 1 to 9 s on a loaded 2-core machine, a launcher outliving its server all that time;
-    the training processes see the server go themselves (training_child._server_watch)."""
+def _leave(code: int = 0) -> None:
+    """Exit now, not through the interpreter's shutdown, which tears down torch's modules for 1 to 9 s on a loaded
+    2-core machine (a launcher outliving its server all that time)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001
             pass
-    os._exit(0)
+    os._exit(code)
 
 
 def _send(sock: socket.socket, message: dict) -> None:

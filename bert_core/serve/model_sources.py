@@ -1,6 +1,5 @@
-"""Where the explorer's models come from: checkpoint folders (ours or Hugging Face's) loaded and described for
-the pages. No Streamlit here; `bert_core.app.app_state` caches and picks among them.
-"""
+"""Where the explorer's models come from: checkpoint folders (ours or Hugging Face's) loaded and described for the
+pages, which cache and pick among them (`bert_core.app`)."""
 
 from __future__ import annotations
 
@@ -21,14 +20,13 @@ CHECKPOINT_ENV = "BERT_EXPLORER_CHECKPOINT"        # overrides the shipped check
 
 
 def default_checkpoint() -> Path:
-    """The checkpoint the app opens by default: `$BERT_EXPLORER_CHECKPOINT` or `bert_core.paths.DEFAULT_CHECKPOINT`."""
+    """`$BERT_EXPLORER_CHECKPOINT`, else `bert_core.paths.DEFAULT_CHECKPOINT`."""
     env = os.environ.get(CHECKPOINT_ENV)
     return Path(env) if env else DEFAULT_CHECKPOINT
 
 
 @dataclass
 class ActiveModel:
-    """The model every page looks at, with where it came from."""
 
     model: Any
     tokenizer: Any
@@ -46,28 +44,26 @@ class ActiveModel:
 
     @property
     def short_name(self) -> str:
-        """How a run list names it: its folder's, saved run's or uploaded file's name, never a server path."""
+        """How a run list names it, never by a server path."""
         return self.path.name if self.path is not None else "the model trained in this session"
 
     @property
     def pretraining_rate(self) -> float | None:
-        """The highest rate behind its weights, which the fine-tuning rule scales (finetune.finetune_learning_rate):
-        its trainer state's, or a grown folder's recorded one; None when neither records one."""
+        """The highest rate behind its weights, which finetune.finetune_learning_rate scales; None when unrecorded."""
         from bert_core.training.run_builder import pretraining_rate_of   # torch: not at the top (TORCH_FREE)
 
         return pretraining_rate_of(self.trainer_state) or self.grown_rate
 
     @property
     def corpora(self) -> tuple[str, ...]:
-        """The corpora its training recorded, an earlier run it started from included (empty: none recorded)."""
+        """The corpora its training recorded, its start run's included."""
         meta = (self.trainer_state or {}).get("metadata", {})
         start = meta.get("init_from") if isinstance(meta.get("init_from"), dict) else {}
         return tuple(str(c) for c in (*(meta.get("corpora") or ()), *(start.get("corpora") or ())))
 
     @property
     def toy_only(self) -> bool:
-        """Whether all it has read is the generated toy grammar: it knows no English (a race on English text starts
-        it from nothing it can use)."""
+        """All it has read is the toy grammar: it knows no English."""
         return bool(self.corpora) and all(c.lower() == TOY_CORPUS for c in self.corpora)
 
     @property
@@ -76,7 +72,6 @@ class ActiveModel:
         return self.model.config.attention == "causal"
 
     def unigram_counts(self) -> dict[int, int] | None:
-        """Token counts of the model's training text, when the checkpoint or run recorded them."""
         meta = (self.trainer_state or {}).get("metadata", {})
         counts = meta.get("unigram_counts")
         if counts:
@@ -85,8 +80,7 @@ class ActiveModel:
 
 
 def shipped_checkpoints() -> dict[str, Path]:
-    """The checkpoint folders shipped with the app, by folder name: the default one first (the BERT), then the
-    others beside it in name order (the GPT-style twin). Only folders that hold a checkpoint count."""
+    """The checkpoint folders shipped with the app by name: the default one first, then the others beside it."""
     default = default_checkpoint()
     parent = default.parent
     found = {p.name: p for p in (sorted(parent.iterdir()) if parent.is_dir() else [])
@@ -96,10 +90,8 @@ def shipped_checkpoints() -> dict[str, Path]:
 
 
 def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, Path]:
-    """The models a page can set next to the active one, to race them or draw their attention side by side: the
-    checkpoint folders beside the default one by folder name (the shipped BERT and GPT, in checkpoints/), then the
-    app's saved runs as "saved: NAME" (e.g. a BERT and a GPT trained on toy in class); less `exclude`, the active
-    model's folder (or, for a saved run, its name, which is what the sidebar records as its path)."""
+    """The models a page can set beside the active one: the shipped checkpoints, then the saved runs as "saved: NAME";
+    less `exclude`, the active model's folder (or a saved run's name, which the sidebar records as its path)."""
     skip = Path(exclude).resolve() if exclude is not None else None
     found = shipped_checkpoints()
     found.update({f"saved: {run.name}": run.folder for run in list_runs() if run.name != str(exclude)})
@@ -107,7 +99,7 @@ def checkpoints_beside_default(exclude: str | Path | None = None) -> dict[str, P
 
 
 def folder_stamp(folder: Path) -> float:
-    """The newest modification time of the files in `folder` (a re-saved checkpoint gets a new stamp)."""
+    """The newest modification time in `folder` (a re-saved checkpoint gets a new stamp)."""
     stamps = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
     return max(stamps) if stamps else 0.0
 
@@ -152,10 +144,8 @@ def _corpora(recorded) -> str:
 
 
 def describe_checkpoint(name: str | Path, model, state: dict | None) -> str:
-    """One paragraph on where a checkpoint came from: sizes, and the training recorded in it. `name` is how the
-    reader picked it (a shipped folder's or a saved run's name, an uploaded file's name; a folder's path only where
-    the user typed it); the corpora and an earlier run it started from are named as a reader knows them, never by
-    the paths of the machine that trained it."""
+    """One paragraph on a checkpoint: sizes and recorded training. `name` is how the reader picked it; corpora and a
+    start run are named as a reader knows them, never by the training machine's paths."""
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
     # A name (an uploaded file's) in a code span, which shows its text as written: only a ` could close it early.

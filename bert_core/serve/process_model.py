@@ -1,7 +1,6 @@
-"""The model of a run trained in a child process, as the server reaches it (training_process.ProcessTrainingJob):
-weight copies fetched from the child, saves made by it, and the release of an ended run's process into a checkpoint
-folder, after which the folder serves saves, downloads and inspection. Whether the model is still there, and what the
-pages say when it is not. Torch-free at import."""
+"""The model of a run trained in a child process, as the server reaches it: weight copies fetched from the child,
+saves made by it, and the release of an ended run's process into a folder, which then serves saves, downloads and
+inspection. Torch-free at import."""
 
 from __future__ import annotations
 
@@ -21,12 +20,10 @@ from bert_core.serve.training_mirrors import ComparisonProxy
 
 
 class ProcessModel:
-    """ProcessTrainingJob's model: `_child` (its training_link.ChildLink), `released` (the folder its process was
-    ended into), `_release_lock` (a save waits for a release under way), `_snapshot` and `_kept` (caches)."""
+    """ProcessTrainingJob's model (its `_child`, `released`, `_release_lock`, `_snapshot` and `_kept`)."""
 
     @property
     def model_available(self) -> bool:
-        """True while the run's weights can be read: from its process, or from the folder it was released to."""
         if self.trainer is None:
             return False
         if self.released is not None:
@@ -35,8 +32,7 @@ class ProcessModel:
 
     @property
     def kept_step(self) -> int | None:
-        """The step of the model this run still has: the live one's, or that of the checkpoint it was released to
-        (after a failure, the last one its process wrote); None when it has none."""
+        """The step of the model this run still has, live or released; None when it has none."""
         if not self.model_available:
             return None
         if self.released is not None:
@@ -47,7 +43,6 @@ class ProcessModel:
         return self.trainer.step
 
     def lost_message(self) -> str:
-        """What the pages say when the run's weights are gone: the process ended before they reached a folder."""
         why = self.ended_note or self.error or "it was ended"
         return (f"This run's model is lost: its training process ended ({why}) before its weights were written to "
                 "disk. Its curves are still here; start a new run to get a model.")
@@ -55,8 +50,7 @@ class ProcessModel:
     # -------------------------------------------------------------- the model and its checkpoint
 
     def model_snapshot(self):
-        """An eval-mode copy of the model being trained (weights copied from the child), refreshed when the step
-        changes; after `release`, the model read back from the released folder."""
+        """An eval-mode copy of the model, from the child, or after `release` from the released folder."""
         if self.trainer is None:
             return None
         if self._snapshot_serves(self.trainer.step):
@@ -82,13 +76,11 @@ class ProcessModel:
         return self.released
 
     def _released_model(self) -> tuple[int, Any]:
-        """(the step its folder's checkpoint was written at, the model read from it)."""
         model, _, state = load_folder(self._released_folder())
         return int((state or {}).get("step", self.trainer.step)), model.eval()
 
     def save(self, folder: str | Path) -> Path:
-        """Have the child write the run's checkpoint folder (model, tokenizer, trainer state, optimizer); after
-        `release`, copy the released folder."""
+        """Have the child write the checkpoint folder; after `release`, copy the released folder."""
         self._check_saveable()
         folder = Path(folder).expanduser().resolve()
         with self._release_lock:
@@ -101,8 +93,7 @@ class ProcessModel:
         return folder
 
     def step_once(self):
-        """One more update of a stopped run, made by its process and recorded for *Step once*
-        (bert_core.inspect.training_step); Resume goes on from it as the run would have."""
+        """One more update of a stopped run, made by its process, for *Step once*."""
         with self._release_lock:
             if self.trainer is None or self.phase != "stopped":
                 raise BertCoreError("Step once takes the next update of a stopped run: stop the run first")
@@ -112,8 +103,7 @@ class ProcessModel:
             return self._child.request("step")
 
     def release(self, folder: str | Path) -> None:
-        """Write the checkpoint to `folder` and end the child process: an ended run then costs the server a folder
-        on disk, not a process. Saving, downloading and inspecting it read the folder afterwards."""
+        """Write the checkpoint to `folder` and end the child: an ended run costs a folder, not a process."""
         with self._release_lock:
             if isinstance(self.trainer, ComparisonProxy):
                 self.close()   # a fine-tuning race's results, models included, are in the server already
@@ -133,11 +123,8 @@ class ProcessModel:
             self.close()
 
     def park(self, folder: str | Path, device: str | None) -> bool:
-        """Free the device of a stopped run and keep it resumable (a run on a GPU: its process holds a CUDA context
-        of 0.8-1.1 GB for as long as it lives). Its whole checkpoint (weights, optimizer, RNG, data position) goes
-        to `folder` and its process ends; start() then builds it again from there (`resumed_trainer`) and it goes on
-        exactly as if it had never stopped. `device`: the queue's device it trained on. False when it was not
-        parked (not stopped, or its process is gone)."""
+        """Free a stopped run's device (its CUDA context), resumable: its whole checkpoint goes to `folder` and its
+        process ends; start() goes on from there exactly (`resumed_trainer`). False when it was not parked."""
         with self._release_lock:
             if (self.phase != "stopped" or self.busy or not self._child.alive() or self.trainer is None
                     or isinstance(self.trainer, ComparisonProxy)):
@@ -153,18 +140,15 @@ class ProcessModel:
         return True
 
     def resume_on(self, device: str | None) -> None:
-        """The queue's device for a parked run's next process: its own keeps the device its checkpoint records;
-        another (its GPU failed) moves it there."""
+        """The queue's device for a parked run's next process (another than its own when its GPU failed)."""
         if self.parked is not None:
             self._resume_device = None if device == self._parked_on else device
 
     def _parked_builder(self):
-        """The builder of a parked run's new process: its trainer where its checkpoint left it."""
         return partial(resumed_trainer, self.spec, str(self.parked), self._resume_device)
 
     @staticmethod
     def _checkpoint_step(folder: Path) -> int:
-        """The step of the whole checkpoint in `folder`; -1 when there is none."""
         try:
             if is_whole_checkpoint(folder):
                 return int(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["step"])
@@ -174,11 +158,8 @@ class ProcessModel:
 
 
 def resumed_trainer(spec, folder: str, device: str | None = None):
-    """A parked run's Trainer, built in its new process from the checkpoint its last one wrote to `folder`: the same
-    corpus and held-out split as its first build (train_spec.build_trainer), the probe sentences its trainer_state.json
-    records, then `Trainer.resume`, which puts weights, optimizer, RNG and data position back exactly. It keeps
-    writing its safety-net checkpoints to `folder`. `device`: where it trains now when that is not where it trained
-    (None: the checkpoint's own)."""
+    """A parked run's Trainer in its new process: its first build's corpus and split, its recorded probes, then
+    `Trainer.resume` from `folder` (where it keeps writing its checkpoints); `device`: None for the checkpoint's."""
     # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.training import run_builder
     from bert_core.training.trainer import Trainer

@@ -1,17 +1,12 @@
 """The declared interfaces between the server's run store and what it runs: a run's spec, its job, and the live view
-of its training that the pages and the queue read. The queue and the scheduler read these attributes plainly; each
-kind of run implements all of them (tests/test_run_protocols.py checks every implementation), so a new kind (a
-third job, say one on a cluster) is one more class that satisfies the same protocol, not one more probe.
+the pages and the queue read, plainly: each kind of run implements all of them (tests/test_run_protocols.py checks
+every implementation), so a new kind is one more class, not one more probe. Torch-free.
 
-Implementations:
-- RunSpec: `train_spec.TrainSpec` (a Train-page run), `training.finetune_spec.FinetuneSpec` (a Fine-tune race).
-- RunJob: `thread_job.TrainingJob` (on a server thread), `training_process.ProcessTrainingJob` (in a child process).
-- LiveView (a run the server hosts, as the pages read it): `training.trainer.Trainer` and
-  `training.finetune.FinetuneComparison` where they run, their mirrors in the server (`training_mirrors.TrainerProxy`,
-  `training_mirrors.ComparisonProxy`) and a kept race (`training.kept_race.KeptRace`).
-- HostedRun (a LiveView with its controls: run, stop, pause): the Trainer and the FinetuneComparison.
-
-Torch-free, like the rest of the server's import path.
+- RunSpec: `training.train_spec.TrainSpec`, `training.finetune_spec.FinetuneSpec`.
+- RunJob: `thread_job.TrainingJob`, `training_process.ProcessTrainingJob`, `finetune_runs.KeptRaceJob`.
+- LiveView: `training.trainer.Trainer`, `training.finetune.FinetuneComparison`, their mirrors in the server
+  (`training_mirrors`) and a kept race (`training.kept_race.KeptRace`); HostedRun, with run, stop and pause: the
+  first two.
 """
 
 from __future__ import annotations
@@ -47,18 +42,9 @@ class RunSpec(Protocol):
 
 @runtime_checkable
 class LiveView(Protocol):
-    """A run the server hosts, as the pages and the queue read it: where it is, its curves, its results, how it ends.
-
-    One interface for every kind of run, so nobody asks which kind it is by probing: each kind has every attribute,
-    holding the empty value (None, (), {}) for what it has none of. A pretraining run has no `tuners` and no
-    `results` (it is one model, and its model is the checkpoint); a race has no `history`, `evals`, `tokenizer`,
-    `growth`, `data` or `probes` of its own (each of its models has its own curves and tokenizer, in `tuners` while
-    it runs and in `results` once it has ended).
-
-    Implemented by `training.trainer.Trainer` and `training.finetune.FinetuneComparison` where they run, their
-    mirrors in the server (`training_mirrors.TrainerProxy`, `training_mirrors.ComparisonProxy`) and a race read
-    back from its folder (`training.kept_race.KeptRace`); tests/test_run_protocols.py checks each.
-    """
+    """A run the server hosts, as the pages and the queue read it. Every kind has every attribute, empty (None, (),
+    {}) where it has none: a pretraining run has no `tuners` or `results`; a race no `history`, `evals`, `tokenizer`,
+    `growth`, `data` or `probes` of its own (each of its models has its own, in `tuners`, then `results`)."""
 
     step: int                # steps taken (a race: its models' together)
     state: str               # idle | running | stopped | finished | failed
@@ -93,9 +79,7 @@ class LiveView(Protocol):
 
 @runtime_checkable
 class HostedRun(LiveView, Protocol):
-    """A live view that a job drives where it trains (a server thread's job, a training process): the Trainer and a
-    FinetuneComparison. The mirrors have no controls of their own: their job sends the command to the process
-    (RunJob.stop, RunJob.pause), which calls these there."""
+    """A live view a job drives where it trains; the mirrors' controls are their job's (RunJob.stop, RunJob.pause)."""
 
     def run(self) -> None:
         """Train until done, a stop or a pause; never raises (a failure sets `error` and state "failed")."""

@@ -1,8 +1,5 @@
-"""The queue of a shared server's runs (`bert_core.serve.runs`): the slots, on its GPUs and its CPU, the first-come
-queue for them, the turns a run trains while others wait, and how long a queued run will wait. Which runs exist and
-who watches them is apart, in `bert_core.serve.run_registry`; `RunStore` and its `RunScheduler` move runs between
-the two.
-"""
+"""The slots of a shared server (`bert_core.serve.runs`) on its GPUs and CPU, the first-come queue for them, the turns
+a run trains while others wait, and how long a queued run will wait."""
 
 from __future__ import annotations
 
@@ -43,15 +40,9 @@ def _free_device(run: Run, caps: dict[str, int], used: Counter) -> str | None:
 
 
 class RunQueue:
-    """The slots and the first-come queue for them, with turns: while anyone waits, a run trains `turn_s` at most.
-
-    `lock` is its store's: a run enters or leaves the queue and the registry in one step.
-    `slots()` is how many runs may train at once: pretraining runs and fine-tuning races alike.
-    `gpus()` are the server's GPUs (bert_core.serve.server_gpus.ServerGpu: a device and how many runs share it). Of
-    the slots, up to that many per GPU train there (each run still has a CPU thread to feed it) and the rest on the
-    CPU. A run takes a GPU slot when one is free, else a CPU one, and keeps that device for its later turns: its
-    training process holds the model there.
-    """
+    """While anyone waits, a run trains `turn_s` at most. `lock` is its store's. `slots()`: how many runs (races
+    alike) train at once; of those, up to `gpus()`' shares (server_gpus.ServerGpu) train on each GPU and the rest on
+    the CPU. A run keeps the device of its first slot: its training process holds the model there."""
 
     def __init__(self, lock: threading.RLock, slots: Callable[[], int], turn_s: float,
                  stall_s: float = float("inf"), gpus: Callable[[], Sequence] = tuple):
@@ -65,11 +56,9 @@ class RunQueue:
         self._durations: deque[float] = deque(maxlen=20)   # wall time of recent whole runs, for wait estimates
 
     def slots(self) -> int:
-        """How many runs may prepare or train at once (at least one)."""
         return max(1, int(self._slots()))
 
     def capacities(self) -> dict[str, int]:
-        """How many runs may hold a slot on each device at once: each GPU its share, the CPU the rest."""
         total, caps = self.slots(), {}
         for gpu in usable(self._gpus()):   # a GPU that failed a run with a CUDA fault has no slots
             share = min(int(gpu.runs), total - sum(caps.values()))
@@ -79,19 +68,16 @@ class RunQueue:
         return caps
 
     def busy_count(self) -> int:
-        """Runs holding a slot now (preparing, training, or finishing their turn)."""
         with self._lock:
             return len(self._slotted)
 
     # `append` and `remove` only move a run: its flags (queued, stopping, ...) are the store's to set.
 
     def append(self, run: Run) -> None:
-        """Put the run at the back of the queue."""
         with self._lock:
             self._queue.append(run)
 
     def remove(self, run: Run) -> None:
-        """Take the run out of the queue and out of its slot, wherever it is."""
         with self._lock:
             if run in self._queue:
                 self._queue.remove(run)
@@ -99,7 +85,6 @@ class RunQueue:
                 self._slotted.remove(run)
 
     def clear(self) -> None:
-        """Empty the queue and the slots (the server is shutting down)."""
         with self._lock:
             self._queue.clear()
             self._slotted.clear()
@@ -167,7 +152,6 @@ class RunQueue:
     # -------------------------------------------------------------- wait estimates
 
     def position(self, run: Run) -> tuple[int, float]:
-        """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
         now = time.monotonic()
         with self._lock:
             if not run.queued or run not in self._queue:
@@ -182,8 +166,7 @@ class RunQueue:
         return len(ahead), max(0.0, frees[0])
 
     def _left(self, run: Run) -> float:
-        """Its time left in all: its own estimate, else what a race's budget says (bert_core.serve.finetune_runs), else
-        the recent runs' median."""
+        """Its own estimate, else its spec's budget, else the recent runs' median."""
         eta = _progress_eta(run)
         if eta is not None:
             return eta

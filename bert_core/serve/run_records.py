@@ -1,8 +1,6 @@
-"""The runs of a shared server written where a restarted server finds them (`bert_core.serve.runs`).
-
-A server's runs live in its memory, and their training processes die with it. So that a restart (a redeployed
-Space, a teacher's server restarted between two lessons) loses nothing finished, each run has a folder in the state
-folder beside the runs folder (`$BERT_EXPLORER_STATE_DIR`, default `runs/app-state` beside `runs/app`):
+"""The runs of a shared server written where a restarted server (a redeployed Space, a teacher's server between two
+lessons) finds them (`bert_core.serve.runs`): a folder a run in the state folder (`$BERT_EXPLORER_STATE_DIR`, default
+`runs/app-state` beside `runs/app`):
 
     <state>/<hash of the run id>/run.json       its ids, settings, name, phase, why it ended (rewritten when its phase
                                                changes)
@@ -12,11 +10,9 @@ folder beside the runs folder (`$BERT_EXPLORER_STATE_DIR`, default `runs/app-sta
     <state>/<hash of the run id>/probes.json    its probe snapshots (the Train, Attention and Predictions pages replay
                                                them), written when it ends
 
-A restarted server reads them back: an ended run comes back as it ended, with its curves, probes and model; a run
-that was training comes back as "stopped by a server restart at step N" with its last checkpoint; a run with no
-checkpoint yet (queued, or preparing) is dropped, and its link says so. The folders follow the store's retention:
-a run dropped or reset loses its folder. The folder names are hashes, so no id becomes a path; the ids inside are
-the server's own secrets, as its memory held them. Nothing here imports Streamlit or torch.
+A restarted server reads them back: an ended run as it ended; a training one "stopped by a server restart at step N"
+with its last checkpoint; one with no checkpoint yet is dropped, and its link says so. A run dropped or reset loses
+its folder. Folder names are hashes, so no id becomes a path. No Streamlit or torch here.
 """
 
 from __future__ import annotations
@@ -56,7 +52,6 @@ FORMAT = 1
 
 
 def state_dir() -> Path:
-    """Where run records live: `$BERT_EXPLORER_STATE_DIR`, else a folder beside the runs folder (`<runs>-state`)."""
     env = os.environ.get(STATE_DIR_ENV, "").strip()
     if env:
         return Path(env)
@@ -87,8 +82,7 @@ def probes_to_json(store) -> dict | None:
 
 
 def record_failure(exc: BaseException) -> str:
-    """What the pages say while a run's record cannot be written: a restart would lose the run. Each cause in its
-    own words: a full disk waits for room, a folder the server may not write in waits for its operator."""
+    """What the pages say while a run's record cannot be written, each cause in its own words."""
     if is_disk_full(exc):
         why, until = "the server's disk is full", "as soon as there is room"
     elif isinstance(exc, PermissionError) or (isinstance(exc, OSError) and exc.errno == errno.EROFS):
@@ -102,8 +96,7 @@ def record_failure(exc: BaseException) -> str:
 
 
 def _kept_race_models(checkpoint: Path) -> int:
-    """How many models of a race had finished, their results kept (0: none, or unreadable). A model stopped part-way
-    (the server's end stops it) is kept too, but is not counted: it goes on from its checkpoint."""
+    """How many of a race's models had finished, kept (0: none, or unreadable; one stopped part-way goes on)."""
     try:
         results = json.loads((checkpoint / RACE_FILE).read_text(encoding="utf-8")).get("results") or {}
         return sum(1 for r in results.values() if isinstance(r, dict) and r.get("state") == "finished")
@@ -121,7 +114,6 @@ def _race_checkpoint(checkpoint: Path) -> tuple[str, int] | None:
 
 
 def race_restart_note(done: int, training: tuple[str, int] | None) -> str:
-    """How a race a server restart stopped part-way comes back: what it kept, and what Resume does."""
     if training is not None:
         name, step = training
         ended = f"{done} of its models had ended, kept; " if done else ""
@@ -134,37 +126,25 @@ def race_restart_note(done: int, training: tuple[str, int] | None) -> str:
             "was kept. Resume runs it again from the start")
 
 
-def _ended_note(job) -> str | None:
-    """Why a run's process ended, when it failed or the server ended it (a restarted server says it again)."""
-    if job is None:
-        return None
-    return job.error or job.ended_note
-
-
 class RunRecords:
-    """The state folder's run folders: write a run's record, read them all back, remove one."""
-
     def __init__(self, folder: Path):
         self.folder = Path(folder)
 
     def folder_for(self, run_id: str) -> Path:
-        """The run's folder (its name a hash of the id: no id, whatever its characters, becomes a path)."""
         return self.folder / hashlib.sha256(("bert-explorer-run:" + run_id).encode()).hexdigest()[:32]
 
     def checkpoint_for(self, run_id: str) -> Path:
-        """Where the run's training process writes its checkpoints, and where its ended process is released to."""
         return self.folder_for(run_id) / CHECKPOINT
 
     def write(self, run, phase: str, step: int | None, probes=None) -> bool:
-        """Write (replace) the run's record; with `probes` (a ProbeStore) its snapshots too. False, and a line in
-        the log, when it cannot be written: the run goes on, but a restart would lose it, so `run.record_failed`
-        says so (the pages show it) and the scheduler tries again every RECORD_RETRY_S until there is room."""
+        """Write (replace) the run's record, with `probes` (a ProbeStore) its snapshots. When it cannot be written
+        (False), `run.record_failed` says so to the pages and the scheduler tries again every RECORD_RETRY_S."""
         if not run.spec.recorded:
             return False   # a test's stand-in spec, which holds no plain data
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "page": run.spec.page, "name": run.name, "created": run.created,
                   "spec": dataclasses.asdict(run.spec), "phase": phase,
-                  "note": run.note, "ended": _ended_note(run.job), "step": step, "cancelled": run.cancelled,
+                  "note": run.note, "ended": run.job and (run.job.error or run.job.ended_note), "step": step, "cancelled": run.cancelled,
                   "visitors": dict(run.visitors)}
         folder = self.folder_for(run.run_id)
         try:
@@ -185,18 +165,15 @@ class RunRecords:
         return True
 
     def due(self, run, now: float) -> bool:
-        """True when the run's record is to be written: its phase changed since its last record, or a write that
-        failed is due to be tried again."""
+        """Its phase changed since its last record, or a failed write's retry is due."""
         if run.record_failed is not None:
             return run.record_retry_at is None or now >= run.record_retry_at
         return run.phase != run.recorded_phase
 
     @staticmethod
     def kept(record: dict, checkpoint: Path) -> tuple[str, str | None]:
-        """(phase, note) a recorded run comes back with after a restart: as it ended, or, when it was training,
-        stopped by the restart with what it kept. FileNotFoundError when it kept nothing worth bringing back: no
-        whole checkpoint, or only the one written before its first update (untrained weights: offering to train on
-        from "the model of step 0" would be offering nothing)."""
+        """(phase, note) a recorded run comes back with: as it ended, or stopped by the restart with what it kept.
+        FileNotFoundError when it kept nothing worth it: no whole checkpoint, or only step 0's untrained weights."""
         phase, note = record.get("phase"), record.get("note")
         if is_race_record(record):
             # A race keeps each model's results as it ends, and checkpoints of the one in training: one under way
@@ -218,7 +195,6 @@ class RunRecords:
         return phase, note
 
     def remove(self, run_id: str) -> None:
-        """Forget a run (dropped, or reset by its owner): its folder goes."""
         shutil.rmtree(self.folder_for(run_id), ignore_errors=True)
 
     def read_all(self) -> list[tuple[dict, Path]]:

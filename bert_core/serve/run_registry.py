@@ -1,7 +1,5 @@
-"""The registry of a shared server's runs (`bert_core.serve.runs`): each `Run`, found by its owner id or its share id,
-who watches it, which runs are kept once ended, and which links were dropped. The queue for the slots is apart, in
-`bert_core.serve.run_queue`; `RunStore` and its `RunScheduler` move runs between the two.
-"""
+"""The registry of a shared server's runs (`bert_core.serve.runs`): each `Run` by its owner id and share id, who
+watches it, which ended runs are kept, and which links were dropped."""
 
 from __future__ import annotations
 
@@ -71,65 +69,58 @@ class Run:
 
 
 class RunRegistry:
-    """The server's runs by owner id and by share id, their watchers, and the ids of the runs dropped to stay bounded.
-
-    `lock` is its store's: a run enters or leaves the registry and the queue in one step.
-    `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
-    """
+    """`lock` is its store's: a run enters or leaves the registry and the queue in one step. `is_alive(session_id)`:
+    whether a browser session is still open (None: cannot tell, counted as open)."""
 
     def __init__(self, lock: threading.RLock, is_alive: Callable[[str], bool | None], unwatched_s: float,
                  keep: int):
         self._lock = lock
         self._is_alive = is_alive
-        self.unwatched_s = unwatched_s
+        self._unwatched_s = unwatched_s
         self.keep = keep
         self._runs: dict[str, Run] = {}
         self._views: dict[str, Run] = {}
         self._dropped: deque[str] = deque(maxlen=10_000)
         self._lost: set[str] = set()   # ids of runs a restart could not bring back (no checkpoint yet)
 
+    def unwatched_s(self) -> float:
+        """Seconds a run nobody watches lives on (an ended race's results go then too)."""
+        return self._unwatched_s
+
     def get(self, run_id: str | None) -> Run | None:
-        """The run with this owner id, if the server still has it."""
         with self._lock:
             return self._runs.get(run_id or "")
 
     def by_view(self, view_id: str | None) -> Run | None:
-        """The run with this share id, if the server still has it."""
         with self._lock:
             return self._views.get(view_id or "")
 
     def has(self, run_id: str) -> bool:
-        """True while the registry has a run with this owner id."""
         with self._lock:
             return run_id in self._runs
 
     def was_dropped(self, token: str | None) -> bool:
-        """True when a run with this owner or share id was dropped to keep the store bounded."""
         with self._lock:
             return bool(token) and token in self._dropped
 
     def was_lost(self, token: str | None) -> bool:
-        """True when a run with this owner or share id was lost in a server restart (it had no checkpoint yet)."""
         with self._lock:
             return bool(token) and token in self._lost
 
     def mark_lost(self, *tokens: str) -> None:
-        """Remember the ids of a run a restart could not bring back, so that its link says so."""
         with self._lock:
             self._lost.update(t for t in tokens if t)
 
     def family(self, run: Run) -> list[Run]:
-        """The runs of `run`'s family (started from one tab, one after another), oldest first."""
         with self._lock:
             return sorted((r for r in self._runs.values() if r.family == run.family), key=lambda r: r.created)
 
     def runs(self) -> list[Run]:
-        """Every run, in the order they were added (a copy: the caller may add or drop runs meanwhile)."""
+        """A copy: the caller may add or drop runs meanwhile."""
         with self._lock:
             return list(self._runs.values())
 
     def add(self, run: Run) -> None:
-        """Register a new run under both its ids (BertCoreError when its owner id is taken)."""
         with self._lock:
             if run.run_id in self._runs:
                 raise BertCoreError("this run id is taken")
@@ -137,7 +128,6 @@ class RunRegistry:
             self._views[run.view_id] = run
 
     def pop(self, run_id: str) -> Run | None:
-        """Forget the run with this owner id; returns it, or None when there was none."""
         with self._lock:
             run = self._runs.pop(run_id, None)
             if run is not None:
@@ -145,7 +135,6 @@ class RunRegistry:
             return run
 
     def clear(self) -> list[Run]:
-        """Forget every run; returns them."""
         with self._lock:
             runs = list(self._runs.values())
             self._runs.clear()
@@ -162,21 +151,14 @@ class RunRegistry:
             return True
 
     def drop_oldest_ended(self) -> list[Run]:
-        """Forget the oldest ended runs beyond the latest `keep`, remembering their ids so that their links can say
-        so; returns them (their jobs are for the caller to end)."""
+        """Drop the oldest ended runs beyond the latest `keep`; returns them (their jobs are the caller's to end)."""
         with self._lock:
             ended = sorted((r for r in self._runs.values() if not r.active and r.ended_at is not None),
                            key=lambda r: r.ended_at)
-            doomed = ended[: max(0, len(ended) - self.keep)]
-            for run in doomed:
-                self._runs.pop(run.run_id, None)
-                self._views.pop(run.view_id, None)
-                self._dropped.extend((run.run_id, run.view_id))
-            return doomed
+            return [run for run in ended[: max(0, len(ended) - self.keep)] if self.drop(run)]
 
     def attach(self, run: Run, session_id: str, role: str, visitor: str | None = None) -> None:
-        """Record that a browser session is looking at the run (as its owner or as a viewer), and, given its
-        browser's id, that this browser has it in its list."""
+        """A browser session looks at the run (as OWNER or VIEWER); its browser (`visitor`) lists it."""
         with self._lock:
             if run.watchers.get(session_id) != OWNER:
                 run.watchers[session_id] = role
@@ -186,7 +168,6 @@ class RunRegistry:
             run.unwatched_since = None
 
     def visited(self, visitor: str | None) -> list[tuple[Run, str]]:
-        """(run, OWNER | VIEWER) for every run this browser started or watched, newest first."""
         if not visitor:
             return []
         with self._lock:
@@ -194,8 +175,7 @@ class RunRegistry:
         return sorted(found, key=lambda rv: rv[0].created, reverse=True)
 
     def unwatched(self, run: Run, now: float) -> bool:
-        """Note whether anyone still watches the run (forgetting closed tabs); True once no open tab has watched it
-        for `unwatched_s`. Called under the store's lock, in its scheduler pass."""
+        """True once no open tab has watched the run for `unwatched_s` (closed tabs are forgotten). Under the lock."""
         alive = {sid: self._is_alive(sid) for sid in run.watchers}
         if not alive or any(a is None or a for a in alive.values()):
             run.unwatched_since = None
@@ -206,4 +186,4 @@ class RunRegistry:
                     del run.watchers[sid]
             return False
         since = run.unwatched_since = run.unwatched_since or now
-        return now - since >= self.unwatched_s
+        return now - since >= self._unwatched_s

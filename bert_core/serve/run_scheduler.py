@@ -1,7 +1,5 @@
-"""The pass a shared server makes over its runs by itself (`bert_core.serve.runs`): on a thread of its own every
-`poll_s` seconds, and after an owner's action. It starts queued runs, ends turns that are up, stops runs nobody
-watches, ends the processes of ended runs (their checkpoints kept in folders), and drops the oldest ended runs.
-"""
+"""The pass a shared server makes over its runs (`bert_core.serve.runs`), every `poll_s` on its own thread and after
+an owner's action: start queued runs, end turns, stop unwatched runs, release ended runs' processes, drop old runs."""
 
 from __future__ import annotations
 
@@ -29,11 +27,7 @@ RELEASE_RETRY_S = 60.0   # how often an end-of-run checkpoint that could not be 
 
 
 class RunScheduler:
-    """Moves runs through `queue` and ends them in `registry`; `lock` is the store's, which both share.
-
-    `job_factory(run)` makes the run's job when it first gets a slot; `release_folder(run)` is where an ended run's
-    checkpoint goes before its process ends (None: keep the job).
-    """
+    """Moves runs through `queue` and ends them in `registry` under the store's `lock` (RunStore names the rest)."""
 
     def __init__(self, lock: threading.RLock, registry: RunRegistry, queue: RunQueue,
                  job_factory: Callable[[Run], Any], release_folder: Callable[[Run], Path | None], poll_s: float,
@@ -52,7 +46,6 @@ class RunScheduler:
         self.closed = False                  # set when the store closes: the thread ends
 
     def schedule(self) -> None:
-        """Give free slots to the runs at the front of the queue (a first slot makes the run's job)."""
         for run in self._queue.take_free_slots():
             try:
                 if run.job is None or run.job.rebuilds:
@@ -69,8 +62,6 @@ class RunScheduler:
                     run.ended_at = time.monotonic()
 
     def tick(self, now: float | None = None) -> None:
-        """One pass of the scheduler: free the slots of runs that ended, end turns that are up, stop runs nobody
-        watches, release ended runs' processes, drop the oldest ended runs, and start queued runs."""
         with self._tick_lock:
             self._tick(time.monotonic() if now is None else now)
         self.schedule()
@@ -119,7 +110,7 @@ class RunScheduler:
         for run in doomed + gone:
             if run in gone:
                 log.info("dropping the ended race %s: nobody watched it for %g min", run.run_id[:6],
-                         self._registry.unwatched_s / 60)
+                         self._registry.unwatched_s() / 60)
             else:
                 log.info("dropping the ended run %s (the server keeps %d)", run.run_id[:6], self._registry.keep)
             end_job(run, wait=1.0)
@@ -128,9 +119,8 @@ class RunScheduler:
         self._record_changes(now)
 
     def _parkable(self, run: Run) -> bool:
-        """A stopped pretraining run in a process on a GPU, not parked yet (nor being parked): its process holds a
-        CUDA context (0.8-1.1 GB) for as long as it lives, so it goes, its checkpoint kept for Resume. Under the
-        lock. On the CPU a stopped run keeps its process (Resume and Step once continue it there at once)."""
+        """A stopped pretraining run whose process holds a GPU's CUDA context (0.8-1.1 GB): it goes, its checkpoint
+        kept for Resume. On the CPU a stopped run keeps its process (Resume and Step once go on at once)."""
         job = run.job
         return (isinstance(job, ProcessModel) and run.device not in (None, "cpu") and not run.released
                 and not run.active and job.phase == "stopped" and job.parked is None and job.process is not None
@@ -138,8 +128,7 @@ class RunScheduler:
                 and run.spec.page != FINETUNE_PAGE)
 
     def _park(self, run: Run) -> None:
-        """End a stopped GPU run's process, its checkpoint written to its folder first (ProcessModel.park), in the
-        background: a save takes a moment. Without a folder (a server that keeps no records) it keeps its process."""
+        """Park a stopped GPU run (ProcessModel.park) in the background; without a folder it keeps its process."""
         folder = self._release_folder(run)
         if folder is None:
             return
@@ -158,24 +147,20 @@ class RunScheduler:
         threading.Thread(target=work, name=f"bert-park-{run.run_id[:6]}", daemon=True).start()
 
     def _record_changes(self, now: float) -> None:
-        """Write the record of each run whose phase changed since its last record (its probes once it ended), and
-        those whose last write failed, when their retry is due."""
+        """Write the records that are due (RunRecords.due), an ended run's probes with its record."""
         if self._records is None:
             return
         for run in self._registry.runs():
-            phase = run.phase
+            phase, trainer = run.phase, run.trainer
             if not self._records.due(run, now):
                 continue
-            trainer = run.trainer
             ended = not run.active and phase in ("finished", "stopped", "failed")
             probes = trainer.probes if ended and trainer is not None else None
-            # Tried: a write that failed (a full disk) is tried again every RECORD_RETRY_S, logged once.
             self._records.write(run, phase, trainer.step if trainer is not None else None, probes=probes)
             run.recorded_phase = phase
 
     def _to_disk(self, run: Run) -> bool:
-        """Swap an ended race's job in memory for the one that reads its kept results from its folder (True), when
-        it has that folder; called under the lock."""
+        """Swap an ended race's job for one reading its kept results from its folder (True when it has one)."""
         if self._records is None or not run.spec.recorded or run.record_failed is not None:
             return False
         folder = self._records.checkpoint_for(run.run_id)
@@ -189,8 +174,7 @@ class RunScheduler:
         return True
 
     def _end_silent(self) -> None:
-        """End the processes that have said nothing for `stall_s` (stalled), and at once those whose owner pressed
-        Stop and that do not answer: a frozen process never keeps its slot, nor a Stop waiting."""
+        """End the processes silent for `stall_s`, and at once the silent ones whose owner pressed Stop."""
         for run in self._registry.runs():
             job = run.job
             silent = run_silence(run)
@@ -203,9 +187,8 @@ class RunScheduler:
                 job.kill(f"stalled: it gave no sign of life for {silent:.0f} s, so the server ended it")
 
     def _end_unwatched(self, run: Run, now: float, to_end: list[Run]) -> None:
-        """End a run nobody has watched for the grace period: a queued one that never started is cancelled, an
-        active or idle-but-alive one is stopped and goes into `to_end`, to be released."""
-        minutes = f"{self._registry.unwatched_s / 60:g} min"
+        """A run nobody watched for the grace period: cancelled when it never started, else stopped into `to_end`."""
+        minutes = f"{self._registry.unwatched_s() / 60:g} min"
         if run.queued and run.job is None:
             run.cancelled, what = True, "cancelled"
         elif run.job is not None and (run.active or (run.job.phase == "stopped" and not _parked(run.job))):
@@ -219,13 +202,9 @@ class RunScheduler:
         run.note, run.ended_at = f"{what}: nobody watched it for {minutes}", now
 
     def release(self, run: Run, stop_first: bool = False) -> None:
-        """End the run's process, its checkpoint first written to the run's folder (so its link still shows the
-        model and can be downloaded). Runs in the background: a save takes a moment.
-
-        When the checkpoint cannot be written (a full disk), the process is kept: it holds the only copy of the
-        model. The owner is told (`run.release_failed`), a download still comes from the process, and the write
-        is tried again every RELEASE_RETRY_S, within the usual limits (a dropped run's process ends all the same).
-        """
+        """End the run's process in the background, its checkpoint first written to its folder. When that fails (a
+        full disk) the process, the only copy of the model, is kept: the owner is told (`run.release_failed`) and
+        the write is tried again every RELEASE_RETRY_S (a dropped run's process ends all the same)."""
         run.released = True
 
         def work():
@@ -253,7 +232,6 @@ class RunScheduler:
         threading.Thread(target=work, name=f"bert-release-{run.run_id[:6]}", daemon=True).start()
 
     def ensure_thread(self) -> None:
-        """Start the scheduler's thread unless it runs already (the first submitted run starts it)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
@@ -270,9 +248,8 @@ class RunScheduler:
 
 
 def drop_failed_gpus(runs: list[Run]) -> None:
-    """Take a GPU out of use once a run on it failed with a CUDA fault that is not running out of memory
-    (server_gpus.mark_failed: the queue gives it no more slots), and send the runs waiting for it to the CPU: one not
-    started yet, or parked (its checkpoint resumes anywhere). Under the store's lock."""
+    """Take a GPU a run failed on with a CUDA fault out of use (server_gpus.mark_failed), and send the runs waiting
+    for it, unstarted or parked, to any slot. Under the store's lock."""
     for run in runs:
         job = run.job
         if job is not None and run.device not in (None, "cpu") and job.phase == "failed" and is_gpu_fault(job.error):
@@ -285,16 +262,12 @@ def drop_failed_gpus(runs: list[Run]) -> None:
 
 
 def _parked(job) -> bool:
-    """A stopped run whose process has ended, its whole checkpoint in its folder (or a race a restart stopped, its
-    folder holding what it kept): it holds no process nor memory of the server's, so nobody watching it is no
-    reason to take its Resume away."""
+    """A stopped run with no process, resumable from its folder: nobody watching it is no reason to end it."""
     return isinstance(job, (ProcessModel, KeptRaceJob)) and job.parked is not None
 
 
 def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]:
-    """Read back the runs an earlier server process recorded: an ended run as it ended, a run that was training as
-    stopped by the restart with what it kept; one that kept nothing (RunRecords.kept) is dropped (its links say so).
-    Returns (restored, dropped)."""
+    """Read back an earlier server process's runs (RunRecords.kept says how each comes back); (restored, dropped)."""
     found = records.read_all()
     if not found:
         return 0, 0
@@ -315,7 +288,6 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
             records.remove(run_id)
             lost += 1
             continue
-        # A stopped run comes back parked (its whole checkpoint in its folder): Resume goes on from there exactly.
         resumable = _parked(job)
         run = Run(run_id=run_id, view_id=view_id, family=str(record.get("family") or run_id), spec=job.spec,
                   name=str(record.get("name") or ""), created=float(record.get("created") or time.time()), job=job,
@@ -331,15 +303,14 @@ def restore_runs(records, registry: RunRegistry, restore_job) -> tuple[int, int]
 
 
 def _visitors(value) -> dict[str, str]:
-    """A record's browsers and their roles, whatever a damaged record holds: only strings, only the two roles."""
+    """A record's browsers and roles; a damaged record's other values are skipped."""
     if not isinstance(value, dict):
         return {}
     return {str(k): v for k, v in value.items() if isinstance(k, str) and v in (OWNER, VIEWER)}
 
 
 def release_failure(exc: BaseException, folder: Path | None) -> str:
-    """What the owner reads when the end-of-run checkpoint could not be written: why, how much room is left, and
-    what to do while the process holds the model."""
+    """What the owner reads when the end-of-run checkpoint could not be written."""
     if is_disk_full(exc):
         free = disk_free_mb(folder) if folder is not None else None
         room = f" ({free:.0f} MB free)" if free is not None else ""
@@ -355,7 +326,6 @@ def release_failure(exc: BaseException, folder: Path | None) -> str:
 
 
 def end_job(run: Run, wait: float) -> None:
-    """Stop the run's job and end its process (a dropped or discarded run, or the server closing)."""
     job = run.job
     if job is not None:
         job.stop(wait=min(wait, 1.0))

@@ -130,10 +130,10 @@ def _restore_recorded(records, registry: RunRegistry, restore_job, done: threadi
         done.set()
 
 
-class RunStore:
-    """Every training run of one server process, and what its owner and the pages do with it. Its collaborators
-    share one lock: the runs and their watchers (`RunRegistry`), the queue for the CPU's and GPUs' slots and its turns
-    (`RunQueue`), and the pass the server makes over them by itself (`RunScheduler`).
+class RunStore(RunRegistry):
+    """Every training run of one server process (the `RunRegistry` of them and their watchers), and what its owner
+    and the pages do with it. It shares its lock with the queue for the slots and its turns (`RunQueue`), and the pass
+    the server makes over them by itself (`RunScheduler`).
 
     `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`, or `finetune_job` for a
     `training.finetune_spec.FinetuneSpec`) when it first gets a slot.
@@ -153,25 +153,24 @@ class RunStore:
                  restore_job: Callable[[dict, Path, str, str | None, dict | None], Any] | None = None,
                  where: Callable[[dict, list], str] = where_runs_train):
         self._where = where   # the sentence saying where runs train: this server's, or a cluster's (job_factory)
-        self._lock = threading.RLock()   # shared with its collaborators: a run moves between them in one step
-        self._registry = RunRegistry(
-            self._lock, is_alive,
-            _env_number(UNWATCHED_ENV, DEFAULT_UNWATCHED_S, 0) if unwatched_s is None else unwatched_s,
-            int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
+        lock = threading.RLock()   # shared with its collaborators: a run moves between them in one step
+        super().__init__(lock, is_alive,
+                         _env_number(UNWATCHED_ENV, DEFAULT_UNWATCHED_S, 0) if unwatched_s is None else unwatched_s,
+                         int(_env_number(KEEP_ENV, DEFAULT_KEEP, 1)) if keep is None else keep)
         stall_s = _env_number(STALL_ENV, DEFAULT_STALL_S, 1) if stall_s is None else stall_s
         self._gpus = gpus
         detect_in_background(gpus)
         self._queue = RunQueue(self._lock, slots,
                                _env_number(TURN_ENV, DEFAULT_TURN_S, 1) if turn_s is None else turn_s, stall_s,
                                gpus=gpus)
-        self._scheduler = RunScheduler(self._lock, self._registry, self._queue, job_factory, release_folder, poll_s,
-                                       stall_s, records)
+        self._scheduler = RunScheduler(self._lock, self, self._queue, job_factory, release_folder, poll_s, stall_s,
+                                       records)
         self._records = records
         self._restored = threading.Event()
         if records is not None and restore_job is not None:
             # A race's record is read back by finetune_runs, a pretraining run's by `restore_job`.
             threading.Thread(target=_restore_recorded, name="bert-run-restore", daemon=True,
-                             args=(records, self._registry, restoring(restore_job), self._restored)).start()
+                             args=(records, self, restoring(restore_job), self._restored)).start()
         else:
             self._restored.set()
 
@@ -180,11 +179,11 @@ class RunStore:
     def get(self, run_id: str | None) -> Run | None:
         """The run with this owner id, if the server still has it (a link opened as the server starts waits for
         the recorded runs to be read back)."""
-        return self._found(self._registry.get, run_id)
+        return self._found(super().get, run_id)
 
     def by_view(self, view_id: str | None) -> Run | None:
         """The run with this share id, if the server still has it (waiting for the recorded runs, as `get`)."""
-        return self._found(self._registry.by_view, view_id)
+        return self._found(super().by_view, view_id)
 
     def _found(self, lookup: Callable[[str | None], Run | None], token: str | None) -> Run | None:
         run = lookup(token)
@@ -193,26 +192,6 @@ class RunStore:
             run = lookup(token)
         return run
 
-    def was_lost(self, token: str | None) -> bool:
-        """True when the run of this id was lost in a server restart (it had written no checkpoint yet)."""
-        return self._registry.was_lost(token)
-
-    def has(self, run_id: str) -> bool:
-        """True while the server has a run with this owner id (its scratch folder is then kept)."""
-        return self._registry.has(run_id)
-
-    def was_dropped(self, token: str | None) -> bool:
-        """True when a run with this owner or share id was dropped to keep the store bounded."""
-        return self._registry.was_dropped(token)
-
-    def family(self, run: Run) -> list[Run]:
-        """The runs of `run`'s family (started from one tab, one after another), oldest first."""
-        return self._registry.family(run)
-
-    def runs(self) -> list[Run]:
-        """Every run the server has, in the order they were submitted."""
-        return self._registry.runs()
-
     def busy_count(self) -> int:
         """Runs holding a slot now (preparing, training, or finishing their turn)."""
         return self._queue.busy_count()
@@ -220,10 +199,6 @@ class RunStore:
     def slots(self) -> int:
         """How many runs may prepare or train at once (at least one)."""
         return self._queue.slots()
-
-    def unwatched_s(self) -> float:
-        """Seconds a run nobody watches lives on (an ended race's results go then too)."""
-        return self._registry.unwatched_s
 
     def stall_s(self) -> float:
         """Seconds of silence after which a training process is ended as stalled."""
@@ -245,8 +220,7 @@ class RunStore:
 
     def policy(self) -> str:
         """The sharing rules in one paragraph, as the pages show them."""
-        return sharing_policy(self.where(), self.slots(), self._queue.turn_s, self._registry.unwatched_s,
-                              self._registry.keep)
+        return sharing_policy(self.where(), self.slots(), self._queue.turn_s, self.unwatched_s(), self.keep)
 
     # -------------------------------------------------------------- owner actions
 
@@ -263,7 +237,7 @@ class RunStore:
         with self._lock:
             if self._scheduler.closed:
                 raise BertCoreError("the server is shutting down")
-            self._registry.add(run)
+            self.add(run)
             self._queue.append(run)
         self._scheduler.ensure_thread()
         self.schedule()
@@ -319,7 +293,7 @@ class RunStore:
     def discard(self, run_id: str, wait: float = 5.0) -> None:
         """Forget a run (its owner's Reset): stop it, end its process, drop it from the store and from disk."""
         with self._lock:
-            run = self._registry.pop(run_id)
+            run = self.pop(run_id)
             if run is None:
                 return
             self._queue.remove(run)
@@ -341,16 +315,11 @@ class RunStore:
         if idle:
             self._scheduler.release(run)
 
-    def attach(self, run: Run, session_id: str, role: str, visitor: str | None = None) -> None:
-        """Record that a browser session is looking at the run (as its owner or as a viewer), and that its browser
-        (`visitor`, when known) has it in its list."""
-        self._registry.attach(run, session_id, role, visitor)
-
     def visited(self, visitor: str | None) -> list[tuple[Run, str]]:
         """The runs this browser started (OWNER) or watched (VIEWER), newest first: its "My runs" list. Only
         its own: a run is in it only after this browser started it or opened its link."""
         self._restored.wait(RESTORE_WAIT_S)
-        return self._registry.visited(visitor)
+        return super().visited(visitor)
 
     # -------------------------------------------------------------- the scheduler
 
@@ -367,7 +336,7 @@ class RunStore:
         """End every run and the scheduler (tests; a server shutting down)."""
         with self._lock:
             self._scheduler.closed = True
-            runs = self._registry.clear()
+            runs = self.clear()
             self._queue.clear()
         for run in runs:
             end_job(run, wait=2.0)

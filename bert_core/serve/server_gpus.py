@@ -1,19 +1,14 @@
 """The CUDA GPUs a shared server trains its runs on, and how many runs share each (`bert_core.serve.runs`).
 
-A class's runs are small: a `nano` or `tiny` run keeps a GPU busy for a fraction of each step (it is bound by the
-kernel launches its one CPU thread makes), so several runs share one GPU, each in its own training process, up to
-`GPU_RUNS_ENV` at once. The default, DEFAULT_GPU_RUNS, is measured, not guessed: docs/benchmarks.md, "A class on
-one GPU" (`benchmarks/gpu_sharing.py`).
+A class's small runs are bound by the kernel launches of their one CPU thread, so several share one GPU, each in its
+own process, up to `GPU_RUNS_ENV` at once (DEFAULT_GPU_RUNS measured: docs/benchmarks.md, "A class on one GPU").
 
-Torch-free and fork-safe: the server imports this module without torch, and no CUDA driver is ever initialised in
-the server or in the launcher its training processes are forked from (a driver initialised before a fork cannot be
-used by the forks). A machine without an NVIDIA or AMD GPU device node is answered at once; otherwise one short
-child interpreter asks torch, through NVML, which GPUs there are, once per server process.
+Torch-free and fork-safe: no CUDA driver is initialised in the server or the launcher (the forks could not use it).
+Without a GPU device node the answer comes at once; otherwise a short child interpreter asks torch via NVML, once.
 
-A GPU that fails a run with a CUDA error other than running out of memory (a driver or hardware fault: an illegal
-address, an ECC error, a lost device) is taken out of use for the rest of the server process (`mark_failed`): the
-queue gives it no more slots (`usable`) and its waiting runs go to the CPU. Running out of memory is the run's own
-size against what the card has free, not a broken GPU, so it only fails that run.
+A GPU that fails a run with a CUDA fault other than running out of memory (an illegal address, an ECC error, a lost
+device) gets no more slots for the rest of the server process (`mark_failed`, `usable`); out of memory is the run's
+own size, and fails only that run.
 """
 
 from __future__ import annotations
@@ -57,7 +52,6 @@ _FAILED_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class ServerGpu:
-    """One GPU the server's runs train on: its torch device name, its name and memory, and how many runs share it."""
 
     device: str       # "cuda" for the only GPU, "cuda:0", "cuda:1"... where there are several
     name: str
@@ -66,13 +60,11 @@ class ServerGpu:
 
 
 def gpu_runs_setting() -> int | None:
-    """`$BERT_EXPLORER_GPU_RUNS` as a count (0 turns the GPU off), or None when unset or not a count."""
     raw = os.environ.get(GPU_RUNS_ENV, "").strip()
     return int(raw) if raw.isdigit() else None
 
 
 def _probe() -> list[dict]:
-    """The GPUs torch sees, asked in a child interpreter (via NVML: no CUDA context is made); [] when none."""
     if not any(Path(node).exists() for node in DEVICE_NODES):
         return []
     env = dict(os.environ, PYTORCH_NVML_BASED_CUDA_CHECK="1", OMP_NUM_THREADS="1")
@@ -87,8 +79,6 @@ def _probe() -> list[dict]:
 
 
 def server_gpus(probe=_probe) -> list[ServerGpu]:
-    """The GPUs this server's runs train on, each with its share count; [] on a CPU server or when
-    `$BERT_EXPLORER_GPU_RUNS` is 0."""
     per_gpu = gpu_runs_setting()
     if per_gpu == 0:
         return []
@@ -103,8 +93,7 @@ _DETECTING = threading.Lock()
 
 
 def detected_gpus() -> tuple[ServerGpu, ...]:
-    """server_gpus(), asked once per server process (the answer does not change while it runs); a second caller
-    waits for the first one's answer."""
+    """server_gpus(), once per server process; a second caller waits for the first one's answer."""
     with _DETECTING:
         return _detected()
 
@@ -118,20 +107,18 @@ def _detected() -> tuple[ServerGpu, ...]:
 
 
 def detect_in_background(gpus=detected_gpus) -> None:
-    """Ask for the GPUs on a thread now, so that a server's first Start does not wait for the answer (a second or
-    two of a child interpreter importing torch, where a GPU device exists)."""
+    """Ask for the GPUs on a thread now, so that a server's first Start does not wait for the probe."""
     threading.Thread(target=gpus, name="bert-gpu-probe", daemon=True).start()
 
 
 def is_gpu_fault(error: str | None) -> bool:
-    """True when a run's failure message is a CUDA fault that is not running out of memory."""
     if not error or "out of memory" in error.lower():
         return False
     return any(fault in error for fault in CUDA_FAULTS)
 
 
 def mark_failed(device: str, error: str) -> bool:
-    """Take the GPU `device` out of use for the rest of this server process (logged once); True the first time."""
+    """Take `device` out of use (logged once); True the first time."""
     with _FAILED_LOCK:
         if device in _FAILED:
             return False
@@ -141,19 +128,17 @@ def mark_failed(device: str, error: str) -> bool:
 
 
 def failed_gpus() -> dict[str, str]:
-    """The GPUs taken out of use, each with the error that did it."""
     with _FAILED_LOCK:
         return dict(_FAILED)
 
 
 def usable(gpus) -> list:
-    """`gpus` without those taken out of use."""
     failed = failed_gpus()
     return [gpu for gpu in gpus if gpu.device not in failed]
 
 
 def forget_failures() -> None:
-    """Put every failed GPU back in use (a test's clean start; a server needs a restart for it)."""
+    """A test's clean start (a server needs a restart for it)."""
     with _FAILED_LOCK:
         _FAILED.clear()
 

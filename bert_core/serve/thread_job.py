@@ -20,11 +20,7 @@ log = logging.getLogger("bert_core.app")
 
 
 class TrainingJob(JobBase):
-    """One session's training run on a background thread that never calls Streamlit.
-
-    The thread first builds the trainer (corpus, tokenizer, data: seconds to minutes), then runs it; the page
-    polls `phase`, `trainer` and `error`.
-    """
+    """A run on a daemon thread that builds the trainer (seconds to minutes), then runs it; never calls Streamlit."""
 
     def __init__(self, session_id: str, spec: TrainSpec | None = None,
                  builder: Callable[[], Any] | None = None):
@@ -34,13 +30,11 @@ class TrainingJob(JobBase):
 
     @property
     def busy(self) -> bool:
-        """True while the thread is alive (preparing or training), and between start() making it and starting it:
-        another thread (the scheduler's, a page's) can look in that gap."""
+        """The thread lives, or start() has made it and not yet started it (another thread may look in that gap)."""
         thread = self.thread
         return thread is not None and (thread.ident is None or thread.is_alive())
 
     def start(self) -> None:
-        """Start (or continue after a stop) on a fresh daemon thread."""
         if self.busy:
             raise BertCoreError("this training is already running")
         self._stop_requested.clear()
@@ -75,7 +69,6 @@ class TrainingJob(JobBase):
             self.error, self.phase = f"{type(exc).__name__}: {exc}", "failed"
 
     def stop(self, wait: float | None = None) -> None:
-        """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for the thread."""
         self._stop_requested.set()
         if self.trainer is not None and self.busy:  # a stop flag left on an idle trainer would end the next run
             self.trainer.stop()
@@ -83,15 +76,12 @@ class TrainingJob(JobBase):
             self._join(wait)
 
     def pause(self) -> None:
-        """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
-        the model in training has finished; start() goes on from there."""
         trainer = self.trainer
         if trainer is not None and self.busy:
             trainer.pause()
 
     def step_once(self):
-        """One more update of a stopped run, recorded for *Step once* (bert_core.inspect.training_step); Resume
-        goes on from it as the run would have."""
+        """One more update of a stopped run, for *Step once* (bert_core.inspect.training_step)."""
         if self.trainer is None or self.busy or self.phase != "stopped":
             raise BertCoreError("Step once takes the next update of a stopped run: stop the run first")
         # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
@@ -100,10 +90,7 @@ class TrainingJob(JobBase):
         return take_one_step(self.trainer)
 
     def model_snapshot(self):
-        """A frozen eval-mode copy of the model being trained, refreshed when the step changes.
-
-        Inspection must not flip the live model to eval mode or read weights halfway through an update.
-        """
+        """A frozen eval-mode copy: inspection must not flip the live model to eval or read half an update."""
         trainer = self.trainer
         if trainer is None:
             return None
@@ -118,19 +105,16 @@ class TrainingJob(JobBase):
         return model
 
     def save(self, folder: str | Path) -> Path:
-        """Write the run's checkpoint folder (model, tokenizer, trainer state, optimizer)."""
         self._check_saveable()
         self.trainer.save(folder)
         return Path(folder)
 
     def wait(self, timeout: float) -> bool:
-        """Wait until the thread has ended; True when it has."""
         self._join(timeout)
         return not self.busy
 
     def _join(self, timeout: float) -> None:
-        """Join the thread, also when another thread's start() has made it and not yet started it (join() would
-        raise then)."""
+        """Join the thread, also one another thread's start() has made and not started (join() would raise)."""
         deadline = time.monotonic() + timeout
         thread = self.thread
         while thread is not None and thread.ident is None and time.monotonic() < deadline:
@@ -139,25 +123,21 @@ class TrainingJob(JobBase):
         if thread is not None and thread.ident is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def close(self, wait: float = 10.0) -> None:
-        """Nothing to release beyond stopping: the thread ends with its run."""
-
-    # A run on a server thread keeps its model in the server's memory: never lost, never silent, nothing to kill,
-    # never released to a folder.
+    # A run on a server thread keeps its model in the server's memory: never lost, never silent, nothing to end or
+    # release to a folder; a kill asks it to stop (a thread cannot be ended from outside).
     ended_note = None
     released = None
     model_available = property(lambda self: self.trainer is not None)
     kept_step = property(lambda self: self.trainer.step if self.trainer is not None else None)
 
+    def close(self, wait: float = 10.0) -> None: ...
+    def release(self, folder: str | Path) -> None: ...
+
     def silent_s(self) -> float:
         return 0.0
 
     def kill(self, why: str, phase: str = "failed") -> None:
-        """A thread cannot be ended from outside: ask it to stop (it will at its next step)."""
         self.stop()
 
     def lost_message(self) -> str:
         return "This run has no model yet."
-
-    def release(self, folder: str | Path) -> None:
-        """Nothing to end: a run on a server thread holds no process (its model stays in memory)."""

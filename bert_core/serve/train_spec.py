@@ -1,10 +1,6 @@
-"""A Train-page run as the server hosts it: the files it needs written to its scratch folder (an uploaded or pasted
-corpus, the weights it starts from), its probes, and the way its spec (bert_core.training.train_spec) goes down to
-the run: a `RunPlan` for bert_core.training.run_builder, in the server or in a child process. Pages reach these
-through bert_core.serve.jobs.
-
-Torch-free at import: the server imports it through jobs before any model is shown (tests/test_layers.py), so the
-run builder, which loads torch, is imported in the functions that build.
+"""A Train-page run as the server hosts it: its files in its scratch folder (an uploaded or pasted corpus, its start
+weights), its probes, and its spec (bert_core.training.train_spec) down to a `RunPlan` for training.run_builder.
+Pages reach these through bert_core.serve.jobs. Torch-free at import: the run builder is imported where it builds.
 """
 
 from __future__ import annotations
@@ -29,8 +25,8 @@ from bert_core.training.train_spec import TrainSpec, validate_spec
 
 
 def page_corpus(values: Mapping, folder_key: str) -> tuple[str, str]:
-    """(load_corpus spec, label) of the corpus chosen in `values`; an upload or paste is checked, then written to
-    the run's scratch folder `folder_key`."""
+    """(load_corpus spec, label) of the chosen corpus; an upload or paste is checked, then written to the run's
+    scratch folder `folder_key`."""
     choice = values["train_corpus"]
     if choice not in ("upload", "paste"):
         return choice, choice
@@ -51,8 +47,7 @@ def page_corpus(values: Mapping, folder_key: str) -> tuple[str, str]:
 
 
 def corpus_text(values: Mapping) -> str | None:
-    """The uploaded or pasted text chosen in `values`, as the probe editor reads it ("" when there is none yet);
-    None for a named corpus."""
+    """The chosen upload's or paste's text for the probe editor ("" when none yet); None for a named corpus."""
     choice, file = values["train_corpus"], values.get("train_upload")
     if choice == "upload":
         return file.getvalue().decode("utf-8-sig", errors="replace") if file is not None else ""
@@ -60,8 +55,7 @@ def corpus_text(values: Mapping) -> str | None:
 
 
 def preview_corpus(values: Mapping) -> tuple[str, str]:
-    """(spec, label) that the command preview names the chosen corpus by: an upload or paste is not on the server
-    before Start, so it is named as the file to save it in."""
+    """(spec, label) the command preview names the corpus by (an upload or paste by the file to save it in)."""
     choice, file = values["train_corpus"], values.get("train_upload")
     if choice == "upload":
         return "", file.name if file is not None else "your text"
@@ -69,8 +63,7 @@ def preview_corpus(values: Mapping) -> tuple[str, str]:
 
 
 def default_probes(corpus: str, seed: int, text: str | None):
-    """Probes from the held-out part of the chosen corpus as a run with this seed splits it (None: not readable
-    here before training, e.g. a corpus that is not downloaded yet)."""
+    """Probes from the corpus's held-out part as this seed splits it (None: not readable here before training)."""
     try:
         if text is not None:
             return heldout_probes(corpus_from_text(text, name=corpus), seed)
@@ -80,8 +73,7 @@ def default_probes(corpus: str, seed: int, text: str | None):
 
 
 def save_start_weights(job, folder_key: str) -> str:
-    """Save a run's model into a new run's scratch folder `folder_key` as the weights it starts from; returns that
-    folder, the new spec's `init_from`."""
+    """Save a run's model as a new run's start weights in its scratch folder; returns the new spec's `init_from`."""
     folder = app_storage.session_scratch(folder_key) / "start-weights"
     job.save(folder)
     app_storage.enforce_scratch_cap(keep=folder.parent)  # the new run's folder counts in the cap
@@ -89,8 +81,7 @@ def save_start_weights(job, folder_key: str) -> str:
 
 
 def spec_with_change(spec: TrainSpec, knob: str, value, folder_key: str) -> TrainSpec:
-    """A copy of a run's spec with one knob changed (bert_core.training.comparison.one_change), validated, its files
-    carried into the new run's scratch folder `folder_key`."""
+    """A run's spec with one knob changed (comparison.one_change), validated, its files carried to `folder_key`."""
     new = one_change(app_storage.carry_run_files(spec, folder_key), knob, value)
     validate_spec(new)
     return new
@@ -100,7 +91,6 @@ def spec_with_change(spec: TrainSpec, knob: str, value, folder_key: str) -> Trai
 
 
 def _run_builder():
-    """bert_core.training.run_builder, which every step down to the run goes through."""
     # Imported here, once a run is built: it loads torch, and the server imports this module without it (TORCH_FREE).
     from bert_core.training import run_builder
 
@@ -108,8 +98,6 @@ def _run_builder():
 
 
 def run_plan(spec: TrainSpec, start=None, tokenizer=None, commands: tuple[str, ...] = ()):
-    """The spec as a plan for the run builder (bert_core.training.run_builder.RunPlan): its one corpus, its config,
-    the model's preset and overrides, and where it starts."""
     return _run_builder().RunPlan(
         corpora=(spec.corpus,), corpus_labels=(spec.corpus_label,), config=spec.train_config(), preset=spec.preset,
         model_overrides=dict(spec.model_overrides), vocab_size=spec.vocab_size,
@@ -117,8 +105,7 @@ def run_plan(spec: TrainSpec, start=None, tokenizer=None, commands: tuple[str, .
 
 
 def _warm_start(folder: str, max_seq_length: int):
-    """The model of an earlier run (or any checkpoint folder) to start from, as loaded: the page keeps its dropout;
-    a run longer than the one it trained at starts its untrained positions as copies (`positions_to_copy`)."""
+    """A checkpoint to start from, its dropout kept; positions beyond its trained length start as copies."""
     model, tokenizer, state = load_folder(folder)
     if model.config.max_position_embeddings < max_seq_length:
         raise BertCoreError(f"the starting model has {model.config.max_position_embeddings} positions, "
@@ -129,8 +116,7 @@ def _warm_start(folder: str, max_seq_length: int):
 
 
 def _probes(spec: TrainSpec, seed: int, heldout: dict):
-    """The run's probe store (None when the spec turns probes off) and what trainer_state.json records of it: the
-    spec's own sentences, else sentences drawn from the held-out text."""
+    """The run's probe store (None: probes off) and its record: the spec's sentences, else drawn from held-out text."""
     try:
         drawn = probes_from_documents([d for c in heldout.values() for d in c.documents], seed=seed,
                                       source=f"held-out part of {spec.corpus_label}")
@@ -144,12 +130,9 @@ def _probes(spec: TrainSpec, seed: int, heldout: dict):
 
 
 def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = None, checkpoint_every_s: float = 0.0):
-    """Load the corpus, train a tokenizer, build data, model and Trainer for a page's run, through the run builder
-    that `python -m bert_core train` uses too (bert_core.training.run_builder).
-
-    `checkpoint_dir`: the server's own safety net (bert_core.serve.run_records): a checkpoint there before the first
-    update, every `checkpoint_every_s` seconds and at every stop, so that a restarted server finds the run. A
-    checkpoint that cannot be written there (a full disk) is logged and the run goes on."""
+    """A page run's Trainer, through the run builder `python -m bert_core train` uses. `checkpoint_dir`: the server's
+    safety net (run_records), written before the first update, every `checkpoint_every_s` and at every stop; a write
+    that fails there (a full disk) is logged and the run goes on."""
     try:  # the command that repeats this run (bert_core.training.comparison), as `train` records its own
         commands = (train_command(spec),)
     except BertCoreError as exc:
@@ -167,5 +150,5 @@ def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = No
 
 
 def training_data_for(spec: TrainSpec, tokenizer):
-    """The training part of a spec's corpus as `PretrainingData` with a given tokenizer (what the run learns from)."""
+    """The training part of a spec's corpus as `PretrainingData` with `tokenizer`."""
     return _run_builder().load_data(run_plan(spec, tokenizer=tokenizer)).train

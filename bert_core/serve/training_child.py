@@ -1,9 +1,6 @@
-"""The training process's side (`python -m bert_core.serve.training_process` runs `child_main`): build the trainer,
-run it when told, and answer the server's commands at step boundaries, so a save or a weight snapshot always sees
-whole steps. The messages are listed in `bert_core.serve.training_link`.
-
-Torch and the trainer's modules are imported inside the methods the child runs: after the server's sys.path has
-arrived, and never in the server, which imports this module only for `TunerView` and the entry point.
+"""The training process's side: build the trainer, run it when told, and answer the server's commands (listed in
+`training_link`) at step boundaries, so a save or a weight copy sees whole steps. Torch is imported in the methods
+the child runs, never in the server, which imports this module only for `TunerView` and the entry point.
 """
 
 from __future__ import annotations
@@ -43,13 +40,10 @@ class TunerView:
 
 
 def run_on_fds(commands_fd: int, events_fd: int) -> None:
-    """The training process on its two inherited pipe ends (commands to read, events to write)."""
     child_main(Channel(Connection(commands_fd, writable=False)), Channel(Connection(events_fd, readable=False)))
 
 
 def child_main(commands: Channel, events: Channel) -> None:
-    """The training process: receive sys.path, threads and the builder; build; run when told; answer commands at
-    step boundaries; exit on "quit" or when the server goes away (its end of the pipe closes)."""
     child = TrainingChild(commands, events)
     threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
     builder = child.receive_setup()
@@ -58,10 +52,9 @@ def child_main(commands: Channel, events: Channel) -> None:
 
 
 def _server_watch():
-    """A function `gone(wait=0.0)`: whether the server has gone, waiting up to `wait` seconds for it to go. A process
-    forked by the launcher (bert_core.serve.launcher) watches the server by its pid (a pidfd: no confusion with a
-    reused pid, and its end wakes the wait at once), since its parent is the launcher; a spawned one watches for its
-    parent to change (it was reparented)."""
+    """`gone(wait=0.0)`: whether the server has gone, waiting up to `wait` s. A forked process, whose parent is the
+    launcher, watches the server's pidfd (no reused pid, and its end wakes the wait at once); a spawned one watches
+    for its parent to change."""
     server = os.environ.get(SERVER_PID_ENV)
     if server and sys.platform.startswith("linux"):   # pidfds: Linux (5.3+; an older kernel's ENOSYS below)
         try:
@@ -86,8 +79,6 @@ def _server_watch():
 
 
 class TrainingChild:
-    """The child's state between the server's commands: the trainer, and whether a stop or quit has come."""
-
     def __init__(self, commands: Channel, events: Channel):
         self.commands = commands
         self.events = events
@@ -98,11 +89,9 @@ class TrainingChild:
         self._last_view = 0.0
 
     def heartbeat(self) -> None:
-        """Say "alive" every HEARTBEAT_S until the server has gone: the server tells a frozen process (stopped by a
-        signal, swapped out, or hung holding the interpreter) from a slow step by this silence
-        (bert_core.serve.run_scheduler). Between beats it waits for the server's end itself (`_server_watch`), so
-        a server killed outright (SIGKILL: nothing runs in it to tell us) is seen at once; a closed pipe says the
-        same, but one server that was shut down left its child training on."""
+        """Say "alive" every HEARTBEAT_S: the server tells a frozen process from a slow step by its silence
+        (run_scheduler). Between beats, watch for the server's end (`_server_watch`): a server killed outright is
+        seen at once, where a closed pipe once left a shut-down server's child training on."""
         server_gone = _server_watch()
         while True:
             if not self.quit:
@@ -114,9 +103,8 @@ class TrainingChild:
                 self.orphaned()
 
     def orphaned(self) -> None:
-        """The server has gone: the run stops as a stopped run does (at its next step, writing its checkpoint when
-        it has a checkpoint folder) and the process exits; a process still building its trainer has trained nothing,
-        so it exits at once. Never returns."""
+        """The server has gone: the run stops as a stopped run does (its checkpoint written) and the process exits;
+        one still building has trained nothing and exits at once. Never returns."""
         log.warning("the server has gone: stopping the run")
         self.quit = True
         trainer = self.trainer
@@ -127,7 +115,6 @@ class TrainingChild:
         os._exit(1)   # the stop did not end the process (a step or a write that never returns)
 
     def receive_setup(self):
-        """Take the server's sys.path and thread count, set up torch; returns the builder the server sent."""
         _, path, threads = self.commands.recv()
         sys.path[:0] = [p for p in path if p not in sys.path]
         keep_freed_memory()  # this process only trains, and exits when the run is done with
@@ -166,7 +153,6 @@ class TrainingChild:
         return True
 
     def serve(self) -> None:
-        """Run when told and answer commands until "quit" (or the server has gone); then say the child is closed."""
         self.drain()
         pending_run = not self.stop_before_run and not self.quit
         if not pending_run:
@@ -211,7 +197,6 @@ class TrainingChild:
     # -------------------------------------------------------------- commands
 
     def handle(self, cmd: tuple) -> None:
-        """Carry out one command of the server's (not "run"); replies go back with the request's id."""
         kind, request = cmd[0], cmd[1]
         trainer = self.trainer
         try:
@@ -229,8 +214,7 @@ class TrainingChild:
                 trainer.config = TrainConfig.from_dict(cmd[2])
                 return
             if kind == "weights":
-                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
-                from safetensors.torch import save as to_bytes
+                from safetensors.torch import save as to_bytes   # torch: not in the server (TORCH_FREE)
 
                 # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
                 sd = {k: v.detach().to("cpu").clone() for k, v in trainer.model.state_dict().items()}
@@ -239,8 +223,7 @@ class TrainingChild:
                 trainer.save(cmd[2])
                 self.events.send(("reply", request, str(cmd[2]), None))
             elif kind == "step":
-                # Imported here: it loads torch, and the server imports this module without it (TORCH_FREE).
-                from bert_core.inspect.training_step import take_one_step
+                from bert_core.inspect.training_step import take_one_step   # torch (TORCH_FREE)
 
                 # The step's events reach the server through `forward`, as a run's do; the record is the reply.
                 self.events.send(("reply", request, take_one_step(trainer), None))
@@ -253,7 +236,7 @@ class TrainingChild:
             self.events.send(("reply", request, None, failure_message(exc)))
 
     def next_command(self, timeout: float):
-        """The server's next command, waiting up to `timeout` s (None: none came); "quit" once the server is gone."""
+        """The next command within `timeout` s (None: none came); "quit" once the server is gone."""
         if not self.commands.poll(timeout):
             return None
         try:
@@ -262,13 +245,11 @@ class TrainingChild:
             return ("quit", None)  # the server is gone: stop, nobody is watching
 
     def drain(self) -> None:
-        """Carry out the commands that have come (between steps, or before the run)."""
         while (cmd := self.next_command(0)) is not None:
             if cmd[0] != "run":  # already running
                 self.handle(cmd)
 
     def forward(self, event) -> None:
-        """The trainer's callback: send the event (or, fine-tuning, the runs' state) and answer waiting commands."""
         trainer = self.trainer
         try:
             if self.comparison:
@@ -287,7 +268,6 @@ class TrainingChild:
 
 
 def _comparison_view(comparison) -> dict:
-    """What the Fine-tune page draws of a FinetuneComparison: each run's state, steps and evaluations."""
     return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(t.stages))
                        for t in comparison.tuners],
             "progress": comparison.progress, "state": comparison.state, "error": comparison.error}

@@ -1,6 +1,4 @@
-"""The pipes between the server and a training process (`bert_core.serve.training_process`), and the server's end of
-them: starting the child, sending it commands, waiting for its replies, and a pump thread that hands its other
-messages to the job.
+"""The server's end of a training process's pipes: starting it, commands, replies, and a pump thread for the rest.
 
 The protocol, one tuple a message. Server to child: ("init", sys.path, threads), ("builder", builder), then ("run",
 None), ("stop", None), ("quit", None), ("config", None, TrainConfig dict), ("weights", request) and ("save",
@@ -35,11 +33,8 @@ CHILD_ENTRY = "bert_core.serve.training_child:run_on_fds"   # what a process for
 
 
 class Channel:
-    """One direction of a pipe carrying Python objects, pickled with the standard pickler.
-
-    Not `Connection.send`: its pickler hands torch tensors over as shared-memory handles that only a
-    multiprocessing child may open; plain pickle copies them into the message, which any process can read.
-    """
+    """One direction of a pipe carrying Python objects, pickled with the standard pickler: `Connection.send`'s hands
+    torch tensors over as shared-memory handles that only a multiprocessing child may open."""
 
     def __init__(self, connection: Connection):
         self.connection = connection
@@ -61,12 +56,8 @@ class Channel:
 
 
 class ChildLink:
-    """The server's end of one training process: spawns it, sends commands, waits for replies, pumps its messages.
-
-    `changed` is the job's condition: a reply wakes the same waiters as a change of the job's phase.
-    `on_message(kind, request, payload, error)` gets every message but the replies, on the pump thread;
-    `on_exit(process)` is called there once the child's end of the pipe has closed and the process has ended.
-    """
+    """`changed`: the job's condition (a reply wakes its waiters). On the pump thread, `on_message(kind, request,
+    payload, error)` gets every message but the replies, and `on_exit(process)` comes once the child has ended."""
 
     def __init__(self, name: str, threads: int, changed: threading.Condition,
                  on_message: Callable[[str, Any, Any, str | None], None],
@@ -88,7 +79,6 @@ class ChildLink:
         self.last_heard: float | None = None   # monotonic time of the child's latest message (heartbeats included)
 
     def alive(self) -> bool:
-        """True while the child process runs, or is being started."""
         return self.starting or (self.process is not None and self.process.poll() is None)
 
     def silent_s(self) -> float:
@@ -98,13 +88,12 @@ class ChildLink:
         return max(0.0, time.monotonic() - self.last_heard)
 
     def kill(self) -> None:
-        """End the child at once (SIGKILL works on a stopped process too); the pump then reports its exit."""
+        """SIGKILL (a stopped process ends too); the pump then reports its exit."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
 
     def spawn(self, builder: Callable[[], Any]) -> None:
-        """Start the training process with two private pipes and hand it its work: forked from the warm launcher
-        where there is one (bert_core.serve.launcher), else a fresh `python -m bert_core.serve.training_process`."""
+        """Start the training process (forked from the launcher, or a fresh interpreter) and hand it its work."""
         self.starting = True
         self._spawned.clear()
         try:
@@ -144,12 +133,10 @@ class ChildLink:
         self._events = Channel(Connection(evt_read, writable=False))
 
     def start_pump(self) -> None:
-        """Start the thread that reads the child's messages until its end of the pipe closes."""
         self._pump = threading.Thread(target=self._pump_events, name=f"bert-pump-{self._name[:8]}", daemon=True)
         self._pump.start()
 
     def send(self, message: tuple) -> None:
-        """Send one command; BertCoreError when the child has gone."""
         if self.starting:
             self._spawned.wait(START_TIMEOUT_S)   # a Stop pressed while the launcher forks the process: after setup
         self._send(message)
@@ -164,8 +151,8 @@ class ChildLink:
             raise BertCoreError("the training process has ended; start a new run") from exc
 
     def request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
-        """Send a command the child answers ("weights", "save") and wait for its answer; returns the answer's value,
-        or raises BertCoreError with the child's message, or when it does not answer within `timeout`."""
+        """Send a command the child answers and return its answer; BertCoreError with the child's message, or when
+        it does not answer within `timeout`."""
         if not self.alive():
             raise BertCoreError("the training process has ended; start a new run")
         rid = next(self._ids)
@@ -200,7 +187,6 @@ class ChildLink:
             self._deliver(message)
 
     def _deliver(self, message: tuple) -> None:
-        """One message of the child's: a heartbeat is only heard, a reply goes to its waiter, the rest to the job."""
         kind, request, payload, error = message
         self.last_heard = time.monotonic()
         if kind == "alive":

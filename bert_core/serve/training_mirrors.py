@@ -1,10 +1,6 @@
-"""The server's mirrors of a training that runs in a child process (training_process.ProcessTrainingJob): what the
-pages and the queue read (run_protocols.LiveView), fed by the child's events. `TrainerProxy` mirrors a pretraining
-run's `Trainer` (config, step, history, evals, baselines, probes, progress, tokenizer, metadata); `ComparisonProxy`
-a Fine-tune race's `FinetuneComparison` (runs, progress, and at the end the results with the trained models);
-`restored_trainer` is the mirror of a run an earlier server process recorded, read back from its checkpoint.
-Torch-free at import, like the rest of the server.
-"""
+"""The server's mirrors of a training in a child process (run_protocols.LiveView), fed by its events: `TrainerProxy`
+of a `Trainer`, `ComparisonProxy` of a `FinetuneComparison`, and `restored_trainer`, a recorded run's mirror read
+back from its checkpoint. Torch-free at import."""
 
 from __future__ import annotations
 
@@ -26,9 +22,6 @@ from bert_core.training.train_config import TrainConfig
 
 
 class TrainerProxy(EventLog):
-    """The server's read-only view of the child's Trainer, with the attributes the pages read (run_protocols.LiveView;
-    its controls are its job's, which sends them to the child)."""
-
     tuners: tuple = ()                          # one model: no race's models or results
     results: Mapping = MappingProxyType({})
 
@@ -62,7 +55,6 @@ class TrainerProxy(EventLog):
 
     @property
     def data(self):
-        """The run's training data rebuilt here (for the Tokens & masking page), or None when unknown."""
         if self._data is None and self._data_factory is not None:
             self._data = self._data_factory(self.tokenizer)
         return self._data
@@ -86,8 +78,6 @@ class TrainerProxy(EventLog):
 
 
 class ComparisonProxy:
-    """The server's view of a FinetuneComparison running in the child: config, data, runs, progress, results."""
-
     # A race's curves and tokenizers are its models' (in tuners, then results): none of its own (run_protocols.LiveView).
     probes = tokenizer = growth = data = None
     history: tuple = ()
@@ -112,9 +102,8 @@ class ComparisonProxy:
 
 def restored_trainer(folder: Path, probes: dict | None = None,
                      data_factory: Callable[[Any], Any] | None = None) -> TrainerProxy:
-    """The mirror of a run an earlier server process recorded (bert_core.serve.run_records), read from its
-    checkpoint folder: its curves, probes (`probes`: as its record keeps them) and model config as they were
-    written. Its state is "idle": the job that holds it says how the run ended."""
+    """A recorded run's mirror from its checkpoint folder and `probes` (as its record keeps them); "idle": its job
+    says how the run ended."""
     folder = Path(folder)
     state = read_json(folder / TRAINER_STATE)
     built = {"config": TrainConfig.from_dict(state["train_config"]), "model_config": BertConfig.load(folder),

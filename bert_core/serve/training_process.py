@@ -1,22 +1,15 @@
-"""A pretraining (or fine-tuning) run in a child process, steered and observed from the Streamlit server.
+"""A pretraining run or fine-tuning race in a child process, steered and observed from the Streamlit server.
 
 Why a process and not a thread: a training step of a small BERT is hundreds of short torch calls, each needing
 Python's GIL between them. In the server's process the trainer thread shares that GIL with Streamlit's event loop
 and the live charts' redraws, and lost 16% of its speed per step and a third over a whole run (measured in
 `docs/benchmarks.md`). In its own process it shares nothing but the cores.
 
-Parent side: `ProcessTrainingJob` (run_protocols.RunJob, like `thread_job.TrainingJob`, with which it shares
-`job_base.JobBase`) holds the job's state and steers the process's life; it talks to the child through a
-`training_link.ChildLink` (spawn, commands, replies, a pump thread). Its model (weight copies, saves, the release of
-an ended run into a folder) is `process_model.ProcessModel`'s. `training_mirrors.TrainerProxy` is a read-only mirror
-of the child's `Trainer` fed by the pump; for the Fine-tune page's `FinetuneComparison`, `ComparisonProxy`.
-Child side (`training_child.child_main`): builds the trainer, runs it when told, and answers commands at step
-boundaries, so a save or a weight snapshot always sees whole steps. The child is never a fork of the server: on
-Linux a fork of the warm launcher (`bert_core.serve.launcher`, which imported torch once), elsewhere a fresh
-interpreter (`python -m bert_core.serve.training_process`, this module's `__main__` block); either way it inherits
-none of the server's threads and never re-runs the server's main script. The two talk over two private pipes with
-`multiprocessing.connection` (pickled Python objects between our own two processes; nothing is unpickled from a
-file). Weights travel as safetensors bytes.
+`ProcessTrainingJob` holds the job's state and talks to the child through a `training_link.ChildLink`; its model is
+`process_model.ProcessModel`'s, its live view a mirror fed by the pump (`training_mirrors`). The child
+(`training_child`) is never a fork of the server, so it inherits none of its threads: a fork of the warm launcher
+(`launcher`) on Linux, else a fresh interpreter running this module's `__main__` block. Pickled objects travel over
+two private pipes between our own two processes (nothing is unpickled from a file); weights as safetensors bytes.
 """
 
 from __future__ import annotations
@@ -33,23 +26,16 @@ from bert_core.errors import BertCoreError
 from bert_core.model.files import is_whole_checkpoint
 from bert_core.serve.job_base import JobBase
 from bert_core.serve.process_model import ProcessModel
-from bert_core.serve.training_child import TunerView, run_on_fds
-from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
+from bert_core.serve.training_child import run_on_fds
+from bert_core.serve.training_link import ChildLink
 from bert_core.serve.training_mirrors import ComparisonProxy, TrainerProxy, restored_trainer
 
 log = logging.getLogger("bert_core.app")
 
-# The mirrors, TunerView and REPLY_TIMEOUT_S are this module's names too: the interface lists them here.
-__all__ = ["ProcessTrainingJob", "TrainerProxy", "ComparisonProxy", "TunerView", "REPLY_TIMEOUT_S"]
-
 
 class ProcessTrainingJob(ProcessModel, JobBase):
-    """One session's pretraining run in a child process (forked from the launcher or a fresh interpreter: nothing
-    of the server is inherited).
-
-    `builder` is a picklable callable returning a `Trainer`; it runs in the child. `data_factory(tokenizer)`, run
-    here on demand, rebuilds the training data for pages that show it.
-    """
+    """`builder`, picklable, returns the Trainer (or FinetuneComparison) in the child; `data_factory(tokenizer)`,
+    run here on demand, rebuilds the training data for the pages that show it."""
 
     def __init__(self, session_id: str, builder: Callable[[], Any], spec: Any = None, threads: int = 1,
                  data_factory: Callable[[Any], Any] | None = None):
@@ -72,11 +58,8 @@ class ProcessTrainingJob(ProcessModel, JobBase):
     @classmethod
     def restored(cls, session_id: str, folder: Path, spec: Any, phase: str, note: str | None = None,
                  probes: dict | None = None, data_factory: Callable[[Any], Any] | None = None):
-        """A run of an earlier server process, read back from its checkpoint folder (bert_core.serve.run_records):
-        its curves, probes and model as they were written, no process. It can be inspected, saved, downloaded and
-        trained on from its weights. A stopped one comes back parked: its folder holds the whole checkpoint
-        (weights, optimizer, RNG, data position), so Resume builds its trainer again from there and it goes on
-        exactly from that step, as a run parked to free its GPU does."""
+        """A run of an earlier server process read back from its checkpoint folder (run_records), no process. A
+        stopped one comes back parked: Resume goes on exactly from its whole checkpoint, as a parked run does."""
         job = cls(session_id, builder=None, spec=spec, data_factory=data_factory)
         job.trainer = restored_trainer(folder, probes, data_factory)
         job.trainer.state = phase
@@ -89,16 +72,14 @@ class ProcessTrainingJob(ProcessModel, JobBase):
 
     @property
     def process(self) -> subprocess.Popen | None:
-        """The child process, once started."""
         return self._child.process
 
     @property
     def busy(self) -> bool:
-        """True while the child is preparing or training."""
         return self.phase in ("preparing", "running") and self._child.alive()
 
     def start(self) -> None:
-        """Spawn the child (first start, or a parked run's resume from its checkpoint) or tell it to continue."""
+        """Spawn the child (a first start, or a parked run's resume) or tell it to continue."""
         if self.busy:
             raise BertCoreError("this training is already running")
         if self.error and self.phase == "failed" and self.trainer is not None and self.trainer.state == "failed":
@@ -133,7 +114,6 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         self._child.start_pump()
 
     def _tell(self, command: str) -> None:
-        """Send a command to a live process; one that ended between the check and the send has stopped already."""
         if self._child.alive():
             try:
                 self._child.send((command, None))
@@ -141,18 +121,14 @@ class ProcessTrainingJob(ProcessModel, JobBase):
                 pass
 
     def stop(self, wait: float | None = None) -> None:
-        """Ask the run to stop at the next step boundary; optionally wait up to `wait` seconds for it."""
         self._tell("stop")
         if wait:
             self.wait(wait)
 
     def pause(self) -> None:
-        """End the run's turn on a shared server: a pretraining run stops at its next step, a fine-tuning race once
-        the model in training has finished (each keeps its whole budget); start() goes on from there."""
         self._tell("pause")
 
     def wait(self, timeout: float) -> bool:
-        """Wait until the child is neither preparing nor training; True when it is idle (or gone)."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while self.busy:
@@ -163,7 +139,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         return True
 
     def close(self, wait: float = 10.0) -> None:
-        """End the child process (Reset, or the session closed): stop, quit, and kill it if it does not go."""
+        """End the child process: quit, and kill it if it does not go."""
         process = self.process
         if process is None:
             return
@@ -179,8 +155,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             self._set_phase("stopped")
 
     def kill(self, why: str, phase: str = "failed") -> None:
-        """End a process that does not answer (SIGKILL: a stopped or hung process ends too). The run takes `phase`
-        and `why` is what the pages say; its model is lost unless it was released to a folder first."""
+        """SIGKILL a process that does not answer; the run takes `phase`, and `why` is what the pages say."""
         if not self._child.alive():
             return
         self._killed = (why, phase)
@@ -189,11 +164,9 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         self.wait(10)
 
     def silent_s(self) -> float:
-        """Seconds since a preparing or training child last said anything (its heartbeat comes every 2 s)."""
         return self._child.silent_s() if self.busy else 0.0
 
     def _config_changed(self, cfg) -> None:
-        """An extended run's config goes to the child, whose Trainer trains on to its new end."""
         self._child.send(("config", None, cfg.to_dict()))
 
     # -------------------------------------------------------------- the child's messages (on the pump thread)
@@ -266,6 +239,5 @@ class ProcessTrainingJob(ProcessModel, JobBase):
 
 
 if __name__ == "__main__":
-    # The child's entry point (`ChildLink.spawn` runs `python -m` on this module). Its code lives in
-    # `training_child`, an imported module, so what it pickles (TunerView) names that module, not this `__main__`.
+    # The spawned child's entry; its code lives in `training_child`, so what it pickles names that module.
     run_on_fds(int(sys.argv[1]), int(sys.argv[2]))
