@@ -122,15 +122,12 @@ def _go(to: int, lead_code: str | None) -> None:
     st.query_params["step"] = STEPS[to].key
     if lead_code is not None:
         app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
-    if STEPS[to].key in ("attention", "attends", "predictions", "masking", "fine-tune") and _run_finished():
+    run, role = app_state.current_run()
+    if STEPS[to].key in ("attention", "attends", "predictions", "masking", "fine-tune") and run is not None \
+            and role == app_state.OWNER and run.phase == "finished":
         # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable), and
         # the race fine-tunes it.
         st.session_state["model_source"] = app_state.SOURCE_SESSION
-
-
-def _run_finished() -> bool:
-    run, role = app_state.current_run()
-    return run is not None and role == app_state.OWNER and run.phase == "finished"
 
 
 def _is_gpt(run) -> bool:
@@ -402,14 +399,6 @@ def _attention(p: Lesson) -> str | None:
     return lesson.notice_attention(summaries)
 
 
-def _token_picker(key: str, tokens: list[str], default: int) -> int:
-    """A token of the sentence (counted from 1 on screen), kept in range when the sentence changes; from 0."""
-    labels = computation_figures.token_labels(tokens)
-    if s.get(key) not in range(len(labels)):
-        s[key] = min(default, len(labels) - 1)
-    return int(st.selectbox("Token", list(range(len(labels))), key=key, format_func=lambda i: labels[i]))
-
-
 def _embedding(p: Lesson) -> str | None:
     active = p.active
     app_state.init_widget("lesson_emb_text", lesson.EMBEDDING_SENTENCE)
@@ -417,7 +406,7 @@ def _embedding(p: Lesson) -> str | None:
     if text is None:
         return None
     parts = embedding_parts(active.model, active.tokenizer, text)
-    token = _token_picker("lesson_emb_token", parts.tokens, 1)
+    token = app_state.token_picker("lesson_emb_token", parts.tokens, 1)
     app_state.plotly(computation_figures.embedding_parts_figure(parts, token), "lesson-embedding",
                      key="lesson_emb_fig")
     word = parts.tokens[token]
@@ -437,7 +426,7 @@ def _attends(p: Lesson) -> str | None:
     head = _counted_from_1(c2, "Head", "lesson_attends_head", config.num_attention_heads, 1)
     first = attention_steps(active.model, active.tokenizer, text, layer, head, 0)
     with c3:
-        query = _token_picker("lesson_attends_token", first.tokens, 2)
+        query = app_state.token_picker("lesson_attends_token", first.tokens, 2)
     steps = attention_steps(active.model, active.tokenizer, text, layer, head, query)
     app_state.plotly(lesson_figures.attends_scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
     app_state.plotly(lesson_figures.values_figure(steps), "lesson-attends-values", key="lesson_attends_values")

@@ -384,9 +384,7 @@ def _word_map_timelapse() -> None:
     if not snaps:
         return
     st.subheader("One word's senses, snapshot by snapshot")
-    if st.session_state["train_map_word"] not in word_maps.TIMELAPSE_WORDS:
-        st.session_state["train_map_word"] = word_maps.TIMELAPSE_WORDS[0]
-    word = st.radio("Word", word_maps.TIMELAPSE_WORDS, key="train_map_word", horizontal=True)
+    word = app_state.kept_choice(st.radio, "Word", word_maps.TIMELAPSE_WORDS, "train_map_word", horizontal=True)
     timeline = word_maps.word_map_timelapse(snaps, word)
     if not timeline:
         st.caption(f"This run's snapshots hold no map of “{word}”: its tokenizer does not find the word in three of "

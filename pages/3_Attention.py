@@ -82,11 +82,9 @@ with tab_head:
                      f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
 
 with tab_token:
-    options = list(range(len(result.tokens)))
-    if st.session_state.get("att_token") not in options:
-        st.session_state["att_token"] = min(1, len(options) - 1)
     t1, t2 = st.columns([3, 1])
-    t1.selectbox("Token", options, format_func=lambda i: f"{i}: {result.tokens[i]}", key="att_token")
+    app_state.kept_choice(t1.selectbox, "Token", range(len(result.tokens)), "att_token", min(1, len(result.tokens) - 1),
+                          format_func=lambda i: f"{i}: {result.tokens[i]}")
     direction = t2.radio("Direction", ["from", "to"], horizontal=True,
                          format_func={"from": "where it looks", "to": "who looks at it"}.get)
     app_state.plotly(figures.token_view_figure(result, st.session_state["att_token"], direction),
@@ -141,10 +139,8 @@ with tab_pair:
                 "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "
                 "twin of the shipped BERT, or any checkpoint you save there).")
     else:
-        if st.session_state.get("att_other") not in others:
-            st.session_state["att_other"] = next(iter(others))
         p1, p2, p3 = st.columns([2, 1, 1])
-        p1.selectbox("Beside this model", list(others), key="att_other")
+        app_state.kept_choice(p1.selectbox, "Beside this model", others, "att_other")
         try:
             other_model, other_tokenizer, _ = app_state.load_folder_cached(others[st.session_state["att_other"]])
             other = attention_maps(other_model, other_tokenizer, st.session_state["att_a"],
@@ -156,13 +152,9 @@ with tab_pair:
         else:
             layers = max(cfg.num_hidden_layers, other_model.config.num_hidden_layers)
             heads = max(cfg.num_attention_heads, other_model.config.num_attention_heads)
-            if st.session_state["att_pair_layer"] not in range(1, layers + 1):
-                st.session_state["att_pair_layer"] = 1
-            if st.session_state["att_pair_head"] not in ["mean", *map(str, range(1, heads + 1))]:
-                st.session_state["att_pair_head"] = "mean"
-            p2.selectbox("Layer", list(range(1, layers + 1)), key="att_pair_layer")
-            p3.selectbox("Head", ["mean", *map(str, range(1, heads + 1))], key="att_pair_head",
-                         format_func=lambda h: "mean of the layer's heads" if h == "mean" else h)
+            app_state.kept_choice(p2.selectbox, "Layer", range(1, layers + 1), "att_pair_layer")
+            app_state.kept_choice(p3.selectbox, "Head", ["mean", *map(str, range(1, heads + 1))], "att_pair_head",
+                                  format_func=lambda h: "mean of the layer's heads" if h == "mean" else h)
             head = st.session_state["att_pair_head"]
             this = active.path.name if active.path is not None else active.source
             app_state.plotly(figures.side_by_side_figure(

@@ -138,9 +138,7 @@ def _other_model(active, preds: list) -> None:
         if not preds:   # the text's fault is said once, above: the other model reads the same text
             st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
             return
-        if st.session_state.get("pred_other") not in others:
-            st.session_state["pred_other"] = next(iter(others))
-        st.selectbox("Beside this model", list(others), key="pred_other")
+        app_state.kept_choice(st.selectbox, "Beside this model", others, "pred_other")
         try:
             other_model, other_tok, _ = app_state.load_folder_cached(others[st.session_state["pred_other"]])
             if is_causal(other_model):

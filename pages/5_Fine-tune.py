@@ -213,13 +213,12 @@ def settings_box(page: Choices, expanded: bool) -> dict:
         r1, r2 = st.columns(2)
         others = model_sources.checkpoints_beside_default(exclude=page.active.path if page.active is not None
                                                           else None)
-        if st.session_state.get("ft_second") not in others:
-            st.session_state["ft_second"] = None
-        r1.selectbox("Also fine-tune from", [None, *others], key="ft_second",
-                     format_func=lambda n: "(no second model)" if n is None else n, placeholder="(no second model)",
-                     help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget and "
-                          "seed. A GPT-style model's classifier reads the last token, not [CLS], which under causal "
-                          "attention sees only itself.")
+        app_state.kept_choice(r1.selectbox, "Also fine-tune from", [None, *others], "ft_second",
+                              format_func=lambda n: "(no second model)" if n is None else n,
+                              placeholder="(no second model)",
+                              help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget "
+                                   "and seed. A GPT-style model's classifier reads the last token, not [CLS], which "
+                                   "under causal attention sees only itself.")
         r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
     return others
 
@@ -424,16 +423,13 @@ def _draw(blocks) -> None:
             getattr(st, b.what)(b.body, **b.options)
 
 
-WIDGETS = {"text_input": st.text_input, "text_area": st.text_area, "number_input": st.number_input}
-
-
 def _try_your_own(results: dict, comparison, run_id: str) -> None:
     """The kind's "try your own sentence": its inputs, each fine-tuned model's answer, and why (on request)."""
     its = KIND_PAGES[comparison.task_kind]
     st.subheader(its.try_title)
     fields = its.try_fields(comparison.val_data)
     for f in fields:
-        WIDGETS[f.widget](f.label, key=f.key, **f.options)
+        getattr(st, f.widget)(f.label, key=f.key, **f.options)
     values = {f.key: st.session_state.get(f.key) for f in fields}
     try:
         _draw(its.try_blocks(results, values, comparison.val_data, comparison.config.max_length))
@@ -452,10 +448,8 @@ def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
     if explained is None or not tuned:
         st.caption("Type an input above first.")
         return
-    if st.session_state.get("ft_why_model") not in tuned:
-        st.session_state.pop("ft_why_model", None)   # a model of an earlier race
-    name = st.selectbox("Model to explain", list(tuned), key="ft_why_model",
-                        format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
+    name = app_state.kept_choice(st.selectbox, "Model to explain", tuned, "ft_why_model",
+                                 format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
     r, (text, text_b, word) = tuned[name], explained
     key = (run_id, name, its.name, text, text_b, word, max_length)
     app_state.salience_panel("_ft_why", key, lambda: salience_panel_data(

@@ -7,7 +7,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures as cf
 from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, heads_off_effect, with_temperature
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, contextual_neighbours, embedding_parts,
-                                          heldout_pool, nearest_neighbours, word_map)
+                                          heldout_pool, nearest_neighbours)
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.logit_lens import logit_lens
@@ -15,6 +15,7 @@ from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience_figures import salience_panel_data
+from bert_core.inspect.word_map_vectors import word_map
 from bert_core.app import app_state
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
@@ -24,22 +25,18 @@ TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a lin
 KEYS = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
 WHY_TITLE = "Why a fine-tuned model decided"
-WIDGETS = {"text_input": st.text_input, "text_area": st.text_area, "number_input": st.number_input}
 
 
 def _init_widgets(active, examples, causal: bool) -> None:
     cfg = active.config
-    app_state.follow_default("hbc_a", examples.attention_sentence)
-    app_state.init_widget("hbc_b", "")
-    app_state.init_widget("hbc_layer", 1, int)
-    app_state.init_widget("hbc_head", 1, int)
-    app_state.init_widget("hbc_token", 2, int)
-    app_state.init_widget("hbc_temperature", 1.0, TEMPERATURES)
-    app_state.follow_default("hbc_lens", examples.prompt if causal else examples.sentences[0])
-    app_state.init_widget("hbc_word", "bank")
-    app_state.init_widget("hbc_neighbour", "king")
-    app_state.follow_default("hbc_pair_a", examples.grammar_pair[0])
-    app_state.follow_default("hbc_pair_b", examples.grammar_pair[1])
+    for key, cast, default in (("hbc_b", str, ""), ("hbc_layer", int, 1), ("hbc_head", int, 1), ("hbc_token", int, 2),
+                               ("hbc_temperature", TEMPERATURES, 1.0), ("hbc_word", str, "bank"),
+                               ("hbc_neighbour", str, "king")):
+        app_state.init_widget(key, default, cast)
+    for key, default in (("hbc_a", examples.attention_sentence), ("hbc_pair_a", examples.grammar_pair[0]),
+                         ("hbc_lens", examples.prompt if causal else examples.sentences[0]),
+                         ("hbc_pair_b", examples.grammar_pair[1])):   # the model's own, until someone types
+        app_state.follow_default(key, default)
     app_state.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
     # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
     st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
@@ -65,10 +62,8 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
     fields = its.try_fields(race.val_data)
     # Kept when the user leaves the page and comes back, like the page's other widgets.
     app_state.persist_keys("hbc_why_model", "hbc_why_on", *(f"hbc_why_{f.key}" for f in fields))
-    if st.session_state.get("hbc_why_model") not in tuned:
-        st.session_state.pop("hbc_why_model", None)   # a model of an earlier race
-    name = st.selectbox("Model to explain", list(tuned), key="hbc_why_model",
-                        format_func=lambda n: RUN_LABELS.get(n, n))
+    name = app_state.kept_choice(st.selectbox, "Model to explain", tuned, "hbc_why_model",
+                                 format_func=lambda n: RUN_LABELS.get(n, n))
     for f in fields:   # the Fine-tune page's inputs, under keys of this page's own
         options, key = dict(f.options), f"hbc_why_{f.key}"
         # A kept value and a widget's own default may not meet (Streamlit warns): the default seeds the value once,
@@ -79,7 +74,7 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
                             <= options.get("max_value", kept)):
             if default is not None:
                 st.session_state[key] = default
-        WIDGETS[f.widget](f.label, key=key, **options)
+        getattr(st, f.widget)(f.label, key=key, **options)
     explained = its.explained({f.key: st.session_state.get(f"hbc_why_{f.key}") for f in fields}, race.val_data)
     if explained is None:
         st.caption("Type an input above.")
@@ -186,19 +181,14 @@ def _embedding_parts(active) -> None:
     except BertCoreError as exc:
         app_state.show_error(exc)
         return
-    labels = cf.token_labels(parts.tokens)
-    if st.session_state.get("hbc_emb_token") not in range(len(labels)):
-        st.session_state["hbc_emb_token"] = min(1, len(labels) - 1)
-    st.selectbox("Token", list(range(len(labels))), key="hbc_emb_token", format_func=lambda i: labels[i])
-    app_state.plotly(cf.embedding_parts_figure(parts, int(st.session_state["hbc_emb_token"])), "embedding-parts",
-                     key="hbc_parts")
+    token = app_state.token_picker("hbc_emb_token", parts.tokens, 1)
+    app_state.plotly(cf.embedding_parts_figure(parts, token), "embedding-parts", key="hbc_parts")
     app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
     st.subheader("Neighbours in context, layer by layer")
     sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
     with st.spinner("Reading the pool's sentences through the model (once per model)…"):
         pool = cached_token_pool(model, tok, sentences, source)
-    near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"],
-                                            int(st.session_state["hbc_emb_token"]), pool, k=5)
+    near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"], token, pool, k=5)
     app_state.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
                      key="hbc_context_near")
     st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
@@ -209,10 +199,7 @@ def _embedding_parts(active) -> None:
 
 def _word_map(model, tok) -> None:
     st.subheader("One word in many sentences, layer by layer")
-    words = [*SENSE_SENTENCES, OWN_SENTENCES]
-    if st.session_state["hbc_word"] not in words:
-        st.session_state["hbc_word"] = words[0]
-    st.radio("Word", words, key="hbc_word", horizontal=True)
+    app_state.kept_choice(st.radio, "Word", [*SENSE_SENTENCES, OWN_SENTENCES], "hbc_word", horizontal=True)
     if st.session_state["hbc_word"] == OWN_SENTENCES:
         st.text_area("A word on the first line, then sentences that use it, one a line", key="hbc_own", height=140)
         lines = [x.strip() for x in st.session_state.get("hbc_own", "").splitlines() if x.strip()]

@@ -1,8 +1,6 @@
-"""What the lesson and the inspection pages compute from the active model, kept across reruns in Streamlit's caches:
-the toy corpus's sentence pairs in the model's tokenizer, its right guesses by masking decision, its sentence-B-to-A
-attention, and the examples its pages open on (its own held-out toy stories, or plain English it gets right). Each
-is keyed by the model (and its step: a run's model changes as it trains). Streamlit-facing (bert_core.app.app_state
-re-exports it for the pages)."""
+"""What the lesson and the inspection pages compute from the active model, kept in Streamlit's caches and keyed by
+the model and its step (a run's model changes as it trains): the toy corpus's pairs in its tokenizer, its right
+guesses by masking decision, its sentence-B-to-A attention, and the examples its pages open on."""
 
 from __future__ import annotations
 
@@ -44,13 +42,16 @@ def _accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
 DECISION_POOL = 256   # pairs the accuracy by decision is counted over: about 1,500 chosen tokens, 2-3 s on 2 cores
 
 
+def _key(active: ActiveModel) -> str:
+    return f"{active.source}:{active.path}:{id(active.model)}:{active.step}"
+
+
 def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int, rate: float):
     """The active model's right guesses by masking decision over the first DECISION_POOL of `instances` masked with
-    `seed` and `rate` (masked_guesses.accuracy_by_decision), kept per model, pairs, seed and rate. A run's model
-    changes as it trains: its step is part of the key."""
+    `seed` and `rate` (masked_guesses.accuracy_by_decision)."""
     pairs = [(x.input_ids, x.token_type_ids) for x in instances[:DECISION_POOL]]
-    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(pairs)}"
-    return _accuracy(key, active.model, active.tokenizer, pairs, int(seed), float(rate))
+    return _accuracy(f"{_key(active)}:{pairs_name}:{len(pairs)}", active.model, active.tokenizer, pairs, int(seed),
+                     float(rate))
 
 
 @lazy_cache(st.cache_data, max_entries=16, show_spinner="Reading sentence pairs through every head…")
@@ -64,11 +65,9 @@ PAIR_POOL = 128   # pairs the Attention page summarises: a second or two on 2 co
 
 
 def pair_attention(active: ActiveModel, pairs_name: str, instances):
-    """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`
-    (pair_attention.b_to_a_attention), kept per model, its step and the pairs."""
+    """The active model's sentence-B-to-A attention over the first PAIR_POOL of `instances`."""
     chosen = list(instances[:PAIR_POOL])
-    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}:{pairs_name}:{len(chosen)}"
-    return _pairs(key, active.model, active.tokenizer, chosen)
+    return _pairs(f"{_key(active)}:{pairs_name}:{len(chosen)}", active.model, active.tokenizer, chosen)
 
 
 @lazy_cache(st.cache_data, max_entries=16, show_spinner="Reading sentences from the model's held-out text…")
@@ -89,7 +88,7 @@ def model_probes(active: ActiveModel | None) -> PageExamples:
     """The examples the inspection pages and the lesson open on for the active model: for a model that has read
     only the toy grammar, sentences from its own held-out toy stories (the probes its run recorded, or drawn again);
     for any other model plain English sentences that it gets right, with a first try it misses
-    (plain_examples.choose_examples; stored for a shipped checkpoint). Kept per model and its step."""
+    (plain_examples.choose_examples; stored for a shipped checkpoint)."""
     if active is None:
         return from_probes(ENGLISH_PROBES)
     if active.toy_only:
@@ -97,8 +96,7 @@ def model_probes(active: ActiveModel | None) -> PageExamples:
         return from_probes(_probes(probes_key(meta), not public_mode(), meta) or ENGLISH_PROBES)
     # Only a shipped folder is read for its stored choice: another source's path may be a name, not a folder.
     folder = str(active.path) if active.source == SOURCE_SHIPPED and active.path is not None else None
-    key = f"{active.source}:{active.path}:{id(active.model)}:{active.step}"
-    return _plain(key, folder, active.model, active.tokenizer)
+    return _plain(_key(active), folder, active.model, active.tokenizer)
 
 
 def examples_note(active: ActiveModel, examples: PageExamples) -> str:

@@ -1,14 +1,12 @@
-"""The server's one of each, made when the app's server first imports the pages' helpers: its log, its store of runs
-(every pretraining run and fine-tuning race of the server, with their queue, records and jobs: bert_core.serve.runs),
-the led lesson classes, the launcher's warm-up, and how often live views redraw. Which job trains a run is
-job_factory's; this module only hands the store that factory and asks Streamlit's runtime whether a session lives.
-Streamlit-facing (bert_core.app.app_state re-exports it for the pages)."""
+"""The server's one of each, made when it first imports the pages' helpers: its log, its store of runs (every
+pretraining run and race, with their queue, records and jobs: bert_core.serve.runs), the led lesson classes, the
+launcher's warm-up, and how often live views redraw. Which job trains a run is job_factory's; this module hands the
+store that factory and asks Streamlit's runtime whether a session lives."""
 
 from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 from streamlit import runtime
 
@@ -17,7 +15,7 @@ from bert_core.serve.job_factory import JobFactory, server_job_kind
 from bert_core.serve.launcher import fork_available, launcher
 from bert_core.app.lesson_classes import LessonClasses
 from bert_core.serve.run_records import RunRecords, state_dir
-from bert_core.serve.runs import Run, RunStore
+from bert_core.serve.runs import RunStore
 from bert_core.serve.server_load import Pace
 
 log = logging.getLogger("bert_core.app")
@@ -84,10 +82,6 @@ def session_alive_from_runtime(session_id: str) -> bool | None:
 RECORDS = RunRecords(state_dir())
 
 
-def _release_folder(run: Run) -> Path:
-    return RECORDS.checkpoint_for(run.run_id)
-
-
 def scratch_alive(key: str) -> bool | None:
     """The scratch janitor's question: a run's folder lives as long as the server keeps the run, a session's as
     long as its tab."""
@@ -104,8 +98,8 @@ JOB_FACTORY = JobFactory(RECORDS, kind=server_job_kind())
 # (bert_core.serve.runs).
 # Its slots and GPUs are the factory's: this machine's, or a Ray cluster's (bert_core.cluster.ray_cluster).
 RUNS = RunStore(JOB_FACTORY, slots=JOB_FACTORY.slots, gpus=JOB_FACTORY.gpus, is_alive=session_alive_from_runtime,
-                release_folder=_release_folder, records=RECORDS, restore_job=JOB_FACTORY.restore,
-                where=JOB_FACTORY.where)
+                release_folder=lambda run: RECORDS.checkpoint_for(run.run_id), records=RECORDS,
+                restore_job=JOB_FACTORY.restore, where=JOB_FACTORY.where)
 PACE = Pace()   # each watched run's pace on this server now, for the pages' busy line (server_load)
 LESSON_CLASSES = LessonClasses(STEP_KEYS)   # a teacher's lesson step, for the students who follow it
 

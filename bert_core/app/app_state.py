@@ -64,12 +64,14 @@ from bert_core.app.app_widgets import (
     SMOOTHING,
     follow_default,
     init_widget,
+    kept_choice,
     persist_keys,
     seed_setting,
     setting_widget,
     setting_widgets,
     smoothing_slider,
     sync_query,
+    token_picker,
 )
 from bert_core.app.lesson_classes import PUBLIC_URL_ENV  # a server setting (tests/test_repository.py: docs)
 from bert_core.app.run_panel import FINETUNE_WORDS, TRAIN_WORDS

@@ -7,6 +7,7 @@ from typing import Any
 
 import streamlit as st
 
+from bert_core.inspect.computation_figures import token_labels
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
 from bert_core.app.url_settings import LinkValueError, Within, one_of, url_value
 from bert_core.training.setting import Setting, as_bool
@@ -56,6 +57,22 @@ def follow_default(key: str, default, cast=str) -> None:
     if previous is not None and previous != default and st.session_state[key] == previous:
         st.session_state[key] = default
     st.session_state[marker] = default
+
+
+def kept_choice(draw, label: str, options, key: str, fallback=None, **kw):
+    """`draw(label, options, key=key, **kw)` (a selectbox or radio), a kept value its `options` no longer hold
+    (another model, sentence or race) replaced first by `fallback`, else by the first option."""
+    options = list(options)
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = options[0] if fallback is None else fallback
+    return draw(label, options, key=key, **kw)
+
+
+def token_picker(key: str, tokens, default: int) -> int:
+    """A token of the sentence (counted from 1 on screen), kept in range when the sentence changes; from 0."""
+    labels = token_labels(tokens)
+    return int(kept_choice(st.selectbox, "Token", range(len(labels)), key, min(default, len(labels) - 1),
+                           format_func=lambda i: labels[i]))
 
 
 def sync_query(*keys: str) -> None:

@@ -1,12 +1,6 @@
-"""The teacher's view of a led class (pages/0_Lesson.py opened with the teacher's link): the class's runs as table
-rows, from the runs themselves, never from anything a student typed. No Streamlit here: the tests build rows from
-plain runs.
-
-A row says what a teacher asks of a run at a glance: its size, the one knob it changed from the lesson's default
-run, its held-out accuracy, and whether it sits on the unigram plateau (bert_core.training.plateau). A corpus is
-named only when it is one of the page's named corpora: a student's own file is "a file of their own", never its
-name or path.
-"""
+"""The teacher's view of a led class: the class's runs as table rows (size, the knobs changed from the lesson's
+default run, held-out accuracy, the unigram plateau), made from the runs, never from anything a student typed. A
+corpus is named only when it is one of the page's named corpora, never a student's file name or path."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ def _plateau(trainer, causal: bool) -> str:
 
 
 def run_row(number: int, run, default) -> dict | None:
-    """One pretraining run of the class as a row of the teacher's table; None for a run that is not a
-    pretraining run (a race) or has no settings."""
+    """One pretraining run of the class as a row of the teacher's table; None for a race."""
     spec = run.spec
     if spec.page != TRAIN_PAGE:
         return None
@@ -61,8 +54,8 @@ def run_row(number: int, run, default) -> dict | None:
 
 
 def run_rows(view_ids: Sequence[str], lookup, default) -> list[dict]:
-    """The class's runs (their view ids, oldest first; `lookup(view_id)` finds a run) as table rows, numbered in
-    the order they were started; runs the server no longer has are left out."""
+    """The class's runs (view ids, oldest first, found by `lookup`) as rows numbered in the order they started; runs
+    the server no longer has are left out."""
     rows = []
     for number, view in enumerate(view_ids, start=1):
         run = lookup(view)

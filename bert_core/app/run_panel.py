@@ -1,8 +1,5 @@
-"""The run panel the Train and Fine-tune pages share, as words and decisions: what is said of a run before its
-figures (its note, a record a full disk refused, its queue place and wait, how it failed or ended), its share link,
-and its Stop and Reset buttons' words. Each page names its run in its own words (`PanelWords`); the drawing is
-app_run_panel's. No Streamlit and no torch here.
-"""
+"""The run panel the Train and Fine-tune pages share, as words and decisions (no Streamlit, no torch): what is said
+of a run before its figures, its share link, its Stop and Reset buttons' words; each page's in `PanelWords`."""
 
 from __future__ import annotations
 
@@ -72,9 +69,9 @@ class Notice:
 
 
 def status_notices(run, words: PanelWords, viewer: bool, place: tuple[int, float] | None) -> list[Notice]:
-    """What the panel says of `run` before its figures, in order: how it was ended (its note), a record a full disk
-    refused (a restart would lose it), and its queue place (`place`: runs ahead and the estimated wait, when queued)
-    or how its training failed or ended. A viewer is not told that Stop cancels it: they cannot stop it."""
+    """What the panel says of `run` before its figures: how it was ended, a record a full disk refused (a restart
+    would lose it), and its queue place (`place`: runs ahead, estimated wait) or how its training failed or ended. A
+    viewer is not told that Stop cancels it: they cannot stop it."""
     said = []
     if run.note:
         said.append(Notice("warning", f"This {words.noun} was {run.note}."))

@@ -16,13 +16,12 @@ _WHOLE = re.compile(r"\s*[+-]?\d+\s*")
 
 
 class LinkValueError(ValueError):
-    """A link's value that a setting does not take; its message says why in the app's own words (never the value:
-    a visitor's text is not put on the page)."""
+    """A link's value that a setting does not take; its message says why, never the value (a visitor's text)."""
 
 
 class Within(NamedTuple):
-    """A number widget's range, also the cast its URL value is read with: `init_widget(key, default, RANGE)` and
-    `st.number_input(label, *RANGE, key=key)` share it. Whole numbers when both ends are ints."""
+    """A number widget's range (`st.number_input(label, *RANGE)`), also the cast its URL value is read with
+    (`init_widget(key, default, RANGE)`). Whole numbers when both ends are ints."""
 
     lo: int | float
     hi: int | float
@@ -32,9 +31,8 @@ class Within(NamedTuple):
 
 
 def url_number(raw: Any, lo: int | float, hi: int | float) -> int | float:
-    """`raw` (a URL's text) as a number within [lo, hi]: above the range its maximum, below its minimum. A whole
-    number when both ends are ints. LinkValueError for text that is no number, NaN, an infinity, or a fraction where
-    a whole number is asked."""
+    """`raw` (a URL's text) as a number held to [lo, hi], whole when both ends are ints. LinkValueError for text that
+    is no number, NaN, an infinity, or a fraction where a whole number is asked."""
     text = str(raw).strip()
     whole = isinstance(lo, int) and isinstance(hi, int)
     try:
@@ -53,9 +51,8 @@ def url_number(raw: Any, lo: int | float, hi: int | float) -> int | float:
 
 
 def url_value(raw: Any, cast: Callable[[Any], Any]) -> Any:
-    """`cast(raw)`, a URL setting's value; LinkValueError when it cannot be read or is a number that is not finite
-    (NaN passes every range check, so no setting takes it). A cast says why in a LinkValueError of its own; any
-    other failure (`int("abc")`, whose message repeats the text) becomes a plain one."""
+    """`cast(raw)`, a URL setting's value; LinkValueError when it cannot be read or is not finite (NaN passes every
+    range check). Any other failure (`int("abc")`, whose message repeats the text) becomes a plain one."""
     try:
         value = cast(raw)
     except LinkValueError:
@@ -68,10 +65,9 @@ def url_value(raw: Any, cast: Callable[[Any], Any]) -> Any:
 
 
 def one_of(choices: Iterable[Any], reason: str, to: Mapping[Any, Any] | None = None) -> Callable[[Any], Any]:
-    """The cast of a link's choice among `choices` (a mapping's keys, as iterating it gives them): the choice itself,
-    or what `to` maps it to (the sidebar's `?model=session` names the radio's label); a LinkValueError saying
-    `reason` for any other value (a page otherwise put its first choice in place of an unknown one without a
-    word)."""
+    """The cast of a link's choice among `choices`: the choice, or what `to` maps it to (the sidebar's
+    `?model=session` names the radio's label); a LinkValueError saying `reason` for any other value (a page
+    otherwise put its first choice in place of an unknown one without a word)."""
     table = {str(c): (to[c] if to is not None else c) for c in choices}
 
     def read(raw: Any) -> Any:

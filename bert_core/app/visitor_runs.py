@@ -1,11 +1,7 @@
-"""A browser's own runs ("My runs"): the runs it started or watched, as the Train and Fine-tune pages list them.
-
-Which browser is which comes from an id the browser keeps (a cookie, `VISITOR_COOKIE`: app_state sets and reads
-it); the run store records, for each run, the browsers that started it (OWNER) or opened its share link (VIEWER).
-A row's link is the one that browser already had, on the run's own page: `Train?run=` (or `Fine-tune?ft=` for a
-fine-tuning race) for its own runs, `?watch=` (`?ftwatch=`) for the ones it watched, so the list never opens a door
-the browser did not have. No server path is shown: a corpus is named by its label.
-"""
+"""A browser's own runs ("My runs"), started or watched, as the Train and Fine-tune pages list them. A browser is
+known by the id in its cookie (`VISITOR_COOKIE`); a row's link is the one that browser already had, on the run's own
+page (`Train?run=` or `?watch=`, `Fine-tune?ft=` or `?ftwatch=`), so the list never opens a door the browser did not
+have. No server path is shown: a corpus is named by its label."""
 
 from __future__ import annotations
 
@@ -59,8 +55,7 @@ def race_result(trainer: Any) -> str:
 
 
 def _score(run) -> str:
-    """The run's latest held-out figure, named: a pretraining run's masked-token (BERT) or next-token (GPT)
-    accuracy, a race's result (`race_result`)."""
+    """The run's latest held-out figure, named: a pretraining run's masked- or next-token accuracy, a race's result."""
     if run.spec.page == FINETUNE_PAGE:
         return race_result(run.trainer)
     evals = run.trainer.evals if run.trainer is not None else ()
@@ -78,16 +73,14 @@ def _model(spec) -> str:
 
 
 def run_link(run, role: str, base: str = "") -> str:
-    """The link that opens the run on its own page (Train, or Fine-tune for a race), relative to `base`: the owner's
-    id for a run this browser started, the share id for one it watched."""
+    """The link that opens the run on its own page, relative to `base`: its owner's id, or its share id."""
     page = run.spec.page
     owner, viewer = LINK_PARAMS[page]
     return f"{base}{page}?{owner}={run.run_id}" if role == OWNER else f"{base}{page}?{viewer}={run.view_id}"
 
 
 def visitor_rows(visited: Sequence[tuple[Any, str]], base: str = "") -> list[dict]:
-    """One row per (run, role) of `RunStore.visited`: what it is, how far it got, and the link that opens it on its
-    page (relative to `base`: "" for a link beside the page showing it)."""
+    """One row per (run, role) of `RunStore.visited`: what it is, how far it got, and the link that opens it."""
     rows = []
     for run, role in visited:
         spec = run.spec
@@ -106,14 +99,13 @@ def visitor_rows(visited: Sequence[tuple[Any, str]], base: str = "") -> list[dic
 
 
 def _plain(text: Any) -> str:
-    """A cell's text with every Markdown sign escaped: a run's name or an uploaded file's name is shown, never
-    interpreted (no link or picture can be smuggled into the list, nor a bare URL made one)."""
+    """A cell's text with every Markdown sign escaped: a run's or a file's name is shown, never interpreted."""
     return markdown(str(text)).replace("\n", " ")
 
 
 def rows_markdown(rows: Sequence[dict]) -> str:
-    """`visitor_rows` as a Markdown table whose last column is a real link (a data grid draws links it cannot
-    be clicked through by a test or a screen reader)."""
+    """`visitor_rows` as a Markdown table whose last column is a real link (a data grid's link cannot be clicked
+    by a test or a screen reader)."""
     if not rows:
         return ""
     head = [k for k in rows[0] if k != "open"]
