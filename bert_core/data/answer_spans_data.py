@@ -11,6 +11,7 @@ never a silent drop; only SQuAD v2's unanswerable questions are skipped, and cou
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import random
@@ -24,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
-from bert_core.data.splits import split_data
+from bert_core.data.batching import FinetuneBatch, ordered_batches, padded_batch, read_upload, seeded_batches
+from bert_core.data.splits import RowData, split_data
 from bert_core.data.toy_grammar import (
     ADJECTIVE_OF,
     COLOURS,
@@ -38,12 +39,6 @@ from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, SpanWriter
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
 
-__all__ = [
-    "MAX_SQUAD_BYTES", "QAExample", "QAData", "parse_squad", "load_squad", "toy_qa_task", "drill_data",
-    "split_by_passage",
-    "QAFeature", "encode_qa", "QABatch", "collate_qa", "qa_train_batches", "qa_eval_batches", "best_answers",
-    "normalize_answer", "exact_match_score", "f1_score", "squad_metrics",
-]
 
 MAX_SQUAD_BYTES = 100 * 1024 * 1024
 
@@ -61,9 +56,10 @@ class QAExample:
 
 
 @dataclass
-class QAData:
+class QAData(RowData):
     """Questions with their passages; questions on the same passage share the very same `context` string."""
 
+    ROWS = ("examples",)
     examples: list[QAExample]
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -71,18 +67,13 @@ class QAData:
     # (subset) do not carry them: the task made of the split does (finetune.split_task).
     drills: tuple = ()
 
-    def __len__(self) -> int:
-        return len(self.examples)
-
     @property
     def num_passages(self) -> int:
         """How many distinct passages (contexts) the questions are asked about."""
         return len({e.context for e in self.examples})
 
     def subset(self, indices, source_suffix: str = "") -> QAData:
-        """A new dataset holding the given questions, in the given order."""
-        return QAData(examples=[self.examples[i] for i in indices], source=self.source + source_suffix,
-                      notes=list(self.notes))
+        return dataclasses.replace(super().subset(indices, source_suffix), drills=())
 
 
 # -- reading SQuAD files -----------------------------------------------------------------------------------------
@@ -462,36 +453,22 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
 
 # -- batches -----------------------------------------------------------------------------------------------------
 
-@dataclass
-class QABatch(DeviceBatch):
-    """Padded tensors for one batch of features (padded to its longest member)."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor
-    start_positions: torch.Tensor
-    end_positions: torch.Tensor
-    indices: torch.Tensor  # feature indices, to map logits back to features and examples (kept on the CPU)
-
-
-def collate_qa(features: Sequence[QAFeature], indices: Sequence[int], pad_id: int = 0) -> QABatch:
+def collate_qa(features: Sequence[QAFeature], indices: Sequence[int], pad_id: int = 0) -> FinetuneBatch:
     """Stack the given features into a batch padded to the longest of them."""
     chosen = [features[i] for i in indices]
-    ids = [f.input_ids for f in chosen]
-    return QABatch(pad_rows(ids, pad_id), attention_mask(ids), pad_rows([f.token_type_ids for f in chosen]),
-                   torch.tensor([f.start_position for f in chosen], dtype=torch.long),
-                   torch.tensor([f.end_position for f in chosen], dtype=torch.long),
-                   torch.tensor(list(indices), dtype=torch.long))
+    return padded_batch([f.input_ids for f in chosen], [f.token_type_ids for f in chosen], indices, pad_id,
+                        start_positions=torch.tensor([f.start_position for f in chosen], dtype=torch.long),
+                        end_positions=torch.tensor([f.end_position for f in chosen], dtype=torch.long))
 
 
 def qa_train_batches(features: Sequence[QAFeature], batch_size: int, seed: int = 0, pad_id: int = 0,
-                     bucket_batches: int = 50) -> Iterator[QABatch]:
+                     bucket_batches: int = 50) -> Iterator[FinetuneBatch]:
     """Endless seeded batches, grouped by length (batching.seeded_batches)."""
     return seeded_batches([len(f.input_ids) for f in features], partial(collate_qa, features, pad_id=pad_id),
                           batch_size, seed, bucket_batches)
 
 
-def qa_eval_batches(features: Sequence[QAFeature], batch_size: int = 64, pad_id: int = 0) -> Iterator[QABatch]:
+def qa_eval_batches(features: Sequence[QAFeature], batch_size: int = 64, pad_id: int = 0) -> Iterator[FinetuneBatch]:
     """One pass over all features in order."""
     return ordered_batches(range(len(features)), partial(collate_qa, features, pad_id=pad_id), batch_size)
 

@@ -70,11 +70,32 @@ def attention_mask(rows: Sequence[Sequence[int]]) -> torch.Tensor:
 
 
 class DeviceBatch:
-    """A dataclass of tensors whose `to(device)` moves every field but `indices` (looked up on the CPU)."""
+    """A dataclass whose `to(device)` moves every tensor but `indices` (looked up on the CPU)."""
 
     def to(self, device):
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device)
-                                            for f in dataclasses.fields(self) if f.name != "indices"})
+        return dataclasses.replace(self, **{f.name: value.to(device) for f in dataclasses.fields(self)
+                                            if isinstance(value := getattr(self, f.name), torch.Tensor)
+                                            and f.name != "indices"})
+
+
+@dataclasses.dataclass
+class FinetuneBatch(DeviceBatch):
+    """Padded tensors for one batch of fine-tuning examples (dynamic padding to its longest example)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor
+    indices: torch.Tensor  # rows of the examples, to put predictions back and find misclassified ones
+    labels: torch.Tensor | None = None  # a label a row, or a tag a token (padded with -100)
+    start_positions: torch.Tensor | None = None  # an answer span's first and last tokens
+    end_positions: torch.Tensor | None = None
+
+
+def padded_batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]], indices: Sequence[int], pad_id: int,
+                 **targets: torch.Tensor) -> FinetuneBatch:
+    """The rows `ids` (with their token types) padded into a FinetuneBatch of the examples `indices`."""
+    return FinetuneBatch(pad_rows(ids, pad_id), attention_mask(ids), pad_rows(types),
+                         torch.tensor(list(indices), dtype=torch.long), **targets)
 
 
 def read_upload(path_or_bytes: str | Path | bytes, name: str, kind: str, limit: int, give: str, holds: str,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
+from bert_core.data.batching import FinetuneBatch, ordered_batches, padded_batch, read_upload, seeded_batches
 from bert_core.data.corpora import generate_toy_corpus
-from bert_core.data.splits import split_data
+from bert_core.data.splits import RowData, split_data
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 
@@ -41,9 +41,10 @@ PAIR_JOINER = " . "
 
 
 @dataclass
-class ClassificationData:
+class ClassificationData(RowData):
     """Texts (optionally sentence pairs) with integer labels 0..K-1 and a name for each label."""
 
+    ROWS = ("texts", "labels", "texts_b")
     texts: list[str]
     labels: list[int]
     label_names: list[str]
@@ -53,9 +54,6 @@ class ClassificationData:
     label_column: str = ""
     dropped_rows: int = 0
     notes: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.texts)
 
     @property
     def num_labels(self) -> int:
@@ -73,20 +71,6 @@ class ClassificationData:
         if self.texts_b is None:
             return self.texts[i]
         return f"{self.texts[i]} | {self.texts_b[i]}"
-
-    def subset(self, indices: list[int], source_suffix: str = "") -> "ClassificationData":
-        """A new dataset holding the given rows, same label names."""
-        return ClassificationData(
-            texts=[self.texts[i] for i in indices],
-            labels=[self.labels[i] for i in indices],
-            label_names=list(self.label_names),
-            texts_b=None if self.texts_b is None else [self.texts_b[i] for i in indices],
-            source=self.source + source_suffix,
-            text_columns=self.text_columns,
-            label_column=self.label_column,
-            dropped_rows=self.dropped_rows,
-            notes=list(self.notes),
-        )
 
 
 def _read_csv(path_or_bytes: str | Path | bytes, name: str) -> tuple[str, str, Path | None]:
@@ -345,17 +329,6 @@ def split_train_val(data: ClassificationData, train_size: int | None = None, val
     return train, val
 
 
-@dataclass
-class ClassificationBatch(DeviceBatch):
-    """Padded tensors for one batch (dynamic padding to its longest example)."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor
-    labels: torch.Tensor
-    indices: torch.Tensor  # rows of the dataset, to find misclassified examples (kept on the CPU)
-
-
 def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) -> list[dict]:
     """Tokenize every example to `[CLS] a [SEP] (b [SEP])`, truncated to `max_length` tokens."""
     if max_length < 8:
@@ -367,13 +340,10 @@ def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) 
     return out
 
 
-def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: int = 0) -> ClassificationBatch:
+def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: int = 0) -> FinetuneBatch:
     """Stack encoded examples into a batch padded to its longest member."""
-    ids = [encoded[i]["input_ids"] for i in indices]
-    return ClassificationBatch(pad_rows(ids, pad_id), attention_mask(ids),
-                               pad_rows([encoded[i]["token_type_ids"] for i in indices]),
-                               torch.tensor([labels[i] for i in indices], dtype=torch.long),
-                               torch.tensor(indices, dtype=torch.long))
+    return padded_batch([encoded[i]["input_ids"] for i in indices], [encoded[i]["token_type_ids"] for i in indices],
+                        indices, pad_id, labels=torch.tensor([labels[i] for i in indices], dtype=torch.long))
 
 
 def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,

@@ -3,47 +3,37 @@ dealt out (a passage's questions), for sentences, tagged sentences and questions
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Hashable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from bert_core.errors import BertCoreError
 
-__all__ = ["split_sizes", "split_data", "Splittable"]
-
-T = TypeVar("T", bound="Splittable")
+T = TypeVar("T", bound="RowData")
 
 
-class Splittable(Protocol):
-    """Fine-tuning data: its size, where it came from, and a part of it by row indices."""
+class RowData:
+    """Fine-tuning data (a dataclass) whose `ROWS` fields hold one entry a row (or None): its size, and a part of it
+    by row indices, in their order, with everything else (label names, scheme) kept."""
 
+    ROWS: tuple[str, ...] = ()
     source: str
+    notes: list[str]
 
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        return len(getattr(self, self.ROWS[0]))
 
-    def subset(self: T, indices: list[int], source_suffix: str = "") -> T: ...
-
-
-def split_sizes(n: int, train_size: int | None, val_size: int | None, *, val_fraction: float = 0.1,
-                source: str = "", unit: str = "examples") -> tuple[int, int]:
-    """(train, validation) sizes out of `n` items: by default `val_fraction` (at least 1) for validation and the
-    rest for training; BertCoreError when a size is below 1 or the two ask for more than there is."""
-    if val_size is None:
-        val_size = max(1, round(n * val_fraction))
-    if train_size is None:
-        train_size = max(1, n - val_size)
-    if train_size < 1 or val_size < 1:
-        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
-    if train_size + val_size > n:
-        raise BertCoreError(f"asked for {train_size} training + {val_size} validation {unit} but "
-                            f"{source or 'the data'} has only {n}. Ask for at most {n} in all.")
-    return train_size, val_size
+    def subset(self: T, indices: Sequence[int], source_suffix: str = "") -> T:
+        picked = {f: None if (rows := getattr(self, f)) is None else [rows[i] for i in indices] for f in self.ROWS}
+        return dataclasses.replace(self, **picked, source=self.source + source_suffix, notes=list(self.notes))
 
 
 def split_data(data: T, train_size: int | None = None, val_size: int | None = None, *, seed: int = 0,
                val_fraction: float = 0.1, unit: str = "examples", groups: Sequence[Hashable] | None = None
                ) -> tuple[T, T]:
-    """A seeded, disjoint (train, validation) pair of `data.subset`s, rows in order, sizes by `split_sizes`.
+    """A seeded, disjoint (train, validation) pair of `data.subset`s, rows in order: by default `val_fraction` (at
+    least 1) for validation and the rest for training.
 
     Rows sharing a key of `groups` (a passage, for its questions) stay on one side; without groups each row is its
     own. The groups are dealt out whole in a seeded order: validation first, until it holds at least its number of
@@ -62,8 +52,13 @@ def split_data(data: T, train_size: int | None = None, val_size: int | None = No
             raise BertCoreError(f"{data.source or 'the data'} has {len(dealt)} passage(s); a split that keeps "
                                 "passages apart needs at least 2. Add more passages.")
     rest = train_size is None
-    train_size, val_size = split_sizes(n, train_size, val_size, val_fraction=val_fraction, source=data.source,
-                                       unit=unit)
+    val_size = max(1, round(n * val_fraction)) if val_size is None else val_size
+    train_size = max(1, n - val_size) if train_size is None else train_size
+    if train_size < 1 or val_size < 1:
+        raise BertCoreError(f"train and validation sizes must be at least 1 (got {train_size} and {val_size}).")
+    if train_size + val_size > n:
+        raise BertCoreError(f"asked for {train_size} training + {val_size} validation {unit} but "
+                            f"{data.source or 'the data'} has only {n}. Ask for at most {n} in all.")
     random.Random(seed).shuffle(dealt)
     val: list[int] = []
     taken = 0

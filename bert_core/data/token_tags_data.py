@@ -21,15 +21,12 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.batching import DeviceBatch, attention_mask, ordered_batches, pad_rows, read_upload, seeded_batches
-from bert_core.data.splits import split_data
+from bert_core.data.batching import FinetuneBatch, ordered_batches, pad_rows, padded_batch, read_upload, seeded_batches
+from bert_core.data.splits import RowData, split_data
 from bert_core.errors import BertCoreError
+from bert_core.model.bert import IGNORE_INDEX
 from bert_core.model.tokenization import special_tokens_count
 
-__all__ = ["IGNORE_INDEX", "MAX_CONLL_BYTES", "MAX_TAGS", "MAX_UNBROKEN_TOKENS", "TAG_COLUMNS", "TagBatch",
-           "TaggedExample", "TaggedSentences", "collate_tagged", "encode_tagged", "iob_spans", "majority_baseline",
-           "parse_conll", "read_conll", "span_scores", "split_sentences", "tag_eval_batches", "tag_train_batches",
-           "token_accuracy", "words_predictions"]
 
 # "chunk" is the LAST column (chunk tags of CoNLL-2000, entity tags of CoNLL-2003); "pos" is the second column.
 TAG_COLUMNS = ("chunk", "pos")
@@ -40,8 +37,6 @@ MAX_UNBROKEN_TOKENS = 300
 # More distinct values than this means the column is not a tag set (a lemma column, a second word column);
 # CoNLL-2000 has 23 chunk tags and 44 POS tags, rich morphological tag sets a few hundred.
 MAX_TAGS = 1000
-# The label of positions the loss skips (continuation pieces, [CLS], [SEP], padding): torch's cross-entropy default.
-IGNORE_INDEX = -100
 DOCSTART = "-DOCSTART-"
 # Encoding this many sentences a call lets the Rust tokenizer work in parallel without holding the whole file twice.
 _ENCODE_CHUNK = 2000
@@ -54,9 +49,10 @@ _POS_LIKE = re.compile(r"[A-Z]{1,5}\$?|-[A-Z]{3,5}-|[^\w\s]{1,2}|\$")
 
 
 @dataclass
-class TaggedSentences:
+class TaggedSentences(RowData):
     """Sentences as word lists, each word with a tag id into `tag_names` (and its part of speech when known)."""
 
+    ROWS = ("words", "tags", "pos")
     words: list[list[str]]
     tags: list[list[int]]  # ids into tag_names, one per word
     tag_names: list[str]  # "O" first when present, then sorted
@@ -83,9 +79,6 @@ class TaggedSentences:
             if t and not (0 <= min(t) and max(t) < k):
                 raise BertCoreError(f"sentence {i} has a tag id outside 0..{k - 1} (the {k} tag names).")
 
-    def __len__(self) -> int:
-        return len(self.words)
-
     @property
     def num_tags(self) -> int:
         return len(self.tag_names)
@@ -105,19 +98,6 @@ class TaggedSentences:
             for t in sentence:
                 counts[t] += 1
         return counts
-
-    def subset(self, indices: Sequence[int], source_suffix: str = "") -> TaggedSentences:
-        """A new dataset holding the given sentences, same tag names and scheme."""
-        return TaggedSentences(
-            words=[self.words[i] for i in indices],
-            tags=[self.tags[i] for i in indices],
-            tag_names=list(self.tag_names),
-            scheme=self.scheme,
-            pos=None if self.pos is None else [self.pos[i] for i in indices],
-            source=self.source + source_suffix,
-            notes=list(self.notes),
-            tag_column=self.tag_column,
-        )
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
@@ -528,35 +508,22 @@ def majority_baseline(train: TaggedSentences, val: TaggedSentences, key: str = "
 # -- batches -------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class TagBatch(DeviceBatch):
-    """Padded tensors for one batch of tagged examples (dynamic padding to its longest example)."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor
-    labels: torch.Tensor  # padded with -100
-    indices: torch.Tensor  # example indices into the encode_tagged list, to put predictions back (on the CPU)
-
-
-def collate_tagged(examples: Sequence[TaggedExample], indices: Sequence[int], pad_id: int = 0) -> TagBatch:
+def collate_tagged(examples: Sequence[TaggedExample], indices: Sequence[int], pad_id: int = 0) -> FinetuneBatch:
     """Stack the chosen examples into a batch padded to its longest member (labels padded with -100)."""
     if not indices:
         raise BertCoreError("a batch needs at least one example.")
     rows = [examples[i].input_ids for i in indices]
-    ids = pad_rows(rows, pad_id)
-    return TagBatch(ids, attention_mask(rows), torch.zeros_like(ids),
-                    pad_rows([examples[i].labels for i in indices], IGNORE_INDEX),
-                    torch.tensor(list(indices), dtype=torch.long))
+    return padded_batch(rows, [[0] * len(r) for r in rows], indices, pad_id,
+                        labels=pad_rows([examples[i].labels for i in indices], IGNORE_INDEX))
 
 
 def tag_train_batches(examples: Sequence[TaggedExample], batch_size: int, seed: int = 0, pad_id: int = 0,
-                      bucket_batches: int = 50) -> Iterator[TagBatch]:
+                      bucket_batches: int = 50) -> Iterator[FinetuneBatch]:
     """Endless seeded batches, grouped by length (batching.seeded_batches)."""
     return seeded_batches([len(e.input_ids) for e in examples], partial(collate_tagged, examples, pad_id=pad_id),
                           batch_size, seed, bucket_batches)
 
 
-def tag_eval_batches(examples: Sequence[TaggedExample], batch_size: int = 64, pad_id: int = 0) -> Iterator[TagBatch]:
+def tag_eval_batches(examples: Sequence[TaggedExample], batch_size: int = 64, pad_id: int = 0) -> Iterator[FinetuneBatch]:
     """One pass over all examples in order, `batch_size` at a time."""
     return ordered_batches(range(len(examples)), partial(collate_tagged, examples, pad_id=pad_id), batch_size)

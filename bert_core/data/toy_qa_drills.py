@@ -30,8 +30,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["QUESTION_KINDS", "DRILL_KINDS", "Drill", "DRILL_SHARES", "MASTERY", "toy_qa_drills", "drill_squad",
-           "question_kind", "SpanWriter"]
 
 NAMES = ("tom", "anna", "leo", "mary", "john", "sara", "ben", "lucy", "max", "emma", "jack", "nora", "sam", "kate",
          "paul", "rose")

@@ -8,7 +8,8 @@ from dataclasses import astuple, dataclass, fields
 
 import torch
 
-from bert_core.data.pretraining_data import DECISION_KEYS, IGNORE_INDEX, KEPT, MASKED, RANDOM
+from bert_core.data.pretraining_data import DECISION_KEYS, KEPT, MASKED, RANDOM
+from bert_core.model.bert import IGNORE_INDEX
 
 
 @dataclass
