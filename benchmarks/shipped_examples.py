@@ -9,6 +9,7 @@ choice only for those very weights. Run it again after a shipped checkpoint chan
 fails until then). --check writes nothing and exits 1 when the stored file differs from a fresh choice.
 """
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ def fresh_choices() -> dict:
     for name, folder in shipped_checkpoints().items():
         model, tokenizer, _ = load_folder(folder)
         examples = choose_examples(model, tokenizer)
-        entries[name] = {"weights_sha256": plain_examples.weights_digest(folder), "examples": examples.to_dict()}
+        entries[name] = {"weights_sha256": plain_examples.weights_digest(folder), "examples": dataclasses.asdict(examples)}
         print(f"{name}: {examples.sentences[0]!r} ({examples.right.guesses}); misses {examples.wrong.text!r} "
               f"({examples.wrong.guesses})" if examples.wrong else f"{name}: {examples.sentences[0]!r}")
     return entries

@@ -10,10 +10,11 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import attention_steps, heads_off, heads_off_effect, with_temperature
-from bert_core.inspect.embeddings import (SENSE_SENTENCES, embedding_parts, nearest_neighbours, pca_2d, separation,
-                                          word_map)
+from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours
 from bert_core.inspect.inspection import fill_mask
 from bert_core.inspect.logit_lens import lens_input, logit_lens
+from bert_core.inspect.word_map_vectors import word_map
+from bert_core.inspect.word_maps import pca_2d, separation
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT
 

@@ -1,5 +1,7 @@
 """inspection.py against Hugging Face transformers run on the same weights, plus the head measures on known maps."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -271,7 +273,7 @@ def test_probes_are_drawn_again_from_a_recorded_corpus_and_kept_when_recorded():
     assert recorded_probes(toy).sentences == probes_for_corpus("toy", 1).sentences
     assert recorded_probes({"corpora": ["toy"]}).sentences == probes_for_corpus("toy", 0).sentences
     mine = CorpusProbes(("my [MASK] .",), "my sentence .", ("a .", "b ."), "typed")
-    assert recorded_probes({"probes": mine.to_dict(), **toy}) == mine
+    assert recorded_probes({"probes": dataclasses.asdict(mine), **toy}) == mine
     assert recorded_probes({"probes": {"sentences": ["no blank"]}, **toy}).sentences != ("no blank",)
     assert recorded_probes({}) is None and recorded_probes({"corpora": ["not-a-corpus-anywhere"]}) is None
     with pytest.raises(BertCoreError):

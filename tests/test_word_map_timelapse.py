@@ -9,9 +9,8 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures as cf
-from bert_core.inspect.embeddings import word_map
 from bert_core.inspect.probes import ProbeStore
-from bert_core.inspect.word_map_vectors import sense_word_map, snapshot_word_maps
+from bert_core.inspect.word_map_vectors import sense_word_map, snapshot_word_maps, word_map
 from bert_core.inspect.word_maps import (SENSE_SENTENCES, TIMELAPSE_WORDS, separation_by_step, word_map_timelapse,
                                          word_maps_from_json, word_maps_to_json)
 from bert_core.model.bert import BertForPreTraining

@@ -1,9 +1,6 @@
-"""What an embedding is: the three vectors the model adds for each token (the token's own, its position's, its
-segment's), their sum and the LayerNorm, as the model's embedding layer computes them; the nearest neighbours of a
-word in the input embedding table; and a 2-D map (PCA) of one word's contextual vectors across sentences, layer by
-layer, where a word with two senses ("bank", "play") may be seen to separate, or not; and a token's contextual
-neighbours at each layer, among the tokens of sentences drawn from the model's own held-out text.
-"""
+"""What an embedding is: the token, position and segment vectors the model adds for each token, their sum and the
+LayerNorm, as its embedding layer computes them; a word's nearest neighbours in the input embedding table; and a
+token's contextual neighbours at each layer among the tokens of the model's own held-out sentences."""
 
 from __future__ import annotations
 
@@ -16,16 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bert_core.data.corpora import corpus_label, load_corpus, split_heldout
+from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
-from bert_core.inspect.probes import readable_offline
-# The word map lives in word_map_vectors and its torch-free parts in word_maps (a probe snapshot carries maps to a
-# server without torch); they are re-exported here, where the page and the tests have always found them.
 from bert_core.inspect.kit import as_batch, evaluating, hidden_states
-from bert_core.inspect.word_map_vectors import word_map  # noqa: F401
-from bert_core.inspect.word_maps import SENSE_SENTENCES, WordMap, pca_2d, separation  # noqa: F401
+from bert_core.inspect.probes import heldout_documents, readable_offline
+from bert_core.inspect.word_maps import SENSE_SENTENCES
 
 @dataclass
 class EmbeddingParts:
@@ -110,13 +104,10 @@ def builtin_pool() -> tuple[list[str], str]:
 @functools.lru_cache(maxsize=8)
 def _heldout_pool(record_json: str, count: int, seed: int) -> tuple[tuple[str, ...], str]:
     record = json.loads(record_json)
-    documents, specs = [], []
-    for entry in record["corpora"]:
-        corpus = load_corpus(entry["spec"], seed=int(record.get("seed", 0)))
-        documents += split_heldout(corpus, fraction=float(record.get("fraction", 0.1)),
-                                   seed=int(record.get("seed", 0)))[1].documents
-        specs.append(corpus_label(entry["spec"]))   # as a reader knows it, never a file's name ("valid")
-    return tuple(_readable_sentences(documents, count, seed)), "held-out text of " + ", ".join(specs)
+    specs = [entry["spec"] for entry in record["corpora"]]
+    # Each corpus as a reader knows it, never a file's name ("valid").
+    return (tuple(_readable_sentences(heldout_documents(record, specs), count, seed)),
+            "held-out text of " + ", ".join(corpus_label(spec) for spec in specs))
 
 
 def heldout_pool(metadata: dict | None, count: int = POOL_SENTENCES, seed: int = 0) -> tuple[list[str], str]:

@@ -1,10 +1,6 @@
-"""Figures for fine-tuning: validation curves of several runs overlaid, confusion matrices, class bars, a typed
-sentence's words coloured by their predicted tags, and a passage with its predicted answer and the start and end
-probabilities over its tokens.
-
-Built from plain results (`FinetuneEval` lists, confusion lists, token_tagging.TaggedWord, answer_spans.Answer);
-the coloured texts are HTML with every piece of user text escaped. Nothing here imports Streamlit.
-"""
+"""Figures for fine-tuning: runs' validation curves, confusion matrices, class bars, a sentence's words coloured by
+predicted tag, and a passage with its predicted answer and start and end probabilities; the coloured texts are HTML
+with every piece of user text escaped."""
 
 from __future__ import annotations
 
@@ -12,6 +8,8 @@ import html
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
+
+from bert_core.inspect.figures import _get as _value
 
 RUN_COLORS = {"pretrained": "#1f77b4", "scratch": "#d62728", "tfidf": "#ff7f0e", "word-majority": "#ff7f0e",
               "pos-majority": "#8c564b"}
@@ -39,17 +37,12 @@ def _color(name: str, i: int) -> str:
     return RUN_COLORS.get(name, _FALLBACK[i % len(_FALLBACK)])
 
 
-def _value(event, key):
-    return event[key] if isinstance(event, Mapping) else getattr(event, key)
-
-
 def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", chance: float | None = None,
                            metric: str = "accuracy", metric_label: str | None = None,
                            stages: Sequence = ()) -> go.Figure:
-    """Validation accuracy (or macro_f1) of each run against training seconds (or step), one line per run; a run
-    in LEVEL_RUNS (a baseline) is a dashed level line across the others. `metric_label` names the figure for the
-    kind of task (e.g. "chunk F1" for the macro_f1 field of token tags). `stages` (finetune_results.FinetuneStage,
-    of a curriculum: the toy stories' drills) are dotted lines where each stage began, named at the top."""
+    """Each run's validation `metric` against training seconds (or step); a baseline (LEVEL_RUNS) is a dashed level
+    line. `metric_label` names it for the task ("chunk F1"); `stages` of a curriculum (finetune_results.FinetuneStage)
+    are dotted lines where each began."""
     label_of_metric = metric_label or metric.replace("_", "-")
     fig = go.Figure()
     ends = [_value(e, x) for name, evals in runs.items() if name not in LEVEL_RUNS for e in evals]
@@ -86,8 +79,8 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
 
 
 def stage_label(name: str) -> str:
-    """A curriculum stage's short name on a chart: a drill's kind ("drill: where" -> "where"), the task's data
-    without its details ("toy QA stories (seed 0)" -> "toy QA stories")."""
+    """A curriculum stage's short name on a chart: "drill: where" -> "where", "toy QA stories (seed 0)" -> "toy QA
+    stories"."""
     return name.removeprefix("drill: ").split(" (")[0]
 
 
@@ -143,13 +136,12 @@ def tag_color(tag: str) -> str:
 
 
 def tagged_words_html(words: Sequence, gold: Sequence[str] | None = None) -> str:
-    """A sentence as coloured word boxes: each word with its predicted tag under it (its probability on hover) and,
-    with `gold`, the true tag under that, struck through in red where the prediction differs."""
+    """A sentence as coloured word boxes, each with its predicted tag (probability on hover) and, with `gold`, a
+    tick or the true tag in red."""
     boxes = []
     for i, w in enumerate(words):
         tag = html.escape(w.tag)
-        first = w.tag.startswith("B-")
-        border = "2px solid #555" if first else "1px solid #ccc"
+        border = "2px solid #555" if w.tag.startswith("B-") else "1px solid #ccc"
         gold_line = ""
         if gold is not None and i < len(gold):
             ok = gold[i] == w.tag
@@ -197,15 +189,13 @@ def answer_html(passage: str, start_char: int, end_char: int, gold: Sequence[tup
 
 
 def span_probabilities_figure(answer, title: str = "") -> go.Figure:
-    """Each passage token's probability of being the answer's start and its end (the window the answer came
-    from), as two bar series over the tokens."""
+    """Each passage token's probability of being the answer's start and its end (in the answer's window)."""
     keep = [i for i, p in enumerate(answer.passage_token) if p]
     tokens = [f"{answer.tokens[i]}·{n}" for n, i in enumerate(keep)]  # made unique, so repeated words keep a bar
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=tokens, y=[answer.start_probs[i] for i in keep], name="start",
-                         marker_color="#1f77b4", hovertemplate="%{x}<br>start %{y:.1%}<extra></extra>"))
-    fig.add_trace(go.Bar(x=tokens, y=[answer.end_probs[i] for i in keep], name="end",
-                         marker_color="#d62728", hovertemplate="%{x}<br>end %{y:.1%}<extra></extra>"))
+    fig = go.Figure([go.Bar(x=tokens, y=[probs[i] for i in keep], name=name, marker_color=color,
+                            hovertemplate=f"%{{x}}<br>{name} %{{y:.1%}}<extra></extra>")
+                     for name, probs, color in (("start", answer.start_probs, "#1f77b4"),
+                                                ("end", answer.end_probs, "#d62728"))])
     fig.update_xaxes(type="category", tickangle=-60, tickvals=tokens,
                      ticktext=[t.rsplit("·", 1)[0] for t in tokens])
     fig.update_yaxes(title="probability", range=[0, 1], tickformat=".0%")

@@ -1,8 +1,6 @@
-"""What each kind of fine-tuning (bert_core.training.finetune_tasks: a label per sentence, a tag per word, an answer
-span) answers the Fine-tune page: its data choices, its defaults, what to expect of it, the figures of its results,
-and its "try your own sentence" inputs and outputs. The page looks a kind up (KIND_PAGES) and draws what it returns,
-`Block`s and `Field`s, without asking which kind it is. No Streamlit here.
-"""
+"""What each kind of fine-tuning (finetune_tasks: a label per sentence, a tag per word, an answer span) answers the
+Fine-tune page: its data choices, defaults, expectations, result figures and "try your own sentence" inputs and
+outputs. The page looks a kind up (KIND_PAGES) and draws the `Block`s and `Field`s it returns, never asking which."""
 
 from __future__ import annotations
 
@@ -17,7 +15,8 @@ from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS, PAGE_COPY,
                                                      expectation)
 from bert_core.training.answer_spans import answer_question
-from bert_core.training.finetune import TOY_QA_STEPS, result_probabilities
+from bert_core.training.finetune import result_probabilities
+from bert_core.training.finetune_settings import TOY_QA_STEPS
 from bert_core.training.token_tagging import tag_words
 
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
@@ -33,14 +32,14 @@ TOY_ON_POLARITY: dict[str, tuple[float, float]] = {k: tuple(v) for k, v in PAGE_
 # seconds a model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU
 # thread longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
 DATA_SETTINGS = {"toy_order": dict(LESSON_RACE_DATA_SETTINGS), "toy_qa": dict(steps=TOY_QA_STEPS, budget=600)}
+CAPTIONS: dict[str, str] = PAGE_COPY["captions"]
 
 
 @dataclass(frozen=True)
 class Block:
-    """One thing the page draws, in order: `what` is a Streamlit element (caption, markdown, table, dataframe, html,
-    plotly), or a container of blocks (columns: `parts` holds one tuple of blocks a column, `widths` their shares;
-    expander: `body` is its label, `parts` its blocks). `name` is a figure's export name, `key` its widget key,
-    `options` the element's own keyword arguments."""
+    """One thing the page draws: a Streamlit element `what` (caption, markdown, table, dataframe, html, plotly) or a
+    container (columns: `parts` a tuple of blocks a column, `widths` their shares; expander: `body` its label,
+    `parts` its blocks); `name` a figure's export name, `key` its widget key, `options` its keyword arguments."""
 
     what: str
     body: Any = None
@@ -53,8 +52,7 @@ class Block:
 
 @dataclass(frozen=True)
 class Field:
-    """One input of "try your own sentence": a Streamlit widget (`widget`: text_input, text_area or number_input)
-    with its label, its key and its own keyword arguments."""
+    """One input of "try your own sentence": a Streamlit widget (text_input, text_area or number_input)."""
 
     widget: str
     label: str
@@ -64,7 +62,7 @@ class Field:
 
 @dataclass(frozen=True)
 class DataView:
-    """What the page says of the chosen data before a race: captions (what to expect first), and a few examples."""
+    """What the page says of the chosen data before a race: captions (what to expect first) and a few examples."""
 
     captions: list[str]
     rows: list[dict]
@@ -76,8 +74,12 @@ def _label(name: str) -> str:
 
 @dataclass(frozen=True, eq=False)
 class KindPage:
-    """One kind of fine-tuning as the page shows it, its words from finetune_page.json. Its own data choices come
-    first (built in), then the real tasks of SHARED_FILES that this server has or can fetch, then its uploads."""
+    """One kind of fine-tuning as the page shows it, its words from finetune_page.json; its data choices are its
+    built-in ones, then the real tasks of SHARED_FILES this server has or can fetch, then its uploads. A kind
+    defines: describe(data, choice, shipped) -> DataView; split_caption(train, val), under a race's curves;
+    result_blocks(results), the figures after its table; try_fields(val), the inputs of "try your own sentence";
+    try_blocks(results, values, val, max_length), each model's answer to them (BertCoreError for bad input); and
+    explained(values, val) -> (text, text_b, word) the salience panel explains, None while there is nothing."""
 
     name: str             # FinetuneTask.kind: "labels", "tags" or "spans"
     label: str            # the kind's radio button
@@ -125,36 +127,10 @@ class KindPage:
         """The validation score of always guessing the largest class (a dashed line); None: no such line."""
         return None
 
-    def describe(self, data, choice: str, shipped: str | None) -> DataView:
-        """What to expect of `data` (the choice `choice`) with the shipped model `shipped` active (None: another),
-        and a few of its examples."""
-        raise NotImplementedError
-
     def expectation(self, choice: str, shipped: str | None) -> str | None:
         """What the page's defaults gave on the data `choice` with the shipped model `shipped` (None: another)."""
         return expectation(choice, shipped, SIZES.get(choice, (0, 0))[0],
                            {**self.settings, **DATA_SETTINGS.get(choice, {})}["steps"], self.unit)
-
-    def split_caption(self, train, val) -> str:
-        """A race's split, under its curves."""
-        raise NotImplementedError
-
-    def result_blocks(self, results: Mapping) -> list[Block]:
-        """The figures of an ended race's results, after its table."""
-        raise NotImplementedError
-
-    def try_fields(self, val) -> list[Field]:
-        """The inputs of "try your own sentence" (`val`: the race's validation data, for examples)."""
-        raise NotImplementedError
-
-    def try_blocks(self, results: Mapping, values: Mapping, val, max_length: int) -> list[Block]:
-        """Each fine-tuned model's answer to the inputs' `values` (by key); BertCoreError for bad input."""
-        raise NotImplementedError
-
-    def explained(self, values: Mapping, val) -> tuple[str, str | None, int | None] | None:
-        """(text, text_b, word) of the input the salience panel explains (salience_figures.salience_panel_data);
-        None while there is nothing to explain."""
-        raise NotImplementedError
 
 
 class LabelsPage(KindPage):
@@ -186,11 +162,7 @@ class LabelsPage(KindPage):
         1280 x 720)."""
         blocks = []
         if "tfidf" in results:
-            blocks.append(Block("caption", f"The bag-of-words line was fitted on the same training split in "
-                                           f"{results['tfidf'].train_seconds:.1f} s and scored on the same "
-                                           "validation rows; it ignores word order and had no pretraining. A tiny "
-                                           "model fine-tuned for a few hundred steps does not always beat it: that "
-                                           "is an honest result, not a bug."))
+            blocks.append(Block("caption", CAPTIONS["tfidf"].format(seconds=results["tfidf"].train_seconds)))
         for r in results.values():
             matrix = Block("plotly", finetune_figures.confusion_figure(   # two lines: one is cut at 1/3 of 1280 px
                 r.confusion, r.label_names, f"Confusion matrix<br>{_label(r.name)}"), name=f"confusion-{r.name}",
@@ -283,9 +255,7 @@ class TagsPage(KindPage):
             tagged = tag_words(r.model, r.tokenizer, words, r.label_names, max_length)
             blocks += [Block("markdown", f"**{_label(name)}**"),
                        Block("html", finetune_figures.tagged_words_html(tagged, gold))]
-        return blocks + [Block("caption", "Each box: the word, its predicted tag and how sure the tagger is (hover "
-                                          "for it); under a held-out sentence, ✓ where the true tag agrees, else the "
-                                          "true tag in red. A darker left edge starts a chunk (B-).")]
+        return blocks + [Block("caption", CAPTIONS["tagged"])]
 
     def explained(self, values: Mapping, val):
         words, _ = self._words(values, val)
@@ -316,9 +286,8 @@ class SpansPage(KindPage):
             ended = [(finetune_figures.stage_label(a.name), b.previous_score) for a, b in zip(r.stages, r.stages[1:])
                      if b.previous_score is not None]
             if ended:
-                blocks.append(Block("caption", f"**{_label(r.name)}**, each drill at its end (the share of its last "
-                                               "training batches' answers right): "
-                                               + ", ".join(f"{name} {score:.0%}" for name, score in ended) + "."))
+                blocks.append(Block("caption", CAPTIONS["drills"].format(model=_label(r.name))
+                                    + ", ".join(f"{name} {score:.0%}" for name, score in ended) + "."))
         columns = []
         for r in results.values():
             wrong = (Block("table", [{"question": m.text, "true answer": m.true_label, "answered": m.predicted_label,

@@ -1,9 +1,6 @@
-"""Text generation with a causal (GPT-style) model: greedy or sampled with a temperature and top-k, seeded by a
-torch.Generator, recorded token by token (the token, its probability, the alternatives) for the app to show.
-
-No key/value cache: every step runs the whole sequence again. The models here are tiny and the continuations a
-few dozen tokens, and the plain loop is the one a student can read.
-"""
+"""Text generation with a causal (GPT-style) model: greedy, or sampled with a temperature and top-k from a seeded
+torch.Generator, recorded token by token (its probability, the alternatives). No key/value cache: the models are
+tiny, the continuations a few dozen tokens, and the plain loop is the one a student can read."""
 
 from __future__ import annotations
 
@@ -65,9 +62,8 @@ def _check(model, strategy: str, temperature: float, top_k: int, max_new_tokens:
 
 def next_token_distribution(logits: torch.Tensor, strategy: str, temperature: float, top_k: int,
                             banned: torch.Tensor) -> torch.Tensor:
-    """Probabilities of the next token from one position's logits [V]: greedy reads the model's own distribution
-    (temperature 1); sampling divides the logits by `temperature` and keeps the `top_k` best (0: all). `banned`
-    ids (the specials a text never holds) get probability 0."""
+    """The next token's probabilities from one position's logits [V]: greedy reads the model's own; sampling divides
+    by `temperature` and keeps the `top_k` best (0: all). `banned` ids (specials) get probability 0."""
     logits = logits.float().masked_fill(banned, float("-inf"))
     if strategy == "sample":
         logits = logits / temperature
@@ -79,9 +75,8 @@ def next_token_distribution(logits: torch.Tensor, strategy: str, temperature: fl
 
 def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: str = "greedy",
              temperature: float = 1.0, top_k: int = 0, seed: int = 0, alternatives: int = 5) -> Generation:
-    """Continue `prompt` with a causal model; greedy takes the most likely token, "sample" draws one with a
-    torch.Generator seeded by `seed` (the same seed gives the same text). Stops at [SEP], the length asked for, or
-    the model's last position."""
+    """Continue `prompt` with a causal model, greedy or sampled with `seed`, until [SEP], `max_new_tokens` or the
+    model's last position."""
     _check(model, strategy, temperature, top_k, max_new_tokens)
     if not isinstance(prompt, str) or not prompt.strip():
         raise BertCoreError("the prompt is empty: type the start of a text")
@@ -109,10 +104,7 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
             x = torch.tensor([ids], dtype=torch.long, device=device)
             logits = model(x, full_mlm_logits=True).mlm_logits[0, -1].cpu()
             probs = next_token_distribution(logits, strategy, temperature, top_k, banned)
-            if strategy == "greedy":
-                chosen = int(probs.argmax())
-            else:
-                chosen = int(torch.multinomial(probs, 1, generator=generator))
+            chosen = int(probs.argmax() if strategy == "greedy" else torch.multinomial(probs, 1, generator=generator))
             values, indices = probs.topk(min(max(1, alternatives), vocab))
             result.steps.append(GenerationStep(
                 token=tokenizer.id_to_token(chosen), token_id=chosen, probability=float(probs[chosen]),
@@ -127,7 +119,7 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
 
 
 def step_rows(result: Generation) -> list[dict]:
-    """The generated tokens as table rows for the app: step, token, its probability, and the other candidates."""
+    """The generated tokens as the app's table rows: step, token, its probability, the other candidates."""
     return [{"step": n, "token": s.token, "probability": round(s.probability, 4),
              "other candidates": ", ".join(f"{t} {p:.1%}" for t, p in s.alternatives if t != s.token)}
             for n, s in enumerate(result.steps, 1)]

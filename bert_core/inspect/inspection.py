@@ -1,8 +1,5 @@
-"""Looking inside a trained BERT: fill-mask, next-sentence prediction, attention maps and simple head measures.
-
-Everything here takes a model and a tokenizer and returns plain data (lists, dataclasses, numpy arrays), so the
-app, the CLI and the tests share one implementation; `bert_core.inspect.figures` turns the results into pictures.
-"""
+"""Looking inside a trained BERT: fill-mask, next-sentence prediction, attention maps and simple head measures, as
+plain data (lists, dataclasses, numpy arrays) the app, the CLI and the tests share; `figures` draws them."""
 
 from __future__ import annotations
 
@@ -127,8 +124,7 @@ def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512)
         raise BertCoreError("the text is empty: type a sentence first")
     if b is not None and not b.strip():
         b = None
-    ids_a = _encode_with_masks(tokenizer, a)
-    ids_b = _encode_with_masks(tokenizer, b) if b is not None else None
+    ids_a, ids_b = _encode_with_masks(tokenizer, a), _encode_with_masks(tokenizer, b) if b is not None else None
     if not ids_a:
         raise BertCoreError("the text produced no tokens: type some words")
     specials = special_tokens_count(pair=ids_b is not None)
@@ -140,14 +136,8 @@ def encode_input(tokenizer, a: str, b: str | None = None, max_length: int = 512)
     if ids_b is not None:
         input_ids += [*ids_b, tokenizer.sep_id]
         token_type_ids += [1] * (len(ids_b) + 1)
-    return EncodedInput(
-        input_ids=input_ids,
-        token_type_ids=token_type_ids,
-        tokens=list(tokenizer.convert_ids_to_tokens(input_ids)),
-        truncated=dropped > 0,
-        dropped_tokens=dropped,
-        max_length=max_length,
-    )
+    return EncodedInput(input_ids, token_type_ids, list(tokenizer.convert_ids_to_tokens(input_ids)), dropped > 0,
+                        dropped, max_length)
 
 
 def _forward(model, encoded: EncodedInput, output_attentions: bool = False):
@@ -167,16 +157,10 @@ def predict_masks(model, tokenizer, encoded: EncodedInput, top_k: int = 5) -> li
             raise BertCoreError("every [MASK] was cut off: the text is longer than the model's positions; "
                                 "put a [MASK] nearer the start")
         raise BertCoreError("the text has no [MASK]: write [MASK] where a word should be predicted")
-    top_k = max(1, int(top_k))
-    logits = _forward(model, encoded).mlm_logits[0]         # [S, V]
-    probs = torch.softmax(logits[positions].float(), dim=-1)
-    k = min(top_k, probs.shape[-1])
-    values, indices = probs.topk(k, dim=-1)
-    results = []
-    for pos, vals, idx in zip(positions, values.tolist(), indices.tolist()):
-        tokens = tokenizer.convert_ids_to_tokens(idx)
-        results.append(MaskPrediction(position=pos, candidates=list(zip(tokens, vals))))
-    return results
+    probs = torch.softmax(_forward(model, encoded).mlm_logits[0][positions].float(), dim=-1)   # [masks, V]
+    values, indices = probs.topk(min(max(1, int(top_k)), probs.shape[-1]), dim=-1)
+    return [MaskPrediction(pos, list(zip(tokenizer.convert_ids_to_tokens(idx), vals)))
+            for pos, vals, idx in zip(positions, values.tolist(), indices.tolist())]
 
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5, text_b: str | None = None) -> list[MaskPrediction]:
@@ -200,30 +184,18 @@ def predict_nsp(model, tokenizer, a: str, b: str) -> float:
 def attention_maps(model, tokenizer, a: str, b: str | None = None) -> AttentionResult:
     """Run one input through the model and return every layer's and head's attention probabilities."""
     encoded = encode_input(tokenizer, a, b, max_length=int(model.config.max_position_embeddings))
-    return attention_from_encoded(model, tokenizer, encoded)
-
-
-def attention_from_encoded(model, tokenizer, encoded: EncodedInput) -> AttentionResult:
-    """Like `attention_maps` for an input that is already encoded (e.g. a probe sentence)."""
     out = _forward(model, encoded, output_attentions=True)
     if not out.attentions:
         raise BertCoreError("this model returned no attention maps")
     att = torch.stack([layer[0].float() for layer in out.attentions]).cpu().numpy()
-    return AttentionResult(
-        tokens=list(encoded.tokens),
-        attentions=att.astype(np.float32),
-        token_type_ids=list(encoded.token_type_ids),
-        special_mask=[i in tokenizer.special_ids for i in encoded.input_ids],
-        truncated=encoded.truncated,
-        causal=is_causal(model),
-    )
+    return AttentionResult(list(encoded.tokens), att.astype(np.float32), list(encoded.token_type_ids),
+                           [i in tokenizer.special_ids for i in encoded.input_ids], encoded.truncated,
+                           causal=is_causal(model))
 
 
 def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -> AttentionResult:
-    """Drop [CLS]/[SEP] rows and columns and renormalise each row over the remaining tokens.
-
-    A head that sent all its attention to specials gets a uniform row, so no row is left empty.
-    """
+    """Drop [CLS]/[SEP] rows and columns and renormalise each row over the rest (a row that had all its attention
+    on specials becomes uniform)."""
     keep = [not s or (keep_mask_token and tok == "[MASK]") for s, tok in zip(result.special_mask, result.tokens)]
     idx = np.flatnonzero(keep)
     if idx.size == 0:
@@ -232,14 +204,9 @@ def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -
     sums = att.sum(axis=-1, keepdims=True)
     uniform = np.full_like(att, 1.0 / idx.size)
     att = np.where(sums > 1e-12, att / np.maximum(sums, 1e-12), uniform)
-    return replace(
-        result,
-        tokens=[result.tokens[i] for i in idx],
-        attentions=att.astype(np.float32),
-        token_type_ids=[result.token_type_ids[i] for i in idx],
-        special_mask=[result.special_mask[i] for i in idx],
-        specials_hidden=True,
-    )
+    return replace(result, tokens=[result.tokens[i] for i in idx], attentions=att.astype(np.float32),
+                   token_type_ids=[result.token_type_ids[i] for i in idx],
+                   special_mask=[result.special_mask[i] for i in idx], specials_hidden=True)
 
 
 def head_summaries(result: AttentionResult) -> list[HeadSummary]:
@@ -250,10 +217,11 @@ def head_summaries(result: AttentionResult) -> list[HeadSummary]:
     sep_cols = [i for i, t in enumerate(result.tokens) if t == "[SEP]"]
     diag = np.arange(seq)
     to_self = att[:, :, diag, diag].mean(-1)
-    to_prev = att[:, :, diag[1:], diag[1:] - 1].mean(-1) if seq > 1 else np.zeros((n_layers, n_heads))
-    to_next = att[:, :, diag[:-1], diag[:-1] + 1].mean(-1) if seq > 1 else np.zeros((n_layers, n_heads))
-    to_cls = att[..., cls_cols].sum(-1).mean(-1) if cls_cols else np.zeros((n_layers, n_heads))
-    to_sep = att[..., sep_cols].sum(-1).mean(-1) if sep_cols else np.zeros((n_layers, n_heads))
+    zero = np.zeros((n_layers, n_heads))
+    to_prev = att[:, :, diag[1:], diag[1:] - 1].mean(-1) if seq > 1 else zero
+    to_next = att[:, :, diag[:-1], diag[:-1] + 1].mean(-1) if seq > 1 else zero
+    to_cls = att[..., cls_cols].sum(-1).mean(-1) if cls_cols else zero
+    to_sep = att[..., sep_cols].sum(-1).mean(-1) if sep_cols else zero
     plogp = np.where(att > 0, att * np.log2(np.where(att > 0, att, 1.0)), 0.0)
     entropy = (-plogp.sum(-1)).mean(-1)
     max_entropy = math.log2(seq) if seq > 1 else 1.0
@@ -267,18 +235,13 @@ def head_summaries(result: AttentionResult) -> list[HeadSummary]:
 def unigram_counts(token_ids: Iterable[Sequence[int]], special_ids: Iterable[int] = ()) -> Counter:
     """Count how often each token id appears in tokenized text, skipping special tokens."""
     skip = set(special_ids)
-    counts: Counter = Counter()
-    for ids in token_ids:
-        counts.update(i for i in ids if i not in skip)
-    return counts
+    return Counter(i for ids in token_ids for i in ids if i not in skip)
 
 
 def unigram_top_k(counts: Mapping[int, int], tokenizer, top_k: int = 5) -> list[tuple[str, float]]:
     """The baseline that ignores context: the k most frequent tokens and their relative frequencies."""
     total = sum(counts.values())
-    if total <= 0:
-        return []
-    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k] if total > 0 else []
     return [(tokenizer.id_to_token(i), c / total) for i, c in best]
 
 
@@ -300,12 +263,9 @@ def masking_rows(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[i
     """Describe each position of a masked instance: the original token, what replaced it and why."""
     originals = tokenizer.convert_ids_to_tokens(list(input_ids))
     shown = tokenizer.convert_ids_to_tokens(list(masked_ids))
-    return [
-        MaskingRow(position=i, token=originals[i], token_id=int(input_ids[i]), segment=int(token_type_ids[i]),
-                   decision=DECISION_NAMES.get(int(decisions[i]), str(int(decisions[i]))),
-                   shown=shown[i], shown_id=int(masked_ids[i]))
-        for i in range(len(input_ids))
-    ]
+    return [MaskingRow(i, originals[i], int(input_ids[i]), int(token_type_ids[i]),
+                       DECISION_NAMES.get(int(decisions[i]), str(int(decisions[i]))), shown[i], int(masked_ids[i]))
+            for i in range(len(input_ids))]
 
 
 def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -319,17 +279,10 @@ def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None
         valid &= ~torch.as_tensor(special_mask).bool()
     d = dec[valid]
     total = int(d.numel())
-    masked, random_, kept = (int((d == code).sum()) for code in (MASKED, RANDOM, KEPT))
-    chosen = masked + random_ + kept
-    return {
-        "candidates": total,
-        "chosen": chosen,
-        "chosen_share": chosen / total if total else 0.0,
-        "masked": masked, "random": random_, "kept": kept,
-        "masked_share": masked / chosen if chosen else 0.0,
-        "random_share": random_ / chosen if chosen else 0.0,
-        "kept_share": kept / chosen if chosen else 0.0,
-    }
+    counts = {name: int((d == code).sum()) for name, code in (("masked", MASKED), ("random", RANDOM), ("kept", KEPT))}
+    chosen = sum(counts.values())
+    return {"candidates": total, "chosen": chosen, "chosen_share": chosen / total if total else 0.0, **counts,
+            **{f"{name}_share": n / chosen if chosen else 0.0 for name, n in counts.items()}}
 
 
 def mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, mask_rate: float):
@@ -339,9 +292,8 @@ def mask_padded(tokenizer, ids: torch.Tensor, attention_mask: torch.Tensor, seed
     special_mask = torch.isin(ids, specials) | (attention_mask == 0)
     candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in never], dtype=torch.long)
     generator = torch.Generator().manual_seed(int(seed))
-    result = mask_tokens(ids, special_mask, generator, tokenizer.vocab_size, tokenizer.mask_id,
-                         candidate_ids=candidates, mask_rate=mask_rate)
-    return result, special_mask
+    return mask_tokens(ids, special_mask, generator, tokenizer.vocab_size, tokenizer.mask_id,
+                       candidate_ids=candidates, mask_rate=mask_rate), special_mask
 
 
 def mask_example(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
@@ -359,10 +311,8 @@ def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, 
         raise BertCoreError("no instances to mask")
     ids, _, attention = padded_batch(tokenizer.pad_id, [(x, ()) for x in instances])
     result, special_mask = mask_padded(tokenizer, ids, attention, seed, mask_rate)
-    counts = decision_counts(result.decisions, attention, special_mask)
-    counts["target_rate"] = mask_rate
-    counts["instances"] = len(instances)
-    return counts
+    return {**decision_counts(result.decisions, attention, special_mask), "target_rate": mask_rate,
+            "instances": len(instances)}
 
 
 # ---------------------------------------------------------------------------------------------- words

@@ -1,10 +1,5 @@
 """The guided lesson (pages/0_Lesson.py): its steps, in the order of the pages, and each step's "What to notice"
-line, computed from the model in use, never canned.
-
-A step is a short explanation, one control, a figure, the notice, and a question whose answer is revealed with its
-reason. Everything here is plain data and plain functions of inspection results, so the tests check each notice
-against the numbers it is computed from, without Streamlit.
-"""
+line, computed from the model in use, never canned (tests check each against the numbers it is computed from)."""
 
 from __future__ import annotations
 
@@ -66,36 +61,33 @@ NEXT_STEPS = (
 
 
 def model_in_use(name: str, vocab_size: int, causal: bool, whose: str = "the sidebar's") -> str:
-    """The line that names the model a step looks at: the sidebar's choice, or (`whose="the teacher's"`) the model
-    of the teacher a student follows."""
+    """The line that names the model a step looks at (the sidebar's, or the teacher's a student follows)."""
     kind = "GPT-style (next token)" if causal else "BERT"
     return (f"Model in use ({whose}): **{markdown(name)}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
             "A model knows only the words of the text it was pretrained on.")
 
 
 def class_run_name(step: int | None) -> str:
-    """How a led class names the teacher's run as its model, the same words on the teacher's and the students'
-    pages (each page's own name for it differs: "trained in this session", "a shared run")."""
+    """How a led class names the teacher's run, the same words on the teacher's and the students' pages."""
     return "the class's run" + (f" at step {step:,}" if step is not None else "")
 
 
 def to_top_script(opened: int) -> str:
-    """The page script (for a zero-height frame) that scrolls the app's main area, and the window, to their top: a
-    step opens at its title. `opened` (the how-many-th step this tab opened) makes each step's script differ from the
-    last one's, so that the browser loads and runs it again; it is the only value in it, an int."""
+    """The script (for a zero-height frame) that scrolls the app's main area and the window to the top: a step
+    opens at its title. `opened` (an int: the steps this tab opened) makes each script differ from the last, so
+    the browser runs it again."""
     return (f"<script>/* step {int(opened)} */(function(){{var w=window.parent;var m=w.document.querySelector("
             "'[data-testid=\"stMain\"]');if(m){m.scrollTop=0;}w.scrollTo(0,0);})();</script>")
 
 
 def answer_split(question: Question, counts: Sequence[int]) -> str:
-    """A class's answers to `question` as markdown lines: each choice with how many chose it (no names: counts
-    only), the right one marked."""
+    """A class's answers to `question` as markdown lines: each choice and how many chose it, the right one marked."""
     total = sum(counts)
     lines = [f"{total} answer{'s' if total != 1 else ''}:"]
     for i, choice in enumerate(question.choices):
         n = counts[i] if i < len(counts) else 0
-        mark = " ✓" if i == question.answer else ""
-        lines.append(f"- {choice}{mark}: **{n}**" + (f" ({n / total:.0%})" if total else ""))
+        lines.append(f"- {choice}{' ✓' if i == question.answer else ''}: **{n}**"
+                     + (f" ({n / total:.0%})" if total else ""))
     return "\n".join(lines)
 
 
@@ -114,8 +106,8 @@ def answer_feedback(question: Question, choice: int | None) -> tuple[bool, str] 
     if choice is None:
         return None
     right = choice == question.answer
-    head = "Right." if right else f"Not quite: the answer is “{question.choices[question.answer]}”."
-    return right, f"{head} {question.reason}"
+    return right, ("Right." if right else f"Not quite: the answer is “{question.choices[question.answer]}”.") \
+        + f" {question.reason}"
 
 
 # ----------------------------------------------------------------------------------------------- what to notice
@@ -134,10 +126,9 @@ def notice_tokens(words: Sequence[str], pieces_by_word: Sequence[Sequence[str]],
         return head + " Every word is a single piece here: try a rarer or longer word."
     shown = "; ".join(f"“{w}” → {' '.join(p)}" for w, p in split[:SPLIT_WORDS_SHOWN])
     more = len(split) - SPLIT_WORDS_SHOWN
-    were = "was" if len(split) == 1 else "were"
     # A notice names everything it counts: past a handful it says how many it did not name.
     rest = f", and {more} more (hover the boxes below)" if more > 0 else ""
-    return f"{head} {len(split)} of them {were} split: {shown}{rest}."
+    return f"{head} {len(split)} of them {'was' if len(split) == 1 else 'were'} split: {shown}{rest}."
 
 
 def notice_masking(stats: Mapping, accuracy: Mapping | None) -> str:
@@ -145,28 +136,20 @@ def notice_masking(stats: Mapping, accuracy: Mapping | None) -> str:
     text = (f"Over {stats['instances']:,} pairs, {stats['chosen_share']:.1%} of the tokens were chosen; of those "
             f"{stats['masked_share']:.1%} became [MASK], {stats['random_share']:.1%} a random token and "
             f"{stats['kept_share']:.1%} stayed.")
-    if not accuracy:
-        return text
-    acc = {d: a.accuracy for d, a in accuracy.items() if a.count}
+    acc = {d: a.accuracy for d, a in (accuracy or {}).items() if a.count}
     if not acc:
         return text
-    order = sorted(acc, key=acc.get, reverse=True)
-    said = ", ".join(f"the {_decision_words(d)} {acc[d]:.0%}" for d in order)
+    words = {"[MASK]": "[MASK]ed ones", "random": "random ones", "kept": "kept tokens"}
+    said = ", ".join(f"the {words.get(d, d)} {acc[d]:.0%}" for d in sorted(acc, key=acc.get, reverse=True))
     return f"{text} The model in use guesses right {said} of the time."
-
-
-def _decision_words(decision: str) -> str:
-    return {"[MASK]": "[MASK]ed ones", "random": "random ones", "kept": "kept tokens"}.get(decision, decision)
 
 
 def notice_step(record, vocab_size: int) -> str:
     """The one-step step: the loss against a uniform guess, the largest gradient and the share of weights moved."""
-    uniform = math.log(vocab_size)
     biggest = max(record.layer_grad_norms, key=lambda kv: kv[1]) if record.layer_grad_norms else None
-    text = (f"Update {record.step:,}: the masked-LM loss was {record.mlm_loss:.2f}"
-            if not record.causal else f"Update {record.step:,}: the next-token loss was {record.mlm_loss:.2f}")
-    text += (f" (a uniform guess over {vocab_size:,} tokens scores ln {vocab_size:,} = {uniform:.2f}), at learning "
-             f"rate {record.learning_rate:.2g}.")
+    text = (f"Update {record.step:,}: the {'next-token' if record.causal else 'masked-LM'} loss was "
+            f"{record.mlm_loss:.2f} (a uniform guess over {vocab_size:,} tokens scores ln {vocab_size:,} = "
+            f"{math.log(vocab_size):.2f}), at learning rate {record.learning_rate:.2g}.")
     if biggest is not None:
         text += f" The largest gradient was in the {biggest[0]} ({biggest[1]:.3g})."
     text += (f" The update changed {record.changed_weights:,} of the model's {record.total_weights:,} weights"
@@ -183,9 +166,7 @@ def notice_step(record, vocab_size: int) -> str:
 
 def crossing_step(evals: Sequence, baseline: float | None) -> int | None:
     """The first evaluation step whose held-out loss is under the unigram line, or None."""
-    if baseline is None:
-        return None
-    return next((int(e.step) for e in evals if e.mlm_loss < baseline), None)
+    return None if baseline is None else next((int(e.step) for e in evals if e.mlm_loss < baseline), None)
 
 
 def notice_run(evals: Sequence, baseline: float | None, causal: bool = False) -> str | None:
@@ -193,15 +174,14 @@ def notice_run(evals: Sequence, baseline: float | None, causal: bool = False) ->
     if not evals:
         return None
     first, last = evals[0], evals[-1]
-    what = "next-token" if causal else "masked-LM"
-    text = (f"Held-out {what} loss: {first.mlm_loss:.2f} at step {first.step:,}, {last.mlm_loss:.2f} at step "
-            f"{last.step:,}")
+    text = (f"Held-out {'next-token' if causal else 'masked-LM'} loss: {first.mlm_loss:.2f} at step {first.step:,}, "
+            f"{last.mlm_loss:.2f} at step {last.step:,}")
     if baseline is None:
         return text + f"; accuracy {last.mlm_acc:.1%}."
     crossed = crossing_step(evals, baseline)
-    text += f"; the unigram line is at {baseline:.2f}"
-    text += (f" and the loss went under it at step {crossed:,}." if crossed is not None
-             else ", and the loss has not gone under it yet.")
+    text += f"; the unigram line is at {baseline:.2f}" + (f" and the loss went under it at step {crossed:,}."
+                                                         if crossed is not None
+                                                         else ", and the loss has not gone under it yet.")
     return text + f" Held-out accuracy now: {last.mlm_acc:.1%}."
 
 
@@ -239,8 +219,7 @@ def notice_predictions(candidates: Sequence[tuple[str, float]], unigram: Sequenc
 
 
 def looked_at(row: Sequence[float], tokens: Sequence[str], threshold: float = 0.01) -> str:
-    """The tokens of an attention row that get over `threshold`, counted from 1 ("1 [CLS], 4 dog"), or "every
-    one" when all do."""
+    """The tokens of an attention row over `threshold`, counted from 1 ("1 [CLS], 4 dog"), or "every one"."""
     seen = [i for i, v in enumerate(row) if v > threshold]
     if len(seen) == len(row):
         return "every one"
@@ -249,8 +228,8 @@ def looked_at(row: Sequence[float], tokens: Sequence[str], threshold: float = 0.
 
 def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_last_row: Sequence[float],
                        bert_tokens: Sequence[str], gpt_tokens: Sequence[str], threshold: float = 0.01) -> str:
-    """The BERT-or-GPT step, from the [CLS] rows of both models and GPT's last row (one layer and head), with the
-    tokens each model read: each count names the tokens it counts."""
+    """The BERT-or-GPT step, from both models' [CLS] rows and GPT's last row (one layer and head): each count names
+    the tokens it counts."""
     def seen(row) -> int:
         return sum(1 for v in row if v > threshold)
 
@@ -263,9 +242,8 @@ def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_
 
 
 def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] = ()) -> str:
-    """The embedding step, from embeddings.embedding_parts: the picked token's three parts and its sum's length
-    before and after the LayerNorm; a word the sentence repeats, how alike its two embeddings are (the same token
-    vector, another position); the token's nearest rows in the embedding table."""
+    """The embedding step: the token's three parts and its sum's length before and after the LayerNorm; how alike a
+    repeated word's two embeddings are (another position); the token's nearest rows in the embedding table."""
     name = parts.tokens[token]
     length = lambda v: float(np.linalg.norm(v))   # noqa: E731
     text = (f"Token {token + 1} “{name}”: its token vector is {length(parts.word[token]):.2f} long, its position "
@@ -286,18 +264,14 @@ def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] 
 
 
 def notice_attends(steps, undivided) -> str:
-    """The one-token attention step, from attention_steps.attention_steps and the same scores' softmax without
-    the √d division (with_temperature at 1/√d)."""
+    """The one-token attention step, from attention_steps and the scores' softmax without the √d division."""
     allowed = [i for i, ok in enumerate(steps.allowed) if ok]
     top = max(allowed, key=lambda i: steps.probs[i])
     scaled_top = max(allowed, key=lambda i: steps.scaled[i])
     text = (f"Token {steps.query + 1} “{steps.tokens[steps.query]}”, layer {steps.layer + 1}, head "
             f"{steps.head + 1}: its weights over {len(allowed)} tokens sum to {float(steps.probs.sum()):.2f}; the "
             f"most, {float(steps.probs[top]):.0%}, go to token {top + 1} “{steps.tokens[top]}”")
-    if scaled_top == top:
-        text += f", whose score q·k/√d is the largest, {float(steps.scaled[top]):.2f}."
-    else:
-        text += "."
+    text += f", whose score q·k/√d is the largest, {float(steps.scaled[top]):.2f}." if scaled_top == top else "."
     text += (f" Undivided by √{steps.head_dim} = {math.sqrt(steps.head_dim):.1f}, the softmax would give its top "
              f"token {float(max(undivided)):.0%}.")
     # The weighted sum leans towards the values that weigh most: the value it is most alike names that.
@@ -317,9 +291,8 @@ RACE_NAMES = {"pretrained": "the pretrained model", "scratch": "the same model f
 
 
 def notice_finetune(results: Mapping | None, model: str = "") -> str | None:
-    """The fine-tuning step, from this session's race (FinetuneResult by run name), or None before one ran: which
-    model it fine-tuned (`model`, as the race recorded it), each contestant's figure, who is ahead, by how much the
-    pretrained model beat (or lost to) the others, and whether a time cap cut a model short."""
+    """The fine-tuning step, from this session's race (FinetuneResult by run name; None before one): the model it
+    fine-tuned, each contestant's figure, who is ahead and by how much, and whether a time cap cut one short."""
     if not results:
         return None
     shown = [(RACE_NAMES.get(k, k), r) for k, r in results.items()]
@@ -344,10 +317,9 @@ def notice_finetune(results: Mapping | None, model: str = "") -> str | None:
 
 
 def notice_nsp(evals: Sequence, history: Sequence = (), nsp: bool = True) -> str | None:
-    """Under a run's loss curves: what its next-sentence figures say, from its held-out evaluations and its training
-    steps. NSP starts at chance (50%, a loss of ln 2 = 0.69) and, on the toy stories, leaves it only after several
-    hundred steps; drawn beside the masked-word loss, which falls from about 7, its fall looks flat. None when the
-    run has no NSP or no evaluation yet."""
+    """Under a run's loss curves, what its next-sentence figures say (None without NSP or an evaluation): NSP
+    starts at chance (a loss of ln 2 = 0.69) and leaves it after several hundred steps on the toy stories, a fall
+    that looks flat beside the masked-word loss's from about 7."""
     scored = [(int(e.step), e.nsp_acc) for e in evals if e.nsp_acc is not None]
     if not nsp or not scored:
         return None
@@ -368,7 +340,7 @@ def notice_nsp(evals: Sequence, history: Sequence = (), nsp: bool = True) -> str
 
 @dataclass(frozen=True)
 class Seen:
-    """What a step showed, for the lesson's end: the notice, and the model it was computed from, in words."""
+    """What a step showed, for the lesson's end: the notice and the model it was computed from."""
 
     model: str
     notice: str
@@ -378,22 +350,17 @@ SIDE_TRIP = ":side"   # a step's key + this: what its side trip showed (the pred
 
 
 def notice_summary(seen: Mapping[str, Seen]) -> str:
-    """The lesson's end: what the class saw, from the notices of the steps this browser visited (by step key; a
-    side trip's under the step's key + SIDE_TRIP, after its step), in the order of the steps. Each line names the
-    model its figures came from, so that a lesson that looked at several never mixes them silently."""
-    lines = []
-    for step in STEPS:
-        for key, title in ((step.key, step.title), (step.key + SIDE_TRIP, f"{step.title}, side trip")):
-            if seen.get(key):
-                lines.append(f"- **{title}** (on {markdown(seen[key].model)}). {markdown(seen[key].notice)}")
-    if not lines:
-        lines = ["- Visit the steps to collect what each one showed here."]
-    return "\n".join(lines)
+    """The lesson's end: the notices of the steps this browser visited (by step key; a side trip's under key +
+    SIDE_TRIP), in step order, each naming its model, so a lesson that looked at several never mixes them."""
+    lines = [f"- **{title}** (on {markdown(seen[key].model)}). {markdown(seen[key].notice)}" for step in STEPS
+             for key, title in ((step.key, step.title), (step.key + SIDE_TRIP, f"{step.title}, side trip"))
+             if seen.get(key)]
+    return "\n".join(lines or ["- Visit the steps to collect what each one showed here."])
 
 
 def notice_decisions(history: Sequence, last: int = 50) -> str | None:
     """Under the Train page's accuracy-by-decision chart: each decision's accuracy over the last `last` steps, and
-    what it says (kept tokens are easy only once the model has learned to trust what it sees)."""
+    what it says."""
     def mean(name: str) -> float | None:
         values = [getattr(e, name) for e in history[-last:]]   # StepEvents: each has every decision's accuracy
         values = [v for v in values if v is not None]
@@ -402,8 +369,7 @@ def notice_decisions(history: Sequence, last: int = 50) -> str | None:
     kept, masked, rand = mean("mlm_acc_kept"), mean("mlm_acc_masked"), mean("mlm_acc_random")
     if kept is None or masked is None:
         return None
-    n = min(last, len(history))
-    text = f"Over the last {n} steps: kept tokens {kept:.0%} right, [MASK]ed ones {masked:.0%}"
+    text = f"Over the last {min(last, len(history))} steps: kept tokens {kept:.0%} right, [MASK]ed ones {masked:.0%}"
     text += f", random ones {rand:.0%}." if rand is not None else "."
     if kept >= masked + 0.2:
         return text + " Kept tokens are the easy ones: the answer is in the input."

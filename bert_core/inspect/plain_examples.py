@@ -1,20 +1,15 @@
-"""The examples an English model's pages open on: plain, everyday sentences that the active model gets right,
-chosen by asking it, and one a teacher would try first that it gets wrong, said plainly.
+"""The examples an English model's pages open on: plain everyday sentences the active model gets right, chosen by
+asking it, and one a teacher would try first that it gets wrong, said plainly.
 
-A model trained on Brown, Wikipedia and Shakespeare has never seen its held-out text look like what a teacher types
-("POMPEY: Here comes Signior Claudio, led by the provost to [MASK]; ..."), and a teacher's first try
-("Paris is the capital of [MASK].") is one the small shipped models get wrong. So for a model that has read English,
-the Predictions, Attention and How BERT computes pages open on a sentence from a short fixed list, in written
-order, the first one the model fills right (its first guess, else one of its first three), and a line says which
-plain sentence it misses and what it guesses there. The candidates are sentences of the everyday-English set
-(bert_core.data.everyday_set), which holds the words a fair judge accepts at each blank; a GPT-style model is asked
-for the next word after the words before the blank. A model that has read only the toy grammar keeps sentences
-from its own toy stories (probes.recorded_probes): everyday English is not its language.
+A model trained on Brown, Wikipedia and Shakespeare has never seen held-out text look like what a teacher types
+("POMPEY: Here comes Signior Claudio, led by the provost to [MASK]; ..."), and a teacher's first try ("Paris is the
+capital of [MASK].") is one the small shipped models get wrong. So the Predictions, Attention and How BERT computes
+pages open on the first sentence of a short list (in the everyday-English set, which holds the words a fair judge
+accepts at each blank) that the model fills right, and a line names one it misses and its guesses; a GPT is asked
+for the next word after the words before the blank. A toy model keeps sentences from its own stories.
 
-Asking (bert_core.inspect.example_choice, which loads torch; this module does not) costs a few forward passes of a
-small model and a batch of pseudo-likelihoods for the grammar pair: up to 1.7 s on a busy 2-core machine for the
-shipped mini. So the choice for each shipped checkpoint is stored (SHIPPED_EXAMPLES) and another model is asked once:
-the pages keep the answer (app.app_cache.model_probes).
+Asking (example_choice, which loads torch) takes up to 1.7 s on a busy 2-core machine for the shipped mini, so each
+shipped checkpoint's choice is stored (SHIPPED_EXAMPLES) and another model is asked once (app.app_cache.model_probes).
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -34,10 +29,8 @@ from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.safe_text import markdown
 
 # The sentences a page may open on (built_in_text.json's "page_examples"): MASKED, the [MASK] sentences, most wanted
-# first (each in the everyday-English set, whose right words judge the model's guess); FIRST_TRIES, what a teacher
-# types first into a BERT demo (the first the model misses is named beside the default); ATTENTION, the first whose
-# every word is one piece of the vocabulary (a heatmap of words; "it" looks back at what it stands for); PAIRS,
-# sentence pairs that really follow one another (the first the model says follows, P above one half).
+# first; FIRST_TRIES, what a teacher types first into a BERT demo; ATTENTION, the first whose every word is one piece
+# of the vocabulary is taken ("it" looks back at what it stands for); PAIRS, pairs that really follow one another.
 MASKED, FIRST_TRIES, ATTENTION = (tuple(TEXT["page_examples"][k]) for k in ("masked", "first_tries", "attention"))
 PAIRS = tuple(tuple(pair) for pair in TEXT["page_examples"]["pairs"])
 # The choice made for each shipped checkpoint, by the sha256 of its model.safetensors: a page opens a shipped model
@@ -51,8 +44,7 @@ PROMPT_WORDS = 4         # a GPT is asked about a blank only with at least this 
 
 @dataclass(frozen=True)
 class Tried:
-    """One everyday sentence put to the model (with its [MASK]), the words that count as right there, and the
-    model's TOP likeliest guesses (a GPT's for the next word after the words before the blank)."""
+    """An everyday sentence put to the model (with its [MASK]), its right words, and the model's TOP guesses."""
 
     text: str
     answers: tuple[str, ...]
@@ -66,9 +58,9 @@ class Tried:
 
 @dataclass(frozen=True)
 class PageExamples:
-    """What a page's text boxes open on for one model: [MASK] sentences (the first is the default), the attention
-    sentence, a sentence pair that follows, a GPT's prompt, a grammar pair (good, broken), where they come from, and
-    for an English model the default as the model fills it (`right`) and a first try it misses (`wrong`)."""
+    """What a page's text boxes open on for one model: [MASK] sentences (the first the default), the attention
+    sentence, a following pair, a GPT's prompt, a grammar pair (good, broken), their source, and for an English
+    model the default as the model fills it (`right`) and a first try it misses (`wrong`)."""
 
     sentences: tuple[str, ...]
     attention_sentence: str
@@ -78,10 +70,6 @@ class PageExamples:
     source: str
     right: Tried | None = None
     wrong: Tried | None = None
-
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "PageExamples":
@@ -93,8 +81,7 @@ class PageExamples:
 
 
 def from_probes(probes) -> PageExamples:
-    """A model's own held-out sentences (a probes.CorpusProbes) as page examples: how a toy model's pages open (the
-    grammar pair in its stories' style: lower case, a spaced full stop)."""
+    """A model's own held-out sentences (probes.CorpusProbes) as page examples: how a toy model's pages open."""
     return PageExamples(tuple(probes.sentences), probes.attention_sentence, tuple(probes.pair),
                         " ".join(probes.attention_sentence.split()[:6]),
                         (MINIMAL_PAIRS[0].good, MINIMAL_PAIRS[0].bad), probes.source)
@@ -128,14 +115,14 @@ def _listed(words: Sequence[str]) -> str:
 
 
 def corpora_in_words(recorded: Sequence[str]) -> str:
-    """The recorded corpora as a reader knows them, joined: "the Brown Corpus (...), WikiText-2 (...) and ..."."""
+    """The recorded corpora as a reader knows them: "the Brown Corpus (...), WikiText-2 (...) and ..."."""
     names = list(dict.fromkeys(corpus_label(c) for c in recorded))
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def examples_note(examples: PageExamples, recorded: Sequence[str], weights: int, causal: bool) -> str:
-    """One plain paragraph (Markdown) beside the default: what the model read, a first try it gets wrong with its
-    guesses, and that the default is one it gets right. "" for examples from the model's own text (a toy model)."""
+    """The Markdown paragraph beside the default: what the model read, a first try it gets wrong and its guesses,
+    and that it gets the default right; "" for a toy model's own sentences."""
     if examples.right is None:
         return ""
     size = f"{weights / 1e6:.1f}M weights" if weights >= 1e5 else f"{weights:,} weights"
@@ -175,7 +162,7 @@ def _sha256(path: str, size: int, mtime: float) -> str:
 
 
 def weights_digest(folder: str | Path | None) -> str | None:
-    """The sha256 of a checkpoint folder's model.safetensors (kept per file and its time), or None without one."""
+    """The sha256 of a checkpoint folder's model.safetensors (cached per file and time), or None without one."""
     path = Path(folder) / WEIGHTS_FILE if folder is not None else None
     if path is None or not path.is_file():
         return None
@@ -190,8 +177,8 @@ def read_stored(file: str | Path = SHIPPED_EXAMPLES) -> dict:
 
 
 def stored_examples(folder: str | Path | None, file: str | Path = SHIPPED_EXAMPLES) -> PageExamples | None:
-    """The examples stored for the checkpoint in `folder` when its weights are those they were chosen for (a
-    shipped checkpoint, or a copy of one), else None (ask the model: choose_examples)."""
+    """The examples stored for the checkpoint in `folder` when its weights are those they were chosen for, else
+    None (ask the model: example_choice.choose_examples)."""
     digest = weights_digest(folder)
     if digest is None:
         return None

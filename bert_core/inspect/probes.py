@@ -1,7 +1,6 @@
-"""Probe snapshots for the training time-lapse: what the model fills into fixed [MASK] sentences, and how one
-sentence's attention looks, at chosen steps, kept in bounded memory; and the probe sentences themselves, drawn
-from the held-out part of the corpus being trained (a content word masked), so that the model is asked about
-the kind of text it learns from and has never seen."""
+"""Probe snapshots for the training time-lapse (what the model fills into fixed [MASK] sentences and one sentence's
+attention, at chosen steps, in bounded memory), and the probe sentences, drawn from the held-out part of the corpus
+trained on (a content word masked): the kind of text the model learns from, never seen."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import random
 import re
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,6 @@ from bert_core.training.train_spec import check_probe_sentences
 # English fallbacks, for a model whose corpus cannot be read here (e.g. a Hugging Face download).
 DEFAULT_PROBES = tuple(TEXT["english_probes"]["sentences"])
 DEFAULT_ATTENTION_PROBE = TEXT["english_probes"]["attention"]
-DEFAULT_PAIR = tuple(TEXT["english_probes"]["pair"])
 PROBE_COUNT = 4
 # Function words: never the masked word of a probe (they teach little, and any corpus is full of them).
 STOPWORDS = frozenset(TEXT["stopwords"].split())
@@ -46,13 +44,9 @@ class CorpusProbes:
     pair: tuple[str, str]
     source: str
 
-    def to_dict(self) -> dict:
-        """JSON-able form (recorded in a run's metadata, so a checkpoint carries its probes)."""
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict) -> "CorpusProbes":
-        """Inverse of to_dict; raises BertCoreError when a field is missing or of the wrong kind."""
+        """Probes a run recorded in its metadata; BertCoreError when a field is missing or of the wrong kind."""
         try:
             sentences = tuple(str(x) for x in d["sentences"])
             pair = tuple(str(x) for x in d["pair"])
@@ -64,7 +58,7 @@ class CorpusProbes:
         return probes
 
 
-ENGLISH_PROBES = CorpusProbes(DEFAULT_PROBES, DEFAULT_ATTENTION_PROBE, DEFAULT_PAIR,
+ENGLISH_PROBES = CorpusProbes(DEFAULT_PROBES, DEFAULT_ATTENTION_PROBE, tuple(TEXT["english_probes"]["pair"]),
                               "built-in English sentences")
 
 
@@ -79,18 +73,14 @@ def word_counts(documents) -> Counter:
 
 def mask_content_word(sentence: str, counts: Counter | None = None, min_count: int = 1) -> tuple[str, str] | None:
     """(the sentence with its last content word replaced by [MASK], that word), or None when the sentence is not
-    5 to 16 words long or has no content word. A content word is not the first word, not capitalised (a name), not
-    a function word, has at least 3 letters and is seen `min_count` times in `counts`. The last one is usually the
-    noun that the rest of the sentence predicts."""
+    5 to 16 words long or has none. A content word is not the first, not capitalised (a name), not a function word,
+    has 3 letters or more and is seen `min_count` times in `counts`; the last is usually the noun the rest predicts."""
     words = sentence.split()
     if not 5 <= len(words) <= 16:
         return None
-    pick = None
-    for i, word in enumerate(words[1:], start=1):
-        core = _core(word)
-        if (len(core) >= 3 and core.isalpha() and core.islower() and core not in STOPWORDS
-                and (counts is None or counts[core] >= min_count)):
-            pick = i
+    pick = next((i for i in range(len(words) - 1, 0, -1) if (core := _core(words[i])) and len(core) >= 3
+                 and core.isalpha() and core.islower() and core not in STOPWORDS
+                 and (counts is None or counts[core] >= min_count)), None)
     if pick is None:
         return None
     core = _core(words[pick])
@@ -100,10 +90,9 @@ def mask_content_word(sentence: str, counts: Counter | None = None, min_count: i
 
 def probes_from_documents(documents, count: int = PROBE_COUNT, seed: int = 0, counts: Counter | None = None,
                           source: str = "") -> CorpusProbes:
-    """`count` [MASK] sentences, each from another document and with another masked word where the text allows,
-    an attention sentence of 6-12 words and a pair of consecutive sentences, chosen with `seed` from `documents`
-    (held-out text). `counts` (word counts of the whole corpus) keeps rare words from being the blank; by default
-    the documents' own counts are used. Raises BertCoreError when the text has no usable sentence."""
+    """`count` [MASK] sentences, each from another document with another masked word where the text allows, an
+    attention sentence of 6-12 words and a pair of consecutive sentences, chosen with `seed` from held-out
+    `documents`; `counts` (by default the documents' own) keeps rare words from being the blank."""
     docs = [[_SPEAKER.sub("", s) for s in d] for d in documents if d]
     counts = counts if counts is not None else word_counts(docs)
     rng = random.Random(seed)
@@ -139,17 +128,15 @@ def probes_from_documents(documents, count: int = PROBE_COUNT, seed: int = 0, co
 
 
 def heldout_probes(corpus, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
-    """Probes from the held-out part of `corpus`, split exactly as training splits it
-    (`corpora.split_heldout(corpus, fraction, seed)`): what a training run with this seed draws by itself."""
+    """Probes from the held-out part of `corpus`, split as a training run with this seed splits it."""
     _, held = split_heldout(corpus, fraction=fraction, seed=seed)
     return probes_from_documents(held.documents, count, seed, source=f"held-out part of {corpus.name}")
 
 
 def readable_offline(spec: str, allow_paths: bool = True) -> bool:
-    """Whether corpus `spec` can be read without a download: toy, a named corpus in the shared data folder or
-    the download cache, or an existing file (with `allow_paths` False only one in the shared data folder: a
-    public server never opens a path that an uploaded checkpoint names)."""
-
+    """Whether corpus `spec` can be read without a download: toy, a named corpus in the shared data folder or the
+    download cache, or a file (with `allow_paths` False only one in the shared data folder: a public server never
+    opens a path that an uploaded checkpoint names)."""
     key = str(spec).strip()
     if key.lower() == "toy":
         return True
@@ -165,8 +152,8 @@ def readable_offline(spec: str, allow_paths: bool = True) -> bool:
 
 
 def probes_for_corpus(spec: str, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
-    """Probes from the held-out part of corpus `spec` as a training run with this seed splits it (the toy corpus
-    itself depends on the seed). Raises BertCoreError when the corpus cannot be read without a download."""
+    """heldout_probes of corpus `spec` (the toy corpus depends on the seed); BertCoreError unless it is readable
+    without a download."""
     if not readable_offline(spec):
         raise BertCoreError(f"the corpus {spec!r} is not on this machine yet; its probe sentences are drawn when "
                             "training starts")
@@ -174,9 +161,8 @@ def probes_for_corpus(spec: str, seed: int = 0, fraction: float = 0.1, count: in
 
 
 def recorded_probes(metadata: dict | None, allow_paths: bool = True) -> CorpusProbes | None:
-    """The probes a run recorded in its metadata (`metadata["probes"]`), else ones drawn again from the held-out
-    part of its recorded corpora when all of them can be read here without a download (files only with
-    `allow_paths`, or in the shared data folder), else None."""
+    """The probes a run recorded in its metadata, else ones drawn again from the held-out part of its recorded
+    corpora when all can be read here without a download (`allow_paths` as readable_offline), else None."""
     meta = metadata or {}
     if isinstance(meta.get("probes"), dict):
         try:
@@ -193,15 +179,18 @@ def recorded_probes(metadata: dict | None, allow_paths: bool = True) -> CorpusPr
     specs = [c.get("spec") for c in record["corpora"] if isinstance(c, dict)]
     if not specs or not all(isinstance(s, str) and readable_offline(s, allow_paths) for s in specs):
         return None
-
-    seed, fraction = int(record.get("seed", 0)), float(record.get("fraction", 0.1))
-    held = []
     try:
-        for spec in specs:
-            held += split_heldout(load_corpus(spec, seed=seed), fraction=fraction, seed=seed)[1].documents
-        return probes_from_documents(held, PROBE_COUNT, seed, source="held-out part of " + " + ".join(specs))
+        return probes_from_documents(heldout_documents(record, specs), PROBE_COUNT, int(record.get("seed", 0)),
+                                     source="held-out part of " + " + ".join(specs))
     except BertCoreError:
         return None
+
+
+def heldout_documents(record: dict, specs) -> list:
+    """The held-out documents of corpora `specs`, split as a run's `heldout` record (seed, fraction) says."""
+    seed, fraction = int(record.get("seed", 0)), float(record.get("fraction", 0.1))
+    return [d for spec in specs for d in split_heldout(load_corpus(spec, seed=seed), fraction=fraction,
+                                                       seed=seed)[1].documents]
 
 
 def probes_key(metadata: dict | None) -> str:
@@ -222,11 +211,9 @@ class ProbeSnapshot:
 
 
 class ProbeStore:
-    """Snapshots of fixed probe sentences taken during training; thread-safe, at most `max_snapshots` kept.
-
-    When full, every other snapshot (never the first or the newest) is dropped, so the store always spans the
-    whole run at a coarser and coarser pace: what a time-lapse needs.
-    """
+    """Snapshots of fixed probe sentences taken during training; thread-safe. Past `max_snapshots`, every other one
+    (never the first or the newest) is dropped: the store spans the whole run at a coarser pace, as a time-lapse
+    needs."""
 
     def __init__(self, sentences=DEFAULT_PROBES, attention_sentence: str | None = DEFAULT_ATTENTION_PROBE,
                  top_k: int = 5, max_snapshots: int = 32):
@@ -236,10 +223,8 @@ class ProbeStore:
         check_probe_sentences(sentences)
         if max_snapshots < 2:
             raise BertCoreError(f"max_snapshots must be at least 2, got {max_snapshots}")
-        self.sentences = sentences
-        self.attention_sentence = attention_sentence
-        self.top_k = top_k
-        self.max_snapshots = max_snapshots
+        self.sentences, self.attention_sentence, self.top_k, self.max_snapshots = (sentences, attention_sentence,
+                                                                                   top_k, max_snapshots)
         self._snapshots: list[ProbeSnapshot] = []
         self._lock = threading.Lock()
 
@@ -272,7 +257,7 @@ class ProbeStore:
         return snap
 
     def snapshots(self) -> list[ProbeSnapshot]:
-        """A copy of the stored snapshots, oldest first."""
+        """The stored snapshots, oldest first."""
         with self._lock:
             return list(self._snapshots)
 

@@ -1,10 +1,7 @@
-"""One training step that a student takes and sees: the batch drawn, its masks, the loss, each layer's gradient
-and the weights that moved most.
-
-`take_one_step(trainer)` makes the next update of a Trainer exactly as its run would (`RunLoop.step_once`: same
-batches, seeds and schedule, so a run continued afterwards is the run it would have been) and records around it:
-the raw gradients (through `Optimization.on_gradients`, before clipping) and the weights before and after.
-"""
+"""One training step a student takes and sees: the batch, its masks, the loss, each layer's gradient and the
+weights that moved most. `take_one_step` makes a Trainer's next update exactly as its run would (same batches,
+seeds and schedule: a run continued afterwards is the run it would have been), recording the raw gradients (before
+clipping, through `Optimization.on_gradients`) and the weights before and after."""
 
 from __future__ import annotations
 
@@ -61,32 +58,27 @@ class StepRecord:
 _LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
 
 
+_HEADS = ("pooler", "LM head", "NSP head")   # after the layers, in this order
+
+
 def layer_group(parameter: str) -> str:
-    """The part of the model a state_dict key belongs to, as the gradient chart names it (layers counted from 1, as
-    every page counts them; the key's own index is from 0)."""
+    """The part of the model a state_dict key belongs to, as the gradient chart names it (layers from 1)."""
     found = _LAYER.search(parameter)
     if found:
         return f"layer {int(found.group(1)) + 1}"
     if ".embeddings." in f".{parameter}":
         return "embeddings"
-    if "pooler" in parameter:
-        return "pooler"
-    if "seq_relationship" in parameter:
-        return "NSP head"
-    return "LM head"
+    return "pooler" if "pooler" in parameter else "NSP head" if "seq_relationship" in parameter else "LM head"
 
 
 def _group_order(name: str) -> tuple[int, int]:
-    if name == "embeddings":
-        return (0, 0)
-    if name.startswith("layer "):
-        return (1, int(name.split()[1]))
-    return (2, ["pooler", "LM head", "NSP head"].index(name))
+    return (0, 0) if name == "embeddings" else (1, int(name.split()[1])) if name.startswith("layer ") \
+        else (2, _HEADS.index(name))
 
 
 def weight_name(parameter: str, index: tuple[int, ...], tokenizer) -> str:
-    """A readable name for one number of a parameter: embeddings by token or position, others by layer and index.
-    Layers and positions are counted from 1, as the pages count them; the index in brackets is the tensor's own."""
+    """A readable name for one number of a parameter: embeddings by token or position, others by layer and index
+    (layers and positions from 1, as the pages count; the index in brackets the tensor's own)."""
     where = ", ".join(str(i) for i in index)
     if parameter.endswith("word_embeddings.weight"):
         return f"embedding of '{tokenizer.id_to_token(index[0])}' (dim {index[1]})"
@@ -149,11 +141,8 @@ def take_one_step(trainer, top: int = TOP_CHANGES) -> StepRecord:
 
     norms: dict[str, float] = {}
     for name, g in grads.items():
-        group = layer_group(name)
-        norms[group] = norms.get(group, 0.0) + float(g.pow(2).sum())
+        norms[layer_group(name)] = norms.get(layer_group(name), 0.0) + float(g.pow(2).sum())
     layer_norms = sorted(((n, math.sqrt(v)) for n, v in norms.items()), key=lambda kv: _group_order(kv[0]))
-    changed = sum(int((after[n] != before[n]).sum()) for n in before)
-    total = sum(t.numel() for t in before.values())
 
     batches = trainer.last_batches
     first = batches[0]
@@ -166,6 +155,7 @@ def take_one_step(trainer, top: int = TOP_CHANGES) -> StepRecord:
         step=event.step, loss=event.loss, mlm_loss=event.mlm_loss, nsp_loss=event.nsp_loss,
         mlm_accuracy=event.mlm_acc, learning_rate=event.lr, grad_norm=event.grad_norm,
         layer_grad_norms=layer_norms, changes=_top_changes(before, after, grads, trainer.tokenizer, top),
-        changed_weights=changed, total_weights=total, rows=sum(len(b) for b in batches),
+        changed_weights=sum(int((after[n] != before[n]).sum()) for n in before),
+        total_weights=sum(t.numel() for t in before.values()), rows=sum(len(b) for b in batches),
         tokens=sum(b.num_tokens for b in batches), example=example,
         is_random_next=None if causal else bool(first.next_sentence_label[0]), causal=causal)
