@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 from bert_core.data.token_tags_data import (
-    IGNORE_INDEX,
     TaggedSentences,
     encode_tagged,
     span_scores,
@@ -27,7 +26,7 @@ from bert_core.data.token_tags_data import (
     words_predictions,
 )
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import BertForTokenClassification
+from bert_core.model.bert import IGNORE_INDEX, BertForTokenClassification
 from bert_core.training.baseline_runs import MajorityTagRun
 from bert_core.training.finetune_results import Evaluation, StepLoss, confusion_matrix, macro_f1
 from bert_core.training.finetune_tasks import FinetuneTask
