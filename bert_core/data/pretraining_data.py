@@ -15,20 +15,16 @@ import torch
 import torch.distributed as dist
 from tokenizers import Tokenizer
 
-from bert_core.data.batching import attention_mask, pad_rows
-from bert_core.data.corpora import HELDOUT_FRACTION, Corpus, load_corpus, split_heldout  # noqa: F401  (re-exported)
-from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp, objective_settings  # noqa: F401  (re-exported)
+from bert_core.data.batching import DeviceBatch, attention_mask, pad_rows
+from bert_core.data.corpora import Corpus, load_corpus, split_heldout
+from bert_core.data.objectives import MASK_RATE, OBJECTIVES, objective_has_nsp
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import (  # IGNORE_INDEX: labels not predicted (re-exported)
-    IGNORE_INDEX,
-    next_token_targets,
-)
+from bert_core.model.bert import IGNORE_INDEX, next_token_targets
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 from bert_core.model.tokenization import train_tokenizer as train_tok
 
-# The masking decision recorded for every token (Batch.decisions); names for people and keys for figures.
+# The masking decision recorded for every token (Batch.decisions), and keys for figures.
 NOT_CHOSEN, MASKED, RANDOM, KEPT = 0, 1, 2, 3
-DECISION_NAMES = {NOT_CHOSEN: "not chosen", MASKED: "[MASK]", RANDOM: "random token", KEPT: "kept"}
 DECISION_KEYS = {MASKED: "masked", RANDOM: "random", KEPT: "kept"}
 # In a corpus of one document a "random" B is taken at least this many sentences away from A (fewer when
 # the text is short), so that it is almost never the true continuation.
@@ -311,7 +307,7 @@ def causal_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torc
 
 
 @dataclass
-class Batch:
+class Batch(DeviceBatch):
     """Padded tensors for one step (dynamic padding to the longest sequence), with the masking decisions.
 
     `mlm_labels[b, i]` is the token the model must predict at position i (IGNORE_INDEX where none): the original
@@ -326,11 +322,6 @@ class Batch:
     original_ids: torch.Tensor
     instances: list[NspInstance] = field(default_factory=list, repr=False)
     causal: bool = False
-
-    def to(self, device) -> "Batch":
-        """The same batch with every tensor on `device`."""
-        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        return Batch(**moved)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """The keyword arguments of BertForPreTraining for this batch's masked-LM loss (no NSP label: the
@@ -347,14 +338,6 @@ class Batch:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
-
-
-def collate(instances: Sequence[NspInstance], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad instances to the longest one: input_ids, token_type_ids, attention_mask, next_sentence_label."""
-    ids = [x.input_ids for x in instances]
-    return {"input_ids": pad_rows(ids, pad_id), "token_type_ids": pad_rows([x.token_type_ids for x in instances]),
-            "attention_mask": attention_mask(ids),
-            "next_sentence_label": torch.tensor([int(x.is_random_next) for x in instances], dtype=torch.long)}
 
 
 def _mix(*parts: int) -> int:
@@ -457,10 +440,11 @@ class BatchStream:
         return self._make_batch(self.examples(epoch, j, generator), generator)
 
     def _make_batch(self, instances: Sequence[NspInstance], generator: torch.Generator) -> Batch:
-        cols = collate(instances, self.tokenizer.pad_id)
-        ids, attn = cols["input_ids"], cols["attention_mask"]
-        common = dict(attention_mask=attn, token_type_ids=cols["token_type_ids"], instances=list(instances),
-                      next_sentence_label=cols["next_sentence_label"])
+        rows = [x.input_ids for x in instances]
+        ids, attn = pad_rows(rows, self.tokenizer.pad_id), attention_mask(rows)
+        common = dict(attention_mask=attn, token_type_ids=pad_rows([x.token_type_ids for x in instances]),
+                      instances=list(instances), next_sentence_label=torch.tensor(
+                          [int(x.is_random_next) for x in instances], dtype=torch.long))
         if self.objective == "clm":
             return Batch(input_ids=ids, mlm_labels=next_token_targets(causal_labels(ids, attn)),
                          decisions=torch.zeros_like(ids), original_ids=ids.clone(), causal=True, **common)
@@ -670,10 +654,8 @@ def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, m
         "corpora": [{"spec": spec, **_heldout_record(c, s[1])} for spec, c, s in zip(specs, corpora, splits)],
     }
     if tokenizer is None:
-        if world_size > 1:
-            tokenizer = _rank0_tokenizer(lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000))
-        else:
-            tokenizer = train_tok(train.texts(), vocab_size=train_tokenizer or 8000)
+        trained = lambda: train_tok(train.texts(), vocab_size=train_tokenizer or 8000)  # noqa: E731
+        tokenizer = _rank0_tokenizer(trained) if world_size > 1 else trained()
     common = dict(max_seq_length=seq_len, mask_rate=mask_rate, seed=seed, nsp=nsp,
                   whole_word_masking=whole_word_masking, mask_only=mask_only, objective=objective)
     # Every rank reads the same global batch and the Trainer gives each its slice of rows, so a run on N
