@@ -30,7 +30,7 @@ from bert_core.cli.train_plan import (
 )
 from bert_core.cli.train_recipe import apply_recipe
 from bert_core.cli.train_report import progress_callback, report
-from bert_core.data.pretraining_data import HELDOUT_FRACTION
+from bert_core.data.corpora import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.files import check_output_folder
 from bert_core.model.growth import growth_record

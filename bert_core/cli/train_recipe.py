@@ -7,8 +7,8 @@ import dataclasses
 
 import torch
 
+from bert_core.data.corpora import HELDOUT_FRACTION
 from bert_core.data.objectives import objective_has_nsp
-from bert_core.data.pretraining_data import HELDOUT_FRACTION
 from bert_core.errors import BertCoreError
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.training.recipes import GROW_FROM, Recipe, preset_for_size, short_phase_rows

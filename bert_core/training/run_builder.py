@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from bert_core.data.corpora import shard_folder, shard_heldout_corpora
+from bert_core.data.corpora import HELDOUT_FRACTION, shard_folder, shard_heldout_corpora
 from bert_core.data.downloads import SOURCES
-from bert_core.data.pretraining_data import HELDOUT_FRACTION, build_datasets
+from bert_core.data.pretraining_data import build_datasets
 from bert_core.data.shards import DEFAULT_SHARD_SHARE, MixedHeldOut, MixedStream, ShardStream, check_share, open_index
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import pretraining_model
