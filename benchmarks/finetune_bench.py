@@ -27,12 +27,8 @@ from bert_core.cli.finetune import format_confusion  # noqa: E402
 from bert_core.data.classification_data import load_classification_csv, split_train_val  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.paths import DEFAULT_CHECKPOINT, shared_data_dir  # noqa: E402
-from bert_core.training.finetune import (  # noqa: E402
-    FinetuneConfig,
-    classifier_from_checkpoint,
-    finetune,
-    scratch_twin,
-)
+from bert_core.training.finetune import classifier_from_checkpoint, classifier_from_scratch, finetune
+from bert_core.training.finetune_settings import FinetuneConfig
 
 # task -> (file under the shared data folder, train size, validation size, max length in tokens)
 TASKS = {
@@ -72,7 +68,7 @@ def run_task(task: str, args) -> dict:
                             max_length=args.max_length or max_length, seed=args.seed, device="cpu",
                             eval_points=args.eval_points, dropout=args.dropout)
     pre_model, tokenizer = classifier_from_checkpoint(args.checkpoint, data.num_labels, args.seed)
-    scratch_model = scratch_twin(pre_model, data.num_labels, args.seed)
+    scratch_model = classifier_from_scratch(pre_model.config, data.num_labels, args.seed)
     results = {}
     for name, model in (("pretrained", pre_model), ("scratch", scratch_model)):
         t0 = time.perf_counter()

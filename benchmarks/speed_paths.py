@@ -195,7 +195,7 @@ def _pretraining_trainer(workload: str, total_steps: int):
                                                              initializer_range=0.02),
                          train=train, probes=True)
         return build_trainer(spec)
-    from bert_core.training.trainer import default_recipe
+    from bert_core.training.train_config import default_recipe
 
     recipe = default_recipe()
     d = recipe["train_config"]
@@ -256,13 +256,9 @@ class FinetuneSteps(_StepLoop):
         import torch
 
         from bert_core.data.classification_data import encode_examples, train_batches
-        from bert_core.training.finetune import (
-            FinetuneConfig,
-            Finetuner,
-            classifier_from_checkpoint,
-            load_task,
-            split_train_val,
-        )
+        from bert_core.training.finetune import Finetuner, classifier_from_checkpoint, load_task
+        from bert_core.data.classification_data import split_train_val
+        from bert_core.training.finetune_settings import FinetuneConfig
 
         self.steps = steps
         data = load_task(csv=str(POLARITY), seed=0)

@@ -44,7 +44,9 @@ from bert_core.model.config import BertConfig  # noqa: E402
 from bert_core.model.tokenization import train_tokenizer  # noqa: E402
 from bert_core.paths import shared_data_dir  # noqa: E402
 from bert_core.training.evaluation import evaluate  # noqa: E402
-from bert_core.training.trainer import StepEvent, Trainer, default_recipe  # noqa: E402
+from bert_core.training.trainer import Trainer
+from bert_core.training.pretraining_events import StepEvent
+from bert_core.training.train_config import default_recipe
 
 SEQ_LEN, VOCAB, EVAL_MASK_RATE = 128, 8000, 0.15
 

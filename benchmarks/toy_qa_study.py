@@ -42,12 +42,8 @@ from bert_core.data.toy_qa_drills import DRILL_KINDS, QUESTION_KINDS, drill_squa
 from bert_core.model.bert import BertForQuestionAnswering  # noqa: E402
 from bert_core.model.hf import load_pretrained  # noqa: E402
 from bert_core.training.answer_spans import AnswerSpans  # noqa: E402
-from bert_core.training.finetune import (  # noqa: E402
-    checkpoint_pretraining_rate,
-    finetune,
-    finetune_learning_rate,
-    kind_config,
-)
+from bert_core.training.finetune import checkpoint_pretraining_rate, finetune, finetune_learning_rate
+from bert_core.training.finetune_settings import kind_config
 from bert_core.training.finetune_results import FinetuneEval  # noqa: E402
 from bert_core.training.finetune_tasks import seeded, tokenizer_of  # noqa: E402
 

@@ -13,7 +13,8 @@ def train_nano_checkpoint(folder: Path, documents: int = 60, steps: int = 3, bat
     from bert_core.model.bert import BertForPreTraining
     from bert_core.model.config import BertConfig
     from bert_core.model.tokenization import train_tokenizer
-    from bert_core.training.trainer import TrainConfig, Trainer
+    from bert_core.training.trainer import Trainer
+    from bert_core.training.train_config import TrainConfig
 
     corpus = generate_toy_corpus(num_documents=documents, seed=0)
     tok = train_tokenizer(corpus.texts(), vocab_size=vocab_size)

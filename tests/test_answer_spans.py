@@ -15,7 +15,8 @@ from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import SPAN_ANSWER_METRICS, AnswerSpans, answer_question
-from bert_core.training.finetune import TOY_QA_STEPS, FinetuneConfig, finetune
+from bert_core.training.finetune import finetune
+from bert_core.training.finetune_settings import TOY_QA_STEPS, FinetuneConfig
 from tests.app_fixtures import finish_page_run
 
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ from bert_core.data.objectives import objective_settings  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.inspection import BIDIRECTIONAL_CANNOT_CONTINUE, CAUSAL_CANNOT_FILL, AttentionResult  # noqa: E402
 from bert_core.serve import jobs, model_sources  # noqa: E402
-from bert_core.training.trainer import TrainConfig  # noqa: E402
+from bert_core.training.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120

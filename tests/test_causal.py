@@ -183,7 +183,7 @@ def test_next_token_batches_are_plain_text_labelled_with_the_following_token(toy
 
 def test_next_token_data_refuses_nsp_and_unknown_objectives(toy_data):
     from bert_core.data.pretraining_data import PretrainingData
-    from bert_core.training.trainer import TrainConfig
+    from bert_core.training.train_config import TrainConfig
 
     corpus, tok, _ = toy_data
     with pytest.raises(BertCoreError, match="no next-sentence prediction"):
@@ -195,7 +195,8 @@ def test_next_token_data_refuses_nsp_and_unknown_objectives(toy_data):
 
 
 def test_trainer_refuses_a_model_of_the_other_kind(toy_data):
-    from bert_core.training.trainer import TrainConfig, Trainer
+    from bert_core.training.trainer import Trainer
+    from bert_core.training.train_config import TrainConfig
 
     _, tok, data = toy_data
     config = TrainConfig(max_steps=1, batch_size=4, max_seq_length=24, nsp=False, objective="clm", device="cpu")
@@ -206,7 +207,8 @@ def test_trainer_refuses_a_model_of_the_other_kind(toy_data):
 
 def test_a_causal_model_learns_the_next_token(toy_data):
     from bert_core.training.evaluation import evaluate
-    from bert_core.training.trainer import TrainConfig, Trainer
+    from bert_core.training.trainer import Trainer
+    from bert_core.training.train_config import TrainConfig
 
     _, tok, data = toy_data
     torch.manual_seed(0)

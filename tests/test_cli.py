@@ -431,6 +431,6 @@ def test_a_signal_stops_finetune_after_its_step_keeping_the_models_it_has(tmp_pa
     assert "tfidf: finished, its figures above" in text and "Fine-tuning does not resume" in text
     assert "Traceback" not in text and "tfidf" in stdout and "scratch" in stdout   # the table of what ran
     from bert_core.model.hf import load_pretrained
-    from bert_core.training.finetune import SentenceLabels
+    from bert_core.training.finetune_tasks import SentenceLabels
 
     assert load_pretrained(out, model_class=SentenceLabels.head).num_labels == len(kept["label_names"])

@@ -15,7 +15,6 @@ from bert_core.serve.jobs import TrainSpec, build_trainer
 from bert_core.training import comparison
 from bert_core.training.comparison import (
     KNOBS,
-    available_knobs,
     knob_diff,
     one_change,
     other_differences,
@@ -52,14 +51,14 @@ def _random_value(knob: str, current, rng: random.Random):
 
 def test_one_change_differs_in_exactly_that_knob_for_every_knob_and_many_values():
     rng = random.Random(0)
-    assert set(available_knobs()) >= {"nsp", "mask_rate", "mask_only", "whole_word_masking", "model_size",
+    assert set(KNOBS) >= {"nsp", "mask_rate", "mask_only", "whole_word_masking", "model_size",
                                       "learning_rate", "corpus"}
     start_points = [page_spec(), page_spec(nsp=False, mask_rate=0.3, learning_rate=1e-3),
                     dataclasses.replace(page_spec(), preset="tiny")]
     tried = 0
     for spec in start_points:
         before = json.dumps(dataclasses.asdict(spec), sort_keys=True)
-        for knob in available_knobs():
+        for knob in KNOBS:
             values = [c.after for c in comparison.suggested_changes(spec) if c.knob == knob]
             values += [_random_value(knob, KNOBS[knob].get(spec), rng) for _ in range(3)]
             for value in values:
@@ -104,7 +103,7 @@ def test_one_change_refuses_bad_knobs_and_values_with_a_message():
 
 def test_an_overlay_of_two_runs_names_exactly_the_knobs_that_differ():
     from bert_core.inspect.figures import overlay_figure
-    from bert_core.training.trainer import EvalEvent
+    from bert_core.training.pretraining_events import EvalEvent
 
     a = page_spec()
     b = one_change(a, "nsp", False)
@@ -174,7 +173,7 @@ def test_the_command_run_by_the_cli_reproduces_an_app_run(tmp_path, capsys, knob
     spec = dataclasses.replace(page_spec(max_steps=30, batch_size=8, eval_every=15, eval_batches=3, probe_every=15,
                                          learning_rate=5e-3, mask_rate=0.2),
                                corpus=str(text), corpus_label="stories.txt", vocab_size=300, probes=False)
-    if knob not in available_knobs():
+    if knob not in KNOBS:
         pytest.skip(f"no {knob} knob in this version")
     spec = one_change(spec, knob, value)
     trainer = build_trainer(spec)

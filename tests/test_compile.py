@@ -8,14 +8,10 @@ import torch
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining
 from bert_core.model.config import BertConfig
-from bert_core.training.compiled_step import (
-    COMPILE_MODES,
-    CompiledTraining,
-    fixed_width,
-    pad_columns,
-    phase_lengths,
-)
-from bert_core.training.trainer import TrainConfig, Trainer
+from bert_core.training.compiled_step import CompiledTraining, fixed_width, pad_columns, phase_lengths
+from bert_core.training.train_config import COMPILE_MODES
+from bert_core.training.trainer import Trainer
+from bert_core.training.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import io
 
 from bert_core.model.config import BertConfig
 from bert_core.app.export import history_label, rows_to_csv, run_record
-from bert_core.training.trainer import EvalEvent, TrainConfig
+from bert_core.training.pretraining_events import EvalEvent
+from bert_core.training.train_config import TrainConfig
 
 
 class _Live:

@@ -12,7 +12,7 @@ import pytest
 from bert_core.inspect import figures
 from bert_core.inspect.inspection import AttentionResult, MaskingRow, head_summaries
 from bert_core.model.config import BertConfig
-from bert_core.training.trainer import EvalEvent, StepEvent
+from bert_core.training.pretraining_events import EvalEvent, StepEvent
 
 
 def _attention(layers=2, heads=3, seq=5, seed=0) -> AttentionResult:

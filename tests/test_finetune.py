@@ -17,20 +17,17 @@ from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import BertTokenizer, train_tokenizer
 from bert_core.training.finetune import (
-    FinetuneConfig,
-    FinetuneEval,
     Finetuner,
     classifier_from_checkpoint,
     classifier_from_scratch,
     classify_text,
-    confusion_matrix,
     finetune,
-    macro_f1,
     save_classifier,
-    scratch_twin,
     set_dropout,
-    toy_topic_task,
 )
+from bert_core.data.classification_data import toy_topic_task
+from bert_core.training.finetune_results import FinetuneEval, confusion_matrix, macro_f1
+from bert_core.training.finetune_settings import FinetuneConfig
 from tests.app_fixtures import finish_page_run
 from tests.stand_ins import StandInView
 
@@ -126,7 +123,7 @@ def test_checkpoint_encoder_is_kept_and_the_fresh_head_is_seeded(checkpoint):
 
 def test_scratch_twin_has_the_same_architecture_and_none_of_the_weights(checkpoint):
     pre, _ = classifier_from_checkpoint(checkpoint, 4)
-    twin = scratch_twin(pre, 4, seed=0)
+    twin = classifier_from_scratch(pre.config, 4, seed=0)
     assert twin.config == pre.config
     assert [k for k in twin.state_dict()] == [k for k in pre.state_dict()]
     assert not torch.equal(twin.bert.embeddings.word_embeddings.weight, pre.bert.embeddings.word_embeddings.weight)
@@ -257,7 +254,7 @@ def test_finetuning_dropout_is_applied_and_saved_in_the_config(checkpoint, topic
     finetune(kept, tokenizer, train, val, _quick(max_steps=2, dropout=None))  # None: the model's own setting
     assert all(m.p == 0.3 for m in kept.modules() if isinstance(m, torch.nn.Dropout))
     assert kept.config.hidden_dropout_prob == 0.3
-    with pytest.raises(BertCoreError, match="dropout must be in"):
+    with pytest.raises(BertCoreError, match="dropout must be"):
         FinetuneConfig(dropout=1.0)
 
 
@@ -442,7 +439,8 @@ def test_page_shows_a_message_for_a_split_larger_than_the_data(page):
 
 def test_the_default_fine_tuning_rate_follows_the_model_size_and_a_flag_wins(checkpoint, topics, tmp_path, capsys):
     from bert_core.cli.main import main
-    from bert_core.training.finetune import finetune_learning_rate, pretraining_rate_of
+    from bert_core.training.finetune import finetune_learning_rate
+    from bert_core.training.run_builder import pretraining_rate_of
 
     # A model that records no pretraining rate: from its size alone.
     assert finetune_learning_rate(BertConfig.preset("tiny")) == 1e-3  # measured best for the shipped model

@@ -13,12 +13,9 @@ from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training import run_loop
-from bert_core.training.finetune import (
-    FINETUNE_STEPS,
-    TOY_QA_STEPS,
-    build_comparison,
-    load_task,
-)
+from bert_core.training.finetune import load_task
+from tests.page_races import build_comparison
+from bert_core.training.finetune_settings import FINETUNE_STEPS, TOY_QA_STEPS
 from bert_core.training.finetune_settings import FinetuneConfig, page_settings
 from tests.app_fixtures import finish_page_run
 

@@ -25,7 +25,8 @@ from bert_core.serve import jobs, run_records, runs
 from bert_core.serve.finetune_runs import restoring
 from bert_core.serve.run_records import RunRecords
 from bert_core.serve.run_registry import Run
-from bert_core.training.finetune import build_comparison, result_probabilities
+from bert_core.training.finetune import result_probabilities
+from tests.page_races import build_comparison
 from bert_core.training.finetune_checkpoint import checkpoint_of
 from bert_core.training.finetune_race import EndedRun, build_race
 from bert_core.training.finetune_settings import page_settings
@@ -351,7 +352,8 @@ def test_a_curriculum_run_goes_on_from_a_checkpoint_past_a_stage_change_exactly(
     import shutil
 
     from bert_core.training import finetune as finetune_module
-    from bert_core.training.finetune import FinetuneConfig, Finetuner
+    from bert_core.training.finetune import Finetuner
+    from bert_core.training.finetune_settings import FinetuneConfig
 
     monkeypatch.setattr(finetune_module, "MASTERY_STEPS", 5)
 

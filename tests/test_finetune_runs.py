@@ -17,7 +17,7 @@ from bert_core.serve import jobs, runs
 from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.app.visitor_runs import visitor_rows
-from bert_core.training.finetune import build_comparison
+from tests.page_races import build_comparison
 from tests.race_stand_ins import builder_of, race_spec
 from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)
 from tests.test_runs import _until  # a polling wait

@@ -14,13 +14,10 @@ from bert_core.data.classification_data import split_train_val
 from bert_core.errors import BertCoreError
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
-from bert_core.training.finetune import (
-    FinetuneConfig,
-    Finetuner,
-    SentenceLabels,
-    classifier_from_scratch,
-    toy_topic_task,
-)
+from bert_core.training.finetune import Finetuner, classifier_from_scratch
+from bert_core.data.classification_data import toy_topic_task
+from bert_core.training.finetune_settings import FinetuneConfig
+from bert_core.training.finetune_tasks import SentenceLabels
 from bert_core.training.finetune_results import Evaluation, StepLoss
 from bert_core.training.finetune_tasks import FinetuneTask
 

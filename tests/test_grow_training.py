@@ -15,7 +15,8 @@ from bert_core.model.config import BertConfig
 from bert_core.training.evaluation import evaluate
 from bert_core.training.recipes import GROW_FROM, recipe_for, seed_learning_rate
 from bert_core.training.run_builder import RunPlan, build_run, resume_run
-from bert_core.training.trainer import GrowthEvent, StepEvent, TrainConfig
+from bert_core.training.pretraining_events import GrowthEvent, StepEvent
+from bert_core.training.train_config import TrainConfig
 from tests.test_bad_input import assert_one_error_line, run_cli
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out

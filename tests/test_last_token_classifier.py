@@ -18,7 +18,9 @@ from bert_core.model.bert import (
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
-from bert_core.training.finetune import classifier_from_checkpoint, classifier_from_model, toy_topic_task
+from bert_core.training.finetune import classifier_from_checkpoint
+from bert_core.training.finetune_tasks import SentenceLabels
+from bert_core.data.classification_data import toy_topic_task
 from tests.test_causal import CONFIGS, assert_close, nudge, padded_batch
 
 transformers = pytest.importorskip("transformers")
@@ -103,7 +105,8 @@ def test_a_classifier_from_a_causal_checkpoint_reads_the_last_token_with_all_its
     gpt = BertLMHeadModel(causal(vocab_size=tokenizer.vocab_size))
     save_pretrained(gpt, tmp_path, tokenizer=tokenizer)
     from_folder, _ = classifier_from_checkpoint(tmp_path, 4, seed=0)
-    from_model = classifier_from_model(gpt, 4, seed=0)
+    data = toy_topic_task(seed=0, num_examples=60)
+    from_model = SentenceLabels(data, data).head_from_model(gpt, seed=0)
     for clf in (from_folder, from_model):
         assert clf.pooling == LAST_TOKEN_POOLING
         for name, value in gpt.bert.state_dict().items():

@@ -87,7 +87,7 @@ def test_they_bring_their_fine_tuning_settings():
     from bert_core.model.checkpoint import load_checkpoint
     from bert_core.training.finetune import classifier_from_checkpoint
     from bert_core.training.finetune import finetune_learning_rate
-    from bert_core.training.finetune import pretraining_rate_of
+    from bert_core.training.run_builder import pretraining_rate_of
 
     for name, rate, dropout in (("bert-mini-english", 5e-4, 0.1), ("gpt-mini-english", 5e-4, 0.1),
                                 ("bert-tiny-english", 1e-3, 0.0)):

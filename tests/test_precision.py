@@ -11,7 +11,8 @@ from bert_core.model.checkpoint import save_pretrained
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training import precision
-from bert_core.training.finetune import FinetuneConfig, classifier_from_checkpoint, finetune
+from bert_core.training.finetune import classifier_from_checkpoint, finetune
+from bert_core.training.finetune_settings import FinetuneConfig
 
 ZEN4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
 SKYLAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n"
@@ -76,7 +77,7 @@ def test_finetuning_steps_follow_the_precision_and_validation_stays_fp32(checkpo
 
 
 def test_fine_tuning_refuses_fp16():
-    with pytest.raises(BertCoreError, match="bf16 or fp32"):
+    with pytest.raises(BertCoreError, match="one of bf16, fp32"):
         FinetuneConfig(precision="fp16")
 
 

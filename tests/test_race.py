@@ -14,14 +14,11 @@ from bert_core.model.bert import LAST_TOKEN_POOLING, BertForPreTraining, BertLMH
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.training.bag_of_words import fit_bag_of_words, load_bag_of_words
-from bert_core.training.finetune import (
-    BASELINE_NAME,
-    BagOfWordsRun,
-    FinetuneConfig,
-    build_comparison,
-    result_probabilities,
-    toy_topic_task,
-)
+from bert_core.training.finetune import result_probabilities
+from tests.page_races import build_comparison
+from bert_core.data.classification_data import toy_topic_task
+from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
+from bert_core.training.finetune_settings import FinetuneConfig
 
 SETTINGS = dict(train=240, val=80, seed=0, budget=30, lr=1e-3, batch=16, maxlen=32)
 
@@ -38,7 +35,8 @@ def racers(tmp_path_factory, task):
     from bert_core.data.corpora import generate_toy_corpus
     from bert_core.data.pretraining_data import PretrainingData
     from bert_core.model.tokenization import train_tokenizer
-    from bert_core.training.trainer import TrainConfig, Trainer
+    from bert_core.training.trainer import Trainer
+    from bert_core.training.train_config import TrainConfig
 
     corpus = generate_toy_corpus(num_documents=30, seed=0)
     tok = train_tokenizer([*corpus.texts(), *task.texts], vocab_size=300)
@@ -179,7 +177,7 @@ def test_finetune_config_of_the_race_is_shared(racers, task):
 
 def test_the_level_line_spans_the_curves():
     from bert_core.inspect.finetune_figures import accuracy_curves_figure
-    from bert_core.training.finetune import FinetuneEval
+    from bert_core.training.finetune_results import FinetuneEval
 
     curve = [FinetuneEval(0, 0.0, 0.2, 0.1, 2.0), FinetuneEval(9, 12.5, 0.7, 0.6, 1.0)]
     fig = accuracy_curves_figure({"tfidf": [FinetuneEval(0, 0.3, 0.8, 0.75, 0.5)], "pretrained": curve})

@@ -98,7 +98,7 @@ def test_bf16_on_a_cpu_follows_its_instructions_and_the_log_says_which(tmp_path,
 
 
 def test_a_state_written_before_precision_reads_its_bf16_switch():
-    from bert_core.training.trainer import TrainConfig
+    from bert_core.training.train_config import TrainConfig
 
     assert TrainConfig.from_dict({"bf16": False}).precision == "fp32"
     assert TrainConfig.from_dict({"bf16": True}).precision == "bf16"
@@ -115,7 +115,8 @@ def test_cuda_training_runs_its_matmuls_in_the_precision_asked_for(precision, dt
     from bert_core.model.bert import pretraining_model
     from bert_core.model.config import BertConfig
     from bert_core.model.tokenization import train_tokenizer
-    from bert_core.training.trainer import TrainConfig, Trainer
+    from bert_core.training.trainer import Trainer
+    from bert_core.training.train_config import TrainConfig
 
     corpus = generate_toy_corpus(num_documents=50, seed=0)
     tokenizer = train_tokenizer(corpus.texts(), vocab_size=300)

@@ -70,7 +70,7 @@ def race():
     from bert_core.model.bert import BertForPreTraining
     from bert_core.model.config import BertConfig
     from bert_core.model.tokenization import train_tokenizer
-    from bert_core.training.finetune import build_comparison
+    from tests.page_races import build_comparison
 
     task = toy_order_task(seed=0, num_examples=40)
     tok = train_tokenizer(task.texts, vocab_size=120)

@@ -232,7 +232,8 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
     from bert_core.data.classification_data import toy_topic_task
     from bert_core.serve import model_sources
     from bert_core.training.finetune_spec import FinetuneSpec
-    from bert_core.training.finetune import build_comparison, classify_text
+    from bert_core.training.finetune import classify_text
+    from tests.page_races import build_comparison
 
     monkeypatch.setenv(jobs.PROCESS_ENV, "1")
     gpu = server_gpus.server_gpus()[0]

@@ -13,7 +13,8 @@ from bert_core.model.bert import BertForPreTraining, BertForTokenClassification
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import train_tokenizer
-from bert_core.training.finetune import FinetuneConfig, finetune
+from bert_core.training.finetune import finetune
+from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.token_tagging import PLAIN_METRICS, SPAN_METRICS, TokenTags, tag_words
 from tests.app_fixtures import finish_page_run
 

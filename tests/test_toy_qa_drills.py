@@ -22,13 +22,9 @@ from bert_core.data.toy_qa_drills import (
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
-from bert_core.training.finetune import (
-    FinetuneConfig,
-    FinetuneStage,
-    Finetuner,
-    finetune,
-    split_task,
-)
+from bert_core.training.finetune import Finetuner, finetune, split_task
+from bert_core.training.finetune_results import FinetuneStage
+from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.optimization import lr_multiplier
 
 
@@ -317,7 +313,8 @@ def test_the_cli_trains_the_drills_first_at_the_answer_spans_rate_and_no_drills_
 
     from bert_core.cli.finetune import config_from_args
     from bert_core.cli.main import build_parser, main
-    from bert_core.training.finetune import TOY_QA_STEPS, finetune_learning_rate
+    from bert_core.training.finetune import finetune_learning_rate
+    from bert_core.training.finetune_settings import TOY_QA_STEPS
 
     config = config_from_args(build_parser().parse_args(["finetune", "--task", "toy-qa"]))
     assert config.max_steps == TOY_QA_STEPS and config.time_budget_s is None   # the same run on every machine

@@ -35,7 +35,7 @@ def _values(at, keys) -> dict:
 
 
 def _page_real(preset: str) -> dict:
-    from bert_core.training.trainer import default_recipe
+    from bert_core.training.train_config import default_recipe
 
     from bert_core.training.recipes import PAGE_GROWTH
 

@@ -11,7 +11,10 @@ from bert_core.inspect.probes import ProbeStore
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
 from bert_core.training.run_loop import history_stride
-from bert_core.training.trainer import EvalEvent, StepEvent, TrainConfig, Trainer, lr_multiplier
+from bert_core.training.trainer import Trainer
+from bert_core.training.optimization import lr_multiplier
+from bert_core.training.pretraining_events import EvalEvent, StepEvent
+from bert_core.training.train_config import TrainConfig
 
 TIMING_FIELDS = ("tokens_per_s", "elapsed_s")
 

@@ -222,7 +222,8 @@ def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
 def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
     from bert_core.data.classification_data import toy_topic_task
     from bert_core.serve.training_mirrors import ComparisonProxy
-    from bert_core.training.finetune import build_comparison, classify_text
+    from bert_core.training.finetune import classify_text
+    from tests.page_races import build_comparison
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     data = toy_topic_task(0, 200)
@@ -246,7 +247,7 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(star
 
 def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(started_jobs, tmp_path):
     from bert_core.data.classification_data import toy_topic_task
-    from bert_core.training.finetune import build_comparison
+    from tests.page_races import build_comparison
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     settings = dict(train=120, val=40, seed=0, budget=600, lr=1e-3, batch=16, maxlen=32)

@@ -43,7 +43,8 @@ from bert_core.data.objectives import MASK_RATE
 from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, adamw
 from bert_core.model.config import PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
-from bert_core.training.compiled_step import COMPILE_MODES, CompiledTraining
+from bert_core.training.compiled_step import CompiledTraining
+from bert_core.training.train_config import COMPILE_MODES
 from bert_core.training.distributed import DistInfo, resolve_device
 from bert_core.training.precision import autocast_for, computes_in
 

@@ -20,16 +20,14 @@ from bert_core.model.config import PRESETS, BertConfig
 from bert_core.model.files import check_output_folder, require_checkpoint_folder
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
-    BASELINE_NAME,
-    FinetuneEval,
-    FinetuneResult,
-    FinetuneStage,
     checkpoint_pretraining_rate,
     finetune_learning_rate,
     load_task,
     race_task,
     save_classifier,
 )
+from bert_core.training.baseline_runs import BASELINE_NAME
+from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage
 from bert_core.training.finetune_race import build_race
 from bert_core.training.finetune_settings import (
     CONFIG_SETTINGS,
@@ -41,7 +39,7 @@ from bert_core.training.finetune_settings import (
     kind_config,
 )
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
-from bert_core.training.trainer import resolve_device
+from bert_core.training.distributed import resolve_device
 
 
 def add_parser(subparsers):

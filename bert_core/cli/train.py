@@ -36,7 +36,8 @@ from bert_core.model.files import check_output_folder
 from bert_core.model.growth import growth_record
 from bert_core.training.precision import computes_in
 from bert_core.training.run_builder import BuiltRun, build_run, check_shards_exclude, resume_run
-from bert_core.training.trainer import TrainConfig, init_distributed, shutdown_distributed
+from bert_core.training.distributed import init_distributed, shutdown_distributed
+from bert_core.training.train_config import TrainConfig
 
 
 def add_parser(sub):

@@ -22,7 +22,9 @@ from bert_core.training.run_builder import RunPlan, WarmStart, model_config, pos
 from bert_core.training.run_settings import SIZE_FIELDS, flag, on_resume
 from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS
 from bert_core.training.train_config import TRAIN_SETTINGS
-from bert_core.training.trainer import TrainConfig, check_trainer_state, resolve_device
+from bert_core.training.distributed import resolve_device
+from bert_core.training.train_config import TrainConfig
+from bert_core.training.trainer_checkpoint import check_trainer_state
 
 # On --resume, these options may change how the run goes on (they are None unless given, so that only what the
 # user typed overrides the saved config): the settings described so (`on_resume`, bert_core.training.setting). The

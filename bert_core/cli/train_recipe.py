@@ -15,7 +15,7 @@ from bert_core.training.recipes import GROW_FROM, Recipe, preset_for_size, short
 from bert_core.training.run_settings import flag
 from bert_core.training.setting import LENGTHENS
 from bert_core.training.train_config import TRAIN_SETTINGS
-from bert_core.training.trainer import default_recipe
+from bert_core.training.train_config import default_recipe
 
 # The `train` options whose default is the size's recipe: the recipe's own fields (bert_core.training.recipes.Recipe)
 # but the size and machine it is for.

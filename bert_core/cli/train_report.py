@@ -18,7 +18,7 @@ from bert_core.model.files import write_json_atomic
 from bert_core.training.evaluation import evaluate, unigram_baseline_for
 from bert_core.training.heldout import reproducible_eval
 from bert_core.training.plateau import plateau_warning
-from bert_core.training.trainer import EvalEvent, GrowthEvent, StepEvent
+from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent
 
 
 def _acc_name(config) -> str:

@@ -33,8 +33,6 @@ from bert_core.model.bert import BertForQuestionAnswering
 from bert_core.training.finetune_results import Evaluation, Misclassified, StepLoss
 from bert_core.training.finetune_tasks import FinetuneTask
 
-__all__ = ["AnswerSpans", "SPAN_ANSWER_METRICS", "Answer", "answer_question", "doc_stride_for", "window_log_probs"]
-
 SPAN_ANSWER_METRICS = ("exact match", "F1")
 
 

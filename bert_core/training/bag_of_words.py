@@ -23,8 +23,6 @@ from bert_core.data.classification_data import PAIR_JOINER, ClassificationData
 from bert_core.errors import BertCoreError
 from bert_core.model.files import read_json, write_json
 
-__all__ = ["BagOfWordsClassifier", "fit_bag_of_words", "load_bag_of_words", "texts_of", "BAG_OF_WORDS_FILE"]
-
 BAG_OF_WORDS_FILE = "bag_of_words.json"   # beside bag_of_words.safetensors in a kept baseline's folder
 _TENSORS = "bag_of_words.safetensors"
 _FORMAT = 1

@@ -28,8 +28,6 @@ from bert_core.training.finetune_results import (
 )
 from bert_core.training.run_loop import Progress
 
-__all__ = ["BASELINE_NAME", "LevelRun", "BagOfWordsRun", "MajorityTagRun"]
-
 BASELINE_NAME = "tfidf"  # the bag-of-words run of a comparison; drawn as a level line
 
 

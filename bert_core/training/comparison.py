@@ -1,9 +1,7 @@
 """One knob at a time: the Train page's run settings (`jobs.TrainSpec`) as named knobs, what differs between two
 runs, a copy of a run with one knob changed, and the `python -m bert_core train` command that repeats a run.
 
-Streamlit-free and torch-free at import (the figures module, which draws before torch loads, uses it; the CLI's
-recipe, which loads torch, is imported where the command is written). A spec is duck-typed: any object with TrainSpec's fields and
-its `train_config()` works, and a new spec is made with `dataclasses.replace`.
+Streamlit-free and torch-free at import (the figures module, which draws before torch loads, uses it).
 """
 
 from __future__ import annotations
@@ -22,11 +20,7 @@ from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, flag
 from bert_core.training.setting import ALWAYS as ALWAYS_WRITTEN
 from bert_core.training.setting import NEVER, Setting
 from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig, default_recipe
-
-# The causal (GPT) objective: TrainConfig.objective "clm" trains a model with causal attention to predict the next
-# token (bert_core.training.run_builder makes the model causal from it, for the app and `train --objective clm`),
-# "mlm" is BERT's.
-OBJECTIVE_FIELD = "objective"
+from bert_core.training.train_spec import validate_spec
 
 
 @dataclass(frozen=True)
@@ -42,13 +36,13 @@ class Knob:
     suggestions: Callable[[Any], tuple] = lambda current: ()
 
     def describe(self, before, after) -> str:
-        """'mask rate 0.15 → 0.4': what changing this knob from `before` to `after` does."""
+        """'mask rate 0.15 → 0.4'."""
         return f"{self.label} {self.show(before)} → {self.show(after)}"
 
 
 @dataclass(frozen=True)
 class KnobChange:
-    """One knob that differs between two runs, with both values and the human label."""
+    """One knob that differs between two runs, with both values and its label."""
 
     knob: str
     before: Any
@@ -59,10 +53,6 @@ class KnobChange:
 # Each config field's default, by name: what a spec that leaves a setting out trains with.
 _TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 _MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig)}
-
-
-def _train_value(spec, name: str):
-    return spec.train.get(name, getattr(TrainConfig, name))
 
 
 def _with_train(spec, **changes):
@@ -98,8 +88,8 @@ def _size_put(spec, value):
 
 
 def _growth_that_fits(spec):
-    """A run that starts small (grow_fraction) changed to a size that cannot grow from its start size (nano is that
-    size): it trains at the new size from the first step instead."""
+    """A run that starts small changed to a size that cannot grow from its start size (nano) trains at the new size
+    from the first step."""
     train = spec.train
     if not train.get("grow_fraction"):
         return spec
@@ -145,16 +135,10 @@ def _corpus_parse(value):
 
 
 # -- attention: bidirectional (BERT, masked LM) or causal (GPT, next-token LM) ---------------------------------
-def _attention_get(spec):
-    causal = spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
-    return "causal" if causal else "bidirectional"
-
-
 def _attention_put(spec, value):
-    # The objective decides the attention (the model is made causal from it).
+    # The objective decides the attention (the model is made causal from it); a GPT has no NSP (IMPLIED).
     new = dataclasses.replace(spec, model_overrides={k: v for k, v in spec.model_overrides.items()
                                                      if k != "attention"})
-    # GPT predicts the next token and has no next-sentence task (IMPLIED)
     return _with_train(new, **objective_settings("clm" if value == "causal" else "mlm"))
 
 
@@ -166,14 +150,14 @@ def _attention_parse(value):
 
 def _train_knob(setting: Setting) -> Knob:
     """The knob of a TrainConfig setting described as one (its `knob`: bert_core.training.train_config)."""
-    face = setting.knob
-    return Knob(setting.name, setting.legend(), lambda spec: _train_value(spec, setting.name),
-                lambda spec, v: _with_train(spec, **{setting.name: v}), face.show, face.parse, face.suggestions)
+    name, face = setting.name, setting.knob
+    return Knob(name, setting.legend(), lambda spec: spec.train.get(name, _TRAIN_DEFAULTS[name]),
+                lambda spec, v: _with_train(spec, **{name: v}), face.show, face.parse, face.suggestions)
 
 
 # The knobs that are not one config field: the attention (with the objective), the model's size, the corpus.
 _OWN_KNOBS = (
-    (0, Knob("attention", "attention", _attention_get, _attention_put,
+    (0, Knob("attention", "attention", lambda spec: "causal" if is_causal(spec) else "bidirectional", _attention_put,
              {"bidirectional": "bidirectional (BERT)", "causal": "causal (GPT)"}.get, _attention_parse,
              lambda current: ("causal",) if current == "bidirectional" else ("bidirectional",))),
     (5, Knob("model_size", "model size", _size_value, _size_put, _size_show, _size_parse,
@@ -181,22 +165,15 @@ _OWN_KNOBS = (
     (7, Knob("corpus", "corpus", lambda spec: spec.corpus, _corpus_put, str, _corpus_parse,
              lambda current: tuple(c for c in ("toy", "tinyshakespeare", "wikitext-2") if c != current))),
 )
-# Every knob, in the order a legend and the 'try one change' menu list them: the config's settings described as knobs
-# (their `knob`), and the three above.
+# Every knob, in the order a legend and the 'try one change' menu list them.
 KNOBS: dict[str, Knob] = {k.name: k for _, k in sorted(
     [*_OWN_KNOBS, *((s.knob.at, _train_knob(s)) for s in TRAIN_SETTINGS if s.knob)], key=lambda pair: pair[0])}
 
 
 # Knobs another knob's change may carry along: causal attention (GPT's next-token objective) turns NSP off.
 IMPLIED = {"attention": {"nsp"}}
-# Knobs of BERT's masked-LM objective only: with causal attention nothing is masked and there is no NSP (their
-# descriptions' `mlm_only`).
+# Knobs of BERT's masked-LM objective only (their descriptions' `mlm_only`).
 MLM_ONLY = tuple(s.name for s in TRAIN_SETTINGS if s.knob and s.knob.mlm_only)
-
-
-def available_knobs() -> list[str]:
-    """The knobs a run can change."""
-    return list(KNOBS)
 
 
 def _knob(name: str) -> Knob:
@@ -206,13 +183,12 @@ def _knob(name: str) -> Knob:
 
 
 def knob_value(spec, knob: str):
-    """The value of one knob in a spec (a model size is a preset's name, or (layers, hidden, heads, ffn))."""
+    """The value of one knob in a spec."""
     return _knob(knob).get(spec)
 
 
 def knob_diff(spec_a, spec_b) -> list[KnobChange]:
-    """The knobs whose values differ from run a to run b, in KNOBS order, each with its label
-    ('mask rate 0.15 → 0.4'). Settings that are not knobs (seed, steps, ...) are in `other_differences`."""
+    """The knobs whose values differ from run a to run b, in KNOBS order (the other settings: other_differences)."""
     changes = []
     for knob in KNOBS.values():
         before, after = knob.get(spec_a), knob.get(spec_b)
@@ -221,13 +197,12 @@ def knob_diff(spec_a, spec_b) -> list[KnobChange]:
     return changes
 
 
-# Settings that are not knobs, with the words the legend uses for them (their descriptions' labels; the model's
-# dropout is the setting `dropout`).
+# Settings that are not knobs, with the words the legend uses for them.
 _OTHER_LABELS = {**{name: s.label for name, s in SETTINGS.items() if s.label},
                  "hidden_dropout_prob": SETTINGS["dropout"].legend()}
 _NOT_SETTINGS = {"probe_every", "checkpoint_every_s", "history_limit", "device", "precision", "eval_every",
                  "eval_batches", "corpus_label", "probes", "probe_sentences", "attention_probe",
-                 "attention_probs_dropout_prob", OBJECTIVE_FIELD, "attention", *SIZE_FIELDS}
+                 "attention_probs_dropout_prob", "objective", "attention", *SIZE_FIELDS}
 
 
 def other_differences(spec_a, spec_b) -> list[str]:
@@ -251,25 +226,18 @@ def other_differences(spec_a, spec_b) -> list[str]:
     return out
 
 
-def _check(spec) -> None:
-    """The checks `jobs.validate_spec` makes on the settings a knob can change, so a bad value is a message."""
-    spec.train_config()
-    BertConfig.preset(spec.preset, vocab_size=max(spec.vocab_size, 128), **spec.model_overrides)
-
-
 def one_change(spec, knob: str, value):
-    """A copy of `spec` with one knob set to `value` (checked), differing from it in exactly that knob (causal
-    attention also turns NSP off: IMPLIED): what the 'try one change' control starts. The copy's probe sentences
-    and other settings stay as they were."""
+    """A copy of `spec` with one knob set to `value` (checked), differing from it in exactly that knob (and what it
+    IMPLIES): what the 'try one change' control starts."""
     k = _knob(knob)
-    if knob in MLM_ONLY and spec.train.get(OBJECTIVE_FIELD, "mlm") != "mlm":
+    if knob in MLM_ONLY and spec.train.get("objective", "mlm") != "mlm":
         raise BertCoreError(f"the {k.label} belongs to BERT's masked-LM objective; this run is causal (GPT): "
                             "change its attention back to bidirectional first")
     new_value = k.parse(value)
     if new_value == k.get(spec):
         raise BertCoreError(f"the {k.label} is already {k.show(new_value)}: choose another value to compare")
     new = k.put(spec, new_value)
-    _check(new)
+    validate_spec(new)   # a bad value is a message
     changed = [c.knob for c in knob_diff(spec, new)]
     if knob not in changed or not set(changed) <= {knob} | IMPLIED.get(knob, set()):
         # a knob's writer touched another knob: a bug here, not the user's mistake
@@ -278,12 +246,11 @@ def one_change(spec, knob: str, value):
 
 
 def suggested_changes(spec) -> list[KnobChange]:
-    """The one-knob changes worth trying from `spec` (each knob's suggested values), for a 'try one change' menu."""
+    """The one-knob changes worth trying from `spec`, for a 'try one change' menu."""
     out = []
-    for name in available_knobs():
-        k = KNOBS[name]
+    for name, k in KNOBS.items():
         current = k.get(spec)
-        if name in MLM_ONLY and spec.train.get(OBJECTIVE_FIELD, "mlm") != "mlm":
+        if name in MLM_ONLY and spec.train.get("objective", "mlm") != "mlm":
             continue
         for value in k.suggestions(current):
             if value != current:
@@ -291,28 +258,27 @@ def suggested_changes(spec) -> list[KnobChange]:
     return out
 
 
+def _changes(before, after) -> str:
+    """What differs from run `before` to run `after`: its knobs, then the other settings."""
+    return ", ".join([c.label for c in knob_diff(before, after)] + other_differences(before, after)) or "same settings"
+
+
 def run_list_rows(runs, names) -> list[dict]:
-    """A tab's run list as table rows: each run's name, state, step, last held-out accuracy, and the knobs (then
-    other settings) in which it differs from the run before it. `runs` are duck-typed: .spec, .phase, .trainer
-    (with .step and .evals) or None."""
+    """A tab's run list as table rows: each run's name, state, step, last held-out accuracy, and what differs from
+    the run before it. `runs`: .spec, .phase, .trainer (None while it waits in the queue)."""
     # A BERT's and a GPT's figures are different tasks (a GPT's next token is easier to guess than a masked one):
     # one column each, named, so that a GPT's figure never reads as a better BERT's (issue #64).
     tasks = [ACCURACY_COLUMNS[is_causal(run.spec)] for run in runs]
     rows = []
     for i, run in enumerate(runs):
-        trainer = run.trainer   # None while the run waits in the queue
+        trainer = run.trainer
         evals = trainer.evals if trainer is not None else ()
         acc = evals[-1].mlm_acc if evals else None
-        if i == 0:
-            change = "first run"
-        else:
-            before = runs[i - 1].spec
-            change = ", ".join([c.label for c in knob_diff(before, run.spec)] + other_differences(before, run.spec))
         row = {"run": names[i], "state": run.phase, "step": trainer.step if trainer is not None else 0}
         for column in ACCURACY_COLUMNS.values():
             if column in tasks:
                 row[column] = f"{acc:.1%}" if acc is not None and tasks[i] == column else "–"
-        row["change from the run before"] = change or "same settings"
+        row["change from the run before"] = _changes(runs[i - 1].spec, run.spec) if i else "first run"
         rows.append(row)
     return rows
 
@@ -323,13 +289,12 @@ ACCURACY_COLUMNS = {False: "held-out masked-token accuracy (BERT)", True: "held-
 
 def is_causal(spec) -> bool:
     """Whether a run's spec trains a GPT (next-token objective, causal attention) rather than a BERT."""
-    return spec.train.get(OBJECTIVE_FIELD) == "clm" or spec.model_overrides.get("attention") == "causal"
+    return spec.train.get("objective") == "clm" or spec.model_overrides.get("attention") == "causal"
 
 
 def overlay_default(run_ids, current) -> list:
-    """The runs a tab's overlay starts with: its current run and the run before it (the one it was changed from, as
-    the reference), so that the legend names the change just made; the last two when the current run is not among
-    those with curves yet."""
+    """The runs a tab's overlay starts with: its current run and the one it was changed from (so that the legend
+    names the change just made); the last two when the current run has no curves yet."""
     ids = list(run_ids)
     if current in ids:
         i = ids.index(current)
@@ -338,8 +303,8 @@ def overlay_default(run_ids, current) -> list:
 
 
 def run_labels(specs, names=None) -> list[str]:
-    """Legend names for runs overlaid on one chart: the first run is the reference, each other run is named by
-    the knobs (then other settings) in which it differs from it; `names` (the runs' own names) go in front."""
+    """Legend names for runs overlaid on one chart: each run by what differs from the first (the reference), after
+    its own name in `names`."""
     if not specs:
         return []
     ref = specs[0]
@@ -351,18 +316,15 @@ def run_labels(specs, names=None) -> list[str]:
                             if n in changed_anywhere)
             text = f"reference ({own})" if own else "reference"
         else:
-            parts = [c.label for c in knob_diff(ref, spec)] + other_differences(ref, spec)
-            text = ", ".join(parts) if parts else "same settings"
+            text = _changes(ref, spec)
         name = names[i] if names and i < len(names) and names[i] else None
         labels.append(f"{name}: {text}" if name else text)
     return labels
 
 
 # -- the equivalent command line --------------------------------------------------------------------------------
-# The `train` option that sets each TrainConfig field, in the command's order (their descriptions' `command_at`): None
-# when the command leaves the field out (it does not change what a run learns), False when `train` has no option for
-# it, so it must stay at its default. A field without a description is such a False, so a new setting on the Train
-# page cannot silently drop out of the command.
+# The `train` option that sets each TrainConfig field, in the command's order: None when the command leaves it out,
+# False when `train` has no option for it (so a new setting on the Train page cannot silently drop out of the command).
 def _command_flag(name: str):
     described = SETTINGS.get(name)
     if described is not None and described.command == NEVER:
@@ -392,8 +354,8 @@ def _out_name(spec) -> str:
 
 
 def corpus_argument(spec) -> str:
-    """What the command's --corpus says: a built-in corpus or a path as it is; an uploaded or pasted text (kept
-    in a scratch file the user never sees) as the file name to save it under."""
+    """What the command's --corpus says: a built-in corpus or a path as it is; an uploaded or pasted text as the
+    file name to save it under."""
     if spec.corpus == spec.corpus_label or not spec.corpus_label:
         return spec.corpus
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.corpus_label).strip("-.") or "text"
@@ -401,9 +363,8 @@ def corpus_argument(spec) -> str:
 
 
 def train_command(spec, out: str | None = None, corpus: str | None = None) -> str:
-    """The `python -m bert_core train ...` command (shell-quoted) that trains what `spec` trains: the same data,
-    initial weights and updates, so the same held-out figures. `corpus` replaces `corpus_argument(spec)`; `out`
-    is the folder to write (default runs/PRESET-CORPUS-seedN)."""
+    """The shell-quoted `python -m bert_core train ...` command that trains what `spec` trains, to the same held-out
+    figures. `corpus` replaces `corpus_argument(spec)`; `out`: default runs/PRESET-CORPUS-seedN."""
     config = spec.train_config()
     # The command leaves out what the CLI's recipe for this size sets the same (bert_core.training.recipes).
     recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),

@@ -1,33 +1,12 @@
 """A compiled training step (TrainConfig.compile): the encoder's forward and backward passes through torch.compile
 during training steps only, on micro-batches padded to fixed shapes.
 
-- **What is compiled: the encoder** (BertEncoder, the stack of layers), where a step's many small kernels are: the
-  elementwise work around its matmuls (bias, GELU, dropout, residual adds, LayerNorm) fused into few kernels, and
-  with "reduce-overhead" the whole stack forward and backward replayed as CUDA graphs, which removes the launch cost
-  that bounds the small sizes on a GPU (docs/benchmarks.md, "On a CUDA GPU"). The embeddings and the heads stay
-  eager: the MLM head runs on the masked rows only (`bert._lm_head`), whose count changes with every batch, a
-  data-dependent shape that would otherwise compile a graph per count or fall back to dynamic shapes; and
-  BertModel.forward asks whether any position is padded, a read from the device that would break a graph there.
-- **Only the training step**: the compiled forward is put in place for the step's forward pass and taken away after
-  it (`CompiledTraining.forward`), so evaluations, probes and inspections run the same module eagerly and their
-  other shapes never compile. The model itself is not wrapped: its state_dict, checkpoints, growth and resume are
-  the same as an eager run's. The backward pass is compiled with the forward (AOTAutograd).
-- **Fixed shapes, one graph per shape** (`dynamic=False`), because batches pad to their longest sequence, so their
-  width changes from batch to batch: every micro-batch is padded to the length of its phase (the short phase's
-  `short_seq_length` or `max_seq_length`; `fixed_width`). A graph per shape keeps every graph static, which CUDA
-  graphs need and which gives the best kernels; the shapes are few (two lengths, with or without an attention mask,
-  and a smaller row count where grad_accum or the last batch splits rows unevenly), well under dynamo's limit of
-  recompilations (8), past which a new shape runs eagerly, correct but slower. Padding adds no work to packed
-  pretraining batches, which already fill their length almost always, and changes no result: padded positions are
-  masked from attention and carry no label (tests/test_compile.py checks the loss against the eager step).
-- The optimizer step is not compiled: it is torch's fused AdamW already (`bert.adamw`), one kernel over all the
-  parameters.
-
-Compiling costs time at the first steps (seconds for a small model on a CPU, up to a minute for base on a GPU:
-`bench --compile` states it apart from the step time) and needs a C compiler on a CPU (Triton on a GPU), which a
-student's machine may not have; so it is off by default. Dropout inside the compiled encoder is torch's own, which
-the compiler fuses (`FastDropout` steps aside there): its masks come from torch's generator, so a seed repeats a
-compiled run, but they are not an eager run's masks.
+Why the encoder alone (the MLM head's row count changes every batch), why only the training step (evaluations keep
+their own shapes eager; the model is not wrapped, so checkpoints, growth and resume are an eager run's), why fixed
+shapes (one static graph per phase length, as CUDA graphs need, under dynamo's recompilation limit) and why it is
+off by default: docs/benchmarks.md, "The GPU at its limit". Padding changes no result: padded positions are masked
+from attention and carry no label (tests/test_compile.py). Dropout inside the compiled encoder is torch's own, which
+the compiler fuses: a seed repeats a compiled run, but its masks are not an eager run's.
 """
 
 from __future__ import annotations
@@ -41,8 +20,6 @@ import torch
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX
 from bert_core.training.train_config import COMPILE_MODES
-
-__all__ = ["COMPILE_MODES", "CompiledTraining", "fixed_width", "pad_columns", "phase_lengths"]
 
 
 def fixed_width(width: int, lengths: tuple[int, ...]) -> int:

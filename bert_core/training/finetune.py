@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
-import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -40,74 +39,34 @@ from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
 from bert_core.training.bag_of_words import BagOfWordsClassifier
-from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
+from bert_core.training.distributed import resolve_device
 from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
-from bert_core.training.finetune_results import (
-    FinetuneEval,
-    FinetuneResult,
-    FinetuneStage,
-    FinetuneStep,
-    Misclassified,
-    confusion_matrix,
-    macro_f1,
-)
-from bert_core.training.finetune_settings import (
-    BUILT_IN_TASKS,
-    FINETUNE_STEPS,
-    KIND_DEFAULTS,
-    SELECTION_FRACTION,
-    TOY_QA_STEPS,
-    FinetuneConfig,
-    kind_config,
-    page_settings,
-)
+from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, FinetuneStep
+from bert_core.training.finetune_settings import BUILT_IN_TASKS, SELECTION_FRACTION, FinetuneConfig
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
+from bert_core.training.optimization import lr_multiplier
 from bert_core.training.precision import autocast_for
 from bert_core.training.run_builder import pretraining_rate_of
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.token_tagging import TokenTags
-from bert_core.training.trainer import TrainConfig, lr_multiplier, resolve_device
 
-__all__ = [
-    "FinetuneConfig", "FinetuneStep", "FinetuneEval", "FinetuneStage", "FinetuneResult", "Finetuner", "finetune",
-    "FinetuneTask", "SentenceLabels", "Misclassified", "confusion_matrix", "macro_f1",
-    "classifier_from_checkpoint", "classifier_from_model", "classifier_from_scratch", "set_dropout",
-    "FinetuneComparison", "BagOfWordsRun", "BASELINE_NAME", "classify_text", "result_probabilities",
-    "evaluate_classifier", "build_comparison", "scratch_twin", "tokenizer_for_scratch",
-    "load_task", "load_classification_csv", "split_train_val", "toy_topic_task", "toy_order_task", "save_classifier",
-    "split_task", "race_task", "SELECTION_FRACTION", "TokenTags", "AnswerSpans", "BUILT_IN_TASKS", "KIND_DEFAULTS",
-    "kind_config", "FINETUNE_STEPS",
-    "finetune_learning_rate", "KIND_RATE_SCALE", "TOY_QA_STEPS", "pretraining_rate_of", "checkpoint_pretraining_rate",
-]
-
-log = logging.getLogger(__name__)
 RESULT_FILE = "finetune_result.json"
 
 
-# Each kind's rate against the size rule's (finetune_learning_rate). Answer spans: half. On the toy QA task the
-# shipped mini (rule: 5e-4) learnt at 2.5e-4 where 5e-4 did not, on the stories (33% against 22-28% after 22,000
-# steps on an H200) and on the drills' find file (100% against 44%); its curriculum was measured at 2.5e-4
-# (docs/benchmarks.md, "Token tags and answer spans").
+# Each kind's rate against the size rule's (finetune_learning_rate). Answer spans: half: on the toy QA task the
+# shipped mini learnt at 2.5e-4 where the rule's 5e-4 did not (docs/benchmarks.md, "Token tags and answer spans").
 KIND_RATE_SCALE: dict[str, float] = {"labels": 1.0, "tags": 1.0, "spans": 0.5}
 
 
 def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: str = "labels") -> float:
-    """The peak fine-tuning rate that suits a model, kept within [2e-5, 1e-3].
+    """The peak fine-tuning rate that suits a model, kept within [2e-5, 1e-3], scaled by its `kind` (KIND_RATE_SCALE).
 
-    A checkpoint made here records the peak rate it was pretrained at (`pretraining_rate`, from its
-    trainer_state.json: pretraining_rate_of): then the rate at which its weights trained, scaled by 128 / hidden
-    (muP's rule for Adam, the update of a weight matrix falls with its fan-in). Measured (docs/benchmarks.md,
-    "Fine-tuning the grown mini"): the shipped `tiny`, pretrained at 1e-3, fine-tunes best at 1e-3 (4 to 7 points
-    above 1e-4, 3 above 5e-4); the grown `mini` (hidden 256), pretrained at 1e-3, best at 5e-4 (80.0 / 75.0% on
-    polarity, seeds 0 / 1), where 1e-3 gave 76.3 / 73.0% and 2.5e-4 gave 69.3% (seed 0).
-
-    A folder `grow` wrote goes by its source's rate (growth.grown_pretraining_rate), scaled to its own width.
-    A model with no such record (a Hugging Face BERT) gets 1e-3 x (128 / hidden)^2: 2.8e-5 at
-    BERT-base's 768, inside the paper's 2e-5 to 5e-5, and 2.5e-4 at 256, inside the 1e-4 to 3e-4 that Turc et al.
-    (2019) found for small BERTs, all of them pretrained at 1e-4, ten times below ours.
-
-    The `kind` of task scales it (KIND_RATE_SCALE: answer spans learn at half the rate)."""
+    With the peak rate a checkpoint was pretrained at (pretraining_rate_of; a `grow` folder: its source's), that
+    rate x 128 / hidden (muP's rule for Adam: a weight matrix's update falls with its fan-in); measured best for the
+    shipped tiny and the grown mini (docs/benchmarks.md, "Fine-tuning the grown mini"). Without it (a Hugging Face
+    BERT), 1e-3 x (128 / hidden)^2: 2.8e-5 at BERT-base's 768, inside the paper's 2e-5 to 5e-5, and 2.5e-4 at 256,
+    inside the 1e-4 to 3e-4 Turc et al. (2019) found for small BERTs."""
     if kind not in KIND_RATE_SCALE:
         raise BertCoreError(f"unknown kind of task {kind!r}; the kinds are {', '.join(KIND_RATE_SCALE)}")
     if pretraining_rate is not None and math.isfinite(pretraining_rate) and pretraining_rate > 0:
@@ -118,9 +77,8 @@ def finetune_learning_rate(config, pretraining_rate: float | None = None, kind: 
 
 
 def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
-    """pretraining_rate_of the folder's trainer_state.json, or, for a folder `grow` wrote, the rate its growth.json
-    records; None when it has neither or they cannot be read (fine-tuning does not need it: the size rule
-    applies)."""
+    """pretraining_rate_of the folder's trainer_state.json, or a `grow` folder's growth.json rate; None when it has
+    neither or they cannot be read (the size rule then applies)."""
     path = Path(folder) / "trainer_state.json"
     if not path.is_file():
         return grown_pretraining_rate(folder)
@@ -130,30 +88,17 @@ def checkpoint_pretraining_rate(folder: str | Path) -> float | None:
         return None
 
 
-# ---------------------------------------------------------------------------------------------- models
-
-
 def classifier_from_checkpoint(folder, num_labels: int, seed: int = 0):
-    """(classifier, tokenizer) from a pretraining or classifier checkpoint folder: its encoder (+ pooler), a fresh
-    head; a causal (GPT-style) folder gives a classifier reading the last token (model.LAST_TOKEN_POOLING)."""
+    """(classifier, tokenizer) from a checkpoint folder: its encoder (+ pooler), a fresh seeded head (reading the
+    last token for a causal folder)."""
     folder = Path(folder)
     with seeded(seed):
         model = load_pretrained(folder, model_class=SentenceLabels.head, num_labels=num_labels)
     return model, tokenizer_of(folder, model.config)
 
 
-def classifier_from_model(pretrained, num_labels: int, seed: int = 0):
-    """A classifier whose encoder (+ pooler) are copies of `pretrained.bert` (e.g. the app's active model), fresh
-    head; reading the last token when `pretrained` is causal (model.LAST_TOKEN_POOLING), so GPT fine-tunes too."""
-    with seeded(seed):
-        model = SentenceLabels.head(pretrained.config, num_labels)
-    model.bert.load_state_dict(pretrained.bert.state_dict())
-    return model
-
-
 def set_dropout(model, p: float) -> None:
-    """Set every dropout of `model` (hidden, attention, classifier) to `p`, and its config to match, so a saved
-    classifier's config.json says what it was trained with."""
+    """Set every dropout of `model` to `p`, and its config to match (a saved config.json says what it trained with)."""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
@@ -162,31 +107,18 @@ def set_dropout(model, p: float) -> None:
 
 
 def classifier_from_scratch(config, num_labels: int, seed: int = 0):
-    """A randomly initialised classifier of the given BertConfig: the no-pretraining baseline."""
+    """A seeded, randomly initialised classifier of `config`: the no-pretraining baseline."""
     with seeded(seed):
         return SentenceLabels.head(config, num_labels)
 
 
 def save_classifier(result: FinetuneResult, folder) -> Path:
     """Write the fine-tuned classifier as a Hugging Face folder (+ tokenizer, label names, finetune_result.json),
-    atomically: a failed write (full disk, read-only folder) leaves what was there whole."""
+    atomically (a failed write leaves what was there whole)."""
     if result.model is None:
         raise BertCoreError("this result holds no model to save")
     return save_checkpoint(folder, result.model, tokenizer=result.tokenizer, label_names=result.label_names or None,
                            extra={RESULT_FILE: result.to_dict()})
-
-
-# ---------------------------------------------------------------------------------------------- inference
-
-
-def evaluate_classifier(model, tokenizer, data: ClassificationData, max_length: int = 128, batch_size: int = 128,
-                        device="cpu", num_misclassified: int = 20) -> dict:
-    """Accuracy, macro-F1, loss, confusion matrix and the most confident mistakes of `model` on `data`."""
-    task = SentenceLabels(data, data)
-    task.prepare(tokenizer, max_length)
-    ev = task.evaluate(model, torch.device(device), batch_size, num_misclassified)
-    return dict(accuracy=ev.accuracy, macro_f1=ev.macro_f1, loss=ev.loss, confusion=ev.confusion,
-                misclassified=ev.misclassified)
 
 
 @torch.no_grad()
@@ -206,8 +138,7 @@ def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_le
 
 
 def result_probabilities(result: FinetuneResult, text: str, max_length: int = 128) -> list[float]:
-    """Class probabilities for one typed text from any run's result: a fine-tuned model, or the bag-of-words
-    baseline (bag_of_words.BagOfWordsClassifier), whose model takes raw text and has no tokenizer."""
+    """Class probabilities for one typed text from any run's result, the bag-of-words baseline's (raw text) too."""
     if result.model is None:
         raise BertCoreError(f"the run {result.name!r} kept no model to classify with")
     if isinstance(result.model, BagOfWordsClassifier):
@@ -217,19 +148,11 @@ def result_probabilities(result: FinetuneResult, text: str, max_length: int = 12
     return classify_text(result.model, result.tokenizer, text, max_length=max_length)
 
 
-# ---------------------------------------------------------------------------------------------- the loop
-
-
 class Finetuner(FinetuneCheckpointing, RunLoop):
-    """Fine-tunes `model` on one task kind (finetune_tasks.FinetuneTask): SentenceLabels over `train` and `val`, or
-    the given `task`; observable and stoppable from any thread (run_loop), run once.
-
-    The loop talks to the task only: it prepares the task's data with `tokenizer`, asks it for training batches and
-    each batch's loss, and for the figures of the validation passes. Another thread may read `state`, `history`,
-    `evals`, `progress`, `error` and `result` at any time and call `stop()`; the run then ends at the next step
-    boundary with a final validation pass. With `checkpoint_dir` it writes checkpoints as it trains, and a run
-    built alike goes on from one exactly (finetune_checkpoint.FinetuneCheckpointing: `resume_from`).
-    """
+    """Fine-tunes `model` on one task kind: SentenceLabels over `train` and `val`, or the given `task`, which alone
+    knows its batches, losses and figures. Observable and stoppable from any thread (run_loop), run once; a stop
+    ends it at the next step with a final validation pass. With `checkpoint_dir` it writes checkpoints a run built
+    alike goes on from exactly (finetune_checkpoint)."""
 
     step_event_type = FinetuneStep
     budgeted = True           # a share of its race's budget (a baseline's seconds are not: baseline_runs.LevelRun)
@@ -262,8 +185,6 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
         self._step_seconds: list[float] = []
         self._elapsed_before_step = 0.0
         self._best: tuple[float, int, dict] | None = None  # (selection score, step, the weights on the CPU)
-        # The stages of the run: the task's drills, each until it is learnt or its deadline (its share of the
-        # budget and what the drills before it left) is reached, then the task's own data for the rest.
         self._plan = _stage_plan(self.task)
         self.stages: list[FinetuneStage] = []  # as they began
         self._stage_config = self._train_config
@@ -299,19 +220,16 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
 
     def _enter_stage(self, index: int) -> None:
         """Train on stage `index` from the next step: its batches, and (after the first) a new optimizer and a
-        schedule of its own, as a run of its own would have. A drill's schedule warms up and holds the peak rate
-        up to its deadline (wsd: it decays only if the drill takes all it may); the task's own data gets the run's
-        schedule over all the budget that is left."""
+        schedule of its own. A drill's holds the peak rate up to its deadline (wsd: it decays only if the drill
+        takes all it may); the task's own data gets the run's schedule over the budget that is left."""
         cfg, drills = self.config, self.task.drills
         self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(drills)
                          else self.task.train_batches(cfg.batch_size, cfg.seed))
         if not drills:
             self._stage_config = self._train_config
         elif index < len(drills):
-            # A drill may run to its deadline: the point of the budget where the shares so far add up. So it has
-            # its own share and whatever the drills before it left unused (a drill that clicks early passes its
-            # rest on to one that needs longer), never less than its own share. Its warmup stays the length its
-            # own share would give it.
+            # A drill may run to its deadline, where the shares so far add up: a drill that clicks early passes
+            # its rest on to one that needs longer. Its warmup stays the length its own share would give it.
             own, deadline = self._plan[index][1], sum(share for _, share, _ in self._plan[:index + 1])
             steps = seconds = None
             if cfg.max_steps:
@@ -355,8 +273,8 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
         self._checkpoint_if_due()
 
     def _eval_fraction(self) -> float:
-        """How far the run is, for placing its validation passes: by steps when it has a step budget (a time cap
-        then moves no pass, so a busy machine draws the same curve as a quiet one), else by its budget."""
+        """How far the run is, for placing its validation passes: by steps when it has a step budget (so a busy
+        machine draws the same curve as a quiet one), else by its budget."""
         cfg = self.config
         return self.step / cfg.max_steps if cfg.max_steps else self._fraction_done()
 
@@ -393,8 +311,7 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
             self.result.state = final
 
     def _after_divergence(self) -> str:
-        # As in Trainer: the update is refused, but the weights that gave this loss are already the previous
-        # update's, so nothing of this run is worth keeping; the checkpoint it started from is untouched.
+        # The weights that gave this loss are the previous update's: nothing of this run is worth keeping.
         return "lower it and start again (the checkpoint it started from is unchanged, and nothing was saved)."
 
     def _train_step(self) -> FinetuneStep | None:
@@ -428,8 +345,7 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
         self._publish(FinetuneEval(self.step, self.elapsed_s, ev.accuracy, ev.macro_f1, ev.loss))
 
     def _select(self) -> None:
-        """Score the weights of this step on the held-back part; keep a copy when they are the best so far (a tie
-        keeps the earlier step)."""
+        """Keep a copy of this step's weights when they score best so far on the held-back part (a tie: the earlier)."""
         ev = self.selection.evaluate(self.model, self.device, self.config.eval_batch_size)
         score = (ev.accuracy, ev.macro_f1)[self.task.primary]
         if self._best is None or score > self._best[0]:
@@ -438,8 +354,7 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
 
 
     def _stage_over(self) -> bool:
-        """Whether the drill in training is done: learnt (its last MASTERY_STEPS steps' mean training score at
-        least its `mastery`), or at its deadline (_enter_stage)."""
+        """Whether the drill in training is learnt (MASTERY_STEPS) or at its deadline (_enter_stage)."""
         stage, (step, seconds) = self._stage_config, self._stage_origin
         if stage.max_steps and self.step - step >= stage.max_steps:
             return True
@@ -456,9 +371,8 @@ MASTERY_STEPS = 200
 
 
 def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
-    """(name, share of the budget, mastery) of each stage of a run on `task`: its drills (each ends when learnt, or
-    at its deadline at the latest: its share plus what the drills before it left unused), then its own data for
-    the rest."""
+    """(name, share of the budget, mastery) of each stage of a run on `task`: its drills, then its own data for the
+    rest."""
     plan = [(drill.name, float(drill.share), drill.mastery) for drill in task.drills]
     rest = 1.0 - sum(share for _, share, _ in plan)
     if any(not 0 < share < 1 for _, share, _ in plan) or rest <= 0.01:
@@ -470,7 +384,6 @@ def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
 
 def _task_of(train: ClassificationData | None, val: ClassificationData | None,
              task: FinetuneTask | None) -> FinetuneTask:
-    """The task a Finetuner runs: the one given, or sentence labels over `train` and `val`."""
     if task is None:
         if train is None or val is None:
             raise BertCoreError("fine-tuning needs training and validation data, or a task holding them")
@@ -483,8 +396,7 @@ def _task_of(train: ClassificationData | None, val: ClassificationData | None,
 def finetune(model, tokenizer, train: ClassificationData | None = None, val: ClassificationData | None = None,
              config: FinetuneConfig = FinetuneConfig(), name: str = "run", callbacks=(), *,
              task: FinetuneTask | None = None) -> FinetuneResult:
-    """Fine-tune `model` on sentence labels (`train`, `val`) or on `task`, in this thread, and return its result;
-    a failure raises BertCoreError."""
+    """Finetuner's run in this thread: its result, or BertCoreError."""
     tuner = Finetuner(model, tokenizer, train, val, config, name=name, callbacks=callbacks, task=task)
     result = tuner.run()
     if tuner.error is not None or result is None:
@@ -496,22 +408,17 @@ def finetune(model, tokenizer, train: ClassificationData | None = None, val: Cla
 
 
 class FinetuneComparison:
-    """Several fine-tuning runs ("pretrained", then "scratch", or a race of pretrained models) with one config, one
-    after the other on this thread, on one task kind: sentence labels over `train` and `val`, or the given `task`
-    (each run gets its own copy, encoded with its own tokenizer); with `baseline`, the kind's baseline lines first
-    (sentence labels: TF-IDF + logistic regression; token tags: the majority-tag lines), on the same split.
-
-    Observable and stoppable like a Trainer: `state`, `error`, `progress`, `stop()`, and `tuners` for the curves.
-    """
+    """A race: several fine-tuning runs ("pretrained", models it is compared with, "scratch") with one config, one
+    after the other on this thread, on one `task` (each run gets its own copy, encoded with its own tokenizer);
+    with `baseline`, the kind's baseline lines first. Observable and stoppable like a Trainer."""
 
     # What a hosted run holds that a race has none of (the server's run_protocols.LiveView): its models have their
     # own curves and tokenizers (in `tuners`), and a race takes no probe snapshots.
     history, evals, tokenizer, growth, data, probes = (), (), None, None, None, None
 
-    def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], train: ClassificationData | None = None,
-                 val: ClassificationData | None = None, config: FinetuneConfig = FinetuneConfig(), callbacks=(),
-                 baseline: bool = False, *, task: FinetuneTask | None = None):
-        self.task = _task_of(train, val, task)
+    def __init__(self, runs: Sequence[tuple[str, torch.nn.Module, object]], config: FinetuneConfig = FinetuneConfig(),
+                 callbacks=(), baseline: bool = False, *, task: FinetuneTask):
+        self.task = task
         self.train_data, self.val_data, self.config = self.task.train_data, self.task.val_data, config
         # What the page shows without holding the task (a training process sends these to the server).
         self.task_kind, self.metric_names, self.primary = self.task.kind, self.task.metric_names, self.task.primary
@@ -573,14 +480,12 @@ class FinetuneComparison:
             t.stop()
 
     def pause(self) -> None:
-        """Return from run() once the model in training has finished (its turn on a shared server is up): each
-        model keeps its whole budget, uninterrupted, and the next run() starts the next model. A Finetuner is run
-        once, so a comparison yields only between its models."""
+        """Return from run() once the model in training has finished (its turn on a shared server is up): a Finetuner
+        runs once, so a race yields only between its models, each with its whole budget."""
         self._pause.set()
 
     def run(self) -> None:
-        """Run each fine-tuning not yet run, in turn, until all have run, a stop, or a pause between two of them;
-        never raises (a failure sets `error`)."""
+        """Run each model not yet run, in turn, until a stop or a pause; never raises (a failure sets `error`)."""
         if self._stop.is_set():
             return
         self._started, self._running = True, True
@@ -603,9 +508,8 @@ class FinetuneComparison:
 
 def split_task(data, train_size: int | None = None, val_size: int | None = None, seed: int = 0,
                pooling: str | None = None) -> FinetuneTask:
-    """The task kind of `data` over a seeded train / validation split of it: sentence labels (ClassificationData),
-    token tags (TaggedSentences, split by sentence) or answer spans (QAData, split by passage). `pooling` is the
-    sentence classifiers' reading (model.POOLING_KINDS; None: each model's default)."""
+    """The task kind of `data` over a seeded train / validation split of it (token tags split by sentence, answer
+    spans by passage); `pooling`: the sentence classifiers' reading (None: each model's default)."""
     if isinstance(data, ClassificationData):
         return SentenceLabels(*split_train_val(data, train_size, val_size, seed=seed), pooling=pooling)
     if pooling is not None:
@@ -617,32 +521,8 @@ def split_task(data, train_size: int | None = None, val_size: int | None = None,
     raise BertCoreError(f"no fine-tuning kind for {type(data).__name__}")
 
 
-def build_comparison(data, model, tokenizer, settings: dict, others=(), baseline: bool = False,
-                     device: str = "cpu") -> "FinetuneComparison":
-    """The Fine-tune page's runs: split `data` (labelled sentences, tagged sentences or questions: split_task), give
-    a copy of `model`'s encoder the kind's head ("pretrained") and make its from-scratch twin ("scratch"), each for
-    the same time budget; `others` ((name, model, tokenizer) of more pretrained models, e.g. a GPT-style one beside
-    a BERT) race from their own weights with the same data, budget and seed, and `baseline` adds the kind's baseline
-    lines. `settings`: train, val (sizes), seed, budget (s), lr, batch, maxlen; `device`: where it trains (the CPU,
-    or the GPU the server's queue gave it). Module-level so that it can run in the app's training process."""
-    seed = settings["seed"]
-    task = split_task(data, settings["train"], settings["val"], seed)
-    config = FinetuneConfig(**page_settings({f"ft_{k}": v for k, v in settings.items()}), device=device)
-    pre = task.head_from_model(model, seed)
-    runs = [("pretrained", pre, tokenizer)]
-    runs += [(name, task.head_from_model(m, seed), tok) for name, m, tok in others]
-    runs.append(("scratch", task.new_head(pre.config, seed), tokenizer))
-    return FinetuneComparison(runs, config=config, baseline=baseline, task=task)
-
-
-def scratch_twin(model, num_labels: int, seed: int = 0):
-    """A from-scratch classifier with the same BertConfig as `model`: the baseline of the pretraining lesson."""
-    return classifier_from_scratch(model.config, num_labels, seed)
-
-
 def tokenizer_for_scratch(train, vocab_size: int = 8000):
-    """A WordPiece tokenizer trained on the training texts (sentences, tagged sentences' words, or questions and
-    their passages), for a from-scratch model: no checkpoint lends it one."""
+    """A WordPiece tokenizer trained on the training texts, for a from-scratch model: no checkpoint lends it one."""
     if isinstance(train, TaggedSentences):
         texts = [" ".join(words) for words in train.words]
     elif isinstance(train, QAData):
@@ -653,11 +533,9 @@ def tokenizer_for_scratch(train, vocab_size: int = 8000):
 
 
 def load_task(source: RaceData | None = None, upload: bytes | None = None, **choice):
-    """The data for a run (`source`, or a RaceData of `choice`): a labelled CSV (sentence labels), a CoNLL file (token
-    tags, its `tag_column`), a SQuAD v1.1 JSON file (answer spans), or a built-in task (BUILT_IN_TASKS; the toy
-    topics when nothing is given). A file with a `name` (an upload, kept as a file) is read as its bytes under that
-    name, as the page read it: `upload`, the bytes themselves before they are kept. `drills` False leaves out the toy
-    QA task's drills (the stories alone)."""
+    """The data for a run (`source`, or a RaceData of `choice`): a labelled CSV, a CoNLL file, a SQuAD v1.1 file or
+    a built-in task (the toy topics when nothing is given). A file with a `name` (an upload, kept as a file) is read
+    as its bytes under that name, as the page read it; `upload`: the bytes themselves before they are kept."""
     d = source if source is not None else RaceData(**choice)
     given = [name for name, value in (("a CSV file", d.csv), ("a CoNLL file", d.conll), ("a SQuAD file", d.squad),
                                       ("a built-in task", d.task)) if value is not None]

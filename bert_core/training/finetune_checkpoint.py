@@ -26,8 +26,6 @@ from bert_core.model.hf import TIED_KEYS, read_state_dict
 from bert_core.training.finetune_results import FinetuneEval, FinetuneStage, FinetuneStep
 from bert_core.training.train_config import TrainConfig
 
-__all__ = ["FinetuneCheckpointing", "checkpoint_of", "STATE_FORMAT"]
-
 log = logging.getLogger(__name__)
 STATE_FORMAT = 1   # trainer_state.json of a fine-tuning checkpoint ("kind": "finetune")
 

@@ -17,7 +17,8 @@ from typing import Any
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.config import BertConfig
-from bert_core.training.finetune import FinetuneComparison, FinetuneConfig, Finetuner, race_task, tokenizer_for_scratch
+from bert_core.training.finetune import FinetuneComparison, Finetuner, race_task, tokenizer_for_scratch
+from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.finetune_checkpoint import checkpoint_of
 from bert_core.training.finetune_results import FinetuneResult
 from bert_core.training.finetune_spec import FinetuneSpec

@@ -19,9 +19,6 @@ import torch
 if TYPE_CHECKING:
     from bert_core.data.classification_data import ClassificationData
 
-__all__ = ["Misclassified", "StepLoss", "Evaluation", "FinetuneStep", "FinetuneEval", "FinetuneStage", "FinetuneResult",
-           "LABEL_METRICS", "label_metrics", "confusion_matrix", "macro_f1"]
-
 LABEL_METRICS = ("accuracy", "macro-F1")  # the names of a sentence-label run's two figures
 
 

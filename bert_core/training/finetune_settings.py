@@ -116,14 +116,10 @@ class FinetuneConfig:
 
     def __post_init__(self):
         self.train_config()  # validates the shared fields with TrainConfig's messages
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise BertCoreError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.layer_decay <= 1.0:
-            raise BertCoreError(f"layer decay must be in (0, 1], got {self.layer_decay}")
-        if self.precision not in ("bf16", "fp32"):
-            raise BertCoreError(f"fine-tuning precision must be bf16 or fp32, got {self.precision!r}")
-        if self.eval_points < 1:
-            raise BertCoreError(f"eval_points must be at least 1, got {self.eval_points}")
+        for setting in settings_of(FinetuneConfig):   # the others by their descriptions (None: the default's)
+            value = getattr(self, setting.name)
+            if value is not None and (why := setting.refusal(value)) is not None:
+                raise BertCoreError(why)
 
     def train_config(self) -> TrainConfig:
         """The pretraining TrainConfig with the same schedule, used for its learning-rate schedule."""

@@ -33,8 +33,6 @@ from bert_core.model.tokenization import BertTokenizer
 from bert_core.training.baseline_runs import BagOfWordsRun
 from bert_core.training.finetune_results import LABEL_METRICS, Evaluation, StepLoss, label_metrics
 
-__all__ = ["FinetuneTask", "SentenceLabels", "seeded", "copy_encoder", "tokenizer_of"]
-
 
 @contextlib.contextmanager
 def seeded(seed: int):

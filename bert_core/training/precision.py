@@ -18,8 +18,6 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["BF16_CPU_FLAGS", "bf16_in_cpuinfo", "cpu_has_bf16", "autocast_for", "computes_in"]
-
 # /proc/cpuinfo flags of the x86 instructions that make bfloat16 matmuls faster than fp32 ones.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 

@@ -28,7 +28,8 @@ from bert_core.model.config import BertConfig
 from bert_core.model.growth import copy_trained_positions
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.training.recipes import DEFAULT_PRESET
-from bert_core.training.trainer import TrainConfig, Trainer
+from bert_core.training.trainer import Trainer
+from bert_core.training.train_config import TrainConfig
 
 
 @dataclass(frozen=True)

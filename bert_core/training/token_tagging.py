@@ -31,8 +31,6 @@ from bert_core.training.baseline_runs import MajorityTagRun
 from bert_core.training.finetune_results import Evaluation, StepLoss, confusion_matrix, macro_f1
 from bert_core.training.finetune_tasks import FinetuneTask
 
-__all__ = ["TokenTags", "TaggedWord", "tag_words", "split_words", "SPAN_METRICS", "PLAIN_METRICS"]
-
 SPAN_METRICS = ("token accuracy", "chunk F1")
 PLAIN_METRICS = ("token accuracy", "macro-F1 over tags")
 

@@ -74,9 +74,7 @@ class TrainConfig:
     warmup_ratio: float = described(
         0.1, flag="--warmup", help="warmup as a fraction of the run (default {warmup_ratio:g})", kind=float,
         limits=RATE, cli_at=17, label="warmup", on_resume=CHANGES, command_at=3)
-    # "linear"/"cosine": warmup then decay over max_steps (or over the time budget when there is no step count);
-    # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out;
-    # "wsd": warmup, the peak rate, then a linear decay over the last WSD_DECAY_FRACTION of the run.
+    # "time": progress is elapsed/budget, so the rate reaches zero exactly when the budget runs out.
     schedule: str = described(
         "linear", help="learning-rate schedule (default linear; 'time' when only --time-budget is given; on --resume "
                        "the run's own; wsd: warmup, the peak rate, then a linear decay over the last fifth, so a long "
@@ -87,10 +85,8 @@ class TrainConfig:
     adam_eps: float = 1e-6
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    # 0 disables clipping (the norm is still reported)
     max_grad_norm: float = described(1.0, help="gradient clipping (0 = off; default {max_grad_norm:g})", kind=float,
                                      limits=NON_NEGATIVE, cli_at=21, on_resume=CHANGES, command_at=8)
-    # Each batch is split into this many micro-batches whose gradients add up: less memory, the same update.
     grad_accum: int = described(1, help="micro-batches per optimizer step (default 1)", kind=int,
                                 limits=Limits(1, MAX_BATCH), cli_at=15, on_resume=CHANGES, command_at=9)
     max_seq_length: int = described(
@@ -99,12 +95,9 @@ class TrainConfig:
         kind=int, limits=Limits(16, MAX_SEQ_LEN), cli_at=10, label="sequence length", on_resume=STAYS,
         command=ALWAYS, command_at=10,
         widget=Widget("train_seq", "Max sequence length", range=(16, 512), step=16, group="training"))
-    # Short sequences first, a deviation from BERT's paper (which trained 90% of its steps at 128 tokens and the
-    # rest at 512, for speed): for the first `short_seq_fraction` of the run (of its steps or its time budget,
-    # whichever is further), sequences of `short_seq_length` tokens, `short_seq_batch_size` of them a step (0: as
-    # many tokens a step as the long phase). A small model's attention starts near uniform; in a short sequence a
-    # neighbour is a large share of it, so the model leaves the unigram plateau sooner ("The unigram plateau" in
-    # docs/benchmarks.md). 0 = off: every step at max_seq_length.
+    # Short sequences first (BERT's paper did it for speed, at 128 then 512 tokens): a small model's attention starts
+    # near uniform, and in a short sequence a neighbour is a large share of it ("The unigram plateau" in
+    # docs/benchmarks.md). The phase is the first `short_seq_fraction` of the run's steps or time, whichever is further.
     short_seq_length: int = described(
         0, flag="--short-seq-len",
         help="train the first --short-seq-fraction of the run on sequences of N tokens, as many tokens a step as the "
@@ -131,14 +124,9 @@ class TrainConfig:
                       range=(0, 512), group="training",
                       help="Larger sizes take small batches of short sequences first: a model leaves the plateau "
                            "after a number of updates, and on a CPU a small batch is a cheap update."))
-    # Start small, then grow: a deviation from BERT's paper (which trained one size from the first step), for the
-    # large sizes on a CPU. For the first `grow_fraction` of the run (of its steps or time, as above) the model is
-    # `grow_from_layers` x `grow_from_hidden` (heads of the full model's size, fewer of them), at the width rule's
-    # rate for that width (bert_core.training.recipes.seed_learning_rate); then it is grown to the run's size
-    # (bert_core.model.growth: Net2Net copies for width, which compute the same function, and its layers repeated
-    # for depth) and trains on at `learning_rate` after a fresh warmup. A small model makes many more updates a
-    # second, and a model leaves the unigram plateau after enough updates ("Every size learns" in
-    # docs/benchmarks.md). 0 = off: the run's size from the first step.
+    # Start small, then grow: the seed trains at the width rule's rate for its width (recipes.seed_learning_rate);
+    # grown (bert_core.model.growth), the model trains on at `learning_rate` after a fresh warmup ("Every size
+    # learns" in docs/benchmarks.md).
     grow_fraction: float = described(
         0.0, help="start small, then grow: train the first F of the run (steps or time) as a model of "
                   "--grow-from-layers x --grow-from-hidden, then grow it to the run's size (Net2Net width, repeated "
@@ -176,8 +164,6 @@ class TrainConfig:
         label="NSP", on_resume=STAYS, command=ALWAYS, command_at=12,
         widget=Widget("train_nsp", "Next-sentence prediction", group="objective"),
         knob=KnobFace(on_off("on", "off"), as_bool, flipped, at=1, mlm_only=True))
-    # "mlm": BERT's masked LM (+ NSP when nsp); "clm": GPT's next token on every position, a causal model (no NSP,
-    # nothing masked, mask_rate unused).
     objective: str = described(
         "mlm", help="mlm: BERT's masked LM (+ NSP); clm: GPT's next token on every position, with causal attention, "
                     "no NSP and nothing masked; the checkpoint loads in transformers as BertLMHeadModel (default mlm)",
@@ -186,7 +172,6 @@ class TrainConfig:
         0, help=f"0 to {MAX_SEED} (default {{seed}})", kind=int, limits=Limits(0, MAX_SEED), cli_at=38,
         label="seed", on_resume=STAYS, command=ALWAYS, command_at=13,
         widget=Widget("train_seed", "Seed", range=(0, 2**31 - 1), group="objective"))
-    # steps between held-out evaluations; 0 = only before the first and after the last step
     eval_every: int = described(
         0, help="steps between held-out evaluations (0 = start/end)", kind=int, limits=Limits(0), cli_at=39,
         on_resume=CHANGES, command_at=14,
@@ -198,15 +183,12 @@ class TrainConfig:
     # steps between probe snapshots; 0 = none (the Train page's; `train` takes no probes)
     probe_every: int = described(0, kind=int, limits=Limits(0), command=NEVER, widget=Widget(
         "train_probe_every", "Probe snapshot every N steps (0 = none)", range=(0, 100_000), group="objective"))
-    # seconds between checkpoints when the trainer has a checkpoint_dir; 0 = end only
     checkpoint_every_s: float = described(
         0.0, flag="--checkpoint-every", help="seconds between checkpoints (default 600; 0 = only at the end)",
         kind=float, limits=NON_NEGATIVE, metavar="SECONDS", cli_at=43, on_resume=CHANGES, command=NEVER)
     device: str = described("auto", help="auto | cpu | cuda (default auto)", kind=str, cli_at=44, app="cpu",
                             on_resume=CHANGES, command=ALWAYS, command_at=17)
-    # Mixed precision (training.precision): "bf16" autocasts to bfloat16 on a CUDA GPU and on a CPU with bfloat16
-    # instructions (elsewhere a CPU emulates it, slower than fp32, so the run is fp32), "fp16" to float16 with a
-    # loss scaler on a GPU without bfloat16 (a CPU has no fast float16: fp32), "fp32" none. The CLI's log says which.
+    # A CPU without bfloat16 instructions emulates it, slower than fp32, so it trains in fp32 (training.precision).
     precision: str = described(
         "bf16", help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
                      "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32",
@@ -224,9 +206,7 @@ class TrainConfig:
         4096, help="per-step records kept in trainer_state.json; beyond it every 2nd, 4th... step, evenly "
                    "(default {history_limit}; 0 keeps all)",
         kind=int, limits=Limits(0), cli_at=41, on_resume=CHANGES, command_at=16)
-    # Masking switches for one-knob comparisons (bert_core.training.comparison). Whole-word masking is the paper's later
-    # variant (Google's 2019 release): a word's pieces are masked together. mask_only is a deviation from the
-    # paper: every chosen token becomes [MASK] (no 10% random, no 10% kept), to show what 80/10/10 buys.
+    # Masking switches for one-knob comparisons (bert_core.training.comparison).
     whole_word_masking: bool = described(
         False, help="mask all the WordPieces of a chosen word together (Google's 2019 variant; default off)",
         kind=bool, cli_at=27, label="whole-word masking", on_resume=STAYS, command_at=18,
@@ -241,7 +221,7 @@ class TrainConfig:
         _check(self)
 
     def replace(self, **changes) -> "TrainConfig":
-        """Return a copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -259,8 +239,8 @@ class TrainConfig:
 
 
 def _check(config: TrainConfig) -> None:
-    """Refuse a config that cannot train, with the field and the value in the message: each described setting
-    within its description's kind, limits and choices, then what holds between settings."""
+    """Refuse a config that cannot train, naming the field and the value: each described setting by its description,
+    then what holds between settings."""
     def need(ok: bool, message: str):
         if not ok:
             raise BertCoreError(message)

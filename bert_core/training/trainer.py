@@ -4,8 +4,7 @@ The Trainer is the loop and its bookkeeping; each part of an update is a collabo
 (pretraining_batches), the forward and backward passes (gradient_accumulation), the optimizer and its schedule
 (optimization), held-out evaluation (heldout_evaluation), the events it reports (pretraining_events), checkpoint I/O
 (trainer_checkpoint), growing a run that starts small (trainer_growth), the dropout RNG (dropout_rng) and the torchrun
-job (distributed). The names other modules import from here (TrainConfig, the events, lr_multiplier, resolve_device...)
-are re-exported.
+job (distributed).
 """
 
 from __future__ import annotations
@@ -18,33 +17,17 @@ from typing import Any
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.config import BertConfig
-from bert_core.training.distributed import (
-    DistInfo,
-    current_dist,
-    ddp_wrapped,
-    init_distributed,
-    resolve_device,
-    shutdown_distributed,
-)
+from bert_core.training.distributed import current_dist, ddp_wrapped, resolve_device
 from bert_core.training.dropout_rng import DropoutRng
 from bert_core.training.gradient_accumulation import GradientAccumulator
 from bert_core.training.heldout_evaluation import HeldoutEvaluation
-from bert_core.training.optimization import MAX_SKIPPED_UPDATES, Optimization, lr_multiplier
-from bert_core.training.pretraining_batches import PretrainingBatches, split_rows, take_rows
-from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent, step_event, step_loss
+from bert_core.training.optimization import Optimization
+from bert_core.training.pretraining_batches import PretrainingBatches
+from bert_core.training.pretraining_events import StepEvent, step_event, step_loss
 from bert_core.training.run_loop import RunLoop
-from bert_core.training.train_config import PRECISIONS, SCHEDULES, TrainConfig, default_recipe
-from bert_core.training.trainer_checkpoint import TrainerCheckpointing, check_trainer_state
+from bert_core.training.train_config import TrainConfig
+from bert_core.training.trainer_checkpoint import TrainerCheckpointing
 from bert_core.training.trainer_growth import TrainerGrowth
-
-__all__ = [
-    "Trainer", "TrainConfig", "StepEvent", "EvalEvent", "GrowthEvent", "SCHEDULES", "PRECISIONS", "STATES",
-    "MAX_SKIPPED_UPDATES", "lr_multiplier", "default_recipe", "extended_config", "check_trainer_state", "DistInfo",
-    "init_distributed", "current_dist", "shutdown_distributed", "resolve_device", "split_rows", "take_rows",
-]
-
-STATES = ("idle", "running", "stopped", "finished", "failed")
-
 
 class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread (run_loop).
