@@ -30,14 +30,13 @@ def _seed_widgets() -> None:
         st.session_state[key] = value
     for setting, value, follows in jobs.widget_defaults(st.session_state):
         app_state.seed_setting(setting, value, follows)
-    app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe")
-    app_state.persist_keys("train_smoothing")  # a view setting (the slider is in the live view), not a training one
-    # Read from the URL before it goes (the slider is drawn only beside a run).
+    # The smoothing is a view setting, not a training one, read from the URL before it goes (the slider is drawn
+    # only beside a run).
+    app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe", "train_smoothing",
+                           "train_objective", "train_map_word")
     app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
     app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
-    app_state.persist_keys("train_objective")
     app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
-    app_state.persist_keys("train_map_word")
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")

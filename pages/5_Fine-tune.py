@@ -450,11 +450,7 @@ def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
         return
     name = app_state.kept_choice(st.selectbox, "Model to explain", tuned, "ft_why_model",
                                  format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
-    r, (text, text_b, word) = tuned[name], explained
-    key = (run_id, name, its.name, text, text_b, word, max_length)
-    app_state.salience_panel("_ft_why", key, lambda: salience_panel_data(
-        r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names, max_length=max_length),
-        "ft")
+    app_state.salience_panel("ft", salience_panel_data, run_id, name, tuned[name], its.name, explained, max_length)
 
 
 def main() -> None:

@@ -81,11 +81,8 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
         return
     if not st.toggle("Explain (about a second)", key="hbc_why_on"):
         return
-    r, (text, text_b, word) = tuned[name], explained
-    key = (run_id, name, its.name, text, text_b, word)
-    app_state.salience_panel("_hbc_why", key, lambda: salience_panel_data(
-        r.model, r.tokenizer, its.name, text, text_b, word=word, label_names=r.label_names,
-        max_length=race.config.max_length), "hbc")
+    app_state.salience_panel("hbc", salience_panel_data, run_id, name, tuned[name], its.name, explained,
+                             race.config.max_length)
 
 
 def _attention_tab(model, tok, cfg, causal: bool) -> None:

@@ -86,14 +86,19 @@ def show_error(exc: Exception | str) -> None:
     st.error(markdown(str(exc)))
 
 
-def salience_panel(slot: str, key, compute, chart_prefix: str) -> None:
-    """Why a fine-tuned model decided (bert_core.inspect.salience): `compute()` gives the panel, once per input `key`
-    (kept under `slot` in the session while the input stays, so reruns are cheap), drawn as its summary, then each
-    figure with its caption; a user error is a message."""
+def salience_panel(chart_prefix: str, panel_data, race_id: str, name: str, result, kind: str, explained,
+                   max_length: int) -> None:
+    """Why the race's fine-tuned model `name` (its `result`) decided on an input `explained` as (text, text_b, word)
+    (`panel_data`: salience_figures.salience_panel_data, which loads torch), computed once per input (kept in the
+    session while it stays, so reruns are cheap), drawn as its summary, then each figure with its caption; a user
+    error is a message."""
+    slot, key, (text, text_b, word) = f"_{chart_prefix}_why", (race_id, name, kind, *explained, max_length), explained
     try:
         if st.session_state.get(slot, (None,))[0] != key:
             with st.spinner("Following the path from the baseline to the input…"):
-                st.session_state[slot] = (key, compute())
+                st.session_state[slot] = (key, panel_data(
+                    result.model, result.tokenizer, kind, text, text_b, word=word, label_names=result.label_names,
+                    max_length=max_length))
     except BertCoreError as exc:
         show_error(exc)
         return
