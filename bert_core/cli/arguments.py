@@ -1,9 +1,6 @@
-"""argparse types for the numbers and paths every `python -m bert_core` command takes.
-
-A bad value is refused by argparse itself, as one `error: argument --x: ...` line, before any work starts; every
-subcommand's module in this wing uses the same types. The bounds are sanity limits, not
-tuning advice.
-"""
+"""argparse types for the numbers and paths every `python -m bert_core` command takes: a bad value is refused by
+argparse itself, as one `error: argument --x: ...` line, before any work starts. The bounds are sanity limits, not
+tuning advice."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import argparse
 import math
 from pathlib import Path
 
-from bert_core.model.config import MAX_BATCH, MAX_SEED, MAX_SEQ_LEN  # noqa: F401  (the bounds the types use)
+from bert_core.model.config import MAX_SEED
 from bert_core.training import setting
 from bert_core.training.setting import Limits
 
@@ -53,7 +50,4 @@ def path_arg(text: str) -> Path:
 
 
 SEED = int_arg(0, MAX_SEED)
-POSITIVE = limits_arg(float, setting.POSITIVE)
-NON_NEGATIVE = limits_arg(float, setting.NON_NEGATIVE)
 FRACTION = limits_arg(float, setting.FRACTION)  # (0, 1): mask rate, held-out fraction
-RATE = limits_arg(float, setting.RATE)  # [0, 1): dropout, warmup

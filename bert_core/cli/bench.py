@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, int_arg
+from bert_core.cli.arguments import FRACTION, int_arg
 from bert_core.cli.bench_figures import (
     FLOPS_FORMULA,
     MatmulCeiling,
@@ -35,20 +35,17 @@ from bert_core.cli.bench_figures import (
     datasheet_tflops,
     spread,
     sync,
-    training_flops,
     useful_flops,
     utilisation,
 )
 from bert_core.data.objectives import MASK_RATE
 from bert_core.model.bert import IGNORE_INDEX, BertForPreTraining, adamw
-from bert_core.model.config import PRESETS, BertConfig
+from bert_core.model.config import MAX_BATCH, MAX_SEQ_LEN, PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.compiled_step import CompiledTraining
 from bert_core.training.train_config import COMPILE_MODES
 from bert_core.training.distributed import DistInfo, resolve_device
 from bert_core.training.precision import autocast_for, computes_in
-
-__all__ = ["add_parser", "run_bench", "run", "training_flops"]
 
 # Warm-up steps a compiled run takes at least: the first compiles forward and backward, and with CUDA graphs the
 # next ones record them, so no timed step includes either.
@@ -56,7 +53,6 @@ COMPILED_WARMUP = 3
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `bench` subcommand."""
     p = subparsers.add_parser("bench", help="training speed against transformers.BertForPreTraining",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="mini", choices=list(PRESETS))
@@ -237,6 +233,5 @@ def run_bench(args) -> dict:
 
 
 def run(args) -> int:
-    """Carry out `python -m bert_core bench` (the figures are printed)."""
     run_bench(args)
     return 0

@@ -14,7 +14,6 @@ from bert_core.paths import DEFAULT_CHECKPOINT
 
 
 def add_parser(sub):
-    """`python -m bert_core everyday`: the everyday-English measure of one checkpoint."""
     p = sub.add_parser("everyday", help="top-1/top-5 on plain everyday sentences with one blank, and minimal pairs",
                        description="Measure a checkpoint on the project's everyday-English set (written for it, kept "
                                    "out of training): top-1 and top-5 on fill-in-the-blank sentences, overall and per "

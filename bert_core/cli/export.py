@@ -61,7 +61,6 @@ def _accuracy_key(figures: dict) -> str:
 
 
 def run(args) -> int:
-    """Carry out `python -m bert_core export`."""
     same = Path(args.out).expanduser().resolve() == Path(args.checkpoint).expanduser().resolve()
     if same and not args.overwrite:
         raise BertCoreError("--out is the checkpoint folder itself; add --overwrite to convert it in place")

@@ -43,7 +43,6 @@ from bert_core.training.distributed import resolve_device
 
 
 def add_parser(subparsers):
-    """Register `python -m bert_core finetune` and return its parser."""
     p = subparsers.add_parser(
         "finetune", help="fine-tune sentence labels, token tags or answer spans, from a checkpoint and/or scratch",
         description="Fine-tune a pretrained checkpoint on one of three kinds of task: sentence labels from a "
@@ -76,7 +75,7 @@ def config_from_args(args) -> FinetuneConfig:
 
 
 def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
-    """A text confusion matrix (rows = true label, columns = predicted)."""
+    """Rows = true label, columns = predicted."""
     names = [n[:12] for n in label_names]
     width = max(6, *(len(n) for n in names), *(len(str(v)) for row in confusion for v in row)) + 1
     lines = [" " * width + "".join(n.rjust(width) for n in names)]
@@ -159,7 +158,6 @@ def _race_names(folders: list[Path]) -> dict[str, Path]:
 
 
 def run(args) -> int:
-    """Carry out `python -m bert_core finetune`: load data, fine-tune (and the scratch twin), print, save."""
     # Everything is checked (options, output folder, model size, checkpoint, data) before anything is written.
     if args.tag_column not in (None, "chunk") and data_kind(args) != "tags":
         raise BertCoreError("--tag-column picks the tags of a CoNLL file; give --conll FILE (or --task conll2000) "

@@ -11,7 +11,6 @@ from bert_core.model.checkpoint import load_checkpoint
 
 
 def add_parser(sub):
-    """`python -m bert_core generate`: continue a text with a causal checkpoint (see `generate`)."""
     p = sub.add_parser("generate", help="continue a text with a GPT-style (causal) checkpoint, token by token",
                        description="Continue PROMPT with a checkpoint trained with --objective clm: greedy, or "
                                    "sampled with a temperature and top-k and a seed (the same seed, the same text). "

@@ -28,7 +28,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    """Carry out `python -m bert_core grow`."""
     size = dict(PRESETS[args.preset]) if args.preset else {}
     hidden = args.hidden_size or size.get("hidden_size")
     layers = args.layers or size.get("num_hidden_layers")

@@ -10,7 +10,6 @@ from bert_core.training.heldout import heldout_split_record, select_corpora, upd
 
 
 def add_parser(sub):
-
     p = sub.add_parser("heldout", help="write a checkpoint's held-out text to a file (to re-run its evaluation)",
                        description="Rebuild the documents that `train` held out (the split recorded in the "
                                    "checkpoint's metrics.json) and write them as plain text for `eval --text-file`.")

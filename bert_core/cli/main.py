@@ -15,22 +15,21 @@ import sys
 
 from bert_core.cli import (bench, corpus, download, everyday, export, finetune, generate, grow, heldout, score,
                            train)
-from bert_core.cli.arguments import FRACTION, MAX_BATCH, MAX_SEQ_LEN, SEED, int_arg, path_arg
+from bert_core.cli.arguments import FRACTION, SEED, int_arg, path_arg
 from bert_core.cli.console import one_line, percent
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.inspect.grammar import trained_lm_head
 from bert_core.inspect.inspection import fill_mask
 from bert_core.model.checkpoint import load_checkpoint
+from bert_core.model.config import MAX_BATCH, MAX_SEQ_LEN
 from bert_core.model.files import disk_full_words
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.allocator import TRAINING_COMMANDS, keep_freed_memory
 from bert_core.training.heldout import evaluate_text_file
 
-# ---------------------------------------------------------------------------------------------- eval
 
-
-def _add_eval(sub) -> None:
+def _add_eval(sub):
     p = sub.add_parser("eval", help="evaluate a checkpoint on a text file (seeded masking)",
                        description="Masked-token accuracy, MLM perplexity and NSP accuracy of a checkpoint on a "
                                    "text file, with seeded masking, beside the unigram baseline.")
@@ -44,7 +43,7 @@ def _add_eval(sub) -> None:
     p.add_argument("--mask-rate", type=FRACTION, default=MASK_RATE)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    p.set_defaults(func=cmd_eval)
+    return p
 
 
 def cmd_eval(args) -> int:
@@ -69,17 +68,15 @@ def cmd_eval(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- fill-mask
 
-
-def _add_fill_mask(sub) -> None:
+def _add_fill_mask(sub):
     p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
                        description="Print the checkpoint's top-k candidates for every [MASK] in TEXT.")
     p.add_argument("--checkpoint", type=path_arg, default=None, help="checkpoint folder (default: the shipped model)")
     p.add_argument("text", help='text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
     p.add_argument("--top-k", type=int_arg(1, 10**6), default=5, help="candidates per [MASK] (default 5)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_fill_mask)
+    return p
 
 
 def cmd_fill_mask(args) -> int:
@@ -97,11 +94,6 @@ def cmd_fill_mask(args) -> int:
     return 0
 
 
-def _add_command(sub, module) -> None:
-    """Register the subcommand a module of this wing defines (its add_parser and run)."""
-    module.add_parser(sub).set_defaults(func=lambda args: module.run(args))
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's usage + error, but on one line that starts with "error:"
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -114,19 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     # What every command's arguments have, set by those it concerns: its function (none: no command given), and
     # what it writes (a full disk's message names it).
     parser.set_defaults(func=None, out=None, resume=None)
-    _add_command(sub, train)
-    _add_eval(sub)
-    _add_fill_mask(sub)
-    _add_command(sub, bench)
-    _add_command(sub, finetune)
-    _add_command(sub, heldout)
-    _add_command(sub, generate)
-    _add_command(sub, grow)
-    _add_command(sub, download)
-    _add_command(sub, score)
-    _add_command(sub, everyday)
-    _add_command(sub, corpus)
-    _add_command(sub, export)
+    modules = (bench, finetune, heldout, generate, grow, download, score, everyday, corpus, export)
+    for add, run in ((train.add_parser, train.run), (_add_eval, cmd_eval), (_add_fill_mask, cmd_fill_mask),
+                     *((m.add_parser, m.run) for m in modules)):   # in the order --help lists them
+        add(sub).set_defaults(func=run)
     return parser
 
 

@@ -14,7 +14,6 @@ from bert_core.paths import DEFAULT_CHECKPOINT
 
 
 def add_parser(sub):
-    """`python -m bert_core score`: score sentences (pseudo-log-likelihood for a BERT, next-token for a GPT)."""
     p = sub.add_parser("score", help="score sentences and say which of a pair the model prefers (grammar check)",
                        description="Print each sentence's natural-log score: a BERT's pseudo-log-likelihood (each "
                                    "word piece masked in turn, Salazar et al. 2020), a GPT-style model's sum of "

@@ -41,7 +41,6 @@ from bert_core.training.train_config import TrainConfig
 
 
 def add_parser(sub):
-    """Register `python -m bert_core train` and return its parser."""
     p = sub.add_parser(
         "train",
         help="pretrain a BERT (MLM + NSP), or a GPT-style causal model (--objective clm), on corpora",
@@ -56,8 +55,7 @@ def add_parser(sub):
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A checked run, ready to build on every process: where it writes, its config and corpora, the recipe's log
-    line (a new run's), and `build(callbacks, world_size)`."""
+    """A checked run, ready to build on every process (`build(callbacks, world_size)`)."""
 
     out: Path
     config: TrainConfig
@@ -66,16 +64,13 @@ class PreparedRun:
     build: Callable[[list, int], BuiltRun]
 
 
-def _same_folder(a, b) -> bool:
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-
-
 def _prepare_resume(args) -> PreparedRun:
     """The saved run --resume names, with the changes its options ask for, writing to --out or back to itself."""
     plan = resume_plan(args)
     out = args.out if args.out is not None else args.resume
     # Saving replaces the whole folder, so a resume folder holding the user's own files is refused too.
-    check_output_folder(out, overwrite=args.overwrite or _same_folder(out, args.resume))
+    same = Path(out).expanduser().resolve() == Path(args.resume).expanduser().resolve()
+    check_output_folder(out, overwrite=args.overwrite or same)
     check_training_size(plan.model_config, plan.config)
 
     def build(callbacks: list, world_size: int) -> BuiltRun:
@@ -206,7 +201,6 @@ def stop_on_signals(trainer, world_size: int = 1, keeping: str = "writing a chec
 
 
 def run(args) -> int:
-    """Train a new run, or resume a saved one, then write metrics.json and print the held-out figures."""
     if args.out is None and args.resume is None:
         raise BertCoreError("give --out DIR (where to write the checkpoint) or --resume DIR")
     prepared = _prepare_resume(args) if args.resume is not None else _prepare_new(args)

@@ -34,7 +34,6 @@ def _checked(parse):
 
 
 def _words(defaults: dict) -> dict:
-    """The default recipe's values as a help names them: a switch as on or off."""
     return {name: ("on" if value else "off") if isinstance(value, bool) else value for name, value in defaults.items()}
 
 

@@ -3,6 +3,7 @@ beside the baselines, time, machine, command) and its text."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -97,20 +98,15 @@ def _per_corpus(trainer, heldout_by_corpus: dict) -> dict:
 def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
     """metrics.json: held-out figures (overall and per corpus) beside the baselines, time, machine, command."""
     cfg = trainer.config
-    final = trainer.evals[-1] if trainer.evals else None
+    final = dataclasses.asdict(trainer.evals[-1]) if trainer.evals else {}
     if cfg.objective == "clm":  # the same head and sums, but every position predicts the token after it
-        heldout = {"objective": "clm", "next_token_accuracy": final.mlm_acc if final else None,
-                   "next_token_loss": final.mlm_loss if final else None}
+        heldout = {"objective": "clm", "next_token_accuracy": final.get("mlm_acc"),
+                   "next_token_loss": final.get("mlm_loss")}
     else:
-        heldout = {"masked_token_accuracy": final.mlm_acc if final else None,
-                   "mlm_loss": final.mlm_loss if final else None}
+        heldout = {"masked_token_accuracy": final.get("mlm_acc"), "mlm_loss": final.get("mlm_loss")}
     return {
-        "heldout": {
-            **heldout,
-            "perplexity": final.perplexity if final else None,
-            "nsp_accuracy": final.nsp_acc if final else None,
-            "step": final.step if final else None,
-        },
+        "heldout": {**heldout, "perplexity": final.get("perplexity"), "nsp_accuracy": final.get("nsp_acc"),
+                    "step": final.get("step")},
         "baselines": _baselines(trainer),
         "per_corpus": _per_corpus(trainer, heldout_by_corpus),
         "heldout_split": trainer.metadata.get("heldout"),

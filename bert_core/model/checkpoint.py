@@ -24,8 +24,6 @@ from bert_core.model.files import (OPTIMIZER_META, OPTIMIZER_TENSORS, TRAINER_ST
 from bert_core.model.hf import load_pretrained, save_pretrained
 from bert_core.model.tokenization import BertTokenizer
 
-# ---------------------------------------------------------------------------------------------- RNG states
-
 
 def rng_state_to_json(rng: dict) -> dict:
     """torch/cuda generator states (uint8 tensors) as plain lists of ints."""
@@ -36,7 +34,6 @@ def rng_state_to_json(rng: dict) -> dict:
 
 
 def rng_state_from_json(d: dict) -> dict:
-    """Inverse of rng_state_to_json."""
     out: dict = {"torch": torch.tensor(d["torch"], dtype=torch.uint8)}
     if d.get("cuda") is not None and torch.cuda.is_available() and len(d["cuda"]) == torch.cuda.device_count():
         out["cuda"] = [torch.tensor(s, dtype=torch.uint8) for s in d["cuda"]]
@@ -44,8 +41,6 @@ def rng_state_from_json(d: dict) -> dict:
         out["cuda"] = None
     return out
 
-
-# ---------------------------------------------------------------------------------------------- optimizer
 
 
 def save_optimizer_state(optimizer: torch.optim.Optimizer, folder) -> None:
@@ -102,15 +97,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, folder) -> None:
         raise BertCoreError(f"cannot restore the optimizer state in {folder / OPTIMIZER_META}: {e}") from e
 
 
-
 def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = None, optimizer=None,
                     extra: dict | None = None, label_names=None) -> Path:
-    """Write a checkpoint folder atomically: everything goes to a temporary sibling which then replaces `folder`.
-
-    `extra` maps file names to JSON-able objects written beside the rest (e.g. metrics.json); `label_names` are a
-    classifier's. If anything fails midway the temporary folder is removed and an existing `folder` is left as it
-    was; a failed write (full disk, read-only folder) is a BertCoreError naming the path.
-    """
+    """Write a checkpoint folder atomically (files.folder_built_beside). `extra` maps file names to JSON-able
+    objects written beside the rest (e.g. metrics.json); `label_names` are a classifier's."""
     with folder_built_beside(folder, errors=(SafetensorError,)) as tmp:
         save_pretrained(model, tmp, tokenizer=tokenizer, label_names=label_names)
         if optimizer is not None:
@@ -122,7 +112,6 @@ def save_checkpoint(folder, model, tokenizer=None, trainer_state: dict | None = 
     return Path(folder)
 
 
-
 def check_tokenizer_fits(tokenizer, config, folder) -> None:
     """Refuse a tokenizer with more ids than the model's embedding table: they would fail deep inside the model."""
     if tokenizer.vocab_size > config.vocab_size:
@@ -132,8 +121,6 @@ def check_tokenizer_fits(tokenizer, config, folder) -> None:
 
 @dataclass
 class Checkpoint:
-    """What load_checkpoint found in a folder."""
-
     folder: Path
     model: Any
     tokenizer: Any
@@ -160,5 +147,3 @@ def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -
         raise BertCoreError(f"{folder / TRAINER_STATE} holds {type(state).__name__}, not a JSON object; the checkpoint "
                             "folder is damaged")
     return Checkpoint(folder=folder, model=model, tokenizer=tokenizer, trainer_state=state)
-
-

@@ -23,9 +23,6 @@ PRESETS: dict[str, dict[str, int]] = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
 }
 
-# Sizes far beyond any published BERT (the largest: vocabularies of 250k, hidden 4096, 48 layers, 8192 positions).
-# A value past them is a typo or a damaged config.json; refusing it names the field, where the memory check
-# below would only name the total.
 # Sanity limits on a run's settings (not tuning advice): the CLI's argument types and the configs both check them.
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding takes 32 bits; torch and random take more
 MAX_BATCH = 65536
@@ -36,10 +33,12 @@ FEED_FORWARD_MULTIPLE = 4
 
 
 def feed_forward_width(hidden_size: int) -> int:
-    """The feed-forward (intermediate) width a preset or a model of this hidden size gets unless told otherwise."""
     return FEED_FORWARD_MULTIPLE * hidden_size
 
 
+# Sizes far beyond any published BERT (the largest: vocabularies of 250k, hidden 4096, 48 layers, 8192 positions).
+# A value past them is a typo or a damaged config.json; refusing it names the field, where the memory check
+# below would only name the total.
 SIZE_LIMITS = {
     "vocab_size": 2**22,
     "hidden_size": 2**15,
@@ -143,11 +142,9 @@ class BertConfig:
 
     @property
     def head_dim(self) -> int:
-        """Dimensions per attention head (hidden_size / num_attention_heads)."""
         return self.hidden_size // self.num_attention_heads
 
     def replace(self, **changes) -> "BertConfig":
-        """Return a copy with some fields changed (validated again)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise BertCoreError(f"unknown BertConfig field(s): {', '.join(sorted(unknown))}")
@@ -183,7 +180,6 @@ class BertConfig:
         return cls(**sizes)
 
     def to_hf_dict(self) -> dict:
-        """Return the `config.json` contents Hugging Face's `BertConfig` reads."""
         d = dataclasses.asdict(self)
         attention = d.pop("attention")
         d.update(model_type="bert", architectures=["BertForPreTraining"], tie_word_embeddings=True)
@@ -206,7 +202,7 @@ class BertConfig:
         return cls(**kwargs)
 
     def save(self, folder: str | Path, extra: dict | None = None) -> Path:
-        """Write `config.json` into `folder` (with optional extra keys, e.g. labels) and return its path."""
+        """Write `config.json` into `folder`, with `extra` keys (e.g. labels)."""
         path = Path(folder) / "config.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         d = self.to_hf_dict()
@@ -216,7 +212,6 @@ class BertConfig:
 
     @classmethod
     def load(cls, folder_or_file: str | Path) -> "BertConfig":
-        """Read a `config.json` (or the one inside a folder)."""
         path = Path(folder_or_file)
         if path.is_dir():
             path = path / "config.json"

@@ -1,10 +1,6 @@
-"""The model's CPU training speed path: dropout masks from 16-bit slices of 64-bit random draws (`FastDropout`).
-
-It changes the random numbers, not the results, and it is here because it gained at least 3% on a workload
-people run: 6% of a `bench` step (dropout 0.1; the table in docs/benchmarks.md, "Speed paths"). The app's
-default run, the CLI's default recipe and fine-tuning the shipped model train with dropout 0, where it does
-nothing. Tested against torch's dropout in tests/test_fast_paths.py.
-"""
+"""The model's CPU training speed path, `FastDropout`: it changes the random numbers, not the results, and is kept
+for gaining at least 3% on a workload people run: 6% of a `bench` step (dropout 0.1; docs/benchmarks.md, "Speed
+paths"). The default runs train with dropout 0, where it does nothing."""
 
 from __future__ import annotations
 
@@ -18,17 +14,14 @@ from torch import nn
 class FastDropout(nn.Dropout):
     """`nn.Dropout`, with masks that cost a quarter of the random numbers on the CPU.
 
-    torch's CPU dropout draws a random number per element, on one core (~6 ns each on our 2-core VM), and that was
-    10% of a `mini` training step (13 dropouts, 18 M elements). Here each 64-bit draw gives four 16-bit numbers, an
-    element is kept when its number is at least p x 65,536 (rounded), and kept elements are scaled by the inverse
-    of the kept fraction so that the expected output equals the input, as in the paper. The rate is thus
-    quantised to 1/65,536 (0.1 is 0.100006). The 64-bit draws come from numpy's PCG64DXSM, 2.5x faster than torch's
-    CPU generator (mt19937, ~4 ns per 64 bits) and still on one core.
+    torch's CPU dropout draws a random number per element, on one core (~6 ns each on our 2-core VM): 10% of a
+    `mini` training step. Here each 64-bit draw (numpy's PCG64DXSM, 2.5x faster than torch's mt19937) gives four
+    16-bit numbers; an element is kept when its number is at least p x 65,536 (rounded), so the rate is quantised
+    to 1/65,536 (0.1 is 0.100006), and kept elements are scaled by the inverse of the kept fraction.
 
-    Randomness: each mask's generator is seeded by one draw from torch's global generator, which is where torch's
-    own dropout draws too, so `torch.manual_seed` repeats the masks, and the Trainer, which installs its own saved
-    generator state there for each run, resumes with the same masks. On a GPU, for rates that round to 0 or 1, and
-    inside torch.compile, this is `nn.Dropout`.
+    Each mask's generator is seeded by one draw from torch's global generator, where torch's own dropout draws
+    too, so `torch.manual_seed` repeats the masks and a resumed Trainer draws the same ones. On a GPU, for rates
+    that round to 0 or 1, and inside torch.compile, this is `nn.Dropout`.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -36,8 +29,7 @@ class FastDropout(nn.Dropout):
         return super().forward(x) if mask is None else x * mask
 
     def scale_mask(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The mask this module multiplies `x` by: 0 or the keep scale. None where torch's dropout runs instead
-        (a GPU, a rate that rounds to 0 or 1) or none at all (eval mode, p = 0)."""
+        """The mask this module multiplies `x` by (0 or the keep scale); None where torch's dropout runs, or none."""
         if not self.training or self.p == 0 or x.device.type != "cpu" or not 0 < self.drop_levels < 65536:
             return None
         if torch.compiler.is_compiling():
@@ -47,13 +39,11 @@ class FastDropout(nn.Dropout):
         return dropout_keep_mask(x.shape, self.drop_levels, x.dtype).mul_(self.keep_scale)
 
     @property
-    def drop_levels(self) -> int:
-        """The rate in 65,536ths: an element is dropped when its 16-bit number falls below this many levels."""
+    def drop_levels(self) -> int:   # the rate in 65,536ths
         return round(self.p * 65536)
 
     @property
     def keep_scale(self) -> float:
-        """What kept elements are multiplied by: the inverse of the (quantised) kept fraction."""
         return 65536 / (65536 - self.drop_levels)
 
 

@@ -117,18 +117,15 @@ class BertTokenizer:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, i: int) -> str:
-        """The vocabulary string of id `i`."""
         tok = self.tokenizer.id_to_token(int(i))
         if tok is None:
             raise BertCoreError(f"token id {i} is outside the vocabulary (size {self.vocab_size})")
         return tok
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        """Vocabulary strings of `ids`."""
         return [self.id_to_token(i) for i in ids]
 
     def token_to_id(self, token: str) -> int | None:
-        """Id of a vocabulary string, or None when it is not in the vocabulary."""
         return self.tokenizer.token_to_id(token)
 
     def continuation_table(self) -> list[bool]:
