@@ -1,14 +1,8 @@
-"""Inside attention, for one token: every step of one layer's self-attention for one query token and one head,
-with the numbers taken from hooks on the model's own modules during an ordinary forward pass.
-
-The steps a student reads: the hidden state entering the layer; the head's query for the token and every token's
-key and value; the scores q.k; divided by sqrt(d); plus the mask (nothing for one BERT sentence, the causal mask for
-the GPT twin); the softmax; the weighted sum of the values; all heads joined; the output projection; the residual
-and the LayerNorm. The view computes the scores, the softmax and the weighted sum itself from the hooked q, k, v,
-and keeps the model's own probabilities and context beside them, so a test can hold one against the other.
-
-Also: a temperature on the softmax (a what-if: the model never uses one) and switching heads off.
-"""
+"""Inside attention, for one token: every step of one layer's self-attention for one query token and one head
+(query, keys and values; q.k, divided by sqrt(d), plus the mask; the softmax; the weighted sum; all heads joined,
+projected, the residual and the LayerNorm), from hooks on the model's own modules in an ordinary forward pass. The
+scores, softmax and weighted sum are computed here from the hooked q, k, v, the model's own beside them for a test to
+hold one against the other. Also: a temperature on the softmax (a what-if) and switching heads off."""
 
 from __future__ import annotations
 
@@ -74,16 +68,10 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
     def keep(name):
         return lambda module, args, output: seen.__setitem__(name, output)
 
-    def keep_inputs(module, args):
-        seen["hidden_in"], seen["mask"] = args[0], args[1]
-
-    handles = [attn.self.register_forward_pre_hook(keep_inputs),
-               attn.self.query.register_forward_hook(keep("q")),
-               attn.self.key.register_forward_hook(keep("k")),
-               attn.self.value.register_forward_hook(keep("v")),
-               attn.self.register_forward_hook(keep("self")),
-               attn.output.dense.register_forward_hook(keep("projected")),
-               attn.output.register_forward_hook(keep("normed"))]
+    handles = [attn.self.register_forward_pre_hook(lambda module, args: seen.update(hidden_in=args[0], mask=args[1])),
+               *(module.register_forward_hook(keep(name)) for module, name in (
+                   (attn.self.query, "q"), (attn.self.key, "k"), (attn.self.value, "v"), (attn.self, "self"),
+                   (attn.output.dense, "projected"), (attn.output, "normed")))]
     x, t = as_batch(model, ids, types)
     try:
         with evaluating(model):
@@ -122,8 +110,8 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
 
 
 def with_temperature(steps: AttentionSteps, temperature: float) -> np.ndarray:
-    """What-if: the softmax of the masked scores divided by `temperature` (below 1 sharper, above 1 flatter). The
-    model itself always uses 1; hidden keys stay at zero whatever the temperature."""
+    """What-if: the softmax of the masked scores divided by `temperature` (below 1 sharper, above 1 flatter; the
+    model always uses 1); hidden keys stay at zero."""
     if not 0 < temperature <= 100:
         raise BertCoreError(f"the temperature must be above 0 (and at most 100), got {temperature}")
     z = np.where(steps.allowed, steps.masked.astype(np.float64) / temperature, -np.inf)
@@ -152,8 +140,8 @@ def _guess_logits(model, ids, types, position) -> torch.Tensor:
 
 
 def heads_off_effect(model, tokenizer, text: str, heads, top_k: int = 5) -> HeadsOffEffect:
-    """How switching off `heads` ((layer, head) pairs from 0) changes the guess at the text's first [MASK] (or, for
-    the GPT twin, the next token after the text)."""
+    """How switching off `heads` ((layer, head) pairs from 0) changes the guess at the text's first [MASK] (a GPT:
+    the next token)."""
     lm_head(model)
     ids, types, tokens, position = lens_input(model, tokenizer, text)
     before = _guess_logits(model, ids, types, position).softmax(-1)

@@ -1,16 +1,11 @@
-"""A checkpoint measured on the everyday-English set (bert_core.data.everyday_set): top-1 and top-5 on its blanks,
-overall and per topic, and its minimal pairs right.
+"""A checkpoint measured on the everyday-English set (data.everyday_set): top-1 and top-5 on its blanks, overall
+and per topic, and its minimal pairs right (the good sentence scored higher by grammar.compare_pair; a tie is not).
 
-A blank is right at top-k when one of the model's k likeliest pieces for the [MASK] (inspection.fill_mask) is one of
-its right words. A right word that is not one piece of the model's vocabulary can never be among them: a sentence
-with no right word in the vocabulary counts as a miss, and the report says how many there are ("out of the
-vocabulary") and gives the figures on the rest too, so that what the model knows and what its vocabulary holds are
-told apart. A pair is right when the model scores the good sentence higher (grammar.compare_pair: a BERT's
-pseudo-log-likelihood, a GPT's next-token log-likelihood; a tie is not right).
-
-The blanks are BERT-only: a GPT-style model cannot fill a blank with words after it (inspection.CAUSAL_CANNOT_FILL),
-and ranking its every vocabulary piece by whole-sentence likelihood would take a pass per piece (8,192 a sentence).
-For a GPT the report leaves the blanks out, says why, and scores the pairs.
+A right word that is not one piece of the model's vocabulary can never be among its guesses: such a blank counts as
+a miss, and the report counts them and gives the figures on the rest too, so what the model knows and what its
+vocabulary holds are told apart. The blanks are BERT-only (a GPT cannot fill a blank with words after it, and
+ranking each of its pieces by whole-sentence likelihood would take 8,192 passes a sentence): for a GPT the report
+says why and scores the pairs.
 """
 
 from __future__ import annotations
@@ -73,12 +68,10 @@ def blanks_report(results: Sequence[BlankResult]) -> dict:
 
 def pairs_report(model, tokenizer, pairs: Sequence[EverydayPair]) -> dict:
     """How many pairs the model gets right (the good sentence scored higher), overall and per kind."""
-    items, by_kind = [], defaultdict(lambda: [0, 0])
-    method = None
+    items, by_kind, method = [], defaultdict(lambda: [0, 0]), None
     for pair in pairs:
         c = compare_pair(model, tokenizer, pair.good, pair.bad)
-        method = c.a.method
-        right = c.preferred == "a"
+        method, right = c.a.method, c.preferred == "a"
         by_kind[pair.kind][0] += right
         by_kind[pair.kind][1] += 1
         items.append({"kind": pair.kind, "good": pair.good, "bad": pair.bad, "difference": c.difference,

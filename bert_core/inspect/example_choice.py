@@ -1,7 +1,5 @@
-"""Choosing an English model's page examples by asking it (bert_core.inspect.plain_examples says what and why): the
-first plain sentence of a short list that it gets right, a teacher's first try that it gets wrong, an attention
-sentence of whole words, a pair it says follows and a grammar pair it gets right. A few forward passes of a small
-model; torch is loaded here, so the pages' torch-free modules import this only when a model must be asked."""
+"""Choosing an English model's page examples by asking it (plain_examples says what and why); torch is loaded here,
+so the pages' torch-free modules import this only when a model must be asked."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ from bert_core.inspect.plain_examples import (ATTENTION, FIRST_TRIES, MASKED, PA
 
 
 def ask(model, tokenizer, text: str) -> Tried:
-    """The model's TOP guesses at the blank of `text` (an everyday-English sentence): a BERT fills the [MASK] as
-    the Predictions page does; a GPT-style model gives its likeliest next tokens after the words before it, as the
-    page's greedy continuation does."""
+    """The model's TOP guesses at the blank of everyday-English `text`: a BERT's for the [MASK], a GPT's for the
+    next token after the words before it (as the Predictions page asks each)."""
     if is_causal(model):
         step = generate(model, tokenizer, prompt_of(text), max_new_tokens=1, alternatives=TOP).steps[0]
         return Tried(text, answers_for(text), tuple(t for t, _ in step.alternatives))
@@ -32,8 +29,8 @@ def _askable(model, texts: Sequence[str]) -> list[str]:
 
 
 def choose_default(model, tokenizer, candidates: Sequence[str] = MASKED) -> Tried:
-    """The first candidate the model gets right at its first guess, asking in order and stopping there; else the
-    first it gets right within its TOP guesses; else the first candidate (the note says it misses them all)."""
+    """The first candidate the model gets right at its first guess (asking in order), else within its TOP guesses,
+    else the first (the note says it misses them all)."""
     tried = []
     for text in _askable(model, candidates):
         tried.append(ask(model, tokenizer, text))
@@ -45,13 +42,8 @@ def choose_default(model, tokenizer, candidates: Sequence[str] = MASKED) -> Trie
 
 
 def first_miss(model, tokenizer, tries: Sequence[str] = FIRST_TRIES) -> Tried | None:
-    """The first of a teacher's first tries that the model does not get right at its first guess (None: it gets
-    them all)."""
-    for text in _askable(model, tries):
-        result = ask(model, tokenizer, text)
-        if result.rank != 1:
-            return result
-    return None
+    """The first of a teacher's first tries the model misses at its first guess (None: it gets them all)."""
+    return next((r for r in (ask(model, tokenizer, t) for t in _askable(model, tries)) if r.rank != 1), None)
 
 
 def whole_words(tokenizer, text: str) -> bool:

@@ -1,7 +1,6 @@
-"""Text a projector shows: every figure's text at least 12 px and dark (issue 74). One rule for every chart, applied
-by the one sink (app/app_drawing.plotly): the figure's base font is 13 px in a near-black, an explicit size under
-12 anywhere (axis ticks and titles, colour bars, annotations, a trace's text, the legend) is raised to 12, and a
-grey text colour lighter than a projector shows is darkened. A figure's own sizes of 12 and over are kept."""
+"""Text a projector shows: every figure's text at least 12 px and dark (issue 74), applied by the one sink
+(app/app_drawing.plotly): a base font of 13 px in near-black, any size under 12 raised to 12, and a grey lighter than
+a projector shows darkened; a figure's own sizes of 12 and over are kept."""
 
 from __future__ import annotations
 
@@ -35,9 +34,8 @@ def _rgb(color: str) -> tuple[float, float, float] | None:
     m = re.fullmatch(r"rgba?\(([^)]*)\)", c)
     if m:
         parts = [float(p) for p in m[1].split(",")]
-        rgb = parts[:3]
         alpha = parts[3] if len(parts) > 3 else 1.0
-        return tuple(alpha * v + (1 - alpha) * 255 for v in rgb)   # as seen on the white page
+        return tuple(alpha * v + (1 - alpha) * 255 for v in parts[:3])   # as seen on the white page
     return None
 
 
@@ -58,8 +56,8 @@ def too_light(color: Any) -> bool:
 
 
 def _font_fixes(node: Any, path: str, out: dict) -> None:
-    """Into `out`, the property path -> value of each font under `node` (a figure's raw dict) that is set too small
-    or too light. Read only: the walk is cheap enough for a chart redrawn every two seconds."""
+    """Into `out`, the property path -> value of each font under `node` (a figure's raw dict) set too small or too
+    light; read only, cheap enough for a chart redrawn every two seconds."""
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{path}.{key}" if path else key
@@ -88,9 +86,8 @@ def _axes(layout: dict) -> list[str]:
 
 
 def projector_figure(fig: go.Figure) -> go.Figure:
-    """`fig` with every text at least MIN_FONT_PX and none a light grey; its base font BASE_FONT_PX in TEXT_COLOR.
-    Axis and colour-bar text is given TEXT_COLOR where the figure leaves it unset, so that no theme greys it.
-    In place and idempotent (a shared figure may pass here on every redraw); returns the figure."""
+    """`fig` with every text at least MIN_FONT_PX and none a light grey, its base font BASE_FONT_PX in TEXT_COLOR, and
+    unset axis and colour-bar text colours TEXT_COLOR, so no theme greys them; in place and idempotent."""
     layout = fig._layout   # the raw dicts, read only: to_dict() would deep-copy the whole figure
     font = layout.get("font") or {}
     base = {}
@@ -129,10 +126,9 @@ def projector_figure(fig: go.Figure) -> go.Figure:
 
 
 def _set(raw: dict, path: str, value: Any) -> None:
-    """Write `value` at `path` ("xaxis.tickfont.color", "annotations[2].font.size") into a figure's raw dict, which
-    its layout and trace objects read. Not through Plotly's update: its validation of each dotted path cost 7 ms a
-    figure, the most of any step of a chart redrawn every two seconds for a class of viewers (docs/benchmarks.md);
-    what is written here is always a font size or a colour at a path the walk found or every figure has."""
+    """Write `value` at `path` ("annotations[2].font.size") into a figure's raw dict; not through Plotly's update,
+    whose validation of each path cost 7 ms a figure, the most of a chart redrawn every two seconds for a class
+    (docs/benchmarks.md): what is written is always a font size or colour at a path the walk found."""
     node: Any = raw
     keys = [part for step in path.split(".") for part in re.split(r"\[(\d+)\]", step) if part]
     for key in keys[:-1]:

@@ -1,8 +1,6 @@
-"""What the Fine-tune page tells a visitor to expect of a race before it runs: ranges measured on the page's own
-defaults with each shipped model active (benchmarks/finetune_page_defaults.py runs them; docs/benchmarks.md, "The
-Fine-tune page's defaults with each shipped model", has every seed, and tests/test_finetune_expectations.py checks
-that the two agree), and what each says beyond its numbers, read from finetune_page.json. No Streamlit here.
-"""
+"""What the Fine-tune page tells a visitor to expect of a race before it runs, from finetune_page.json: ranges
+measured on the page's defaults with each shipped model active (benchmarks/finetune_page_defaults.py; every seed in
+docs/benchmarks.md, checked against them by tests/test_finetune_expectations.py)."""
 
 from __future__ import annotations
 
@@ -42,9 +40,8 @@ def _figures(model: str, choice: str) -> str:
 
 
 def expectation(choice: str, shipped: str | None, train: int, steps: int, unit: str) -> str | None:
-    """What to expect of a race on the data `choice` with the shipped model `shipped` active (None: a model that is
-    not shipped), on the page's defaults (`train` training `unit`, `steps` steps a model); None where nothing was
-    measured."""
+    """What to expect of a race on `choice` with shipped model `shipped` (None: another) on the page's defaults
+    (`train` training `unit`, `steps` steps a model); None where nothing was measured."""
     if choice not in KIND_OF:
         return None
     settings = f"this page's defaults ({train:,} training {unit}, {steps:,} steps a model)"

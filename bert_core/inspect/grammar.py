@@ -1,13 +1,9 @@
-"""A grammar check: how likely the model finds a sentence, and which of two sentences it prefers.
+"""A grammar check: how likely the model finds a sentence, and which of two sentences it prefers, in nats.
 
 A BERT gives no probability to a whole sentence, so it is scored by its pseudo-log-likelihood (Salazar et al.,
-2020, "Masked Language Model Scoring"): each word piece is masked in turn, the rest left in place, and the natural
-log of the probability the MLM head gives the hidden piece is summed over the sentence ([CLS] and [SEP] are never
-masked). The GPT twin gives a true probability: the sum of each next token's log-probability after [CLS], the
-closing [SEP] included, since a sentence that may not end there is not a finished sentence.
-
-All scores are natural logs (nats), taken from the model's own forward pass in eval mode; tests hold them against
-transformers' BertForMaskedLM (masked in turn) and BertLMHeadModel on the same folders.
+2020): each word piece masked in turn ([CLS] and [SEP] never), the log-probability the MLM head gives it summed. The
+GPT twin gives a true probability: each next token's after [CLS], the closing [SEP] included, since a sentence that
+may not end there is not finished. Tests hold both against transformers on the same folders.
 """
 
 from __future__ import annotations
@@ -68,15 +64,12 @@ class PairComparison:
     @property
     def preferred(self) -> str:
         """'a', 'b' or 'tie'."""
-        if abs(self.difference) < TIE_NATS:
-            return "tie"
-        return "a" if self.difference > 0 else "b"
+        return "tie" if abs(self.difference) < TIE_NATS else "a" if self.difference > 0 else "b"
 
 
 def trained_lm_head(model):
-    """`lm_head(model)`, refused also when its folder held no trained head: a fine-tuned classifier's folder loads
-    as a pretraining model with a fresh head (model.hf.load_pretrained records its `missing_keys`), whose guesses and
-    scores would be noise read as the model's."""
+    """`lm_head(model)`, refused also when its folder held no trained head (a fine-tuned classifier's folder loads
+    with a fresh one, in `missing_keys`), whose guesses would be noise read as the model's."""
     predictions = lm_head(model)
     if any(k.startswith("cls.predictions.") for k in model.missing_keys):   # () for a model built in memory
         raise BertCoreError("this folder holds no trained language-model head (a fine-tuned classifier, tagger or "
@@ -135,8 +128,8 @@ def score_sentence(model, tokenizer, text: str) -> SentenceScore:
 
 
 def token_shares(a: SentenceScore, b: SentenceScore) -> list[TokenShare]:
-    """Line the two sentences' pieces up (difflib: shared stretches piece by piece, the differing stretches as
-    blocks) and give each its part of score(A) - score(B). The parts add up to the whole difference exactly."""
+    """Line the sentences' pieces up (difflib: shared ones piece by piece, differing stretches as blocks), each with
+    its part of score(A) - score(B); the parts add up to the whole difference."""
     shares = []
     matcher = difflib.SequenceMatcher(a=a.tokens, b=b.tokens, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():

@@ -58,8 +58,7 @@ def check_head(model, layer: int, head: int) -> None:
 def heads_masked(model, off: torch.Tensor):
     """Within the block, head h of layer l contributes nothing to batch row r where `off[r, l, h]` (bool [R, L, H];
     R = 1: every row alike): its slice of the joined contexts is zeroed before the output projection, as
-    transformers' old head_mask of 0 did (it zeroed the head's attention probabilities, hence its context). Hooks
-    only: the weights are untouched, and the hooks removed on exit."""
+    transformers' old head_mask of 0 did; by hooks, removed on exit."""
     d = model.config.head_dim
 
     def zero(layer: int):
@@ -93,9 +92,7 @@ def padded_batch(pad_id: int, rows) -> tuple[torch.Tensor, torch.Tensor, torch.T
     ids = torch.full((len(rows), max(len(x) for x, _ in rows)), pad_id, dtype=torch.long)
     types, attention = torch.zeros_like(ids), torch.zeros_like(ids)
     for r, (x, t) in enumerate(rows):
-        ids[r, :len(x)] = torch.tensor(list(x), dtype=torch.long)
-        types[r, :len(t)] = torch.tensor(list(t), dtype=torch.long)
-        attention[r, :len(x)] = 1
+        ids[r, :len(x)], types[r, :len(t)], attention[r, :len(x)] = torch.tensor(list(x)), torch.tensor(list(t)), 1
     return ids, types, attention
 
 

@@ -52,12 +52,9 @@ EMBEDDING_SENTENCE = "The dog saw the cat."
 BERT_OR_GPT_SENTENCE = "The dog sleeps in the barn after a long day."
 SHIPPED_ENGLISH = "bert-tiny-english"   # the predictions step's side trip: real English, the sidebar untouched
 
-NEXT_STEPS = (
-    "**What to try next.** On *Train*, *Try one change* reruns the default with one knob turned (NSP off, a 40% "
-    "mask rate, [MASK] only...) and overlays the two runs. On *Fine-tune*, race the shipped English model on movie-"
-    "review polarity or AG News against a bag of words: there a small pretrained model has more to prove. The "
-    "teacher's notes (docs/lessons.md in the project) hold a longer walkthrough, a lesson in changing one thing at "
-    "a time, and twenty minutes on BERT against GPT.")
+# The notices' longer fixed sentences, as data (lesson_notices.json beside this module).
+WORDS: dict[str, str] = json.loads(Path(__file__).with_name("lesson_notices.json").read_text(encoding="utf-8"))
+NEXT_STEPS = WORDS["next_steps"]
 
 
 def model_in_use(name: str, vocab_size: int, causal: bool, whose: str = "the sidebar's") -> str:
@@ -158,9 +155,7 @@ def notice_step(record, vocab_size: int) -> str:
     if len(record.changes) > 1 and len(moves) == 1:
         # Adam divides each gradient by its own running size, so on its first steps every weight with a gradient
         # moves by about the learning rate, large gradient or small: the list below is a tie, not a ranking.
-        text += (f" The {len(record.changes)} weights listed all moved by the same amount: on Adam's first update "
-                 "every weight moves by about the learning rate, whatever its gradient's size (each gradient is "
-                 "divided by its own size). From the next updates on, the sizes differ.")
+        text += WORDS["adam_tie"].format(count=len(record.changes))
     return text
 
 
@@ -233,12 +228,11 @@ def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_
     def seen(row) -> int:
         return sum(1 for v in row if v > threshold)
 
-    n = len(gpt_last_row)
-    return (f"GPT's [CLS] looks at {seen(gpt_row)} of the {n} tokens ({looked_at(gpt_row, gpt_tokens, threshold)}), "
-            f"as only itself can be seen; GPT's last token looks at {seen(gpt_last_row)} of them "
-            f"({looked_at(gpt_last_row, gpt_tokens, threshold)}), though every token up to itself may be seen; BERT's "
-            f"[CLS] looks at {seen(bert_row)} of {len(bert_row)} ({looked_at(bert_row, bert_tokens, threshold)}). A "
-            f"token counts as looked at when it gets over {threshold:.0%} of the attention.")
+    return WORDS["bert_or_gpt"].format(
+        gpt_cls=seen(gpt_row), n=len(gpt_last_row), gpt_cls_seen=looked_at(gpt_row, gpt_tokens, threshold),
+        gpt_last=seen(gpt_last_row), gpt_last_seen=looked_at(gpt_last_row, gpt_tokens, threshold),
+        bert_cls=seen(bert_row), bert_n=len(bert_row), bert_cls_seen=looked_at(bert_row, bert_tokens, threshold),
+        threshold=threshold)
 
 
 def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] = ()) -> str:
@@ -325,17 +319,11 @@ def notice_nsp(evals: Sequence, history: Sequence = (), nsp: bool = True) -> str
         return None
     step, last = scored[-1]
     losses = [e.nsp_loss for e in history[-50:] if e.nsp_loss is not None]
-    text = (f"Next-sentence prediction (is sentence B the one that followed A, or a random one?) starts at chance: "
-            f"50% right, a loss of ln 2 = {math.log(2):.2f}, a coin toss. Held-out now: {last:.0%} at step {step:,}")
+    text = WORDS["nsp_start"].format(ln2=math.log(2), last=last, step=step)
     if losses:
         text += f"; training NSP loss over the last steps {sum(losses) / len(losses):.2f}"
     left = next((s for s, a in scored if a >= 0.55), None)
-    if left is None:
-        return text + (". Still at chance: a random B differs from the true one mostly in its topic words, and a "
-                       "small model learns the masked words first, which carry far more loss.")
-    return text + (f". It left chance at step {left:,}, once the masked words were partly learnt. On a chart with the "
-                   "masked-word loss, which starts near 7, a fall from 0.69 to about 0.55 looks flat: read its own "
-                   "numbers.")
+    return text + (WORDS["nsp_at_chance"] if left is None else WORDS["nsp_left_chance"].format(left=left))
 
 
 @dataclass(frozen=True)
@@ -371,7 +359,4 @@ def notice_decisions(history: Sequence, last: int = 50) -> str | None:
         return None
     text = f"Over the last {min(last, len(history))} steps: kept tokens {kept:.0%} right, [MASK]ed ones {masked:.0%}"
     text += f", random ones {rand:.0%}." if rand is not None else "."
-    if kept >= masked + 0.2:
-        return text + " Kept tokens are the easy ones: the answer is in the input."
-    return text + (" Kept tokens are barely easier than [MASK]ed ones: the model has not yet learned to trust what "
-                   "it sees (the shipped model, after 80 CPU-minutes, gets 9 in 10 kept tokens right).")
+    return text + WORDS["kept_easy" if kept >= masked + 0.2 else "kept_not_yet"]

@@ -1,5 +1,5 @@
 """Figures of the views the lesson brought: the model's guess at each chosen position, its accuracy by masking
-decision over a batch, and one training step's gradient per layer. Plain Plotly, no Streamlit (as figures.py)."""
+decision, one training step's gradient per layer, and the lesson's attention steps."""
 
 from __future__ import annotations
 
@@ -17,24 +17,19 @@ if TYPE_CHECKING:
     from bert_core.inspect.pair_attention import PairAttention
 
 RIGHT, WRONG = "✓", "✗"
-
-
-SEGMENT_COLORS = ("#cfe2f3", "#fde9c9")   # sentence A, sentence B
-SPECIAL_COLOR = "#d9d9d9"
+TOKEN_COLORS = {"special token": "#d9d9d9", "sentence A": "#cfe2f3", "sentence B": "#fde9c9"}
 
 
 def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int = 12) -> go.Figure:
-    """The word pieces the model reads, one box each: [CLS]/[SEP] grey, sentence A blue, sentence B sand; a piece
-    that continues a word (##) keeps its marks, so the split is visible."""
+    """The word pieces the model reads, a box each: specials grey, sentence A blue, B sand (## marks kept)."""
     fig = go.Figure()
-    groups = {"special token": [], "sentence A": [], "sentence B": []}
+    groups = {kind: [] for kind in TOKEN_COLORS}
     for i, (t, seg) in enumerate(zip(tokens, segments)):
         kind = "special token" if t.startswith("[") and t.endswith("]") else ("sentence B" if seg else "sentence A")
         groups[kind].append((i, t))
-    colors = {"special token": SPECIAL_COLOR, "sentence A": SEGMENT_COLORS[0], "sentence B": SEGMENT_COLORS[1]}
     for kind, items in groups.items():
         if items:
-            box_cells(fig, kind, colors[kind], [i % per_line for i, _ in items],
+            box_cells(fig, kind, TOKEN_COLORS[kind], [i % per_line for i, _ in items],
                       [-(i // per_line) for i, _ in items], [shorten(t, 9) for _, t in items],
                       [f"#{i + 1}: {t}" for i, t in items], font_size=15)
     lines = max(1, -(-len(tokens) // per_line))
@@ -44,8 +39,8 @@ def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int 
 
 
 def guesses_figure(guesses: Sequence[ChosenGuess]) -> go.Figure:
-    """One column per chosen position: what the model saw (coloured by decision), the original below, then its guess
-    with a tick or a cross. Large type: it is read from the back of a classroom."""
+    """A column per chosen position: what the model saw (coloured by decision), the original, and its guess with a
+    tick or a cross, in large type for the back of a classroom."""
     fig = go.Figure()
     n = max(1, len(guesses))
     for decision, color in DECISION_COLORS.items():
@@ -100,8 +95,8 @@ def layer_gradient_figure(norms: Sequence[tuple[str, float]], step: int) -> go.F
 
 
 def pair_attention_figure(summary: PairAttention) -> go.Figure:
-    """Two layer x head grids on one colour scale: the share of sentence B's attention on sentence A where B
-    follows A, and where B is random; each cell says its share."""
+    """Two layer x head grids on one colour scale: the share of B's attention on A where B follows A and where it is
+    random."""
     panels = ((f"B follows A ({summary.pairs_follow} pairs)", summary.follows),
               (f"B is random ({summary.pairs_random} pairs)", summary.random))
     top = float(np.nanmax([np.nanmax(v) for _, v in panels if np.isfinite(v).any()] or [1.0]))
@@ -121,8 +116,8 @@ def pair_attention_figure(summary: PairAttention) -> go.Figure:
 
 
 def attends_scores_figure(steps) -> go.Figure:
-    """How BERT computes' scores figure (q·k, ÷√d, softmax) for the lesson, its title naming the layer and the head
-    (counted from 1) as well as the token, so that a screenshot or a projector says which head it is."""
+    """How BERT computes' scores figure for the lesson, its title naming the layer and head too (a screenshot says
+    which head it is)."""
     fig = computation_figures.scores_figure(steps)
     title = str(fig.layout.title.text or "").replace("<br>", " ")
     fig.update_layout(title_text=wrap(f"Layer {steps.layer + 1}, head {steps.head + 1}. {title}", 90))
@@ -130,12 +125,11 @@ def attends_scores_figure(steps) -> go.Figure:
 
 
 def values_figure(steps) -> go.Figure:
-    """After the softmax: every token's value for this head as a strip (red positive, blue negative), each labelled
-    with the weight the looking token gives it, and their weighted sum, the vector the token takes from this head.
-    The same numbers as How BERT computes' context figure, drawn as the lesson's text tells them."""
+    """Every token's value for this head as a strip, labelled with its weight, and their weighted sum: the numbers of
+    How BERT computes' context figure, drawn as the lesson's text tells them."""
     cf = computation_figures
     labels = [f"{name} × {w:.2f}" for name, w in zip(cf.token_labels(steps.tokens), steps.probs)]
-    dims = [str(i + 1) for i in range(steps.head_dim)]
+    dims = cf._dims(steps.head_dim)
     zmax = cf._symmetric(steps.v, steps.context)
     numbers = "%{z:.2f}" if steps.head_dim <= cf.NUMBERS_UP_TO else None
     fig = make_subplots(rows=2, cols=1, row_heights=[len(labels), 1.5], vertical_spacing=0.12, shared_xaxes=True,
@@ -147,7 +141,7 @@ def values_figure(steps) -> go.Figure:
             z=z, x=dims, y=y, zmin=-zmax, zmax=zmax, colorscale=cf.VECTOR_SCALE, showscale=row == 1,
             colorbar=dict(title="value", len=0.6, y=0.7), texttemplate=numbers, textfont=dict(size=cf.FONT - 1),
             hovertemplate=f"{what}%{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    cf._reversed_rows(fig, 2)
     fig.update_xaxes(title=f"component (the head's {steps.head_dim} numbers)", row=2, col=1)
     title = (f"Layer {steps.layer + 1}, head {steps.head + 1}: the values token {steps.query + 1} "
              f"“{steps.tokens[steps.query]}” mixes, and their weighted sum")

@@ -1,10 +1,7 @@
-"""Each layer's guess (the "logit lens", nostalgebraist 2020): the model's own MLM head applied to the hidden state
-that every layer hands on, at one position: a [MASK] for a BERT, the last token for the GPT twin (its guess for the
-next one). At the last layer this is exactly the model's answer; below it, what the answer looked like so far.
-
-The head was trained on the last layer only, so an early layer's guess says what the head reads there, not what the
-layer "thinks"; the class sees the answer form, not a probe of each layer.
-"""
+"""Each layer's guess (the "logit lens", nostalgebraist 2020): the model's own MLM head applied to every layer's
+hidden state at one position, a BERT's [MASK] or a GPT's last token. At the last layer it is the model's answer;
+the head was trained there only, so an early layer's guess says what the head reads there, not what the layer
+"thinks"."""
 
 from __future__ import annotations
 
@@ -37,8 +34,8 @@ class LogitLens:
 
 
 def lens_input(model, tokenizer, text: str) -> tuple[list[int], list[int], list[str], int]:
-    """(ids, token types, tokens, position) the lens reads: `[CLS] text [SEP]` and its first [MASK] for a BERT;
-    `[CLS] text` and its last token for the GPT twin (which reads a text as generation does, without the end)."""
+    """(ids, token types, tokens, position): `[CLS] text [SEP]` and its first [MASK] for a BERT; `[CLS] text` and its
+    last token for a GPT (which reads a text as generation does, without the end)."""
     positions = int(model.config.max_position_embeddings)
     if is_causal(model):
         if not isinstance(text, str) or not text.strip():
@@ -66,8 +63,7 @@ def logit_lens(model, tokenizer, text: str, top_k: int = 5) -> LogitLens:
         hidden = model.bert(x, torch.ones_like(x), t, output_hidden_states=True)[2]
         logits = head(torch.stack([h[0, position] for h in hidden])).float()  # [L + 1, V]
     probs = logits.softmax(-1)
-    k = max(1, min(int(top_k), probs.shape[-1]))
-    values, indices = probs.topk(k, dim=-1)
+    values, indices = probs.topk(max(1, min(int(top_k), probs.shape[-1])), dim=-1)
     top = [list(zip(tokenizer.convert_ids_to_tokens(idx), vals)) for idx, vals in
            zip(indices.tolist(), values.tolist())]
     final = indices[-1]

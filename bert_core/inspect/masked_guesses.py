@@ -1,12 +1,7 @@
-"""The model's guess at every position the masking chose: [MASK], random and kept tokens alike.
-
-Pretraining asks the model to predict the original token at each chosen position, whatever the input shows there:
-a [MASK] (80%), a random token (10%) or the original itself (10%). Seeing the guesses side by side shows what each
-decision teaches: a kept token can be copied from the input, a random one must be distrusted, a [MASK] must be read
-from the context. `guesses_for_instance` gives one instance's positions (the Tokens & masking page's pair, masked
-with the page's seed exactly as `inspection.mask_example` masks it); `accuracy_by_decision` counts right guesses per
-decision over many instances, the figure a class can trust more than one sentence.
-"""
+"""The model's guess at every position the masking chose, [MASK] (80%), random (10%) and kept (10%) alike: side by
+side they show what each decision teaches (a kept token can be copied, a random one must be distrusted, a [MASK]
+read from the context). `guesses_for_instance` masks one instance as `inspection.mask_example` does;
+`accuracy_by_decision` counts right guesses per decision over many, a figure a class can trust more."""
 
 from __future__ import annotations
 
@@ -55,8 +50,8 @@ class DecisionAccuracy:
 
 
 def _logits(model, ids, types, attention, labels: torch.Tensor | None = None) -> torch.Tensor:
-    """Masked-LM logits in eval mode and without gradients: full [B, S, V], or with `labels` [N, V] at the N
-    positions whose label is not IGNORE_INDEX, in row-major order (the LM head run on those rows only)."""
+    """Masked-LM logits in eval mode: full [B, S, V], or with `labels` [N, V] at the N positions whose label is not
+    IGNORE_INDEX, in row-major order (the LM head run on those rows only)."""
     device = device_of(model)
     with evaluating(model):
         return model(input_ids=ids.to(device), attention_mask=attention.to(device), token_type_ids=types.to(device),
@@ -73,8 +68,7 @@ def _check(model, instances) -> None:
 
 def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[int], seed: int = 0,
                          mask_rate: float = MASK_RATE) -> list[ChosenGuess]:
-    """Mask one instance with `seed` and `mask_rate` (the same masks as `inspection.mask_example`) and return the
-    model's guess at each chosen position, in order."""
+    """The model's guess at each position `inspection.mask_example` chooses with `seed` and `mask_rate`."""
     _check(model, [input_ids])
     ids, types, attention = padded_batch(tokenizer.pad_id, [(input_ids, token_type_ids)])
     result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)
@@ -95,8 +89,8 @@ def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_
 
 def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int = 0,
                          mask_rate: float = MASK_RATE, batch_size: int = 64) -> dict[str, DecisionAccuracy]:
-    """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, with one seeded draw over them all,
-    and count the model's right top guesses per decision ("[MASK]", "random", "kept")."""
+    """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, one seeded draw over them all, and
+    count the model's right top guesses per decision."""
     _check(model, instances)
     ids, types, attention = padded_batch(tokenizer.pad_id, instances)
     result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)

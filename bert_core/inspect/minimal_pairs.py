@@ -1,9 +1,5 @@
-"""A small built-in set of English minimal pairs for the grammar check, written for this project.
-
-Each pair differs in one place: the first sentence is good English, the second is not. They cover six kinds of
-rule, a few each, in plain words that a model trained on a small English corpus has seen. They are for a class to
-try, not a benchmark: a few dozen pairs say little about a model, and the tiny shipped models get many wrong.
-"""
+"""The grammar check's built-in English minimal pairs (built_in_text.json), each a good sentence and its broken twin,
+six kinds of rule in plain words: for a class to try, not a benchmark (a few dozen pairs say little of a model)."""
 
 from __future__ import annotations
 

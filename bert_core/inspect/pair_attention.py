@@ -1,12 +1,7 @@
 """How much sentence B attends to sentence A, by layer and head, over a batch of pairs: the next-sentence signal
-in attention.
-
-For each pair `[CLS] A [SEP] B [SEP]`, each head and each word piece of B, the share of its attention that lands
-on A's word pieces ([CLS] and [SEP] left out of both); averaged over B's pieces, then over the pairs. Pairs where
-B really follows A and pairs where B is random are kept apart: a model trained with next-sentence prediction has
-a reason to compare them, one trained without it does not, and the two panels show whether its heads do. The
-`uniform` figure is what the share would be if every piece of B spread its attention evenly over all tokens.
-"""
+in attention. For each head, the share of each of B's word pieces' attention on A's ([CLS] and [SEP] left out),
+averaged over B's pieces and then the pairs, kept apart for pairs where B follows A and where it is random: a model
+trained with next-sentence prediction has a reason to tell them apart, and the two panels show whether it does."""
 
 from __future__ import annotations
 
@@ -67,10 +62,7 @@ def b_to_a_attention(model, tokenizer, instances, batch_size: int = 32) -> PairA
         uniform += (a_mask.sum(1).float() / attention.sum(1).float()).tolist()
     table = torch.cat(shares).numpy()
     is_random = np.array(labels)
-    layers, heads = table.shape[1:]
-
-    def mean(rows: np.ndarray) -> np.ndarray:
-        return rows.mean(0) if len(rows) else np.full((layers, heads), np.nan)
+    mean = lambda rows: rows.mean(0) if len(rows) else np.full(table.shape[1:], np.nan)   # noqa: E731
 
     return PairAttention(follows=mean(table[~is_random]), random=mean(table[is_random]),
                          pairs_follow=int((~is_random).sum()), pairs_random=int(is_random.sum()),

@@ -1,10 +1,7 @@
-"""Text a visitor supplies (labels, tokens, sentences, file and column names, run names) made inert for the two
-renderers that read markup in it: Plotly, which draws a subset of HTML in every text of a figure (`<a href>` as a
-live link, `<span style>` as CSS), and Streamlit's Markdown (`[text](url)`, bare URLs, `:red[...]` directives).
-
-`safe_figure` is applied to every figure the app draws, in its one Plotly sink (app.app_drawing.plotly), so no
-figure needs to remember it; `markdown` is applied where a page writes such text into Markdown. No Streamlit here.
-"""
+"""Text a visitor supplies (labels, tokens, sentences, file, column and run names) made inert for the renderers
+that read markup in it: Plotly, which draws a subset of HTML in every text (`<a href>` a live link, `<span style>`
+CSS), and Streamlit's Markdown (`[text](url)`, bare URLs, `:red[...]`). `safe_figure` is applied to every figure in
+the app's one Plotly sink (app.app_drawing.plotly); `markdown` where a page writes such text into Markdown."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Figures for "why a fine-tuned model decided" (bert_core.inspect.salience), and the one call a page makes for the
-whole panel: `salience_panel_data(model, tokenizer, kind, text, ...)`, its figures with their captions. Tokens,
-layers and heads are counted from 1 in every label a person reads."""
+"""Figures for "why a fine-tuned model decided" (salience), and the one call a page makes for the whole panel,
+`salience_panel_data`: its figures with their captions. Tokens, layers and heads count from 1."""
 
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ NUMBERS_UP_TO = 16   # a grid this wide (heads) or narrower shows its numbers in
 
 
 def salience_figure(e: Explanation) -> go.Figure:
-    """Each token's salience for the answer (one panel per target: a span has a start and an end), integrated
-    gradients beside gradient x input, tokens down the side."""
+    """Each token's salience for the answer (a panel per target: a span's start and end), integrated gradients
+    beside gradient x input."""
     labels = token_labels(e.tokens)
     n = len(e.saliences)
     fig = make_subplots(rows=1, cols=n, shared_yaxes=True, horizontal_spacing=0.06,
@@ -41,16 +40,14 @@ def salience_figure(e: Explanation) -> go.Figure:
 
 
 def head_grid_figure(e: Explanation) -> go.Figure:
-    """Layers x heads: how the answer's probability changes when each head alone is switched off (its output
-    zeroed), in percentage points; red where switching it off raises the probability, blue where it lowers it."""
+    """Layers x heads: the change in the answer's probability, in points, with each head alone switched off."""
     grid = e.heads
     z = grid.change * 100
     layers, heads = z.shape
     top = float(np.abs(z).max()) or 1.0
-    x = [f"head {h + 1}" for h in range(heads)]
-    y = [f"layer {layer + 1}" for layer in range(layers)]
     fig = go.Figure(go.Heatmap(
-        z=z, x=x, y=y, zmin=-top, zmax=top, colorscale=VECTOR_SCALE, colorbar=dict(title="points"),
+        z=z, x=[f"head {h + 1}" for h in range(heads)], y=[f"layer {layer + 1}" for layer in range(layers)],
+        zmin=-top, zmax=top, colorscale=VECTOR_SCALE, colorbar=dict(title="points"),
         texttemplate="%{z:+.1f}" if heads <= NUMBERS_UP_TO else None, textfont=dict(size=FONT),
         hovertemplate="%{y}, %{x} off: %{z:+.2f} points<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
@@ -68,13 +65,9 @@ class SaliencePanel:
 
 
 def _ig_caption(e: Explanation) -> str:
-    parts = []
-    for s in e.saliences:
-        change = s.value - s.baseline_value
-        parts.append(f"{markdown(s.target.name)}: {s.value:.1%} at the input, {s.baseline_value:.1%} at the "
-                     "baseline; the "
-                     f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
-                     f"{change * 100:+.2f} (completeness gap {s.gap:.1%})")
+    parts = [f"{markdown(s.target.name)}: {s.value:.1%} at the input, {s.baseline_value:.1%} at the baseline; the "
+             f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
+             f"{(s.value - s.baseline_value) * 100:+.2f} (completeness gap {s.gap:.1%})" for s in e.saliences]
     steps = e.saliences[0].steps
     if steps == FIRST_STEPS:
         how = (f"{steps} equal steps (enough: their trapezoids' errors add up to under {GAP_LIMIT:.0%} of the "
@@ -92,10 +85,8 @@ def _ig_caption(e: Explanation) -> str:
 
 def salience_panel_data(model, tokenizer, kind: str, text: str, text_b: str | None = None, word: int | None = None,
                         label_names=None, max_length: int = 128) -> SaliencePanel:
-    """The "why did it decide" panel for a finished fine-tuned model and one typed input: `kind` is the race's
-    ("labels", "tags" or "spans"); labels: `text` (`text_b` for a pair); tags: `text` and `word` (from 0; default
-    the first word tagged other than "O"); spans: `text` the question, `text_b` the passage. Raises BertCoreError
-    for bad input (an empty text, a model of another kind), in words a page can show."""
+    """The "why did it decide" panel for a fine-tuned model of `kind` and one typed input (as salience.explain
+    takes it); BertCoreError for bad input, in words a page can show."""
     e = explain(model, tokenizer, kind, text, text_b, word=word, label_names=label_names, max_length=max_length)
     first = e.saliences[0]
     if kind == "labels":

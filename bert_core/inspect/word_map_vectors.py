@@ -1,7 +1,5 @@
-"""The word map computed from a model: one word's contextual vectors across sentences, after the embeddings and
-each layer, projected to 2-D (word_maps.pca_2d); for the How BERT computes page and, at each probe snapshot of a
-training run, for the Train page's time-lapse (the maps of every built-in sense word, made while the weights of that
-step exist)."""
+"""The word map computed from a model (word_maps): for the How BERT computes page and, at each probe snapshot of a
+run, the Train page's time-lapse (every built-in sense word's map, made while that step's weights exist)."""
 
 from __future__ import annotations
 
@@ -14,13 +12,9 @@ from bert_core.inspect.kit import hidden_states
 from bert_core.inspect.word_maps import SENSE_SENTENCES, TIMELAPSE_WORDS, WordMap, pca_2d
 
 
-def _word_span(tokenizer, ids: list[int], word_ids: list[int]) -> int | None:
+def _word_span(ids: list[int], word_ids: list[int]) -> int | None:
     """Where `word_ids` first occur in `ids` (the sentence's pieces after [CLS]), or None."""
-    n = len(word_ids)
-    for i in range(1, len(ids) - n + 1):
-        if ids[i:i + n] == word_ids:
-            return i
-    return None
+    return next((i for i in range(1, len(ids) - len(word_ids) + 1) if ids[i:i + len(word_ids)] == word_ids), None)
 
 
 def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
@@ -36,7 +30,7 @@ def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
         if not sentence.strip():
             continue
         ids = encode_for_steps(model, tokenizer, sentence)[0]
-        start = _word_span(tokenizer, ids, word_ids) if word_ids else None
+        start = _word_span(ids, word_ids) if word_ids else None
         if start is None:
             skipped.append(sentence)
             continue
@@ -64,9 +58,9 @@ def sense_word_map(model, tokenizer, word: str) -> WordMap:
 
 
 def snapshot_word_maps(model, tokenizer, words=TIMELAPSE_WORDS) -> dict[str, WordMap]:
-    """The map of each built-in word for a probe snapshot, taken from `model` as it is at that step. The weights
-    are not kept (a run's snapshots would hold dozens of copies), so every word the page offers is mapped now; a
-    word the tokenizer cannot find in three sentences is left out."""
+    """Each built-in word's map for a probe snapshot, from `model` as it is now: the weights are not kept (a run's
+    snapshots would hold dozens of copies), so every word the page offers is mapped now (one not found in three
+    sentences left out)."""
     maps = {}
     for word in words:
         try:

@@ -1,10 +1,7 @@
-"""One word's contextual vectors across sentences, projected to 2-D by layer (PCA): the map itself, the sense
-sentences it is drawn for by default, how far apart the senses lie on it, and the same map at each probe snapshot
-of a training run, so that the senses can be watched separating as the model learns.
-
-Torch-free: a ProbeSnapshot carries its maps from the training process to the server, which reads them without
-torch (tests/test_layers.py's TORCH_FREE). The maps are computed from a model by word_map_vectors.
-"""
+"""One word's contextual vectors across sentences, in 2-D by layer (PCA): the map, its default sense sentences, how
+far apart the senses lie, and the map at each probe snapshot of a run, so the senses can be watched separating.
+Torch-free: a ProbeSnapshot carries its maps to the server, which reads them without torch (tests/test_layers.py);
+word_map_vectors computes them from a model."""
 
 from __future__ import annotations
 
@@ -34,8 +31,8 @@ class WordMap:
 
 
 def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """The rows of `x` on their first two principal axes, and the share of the variance those keep. Each axis's
-    sign is fixed (its largest loading positive), so a map does not flip from one layer to the next for nothing."""
+    """The rows of `x` on their first two principal axes, and the share of the variance kept; each axis's sign fixed
+    (its largest loading positive), so a map does not flip from one layer to the next for nothing."""
     x = np.asarray(x, dtype=np.float64)
     centred = x - x.mean(0, keepdims=True)
     _, s, vt = np.linalg.svd(centred, full_matrices=False)
@@ -49,8 +46,8 @@ def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def separation(points: np.ndarray, labels) -> float:
-    """How far apart two or more labelled groups lie on a map: the distance between group centres over the mean
-    spread within groups (0 when there is one group). A number for "the senses separate" that a test can hold."""
+    """How far apart labelled groups lie on a map: the distance between group centres over the mean spread within
+    groups (0 for one group)."""
     labels = np.asarray(labels)
     groups = [points[labels == g] for g in dict.fromkeys(labels.tolist())]
     if len(groups) < 2:
