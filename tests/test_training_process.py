@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -62,6 +63,9 @@ def test_a_child_run_is_the_same_run_as_in_process_and_its_mirror_is_exact(start
     started_jobs.append(job)
     job.start()
     assert job.busy and job.phase == "preparing"
+    deadline = time.monotonic() + 120   # forked on a thread of its own: start() does not wait for the launcher
+    while job.process is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert isinstance(job.process, launcher.LaunchedProcess if start == "fork" else subprocess.Popen)
     assert job.wait(TIMEOUT)
     assert job.phase == "finished", job.error
@@ -310,3 +314,27 @@ def test_a_dead_process_stops_its_runs_clock_before_the_phase_says_the_run_ended
     assert job.phase == "failed" and seen == ["failed"]
     assert job.trainer.error == job.error
     assert ("exit code -9" in job.error) if killed is None else job.error == "it stalled"
+
+
+def test_a_start_does_not_wait_for_the_launcher_and_a_failed_fork_is_said(monkeypatch):
+    """The launcher can take its time (its imports on a loaded server, up to START_TIMEOUT_S): start() returns at
+    once with the run preparing, so the page whose Start gave the run its slot answers; a fork that fails ends the
+    run with the reason, as a failed training does."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_launch(self, entry, fds, env):
+        entered.set()
+        release.wait(TIMEOUT)
+        raise OSError("the training launcher did not start the process")
+
+    monkeypatch.setenv(launcher.LAUNCHER_ENV, "fork")
+    if not launcher.fork_available():
+        pytest.skip("the launcher forks: Linux only")
+    monkeypatch.setattr(launcher.Launcher, "launch", slow_launch)
+    job = _job(_spec())
+    job.start()                         # returns while the launch is held
+    assert entered.wait(TIMEOUT) and not release.is_set()
+    assert job.phase == "preparing" and job.busy and job.error is None
+    release.set()
+    assert job.wait(TIMEOUT)
+    assert job.phase == "failed" and "could not be started: the training launcher did not start" in job.error

@@ -102,15 +102,24 @@ class ProcessTrainingJob(ProcessModel, JobBase):
 
     def _spawn(self, builder) -> None:
         self.error, self._closing, self._killed = None, False, None
-        # 'preparing' before the process exists, and busy while the launcher forks it (it can wait for the
-        # launcher's imports).
+        # 'preparing' before the process exists, and busy while the launcher forks it on a thread of its own: the
+        # fork can wait for the launcher's imports (up to START_TIMEOUT_S on a loaded server), and neither the page
+        # whose Start gave the run its slot nor the scheduler's pass waits with it. The busy line says "preparing".
         self._set_phase("preparing")
+        threading.Thread(target=self._fork, args=(builder,), name=f"bert-fork-{self.session_id[:6]}",
+                         daemon=True).start()
+
+    def _fork(self, builder) -> None:
         try:
             self._child.spawn(builder)
-        except BaseException:
+        except Exception as exc:  # noqa: BLE001 - the run's page says why it did not start
+            log.exception("starting a training process failed")
             self._child.starting = False
-            self._set_phase("new" if self.parked is None else "stopped")
-            raise
+            with self._changed:
+                self.error = f"the training process could not be started: {exc}"
+                self.phase = "failed" if self.parked is None else "stopped"
+                self._changed.notify_all()
+            return
         self._child.start_pump()
 
     def _tell(self, command: str) -> None:
