@@ -275,7 +275,7 @@ def bench_attention(folder: Path | None, repeats: int) -> tuple[list[float], str
     text = " ".join(words * 8)
     ids = tok.encode(text)[:62]
     text = tok.decode(ids)
-    from bert_core.serve.jobs import training_threads
+    from bert_core.serve.job_base import training_threads
 
     torch.set_num_threads(training_threads())  # what the app's server uses
     times = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bert_core.serve import jobs, launcher, runs  # noqa: E402
+from bert_core.serve import job_factory, jobs, launcher, runs  # noqa: E402
 from bert_core.serve.server_gpus import ServerGpu, server_gpus  # noqa: E402
 from bert_core.training.train_spec import page_spec, page_values  # noqa: E402
 
@@ -71,7 +71,7 @@ class MemorySampler:
 
 def level(n: int, device: str, spec, gpu_name: str) -> dict:
     gpus = [ServerGpu("cuda", gpu_name, 0, n)] if device == "cuda" else []
-    store = runs.RunStore(lambda run: jobs.pretraining_job(run.run_id, run.spec, device=run.device),
+    store = runs.RunStore(lambda run: job_factory.pretraining_job(run.run_id, run.spec, device=run.device),
                           slots=lambda: n, gpus=lambda: gpus, poll_s=0.05, turn_s=1e9, unwatched_s=1e9)
     first, done = {}, {}
     with MemorySampler() as memory:

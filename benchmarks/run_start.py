@@ -3,7 +3,7 @@ thirty pressing Start on 2 vCPUs). Side by side in one process, alternating, on 
 
     python benchmarks/run_start.py [--starts 5] [--threads 1] [--json out.json]
 
-Each start is what the app does when Start is pressed (`jobs.pretraining_job` with the page's default spec, as
+Each start is what the app does when Start is pressed (`job_factory.pretraining_job` with the page's default spec, as
 `ProcessTrainingJob.start`): timed from `start()` to the run's first training step ("running"), and the training
 process's own CPU seconds until then, read from /proc (user + system). Then the run is stopped and its process
 closed, and the next start uses the other way. The launcher is warmed first (the Train, Lesson and Fine-tune pages
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bert_core.serve import jobs, launcher  # noqa: E402
+from bert_core.serve import job_factory, jobs, launcher  # noqa: E402
 from bert_core.training.train_spec import default_spec  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -36,7 +36,7 @@ def _cpu_s(pid: int) -> float:
 def one_start(way: str, threads: int) -> dict:
     os.environ[launcher.LAUNCHER_ENV] = way
     spec = default_spec()
-    job = jobs.pretraining_job("bench", spec)
+    job = job_factory.pretraining_job("bench", spec)
     job._child._threads = threads
     began = time.perf_counter()
     job.start()

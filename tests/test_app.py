@@ -16,7 +16,7 @@ from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.safe_text import markdown  # noqa: E402
 from bert_core.app import app_state
-from bert_core.serve import jobs, model_sources
+from bert_core.serve import job_base, jobs, model_sources, runs, thread_job
 from tests.race_stand_ins import race_spec  # noqa: E402
 from tests.stand_ins import StandInView  # noqa: E402
 
@@ -454,7 +454,7 @@ def test_model_snapshot_is_a_frozen_copy(checkpoint):
         _step_lock = threading.RLock()   # a Trainer's (run_loop.RunLoop): held during an update
 
     T.model = model
-    job = jobs.TrainingJob("snap", builder=lambda: None)
+    job = thread_job.TrainingJob("snap", builder=lambda: None)
     job.trainer = T()
     snap = job.model_snapshot()
     assert snap is not model and not snap.training and model.training
@@ -478,8 +478,8 @@ def test_a_training_runs_copy_is_shared_for_a_while_and_its_last_step_once_it_en
 
     T.model = model
     training = [True]
-    monkeypatch.setattr(jobs.TrainingJob, "busy", property(lambda self: training[0]))
-    job = jobs.TrainingJob("snap", builder=lambda: None)
+    monkeypatch.setattr(thread_job.TrainingJob, "busy", property(lambda self: training[0]))
+    job = thread_job.TrainingJob("snap", builder=lambda: None)
     job.trainer = T()
     monkeypatch.setattr(job_base, "SNAPSHOT_EVERY_S", 1e9)   # a copy never too old: shared whatever the clock says
     snap = job.model_snapshot()
@@ -495,12 +495,12 @@ def test_a_training_runs_copy_is_shared_for_a_while_and_its_last_step_once_it_en
 
 def test_env_var_limit_parsing(monkeypatch):
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "3")
-    assert jobs.max_trainings() == 3
+    assert runs.default_slots() == 3
     monkeypatch.setenv(jobs.MAX_TRAININGS_ENV, "lots")
     # The default: one run per core, one core left for the web server (one run on a 2-vCPU Space), one thread each.
-    assert jobs.max_trainings() == max(1, (os.cpu_count() or 1) - 1)
-    monkeypatch.delenv(jobs.THREADS_ENV, raising=False)
-    assert jobs.training_threads() == 1
+    assert runs.default_slots() == max(1, (os.cpu_count() or 1) - 1)
+    monkeypatch.delenv(job_base.THREADS_ENV, raising=False)
+    assert job_base.training_threads() == 1
     assert os.environ[model_sources.CHECKPOINT_ENV]
 
 

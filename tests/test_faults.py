@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.race_stand_ins import builder_of
-from bert_core.serve import jobs, runs
+from bert_core.serve import job_factory, jobs, runs
 from tests import test_runs
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
@@ -42,7 +42,7 @@ def store(monkeypatch, tmp_path):
     def make(**kw):
         kw.setdefault("slots", lambda: 1)
         kw.setdefault("turn_s", 1000)
-        s = runs.RunStore(lambda run: jobs.pretraining_job(run.run_id, run.spec), poll_s=0.05,
+        s = runs.RunStore(lambda run: job_factory.pretraining_job(run.run_id, run.spec), poll_s=0.05,
                           release_folder=lambda run: tmp_path / "released" / run.run_id[:8], **kw)
         made.append(s)
         return s
@@ -108,10 +108,10 @@ def test_a_process_killed_while_it_prepares_is_one_state_failed(store):
 def _recorded_store(records, **kw):
     """A store as the app makes it: each run's checkpoints and record in `records`, read back when it starts."""
     kw.setdefault("slots", lambda: 2)
-    return runs.RunStore(lambda run: jobs.pretraining_job(run.run_id, run.spec,
+    return runs.RunStore(lambda run: job_factory.pretraining_job(run.run_id, run.spec,
                                                           checkpoint_dir=records.checkpoint_for(run.run_id)),
                          release_folder=lambda run: records.checkpoint_for(run.run_id), records=records,
-                         restore_job=jobs.restored_pretraining_job, poll_s=0.05, turn_s=1000, **kw)
+                         restore_job=job_factory.restored_pretraining_job, poll_s=0.05, turn_s=1000, **kw)
 
 
 def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
@@ -300,8 +300,9 @@ def test_a_run_stopped_before_a_restart_resumes_exactly_where_it_stopped(tmp_pat
 def _race_store(records, **kw):
     """A store as the app makes it for the Fine-tune page's races: each race's record and kept folder in `records`."""
     kw.setdefault("slots", lambda: 1)
-    return runs.RunStore(lambda run: jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device),
-                         records=records, restore_job=jobs.restored_pretraining_job, poll_s=0.05, turn_s=1000, **kw)
+    return runs.RunStore(lambda run: job_factory.finetune_job(run.run_id, builder_of(run.spec), device=run.device),
+                         records=records, restore_job=job_factory.restored_pretraining_job, poll_s=0.05,
+                         turn_s=1000, **kw)
 
 
 def _race(records, run_id: str, nano: str):

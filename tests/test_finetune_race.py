@@ -21,7 +21,7 @@ from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer, train_tokenizer
-from bert_core.serve import jobs, run_records, runs
+from bert_core.serve import job_factory, jobs, run_records, runs
 from bert_core.serve.finetune_runs import restoring
 from bert_core.serve.run_records import RunRecords
 from bert_core.serve.run_registry import Run
@@ -91,7 +91,7 @@ def test_the_cli_and_the_pages_race_give_the_same_weights_bit_for_bit(nano_folde
 
 def _store(records, **kw):
     def factory(run):
-        return jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
+        return job_factory.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
 
     return runs.RunStore(factory, slots=lambda: 1, poll_s=0.02, records=records,
                          restore_job=lambda *a: pytest.fail("a race is restored by finetune_runs"), **kw)

@@ -13,7 +13,7 @@ from bert_core.data.classification_data import toy_topic_task
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
-from bert_core.serve import jobs, runs
+from bert_core.serve import jobs, runs, thread_job
 from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.training_process import ProcessTrainingJob
 from bert_core.app.visitor_runs import visitor_rows
@@ -120,7 +120,7 @@ def _spec(parts=2, part_s=0.3):
 def _store(**kw):
     def factory(run):
         builder = builder_of(run.spec) if isinstance(run.spec, FinetuneSpec) else partial(Counter, run.spec.steps)
-        return jobs.TrainingJob(run.run_id, builder=builder)
+        return thread_job.TrainingJob(run.run_id, builder=builder)
 
     kw.setdefault("slots", lambda: 1)
     return runs.RunStore(factory, poll_s=0.02, **kw)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_core.serve import jobs, runs, server_gpus
+from bert_core.serve import job_factory, jobs, runs, server_gpus, thread_job
 from bert_core.serve.process_model import ProcessModel
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
@@ -56,7 +56,7 @@ def _process_store(tmp_path: Path, gpus, slots: int = 2) -> runs.RunStore:
     """A store whose runs train in processes on this CPU whatever slot the queue gave them, with their checkpoint
     folders where the app keeps them (one folder a run: safety-net checkpoints, the release's, the park's)."""
     def factory(run):
-        return jobs.pretraining_job(run.run_id, run.spec, checkpoint_dir=tmp_path / run.run_id)
+        return job_factory.pretraining_job(run.run_id, run.spec, checkpoint_dir=tmp_path / run.run_id)
 
     return runs.RunStore(factory, slots=lambda: slots, gpus=lambda: gpus,
                          release_folder=lambda run: tmp_path / run.run_id, poll_s=0.05, turn_s=1000)
@@ -67,7 +67,7 @@ def _weights(job) -> dict[str, torch.Tensor]:
 
 
 def _uninterrupted(tmp_path: Path) -> dict[str, torch.Tensor]:
-    job = jobs.pretraining_job("whole", SPEC, checkpoint_dir=tmp_path / "whole")
+    job = job_factory.pretraining_job("whole", SPEC, checkpoint_dir=tmp_path / "whole")
     try:
         job.start()
         _until(lambda: job.phase == "finished", f"the uninterrupted run finishes ({job.error})")
@@ -263,7 +263,7 @@ class Faulty(Counter):
 def _thread_store(errors: dict[str, str], gpus, slots: int) -> runs.RunStore:
     def factory(run):
         error = errors.get(run.run_id)
-        return jobs.TrainingJob(run.run_id, builder=lambda: Faulty(error) if error else Counter(run.spec.steps))
+        return thread_job.TrainingJob(run.run_id, builder=lambda: Faulty(error) if error else Counter(run.spec.steps))
 
     return runs.RunStore(factory, slots=lambda: slots, gpus=lambda: gpus, poll_s=0.02, turn_s=1000)
 

@@ -123,8 +123,8 @@ def test_a_checkpoint_from_the_cluster_replaces_the_folder_whole_and_names_stay_
 def test_a_run_on_the_cluster_trains_to_the_same_weights_as_a_training_process(cluster, tmp_path):
     local, workers = cluster
     spec = _spec()
-    on_ray = jobs.pretraining_job("ray-same", spec, checkpoint_dir=tmp_path / "ray-checkpoint", kind="ray")
-    here = jobs.pretraining_job("proc-same", spec, kind="process")
+    on_ray = job_factory.pretraining_job("ray-same", spec, checkpoint_dir=tmp_path / "ray-checkpoint", kind="ray")
+    here = job_factory.pretraining_job("proc-same", spec, kind="process")
     assert isinstance(on_ray, RunJob)
     try:
         on_ray.start()
@@ -154,7 +154,7 @@ def test_a_run_on_the_cluster_trains_to_the_same_weights_as_a_training_process(c
 
 
 def test_stop_step_once_and_resume_on_the_cluster(cluster):
-    job = jobs.pretraining_job("ray-steps", _spec(steps=100_000), kind="ray")
+    job = job_factory.pretraining_job("ray-steps", _spec(steps=100_000), kind="ray")
     try:
         job.start()
         _until(lambda: job.trainer is not None and job.trainer.step >= 3, what="a few steps")
@@ -177,7 +177,7 @@ def test_a_parked_run_goes_on_in_a_new_actor_from_its_checkpoint_files(cluster, 
     """A stopped run whose actor was ended to free its device (ProcessModel.park, a GPU server's) is resumed in a
     new actor from its checkpoint's files, sent with the builder (the node has no path to the server's folder)."""
     folder = tmp_path / "checkpoint"
-    job = jobs.pretraining_job("ray-park", _spec(steps=100_000), checkpoint_dir=folder, kind="ray")
+    job = job_factory.pretraining_job("ray-park", _spec(steps=100_000), checkpoint_dir=folder, kind="ray")
     try:
         job.start()
         _until(lambda: job.trainer is not None and job.trainer.step >= 3, what="a few steps")

@@ -55,12 +55,12 @@ def test_the_space_image_starts_in_public_mode():
 def test_the_docs_name_every_server_setting():
     """The settings table lives in docs/deployment.md; the README points to it."""
     from bert_core.app import app_state
-    from bert_core.serve import app_storage, jobs, model_sources
+    from bert_core.serve import app_storage, job_base, jobs, model_sources
 
     names = {v for m in (app_state, app_storage, jobs, model_sources) for k, v in vars(m).items()
              if k.endswith("_ENV") and isinstance(v, str) and v.startswith("BERT_EXPLORER_")}
     # Test-only and tuning knobs documented elsewhere in the README or docs are not server settings.
-    names -= {model_sources.CHECKPOINT_ENV, jobs.THREADS_ENV, app_state.POLL_ENV, jobs.PROCESS_ENV}
+    names -= {model_sources.CHECKPOINT_ENV, job_base.THREADS_ENV, app_state.POLL_ENV, jobs.PROCESS_ENV}
     docs = "\n".join((REPO_ROOT / name).read_text() for name in ("README.md", "docs/deployment.md"))
     assert names and all(f"`{n}`" in docs for n in names), sorted(n for n in names if f"`{n}`" not in docs)
 

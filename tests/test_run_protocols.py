@@ -11,7 +11,8 @@ from typing import Generic, Protocol
 import pytest
 
 from bert_core.training.finetune_spec import FinetuneSpec
-from bert_core.serve.jobs import TrainingJob, default_spec
+from bert_core.serve.jobs import default_spec
+from bert_core.serve.thread_job import TrainingJob
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, HostedRun, LiveView, RunJob, RunSpec
 from bert_core.serve.training_mirrors import ComparisonProxy, TrainerProxy
 from bert_core.serve.training_process import ProcessTrainingJob

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from bert_core.errors import BertCoreError
-from bert_core.serve import jobs, runs
+from bert_core.serve import job_factory, jobs, runs, thread_job
 from tests.stand_ins import Counter, Steps
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
@@ -19,7 +19,7 @@ def _store(**kw):
     made = {}
 
     def factory(run):
-        made[run.run_id] = job = jobs.TrainingJob(run.run_id, builder=lambda: Counter(run.spec.steps))
+        made[run.run_id] = job = thread_job.TrainingJob(run.run_id, builder=lambda: Counter(run.spec.steps))
         return job
 
     kw.setdefault("slots", lambda: 1)
@@ -155,7 +155,7 @@ def test_an_ended_run_gives_back_its_process_and_keeps_its_model_in_a_folder(tmp
     spec = jobs.TrainSpec(vocab_size=300, train=dict(max_steps=100_000, batch_size=4, max_seq_length=32,
                                                      eval_every=0, probe_every=0, device="cpu"), probes=False)
     alive = {"owner": True}
-    store = runs.RunStore(lambda run: jobs.pretraining_job(run.run_id, run.spec), slots=lambda: 1,
+    store = runs.RunStore(lambda run: job_factory.pretraining_job(run.run_id, run.spec), slots=lambda: 1,
                           is_alive=alive.get, unwatched_s=0.3, poll_s=0.05,
                           release_folder=lambda run: tmp_path / "released")
     cleanup(store)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.serve import jobs, runs, server_gpus
+from bert_core.serve import job_factory, jobs, runs, server_gpus
 from bert_core.serve.run_queue import RunQueue
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
@@ -188,7 +188,7 @@ def test_the_slots_device_reaches_the_trainer_and_the_run_keeps_its_spec(monkeyp
     monkeypatch.setenv(jobs.PROCESS_ENV, "0")
     spec = jobs.TrainSpec(vocab_size=300, train=dict(max_steps=2, batch_size=4, max_seq_length=32, eval_every=0,
                                                      probe_every=0, device="cpu"), probes=False)
-    job = jobs.pretraining_job("gpu", spec, device="cuda")
+    job = job_factory.pretraining_job("gpu", spec, device="cuda")
     job.start()
     assert job.wait(120) and job.phase == "failed" and "no CUDA GPU is visible" in job.error
     assert job.spec.train["device"] == "cpu"
@@ -199,7 +199,7 @@ def test_the_slots_device_reaches_the_trainer_and_the_run_keeps_its_spec(monkeyp
         raise BertCoreError("built")
 
     for device in ("cuda:1", None):
-        race = jobs.finetune_job("race", partial(builder), device=device)
+        race = job_factory.finetune_job("race", partial(builder), device=device)
         race.start()
         assert race.wait(30) and race.error == "built"
     assert seen == ["cuda:1", "cpu"]
@@ -240,8 +240,8 @@ def test_a_class_server_trains_its_runs_and_races_on_the_gpu_and_the_rest_on_the
 
     def factory(run):
         if isinstance(run.spec, FinetuneSpec):
-            return jobs.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
-        return jobs.pretraining_job(run.run_id, run.spec, device=run.device)
+            return job_factory.finetune_job(run.run_id, builder_of(run.spec), device=run.device)
+        return job_factory.pretraining_job(run.run_id, run.spec, device=run.device)
 
     store = runs.RunStore(factory, slots=lambda: 3, gpus=lambda: [ServerGpu(gpu.device, gpu.name, 0, 2)],
                           poll_s=0.05, turn_s=1000)

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from bert_core.errors import BertCoreError
-from bert_core.serve import jobs, launcher, model_sources
+from bert_core.serve import job_factory, jobs, launcher, model_sources, thread_job, train_spec
 from bert_core.serve.training_process import ProcessTrainingJob
 from tests import app_fixtures
 
@@ -33,7 +33,7 @@ def _spec(steps: int = 12, **train) -> jobs.TrainSpec:
 
 def _job(spec: jobs.TrainSpec, sid: str = "proc") -> ProcessTrainingJob:
     return ProcessTrainingJob(sid, partial(jobs.build_trainer, spec), spec=spec, threads=1,
-                              data_factory=partial(jobs.training_data_for, spec))
+                              data_factory=partial(train_spec.training_data_for, spec))
 
 
 def _wait_for_step(job, step: int) -> None:
@@ -189,7 +189,7 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from functools import partial
-        from bert_core.serve import jobs
+        from bert_core.serve import job_factory, jobs, thread_job, train_spec
         from bert_core.serve.training_process import ProcessTrainingJob
         spec = jobs.TrainSpec(corpus="toy", vocab_size=300, preset="nano",
                               train=dict(max_steps=10**6, batch_size=4, max_seq_length=32, eval_every=0,
@@ -218,9 +218,9 @@ def test_the_child_exits_when_the_server_dies(tmp_path):
 def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
     spec = _spec()
     monkeypatch.delenv(jobs.PROCESS_ENV, raising=False)
-    assert isinstance(jobs.pretraining_job("s", spec), ProcessTrainingJob)
+    assert isinstance(job_factory.pretraining_job("s", spec), ProcessTrainingJob)
     monkeypatch.setenv(jobs.PROCESS_ENV, "0")
-    assert isinstance(jobs.pretraining_job("s", spec), jobs.TrainingJob)
+    assert isinstance(job_factory.pretraining_job("s", spec), thread_job.TrainingJob)
 
 
 def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
@@ -232,7 +232,7 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(star
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     data = toy_topic_task(0, 200)
     settings = dict(train=120, val=40, seed=0, budget=1, lr=1e-3, batch=16, maxlen=32)
-    job = jobs.finetune_job("ft", partial(build_comparison, data, model, tok, settings))
+    job = job_factory.finetune_job("ft", partial(build_comparison, data, model, tok, settings))
     started_jobs.append(job)
     job.start()
     assert job.wait(TIMEOUT) and job.phase == "finished", job.error
@@ -255,7 +255,7 @@ def test_stopping_a_finetuning_comparison_keeps_the_run_so_far(started_jobs, tmp
 
     model, tok, _ = model_sources.load_folder(app_fixtures.train_nano_checkpoint(tmp_path / "nano"))
     settings = dict(train=120, val=40, seed=0, budget=600, lr=1e-3, batch=16, maxlen=32)
-    job = jobs.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
+    job = job_factory.finetune_job("ft-stop", partial(build_comparison, toy_topic_task(0, 200), model, tok, settings))
     started_jobs.append(job)
     job.start()
     _wait_for_step(job, 5)

@@ -1,13 +1,7 @@
-"""A run's training as a Ray actor on a cluster's node (bert_core.cluster.ray_job is the server's side): the training
-process's own loop (training_child.TrainingChild) on a thread of the actor, on two pipes inside the actor that the
-server reaches through the actor's methods: `send` (a command) and `events` (the messages since the last call).
-
-What differs from a training process on the server's machine: no disk is shared with the server. The run's safety-net
-checkpoints are written to a folder on the node and each new one goes back to the server as its files' bytes (a
-"checkpoint" message, which the server writes to the run's own checkpoint folder), and so does a save ("save"
-replies with the files, not a path). The server watches the actor, not a pid: Ray ends an actor whose owner has gone.
-
-Ray-free and torch-free at import (ray_job makes the actor's class a Ray actor, on a server that uses Ray).
+"""A run's training as a Ray actor on a cluster's node (ray_job is the server's side): training_child's loop on a
+thread of the actor, over two pipes the server reaches through the actor's `send` and `events`. No disk is shared:
+each new safety-net checkpoint, and a save, go back to the server as their files' bytes. Ray ends an actor whose
+owner has gone. Ray-free and torch-free at import.
 """
 
 from __future__ import annotations
@@ -33,9 +27,8 @@ MAX_EVENTS = 256                      # messages handed back by one `events` cal
 
 
 def resumed_from_files(files: dict[str, bytes], server_folder: str, spec, device: str | None = None):
-    """A parked run's trainer rebuilt on a node (process_model.resumed_trainer) from its checkpoint's files, which
-    came from the server's folder for the run: written to a folder of the node's, resumed from there, and pointed at
-    the server's folder again, so that ClusterChild sends its next checkpoints back there."""
+    """A parked run's trainer resumed on a node from its checkpoint's files, pointed at the server's folder again (so
+    that ClusterChild sends its next checkpoints there)."""
     local = tempfile.mkdtemp(prefix="bert-ray-resume-")
     try:
         write_files(local, files)
@@ -47,7 +40,6 @@ def resumed_from_files(files: dict[str, bytes], server_folder: str, spec, device
 
 
 def write_files(folder: str | Path, files: dict[str, bytes]) -> None:
-    """Write a checkpoint's files, by their paths relative to `folder`; a name that would leave it is refused."""
     for name, data in files.items():
         parts = PurePosixPath(name).parts
         if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
@@ -58,14 +50,12 @@ def write_files(folder: str | Path, files: dict[str, bytes]) -> None:
 
 
 def folder_files(folder: str | Path) -> dict[str, bytes]:
-    """Every file under `folder`, by its path relative to it (a checkpoint's few files, as bytes)."""
     root = Path(folder)
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class ClusterChild(TrainingChild):
-    """TrainingChild on a cluster's node: its heartbeat has no server pid to watch, and its checkpoints and saves
-    travel back as bytes."""
+    """TrainingChild on a node: no server pid to watch; checkpoints and saves travel back as bytes."""
 
     def __init__(self, commands, events):
         super().__init__(commands, events)
@@ -74,7 +64,6 @@ class ClusterChild(TrainingChild):
         self._shipped: int | None = None          # the step of the last checkpoint sent back
 
     def heartbeat(self) -> None:
-        """Say "alive" every HEARTBEAT_S: Ray ends the actor itself when the server (its owner) has gone."""
         while not self.quit:
             self.events.send(("alive", None, None, None))
             time.sleep(HEARTBEAT_S)
@@ -92,7 +81,7 @@ class ClusterChild(TrainingChild):
         return True
 
     def ship(self) -> None:
-        """Send the trainer's newest checkpoint back, once per checkpoint (on the training thread, between steps)."""
+        """Send the newest checkpoint back once (on the training thread, between steps)."""
         step = None if self._local is None else self.trainer.last_checkpoint_step
         if step is None or step == self._shipped:
             return
@@ -101,7 +90,6 @@ class ClusterChild(TrainingChild):
         self._shipped = step
 
     def end(self) -> None:
-        """The loop has returned: the heartbeat stops and the node's checkpoint folder goes."""
         self.quit = True
         if self._local is not None:
             shutil.rmtree(self._local, ignore_errors=True)
@@ -131,8 +119,7 @@ class ClusterChild(TrainingChild):
 
 
 class TrainingActor:
-    """One run's training on a cluster node: its loop on a thread, commands in, messages out. Each method returns
-    at once or within `events`' short wait, so Ray runs them in the order the server sent them."""
+    """Each method returns at once or within `events`' short wait, so Ray runs them in the order they were sent."""
 
     def __init__(self):
         (commands, self._commands), (self._events, events) = Pipe(duplex=False), Pipe(duplex=False)
@@ -152,13 +139,11 @@ class TrainingActor:
             child.events.send(ENDED)
 
     def send(self, message: tuple) -> None:
-        """A command of the server's (training_link lists them)."""
         self._commands.send(message)
 
     def events(self, wait_s: float) -> list:
-        """The messages of the next `wait_s` seconds (ENDED is the last of all): a training run says something at
-        every step, and one call a fraction of a second costs the server less than one a step. A reply, or the
-        end, comes back at once: a save or a Step once is waited for."""
+        """The messages of the next `wait_s` (ENDED last of all): one call a fraction of a second costs less than one a
+        step. A reply, or the end, comes back at once."""
         out: list = []
         deadline = time.monotonic() + wait_s
         while len(out) < MAX_EVENTS and self._events.poll(max(0.0, deadline - time.monotonic())):

@@ -1,15 +1,11 @@
 """The Ray cluster a class server trains its runs on, when `$BERT_EXPLORER_RAY_ADDRESS` names one: the connection,
-the slots the cluster's nodes give the server's queue, and the node each new run goes to (docs/deployment.md).
+the slots its nodes give the server's queue, and the node each new run goes to (docs/deployment.md).
 
-The queue stays the server's (bert_core.serve.run_queue: position, estimated wait, turns). Ray's logical resources
-are held for an actor's whole life, and a run whose turn is up, or that its owner stopped, keeps its actor (Resume
-goes on from its memory, as with a training process): a CPU held that way would lock out the run whose turn it is.
-So the server counts the alive nodes' CPUs (`$BERT_EXPLORER_RAY_CPUS` a run) and GPU shares as its slots, places each
-new run itself on the node with the most free slots (a hard node affinity), and a run's actor asks Ray for no CPU
-and, on a GPU, only a token share of it, which is how Ray hands the actor its GPU (CUDA_VISIBLE_DEVICES). A node
-that dies leaves the count, so the next runs go to the nodes that are left.
-
-Torch-free, and Ray-free until a function here is called: `ray` is imported only where the setting is set.
+The queue stays the server's. Ray holds an actor's resources for its whole life, and a paused or stopped run keeps
+its actor (Resume goes on from its memory): a CPU held that way would lock out the run whose turn it is. So the
+server counts the alive nodes' CPUs (`$BERT_EXPLORER_RAY_CPUS` a run) and GPU shares as its slots, places each new run
+on the node with the most free slots (hard affinity), and an actor asks Ray for no CPU and a token GPU share (how Ray
+hands it its GPU). A dead node leaves the count. Torch-free; `ray` is imported only when used.
 """
 
 from __future__ import annotations
@@ -36,13 +32,11 @@ GPU_TICKET = 0.001       # the share of a GPU a run's actor asks Ray for: enough
 
 
 def cpus_per_run() -> int:
-    """CPU cores each run trains with on the cluster (`$BERT_EXPLORER_RAY_CPUS`, default 1)."""
     raw = os.environ.get(RAY_CPUS_ENV, "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else 1
 
 
 def gpu_runs() -> int:
-    """Runs that share one of the cluster's GPUs (`$BERT_EXPLORER_GPU_RUNS`, as on one server; 0: CPUs only)."""
     setting = gpu_runs_setting()
     return DEFAULT_GPU_RUNS if setting is None else setting
 
@@ -53,16 +47,14 @@ NODES_WAIT_S = 5.0         # how long a page's question for the nodes waits for 
 
 
 class ClusterUnavailable(BertCoreError):
-    """The cluster cannot take a run: it could not be reached, or it has no node for it. The message is for the
-    page: no address (a page is public), no traceback; the operator's log has the whole error."""
+    """The cluster cannot take a run (unreachable, or no node for it); its message is for a public page, the whole
+    error for the operator's log."""
 
 
 class ClusterConnection:
-    """The connection to the cluster, made once per server process and waited for at most CONNECT_TIMEOUT_S: Ray's
-    `init` to an address where no cluster answers retries for many minutes (379 s seen; over 20 min to a closed
-    port here), and a run or a page must not wait that long. So `init` runs on a thread of its own; a caller waits
-    for it until `timeout` s after it began, then gives up and leaves it trying (later callers give up at once while
-    it tries), and a later call takes its result. A failure is remembered for RETRY_S, then tried again."""
+    """The connection, made once per server process on a thread of its own: Ray's `init` to an address where no
+    cluster answers retries for many minutes (379 s seen; over 20 min to a closed port), and a page must not wait.
+    A caller waits until `timeout` s after it began, then leaves it trying; a failure is remembered for RETRY_S."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -73,9 +65,7 @@ class ClusterConnection:
         self._refused: tuple[float, ClusterUnavailable] | None = None   # (when, what) the last failure said
 
     def connect(self, timeout: float = CONNECT_TIMEOUT_S):
-        """The `ray` module, connected; raises ClusterUnavailable when the cluster does not answer."""
-        # Imported here, not at the top: Ray is an optional extra, loaded only on a server that trains on a cluster.
-        import ray
+        import ray   # here: an optional extra, loaded only on a server that trains on a cluster
 
         if ray.is_initialized():
             return ray
@@ -121,8 +111,7 @@ class ClusterConnection:
 
 
 def _reason(error: BaseException | None) -> str:
-    """A failed connection in a few plain words: the kind of failure, never Ray's text (it names the address and
-    may hold the server's paths)."""
+    """A failed connection in plain words, never Ray's text (it names the address and may hold server paths)."""
     if isinstance(error, (ConnectionError, TimeoutError)):
         return "no Ray cluster answered at its address"
     return f"Ray failed with {type(error).__name__}" if error is not None else "Ray failed"
@@ -132,18 +121,13 @@ CONNECTION = ClusterConnection()
 
 
 def connect(timeout: float = CONNECT_TIMEOUT_S):
-    """The `ray` module, connected to the cluster once per server process (a test's own connection is kept);
-    ClusterUnavailable when it does not answer within `timeout` s.
-
-    The cluster's workers import bert_core from the server's own path: they run the same image or checkout
-    (docs/deployment.md), and the builder reads the shipped corpora there too."""
+    """The `ray` module, connected (a test's own connection is kept); ClusterUnavailable after `timeout` s. The
+    workers import bert_core from the server's own path: the same image or checkout (docs/deployment.md)."""
     return CONNECTION.connect(timeout)
 
 
 @dataclass(frozen=True)
 class RayNode:
-    """One alive node of the cluster: its id, and how many runs may train on it at once on a CPU and on its GPUs."""
-
     node_id: str
     cpu_slots: int
     gpu_slots: int
@@ -157,8 +141,7 @@ class _Placed:
 
 
 class ClusterSlots:
-    """The cluster's nodes as the server's slots, and where its runs' actors are. `nodes_source()` lists Ray's
-    nodes (ray.nodes()'s dicts); a test may give its own."""
+    """The cluster's nodes as the server's slots, and where its runs' actors are (`nodes_source`: a test's nodes)."""
 
     def __init__(self, nodes_source: Callable[[], list[dict]] | None = None):
         self._nodes_source = nodes_source
@@ -168,7 +151,6 @@ class ClusterSlots:
         self._placed: dict[str, _Placed] = {}
 
     def nodes(self) -> tuple[RayNode, ...]:
-        """The alive nodes, asked of the cluster at most once every NODES_TTL_S."""
         with self._lock:
             if time.monotonic() - self._nodes_at >= NODES_TTL_S:
                 found = self._nodes_source() if self._nodes_source is not None else _ray_nodes()
@@ -181,11 +163,10 @@ class ClusterSlots:
             return self._nodes
 
     def slots(self) -> int:
-        """Runs the cluster trains at once: each alive node's CPUs, a run's worth at a time."""
         return sum(n.cpu_slots for n in self.nodes())
 
     def gpus(self) -> tuple[ServerGpu, ...]:
-        """The cluster's GPUs as one device of the queue's ("cuda"), with all their shares; () when it has none."""
+        """The cluster's GPUs as one device of the queue's ("cuda") with all their shares."""
         shares = sum(n.gpu_slots for n in self.nodes())
         if not shares:
             return ()
@@ -193,8 +174,7 @@ class ClusterSlots:
         return (ServerGpu("cuda", f"{gpus} GPU{'s' if gpus != 1 else ''} of the Ray cluster", 0, shares),)
 
     def place(self, key: str, on_gpu: bool, training: Callable[[], bool]) -> str:
-        """The node a new run's actor goes to: of the alive nodes with slots of its kind, the one with the most of
-        them free (the server's own runs counted, those that train now), the first of equals."""
+        """The node with the most free slots of the run's kind (the runs that train now counted), first of equals."""
         nodes = self.nodes()
         with self._lock:
             busy = Counter(p.node_id for p in self._placed.values() if p.on_gpu == on_gpu and p.training())
@@ -207,19 +187,16 @@ class ClusterSlots:
             return self._placed[key].node_id
 
     def remove(self, key: str) -> None:
-        """A run's actor has ended: it no longer counts on its node."""
         with self._lock:
             self._placed.pop(key, None)
 
     def forget_nodes(self) -> None:
-        """Ask the cluster for its nodes at the next question (a node was just lost)."""
         with self._lock:
             self._nodes_at = -NODES_TTL_S
 
 
 def _ray_nodes() -> list[dict]:
-    """The cluster's nodes as Ray lists them; none while it cannot be reached (the pages ask at every draw: they
-    show the server as having no slots, and a run that starts meanwhile fails with connect()'s plain message)."""
+    """Ray's nodes; none while it cannot be reached (the pages show no slots, and a run fails with a plain message)."""
     try:
         return connect(NODES_WAIT_S).nodes()
     except ClusterUnavailable:
@@ -235,18 +212,15 @@ CLUSTER = ClusterSlots()
 # The plug-in's answers to the server's queue (job_factory.PLUGINS): its slots, its GPUs, and where its runs train.
 
 def slots() -> int:
-    """The server's slots on the cluster (bert_core.serve.runs.RunStore's `slots`)."""
     return CLUSTER.slots()
 
 
 def gpus() -> tuple[ServerGpu, ...]:
-    """The cluster's GPU shares (bert_core.serve.runs.RunStore's `gpus`)."""
     return CLUSTER.gpus()
 
 
 def where(caps: dict[str, int], gpus: list) -> str:
-    """Where a Ray server's runs train, in one sentence as the pages show it (runs.where_runs_train's twin): the
-    cluster's nodes and slots, never its address (a page is public)."""
+    """Where a Ray server's runs train (runs.where_runs_train's twin), never the address (a page is public)."""
     nodes = len(CLUSTER.nodes())
     on = f"a Ray cluster of {nodes} node{'s' if nodes != 1 else ''}"
     if not gpus:

@@ -1,15 +1,7 @@
-"""A run trained as a Ray actor on a cluster (`$BERT_EXPLORER_RAY_ADDRESS`): the plug-in job kind "ray" that
-bert_core.serve.job_factory imports by name (PLUGINS) only on a server that trains there.
-
-It is the process job (training_process.ProcessTrainingJob: its phases, mirrors, model, saves and release) with
-another link: `RayLink` is training_link.ChildLink with the process started as a `ray_actor.TrainingActor` on the node
-ray_cluster chose, its messages fetched through the actor's `events` method. A checkpoint's files come back as bytes
-through Ray's object store (a safety-net checkpoint as the actor writes it, a save, the end-of-run checkpoint), which
-the server writes to the run's own folder: no disk is shared with the cluster. A worker or node that is lost ends the
-actor, and the job reads that as a training process that died: the run failed, its last checkpoint kept (the
-scheduler releases it into that folder, as for a killed process).
-
-Torch-free, and Ray-free at import: Ray is loaded when a run is made here.
+"""The plug-in job kind "ray" (job_factory.PLUGINS): the process job with another link, `RayLink`, a ChildLink whose
+process is a `ray_actor.TrainingActor` on the node ray_cluster chose. Checkpoint files come back as bytes and are
+written to the run's own folder. A lost worker or node ends the actor, read as a training process that died: the run
+failed, its last checkpoint kept. Torch-free, and Ray-free at import.
 """
 
 from __future__ import annotations
@@ -39,16 +31,13 @@ _ACTOR = None          # TrainingActor as a Ray actor class, made once
 
 
 def write_checkpoint(folder: str | Path, files: dict[str, bytes]) -> Path:
-    """Write a checkpoint's files (by relative path) as `folder`, replacing what was there only once all are
-    written: a server that dies meanwhile keeps the previous checkpoint whole."""
+    """Write a checkpoint's files as `folder`, replacing it only once all are written."""
     with folder_built_beside(folder) as incoming:
         write_files(incoming, files)
     return Path(folder)
 
 
 class ActorProcess:
-    """A run's actor as its link reads a training process (poll, wait, kill, returncode) and sends it commands."""
-
     def __init__(self, actor):
         self.actor, self.returncode, self.killed = actor, None, False
         self._ended = threading.Event()
@@ -76,8 +65,7 @@ class ActorProcess:
 
 
 class RayLink(ChildLink):
-    """The server's end of one run's actor: ChildLink's spawn, commands, requests and messages, over Ray instead of
-    pipes. `on_gpu`: the run has a GPU slot; `training()`: whether the run trains now (it then takes its node's slot)."""
+    """ChildLink over Ray. `on_gpu`: the run has a GPU slot; `training()`: it trains now (and takes its node's slot)."""
 
     def __init__(self, name: str, threads: int, changed: threading.Condition,
                  on_message: Callable[[str, Any, Any, str | None], None], on_exit: Callable[[Any], None],
@@ -92,8 +80,7 @@ class RayLink(ChildLink):
         self._writing = threading.Lock()  # the pump's checkpoints and a save's reply write the same folder
 
     def _start_process(self) -> None:
-        """Create the run's actor on the node ray_cluster chose. Returns at once: the actor starts (a worker
-        process importing torch) while the pump waits for its first message."""
+        """Create the run's actor; returns at once while the actor starts (the pump waits for its first message)."""
         global _ACTOR
         self.heard = False
         try:
@@ -116,7 +103,6 @@ class RayLink(ChildLink):
             raise
 
     def request(self, kind: str, *args, timeout: float = REPLY_TIMEOUT_S):
-        """ChildLink.request; a save's answer is its files, written here to the folder asked for."""
         value = super().request(kind, *args, timeout=timeout)
         if kind == "save":
             with self._writing:
@@ -163,8 +149,6 @@ class RayLink(ChildLink):
 
 
 class RayTrainingJob(ProcessTrainingJob):
-    """One run trained by a Ray actor: ProcessTrainingJob's job, its link a RayLink."""
-
     def __init__(self, session_id: str, builder: Callable[[], Any], spec: Any = None, threads: int = 1,
                  data_factory: Callable[[Any], Any] | None = None, on_gpu: bool = False):
         super().__init__(session_id, builder, spec=spec, threads=threads, data_factory=data_factory)
@@ -173,12 +157,10 @@ class RayTrainingJob(ProcessTrainingJob):
 
     @property
     def node_id(self) -> str | None:
-        """The cluster node its actor runs on (None before it started)."""
         return self._child.node_id
 
     def _spawn(self, builder) -> None:
-        """ProcessTrainingJob's start, and a cluster that cannot take the run fails it with one plain message (the
-        operator's log has the whole error): no actor was made, and nothing ran."""
+        """A cluster that cannot take the run fails it with one plain message; no actor was made."""
         try:
             super()._spawn(builder)
         except ClusterUnavailable as exc:
@@ -189,16 +171,14 @@ class RayTrainingJob(ProcessTrainingJob):
                 self._changed.notify_all()
 
     def kill(self, why: str, phase: str = "failed") -> None:
-        """ProcessTrainingJob.kill; an actor that never said a word was never placed (the scheduler ends it after
-        its stall time, `$BERT_EXPLORER_STALL_S`), and the page says so."""
+        """An actor that never said a word was never placed (ended after the stall time), and the page says so."""
         if self._child.alive() and not self._child.heard:
             why = (f"the training cluster gave its actor no place to run in {self._child.silent_s():.0f} s; the run "
                    "was not started")
         super().kill(why, phase)
 
     def _parked_builder(self):
-        """A parked run's new actor resumes from its checkpoint's files, sent with the builder: the node has no
-        path to the server's folder."""
+        """A parked run's new actor resumes from its checkpoint's files, sent with the builder."""
         return partial(resumed_from_files, folder_files(self.parked), str(self.parked), self.spec,
                        self._resume_device)
 
@@ -216,6 +196,5 @@ class RayTrainingJob(ProcessTrainingJob):
 
 
 def make_job(session_id, builder, spec=None, data_factory=None, device=None) -> RayTrainingJob:
-    """The plug-in's job maker (job_factory.JobMaker): a GPU slot asks the cluster for a GPU share."""
     return RayTrainingJob(session_id, builder, spec=spec, threads=cpus_per_run(), data_factory=data_factory,
                           on_gpu=device is not None and device.startswith("cuda"))

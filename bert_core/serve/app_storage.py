@@ -212,7 +212,6 @@ def save_run(save: Callable[[Path], object], name_text: str, owner: str, runs: P
 
 @dataclass(frozen=True)
 class SavedRun:
-
     name: str
     folder: Path
     saved: float

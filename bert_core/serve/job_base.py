@@ -9,15 +9,9 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.model.files import zip_checkpoint
-from bert_core.serve.runs import SLOTS_ENV, default_slots
+from bert_core.serve.runs import default_slots
 
-MAX_TRAININGS_ENV = SLOTS_ENV                       # concurrent trainings on one server (bert_core.serve.runs)
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
-
-
-def max_trainings() -> int:
-    """The server's limit on concurrent trainings (`$BERT_EXPLORER_MAX_TRAININGS`, default cores - 1)."""
-    return default_slots()
 
 
 def training_threads() -> int:
@@ -28,7 +22,7 @@ def training_threads() -> int:
     raw = os.environ.get(THREADS_ENV, "")
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return max(1, ((os.cpu_count() or 1) - 1) // max_trainings())
+    return max(1, ((os.cpu_count() or 1) - 1) // default_slots())
 
 
 

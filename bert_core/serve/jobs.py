@@ -1,29 +1,12 @@
-"""Training jobs of the explorer's server, as the pages and the tests import them: the job of one run of the server's
-store (`bert_core.serve.runs`), a pretraining run or a fine-tuning race, on a thread or in a child process, and the
-words the Train page says about runs. No Streamlit here: the pages (through `bert_core.app.app_state`) and the tests
-drive the same objects.
-
-A job has one protocol (run_protocols.RunJob) whether it runs on a server thread (`thread_job.TrainingJob`) or in a
-child process (`training_process.ProcessTrainingJob`); what the two share is `job_base.JobBase`, and which of them a
-run gets, with which builder, is `job_factory`'s. Their names are this module's too (tests/test_layers.py lists the
-modules a page may import).
+"""What the pages use of the hosting of a Train-page run (tests/test_layers.py lists the modules a page may import),
+and the words the Train page says about runs. The jobs themselves are `thread_job`'s and `training_process`'s; which
+one a run gets is `job_factory`'s.
 """
 
 from __future__ import annotations
 
-from bert_core.serve.job_base import (  # noqa: F401 - re-exported
-    MAX_TRAININGS_ENV,
-    THREADS_ENV,
-    max_trainings,
-    training_threads,
-)
-from bert_core.serve.job_factory import (  # noqa: F401 - re-exported
-    PROCESS_ENV,
-    finetune_job,
-    pretraining_job,
-    restored_pretraining_job,
-)
-from bert_core.serve.thread_job import TrainingJob  # noqa: F401 - re-exported
+from bert_core.serve.job_factory import PROCESS_ENV  # noqa: F401 - re-exported
+from bert_core.serve.runs import SLOTS_ENV as MAX_TRAININGS_ENV  # noqa: F401 - re-exported
 
 # A Train-page run's spec and what the page makes it from (bert_core.training.train_spec), and what the server does
 # with it (bert_core.serve.train_spec); pages import them from here (tests/test_layers.py lists the modules a page may
@@ -36,7 +19,6 @@ from bert_core.serve.train_spec import (  # noqa: F401 - re-exported
     preview_corpus,
     save_start_weights,
     spec_with_change,
-    training_data_for,
 )
 from bert_core.training.train_spec import (  # noqa: F401 - re-exported
     PAGE_SETTINGS,
@@ -45,12 +27,9 @@ from bert_core.training.train_spec import (  # noqa: F401 - re-exported
     default_spec,
     page_spec,
     page_values_of,
-    spec_from_dict,
     validate_spec,
     widget_defaults,
 )
-from bert_core.serve.training_process import ProcessTrainingJob  # noqa: F401 - re-exported
-
 
 
 def format_duration(seconds) -> str:

@@ -27,7 +27,6 @@ def default_checkpoint() -> Path:
 
 @dataclass
 class ActiveModel:
-
     model: Any
     tokenizer: Any
     source: str

@@ -2,30 +2,15 @@
 page) alike: runs that outlive the browser tab, one fair queue for the CPU and GPU, and runs a whole class can watch. No
 Streamlit here: `bert_core.app.app_state` drives a `RunStore`, and so do tests.
 
-Ids. A run has two random 128-bit tokens. `run_id` is the owner's: it sits in their page's URL (`?run=...`), so a
-reload or a reopened link finds the run again, and whoever holds it may stop, resume or reset the run. `view_id`
-is the share link's (`?watch=...`): whoever holds it watches the run and inspects its model, and can change
-nothing. Nobody can guess a token, so nobody reaches another person's run.
+A run has two random 128-bit tokens: `run_id`, the owner's (`?run=...`: a reload finds the run again, and its holder
+may stop, resume or reset it), and `view_id`, the share link's (`?watch=...`: watch and inspect, change nothing).
+Nobody can guess a token, so nobody reaches another person's run.
 
-Capacity. At most `slots` runs prepare or train at once (`$BERT_EXPLORER_MAX_TRAININGS`; default: the cores
-minus one for the web server, at least one). On a server with a CUDA GPU, up to `$BERT_EXPLORER_GPU_RUNS` of them
-(bert_core.serve.server_gpus: a measured default) train on each GPU and the rest on the CPU; a run keeps the device
-of its first slot. A Start beyond that joins a first-come queue and starts by itself when a slot frees. While
-anyone waits, a run trains for at most `turn_s` seconds at a stretch (`$BERT_EXPLORER_TURN_S`, default 120); then
-it pauses at a step boundary, in its own process and with its optimizer, and goes to the back of the queue, so one
-long run cannot keep a class waiting. A fine-tuning race counts as one run and yields between its models
-(`FinetuneComparison.pause`: each model keeps its whole budget). An ended race's models are in memory and in its
-folder: once nobody has watched it for `unwatched_s` they are read back from the folder when opened again.
-
-Lifetime. A run that no open tab has watched for `unwatched_s` seconds (`$BERT_EXPLORER_UNWATCHED_S`, default
-600: long enough for a Wi-Fi blip or a reopened laptop) is stopped. When a run ends (finished, stopped and then
-left, failed) its checkpoint goes to a folder and its process ends: an ended run costs the server a folder, not a
-process. The store keeps the latest `keep` ended runs (`$BERT_EXPLORER_KEEP_RUNS`, default 40) and drops the
-oldest; whoever opens a dropped run's link is told so.
-
-Faults. A training process says it is alive every 2 s; one silent for `stall_s` seconds (`$BERT_EXPLORER_STALL_S`,
-default 60: stopped by a signal, swapped out, frozen) is ended as stalled and its slot goes to the next run. Stop
-always ends a run: one whose process does not answer is ended at once.
+The policy, with each setting and default, is docs/deployment.md's: `slots` runs at once (GPU shares first), a
+first-come queue, turns of `turn_s` while anyone waits (so one long run cannot keep a class waiting; a race yields
+only between its models), a run nobody watched for `unwatched_s` stopped (600 s: long enough for a Wi-Fi blip or a
+reopened laptop), an ended run a folder rather than a process, the latest `keep` ended runs kept, and a process
+silent for `stall_s` ended (stopped by a signal, swapped out, frozen).
 """
 
 from __future__ import annotations
@@ -75,7 +60,7 @@ def _env_number(name: str, default: float, minimum: float) -> float:
 
 
 def default_slots(cores: int | None = None) -> int:
-    """Runs at once: `$BERT_EXPLORER_MAX_TRAININGS`, else one per core with one core left for the web server."""
+    """`$BERT_EXPLORER_MAX_TRAININGS`, else one per core with one core left for the web server."""
     raw = os.environ.get(SLOTS_ENV, "").strip()
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
@@ -84,7 +69,6 @@ def default_slots(cores: int | None = None) -> int:
 
 
 def new_token() -> str:
-    """A fresh unguessable id (128 random bits, URL-safe)."""
     return secrets.token_urlsafe(16)
 
 
@@ -94,8 +78,7 @@ def scratch_key(run_id: str) -> str:
 
 
 def where_runs_train(caps: dict[str, int], gpus: list) -> str:
-    """Where a server's runs train, in one sentence: its CPU, or its GPUs (`gpus`, those with slots in `caps`) and
-    the CPU's slots beside them."""
+    """Where a server's runs train, in one sentence: its CPU, or its GPUs (those with slots in `caps`) and the CPU."""
     cores = os.cpu_count() or 1
     cpu = f"CPU ({cores} core{'s' if cores != 1 else ''})"
     if not gpus:
@@ -108,7 +91,6 @@ def where_runs_train(caps: dict[str, int], gpus: list) -> str:
 
 
 def sharing_policy(where: str, slots: int, turn_s: float, unwatched_s: float, keep: int) -> str:
-    """A server's sharing rules in one paragraph, as the pages show them."""
     return (f"{where} This server trains {slots} run(s) at a time; further runs wait in a "
             f"queue, first come first served, and start by themselves. While anyone waits, a run trains for at "
             f"most {turn_s / 60:g} min at a stretch, then pauses and rejoins the queue at the back, "
@@ -118,8 +100,7 @@ def sharing_policy(where: str, slots: int, turn_s: float, unwatched_s: float, ke
 
 
 def _restore_recorded(records, registry: RunRegistry, restore_job, done: threading.Event) -> None:
-    """Bring back into `registry` the runs an earlier server process recorded (bert_core.serve.run_records), on
-    RunStore's thread of its own; `done` is set when it is over, however it went."""
+    """Restore the recorded runs into `registry` (on a thread of its own); `done` is set however it went."""
     try:
         restored, lost = restore_runs(records, registry, restore_job)
         if restored or lost:
@@ -135,13 +116,11 @@ class RunStore(RunRegistry):
     and the pages do with it. It shares its lock with the queue for the slots and its turns (`RunQueue`), and the pass
     the server makes over them by itself (`RunScheduler`).
 
-    `job_factory(run)` makes the run's job (`bert_core.serve.jobs.pretraining_job`, or `finetune_job` for a
-    `training.finetune_spec.FinetuneSpec`) when it first gets a slot.
-    `is_alive(session_id)` says whether a browser session is still open (None: cannot tell, counted as open).
-    `release_folder(run)` is where an ended run's checkpoint goes before its process ends (None: keep the job).
-    `records` (a `run_records.RunRecords`) keeps each run's record on disk, and `restore_job(record, checkpoint,
-    phase, note, probes)` rebuilds the job of a run an earlier server process left there: the store reads them back on a
-    thread of its own as it starts (a link asked for meanwhile waits for it).
+    `job_factory(run)` makes the run's job (job_factory.JobFactory) when it first gets a slot. `is_alive(session_id)`:
+    whether a browser session is still open (None: cannot tell). `release_folder(run)`: where an ended run's
+    checkpoint goes before its process ends (None: keep the job). `records` (run_records.RunRecords) keeps each run's
+    record on disk, and `restore_job(record, checkpoint, phase, note, probes)` rebuilds an earlier server process's
+    run from there, on a thread of its own as the store starts (a link asked for meanwhile waits for it).
     """
 
     def __init__(self, job_factory: Callable[[Run], Any], slots: Callable[[], int] = default_slots,
@@ -182,7 +161,7 @@ class RunStore(RunRegistry):
         return self._found(super().get, run_id)
 
     def by_view(self, view_id: str | None) -> Run | None:
-        """The run with this share id, if the server still has it (waiting for the recorded runs, as `get`)."""
+        """The run with this share id (waiting for the recorded runs, as `get`)."""
         return self._found(super().by_view, view_id)
 
     def _found(self, lookup: Callable[[str | None], Run | None], token: str | None) -> Run | None:
@@ -201,15 +180,12 @@ class RunStore(RunRegistry):
         return self._queue.slots()
 
     def stall_s(self) -> float:
-        """Seconds of silence after which a training process is ended as stalled."""
         return self._scheduler.stall_s
 
     def queue_position(self, run: Run) -> tuple[int, float]:
-        """(runs ahead of it, estimated seconds until it gets a slot) for a queued run; (0, 0) otherwise."""
         return self._queue.position(run)
 
     def where(self) -> str:
-        """Where the runs train, in one sentence, as the pages show it."""
         caps = self._queue.capacities()
         return self._where(caps, [g for g in self._gpus() if caps.get(g.device)])
 
@@ -219,15 +195,14 @@ class RunStore(RunRegistry):
         return device_label(run.device, self._gpus()) if run.device else ""
 
     def policy(self) -> str:
-        """The sharing rules in one paragraph, as the pages show them."""
         return sharing_policy(self.where(), self.slots(), self._queue.turn_s, self.unwatched_s(), self.keep)
 
     # -------------------------------------------------------------- owner actions
 
     def submit(self, spec: Any, session_id: str, run_id: str | None = None, family_of: Run | None = None,
                name: str = "", visitor: str | None = None) -> Run:
-        """A new run of `spec` owned by `session_id`: it starts now if a slot is free, else it joins the queue.
-        `family_of`: the run it follows in its tab's list. Returns the run (its phase says which)."""
+        """A new run of `spec` owned by `session_id`, started now or queued; `family_of`: the run it follows in its
+        tab's list."""
         run_id = run_id or new_token()
         run = Run(run_id=run_id, view_id=new_token(), family=family_of.family if family_of else run_id,
                   spec=spec, name=name, queued=True)
@@ -250,9 +225,8 @@ class RunStore(RunRegistry):
         return run
 
     def stop(self, run_id: str, wait: float | None = None) -> Run:
-        """Stop a run (its owner's Stop): a queued run that never started is cancelled, a paused one stays
-        stopped, a training one stops at its next step boundary, and one whose process does not answer is ended
-        (the scheduler's pass that follows)."""
+        """Its owner's Stop: a queued run is cancelled (a paused one stays stopped), a training one stops at its next
+        step, and one whose process does not answer is ended (the scheduler's pass that follows)."""
         run = self._owned(run_id)
         with self._lock:
             if run.queued:
@@ -272,7 +246,7 @@ class RunStore(RunRegistry):
         return run
 
     def resume(self, run_id: str) -> Run:
-        """Continue a stopped run where it stopped (same schedule): at once if a slot is free, else queued."""
+        """Continue a stopped run where it stopped: at once if a slot is free, else queued."""
         run = self._owned(run_id)
         with self._lock:
             job = run.job
@@ -291,7 +265,7 @@ class RunStore(RunRegistry):
         return run
 
     def discard(self, run_id: str, wait: float = 5.0) -> None:
-        """Forget a run (its owner's Reset): stop it, end its process, drop it from the store and from disk."""
+        """Its owner's Reset: stop it, end its process, drop it from the store and from disk."""
         with self._lock:
             run = self.pop(run_id)
             if run is None:
@@ -303,8 +277,7 @@ class RunStore(RunRegistry):
         self.schedule()
 
     def retire(self, run_id: str) -> None:
-        """Its tab has moved on to a new run: end an idle run's process now (its checkpoint kept in its folder, its
-        curves in the list) rather than when nobody watches it any more."""
+        """Its tab has moved on to a new run: end an idle run's process now (its checkpoint kept in its folder)."""
         run = self.get(run_id)
         if run is None:
             return
@@ -316,20 +289,16 @@ class RunStore(RunRegistry):
             self._scheduler.release(run)
 
     def visited(self, visitor: str | None) -> list[tuple[Run, str]]:
-        """The runs this browser started (OWNER) or watched (VIEWER), newest first: its "My runs" list. Only
-        its own: a run is in it only after this browser started it or opened its link."""
+        """This browser's "My runs": what it started (OWNER) or opened the link of (VIEWER), newest first."""
         self._restored.wait(RESTORE_WAIT_S)
         return super().visited(visitor)
 
     # -------------------------------------------------------------- the scheduler
 
     def schedule(self) -> None:
-        """Give free slots to the runs at the front of the queue (a first slot makes the run's job)."""
         self._scheduler.schedule()
 
     def tick(self, now: float | None = None) -> None:
-        """One pass of the scheduler: free the slots of runs that ended, end turns that are up, stop runs nobody
-        watches, release ended runs' processes, drop the oldest ended runs, and start queued runs."""
         self._scheduler.tick(now)
 
     def close(self) -> None:

@@ -52,7 +52,6 @@ _FAILED_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class ServerGpu:
-
     device: str       # "cuda" for the only GPU, "cuda:0", "cuda:1"... where there are several
     name: str
     memory_mb: int
