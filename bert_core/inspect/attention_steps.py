@@ -110,8 +110,7 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
 
 
 def with_temperature(steps: AttentionSteps, temperature: float) -> np.ndarray:
-    """What-if: the softmax of the masked scores divided by `temperature` (below 1 sharper, above 1 flatter; the
-    model always uses 1); hidden keys stay at zero."""
+    """What-if: the softmax of the masked scores over `temperature` (the model uses 1); hidden keys stay 0."""
     if not 0 < temperature <= 100:
         raise BertCoreError(f"the temperature must be above 0 (and at most 100), got {temperature}")
     z = np.where(steps.allowed, steps.masked.astype(np.float64) / temperature, -np.inf)
@@ -140,8 +139,7 @@ def _guess_logits(model, ids, types, position) -> torch.Tensor:
 
 
 def heads_off_effect(model, tokenizer, text: str, heads, top_k: int = 5) -> HeadsOffEffect:
-    """How switching off `heads` ((layer, head) pairs from 0) changes the guess at the text's first [MASK] (a GPT:
-    the next token)."""
+    """How switching off `heads` ((layer, head) from 0) changes the guess at the first [MASK] (a GPT's next)."""
     lm_head(model)
     ids, types, tokens, position = lens_input(model, tokenizer, text)
     before = _guess_logits(model, ids, types, position).softmax(-1)

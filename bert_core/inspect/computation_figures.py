@@ -69,8 +69,7 @@ def _room_above(fig: go.Figure) -> go.Figure:
 
 
 def vectors_figure(steps) -> go.Figure:
-    """The head's query for the chosen token and every token's key and value, as strips (red positive, blue
-    negative); values on hover, and in the cells for a narrow head."""
+    """The head's query for the chosen token and every token's key and value, as strips."""
     labels = token_labels(steps.tokens)
     d = steps.head_dim
     dims = _dims(d)
@@ -95,8 +94,7 @@ def vectors_figure(steps) -> go.Figure:
 
 
 def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = None) -> go.Figure:
-    """The scores q·k for every key token, divided by sqrt(d), then the softmax (the model's attention row), a key
-    the mask hides grey; with a temperature other than 1, the what-if row beside it."""
+    """q·k for every key, divided by √d, then the softmax (a masked key grey), with a what-if temperature."""
     labels = token_labels(steps.tokens)
     hidden = ~steps.allowed
     colour = [FUTURE_COLOUR if h else MODEL_COLOUR for h in hidden]
@@ -129,8 +127,7 @@ def scores_figure(steps, temperature: float = 1.0, what_if: np.ndarray | None = 
 
 
 def context_figure(steps) -> go.Figure:
-    """Each token's weighted value and their sum (this head's context), then all heads joined, the output
-    projection, the residual and the LayerNorm, as strips."""
+    """Weighted values and their sum, then heads joined, projected, the residual and the LayerNorm, as strips."""
     labels = token_labels(steps.tokens)
     weighted = steps.probs[:, None] * steps.v
     d = steps.head_dim
@@ -161,8 +158,7 @@ def context_figure(steps) -> go.Figure:
 
 
 def lens_figure(lens) -> go.Figure:
-    """Each layer's top guesses as cells (token and probability, darker likelier), from the embeddings at the top
-    to the last layer, the model's answer, at the bottom."""
+    """Each layer's top guesses as cells (darker likelier), the embeddings at the top, the answer at the bottom."""
     k = len(lens.top[0])
     rows = ["embeddings", *[f"layer {i}" for i in range(1, lens.num_layers + 1)]]
     z = np.array([[p for _, p in row] for row in lens.top])
@@ -205,8 +201,7 @@ def heads_off_figure(effect) -> go.Figure:
 
 
 def embedding_parts_figure(parts, token: int) -> go.Figure:
-    """One token's token, position and segment embeddings, their sum and the LayerNorm (on its own colour scale:
-    it rescales), as strips."""
+    """One token's three embeddings, their sum and the LayerNorm (its own colour scale: it rescales), as strips."""
     label = token_labels(parts.tokens)[token]
     rows = [("token", parts.word[token]), ("position", parts.position[token]), ("segment", parts.segment[token]),
             ("sum", parts.summed[token])]
@@ -254,8 +249,7 @@ def neighbours_figure(word: str, neighbours: Sequence[tuple[str, float]]) -> go.
 
 
 def word_map_figure(wmap, columns: int = 5, step: int | None = None) -> go.Figure:
-    """One word's contextual vectors across sentences in 2-D (PCA), a small map per layer (the embeddings first),
-    coloured by sense; `step` names a probe snapshot's training step."""
+    """A word's contextual vectors across sentences in 2-D (PCA), a map per layer, coloured by sense."""
     n = wmap.points.shape[0]
     columns = min(columns, n)
     rows = -(-n // columns)
@@ -286,8 +280,7 @@ def word_map_figure(wmap, columns: int = 5, step: int | None = None) -> go.Figur
 
 def separation_timeline_figure(word: str, steps: Sequence[int], separations: np.ndarray,
                                step: int | None = None) -> go.Figure:
-    """How far apart a word's senses lie on each layer's map (word_maps.separation) at each probe snapshot of a
-    run; a dotted line marks `step`."""
+    """How far apart a word's senses lie on each layer's map at each probe snapshot; a dotted line at `step`."""
     fig = go.Figure()
     for layer in range(separations.shape[1]):
         fig.add_trace(go.Scatter(x=list(steps), y=separations[:, layer], mode="lines+markers",
@@ -314,8 +307,7 @@ def sentence_tokens_figure(comparison) -> go.Figure:
 
 
 def shares_figure(comparison) -> go.Figure:
-    """Where score(A) - score(B) comes from: a bar for each shared piece and for each stretch where they differ
-    (above 0 favours A); the bars add up to the whole difference."""
+    """Where score(A) - score(B) comes from: a bar for each shared piece and each differing stretch."""
     names = [s.tokens_a[0] if s.same_tokens else f"{' '.join(s.tokens_a) or '∅'} → {' '.join(s.tokens_b) or '∅'}"
              for s in comparison.shares]
     x = [f"{i + 1} {n}" for i, n in enumerate(names)]

@@ -23,8 +23,7 @@ from bert_core.inspect.word_maps import SENSE_SENTENCES
 
 @dataclass
 class EmbeddingParts:
-    """Each token's three embeddings, their sum, and the LayerNorm of the sum; `model_output` is the model's own
-    embedding output (its hooked result, in eval mode), which `normed` equals."""
+    """Each token's three embeddings, their sum, its LayerNorm, and the layer's own output (equal to it)."""
 
     tokens: list[str]
     token_type_ids: list[int]
@@ -95,8 +94,7 @@ def _readable_sentences(documents, count: int, seed: int) -> list[str]:
 
 
 def builtin_pool() -> tuple[list[str], str]:
-    """The pool a model without readable held-out text gets: this module's sense sentences and the grammar
-    check's good sentences."""
+    """The pool of a model without readable held-out text: the sense sentences and the grammar pairs' good ones."""
     sentences = [s for group in SENSE_SENTENCES.values() for _, s in group] + [p.good for p in MINIMAL_PAIRS]
     return list(dict.fromkeys(sentences)), "built-in sentences (this model's held-out text cannot be read here)"
 
@@ -140,8 +138,7 @@ class TokenPool:
 
 
 def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -> TokenPool:
-    """Encode `sentences` (one at a time into the model's inputs, `[CLS] s [SEP]`, in padded batches) and keep
-    every token's vector at every layer, normalised."""
+    """Every token of `sentences` (each `[CLS] s [SEP]`, in padded batches) at every layer, normalised."""
     sentences = [s for s in sentences if isinstance(s, str) and s.strip()]
     if not sentences:
         raise BertCoreError("the neighbour pool has no sentences")
@@ -168,8 +165,7 @@ _POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def cached_token_pool(model, tokenizer, sentences, source: str = "") -> TokenPool:
-    """token_pool, kept per model (and dropped with it) for the same sentences: a page redraws without encoding
-    the pool again."""
+    """token_pool, kept per model (and dropped with it): a page redraws without encoding the pool again."""
     key = (source, tuple(sentences))
     per_model = _POOLS.setdefault(model, {})
     if key not in per_model:
@@ -180,8 +176,7 @@ def cached_token_pool(model, tokenizer, sentences, source: str = "") -> TokenPoo
 
 @dataclass
 class ContextualNeighbours:
-    """The pool tokens closest to one token's vector, layer by layer: `by_layer[l]` is a list of (token, its
-    sentence, cosine), nearest first; layer 0 is the embeddings' output."""
+    """A token's nearest pool tokens per layer (0: embeddings): (token, sentence, cosine), nearest first."""
 
     tokens: list[str]
     position: int

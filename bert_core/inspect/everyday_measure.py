@@ -84,8 +84,7 @@ def pairs_report(model, tokenizer, pairs: Sequence[EverydayPair]) -> dict:
 
 def everyday_report(model, tokenizer, blanks: Sequence[Blank] | None = None,
                     pairs: Sequence[EverydayPair] | None = None) -> dict:
-    """The whole measure of one model (the project's own set unless others are given): blanks (None for a GPT,
-    with the reason under `blanks_skipped`) and pairs."""
+    """One model's whole measure: blanks (None for a GPT, the reason under `blanks_skipped`) and pairs."""
     trained_lm_head(model)  # a fine-tuned classifier has no head to fill or score with: one clear message
     blanks = load_blanks() if blanks is None else blanks
     pairs = load_everyday_pairs() if pairs is None else pairs

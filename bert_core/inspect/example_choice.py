@@ -15,8 +15,7 @@ from bert_core.inspect.plain_examples import (ATTENTION, FIRST_TRIES, MASKED, PA
 
 
 def ask(model, tokenizer, text: str) -> Tried:
-    """The model's TOP guesses at the blank of everyday-English `text`: a BERT's for the [MASK], a GPT's for the
-    next token after the words before it (as the Predictions page asks each)."""
+    """The model's TOP guesses at the blank of `text`: a BERT's for the [MASK], a GPT's for the next token."""
     if is_causal(model):
         step = generate(model, tokenizer, prompt_of(text), max_new_tokens=1, alternatives=TOP).steps[0]
         return Tried(text, answers_for(text), tuple(t for t, _ in step.alternatives))
@@ -29,8 +28,7 @@ def _askable(model, texts: Sequence[str]) -> list[str]:
 
 
 def choose_default(model, tokenizer, candidates: Sequence[str] = MASKED) -> Tried:
-    """The first candidate the model gets right at its first guess (asking in order), else within its TOP guesses,
-    else the first (the note says it misses them all)."""
+    """The first candidate right at the first guess, else within TOP guesses, else the first."""
     tried = []
     for text in _askable(model, candidates):
         tried.append(ask(model, tokenizer, text))

@@ -135,8 +135,7 @@ def unigram_baseline_values(baselines: Mapping | None) -> dict:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right", **kw) -> go.Figure:
-    """Title, height and margins; the legend to the right (one entry a line: none overlaps another or the x-axis
-    title) or, for a few category swatches, below the plot."""
+    """Title, height and margins; the legend right (one entry a line, overlapping nothing) or below."""
     # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
     # live training view pays four times per redraw.
     place = (dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top") if legend == "right"
@@ -146,8 +145,7 @@ def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right"
 
 
 def wrap(text: str, width: int = 48) -> str:
-    """`text` broken at spaces into `<br>`-joined lines of about `width` characters, so a long legend entry or
-    subplot title fits a half-width chart and a PNG export."""
+    """`text` broken at spaces into `<br>` lines of about `width` characters, to fit a half-width chart."""
     lines, line = [], ""
     for word in text.split(" "):
         if line and len(line) + 1 + len(word) > width:
@@ -218,8 +216,7 @@ def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), hel
 
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
                 smoothing: float = 0.0, causal: bool = False) -> go.Figure:
-    """Training total, MLM and NSP loss per step, the held-out MLM loss and the unigram baseline; `causal`: a
-    GPT's run, its lines named next-token loss, with no NSP."""
+    """Training and held-out loss per step and the unigram baseline; `causal`: a GPT's, with no NSP."""
     parts = (("loss", "total", "total"), ("mlm_loss", "next-token" if causal else "mlm", "mlm")) \
         + (() if causal else (("nsp_loss", "nsp", "nsp"),))
     return _curves(f"Loss ({'GPT: next token' if causal else 'BERT: masked tokens'})", dict(title="loss (nats)"),
@@ -316,8 +313,7 @@ LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train pag
 
 def box_cells(fig: go.Figure, name: str, color: str, xs: Sequence[float], ys: Sequence[float],
               texts: Sequence[str], hovers: Sequence[str], font_size: int = 12) -> None:
-    """Boxes in data coordinates (they scale with the chart and a PNG export, never overlapping), their text and
-    hover on top; one legend entry `name` in `color`."""
+    """Boxes in data coordinates (scaling with the chart and a PNG), their text and hover on top."""
     # The boxes are one filled trace, each box a closed run of its corners between gaps: a layout shape a box
     # (`fig.add_shape`) re-validates every shape already there, and 128 tokens took 7 s a figure (profiled: 61% of a
     # class server's CPU went to the Tokens & masking page); this trace takes about 10 ms.
@@ -546,8 +542,7 @@ def topk_figure(candidates: Sequence[tuple[str, float]], title: str = "",
 
 def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], top: int = 3,
                        limit: int = HISTORY_CANDIDATES) -> list[str]:
-    """The few tokens worth a line: the latest snapshot's `top` candidates, then those that were among some
-    snapshot's `top` by their highest probability, at most `limit`; special tokens left out."""
+    """The latest snapshot's `top` tokens, then the others once in a top by their best, at most `limit`."""
     def ranked(cands):
         return [(t, p) for t, p in cands if t not in SPECIAL_TOKENS][:top]
 
@@ -561,8 +556,7 @@ def history_candidates(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]
 
 
 def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float]]]], title: str = "") -> go.Figure:
-    """The top candidates' probabilities over training steps, a line per token (history_candidates); a gap where
-    it was outside a snapshot's top k."""
+    """The top candidates' probabilities over training steps, a line per history_candidates token."""
     steps = [s for s, _ in snapshots]
     fig = go.Figure()
     for i, t in enumerate(history_candidates(snapshots)):
@@ -578,8 +572,7 @@ def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float
 
 
 def architecture_figure(config: Any = None) -> go.Figure:
-    """A block diagram of BERT for pretraining, with `config`'s sizes; a causal config draws the GPT-style model:
-    masked self-attention and one next-token head, no NSP."""
+    """A block diagram of BERT for pretraining with `config`'s sizes (a causal config: the GPT-style model)."""
     c = config
     layers, hidden, heads, ffn, vocab, positions, causal = ("L", "H", "A", "4H", "V", "512", False) if c is None else (
         c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size, c.vocab_size,

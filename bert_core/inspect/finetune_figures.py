@@ -27,8 +27,7 @@ def shorten(text: str, limit: int = 80) -> str:
 
 
 def mistakes_table(misclassified: Sequence, limit: int = 8, text_chars: int = 200) -> list[dict]:
-    """Rows for a "most confident mistakes" table: true label, predicted label and confidence first (so that a
-    narrow column shows them), then the text, shortened to `text_chars`."""
+    """A "most confident mistakes" table, the short columns first (a narrow table shows them), texts cut."""
     return [{"true label": m.true_label, "predicted": m.predicted_label, "confidence": f"{m.confidence:.0%}",
              "text": shorten(m.text, text_chars)} for m in list(misclassified)[:limit]]
 
@@ -40,9 +39,7 @@ def _color(name: str, i: int) -> str:
 def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", chance: float | None = None,
                            metric: str = "accuracy", metric_label: str | None = None,
                            stages: Sequence = ()) -> go.Figure:
-    """Each run's validation `metric` against training seconds (or step); a baseline (LEVEL_RUNS) is a dashed level
-    line. `metric_label` names it for the task ("chunk F1"); `stages` of a curriculum (finetune_results.FinetuneStage)
-    are dotted lines where each began."""
+    """Each run's validation `metric` over seconds (or steps), baselines dashed, curriculum stages dotted."""
     label_of_metric = metric_label or metric.replace("_", "-")
     fig = go.Figure()
     ends = [_value(e, x) for name, evals in runs.items() if name not in LEVEL_RUNS for e in evals]
@@ -79,8 +76,7 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
 
 
 def stage_label(name: str) -> str:
-    """A curriculum stage's short name on a chart: "drill: where" -> "where", "toy QA stories (seed 0)" -> "toy QA
-    stories"."""
+    """A curriculum stage's short name: "drill: where" -> "where", "toy QA stories (seed 0)" -> "toy QA stories"."""
     return name.removeprefix("drill: ").split(" (")[0]
 
 
@@ -136,8 +132,7 @@ def tag_color(tag: str) -> str:
 
 
 def tagged_words_html(words: Sequence, gold: Sequence[str] | None = None) -> str:
-    """A sentence as coloured word boxes, each with its predicted tag (probability on hover) and, with `gold`, a
-    tick or the true tag in red."""
+    """A sentence as word boxes coloured by predicted tag, with `gold`: a tick or the true tag in red."""
     boxes = []
     for i, w in enumerate(words):
         tag = html.escape(w.tag)

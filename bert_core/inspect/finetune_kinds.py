@@ -103,8 +103,7 @@ class KindPage:
         return {**self.built_in, **real, **self.uploads}
 
     def default_data(self, choices: Mapping, on_server: Callable[[str], bool], toy_model: bool = False) -> str:
-        """The choice it starts with: for a model that has read only the toy grammar its first built-in toy task
-        (English would start it from nothing), else a preferred real task on this server, else its first choice."""
+        """The choice it starts with: a toy model's first toy task, else a preferred real task here, else the first."""
         if toy_model:
             return next((c for c in self.built_in if c in choices), next(iter(choices)))
         return next((c for c in self.preferred if c in choices and on_server(c)), next(iter(choices)))

@@ -75,8 +75,7 @@ def next_token_distribution(logits: torch.Tensor, strategy: str, temperature: fl
 
 def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: str = "greedy",
              temperature: float = 1.0, top_k: int = 0, seed: int = 0, alternatives: int = 5) -> Generation:
-    """Continue `prompt` with a causal model, greedy or sampled with `seed`, until [SEP], `max_new_tokens` or the
-    model's last position."""
+    """Continue `prompt` with a causal model, greedy or sampled with `seed`, to [SEP], the length or its positions."""
     _check(model, strategy, temperature, top_k, max_new_tokens)
     if not isinstance(prompt, str) or not prompt.strip():
         raise BertCoreError("the prompt is empty: type the start of a text")

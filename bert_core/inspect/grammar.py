@@ -128,8 +128,7 @@ def score_sentence(model, tokenizer, text: str) -> SentenceScore:
 
 
 def token_shares(a: SentenceScore, b: SentenceScore) -> list[TokenShare]:
-    """Line the sentences' pieces up (difflib: shared ones piece by piece, differing stretches as blocks), each with
-    its part of score(A) - score(B); the parts add up to the whole difference."""
+    """The sentences' pieces lined up (difflib), each stretch with its part of score(A) - score(B)."""
     shares = []
     matcher = difflib.SequenceMatcher(a=a.tokens, b=b.tokens, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():

@@ -194,8 +194,7 @@ def attention_maps(model, tokenizer, a: str, b: str | None = None) -> AttentionR
 
 
 def hide_special_tokens(result: AttentionResult, keep_mask_token: bool = True) -> AttentionResult:
-    """Drop [CLS]/[SEP] rows and columns and renormalise each row over the rest (a row that had all its attention
-    on specials becomes uniform)."""
+    """Drop [CLS]/[SEP] rows and columns, each row renormalised (one all on specials becomes uniform)."""
     keep = [not s or (keep_mask_token and tok == "[MASK]") for s, tok in zip(result.special_mask, result.tokens)]
     idx = np.flatnonzero(keep)
     if idx.size == 0:

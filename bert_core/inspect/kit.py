@@ -87,8 +87,7 @@ def heads_off(model, heads):
 
 
 def padded_batch(pad_id: int, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, segments, attention mask), each [B, S] long on the CPU, from (ids, segments) pairs of any lengths
-    (segments may be shorter: zeros after them), padded with `pad_id` to the longest."""
+    """(ids, segments, attention mask), [B, S] long on the CPU, from (ids, segments) pairs padded with `pad_id`."""
     ids = torch.full((len(rows), max(len(x) for x, _ in rows)), pad_id, dtype=torch.long)
     types, attention = torch.zeros_like(ids), torch.zeros_like(ids)
     for r, (x, t) in enumerate(rows):
@@ -97,8 +96,7 @@ def padded_batch(pad_id: int, rows) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def hidden_states(model, tokenizer, rows) -> tuple[torch.Tensor, ...]:
-    """The encoder's hidden states after the embeddings and each layer, each [B, S, H], for `rows` of ids (one
-    segment, padded to the longest), in eval mode."""
+    """The hidden states after the embeddings and each layer, [B, S, H] each, for rows of ids, in eval mode."""
     ids, _, mask = padded_batch(tokenizer.pad_id, [(r, ()) for r in rows])
     device = device_of(model)
     with evaluating(model):

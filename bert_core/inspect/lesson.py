@@ -223,8 +223,7 @@ def looked_at(row: Sequence[float], tokens: Sequence[str], threshold: float = 0.
 
 def notice_bert_or_gpt(bert_row: Sequence[float], gpt_row: Sequence[float], gpt_last_row: Sequence[float],
                        bert_tokens: Sequence[str], gpt_tokens: Sequence[str], threshold: float = 0.01) -> str:
-    """The BERT-or-GPT step, from both models' [CLS] rows and GPT's last row (one layer and head): each count names
-    the tokens it counts."""
+    """The BERT-or-GPT step, from both models' [CLS] rows and GPT's last row; each count names its tokens."""
     def seen(row) -> int:
         return sum(1 for v in row if v > threshold)
 
@@ -347,8 +346,7 @@ def notice_summary(seen: Mapping[str, Seen]) -> str:
 
 
 def notice_decisions(history: Sequence, last: int = 50) -> str | None:
-    """Under the Train page's accuracy-by-decision chart: each decision's accuracy over the last `last` steps, and
-    what it says."""
+    """Under the Train page's accuracy-by-decision chart: each decision's accuracy over the last steps."""
     def mean(name: str) -> float | None:
         values = [getattr(e, name) for e in history[-last:]]   # StepEvents: each has every decision's accuracy
         values = [v for v in values if v is not None]

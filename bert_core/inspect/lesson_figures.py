@@ -39,8 +39,7 @@ def tokens_figure(tokens: Sequence[str], segments: Sequence[int], per_line: int 
 
 
 def guesses_figure(guesses: Sequence[ChosenGuess]) -> go.Figure:
-    """A column per chosen position: what the model saw (coloured by decision), the original, and its guess with a
-    tick or a cross, in large type for the back of a classroom."""
+    """A column per chosen position: what the model saw, the token, and its guess, large for a classroom."""
     fig = go.Figure()
     n = max(1, len(guesses))
     for decision, color in DECISION_COLORS.items():
@@ -95,8 +94,7 @@ def layer_gradient_figure(norms: Sequence[tuple[str, float]], step: int) -> go.F
 
 
 def pair_attention_figure(summary: PairAttention) -> go.Figure:
-    """Two layer x head grids on one colour scale: the share of B's attention on A where B follows A and where it is
-    random."""
+    """The share of B's attention on A by layer and head, where B follows A and where it is random."""
     panels = ((f"B follows A ({summary.pairs_follow} pairs)", summary.follows),
               (f"B is random ({summary.pairs_random} pairs)", summary.random))
     top = float(np.nanmax([np.nanmax(v) for _, v in panels if np.isfinite(v).any()] or [1.0]))
@@ -116,8 +114,7 @@ def pair_attention_figure(summary: PairAttention) -> go.Figure:
 
 
 def attends_scores_figure(steps) -> go.Figure:
-    """How BERT computes' scores figure for the lesson, its title naming the layer and head too (a screenshot says
-    which head it is)."""
+    """How BERT computes' scores figure, its title naming the layer and head (a screenshot says which)."""
     fig = computation_figures.scores_figure(steps)
     title = str(fig.layout.title.text or "").replace("<br>", " ")
     fig.update_layout(title_text=wrap(f"Layer {steps.layer + 1}, head {steps.head + 1}. {title}", 90))
@@ -125,8 +122,7 @@ def attends_scores_figure(steps) -> go.Figure:
 
 
 def values_figure(steps) -> go.Figure:
-    """Every token's value for this head as a strip, labelled with its weight, and their weighted sum: the numbers of
-    How BERT computes' context figure, drawn as the lesson's text tells them."""
+    """Every token's value for this head, labelled with its weight, and their weighted sum, as strips."""
     cf = computation_figures
     labels = [f"{name} × {w:.2f}" for name, w in zip(cf.token_labels(steps.tokens), steps.probs)]
     dims = cf._dims(steps.head_dim)

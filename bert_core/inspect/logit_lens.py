@@ -34,8 +34,7 @@ class LogitLens:
 
 
 def lens_input(model, tokenizer, text: str) -> tuple[list[int], list[int], list[str], int]:
-    """(ids, token types, tokens, position): `[CLS] text [SEP]` and its first [MASK] for a BERT; `[CLS] text` and its
-    last token for a GPT (which reads a text as generation does, without the end)."""
+    """(ids, types, tokens, position): a BERT's first [MASK]; a GPT's last token of `[CLS] text`."""
     positions = int(model.config.max_position_embeddings)
     if is_causal(model):
         if not isinstance(text, str) or not text.strip():

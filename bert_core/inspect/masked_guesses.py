@@ -50,8 +50,7 @@ class DecisionAccuracy:
 
 
 def _logits(model, ids, types, attention, labels: torch.Tensor | None = None) -> torch.Tensor:
-    """Masked-LM logits in eval mode: full [B, S, V], or with `labels` [N, V] at the N positions whose label is not
-    IGNORE_INDEX, in row-major order (the LM head run on those rows only)."""
+    """Masked-LM logits in eval mode: [B, S, V], or with `labels` [N, V] at the labelled positions only."""
     device = device_of(model)
     with evaluating(model):
         return model(input_ids=ids.to(device), attention_mask=attention.to(device), token_type_ids=types.to(device),
@@ -89,8 +88,7 @@ def guesses_for_instance(model, tokenizer, input_ids: Sequence[int], token_type_
 
 def accuracy_by_decision(model, tokenizer, instances: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int = 0,
                          mask_rate: float = MASK_RATE, batch_size: int = 64) -> dict[str, DecisionAccuracy]:
-    """Mask `instances` ((input ids, segment ids) pairs) as pretraining does, one seeded draw over them all, and
-    count the model's right top guesses per decision."""
+    """The model's right top guesses per decision over `instances`, masked by one seeded draw as pretraining."""
     _check(model, instances)
     ids, types, attention = padded_batch(tokenizer.pad_id, instances)
     result, _ = mask_padded(tokenizer, ids, attention, seed, mask_rate)

@@ -177,8 +177,7 @@ def read_stored(file: str | Path = SHIPPED_EXAMPLES) -> dict:
 
 
 def stored_examples(folder: str | Path | None, file: str | Path = SHIPPED_EXAMPLES) -> PageExamples | None:
-    """The examples stored for the checkpoint in `folder` when its weights are those they were chosen for, else
-    None (ask the model: example_choice.choose_examples)."""
+    """The examples stored for the checkpoint in `folder` if its weights are those they were chosen for."""
     digest = weights_digest(folder)
     if digest is None:
         return None

@@ -36,8 +36,7 @@ _SPEAKER = re.compile(r"^[A-Z][A-Z']+(?: [A-Z][A-Z']+)*:\s+(?=\S)")
 
 @dataclass(frozen=True)
 class CorpusProbes:
-    """Probe sentences drawn from held-out text: [MASK] sentences, the time-lapse's attention sentence, a
-    sentence pair that really follows (for next-sentence prediction), and where they came from."""
+    """Probe sentences from held-out text: [MASK] sentences, an attention sentence, a following pair, a source."""
 
     sentences: tuple[str, ...]
     attention_sentence: str
@@ -152,8 +151,7 @@ def readable_offline(spec: str, allow_paths: bool = True) -> bool:
 
 
 def probes_for_corpus(spec: str, seed: int = 0, fraction: float = 0.1, count: int = PROBE_COUNT) -> CorpusProbes:
-    """heldout_probes of corpus `spec` (the toy corpus depends on the seed); BertCoreError unless it is readable
-    without a download."""
+    """heldout_probes of corpus `spec`; BertCoreError unless it can be read without a download."""
     if not readable_offline(spec):
         raise BertCoreError(f"the corpus {spec!r} is not on this machine yet; its probe sentences are drawn when "
                             "training starts")

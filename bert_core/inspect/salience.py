@@ -121,8 +121,7 @@ def _forward(model, ids: torch.Tensor, types: torch.Tensor, rows: int, embedded:
 
 
 def baseline_vectors(model, tokenizer, ids: torch.Tensor, types: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input, baseline), each [S, H]: the embedding layer's output for the input and for the baseline input (see
-    BASELINE), from the model's own embedding module in eval mode."""
+    """(input, baseline), [S, H] each: the embedding layer's output for both (BASELINE), in eval mode."""
     keep = (ids[0] == tokenizer.cls_id) | (ids[0] == tokenizer.sep_id)
     pads = torch.where(keep, ids[0], torch.full_like(ids[0], tokenizer.pad_id))[None]
     with evaluating(model, grad=True), torch.no_grad():   # not inference_mode: the path is differentiated

@@ -19,8 +19,7 @@ NUMBERS_UP_TO = 16   # a grid this wide (heads) or narrower shows its numbers in
 
 
 def salience_figure(e: Explanation) -> go.Figure:
-    """Each token's salience for the answer (a panel per target: a span's start and end), integrated gradients
-    beside gradient x input."""
+    """Each token's salience, a panel per target: integrated gradients beside gradient x input."""
     labels = token_labels(e.tokens)
     n = len(e.saliences)
     fig = make_subplots(rows=1, cols=n, shared_yaxes=True, horizontal_spacing=0.06,
@@ -85,8 +84,7 @@ def _ig_caption(e: Explanation) -> str:
 
 def salience_panel_data(model, tokenizer, kind: str, text: str, text_b: str | None = None, word: int | None = None,
                         label_names=None, max_length: int = 128) -> SaliencePanel:
-    """The "why did it decide" panel for a fine-tuned model of `kind` and one typed input (as salience.explain
-    takes it); BertCoreError for bad input, in words a page can show."""
+    """The "why did it decide" panel for one input (as salience.explain takes it); BertCoreError if bad."""
     e = explain(model, tokenizer, kind, text, text_b, word=word, label_names=label_names, max_length=max_length)
     first = e.saliences[0]
     if kind == "labels":

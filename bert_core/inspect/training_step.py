@@ -77,8 +77,7 @@ def _group_order(name: str) -> tuple[int, int]:
 
 
 def weight_name(parameter: str, index: tuple[int, ...], tokenizer) -> str:
-    """A readable name for one number of a parameter: embeddings by token or position, others by layer and index
-    (layers and positions from 1, as the pages count; the index in brackets the tensor's own)."""
+    """A readable name for one number of a parameter (layers and positions from 1, the index the tensor's)."""
     where = ", ".join(str(i) for i in index)
     if parameter.endswith("word_embeddings.weight"):
         return f"embedding of '{tokenizer.id_to_token(index[0])}' (dim {index[1]})"

@@ -37,8 +37,7 @@ def measured_text(values: Sequence[float], note: str = "") -> str:
 
 
 def _your_run(trick: Trick | None, reference, runs: Sequence, names: Sequence[str]) -> str:
-    """The latest of `runs` that made this change (None: the defaults), with its figure and how else it differs
-    from the defaults; '' when no run did."""
+    """The latest of `runs` that made this change (None: the defaults), its figure and other differences."""
     for run, name in reversed(list(zip(runs, names))):
         changed = {c.knob: c for c in knob_diff(reference, run.spec)}
         if (changed if trick is None else
@@ -55,8 +54,7 @@ def _your_run(trick: Trick | None, reference, runs: Sequence, names: Sequence[st
 
 
 def trick_rows(reference, runs: Sequence = (), names: Sequence[str] = ()) -> list[dict]:
-    """The table: the defaults, then each trick, with what was measured, what to see, and the tab's own run of it
-    (`runs`, named `names`, compared with `reference`: the Train page's default spec)."""
+    """The table: the defaults, then each trick, measured, what to see, and the tab's own run of it."""
     rows = [{"one change from the defaults": "none (the defaults)",
              "measured, seeds 0 / 1 / 2": measured_text(DEFAULTS_MEASURED),
              "your run": _your_run(None, reference, runs, names), "what to see": "the line each change is held to"}]

@@ -46,8 +46,7 @@ def pca_2d(x: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def separation(points: np.ndarray, labels) -> float:
-    """How far apart labelled groups lie on a map: the distance between group centres over the mean spread within
-    groups (0 for one group)."""
+    """How far apart labelled groups lie on a map: centres' distance over the mean spread (0 for one group)."""
     labels = np.asarray(labels)
     groups = [points[labels == g] for g in dict.fromkeys(labels.tolist())]
     if len(groups) < 2:
