@@ -1,0 +1,137 @@
+"""The rest of the layer, for one token: the feed-forward block step by step (W1·x + b1, the activation, W2·h + b2,
+the residual and the LayerNorm), computed here from the layer's own weights and the attention block's output that
+attention_steps hooked; and what one of its units fires on, over every token of the model's held-out text."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bert_core.errors import BertCoreError
+from bert_core.inspect.embeddings import TokenPool, token_pool
+from bert_core.inspect.safe_text import markdown
+
+POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
+
+
+@dataclass
+class FeedForwardSteps:
+    """One token through one layer's feed-forward block (layer and token count from 0)."""
+
+    tokens: list[str]
+    layer: int
+    query: int
+    activation: str       # the config's hidden_act ("gelu": the exact GELU)
+    x: np.ndarray         # [H] the attention block's LayerNorm output for the token: the block's input
+    pre: np.ndarray       # [I] W1·x + b1, one number a unit
+    h: np.ndarray         # [I] the activation of pre
+    out: np.ndarray       # [H] W2·h + b2
+    residual: np.ndarray  # [H] out + x
+    normed: np.ndarray    # [H] LayerNorm(residual): the layer's output, the next layer's input
+    curve: np.ndarray     # [2, 201] the activation function over pre's range, for the figure
+
+    @property
+    def most_active(self) -> int:
+        return int(np.argmax(self.h))
+
+
+def feed_forward_steps(model, steps) -> FeedForwardSteps:
+    """The feed-forward block of `steps`' layer for `steps`' query token (steps: attention_steps' result)."""
+    block = model.bert.encoder.layer[steps.layer]
+    w1, w2, norm = block.intermediate.dense, block.output.dense, block.output.LayerNorm
+    act = block.intermediate.intermediate_act_fn
+    with torch.inference_mode():
+        x = torch.as_tensor(steps.model_normed, device=w1.weight.device)
+        pre = F.linear(x, w1.weight.float(), w1.bias.float())
+        h = act(pre)
+        out = F.linear(h, w2.weight.float(), w2.bias.float())
+        normed = F.layer_norm(out + x, x.shape, norm.weight.float(), norm.bias.float(), norm.eps)
+        grid = torch.linspace(min(-4.0, float(pre.min())), max(4.0, float(pre.max())), 201, device=x.device)
+        curve = torch.stack([grid, act(grid)])
+    arr = lambda t: t.cpu().numpy().astype(np.float32)  # noqa: E731
+    return FeedForwardSteps(tokens=steps.tokens, layer=steps.layer, query=steps.query,
+                            activation=str(model.config.hidden_act), x=arr(x), pre=arr(pre), h=arr(h), out=arr(out),
+                            residual=arr(out + x), normed=arr(normed), curve=arr(curve))
+
+
+def what_each_step_does(ffn: FeedForwardSteps) -> list[str]:
+    """A sentence a step, with this token's numbers (the token escaped for Markdown)."""
+    width, units, on = len(ffn.x), len(ffn.pre), int((ffn.h > 0.01 * max(float(ffn.h.max()), 1e-9)).sum())
+    top = ffn.most_active
+    return [f"**1. The input x**: the attention block's LayerNorm output for "
+            f"“{markdown(ffn.tokens[ffn.query])}”, {width} numbers.",
+            f"**2. W1·x + b1**: each of the {units} units weighs all {width} numbers of x and adds its bias: "
+            f"{units} numbers, {int((ffn.pre > 0).sum())} of them above 0.",
+            f"**3. {ffn.activation.upper()}** keeps a positive number about as it is and squashes a negative one "
+            f"to nearly 0: {on} units stay on; unit {top + 1} fires most ({ffn.h[top]:.2f}).",
+            f"**4. W2·h + b2** mixes the {units} units back into {width} numbers: what the block adds to x.",
+            "**5. + x, then LayerNorm**: the residual keeps what attention computed and adds the block's part; the "
+            "LayerNorm rescales the sum to mean 0 and variance 1 (then its own weight and bias). This is the "
+            "layer's output: the next layer's input (after the last layer, what the prediction head reads)."]
+
+
+@dataclass
+class UnitPool:
+    """Every token of a pool of sentences and each unit's activation on it, at one layer."""
+
+    pool: TokenPool
+    layer: int
+    acts: np.ndarray      # [N, I] the activation (GELU's output) of every unit on every pool token
+
+
+def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
+    """The pool's tokens (embeddings.token_pool) with layer `layer`'s feed-forward activations, hooked as the pool
+    is read: one pass over the sentences."""
+    if not 0 <= layer < model.config.num_hidden_layers:
+        raise BertCoreError(f"layer {layer + 1} does not exist: the model has {model.config.num_hidden_layers} layers")
+    seen: list[torch.Tensor] = []
+    handle = model.bert.encoder.layer[layer].intermediate.register_forward_hook(
+        lambda module, args, output: seen.append(output.float().cpu()))
+    try:
+        pool = token_pool(model, tokenizer, sentences, source, batch=POOL_BATCH)
+    finally:
+        handle.remove()
+    acts = [seen[s // POOL_BATCH][s % POOL_BATCH, p] for s, p in zip(pool.sentence_of, pool.position_of)]
+    return UnitPool(pool=pool, layer=layer, acts=torch.stack(acts).numpy())
+
+
+_UNIT_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cached_unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
+    """unit_pool, one a model (a new layer or pool replaces it, and it goes with the model): a redraw is free."""
+    key = (source, tuple(sentences), layer)
+    kept = _UNIT_POOLS.get(model)
+    if kept is None or kept[0] != key:
+        _UNIT_POOLS[model] = kept = (key, unit_pool(model, tokenizer, sentences, source, layer))
+    return kept[1]
+
+
+@dataclass
+class UnitFiring:
+    """The pool tokens on which one unit fires most, strongest first."""
+
+    layer: int
+    unit: int
+    source: str
+    tokens: list[str]
+    contexts: list[str]   # each token's sentence as the model's pieces, the token «marked»
+    values: np.ndarray
+
+
+def unit_firing(units: UnitPool, unit: int, k: int = 8) -> UnitFiring:
+    """The `k` pool tokens with the highest activation of `unit` (from 0)."""
+    if not 0 <= unit < units.acts.shape[1]:
+        raise BertCoreError(f"unit {unit + 1} does not exist: the layer has {units.acts.shape[1]} units")
+    pool, column = units.pool, units.acts[:, unit]
+    top = np.argsort(-column, kind="stable")[:max(1, int(k))]
+    contexts = []
+    for i in top:
+        same = np.flatnonzero(pool.sentence_of == pool.sentence_of[i])
+        contexts.append(" ".join(f"«{pool.tokens[j]}»" if j == i else pool.tokens[j] for j in same))
+    return UnitFiring(layer=units.layer, unit=unit, source=pool.source, tokens=[pool.tokens[i] for i in top],
+                      contexts=contexts, values=column[top])
