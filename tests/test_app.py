@@ -296,8 +296,8 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
 
 
 def test_train_page_probes_come_from_the_held_out_corpus_and_follow_it_until_edited():
-    from bert_core.data.toy_grammar import toy_vocabulary
     from bert_core.inspect.probes import probes_for_corpus
+    from tests.toy_words import toy_vocabulary
 
     at = _open("pages/2_Train.py")
     _assert_clean(at)

@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): the
 def test_readme_walkthrough_with_the_defaults(server, browser, screenshot_dirs):
     """docs/lessons.md, "A classroom walkthrough", steps 2 to 4, as a student does them: the Train page's defaults,
     Start, the run to its end, then the Attention time-lapse and the Predictions page on the trained model."""
-    from bert_core.data.toy_grammar import toy_vocabulary
+    from tests.toy_words import toy_vocabulary
 
     base, _ = server
     vocab = toy_vocabulary()

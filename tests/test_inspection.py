@@ -240,8 +240,8 @@ def _probe_words(sentence: str) -> set[str]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_toy_probes_are_held_out_story_sentences_with_a_content_word_masked(seed):
     from bert_core.data.corpora import generate_toy_corpus, split_heldout
-    from bert_core.data.toy_grammar import toy_vocabulary
     from bert_core.inspect.probes import STOPWORDS, probes_for_corpus
+    from tests.toy_words import toy_vocabulary
 
     probes = probes_for_corpus("toy", seed)
     assert len(probes.sentences) == 4 and len(set(probes.sentences)) == 4

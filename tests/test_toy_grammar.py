@@ -4,9 +4,10 @@ import pytest
 
 from bert_core.data.corpora import generate_toy_corpus, split_heldout
 from bert_core.data.pretraining_data import PretrainingData
-from bert_core.data.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS, toy_vocabulary
+from bert_core.data.toy_grammar import FEMALE_NAMES, MALE_NAMES, TOPICS
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import train_tokenizer
+from tests.toy_words import toy_vocabulary
 
 
 @pytest.fixture(scope="module")

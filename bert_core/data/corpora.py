@@ -33,17 +33,14 @@ class Corpus:
 
     @property
     def num_documents(self) -> int:
-        """How many documents."""
         return len(self.documents)
 
     @property
     def num_sentences(self) -> int:
-        """How many sentences over all documents."""
         return sum(len(d) for d in self.documents)
 
     @property
     def num_words(self) -> int:
-        """Whitespace-separated words over all sentences."""
         return sum(len(s.split()) for d in self.documents for s in d)
 
     def texts(self) -> Iterator[str]:
@@ -242,11 +239,6 @@ def corpus_from_file(path: str | Path, name: str | None = None) -> Corpus:
 
 
 # -- named corpora -----------------------------------------------------------------------------------
-def brown_documents(text: str) -> list[list[str]]:
-    """Brown in Google's input format: one sentence per line, a blank line between texts."""
-    return list(_blocks(text))
-
-
 def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
     """The `toy` Corpus: `num_documents` stories of the built-in grammar (bert_core.data.toy_grammar), seeded."""
     return Corpus(name="toy", documents=generate_toy_documents(num_documents, seed),
@@ -315,6 +307,12 @@ def shard_heldout_corpora(folder: str | Path) -> dict[str, Corpus]:
     return {t.stem: corpus_from_file(t, name=t.stem) for t in texts}
 
 
+# How each downloadable corpus's text is cut into documents (Brown: Google's input format, one sentence a line and a
+# blank line between texts).
+_DOCUMENTS: dict[str, Callable[[str], list[list[str]]]] = {
+    "tinyshakespeare": shakespeare_documents, "wikitext-2": wikitext_documents, "brown": lambda text: list(_blocks(text))}
+
+
 def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None,
                 progress: Callable[[int, int | None], None] | None = None) -> Corpus:
     """Corpus by name ("toy", "tinyshakespeare", "wikitext-2", "brown") or a path to a UTF-8 text file.
@@ -327,16 +325,9 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
     key = str(spec).strip()
     if key.lower() == "toy":
         return generate_toy_corpus(seed=seed)
-    if key.lower() in ("tinyshakespeare", "wikitext-2", "brown"):
-        name = key.lower()
-        text, where = fetch_corpus_text(name, cache_dir=cache_dir, progress=progress)
-        if name == "tinyshakespeare":
-            docs = shakespeare_documents(text)
-        elif name == "brown":
-            docs = brown_documents(text)
-        else:
-            docs = wikitext_documents(text)
-        return Corpus(name=name, documents=docs, source=where)
+    if key.lower() in _DOCUMENTS:
+        text, where = fetch_corpus_text(key.lower(), cache_dir=cache_dir, progress=progress)
+        return Corpus(name=key.lower(), documents=_DOCUMENTS[key.lower()](text), source=where)
     path = Path(key).expanduser()
     if path.exists():
         corpus = corpus_from_file(path)

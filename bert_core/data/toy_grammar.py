@@ -192,22 +192,3 @@ def generate_toy_documents(num_documents: int = 2000, seed: int = 0) -> list[lis
     rng = random.Random(seed)
     return [[_render(s) for s in _Story(rng).sentences()] for _ in range(num_documents)]
 
-
-def toy_vocabulary() -> set[str]:
-    """Every lower-case word the grammar can write (for tests and the UI)."""
-    words = {"the", "a", "an", "some", "these", "those", "this", "that", "every", "on", "in", "near", "at", "as",
-             "is", "are", "who", "lives", "works", "called", "there", "has", "and", "it", "very", "much", "more",
-             "than", "anything", "friend", "with", "because", "when", "night", "goes", "home", "sleeps", "end",
-             "together", "next", "day", "comes", "back", "to", "likes", "loves", "needs", ",", "."}
-    for t in TOPICS.values():
-        words.update(t["places"], t["adjectives"])
-        for pair in t["people"] + t["things"] + t["verbs"]:
-            words.update(pair)
-    for pair in COMMON_VERBS:
-        words.update(pair)
-    for group in (COMMON_ADJECTIVES, COLOURS, FEELINGS, TIMES, DAYS, NUMBERS):
-        words.update(group)
-    words.update(n.lower() for n in MALE_NAMES + FEMALE_NAMES)
-    for p in PRONOUNS.values():
-        words.update(p)
-    return words

@@ -1,11 +1,8 @@
 """Drills for the toy QA stories: one kind of question at a time, on one-sentence-a-name passages.
 
-The toy stories (answer_spans_data.toy_qa_task) ask four questions of each character: who went to a place, where
-they went, what they found and who found it. Trained on the stories alone, the shipped models stay at 25-33%
-held-out exact match (the right kind of answer, another character's span), and all four kinds of question at once
-on plain passages stay at 55%. One kind at a time clicks, and a model drilled on the kinds in turn then reads the
-stories at 99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories"). So the
-task comes with its drills, trained in this order before the stories, each until it is learnt:
+Trained on the toy stories alone (answer_spans_data.toy_qa_task), the shipped models stay at 25-33% held-out exact
+match; drilled on one kind at a time first, in this order, each until it is learnt, they then read the stories at
+99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories"):
 
     sentence  "What did tom do?"            -> "tom went to the barn"   (the stories never ask it)
     where     "Where did tom go?"           -> "the barn"
@@ -14,15 +11,9 @@ task comes with its drills, trained in this order before the stories, each until
     what      "What did tom find?"          -> "a red stone"
     finder    "Who found the red stone?"    -> "tom"
 
-`sentence` comes first because `where` alone is a gamble: it sat at a guess among the names for 3,200-7,000 steps
-at some seeds, and after `sentence` (whose answer starts at the name the question gives) it clicked within a few
-hundred steps at each seed tried. `happened` asks for the same sentence by its place, before `who`.
-
-A drill passage names 2-3 of 16 people, one sentence each ("tom went to the barn and found a red stone."; in the
-`what` and `finder` drills half the finds get a sentence of their own, "tom ran to the barn. tom spotted a red
-stone.", with the stories' verbs, as the stories tell them), with names, places and finds of its own (not the
-stories'), so that a drill teaches reading, not the stories' answers.
-Everything is seeded and returned as SQuAD v1.1 (drill_squad; answer_spans_data.drill_data reads it as QAData).
+`sentence` comes first because `where` alone is a gamble at some seeds, and clicks within a few hundred steps after
+it. A drill's names, places and finds are its own (not the stories'), so that a drill teaches reading, not the
+stories' answers. Seeded, and returned as SQuAD v1.1 (drill_squad; answer_spans_data.drill_data reads it).
 """
 
 from __future__ import annotations
@@ -48,23 +39,16 @@ ASKED = {"who": ("Who went to the {place}?", "name"), "where": ("Where did {name
          "what": ("What did {name} find?", "thing"), "finder": ("Who found the {thing}?", "finder"),
          "sentence": ("What did {name} do?", "told"), "happened": ("What happened at the {place}?", "told")}
 
-# The drills in the order they are trained, each with its share of the run's budget (steps, or seconds with a time
-# budget); each ends as soon as it is learnt, or at its deadline: where the shares so far add up, so that what a
-# drill learnt early leaves unused goes to the next (training.finetune.Finetuner._enter_stage). The stories get all
-# the rest. Each kind clicks at its own, seed-dependent moment (docs/benchmarks.md, "The drills as the task's
-# recipe"): `where` trained first sat at a guess among the names for all of 3,200 steps at seeds 2 and 3 and of
-# 4,200-7,000 at seed 1, and after `sentence` (learnt in 840-1,000 steps) it was learnt within 200-600 steps at
-# each of seeds 0-3; `who` took 291-897 steps, or more than 1,200.
-# Hence one share for each kind that lets most clicks happen, and the rest for the stories.
+# The drills in training order, each with its share of the run's budget (steps, or seconds); each ends when it is
+# learnt or at its deadline, where the shares so far add up (what one leaves unused goes to the next); the stories
+# get the rest. A share lets most of a kind's seed-dependent clicks happen (docs/benchmarks.md, "The drills as the
+# task's recipe").
 DRILL_SHARES: tuple[tuple[str, float], ...] = (("sentence", 0.15), ("where", 0.12), ("happened", 0.12), ("who", 0.15),
                                                ("what", 0.12), ("finder", 0.12))
 DRILL_PASSAGES = 3000
 # The share of a drill's finds told in a sentence of their own ("tom went to the barn. tom found a red stone."),
-# as the stories tell half of theirs; the rest in the same sentence ("tom went to the barn and found a red stone.").
-# Drilled on the second form only, the 256-token candidate learnt `finder` and then, in the stories, answered "Who
-# found the white cows?" of "Ella went to the barn and found several white cows." with another character's name
-# (27 of its 40 most confident errors at two seeds), 11 times the name of "Leo found a tractor." (docs/benchmarks.md,
-# "What held the candidate back on the stories").
+# as the stories tell half of theirs: drilled on "... and found ..." only, a model answered the stories' "Who found"
+# with another character's name (docs/benchmarks.md, "What held the candidate back on the stories").
 OWN_SENTENCE = 0.5
 # The stories' verbs (answer_spans_data reads them from here): a drill with finds draws its verbs from them, so that
 # "Who found ...?" is asked of "ran to the beach and spotted a shell" as the stories ask it, not of "found" alone.
@@ -106,18 +90,13 @@ def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
 
 def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = False,
                 questions: tuple[str, ...] = ("who",), own_sentence: float = 0.0, story_verbs: bool = False) -> dict:
-    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece, anna and five more two), each in one
-    sentence ("tom went to the barn."), asked `questions`, some of DRILL_KINDS: what the name did ("sentence":
-    "tom went to the barn", its whole sentence), what happened at the place ("happened": the same sentence), who
-    went to the place ("who"), where the name went ("where": "the barn"), what it found ("what": "a red stone")
-    and who found it ("finder"). With `find` (implied by what and finder) each sentence goes on to a find ("tom
-    went to the barn and found a red stone."), drawn from a second generator so the names, places and questions
-    stay those of the plain file. A kind but "who", "sentence" and "happened" makes finds differ within a
-    passage, so that "Who found the red stone?" has one answer. `own_sentence` of the finds (drawn from a third
-    generator) are told in a sentence of their own, "tom went to the barn. tom found a red stone.", where "Who
-    found the red stone?" points at the name of the second sentence, as in the stories. With `story_verbs` (and
-    finds) each sentence takes its verbs from the stories' (GO_VERBS, FIND_VERBS; the same third generator): "anna
-    ran to the beach and spotted a red stone."""
+    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece), each in one sentence ("tom went to
+    the barn."), asked `questions` (some of DRILL_KINDS). With `find` (implied by what and finder) each sentence
+    goes on to a find ("... and found a red stone."), drawn from a second generator so that the names, places and
+    questions stay those of the plain file; kinds but who, sentence and happened make a passage's finds differ, so
+    that "Who found the red stone?" has one answer. `own_sentence` of the finds are told in a sentence of their own
+    ("tom went to the barn. tom found a red stone."), and with `story_verbs` the verbs are the stories' (GO_VERBS,
+    FIND_VERBS); both drawn from a third generator."""
     questions = tuple(questions)
     if not questions or set(questions) - set(DRILL_KINDS):
         raise ValueError(f"questions are some of {DRILL_KINDS}, not {questions}")
