@@ -1,9 +1,6 @@
-"""Extractive question answering data (SQuAD v1.1 style): reading and checking SQuAD files, a built-in toy task,
-passage-level splits, the sliding-window features BertForQuestionAnswering trains on, batches, the best span from
-start/end logits, and the official SQuAD v1.1 scores.
-
-Everything here is pure and seeded: the same file, tokenizer and seed give the same features and the same batches.
-The window and the answer search follow Hugging Face's `run_qa.py` (`prepare_train_features`,
+"""Extractive question answering data (SQuAD v1.1): SQuAD files read with checks, a built-in toy task, passage-level
+splits, sliding-window features, batches, the best span from start/end logits, and the official scores. Pure and
+seeded. The window and the answer search follow Hugging Face's `run_qa.py` (`prepare_train_features`,
 `postprocess_qa_predictions`), and the scores reproduce `evaluate-v1.1.py`, so numbers are comparable with
 published ones. A file with a mistake is refused with a message naming the place (`data[3].paragraphs[0].qas[5]`),
 never a silent drop; only SQuAD v2's unanswerable questions are skipped, and counted in `QAData.notes`.

@@ -1,6 +1,5 @@
-"""Batches of fine-tuning data (sentences, tagged sentences, question windows): a seeded, length-grouped order
-for training and one pass for evaluation, rows padded into tensors, and moved to a device; and reading a file a user gives as text, with one clear error for
-each way it can fail.
+"""Batches of fine-tuning data: a seeded, length-grouped order for training, one pass for evaluation, rows padded
+into tensors; and reading a file a user gives, with one clear error for each way it can fail.
 
 Each epoch is a fresh shuffle drawn from (seed, epoch). Within each run of `bucket_batches` batches the examples
 are sorted by length before being cut into batches (then the batches are shuffled), so a batch pads to a length

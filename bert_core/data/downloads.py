@@ -212,12 +212,10 @@ def fetch_corpus_text(name: str, cache_dir: str | Path | None = None, progress: 
         if src.sha256 is None or sha256_of(copy) == src.sha256:
             return copy.read_text(encoding="utf-8"), str(copy)
     path = fetch(name, cache_dir=cache_dir, progress=progress, url=url)
-    if name == "wikitext-2":
-        return wikitext_text_from_parquet(path), f"{src.url} (cached at {path})"
-    if name == "brown":
-        return brown_text_from_zip(path), f"{src.url} (cached at {path})"
     try:
-        return path.read_text(encoding="utf-8"), f"{src.url} (cached at {path})"
+        text = {"wikitext-2": wikitext_text_from_parquet, "brown": brown_text_from_zip}.get(
+            name, lambda p: p.read_text(encoding="utf-8"))(path)
     except UnicodeDecodeError as exc:
         raise BertCoreError(f"{path} is not UTF-8 text; delete it to download again") from exc
+    return text, f"{src.url} (cached at {path})"
 

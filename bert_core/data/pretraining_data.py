@@ -349,9 +349,8 @@ def _mix(*parts: int) -> int:
 
 
 class PretrainingStream(Protocol):
-    """What a pretraining run reads its batches from (training.pretraining_batches, the Trainer, `train`): an endless,
-    seeded, resumable iterator of global batches (under torchrun every rank reads the same, and takes its rows).
-    PretrainingData, bert_core.data.shards.ShardStream and MixedStream implement it."""
+    """What a pretraining run reads its batches from: an endless, seeded, resumable iterator of global batches (under
+    torchrun every rank reads the same, and takes its rows). PretrainingData, ShardStream and MixedStream are ones."""
 
     batch_size: int
     tokenizer: BertTokenizer
@@ -487,18 +486,13 @@ class BatchStream:
         self.epoch, self.position = epoch, position
 
     def unigram_baseline(self, batches: Sequence[Batch]) -> dict:
-        """The most-frequent-token baseline on `batches`, from this text's token counts (see `unigram_baseline`)."""
         tok = self.tokenizer
         return unigram_baseline(self.token_counts, batches, never_ids=tok.special_ids - {tok.unk_id})
 
 
 class PretrainingData(BatchStream):
-    """A tokenised corpus and an endless, seeded, resumable iterator of masked NSP batches.
-
-    Each epoch builds fresh NSP pairs (rng seeded by seed and epoch) and shuffles them; batch j of an epoch is
-    masked with a generator seeded by (seed, epoch, j), so a restored iterator continues exactly.
-    With objective "clm" the batches are segments of contiguous text labelled with the next token, nothing masked.
-    """
+    """A tokenised corpus as a PretrainingStream: each epoch builds fresh NSP pairs (rng seeded by seed and epoch) and
+    shuffles them (with objective "clm", segments of contiguous text)."""
 
     def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = MASK_RATE,
                  seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
@@ -554,8 +548,7 @@ class PretrainingData(BatchStream):
         return self._epoch_instances(epoch)[j * self.batch_size: (j + 1) * self.batch_size]
 
     def resized(self, max_seq_length: int, batch_size: int) -> "PretrainingData":
-        """The same tokenised corpus and settings, cut into sequences of another length and batched anew (at the
-        start of its epoch 0): the short-sequence phase of a run (TrainConfig.short_seq_length), no re-tokenising."""
+        """(PretrainingStream.resized) The same tokenised corpus, not tokenised again."""
         if not 16 <= max_seq_length <= self.tokenizer.model_max_length or batch_size < 1:
             raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's limit, and "
                                 f"batch_size={batch_size} at least 1")

@@ -8,9 +8,7 @@ every shard with its token count and sha256, the tokenizer sits in `tokenizer/`,
 
 The stream cuts each shard into windows of `seq_len - 3` tokens; a window becomes `[CLS] A [SEP] B [SEP]` with A
 its first half and B its second half (is-next), or, for half of them by the seed, the second half of another
-window (not-next). An epoch's order of windows is drawn from (seed, epoch), and source weights repeat a source's
-windows; the one batch builder (pretraining_data.BatchStream) masks them, so batch j of epoch e is a pure function
-of (seed, e, j) and a stream restored at (epoch, position) gives the same next batches, masks and all.
+window (not-next); the one batch builder (pretraining_data.BatchStream) masks them.
 """
 
 from __future__ import annotations
@@ -180,8 +178,6 @@ class ShardStream(BatchStream):
         return ShardStream(**{**settings, **changes})
 
     def resized(self, seq_len: int, batch_size: int) -> "ShardStream":
-        """The same shards and settings cut into windows of another length and batched anew, at its epoch 0: the
-        short-sequence phase of a run (TrainConfig.short_seq_length)."""
         return self._like(seq_len=seq_len, batch_size=batch_size)
 
     @property
@@ -255,7 +251,6 @@ class ShardStream(BatchStream):
         return out
 
     def state_dict(self) -> dict:
-        """Where the stream stands (JSON-able), with what must match for a resume to be exact."""
         return {**super().state_dict(), "seq_len": self.max_seq_length, "split": self.split,
                 "mask_rate": self.mask_rate, "weights": self.weights, "nsp": self.nsp, "objective": self.objective,
                 "shards": hashlib.sha256("".join(s["sha256"] for s in self.shards).encode()).hexdigest()[:16]}
@@ -314,7 +309,6 @@ class MixedStream:
         return self.shards.batches_per_epoch + self.text.batches_per_epoch
 
     def resized(self, seq_len: int, batch_size: int) -> "MixedStream":
-        """Both streams cut to another length and batched anew, from their start: a run's short-sequence phase."""
         return MixedStream(self.shards.resized(seq_len, batch_size), self.text.resized(seq_len, batch_size),
                            self.share, self.seed)
 

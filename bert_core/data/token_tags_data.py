@@ -1,14 +1,7 @@
-"""Tagged sentences for token classification: CoNLL files, first-WordPiece labels, span scores, baselines, batches.
-
-BertForTokenClassification predicts one tag a word (a chunk tag of CoNLL-2000, an entity tag of CoNLL-2003, a
-part of speech). This module holds the data half of that task, kept apart from any model so each part can be
-checked by itself: reading a CoNLL file with checks a user's upload needs, a seeded split, encoding words into
-WordPieces with the tag on each word's first piece (-100 elsewhere, as Hugging Face's run_ner does), splitting
-sentences longer than the model's input at word boundaries instead of cutting them, span scoring that reads chunks
-the way conlleval and seqeval do, the majority baselines the CoNLL-2000 task reports, and padded batches.
-
-Pure and seeded: the same file and seed give the same split and the same batches.
-"""
+"""Tagged sentences for token classification (a chunk tag of CoNLL-2000, an entity tag of CoNLL-2003, a part of
+speech a word): CoNLL files read with the checks an upload needs, the tag on each word's first WordPiece (-100
+elsewhere, as Hugging Face's run_ner does), sentences too long split at word boundaries, span scores as conlleval
+and seqeval read chunks, CoNLL-2000's majority baselines, batches. Pure and seeded."""
 
 from __future__ import annotations
 
