@@ -8,6 +8,8 @@ from bert_core.inspect import computation_figures as cf
 from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, heads_off_effect, with_temperature
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, contextual_neighbours, embedding_parts,
                                           heldout_pool, nearest_neighbours)
+from bert_core.inspect import feed_forward_figures as ff
+from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.logit_lens import logit_lens
@@ -85,7 +87,7 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
                              race.config.max_length)
 
 
-def _attention_tab(model, tok, cfg, causal: bool) -> None:
+def _attention_tab(model, tok, cfg, causal: bool):
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="hbc_a", height=80)
     c2.text_area("Sentence B (optional)", key="hbc_b", height=80)
@@ -128,7 +130,25 @@ def _attention_tab(model, tok, cfg, causal: bool) -> None:
                f"page (largest difference from the model's own weights: {gap:.1e}).")
     app_state.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
     st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
-               "to the layer's feed-forward part.")
+               "to the layer's feed-forward block, below.")
+    return steps
+
+
+def _feed_forward(active, steps) -> None:
+    st.subheader("The feed-forward block")
+    ffn = feed_forward_steps(active.model, steps)
+    st.markdown("  \n".join(what_each_step_does(ffn)))
+    app_state.plotly(ff.feed_forward_figure(ffn), "feed-forward", key="hbc_ffn")
+    units = active.config.intermediate_size
+    app_state.follow_default("hbc_unit", ffn.most_active + 1, int)   # the most active until a unit is picked
+    st.session_state["hbc_unit"] = min(max(int(st.session_state["hbc_unit"]), 1), units)
+    st.number_input(f"Unit (1 to {units}; first the one most active for this token)", 1, units, key="hbc_unit")
+    unit = int(st.session_state["hbc_unit"]) - 1
+    app_state.plotly(ff.gelu_figure(ffn, unit), "feed-forward-activation", key="hbc_gelu")
+    sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
+    with st.spinner("Reading the pool's sentences through the model (once per model and layer)…"):
+        pool = cached_unit_pool(active.model, active.tokenizer, sentences, source, steps.layer)
+    app_state.plotly(ff.unit_firing_figure(unit_firing(pool, unit)), "feed-forward-unit", key="hbc_unit_fig")
 
 
 def _lens_tab(active, examples, causal: bool) -> None:
@@ -311,7 +331,9 @@ def main() -> None:
     attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
         ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", *([WHY_TITLE] if tuned else [])])
     with attention_tab:
-        _attention_tab(model, tok, cfg, causal)
+        steps = _attention_tab(model, tok, cfg, causal)
+        if steps is not None:
+            _feed_forward(active, steps)
     with lens_tab:
         _lens_tab(active, examples, causal)
     with embeddings_tab:
