@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bert_core.inspect import computation_figures as cf  # noqa: E402
-from bert_core.inspect.attention_steps import attention_steps, heads_off_effect, with_temperature  # noqa: E402
+from bert_core.inspect.attention_steps import (attention_steps, heads_off_effect, logit_lens,  # noqa: E402
+                                               with_temperature)
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, contextual_neighbours, embedding_parts,  # noqa: E402
                                           heldout_pool, nearest_neighbours, token_pool)
 from bert_core.inspect.word_map_vectors import word_map  # noqa: E402
@@ -32,7 +33,6 @@ from bert_core.inspect.salience_figures import salience_panel_data  # noqa: E402
 from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification  # noqa: E402
 from bert_core.model.bert import BertForTokenClassification  # noqa: E402
 from bert_core.inspect.grammar import compare_pair  # noqa: E402
-from bert_core.inspect.logit_lens import logit_lens  # noqa: E402
 from bert_core.model.bert import is_causal  # noqa: E402
 from bert_core.model.checkpoint import load_checkpoint  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The Fine-tune page's built-in and real tasks on the page's own defaults, with each shipped model active: what its
-"What to expect" captions quote (bert_core.inspect.finetune_expectations.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
+"What to expect" captions quote (bert_core.inspect.finetune_kinds.PAGE_FIGURES; docs/benchmarks.md, "The Fine-tune
 page's defaults with each shipped model").
 
     PYTHONPATH=. python benchmarks/finetune_page_defaults.py --out runs/page-defaults [--jobs 2]
@@ -19,11 +19,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bert_core.inspect.finetune_expectations import KIND_OF, NAMES
+from bert_core.inspect.finetune_kinds import KIND_OF, NAMES
 from bert_core.inspect.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 
 MODELS = ("bert-tiny-english", "bert-mini-english", "gpt-tiny-english", "gpt-mini-english")
-# The page's data choice -> the CLI's --task (its kind: finetune_expectations.KIND_OF).
+# The page's data choice -> the CLI's --task (its kind: finetune_kinds.KIND_OF).
 TASKS = {"toy_order": "toy-order", "toy": "toy", "polarity": "polarity", "ag_news": "ag_news", "conll2000": "conll2000"}
 
 
@@ -56,14 +56,14 @@ def score(result: dict, kind: str) -> float:
 
 
 def baselines(kind: str) -> tuple[str, str | None]:
-    """The kind's baselines' result names, the second None for sentence labels (finetune_expectations.NAMES)."""
+    """The kind's baselines' result names, the second None for sentence labels (finetune_kinds.NAMES)."""
     names = [name for name, _ in NAMES[kind][2:]]
     return names[0], (names[1] if len(names) > 1 else None)
 
 
 def table(out: Path, models, choices, seeds) -> str:
     """One row a model and task, each cell the seeds' figures in order: accuracy % for sentence labels, chunk F1 for
-    chunks (tests/test_finetune_expectations.py reads it back against the page's ranges)."""
+    chunks (tests/test_finetune_kinds.py reads it back against the page's ranges)."""
     lines = ["| model | task | seeds | bag of words, or POS-tag baseline | word baseline | pretrained | from scratch |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for model in models:
@@ -83,7 +83,7 @@ def table(out: Path, models, choices, seeds) -> str:
 
 
 def figures(out: Path, models, choices, seeds) -> dict:
-    """finetune_expectations.PAGE_FIGURES as measured: each model's and baseline's lowest and highest figure over
+    """finetune_kinds.PAGE_FIGURES as measured: each model's and baseline's lowest and highest figure over
     the seeds, for every model and task with all its seeds."""
     got = {}
     for model in models:

@@ -5,14 +5,14 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures as cf
-from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, heads_off_effect, with_temperature
+from bert_core.inspect.attention_steps import (attention_steps, encode_for_steps, heads_off_effect, logit_lens,
+                                               with_temperature)
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, contextual_neighbours, embedding_parts,
                                           heldout_pool, nearest_neighbours)
 from bert_core.inspect import feed_forward_figures as ff
 from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
-from bert_core.inspect.logit_lens import logit_lens
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown

@@ -1,4 +1,4 @@
-"""The Fine-tune page's "What to expect" (bert_core.inspect.finetune_expectations): every shipped model has measured
+"""The Fine-tune page's "What to expect" (bert_core.inspect.finetune_kinds): every shipped model has measured
 figures for every built-in and real task, the ranges it quotes are those of the per-seed table in docs/benchmarks.md
 (which benchmarks/finetune_page_defaults.py writes), and the caption names the model in use, or says that nothing
 was measured for it."""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.inspect import finetune_expectations as fe
+from bert_core.inspect import finetune_kinds as fe
 from bert_core.inspect.finetune_kinds import DATA_SETTINGS, KIND_PAGES, SIZES
 from bert_core.serve.model_sources import shipped_checkpoints
 
@@ -69,10 +69,10 @@ def test_the_caption_names_the_model_in_use_with_the_pages_own_defaults(model):
 
 def test_a_model_that_is_not_shipped_gets_the_lessons_run_for_the_toys_and_a_named_reference_for_real_tasks():
     labels, tags = KIND_PAGES["labels"], KIND_PAGES["tags"]
-    assert labels.expectation("toy_order", None) == fe.TOY_BY_DEFAULT_RUN["toy_order"]
-    assert labels.expectation("toy", None) == fe.TOY_BY_DEFAULT_RUN["toy"]
+    assert labels.expectation("toy_order", None) == fe.EXPECT["toy_by_default_run"]["toy_order"]
+    assert labels.expectation("toy", None) == fe.EXPECT["toy_by_default_run"]["toy"]
     polarity = labels.expectation("polarity", None)
-    assert polarity.startswith("No figures were measured for this model.") and f"the shipped {fe.REFERENCE}" in polarity
+    assert polarity.startswith("No figures were measured for this model.") and f"the shipped {fe.EXPECT['reference']}" in polarity
     assert tags.expectation("conll2000", None).startswith("No figures were measured for this model on CoNLL-2000")
     # An uploaded file is not the measured task: no promise about it.
     assert labels.expectation("upload", "bert-tiny-english") is None

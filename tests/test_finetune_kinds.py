@@ -9,7 +9,7 @@ import pytest
 from bert_core.data.answer_spans_data import toy_qa_task
 from bert_core.data.classification_data import toy_order_task
 from bert_core.data.token_tags_data import read_conll
-from bert_core.inspect import finetune_expectations, finetune_kinds
+from bert_core.inspect import finetune_kinds
 from bert_core.app import run_panel
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, Block
 
@@ -47,7 +47,7 @@ def test_labels_say_what_to_expect_and_the_chance_line():
     data = toy_order_task(0, num_examples=40)
     kp = KIND_PAGES["labels"]
     view = kp.describe(data, "toy_order", None)
-    assert view.captions[0] == finetune_expectations.TOY_BY_DEFAULT_RUN["toy_order"]
+    assert view.captions[0] == finetune_kinds.EXPECT["toy_by_default_run"]["toy_order"]
     assert "40 examples" in view.captions[1]
     assert len(view.rows) == 8 and set(view.rows[0]) == {"label", "text"}
     mini = kp.describe(data, "polarity", "bert-mini-english").captions[0]
@@ -85,10 +85,10 @@ def test_spans_say_what_the_drills_bring_and_explain_the_question_in_its_passage
     kp = KIND_PAGES["spans"]
     view = kp.describe(data, "toy_qa", "bert-mini-english")
     assert "drills" in view.captions[0]
-    assert view.captions[1] == (finetune_expectations.EXPECT_QA_DRILLS + " "
-                                + finetune_expectations.EXPECT_QA_BY_MODEL["bert-mini-english"])
+    assert view.captions[1] == (finetune_kinds.EXPECT["expect_qa_drills"] + " "
+                                + finetune_kinds.EXPECT["expect_qa_by_model"]["bert-mini-english"])
     alone = toy_qa_task(0, num_stories=6, drills=False)
-    assert kp.describe(alone, "toy_qa", None).captions[1] == finetune_expectations.EXPECT_QA_ALONE
+    assert kp.describe(alone, "toy_qa", None).captions[1] == finetune_kinds.EXPECT["expect_qa_alone"]
     passage, question = kp.try_fields(data)
     assert (passage.key, question.key) == ("ft_passage", "ft_question")
     assert passage.options["value"] == data.examples[0].context

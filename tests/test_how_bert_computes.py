@@ -1,6 +1,6 @@
 """The views of "How BERT computes" held against the model's own forward pass and against transformers: the logit
-lens, attention step by step, heads switched off, and the embeddings (bert_core.inspect.logit_lens,
-attention_steps, embeddings)."""
+lens, attention step by step, heads switched off, and the embeddings (bert_core.inspect.attention_steps,
+embeddings)."""
 
 import math
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.attention_steps import attention_steps, heads_off, heads_off_effect, with_temperature
+from bert_core.inspect.attention_steps import (attention_steps, heads_off, heads_off_effect, lens_input, logit_lens,
+                                               with_temperature)
 from bert_core.inspect.embeddings import SENSE_SENTENCES, embedding_parts, nearest_neighbours
 from bert_core.inspect.inspection import fill_mask
-from bert_core.inspect.logit_lens import lens_input, logit_lens
 from bert_core.inspect.word_map_vectors import word_map
 from bert_core.inspect.word_maps import pca_2d, separation
 from bert_core.model.checkpoint import load_checkpoint

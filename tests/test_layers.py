@@ -29,7 +29,7 @@ PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sou
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
-            "inspect.logit_lens", "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
+            "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text"}
 
 

@@ -1,5 +1,5 @@
 """Plotly figures for "How BERT computes" (attention step by step, each layer's guess, heads switched off,
-embeddings, word maps, the grammar check), from the results of attention_steps, logit_lens, embeddings and grammar.
+embeddings, word maps, the grammar check), from the results of attention_steps, embeddings and grammar.
 Layers, heads and tokens are counted from 1 in every label a person reads (the results count from 0)."""
 
 from __future__ import annotations

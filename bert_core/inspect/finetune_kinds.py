@@ -4,21 +4,31 @@ outputs. The page looks a kind up (KIND_PAGES) and draws the `Block`s and `Field
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bert_core.data.task_downloads import TASKS
 from bert_core.inspect import finetune_figures
 from bert_core.inspect.lesson import LESSON_RACE_DATA_SETTINGS
 from bert_core.inspect.safe_text import markdown
-from bert_core.inspect.finetune_expectations import (EXPECT_QA_ALONE, EXPECT_QA_BY_MODEL, EXPECT_QA_DRILLS, PAGE_COPY,
-                                                     expectation)
 from bert_core.training.answer_spans import answer_question
 from bert_core.training.finetune import result_probabilities
 from bert_core.training.finetune_settings import TOY_QA_STEPS
 from bert_core.training.token_tagging import tag_words
 
+# The page's copy and measured figures, as data (finetune_page.json says where each figure was measured).
+PAGE_COPY = json.loads(Path(__file__).with_name("finetune_page.json").read_text(encoding="utf-8"))
+# What to expect of a race before it runs: ranges measured on the page's defaults with each shipped model active
+# (benchmarks/finetune_page_defaults.py; every seed in docs/benchmarks.md; tests/test_finetune_expectations.py).
+EXPECT = PAGE_COPY["expectations"]
+PAGE_FIGURES: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+    model: {choice: {name: tuple(span) for name, span in got.items()} for choice, got in tasks.items()}
+    for model, tasks in EXPECT["page_figures"].items()}
+NAMES: dict[str, list] = EXPECT["names"]
+KIND_OF: dict[str, str] = EXPECT["kind_of"]
 # Typed text is tagged or answered in the server's own process, by every fine-tuned model: bounded, so that one
 # visitor's pasted book does not hold a shared server (a passage this long is about 10 windows of 256 tokens).
 MAX_TYPED_CHARS, MAX_PASSAGE_CHARS = 1_000, 5_000
@@ -30,7 +40,7 @@ SIZES: dict[str, tuple[int, int]] = {k: tuple(v) for k, v in PAGE_COPY["sizes"].
 TOY_ON_POLARITY: dict[str, tuple[float, float]] = {k: tuple(v) for k, v in PAGE_COPY["toy_on_polarity"].items()}
 # What a dataset changes of its kind's settings: the lesson's word-order race is decided within 300 steps (a few
 # seconds a model); the toy stories need their drills and then the stories, the CLI's 8,000 steps, which take a CPU
-# thread longer than its cap (EXPECT_QA_BY_MODEL says what the cap leaves).
+# thread longer than its cap (finetune_page.json's expect_qa_by_model says what the cap leaves).
 DATA_SETTINGS = {"toy_order": dict(LESSON_RACE_DATA_SETTINGS), "toy_qa": dict(steps=TOY_QA_STEPS, budget=600)}
 CAPTIONS: dict[str, str] = PAGE_COPY["captions"]
 
@@ -70,6 +80,38 @@ class DataView:
 
 def _label(name: str) -> str:
     return finetune_figures.RUN_LABELS.get(name, name)
+
+
+def _span(lo: float, hi: float, unit: str) -> str:
+    a, b = round(lo), round(hi)
+    return f"{a}{unit}" if a == b else f"{a}-{b}{unit}"
+
+
+def _figures(model: str, choice: str) -> str:
+    kind = KIND_OF[choice]
+    got = PAGE_FIGURES[model][choice]
+    parts = [f"{words} {_span(*got[name], '%' if kind == 'labels' else '')}" for name, words in NAMES[kind]
+             if name in got]
+    if kind == "tags":
+        parts[0] += " chunk F1"
+    return ", ".join(parts[:-1]) + f" and {parts[-1]} (seeds 0-2)"
+
+
+def expectation(choice: str, shipped: str | None, train: int, steps: int, unit: str) -> str | None:
+    """What to expect of a race on `choice` with shipped model `shipped` (None: another) on the page's defaults
+    (`train` training `unit`, `steps` steps a model); None where nothing was measured."""
+    if choice not in KIND_OF:
+        return None
+    settings = f"this page's defaults ({train:,} training {unit}, {steps:,} steps a model)"
+    task = "CoNLL-2000 chunks" if choice == "conll2000" else None
+    if shipped in PAGE_FIGURES:
+        note = EXPECT["notes"].get(shipped, {}).get(choice, "")
+        where = f"on {task} " if task else ""
+        return f"What to expect {where}with {settings} and {shipped}: {_figures(shipped, choice)}. {note}".strip()
+    if choice in EXPECT["toy_by_default_run"]:
+        return EXPECT["toy_by_default_run"][choice]
+    return (f"No figures were measured for this model{' on ' + task if task else ''}. With {settings}, the shipped "
+            f"{EXPECT['reference']} gave: {_figures(EXPECT['reference'], choice)}.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -268,8 +310,9 @@ class SpansPage(KindPage):
         summary = (f"**{markdown(data.source)}**: {len(data):,} questions on {data.num_passages:,} passages"
                    + (f", after {len(drills)} drills: " + "; ".join(f"*{d.example}*" for d in drills) + "."
                       if drills else "."))
-        expect = (EXPECT_QA_DRILLS + (" " + EXPECT_QA_BY_MODEL[shipped] if shipped in EXPECT_QA_BY_MODEL else "")
-                  if drills else EXPECT_QA_ALONE)
+        by_model = EXPECT["expect_qa_by_model"]
+        expect = (EXPECT["expect_qa_drills"] + (" " + by_model[shipped] if shipped in by_model else "")
+                  if drills else EXPECT["expect_qa_alone"])
         return DataView([summary, expect],
                         [{"question": ex.question, "answer": ex.answers[0] if ex.answers else "",
                           "passage": finetune_figures.shorten(ex.context, 160)} for ex in data.examples[:6]])
