@@ -134,16 +134,14 @@ def shard_tokens(folder: str | Path, shard: dict) -> np.ndarray:
 class ShardStream(BatchStream):
     """An endless, seeded, resumable iterator of masked NSP batches over a shard folder's `split`.
 
-    `sources` limits it to some sources; `weights` (default: index.json's) repeats each source's windows per
-    epoch (2.5 = every window twice and half of them a third time, by the seed). Without NSP (`nsp=False`, and
-    always for the next-token objective "clm") a window is one segment, `[CLS] window [SEP]`. An example's spans
-    are (shard, first token, end token)."""
+    `weights` (default: index.json's) repeats each source's windows per epoch (2.5 = every window twice and half of
+    them a third time, by the seed). Without NSP (`nsp=False`, and always for the next-token objective "clm") a
+    window is one segment, `[CLS] window [SEP]`. An example's spans are (shard, first token, end token)."""
 
     MUST_MATCH = ("seed", "seq_len", "batch_size", "split", "mask_rate", "shards", "weights", "nsp", "objective")
 
     def __init__(self, folder: str | Path, split: str = "train", seq_len: int = 128, batch_size: int = 32,
-                 seed: int = 0, mask_rate: float = MASK_RATE, sources: list[str] | None = None,
-                 weights: dict | None = None, tokenizer: BertTokenizer | None = None, nsp: bool = True,
+                 seed: int = 0, mask_rate: float = MASK_RATE, weights: dict | None = None, tokenizer: BertTokenizer | None = None, nsp: bool = True,
                  objective: str = "mlm", whole_word_masking: bool = False, mask_only: bool = False):
         self.folder = Path(folder).expanduser()
         self.index = open_index(self.folder)
@@ -152,14 +150,9 @@ class ShardStream(BatchStream):
         if self.tokenizer.vocab_size != self.index["vocab_size"]:
             raise BertCoreError(f"the tokenizer has {self.tokenizer.vocab_size} tokens but the shards were made with "
                                 f"{self.index['vocab_size']}; use the shard folder's own tokenizer")
-        self.split, self._sources = split, list(sources) if sources else None
+        self.split = split
         self.weights = dict(self.index.get("weights") or {}) if weights is None else dict(weights)
-        known = sorted({s["source"] for s in self.index["shards"]})
-        unknown = [s for s in (sources or []) if s not in known]
-        if unknown:
-            raise BertCoreError(f"no source {', '.join(unknown)} in {self.folder}; it has {', '.join(known)}")
-        self.shards = [s for s in self.index["shards"] if s["split"] == split and (not sources or
-                                                                                    s["source"] in sources)]
+        self.shards = [s for s in self.index["shards"] if s["split"] == split]
         self.window = self.max_seq_length - special_tokens_count(pair=self.nsp)  # [CLS] A [SEP] B [SEP], or one text
         self._counts = np.array([s["tokens"] // self.window for s in self.shards], dtype=np.int64)
         if not self._counts.sum():
@@ -172,7 +165,7 @@ class ShardStream(BatchStream):
 
     def _like(self, **changes) -> "ShardStream":
         settings = dict(folder=self.folder, split=self.split, seq_len=self.max_seq_length, batch_size=self.batch_size,
-                        seed=self.seed, mask_rate=self.mask_rate, sources=self._sources, weights=self.weights,
+                        seed=self.seed, mask_rate=self.mask_rate, weights=self.weights,
                         tokenizer=self.tokenizer, nsp=self.nsp, objective=self.objective,
                         whole_word_masking=self.whole_word_masking, mask_only=self.mask_only)
         return ShardStream(**{**settings, **changes})
