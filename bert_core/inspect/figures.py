@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -46,6 +48,8 @@ DEFAULT_SMOOTHING = 0.9  # of the training curves (`ema`): about a 10-step windo
 HEAD_MEASURES = ("[CLS]", "[SEP]", "previous", "next", "self", "entropy")
 
 
+# The home page's block diagrams, as data (architecture.json beside this module).
+ARCHITECTURE = json.loads(Path(__file__).with_name("architecture.json").read_text(encoding="utf-8"))
 STILL_FIGURES = ("bert-architecture",)   # drawings, not data: nothing to zoom or pan
 _ZOOM_BUTTONS = ["zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "resetScale2d"]
 
@@ -574,49 +578,28 @@ def topk_history_figure(snapshots: Sequence[tuple[int, Sequence[tuple[str, float
 def architecture_figure(config: Any = None) -> go.Figure:
     """A block diagram of BERT for pretraining with `config`'s sizes (a causal config: the GPT-style model)."""
     c = config
-    layers, hidden, heads, ffn, vocab, positions, causal = ("L", "H", "A", "4H", "V", "512", False) if c is None else (
-        c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size, c.vocab_size,
-        c.max_position_embeddings, c.attention == "causal")
-    boxes = [
-        # (x0, y0, x1, y1, text, colour)
-        (0.05, 0.02, 0.95, 0.12, "Input: [CLS] text [SEP]  (WordPiece tokens; no sentence pair)" if causal else
-         "Input: [CLS] sentence A [SEP] sentence B [SEP]  (WordPiece tokens)", "#f2f2f2"),
-        (0.05, 0.17, 0.33, 0.29, f"Token embedding<br>{vocab} x {hidden}", "#dbe9f6"),
-        (0.36, 0.17, 0.64, 0.29, f"Position embedding<br>{positions} x {hidden}", "#dbe9f6"),
-        (0.67, 0.17, 0.95, 0.29, f"Segment embedding<br>2 x {hidden}", "#dbe9f6"),
-        (0.05, 0.34, 0.95, 0.41, "sum → LayerNorm → dropout", "#eef5fb"),
-        (0.15, 0.46, 0.85, 0.56, f"Causal self-attention: {heads} heads, each token sees itself and those before it"
-         if causal else f"Multi-head self-attention: {heads} heads, every token sees every token", "#fde0c5"),
-        (0.15, 0.58, 0.85, 0.66, f"Feed-forward {hidden} → {ffn} → {hidden} (GELU)", "#fde0c5"),
-    ]
-    if causal:
-        boxes.append((0.2, 0.79, 0.8, 0.93, "LM head: predict the next token<br>at every position (vocab softmax)",
-                      "#d5f0d5"))
-    else:
-        boxes += [(0.05, 0.79, 0.45, 0.93, "MLM head: predict the<br>masked tokens (vocab softmax)", "#d5f0d5"),
-                  (0.55, 0.79, 0.95, 0.93, "NSP head: from [CLS],<br>does B follow A? (2 classes)", "#d5f0d5")]
+    causal = c is not None and c.attention == "causal"
+    sizes = dict(layers="L", hidden="H", heads="A", ffn="4H", vocab="V", positions="512") if c is None else dict(
+        layers=c.num_hidden_layers, hidden=c.hidden_size, heads=c.num_attention_heads, ffn=c.intermediate_size,
+        vocab=c.vocab_size, positions=c.max_position_embeddings)
+    drawing = ARCHITECTURE["gpt" if causal else "bert"]
     fig = go.Figure()
-    for x0, y0, x1, y1, text, color in boxes:
+    for x0, y0, x1, y1, text, color in drawing["boxes"]:
         fig.add_shape(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, fillcolor=color, line=dict(color="#555"),
                       layer="below")
-        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=text, showarrow=False, font=dict(size=12))
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=text.format(**sizes), showarrow=False,
+                           font=dict(size=12))
     # the encoder stack, repeated L times, with residual connections
     fig.add_shape(type="rect", x0=0.1, y0=0.44, x1=0.9, y1=0.71, line=dict(color="#c0504d", dash="dash"))
-    fig.add_annotation(x=0.5, y=0.69, text=f"Transformer {'decoder' if causal else 'encoder'} layer × {layers}  "
-                                           "(residual + LayerNorm after each sub-layer)", showarrow=False,
+    fig.add_annotation(x=0.5, y=0.69, text=drawing["stack"].format(**sizes), showarrow=False,
                        font=dict(size=12, color="#c0504d"))
-    head_arrows = ((0.5, 0.71, 0.79),) if causal else ((0.25, 0.71, 0.79), (0.75, 0.71, 0.79))
-    for x, y0, y1 in ((0.5, 0.12, 0.17), (0.5, 0.29, 0.34), (0.5, 0.41, 0.46), (0.5, 0.56, 0.58), *head_arrows):
+    for x, y0, y1 in drawing["arrows"]:
         fig.add_annotation(x=x, y=y1, ax=x, ay=y0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor="#555", text="")
-    fig.add_annotation(x=0.5, y=0.97, text="hidden states → every position's vector, scored against the token after it"
-                       if causal else "hidden states → every position's vector (MLM) and [CLS]'s (NSP)",
-                       showarrow=False, font=dict(size=12, color="#555"))
+    fig.add_annotation(x=0.5, y=0.97, text=drawing["output"], showarrow=False, font=dict(size=12, color="#555"))
     fig.update_xaxes(visible=False, range=[0, 1])
     fig.update_yaxes(visible=False, range=[1.0, 0])
-    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10),
-                      title="GPT-style (causal) model for pretraining" if causal else "BERT for pretraining",
-                      showlegend=False)
+    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), title=drawing["title"], showlegend=False)
     return fig
 
 
