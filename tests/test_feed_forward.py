@@ -76,7 +76,7 @@ def test_a_units_top_tokens_are_where_it_fires_most_in_a_plain_forward_pass():
     firing = unit_firing(units, unit, k=30)   # each token ten times over: the top 30 are the top 3 ten times
     np.testing.assert_allclose(firing.values[::10], [v for v, _ in want], rtol=1e-5)
     assert firing.tokens[::10] == [t for _, t in want] and firing.layer == layer and firing.unit == unit
-    assert all(f"«{t}»" in c for t, c in zip(firing.tokens, firing.contexts))
+    assert all(f"«{t.removeprefix('##')}»" in c and "##" not in c for t, c in zip(firing.tokens, firing.contexts))
     assert cached_unit_pool(model, tok, POOL, "test", 0) is cached_unit_pool(model, tok, POOL, "test", 0)
     with pytest.raises(BertCoreError, match=f"unit {units.acts.shape[1] + 1} does not exist"):
         unit_firing(units, units.acts.shape[1])

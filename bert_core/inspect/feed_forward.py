@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.embeddings import TokenPool, token_pool
+from bert_core.inspect.inspection import group_word_pieces, word_text
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
@@ -60,14 +61,14 @@ def feed_forward_steps(model, steps) -> FeedForwardSteps:
 
 def what_each_step_does(ffn: FeedForwardSteps) -> list[str]:
     """A sentence a step, with this token's numbers (the token escaped for Markdown)."""
-    width, units, on = len(ffn.x), len(ffn.pre), int((ffn.h > 0.01 * max(float(ffn.h.max()), 1e-9)).sum())
-    top = ffn.most_active
+    width, units, top = len(ffn.x), len(ffn.pre), ffn.most_active
     return [f"**1. The input x**: the attention block's LayerNorm output for "
             f"“{markdown(ffn.tokens[ffn.query])}”, {width} numbers.",
             f"**2. W1·x + b1**: each of the {units} units weighs all {width} numbers of x and adds its bias: "
             f"{units} numbers, {int((ffn.pre > 0).sum())} of them above 0.",
-            f"**3. {ffn.activation.upper()}** keeps a positive number about as it is and squashes a negative one "
-            f"to nearly 0: {on} units stay on; unit {top + 1} fires most ({ffn.h[top]:.2f}).",
+            f"**3. {ffn.activation.upper()}** lets a positive number through about as it is and squashes a negative "
+            f"one to nearly 0 (never below {float(ffn.curve[1].min()):.2f}): the units above 0 carry on; unit "
+            f"{top + 1} fires most ({ffn.h[top]:.2f}).",
             f"**4. W2·h + b2** mixes the {units} units back into {width} numbers: what the block adds to x.",
             "**5. + x, then LayerNorm**: the residual keeps what attention computed and adds the block's part; the "
             "LayerNorm rescales the sum to mean 0 and variance 1 (then its own weight and bias). This is the "
@@ -119,7 +120,7 @@ class UnitFiring:
     unit: int
     source: str
     tokens: list[str]
-    contexts: list[str]   # each token's sentence as the model's pieces, the token «marked»
+    contexts: list[str]   # each token's sentence as the model reads it (pieces joined into words), the token «marked»
     values: np.ndarray
 
 
@@ -132,6 +133,9 @@ def unit_firing(units: UnitPool, unit: int, k: int = 8) -> UnitFiring:
     contexts = []
     for i in top:
         same = np.flatnonzero(pool.sentence_of == pool.sentence_of[i])
-        contexts.append(" ".join(f"«{pool.tokens[j]}»" if j == i else pool.tokens[j] for j in same))
+        pieces = [pool.tokens[j] for j in same]
+        marked = pieces[i - same[0]]
+        pieces[i - same[0]] = ("##" if marked.startswith("##") else "") + f"«{marked.removeprefix('##')}»"
+        contexts.append(" ".join(word_text(w) for w in group_word_pieces(pieces)))
     return UnitFiring(layer=units.layer, unit=unit, source=pool.source, tokens=[pool.tokens[i] for i in top],
                       contexts=contexts, values=column[top])

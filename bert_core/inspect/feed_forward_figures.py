@@ -11,25 +11,26 @@ from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SC
                                                    _symmetric)
 from bert_core.inspect.figures import _layout, shorten, wrap
 
-CONTEXT_CHARS = 90    # a sentence beside its bar: the marked token kept in view, the rest cut with "…"
+CONTEXT_CHARS = 64    # a sentence beside its bar: the marked token kept in view, the rest cut with "…"
 
 
 def feed_forward_figure(ffn) -> go.Figure:
     """x, W1·x + b1, the activation, W2·h + b2, + x and the LayerNorm, each a strip (its numbers on hover)."""
     rows = [("x (the block's input)", ffn.x), ("W1·x + b1", ffn.pre), (ffn.activation.upper(), ffn.h),
             ("W2·h + b2", ffn.out), ("+ x (residual)", ffn.residual), ("LayerNorm (the layer's output)", ffn.normed)]
-    fig = make_subplots(rows=len(rows), cols=1, vertical_spacing=0.07,
-                        subplot_titles=[f"{i}. {name}: {len(z)} numbers" for i, (name, z) in enumerate(rows, 1)])
+    fig = make_subplots(rows=len(rows), cols=1, vertical_spacing=0.11,
+                        subplot_titles=[f"{i}. {name}: {len(z)} {'units' if i in (2, 3) else 'numbers'}"
+                                        for i, (name, z) in enumerate(rows, 1)])
     for row, (name, z) in enumerate(rows, start=1):
         zmax = _symmetric(z)
         fig.add_trace(go.Heatmap(z=z[None], x=_dims(len(z)), y=[""], zmin=-zmax, zmax=zmax, name=name,
                                  colorscale=VECTOR_SCALE, showscale=False,
                                  hovertemplate=f"{name}, number %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
-        fig.update_xaxes(showticklabels=False, row=row, col=1)
-    fig.update_xaxes(showticklabels=True, nticks=12, title="unit (rows 2 and 3) or component", row=len(rows), col=1)
+    fig.update_xaxes(nticks=10)
+    fig.update_yaxes(showticklabels=False)
     token = f"token {ffn.query + 1} “{ffn.tokens[ffn.query]}”"
     return _fonts(_layout(fig, f"Layer {ffn.layer + 1}'s feed-forward block for {token} (each strip its own "
-                                 "colour scale: red above 0, blue below)", height=560))
+                                 "colour scale: red above 0, blue below)", height=640))
 
 
 def gelu_figure(ffn, unit: int) -> go.Figure:
@@ -47,8 +48,9 @@ def gelu_figure(ffn, unit: int) -> go.Figure:
                    hovertemplate="%{text}: W1·x + b1 = %{x:.4f} → %{y:.4f}<extra></extra>")])
     fig.update_xaxes(title="W1·x + b1 (the unit's input)", zeroline=True)
     fig.update_yaxes(title=f"{ffn.activation.upper()} (its output)", zeroline=True)
-    return _fonts(_layout(fig, f"{ffn.activation.upper()}, with this token's {len(ffn.pre)} units on it",
-                          height=420, legend="below"))
+    _layout(fig, f"{ffn.activation.upper()}, with this token's {len(ffn.pre)} units on it", height=420)
+    # Top left, inside the plot: the curve stays near 0 there, and a legend below ran into the axis title.
+    return _fonts(fig.update_layout(legend=dict(x=0.01, xanchor="left", y=0.98, yanchor="top")))
 
 
 def _in_view(context: str) -> str:
@@ -66,9 +68,10 @@ def unit_firing_figure(firing) -> go.Figure:
                            customdata=[wrap(c, 70) for c in firing.contexts], xaxis="x",
                            hovertemplate="%{y}: %{x:.4f} in<br>%{customdata}<extra></extra>"))
     for label, context in zip(y, firing.contexts):
-        fig.add_annotation(x=0.36, xref="paper", xanchor="left", y=label, yref="y", text=_in_view(context),
+        fig.add_annotation(x=0.30, xref="paper", xanchor="left", y=label, yref="y", text=_in_view(context),
                            showarrow=False, font=dict(size=FONT), align="left")
-    fig.update_xaxes(domain=[0, 0.34], title="activation")
+    fig.update_xaxes(domain=[0, 0.28], title="activation")
     fig.update_yaxes(autorange="reversed")
-    title = wrap(f"Layer {firing.layer + 1}, unit {firing.unit + 1}: where it fires most in the {firing.source}", 100)
+    title = (f"Layer {firing.layer + 1}, unit {firing.unit + 1}: where it fires most<br>"
+             f"in the {shorten(firing.source, 96)}")
     return _fonts(_layout(fig, title, height=140 + 34 * len(y)))
