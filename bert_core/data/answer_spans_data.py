@@ -75,26 +75,6 @@ class QAData(RowData):
 
 # -- reading SQuAD files -----------------------------------------------------------------------------------------
 
-def _squad_text(path_or_bytes: str | Path | bytes, name: str) -> tuple[str, str]:
-    """(text, name) of a SQuAD file, a path or an upload's bytes, checked (batching.read_upload)."""
-    text, name, _ = read_upload(path_or_bytes, name, "SQuAD", MAX_SQUAD_BYTES, "a SQuAD-format .json file",
-                                "Give a SQuAD-format JSON file (an object with a 'data' list).",
-                                "Use a sample of the articles (SQuAD v1.1's whole training file is about 30 MB).")
-    return text, name
-
-
-def _decode_json(text: str, name: str):
-    """The parsed JSON of a file's text, with a clear error for each way it can fail to be JSON."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BertCoreError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}). "
-                            "Check that it is a complete SQuAD-format .json file.") from None
-    except (ValueError, RecursionError) as exc:  # e.g. nesting deeper than the parser allows
-        raise BertCoreError(f"{name} could not be read as JSON ({type(exc).__name__}). "
-                            "Check that it is a SQuAD-format .json file.") from None
-
-
 # What a JSON value is, in words: checked in this order (a bool is an int to Python, an int a number to JSON).
 _JSON_KINDS = ((type(None), "null"), (bool, "true/false"), ((int, float), "a number"), (str, "a string"),
                (list, "a list"), (dict, "an object"))
@@ -154,10 +134,9 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
     Every answer must be found at its answer_start in its context. SQuAD v2's unanswerable questions
     (`is_impossible`) are skipped and counted in `notes`; anything else wrong is an error naming where.
     """
-    obj = obj_or_text
     if isinstance(obj_or_text, (str, bytes, bytearray)):
-        raw = obj_or_text.encode() if isinstance(obj_or_text, str) else obj_or_text
-        obj = _decode_json(_squad_text(raw, source)[0], source)
+        return load_squad(obj_or_text.encode() if isinstance(obj_or_text, str) else obj_or_text, source)
+    obj = obj_or_text
     if not isinstance(obj, dict) or "data" not in obj:
         got = "an object without a 'data' field" if isinstance(obj, dict) else _json_kind(obj)
         raise BertCoreError(f"{source} is not in SQuAD format: the top level should be an object with a 'data' list "
@@ -227,8 +206,18 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
 
 def load_squad(path_or_bytes: str | Path | bytes, name: str = "upload.json") -> QAData:
     """Read a SQuAD v1.1 .json file from a path, or from raw bytes (an upload called `name`), with checks."""
-    text, name = _squad_text(path_or_bytes, name)
-    return parse_squad(_decode_json(text, name), source=name)
+    text, name, _ = read_upload(path_or_bytes, name, "SQuAD", MAX_SQUAD_BYTES, "a SQuAD-format .json file",
+                                "Give a SQuAD-format JSON file (an object with a 'data' list).",
+                                "Use a sample of the articles (SQuAD v1.1's whole training file is about 30 MB).")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BertCoreError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}). "
+                            "Check that it is a complete SQuAD-format .json file.") from None
+    except (ValueError, RecursionError) as exc:  # e.g. nesting deeper than the parser allows
+        raise BertCoreError(f"{name} could not be read as JSON ({type(exc).__name__}). "
+                            "Check that it is a SQuAD-format .json file.") from None
+    return parse_squad(obj, source=name)
 
 
 # -- the built-in toy task ---------------------------------------------------------------------------------------
@@ -321,14 +310,9 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
 
 def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> QAData:
     """The built-in offline QA task: short stories in the toy grammar's words where 2-4 named characters each go
-    somewhere and find something, with questions about who went where and found what.
-
-    Each story names several characters (with weather and feelings between them), so answering needs reading
-    which name goes with which place and which find (each named again beside its place and its find). Four
-    questions per character; every answer is a span of its story, checked at its answer_start. Deterministic for a
-    seed; the title is the story's topic, and a story's questions share its context. With `drills` the task comes
-    with its drills (toy_qa_drills: one kind of question at a time), which fine-tuning trains on before the
-    stories: without them the shipped models stay near 30% exact match.
+    somewhere and find something (weather and feelings between them), four questions a character about who went
+    where and found what; the title is the story's topic. With `drills` the task comes with its drills
+    (toy_qa_drills), which fine-tuning trains on before the stories: without them the shipped models stay near 30%.
     """
     if not isinstance(num_stories, int) or isinstance(num_stories, bool) or num_stories < 2:
         raise BertCoreError(f"the toy QA task needs at least 2 stories (a whole number), got {num_stories!r}.")

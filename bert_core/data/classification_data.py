@@ -378,12 +378,8 @@ def _toy_stories(task: str, seed: int, num_examples: int, offset: int) -> tuple[
 
 
 def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
-    """The built-in offline task: name the topic (farm, sea, castle...) of a toy story from one of its middle sentences.
-
-    Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0); the label is
-    the story's topic, read back from its topic-only words, and the text one sentence from between the
-    introduction and the closing, so the clue is a word or two that pretraining has seen in context.
-    """
+    """The built-in offline task: name the topic (farm, sea, castle...) of a toy story from one of its middle sentences
+    (between the introduction and the closing, so that the clue is a word or two pretraining has seen in context)."""
     stories, rng = _toy_stories("topic", seed, num_examples, 10_000)
     names = sorted(TOPICS)
     topic_of = _topic_words()
@@ -414,13 +410,8 @@ def _order_text(words: list[str]) -> str:
 
 def toy_order_task(seed: int = 0, num_examples: int = 3000) -> ClassificationData:
     """The built-in task where pretraining must pay: is a toy story sentence in its own word order, or are its words
-    shuffled? Half the examples (chosen by the seed) are shuffled until their order differs.
-
-    Both kinds hold the same words, so a bag of single words cannot tell them apart at all (a bag of bigrams sees
-    some pairs of neighbours); a model must know what order the stories' words come in. That is what masked-language
-    pretraining on the toy stories teaches, and what a model from scratch must learn from the labelled examples
-    alone. Stories come from the toy grammar with a seed of their own (not the pretraining corpus's seed 0).
-    """
+    shuffled (half the examples, by the seed)? Both hold the same words, so a bag of words cannot tell them apart: a
+    model must know the order the stories' words come in, which pretraining on them teaches."""
     stories, rng = _toy_stories("word-order", seed, num_examples, 20_000)
     texts, labels = [], []
     for story in stories:

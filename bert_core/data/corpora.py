@@ -169,14 +169,9 @@ def wikitext_documents(text: str) -> list[list[str]]:
 
 
 def shakespeare_documents(text: str, speeches_per_document: int = 20) -> list[list[str]]:
-    """Tiny Shakespeare as documents of 20 consecutive speeches, each speech's sentences led by its speaker.
-
-    The file has blank lines between speeches but no scene marks. One speech is too short to be a
-    document (most are one or two lines, so NSP would nearly always be forced to "random"), and the
-    whole file as one document loses the point of "another document". A stretch of 20 speeches is a
-    piece of one conversation: "B follows A" means the next line of that conversation, and a random B
-    comes from another stretch, usually another scene or play.
-    """
+    """Tiny Shakespeare (no scene marks) as documents of 20 consecutive speeches, each speech's sentences led by its
+    speaker. One speech is too short to be a document (most are a line or two: NSP would nearly always be forced to
+    "random"); a stretch of 20 is a piece of one conversation, and a random B comes from another stretch."""
     speeches = []
     for lines in _blocks(text):
         speaker = lines[0] if lines[0].endswith(":") and len(lines) > 1 else ""
