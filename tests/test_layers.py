@@ -30,7 +30,8 @@ PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sou
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
-            "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text"}
+            "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
+            "inspect.feed_forward_figures"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
