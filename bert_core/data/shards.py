@@ -19,6 +19,7 @@ import lzma
 import os
 import uuid
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -161,7 +162,6 @@ class ShardStream(BatchStream):
         self._maps: dict[int, np.ndarray] = {}
         self._plan_epoch: int | None = None
         self._plan = np.zeros((0, 2), dtype=np.int64)
-        self._token_counts: torch.Tensor | None = None
 
     def _like(self, **changes) -> "ShardStream":
         settings = dict(folder=self.folder, split=self.split, seq_len=self.max_seq_length, batch_size=self.batch_size,
@@ -173,15 +173,13 @@ class ShardStream(BatchStream):
     def resized(self, seq_len: int, batch_size: int) -> "ShardStream":
         return self._like(seq_len=seq_len, batch_size=batch_size)
 
-    @property
+    @cached_property
     def token_counts(self) -> torch.Tensor:
         """How often each token id occurs in this split's shards (for the unigram baseline), counted once."""
-        if self._token_counts is None:
-            counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
-            for i in range(len(self.shards)):
-                counts += np.bincount(self._tokens(i), minlength=len(counts))[:len(counts)]
-            self._token_counts = torch.from_numpy(counts)
-        return self._token_counts
+        counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
+        for i in range(len(self.shards)):
+            counts += np.bincount(self._tokens(i), minlength=len(counts))[:len(counts)]
+        return torch.from_numpy(counts)
 
     def eval_batches(self, n_batches: int | None = None, seed: int = 0) -> list[Batch]:
         """Fixed batches for held-out evaluation (the same windows and masks for a seed): the first `n_batches`
@@ -282,7 +280,6 @@ class MixedStream:
         self.batch_size = shards.batch_size
         self.tokenizer = text.tokenizer
         self.taken = 0   # batches handed out so far: the next one's number
-        self._token_counts: torch.Tensor | None = None
 
     def __iter__(self):
         return self
@@ -305,15 +302,13 @@ class MixedStream:
         return MixedStream(self.shards.resized(seq_len, batch_size), self.text.resized(seq_len, batch_size),
                            self.share, self.seed)
 
-    @property
+    @cached_property
     def token_counts(self) -> torch.Tensor:
         """Each token's count in the mix as the batches read it: each stream's frequencies weighted by its share
         (scaled to whole counts), for the unigram baseline."""
-        if self._token_counts is None:
-            a, b = self.shards.token_counts.double(), self.text.token_counts.double()
-            mix = self.share * a / max(float(a.sum()), 1.0) + (1 - self.share) * b / max(float(b.sum()), 1.0)
-            self._token_counts = torch.round(mix * 1e9).long()
-        return self._token_counts
+        a, b = self.shards.token_counts.double(), self.text.token_counts.double()
+        mix = self.share * a / max(float(a.sum()), 1.0) + (1 - self.share) * b / max(float(b.sum()), 1.0)
+        return torch.round(mix * 1e9).long()
 
     def state_dict(self) -> dict:
         return {"version": self.STATE_VERSION, "taken": self.taken, "share": self.share, "seed": self.seed,
