@@ -180,20 +180,12 @@ def notice_run(evals: Sequence, baseline: float | None, causal: bool = False) ->
     return text + f" Held-out accuracy now: {last.mlm_acc:.1%}."
 
 
-def strongest_head(summaries: Sequence) -> tuple[object, str, float]:
-    """(head summary, pattern, share) of the head with the largest single share of its attention on one pattern."""
-    best = None
-    for s in summaries:
-        for name, value in (("[CLS]", s.to_cls), ("[SEP]", s.to_sep), ("the previous token", s.to_previous),
-                            ("the next token", s.to_next), ("itself", s.to_self)):
-            if best is None or value > best[2]:
-                best = (s, name, value)
-    return best
-
-
 def notice_attention(summaries: Sequence) -> str:
-    """The attention step: the most specialised head, and which heads put most of their attention on [SEP]."""
-    head, pattern, share = strongest_head(summaries)
+    """The attention step: the head with the largest share of its attention on one pattern, and which heads put
+    most of theirs on [SEP]."""
+    head, pattern, share = max(((s, name, value) for s in summaries for name, value in (
+        ("[CLS]", s.to_cls), ("[SEP]", s.to_sep), ("the previous token", s.to_previous),
+        ("the next token", s.to_next), ("itself", s.to_self))), key=lambda found: found[2])
     sep = [s for s in summaries if s.to_sep >= 0.5]
     text = (f"Head L{head.layer + 1} H{head.head + 1} (layer {head.layer + 1}, head {head.head + 1}) puts "
             f"{share:.0%} of its attention on {pattern}.")
