@@ -174,8 +174,9 @@ def _label_ids(values: list[str], column: str, path: Path | None) -> tuple[list[
             f"the label column {column!r} holds a single class ({distinct[0]!r}); a classifier needs at least two. "
             "Check that you chose the right column, or add examples of the other classes."
         )
-    if all(_is_int(v) for v in distinct):
-        ordered = sorted(distinct, key=lambda v: int(v))
+    numbered = all(_is_int(v) for v in distinct)
+    if numbered:
+        ordered = sorted(distinct, key=int)
     else:
         try:
             floats = [float(v) for v in distinct]
@@ -197,11 +198,9 @@ def _label_ids(values: list[str], column: str, path: Path | None) -> tuple[list[
             "so it does not look like class labels. Choose the column that holds the categories."
         )
     names = [str(v) for v in ordered]
-    if all(_is_int(v) for v in ordered):
-        ints = [int(v) for v in ordered]
-        beside = _class_names_beside(path, len(ints))
-        if beside is not None and ints in (list(range(1, len(ints) + 1)), list(range(len(ints)))):
-            names = beside
+    beside = _class_names_beside(path, len(ordered)) if numbered else None
+    if beside is not None and [int(v) for v in ordered] in (list(range(1, len(names) + 1)), list(range(len(names)))):
+        names = beside
     index = {v: i for i, v in enumerate(ordered)}
     return [index[v] for v in values], names
 

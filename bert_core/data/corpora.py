@@ -248,9 +248,7 @@ _SHAKESPEARE = "Tiny Shakespeare (Shakespeare's plays)"
 CORPUS_LABELS = {"toy": "the toy grammar (generated)", "tinyshakespeare": _SHAKESPEARE, "wikitext-2": _WIKITEXT,
                  "brown": _BROWN}
 _SHARED_FILE_LABELS = {
-    ("wikitext-2", "valid.txt"): _WIKITEXT,
-    ("wikitext-2", "train.txt"): _WIKITEXT,
-    ("wikitext-2", "test.txt"): _WIKITEXT,
+    **{("wikitext-2", split): _WIKITEXT for split in ("valid.txt", "train.txt", "test.txt")},
     ("brown", "brown.txt"): _BROWN,
     ("tinyshakespeare", "input.txt"): _SHAKESPEARE,
     ("movie_reviews", "reviews.txt"): "movie reviews",

@@ -622,9 +622,7 @@ def _rank0_tokenizer(train):
     if rank == 0:
         buffer.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
     dist.broadcast(buffer, src=0)
-    if rank == 0:
-        return tokenizer
-    return BertTokenizer(Tokenizer.from_str(bytes(buffer.cpu().tolist()).decode("utf-8")))
+    return tokenizer if rank == 0 else BertTokenizer(Tokenizer.from_str(bytes(buffer.cpu().tolist()).decode("utf-8")))
 
 
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,

@@ -142,7 +142,8 @@ class ShardStream(BatchStream):
     MUST_MATCH = ("seed", "seq_len", "batch_size", "split", "mask_rate", "shards", "weights", "nsp", "objective")
 
     def __init__(self, folder: str | Path, split: str = "train", seq_len: int = 128, batch_size: int = 32,
-                 seed: int = 0, mask_rate: float = MASK_RATE, weights: dict | None = None, tokenizer: BertTokenizer | None = None, nsp: bool = True,
+                 seed: int = 0, mask_rate: float = MASK_RATE, weights: dict | None = None,
+                 tokenizer: BertTokenizer | None = None, nsp: bool = True,
                  objective: str = "mlm", whole_word_masking: bool = False, mask_only: bool = False):
         self.folder = Path(folder).expanduser()
         self.index = open_index(self.folder)
