@@ -216,7 +216,7 @@ def test_a_short_length_not_shorter_than_the_sequence_is_no_phase(toy):
     config = _config(max_steps=4, short_seq_length=32, short_seq_fraction=0.5)  # max_seq_length is 32 too
     trainer = Trainer(_model(toy), toy[2], _recording_data(toy, shapes), config)
     trainer.run()
-    assert [rows for rows, _ in shapes] == [4] * 4 and trainer.short_data is None
+    assert [rows for rows, _ in shapes] == [4] * 4 and trainer.batches.short_data is None
 
 
 def test_short_phase_batch_size_can_be_set(toy):

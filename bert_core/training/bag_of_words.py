@@ -2,12 +2,8 @@
 
 A bag of words ignores word order and needs no pretraining; with a few thousand labelled sentences it is a strong
 baseline, and a tiny BERT or GPT fine-tuned for a minute does not always beat it (docs/benchmarks.md, "BERT or
-GPT?"). `finetune.BagOfWordsRun` runs it as one run of a comparison, beside the neural ones. scikit-learn is
-imported only when a baseline is fitted or read back: the app's startup does not pay for it.
-
-A kept race (kept_race.keep_race) keeps the fitted baseline too, as a folder of JSON (its terms, labels and
-settings) and safetensors (its idf weights and the regression's coefficients), never a pickle: a server restarted
-over its folder classifies a typed sentence with it again, exactly as before.
+GPT?"). scikit-learn is imported only when a baseline is fitted or read back: the app's startup does not pay for it.
+A kept race keeps the fitted baseline as JSON and safetensors, never a pickle.
 """
 
 from __future__ import annotations
@@ -78,9 +74,9 @@ class BagOfWordsClassifier:
 
 
 def _sklearn():
-    """scikit-learn's vectorizer, regression and pipeline maker: imported when a baseline is fitted or read back,
-    since it takes a second to import and only this baseline needs it."""
-    try:   # not at the top: the second it takes to import is paid only where a baseline is used
+    """scikit-learn's vectorizer, regression and pipeline maker, imported here: the second it takes to import is
+    paid only where a baseline is used."""
+    try:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline

@@ -1,11 +1,8 @@
-"""Baselines as runs of a race: lines a fine-tuned model has to beat, fitted on the same split in seconds.
-
-A baseline is no neural run: it has no steps and no curve, one validation result drawn as a level line. Each is
-shaped like a Finetuner (name, state, step, evals, callbacks, progress, run, stop, error, result) so that
-finetune.FinetuneComparison and the app's training process carry it unchanged:
-- `BagOfWordsRun`: TF-IDF + logistic regression (bag_of_words) for sentence labels;
-- `MajorityTagRun`: each word's (or each part-of-speech tag's) most frequent training tag, the classic baselines
-  of the CoNLL-2000 chunking task, for token tags.
+"""Baselines as runs of a race: lines a fine-tuned model has to beat, fitted on the same split in seconds, with no
+steps and no curve (one validation result, drawn as a level line). Each is shaped like a Finetuner, so that a race
+and the app's training process carry it unchanged: `BagOfWordsRun` (TF-IDF + logistic regression) for sentence
+labels; `MajorityTagRun` (each word's, or each part-of-speech tag's, most frequent training tag, the CoNLL-2000
+chunking task's classic baselines) for token tags.
 """
 
 from __future__ import annotations

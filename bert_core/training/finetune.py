@@ -163,7 +163,13 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
     def __init__(self, model, tokenizer, train: ClassificationData | None = None, val: ClassificationData | None = None,
                  config: FinetuneConfig = FinetuneConfig(), name: str = "run",
                  callbacks: Sequence[Callable[[object], None]] = (), *, task: FinetuneTask | None = None):
-        self.task = _task_of(train, val, task)
+        if task is None:
+            if train is None or val is None:
+                raise BertCoreError("fine-tuning needs training and validation data, or a task holding them")
+            task = SentenceLabels(train, val)
+        elif train is not None or val is not None:
+            raise BertCoreError("give the training and validation data or a task holding them, not both")
+        self.task = task
         self.selection: FinetuneTask | None = None
         if config.keep_best:
             self.task, self.selection = self.task.hold_back(SELECTION_FRACTION, config.seed)
@@ -223,8 +229,7 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
         schedule of its own. A drill's holds the peak rate up to its deadline (wsd: it decays only if the drill
         takes all it may); the task's own data gets the run's schedule over the budget that is left."""
         cfg, drills = self.config, self.task.drills
-        self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(drills)
-                         else self.task.train_batches(cfg.batch_size, cfg.seed))
+        self._batches = self._stage_batches(index)
         if not drills:
             self._stage_config = self._train_config
         elif index < len(drills):
@@ -255,6 +260,11 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
         self.stages.append(event)
         for callback in self.callbacks:
             callback(event)
+
+    def _stage_batches(self, index: int):
+        cfg = self.config
+        return (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(self.task.drills)
+                else self.task.train_batches(cfg.batch_size, cfg.seed))
 
     def _after_step(self) -> None:
         self._step_seconds.append(self.elapsed_s - self._elapsed_before_step)
@@ -380,17 +390,6 @@ def _stage_plan(task: FinetuneTask) -> list[tuple[str, float, float | None]]:
                             "each be above 0 and leave the task itself some of it")
     source = task.train_data.source or "the task"
     return [*plan, (source.removesuffix(" (train)"), rest if plan else 1.0, None)]
-
-
-def _task_of(train: ClassificationData | None, val: ClassificationData | None,
-             task: FinetuneTask | None) -> FinetuneTask:
-    if task is None:
-        if train is None or val is None:
-            raise BertCoreError("fine-tuning needs training and validation data, or a task holding them")
-        return SentenceLabels(train, val)
-    if train is not None or val is not None:
-        raise BertCoreError("give the training and validation data or a task holding them, not both")
-    return task
 
 
 def finetune(model, tokenizer, train: ClassificationData | None = None, val: ClassificationData | None = None,

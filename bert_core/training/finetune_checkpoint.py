@@ -1,13 +1,9 @@
-"""A fine-tuning run's checkpoints (finetune.Finetuner's side): what a model of a race writes while it trains, so
-that a run cut off part-way (a server restart, a killed training process) goes on from its last checkpoint to the
-very weights of the same run never interrupted, and the reading back.
+"""A fine-tuning run's checkpoints (finetune.Finetuner's side), so that a run cut off part-way (a server restart, a
+killed training process) goes on from its last checkpoint to the very weights of the run never interrupted.
 
-A checkpoint is a folder as model.checkpoint writes it (safetensors and JSON, never a pickle): the model with its
-head, its tokenizer, the optimizer's state, and trainer_state.json holding everything else the loop carries from
-one step to the next: the step and training seconds, the curves, the curriculum's stage and its schedule, where the
-validation passes fall, the last steps' scores and times, and the random generator's state (dropout). The batches
-are not stored: a stage's batches are an endless seeded sequence, so the run takes it up again after the batches
-its stage has used.
+A checkpoint is a folder as model.checkpoint writes it (safetensors and JSON, never a pickle): the model, its
+tokenizer, the optimizer's state, and in trainer_state.json all else the loop carries from step to step. The batches
+are not stored: a stage's batches are an endless seeded sequence, taken up again after those its stage has used.
 """
 
 from __future__ import annotations
@@ -45,16 +41,12 @@ def checkpoint_of(folder: str | Path) -> dict | None:
 
 
 class FinetuneCheckpointing:
-    """Finetuner's checkpoints: with `checkpoint_dir` set, one every `checkpoint_every_s` seconds while it trains
-    and one when it is stopped (before its final validation pass), each replacing the last; `resume_from(folder)`
-    puts a newly built run where a checkpoint left it, and its run() goes on from there.
-
-    A run that keeps its best step's weights (keep_best) writes none: those weights would have to go too, and no
-    race asks for them (the page never sets it), so such a run is trained anew after a restart."""
+    """Finetuner's checkpoints into `checkpoint_dir`: one every `checkpoint_every_s` seconds and one at a stop, each
+    replacing the last. A run that keeps its best step's weights (keep_best) writes none: those weights would have to
+    go too, and no race asks for them (the page never sets it), so such a run is trained anew after a restart."""
 
     checkpoint_dir: Path | None = None
     checkpoint_every_s: float = 60.0
-    checkpoint_error: str | None = None   # why the last checkpoint could not be written (None: it was)
     _resumed: dict | None = None          # the state of the checkpoint run() goes on from, until it does
     _last_checkpoint: float | None = None
 
@@ -75,22 +67,10 @@ class FinetuneCheckpointing:
 
     def write_checkpoint(self) -> None:
         """Write the run as it stands (between two steps) into `checkpoint_dir`, atomically. A failure (a full disk)
-        is logged and kept in `checkpoint_error`: it costs the safety net, never the run."""
+        is logged: it costs the safety net, never the run."""
         self._last_checkpoint = time.monotonic()
-        try:
-            save_checkpoint(self.checkpoint_dir, self.model, tokenizer=self.tokenizer,
-                            trainer_state=self.training_state(), optimizer=self.optimizer,
-                            label_names=self.task.label_names)
-        except BertCoreError as exc:
-            log.warning("%s: a checkpoint at step %d could not be written: %s", self.name, self.step, exc)
-            self.checkpoint_error = str(exc)
-            return
-        self.checkpoint_error = None
-
-    def training_state(self) -> dict:
-        """Everything but tensors that the next step depends on (trainer_state.json)."""
         cuda = torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None
-        return {
+        state = {   # everything but tensors that the next step depends on
             "kind": "finetune", "format": STATE_FORMAT, "name": self.name, "step": self.step,
             "examples_seen": self.examples_seen, "elapsed_s": self.elapsed_s,
             "history": [dataclasses.asdict(e) for e in self.history],
@@ -101,12 +81,16 @@ class FinetuneCheckpointing:
             "next_eval": self._next_eval,
             "rng": rng_state_to_json({"torch": torch.get_rng_state(), "cuda": cuda}),
         }
+        try:
+            save_checkpoint(self.checkpoint_dir, self.model, tokenizer=self.tokenizer, trainer_state=state,
+                            optimizer=self.optimizer, label_names=self.task.label_names)
+        except BertCoreError as exc:
+            log.warning("%s: a checkpoint at step %d could not be written: %s", self.name, self.step, exc)
 
     def resume_from(self, folder: str | Path) -> None:
-        """Put this run (built as the checkpoint's run was: the same model, data and config) where the checkpoint
-        in `folder` left it: weights, optimizer, counters, curves, stage, schedule and random state. run() then
-        goes on from its step, with no validation pass before it (the run had made that one). A checkpoint that
-        does not fit is refused (BertCoreError) before the model is touched."""
+        """Put this run (built as the checkpoint's run was) where the checkpoint in `folder` left it; run() then goes
+        on from its step, with no validation pass before it (the run had made that one). A checkpoint that does not
+        fit is refused (BertCoreError) before the model is touched."""
         state = checkpoint_of(folder)
         if state is None or state.get("name") != self.name or self.state != "idle":
             raise BertCoreError(f"{folder} holds no checkpoint of the run {self.name!r} to go on from")
@@ -139,9 +123,7 @@ class FinetuneCheckpointing:
         """At the start of a resumed run (in its seeded context): the stage's batches after those it has used, and
         the random state of the checkpoint."""
         state, self._resumed = self._resumed, None
-        cfg, index = self.config, len(self.stages) - 1
-        self._batches = (self.task.drill_batches(index, cfg.batch_size, cfg.seed) if index < len(self.task.drills)
-                         else self.task.train_batches(cfg.batch_size, cfg.seed))
+        self._batches = self._stage_batches(len(self.stages) - 1)
         for _ in range(self.step - self._stage_origin[0]):
             next(self._batches)
         rng = rng_state_from_json(state["rng"])

@@ -1,11 +1,9 @@
-"""A fine-tuning race from its plain-data spec (bert_core.training.finetune_spec.FinetuneSpec): the one builder that
-`python -m bert_core finetune` and the Fine-tune page both use.
+"""A fine-tuning race from its plain-data spec (finetune_spec.FinetuneSpec): the one builder that `python -m bert_core
+finetune` and the Fine-tune page both use.
 
-A race with a folder (`spec.keep_in`) keeps there each model as it ends (kept_race.keep_race), and the checkpoints of
-the model in training (`training/`, finetune_checkpoint: every `spec.checkpoint_every_s` and when it is stopped).
-Built again over that folder (a server restart stopped it part-way), it goes on from there: the ended models are
-kept as they were, the one that was training goes on from its last checkpoint, the others run; at the same seed the
-results are those of the race never interrupted, bit for bit.
+A race with a folder (`spec.keep_in`) keeps there each model as it ends (kept_race) and the checkpoints of the model
+in training (`training/`). Built again over that folder after a server restart, it goes on from there: at the same
+seed the results are those of the race never interrupted, bit for bit.
 """
 
 from __future__ import annotations

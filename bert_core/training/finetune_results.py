@@ -1,10 +1,8 @@
 """What fine-tuning reports: the records of a run (each step, each validation pass, the final result) and the
-figures of label predictions, shared by the loop (finetune), the task kinds (finetune_tasks, token_tagging,
-answer_spans) and the baseline lines (baseline_runs).
+figures of label predictions.
 
 Every kind reports two headline figures in the fields `accuracy` and `macro_f1`, named for the kind by its
-`metric_names` (sentence labels: accuracy and macro-F1; token tags: token accuracy and chunk F1; answer spans:
-exact match and F1), so that curves, tables and the race treat every kind alike.
+`metric_names`, so that curves, tables and the race treat every kind alike.
 """
 
 from __future__ import annotations

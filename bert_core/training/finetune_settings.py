@@ -86,8 +86,7 @@ class FinetuneConfig:
     dropout: float | None = described(
         None, help="hidden and attention dropout while fine-tuning (default: the checkpoint's own; BERT fine-tuned "
                    "with 0.1, the shipped checkpoint was pretrained with 0)", kind=float, limits=RATE, cli_at=22)
-    # Layer-wise learning-rate decay (model.bert.param_groups): each layer below the head learns at this times the
-    # rate of the one above. 1 is BERT's own fine-tuning (one rate for all).
+    # Layer-wise learning-rate decay (model.bert.param_groups).
     layer_decay: float = described(
         1.0, help="layer-wise learning-rate decay: each layer learns at this times the rate of the one above it, the "
                   "classifier at the full rate (default 1: one rate for all, as BERT fine-tuned)",
@@ -106,9 +105,8 @@ class FinetuneConfig:
                           limits=Limits(0, MAX_SEED), cli_at=15,
                           widget=Widget("ft_seed", "Seed (split, head, batches)", range=(0, 2**31 - 1), group="split"))
     device: str = described("auto", help="", kind=str, cli_at=27)
-    # The training steps' precision (training.precision): bf16 autocast on a CUDA GPU and on a CPU with bfloat16
-    # instructions, fp32 elsewhere. Validation passes always run in fp32, so a figure is the weights' own. fp16 would
-    # need a loss scaler, which fine-tuning has not.
+    # Validation passes always run in fp32, so a figure is the weights' own. fp16 would need a loss scaler, which
+    # fine-tuning has not.
     precision: str = described(
         "bf16", help="the training steps' precision: bf16 autocast (default) on a CUDA GPU and on a CPU with bfloat16 "
                      "instructions, else fp32; validation always runs in fp32",

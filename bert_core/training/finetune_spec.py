@@ -40,14 +40,9 @@ class FinetuneSpec:
     """One race, as plain data (JSON in its run's record): what it trains and what is known of it before it runs.
 
     `checkpoint`: the pretrained model's folder (None: a fresh model of `scratch_preset`); `source_run`: the
-    pretraining run it came from, when it did; `compare`: (name, folder) of the models that race it; `scratch`: the
-    from-scratch twin; `baseline`: the kind's baseline lines. `settings`: FinetuneConfig's fields under their own
-    names (time_budget_s, max_steps, batch_size, max_length, learning_rate, seed...). `data_label` and
-    `model_label` name the data and the model as a reader knows them, never by a server path. `keep_in`: where its
-    training process keeps its results as each model ends, and the checkpoints of the model in training, one every
-    `checkpoint_every_s` and at a stop (the run's record folder; None: nowhere). A race built again over that folder
-    goes on from what it holds (finetune_race.build_race): a server restart's Resume.
-    """
+    pretraining run it came from; `compare`: (name, folder) of the models that race it; `settings`: FinetuneConfig's
+    fields by name. `data_label` and `model_label` name the data and the model as a reader knows them, never by a
+    server path. `keep_in`: the run's record folder, where its results and checkpoints are kept (finetune_race)."""
 
     kind: str = "labels"
     data: RaceData = field(default_factory=RaceData)

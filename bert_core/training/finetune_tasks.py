@@ -1,12 +1,8 @@
 """Kinds of fine-tuning: what a kind brings to the one fine-tuning loop (finetune.Finetuner), and sentence labels.
 
-A kind is a small object holding its data, its head (the model class it trains, and how to build one from a
-pretrained model, a checkpoint folder or nothing), the collation of its batches, its loss, its metrics and its
-baseline lines. The loop asks it for batches, for the loss of a training batch and for the figures of a validation
-pass, and knows nothing else about it. Three kinds, as in the BERT paper's fine-tuning figure:
-- `SentenceLabels` (here): a label per sentence or sentence pair, BertForSequenceClassification;
-- `token_tagging.TokenTags`: a tag per word (chunks, entities, parts of speech), BertForTokenClassification;
-- `answer_spans.AnswerSpans`: the answer to a question as a span of its passage, BertForQuestionAnswering.
+A kind holds its data, its head (the model class it trains), its batches, its loss, its metrics and its baseline
+lines; the loop knows nothing else about it. Three kinds, as in the BERT paper's fine-tuning figure: SentenceLabels
+(here), token_tagging.TokenTags and answer_spans.AnswerSpans.
 """
 
 from __future__ import annotations
@@ -44,8 +40,8 @@ def seeded(seed: int):
 
 
 def copy_encoder(source, target) -> None:
-    """Copy `source.bert`'s weights into `target.bert` (a fine-tuning head on a pretrained encoder). The pooler is
-    copied when the target has one: a tagger or an answer-span head reads the tokens, not the pooled [CLS]."""
+    """Copy `source.bert`'s weights into `target.bert`; the pooler only when the target has one (a tagger or an
+    answer-span head reads the tokens, not the pooled [CLS])."""
     wanted = target.bert.state_dict()
     state = {k: v for k, v in source.bert.state_dict().items() if k in wanted}
     missing = [k for k in wanted if k not in state and not k.startswith("pooler.")]
@@ -55,8 +51,7 @@ def copy_encoder(source, target) -> None:
 
 
 def tokenizer_of(folder: Path, config) -> BertTokenizer:
-    """The tokenizer a checkpoint folder was pretrained with (fine-tuning needs that one), checked against its
-    model."""
+    """The tokenizer a checkpoint folder was pretrained with (fine-tuning needs that one), checked against its model."""
     if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()):
         raise BertCoreError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); fine-tuning needs the one "
                             "the model was pretrained with")
@@ -66,22 +61,19 @@ def tokenizer_of(folder: Path, config) -> BertTokenizer:
 
 
 class FinetuneTask(abc.ABC):
-    """One kind of fine-tuning with its training and validation data: everything the loop (finetune.Finetuner) asks
-    of a kind. Batches are anything with `.to(device)`; the loop moves them and passes them back unopened."""
+    """One kind of fine-tuning with its training and validation data. Batches are anything with `.to(device)`; the
+    loop moves them and passes them back unopened."""
 
     head: type = torch.nn.Module  # the model class this kind fine-tunes (sentence labels: what classifier_from_* build)
     kind = "labels"               # "labels", "tags" or "spans": what the app and the CLI show
     metric_names = LABEL_METRICS  # what Evaluation.accuracy and .macro_f1 measure for this kind
     primary = 0                   # which of the two figures ranks the runs of a race (0: accuracy, 1: macro_f1)
 
+    label_names: list[str] | None = None   # the names a saved head's id2label holds (None: a head without labels)
+
     def head_kwargs(self) -> dict:
         """What the head's constructor needs beside the config (e.g. the label count)."""
         return {}
-
-    @property
-    def label_names(self) -> list[str] | None:
-        """The names a saved head's id2label holds (None: a head without labels)."""
-        return None
 
     def new_head(self, config, seed: int = 0):
         """A randomly initialised head of `config` (the from-scratch run), seeded."""

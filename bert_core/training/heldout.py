@@ -1,14 +1,7 @@
-"""`python -m bert_core heldout`: write a checkpoint's held-out text to a file, so anyone can re-run its evaluation,
-and `evaluate_text_file`, what `python -m bert_core eval` runs on it.
-
-`train` keeps part of every corpus out of training (`split_heldout`, by seed) and records the split in
-`metrics.json` / `trainer_state.json`. This module rebuilds exactly those documents and writes them one sentence
-per line with a blank line between documents, the plain-text format `load_corpus` reads back, so that
-
-    python -m bert_core heldout --checkpoint DIR --out heldout.txt
-    python -m bert_core eval --checkpoint DIR --text-file heldout.txt
-
-reproduces the `eval` figures that `train` wrote into `metrics.json`.
+"""`python -m bert_core heldout`: write a checkpoint's held-out text to a file (the documents `train` held out of
+each corpus by seed, as its metrics.json / trainer_state.json record them), one sentence a line, a blank line
+between documents, so that `python -m bert_core eval --text-file` on it reproduces the `eval` figures `train`
+wrote into metrics.json (`evaluate_text_file`).
 """
 
 from __future__ import annotations

@@ -100,27 +100,12 @@ def evaluate_checkpoint_on_text(checkpoint, text_file, seed: int, batches: int, 
     else:
         counts, source = data.token_counts, "the evaluated text itself (the checkpoint records no training counts)"
     baseline = dict(unigram_baseline(counts, eval_batches, never_ids=never))
-    common = {"checkpoint": str(checkpoint), "text_file": str(text_file), "seed": seed}
     if causal:
-        return {
-            **common,
-            "objective": "clm",
-            "next_token_accuracy": result.mlm_acc,
-            "next_token_loss": result.mlm_loss,
-            "perplexity": result.perplexity,
-            "predicted_tokens": result.num_masked,
-            "sequences": result.num_sequences,
-            "unigram_baseline": {**baseline, "counts_from": source},
-        }
-    return {
-        **common,
-        "objective": "mlm",
-        "masked_token_accuracy": result.mlm_acc,
-        "mlm_loss": result.mlm_loss,
-        "perplexity": result.perplexity,
-        "nsp_accuracy": result.nsp_acc,
-        "accuracy_by_decision": result.acc_by_decision,
-        "masked_tokens": result.num_masked,
-        "sequences": result.num_sequences,
-        "unigram_baseline": {**baseline, "counts_from": source},
-    }
+        figures = {"objective": "clm", "next_token_accuracy": result.mlm_acc, "next_token_loss": result.mlm_loss,
+                   "perplexity": result.perplexity, "predicted_tokens": result.num_masked}
+    else:
+        figures = {"objective": "mlm", "masked_token_accuracy": result.mlm_acc, "mlm_loss": result.mlm_loss,
+                   "perplexity": result.perplexity, "nsp_accuracy": result.nsp_acc,
+                   "accuracy_by_decision": result.acc_by_decision, "masked_tokens": result.num_masked}
+    return {"checkpoint": str(checkpoint), "text_file": str(text_file), "seed": seed, **figures,
+            "sequences": result.num_sequences, "unigram_baseline": {**baseline, "counts_from": source}}

@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import save_checkpoint
@@ -37,12 +38,9 @@ TRAINING = "training"   # the kept folder's checkpoint of the model in training 
 
 
 def keep_race(race, folder: Path) -> Path:
-    """Write the race as it stands into `folder`, replacing what was there whole: race.json (its kind, config,
-    each model's state and curves, each result's figures) and each ended neural model as a checkpoint folder
-    (`models/<i>`, safetensors and its tokenizer); a bag-of-words baseline's fitted model too, as JSON and
-    safetensors (bag_of_words.BagOfWordsClassifier.save). A majority-tag baseline keeps its figures only: it
-    classifies no typed text. The checkpoint of a model stopped part-way (`training/`) stays: a restart goes on
-    from it; that of a model that has finished or failed goes."""
+    """Write the race as it stands into `folder`, replacing what was there whole: race.json (its curves and figures)
+    and each ended model that classifies typed text (a neural one, a bag-of-words baseline) under `models/<i>`. The
+    checkpoint of a model stopped part-way (`training/`) stays, for a restart to go on from."""
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -89,21 +87,13 @@ def _carry_checkpoint(race, folder: Path, tmp: Path) -> bool:
     return True
 
 
-@dataclasses.dataclass
-class _Tuner:
-    """One model of a kept race as the page draws it (the shape of training_child.TunerView)."""
-
-    name: str
-    state: str
-    step: int
-    evals: list
-    stages: list
-
-
-def _old_nan(obj: dict):
-    """A figure that is not a number as races kept before 2026-11-29 wrote it ({"__float__": "nan"}); Python's JSON
-    writes NaN as itself now. Read both, so that a server brought up to date keeps its class's races."""
-    return float(obj["__float__"]) if obj.keys() == {"__float__"} else obj
+def _old_nan(obj):
+    """`obj` with each figure that is not a number as races kept before 2026-11-29 wrote it ({"__float__": "nan"})
+    as that number; Python's JSON writes NaN as itself now. Read both, so that a server brought up to date keeps its
+    class's races."""
+    if isinstance(obj, dict):
+        return float(obj["__float__"]) if obj.keys() == {"__float__"} else {k: _old_nan(v) for k, v in obj.items()}
+    return [_old_nan(v) for v in obj] if isinstance(obj, list) else obj
 
 
 class KeptRace:
@@ -116,7 +106,7 @@ class KeptRace:
 
     def __init__(self, spec: FinetuneSpec, folder: Path | None, state: str, task=None):
         self.spec, self.folder = spec, folder
-        kept = read_json(folder / KEPT_FILE, _old_nan) if folder is not None and (folder / KEPT_FILE).is_file() else {}
+        kept = _old_nan(read_json(folder / KEPT_FILE)) if folder is not None and (folder / KEPT_FILE).is_file() else {}
         if kept and kept.get("format") != KEPT_FORMAT:
             raise BertCoreError(f"{folder / KEPT_FILE} is of another format")
         self._kept = kept
@@ -124,8 +114,10 @@ class KeptRace:
         self.metric_names = tuple(kept.get("metric_names", ("accuracy", "macro-F1")))
         self.primary = int(kept.get("primary", 0))
         self.config = FinetuneConfig(**(kept["config"] if kept else spec.config_settings()))
-        self.tuners = [_Tuner(t["name"], t["state"] if t["state"] != "running" else "stopped", int(t["step"]),
-                              [FinetuneEval(**e) for e in t["evals"]], [FinetuneStage(**s) for s in t["stages"]])
+        # Each model as the page draws it (the shape of training_child.TunerView).
+        self.tuners = [SimpleNamespace(name=t["name"], state=t["state"] if t["state"] != "running" else "stopped",
+                                       step=int(t["step"]), evals=[FinetuneEval(**e) for e in t["evals"]],
+                                       stages=[FinetuneStage(**s) for s in t["stages"]])
                        for t in kept.get("tuners", [])]
         self.state = state
         self.error = kept.get("error")
@@ -189,8 +181,7 @@ class KeptRace:
     def stop(self) -> None:
         """Nothing runs."""
 
-    def pause(self) -> None:
-        """Nothing runs."""
+    pause = stop
 
 
 def kept_race_exists(folder: Path) -> bool:

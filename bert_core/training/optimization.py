@@ -54,11 +54,6 @@ def stage_multiplier(config: TrainConfig, p: float, floor: float = 0.01) -> floa
     return _decay(config, (p - warm) / (1.0 - warm))
 
 
-def scheduled_lr(config: TrainConfig, step: int, elapsed_s: float) -> float:
-    """The learning rate of the update that follows `step` completed updates (the peak times lr_multiplier)."""
-    return config.learning_rate * lr_multiplier(config, step, elapsed_s)
-
-
 class Optimization:
     """A model's optimizer and, on a GPU in fp16, its loss scaler; the config's schedule is applied at each step."""
 

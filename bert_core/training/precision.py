@@ -1,12 +1,9 @@
 """Which precision a run computes in on a device: bf16 or fp16 autocast on a CUDA GPU, bf16 autocast on a CPU that
 has bfloat16 instructions, fp32 everywhere else.
 
-A CPU with bfloat16 dot-product instructions (x86's AVX512-BF16 or AMX-BF16: AMD Zen 4 and later, Intel Cooper
-Lake, Sapphire Rapids and later) runs the model's matmuls in bfloat16 two to three times as fast as in fp32: a
-`mini` training step (seq 128, batch 32) 2.25x, `small` 2.8x, `tiny` 1.6x, `nano` 1.1x on a 2-core AMD EPYC
-(docs/benchmarks.md, "bf16 on a CPU"). Without those instructions oneDNN emulates bfloat16 and it is slower than
-fp32, so such a CPU trains in fp32. Autocast keeps the weights, the optimizer, softmax, LayerNorm and the losses in
-fp32 (torch's CPU autocast lists), as on a GPU. `--precision fp32` turns it off.
+A CPU with bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16) runs the matmuls two to three times as fast
+as fp32 (docs/benchmarks.md, "bf16 on a CPU"); without them oneDNN emulates bfloat16, slower than fp32, so such a
+CPU trains in fp32. Autocast keeps the weights, the optimizer, softmax, LayerNorm and the losses in fp32.
 """
 
 from __future__ import annotations

@@ -51,7 +51,6 @@ from bert_core.errors import BertCoreError
 from bert_core.model.config import PRESETS
 
 DEFAULT_PRESET = "nano"
-DEVICES = ("cpu", "cuda")
 
 # The anchor: nano (2 layers, hidden 64), measured at the 5-minute budget of a lesson ("Time to quality").
 ANCHOR_HIDDEN = 64
@@ -158,7 +157,7 @@ def recipe_for(preset: str = DEFAULT_PRESET, *, hidden_size: int | None = None, 
     the preset's). `device` is "cpu" or "cuda"."""
     if preset not in PRESETS:
         raise BertCoreError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    if device not in DEVICES:
+    if device not in ("cpu", "cuda"):
         raise BertCoreError(f"device must be cpu or cuda for a recipe, got {device!r}")
     hidden = hidden_size or PRESETS[preset]["hidden_size"]
     layers = num_hidden_layers or PRESETS[preset]["num_hidden_layers"]

@@ -1,9 +1,6 @@
-"""One builder of a pretraining run, for `python -m bert_core train` and the app's Train page alike: settings in (a
-`RunPlan`), then the data (with a tokenizer trained on its training part), the model and the Trainer out.
-
-The CLI makes its plan from its flags (bert_core.cli.train), the app from a page's spec (bert_core.serve.train_spec);
-both then build through here, so the same settings and seed give the same masks, batches and initial weights.
-Streamlit-free; the run it returns is not started.
+"""One builder of a pretraining run, for `python -m bert_core train` and the app's Train page alike (each makes a
+`RunPlan` from its flags or its spec), so the same settings and seed give the same masks, batches and initial
+weights: the data (with a tokenizer trained on its training part), the model and the Trainer, not started.
 """
 
 from __future__ import annotations

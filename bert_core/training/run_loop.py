@@ -1,9 +1,7 @@
-"""The observable run loop that pretraining (`training.Trainer`) and fine-tuning (`finetune.Finetuner`) share.
-
-It owns what a watcher sees and steers: the state ('idle', 'running', 'stopped', 'finished', 'failed'), the step
-and evaluation events (kept thread-safely and handed to callbacks), progress against the step count or the time
-budget, `stop()` from any thread, and the guard that refuses an update whose loss or gradient is not finite. A
-subclass adds only its own step and evaluations, through the hooks below.
+"""The observable run loop that pretraining (`training.Trainer`) and fine-tuning (`finetune.Finetuner`) share: state,
+step and evaluation events (thread-safe, handed to callbacks), progress, `stop()` from any thread, and the guard that
+refuses an update whose loss or gradient is not finite. A subclass adds its own step and evaluations through the
+hooks below.
 """
 
 from __future__ import annotations
@@ -110,17 +108,12 @@ class EventLog:
 
 
 class RunLoop(EventLog):
-    """One training run, observable and stoppable from another thread.
+    """One training run, observable and stoppable from another thread: a stop ends it at the next step boundary;
+    `run()` never raises (a failure sets `error` and state 'failed').
 
-    Another thread may read `state`, `history`, `evals`, `progress` and `error` at any time and call `stop()`;
-    the run then ends at the next step boundary. `run()` never raises: a failure sets `error` and state 'failed'.
-
-    A subclass sets `config` (with max_steps / time_budget_s), `optimizer` and `step_event_type`, and defines
-    `_train_step()` (one optimizer update: its event, or None after `_refuse_update` or with `error` set). Hooks,
-    each a no-op here: `_run_context()` (RNG handling around a run), `_before_loop()`, `_after_step()`,
-    `_after_loop(final)`, `_after_run(final)`. `times_only_steps` makes the budget count training steps only (not
-    evaluations); `history_limit` thins long step histories (append_thinned).
-    """
+    A subclass sets `config`, `optimizer` and `step_event_type`, and defines `_train_step()` (one update's event, or
+    None with `error` set) and the hooks below it needs. `times_only_steps` makes the budget count training steps only
+    (not evaluations); `history_limit` thins long step histories (append_thinned)."""
 
     step_event_type: type = object
     times_only_steps = False

@@ -1,10 +1,6 @@
-"""A pretraining run's settings by one name each, from the command line to the config: a TrainConfig field (described
-on the field: bert_core.training.train_config), or the run's own, described here (its corpus, tokenizer, model size,
-dropout...; the `train` command's own: --out, --resume...).
-
-Everything that lists settings is made from these descriptions (bert_core.training.setting; docs/settings.md): the
-`train` options and their flags (`flag`, `setting`), the Train page's widgets (`page_settings`), the settings a --resume
-changes, keeps or refuses (`on_resume`), and the model's size fields. Torch-free.
+"""A pretraining run's settings by one name each: a TrainConfig field (described on the field), or the run's own,
+described here (its corpus, tokenizer, model size, dropout; the `train` command's --out, --resume...). Everything
+that lists settings is made from these descriptions (docs/settings.md). Torch-free.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def page_values(corpus: str = "toy", preset: str = "nano", objective: str = "mlm
 
 def page_spec(values: Mapping, corpus: tuple[str, str], init_from: str | None = None) -> TrainSpec:
     """The Train page's settings (`values`: its session state, by widget key) as the validated spec of a run on
-    `corpus` ((spec, label), from `page_corpus`), starting from the weights in `init_from` when given."""
+    `corpus` ((spec, label)), starting from the weights in `init_from` when given."""
     def value(name: str):
         return _TYPES[name](values[_KEY_OF[name]])
 
@@ -129,9 +129,8 @@ PAGE_CORPORA = ("toy", "tinyshakespeare", "wikitext-2")   # the named corpora th
 
 
 def page_values_of(spec: TrainSpec) -> dict[str, Any]:
-    """The Train page's widget values that show a run's objective, NSP, mask rate, learning rate, size and corpus:
-    the settings a one-knob change can make (bert_core.training.comparison.KNOBS). After *Start with this change*
-    the page shows the new run's settings and the command line that repeats it, not the run it changed."""
+    """The Train page's widget values that show the settings a one-knob change can make (comparison.KNOBS): after
+    *Start with this change* the page shows the new run's settings, not the run it changed."""
     train = spec.train
     values = {"train_objective": "clm" if train.get("objective") == "clm" else "mlm"}
     for name in _KEY_OF:   # the knobs that are one config setting shown by a widget
@@ -168,7 +167,7 @@ def check_probe_sentences(sentences) -> None:
 
 
 def spec_from_dict(record: dict) -> TrainSpec:
-    """A TrainSpec read back from its JSON record (bert_core.serve.run_records); unknown keys are ignored."""
+    """A TrainSpec read back from its JSON record; unknown keys are ignored."""
     known = {f.name for f in fields(TrainSpec)}
     values = {k: v for k, v in dict(record).items() if k in known}
     values["probe_sentences"] = tuple(values.get("probe_sentences") or ())

@@ -29,14 +29,10 @@ from bert_core.training.train_config import TrainConfig
 from bert_core.training.trainer_checkpoint import TrainerCheckpointing
 from bert_core.training.trainer_growth import TrainerGrowth
 
-class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
-    """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread (run_loop).
 
-    Another thread may read `history`, `evals`, `state`, `progress`, `probes` and `error` at any time and call
-    `stop()`; `run()` may be called again after a stop to continue from where it stopped. Growing a run that starts
-    small is TrainerGrowth's (trainer_growth); state_dict, save, load_state_dict and resume are TrainerCheckpointing's
-    (trainer_checkpoint).
-    """
+class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
+    """Runs BertForPreTraining updates one at a time; observable and stoppable from another thread (run_loop), and
+    `run()` goes on after a stop. Growing is TrainerGrowth's; saving and resuming are TrainerCheckpointing's."""
 
     step_event_type = StepEvent
     # One model, kept as its checkpoint: no race's models or results inside it (the server's run_protocols.LiveView).
@@ -73,10 +69,8 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         self.last_checkpoint_step: int | None = None  # the step of the newest checkpoint in checkpoint_dir
         self._last_checkpoint = time.monotonic()
         # A checkpoint that cannot be written (a full disk) ends the run, as the user who asked for checkpoints
-        # expects; a server that keeps checkpoints only as its own safety net sets this False: the run goes on,
-        # `checkpoint_error` says why the newest one is missing.
+        # expects; a server that keeps checkpoints only as its own safety net sets this False: the run goes on.
         self.checkpoint_failures_fatal = True
-        self.checkpoint_error: str | None = None
 
     def _set_model(self, model, on_gradients=None) -> None:
         """Train `model` from here on: on this device, wrapped for data parallelism, with a new optimizer (which
@@ -109,11 +103,6 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
     def data(self):
         """The training data (its position moves with the run)."""
         return self.batches.data
-
-    @property
-    def short_data(self):
-        """The data of the short-sequence phase, or None before that phase has needed it."""
-        return self.batches.short_data
 
     @property
     def eval_data(self):
@@ -199,10 +188,6 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         return f"lower it and resume from the last checkpoint{kept}."
 
     # ------------------------------------------------------------------ phases, evaluation, probes
-
-    def in_short_phase(self) -> bool:
-        """Whether the next update belongs to the short-sequence phase (TrainConfig.short_seq_length)."""
-        return self.batches.in_short_phase(self.config, self._fraction_done())
 
     def heldout_batches(self) -> list:
         """The fixed held-out batches (same masks at every evaluation), built once on first use."""

@@ -15,7 +15,6 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import (
-    Checkpoint,
     load_checkpoint,
     load_optimizer_state,
     rng_state_from_json,
@@ -98,30 +97,6 @@ def check_trainer_state(state, path) -> TrainConfig:
     return config
 
 
-def read_resumable(folder, config_overrides: dict | None = None) -> tuple[Checkpoint, TrainConfig]:
-    """The checkpoint in `folder` and the config to go on with (its own, checked, with `config_overrides`); a folder
-    without a sound trainer_state.json is refused by name."""
-    ckpt = load_checkpoint(folder)
-    if ckpt.trainer_state is None:
-        raise BertCoreError(f"{folder} has no trainer_state.json, so training cannot resume from it")
-    config = check_trainer_state(ckpt.trainer_state, Path(folder) / TRAINER_STATE)
-    if config_overrides:
-        config = config.replace(**config_overrides)
-    return ckpt, config
-
-
-def restore_resumed(trainer, ckpt: Checkpoint, folder) -> None:
-    """Put a new trainer built from `ckpt` where its run stood: optimizer state, counters, history, RNG, data
-    position. A state that does not fit is reported as a damaged trainer_state.json."""
-    load_optimizer_state(trainer.optimizer, folder)
-    try:
-        trainer.load_state_dict(ckpt.trainer_state)
-    except BertCoreError:
-        raise
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:
-        raise _damaged(Path(folder) / TRAINER_STATE, f"{type(e).__name__}: {e}") from e
-
-
 class TrainerCheckpointing:
     """Trainer's checkpoints: the timed and final saves into `checkpoint_dir`, trainer_state.json written and read
     back, and `resume` (a new Trainer where a checkpoint's run stood)."""
@@ -135,9 +110,7 @@ class TrainerCheckpointing:
                 if self.checkpoint_failures_fatal:
                     raise
                 log.warning("a checkpoint at step %d could not be written: %s", self.step, exc)
-                self.checkpoint_error = str(exc)
                 return
-        self.checkpoint_error = None
         self.last_checkpoint_step = self.step
 
     def state_dict(self) -> dict:
@@ -197,17 +170,26 @@ class TrainerCheckpointing:
     @classmethod
     def resume(cls, folder, data, eval_data=None, callbacks: Iterable[Callable[[Any], None]] = (), probes=None,
                checkpoint_dir=None, config_overrides: dict | None = None, metadata: dict | None = None):
-        """Rebuild a trainer from a checkpoint folder: weights, optimizer, RNG, history and data position.
-
-        `data` must be built from the same corpus and tokenizer as the original run (its position is restored).
-        `config_overrides` may extend the run (e.g. a larger max_steps or time budget).
-        """
-        ckpt, config = read_resumable(folder, config_overrides)
+        """Rebuild a trainer from a checkpoint folder: weights, optimizer, RNG, history and data position. `data`
+        must be built from the same corpus and tokenizer as the original run; `config_overrides` may extend the run.
+        A folder without a sound trainer_state.json is refused by name."""
+        ckpt = load_checkpoint(folder)
+        if ckpt.trainer_state is None:
+            raise BertCoreError(f"{folder} has no trainer_state.json, so training cannot resume from it")
+        config = check_trainer_state(ckpt.trainer_state, Path(folder) / TRAINER_STATE)
+        if config_overrides:
+            config = config.replace(**config_overrides)
         growth = ckpt.trainer_state.get("growth")
         grow_to = BertConfig.from_hf_dict(growth["to"]) if isinstance(growth, dict) else None
         trainer = cls(ckpt.model, ckpt.tokenizer, data, config, eval_data=eval_data, callbacks=list(callbacks),
                       probes=probes, checkpoint_dir=checkpoint_dir, metadata=metadata, grow_to=grow_to)
-        restore_resumed(trainer, ckpt, folder)
+        load_optimizer_state(trainer.optimizer, folder)
+        try:
+            trainer.load_state_dict(ckpt.trainer_state)
+        except BertCoreError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:   # a state that does not fit
+            raise _damaged(Path(folder) / TRAINER_STATE, f"{type(e).__name__}: {e}") from e
         same = checkpoint_dir is not None and Path(checkpoint_dir).resolve() == Path(folder).resolve()
         trainer.last_checkpoint_step = trainer.step if same else None
         return trainer

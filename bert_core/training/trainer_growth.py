@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bert_core.model.config import BertConfig
 from bert_core.model.growth import grow_model
-from bert_core.training.optimization import scheduled_lr, stage_multiplier
+from bert_core.training.optimization import lr_multiplier, stage_multiplier
 from bert_core.training.pretraining_events import GrowthEvent
 from bert_core.training.recipes import seed_learning_rate
 
@@ -36,7 +36,7 @@ class TrainerGrowth:
         """The rate of the next update: the schedule's, over each stage of a run that grows."""
         cfg = self.config
         if self.grow_to is None or (self.growth is None and not self.growth_pending()):
-            return scheduled_lr(cfg, self.step, self._elapsed_now())
+            return cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
         p = self._fraction_done()
         if self.growth_pending():
             c, target = self.model.config, self.grow_to
