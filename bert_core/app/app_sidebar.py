@@ -24,7 +24,7 @@ from bert_core.app.app_models import (
 from bert_core.app.app_runs import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
 from bert_core.app.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
-from bert_core.app.app_widgets import init_widget, persist_keys
+from bert_core.app.app_widgets import init_widget, kept_choice, persist_keys
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.model_sources import ActiveModel, shipped_checkpoints
 from bert_core.serve.runs import OWNER, VIEWER
@@ -59,9 +59,7 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
                        "no model source of that name on this server", to=SOURCE_CODES), param="model")
     with st.sidebar:
         st.markdown("### Active model")
-        if st.session_state.get("model_source") not in sources:
-            st.session_state["model_source"] = SOURCE_SHIPPED
-        source = st.radio("Which model do the pages look at?", sources, key="model_source")
+        source = kept_choice(st.radio, "Which model do the pages look at?", sources, "model_source", SOURCE_SHIPPED)
         code = next(c for c, name in SOURCE_CODES.items() if name == source)
         if st.query_params.get("model") != code:
             st.query_params["model"] = code
@@ -81,9 +79,7 @@ def _sidebar_model_choice(source: str):
         if len(names) > 1:
             init_widget("model_shipped", names[0], one_of(names, "no shipped checkpoint of that name"),
                         param="ckpt")
-            if st.session_state["model_shipped"] not in names:
-                st.session_state["model_shipped"] = names[0]
-            shipped = st.selectbox("Checkpoint", names, key="model_shipped")
+            shipped = kept_choice(st.selectbox, "Checkpoint", names, "model_shipped")
             if shipped != names[0]:
                 st.query_params["ckpt"] = shipped
             else:
@@ -95,9 +91,7 @@ def _sidebar_model_choice(source: str):
                              placeholder="/path/to/checkpoint (config.json + model.safetensors)")
     if source == SOURCE_SAVED:
         names = [r.name for r in list_runs()]
-        if st.session_state.get("model_saved") not in names:
-            st.session_state.pop("model_saved", None)
-        return st.selectbox("Saved run", names, key="model_saved") if names else None
+        return kept_choice(st.selectbox, "Saved run", names, "model_saved") if names else None
     if source == SOURCE_UPLOAD:
         return st.file_uploader(f"A zipped checkpoint folder (up to {upload_cap_bytes() // 2**20} MB)",
                                 type=["zip"], key="model_upload")
