@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from bert_core.data.objectives import MASK_RATE
+from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, lesson_figures
 from bert_core.inspect.attention_steps import attention_steps, with_temperature

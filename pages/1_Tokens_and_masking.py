@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from bert_core.data.objectives import MASK_RATE
+from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
