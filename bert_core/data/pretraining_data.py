@@ -495,12 +495,11 @@ class PretrainingData(BatchStream):
     shuffles them (with objective "clm", segments of contiguous text)."""
 
     def __init__(self, corpus, tokenizer, max_seq_length: int = 128, batch_size: int = 32, mask_rate: float = MASK_RATE,
-                 seed: int = 0, short_seq_prob: float = 0.1, nsp: bool = True, whole_word_masking: bool = False,
-                 mask_only: bool = False, objective: str = "mlm"):
+                 seed: int = 0, nsp: bool = True, whole_word_masking: bool = False, mask_only: bool = False,
+                 objective: str = "mlm"):
         super().__init__(tokenizer, max_seq_length, batch_size, mask_rate, seed, nsp, objective, whole_word_masking,
                          mask_only)
         self.corpus = corpus
-        self.short_seq_prob = float(short_seq_prob)
         # Tokenise every sentence once, in one parallel call, then cut back into documents.
         flat = tokenizer.encode_batch(list(corpus.texts()))
         self.token_docs: list[list[list[int]]] = []
@@ -521,8 +520,7 @@ class PretrainingData(BatchStream):
     def build_instances(self, seed: int) -> list[NspInstance]:
         """All NSP instances of the corpus for one rng seed, shuffled."""
         rng = random.Random(seed)
-        inst = create_nsp_instances(self.token_docs, self.tokenizer, self.max_seq_length, self.short_seq_prob, rng,
-                                    nsp=self.nsp)
+        inst = create_nsp_instances(self.token_docs, self.tokenizer, self.max_seq_length, rng=rng, nsp=self.nsp)
         rng.shuffle(inst)
         return inst
 
