@@ -13,6 +13,7 @@ from bert_core.inspect import feed_forward_figures as ff
 from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect.inspection import is_causal
+from bert_core.inspect.layer_probes import conll_layer_probes, verdict
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
@@ -21,6 +22,7 @@ from bert_core.inspect.word_map_vectors import word_map
 from bert_core.app import app_state
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
+from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 
 OWN_SENTENCES = "your own sentences"
 TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
@@ -168,6 +170,41 @@ def _lens_tab(active, examples, causal: bool) -> None:
     app_state.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
     app_state.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
     _heads_off(active)
+
+
+
+def _layer_probes(active) -> None:
+    st.subheader("What each layer knows")
+    st.markdown("A linear probe per layer reads each word's part of speech and chunk tag off the hidden state "
+                "after the embeddings and after each layer, on sentences of CoNLL-2000 (Wall Street Journal).")
+    path = local_task_csv("conll2000")
+    if path is None:
+        st.info(f"{TASKS['conll2000'].label} is not on this server yet (about {TASKS['conll2000'].approx_mb:g} MB, "
+                "fetched once for every visitor).")
+        if st.button("Fetch it", key="hbc_fetch_conll", icon=":material/download:"):
+            try:
+                fetch_task_csv("conll2000")
+            except (BertCoreError, OSError):
+                st.error("Could not fetch CoNLL-2000 from its public home: this server may be offline.")
+                return
+            st.rerun()
+        return
+    if not st.toggle("Fit the probes (seconds, once per model)", key="hbc_probes"):
+        return
+    try:
+        with st.spinner("Reading 300 sentences through the model and a random one of its shape…"):
+            probes = conll_layer_probes(active.model, active.tokenizer, str(path))
+    except BertCoreError as exc:
+        app_state.show_error(exc)
+        return
+    st.markdown(verdict(probes))
+    app_state.plotly(cf.layer_probes_figure(probes), "layer-probes", key="hbc_probes_fig")
+    st.caption(f"Each word is read at its first WordPiece. Fitted on {probes.fit_words:,} words of "
+               f"{probes.fit_sentences} sentences and scored on {probes.test_words:,} words of "
+               f"{probes.test_sentences} others, by ridge regression in closed form ({probes.seconds_fit:.1f} s; "
+               f"{probes.seconds_states:.1f} s to read the sentences through both models). The control task gives "
+               "each word type a fixed random tag (Hewitt and Liang, 2019): a probe can only memorise it, so the "
+               "selectivity, real accuracy minus control, is what the layer adds to knowing the word.")
 
 
 def _heads_off(active) -> None:
@@ -336,6 +373,7 @@ def main() -> None:
             _feed_forward(active, steps)
     with lens_tab:
         _lens_tab(active, examples, causal)
+        _layer_probes(active)
     with embeddings_tab:
         _embeddings_tab(active)
     with grammar_tab:

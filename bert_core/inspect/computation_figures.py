@@ -354,3 +354,26 @@ def contextual_neighbours_figure(cn) -> go.Figure:
     fig.update_yaxes(autorange="reversed", title="rank")
     name = f"token {cn.position + 1} “{cn.tokens[cn.position]}”"
     return _fonts(_layout(fig, wrap(f"Nearest in context to {name}, layer by layer", 90), height=150 + 44 * k))
+
+
+def layer_probes_figure(probes) -> go.Figure:
+    """Held-out probe accuracy per layer, a panel a task: the model, a random model of the same shape, the control
+    task (each word type a fixed random tag) and the selectivity (model minus control) as bars."""
+    tasks = probes.tasks
+    fig = make_subplots(rows=1, cols=len(tasks), shared_yaxes=True, horizontal_spacing=0.06,
+                        subplot_titles=[f"{t.task} ({t.tags} tags)" for t in tasks])
+    x = ["embeddings", *[f"layer {i}" for i in range(1, len(tasks[0].accuracy))]]
+    for col, t in enumerate(tasks, start=1):
+        for name, y, style in (
+                ("selectivity (model − control)", t.selectivity, None),
+                ("this model", t.accuracy, dict(color=MODEL_COLOUR, width=3)),
+                ("random model, same shape", t.random_model, dict(color=SERIES_COLORS["baseline"], dash="dash")),
+                ("control task (word → fixed random tag)", t.control, dict(color=WHAT_IF_COLOUR, dash="dot"))):
+            hover = f"{t.task}, %{{x}}, {name}: %{{y:.1%}}<extra></extra>"
+            trace = (go.Bar(x=x, y=y, name=name, marker_color="#c6dbef", hovertemplate=hover) if style is None else
+                     go.Scatter(x=x, y=y, name=name, mode="lines+markers", line=style, hovertemplate=hover))
+            fig.add_trace(trace.update(showlegend=col == 1, legendgroup=name), row=1, col=col)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    fig.update_yaxes(title="held-out words right", row=1, col=1)
+    return _fonts(_layout(fig, f"What each layer knows: linear probes on {probes.test_words:,} held-out words",
+                          height=430, legend="below"))
