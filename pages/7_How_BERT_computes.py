@@ -172,7 +172,6 @@ def _lens_tab(active, examples, causal: bool) -> None:
     _heads_off(active)
 
 
-
 def _layer_probes(active) -> None:
     st.subheader("What each layer knows")
     st.markdown("A linear probe per layer reads each word's part of speech and chunk tag off the hidden state "
