@@ -381,7 +381,7 @@ def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: Build
         names[kind] = names.get(kind, 0) + 1
         trees.append((tree, kind, kind if names[kind] == 1 else f"{kind}-{names[kind]}"))
     refs = []
-    for spec in (default_references() if references is None else references) + list(against):
+    for spec in dict.fromkeys((default_references() if references is None else references) + list(against)):
         say(f"reading reference {spec}")
         refs.append(load_reference(spec, settings.ngram))
     wikitext = wikitext_test_reference(refs, settings.ngram) if references is None else None
