@@ -99,7 +99,7 @@ def test_a_killed_servers_process_still_building_its_trainer_ends_and_so_does_it
         job.start()
         while not os.path.exists({str(marker)!r}):
             time.sleep(0.05)
-        print(json.dumps({{"launcher": launcher().pid, "child": job.process.pid}}), flush=True)
+        print(json.dumps({{"launcher": launcher()._proc.pid, "child": job.process.pid}}), flush=True)
     """)
     try:
         left = _kill_and_wait(server, pids, GONE_S)
@@ -119,7 +119,7 @@ def test_a_killed_servers_training_run_stops_at_a_step_keeps_its_checkpoint_and_
         job.start()
         while job.trainer is None or job.trainer.step < 3:
             time.sleep(0.05)
-        print(json.dumps({{"launcher": launcher().pid, "child": job.process.pid,
+        print(json.dumps({{"launcher": launcher()._proc.pid, "child": job.process.pid,
                           "step": job.trainer.step}}), flush=True)
     """)
     try:
@@ -136,13 +136,14 @@ def test_the_launcher_ends_with_its_server_though_a_fork_of_the_server_holds_its
     """A process the server forked (a library's worker) holds the server's end of the launcher's socket, so the
     launcher never reads its end: it watches the server's pid too. Before: it lived as long as that fork."""
     server, pids = _server(tmp_path, """
-        made = launcher()
+        from bert_core.serve.launcher import Launcher
+        made = Launcher(preload=())
         made.warm()
         holder = os.fork()
         if holder == 0:
             time.sleep(3600)
             os._exit(0)
-        print(json.dumps({"launcher": made.pid, "holder": holder}), flush=True)
+        print(json.dumps({"launcher": made._proc.pid, "holder": holder}), flush=True)
     """)
     holder = pids.pop("holder")
     try:
