@@ -76,7 +76,7 @@ class BagOfWordsClassifier:
 def _sklearn():
     """scikit-learn's vectorizer, regression and pipeline maker, imported here: the second it takes to import is
     paid only where a baseline is used."""
-    try:
+    try:   # a second of import, paid only where a baseline is used
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
