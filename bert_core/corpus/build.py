@@ -413,11 +413,10 @@ def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, screen: _
     return sorted(kept, key=lambda d: d["offset"])
 
 
-def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: list[Reference], say) -> dict:
-    started = time.time()
-    screen = _Screen(refs, settings)
+def _stage(trees, screen: "_Screen", staging: Path, say) -> dict[str, list[dict]]:
+    """Read every source's documents, keep those the screen passes, and write their paragraphs to `staging` (a JSON
+    line each): {source: [{group, words, offset of its line}]}."""
     kept: dict[str, list[dict]] = {}
-    staging = work / "staging.jsonl"
     with open(staging, "w", encoding="utf-8") as stage:
         for tree, kind, name in trees:
             say(f"reading {name} ({kind}) from {tree.path}")
@@ -432,6 +431,14 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
                     say(f"  {name}: {n_docs} documents read")
             if n_docs == 0:
                 raise BertCoreError(f"source {tree.path} holds no {kind} documents; check the folder and its kind")
+    return kept
+
+
+def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: list[Reference], say) -> dict:
+    started = time.time()
+    screen = _Screen(refs, settings)
+    staging = work / "staging.jsonl"
+    kept = _stage(trees, screen, staging, say)
     screen.seen_paragraphs = set()
     writer = ShardWriter(work, tokenizer, settings.shard_tokens, compress=settings.compress)
     sources, warnings = {}, []
