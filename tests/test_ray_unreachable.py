@@ -150,6 +150,9 @@ def test_a_cluster_with_no_node_for_the_run_fails_it_plainly(unreachable, monkey
     monkeypatch.setattr(ray_job, "CLUSTER", slots)
     with _serving() as store:
         run = store.submit(_spec(), "owner")
+        deadline = time.monotonic() + 60   # the run's process is started on a thread of its own
+        while run.phase in ("queued", "preparing") and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert run.phase == "failed", (run.phase, run.note)
         said = status_notices(run, TRAIN_WORDS, viewer=False, place=None)[0].text
         assert said == ("Training failed: the training cluster has no node with a CPU for a run; the run was not "

@@ -159,16 +159,13 @@ class RayTrainingJob(ProcessTrainingJob):
     def node_id(self) -> str | None:
         return self._child.node_id
 
-    def _spawn(self, builder) -> None:
+    def _not_started(self, exc: Exception) -> None:
         """A cluster that cannot take the run fails it with one plain message; no actor was made."""
-        try:
-            super()._spawn(builder)
-        except ClusterUnavailable as exc:
-            log.warning("run %s was not started: %s", self.session_id[:6], exc)
-            with self._changed:
-                self.error = f"{exc}; the run was not started"
-                self.phase = "failed" if self.parked is None else "stopped"   # a parked run resumes later
-                self._changed.notify_all()
+        if not isinstance(exc, ClusterUnavailable):
+            super()._not_started(exc)
+            return
+        log.warning("run %s was not started: %s", self.session_id[:6], exc)
+        self._end_unstarted(f"{exc}; the run was not started")
 
     def kill(self, why: str, phase: str = "failed") -> None:
         """An actor that never said a word was never placed (ended after the stall time), and the page says so."""

@@ -113,14 +113,21 @@ class ProcessTrainingJob(ProcessModel, JobBase):
         try:
             self._child.spawn(builder)
         except Exception as exc:  # noqa: BLE001 - the run's page says why it did not start
-            log.exception("starting a training process failed")
             self._child.starting = False
-            with self._changed:
-                self.error = f"the training process could not be started: {exc}"
-                self.phase = "failed" if self.parked is None else "stopped"
-                self._changed.notify_all()
+            self._not_started(exc)
             return
         self._child.start_pump()
+
+    def _not_started(self, exc: Exception) -> None:
+        """A fork that failed ends the run with why (a parked run's resume: stopped, to be resumed later)."""
+        log.exception("starting a training process failed")
+        self._end_unstarted(f"the training process could not be started: {exc}")
+
+    def _end_unstarted(self, why: str) -> None:
+        with self._changed:
+            self.error = why
+            self.phase = "failed" if self.parked is None else "stopped"
+            self._changed.notify_all()
 
     def _tell(self, command: str) -> None:
         if self._child.alive():
