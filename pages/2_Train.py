@@ -6,7 +6,6 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
-from bert_core.inspect.figure_cache import SHARED_FIGURES
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.app import app_state
@@ -399,11 +398,11 @@ def _word_map_timelapse() -> None:
     st.caption("The same map as on *How BERT computes* (its built-in sentences, two senses), made from the model "
                "as it was at each probe snapshot. At step 0 the dots sit where the random weights put them; watch "
                "whether the two colours pull apart as the run goes on, and in which layers first.")
-    # Built once for everyone watching this run, at each snapshot (figure_cache): a class redraws them every poll.
+    # Built once for everyone watching this run, at each snapshot (figures.SHARED_FIGURES): a class redraws them every poll.
     shown = (word, step, steps[-1])
-    word_map = SHARED_FIGURES.get(store, ("map", *shown), lambda: computation_figures.word_map_figure(
-        timeline[steps.index(step)][1], step=step))
-    separation = SHARED_FIGURES.get(store, ("separation", *shown), lambda: (
+    word_map = figures.SHARED_FIGURES.get(store, ("map", *shown), lambda: figures.laid_out(
+        computation_figures.word_map_figure(timeline[steps.index(step)][1], step=step)))
+    separation = figures.SHARED_FIGURES.get(store, ("separation", *shown), lambda: figures.laid_out(
         computation_figures.separation_timeline_figure(word, *word_maps.separation_by_step(timeline), step=step)))
     app_state.plotly(word_map, "word-map-timelapse", key="train_map")
     app_state.plotly(separation, "word-map-separation", key="train_map_separation")

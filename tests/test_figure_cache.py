@@ -1,4 +1,4 @@
-"""Figures built once for everyone who looks at the same thing (bert_core.inspect.figure_cache): the Train page's word
+"""Figures built once for everyone who looks at the same thing (bert_core.inspect.figures.FigureCache): the Train page's word
 map time-lapse, drawn by every viewer of a run at every poll, is built once per snapshot and word for all of them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
-from bert_core.inspect.figure_cache import FigureCache
+from bert_core.inspect.figures import FigureCache, laid_out
 from bert_core.inspect.figure_floor import MIN_FONT_PX
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +21,7 @@ class Owner:
 
 
 def _figure() -> go.Figure:
-    return go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(title="t", font=dict(size=8)))
+    return laid_out(go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(title="t", font=dict(size=8))))
 
 
 def test_a_figure_is_built_once_per_owner_and_key_laid_out_for_the_projector_and_gone_with_its_owner():

@@ -31,7 +31,7 @@ PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sou
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
-            "inspect.feed_forward_figures", "inspect.layer_probes", "inspect.figure_cache"}
+            "inspect.feed_forward_figures", "inspect.layer_probes"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:

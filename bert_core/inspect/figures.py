@@ -8,7 +8,7 @@ import math
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bert_core.data.objectives import MASK_RATE
+from bert_core.inspect.figure_floor import projector_figure
 from bert_core.training.comparison import KNOBS, run_labels
 
 if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
@@ -270,30 +271,58 @@ def rate_figure(history: Sequence[Any]) -> go.Figure:
     return _layout(fig, "Learning rate and speed", height=380)
 
 
-class LiveCharts:
-    """The Train page's four live charts of a run, built once per new data and smoothing and shared (read only) by
-    every session: twenty students watching the teacher's run cost one build per redraw, not twenty (building them
-    was the web server's largest CPU cost under the class load test, docs/benchmarks.md). Entries go with their
-    trainer (weak keys); each keeps its `keep` latest builds."""
+class FigureCache:
+    """Figures built once for everyone who looks at the same thing, kept with their owner (a run's trainer or probe
+    store, held weakly: they go with the run) under a key of what they show; each owner keeps its `keep` latest.
+    Twenty students watching the teacher's run cost one build per redraw, not twenty: the live charts were the web
+    server's largest CPU cost under the class load test, and a run's word map 43% of a watched Train page's script
+    run (docs/benchmarks.md). `build()` returns the figure(s) laid out as the pages draw them (clear of the toolbar
+    and for the projector): shared figures are only read after that (app_drawing.plotly: in place and idempotent)."""
 
-    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")   # a GPT's run has no decisions
-
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 8):
         self.keep = keep
         self.builds = 0
         self._lock = threading.Lock()
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def figures(self, trainer: Any, smoothing: float) -> dict[str, go.Figure]:
-        """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
-        history, evals = trainer.history, trainer.evals
-        last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
-        key = (len(history), last, len(evals), float(smoothing), bool(trainer.growth))
+    def get(self, owner: Any, key: Any, build: Callable[[], Any]) -> Any:
         with self._lock:
-            entries = self._built.setdefault(trainer, {})
-            found = entries.get(key)
+            found = self._built.get(owner, {}).get(key)
         if found is not None:
             return found
+        built = build()
+        with self._lock:
+            self.builds += 1
+            entries = self._built.setdefault(owner, {})
+            entries[key] = built
+            while len(entries) > self.keep:
+                entries.pop(next(iter(entries)))
+        return built
+
+
+def laid_out(fig: go.Figure) -> go.Figure:
+    """`fig` for the projector and clear of the toolbar, as app_drawing.plotly draws it: done once for a shared one."""
+    return clear_of_toolbar(projector_figure(fig))
+
+
+class LiveCharts(FigureCache):
+    """The Train page's four live charts of a run, built once per new data and smoothing for every session."""
+
+    NAMES = ("loss", "accuracy", "accuracy-by-decision", "learning-rate")   # a GPT's run has no decisions
+
+    def __init__(self, keep: int = 4):
+        super().__init__(keep)
+
+    def figures(self, trainer: Any, smoothing: float) -> dict[str, go.Figure]:
+        """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
+        history = trainer.history
+        last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
+        key = (len(history), last, len(trainer.evals), float(smoothing), bool(trainer.growth))
+        return self.get(trainer, key, lambda: self._build(trainer, smoothing))
+
+    @staticmethod
+    def _build(trainer: Any, smoothing: float) -> dict[str, go.Figure]:
+        history, evals = trainer.history, trainer.evals
         causal = trainer.config.objective == "clm"
         built = {"loss": loss_figure(history, evals, trainer.baselines, smoothing, causal),
                  "accuracy": accuracy_figure(history, evals, trainer.baselines, smoothing, causal)}
@@ -303,16 +332,11 @@ class LiveCharts:
         for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
             mark_growth(fig, trainer.growth)
             clear_of_toolbar(fig)
-        with self._lock:
-            self.builds += 1
-            entries = self._built.setdefault(trainer, {})
-            entries[key] = built
-            while len(entries) > self.keep:
-                entries.pop(next(iter(entries)))
         return built
 
 
 LIVE_CHARTS = LiveCharts()   # one per server process: every session's Train page draws from it
+SHARED_FIGURES = FigureCache()   # the other figures of a run that everyone watching it draws (its word maps)
 
 
 def box_cells(fig: go.Figure, name: str, color: str, xs: Sequence[float], ys: Sequence[float],
