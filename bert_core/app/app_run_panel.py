@@ -10,11 +10,9 @@ import streamlit as st
 
 from bert_core.app.app_runs import PACE, RUNS
 from bert_core.app.app_tab import set_current_run
-from bert_core.app.run_panel import FINETUNE_WORDS, TRAIN_WORDS, PanelWords, status_notices, waiting
+from bert_core.app.run_panel import PanelWords, status_notices, waiting
 from bert_core.serve.runs import Run
 from bert_core.serve.server_load import busy_line, server_load
-
-__all__ = ["FINETUNE_WORDS", "TRAIN_WORDS", "run_status", "busy_caption", "time_left", "stop_button", "reset_button", "share_box"]
 
 _SAY = {"info": st.info, "warning": st.warning, "error": st.error}
 
@@ -25,12 +23,13 @@ def time_left(run: Run) -> float | None:
     return PACE.seconds_left(run.run_id, progress.fraction, progress.eta_s)
 
 
-def busy_caption(run: Run | None, noun: str = "run") -> None:
+def busy_caption(run: Run | None, noun: str = "run", place: tuple[int, float] | None = None) -> None:
     """While `run` is queued, preparing or training: one line saying how busy the server is and what this wait is
-    expected to take (server_load.busy_line)."""
+    expected to take (server_load.busy_line; `place`: its queue place, when the caller has it already)."""
     if run is None or not run.active:
         return
-    place = RUNS.queue_position(run) if run.queued else None
+    if place is None and run.queued:
+        place = RUNS.queue_position(run)
     st.caption(busy_line(server_load(RUNS), run, PACE, place, noun))
 
 
@@ -40,7 +39,7 @@ def run_status(run: Run, words: PanelWords, viewer: bool) -> bool:
     place = RUNS.queue_position(run) if run.phase == "queued" else None
     for notice in status_notices(run, words, viewer, place):
         _SAY[notice.level](notice.text, icon=notice.icon)
-    busy_caption(run, words.noun)
+    busy_caption(run, words.noun, place)
     if place is not None:
         st.caption(RUNS.policy())
     return waiting(run)
