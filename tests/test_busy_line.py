@@ -19,7 +19,8 @@ TIMEOUT = 240
 
 
 def _run(fraction: float | None, eta: float | None = None, queued: bool = False, started_at: float | None = 0.0):
-    trainer = None if fraction is None else SimpleNamespace(progress=SimpleNamespace(fraction=fraction, eta_s=eta))
+    trainer = None if fraction is None else SimpleNamespace(progress=SimpleNamespace(fraction=fraction, eta_s=eta,
+                                                                                     elapsed_s=2.0))
     return SimpleNamespace(run_id="r1", queued=queued, trainer=trainer, started_at=started_at)
 
 
@@ -51,7 +52,7 @@ def test_the_line_says_the_servers_runs_and_what_this_wait_is():
     # Once a run of this server has reached its first step, a preparing one is told how long that took.
     later = busy_line(Load(2, 0, 2), SimpleNamespace(run_id="r2", queued=False, trainer=None, started_at=30.0),
                       pace, None, now=33.0)
-    assert later.endswith("3s so far, about 16s for this server's recent runs.")
+    assert later.endswith("3s so far, about 14s for this server's recent runs.")   # 16 s since its slot, 2 trained
 
 
 # ---------------------------------------------------------------------------------------------------- the pages

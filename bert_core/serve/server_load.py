@@ -44,7 +44,7 @@ class Pace:
         self._lock = threading.Lock()
         self._samples: dict[str, deque[tuple[float, float]]] = {}
         self._prepared: deque[float] = deque(maxlen=20)
-        self._first_step_seen: set[str] = set()
+        self._first_step_seen: deque[str] = deque(maxlen=1000)   # a server's runs are many: the latest only
 
     def seconds_left(self, run_id: str, fraction: float, fallback: float | None,
                      now: float | None = None) -> float | None:
@@ -63,14 +63,15 @@ class Pace:
             return fallback
         return max(0.0, (1.0 - fraction) * (t1 - t0) / (f1 - f0))
 
-    def prepared(self, run_id: str, started_at: float | None, now: float | None = None) -> None:
-        """Note, once per run, how long it took from its slot (`started_at`, monotonic) to a first step seen."""
+    def prepared(self, run_id: str, started_at: float | None, trained_s: float, now: float | None = None) -> None:
+        """Note, once per run, how long it took from its slot (`started_at`, monotonic) to its first step: the time
+        since, less the `trained_s` seconds it has trained (a page may first see it some steps in)."""
         now = time.monotonic() if now is None else now
         with self._lock:
             if run_id in self._first_step_seen or started_at is None:
                 return
-            self._first_step_seen.add(run_id)
-            self._prepared.append(now - started_at)
+            self._first_step_seen.append(run_id)
+            self._prepared.append(max(0.0, now - started_at - trained_s))
 
     def typical_preparing_s(self) -> float | None:
         """The median time this server's recent runs took to prepare (None before one was seen)."""
@@ -104,8 +105,8 @@ def busy_line(load: Load, run, pace: Pace, place: tuple[int, float] | None, noun
         this = (f"This {noun} is preparing (its process loads the data and the model): {so_far} so far"
                 + (f", about {format_duration(typical)} for this server's recent runs." if typical else "."))
     else:
-        pace.prepared(run.run_id, run.started_at, now)
         progress = trainer.progress
+        pace.prepared(run.run_id, run.started_at, progress.elapsed_s, now)
         left = pace.seconds_left(run.run_id, progress.fraction, progress.eta_s, now)
         this = f"This {noun}: about {format_duration(left)} left, at its pace on this server now."
     return f"{server} {this}"
