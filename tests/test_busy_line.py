@@ -153,11 +153,15 @@ def _spin(stop) -> None:
         pass
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_expected_time_is_within_30_percent_of_what_a_run_under_load_then_took(app):
-    """Two processes keep both cores busy (a class server); the default run, 400 steps, trains under them. When it
-    is 35% done, the line's estimate is noted; the run then finishes under the same load, and the time it took from
-    there is within 30% of the estimate."""
+    """Two processes keep both cores busy (a class server); a default run of 1,200 steps trains under them. At 35%,
+    50% and 70% done, the line's estimate is noted; the run then finishes under the same load, and the time it took
+    from each is within 30% of that estimate.
+
+    A promise measured on the wall clock, so it is one of the long checks (`--long`), run on an otherwise quiet
+    machine: in the suite a test on the other worker changes the load mid-run (a 400-step run of 10 s was 47% off
+    once in CI, its second half quicker than its first)."""
     from bert_core.serve import jobs
     from bert_core.serve.runs import Run
 
@@ -166,25 +170,28 @@ def test_the_expected_time_is_within_30_percent_of_what_a_run_under_load_then_to
     for p in spinners:
         p.start()
     pace = Pace()
+    noted: dict[float, tuple[float, float]] = {}    # fraction done: (estimate, when it was noted)
     try:
         spec = jobs.default_spec()
-        spec = dataclasses.replace(spec, train={**spec.train, "max_steps": 400}, probes=False)
+        spec = dataclasses.replace(spec, train={**spec.train, "max_steps": 1200}, probes=False)
         run: Run = app.RUNS.submit(spec, "load-test")
         deadline = time.monotonic() + TIMEOUT
         _training(run, deadline)
-        estimate = None
         while run.active and time.monotonic() < deadline:   # a page's poll, every 0.25 s
             progress = run.trainer.progress
             left = pace.seconds_left(run.run_id, progress.fraction, progress.eta_s)
-            if progress.fraction >= 0.35 and estimate is None:
-                estimate, noted_at = left, time.monotonic()
+            for at in (0.35, 0.5, 0.7):
+                if progress.fraction >= at and at not in noted:
+                    noted[at] = (left, time.monotonic())
             time.sleep(0.25)
-        took = time.monotonic() - noted_at
+        ended = time.monotonic()
     finally:
         stop.set()
         for p in spinners:
             p.join(5)
     assert run.phase == "finished", run.phase
-    assert estimate is not None and took > 2.0
-    print(f"estimate {estimate:.1f} s, took {took:.1f} s")
-    assert abs(estimate - took) <= 0.3 * took, (estimate, took)
+    assert len(noted) == 3, noted
+    for at, (estimate, noted_at) in noted.items():
+        took = ended - noted_at
+        print(f"at {at:.0%}: estimate {estimate:.1f} s, took {took:.1f} s")
+        assert took > 2.0 and abs(estimate - took) <= 0.3 * took, (at, estimate, took)
