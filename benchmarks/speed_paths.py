@@ -255,7 +255,8 @@ class FinetuneSteps(_StepLoop):
     def __init__(self, workload: str, steps: int):
         import torch
 
-        from bert_core.data.classification_data import encode_examples, train_batches
+        from bert_core.data.batching import train_batches
+        from bert_core.data.classification_data import encode_examples
         from bert_core.training.finetune import Finetuner, classifier_from_checkpoint, load_task
         from bert_core.data.classification_data import split_train_val
         from bert_core.training.finetune_settings import FinetuneConfig
@@ -265,7 +266,7 @@ class FinetuneSteps(_StepLoop):
         train, val = split_train_val(data, None, None, seed=0)
         model, tokenizer = classifier_from_checkpoint(ROOT / "checkpoints" / "bert-tiny-english", data.num_labels, 0)
         self.tuner = Finetuner(model, tokenizer, train, val, FinetuneConfig(max_steps=10**6, time_budget_s=None))
-        self.batches = train_batches(encode_examples(train, tokenizer, 128), train.labels, 32, 0, tokenizer.pad_id)
+        self.batches = train_batches(encode_examples(train, tokenizer, 128), 32, 0, tokenizer.pad_id)
         self.tuner.model.train()
         torch.manual_seed(0)
         self.describe = (f"BertForSequenceClassification from bert-tiny-english, batch 32 of polarity.csv, "

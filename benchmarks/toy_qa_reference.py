@@ -29,10 +29,9 @@ sys.path.insert(0, str(ROOT))
 from bert_core.data.answer_spans_data import (  # noqa: E402
     encode_qa,
     parse_squad,
-    qa_eval_batches,
-    qa_train_batches,
     split_by_passage,
 )
+from bert_core.data.batching import eval_batches, train_batches  # noqa: E402
 from bert_core.data.toy_qa_drills import QUESTION_KINDS, drill_squad  # noqa: E402
 from bert_core.model.config import BertConfig  # noqa: E402
 from bert_core.training.finetune_tasks import tokenizer_of  # noqa: E402
@@ -78,7 +77,7 @@ def main() -> None:
     def exact() -> float:
         model.eval()
         right = 0
-        for b in qa_eval_batches(val_features, 64):
+        for b in eval_batches(val_features, 64):
             out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, token_type_ids=b.token_type_ids)
             right += int(((out.start_logits.argmax(-1) == b.start_positions)
                           & (out.end_logits.argmax(-1) == b.end_positions)).sum())
@@ -86,7 +85,7 @@ def main() -> None:
         return right / len(val_features)
 
     model.train()
-    batches = qa_train_batches(train_features, 32, args.seed)
+    batches = train_batches(train_features, 32, args.seed)
     started = time.time()
     for step in range(1, args.steps + 1):
         b = next(batches)

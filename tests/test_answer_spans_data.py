@@ -12,19 +12,17 @@ from bert_core.data.answer_spans_data import (
     QAData,
     QAExample,
     best_answers,
-    collate_qa,
     encode_qa,
     exact_match_score,
     f1_score,
     load_squad,
     normalize_answer,
     parse_squad,
-    qa_eval_batches,
-    qa_train_batches,
     split_by_passage,
     squad_metrics,
     toy_qa_task,
 )
+from bert_core.data.batching import collate, eval_batches, train_batches
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer
@@ -450,7 +448,7 @@ def test_squad_metrics_take_the_best_gold_answer_and_count_missing_predictions_a
 
 def test_collate_pads_and_masks(tokenizer, toy):
     features = encode_qa(toy.subset(range(6)), tokenizer)
-    batch = collate_qa(features, [0, 5, 2], pad_id=0)
+    batch = collate(features, [0, 5, 2], pad_id=0)
     longest = max(len(features[i].input_ids) for i in (0, 5, 2))
     assert batch.input_ids.shape == (3, longest) and batch.indices.tolist() == [0, 5, 2]
     for row, i in enumerate([0, 5, 2]):
@@ -468,7 +466,7 @@ def test_training_batches_are_seeded_and_endless_and_eval_batches_go_in_order(to
     features = encode_qa(toy.subset(range(40)), tokenizer)
 
     def take(seed, count):
-        it = qa_train_batches(features, 8, seed=seed)
+        it = train_batches(features, 8, seed=seed)
         return [next(it).indices.tolist() for _ in range(count)]
 
     first = take(0, 12)  # 40 features / 8 = 5 batches an epoch: more than two epochs
@@ -476,7 +474,7 @@ def test_training_batches_are_seeded_and_endless_and_eval_batches_go_in_order(to
     epoch = sorted(i for b in first[:5] for i in b)
     assert epoch == list(range(40)) and sorted(i for b in first[5:10] for i in b) == epoch
     assert first[:5] != first[5:10]  # each epoch is a fresh shuffle
-    evals = list(qa_eval_batches(features, batch_size=16))
+    evals = list(eval_batches(features, batch_size=16))
     assert [b.indices.tolist() for b in evals] == [list(range(0, 16)), list(range(16, 32)), list(range(32, 40))]
     with pytest.raises(BertCoreError, match="batch size"):
-        next(qa_train_batches(features, 0))
+        next(train_batches(features, 0))

@@ -6,14 +6,12 @@ from bert_core.data.classification_data import (
     MAX_CSV_BYTES,
     ClassificationData,
     clean_ag_news_text,
-    collate,
     csv_columns,
     encode_examples,
-    eval_batches,
     load_classification_csv,
     split_train_val,
-    train_batches,
 )
+from bert_core.data.batching import collate, eval_batches, train_batches
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import train_tokenizer
 
@@ -217,15 +215,15 @@ def test_batches_pad_to_the_longest_member_and_repeat_with_the_seed():
     data = ClassificationData(texts=["the cat", "a dog ran far away from home today", "sat", "the mat"],
                               labels=[0, 1, 0, 1], label_names=["x", "y"])
     enc = encode_examples(data, tok, max_length=8)
-    assert max(len(e["input_ids"]) for e in enc) == 8  # truncated to the max length
-    batch = collate(enc, data.labels, [0, 2])
-    assert batch.input_ids.shape == (2, max(len(enc[0]["input_ids"]), len(enc[2]["input_ids"])))
-    assert batch.attention_mask.sum().item() == len(enc[0]["input_ids"]) + len(enc[2]["input_ids"])
+    assert max(len(e.input_ids) for e in enc) == 8  # truncated to the max length
+    batch = collate(enc, [0, 2])
+    assert batch.input_ids.shape == (2, max(len(enc[0].input_ids), len(enc[2].input_ids)))
+    assert batch.attention_mask.sum().item() == len(enc[0].input_ids) + len(enc[2].input_ids)
     assert (batch.input_ids[batch.attention_mask == 0] == tok.pad_id).all()
-    first = [b.indices.tolist() for _, b in zip(range(4), train_batches(enc, data.labels, 2, seed=3))]
-    second = [b.indices.tolist() for _, b in zip(range(4), train_batches(enc, data.labels, 2, seed=3))]
+    first = [b.indices.tolist() for _, b in zip(range(4), train_batches(enc, 2, seed=3))]
+    second = [b.indices.tolist() for _, b in zip(range(4), train_batches(enc, 2, seed=3))]
     assert first == second and sorted(sum(first[:2], [])) == [0, 1, 2, 3]
-    seen = sorted(i for b in eval_batches(enc, data.labels, batch_size=3) for i in b.indices.tolist())
+    seen = sorted(i for b in eval_batches(enc, batch_size=3, by_length=True) for i in b.indices.tolist())
     assert seen == [0, 1, 2, 3]
 
 
@@ -242,12 +240,12 @@ def test_length_grouped_batches_cover_each_example_once_per_epoch_with_less_padd
     enc = encode_examples(data, tok, max_length=64)
 
     def epoch(bucket):
-        batches = [b for _, b in zip(range(10), train_batches(enc, data.labels, 32, seed=1, bucket_batches=bucket))]
+        batches = [b for _, b in zip(range(10), train_batches(enc, 32, seed=1, bucket_batches=bucket))]
         return batches, sum(b.input_ids.numel() for b in batches)
 
     grouped, grouped_cells = epoch(50)
     plain, plain_cells = epoch(1)
     assert sorted(i for b in grouped for i in b.indices.tolist()) == list(range(320))
     assert sorted(i for b in plain for i in b.indices.tolist()) == list(range(320))
-    real = sum(len(e["input_ids"]) for e in enc)
+    real = sum(len(e.input_ids) for e in enc)
     assert grouped_cells - real < (plain_cells - real) / 4

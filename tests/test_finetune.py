@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from bert_core.cli.finetune import format_confusion
-from bert_core.data.classification_data import ClassificationData, collate, encode_examples, split_train_val
+from bert_core.data.batching import collate
+from bert_core.data.classification_data import ClassificationData, encode_examples, split_train_val
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForPreTraining, BertForSequenceClassification
 from bert_core.model.config import BertConfig
@@ -74,7 +75,7 @@ def test_finetuned_classifier_logits_match_transformers_on_padded_batches(checkp
                                label_names=val.label_names)
     for data in (val, pairs):  # single sentences and sentence pairs, padded to different lengths
         encoded = encode_examples(data, tokenizer, max_length=32)
-        batch = collate(encoded, data.labels, list(range(6)), tokenizer.pad_id)
+        batch = collate(encoded, list(range(6)), tokenizer.pad_id)
         assert (batch.attention_mask == 0).any()
         with torch.no_grad():
             ours = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=batch.labels)

@@ -10,11 +10,11 @@ import pytest
 from tokenizers import Tokenizer
 
 from bert_core.data import token_tags_data as ttd
+from bert_core.data.batching import collate, eval_batches, train_batches
 from bert_core.data.token_tags_data import (
     MAX_UNBROKEN_TOKENS,
     TAG_COLUMNS,
     TaggedSentences,
-    collate_tagged,
     encode_tagged,
     iob_spans,
     majority_baseline,
@@ -22,8 +22,6 @@ from bert_core.data.token_tags_data import (
     read_conll,
     span_scores,
     split_sentences,
-    tag_eval_batches,
-    tag_train_batches,
     token_accuracy,
     words_predictions,
 )
@@ -388,7 +386,7 @@ def _examples(tokenizer, n: int = 40):
 
 def test_collate_pads_ids_mask_and_labels(tokenizer):
     examples = _examples(tokenizer)
-    batch = collate_tagged(examples, [3, 0], pad_id=tokenizer.pad_id)
+    batch = collate(examples, [3, 0], pad_id=tokenizer.pad_id)
     longest = max(len(examples[3].input_ids), len(examples[0].input_ids))
     assert batch.input_ids.shape == batch.labels.shape == batch.attention_mask.shape == (2, longest)
     n = len(examples[0].input_ids)
@@ -404,18 +402,18 @@ def test_train_batches_are_seeded_and_eval_batches_go_in_order(tokenizer):
     examples = _examples(tokenizer)
 
     def first(seed: int, count: int = 10) -> list[list[int]]:
-        batches = tag_train_batches(examples, 8, seed=seed, bucket_batches=2)
+        batches = train_batches(examples, 8, seed=seed, bucket_batches=2)
         return [next(batches).indices.tolist() for _ in range(count)]
 
     assert first(0) == first(0) and first(0) != first(1)
     epoch = [i for b in first(0, 5) for i in b]
     assert sorted(epoch) == list(range(40))  # one epoch: every example once
-    evaluated = list(tag_eval_batches(examples, batch_size=16))
+    evaluated = list(eval_batches(examples, batch_size=16))
     assert [b.indices.tolist() for b in evaluated] == [list(range(0, 16)), list(range(16, 32)), list(range(32, 40))]
     with pytest.raises(BertCoreError, match="batch size"):
-        next(tag_train_batches(examples, 0))
+        next(train_batches(examples, 0))
     with pytest.raises(BertCoreError, match="no examples"):
-        next(tag_train_batches([], 4))
+        next(train_batches([], 4))
 
 
 # -- the real file -------------------------------------------------------------------------------------------------

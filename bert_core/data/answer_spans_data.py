@@ -15,14 +15,11 @@ import random
 import re
 import string
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
-import torch
-
-from bert_core.data.batching import FinetuneBatch, ordered_batches, padded_batch, read_upload, seeded_batches
+from bert_core.data.batching import read_upload
 from bert_core.data.splits import RowData, split_data
 from bert_core.data.toy_grammar import (
     ADJECTIVE_OF,
@@ -35,7 +32,6 @@ from bert_core.data.toy_grammar import (
 from bert_core.data.toy_qa_drills import FIND_VERBS, GO_VERBS, Drill, SpanWriter, drill_squad, toy_qa_drills
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
-
 
 MAX_SQUAD_BYTES = 100 * 1024 * 1024
 
@@ -360,6 +356,10 @@ class QAFeature:
     start_position: int  # token index of the first answer's first token; 0 ([CLS]) when not wholly in the window
     end_position: int  # token index of its last token (inclusive); 0 likewise
 
+    @property
+    def targets(self) -> dict:
+        return {"start_positions": self.start_position, "end_positions": self.end_position}
+
 
 def _answer_tokens(offsets: list[tuple[int, int]], start_char: int, end_char: int) -> tuple[int, int] | None:
     """(first, last) context token of the characters [start_char, end_char), or None when no token covers them."""
@@ -430,28 +430,6 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
                 break
             begin = end - doc_stride
     return features
-
-
-# -- batches -----------------------------------------------------------------------------------------------------
-
-def collate_qa(features: Sequence[QAFeature], indices: Sequence[int], pad_id: int = 0) -> FinetuneBatch:
-    """Stack the given features into a batch padded to the longest of them."""
-    chosen = [features[i] for i in indices]
-    return padded_batch([f.input_ids for f in chosen], [f.token_type_ids for f in chosen], indices, pad_id,
-                        start_positions=torch.tensor([f.start_position for f in chosen], dtype=torch.long),
-                        end_positions=torch.tensor([f.end_position for f in chosen], dtype=torch.long))
-
-
-def qa_train_batches(features: Sequence[QAFeature], batch_size: int, seed: int = 0, pad_id: int = 0,
-                     bucket_batches: int = 50) -> Iterator[FinetuneBatch]:
-    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
-    return seeded_batches([len(f.input_ids) for f in features], partial(collate_qa, features, pad_id=pad_id),
-                          batch_size, seed, bucket_batches)
-
-
-def qa_eval_batches(features: Sequence[QAFeature], batch_size: int = 64, pad_id: int = 0) -> Iterator[FinetuneBatch]:
-    """One pass over all features in order."""
-    return ordered_batches(range(len(features)), partial(collate_qa, features, pad_id=pad_id), batch_size)
 
 
 # -- from logits to answers --------------------------------------------------------------------------------------

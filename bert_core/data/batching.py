@@ -10,12 +10,13 @@ epoch. The same lengths and seed give the same batches; `bucket_batches=1` turns
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
 from bert_core.errors import BertCoreError
+from bert_core.model.bert import IGNORE_INDEX
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 0,
@@ -37,22 +38,6 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 
         for b in torch.randperm(len(batches), generator=g).tolist():
             yield batches[b]
         epoch += 1
-
-
-def seeded_batches(lengths: Sequence[int], collate: Callable[[list[int]], object], batch_size: int, seed: int = 0,
-                   bucket_batches: int = 50) -> Iterator:
-    """Endless training batches, `collate(indices)` of each list of length_grouped_batches (the same lengths and
-    seed give the same batches)."""
-    if not lengths:
-        raise BertCoreError("no examples to train on; give at least one.")
-    return map(collate, length_grouped_batches(lengths, batch_size, seed, bucket_batches))
-
-
-def ordered_batches(order: Sequence[int], collate: Callable[[list[int]], object], batch_size: int) -> Iterator:
-    """One pass for evaluation: `collate` of `order`'s example indices, `batch_size` at a time."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise BertCoreError(f"batch size must be a whole number of at least 1 (got {batch_size!r}).")
-    return (collate(list(order[start : start + batch_size])) for start in range(0, len(order), batch_size))
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:
@@ -90,11 +75,39 @@ class FinetuneBatch(DeviceBatch):
     end_positions: torch.Tensor | None = None
 
 
-def padded_batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]], indices: Sequence[int], pad_id: int,
-                 **targets: torch.Tensor) -> FinetuneBatch:
-    """The rows `ids` (with their token types) padded into a FinetuneBatch of the examples `indices`."""
-    return FinetuneBatch(pad_rows(ids, pad_id), attention_mask(ids), pad_rows(types),
+def collate(examples: Sequence, indices: Sequence[int], pad_id: int = 0) -> FinetuneBatch:
+    """The chosen examples (records with `input_ids`, `token_type_ids` and `targets`, a dict of a number or a list
+    a token each) padded into one batch; a target a token is padded with -100."""
+    if not indices:
+        raise BertCoreError("a batch needs at least one example.")
+    chosen = [examples[i] for i in indices]
+    ids = [e.input_ids for e in chosen]
+    targets = {name: pad_rows([e.targets[name] for e in chosen], IGNORE_INDEX) if isinstance(first, list)
+               else torch.tensor([e.targets[name] for e in chosen], dtype=torch.long)
+               for name, first in chosen[0].targets.items()}
+    return FinetuneBatch(pad_rows(ids, pad_id), attention_mask(ids), pad_rows([e.token_type_ids for e in chosen]),
                          torch.tensor(list(indices), dtype=torch.long), **targets)
+
+
+def train_batches(examples: Sequence, batch_size: int, seed: int = 0, pad_id: int = 0,
+                  bucket_batches: int = 50) -> Iterator[FinetuneBatch]:
+    """Endless training batches of `examples`, length-grouped (the same examples and seed give the same batches)."""
+    if not examples:
+        raise BertCoreError("no examples to train on; give at least one.")
+    return (collate(examples, indices, pad_id) for indices in
+            length_grouped_batches([len(e.input_ids) for e in examples], batch_size, seed, bucket_batches))
+
+
+def eval_batches(examples: Sequence, batch_size: int = 64, pad_id: int = 0,
+                 by_length: bool = False) -> Iterator[FinetuneBatch]:
+    """One pass for evaluation, `batch_size` at a time: in order, or sorted by length (`by_length`) so that padding
+    stays small."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise BertCoreError(f"batch size must be a whole number of at least 1 (got {batch_size!r}).")
+    order = range(len(examples))
+    if by_length:
+        order = sorted(order, key=lambda i: len(examples[i].input_ids))
+    return (collate(examples, order[start : start + batch_size], pad_id) for start in range(0, len(order), batch_size))
 
 
 def read_upload(path_or_bytes: str | Path | bytes, name: str, kind: str, limit: int, give: str, holds: str,

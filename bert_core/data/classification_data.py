@@ -15,12 +15,9 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
-import torch
-
-from bert_core.data.batching import FinetuneBatch, ordered_batches, padded_batch, read_upload, seeded_batches
+from bert_core.data.batching import read_upload
 from bert_core.data.corpora import generate_toy_corpus
 from bert_core.data.splits import RowData, split_data
 from bert_core.data.toy_grammar import TOPICS
@@ -328,34 +325,25 @@ def split_train_val(data: ClassificationData, train_size: int | None = None, val
     return train, val
 
 
-def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) -> list[dict]:
-    """Tokenize every example to `[CLS] a [SEP] (b [SEP])`, truncated to `max_length` tokens."""
+@dataclass
+class LabelledExample:
+    """One example as `[CLS] a [SEP] (b [SEP])` ids and token types, with its label id (batching.collate's record)."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    label: int
+
+    @property
+    def targets(self) -> dict:
+        return {"labels": self.label}
+
+
+def encode_examples(data: ClassificationData, tokenizer, max_length: int = 128) -> list[LabelledExample]:
+    """Tokenize every example, truncated to `max_length` tokens."""
     if max_length < 8:
         raise BertCoreError(f"max length {max_length} is too short; use at least 8 (64-128 is typical).")
-    out = []
-    for i, a in enumerate(data.texts):
-        b = data.texts_b[i] if data.texts_b is not None else None
-        out.append(tokenizer.encode_pair(a, b, max_length))
-    return out
-
-
-def collate(encoded: list[dict], labels: list[int], indices: list[int], pad_id: int = 0) -> FinetuneBatch:
-    """Stack encoded examples into a batch padded to its longest member."""
-    return padded_batch([encoded[i]["input_ids"] for i in indices], [encoded[i]["token_type_ids"] for i in indices],
-                        indices, pad_id, labels=torch.tensor([labels[i] for i in indices], dtype=torch.long))
-
-
-def train_batches(encoded: list[dict], labels: list[int], batch_size: int, seed: int = 0, pad_id: int = 0,
-                  bucket_batches: int = 50):
-    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
-    return seeded_batches([len(e["input_ids"]) for e in encoded], partial(collate, encoded, labels, pad_id=pad_id),
-                          batch_size, seed, bucket_batches)
-
-
-def eval_batches(encoded: list[dict], labels: list[int], batch_size: int = 64, pad_id: int = 0):
-    """Batches over all examples, sorted by length so padding stays small."""
-    return ordered_batches(sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"])),
-                           partial(collate, encoded, labels, pad_id=pad_id), batch_size)
+    return [LabelledExample(**tokenizer.encode_pair(a, None if data.texts_b is None else data.texts_b[i], max_length),
+                            label=data.labels[i]) for i, a in enumerate(data.texts)]
 
 
 def _topic_words() -> dict[str, str]:

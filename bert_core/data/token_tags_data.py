@@ -9,17 +9,13 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
-import torch
-
-from bert_core.data.batching import FinetuneBatch, ordered_batches, pad_rows, padded_batch, read_upload, seeded_batches
+from bert_core.data.batching import read_upload
 from bert_core.data.splits import RowData, split_data
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX
 from bert_core.model.tokenization import special_tokens_count
-
 
 # "chunk" is the LAST column (chunk tags of CoNLL-2000, entity tags of CoNLL-2003); "pos" is the second column.
 TAG_COLUMNS = ("chunk", "pos")
@@ -300,6 +296,14 @@ class TaggedExample:
     first_word: int  # index of this piece's first word in that sentence
     num_words: int
 
+    @property
+    def token_type_ids(self) -> list[int]:
+        return [0] * len(self.input_ids)
+
+    @property
+    def targets(self) -> dict:
+        return {"labels": self.labels}
+
 
 def _untruncated(tok):
     """The `tokenizers.Tokenizer` to encode words with: a copy without truncation or padding when the given one has
@@ -496,27 +500,3 @@ def majority_baseline(train: TaggedSentences, val: TaggedSentences, key: str = "
     fallback = best(overall)
     choice = {k: best(c) for k, c in by_key.items()}
     return [[choice.get(k, fallback) for k in ks] for ks in keys(val)]
-
-
-# -- batches -------------------------------------------------------------------------------------------------------
-
-
-def collate_tagged(examples: Sequence[TaggedExample], indices: Sequence[int], pad_id: int = 0) -> FinetuneBatch:
-    """Stack the chosen examples into a batch padded to its longest member (labels padded with -100)."""
-    if not indices:
-        raise BertCoreError("a batch needs at least one example.")
-    rows = [examples[i].input_ids for i in indices]
-    return padded_batch(rows, [[0] * len(r) for r in rows], indices, pad_id,
-                        labels=pad_rows([examples[i].labels for i in indices], IGNORE_INDEX))
-
-
-def tag_train_batches(examples: Sequence[TaggedExample], batch_size: int, seed: int = 0, pad_id: int = 0,
-                      bucket_batches: int = 50) -> Iterator[FinetuneBatch]:
-    """Endless seeded batches, grouped by length (batching.seeded_batches)."""
-    return seeded_batches([len(e.input_ids) for e in examples], partial(collate_tagged, examples, pad_id=pad_id),
-                          batch_size, seed, bucket_batches)
-
-
-def tag_eval_batches(examples: Sequence[TaggedExample], batch_size: int = 64, pad_id: int = 0) -> Iterator[FinetuneBatch]:
-    """One pass over all examples in order, `batch_size` at a time."""
-    return ordered_batches(range(len(examples)), partial(collate_tagged, examples, pad_id=pad_id), batch_size)

@@ -23,11 +23,10 @@ from bert_core.data.answer_spans_data import (
     best_answers,
     drill_data,
     encode_qa,
-    qa_eval_batches,
-    qa_train_batches,
     split_by_passage,
     squad_metrics,
 )
+from bert_core.data.batching import eval_batches, train_batches
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForQuestionAnswering
 from bert_core.training.finetune_results import Evaluation, Misclassified, StepLoss
@@ -83,13 +82,13 @@ class AnswerSpans(FinetuneTask):
         self._drill_features = [encode_qa(drill_data(drill), tokenizer, max_length, stride) for drill in self.drills]
 
     def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
-        return qa_train_batches(self._drill_features[index], batch_size, seed, self._pad_id)
+        return train_batches(self._drill_features[index], batch_size, seed, self._pad_id)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        return qa_train_batches(self._train_features, batch_size, seed, self._pad_id)
+        return train_batches(self._train_features, batch_size, seed, self._pad_id)
 
     def eval_batches(self, batch_size: int) -> Iterable:
-        return qa_eval_batches(self._val_features, batch_size, self._pad_id)
+        return eval_batches(self._val_features, batch_size, self._pad_id)
 
     def step_loss(self, model, batch) -> StepLoss:
         """The mean start and end cross-entropy; the score is the share of windows with both ends right."""
@@ -164,7 +163,7 @@ def answer_question(model, tokenizer, question: str, passage: str, max_length: i
     was_training = model.training
     model.eval()
     starts, ends = [], []
-    for batch in qa_eval_batches(features, 8, tokenizer.pad_id):
+    for batch in eval_batches(features, 8, tokenizer.pad_id):
         batch = batch.to(device)
         out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         starts += window_log_probs(out.start_logits, batch.attention_mask)

@@ -14,13 +14,8 @@ from pathlib import Path
 
 import torch
 
-from bert_core.data.classification_data import (
-    ClassificationData,
-    encode_examples,
-    eval_batches,
-    split_train_val,
-    train_batches,
-)
+from bert_core.data.batching import eval_batches, train_batches
+from bert_core.data.classification_data import ClassificationData, encode_examples, split_train_val
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForSequenceClassification
 from bert_core.model.checkpoint import check_tokenizer_fits
@@ -172,8 +167,8 @@ class SentenceLabels(FinetuneTask):
         self.train_data, self.val_data = train, val
         self.pooling = pooling  # the heads' reading (model.POOLING_KINDS); None: each model's default
         self._pad_id = 0
-        self._train_encoded: list[dict] | None = None
-        self._val_encoded: list[dict] | None = None
+        self._train_encoded: list | None = None
+        self._val_encoded: list | None = None
 
     split = staticmethod(split_train_val)
 
@@ -206,12 +201,12 @@ class SentenceLabels(FinetuneTask):
         self._val_encoded = self._train_encoded if same else encode_examples(self.val_data, tokenizer, max_length)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        """classification_data.train_batches: seeded epochs, length-grouped, padded per batch."""
-        return train_batches(self._train_encoded, self.train_data.labels, batch_size, seed, self._pad_id)
+        """batching.train_batches: seeded epochs, length-grouped, padded per batch."""
+        return train_batches(self._train_encoded, batch_size, seed, self._pad_id)
 
     def eval_batches(self, batch_size: int) -> Iterable:
-        """classification_data.eval_batches over the validation set."""
-        return eval_batches(self._val_encoded, self.val_data.labels, batch_size, self._pad_id)
+        """batching.eval_batches over the validation set, sorted by length."""
+        return eval_batches(self._val_encoded, batch_size, self._pad_id, by_length=True)
 
     def step_loss(self, model, batch) -> StepLoss:
         """The classifier's cross-entropy over the batch's labels; the score is the batch's accuracy."""

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from bert_core.data.batching import eval_batches, train_batches
 from bert_core.data.token_tags_data import (
     TaggedSentences,
     encode_tagged,
     span_scores,
     split_sentences,
-    tag_eval_batches,
-    tag_train_batches,
     token_accuracy,
     words_predictions,
 )
@@ -80,10 +79,10 @@ class TokenTags(FinetuneTask):
         self._val_examples = self._train_examples if same else encode_tagged(self.val_data, tokenizer, max_length)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        return tag_train_batches(self._train_examples, batch_size, seed, self._pad_id)
+        return train_batches(self._train_examples, batch_size, seed, self._pad_id)
 
     def eval_batches(self, batch_size: int) -> Iterable:
-        return tag_eval_batches(self._val_examples, batch_size, self._pad_id)
+        return eval_batches(self._val_examples, batch_size, self._pad_id)
 
     def step_loss(self, model, batch) -> StepLoss:
         """Cross-entropy over the labelled pieces; the score is the batch's accuracy on them."""
@@ -173,7 +172,7 @@ def tag_words(model, tokenizer, text_or_words, tag_names: list[str], max_length:
     model.eval()
     best: dict[int, list[int]] = {}
     probs: list[float] = []
-    for e, batch in enumerate(tag_eval_batches(examples, 1, tokenizer.pad_id)):
+    for e, batch in enumerate(eval_batches(examples, 1, tokenizer.pad_id)):
         batch = batch.to(device)
         p = model(batch.input_ids, batch.attention_mask, batch.token_type_ids).logits.float().softmax(-1)[0]
         scored = batch.labels[0] != IGNORE_INDEX
