@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +16,7 @@ from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
-from bert_core.inspect.kit import as_batch, evaluating, hidden_states
+from bert_core.inspect.kit import as_batch, evaluating, hidden_states, kept
 from bert_core.inspect.probes import heldout_documents, readable_offline
 from bert_core.inspect.word_maps import SENSE_SENTENCES
 
@@ -161,17 +160,9 @@ def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -
                      position_of=np.array(position_of), unit=unit)
 
 
-_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def cached_token_pool(model, tokenizer, sentences, source: str = "") -> TokenPool:
-    """token_pool, kept per model (and dropped with it): a page redraws without encoding the pool again."""
-    key = (source, tuple(sentences))
-    per_model = _POOLS.setdefault(model, {})
-    if key not in per_model:
-        per_model.clear()   # one pool a model: a new pool replaces the old
-        per_model[key] = token_pool(model, tokenizer, sentences, source)
-    return per_model[key]
+    """token_pool, kept with the model (kit.kept): a page redraws without encoding the pool again."""
+    return kept(model, "token pool", (source, tuple(sentences)), lambda: token_pool(model, tokenizer, sentences, source))
 
 
 @dataclass

@@ -4,7 +4,6 @@ attention_steps hooked; and what one of its units fires on, over every token of 
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 from bert_core.errors import BertCoreError
 from bert_core.inspect.embeddings import TokenPool, token_pool
 from bert_core.inspect.inspection import group_word_pieces, word_text
+from bert_core.inspect.kit import kept
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
@@ -100,16 +100,10 @@ def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
     return UnitPool(pool=pool, layer=layer, acts=torch.stack(acts).numpy())
 
 
-_UNIT_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def cached_unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
-    """unit_pool, one a model (a new layer or pool replaces it, and it goes with the model): a redraw is free."""
-    key = (source, tuple(sentences), layer)
-    kept = _UNIT_POOLS.get(model)
-    if kept is None or kept[0] != key:
-        _UNIT_POOLS[model] = kept = (key, unit_pool(model, tokenizer, sentences, source, layer))
-    return kept[1]
+    """unit_pool, kept with the model (kit.kept): a redraw is free."""
+    return kept(model, "unit pool", (source, tuple(sentences), layer),
+                lambda: unit_pool(model, tokenizer, sentences, source, layer))
 
 
 @dataclass

@@ -5,7 +5,8 @@ through the model (`model.lm_head`, declared by every model class in bert_core.m
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+import weakref
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -84,6 +85,18 @@ def heads_off(model, heads):
         check_head(model, layer, head)
         off[0, layer, head] = True
     return heads_masked(model, off)
+
+
+_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def kept(model, what: str, key: Any, build: Callable[[], Any]) -> Any:
+    """`build()`, kept with `model` (and gone with it) under `what` until asked for with another `key`: a page's
+    redraw is free, and a model holds one of each (a new pool or layer replaces the old)."""
+    found = _KEPT.setdefault(model, {}).get(what)
+    if found is None or found[0] != key:
+        _KEPT[model][what] = found = (key, build())
+    return found[1]
 
 
 def padded_batch(pad_id: int, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import random
 import time
-import weakref
 from collections import Counter
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import torch
 
 from bert_core.data.token_tags_data import TaggedSentences, encode_tagged, read_conll
 from bert_core.errors import BertCoreError
-from bert_core.inspect.kit import device_of, hidden_states
+from bert_core.inspect.kit import device_of, hidden_states, kept
 from bert_core.model.bert import IGNORE_INDEX
 
 FIT_SENTENCES, TEST_SENTENCES = 200, 100   # about 4,700 words to fit on and 2,400 held out, from CoNLL-2000
@@ -164,17 +163,11 @@ def verdict(probes: LayerProbes) -> str:
     return "; ".join(parts).capitalize() + ". " + tail
 
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 @functools.lru_cache(maxsize=1)
 def _read(path: str) -> TaggedSentences:
     return read_conll(path, tag_column="chunk")    # 8,936 sentences: a second or so, once for every model
 
 
 def conll_layer_probes(model, tokenizer, path: str) -> LayerProbes:
-    """layer_probes on a CoNLL-2000 file (`word POS chunk` lines), kept per model: a redraw is free."""
-    kept = _CACHE.get(model)
-    if kept is None or kept[0] != path:
-        _CACHE[model] = kept = (path, layer_probes(model, tokenizer, _read(path)))
-    return kept[1]
+    """layer_probes on a CoNLL-2000 file (`word POS chunk` lines), kept with the model: a redraw is free."""
+    return kept(model, "layer probes", path, lambda: layer_probes(model, tokenizer, _read(path)))
