@@ -6,7 +6,7 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 
 import streamlit as st
 
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar
 
 WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line under it that wraps (a long link
     # label is cut at the column's edge on a projector's 1280 x 720)
@@ -25,7 +25,7 @@ def _start_lesson() -> None:
     st.session_state["lesson_at"] = "tokens"
 
 st.set_page_config(page_title="BERT explorer", layout="wide")
-app_state.navigation()
+app_drawing.navigation()
 st.title("BERT explorer")
 st.markdown(
     "**BERT** (Devlin et al., 2018) is a stack of Transformer encoder layers that reads a whole sentence pair "
@@ -46,22 +46,22 @@ where.markdown("Ten short steps, from tokens to fine-tuning, each with the live 
 left, right = st.columns([3, 2])
 with right:
     st.subheader("Walkthrough")
-    for page, label, icon in app_state.NAVIGATION:
-        if page in WALKTHROUGH and (app_state.APP_ROOT / page).is_file():
+    for page, label, icon in app_drawing.NAVIGATION:
+        if page in WALKTHROUGH and (app_drawing.APP_ROOT / page).is_file():
             st.page_link(page, label=WALKTHROUGH[page][0], icon=icon)
             st.caption(WALKTHROUGH[page][1])
 with left:
     figure = st.empty()
 from bert_core.inspect.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)
 
-config = app_state.quick_config()
+config = app_models.quick_config()
 with figure.container():
-    app_state.plotly(architecture_figure(config), "bert-architecture")
+    app_drawing.plotly(architecture_figure(config), "bert-architecture")
 
-active = app_state.sidebar(navigation_drawn=True)  # loads PyTorch and the model: after the page is on screen
+active = app_sidebar.sidebar(navigation_drawn=True)  # loads PyTorch and the model: after the page is on screen
 if active is not None and active.config != config:
     with figure.container():
-        app_state.plotly(architecture_figure(active.config), "bert-architecture")
+        app_drawing.plotly(architecture_figure(active.config), "bert-architecture")
 with right:
     st.subheader("The active model")
     if active is None:

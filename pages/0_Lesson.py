@@ -25,7 +25,9 @@ from bert_core.inspect.inspection import (
 from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.training_step import take_one_step
-from bert_core.app import app_state, class_view, lesson_classes
+from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view
+from bert_core.app import lesson_classes
+from bert_core.app.url_settings import Within
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
@@ -82,7 +84,7 @@ def _class_of_links() -> tuple[Lesson, bool, bool]:
             st.query_params["follow"] = follow_code
     else:
         s.pop("lesson_class", None)
-    app_state.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
+    app_widgets.init_widget("lesson_follow_on", True, lambda v: str(v).lower() in ("1", "true"))
     following = klass is not None and s["lesson_follow_on"]
     return Lesson(lead_code, follow_code, klass, following), bad_teacher_link, class_ended
 
@@ -91,14 +93,14 @@ def _follow_model(state) -> None:
     """Before the sidebar draws its picker: the teacher's model becomes this page's, and the teacher's run (their
     model, or their live run) this tab's watched run, as its share link would make it."""
     if state.model is not None and state.model[0] == "shipped":
-        s["model_source"] = app_state.SOURCE_SHIPPED
+        s["model_source"] = app_models.SOURCE_SHIPPED
         s["model_shipped"] = state.model[1]
     elif state.model is not None:
-        s["model_source"] = app_state.SOURCE_SESSION
+        s["model_source"] = app_models.SOURCE_SESSION
     watch = state.model[1] if state.model is not None and state.model[0] == "run" else state.run
-    run, _ = app_state.current_run()
+    run, _ = app_tab.current_run()
     if watch and (run is None or run.view_id != watch) and app_state.RUNS.by_view(watch) is not None:
-        st.query_params[app_state.WATCH_PARAM] = watch
+        st.query_params[app_tab.WATCH_PARAM] = watch
 
 
 def _open_step(p: Lesson) -> None:
@@ -113,7 +115,7 @@ def _open_step(p: Lesson) -> None:
     if p.lead_code is not None:
         CLASSES.set_step(p.lead_code, p.step.key)
     if p.klass is not None:
-        p.seat = lesson_classes.seat_of(p.follow_code, app_state.visitor_id())
+        p.seat = lesson_classes.seat_of(p.follow_code, app_tab.visitor_id())
         CLASSES.seen(p.follow_code, p.seat, p.step.key, p.following)
 
 
@@ -122,12 +124,12 @@ def _go(to: int, lead_code: str | None) -> None:
     st.query_params["step"] = STEPS[to].key
     if lead_code is not None:
         app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
-    run, role = app_state.current_run()
+    run, role = app_tab.current_run()
     if STEPS[to].key in ("attention", "attends", "predictions", "masking", "fine-tune") and run is not None \
-            and role == app_state.OWNER and run.phase == "finished":
+            and role == runs.OWNER and run.phase == "finished":
         # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable), and
         # the race fine-tunes it.
-        st.session_state["model_source"] = app_state.SOURCE_SESSION
+        st.session_state["model_source"] = app_models.SOURCE_SESSION
 
 
 def _is_gpt(run) -> bool:
@@ -140,10 +142,10 @@ def _model_ref(model) -> tuple[str, str] | None:
     source = s.get("model_source")
     if model is None:
         return None
-    if source == app_state.SOURCE_SHIPPED and model.path is not None:
+    if source == app_models.SOURCE_SHIPPED and model.path is not None:
         return ("shipped", model.path.name)
-    run, _ = app_state.current_run()
-    if source == app_state.SOURCE_SESSION and run is not None:
+    run, _ = app_tab.current_run()
+    if source == app_models.SOURCE_SESSION and run is not None:
         return ("run", run.view_id)
     return None
 
@@ -156,7 +158,7 @@ def _scroll_to_top(key: str) -> None:
     if s.get("_lesson_drawn_step") != key:
         s["_lesson_drawn_step"], s["_lesson_opened"] = key, s.get("_lesson_opened", 0) + 1
         with st.sidebar:
-            app_state.script_frame(lesson.to_top_script(s["_lesson_opened"]))
+            app_drawing.script_frame(lesson.to_top_script(s["_lesson_opened"]))
 
 
 def _tell_the_class(p: Lesson) -> None:
@@ -164,11 +166,11 @@ def _tell_the_class(p: Lesson) -> None:
     if p.lead_code is not None:
         p.class_model = _model_ref(p.active)
         CLASSES.set_model(p.lead_code, p.class_model)
-        lesson_run, _ = app_state.current_run()
+        lesson_run, _ = app_tab.current_run()
         # The teacher's live run, which the students watch at step 5: the default BERT run, never a GPT of the
         # Train page.
         CLASSES.set_run(p.lead_code, None if lesson_run is None or _is_gpt(lesson_run) else lesson_run.view_id)
-        race, _ = app_state.current_run(FINETUNE_PAGE)
+        race, _ = app_tab.current_run(FINETUNE_PAGE)
         CLASSES.set_race(p.lead_code, race.view_id if race is not None else None)
     elif p.following:
         p.class_model = p.klass.model
@@ -237,7 +239,7 @@ def _sentence(label: str, key: str) -> str | None:
 
 def _tokens(p: Lesson) -> str | None:
     active = p.active
-    app_state.init_widget("lesson_text", "The children were playing happily in the garden.")
+    app_widgets.init_widget("lesson_text", "The children were playing happily in the garden.")
     text = st.text_input("A sentence", key="lesson_text")
     pieces = active.tokenizer.tokenize(text)
     if not pieces:
@@ -246,29 +248,29 @@ def _tokens(p: Lesson) -> str | None:
     words = group_word_pieces(pieces)
     ids = active.tokenizer.encode_pair(text, max_length=active.config.max_position_embeddings)["input_ids"]
     tokens = active.tokenizer.convert_ids_to_tokens(ids)
-    app_state.plotly(lesson_figures.tokens_figure(tokens, [0] * len(tokens)), "lesson-tokens",
-                     key="lesson_tokens_fig")
+    app_drawing.plotly(lesson_figures.tokens_figure(tokens, [0] * len(tokens)), "lesson-tokens",
+                       key="lesson_tokens_fig")
     return lesson.notice_tokens([word_text(w) for w in words], words, active.tokenizer.vocab_size)
 
 
 def _masking(p: Lesson) -> str | None:
     active = p.active
-    seeds = app_state.Within(0, 2**31 - 1)   # the widget's range, and what a link's value is held to
-    app_state.init_widget("lesson_seed", 0, seeds)
+    seeds = Within(0, 2**31 - 1)   # the widget's range, and what a link's value is held to
+    app_widgets.init_widget("lesson_seed", 0, seeds)
     seed = int(st.number_input("Masking seed (same seed, same masks)", *seeds, key="lesson_seed"))
-    instances = app_state.toy_pretraining_data(active).build_instances(0)
+    instances = app_models.toy_pretraining_data(active).build_instances(0)
     pair = instances[seed % len(instances)]
     rows = mask_example(active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
-    app_state.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
-    stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_state.DECISION_POOL]], seed=seed)
+    app_drawing.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
+    stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_models.DECISION_POOL]], seed=seed)
     if active.causal:
         st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
                    "its guesses here.")
         return lesson.notice_masking(stats, None)
     guesses = guesses_for_instance(active.model, active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
-    app_state.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
-    accuracy = app_state.decision_accuracy(active, "toy:0", instances, seed, MASK_RATE)
-    app_state.plotly(lesson_figures.decision_accuracy_bars(
+    app_drawing.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
+    accuracy = app_models.decision_accuracy(active, "toy:0", instances, seed, MASK_RATE)
+    app_drawing.plotly(lesson_figures.decision_accuracy_bars(
         accuracy, f"Right guesses by decision, {stats['instances']} toy pairs"), "lesson-accuracy",
         key="lesson_accuracy_fig")
     return lesson.notice_masking(stats, accuracy)
@@ -280,7 +282,7 @@ def _one_step(p: Lesson) -> str | None:
             st.caption("The teacher takes the steps on their screen: each update appears here as they press.")
             return None
         record, vocab_size = p.klass.step_record
-        app_state.show_step_record(record, "lesson_step")
+        app_drawing.show_step_record(record, "lesson_step")
         return lesson.notice_step(record, vocab_size)
     c1, c2 = st.columns([1, 3])
     if c1.button("Take one step", icon=":material/skip_next:", type="primary", key="lesson_step_go"):
@@ -293,7 +295,7 @@ def _one_step(p: Lesson) -> str | None:
                 CLASSES.set_step_record(p.lead_code, (s["lesson_step_record"],
                                                       s["lesson_trainer"].tokenizer.vocab_size))
         except BertCoreError as exc:
-            app_state.show_error(exc)
+            app_drawing.show_error(exc)
     if c2.button("Start over from a fresh model", key="lesson_step_reset"):
         s.pop("lesson_trainer", None)
         s.pop("lesson_step_record", None)
@@ -304,7 +306,7 @@ def _one_step(p: Lesson) -> str | None:
         st.caption("The model is the Train page's default: a fresh `nano` BERT on the toy stories, the same "
                    "seed, batches and schedule as the run of the next step.")
         return None
-    app_state.show_step_record(record, "lesson_step")
+    app_drawing.show_step_record(record, "lesson_step")
     return lesson.notice_step(record, s["lesson_trainer"].tokenizer.vocab_size)
 
 
@@ -315,24 +317,24 @@ def _live_run(p: Lesson) -> str | None:
             st.info("The teacher starts the default run on their screen: it appears here, live, when they do.",
                     icon=":material/hourglass_top:")
             return None
-        app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
+        app_state.RUNS.attach(run, app_tab.session_id(), runs.VIEWER, app_tab.visitor_id())
         st.caption("The teacher's run, watched here as its share link shows it: the teacher starts and stops it.")
         _watch(run, can_stop=False)
         return "shown"
-    run, role = app_state.current_run()
+    run, role = app_tab.current_run()
     gpt = _is_gpt(run)
     if gpt:   # this step is about the default BERT run: a GPT run of the Train page is not it
         st.info("Your last run on the Train page trains a GPT (next token); this step watches the default BERT "
                 "run. Start it here (your GPT run stays in *My runs*).", icon=":material/swap_horiz:")
-    if run is None or role != app_state.OWNER or gpt:
+    if run is None or role != runs.OWNER or gpt:
         if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
             try:
                 run_id = runs.new_token()
-                new = app_state.RUNS.submit(jobs.default_spec(), app_state.session_id(), run_id=run_id)
-                app_state.set_current_run(new)
+                new = app_state.RUNS.submit(jobs.default_spec(), app_tab.session_id(), run_id=run_id)
+                app_tab.set_current_run(new)
                 st.rerun()
             except BertCoreError as exc:
-                app_state.show_error(exc)
+                app_drawing.show_error(exc)
         st.caption("The Train page's defaults; the Train page shows the same run with all its charts.")
         return None
     _watch(run, can_stop=True)
@@ -343,8 +345,8 @@ def _watch(run, can_stop: bool) -> None:
     """The live run's loss against the unigram line and its notice, redrawn while it trains."""
     link, stop = st.columns([3, 1])
     with link:
-        app_state.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
-                            ":material/open_in_new:")
+        app_drawing.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
+                              ":material/open_in_new:")
     if can_stop and run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
                                                help="Stop the run here (the Train page can resume it)"):
         app_state.RUNS.stop(run.run_id, wait=10)
@@ -363,11 +365,11 @@ def _watch(run, can_stop: bool) -> None:
         else:
             st.caption("*What to notice* appears here at the run's first held-out evaluation.")
         st.caption(f"Run {run.phase}" + (f": step {trainer.step:,}" if trainer is not None else ""))
-        app_state.busy_caption(run)
+        app_tab.busy_caption(run)
         if trainer is None:
             return
-        app_state.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
-                                             causal=causal), "lesson-run-loss", key="lesson_run_loss")
+        app_drawing.plotly(figures.loss_figure(trainer.history, trainer.evals, trainer.baselines, smoothing=0.9,
+                                               causal=causal), "lesson-run-loss", key="lesson_run_loss")
         nsp = lesson.notice_nsp(trainer.evals, trainer.history, trainer.config.nsp and not causal)
         if nsp:
             st.caption(nsp)
@@ -382,17 +384,17 @@ def _watch(run, can_stop: bool) -> None:
 def _attention(p: Lesson) -> str | None:
     active = p.active
     # The model's own sentence follows the model (the teacher's, for a class) until someone types another.
-    app_state.follow_default("lesson_att_text", app_state.model_probes(active).attention_sentence)
+    app_widgets.follow_default("lesson_att_text", app_models.model_probes(active).attention_sentence)
     text = _sentence("Sentence", "lesson_att_text")
     if text is None:
         return None
     result = attention_maps(active.model, active.tokenizer, text)
     summaries = head_summaries(result)
     labels = [x.label for x in summaries]
-    app_state.plotly(figures.model_view_figure(result, labels), "lesson-attention", key="lesson_att_fig")
+    app_drawing.plotly(figures.model_view_figure(result, labels), "lesson-attention", key="lesson_att_fig")
     with st.expander("Does sentence B look back at sentence A? (the next-sentence signal, over 128 toy pairs)"):
-        pairs = app_state.pair_attention(active, "toy:0", app_state.toy_pretraining_data(active).build_instances(0))
-        app_state.plotly(lesson_figures.pair_attention_figure(pairs), "lesson-b-to-a", key="lesson_pairs_fig")
+        pairs = app_models.pair_attention(active, "toy:0", app_models.toy_pretraining_data(active).build_instances(0))
+        app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "lesson-b-to-a", key="lesson_pairs_fig")
         st.caption(f"Evenly spread, B's attention would put {pairs.uniform:.0%} on A. A model trained with "
                    "next-sentence prediction has a reason to compare the two; the Attention page has this view for "
                    "every model.")
@@ -401,14 +403,14 @@ def _attention(p: Lesson) -> str | None:
 
 def _embedding(p: Lesson) -> str | None:
     active = p.active
-    app_state.init_widget("lesson_emb_text", lesson.EMBEDDING_SENTENCE)
+    app_widgets.init_widget("lesson_emb_text", lesson.EMBEDDING_SENTENCE)
     text = _sentence("A sentence", "lesson_emb_text")
     if text is None:
         return None
     parts = embedding_parts(active.model, active.tokenizer, text)
-    token = app_state.token_picker("lesson_emb_token", parts.tokens, 1)
-    app_state.plotly(computation_figures.embedding_parts_figure(parts, token), "lesson-embedding",
-                     key="lesson_emb_fig")
+    token = app_widgets.token_picker("lesson_emb_token", parts.tokens, 1)
+    app_drawing.plotly(computation_figures.embedding_parts_figure(parts, token), "lesson-embedding",
+                       key="lesson_emb_fig")
     word = parts.tokens[token]
     near = [] if word.startswith("[") else nearest_neighbours(active.model, active.tokenizer, word, k=4)
     return lesson.notice_embedding(parts, token, near)
@@ -416,7 +418,7 @@ def _embedding(p: Lesson) -> str | None:
 
 def _attends(p: Lesson) -> str | None:
     active, config = p.active, p.active.config
-    app_state.follow_default("lesson_attends_text", app_state.model_probes(active).attention_sentence)
+    app_widgets.follow_default("lesson_attends_text", app_models.model_probes(active).attention_sentence)
     text = _sentence("Sentence", "lesson_attends_text")
     if text is None:
         return None
@@ -426,17 +428,17 @@ def _attends(p: Lesson) -> str | None:
     head = _counted_from_1(c2, "Head", "lesson_attends_head", config.num_attention_heads, 1)
     first = attention_steps(active.model, active.tokenizer, text, layer, head, 0)
     with c3:
-        query = app_state.token_picker("lesson_attends_token", first.tokens, 2)
+        query = app_widgets.token_picker("lesson_attends_token", first.tokens, 2)
     steps = attention_steps(active.model, active.tokenizer, text, layer, head, query)
-    app_state.plotly(lesson_figures.attends_scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
-    app_state.plotly(lesson_figures.values_figure(steps), "lesson-attends-values", key="lesson_attends_values")
+    app_drawing.plotly(lesson_figures.attends_scores_figure(steps), "lesson-attends", key="lesson_attends_fig")
+    app_drawing.plotly(lesson_figures.values_figure(steps), "lesson-attends-values", key="lesson_attends_values")
     return lesson.notice_attends(steps, with_temperature(steps, 1 / steps.head_dim ** 0.5))
 
 
 def _counted_from_1(column, label: str, key: str, most: int, default: int) -> int:
     """A layer or head box, counted from 1 as every figure and notice counts them, held to the model's range (a
     model with fewer layers, or a 0 from an old link); returns the index from 0."""
-    app_state.init_widget(key, default, int)
+    app_widgets.init_widget(key, default, int)
     s[key] = min(max(int(s[key]), 1), most)
     return int(column.number_input(label, 1, most, key=key)) - 1
 
@@ -447,11 +449,11 @@ def _guesses(model, text: str, title: str, name: str, key: str):
     try:
         candidates = fill_mask(model.model, model.tokenizer, text, top_k=5)[0].candidates
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return None
     counts = model.unigram_counts()
     baseline = unigram_top_k(counts, model.tokenizer, 5) if counts else None
-    app_state.plotly(figures.topk_figure(candidates, title, baseline), name, key=key)
+    app_drawing.plotly(figures.topk_figure(candidates, title, baseline), name, key=key)
     return candidates, baseline or []
 
 
@@ -461,7 +463,7 @@ def _predictions(p: Lesson) -> str | None:
         st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
                 "step (the Predictions page continues text with this one).")
         return None
-    app_state.follow_default("lesson_pred_text", app_state.model_probes(active).sentences[0])
+    app_widgets.follow_default("lesson_pred_text", app_models.model_probes(active).sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
     guessed = _guesses(active, text, "Guesses for the first [MASK]", "lesson-predictions", "lesson_pred_fig")
     if guessed is None:
@@ -481,11 +483,11 @@ def _side_trip(p: Lesson) -> None:
                           "5.6M words of real English. The sidebar's model, the next steps and the race do not "
                           "change."):
         return
-    shipped = app_state.shipped_model(name)
+    shipped = app_models.shipped_model(name)
     if shipped is None:
         st.info(f"{name} is not in this install.")
         return
-    app_state.follow_default("lesson_pred_english_text", app_state.model_probes(shipped).sentences[0])
+    app_widgets.follow_default("lesson_pred_english_text", app_models.model_probes(shipped).sentences[0])
     text = st.text_input(f"Text with [MASK], for {name}", key="lesson_pred_english_text")
     guessed = _guesses(shipped, text, f"{name}'s guesses for the first [MASK]", "lesson-predictions-shipped",
                        "lesson_pred_english_fig")
@@ -497,11 +499,11 @@ def _side_trip(p: Lesson) -> None:
 
 
 def _bert_or_gpt(p: Lesson) -> str | None:
-    bert, gpt = app_state.shipped_model("bert-tiny-english"), app_state.shipped_model("gpt-tiny-english")
+    bert, gpt = app_models.shipped_model("bert-tiny-english"), app_models.shipped_model("gpt-tiny-english")
     if bert is None or gpt is None:
         st.info("This step compares the two shipped checkpoints, which are not in this install.")
         return None
-    app_state.init_widget("lesson_gpt_text", lesson.BERT_OR_GPT_SENTENCE)
+    app_widgets.init_widget("lesson_gpt_text", lesson.BERT_OR_GPT_SENTENCE)
     text = st.text_input("Sentence", key="lesson_gpt_text")
     c1, c2 = st.columns(2)
     layer = _counted_from_1(c1, "Layer", "lesson_gpt_layer", bert.config.num_hidden_layers, 1)
@@ -511,8 +513,8 @@ def _bert_or_gpt(p: Lesson) -> str | None:
         return None
     a = attention_maps(bert.model, bert.tokenizer, text)
     b = attention_maps(gpt.model, gpt.tokenizer, text)
-    app_state.plotly(figures.side_by_side_figure([("BERT", a), ("GPT", b)], layer, head), "lesson-bert-gpt",
-                     key="lesson_gpt_fig")
+    app_drawing.plotly(figures.side_by_side_figure([("BERT", a), ("GPT", b)], layer, head), "lesson-bert-gpt",
+                       key="lesson_gpt_fig")
     return lesson.notice_bert_or_gpt(a.attentions[layer, head, 0].tolist(), b.attentions[layer, head, 0].tolist(),
                                      b.attentions[layer, head, -1].tolist(), a.tokens, b.tokens)
 
@@ -528,7 +530,7 @@ def _to_race(key: str) -> None:
 def _race(p: Lesson):
     """The race this step reports: the teacher's for a class that follows, else this tab's (once the Fine-tune
     page has run one)."""
-    return app_state.RUNS.by_view(p.klass.race) if p.following else app_state.current_run(FINETUNE_PAGE)[0]
+    return app_state.RUNS.by_view(p.klass.race) if p.following else app_tab.current_run(FINETUNE_PAGE)[0]
 
 
 def _finetune(p: Lesson) -> str | None:
@@ -542,11 +544,11 @@ def _finetune(p: Lesson) -> str | None:
     done = run is not None and not run.active and run.job is not None
     if p.following:   # the teacher's race, its figures read here: the class does not run thirty races
         if run is not None:
-            app_state.RUNS.attach(run, app_state.session_id(), app_state.VIEWER, app_state.visitor_id())
+            app_state.RUNS.attach(run, app_tab.session_id(), runs.VIEWER, app_tab.visitor_id())
         s["_lesson_race_pending"] = p.klass.race if run is not None and not done else None   # redrawn once it ends
     # An ended race's results (none when it failed before its models were built).
     results = run.job.trainer.results if done and run.job.trainer is not None else None
-    app_state.busy_caption(run, "race")
+    app_tab.busy_caption(run, "race")
     text = lesson.notice_finetune(results, _raced(run))
     if text is None and p.following:
         st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
@@ -589,7 +591,7 @@ def _notice(p: Lesson) -> None:
         else:
             notice = BODIES[p.step.key](p)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     if notice == "shown":
         pass   # drawn inside the live view, where it follows the run
     elif notice:
@@ -625,7 +627,7 @@ def _foot(p: Lesson) -> None:
     nxt.button("Next", icon=":material/arrow_forward:", disabled=p.index == last or p.following, type="primary",
                on_click=_go, args=(min(last, p.index + 1), p.lead_code), key="lesson_next")
     with mid:
-        app_state.page_link(p.step.page, "Explore this further on its page", ":material/open_in_new:")
+        app_drawing.page_link(p.step.page, "Explore this further on its page", ":material/open_in_new:")
     if st.query_params.get("step") != p.step.key:
         st.query_params["step"] = p.step.key
     if p.index == last:
@@ -713,7 +715,7 @@ def main() -> None:
     st.set_page_config(page_title="Lesson · BERT explorer", layout="wide")
     p, bad_teacher_link, class_ended = _class_of_links()
     _open_step(p)
-    p.active = app_state.sidebar()
+    p.active = app_sidebar.sidebar()
     app_state.warm_launcher()
     _scroll_to_top(p.step.key)
     _tell_the_class(p)

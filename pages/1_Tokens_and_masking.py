@@ -8,20 +8,21 @@ from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.masked_guesses import guesses_for_instance
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app.url_settings import Within, one_of
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
-PAIRS, SEEDS, RATES = app_state.Within(0, 1_000_000), app_state.Within(0, 2**31 - 1), app_state.Within(0.05, 0.5)
+PAIRS, SEEDS, RATES = Within(0, 1_000_000), Within(0, 2**31 - 1), Within(0.05, 0.5)
 KEYS = ("tm_mode", "tm_pair_seed", "tm_a", "tm_b", "tm_seed", "tm_rate")
 
 
 def _corpus_data(active):
     """Pretraining data to draw pairs from: this session's training corpus when it uses this tokenizer, else toy."""
-    job = app_state.current_job()
+    job = app_tab.current_job()
     if job is not None and job.trainer is not None and job.trainer.tokenizer is active.tokenizer:
         label = markdown(job.spec.corpus_label) if job.spec else ""   # an uploaded file's name: shown as written
         return job.trainer.data, f"this session's training corpus ({label})"
-    return app_state.toy_pretraining_data(active), "the toy grammar corpus (200 documents)"
+    return app_models.toy_pretraining_data(active), "the toy grammar corpus (200 documents)"
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -30,13 +31,13 @@ def _instances(key: str, _data, seed: int):
 
 
 def _init_widgets() -> None:
-    app_state.init_widget("tm_mode", "draw", app_state.one_of(("draw", "type"), "no such choice"))
-    app_state.init_widget("tm_pair_seed", 0, PAIRS)
-    app_state.init_widget("tm_a", "the cat sat on the mat .")
-    app_state.init_widget("tm_b", "it was tired after the long day .")
-    app_state.init_widget("tm_seed", 0, SEEDS)
-    app_state.init_widget("tm_rate", MASK_RATE, RATES)
-    app_state.persist_keys(*KEYS)
+    app_widgets.init_widget("tm_mode", "draw", one_of(("draw", "type"), "no such choice"))
+    app_widgets.init_widget("tm_pair_seed", 0, PAIRS)
+    app_widgets.init_widget("tm_a", "the cat sat on the mat .")
+    app_widgets.init_widget("tm_b", "it was tired after the long day .")
+    app_widgets.init_widget("tm_seed", 0, SEEDS)
+    app_widgets.init_widget("tm_rate", MASK_RATE, RATES)
+    app_widgets.persist_keys(*KEYS)
 
 
 def _pair(active, data, data_name: str) -> tuple[list[int], list[int]]:
@@ -59,7 +60,7 @@ def _pair(active, data, data_name: str) -> tuple[list[int], list[int]]:
         enc = encode_input(active.tokenizer, st.session_state["tm_a"], st.session_state["tm_b"] or None,
                            max_length=active.config.max_position_embeddings)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         st.stop()
     if enc.truncated:
         st.warning(f"Longer than the model's {enc.max_length} positions: {enc.dropped_tokens} word pieces cut.")
@@ -71,12 +72,12 @@ def _masked_pair(active, input_ids, token_type_ids, seed: int, rate: float) -> N
     """The pair's masking, the model's guess at each chosen position, and the token table."""
     tok = active.tokenizer
     rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
-    app_state.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
+    app_drawing.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
     st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
                "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
     if not active.causal:
         guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
-        app_state.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
+        app_drawing.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
         right = sum(g.right for g in guesses)
         st.caption(f"The active model's top guess at each chosen position, whatever it saw there: {right} of "
                    f"{len(guesses)} right in this pair. A kept token can be copied from the input; a random one "
@@ -92,12 +93,12 @@ def _masked_pair(active, input_ids, token_type_ids, seed: int, rate: float) -> N
 
 def _accuracy(active, key: str, instances, seed: int, rate: float) -> None:
     """The active model's right guesses by decision over the batch's first pairs, and what they say."""
-    accuracy = app_state.decision_accuracy(active, key, instances, seed, rate)
-    app_state.plotly(lesson_figures.decision_accuracy_bars(
+    accuracy = app_models.decision_accuracy(active, key, instances, seed, rate)
+    app_drawing.plotly(lesson_figures.decision_accuracy_bars(
         accuracy, f"The active model's right guesses by decision, {sum(a.count for a in accuracy.values()):,} "
                   "chosen tokens"), "accuracy-by-decision", key="tm_accuracy")
     kept, masked = accuracy["kept"].accuracy, accuracy["[MASK]"].accuracy
-    st.caption(f"Over the first {app_state.DECISION_POOL} of those pairs with the same masking: kept tokens "
+    st.caption(f"Over the first {app_models.DECISION_POOL} of those pairs with the same masking: kept tokens "
                f"{kept:.0%} right, [MASK]ed ones {masked:.0%}, random ones {accuracy['random'].accuracy:.0%}. "
                + ("Kept tokens are the easy ones: the answer is in the input. "
                   if kept > masked + 0.2 else
@@ -113,7 +114,7 @@ def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
     key = f"{id(data)}:{data_name}"
     pool = [x.input_ids for x in _instances(key, data, seed)[:512]]
     stats = masking_stats(active.tokenizer, pool, seed=seed, mask_rate=rate)
-    app_state.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
+    app_drawing.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
     st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
                f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
                f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
@@ -123,7 +124,7 @@ def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
-    active = app_state.sidebar()
+    active = app_sidebar.sidebar()
     st.title("Tokens & masking")
     st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about "
                 "15% of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a "
@@ -135,7 +136,7 @@ def main() -> None:
     try:
         data, data_name = _corpus_data(active)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         st.stop()
     input_ids, token_type_ids = _pair(active, data, data_name)
     m1, m2 = st.columns(2)
@@ -144,7 +145,7 @@ def main() -> None:
     seed, rate = int(st.session_state["tm_seed"]), float(st.session_state["tm_rate"])
     _masked_pair(active, input_ids, token_type_ids, seed, rate)
     _large_batch(active, data, data_name, seed, rate)
-    app_state.sync_query(*KEYS)
+    app_widgets.sync_query(*KEYS)
 
 
 main()

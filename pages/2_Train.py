@@ -8,12 +8,13 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, run_panel
+from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
 
 st.set_page_config(page_title="Train · BERT explorer", layout="wide")
-app_state.sidebar()
+app_sidebar.sidebar()
 app_state.warm_launcher()
 st.title("Train a tiny BERT")
 
@@ -28,14 +29,14 @@ def _seed_widgets() -> None:
     for key, value in st.session_state.pop("train_show_settings", {}).items():
         st.session_state[key] = value
     for setting, value, follows in jobs.widget_defaults(st.session_state):
-        app_state.seed_setting(setting, value, follows)
+        app_widgets.seed_setting(setting, value, follows)
     # The smoothing is a view setting, not a training one, read from the URL before it goes (the slider is drawn
     # only beside a run).
-    app_state.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe", "train_smoothing",
-                           "train_objective", "train_map_word")
-    app_state.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_state.SMOOTHING)
-    app_state.init_widget("train_objective", "mlm", app_state.one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
-    app_state.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
+    app_widgets.persist_keys(*jobs.WIDGETS, "train_paste", "train_probes", "train_att_probe", "train_smoothing",
+                             "train_objective", "train_map_word")
+    app_widgets.init_widget("train_smoothing", figures.DEFAULT_SMOOTHING, app_widgets.SMOOTHING)
+    app_widgets.init_widget("train_objective", "mlm", one_of(jobs.OBJECTIVE_LABELS, "no such objective"))
+    app_widgets.init_widget("train_map_word", word_maps.TIMELAPSE_WORDS[0])
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing probe sentences from the held-out text…")
@@ -49,8 +50,8 @@ def _probe_editor() -> None:
     s = st.session_state
     text = jobs.corpus_text(s)
     drawn = _default_probes(s["train_corpus"], int(s["train_seed"]), text) if text != "" else None
-    app_state.follow_default("train_probes", "\n".join(drawn.sentences) if drawn else "")
-    app_state.follow_default("train_att_probe", drawn.attention_sentence if drawn else "")
+    app_widgets.follow_default("train_probes", "\n".join(drawn.sentences) if drawn else "")
+    app_widgets.follow_default("train_att_probe", drawn.attention_sentence if drawn else "")
     st.markdown("**Probe sentences**")
     p1, p2 = st.columns([3, 2])
     p1.text_area("Sentences the model fills in while it trains (one per line, each with [MASK])",
@@ -69,7 +70,7 @@ def _settings(expanded: bool) -> None:
         c1, c2, c3 = st.columns(3)
         with c1:
             st.markdown("**Corpus**")
-            corpus = app_state.setting_widget(SETTINGS["corpus"])
+            corpus = app_widgets.setting_widget(SETTINGS["corpus"])
             if corpus == "upload":
                 st.file_uploader("A UTF-8 text file (.txt), up to 50 MB", type=["txt", "md", "text"],
                                  key="train_upload")
@@ -78,12 +79,12 @@ def _settings(expanded: bool) -> None:
                              height=150)
             elif corpus != "toy":
                 st.caption("Read from the local data folder when present, else downloaded once (checksum-verified).")
-            app_state.setting_widget(SETTINGS["vocab_size"])
+            app_widgets.setting_widget(SETTINGS["vocab_size"])
         with c2:
             st.markdown("**Model**")
-            preset = app_state.setting_widget(SETTINGS["preset"])
+            preset = app_widgets.setting_widget(SETTINGS["preset"])
             if preset == "custom":
-                app_state.setting_widgets(SETTINGS.values(), "size")
+                app_widgets.setting_widgets(SETTINGS.values(), "size")
             else:
                 sizes = PRESETS[preset]
                 st.caption(f"{sizes['num_hidden_layers']} layers, hidden {sizes['hidden_size']}, "
@@ -94,19 +95,19 @@ def _settings(expanded: bool) -> None:
             with st.popover("What each size reaches", icon=":material/speed:"):
                 st.markdown(recipes.ladder_note())
                 st.table(recipes.ladder_rows(), hide_index=True)
-            app_state.setting_widgets(SETTINGS.values(), "model")
+            app_widgets.setting_widgets(SETTINGS.values(), "model")
         with c3:
             st.markdown("**Training**")
-            app_state.setting_widgets(SETTINGS.values(), "training")
+            app_widgets.setting_widgets(SETTINGS.values(), "training")
             gpt = st.radio("Objective", list(jobs.OBJECTIVE_LABELS), format_func=jobs.OBJECTIVE_LABELS.get,
                            key="train_objective", help=jobs.OBJECTIVE_HELP) == "clm"
-            app_state.setting_widgets(SETTINGS.values(), "objective",
-                                      disabled=lambda setting: gpt and setting.name in comparison.MLM_ONLY)
+            app_widgets.setting_widgets(SETTINGS.values(), "objective",
+                                        disabled=lambda setting: gpt and setting.name in comparison.MLM_ONLY)
         # Computed from the fields' own values (issue #64: a line describing another recipe than the one on screen).
         values = {name: st.session_state[key] for key, name in jobs.WIDGETS.items()}
         st.caption(lesson_settings.settings_caption(values, st.session_state["train_objective"]))
         _probe_editor()
-    app_state.sync_query(*jobs.WIDGETS, "train_objective")
+    app_widgets.sync_query(*jobs.WIDGETS, "train_objective")
 
 
 def _command_preview() -> None:
@@ -143,12 +144,12 @@ class Tab(NamedTuple):
 
 
 def _tab() -> Tab:
-    run, role = app_state.current_run()
+    run, role = app_tab.current_run()
     job = run.job if run is not None else None
     active = run is not None and run.active
     phase = run.phase if run is not None else None
     has_model = job is not None and job.model_available
-    return Tab(app_state.session_id(), run, role, job, role == app_state.VIEWER, active, phase, has_model,
+    return Tab(app_tab.session_id(), run, role, job, role == runs.VIEWER, active, phase, has_model,
                has_model and not active and (phase == "finished" or run.released))
 
 
@@ -163,11 +164,11 @@ def _start(tab: Tab, notice, init_from_run=None) -> None:
     notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
                 icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
-    owner = tab.run is not None and tab.role == app_state.OWNER
+    owner = tab.run is not None and tab.role == runs.OWNER
     if owner:
         app_state.RUNS.retire(tab.run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
     new = app_state.RUNS.submit(spec, tab.sid, run_id=run_id, family_of=tab.run if owner else None)
-    app_state.set_current_run(new)
+    app_tab.set_current_run(new)
     st.rerun()
 
 
@@ -175,7 +176,7 @@ def _forget(run) -> None:
     """After Reset: the run's download goes, and the page says what was forgot once it redraws (the run vanishes
     from My runs, and nobody should wonder where it went)."""
     st.session_state.pop("train_zip", None)
-    st.session_state["train_reset_note"] = app_state.reset_note(run)
+    st.session_state["train_reset_note"] = app_tab.reset_note(run)
 
 
 def _buttons(tab: Tab) -> None:
@@ -193,7 +194,7 @@ def _buttons(tab: Tab) -> None:
         if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
                      help="Start a new run with these settings (it waits in the queue when the server is full)"):
             _start(tab, notice)
-        app_state.stop_button(b2, run, active, viewer, notice, app_state.TRAIN_WORDS)
+        app_tab.stop_button(b2, run, active, viewer, notice, run_panel.TRAIN_WORDS)
         if b3.button("Resume", icon=":material/resume:", disabled=cannot_step,
                      help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished "
                           "run has nothing left to resume: its learning rate has decayed to zero."):
@@ -205,7 +206,7 @@ def _buttons(tab: Tab) -> None:
             notice.info("Taking one step…", icon=":material/hourglass_top:")
             st.session_state["train_step_record"] = (run.run_id, job.step_once())
             notice.empty()
-        app_state.reset_button(b4, run, viewer, app_state.TRAIN_WORDS, after=_forget)
+        app_tab.reset_button(b4, run, viewer, run_panel.TRAIN_WORDS, after=_forget)
         if b5.button("Prepare download", icon=":material/folder_zip:", disabled=not tab.has_model,
                      help="Save the checkpoint folder and offer it as a zip"):
             notice.info("Saving the checkpoint…", icon=":material/hourglass_top:")
@@ -227,7 +228,7 @@ def _buttons(tab: Tab) -> None:
                              icon=":material/fast_forward:", key="train_continue"):
                     _start(tab, notice, init_from_run=job)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
 
 
 def _after_buttons(tab: Tab) -> None:
@@ -238,9 +239,9 @@ def _after_buttons(tab: Tab) -> None:
     if stepped is not None and tab.run is not None and stepped[0] == tab.run.run_id and tab.phase == "stopped":
         with st.container(border=True):
             st.markdown("**Step once**: the update just taken")
-            app_state.show_step_record(stepped[1], "train_step")
-    app_state.my_runs_list()
-    app_state.share_box(tab.run, tab.viewer, app_state.TRAIN_WORDS)
+            app_drawing.show_step_record(stepped[1], "train_step")
+    app_tab.my_runs_list()
+    app_tab.share_box(tab.run, tab.viewer, run_panel.TRAIN_WORDS)
     if tab.has_model and not tab.viewer:
         with st.expander("Save this run on the server"):
             st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
@@ -251,10 +252,10 @@ def _after_buttons(tab: Tab) -> None:
                     path = app_storage.save_run(tab.job.save, st.session_state.get("train_save_name", ""),
                                                 owner=tab.sid)
                     where = "" if app_storage.public_mode() else f" (`{path}`)"
-                    st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_state.SOURCE_SAVED}* in the "
+                    st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_models.SOURCE_SAVED}* in the "
                                "sidebar to open it later, or download it as a zip.")
                 except BertCoreError as exc:
-                    app_state.show_error(exc)
+                    app_drawing.show_error(exc)
         zipped = st.session_state.get("train_zip")
         if zipped is not None and zipped[0] == tab.job.created:  # never an earlier run's checkpoint
             _, step, data = zipped
@@ -265,14 +266,14 @@ def _after_buttons(tab: Tab) -> None:
 
 def _status(viewer: bool, active: bool) -> None:
     """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
-    run, _ = app_state.current_run()
+    run, _ = app_tab.current_run()
     if run is None:
         st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
                 "pages meanwhile (pick *Model trained in this session* in the sidebar), and a reload comes back to "
                 "the same run.")
         st.caption(app_state.RUNS.where())
         return
-    if app_state.run_status(run, app_state.TRAIN_WORDS, viewer):   # note, lost record, queue, failure
+    if app_tab.run_status(run, run_panel.TRAIN_WORDS, viewer):   # note, lost record, queue, failure
         return
     job = run.job
     if job is not None and job.trainer is not None and not job.model_available and not run.active:
@@ -299,7 +300,7 @@ def _status(viewer: bool, active: bool) -> None:
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
                      f"elapsed {jobs.format_duration(prog.elapsed_s)}"
-                     + (f" · time left {jobs.format_duration(app_state.time_left(run))}" if run.active else "")
+                     + (f" · time left {jobs.format_duration(app_tab.time_left(run))}" if run.active else "")
                      + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     last = history[-1] if history else None
     m = st.columns(5)
@@ -326,12 +327,12 @@ def _status(viewer: bool, active: bool) -> None:
 def _charts(active: bool) -> None:
     """The training curves and the probe sentences: redrawn less often than the numbers above, because a
     browser redrawing four charts costs the training as much CPU as the training itself on a 2-core machine."""
-    job = app_state.current_job()
+    job = app_tab.current_job()
     trainer = job.trainer if job is not None else None
     if trainer is None:
         return
-    run, _ = app_state.current_run()
-    smoothing = app_state.smoothing_slider(
+    run, _ = app_tab.current_run()
+    smoothing = app_widgets.smoothing_slider(
         "train_smoothing", view=(run.run_id, run.active),
         help="Moving average over steps (as in TensorBoard): each batch is small, so per-step values are noisy. "
              "The raw values stay faint behind the line; 0 shows them alone. Held-out evaluations are never "
@@ -344,7 +345,7 @@ def _charts(active: bool) -> None:
         with column:
             for name in names:
                 if name in charts:   # a GPT's run has no masking decisions to split by
-                    app_state.plotly(charts[name], name, key=f"live_{name}")
+                    app_drawing.plotly(charts[name], name, key=f"live_{name}")
     causal = trainer.config.objective == "clm"
     if causal:
         st.caption(jobs.NEXT_TOKEN_NOTE)
@@ -376,13 +377,13 @@ def _charts(active: bool) -> None:
 def _word_map_timelapse() -> None:
     """The How BERT computes page's word map at each probe snapshot of this run: a word's senses separating (or
     not) as the model trains. The maps were made at the snapshots (the weights are not kept); this only draws."""
-    job = app_state.current_job()
+    job = app_tab.current_job()
     store = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = store.snapshots() if store is not None else []
     if not snaps:
         return
     st.subheader("One word's senses, snapshot by snapshot")
-    word = app_state.kept_choice(st.radio, "Word", word_maps.TIMELAPSE_WORDS, "train_map_word", horizontal=True)
+    word = app_widgets.kept_choice(st.radio, "Word", word_maps.TIMELAPSE_WORDS, "train_map_word", horizontal=True)
     timeline = word_maps.word_map_timelapse(snaps, word)
     if not timeline:
         st.caption(f"This run's snapshots hold no map of “{word}”: its tokenizer does not find the word in three of "
@@ -404,8 +405,8 @@ def _word_map_timelapse() -> None:
         computation_figures.word_map_figure(timeline[steps.index(step)][1], step=step)))
     separation = figures.SHARED_FIGURES.get(store, ("separation", *shown), lambda: figures.laid_out(
         computation_figures.separation_timeline_figure(word, *word_maps.separation_by_step(timeline), step=step)))
-    app_state.plotly(word_map, "word-map-timelapse", key="train_map")
-    app_state.plotly(separation, "word-map-separation", key="train_map_separation")
+    app_drawing.plotly(word_map, "word-map-timelapse", key="train_map")
+    app_drawing.plotly(separation, "word-map-separation", key="train_map_separation")
     st.caption("Separation: the distance between the two senses' centres on a layer's map over the mean spread "
                "within each sense: the higher, the further apart the senses lie.")
 
@@ -413,8 +414,8 @@ def _word_map_timelapse() -> None:
 def _compare(sid: str, active: bool) -> None:
     """This tab's runs, one after another: overlay two to four of them (the legend names the knobs that differ),
     and start a copy of the current run with one knob changed."""
-    run, role = app_state.current_run()
-    if run is None or role != app_state.OWNER:
+    run, role = app_tab.current_run()
+    if run is None or role != runs.OWNER:
         return
     family = [r for r in app_state.RUNS.family(run) if r.trainer is not None]   # a LiveView each: its curves
     st.subheader("Compare runs, one knob at a time")
@@ -431,10 +432,10 @@ def _compare(sid: str, active: bool) -> None:
                                 key=f"train_overlay_{run.run_id[:12]}_{any(r is run for r in family)}")
         picked = [r for r in family if r.run_id in chosen]
         if len(picked) >= 2:
-            app_state.plotly(figures.overlay_figure([r.spec for r in picked], [r.trainer.history for r in picked],
-                                                    [r.trainer.evals for r in picked],
-                                                    [names[r.run_id] for r in picked],
-                                                    smoothing=st.session_state.get("train_smoothing", 0.0)),
+            app_drawing.plotly(figures.overlay_figure([r.spec for r in picked], [r.trainer.history for r in picked],
+                                                      [r.trainer.evals for r in picked],
+                                                      [names[r.run_id] for r in picked],
+                                                      smoothing=st.session_state.get("train_smoothing", 0.0)),
                            "compare-runs")
     else:
         st.caption("Every run this tab starts joins this list. Start a second one (below, or with other settings "
@@ -459,11 +460,11 @@ def _compare(sid: str, active: bool) -> None:
             spec = jobs.spec_with_change(run.spec, change.knob, change.after, runs.scratch_key(run_id))
             app_state.RUNS.retire(run.run_id)
             new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run)
-            app_state.set_current_run(new)
+            app_tab.set_current_run(new)
             st.session_state["train_show_settings"] = jobs.page_values_of(spec)
             st.rerun()
         except BertCoreError as exc:
-            app_state.show_error(exc)
+            app_drawing.show_error(exc)
     if active:
         st.caption("A new run can start once this one has ended (or been stopped).")
 
@@ -487,7 +488,7 @@ def main() -> None:
         # not draw its curves unsmoothed (issue #64).
         st.query_params.pop("train_smoothing", None)
     else:
-        app_state.sync_query("train_smoothing")
+        app_widgets.sync_query("train_smoothing")
     _compare(tab.sid, tab.active)
 
 

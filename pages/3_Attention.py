@@ -8,12 +8,12 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
 
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 
 st.set_page_config(page_title="Attention · BERT explorer", layout="wide")
-active = app_state.sidebar()
+active = app_sidebar.sidebar()
 st.title("Attention")
 st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
             "one attending token; its weights sum to 1.")
@@ -22,17 +22,17 @@ if active is None:
 
 # The default sentence: a toy story for a model that has read only the toy grammar, else a plain English sentence
 # whose every word is one piece of its vocabulary; it follows the model until the student types another.
-app_state.follow_default("att_a", app_state.model_probes(active).attention_sentence)
-app_state.init_widget("att_b", "")
-app_state.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
-app_state.init_widget("att_layer", 1, int)
-app_state.init_widget("att_head", 1, int)
-app_state.init_widget("att_measure", "[CLS]")
-app_state.init_widget("att_token", 1, int)
-app_state.init_widget("att_pair_layer", 1, int)
-app_state.init_widget("att_pair_head", "mean")
-app_state.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token", "att_other",
-                       "att_pair_layer", "att_pair_head")
+app_widgets.follow_default("att_a", app_models.model_probes(active).attention_sentence)
+app_widgets.init_widget("att_b", "")
+app_widgets.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
+app_widgets.init_widget("att_layer", 1, int)
+app_widgets.init_widget("att_head", 1, int)
+app_widgets.init_widget("att_measure", "[CLS]")
+app_widgets.init_widget("att_token", 1, int)
+app_widgets.init_widget("att_pair_layer", 1, int)
+app_widgets.init_widget("att_pair_head", "mean")
+app_widgets.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token", "att_other",
+                         "att_pair_layer", "att_pair_head")
 
 c1, c2 = st.columns(2)
 c1.text_area("Sentence A", key="att_a", height=80)
@@ -47,7 +47,7 @@ try:
     result = attention_maps(active.model, active.tokenizer, st.session_state["att_a"],
                             st.session_state["att_b"] or None)
 except BertCoreError as exc:
-    app_state.show_error(exc)
+    app_drawing.show_error(exc)
     st.stop()
 if result.truncated:
     st.warning(f"The text is longer than the model's {cfg.max_position_embeddings} positions: it was truncated.")
@@ -56,7 +56,7 @@ if st.session_state["att_hide"]:
     try:
         result = hide_special_tokens(result)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         st.stop()
 summaries = head_summaries(full)
 labels = [s.label for s in summaries]
@@ -69,7 +69,7 @@ tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair, tab_nsp = st.tab
     ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs"])
 
 with tab_model:
-    app_state.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
+    app_drawing.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
     st.caption("Rows: the attending token; columns: the token it attends to (labelled when they fit; hover over a "
                "cell for its tokens and weight). One colour scale for every head, from 0 to the largest weight.")
 
@@ -78,17 +78,17 @@ with tab_head:
     h1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="att_layer")
     h2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="att_head")
     layer, head = st.session_state["att_layer"] - 1, st.session_state["att_head"] - 1
-    app_state.plotly(figures.head_view_figure(result, layer, head, labels[layer * cfg.num_attention_heads + head]),
-                     f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
+    app_drawing.plotly(figures.head_view_figure(result, layer, head, labels[layer * cfg.num_attention_heads + head]),
+                       f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
 
 with tab_token:
     t1, t2 = st.columns([3, 1])
-    app_state.kept_choice(t1.selectbox, "Token", range(len(result.tokens)), "att_token", min(1, len(result.tokens) - 1),
-                          format_func=lambda i: f"{i}: {result.tokens[i]}")
+    app_widgets.kept_choice(t1.selectbox, "Token", range(len(result.tokens)), "att_token",
+                            min(1, len(result.tokens) - 1), format_func=lambda i: f"{i}: {result.tokens[i]}")
     direction = t2.radio("Direction", ["from", "to"], horizontal=True,
                          format_func={"from": "where it looks", "to": "who looks at it"}.get)
-    app_state.plotly(figures.token_view_figure(result, st.session_state["att_token"], direction),
-                     "attention-token-view", key="att_token_view")
+    app_drawing.plotly(figures.token_view_figure(result, st.session_state["att_token"], direction),
+                       "attention-token-view", key="att_token_view")
 
 with tab_labels:
     n_tokens = len(full.tokens)
@@ -99,8 +99,8 @@ with tab_labels:
                 "the entropy divided by that maximum (0 to 1, 1 = spread evenly); the grid's *entropy* colour "
                 "shows it. Measured with the special tokens present.")
     st.selectbox("Colour by", list(figures.HEAD_MEASURES), key="att_measure")
-    app_state.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
-                     key="att_summary")
+    app_drawing.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
+                       key="att_summary")
     st.dataframe([{"layer": s.layer + 1, "head": s.head + 1, "label": s.label, "[CLS]": round(s.to_cls, 3),
                    "[SEP]": round(s.to_sep, 3), "previous": round(s.to_previous, 3), "next": round(s.to_next, 3),
                    "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 2),
@@ -108,10 +108,10 @@ with tab_labels:
                  hide_index=True, width="stretch")
 
 with tab_time:
-    job = app_state.current_job()
+    job = app_tab.current_job()
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = [s for s in (probes.snapshots() if probes is not None else []) if s.attention is not None]
-    if active.source != app_state.SOURCE_SESSION or not snaps:
+    if active.source != app_models.SOURCE_SESSION or not snaps:
         st.info("The time-lapse replays the attention of a fixed probe sentence at the snapshots taken while "
                 "training in this session: train on the Train page (with probe snapshots on), then pick "
                 "*Model trained in this session* in the sidebar.")
@@ -129,35 +129,35 @@ with tab_time:
         st.caption(f"Probe sentence (held out): “{markdown(probes.attention_sentence)}” at step {step:,}. The "
                    "colour scale is the same at every step, from 0 to 1: at step 0 every head spreads its attention "
                    "evenly (pale), and colour appears as heads learn where to look.")
-        app_state.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
-                         f"attention-step{step}", key="att_time")
+        app_drawing.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
+                           f"attention-step{step}", key="att_time")
 
 with tab_pair:
-    others = app_state.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
+    others = app_tab.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
     if not others:
         st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
                 "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "
                 "twin of the shipped BERT, or any checkpoint you save there).")
     else:
         p1, p2, p3 = st.columns([2, 1, 1])
-        app_state.kept_choice(p1.selectbox, "Beside this model", others, "att_other")
+        app_widgets.kept_choice(p1.selectbox, "Beside this model", others, "att_other")
         try:
-            other_model, other_tokenizer, _ = app_state.load_folder_cached(others[st.session_state["att_other"]])
+            other_model, other_tokenizer, _ = app_models.load_folder_cached(others[st.session_state["att_other"]])
             other = attention_maps(other_model, other_tokenizer, st.session_state["att_a"],
                                    st.session_state["att_b"] or None)
             if st.session_state["att_hide"]:
                 other = hide_special_tokens(other)
         except BertCoreError as exc:
-            app_state.show_error(exc)
+            app_drawing.show_error(exc)
         else:
             layers = max(cfg.num_hidden_layers, other_model.config.num_hidden_layers)
             heads = max(cfg.num_attention_heads, other_model.config.num_attention_heads)
-            app_state.kept_choice(p2.selectbox, "Layer", range(1, layers + 1), "att_pair_layer")
-            app_state.kept_choice(p3.selectbox, "Head", ["mean", *map(str, range(1, heads + 1))], "att_pair_head",
-                                  format_func=lambda h: "mean of the layer's heads" if h == "mean" else h)
+            app_widgets.kept_choice(p2.selectbox, "Layer", range(1, layers + 1), "att_pair_layer")
+            app_widgets.kept_choice(p3.selectbox, "Head", ["mean", *map(str, range(1, heads + 1))], "att_pair_head",
+                                    format_func=lambda h: "mean of the layer's heads" if h == "mean" else h)
             head = st.session_state["att_pair_head"]
             this = active.path.name if active.path is not None else active.source
-            app_state.plotly(figures.side_by_side_figure(
+            app_drawing.plotly(figures.side_by_side_figure(
                 [(this, result), (st.session_state["att_other"], other)], st.session_state["att_pair_layer"] - 1,
                 None if head == "mean" else int(head) - 1), "attention-side-by-side", key="att_pair")
             st.caption("Each model reads the text with its own tokenizer. A BERT attends in both directions (a full "
@@ -166,18 +166,18 @@ with tab_pair:
                        "clipped to its last.")
 
 with tab_nsp:
-    job = app_state.current_job()
+    job = app_tab.current_job()
     trainer = job.trainer if job is not None else None   # a race's has no tokenizer or data of its own
     if trainer is not None and trainer.tokenizer is active.tokenizer and trainer.data is not None:
         data, data_name = job.trainer.data, f"this session's training corpus ({job.spec.corpus_label})"
     else:
-        data, data_name = app_state.toy_pretraining_data(active), "the toy grammar corpus"
+        data, data_name = app_models.toy_pretraining_data(active), "the toy grammar corpus"
     try:
-        pairs = app_state.pair_attention(active, f"{id(data)}:{data_name}", data.build_instances(0))
+        pairs = app_models.pair_attention(active, f"{id(data)}:{data_name}", data.build_instances(0))
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     else:
-        app_state.plotly(lesson_figures.pair_attention_figure(pairs), "attention-b-to-a", key="att_nsp")
+        app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "attention-b-to-a", key="att_nsp")
         diff = pairs.difference
         layer, head = np.unravel_index(int(np.nanargmax(np.abs(diff))), diff.shape)
         st.caption(
@@ -188,4 +188,4 @@ with tab_nsp:
             "it is random. A model trained with next-sentence prediction must tell the two apart; compare a run "
             "with NSP off (Train, *Try one change*).")
 
-app_state.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")
+app_widgets.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")

@@ -19,23 +19,24 @@ from bert_core.inspect.inspection import (
     unigram_top_k,
     word_text,
 )
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app.url_settings import Within
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
-TEMPERATURES, TOP_KS, SEEDS, LENGTHS = (app_state.Within(0.1, 2.0), app_state.Within(0, 1000),
-                                        app_state.Within(0, 2**31 - 1), app_state.Within(1, 60))
-CANDIDATES = app_state.Within(1, 20)
+TEMPERATURES, TOP_KS, SEEDS, LENGTHS = (Within(0.1, 2.0), Within(0, 1000),
+                                        Within(0, 2**31 - 1), Within(1, 60))
+CANDIDATES = Within(1, 20)
 GEN_KEYS = ("gen_prompt", "gen_strategy", "gen_temperature", "gen_top_k", "gen_seed", "gen_tokens")
 
 
 def _generation_widgets(examples, note: str) -> None:
-    app_state.follow_default("gen_prompt", examples.prompt)
-    app_state.init_widget("gen_strategy", "greedy")
-    app_state.init_widget("gen_temperature", 1.0, TEMPERATURES)
-    app_state.init_widget("gen_top_k", 0, TOP_KS)
-    app_state.init_widget("gen_seed", 0, SEEDS)
-    app_state.init_widget("gen_tokens", 20, LENGTHS)
-    app_state.persist_keys(*GEN_KEYS)
+    app_widgets.follow_default("gen_prompt", examples.prompt)
+    app_widgets.init_widget("gen_strategy", "greedy")
+    app_widgets.init_widget("gen_temperature", 1.0, TEMPERATURES)
+    app_widgets.init_widget("gen_top_k", 0, TOP_KS)
+    app_widgets.init_widget("gen_seed", 0, SEEDS)
+    app_widgets.init_widget("gen_tokens", 20, LENGTHS)
+    app_widgets.persist_keys(*GEN_KEYS)
     st.text_area("The start of a text", key="gen_prompt", height=80)
     if note:
         st.caption(note)
@@ -64,7 +65,7 @@ def _continue_text(active, examples, note: str) -> None:
                                   temperature=float(state["gen_temperature"]), top_k=int(state["gen_top_k"]),
                                   seed=int(state["gen_seed"]))
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     else:
         if out.truncated_prompt:
             st.warning(f"The text is longer than the model's positions: its first {out.truncated_prompt} word "
@@ -73,7 +74,7 @@ def _continue_text(active, examples, note: str) -> None:
         st.caption(f"Stopped: {out.stopped}. Each row is one new token, the probability the model gave it, and "
                    "the other tokens it weighed at that step.")
         st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")
-    app_state.sync_query(*GEN_KEYS)
+    app_widgets.sync_query(*GEN_KEYS)
 
 
 def _mask_word(words: list[list[str]], pick: int) -> None:
@@ -115,7 +116,7 @@ def _fill_in(active, note: str) -> list:
                        "pieces at the end were cut off.")
         preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         preds = []
     if preds and baseline is None:
         st.caption("No unigram counts are recorded for this model (e.g. a Hugging Face download), so no baseline.")
@@ -123,14 +124,14 @@ def _fill_in(active, note: str) -> list:
     for n, pred in enumerate(preds):
         context = context_before(encoded.tokens, pred.position)
         with cols[n % len(cols)]:
-            app_state.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
-                             f"mask-{n + 1}", key=f"pred_fig_{n}")
+            app_drawing.plotly(figures.topk_figure(pred.candidates, f"[MASK] {n + 1}: …{context}", baseline),
+                               f"mask-{n + 1}", key=f"pred_fig_{n}")
     return preds
 
 
 def _other_model(active, preds: list) -> None:
     with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
-        others = app_state.other_models(active)
+        others = app_tab.other_models(active)
         if not others:
             st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a "
                        "checkpoint beside the shipped one, and it can be set beside this model here.")
@@ -138,9 +139,9 @@ def _other_model(active, preds: list) -> None:
         if not preds:   # the text's fault is said once, above: the other model reads the same text
             st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
             return
-        app_state.kept_choice(st.selectbox, "Beside this model", others, "pred_other")
+        app_widgets.kept_choice(st.selectbox, "Beside this model", others, "pred_other")
         try:
-            other_model, other_tok, _ = app_state.load_folder_cached(others[st.session_state["pred_other"]])
+            other_model, other_tok, _ = app_models.load_folder_cached(others[st.session_state["pred_other"]])
             if is_causal(other_model):
                 st.info(CAUSAL_CANNOT_FILL)
                 return
@@ -150,12 +151,12 @@ def _other_model(active, preds: list) -> None:
             other_cols = st.columns(min(len(other_preds), 3) or 1)
             for n, pred in enumerate(other_preds):
                 with other_cols[n % len(other_cols)]:
-                    app_state.plotly(figures.topk_figure(
+                    app_drawing.plotly(figures.topk_figure(
                         pred.candidates, f"{st.session_state['pred_other']}: [MASK] {n + 1}"),
                         f"mask-{n + 1}-other", key=f"pred_other_fig_{n}")
             st.caption("Each model reads the text with its own tokenizer; its unigram line is left out here.")
         except BertCoreError as exc:
-            app_state.show_error(exc)
+            app_drawing.show_error(exc)
 
 
 def _next_sentence(active) -> None:
@@ -170,23 +171,23 @@ def _next_sentence(active) -> None:
                        "pretraining draws B at random half the time.")
         st.progress(p)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
 
 
 def _probe_history(active) -> None:
     st.subheader("How the guesses changed during training")
-    job = app_state.current_job()
+    job = app_tab.current_job()
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = probes.snapshots() if probes is not None else []
-    if active.source != app_state.SOURCE_SESSION or not snaps:
+    if active.source != app_models.SOURCE_SESSION or not snaps:
         st.info("Probe sentences are filled in at snapshots while a model trains in this session. Train one on the "
                 "Train page and pick *Model trained in this session* to see its guesses evolve.")
         return
     sentence = st.selectbox("Probe sentence", list(range(len(probes.sentences))),
                             format_func=lambda i: probes.sentences[i], key="pred_probe")
     history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
-    app_state.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
-                     key="pred_history")
+    app_drawing.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
+                       key="pred_history")
     st.caption(f"The candidates that were ever among the model's top 3 at a snapshot (special tokens left out), "
                f"at most {figures.HISTORY_CANDIDATES}; a gap means the word was outside that snapshot's top "
                f"{probes.top_k}.")
@@ -194,28 +195,28 @@ def _probe_history(active) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
-    active = app_state.sidebar()
+    active = app_sidebar.sidebar()
     st.title("Predictions")
     if active is None:
         st.stop()
     # Default sentences: a toy story for a model that has read only the toy grammar, else plain English the model
     # gets right; they follow the model until the student types their own. The note says what it gets wrong.
-    examples = app_state.model_probes(active)
-    note = app_state.examples_note(active, examples)
+    examples = app_models.model_probes(active)
+    note = app_models.examples_note(active, examples)
     if is_causal(active.model):
         _continue_text(active, examples, note)
         st.stop()
     st.info(BIDIRECTIONAL_CANNOT_CONTINUE)
-    app_state.follow_default("pred_text", examples.sentences[0])
-    app_state.init_widget("pred_k", 5, CANDIDATES)
-    app_state.follow_default("nsp_a", examples.pair[0])
-    app_state.follow_default("nsp_b", examples.pair[1])
-    app_state.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
+    app_widgets.follow_default("pred_text", examples.sentences[0])
+    app_widgets.init_widget("pred_k", 5, CANDIDATES)
+    app_widgets.follow_default("nsp_a", examples.pair[0])
+    app_widgets.follow_default("nsp_b", examples.pair[1])
+    app_widgets.persist_keys("pred_text", "pred_k", "nsp_a", "nsp_b")
     preds = _fill_in(active, note)
     _other_model(active, preds)
     _next_sentence(active)
     _probe_history(active)
-    app_state.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")
+    app_widgets.sync_query("pred_text", "pred_k", "nsp_a", "nsp_b")
 
 
 main()

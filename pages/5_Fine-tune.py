@@ -17,7 +17,8 @@ from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, run_panel
+from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, finetune_runs, jobs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
@@ -77,15 +78,15 @@ def seed_widgets(page: Choices) -> None:
     first = {"train_size": SIZES[data][0], "val_size": SIZES[data][1], "learning_rate": page.suggested_lrs[FIRST],
              **{PAGE_WIDGETS[f"ft_{k}"]: v for k, v in {**KIND_PAGES[FIRST].settings,
                                                         **finetune_kinds.DATA_SETTINGS.get(data, {})}.items()}}
-    app_state.init_widget("ft_kind", FIRST, app_state.one_of(KIND_PAGES, "no such kind of task"))
-    app_state.init_widget("ft_data", data)
+    app_widgets.init_widget("ft_kind", FIRST, one_of(KIND_PAGES, "no such kind of task"))
+    app_widgets.init_widget("ft_data", data)
     for setting in PAGE_SETTINGS:
-        app_state.seed_setting(setting, first[setting.name] if setting.name in first else getattr(config, setting.name),
-                               follow=False)
-    app_state.init_widget("ft_tag_column", "chunk")
+        value = first[setting.name] if setting.name in first else getattr(config, setting.name)
+        app_widgets.seed_setting(setting, value, follow=False)
+    app_widgets.init_widget("ft_tag_column", "chunk")
     s.setdefault("ft_drills", True)
-    app_state.persist_keys("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column", "ft_text_cols", "ft_label_col",
-                           "ft_drop_empty", "ft_pair", "ft_second", "ft_baseline", "ft_drills")
+    app_widgets.persist_keys("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column", "ft_text_cols", "ft_label_col",
+                             "ft_drop_empty", "ft_pair", "ft_second", "ft_baseline", "ft_drills")
     suggested = page.suggested_lrs[s["ft_kind"]]
     if s.get("_ft_suggested_lr", suggested) != suggested:
         s["ft_lr"] = suggested  # an active model of another size, or another kind: the rate that suits
@@ -204,19 +205,19 @@ def settings_box(page: Choices, expanded: bool) -> dict:
             kp = data_box(page)
         with c2:
             st.markdown("**Split**")
-            app_state.setting_widgets(PAGE_SETTINGS, "split", unit=kp.unit, val_help=kp.val_help)
+            app_widgets.setting_widgets(PAGE_SETTINGS, "split", unit=kp.unit, val_help=kp.val_help)
         with c3:
             st.markdown("**Budget (each model)**")
-            app_state.setting_widgets(PAGE_SETTINGS, "budget",
-                                      suggested_lr=f"{page.suggested_lrs[st.session_state['ft_kind']]:.2g}")
+            app_widgets.setting_widgets(PAGE_SETTINGS, "budget",
+                                        suggested_lr=f"{page.suggested_lrs[st.session_state['ft_kind']]:.2g}")
         st.markdown("**The race** (optional)")
         r1, r2 = st.columns(2)
         others = model_sources.checkpoints_beside_default(exclude=page.active.path if page.active is not None
                                                           else None)
-        app_state.kept_choice(r1.selectbox, "Also fine-tune from", [None, *others], "ft_second",
-                              format_func=lambda n: "(no second model)" if n is None else n,
-                              placeholder="(no second model)",
-                              help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget "
+        app_widgets.kept_choice(r1.selectbox, "Also fine-tune from", [None, *others], "ft_second",
+                                format_func=lambda n: "(no second model)" if n is None else n,
+                                placeholder="(no second model)",
+                                help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget "
                                    "and seed. A GPT-style model's classifier reads the last token, not [CLS], which "
                                    "under causal attention sees only itself.")
         r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
@@ -323,25 +324,25 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
                 app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
             run_id = runs.new_token()
             spec = race_spec(run_id, values, page, others)
-            app_state.set_current_run(app_state.RUNS.submit(spec, app_state.session_id(), run_id=run_id),
-                                      FINETUNE_PAGE)
+            app_tab.set_current_run(app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id),
+                                    FINETUNE_PAGE)
             st.rerun()
-        app_state.stop_button(b2, run, busy, viewer, notice, app_state.FINETUNE_WORDS)
-        app_state.reset_button(b3, run, viewer, app_state.FINETUNE_WORDS)
+        app_tab.stop_button(b2, run, busy, viewer, notice, run_panel.FINETUNE_WORDS)
+        app_tab.reset_button(b3, run, viewer, run_panel.FINETUNE_WORDS)
         # A race a server restart stopped part-way: its note says what it kept; Resume goes on from there.
         if not viewer and finetune_runs.can_resume(run) and st.button(
                 "Resume the race", icon=":material/resume:", type="primary", help=finetune_runs.RESUME_HELP):
             app_state.RUNS.resume(run.run_id)
             st.rerun()
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     return start_label
 
 
 def live(viewer: bool, busy: bool) -> None:
     """The race as it trains: its progress, each model's latest figure and the validation curves."""
-    run, _ = app_state.current_run(FINETUNE_PAGE)
-    if run is None or app_state.run_status(run, app_state.FINETUNE_WORDS, viewer):
+    run, _ = app_tab.current_run(FINETUNE_PAGE)
+    if run is None or app_tab.run_status(run, run_panel.FINETUNE_WORDS, viewer):
         return
     job = run.job
     if job is None:
@@ -359,7 +360,7 @@ def live(viewer: bool, busy: bool) -> None:
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     st.progress(min(max(prog.fraction, 0.0), 1.0),
                 text=f"{run.phase}" + (f": training {current}" if current else "") +
-                     f" · time left {jobs.format_duration(app_state.time_left(run))}"
+                     f" · time left {jobs.format_duration(app_tab.time_left(run))}"
                      + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
     names, primary = comparison.metric_names, comparison.primary
     metric = ("accuracy", "macro_f1")[primary]
@@ -372,7 +373,7 @@ def live(viewer: bool, busy: bool) -> None:
                    help=f"{tuner.step:,} of {steps:,} steps so far" if steps else f"{tuner.step:,} steps so far")
     staged = next((t for t in comparison.tuners if len(t.stages) > 1), None)
     # Against steps when the budget is steps: the curves a busy server draws are then the quiet one's.
-    app_state.plotly(finetune_figures.accuracy_curves_figure(
+    app_drawing.plotly(finetune_figures.accuracy_curves_figure(
         {t.name: t.evals for t in comparison.tuners}, x="step" if steps else "elapsed_s",
         chance=its.chance(comparison.val_data), metric=metric, metric_label=names[primary],
         stages=staged.stages if staged is not None else ()), "finetune-accuracy", key="ft_curves")
@@ -414,7 +415,7 @@ def _draw(blocks) -> None:
             with st.expander(b.body):
                 _draw(b.parts)
         elif b.what == "plotly":
-            app_state.plotly(b.body, b.name, key=b.key)
+            app_drawing.plotly(b.body, b.name, key=b.key)
         elif b.what == "table":   # its cells are Markdown, and hold a visitor's labels and texts
             st.table(pd.DataFrame(markdown_rows(b.body)), **b.options)
         elif b.what == "dataframe":
@@ -434,7 +435,7 @@ def _try_your_own(results: dict, comparison, run_id: str) -> None:
     try:
         _draw(its.try_blocks(results, values, comparison.val_data, comparison.config.max_length))
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     _why(its, results, its.explained(values, comparison.val_data), comparison.config.max_length, run_id)
 
 
@@ -448,22 +449,22 @@ def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
     if explained is None or not tuned:
         st.caption("Type an input above first.")
         return
-    name = app_state.kept_choice(st.selectbox, "Model to explain", tuned, "ft_why_model",
-                                 format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
-    app_state.salience_panel("ft", salience_panel_data, run_id, name, tuned[name], its.name, explained, max_length)
+    name = app_widgets.kept_choice(st.selectbox, "Model to explain", tuned, "ft_why_model",
+                                   format_func=lambda n: finetune_figures.RUN_LABELS.get(n, n))
+    app_drawing.salience_panel("ft", salience_panel_data, run_id, name, tuned[name], its.name, explained, max_length)
 
 
 def main() -> None:
     st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
-    active = app_state.sidebar()
+    active = app_sidebar.sidebar()
     app_state.warm_launcher()
     st.title("Fine-tune: does pretraining pay?")
     st.markdown(INTRO)
     if st.session_state.get("ft_from_lesson"):
         # Arrived from the lesson: the way back to the step it left, with this race reported there.
-        app_state.page_link("pages/0_Lesson.py", "Back to the lesson (step "
-                            f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
-                            ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
+        app_drawing.page_link("pages/0_Lesson.py", "Back to the lesson (step "
+                              f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
+                              ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
     if active is not None and active.config.attention == "causal":
         st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), "
                    "as GPT-1 did, because under causal attention [CLS] sees only itself.")
@@ -471,24 +472,24 @@ def main() -> None:
     seed_widgets(page)
     # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`)
     # after a reload, or from the session.
-    app_state.attach_run(FINETUNE_PAGE)
-    run, role = app_state.current_run(FINETUNE_PAGE)
-    viewer = role == app_state.VIEWER          # watching someone's shared race: it can look, never steer
+    app_tab.attach_run(FINETUNE_PAGE)
+    run, role = app_tab.current_run(FINETUNE_PAGE)
+    viewer = role == runs.VIEWER          # watching someone's shared race: it can look, never steer
     job = run.job if run is not None else None
     busy = run is not None and run.active      # queued, preparing or training
     others = settings_box(page, expanded=not (job is not None and job.trainer is not None))
     kp = KIND_PAGES[st.session_state["ft_kind"]]
-    app_state.sync_query("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column")
-    app_state.my_runs_list()   # this browser's races and pretraining runs (one to fine-tune from), with their links
+    app_widgets.sync_query("ft_kind", "ft_data", *PAGE_WIDGETS, "ft_tag_column")
+    app_tab.my_runs_list()   # this browser's races and pretraining runs (one to fine-tune from), with their links
     data = None
     try:
         data = _data()
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     if data is not None:
         describe(data, kp, page)
     start_label = buttons(page, run, viewer, busy, data, others)
-    app_state.share_box(run, viewer, app_state.FINETUNE_WORDS)
+    app_tab.share_box(run, viewer, run_panel.FINETUNE_WORDS)
     st.divider()
     # A race of another kind than the settings now show is not drawn under them (the note below says so); a watched
     # race is always drawn: its viewer's settings are their own.

@@ -6,7 +6,8 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app.url_settings import one_of
 from bert_core.app.export import (
     checkpoint_saver,
     history_label,
@@ -58,7 +59,7 @@ def _bundle(active, job, live: bool, record) -> None:
                 smoothing = float(st.session_state.get("exp_smoothing", figures.DEFAULT_SMOOTHING))
                 st.session_state["exp_bundle"] = (which, run_bundle(save, record, run_figures(record, smoothing)))
         except BertCoreError as exc:
-            app_state.show_error(exc)
+            app_drawing.show_error(exc)
     bundle = st.session_state.get("exp_bundle")
     if bundle is not None and bundle[0] == which:
         st.download_button(f"Download run bundle ({len(bundle[1]) / 1e6:.1f} MB zip)", bundle[1],
@@ -67,25 +68,25 @@ def _bundle(active, job, live: bool, record) -> None:
 
 def _figures(record) -> None:
     st.subheader("Figures")
-    app_state.init_widget("image_format", "png", app_state.one_of(("png", "svg"), "not png or svg"))
+    app_widgets.init_widget("image_format", "png", one_of(("png", "svg"), "not png or svg"))
     st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
              horizontal=True)
     st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
                 "in this format. The curves of the active model:")
     if record.history:
-        smoothing = app_state.smoothing_slider(
+        smoothing = app_widgets.smoothing_slider(
             "exp_smoothing", help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
         history, evals, baselines = record.history, record.evals, record.baselines
-        app_state.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
-        app_state.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
+        app_drawing.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
+        app_drawing.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
 
 
 def main() -> None:
     st.set_page_config(page_title="Export · BERT explorer", layout="wide")
-    active = app_state.sidebar()
+    active = app_sidebar.sidebar()
     st.title("Export")
-    job = app_state.current_job()
-    live = active is not None and active.source == app_state.SOURCE_SESSION and job is not None and job.trainer
+    job = app_tab.current_job()
+    live = active is not None and active.source == app_models.SOURCE_SESSION and job is not None and job.trainer
     record = run_record(active.config if active is not None else None, trainer=job.trainer if live else None,
                         trainer_state=active.trainer_state if active is not None else None)
     if active is None:
@@ -97,7 +98,7 @@ def main() -> None:
     st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
                 "the address of a page once it shows what you want, and whoever opens the link sees the same view "
                 "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
-    app_state.sync_query("image_format", "exp_smoothing")
+    app_widgets.sync_query("image_format", "exp_smoothing")
 
 
 main()

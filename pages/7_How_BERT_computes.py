@@ -12,6 +12,7 @@ from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, co
 from bert_core.inspect import feed_forward_figures as ff
 from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
+from bert_core.inspect import head_weights as hw
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.layer_probes import conll_layer_probes, verdict
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
@@ -19,13 +20,14 @@ from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience_figures import salience_panel_data
 from bert_core.inspect.word_map_vectors import word_map
-from bert_core.app import app_state
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app.url_settings import Within
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 
 OWN_SENTENCES = "your own sentences"
-TEMPERATURES = app_state.Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
+TEMPERATURES = Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
 KEYS = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
 WHY_TITLE = "Why a fine-tuned model decided"
@@ -36,12 +38,12 @@ def _init_widgets(active, examples, causal: bool) -> None:
     for key, cast, default in (("hbc_b", str, ""), ("hbc_layer", int, 1), ("hbc_head", int, 1), ("hbc_token", int, 2),
                                ("hbc_temperature", TEMPERATURES, 1.0), ("hbc_word", str, "bank"),
                                ("hbc_neighbour", str, "king")):
-        app_state.init_widget(key, default, cast)
+        app_widgets.init_widget(key, default, cast)
     for key, default in (("hbc_a", examples.attention_sentence), ("hbc_pair_a", examples.grammar_pair[0]),
                          ("hbc_lens", examples.prompt if causal else examples.sentences[0]),
                          ("hbc_pair_b", examples.grammar_pair[1])):   # the model's own, until someone types
-        app_state.follow_default(key, default)
-    app_state.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
+        app_widgets.follow_default(key, default)
+    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
     # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
     st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
     st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
@@ -50,7 +52,7 @@ def _init_widgets(active, examples, causal: bool) -> None:
 def _finished_race():
     """This tab's fine-tuning race (the Fine-tune page's) once it has ended with fine-tuned models: (its run id,
     the race's trainer, its models by name), or (None, None, {})."""
-    race, _ = app_state.current_run(FINETUNE_PAGE)
+    race, _ = app_tab.current_run(FINETUNE_PAGE)
     trainer = race.job.trainer if race is not None and race.job is not None and not race.active else None
     results = (trainer.results or {}) if trainer is not None else {}
     tuned = {n: r for n, r in results.items() if r.model is not None and r.tokenizer is not None}
@@ -65,9 +67,9 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
                 "fine-tuned model's answer, and which attention heads it leans on.")
     fields = its.try_fields(race.val_data)
     # Kept when the user leaves the page and comes back, like the page's other widgets.
-    app_state.persist_keys("hbc_why_model", "hbc_why_on", *(f"hbc_why_{f.key}" for f in fields))
-    name = app_state.kept_choice(st.selectbox, "Model to explain", tuned, "hbc_why_model",
-                                 format_func=lambda n: RUN_LABELS.get(n, n))
+    app_widgets.persist_keys("hbc_why_model", "hbc_why_on", *(f"hbc_why_{f.key}" for f in fields))
+    name = app_widgets.kept_choice(st.selectbox, "Model to explain", tuned, "hbc_why_model",
+                                   format_func=lambda n: RUN_LABELS.get(n, n))
     for f in fields:   # the Fine-tune page's inputs, under keys of this page's own
         options, key = dict(f.options), f"hbc_why_{f.key}"
         # A kept value and a widget's own default may not meet (Streamlit warns): the default seeds the value once,
@@ -85,8 +87,8 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
         return
     if not st.toggle("Explain (about a second)", key="hbc_why_on"):
         return
-    app_state.salience_panel("hbc", salience_panel_data, run_id, name, tuned[name], its.name, explained,
-                             race.config.max_length)
+    app_drawing.salience_panel("hbc", salience_panel_data, run_id, name, tuned[name], its.name, explained,
+                               race.config.max_length)
 
 
 def _attention_tab(model, tok, cfg, causal: bool):
@@ -96,7 +98,7 @@ def _attention_tab(model, tok, cfg, causal: bool):
     try:
         _, _, tokens = encode_for_steps(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
     st.session_state["hbc_token"] = min(max(int(st.session_state["hbc_token"]), 1), len(tokens))
     p1, p2, p3, p4 = st.columns(4)
@@ -112,25 +114,25 @@ def _attention_tab(model, tok, cfg, causal: bool):
         steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
                                 st.session_state["hbc_b"] or None)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
     temperature = float(st.session_state["hbc_temperature"])
     st.markdown(f"The hidden state of token **{query + 1} {markdown(tokens[query])}** enters layer "
                 f"{layer + 1}. Head {head + 1} turns it into a **query**, and every token into a **key** "
                 f"and a **value**, each {steps.head_dim} numbers long.")
-    app_state.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
+    app_drawing.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
     what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
     if causal:
         st.caption("The GPT twin's causal mask: a token may look only at itself and the tokens before it, "
                    "so the later ones get a huge negative score and a weight of 0.")
-    app_state.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
+    app_drawing.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
     if what_if is not None:
         st.info(f"Orange is a what-if at temperature {temperature:g}: the model never uses one. "
                 "The blue bars are its real weights.")
     gap = float(abs(steps.probs - steps.model_probs).max())
     st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
                f"page (largest difference from the model's own weights: {gap:.1e}).")
-    app_state.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
+    app_drawing.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
     st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
                "to the layer's feed-forward block, below.")
     return steps
@@ -140,35 +142,54 @@ def _feed_forward(active, steps) -> None:
     st.subheader("The feed-forward block")
     ffn = feed_forward_steps(active.model, steps)
     st.markdown("  \n".join(what_each_step_does(ffn)))
-    app_state.plotly(ff.feed_forward_figure(ffn), "feed-forward", key="hbc_ffn")
+    app_drawing.plotly(ff.feed_forward_figure(ffn), "feed-forward", key="hbc_ffn")
     units = active.config.intermediate_size
-    app_state.follow_default("hbc_unit", ffn.most_active + 1, int)   # the most active until a unit is picked
+    app_widgets.follow_default("hbc_unit", ffn.most_active + 1, int)   # the most active until a unit is picked
     st.session_state["hbc_unit"] = min(max(int(st.session_state["hbc_unit"]), 1), units)
     st.number_input(f"Unit (1 to {units}; first the one most active for this token)", 1, units, key="hbc_unit")
     unit = int(st.session_state["hbc_unit"]) - 1
-    app_state.plotly(ff.gelu_figure(ffn, unit), "feed-forward-activation", key="hbc_gelu")
+    app_drawing.plotly(ff.gelu_figure(ffn, unit), "feed-forward-activation", key="hbc_gelu")
     sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
     with st.spinner("Reading the pool's sentences through the model (once per model and layer)…"):
         pool = cached_unit_pool(active.model, active.tokenizer, sentences, source, steps.layer)
-    app_state.plotly(ff.unit_firing_figure(unit_firing(pool, unit)), "feed-forward-unit", key="hbc_unit_fig")
+    app_drawing.plotly(ff.unit_firing_figure(unit_firing(pool, unit)), "feed-forward-unit", key="hbc_unit_fig")
+
+
+def _weights_as_matrices(model, steps) -> None:
+    st.subheader("The weights as matrices")
+    st.markdown("Where the query, keys and values come from: the head's rows of the layer's projection matrix "
+                "times a token's hidden state, plus a bias. Hover a cell for its number.")
+    c1, c2 = st.columns(2)
+    name = app_widgets.kept_choice(c1.radio, "Matrix", list(hw.PROJECTIONS), "hbc_matrix", horizontal=True,
+                                   format_func=lambda n: f"{hw.PROJECTIONS[n][0]} ({n})")
+    labels = cf.token_labels(steps.tokens)
+    key = app_widgets.kept_choice(c2.selectbox, "Key token (for W_K and W_V)", range(len(labels)), "hbc_key",
+                                  int(steps.probs.argmax()), format_func=lambda i: labels[i],
+                                  disabled=name == "query")
+    token = steps.query if name == "query" else int(key)
+    app_drawing.plotly(hw.projection_figure(hw.head_projection(model, steps, name, token)), "weights-as-matrices",
+                       key="hbc_matrix_fig")
+    app_drawing.plotly(hw.products_figure(steps), "query-key-products", key="hbc_products")
+    st.caption("As bertviz's neuron view draws it: each row sums to that key's score q·k, step 1 of the "
+               "scores above.")
 
 
 def _lens_tab(active, examples, causal: bool) -> None:
     label = "The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]"
     st.text_input(label, key="hbc_lens")
-    note = app_state.examples_note(active, examples)
+    note = app_models.examples_note(active, examples)
     if note:
         st.caption(note)
     try:
         lens = logit_lens(active.model, active.tokenizer, st.session_state["hbc_lens"])
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
     st.markdown("The model's own prediction head, applied to the hidden state after each layer: what the "
                 "answer looks like so far. The last row is the model's real answer"
                 + ("." if causal else ", the Predictions page's."))
-    app_state.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
-    app_state.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
+    app_drawing.plotly(cf.lens_figure(lens), "logit-lens", key="hbc_lens_fig")
+    app_drawing.plotly(cf.lens_lines_figure(lens), "logit-lens-lines", key="hbc_lens_lines")
     _heads_off(active)
 
 
@@ -194,10 +215,10 @@ def _layer_probes(active) -> None:
         with st.spinner("Reading 300 sentences through the model and a random one of its shape…"):
             probes = conll_layer_probes(active.model, active.tokenizer, str(path))
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
     st.markdown(verdict(probes))
-    app_state.plotly(cf.layer_probes_figure(probes), "layer-probes", key="hbc_probes_fig")
+    app_drawing.plotly(cf.layer_probes_figure(probes), "layer-probes", key="hbc_probes_fig")
     st.caption(f"Each word is read at its first WordPiece. Fitted on {probes.fit_words:,} words of "
                f"{probes.fit_sentences} sentences and scored on {probes.test_words:,} words of "
                f"{probes.test_sentences} others, by ridge regression in closed form ({probes.seconds_fit:.1f} s; "
@@ -224,7 +245,7 @@ def _heads_off(active) -> None:
     m1.metric(f"P({markdown(effect.answer)}) with every head", f"{effect.answer_before:.1%}")
     m2.metric("with those heads off", f"{effect.answer_after:.1%}",
               delta=f"{(effect.answer_after - effect.answer_before) * 100:+.1f} points")
-    app_state.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
+    app_drawing.plotly(cf.heads_off_figure(effect), "heads-off", key="hbc_heads_off")
 
 
 def _embedding_parts(active) -> None:
@@ -232,18 +253,18 @@ def _embedding_parts(active) -> None:
     try:
         parts = embedding_parts(model, tok, st.session_state["hbc_a"], st.session_state["hbc_b"] or None)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
-    token = app_state.token_picker("hbc_emb_token", parts.tokens, 1)
-    app_state.plotly(cf.embedding_parts_figure(parts, token), "embedding-parts", key="hbc_parts")
-    app_state.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
+    token = app_widgets.token_picker("hbc_emb_token", parts.tokens, 1)
+    app_drawing.plotly(cf.embedding_parts_figure(parts, token), "embedding-parts", key="hbc_parts")
+    app_drawing.plotly(cf.embedding_norms_figure(parts), "embedding-norms", key="hbc_norms")
     st.subheader("Neighbours in context, layer by layer")
     sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
     with st.spinner("Reading the pool's sentences through the model (once per model)…"):
         pool = cached_token_pool(model, tok, sentences, source)
     near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"], token, pool, k=5)
-    app_state.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
-                     key="hbc_context_near")
+    app_drawing.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
+                       key="hbc_context_near")
     st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
                f"({len(pool.tokens):,} tokens) from the {source}; hover a cell for its sentence. After the "
                "embeddings a token's neighbours share its spelling; layer by layer, more share its role in "
@@ -252,7 +273,7 @@ def _embedding_parts(active) -> None:
 
 def _word_map(model, tok) -> None:
     st.subheader("One word in many sentences, layer by layer")
-    app_state.kept_choice(st.radio, "Word", [*SENSE_SENTENCES, OWN_SENTENCES], "hbc_word", horizontal=True)
+    app_widgets.kept_choice(st.radio, "Word", [*SENSE_SENTENCES, OWN_SENTENCES], "hbc_word", horizontal=True)
     if st.session_state["hbc_word"] == OWN_SENTENCES:
         st.text_area("A word on the first line, then sentences that use it, one a line", key="hbc_own", height=140)
         lines = [x.strip() for x in st.session_state.get("hbc_own", "").splitlines() if x.strip()]
@@ -264,9 +285,9 @@ def _word_map(model, tok) -> None:
     try:
         wmap = word_map(model, tok, word, sentences, senses)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
-    app_state.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
+    app_drawing.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
     st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
                "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
     if wmap.skipped:
@@ -284,10 +305,10 @@ def _embeddings_tab(active) -> None:
     try:
         near = nearest_neighbours(active.model, active.tokenizer, st.session_state["hbc_neighbour"], k=10)
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     else:
-        app_state.plotly(cf.neighbours_figure(st.session_state["hbc_neighbour"].strip(), near), "neighbours",
-                         key="hbc_near")
+        app_drawing.plotly(cf.neighbours_figure(st.session_state["hbc_neighbour"].strip(), near), "neighbours",
+                           key="hbc_near")
     _word_map(active.model, active.tokenizer)
 
 
@@ -312,7 +333,7 @@ def _grammar_tab(model, tok, causal: bool) -> None:
     try:
         comparison = compare_pair(model, tok, st.session_state["hbc_pair_a"], st.session_state["hbc_pair_b"])
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
     else:
         s1, s2, s3 = st.columns(3)
         s1.metric("Score of A", f"{comparison.a.score:.2f}")
@@ -320,8 +341,8 @@ def _grammar_tab(model, tok, causal: bool) -> None:
         verdict = "neither" if comparison.preferred == "tie" else comparison.preferred.upper()
         s3.metric("Prefers", verdict, help="By the difference of the two scores, in nats; each nat is a factor "
                                            "of e (about 2.7) in likelihood.")
-        app_state.plotly(cf.shares_figure(comparison), "grammar-shares", key="hbc_shares")
-        app_state.plotly(cf.sentence_tokens_figure(comparison), "grammar-tokens", key="hbc_tokens")
+        app_drawing.plotly(cf.shares_figure(comparison), "grammar-shares", key="hbc_shares")
+        app_drawing.plotly(cf.sentence_tokens_figure(comparison), "grammar-tokens", key="hbc_tokens")
         if comparison.a.method == NEXT_TOKEN:
             st.caption("A piece both sentences share can still differ in score: what comes before it differs.")
         else:
@@ -342,17 +363,17 @@ def _all_pairs(model, tok) -> None:
             rows.append({"category": p.category, "good": p.good, "bad": p.bad,
                          "good preferred": c.preferred == "a", "difference (nats)": round(c.difference, 3)})
     except BertCoreError as exc:
-        app_state.show_error(exc)
+        app_drawing.show_error(exc)
         return
     right = sum(r["good preferred"] for r in rows)
     st.markdown(f"The model prefers the good sentence in **{right} of {len(rows)}** pairs (chance: half).")
-    app_state.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
+    app_drawing.plotly(cf.pairs_summary_figure(rows), "grammar-pairs", key="hbc_pairs_fig")
     st.dataframe(rows, hide_index=True, width="stretch")
 
 
 def main() -> None:
     st.set_page_config(page_title="How BERT computes · BERT explorer", layout="wide")
-    active = app_state.sidebar()
+    active = app_sidebar.sidebar()
     st.title("How BERT computes")
     st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
                 "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
@@ -361,7 +382,7 @@ def main() -> None:
         st.stop()
     model, tok, cfg = active.model, active.tokenizer, active.config
     causal = is_causal(model)
-    examples = app_state.model_probes(active)
+    examples = app_models.model_probes(active)
     _init_widgets(active, examples, causal)
     race_id, race, tuned = _finished_race()
     attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
@@ -369,6 +390,7 @@ def main() -> None:
     with attention_tab:
         steps = _attention_tab(model, tok, cfg, causal)
         if steps is not None:
+            _weights_as_matrices(model, steps)
             _feed_forward(active, steps)
     with lens_tab:
         _lens_tab(active, examples, causal)
@@ -380,7 +402,7 @@ def main() -> None:
     if why_tab:
         with why_tab[0]:
             _why_fine_tuned(race_id, race, tuned)
-    app_state.sync_query(*KEYS)
+    app_widgets.sync_query(*KEYS)
 
 
 main()

@@ -55,7 +55,7 @@ def finish_page_run(at, param: str = "ft"):
     seconds on a quiet machine and minutes on one loaded 30 deep."""
     import time
 
-    from bert_core.app.app_runs import RUNS
+    from bert_core.app.app_state import RUNS
 
     token = at.query_params[param]
     run = RUNS.get(token[0] if isinstance(token, list) else token)

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from bert_core.errors import BertCoreError  # noqa: E402
 from bert_core.inspect import figures  # noqa: E402
 from bert_core.inspect.safe_text import markdown  # noqa: E402
-from bert_core.app import app_state
+from bert_core.app import app_models, app_state
 from bert_core.serve import job_base, jobs, model_sources, runs, thread_job
 from tests.race_stand_ins import race_spec  # noqa: E402
 from tests.stand_ins import StandInView  # noqa: E402
@@ -99,7 +99,7 @@ def test_checkpoint_folder_choice_rejects_bad_folders_with_a_message(tmp_path, f
         (tmp_path / "x.txt").write_text("hi")
         folder = str(tmp_path / "x.txt")
     at = _open("pages/3_Attention.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_FOLDER).run()
     at.sidebar.text_input(key="model_folder").input(folder).run()
     _assert_clean(at)
     assert any(message in t for t in _texts(at.sidebar.error) + _texts(at.sidebar.info))
@@ -107,7 +107,7 @@ def test_checkpoint_folder_choice_rejects_bad_folders_with_a_message(tmp_path, f
 
 def test_checkpoint_folder_choice_loads_a_folder(checkpoint):
     at = _open("pages/4_Predictions.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_FOLDER).run()
     at.sidebar.text_input(key="model_folder").input(str(checkpoint)).run()
     _assert_clean(at)
     assert not at.error
@@ -129,7 +129,7 @@ def test_a_grown_folder_fine_tunes_at_the_rate_its_source_learnt_at(checkpoint, 
     rate = finetune_learning_rate(wide, checkpoint_pretraining_rate(checkpoint))
     assert rate != finetune_learning_rate(wide, None)
     at = _open("pages/5_Fine-tune.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_FOLDER).run()
     at.sidebar.text_input(key="model_folder").input(str(grown)).run()
     _assert_clean(at)
     assert at.number_input(key="ft_lr").value == pytest.approx(rate)
@@ -268,7 +268,7 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
     job = again
     at.run()
     # The session's model becomes the active one everywhere.
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_SESSION).run()
     for page in ["pages/3_Attention.py", "pages/4_Predictions.py", "pages/1_Tokens_and_masking.py",
                  "pages/6_Export.py", "pages/7_How_BERT_computes.py", "app.py"]:
         at.switch_page(page).run()
@@ -425,7 +425,7 @@ def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering(
     _assert_clean(viewer)
     assert any("watching a shared run" in t for t in _texts(viewer.info))
     assert viewer.button[1].disabled and viewer.button[2].disabled and viewer.button[3].disabled
-    assert viewer.sidebar.radio(key="model_source").value == app_state.SOURCE_SESSION
+    assert viewer.sidebar.radio(key="model_source").value == app_models.SOURCE_SESSION
     assert any("step 3" in c.value for c in viewer.sidebar.caption)
     assert viewer.query_params["watch"] == run.view_id and "run" not in viewer.query_params
     with pytest.raises(BertCoreError):
@@ -439,7 +439,7 @@ def test_a_reload_finds_the_run_again_and_a_share_link_watches_without_steering(
 
 def test_session_liveness_reads_the_streamlit_runtime_when_one_runs():
     # Outside `streamlit run` there is no runtime: liveness is unknown, so nothing is ever reaped on a guess.
-    from bert_core.app.app_runs import session_alive_from_runtime
+    from bert_core.app.app_state import session_alive_from_runtime
 
     assert session_alive_from_runtime("whatever") is None
 

@@ -138,7 +138,7 @@ def test_the_fine_tune_page_shows_the_busy_line_while_a_race_trains(app, monkeyp
     deadline = time.monotonic() + TIMEOUT
     while (run.job is None or not run.job.busy) and time.monotonic() < deadline:
         time.sleep(0.05)
-    from bert_core.app.visitor_runs import LINK_PARAMS
+    from bert_core.app.run_panel import LINK_PARAMS
 
     at = _page("pages/5_Fine-tune.py", **{LINK_PARAMS[FINETUNE_PAGE][1]: run.view_id})
     assert any(t.endswith("This race: about 42s left, at its pace on this server now.") for t in _busy(at.caption)), \

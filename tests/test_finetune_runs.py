@@ -16,7 +16,7 @@ from bert_core.model.tokenization import train_tokenizer
 from bert_core.serve import jobs, runs, thread_job
 from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.training_process import ProcessTrainingJob
-from bert_core.app.visitor_runs import visitor_rows
+from bert_core.app.run_panel import visitor_rows
 from tests.page_races import build_comparison
 from tests.race_stand_ins import builder_of, race_spec
 from tests.stand_ins import Counter, Progress, Steps  # a stand-in pretraining run (counts steps)

@@ -12,7 +12,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.paths import DEFAULT_CHECKPOINT  # noqa: E402
-from bert_core.app import app_state
+from bert_core.app import app_tab
 from bert_core.serve import model_sources  # noqa: E402
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE  # noqa: E402
 
@@ -46,9 +46,9 @@ def ended_race():
 def _open(monkeypatch, race) -> AppTest:
     monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(DEFAULT_CHECKPOINT))
     if race is not None:
-        tab_run = app_state.current_run
-        monkeypatch.setattr(app_state, "current_run", lambda page=TRAIN_PAGE: (
-            (race, app_state.OWNER) if page == FINETUNE_PAGE else tab_run(page)))
+        tab_run = app_tab.current_run
+        monkeypatch.setattr(app_tab, "current_run", lambda page=TRAIN_PAGE: (
+            (race, app_tab.OWNER) if page == FINETUNE_PAGE else tab_run(page)))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.run()
     at.switch_page(PAGE).run()

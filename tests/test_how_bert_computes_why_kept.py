@@ -1,5 +1,5 @@
 """The How BERT computes page's fifth tab ("Why a fine-tuned model decided") keeps its inputs when the user leaves
-the page and comes back, as the page's other widgets do (app_state.persist_keys)."""
+the page and comes back, as the page's other widgets do (app_widgets.persist_keys)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The wings read top-down: each imports only the wings below it, nothing imports the CLI, no module imports another
-that imports it back, pages use only the UI helpers and bert_core's public functions, and only app.app_state's
-parts call Streamlit."""
+that imports it back, pages use only the UI helpers and bert_core's public functions, and only the app's `app_*`
+modules call Streamlit."""
 
 import ast
 import os
@@ -17,7 +17,9 @@ WINGS = ("model", "data", "training", "inspect", "serve", "app", "cluster", "cor
 GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # What a page may import from bert_core: the UI helpers and the library's public modules. Not the CLI, not the
 # training process's internals, not the speed paths or the allocator.
-PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sources", "inspect.figures",
+PAGE_API = {"app.app_state", "app.app_drawing", "app.app_models", "app.app_sidebar", "app.app_tab", "app.app_widgets",
+            "app.run_panel", "app.url_settings", "serve.app_storage", "serve.jobs", "serve.model_sources",
+            "inspect.figures",
             "inspect.finetune_figures", "inspect.inspection", "app.export", "model.config", "errors",
             "data.classification_data", "training.finetune", "paths", "data.corpora", "data.toy_grammar",
             "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",
@@ -31,7 +33,7 @@ PAGE_API = {"app.app_state", "serve.app_storage", "serve.jobs", "serve.model_sou
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.minimal_pairs", "app.class_view", "app.lesson_classes",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
-            "inspect.feed_forward_figures", "inspect.layer_probes"}
+            "inspect.feed_forward_figures", "inspect.layer_probes", "inspect.head_weights"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -126,25 +128,20 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
     assert not bad, bad
 
 
-# The modules that call Streamlit: the parts of app.app_state, which re-exports them for the pages. The job factory
-# and everything the pages steer are not among them.
-STREAMLIT_SIDE = {"bert_core.app.app_cache", "bert_core.app.app_drawing", "bert_core.app.app_models",
-                  "bert_core.app.app_run_panel", "bert_core.app.app_runs", "bert_core.app.app_sidebar",
-                  "bert_core.app.app_tab", "bert_core.app.app_widgets"}
+# The modules that call Streamlit. The job factory and everything the pages steer are not among them.
+STREAMLIT_SIDE = {"bert_core.app.app_drawing", "bert_core.app.app_models", "bert_core.app.app_state",
+                  "bert_core.app.app_sidebar", "bert_core.app.app_tab", "bert_core.app.app_widgets"}
 
 
 def test_only_the_serving_wing_calls_streamlit():
     users = {module_name(p) for p in PACKAGE.rglob("*.py")
              if any(m.split(".")[0] == "streamlit" for m, _ in imports(p))}
     assert users == STREAMLIT_SIDE, sorted(users ^ STREAMLIT_SIDE)
-    # app_state itself only gathers them: a page's `app_state.X` is one of theirs.
-    facade = {m for m, _ in imports(PACKAGE / "app" / "app_state.py")}
-    assert STREAMLIT_SIDE <= facade, sorted(STREAMLIT_SIDE - facade)
 
 
 # The app's server imports these without loading torch: the home page draws at once, and a class server's process
 # stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
-TORCH_FREE = ("bert_core.app.app_state", *sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
+TORCH_FREE = (*sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
               "bert_core.serve.job_factory", "bert_core.serve.job_base", "bert_core.serve.thread_job",
               "bert_core.serve.training_process", "bert_core.serve.process_model", "bert_core.serve.training_mirrors",
               "bert_core.serve.runs", "bert_core.app.run_panel", "bert_core.serve.finetune_runs",

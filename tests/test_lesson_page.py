@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bert_core.inspect import lesson  # noqa: E402
 from bert_core.inspect.safe_text import WORD_JOINER  # noqa: E402
-from bert_core.app import app_state  # noqa: E402
+from bert_core.app import app_models, app_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "pages/0_Lesson.py"
@@ -85,18 +85,18 @@ def test_the_tokens_and_masking_notices_are_those_of_the_model_on_the_page():
 
     at = _lesson("tokens")
     at.text_input(key="lesson_text").set_value("The gardeners were replanting everything.").run()
-    active = app_state.shipped_model("bert-tiny-english")
+    active = app_models.shipped_model("bert-tiny-english")
     words = group_word_pieces(active.tokenizer.tokenize("The gardeners were replanting everything."))
     assert _notice(at) == lesson.notice_tokens([word_text(w) for w in words], words, active.tokenizer.vocab_size)
 
     at = _lesson("masking")
     at.number_input(key="lesson_seed").set_value(3).run()
     text = _notice(at)
-    data = app_state.toy_pretraining_data(active)
+    data = app_models.toy_pretraining_data(active)
     from bert_core.inspect.inspection import masking_stats
     from bert_core.inspect.masked_guesses import accuracy_by_decision
 
-    instances = data.build_instances(0)[:app_state.DECISION_POOL]
+    instances = data.build_instances(0)[:app_models.DECISION_POOL]
     stats = masking_stats(active.tokenizer, [x.input_ids for x in instances], seed=3)
     acc = accuracy_by_decision(active.model, active.tokenizer, [(x.input_ids, x.token_type_ids) for x in instances],
                                seed=3)
@@ -148,7 +148,7 @@ def test_layers_and_heads_count_from_1_in_the_boxes_the_figure_and_an_old_link()
     at = _lesson("bert-or-gpt")
     layer, head = at.number_input(key="lesson_gpt_layer"), at.number_input(key="lesson_gpt_head")
     assert (layer.min, layer.value, head.min, head.value) == (1, 1, 1, 1)
-    bert = app_state.shipped_model("bert-tiny-english")
+    bert = app_models.shipped_model("bert-tiny-english")
     assert layer.max == bert.config.num_hidden_layers and head.max == bert.config.num_attention_heads
     figure = next(c for c in at.get("plotly_chart") if "L1 H1" in str(c.proto.spec))
     assert not counted_from_0(figure.proto.spec)
@@ -227,7 +227,7 @@ def test_every_step_that_looks_at_a_model_names_it():
 
 def test_the_attends_step_picks_its_layer_and_head_counted_from_1_and_names_them():
     at = _lesson("attends")
-    bert = app_state.shipped_model("bert-tiny-english")
+    bert = app_models.shipped_model("bert-tiny-english")
     layers, heads = bert.config.num_hidden_layers, bert.config.num_attention_heads
     layer, head = at.number_input(key="lesson_attends_layer"), at.number_input(key="lesson_attends_head")
     assert (layer.min, layer.max, layer.value, head.min, head.max, head.value) == (1, layers, layers, 1, heads, 1)
@@ -267,7 +267,7 @@ def toy_folder(tmp_path_factory):
 def test_the_side_trip_to_the_shipped_model_keeps_the_lessons_model_for_the_sidebar_the_race_and_the_end(
         toy_folder):
     at = _lesson("tokens")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_FOLDER).run()
     at.sidebar.text_input(key="model_folder").input(str(toy_folder)).run()
     at.query_params["step"] = "predictions"
     at.run()
@@ -279,7 +279,7 @@ def test_the_side_trip_to_the_shipped_model_keeps_the_lessons_model_for_the_side
     assert any("bert-tiny-english's guesses" in str(c.proto.spec) for c in at.get("plotly_chart"))
     assert any("On bert-tiny-english:" in _shown(c.value) and "The lesson's model is still class-model." in
                _shown(c.value) for c in at.caption)
-    assert at.session_state["model_source"] == app_state.SOURCE_FOLDER and _notice(at) == ours
+    assert at.session_state["model_source"] == app_models.SOURCE_FOLDER and _notice(at) == ours
     assert any("Model in use (the sidebar's): **class-model**" in str(c.value) for c in at.caption)
     for key in ("bert-or-gpt", "fine-tune"):
         at.button(key="lesson_next").click().run()
@@ -294,7 +294,7 @@ def test_the_side_trip_to_the_shipped_model_keeps_the_lessons_model_for_the_side
     at.switch_page("pages/5_Fine-tune.py").run()
     assert not at.exception, [e.value for e in at.exception]
     # The race fine-tunes the lesson's model: the sidebar there is the lesson's.
-    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_FOLDER
+    assert at.sidebar.radio(key="model_source").value == app_models.SOURCE_FOLDER
     assert at.sidebar.text_input(key="model_folder").value == str(toy_folder)
 
 

@@ -259,11 +259,11 @@ def test_a_class_link_that_names_nothing_says_so_and_an_ended_one_says_it_ended(
 
 
 def test_a_model_or_checkpoint_link_that_names_nothing_says_so(monkeypatch):
-    from bert_core.app import app_state
+    from bert_core.app import app_models
     from bert_core.serve import model_sources
 
     at = _link("pages/3_Attention.py", model="nonsense")
-    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_SHIPPED
+    assert at.sidebar.radio(key="model_source").value == app_models.SOURCE_SHIPPED
     assert [t for t in _toasts(at) if "`model`" in t and "no model source" in t], _toasts(at)
     monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(ROOT / "checkpoints" / "bert-tiny-english"))
     if len(model_sources.shipped_checkpoints()) < 2:
@@ -324,10 +324,10 @@ def test_a_bad_upload_on_the_fine_tune_page_is_one_error(kind, choice, key, name
 
 @pytest.mark.parametrize("kind", list(BAD_UPLOADS))
 def test_a_bad_checkpoint_upload_in_the_sidebar_is_one_error(kind, small_caps):
-    from bert_core.app import app_state
+    from bert_core.app import app_models
 
     at = _link("pages/3_Attention.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_UPLOAD).run()
     at.sidebar.file_uploader(key="model_upload").upload("model.zip", BAD_UPLOADS[kind], "application/zip").run()
     _one_error(at)
 

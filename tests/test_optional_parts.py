@@ -29,11 +29,10 @@ def test_the_server_and_the_cli_import_no_cluster_and_no_ray(tmp_path):
     from bert_core.serve.job_factory import RAY_ADDRESS_ENV
 
     loaded = _modules_after(
-        "import bert_core.app.app_state\n"
-        "from bert_core.app import app_runs\nfrom bert_core.serve import job_factory, jobs, runs\n"
+        "from bert_core.app import app_sidebar, app_state\nfrom bert_core.serve import job_factory, jobs, runs\n"
         "from bert_core.cli.main import main\n"
         # the store's questions the pages ask at every draw: its kind, slots, GPUs and where its runs train
-        "assert app_runs.JOB_FACTORY.kind() in ('process', 'thread') and app_runs.RUNS.slots() >= 1\n"
+        "assert app_state.JOB_FACTORY.kind() in ('process', 'thread') and app_state.RUNS.slots() >= 1\n"
         "factory = job_factory.JobFactory()\n"
         "factory.where({'cpu': factory.slots()}, list(factory.gpus()))\n",
         tmp_path, drop_env=(RAY_ADDRESS_ENV,))
@@ -54,7 +53,7 @@ def test_the_core_path_imports_no_corpus_pipeline(tmp_path):
     build alone; a run on shards reads them through bert_core.data.shards. Before, the CLI imported the pipeline
     (then bert_core.data.corpus_build) at module level."""
     loaded = _modules_after(
-        "import bert_core.app.app_state\n"
+        "import bert_core.app.app_sidebar\n"
         "from bert_core.training import run_builder\n"
         "from bert_core.cli.main import build_parser, main\n"
         "build_parser().parse_args(['corpus', 'build', 'SRC', '--out', 'OUT'])\n",

@@ -1,6 +1,6 @@
 """No page restates a described run setting (issue 72): a setting's widget, its label, its range, its step and its
 help are said once, on its description (bert_core.training.setting.Widget), and a page draws it with
-app_state.setting_widget / setting_widgets. So no page calls a widget with a described setting's key or label, and
+app_widgets.setting_widget / setting_widgets. So no page calls a widget with a described setting's key or label, and
 no page keeps a table keyed by described settings' widget keys (its own ranges, labels or casts)."""
 
 import ast

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest
 
 pytest.importorskip("streamlit")
 
-from bert_core.app import app_state
+from bert_core.app import app_models, app_state
 from bert_core.serve import app_storage, model_sources, runs  # noqa: E402
 from tests.test_app import TIMEOUT, _assert_clean, _job, _open, _small_run, _texts  # noqa: E402
 from tests.test_app_storage import decoy, snapshot  # noqa: E402,F401  (decoy: a fixture)
@@ -50,29 +50,29 @@ def _zip_of(folder: Path) -> bytes:
 @pytest.mark.parametrize("page", PAGES)
 def test_public_mode_offers_no_server_path_on_any_page(monkeypatch, page):
     monkeypatch.setenv(app_storage.PUBLIC_ENV, "1")
-    at = _open(page, model_source=app_state.SOURCE_FOLDER)
+    at = _open(page, model_source=app_models.SOURCE_FOLDER)
     _assert_clean(at)
-    assert app_state.SOURCE_FOLDER not in at.sidebar.radio(key="model_source").options
+    assert app_models.SOURCE_FOLDER not in at.sidebar.radio(key="model_source").options
     assert not [t for t in at.text_input if t.key == "model_folder"]
-    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_SHIPPED
+    assert at.sidebar.radio(key="model_source").value == app_models.SOURCE_SHIPPED
 
 
 def test_a_stale_folder_choice_is_not_reopened_in_public_mode(monkeypatch, checkpoint):
     at = _open("pages/4_Predictions.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_FOLDER).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_FOLDER).run()
     at.sidebar.text_input(key="model_folder").input(str(checkpoint)).run()
     assert any("step 3" in c.value for c in at.sidebar.caption)
     monkeypatch.setenv(app_storage.PUBLIC_ENV, "1")
     at.run()
     _assert_clean(at)
-    assert at.sidebar.radio(key="model_source").value == app_state.SOURCE_SHIPPED
+    assert at.sidebar.radio(key="model_source").value == app_models.SOURCE_SHIPPED
 
 
 @pytest.mark.parametrize("public", ["0", "1"])
 def test_an_uploaded_checkpoint_zip_becomes_the_active_model(monkeypatch, checkpoint, public):
     monkeypatch.setenv(app_storage.PUBLIC_ENV, public)
     at = _open("pages/4_Predictions.py")
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_UPLOAD).run()
     assert any("Upload a zip" in t for t in _texts(at.sidebar.info))
     at.sidebar.file_uploader(key="model_upload").upload("ckpt.zip", _zip_of(checkpoint), "application/zip").run()
     _assert_clean(at)
@@ -119,7 +119,7 @@ def test_bad_checkpoint_uploads_are_messages_on_every_page(checkpoint, tmp_path,
         content = _zip_of(folder)
     for page in PAGES:
         at = _open(page)
-        at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_UPLOAD).run()
+        at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_UPLOAD).run()
         at.sidebar.file_uploader(key="model_upload").upload("ckpt.zip", content, "application/zip").run()
         _assert_clean(at)
         assert any(message in t for t in _texts(at.sidebar.error)), (page, _texts(at.sidebar.error))
@@ -154,7 +154,7 @@ def test_saving_a_run_under_hostile_names_never_leaves_the_runs_folder(tmp_path,
     assert snapshot(decoy) == before and snapshot(ROOT / "bert_core") == app_files
     assert all((runs / f / "model.safetensors").is_file() for f in folders)
     # The saved run opens from the sidebar's list.
-    at.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SAVED).run()
+    at.sidebar.radio(key="model_source").set_value(app_models.SOURCE_SAVED).run()
     at.sidebar.selectbox(key="model_saved").set_value("decoy").run()
     _assert_clean(at)
     assert any("step 2" in c.value for c in at.sidebar.caption)

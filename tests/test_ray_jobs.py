@@ -75,8 +75,8 @@ def cluster():
 def test_without_the_setting_the_server_never_imports_ray(tmp_path):
     """The app's state (its run store, job factory and slots) in a fresh process, the setting unset: no Ray; and the
     Ray job's modules themselves are Ray-free and torch-free at import."""
-    code = ("import sys\nimport bert_core.app.app_state\nfrom bert_core.app import app_runs\nfrom bert_core.serve import jobs\n"
-            "assert app_runs.JOB_FACTORY.kind() in ('process', 'thread')\nassert app_runs.RUNS.slots() >= 1\n"
+    code = ("import sys\nfrom bert_core.app import app_sidebar, app_state\nfrom bert_core.serve import jobs\n"
+            "assert app_state.JOB_FACTORY.kind() in ('process', 'thread')\nassert app_state.RUNS.slots() >= 1\n"
             "assert 'ray' not in sys.modules, 'ray imported'\n"
             # The Ray job's own modules load neither Ray nor torch until a run is made on a cluster.
             "import bert_core.cluster.ray_job, bert_core.cluster.ray_actor, bert_core.cluster.ray_cluster\n"

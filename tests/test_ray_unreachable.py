@@ -64,7 +64,7 @@ def unreachable(monkeypatch):
 
 @contextlib.contextmanager
 def _serving():
-    """A run store as app_runs makes the server's, on a Ray server; closed at the end, and its threads (the
+    """A run store as app_state makes the server's, on a Ray server; closed at the end, and its threads (the
     scheduler's, the GPU count's) waited for, so that none asks another test's cluster."""
     before = set(threading.enumerate())
     factory = job_factory.JobFactory(kind=lambda: "ray")

@@ -175,7 +175,7 @@ def test_an_ended_run_gives_back_its_process_and_keeps_its_model_in_a_folder(tmp
 
 
 def test_a_browsers_run_list_holds_its_own_runs_and_the_ones_it_watched_and_no_one_elses(cleanup):
-    from bert_core.app.visitor_runs import valid_visitor, visitor_rows
+    from bert_core.app.run_panel import valid_visitor, visitor_rows
 
     store, _ = _store(turn_s=1000, slots=lambda: 2)
     cleanup(store)
@@ -199,7 +199,7 @@ def test_a_browsers_run_list_holds_its_own_runs_and_the_ones_it_watched_and_no_o
 
 
 def test_the_cookie_script_stores_the_id_and_nothing_else():
-    from bert_core.app.visitor_runs import VISITOR_COOKIE, cookie_script
+    from bert_core.app.run_panel import VISITOR_COOKIE, cookie_script
 
     token = runs.new_token()
     script = cookie_script(token)
@@ -210,7 +210,7 @@ def test_the_cookie_script_stores_the_id_and_nothing_else():
 
 def test_the_run_list_shows_names_as_text_and_links_only_its_own():
     from bert_core.inspect.safe_text import markdown
-    from bert_core.app.visitor_runs import rows_markdown
+    from bert_core.app.run_panel import rows_markdown
 
     rows = [{"run": "[click](http://evil) | x", "state": "finished", "open": "http://host/Train?run=abc"}]
     text = rows_markdown(rows)

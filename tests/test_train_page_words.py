@@ -86,7 +86,7 @@ def test_the_overlay_starts_with_the_new_run_and_the_one_it_changed():
 
 def test_a_race_row_in_my_runs_shows_every_contender_not_the_pretrained_model_alone():
     from bert_core.serve import finetune_runs
-    from bert_core.app.visitor_runs import _score, race_result
+    from bert_core.app.run_panel import _score, race_result
 
     def tuner(name, acc):
         return SimpleNamespace(name=name, evals=[SimpleNamespace(accuracy=acc, macro_f1=acc - 0.01)])
@@ -125,7 +125,7 @@ from tests.test_app import (  # noqa: E402
     _texts,
     checkpoint,  # noqa: F401
 )
-from bert_core.app import app_state
+from bert_core.app import app_models, app_state
 from bert_core.serve import jobs  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def test_a_queued_run_is_named_in_the_sidebar_not_called_no_model(monkeypatch):
     _small_run(second, steps=3)
     second.button[0].click().run()
     assert _latest().phase == "queued"
-    second.sidebar.radio(key="model_source").set_value(app_state.SOURCE_SESSION).run()
+    second.sidebar.radio(key="model_source").set_value(app_models.SOURCE_SESSION).run()
     _assert_clean(second)
     said = _texts(second.sidebar.info)
     assert not any("No model has been trained" in t for t in said), said

@@ -21,7 +21,7 @@ from bert_core.app.app_models import (
     load_model,
     model_sources,
 )
-from bert_core.app.app_runs import scratch_alive
+from bert_core.app.app_state import scratch_alive
 from bert_core.serve.app_storage import list_runs, start_janitor, upload_cap_bytes
 from bert_core.app.app_tab import attach_run, current_run, note_class_run, store_visitor_cookie
 from bert_core.app.app_widgets import init_widget, kept_choice, persist_keys

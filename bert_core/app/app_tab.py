@@ -1,27 +1,33 @@
 """This tab's runs and this browser: which run of the server each page of the tab shows (found from the URL, a share
 link or the session, and written back into the URL so that the address bar reopens it), this browser's id kept in a
-cookie, and the "My runs" list it keys."""
+cookie, and the "My runs" list it keys; and the run panel the Train and Fine-tune pages share, drawn (what is said
+of a run before its figures, its Stop and Reset buttons, its share box: the words are run_panel's, each page's in
+its `run_panel.PanelWords`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from bert_core.app.app_drawing import script_frame
-from bert_core.app.app_runs import LESSON_CLASSES, RUNS
+from bert_core.app.app_state import LESSON_CLASSES, PACE, RUNS
 from bert_core.serve.model_sources import checkpoints_beside_default
-from bert_core.serve.run_protocols import FINETUNE_PAGE, RunJob
+from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, RunJob
 from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
-from bert_core.app.visitor_runs import (
+from bert_core.serve.server_load import busy_line, server_load
+from bert_core.app.run_panel import (
     LINK_PARAMS,
-    TRAIN_PAGE,
     VISITOR_COOKIE,
+    PanelWords,
     cookie_script,
     rows_markdown,
+    status_notices,
     valid_visitor,
     visitor_rows,
+    waiting,
 )
 
 
@@ -105,7 +111,7 @@ def note_class_run() -> None:
 
 def visitor_id() -> str:
     """This browser's id (the "My runs" list is kept under it): read from its cookie, or a new one that the page
-    then stores in the browser (bert_core.app.visitor_runs)."""
+    then stores in the browser (bert_core.app.run_panel)."""
     s = st.session_state
     if "visitor_id" not in s:
         try:
@@ -198,3 +204,63 @@ def current_job() -> RunJob | None:
     """The training job of this tab's run (its own or one it watches), once the run has started."""
     run, _ = current_run()
     return run.job if run is not None else None
+
+
+_SAY = {"info": st.info, "warning": st.warning, "error": st.error}
+
+
+def time_left(run: Run) -> float | None:
+    """Seconds until a training `run` ends, at its pace on this server now (server_load.Pace)."""
+    progress = run.trainer.progress
+    return PACE.seconds_left(run.run_id, progress.fraction, progress.eta_s)
+
+
+def busy_caption(run: Run | None, noun: str = "run", place: tuple[int, float] | None = None) -> None:
+    """While `run` is queued, preparing or training: one line saying how busy the server is and what this wait is
+    expected to take (server_load.busy_line; `place`: its queue place, when the caller has it already)."""
+    if run is None or not run.active:
+        return
+    if place is None and run.queued:
+        place = RUNS.queue_position(run)
+    st.caption(busy_line(server_load(RUNS), run, PACE, place, noun))
+
+
+def run_status(run: Run, words: PanelWords, viewer: bool) -> bool:
+    """Say how `run` stands before its figures (run_panel.status_notices), with the queue's policy while it waits.
+    True when it is queued with nothing more to draw."""
+    place = RUNS.queue_position(run) if run.phase == "queued" else None
+    for notice in status_notices(run, words, viewer, place):
+        _SAY[notice.level](notice.text, icon=notice.icon)
+    busy_caption(run, words.noun, place)
+    if place is not None:
+        st.caption(RUNS.policy())
+    return waiting(run)
+
+
+def stop_button(column, run: Run | None, busy: bool, viewer: bool, notice, words: PanelWords) -> None:
+    """Stop: the run ends after the step it is on (a queued one is cancelled); `notice` says so meanwhile."""
+    if column.button("Stop", icon=":material/stop:", disabled=viewer or not busy, help=words.stop_help):
+        notice.info(words.stopping, icon=":material/hourglass_top:")
+        RUNS.stop(run.run_id, wait=10)
+        st.rerun()
+
+
+def reset_button(column, run: Run | None, viewer: bool, words: PanelWords,
+                 after: Callable[[Run], None] | None = None) -> None:
+    """Reset: the tab forgets its run (it leaves *My runs*, its link stops working); `after(run)` tidies the
+    page's own state before the redraw."""
+    if column.button("Reset", icon=":material/restart_alt:", disabled=viewer or run is None, help=words.reset_help):
+        RUNS.discard(run.run_id)
+        set_current_run(None, words.page)
+        if after is not None:
+            after(run)
+        st.rerun()
+
+
+def share_box(run: Run | None, viewer: bool, words: PanelWords) -> None:
+    """The link a class opens to watch the run (its owner's only: a viewer has no link to give)."""
+    if run is None or viewer:
+        return
+    with st.expander(words.share_title, icon=":material/share:"):
+        st.code(words.share_link(st.context.url or "", run.view_id), language=None)
+        st.caption(words.share_caption)

@@ -9,7 +9,7 @@ accepts at each blank) that the model fills right, and a line names one it misse
 for the next word after the words before the blank. A toy model keeps sentences from its own stories.
 
 Asking (example_choice, which loads torch) takes up to 1.7 s on a busy 2-core machine for the shipped mini, so each
-shipped checkpoint's choice is stored (SHIPPED_EXAMPLES) and another model is asked once (app.app_cache.model_probes).
+shipped checkpoint's choice is stored (SHIPPED_EXAMPLES) and another model is asked once (app.app_models.model_probes).
 """
 
 from __future__ import annotations
