@@ -29,7 +29,7 @@ from bert_core.inspect.attention_steps import (attention_steps, heads_off_effect
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, contextual_neighbours, embedding_parts,  # noqa: E402
                                           heldout_pool, nearest_neighbours, token_pool)
 from bert_core.inspect.word_map_vectors import word_map  # noqa: E402
-from bert_core.inspect.salience_figures import salience_panel_data  # noqa: E402
+from bert_core.inspect.salience import salience_panel_data  # noqa: E402
 from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification  # noqa: E402
 from bert_core.model.bert import BertForTokenClassification  # noqa: E402
 from bert_core.inspect.grammar import compare_pair  # noqa: E402

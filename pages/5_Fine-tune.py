@@ -14,7 +14,7 @@ from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures, finetune_kinds, lesson
 from bert_core.inspect.safe_text import markdown_rows
-from bert_core.inspect.salience_figures import salience_panel_data
+from bert_core.inspect.salience import salience_panel_data
 from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
 from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, run_panel

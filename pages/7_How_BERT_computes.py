@@ -18,7 +18,7 @@ from bert_core.inspect.layer_probes import conll_layer_probes, verdict
 from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
-from bert_core.inspect.salience_figures import salience_panel_data
+from bert_core.inspect.salience import salience_panel_data
 from bert_core.inspect.word_map_vectors import word_map
 from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
 from bert_core.app.url_settings import Within

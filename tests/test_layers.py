@@ -27,7 +27,7 @@ PAGE_API = {"app.app_state", "app.app_drawing", "app.app_models", "app.app_sideb
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
             "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
             "serve.finetune_runs", "inspect.finetune_kinds", "training.finetune_race", "training.finetune_settings",
-            "training.finetune_spec", "inspect.salience_figures",
+            "training.finetune_spec", "inspect.salience",
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",

@@ -1,4 +1,4 @@
-"""Why a fine-tuned model decided (bert_core.inspect.salience, salience_figures): integrated gradients pass the
+"""Why a fine-tuned model decided (bert_core.inspect.salience): integrated gradients pass the
 completeness check at the default step count, and a head switched off changes the answer exactly as the same head
 zeroed in transformers does, for each kind of fine-tuned model (a label, a tag per word, an answer span)."""
 
@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.attention_steps import heads_off
+from bert_core.inspect.kit import heads_off
 from bert_core.inspect.salience import (BASELINE, FIRST_STEPS, GAP_LIMIT, MAX_STEPS, adaptive_integrated_gradients,
-                                        baseline_vectors, explain, integrated_gradients)
-from bert_core.inspect.salience_figures import salience_panel_data
+                                        baseline_vectors, explain, integrated_gradients, salience_panel_data)
 from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT

@@ -89,7 +89,7 @@ def show_error(exc: Exception | str) -> None:
 def salience_panel(chart_prefix: str, panel_data, race_id: str, name: str, result, kind: str, explained,
                    max_length: int) -> None:
     """Why the race's fine-tuned model `name` (its `result`) decided on an input `explained` as (text, text_b, word)
-    (`panel_data`: salience_figures.salience_panel_data, which loads torch), computed once per input (kept in the
+    (`panel_data`: salience.salience_panel_data, which loads torch), computed once per input (kept in the
     session while it stays, so reruns are cheap), drawn as its summary, then each figure with its caption; a user
     error is a message."""
     slot, key, (text, text_b, word) = f"_{chart_prefix}_why", (race_id, name, kind, *explained, max_length), explained
