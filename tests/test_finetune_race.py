@@ -28,11 +28,12 @@ from bert_core.serve.run_registry import Run
 from bert_core.training.finetune import result_probabilities
 from tests.page_races import build_comparison
 from bert_core.training.finetune_checkpoint import checkpoint_of
-from bert_core.training.finetune_race import EndedRun, build_race
+from bert_core.training.finetune_race import build_race
 from bert_core.training.finetune_settings import page_settings
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
-from bert_core.training.kept_race import TRAINING, KeptRace, keep_race
+from bert_core.training.kept_race import TRAINING, keep_race, read_race
 from bert_core.training.finetune_results import FinetuneStep
+from bert_core.training.race_view import TunerView
 from tests.test_runs import _until  # a polling wait
 from tests.test_toy_qa_drills import _staged_task, tiny  # noqa: F401  (fixture: a nano config and its tokenizer)
 
@@ -215,7 +216,7 @@ def test_a_figure_that_is_not_a_number_is_kept_and_read_back(nano_folder, tmp_pa
     first.loss = float("nan")
     first.details = {**first.details, "f1": float("inf")}
     first.evals[0] = dataclasses.replace(first.evals[0], loss=float("nan"))
-    back = KeptRace(spec, keep_race(race, tmp_path / "kept"), "finished")
+    back = read_race(spec, keep_race(race, tmp_path / "kept"), "finished")
     kept = back.results["pretrained"]
     assert math.isnan(kept.loss) and kept.details["f1"] == float("inf") and kept.accuracy == first.accuracy
     assert math.isnan(kept.evals[0].loss) and kept.evals[1:] == first.evals[1:]
@@ -238,7 +239,7 @@ def test_a_race_kept_before_nan_was_written_plainly_reads_back(nano_folder, tmp_
     assert "NaN" in text
     (folder / KEPT_FILE).write_text(text.replace("NaN", '{"__float__": "nan"}'), encoding="utf-8")
     json.loads((folder / KEPT_FILE).read_text(encoding="utf-8"))   # the old form is plain JSON
-    kept = KeptRace(spec, folder, "finished").results["pretrained"]
+    kept = read_race(spec, folder, "finished").results["pretrained"]
     assert isinstance(kept.loss, float) and math.isnan(kept.loss)
 
 
@@ -298,7 +299,7 @@ def test_a_race_cut_off_while_training_goes_on_from_its_checkpoint_to_the_race_n
     if cut == "damaged":
         (folder / TRAINING / "model.safetensors").write_bytes(b"not safetensors")
     resumed = build_race(dataclasses.replace(spec, keep_in=str(folder)))
-    assert isinstance(resumed.tuners[0], EndedRun)
+    assert isinstance(resumed.tuners[0], TunerView) and resumed.tuners[0].result is not None
     assert resumed.tuners[-1].step == {"killed": 16, "stopped": 17, "damaged": 0}[cut]
     resumed.run()
     _same_race(resumed, whole)

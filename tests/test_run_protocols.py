@@ -14,8 +14,9 @@ from bert_core.training.finetune_spec import FinetuneSpec
 from bert_core.serve.jobs import default_spec
 from bert_core.serve.thread_job import TrainingJob
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, HostedRun, LiveView, RunJob, RunSpec
-from bert_core.serve.training_mirrors import ComparisonProxy, TrainerProxy
+from bert_core.serve.training_mirrors import TrainerProxy
 from bert_core.serve.training_process import ProcessTrainingJob
+from bert_core.training.race_view import RaceView
 from bert_core.training.run_loop import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,9 +92,9 @@ def test_a_pretraining_run_and_its_mirror_are_live_views_with_no_race_inside(tra
 
 def test_a_race_mirror_is_a_live_view_with_no_curves_of_its_own(race):
     view = {"tuners": [], "progress": Progress(fraction=0.0, eta_s=None, step=0, elapsed_s=0.0), "state": "idle",
-            "error": None}
-    proxy = ComparisonProxy({"config": race.config, "train_data": None, "val_data": None, "task_kind": "labels",
-                             "metric_names": ("accuracy", "macro-F1"), "primary": 0, "view": view})
+            "error": None, "config": race.config, "task_kind": "labels", "metric_names": ("accuracy", "macro-F1"),
+            "primary": 0}
+    proxy = RaceView(view, (None, None))
     assert _lacks(proxy, LiveView) == [] and isinstance(proxy, LiveView)
     assert (proxy.history, proxy.evals, proxy.probes, proxy.tokenizer, proxy.growth, proxy.data) == (
         (), (), None, None, None, None)
@@ -106,9 +107,9 @@ def test_a_race_is_a_hosted_run_with_no_curves_of_its_own(race):
 
 
 def test_a_kept_race_is_a_live_view():
-    from bert_core.training.kept_race import KeptRace
+    from bert_core.training.kept_race import read_race
 
-    kept = KeptRace(FinetuneSpec(settings={"time_budget_s": 30.0}, checkpoint="nano"), None, "stopped")
+    kept = read_race(FinetuneSpec(settings={"time_budget_s": 30.0}, checkpoint="nano"), None, "stopped")
     assert _lacks(kept, LiveView) == [], _lacks(kept, LiveView)
     assert isinstance(kept, LiveView) and dict(kept.results) == {} and list(kept.tuners) == []
 
@@ -116,7 +117,7 @@ def test_a_kept_race_is_a_live_view():
 def test_the_server_thread_and_the_training_process_run_only_hosted_runs():
     """The controls a job calls are the protocol's: a mirror has none (its job sends them to the process)."""
     assert {"run", "stop", "pause"} <= _members(HostedRun) - _members(LiveView)
-    assert not hasattr(TrainerProxy, "stop") and not hasattr(ComparisonProxy, "stop")
+    assert not hasattr(TrainerProxy, "stop") and not hasattr(RaceView, "stop")
 
 
 def _probes(path: Path) -> list[tuple[int, str]]:
@@ -134,7 +135,7 @@ def _probes(path: Path) -> list[tuple[int, str]]:
                                     "serve/finetune_runs.py", "serve/training_process.py", "serve/train_spec.py",
                                     "serve/run_registry.py", "serve/runs.py", "serve/run_records.py",
                                     "serve/app_storage.py", "app/export.py", "serve/model_sources.py",
-                                    "app/visitor_runs.py", "app/class_view.py", "serve/job_base.py",
+                                    "app/run_panel.py", "app/class_view.py", "serve/job_base.py",
                                     "serve/thread_job.py", "serve/job_factory.py", "serve/process_model.py",
                                     "serve/training_mirrors.py"])
 def test_the_queue_the_scheduler_and_the_jobs_read_the_protocols_without_probing(module):

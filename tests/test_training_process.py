@@ -225,7 +225,7 @@ def test_the_train_page_job_is_a_process_unless_switched_off(monkeypatch):
 
 def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(started_jobs, tmp_path):
     from bert_core.data.classification_data import toy_topic_task
-    from bert_core.serve.training_mirrors import ComparisonProxy
+    from bert_core.training.race_view import RaceView
     from bert_core.training.finetune import classify_text
     from tests.page_races import build_comparison
 
@@ -237,7 +237,7 @@ def test_a_finetuning_comparison_runs_in_the_child_and_its_models_come_back(star
     job.start()
     assert job.wait(TIMEOUT) and job.phase == "finished", job.error
     comparison = job.trainer
-    assert isinstance(comparison, ComparisonProxy)
+    assert isinstance(comparison, RaceView)
     assert [t.name for t in comparison.tuners] == ["pretrained", "scratch"]
     assert all(t.state == "finished" and t.step > 0 and t.evals for t in comparison.tuners)
     assert comparison.progress.fraction == 1.0 and len(comparison.val_data) == 40

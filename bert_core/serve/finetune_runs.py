@@ -31,7 +31,7 @@ def is_race_record(record: dict) -> bool:
 
 
 class KeptRaceJob:
-    """A race no process runs any more, read back from its folder (its live view a kept_race.KeptRace). One a restart
+    """A race no process runs any more, read back from its folder (its live view kept_race.read_race's). One a restart
     stopped part-way is `parked`: Resume gives the run a new job (`rebuilds`) that goes on over that folder."""
 
     busy = False
@@ -40,7 +40,7 @@ class KeptRaceJob:
     def __init__(self, session_id: str, spec: FinetuneSpec, folder: Path, phase: str, note: str | None = None,
                  resumable: bool = False):
         self.session_id, self.spec, self.phase = session_id, spec, phase
-        self.trainer = _race_modules()[1].KeptRace(spec, folder, phase)
+        self.trainer = _race_modules()[1].read_race(spec, folder, phase)
         self.error = self.trainer.error if phase == "failed" else None
         self.ended_note = note
         self.released: Path | None = Path(folder).resolve()

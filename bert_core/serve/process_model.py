@@ -16,7 +16,7 @@ from bert_core.model.tokenization import BertTokenizer
 from bert_core.serve.model_sources import load_folder
 from bert_core.serve.train_spec import run_plan
 from bert_core.serve.training_link import REPLY_TIMEOUT_S
-from bert_core.serve.training_mirrors import ComparisonProxy
+from bert_core.training.race_view import RaceView
 
 
 class ProcessModel:
@@ -105,7 +105,7 @@ class ProcessModel:
     def release(self, folder: str | Path) -> None:
         """Write the checkpoint to `folder` and end the child: an ended run costs a folder, not a process."""
         with self._release_lock:
-            if isinstance(self.trainer, ComparisonProxy):
+            if isinstance(self.trainer, RaceView):
                 self.close()   # a fine-tuning race's results, models included, are in the server already
                 return
             if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
@@ -127,7 +127,7 @@ class ProcessModel:
         process ends; start() goes on from there exactly (`resumed_trainer`). False when it was not parked."""
         with self._release_lock:
             if (self.phase != "stopped" or self.busy or not self._child.alive() or self.trainer is None
-                    or isinstance(self.trainer, ComparisonProxy)):
+                    or isinstance(self.trainer, RaceView)):
                 return False
             folder = Path(folder).expanduser().resolve()
             self._child.request("save", str(folder))

@@ -4,9 +4,9 @@ every implementation), so a new kind is one more class, not one more probe. Torc
 
 - RunSpec: `training.train_spec.TrainSpec`, `training.finetune_spec.FinetuneSpec`.
 - RunJob: `thread_job.TrainingJob`, `training_process.ProcessTrainingJob`, `finetune_runs.KeptRaceJob`.
-- LiveView: `training.trainer.Trainer`, `training.finetune.FinetuneComparison`, their mirrors in the server
-  (`training_mirrors`) and a kept race (`training.kept_race.KeptRace`); HostedRun, with run, stop and pause: the
-  first two.
+- LiveView: `training.trainer.Trainer`, `training.finetune.FinetuneComparison`, a pretraining run's mirror
+  (`training_mirrors`) and `training.race_view.RaceView` (a race's mirror, or one read back from its folder);
+  HostedRun, with run, stop and pause: the first two.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The training process's side: build the trainer, run it when told, and answer the server's commands (listed in
 `training_link`) at step boundaries, so a save or a weight copy sees whole steps. Torch is imported in the methods
-the child runs, never in the server, which imports this module only for `TunerView` and the entry point.
+the child runs, never in the server, which imports this module only for the entry point.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import select
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 from bert_core.errors import BertCoreError
@@ -20,23 +19,13 @@ from bert_core.serve.launcher import SERVER_PID_ENV
 from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.pretraining_events import EvalEvent
+from bert_core.training.race_view import race_summary
 from bert_core.training.run_loop import failure_message
 from bert_core.training.train_config import TrainConfig
 
 log = logging.getLogger("bert_core.app")
 
 ORPHAN_GRACE_S = 60.0   # an orphaned training process that has not ended this long after its stop is ended
-
-
-@dataclass
-class TunerView:
-    """One fine-tuning run as the page sees it."""
-
-    name: str
-    state: str
-    step: int
-    evals: list
-    stages: list = field(default_factory=list)  # a curriculum's stages as they began (finetune_results.FinetuneStage)
 
 
 def run_on_fds(commands_fd: int, events_fd: int) -> None:
@@ -137,10 +126,8 @@ class TrainingChild:
         if self.comparison:
             for tuner in trainer.tuners:
                 tuner.callbacks.append(self.forward)
-            self.events.send(("built", None, {"kind": "comparison", "config": trainer.config,
-                                              "train_data": trainer.train_data, "val_data": trainer.val_data,
-                                              "task_kind": trainer.task_kind, "metric_names": trainer.metric_names,
-                                              "primary": trainer.primary, "view": _comparison_view(trainer)}, None))
+            self.events.send(("built", None, {"kind": "comparison", "split": (trainer.train_data, trainer.val_data),
+                                              "view": race_summary(trainer)}, None))
         else:
             trainer.callbacks.append(self.forward)
             p = trainer.probes
@@ -181,7 +168,7 @@ class TrainingChild:
         if self.quit:
             return
         if self.comparison:
-            self.events.send(("view", None, _comparison_view(trainer), None))
+            self.events.send(("view", None, race_summary(trainer), None))
             # With the trained models, on the CPU: the server inspects them there, and a model pickled on a GPU
             # would make the server open a CUDA context of its own to read it back.
             # Imported here, not at the top: it loads torch, and the server imports this module without it.
@@ -257,7 +244,7 @@ class TrainingChild:
                 now = time.monotonic()
                 if type(event).__name__ == "FinetuneEval" or now - self._last_view >= 0.25:
                     self._last_view = now
-                    self.events.send(("view", None, _comparison_view(trainer), None))
+                    self.events.send(("view", None, race_summary(trainer), None))
             else:
                 extra = dict(trainer.baselines) if isinstance(event, EvalEvent) else None
                 self.events.send(("event", event, extra, None))
@@ -265,10 +252,3 @@ class TrainingChild:
         except (EOFError, OSError):
             self.quit = True
             trainer.stop()
-
-
-def _comparison_view(comparison) -> dict:
-    return {"tuners": [TunerView(t.name, t.state, t.step, t.evals, list(t.stages))
-                       for t in comparison.tuners],
-            "progress": comparison.progress, "state": comparison.state, "error": comparison.error}
-

@@ -1,6 +1,6 @@
-"""The server's mirrors of a training in a child process (run_protocols.LiveView), fed by its events: `TrainerProxy`
-of a `Trainer`, `ComparisonProxy` of a `FinetuneComparison`, and `restored_trainer`, a recorded run's mirror read
-back from its checkpoint. Torch-free at import."""
+"""The server's mirror of a pretraining run in a child process (run_protocols.LiveView), fed by its events:
+`TrainerProxy` of a `Trainer`, and `restored_trainer`, a recorded run's mirror read back from its checkpoint (a race's
+mirror is a training.race_view.RaceView). Torch-free at import."""
 
 from __future__ import annotations
 
@@ -75,29 +75,6 @@ class TrainerProxy(EventLog):
                     self.baselines = extra
         if isinstance(event, ProbeSnapshot) and self.probes is not None:
             self.probes.add(event)
-
-
-class ComparisonProxy:
-    # A race's curves and tokenizers are its models' (in tuners, then results): none of its own (run_protocols.LiveView).
-    probes = tokenizer = growth = data = None
-    history: tuple = ()
-    evals: tuple = ()
-
-    def __init__(self, built: dict):
-        self.config = built["config"]
-        self.train_data, self.val_data = built["train_data"], built["val_data"]
-        self.task_kind, self.metric_names, self.primary = built["task_kind"], built["metric_names"], built["primary"]
-        self.results: dict = {}
-        self.error: str | None = None
-        self._update(built["view"])
-
-    def _update(self, view: dict) -> None:
-        self.tuners, self.progress = view["tuners"], view["progress"]
-        self.state, self.error = view["state"], view["error"]
-
-    @property
-    def step(self) -> int:
-        return sum(t.step for t in self.tuners)
 
 
 def restored_trainer(folder: Path, probes: dict | None = None,

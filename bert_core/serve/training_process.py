@@ -28,7 +28,8 @@ from bert_core.serve.job_base import JobBase
 from bert_core.serve.process_model import ProcessModel
 from bert_core.serve.training_child import run_on_fds
 from bert_core.serve.training_link import ChildLink
-from bert_core.serve.training_mirrors import ComparisonProxy, TrainerProxy, restored_trainer
+from bert_core.serve.training_mirrors import TrainerProxy, restored_trainer
+from bert_core.training.race_view import RaceView
 
 log = logging.getLogger("bert_core.app")
 
@@ -41,7 +42,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
                  data_factory: Callable[[Any], Any] | None = None):
         super().__init__(session_id, spec, builder)
         self._data_factory = data_factory
-        self.trainer: TrainerProxy | ComparisonProxy | None = None
+        self.trainer: TrainerProxy | RaceView | None = None
         self._changed = threading.Condition()
         self._child = ChildLink(session_id, threads, self._changed, self._handle, self._child_gone)
         self._closing = False
@@ -204,14 +205,14 @@ class ProcessTrainingJob(ProcessModel, JobBase):
                     # sends on from the step it stopped at. Its model is the process's again.
                     self.parked, self.released, self._snapshot = None, None, None
                 elif payload["kind"] == "comparison":
-                    self.trainer = ComparisonProxy(payload)
+                    self.trainer = RaceView(payload["view"], payload["split"])
                 else:
                     self.trainer = TrainerProxy(payload, self._data_factory)
                 self.trainer.state = "running"
                 self.phase = "running"
             elif kind == "view":
-                if isinstance(self.trainer, ComparisonProxy):
-                    self.trainer._update(payload)
+                if isinstance(self.trainer, RaceView):
+                    self.trainer.update(payload)
             elif kind == "results":
                 self.trainer.results = payload
             elif kind == "phase":

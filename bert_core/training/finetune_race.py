@@ -8,6 +8,7 @@ seed the results are those of the race never interrupted, bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,8 @@ from bert_core.model.config import BertConfig
 from bert_core.training.finetune import FinetuneComparison, Finetuner, race_task, tokenizer_for_scratch
 from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.finetune_checkpoint import checkpoint_of
-from bert_core.training.finetune_results import FinetuneResult
 from bert_core.training.finetune_spec import FinetuneSpec
-from bert_core.training.kept_race import TRAINING, KeptRace, keep_race, kept_race_exists
-from bert_core.training.run_loop import Progress
+from bert_core.training.kept_race import TRAINING, keep_race, kept_race_exists, read_race
 
 log = logging.getLogger(__name__)
 
@@ -62,31 +61,6 @@ def build_race(spec: FinetuneSpec, device: str | None = None, task=None) -> Fine
     return race
 
 
-class EndedRun:
-    """A model of a race that had ended when the race was cut off, read back from its folder: a run of the race that
-    has run (name, state, step, evals, stages, result, progress), so a race built again skips it and keeps its
-    result, model and curves as they were."""
-
-    error = None
-
-    def __init__(self, view, result: FinetuneResult, budgeted: bool):
-        self.name, self.state, self.step = view.name, view.state, view.step
-        self.evals, self.stages, self.history = list(view.evals), list(view.stages), list(result.history)
-        self.result, self.budgeted, self.callbacks = result, budgeted, []
-
-    @property
-    def progress(self) -> Progress:
-        return Progress(fraction=1.0, eta_s=0.0, step=self.step, elapsed_s=self.result.train_seconds)
-
-    def run(self) -> FinetuneResult:
-        return self.result
-
-    def stop(self) -> None:
-        """It has ended."""
-
-    pause = stop
-
-
 def _go_on(race: FinetuneComparison, spec: FinetuneSpec, folder: Path) -> None:
     """Put a newly built race where its folder left it: each model that had finished as it was kept (its result and
     weights read back), the model whose checkpoint is in `training/` from that checkpoint; the others run as built.
@@ -94,11 +68,12 @@ def _go_on(race: FinetuneComparison, spec: FinetuneSpec, folder: Path) -> None:
     checkpoint = checkpoint_of(folder / TRAINING)
     if not kept_race_exists(folder) and checkpoint is None:
         return
-    kept = KeptRace(spec, folder, "stopped", task=race.task)
-    views = {t.name: t for t in kept.tuners if t.state == "finished"}
+    kept = read_race(spec, folder, "stopped", task=race.task)
+    ended = {t.name: t for t in kept.tuners if t.state == "finished" and t.name in kept.results}
     for i, tuner in enumerate(race.tuners):
-        if tuner.name in views and tuner.name in kept.kept_names:
-            race.tuners[i] = EndedRun(views[tuner.name], kept.result_of(tuner.name), tuner.budgeted)
+        if tuner.name in ended:   # it stands in for its run, with the result it had (race_view.TunerView)
+            race.tuners[i] = dataclasses.replace(ended[tuner.name], result=kept.results[tuner.name],
+                                                 budgeted=tuner.budgeted)
         elif checkpoint is not None and tuner.name == checkpoint["name"] and isinstance(tuner, Finetuner):
             try:
                 tuner.resume_from(folder / TRAINING)

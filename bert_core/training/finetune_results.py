@@ -127,19 +127,22 @@ class FinetuneResult:
 
     def to_dict(self, with_history: bool = False) -> dict:
         """JSON-able summary (the model is left out; the per-step history only when asked)."""
-        out = {
-            "name": self.name, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "loss": self.loss,
-            "confusion": self.confusion, "label_names": self.label_names, "steps": self.steps,
-            "train_seconds": self.train_seconds, "state": self.state, "kind": self.kind,
-            "metric_names": list(self.metric_names), "details": self.details, "best_step": self.best_step,
-            "steps_asked": self.steps_asked,
-            "evals": [dataclasses.asdict(e) for e in self.evals],
-            "stages": [dataclasses.asdict(e) for e in self.stages],
-            "misclassified": [dataclasses.asdict(m) for m in self.misclassified],
-        }
-        if with_history:
-            out["history"] = [dataclasses.asdict(e) for e in self.history]
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "tokenizer")}
+        out.update({name: [dataclasses.asdict(e) for e in out[name]] for name in _RECORDS})
+        out["metric_names"] = list(self.metric_names)
+        if not with_history:
+            del out["history"]
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict, **objects) -> FinetuneResult:
+        """A result from its to_dict (one without history: none), with `objects` (its model, tokenizer)."""
+        d = {**d, **{name: [record(**e) for e in d.get(name, [])] for name, record in _RECORDS.items()}}
+        return cls(**{**d, "metric_names": tuple(d["metric_names"])}, **objects)
+
+
+# The fields of a FinetuneResult that hold records, with the record each holds (to_dict, from_dict).
+_RECORDS = {"evals": FinetuneEval, "history": FinetuneStep, "misclassified": Misclassified, "stages": FinetuneStage}
 
 
 def label_metrics(data: ClassificationData, rows: Sequence[int], truth: Sequence[int], predicted: Sequence[int],

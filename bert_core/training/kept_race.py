@@ -1,17 +1,17 @@
 """A fine-tuning race kept in a folder and read back from it (after a server restart, or once its models went to
 disk): each ended model as a checkpoint folder (safetensors; a bag-of-words baseline as JSON and safetensors), its
-curves and figures in race.json; never a pickle. `KeptRace` is the live view the Fine-tune page draws with no process
-behind it (bert_core.serve.run_protocols.LiveView)."""
+curves and figures in race.json; never a pickle. `read_race` makes it the live view the Fine-tune page draws with no
+process behind it (race_view.RaceView)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import save_checkpoint
@@ -22,15 +22,9 @@ from bert_core.training.bag_of_words import BAG_OF_WORDS_FILE, BagOfWordsClassif
 from bert_core.training.finetune import race_task
 from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.finetune_checkpoint import checkpoint_of
-from bert_core.training.finetune_results import (
-    FinetuneEval,
-    FinetuneResult,
-    FinetuneStage,
-    FinetuneStep,
-    Misclassified,
-)
+from bert_core.training.finetune_results import LABEL_METRICS, FinetuneEval, FinetuneResult, FinetuneStage
 from bert_core.training.finetune_spec import FinetuneSpec
-from bert_core.training.run_loop import Progress
+from bert_core.training.race_view import RaceView, TunerView
 
 KEPT_FILE = "race.json"
 KEPT_FORMAT = 1
@@ -96,92 +90,35 @@ def _old_nan(obj):
     return [_old_nan(v) for v in obj] if isinstance(obj, list) else obj
 
 
-class KeptRace:
-    """A race read back from its folder (keep_race): the live view the Fine-tune page draws, with no process. Its
-    models are read when first asked for; its data is the spec's, split again (the same seed gives the same split),
-    or `task`, the split already made. A race stopped before any model ended holds no tuners and no results."""
+def read_race(spec: FinetuneSpec, folder: Path | None, state: str, task=None) -> RaceView:
+    """A race read back from its folder (keep_race), in `state`, with no process. Its models are read when first
+    asked for; its data is the spec's, split again (the same seed gives the same split), or `task`, the split already
+    made. A race stopped before any model ended (or with no folder) holds no tuners and no results."""
+    kept = _old_nan(read_json(folder / KEPT_FILE)) if folder is not None and (folder / KEPT_FILE).is_file() else {}
+    if kept and kept.get("format") != KEPT_FORMAT:
+        raise BertCoreError(f"{folder / KEPT_FILE} is of another format")
+    the_task = functools.cache(lambda: race_task(spec) if task is None else task)
+    tuners = [TunerView(t["name"], t["state"] if t["state"] != "running" else "stopped", int(t["step"]),
+                        [FinetuneEval(**e) for e in t["evals"]], [FinetuneStage(**s) for s in t["stages"]])
+              for t in kept.get("tuners", [])]
+    summary = {"config": FinetuneConfig(**(kept["config"] if kept else spec.config_settings())),
+               "task_kind": kept.get("task_kind", spec.kind),
+               "metric_names": tuple(kept.get("metric_names", LABEL_METRICS)), "primary": int(kept.get("primary", 0)),
+               "state": state, "error": kept.get("error"), "tuners": tuners}
+    return RaceView(summary, lambda: (the_task().train_data, the_task().val_data),
+                    lambda: {name: _result(kept, folder, name, the_task) for name in kept.get("results", {})})
 
-    # A race has no curves, tokenizer, growth, data or probes of its own: each of its models has its own.
-    history, evals, tokenizer, growth, data, probes = (), (), None, None, None, None
 
-    def __init__(self, spec: FinetuneSpec, folder: Path | None, state: str, task=None):
-        self.spec, self.folder = spec, folder
-        kept = _old_nan(read_json(folder / KEPT_FILE)) if folder is not None and (folder / KEPT_FILE).is_file() else {}
-        if kept and kept.get("format") != KEPT_FORMAT:
-            raise BertCoreError(f"{folder / KEPT_FILE} is of another format")
-        self._kept = kept
-        self.task_kind = kept.get("task_kind", spec.kind)
-        self.metric_names = tuple(kept.get("metric_names", ("accuracy", "macro-F1")))
-        self.primary = int(kept.get("primary", 0))
-        self.config = FinetuneConfig(**(kept["config"] if kept else spec.config_settings()))
-        # Each model as the page draws it (the shape of training_child.TunerView).
-        self.tuners = [SimpleNamespace(name=t["name"], state=t["state"] if t["state"] != "running" else "stopped",
-                                       step=int(t["step"]), evals=[FinetuneEval(**e) for e in t["evals"]],
-                                       stages=[FinetuneStage(**s) for s in t["stages"]])
-                       for t in kept.get("tuners", [])]
-        self.state = state
-        self.error = kept.get("error")
-        self._results: dict | None = None
-        self._task = task
-
-    @property
-    def kept_names(self) -> list[str]:
-        """The runs whose results were kept."""
-        return list(self._kept.get("results", {}))
-
-    @property
-    def step(self) -> int:
-        return sum(t.step for t in self.tuners)
-
-    @property
-    def progress(self) -> Progress:
-        return Progress(fraction=1.0 if self.state == "finished" else 0.0, eta_s=0.0, step=self.step,
-                        elapsed_s=sum(t.evals[-1].elapsed_s for t in self.tuners if t.evals))
-
-    def _split(self):
-        if self._task is None:
-            self._task = race_task(self.spec)
-        return self._task
-
-    @property
-    def train_data(self):
-        return self._split().train_data
-
-    @property
-    def val_data(self):
-        return self._split().val_data
-
-    @property
-    def results(self) -> dict[str, FinetuneResult]:
-        """Each kept model's result with its model and tokenizer (read from the folder once)."""
-        if self._results is None:
-            self._results = {name: self.result_of(name) for name in self.kept_names}
-        return self._results
-
-    def result_of(self, name: str) -> FinetuneResult:
-        """One kept run's result, its model read from the folder (the others' are not read)."""
-        if self._results is not None:
-            return self._results[name]
-        r, model, tokenizer = self._kept["results"][name], None, None
-        where = self._kept.get("models", {}).get(name)
-        if where is not None and (self.folder / where / BAG_OF_WORDS_FILE).is_file():
-            model = load_bag_of_words(self.folder / where)   # takes raw text: no tokenizer
-        elif where is not None:   # the kept head's class is the kind's (its task's), read back with its labels
-            model = load_pretrained(self.folder / where, model_class=type(self._split()).head).eval()
-            tokenizer = BertTokenizer.load(self.folder / where)
-        return FinetuneResult(
-            name=r["name"], accuracy=r["accuracy"], macro_f1=r["macro_f1"], loss=r["loss"],
-            confusion=r["confusion"], label_names=r["label_names"], evals=[FinetuneEval(**e) for e in r["evals"]],
-            history=[FinetuneStep(**e) for e in r.get("history", [])],
-            misclassified=[Misclassified(**m) for m in r["misclassified"]], steps=r["steps"],
-            train_seconds=r["train_seconds"], state=r["state"], model=model, tokenizer=tokenizer, kind=r["kind"],
-            metric_names=tuple(r["metric_names"]), details=r["details"], best_step=r["best_step"],
-            stages=[FinetuneStage(**s) for s in r["stages"]], steps_asked=r["steps_asked"])
-
-    def stop(self) -> None:
-        """Nothing runs."""
-
-    pause = stop
+def _result(kept: dict, folder: Path, name: str, task) -> FinetuneResult:
+    """One kept run's result, its model read from the folder (a neural one as its `task()`'s head)."""
+    model = tokenizer = None
+    where = kept.get("models", {}).get(name)
+    if where is not None and (folder / where / BAG_OF_WORDS_FILE).is_file():
+        model = load_bag_of_words(folder / where)   # takes raw text: no tokenizer
+    elif where is not None:   # read back with its labels
+        model = load_pretrained(folder / where, model_class=type(task()).head).eval()
+        tokenizer = BertTokenizer.load(folder / where)
+    return FinetuneResult.from_dict(kept["results"][name], model=model, tokenizer=tokenizer)
 
 
 def kept_race_exists(folder: Path) -> bool:
