@@ -1,10 +1,8 @@
-"""Extractive question answering data (SQuAD v1.1): SQuAD files read with checks, a built-in toy task, passage-level
-splits, sliding-window features, batches, the best span from start/end logits, and the official scores. Pure and
-seeded. The window and the answer search follow Hugging Face's `run_qa.py` (`prepare_train_features`,
-`postprocess_qa_predictions`), and the scores reproduce `evaluate-v1.1.py`, so numbers are comparable with
-published ones. A file with a mistake is refused with a message naming the place (`data[3].paragraphs[0].qas[5]`),
-never a silent drop; only SQuAD v2's unanswerable questions are skipped, and counted in `QAData.notes`.
-"""
+"""Extractive question answering data (SQuAD v1.1): files read with checks, a toy task, passage-level splits,
+sliding-window features, the best span from logits and the official scores. The window and the answer search follow
+Hugging Face's `run_qa.py` and the scores reproduce `evaluate-v1.1.py`, so numbers compare with published ones. A
+file with a mistake is refused naming the place (`data[3].paragraphs[0].qas[5]`), never silently dropped; only
+SQuAD v2's unanswerable questions are skipped, and counted in `QAData.notes`."""
 
 from __future__ import annotations
 
@@ -62,7 +60,6 @@ class QAData(RowData):
 
     @property
     def num_passages(self) -> int:
-        """How many distinct passages (contexts) the questions are asked about."""
         return len({e.context for e in self.examples})
 
     def subset(self, indices, source_suffix: str = "") -> QAData:
@@ -82,7 +79,6 @@ def _json_kind(value) -> str:
 
 
 def _get(obj, key: str, kind: type, where: str, source: str, default=None):
-    """obj[key], checked to be of `kind`; missing is an error unless a default is given."""
     if key not in obj:
         if default is not None:
             return default
@@ -125,11 +121,8 @@ def _answer_span(context: str, text: str, start: int, where: str, source: str) -
 
 
 def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
-    """Check and read SQuAD v1.1 data: a dict already parsed, or the JSON text (str or bytes) of a file.
-
-    Every answer must be found at its answer_start in its context. SQuAD v2's unanswerable questions
-    (`is_impossible`) are skipped and counted in `notes`; anything else wrong is an error naming where.
-    """
+    """Check and read SQuAD v1.1 data: a parsed dict, or a file's JSON text; every answer must be at its
+    answer_start."""
     if isinstance(obj_or_text, (str, bytes, bytearray)):
         return load_squad(obj_or_text.encode() if isinstance(obj_or_text, str) else obj_or_text, source)
     obj = obj_or_text
@@ -201,7 +194,6 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
 
 
 def load_squad(path_or_bytes: str | Path | bytes, name: str = "upload.json") -> QAData:
-    """Read a SQuAD v1.1 .json file from a path, or from raw bytes (an upload called `name`), with checks."""
     text, name, _ = read_upload(path_or_bytes, name, "SQuAD", MAX_SQUAD_BYTES, "a SQuAD-format .json file",
                                 "Give a SQuAD-format JSON file (an object with a 'data' list).",
                                 "Use a sample of the articles (SQuAD v1.1's whole training file is about 30 MB).")
@@ -326,7 +318,6 @@ def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> Q
 
 
 def drill_data(drill: Drill) -> QAData:
-    """A drill's questions (toy_qa_drills.Drill) as QAData: its drill_squad, read and checked like any SQuAD file."""
     return parse_squad(drill_squad(drill.passages, drill.seed, questions=(drill.kind,),
                                    own_sentence=drill.own_sentence, story_verbs=drill.story_verbs),
                        source=f"{drill.name} ({drill.passages} passages, seed {drill.seed})")
@@ -336,9 +327,8 @@ def drill_data(drill: Drill) -> QAData:
 
 def split_by_passage(data: QAData, train_size: int | None = None, val_size: int | None = None, *, seed: int = 0,
                      val_fraction: float = 0.1) -> tuple[QAData, QAData]:
-    """A seeded train / validation split that keeps every passage's questions on one side (splits.split_data with
-    the passages as groups; sizes count questions). No validation passage is ever seen in training: otherwise the
-    score would measure memorised passages, not reading."""
+    """A seeded split that keeps every passage's questions on one side: otherwise the score would measure
+    memorised passages, not reading."""
     return split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction, unit="questions",
                       groups=[e.context for e in data.examples])
 
@@ -372,13 +362,10 @@ def _answer_tokens(offsets: list[tuple[int, int]], start_char: int, end_char: in
 
 def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 64,
               max_question_tokens: int = 64) -> list[QAFeature]:
-    """Features for every question: the question (cut to `max_question_tokens`) and windows of its context.
-
-    The context is tokenized once, with character offsets, and cut into windows of `max_length - len(question) - 3`
-    tokens; consecutive windows share `doc_stride` tokens (HF's stride), so an answer cut by one window's edge is
-    whole in the next. A short context gives one feature. Labels point at the first gold answer in the windows
-    that hold it whole, and at [CLS] (0) in the others, as HF's `prepare_train_features` does.
-    """
+    """Features for every question (cut to `max_question_tokens`) and each window of its context; consecutive
+    windows share `doc_stride` tokens, so an answer cut by one window's edge is whole in the next. Labels point at
+    the first gold answer in the windows that hold it whole, and at [CLS] (0) in the others, as HF's
+    `prepare_train_features` does."""
     for label, value, least in (("max_length", max_length, 8), ("doc_stride", doc_stride, 0),
                                 ("max_question_tokens", max_question_tokens, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -464,14 +451,9 @@ def _best_in_feature(feature: QAFeature, starts: list[float], ends: list[float],
 def best_answers(data: QAData, features: Sequence[QAFeature], start_logits: Sequence[Sequence[float]],
                  end_logits: Sequence[Sequence[float]], max_answer_tokens: int = 30,
                  n_best: int = 20) -> dict[str, dict]:
-    """Per example id, the best answer span over all its features: {"text", "start_char", "end_char", "score"}.
-
-    As HF's `postprocess_qa_predictions`: in each feature take the `n_best` highest start and end logits among
-    context tokens, keep pairs with start <= end and at most `max_answer_tokens` tokens, score start + end logit,
-    and map the best pair back through the offsets to the original context (its own casing). Logits may be
-    lists or tensors, one row per feature, at least as long as the feature (padding beyond it is ignored).
-    Examples without a feature are left out.
-    """
+    """Per example id, the best answer span over its features: {"text", "start_char", "end_char", "score"}, as HF's
+    `postprocess_qa_predictions` finds it (the `n_best` highest start and end logits, pairs of at most
+    `max_answer_tokens`). Logits: one row per feature, padding beyond it ignored."""
     for label, value in (("max_answer_tokens", max_answer_tokens), ("n_best", n_best)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise BertCoreError(f"{label} must be a whole number of at least 1, got {value!r}.")
@@ -522,15 +504,12 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match_score(prediction: str, ground_truth: str) -> float:
-    """1.0 when the two normalize to the same string, else 0.0."""
     return float(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
 def f1_score(prediction: str, ground_truth: str) -> float:
-    """Harmonic mean of precision and recall of the normalized tokens (counted with repeats).
-
-    As in evaluate-v1.1.py, no shared token gives 0, even when both sides normalize to nothing.
-    """
+    """Token F1 of the normalized answers; as in evaluate-v1.1.py, no shared token gives 0, even when both sides
+    normalize to nothing."""
     pred_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(ground_truth).split()
     same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())

@@ -41,7 +41,6 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int = 
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:
-    """Lists of ids as one [len(rows), longest] tensor, each row padded on the right with `pad`."""
     out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
     for i, r in enumerate(rows):
         out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
@@ -49,7 +48,6 @@ def pad_rows(rows: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:
 
 
 def attention_mask(rows: Sequence[Sequence[int]]) -> torch.Tensor:
-    """1 over each row's tokens, 0 over its padding (as `pad_rows` pads them)."""
     return pad_rows([[1] * len(r) for r in rows])
 
 

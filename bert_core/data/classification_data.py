@@ -1,9 +1,6 @@
-"""Labelled text for fine-tuning: CSV loading with checks, the AG News and polarity formats, seeded splits, batches.
-
-Pure and seeded: the same file and seed give the same split and the same batches. Rows with an empty text or
-label are an error naming them (a silent drop would hide a broken export); `drop_empty=True` skips them and
-counts them in `ClassificationData.dropped_rows` instead.
-"""
+"""Labelled text for fine-tuning: CSV loading with checks, the AG News and polarity formats, seeded splits, toy tasks.
+Rows with an empty text or label are an error naming them (a silent drop would hide a broken export), unless
+`drop_empty`."""
 
 from __future__ import annotations
 
@@ -57,14 +54,12 @@ class ClassificationData(RowData):
         return len(self.label_names)
 
     def label_counts(self) -> list[int]:
-        """How many examples carry each label id."""
         counts = [0] * self.num_labels
         for y in self.labels:
             counts[y] += 1
         return counts
 
     def example_text(self, i: int) -> str:
-        """The i-th example as one readable string (pairs joined by ' | ')."""
         if self.texts_b is None:
             return self.texts[i]
         return f"{self.texts[i]} | {self.texts_b[i]}"
@@ -211,12 +206,9 @@ def load_classification_csv(
     drop_empty: bool = False,
     name: str = "upload.csv",
 ) -> ClassificationData:
-    """Read a labelled CSV (headed, AG News's headerless class/title/description, or `label,text`) with checks.
-
-    Two text columns are joined with ' . ' into one segment, or kept as a sentence pair when `as_pair`.
-    Labels become ids 0..K-1 in sorted order. Their names are the column's own values (e.g. "business", "sports");
-    numbered classes take names from a `classes.txt` beside the file if present, or from DOCUMENTED_LABEL_NAMES.
-    """
+    """Read a labelled CSV (headed, AG News's headerless class/title/description, or `label,text`) with checks. Two
+    text columns are joined, or kept as a pair (`as_pair`); labels become ids 0..K-1 in sorted order, named by the
+    column's values, or for numbered classes by a `classes.txt` beside the file or DOCUMENTED_LABEL_NAMES."""
     text, name, path = _read_csv(path_or_bytes, name)
     columns, body, headerless = _table(text, name)
     ag_news = headerless == list(AG_NEWS_COLUMNS)
@@ -249,8 +241,7 @@ def load_classification_csv(
 
 
 def _table(text: str, name: str) -> tuple[list[str], list[tuple[int, list[str]]], list[str] | None]:
-    """(column names, data rows with their 1-based line numbers, the format's column names when headerless) of a
-    decoded CSV; blank rows are skipped, a file without data rows is refused."""
+    """(column names, data rows with their 1-based line numbers, the format's column names when headerless)."""
     try:
         rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
@@ -274,7 +265,6 @@ def _table(text: str, name: str) -> tuple[list[str], list[tuple[int, list[str]]]
 
 def _examples(body: list[tuple[int, list[str]]], text_indices: list[int], label_index: int,
               clean: Callable[[str], str], as_pair: bool) -> tuple[list[str], list[str], list[str], list[int]]:
-    """(first texts, second texts of pairs, raw labels, lines left out for an empty text or label) of the rows."""
     texts_a, texts_b, raw_labels, empty_lines = [], [], [], []
     for line, row in body:
         parts = [clean(row[i]) for i in text_indices]
@@ -292,8 +282,6 @@ def _examples(body: list[tuple[int, list[str]]], text_indices: list[int], label_
 
 
 def _empty_rows_notes(empty_lines: list[int], name: str, drop_empty: bool) -> list[str]:
-    """The dataset's notes about rows left out for an empty text or label; without `drop_empty` they are an error
-    naming the lines (a silent drop would hide a broken export)."""
     if not empty_lines:
         return []
     shown = ", ".join(map(str, empty_lines[:10])) + (" ..." if len(empty_lines) > 10 else "")
@@ -317,8 +305,6 @@ def csv_columns(path_or_bytes: str | Path | bytes, name: str = "upload.csv") -> 
 
 def split_train_val(data: ClassificationData, train_size: int | None = None, val_size: int | None = None, *,
                     seed: int = 0, val_fraction: float = 0.1) -> tuple[ClassificationData, ClassificationData]:
-    """A seeded, disjoint train / validation split of the given sizes (splits.split_data), whose training part holds
-    at least two classes."""
     train, val = split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction)
     if len(set(train.labels)) < 2:
         raise BertCoreError("the training split holds a single class; use more examples or another seed.")

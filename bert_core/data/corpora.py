@@ -44,7 +44,6 @@ class Corpus:
         return sum(len(s.split()) for d in self.documents for s in d)
 
     def texts(self) -> Iterator[str]:
-        """Every sentence in order (what a tokenizer is trained on)."""
         for doc in self.documents:
             yield from doc
 
@@ -221,7 +220,6 @@ def corpus_from_bytes(data: bytes, name: str = "upload") -> Corpus:
 
 
 def corpus_from_file(path: str | Path, name: str | None = None) -> Corpus:
-    """Corpus of a local UTF-8 text file (checked like an upload)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise BertCoreError(f"{path} is a folder; give a text file")
@@ -235,7 +233,6 @@ def corpus_from_file(path: str | Path, name: str | None = None) -> Corpus:
 
 # -- named corpora -----------------------------------------------------------------------------------
 def generate_toy_corpus(num_documents: int = 2000, seed: int = 0) -> Corpus:
-    """The `toy` Corpus: `num_documents` stories of the built-in grammar (bert_core.data.toy_grammar), seeded."""
     return Corpus(name="toy", documents=generate_toy_documents(num_documents, seed),
                   source=f"toy grammar (bert_core.data.toy_grammar), seed {seed}")
 
@@ -308,11 +305,8 @@ _DOCUMENTS: dict[str, Callable[[str], list[list[str]]]] = {
 
 def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None,
                 progress: Callable[[int, int | None], None] | None = None) -> Corpus:
-    """Corpus by name ("toy", "tinyshakespeare", "wikitext-2", "brown") or a path to a UTF-8 text file.
-
-    Named corpora other than `toy` are downloaded once (checksum-verified) into the cache folder;
-    `progress(done_bytes, total_bytes)` is called while downloading.
-    """
+    """Corpus by name (NAMED_CORPORA: all but `toy` downloaded once into the cache, `progress(done_bytes,
+    total_bytes)` told) or a path to a UTF-8 text file."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         raise BertCoreError(f"no corpus given; use one of {', '.join(NAMED_CORPORA)} or a path to a UTF-8 text file")
     key = str(spec).strip()
@@ -344,10 +338,7 @@ def heldout_choice(n: int, fraction: float, seed: int) -> set[int]:
 
 
 def split_heldout(corpus: Corpus, fraction: float = 0.1, seed: int = 0) -> tuple[Corpus, Corpus]:
-    """(train, held-out) by whole documents chosen with `seed`; a one-document corpus gives up a contiguous block.
-
-    Held-out text is never trained on, so evaluation measures generalisation, not memory.
-    """
+    """(train, held-out) by whole documents chosen with `seed`; a one-document corpus gives up a contiguous block."""
     if not 0.0 < fraction < 1.0:
         raise BertCoreError(f"held-out fraction must be between 0 and 1, got {fraction!r}")
     docs = corpus.documents

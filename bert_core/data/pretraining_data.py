@@ -177,11 +177,8 @@ def _contiguous_instances(docs, kept, d, max_num_tokens, short_seq_prob, rng, cl
 def create_nsp_instances(token_docs: Sequence[Sequence[Sequence[int]]], tokenizer, max_seq_length: int = 128,
                          short_seq_prob: float = 0.1, rng: random.Random | None = None,
                          nsp: bool = True) -> list[NspInstance]:
-    """NSP pairs from token ids (documents -> sentences -> ids), document by document as Google's script does.
-
-    About half the pairs take B from another document (label 1); the rest take the sentences that follow A.
-    With `nsp=False` each instance is one segment of contiguous text instead. Not shuffled.
-    """
+    """NSP pairs from token ids (documents -> sentences -> ids), document by document as Google's script makes them
+    (with `nsp=False`, segments of contiguous text). Not shuffled."""
     if max_seq_length < 8:
         raise BertCoreError(f"max_seq_length={max_seq_length} is too short for [CLS] A [SEP] B [SEP]; use at least 16")
     if not 0.0 <= short_seq_prob <= 1.0:
@@ -231,13 +228,10 @@ def _how_many(n_candidates: torch.Tensor, mask_rate: float, generator: torch.Gen
 def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: torch.Generator, vocab_size: int,
                 mask_id: int, candidate_ids: torch.Tensor | None = None, mask_rate: float = MASK_RATE,
                 whole_word_starts: torch.Tensor | None = None, mask_only: bool = False) -> MaskingResult:
-    """BERT's MLM masking over a [B, S] batch: pick `mask_rate` of the non-special tokens, then 80% [MASK],
-    10% a random non-special token, 10% unchanged. `special_mask` is True at [CLS]/[SEP]/[PAD].
-
-    `whole_word_starts` (bool [B, S], True where a token starts a word) picks whole words instead of pieces.
-    `mask_only` (a deviation from the paper, for comparing runs: TrainConfig.mask_only) turns every chosen token
-    into [MASK], never a random or kept one; the same tokens are chosen as with 80/10/10.
-    """
+    """BERT's MLM masking over a [B, S] batch: pick `mask_rate` of the tokens not in `special_mask`, then 80% [MASK],
+    10% a random non-special token, 10% unchanged. `whole_word_starts` (True where a token starts a word) picks whole
+    words; `mask_only` (TrainConfig.mask_only, a deviation for comparing runs) makes every chosen token [MASK], the
+    same tokens chosen."""
     if not 0.0 < mask_rate < 1.0:
         raise BertCoreError(f"mask_rate must be between 0 and 1 (BERT uses {MASK_RATE:g}), got {mask_rate!r}")
     ids = input_ids.long()
@@ -333,7 +327,6 @@ class Batch(DeviceBatch):
 
     @property
     def num_tokens(self) -> int:
-        """Real (non-padding) tokens in the batch."""
         return int(self.attention_mask.sum())
 
     def __len__(self) -> int:
@@ -430,7 +423,6 @@ class BatchStream:
         raise NotImplementedError
 
     def examples(self, epoch: int, j: int, generator: torch.Generator) -> list[NspInstance]:
-        """The examples of batch `j` of epoch `epoch` (drawing what they need from `generator`)."""
         raise NotImplementedError
 
     def batch(self, epoch: int, j: int) -> Batch:
@@ -465,7 +457,6 @@ class BatchStream:
         return batch
 
     def state_dict(self) -> dict:
-        """Where the stream stands (JSON-able): the next batch is batch `position` of epoch `epoch`."""
         return {"version": self.STATE_VERSION, "epoch": self.epoch, "position": self.position, "seed": self.seed,
                 "batch_size": self.batch_size}
 
@@ -518,7 +509,6 @@ class PretrainingData(BatchStream):
         self._instances: list[NspInstance] = []
 
     def build_instances(self, seed: int) -> list[NspInstance]:
-        """All NSP instances of the corpus for one rng seed, shuffled."""
         rng = random.Random(seed)
         inst = create_nsp_instances(self.token_docs, self.tokenizer, self.max_seq_length, rng=rng, nsp=self.nsp)
         rng.shuffle(inst)
@@ -546,7 +536,7 @@ class PretrainingData(BatchStream):
         return self._epoch_instances(epoch)[j * self.batch_size: (j + 1) * self.batch_size]
 
     def resized(self, max_seq_length: int, batch_size: int) -> "PretrainingData":
-        """(PretrainingStream.resized) The same tokenised corpus, not tokenised again."""
+        """The same tokenised corpus, not tokenised again."""
         if not 16 <= max_seq_length <= self.tokenizer.model_max_length or batch_size < 1:
             raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's limit, and "
                                 f"batch_size={batch_size} at least 1")
@@ -559,7 +549,7 @@ class PretrainingData(BatchStream):
         return {**super().state_dict(), "max_seq_length": self.max_seq_length, "num_tokens": self.num_tokens}
 
     def eval_batches(self, n_batches: int | None = None, seed: int = 0) -> list[Batch]:
-        """Fixed batches (same pairs and masks for a seed) for held-out evaluation; all of them when n_batches is None."""
+        """Fixed batches (same pairs and masks for a seed) for held-out evaluation; all when n_batches is None."""
         instances = self.build_instances(_mix(seed, EVAL_SALT))
         total = math.ceil(len(instances) / self.batch_size)
         n = total if n_batches is None else min(int(n_batches), total)
@@ -594,7 +584,6 @@ def _merge(corpora, name: str):
 
 
 def _heldout_record(corpus, heldout) -> dict:
-    """Which documents of `corpus` were held out: their indices (by identity of content) and sizes."""
     held = {tuple(d) for d in heldout.documents}
     indices = [i for i, d in enumerate(corpus.documents) if tuple(d) in held]
     return {
@@ -626,12 +615,8 @@ def _rank0_tokenizer(train):
 def build_datasets(specs: list[str], tokenizer, seq_len: int, batch_size: int, mask_rate: float, nsp: bool,
                    seed: int, heldout_fraction: float, world_size: int = 1, train_tokenizer=None,
                    whole_word_masking: bool = False, mask_only: bool = False, objective: str = "mlm"):
-    """Load corpora, hold out a seeded fraction of each (by document), and build train / held-out data.
-
-    Returns (train_data, eval_data, heldout_by_corpus, tokenizer, record). When `tokenizer` is None one is
-    trained on the training part only (vocab size from `train_tokenizer`), so held-out text stays unseen.
-    The held-out batches are masked the way training is (whole words, [MASK] only), as evaluation always was.
-    """
+    """(train_data, eval_data, heldout_by_corpus, tokenizer, record): corpora loaded, a seeded fraction of each held
+    out by document. A tokenizer None is trained on the training part only, so held-out text stays unseen."""
     corpora = [load_corpus(spec, seed=seed) for spec in specs]
     splits = [split_heldout(c, fraction=heldout_fraction, seed=seed) for c in corpora]
     train = _merge([s[0] for s in splits], "+".join(c.name for c in corpora))

@@ -1,15 +1,7 @@
-"""Reading a shard folder that `corpus build` (bert_core.corpus) wrote, as a run does: its index checked, its uint16
-token shards read through memory maps, and a seeded stream of masked batches over them that resumes exactly; and a
-run on shards and text corpora at once (`--shard-share`).
-
-A shard is `shards/<source>-<split>-NNNN.u16`: token ids, each document followed by [SEP]. `index.json` lists
-every shard with its token count and sha256, the tokenizer sits in `tokenizer/`, and a compressed build writes
-`.u16.xz` instead (a third of the size, for carrying to a GPU machine), unpacked beside itself on first read.
-
-The stream cuts each shard into windows of `seq_len - 3` tokens; a window becomes `[CLS] A [SEP] B [SEP]` with A
-its first half and B its second half (is-next), or, for half of them by the seed, the second half of another
-window (not-next); the one batch builder (pretraining_data.BatchStream) masks them.
-"""
+"""Reading a shard folder that `corpus build` (bert_core.corpus) wrote: its index checked, its uint16 token shards
+memory-mapped, a seeded, resumable stream of batches over them, and a run on shards and text at once
+(`--shard-share`). A shard is `shards/<source>-<split>-NNNN.u16` (or `.u16.xz`, a third of the size for carrying to
+a GPU machine, unpacked beside itself on first read): token ids, each document followed by [SEP]."""
 
 from __future__ import annotations
 
@@ -133,11 +125,10 @@ def shard_tokens(folder: str | Path, shard: dict) -> np.ndarray:
 
 
 class ShardStream(BatchStream):
-    """An endless, seeded, resumable iterator of masked NSP batches over a shard folder's `split`.
-
-    `weights` (default: index.json's) repeats each source's windows per epoch (2.5 = every window twice and half of
-    them a third time, by the seed). Without NSP (`nsp=False`, and always for the next-token objective "clm") a
-    window is one segment, `[CLS] window [SEP]`. An example's spans are (shard, first token, end token)."""
+    """Batches over a shard folder's `split`, cut into windows of `seq_len - 3` tokens: `[CLS] A [SEP] B [SEP]` with
+    A the window's first half and B its second (is-next) or, for half of them by the seed, another window's
+    (not-next); without NSP, `[CLS] window [SEP]`. `weights` (default: index.json's) repeats each source's windows
+    per epoch (2.5 = twice, and half of them a third time, by the seed)."""
 
     MUST_MATCH = ("seed", "seq_len", "batch_size", "split", "mask_rate", "shards", "weights", "nsp", "objective")
 
@@ -176,15 +167,14 @@ class ShardStream(BatchStream):
 
     @cached_property
     def token_counts(self) -> torch.Tensor:
-        """How often each token id occurs in this split's shards (for the unigram baseline), counted once."""
         counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
         for i in range(len(self.shards)):
             counts += np.bincount(self._tokens(i), minlength=len(counts))[:len(counts)]
         return torch.from_numpy(counts)
 
     def eval_batches(self, n_batches: int | None = None, seed: int = 0) -> list[Batch]:
-        """Fixed batches for held-out evaluation (the same windows and masks for a seed): the first `n_batches`
-        (all when None) of a stream over the same shards, every source at weight 1, seeded apart from training."""
+        """Fixed batches for held-out evaluation: the first `n_batches` (all when None) of a stream over the same
+        shards, every source at weight 1, seeded apart from training."""
         fixed = self._like(seed=_mix(seed, EVAL_SALT), weights={})
         total = fixed.batches_per_epoch
         return [fixed.batch(0, j) for j in range(total if n_batches is None else min(int(n_batches), total))]
@@ -216,7 +206,6 @@ class ShardStream(BatchStream):
         return self._maps[i]
 
     def _part(self, row, start: int, stop: int) -> tuple[list[int], tuple[int, int, int]]:
-        """Tokens start:stop of a plan row's window, and their span (shard, first token, end token)."""
         first = int(row[1]) * self.window
         return self._tokens(int(row[0]))[first + start:first + stop].tolist(), (int(row[0]), first + start,
                                                                                  first + stop)
@@ -249,7 +238,6 @@ class ShardStream(BatchStream):
 
 
 def _from_shards(seed: int, k: int, share: float) -> bool:
-    """Whether batch `k` of a mixed run comes from the shards."""
     return bool(np.random.default_rng([int(seed), _CHOICE_SALT, int(k)]).random() < share)
 
 

@@ -32,14 +32,9 @@ class RowData:
 def split_data(data: T, train_size: int | None = None, val_size: int | None = None, *, seed: int = 0,
                val_fraction: float = 0.1, unit: str = "examples", groups: Sequence[Hashable] | None = None
                ) -> tuple[T, T]:
-    """A seeded, disjoint (train, validation) pair of `data.subset`s, rows in order: by default `val_fraction` (at
-    least 1) for validation and the rest for training.
-
-    Rows sharing a key of `groups` (a passage, for its questions) stay on one side; without groups each row is its
-    own. The groups are dealt out whole in a seeded order: validation first, until it holds at least its number of
-    rows (so it can be larger by less than one group), then training, until it holds its number, or all the rest by
-    default (it may then fall short of an asked-for size by less than one group).
-    """
+    """A seeded, disjoint (train, validation) pair of `data.subset`s, rows in order (by default `val_fraction` for
+    validation). Rows sharing a key of `groups` (a passage's questions) stay on one side: groups are dealt out whole
+    in a seeded order, to validation until it holds its number, then to training (all the rest by default)."""
     n = len(data)
     if groups is None:
         dealt = [[i] for i in range(n)]

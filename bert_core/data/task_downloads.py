@@ -1,10 +1,6 @@
-"""The real fine-tuning tasks fetched from their public homes, so that a fresh clone or a Space races on them.
-
-Each is downloaded once (bert_core.data.downloads: progress, an atomic write, a sha256 kept on first use), then
-converted beside it in the cache into the file its loader reads like any upload: a `label,text` CSV for sentence
-labels (`load_classification_csv`), a CoNLL text file for token tags (`read_conll`).
-The shared data folder's copy is used instead when it is there (tests and this project's own figures read it).
-"""
+"""The real fine-tuning tasks fetched from their public homes, so that a fresh clone or a Space races on them: each
+downloaded once (downloads.cached_download), then converted beside it into the file its loader reads like any
+upload (a `label,text` CSV, or a CoNLL text file). The shared data folder's copy is used instead when it is there."""
 
 from __future__ import annotations
 
@@ -26,8 +22,6 @@ from bert_core.paths import shared_data_dir
 
 @dataclass(frozen=True)
 class RemoteTask:
-    """A labelled task online: the file to fetch, what its converted file is called in the cache, and the shared
-    copy."""
 
     label: str
     remote: RemoteFile
@@ -139,7 +133,6 @@ def local_task_csv(name: str, cache_dir: str | Path | None = None, use_shared: b
 
 def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Progress | None = None,
                    url: str | None = None, use_shared: bool = True) -> Path:
-    """The task's CSV, downloading and converting it on first use (see the module's docstring)."""
     if name not in TASKS:
         raise BertCoreError(f"no download known for the task {name!r}; choose one of {', '.join(TASKS)}")
     with _FETCHING:  # thirty visitors pressing Fetch together make one download; the others then find its CSV

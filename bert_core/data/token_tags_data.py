@@ -77,11 +77,9 @@ class TaggedSentences(RowData):
         return sum(len(w) for w in self.words)
 
     def tag_strings(self, i: int) -> list[str]:
-        """The tags of sentence i as strings (e.g. ['B-NP', 'I-NP', 'B-VP'])."""
         return [self.tag_names[t] for t in self.tags[i]]
 
     def tag_counts(self) -> list[int]:
-        """How many words carry each tag id."""
         counts = [0] * self.num_tags
         for sentence in self.tags:
             for t in sentence:
@@ -94,7 +92,6 @@ class TaggedSentences(RowData):
 
 def read_conll(path_or_bytes: str | Path | bytes, tag_column: str | int = "chunk", name: str = "upload.txt"
                ) -> TaggedSentences:
-    """Read a CoNLL file (a path, or the raw bytes of an upload) with checks; see `parse_conll` for the format."""
     text, name, _ = read_upload(path_or_bytes, name, "CoNLL", MAX_CONLL_BYTES, "a CoNLL text file (e.g. train.txt)",
                                 "Give a CoNLL file: one word and its tags a line, a blank line between sentences.",
                                 "Use a sample of the sentences (fine-tuning a tiny BERT on a CPU needs a few "
@@ -103,7 +100,6 @@ def read_conll(path_or_bytes: str | Path | bytes, tag_column: str | int = "chunk
 
 
 def _column_index(tag_column: str | int, width: int, source: str) -> int:
-    """The 0-based index of the chosen tag column in lines of `width` columns."""
     if isinstance(tag_column, str) and tag_column.strip().isdigit():
         tag_column = int(tag_column.strip())
     if isinstance(tag_column, str):
@@ -205,13 +201,9 @@ def _iob1_chunk_starts(sentences: list[list[str]]) -> int:
 
 
 def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text>") -> TaggedSentences:
-    """Sentences of a CoNLL text: one token a line (the word, then tag columns, split by spaces or tabs), a blank
-    line between sentences.
-
-    `tag_column` "chunk" takes the last column and needs IOB tags (O, B-X, I-X; IOB1 or IOB2, kept as written);
-    "pos" takes the second column as plain tags; a 1-based column number (>= 2) is "iob" when all its tags are
-    IOB, else plain. `-DOCSTART-` lines are skipped, several blank lines count as one, CRLF is fine.
-    """
+    """Sentences of a CoNLL text (a token a line, a blank line between sentences). `tag_column` "chunk" takes the last
+    column and needs IOB tags (IOB1 or IOB2, kept as written); "pos" the second, as plain tags; a 1-based column
+    number is "iob" when all its tags are IOB, else plain."""
     if not isinstance(text, str):
         raise BertCoreError(f"parse_conll takes decoded text, not {type(text).__name__}; use read_conll for bytes.")
     if not text.strip():
@@ -279,7 +271,6 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
 
 def split_sentences(data: TaggedSentences, train_size: int | None = None, val_size: int | None = None, *,
                     seed: int = 0, val_fraction: float = 0.1) -> tuple[TaggedSentences, TaggedSentences]:
-    """A seeded, disjoint train / validation split of sentences (splits.split_data)."""
     return split_data(data, train_size, val_size, seed=seed, val_fraction=val_fraction, unit="sentences")
 
 
@@ -331,12 +322,9 @@ def _word_pieces(words: list[list[str]], tokenizer) -> Iterator[list[list[int]]]
 
 
 def encode_tagged(data: TaggedSentences, tokenizer, max_length: int = 128) -> list[TaggedExample]:
-    """Every sentence as `[CLS] pieces [SEP]` with its tags on the first piece of each word (-100 elsewhere).
-
-    A sentence with more than `max_length - 2` pieces is split at word boundaries into several examples (greedy:
-    as many whole words as fit), never cut, so every word is labelled in exactly one example; a single word longer
-    than the whole budget keeps its first pieces (its label sits on the first anyway).
-    """
+    """Every sentence as `[CLS] pieces [SEP]`, its tags on each word's first piece (-100 elsewhere). A sentence too
+    long is split at word boundaries into several examples, never cut, so every word is labelled exactly once; a
+    single word longer than the whole budget keeps its first pieces (its label sits on the first anyway)."""
     limit = tokenizer.model_max_length
     if max_length < 8:
         raise BertCoreError(f"max length {max_length} is too short; use at least 8 (64-128 is typical).")
@@ -368,12 +356,8 @@ def encode_tagged(data: TaggedSentences, tokenizer, max_length: int = 128) -> li
 
 def words_predictions(data: TaggedSentences, examples: Sequence[TaggedExample],
                       example_tag_ids: Mapping[int, Sequence[int]] | Sequence[Sequence[int]]) -> list[list[int]]:
-    """Per sentence of `data`, the predicted tag id of each word, put back together from the examples.
-
-    `example_tag_ids` maps an example's index (in `examples`) to its predicted tag ids at its labelled positions,
-    in order (one per word); a list indexed by example works too. Split sentences come back whole, so they score
-    as sentences.
-    """
+    """Per sentence of `data`, the predicted tag id of each word, from each example's predictions at its labelled
+    positions (a mapping or a list by example index): split sentences come back whole, so they score as sentences."""
     items = example_tag_ids.items() if isinstance(example_tag_ids, Mapping) else enumerate(example_tag_ids)
     out: list[list[int | None]] = [[None] * len(w) for w in data.words]
     for e, predicted in items:
@@ -401,11 +385,8 @@ def words_predictions(data: TaggedSentences, examples: Sequence[TaggedExample],
 
 
 def iob_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """The chunks of one sentence's IOB tags as (type, start, end_exclusive), by conlleval's rules.
-
-    A chunk starts at B-X, and at I-X after O or after a chunk of another type (IOB1, or a broken IOB2); it ends
-    before O, B-, or a tag of another type. Any tag that is not B-/I- counts as O.
-    """
+    """The chunks of one sentence's IOB tags as (type, start, end_exclusive), by conlleval's rules: a chunk starts at
+    B-X, and at I-X after O or a chunk of another type (IOB1, or a broken IOB2)."""
     spans: list[tuple[str, int, int]] = []
     start, kind = -1, ""
     for i, tag in enumerate(tags):
@@ -436,12 +417,8 @@ def _prf(correct: int, predicted: int, gold: int) -> dict[str, float]:
 
 
 def span_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
-    """Span precision, recall and F1 (fractions 0..1), micro-averaged over all chunks like conlleval and seqeval's
-    default mode: a predicted chunk counts when its type, start and end all match a gold chunk of the sentence.
-
-    Returns {"precision", "recall", "f1", "gold_spans", "predicted_spans", "correct_spans",
-    "per_type": {type: {"precision", "recall", "f1", "support"}}}, support being the gold chunks of that type.
-    """
+    """Span precision, recall and F1, micro-averaged over all chunks as conlleval and seqeval's default mode, with
+    the span counts and "per_type" scores (support: the gold chunks of that type)."""
     _check_shapes(gold, predicted)
     gold_n: Counter = Counter()
     pred_n: Counter = Counter()
@@ -461,7 +438,6 @@ def span_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]
 
 
 def token_accuracy(gold: Sequence[Sequence], predicted: Sequence[Sequence]) -> float:
-    """The fraction of words whose predicted tag equals the gold one (0.0 when there are no words)."""
     _check_shapes(gold, predicted)
     total = sum(len(g) for g in gold)
     right = sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p))
@@ -469,11 +445,8 @@ def token_accuracy(gold: Sequence[Sequence], predicted: Sequence[Sequence]) -> f
 
 
 def majority_baseline(train: TaggedSentences, val: TaggedSentences, key: str = "word") -> list[list[int]]:
-    """Per validation word, the tag seen most often with its key in `train` (CoNLL-2000's baselines).
-
-    key "word": the word lower-cased; "pos": its part-of-speech tag (needs `.pos`). An unseen key gets the most
-    frequent tag overall; ties go to the lowest tag id, so the result is deterministic.
-    """
+    """Per validation word, the tag seen most often in `train` with its key, the word lower-cased or its part of
+    speech (CoNLL-2000's baselines); an unseen key gets the most frequent tag, ties the lowest id."""
     if key not in ("word", "pos"):
         raise BertCoreError(f"unknown baseline key {key!r}; use 'word' or 'pos'.")
     if train.tag_names != val.tag_names:

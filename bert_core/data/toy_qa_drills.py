@@ -61,9 +61,8 @@ MASTERY = 0.95
 
 @dataclass(frozen=True)
 class Drill:
-    """One drill of a curriculum: a kind of question (DRILL_KINDS) on generated passages, the most of the run's
-    budget it may take, and the training score at which it is learnt and ends. Its questions are made when asked
-    for (answer_spans_data.drill_data), so that carrying a drill costs nothing."""
+    """One drill of a curriculum: a kind of question (DRILL_KINDS), its share of the run's budget, and the training
+    score that ends it. Its questions are made when asked for (answer_spans_data.drill_data)."""
 
     kind: str
     share: float
@@ -79,28 +78,24 @@ class Drill:
 
     @property
     def example(self) -> str:
-        """One question of this drill, to show what it asks."""
         return ASKED[self.kind][0].format(name="tom", place="barn", thing="red stone")
 
 
 def toy_qa_drills(seed: int = 0) -> tuple[Drill, ...]:
-    """The toy stories' drills, in training order (DRILL_SHARES), seeded."""
     return tuple(Drill(kind, share, seed) for kind, share in DRILL_SHARES)
 
 
 def drill_squad(passages: int = DRILL_PASSAGES, seed: int = 0, find: bool = False,
                 questions: tuple[str, ...] = ("who",), own_sentence: float = 0.0, story_verbs: bool = False) -> dict:
-    """Drill passages as SQuAD v1.1: 2-3 of 16 names (10 of them one WordPiece), each in one sentence ("tom went to
-    the barn."), asked `questions` (some of DRILL_KINDS). With `find` (implied by what and finder) each sentence
-    goes on to a find ("... and found a red stone."), drawn from a second generator so that the names, places and
-    questions stay those of the plain file; kinds but who, sentence and happened make a passage's finds differ, so
-    that "Who found the red stone?" has one answer. `own_sentence` of the finds are told in a sentence of their own
-    ("tom went to the barn. tom found a red stone."), and with `story_verbs` the verbs are the stories' (GO_VERBS,
-    FIND_VERBS); both drawn from a third generator."""
+    """Drill passages as SQuAD v1.1: 2-3 names, each in one sentence ("tom went to the barn."), asked `questions`.
+    With `find` (implied by what and finder) each goes on to a find ("... and found a red stone."), drawn from a
+    second generator so that the names, places and questions stay those of the plain file; `own_sentence` of the
+    finds get a sentence of their own, and `story_verbs` the stories' verbs, from a third generator."""
     questions = tuple(questions)
     if not questions or set(questions) - set(DRILL_KINDS):
         raise ValueError(f"questions are some of {DRILL_KINDS}, not {questions}")
     find = find or bool({"what", "finder"} & set(questions))
+    # The finds of a passage differ, so that "Who found the red stone?" has one answer.
     distinct = bool(set(questions) - {"who", "sentence", "happened"})
     rng, finds, forms = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
     data = []
@@ -144,8 +139,7 @@ class SpanWriter:
         self.spans: dict[tuple[str, int], tuple[str, int]] = {}  # (what, character) -> (text, start)
 
     def add(self, *pieces) -> None:
-        """Append a sentence of plain strings and (piece or list of pieces, key) pairs whose spans are remembered
-        (the first of a key)."""
+        """Append a sentence of strings and (piece or pieces, key) pairs whose spans are remembered."""
         if self.text:
             self.text += " "
         self._write(pieces)
@@ -162,8 +156,7 @@ class SpanWriter:
 
 
 def question_kind(question: str) -> str:
-    """Which of the four toy questions `question` is (the stories' wordings and the drills' alike), or the
-    drills' own "sentence" or "happened"."""
+    """Which of DRILL_KINDS `question` asks (the stories' wordings and the drills' alike)."""
     q = question.lower()
     if q.startswith("what did") and q.endswith(" do?"):
         return "sentence"
