@@ -17,7 +17,7 @@ from bert_core.training.bag_of_words import fit_bag_of_words, load_bag_of_words
 from bert_core.training.finetune import result_probabilities
 from tests.page_races import build_comparison
 from bert_core.data.classification_data import toy_topic_task
-from bert_core.training.baseline_runs import BASELINE_NAME, BagOfWordsRun
+from bert_core.training.baseline_runs import BASELINE_NAME, bag_of_words_run
 from bert_core.training.finetune_settings import FinetuneConfig
 
 SETTINGS = dict(train=240, val=80, seed=0, budget=30, lr=1e-3, batch=16, maxlen=32)
@@ -57,7 +57,7 @@ def racers(tmp_path_factory, task):
 
 def test_the_baseline_beats_chance_repeats_with_its_seed_and_classifies_typed_text(task):
     train, val = split_train_val(task, 240, 80, seed=0)
-    a, b = BagOfWordsRun(train, val, seed=0), BagOfWordsRun(train, val, seed=0)
+    a, b = bag_of_words_run(train, val, seed=0), bag_of_words_run(train, val, seed=0)
     seen = []
     a.callbacks.append(seen.append)
     ra, rb = a.run(), b.run()
@@ -80,7 +80,7 @@ def test_the_baseline_says_what_is_wrong_with_data_it_cannot_fit():
     with pytest.raises(BertCoreError, match="single label"):
         fit_bag_of_words(one_label)
     no_words = ClassificationData(texts=["!", "?", "."], labels=[0, 1, 0], label_names=["x", "y"])
-    run = BagOfWordsRun(no_words, no_words)
+    run = bag_of_words_run(no_words, no_words)
     assert run.run() is None and run.state == "failed" and "could not be fitted" in run.error
 
 
@@ -161,7 +161,7 @@ def test_on_the_shared_polarity_rows_the_baseline_is_a_real_line(shared_data):
 
     data = load_classification_csv(shared_data / "sentence_polarity" / "polarity.csv")
     train, val = split_train_val(data, 2000, 500, seed=0)
-    result = BagOfWordsRun(train, val, seed=0).run()
+    result = bag_of_words_run(train, val, seed=0).run()
     assert 0.6 < result.accuracy < 0.9  # well above chance (50%), far from perfect: the line to beat
     assert result.train_seconds < 30
 

@@ -1,13 +1,12 @@
 """Baselines as runs of a race: lines a fine-tuned model has to beat, fitted on the same split in seconds, with no
 steps and no curve (one validation result, drawn as a level line). Each is shaped like a Finetuner, so that a race
-and the app's training process carry it unchanged: `BagOfWordsRun` (TF-IDF + logistic regression) for sentence
-labels; `MajorityTagRun` (each word's, or each part-of-speech tag's, most frequent training tag, the CoNLL-2000
+and the app's training process carry it unchanged: `bag_of_words_run` (TF-IDF + logistic regression) for sentence
+labels; `majority_tag_run` (each word's, or each part-of-speech tag's, most frequent training tag, the CoNLL-2000
 chunking task's classic baselines) for token tags.
 """
 
 from __future__ import annotations
 
-import abc
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,15 +27,17 @@ from bert_core.training.run_loop import Progress
 BASELINE_NAME = "tfidf"  # the bag-of-words run of a comparison; drawn as a level line
 
 
-class LevelRun(abc.ABC):
-    """A baseline run: `fit` once, then one validation result (FinetuneResult with no steps and no history)."""
+class LevelRun:
+    """A baseline run: `fit()` once, then `score(model)` (an Evaluation): one validation result (FinetuneResult with
+    no steps and no history). `fit` is timed: a neural run counts training time only."""
 
     budgeted = False  # fitting takes seconds, not a share of the comparison's budget: left out of its progress
-    kind, metric_names = "labels", LABEL_METRICS
     stages = ()       # one stage, no curriculum (a Finetuner's stages)
 
-    def __init__(self, name: str, callbacks: Sequence[Callable[[object], None]] = ()):
-        self.name = name
+    def __init__(self, name: str, fit: Callable[[], object], score: Callable[[object], Evaluation],
+                 callbacks: Sequence[Callable[[object], None]] = (), kind: str = "labels",
+                 metric_names: tuple[str, str] = LABEL_METRICS):
+        self.name, self.fit, self.score, self.kind, self.metric_names = name, fit, score, kind, metric_names
         self.callbacks = list(callbacks)
         self.state, self.step, self.evals = "idle", 0, []
         self.error: str | None = None
@@ -51,14 +52,6 @@ class LevelRun(abc.ABC):
 
     def stop(self) -> None:
         self._stopped = True
-
-    @abc.abstractmethod
-    def fit(self) -> object:
-        """Fit on the training split; return the fitted model (timed: a neural run counts training time only)."""
-
-    @abc.abstractmethod
-    def score(self, model) -> Evaluation:
-        """The fitted model's Evaluation on the validation split."""
 
     def run(self) -> FinetuneResult | None:
         """Fit and evaluate; never raises (a failure sets `error` and state 'failed')."""
@@ -86,41 +79,22 @@ class LevelRun(abc.ABC):
         return self.result
 
 
-class BagOfWordsRun(LevelRun):
+def bag_of_words_run(train: ClassificationData, val: ClassificationData, seed: int = 0, name: str = BASELINE_NAME,
+                     num_misclassified: int = 20, callbacks: Sequence[Callable[[object], None]] = ()) -> LevelRun:
     """The bag-of-words baseline (bag_of_words: TF-IDF + logistic regression): fitted on `train`, evaluated once on
     `val`; its result's `model` is the BagOfWordsClassifier."""
-
-    def __init__(self, train: ClassificationData, val: ClassificationData, seed: int = 0, name: str = BASELINE_NAME,
-                 num_misclassified: int = 20, callbacks: Sequence[Callable[[object], None]] = ()):
-        super().__init__(name, callbacks)
-        self.train_data, self.val_data, self.seed = train, val, seed
-        self.num_misclassified = num_misclassified
-
-    def fit(self):
-        return fit_bag_of_words(self.train_data, self.seed)
-
-    def score(self, model) -> Evaluation:
-        probs = model.probabilities(texts_of(self.val_data))
-        data = self.val_data
+    def score(model) -> Evaluation:
+        probs = model.probabilities(texts_of(val))
         pred = [max(range(len(p)), key=p.__getitem__) for p in probs]
-        loss = -sum(math.log(max(p[t], 1e-12)) for p, t in zip(probs, data.labels)) / max(len(data), 1)
-        return label_metrics(data, range(len(data)), data.labels, pred, lambda i, y: probs[i][y], loss,
-                             self.num_misclassified)
+        loss = -sum(math.log(max(p[t], 1e-12)) for p, t in zip(probs, val.labels)) / max(len(val), 1)
+        return label_metrics(val, range(len(val)), val.labels, pred, lambda i, y: probs[i][y], loss, num_misclassified)
+
+    return LevelRun(name, lambda: fit_bag_of_words(train, seed), score, callbacks)
 
 
-class MajorityTagRun(LevelRun):
+def majority_tag_run(task, key: str, name: str, callbacks: Sequence[Callable[[object], None]] = ()) -> LevelRun:
     """A token-tag baseline: each validation word gets the tag most often seen in training with its key ("word":
     the word itself; "pos": its part-of-speech tag), unseen keys the most frequent tag; scored like the taggers."""
-
-    kind = "tags"
-
-    def __init__(self, task, key: str, name: str, callbacks: Sequence[Callable[[object], None]] = ()):
-        super().__init__(name, callbacks)
-        self.task, self.key = task, key
-        self.metric_names = task.metric_names
-
-    def fit(self):
-        return majority_baseline(self.task.train_data, self.task.val_data, key=self.key)
-
-    def score(self, predicted) -> Evaluation:
-        return self.task.score_words(predicted, loss=float("nan"))
+    return LevelRun(name, lambda: majority_baseline(task.train_data, task.val_data, key=key),
+                    lambda predicted: task.score_words(predicted, loss=float("nan")), callbacks, "tags",
+                    task.metric_names)

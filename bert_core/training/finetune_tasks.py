@@ -21,7 +21,7 @@ from bert_core.model.bert import BertForSequenceClassification
 from bert_core.model.checkpoint import check_tokenizer_fits
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer
-from bert_core.training.baseline_runs import BagOfWordsRun
+from bert_core.training.baseline_runs import bag_of_words_run
 from bert_core.training.finetune_results import LABEL_METRICS, Evaluation, StepLoss, label_metrics
 
 
@@ -184,8 +184,8 @@ class SentenceLabels(FinetuneTask):
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """The bag-of-words line (TF-IDF + logistic regression) on the same split."""
-        return [BagOfWordsRun(self.train_data, self.val_data, seed, num_misclassified=num_misclassified,
-                              callbacks=callbacks)]
+        return [bag_of_words_run(self.train_data, self.val_data, seed, num_misclassified=num_misclassified,
+                                 callbacks=callbacks)]
 
     def check(self, model) -> None:
         """Refuse a classifier whose output count is not the data's label count."""

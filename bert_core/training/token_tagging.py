@@ -4,7 +4,7 @@ BertForTokenClassification reads each word's first WordPiece (data.token_tags_da
 the rest), so a word's tag comes from its first piece's final hidden state, as in the BERT paper's CoNLL-2003
 experiment and Hugging Face's run_ner. Span tags (IOB: chunks, entities) are scored by span F1 as conlleval does;
 plain tags (parts of speech) by macro-F1 over the tags. The baselines are the CoNLL-2000 task's own: each word's,
-and each part-of-speech tag's, most frequent training tag (baseline_runs.MajorityTagRun).
+and each part-of-speech tag's, most frequent training tag (baseline_runs.majority_tag_run).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bert_core.data.token_tags_data import (
 )
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, BertForTokenClassification
-from bert_core.training.baseline_runs import MajorityTagRun
+from bert_core.training.baseline_runs import majority_tag_run
 from bert_core.training.finetune_results import Evaluation, StepLoss, confusion_matrix, macro_f1
 from bert_core.training.finetune_tasks import FinetuneTask
 
@@ -62,9 +62,9 @@ class TokenTags(FinetuneTask):
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """Each word's most frequent training tag, and each part-of-speech tag's when the data has that column."""
-        runs = [MajorityTagRun(self, "word", "word-majority", callbacks)]
+        runs = [majority_tag_run(self, "word", "word-majority", callbacks)]
         if self.val_data.pos is not None and self.train_data.pos is not None:
-            runs.append(MajorityTagRun(self, "pos", "pos-majority", callbacks))
+            runs.append(majority_tag_run(self, "pos", "pos-majority", callbacks))
         return runs
 
     def check(self, model) -> None:
