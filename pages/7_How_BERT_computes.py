@@ -9,7 +9,7 @@ from bert_core.inspect.attention_steps import (attention_steps, encode_for_steps
                                                with_temperature)
 from bert_core.inspect.embeddings import (SENSE_SENTENCES, cached_token_pool, contextual_neighbours, embedding_parts,
                                           heldout_pool, nearest_neighbours)
-from bert_core.inspect import feed_forward_figures as ff
+from bert_core.inspect import feed_forward as ff
 from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect import head_weights as hw

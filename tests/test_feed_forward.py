@@ -7,9 +7,8 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import attention_steps
-from bert_core.inspect.feed_forward import (cached_unit_pool, feed_forward_steps, unit_firing, unit_pool,
-                                            what_each_step_does)
-from bert_core.inspect.feed_forward_figures import feed_forward_figure, gelu_figure, unit_firing_figure
+from bert_core.inspect.feed_forward import (cached_unit_pool, feed_forward_figure, feed_forward_steps, gelu_figure,
+                                            unit_firing, unit_firing_figure, unit_pool, what_each_step_does)
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT
 
