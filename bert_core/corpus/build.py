@@ -34,7 +34,8 @@ from bert_core.corpus.cleaning import normalized_words
 from bert_core.corpus.sources import SourceDocument, SourceTree, decode_text, detect_kind, parse_source, read_documents
 from bert_core.data.downloads import RemoteFile, cached_download, wikitext_text_from_parquet
 from bert_core.data.everyday_set import BLANKS_FILE, PAIRS_FILE, reference_texts as everyday_texts
-from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_FILE, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
+from bert_core.data.corpora import SHARD_INDEX
+from bert_core.data.shards import (DEFAULT_WEIGHTS, INDEX_VERSION, SHARDS_DIR, SUFFIX, XZ,
                                    BuildSettings)
 from bert_core.errors import BertCoreError
 from bert_core.model.files import TOKENIZER_FILES, check_output_folder, replace_folder
@@ -45,7 +46,7 @@ REPORT_FILE = "report.json"
 # Every name a build writes (fnmatch patterns; a source is named KIND or KIND-N): `--overwrite` replaces a folder
 # holding these only, and removes nothing else.
 CORPUS_FILES = frozenset({
-    REPORT_FILE, INDEX_FILE, *(f"tokenizer/{name}" for name in TOKENIZER_FILES),
+    REPORT_FILE, SHARD_INDEX, *(f"tokenizer/{name}" for name in TOKENIZER_FILES),
     *(pattern for kind in DEFAULT_WEIGHTS for source in (kind, f"{kind}-[0-9]*")
       for pattern in (*(f"{SHARDS_DIR}/{source}-*-[0-9][0-9][0-9][0-9]{suffix}" for suffix in (SUFFIX, XZ)),
                       f"heldout/{source}.txt")),
@@ -222,7 +223,7 @@ class ShardWriter:
                  "weights": weights, "settings": settings, "shards": self.shards,
                  "tokens": {split: sum(s["tokens"] for s in self.shards if s["split"] == split)
                             for split in ("train", "heldout")}}
-        (self.folder / INDEX_FILE).write_text(json.dumps(index, indent=1) + "\n")
+        (self.folder / SHARD_INDEX).write_text(json.dumps(index, indent=1) + "\n")
         return index
 
 

@@ -12,12 +12,10 @@ import re
 # The markers of the Gutenberg licence around a book's text, in the styles used from 1990s to today's files.
 _START = re.compile(
     r"^\s*\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$"
-    r"|^\s*\*END\*THE SMALL PRINT!.*$"
-    r"|^\s*\*{3}\s*START OF THE PROJECT GUTENBERG.*$", re.I | re.M)
+    r"|^\s*\*END\*THE SMALL PRINT!.*$", re.I | re.M)
 _END = re.compile(
     r"^\s*\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$"
-    r"|^\s*End of (?:the )?Project Gutenberg.*$"
-    r"|^\s*End of The Project Gutenberg.*$", re.I | re.M)
+    r"|^\s*End of (?:the )?Project Gutenberg.*$", re.I | re.M)
 _LANGUAGE = re.compile(r"^Language:\s*(.+?)\s*$", re.M)
 # Credits lines right after the start marker ("Produced by ...", "E-text prepared by ...") name volunteers.
 _CREDITS = re.compile(r"^\s*(?:Produced by|E-?text prepared by|Transcribed by|This e-?text was|"

@@ -70,12 +70,6 @@ def sha256_of(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _offline_message(url: str, reason: object, dest: Path, hint: str | None = None) -> str:
-    return (f"could not download {url} ({reason}). If this machine is offline, " + (hint or (
-        "use the built-in 'toy' corpus, or a local copy of the text: pass its file path instead of the corpus "
-        "name")) + f", or put the file at {dest}")
-
-
 def download(url: str, dest: str | Path, sha256: str | None = None, progress: Progress | None = None,
              timeout: float = 30.0, offline_hint: str | None = None) -> str:
     """Download `url` to `dest` atomically (a temp file renamed only once complete and verified); return its sha256.
@@ -116,7 +110,9 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
                                     "nothing was kept, run it again") from exc
             except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                raise BertCoreError(_offline_message(url, reason, dest, offline_hint)) from exc
+                raise BertCoreError(f"could not download {url} ({reason}). If this machine is offline, " + (
+                    offline_hint or "use the built-in 'toy' corpus, or a local copy of the text: pass its file path "
+                    "instead of the corpus name") + f", or put the file at {dest}") from exc
         if total is not None and done != total:
             raise BertCoreError(f"the download of {url} was interrupted after {done} of {total} bytes; "
                                 "nothing was kept, run it again")

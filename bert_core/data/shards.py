@@ -23,7 +23,6 @@ from bert_core.data.pretraining_data import EVAL_SALT, Batch, BatchStream, NspIn
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import BertTokenizer, special_tokens_count
 
-INDEX_FILE = SHARD_INDEX
 INDEX_VERSION = 1
 SHARDS_DIR, SUFFIX, XZ = "shards", ".u16", ".u16.xz"
 # How many times each source kind's training documents are read per pass over the mix. Books dominate by words; the
@@ -59,9 +58,9 @@ def open_index(folder: str | Path) -> dict:
     """index.json of a shard folder, checked: every shard present and whole (its size, or for a compressed one
     its unpacked size, matches the count recorded), so a truncated copy is refused before training starts."""
     folder = Path(folder).expanduser()
-    path = folder / INDEX_FILE
+    path = folder / SHARD_INDEX
     if not path.is_file():
-        raise BertCoreError(f"{folder} is not a shard folder (no {INDEX_FILE}); build one with "
+        raise BertCoreError(f"{folder} is not a shard folder (no {SHARD_INDEX}); build one with "
                             "`python -m bert_core corpus build`")
     try:
         index = json.loads(path.read_text())
@@ -91,7 +90,7 @@ def shard_path(folder: str | Path, shard: dict) -> Path:
     where = folder / name
     if (not name or inside.is_absolute() or ".." in inside.parts or "\\" in name
             or not where.resolve().is_relative_to(folder.resolve())):
-        raise BertCoreError(f"{folder / INDEX_FILE} lists shard {name!r}, which is not a file inside the corpus "
+        raise BertCoreError(f"{folder / SHARD_INDEX} lists shard {name!r}, which is not a file inside the corpus "
                             f"folder {folder}; a shard index names files inside its own folder only (as "
                             f"{SHARDS_DIR}/NAME.u16): rebuild the corpus or copy it again")
     return where

@@ -9,6 +9,7 @@ import gzip
 import io
 import tarfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from bert_core.paths import shared_data_dir
 
 @dataclass(frozen=True)
 class RemoteTask:
+    """A labelled task online: the file to fetch, its converted file's name in the cache, and the shared copy."""
 
     label: str
     remote: RemoteFile
@@ -29,36 +31,10 @@ class RemoteTask:
     shared_copy: str
     home: str  # the page that describes it, for people
     approx_mb: float
+    convert: Callable[[Path], str]   # the fetched file's content as the file its loader reads
     kind: str = "labels"   # the kind of fine-tuning it is for: "labels" (a CSV) or "tags" (a CoNLL file)
 
 
-TASKS: dict[str, RemoteTask] = {
-    # Pang and Lee's sentence polarity dataset v1.0: 5,331 positive and 5,331 negative review snippets, one per
-    # line, lower-cased and tokenised, in Windows-1252. The shared folder's polarity.csv is 9,000 of them.
-    "polarity": RemoteTask(
-        label="Movie-review polarity (Pang and Lee 2005, 10,662 sentences)",
-        remote=RemoteFile(url="https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz",
-                          filename="rt-polaritydata.tar.gz", sha256=None),
-        csv_name="polarity-download.csv", shared_copy="sentence_polarity/polarity.csv",
-        home="https://www.cs.cornell.edu/people/pabo/movie-review-data/", approx_mb=0.5),
-    # AG News's test split (7,600 rows, 1,900 per class) as Hugging Face serves it: `text` (title and description
-    # joined) and `label` 0-3. The shared folder's news.csv is 6,000 rows of the same split.
-    "ag_news": RemoteTask(
-        label="AG News topics (Zhang et al. 2015, test split, 7,600 rows)",
-        remote=RemoteFile(url="https://huggingface.co/datasets/fancyzhx/ag_news/resolve/main/data/"
-                              "test-00000-of-00001.parquet",
-                          filename="ag_news-test.parquet", sha256=None),
-        csv_name="ag_news-download.csv", shared_copy="ag_news/news.csv",
-        home="https://huggingface.co/datasets/fancyzhx/ag_news", approx_mb=1.2),
-    # CoNLL-2000's chunking training split: 8,936 Wall Street Journal sentences, `word POS chunk` a line, gzipped.
-    # The shared folder's conll2000/train.txt is the same file.
-    "conll2000": RemoteTask(
-        label="CoNLL-2000 chunks (Tjong Kim Sang and Buchholz 2000, training split, 8,936 sentences)",
-        remote=RemoteFile(url="https://www.clips.uantwerpen.be/conll2000/chunking/train.txt.gz",
-                          filename="conll2000-train.txt.gz", sha256=None),
-        csv_name="conll2000-train.txt", shared_copy="conll2000/train.txt",
-        home="https://www.clips.uantwerpen.be/conll2000/chunking/", approx_mb=0.6, kind="tags"),
-}
 AG_NEWS_CLASSES = ("World", "Sports", "Business", "Sci/Tech")
 
 
@@ -115,10 +91,38 @@ def conll_text_from_gzip(path: str | Path) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+TASKS: dict[str, RemoteTask] = {
+    # Pang and Lee's sentence polarity dataset v1.0: 5,331 positive and 5,331 negative review snippets, one per
+    # line, lower-cased and tokenised, in Windows-1252. The shared folder's polarity.csv is 9,000 of them.
+    "polarity": RemoteTask(
+        label="Movie-review polarity (Pang and Lee 2005, 10,662 sentences)",
+        remote=RemoteFile(url="https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz",
+                          filename="rt-polaritydata.tar.gz", sha256=None),
+        csv_name="polarity-download.csv", shared_copy="sentence_polarity/polarity.csv",
+        home="https://www.cs.cornell.edu/people/pabo/movie-review-data/", approx_mb=0.5,
+        convert=polarity_csv_from_tarball),
+    # AG News's test split (7,600 rows, 1,900 per class) as Hugging Face serves it: `text` (title and description
+    # joined) and `label` 0-3. The shared folder's news.csv is 6,000 rows of the same split.
+    "ag_news": RemoteTask(
+        label="AG News topics (Zhang et al. 2015, test split, 7,600 rows)",
+        remote=RemoteFile(url="https://huggingface.co/datasets/fancyzhx/ag_news/resolve/main/data/"
+                              "test-00000-of-00001.parquet",
+                          filename="ag_news-test.parquet", sha256=None),
+        csv_name="ag_news-download.csv", shared_copy="ag_news/news.csv",
+        home="https://huggingface.co/datasets/fancyzhx/ag_news", approx_mb=1.2, convert=ag_news_csv_from_parquet),
+    # CoNLL-2000's chunking training split: 8,936 Wall Street Journal sentences, `word POS chunk` a line, gzipped.
+    # The shared folder's conll2000/train.txt is the same file.
+    "conll2000": RemoteTask(
+        label="CoNLL-2000 chunks (Tjong Kim Sang and Buchholz 2000, training split, 8,936 sentences)",
+        remote=RemoteFile(url="https://www.clips.uantwerpen.be/conll2000/chunking/train.txt.gz",
+                          filename="conll2000-train.txt.gz", sha256=None),
+        csv_name="conll2000-train.txt", shared_copy="conll2000/train.txt",
+        home="https://www.clips.uantwerpen.be/conll2000/chunking/", approx_mb=0.6, kind="tags",
+        convert=conll_text_from_gzip),
+}
+
 # One server process fetches one task at a time: the cache is the process's (and the machine's) shared resource.
 _FETCHING = threading.Lock()
-_CONVERT = {"polarity": polarity_csv_from_tarball, "ag_news": ag_news_csv_from_parquet,
-            "conll2000": conll_text_from_gzip}
 
 
 def local_task_csv(name: str, cache_dir: str | Path | None = None, use_shared: bool = True) -> Path | None:
@@ -137,17 +141,16 @@ def fetch_task_csv(name: str, cache_dir: str | Path | None = None, progress: Pro
         raise BertCoreError(f"no download known for the task {name!r}; choose one of {', '.join(TASKS)}")
     with _FETCHING:  # thirty visitors pressing Fetch together make one download; the others then find its CSV
         found = local_task_csv(name, cache_dir, use_shared)
-        return found if found is not None else _fetch(name, cache_dir, progress, url)
+        return found if found is not None else _fetch(TASKS[name], cache_dir, progress, url)
 
 
-def _fetch(name: str, cache_dir, progress: Progress | None, url: str | None) -> Path:
-    task = TASKS[name]
+def _fetch(task: RemoteTask, cache_dir, progress: Progress | None, url: str | None) -> Path:
     instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
                if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
                "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
     raw = cached_download(task.remote, cache_dir, progress, url, offline_hint=instead)
     try:
-        text = _CONVERT[name](raw)
+        text = task.convert(raw)
     except BertCoreError as exc:
         raw.unlink(missing_ok=True)  # a visitor cannot delete a server's file: the next try fetches it again
         if task.remote.sha256 is None:
