@@ -67,13 +67,6 @@ class KeptRaceJob:
         return 0.0
 
 
-def restored_race_job(record: dict, folder: Path, phase: str, note: str | None) -> KeptRaceJob:
-    """The job of a race an earlier server process recorded; one that was under way comes back resumable."""
-    under_way = record.get("phase") not in ("finished", "stopped", "failed")
-    return KeptRaceJob(str(record["run_id"]), FinetuneSpec.from_dict(record["spec"]), folder, phase, note,
-                       resumable=under_way)
-
-
 def can_resume(run) -> bool:
     """True when `run` is a race a server restart stopped part-way, which its owner's Resume takes up."""
     job = run.job if run is not None else None
@@ -86,10 +79,12 @@ RESUME_HELP = ("Go on where the restart stopped it: the models that had ended ar
 
 
 def restoring(restore_pretraining):
-    """The store's restore function: a race's record is read back here, a pretraining run's by `restore_pretraining`."""
+    """The store's restore function: a race's record is read back here (one that was under way comes back
+    resumable), a pretraining run's by `restore_pretraining`."""
     def restore(record: dict, checkpoint: Path, phase: str, note: str | None, probes: dict | None):
         if is_race_record(record):
-            return restored_race_job(record, checkpoint, phase, note)
+            return KeptRaceJob(str(record["run_id"]), FinetuneSpec.from_dict(record["spec"]), checkpoint, phase, note,
+                               resumable=record.get("phase") not in ("finished", "stopped", "failed"))
         return restore_pretraining(record, checkpoint, phase, note, probes)
     return restore
 

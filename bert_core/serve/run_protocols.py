@@ -114,8 +114,7 @@ class RunJob(Protocol):
 
     def stop(self, wait: float | None = None) -> None: ...
 
-    def pause(self) -> None:
-        """End its turn on a shared server: a pretraining run at its next step, a race between its models."""
+    def pause(self) -> None: ...   # as HostedRun.pause
 
     def wait(self, timeout: float) -> bool: ...
 
