@@ -536,10 +536,7 @@ class PretrainingData(BatchStream):
         return self._epoch_instances(epoch)[j * self.batch_size: (j + 1) * self.batch_size]
 
     def resized(self, max_seq_length: int, batch_size: int) -> "PretrainingData":
-        """The same tokenised corpus, not tokenised again."""
-        if not 16 <= max_seq_length <= self.tokenizer.model_max_length or batch_size < 1:
-            raise BertCoreError(f"max_seq_length={max_seq_length} must be between 16 and the tokenizer's limit, and "
-                                f"batch_size={batch_size} at least 1")
+        """The same tokenised corpus, not tokenised again (TrainConfig has checked the short phase's sizes)."""
         other = copy.copy(self)
         other.max_seq_length, other.batch_size = int(max_seq_length), int(batch_size)
         other.epoch, other.position, other._instances_epoch, other._instances = 0, 0, None, []
