@@ -250,12 +250,9 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
     for c in range(k):
         name, place, find = (names[c], ("name", c)), (f"the {places[c]}", ("place", c)), (finds[c][0], ("thing", c))
         go, found = rng.choice(GO_VERBS), rng.choice(FIND_VERBS)
-        # Each character's place and find follow their name closely, at much the same distance each time, so a
-        # question is answered by matching its name (or place, or find) to the passage and reading the words next
-        # to it. Stories that reach an answer through a pronoun or an opening phrase ("There she found...", "Later
-        # that day, Anna went...") were tried first and dropped: the shipped 2-layer model stayed at about 25%
-        # exact match (the right kind of answer, the wrong character) after 2,500 to 4,000 steps
-        # (docs/benchmarks.md, "Token tags and answer spans").
+        # Each character's place and find follow their name closely, so a question is answered by matching its name
+        # to the passage and reading the words next to it: stories that reached an answer through a pronoun stayed
+        # near 25% exact match (docs/benchmarks.md, "Token tags and answer spans").
         if rng.random() < 0.5:
             # "Who found ...?" points at the name of the sentence that says so, not at the one before it.
             blocks.append([[name, f" {go} to ", place, "."], [(names[c], ("finder", c)), f" {found} ", find, "."]])
