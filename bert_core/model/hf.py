@@ -38,9 +38,19 @@ TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 def pretraining_model_from_bytes(config: BertConfig, blob: bytes) -> nn.Module:
     """A pretraining model of `config` holding the state dict that safetensors.torch.save wrote into `blob` (a
-    training process's weights, sent to the server)."""
-    model = pretraining_model(config)
-    model.load_state_dict(load_safetensors_bytes(blob))
+    training process's weights, sent to the server). Built on the meta device and given the blob's tensors as they
+    are: a random initialisation that every weight then overwrote was most of the cost of the live run's copy that
+    a class watching it shares (docs/benchmarks.md, issue 74)."""
+    with torch.device("meta"):
+        model = pretraining_model(config)
+    tied = {}   # a parameter under several names (the decoder's weight and bias): one again after the load
+    for name, param in model.named_parameters(remove_duplicate=False):
+        tied.setdefault(id(param), []).append(name)
+    model.load_state_dict(load_safetensors_bytes(blob), assign=True)   # strict: the blob holds every weight
+    for first, *others in tied.values():
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner), attr, model.get_parameter(first))
     return model
 
 
