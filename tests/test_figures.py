@@ -388,3 +388,41 @@ def test_a_title_sits_under_the_toolbar_and_the_plot_keeps_its_height():
     assert fig.layout.height - fig.layout.margin.t == height - top       # the plot area is as tall as before
     again = (fig.layout.margin.t, fig.layout.height)
     assert (figures.clear_of_toolbar(fig).layout.margin.t, fig.layout.height) == again   # idempotent
+
+
+@pytest.mark.parametrize("as_records", [False, True])
+def test_live_charts_traces_are_what_plotlys_validation_makes_of_them(as_records):
+    """The live charts' lines are taken as plain dicts, unchecked (figures._plain_figure: validating them was most of
+    rebuilding the charts at each new step, issue 74): Plotly's validation of the same figure changes nothing, for a
+    live run's events and for a record read back from JSON (dicts, a field a later version added missing)."""
+    import dataclasses
+
+    history = [_step(i, 10 - i * 0.01) for i in range(1, 700)]
+    history[5] = dataclasses.replace(history[5], nsp_loss=float("nan"))
+    evals = [EvalEvent(step=s, mlm_loss=8.0, mlm_acc=0.1, perplexity=math.exp(8), nsp_acc=0.6) for s in (0, 300, 600)]
+    if as_records:
+        history = [{k: v for k, v in dataclasses.asdict(e).items() if k != "mlm_acc_kept"} for e in history]
+        evals = [dataclasses.asdict(e) for e in evals]
+    baselines = {"unigram": {"accuracy": 0.05, "perplexity": math.exp(6.5)}}
+    built = [figures.loss_figure(history, evals, baselines, 0.9), figures.accuracy_figure(history, evals, baselines),
+             figures.decision_accuracy_figure(history, 0.6), figures.rate_figure(history),
+             figures.loss_figure(history, evals, baselines, 0.9, causal=True)]
+    for fig in built:
+        raw = fig.to_dict()
+        assert go.Figure(raw).to_dict() == raw
+        assert all(v is not None for trace in raw["data"] for v in trace.values())
+    assert len(built[0].data[0].x) <= figures.MAX_POINTS + 1 and built[0].data[0].x[-1] == 699
+    assert 6 not in built[0].data[4].x                      # the NaN step is left out of the NSP line only
+    assert [t.name for t in built[2].data][1::2] == ["shown as [MASK]", "replaced by a random token"] + (
+        [] if as_records else ["kept unchanged"])
+
+
+def test_a_plain_figure_checks_what_is_set_on_it_afterwards():
+    fig = figures._plain_figure([dict(type="scatter", x=[1, 2], y=[3.0, 4.0], mode="lines", name="a",
+                                      line={"color": "#1f77b4"})])
+    with pytest.raises(ValueError):
+        fig.data[0].line.color = "not a colour"
+    with pytest.raises(ValueError):
+        fig.update_layout(no_such_property=1)
+    fig.update_layout(title="t")
+    assert fig.to_dict()["layout"]["title"] == {"text": "t"}

@@ -118,12 +118,17 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 
 def _series(events: Sequence[Any], name: str) -> tuple[list, list]:
+    """(steps, values) of the events that carry a number `name`. A tight loop, not `_get` an event: each live chart
+    reads a run's whole history every time it is rebuilt, and a Mapping check an event was a third of the build."""
     xs, ys = [], []
+    kind = mapped = None
     for e in events:
-        v = _get(e, name)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if type(e) is not kind:   # one kind of event a list, in practice: the check once, not per event
+            kind, mapped = type(e), isinstance(e, Mapping)
+        v, step = (e.get(name), e.get("step")) if mapped else (getattr(e, name), e.step)
+        if v is None or v != v:   # absent, or NaN
             continue
-        xs.append(_get(e, "step"))
+        xs.append(step)
         ys.append(float(v))
     return xs, ys
 
@@ -166,23 +171,39 @@ def shorten(text: str, limit: int = LABEL_CHARS) -> str:
     return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
 
 
-def _add_lines(fig: go.Figure, events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
-               smoothing: float = 0.0) -> None:
-    """One line per (event field, legend name, colour) the events carry. With smoothing > 0 the line is the `ema`
-    (over every step, before thinning) and the raw values are faint behind it, in its legend group."""
+def _line_traces(events: Sequence[Any], specs, mode: str = "lines", dash: str | None = None,
+                 smoothing: float = 0.0) -> list[dict]:
+    """One line per (event field, legend name, colour) the events carry, as the plain dicts Plotly's validation
+    makes of them (`_plain_figure`). With smoothing > 0 the line is the `ema` (over every step, before thinning) and
+    the raw values are faint behind it, in its legend group."""
+    traces = []
     for key, name, color in specs:
         xs, ys = _series(events, key)
         if not xs:
             continue
         keep = _thin(range(len(xs)))
         shown_x, raw = [xs[i] for i in keep], [ys[i] for i in keep]
+        line = {"color": color} if dash is None else {"color": color, "dash": dash}
         if smoothing > 0:
-            fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name, showlegend=False,
-                                     opacity=0.25, hoverinfo="skip", line=dict(color=color, dash=dash)))
+            traces.append(dict(type="scatter", x=shown_x, y=raw, mode=mode, name=name, legendgroup=name,
+                               showlegend=False, opacity=0.25, hoverinfo="skip", line=dict(line)))
             smoothed = ema(ys, smoothing)
             raw = [smoothed[i] for i in keep]
-        fig.add_trace(go.Scatter(x=shown_x, y=raw, mode=mode, name=name, legendgroup=name,
-                                 line=dict(color=color, dash=dash)))
+        traces.append(dict(type="scatter", x=shown_x, y=raw, mode=mode, name=name, legendgroup=name, line=line))
+    return traces
+
+
+def _plain_figure(traces: list[dict]) -> go.Figure:
+    """A figure of `traces` taken as they are, unchecked: plain dicts in the form Plotly's validation would give
+    them (strings, numbers, lists of numbers, no None; tests/test_figures.py checks that validating them changes
+    nothing). Validating the live charts' traces, each `go.Scatter` checked once when made and again when added,
+    was most of building them, and the Train page rebuilds them at every new step of every watched run. The figure
+    checks what is set on it from here on, as any figure does."""
+    fig = go.Figure(data=traces, _validate=False)
+    fig._validate = fig.layout._validate = True
+    for trace in fig.data:
+        trace._validate = True
+    return fig
 
 
 def _baseline_line(fig: go.Figure, y: float | None, position: str, causal: bool = False) -> None:
@@ -210,13 +231,10 @@ def task_name(causal: bool) -> str:
 
 def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), held=(), baseline=None) -> go.Figure:
     """Training lines `train` (smoothed), held-out lines `held` dotted, and the unigram baseline's (y, place)."""
-    fig = go.Figure()
-    _add_lines(fig, history, train, smoothing=smoothing)
-    _add_lines(fig, evals, held, "lines+markers", "dot")
+    fig = _plain_figure(_line_traces(history, train, smoothing=smoothing)
+                        + _line_traces(evals, held, "lines+markers", "dot"))
     _baseline_line(fig, *(baseline or (None, "")))
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(**y)
-    return _layout(fig, title)
+    return _layout(fig, title, xaxis=dict(title="step"), yaxis=y)
 
 
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
@@ -254,13 +272,14 @@ def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> 
 def rate_figure(history: Sequence[Any]) -> go.Figure:
     """Learning rate (top) and tokens/s (bottom) per step, each panel its own y axis from 0 on one step axis."""
     history = _thin(history)
-    fig = go.Figure()
+    traces = []
     for key, name, color, axes, hover in (("lr", "learning rate", "lr", {}, "%{y:.2e}"),
                                           ("tokens_per_s", "tokens / s", "speed", dict(xaxis="x2", yaxis="y2"),
                                            "%{y:,.0f} tokens/s")):
         xs, ys = _series(history, key)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=SERIES_COLORS[color]), **axes,
-                                 hovertemplate=f"step %{{x}}: {hover}<extra></extra>"))
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=name, **axes,
+                           line={"color": SERIES_COLORS[color]}, hovertemplate=f"step %{{x}}: {hover}<extra></extra>"))
+    fig = _plain_figure(traces)
     # Axes laid out by hand (make_subplots alone costs ~30 ms, paid at every live redraw).
     fig.update_layout(
         xaxis=dict(domain=[0, 1], anchor="y", matches="x2", showticklabels=False),
