@@ -15,7 +15,7 @@ from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect import head_weights as hw
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.layer_probes import conll_layer_probes, verdict
-from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.built_in_text import MINIMAL_PAIRS
 from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience import salience_panel_data

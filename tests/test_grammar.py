@@ -9,7 +9,7 @@ import torch
 
 from bert_core.cli.main import main
 from bert_core.inspect.grammar import (NEXT_TOKEN, PLL, compare_pair, parse_pairs, score_sentence, token_shares)
-from bert_core.inspect.minimal_pairs import CATEGORIES, MINIMAL_PAIRS
+from bert_core.inspect.built_in_text import CATEGORIES, MINIMAL_PAIRS
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT
 

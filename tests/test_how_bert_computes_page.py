@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow  # ~30 s of AppTest runs
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS  # noqa: E402
+from bert_core.inspect.built_in_text import MINIMAL_PAIRS  # noqa: E402
 from bert_core.inspect.safe_text import markdown  # noqa: E402
 from bert_core.paths import DEFAULT_CHECKPOINT  # noqa: E402
 from bert_core.serve import model_sources  # noqa: E402

@@ -8,7 +8,7 @@ import json
 from bert_core.cli.arguments import path_arg
 from bert_core.errors import BertCoreError
 from bert_core.inspect.grammar import compare_pair, read_pairs_file, score_sentence, trained_lm_head
-from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.built_in_text import MINIMAL_PAIRS
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.paths import DEFAULT_CHECKPOINT
 

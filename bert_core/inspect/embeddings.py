@@ -15,7 +15,7 @@ import torch
 from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
-from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.built_in_text import MINIMAL_PAIRS
 from bert_core.inspect.kit import as_batch, evaluating, hidden_states, kept
 from bert_core.inspect.probes import heldout_documents, readable_offline
 from bert_core.inspect.word_maps import SENSE_SENTENCES

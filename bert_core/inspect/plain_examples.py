@@ -24,8 +24,7 @@ from typing import Sequence
 from bert_core.data.corpora import corpus_label
 from bert_core.data.everyday_set import MASK, load_blanks
 from bert_core.errors import BertCoreError
-from bert_core.inspect.built_in_text import TEXT
-from bert_core.inspect.minimal_pairs import MINIMAL_PAIRS
+from bert_core.inspect.built_in_text import MINIMAL_PAIRS, TEXT
 from bert_core.inspect.safe_text import markdown
 
 # The sentences a page may open on (built_in_text.json's "page_examples"): MASKED, the [MASK] sentences, most wanted
