@@ -160,27 +160,13 @@ def per_type_table(per_type: Mapping[str, Mapping[str, float]]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- answer spans
 
 
-def answer_html(passage: str, start_char: int, end_char: int, gold: Sequence[tuple[int, int]] = ()) -> str:
-    """The passage with the predicted answer highlighted (and gold answers underlined in green), escaped."""
-    marks = [0] * (len(passage) + 1)
-    for s, e in gold:
-        for i in range(max(s, 0), min(e, len(passage))):
-            marks[i] |= 2
-    for i in range(max(start_char, 0), min(end_char, len(passage))):
-        marks[i] |= 1
-    out, i = [], 0
-    while i < len(passage):
-        j = i
-        while j < len(passage) and marks[j] == marks[i]:
-            j += 1
-        text = html.escape(passage[i:j])
-        if marks[i] & 1:
-            text = f'<mark style="background:#ffd54f;padding:1px 2px;border-radius:3px">{text}</mark>'
-        if marks[i] & 2:
-            text = f'<span style="border-bottom:3px solid #2ca02c">{text}</span>'
-        out.append(text)
-        i = j
-    return '<div style="line-height:1.7">' + "".join(out) + "</div>"
+def answer_html(passage: str, start_char: int, end_char: int) -> str:
+    """The passage with the predicted answer highlighted, escaped."""
+    start, end = max(start_char, 0), min(end_char, len(passage))
+    parts = [passage] if end <= start else [passage[:start], passage[start:end], passage[end:]]
+    text = "".join(f'<mark style="background:#ffd54f;padding:1px 2px;border-radius:3px">{html.escape(p)}</mark>'
+                   if i == 1 else html.escape(p) for i, p in enumerate(parts) if p)
+    return f'<div style="line-height:1.7">{text}</div>'
 
 
 def span_probabilities_figure(answer, title: str = "") -> go.Figure:
