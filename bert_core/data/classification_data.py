@@ -10,6 +10,7 @@ import io
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,10 +55,8 @@ class ClassificationData(RowData):
         return len(self.label_names)
 
     def label_counts(self) -> list[int]:
-        counts = [0] * self.num_labels
-        for y in self.labels:
-            counts[y] += 1
-        return counts
+        counts = Counter(self.labels)
+        return [counts[y] for y in range(self.num_labels)]
 
     def example_text(self, i: int) -> str:
         if self.texts_b is None:

@@ -60,13 +60,6 @@ def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: 
             trunc.pop()
 
 
-def _pick_other_document(rng: random.Random, n_docs: int, doc_index: int) -> int:
-    # Google tries 10 random draws and can, rarely, end with the same document (so a real continuation could be
-    # labelled "random"); drawing from the other documents directly makes "another document" a guarantee.
-    j = rng.randint(0, n_docs - 2)
-    return j + 1 if j >= doc_index else j
-
-
 def _instances_from_document(docs, kept, d, max_num_tokens, short_seq_prob, rng, cls_id, sep_id, out):
     """Google's create_instances_from_document for document `d`, appending NspInstances to `out`.
 
@@ -105,7 +98,10 @@ def _instances_from_document(docs, kept, d, max_num_tokens, short_seq_prob, rng,
             if is_random_next:
                 target_b_length = target_seq_length - len(tokens_a)
                 if len(docs) > 1:
-                    r_doc = _pick_other_document(rng, len(docs), d)
+                    # Google tries 10 random draws and can, rarely, end with the same document (a real continuation
+                    # labelled "random"); drawing from the other documents makes "another document" a guarantee.
+                    r_doc = rng.randint(0, len(docs) - 2)
+                    r_doc += r_doc >= d
                     r_start, r_limit, note = rng.randint(0, len(docs[r_doc]) - 1), len(docs[r_doc]), NOTE_OTHER_DOCUMENT
                 else:
                     r_doc = d
@@ -217,14 +213,6 @@ class MaskingResult:
     original_ids: torch.Tensor
 
 
-def _how_many(n_candidates: torch.Tensor, mask_rate: float, generator: torch.Generator) -> torch.Tensor:
-    # Google picks round(n * rate) positions per sequence. Rounding biases short sequences (10 tokens at 15%
-    # would give 20%), so the count is rounded stochastically instead: exact per sequence, unbiased on average.
-    expected = n_candidates.to(torch.float64) * mask_rate
-    u = torch.rand(n_candidates.shape, generator=generator, dtype=torch.float64)
-    return torch.floor(expected + u).long()
-
-
 def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: torch.Generator, vocab_size: int,
                 mask_id: int, candidate_ids: torch.Tensor | None = None, mask_rate: float = MASK_RATE,
                 whole_word_starts: torch.Tensor | None = None, mask_only: bool = False) -> MaskingResult:
@@ -243,7 +231,10 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, generator: 
     candidate_ids = torch.as_tensor(candidate_ids, dtype=torch.long)
     if candidate_ids.numel() == 0:
         raise BertCoreError("no token ids are allowed as random replacements; the vocabulary holds only specials")
-    k = _how_many(cand.sum(1), mask_rate, generator)
+    # Google picks round(n * rate) positions per sequence. Rounding biases short sequences (10 tokens at 15%
+    # would give 20%), so the count is rounded stochastically instead: exact per sequence, unbiased on average.
+    k = torch.floor(cand.sum(1).to(torch.float64) * mask_rate
+                    + torch.rand(B, generator=generator, dtype=torch.float64)).long()
     scores = torch.rand((B, S), generator=generator)
     if whole_word_starts is None:
         scores = scores.masked_fill(~cand, 2.0)

@@ -80,11 +80,8 @@ class TaggedSentences(RowData):
         return [self.tag_names[t] for t in self.tags[i]]
 
     def tag_counts(self) -> list[int]:
-        counts = [0] * self.num_tags
-        for sentence in self.tags:
-            for t in sentence:
-                counts[t] += 1
-        return counts
+        counts = Counter(t for sentence in self.tags for t in sentence)
+        return [counts[t] for t in range(self.num_tags)]
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
