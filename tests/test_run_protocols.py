@@ -94,7 +94,7 @@ def test_a_race_mirror_is_a_live_view_with_no_curves_of_its_own(race):
     view = {"tuners": [], "progress": Progress(fraction=0.0, eta_s=None, step=0, elapsed_s=0.0), "state": "idle",
             "error": None, "config": race.config, "task_kind": "labels", "metric_names": ("accuracy", "macro-F1"),
             "primary": 0}
-    proxy = RaceView(view, (None, None))
+    proxy = RaceView(view, lambda: (None, None))
     assert _lacks(proxy, LiveView) == [] and isinstance(proxy, LiveView)
     assert (proxy.history, proxy.evals, proxy.probes, proxy.tokenizer, proxy.growth, proxy.data) == (
         (), (), None, None, None, None)

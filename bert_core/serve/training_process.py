@@ -205,7 +205,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
                     # sends on from the step it stopped at. Its model is the process's again.
                     self.parked, self.released, self._snapshot = None, None, None
                 elif payload["kind"] == "comparison":
-                    self.trainer = RaceView(payload["view"], payload["split"])
+                    self.trainer = RaceView(payload["view"], lambda split=payload["split"]: split)
                 else:
                     self.trainer = TrainerProxy(payload, self._data_factory)
                 self.trainer.state = "running"

@@ -4,6 +4,8 @@ the server's mirror of a race in a training process, fed by the views it sends, 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,18 +55,17 @@ def race_summary(race) -> dict:
 
 
 class RaceView:
-    """A race_summary as a live view. `split`: its (training, validation) data, or a function that makes them when
-    first asked; `results`: its ended models' results by name (a mirror's come when its process has ended), or a
-    function that reads them when first asked."""
+    """A race_summary as a live view. `split()` makes its (training, validation) data and `results()` its ended
+    models' results by name, each when first asked for; a mirror's results are set when its process has ended."""
 
     # A race has no curves, tokenizer, growth, data or probes of its own: each of its models has its own.
     history, evals, tokenizer, growth, data, probes = (), (), None, None, None, None
 
-    def __init__(self, summary: dict, split, results=None):
+    def __init__(self, summary: dict, split: Callable[[], tuple], results: Callable[[], dict] = dict):
         self.config, self.task_kind = summary["config"], summary["task_kind"]
         self.metric_names, self.primary = summary["metric_names"], summary["primary"]
         self.update(summary)
-        self._split, self._results = split, {} if results is None else results
+        self._split, self._results = split, results
 
     def update(self, summary: dict) -> None:
         self.tuners, self.state, self.error = summary["tuners"], summary["state"], summary["error"]
@@ -81,25 +82,13 @@ class RaceView:
         return Progress(fraction=1.0 if self.state == "finished" else 0.0, eta_s=0.0, step=self.step,
                         elapsed_s=sum(t.evals[-1].elapsed_s for t in self.tuners if t.evals))
 
-    def _data(self):
-        if callable(self._split):
-            self._split = self._split()
-        return self._split
+    @functools.cached_property
+    def _data(self) -> tuple:
+        return self._split()
 
-    @property
-    def train_data(self):
-        return self._data()[0]
+    train_data = property(lambda self: self._data[0])
+    val_data = property(lambda self: self._data[1])
 
-    @property
-    def val_data(self):
-        return self._data()[1]
-
-    @property
+    @functools.cached_property
     def results(self) -> dict:
-        if callable(self._results):
-            self._results = self._results()
-        return self._results
-
-    @results.setter
-    def results(self, results: dict) -> None:
-        self._results = results
+        return self._results()
