@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -229,12 +228,6 @@ def head_summaries(result: AttentionResult) -> list[HeadSummary]:
                         to_self=float(to_self[layer, head]), entropy=float(entropy[layer, head]),
                         normalized_entropy=float(entropy[layer, head] / max_entropy))
             for layer in range(n_layers) for head in range(n_heads)]
-
-
-def unigram_counts(token_ids: Iterable[Sequence[int]], special_ids: Iterable[int] = ()) -> Counter:
-    """Count how often each token id appears in tokenized text, skipping special tokens."""
-    skip = set(special_ids)
-    return Counter(i for ids in token_ids for i in ids if i not in skip)
 
 
 def unigram_top_k(counts: Mapping[int, int], tokenizer, top_k: int = 5) -> list[tuple[str, float]]:
