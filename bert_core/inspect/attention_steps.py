@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, lm_head
+from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, hooked, lm_head
 from bert_core.inspect.inspection import encode_input
 from bert_core.model.bert import is_causal
 
@@ -130,12 +130,8 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
                    (attn.self.query, "q"), (attn.self.key, "k"), (attn.self.value, "v"), (attn.self, "self"),
                    (attn.output.dense, "projected"), (attn.output, "normed")))]
     x, t = as_batch(model, ids, types)
-    try:
-        with evaluating(model):
-            model.bert(x, torch.ones_like(x), t, output_attentions=True)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooked(*handles), evaluating(model):
+        model.bert(x, torch.ones_like(x), t, output_attentions=True)
     d = attn.self.attention_head_size
     cut = slice(head * d, (head + 1) * d)
     hidden_in = seen["hidden_in"][0].float()

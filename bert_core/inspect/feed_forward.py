@@ -19,7 +19,7 @@ from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SC
 from bert_core.inspect.embeddings import TokenPool, token_pool
 from bert_core.inspect.inspection import group_word_pieces, word_text
 from bert_core.inspect.figures import _layout, shorten, wrap
-from bert_core.inspect.kit import kept
+from bert_core.inspect.kit import hooked, kept
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
@@ -97,12 +97,9 @@ def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
     if not 0 <= layer < model.config.num_hidden_layers:
         raise BertCoreError(f"layer {layer + 1} does not exist: the model has {model.config.num_hidden_layers} layers")
     seen: list[torch.Tensor] = []
-    handle = model.bert.encoder.layer[layer].intermediate.register_forward_hook(
-        lambda module, args, output: seen.append(output.float().cpu()))
-    try:
+    with hooked(model.bert.encoder.layer[layer].intermediate.register_forward_hook(
+            lambda module, args, output: seen.append(output.float().cpu()))):
         pool = token_pool(model, tokenizer, sentences, source, batch=POOL_BATCH)
-    finally:
-        handle.remove()
     acts = [seen[s // POOL_BATCH][s % POOL_BATCH, p] for s, p in zip(pool.sentence_of, pool.position_of)]
     return UnitPool(pool=pool, layer=layer, acts=torch.stack(acts).numpy())
 

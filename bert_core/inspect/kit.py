@@ -69,10 +69,16 @@ def heads_masked(model, off: torch.Tensor):
             return (torch.where(keep.to(args[0].device), args[0], 0), *args[1:])
         return hook
 
-    handles = [model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(zero(layer))
-               for layer in range(off.shape[1]) if bool(off[:, layer].any())]
-    try:
+    with hooked(*(model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(zero(layer))
+                  for layer in range(off.shape[1]) if bool(off[:, layer].any()))):
         yield model
+
+
+@contextlib.contextmanager
+def hooked(*handles):
+    """Within the block, the hooks whose `handles` are given; each removed on exit, however the block ends."""
+    try:
+        yield
     finally:
         for h in handles:
             h.remove()
