@@ -84,6 +84,9 @@ def test_the_products_rows_sum_to_the_scores_already_drawn(name):
     hidden = [c[0] for c in sums.customdata]
     assert all(bool(h) != a for h, a in zip(hidden, steps.allowed))   # the causal mask's later keys say so
     assert (not steps.allowed.all()) == ("gpt" in name)
+    # the causal mask's keys (after the query) washed pale, as the scores figure greys them
+    assert [(s.y0, s.y1) for s in fig.layout.shapes] == ([(3.5, len(steps.tokens) - 0.5)] if "gpt" in name else [])
+    assert ("pale: hidden by the mask" in fig.layout.title.text) == ("gpt" in name)
 
 
 def test_the_projection_figure_counts_from_one_and_carries_its_numbers():

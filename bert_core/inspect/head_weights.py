@@ -121,11 +121,22 @@ def products_figure(steps) -> go.Figure:
                              showscale=False, texttemplate="%{z:.2f}", textfont=dict(size=FONT - 1),
                              customdata=np.array(hidden)[:, None],
                              hovertemplate="key %{y}: q·k = %{z:.4f}%{customdata}<extra></extra>"), row=1, col=2)
+    # A hidden key's products washed pale, as the scores figure greys it; its sum stays dark enough to read.
+    for start, end in _runs(~steps.allowed):
+        fig.add_shape(type="rect", xref="x domain", x0=0, x1=1, y0=start - 0.5, y1=end - 0.5,
+                      fillcolor="rgba(255, 255, 255, 0.75)", line_width=0, row=1, col=1)
     fig.update_xaxes(ticks="")
     fig.update_yaxes(autorange="reversed", ticks="")
     fig.update_yaxes(title="key token", row=1, col=1)
     fig.update_xaxes(title=f"dimension of the head (1 to {d})", row=1, col=1)
     fig.update_xaxes(showticklabels=False, row=1, col=2)
+    pale = " — pale: hidden by the mask, weight 0" if not steps.allowed.all() else ""
     title = wrap(f"{_token_name(steps)}: its query against every key, dimension by dimension "
-                 "(each row sums to the score q·k, before ÷√d)", 90)
+                 f"(each row sums to the score q·k, before ÷√d){pale}", 90)
     return _fonts(_layout(fig, title, height=200 + 26 * s))
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of True in `flags`, end exclusive."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
