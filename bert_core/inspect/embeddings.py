@@ -83,12 +83,6 @@ POOL_SENTENCES = 120          # sentences in a neighbour pool: about 2,500 token
 POOL_WORDS = (6, 30)          # a pool sentence's length in words: whole sentences, none a heading or a paragraph
 
 
-def _readable_sentences(documents, count: int, seed: int) -> list[str]:
-    candidates = [s for doc in documents for s in doc if POOL_WORDS[0] <= len(s.split()) <= POOL_WORDS[1]]
-    rng = random.Random(seed)
-    return rng.sample(candidates, min(count, len(candidates)))
-
-
 def builtin_pool() -> tuple[list[str], str]:
     """The pool of a model without readable held-out text: the sense sentences and the grammar pairs' good ones."""
     sentences = [s for group in SENSE_SENTENCES.values() for _, s in group] + [p.good for p in MINIMAL_PAIRS]
@@ -99,8 +93,9 @@ def builtin_pool() -> tuple[list[str], str]:
 def _heldout_pool(record_json: str, count: int, seed: int) -> tuple[tuple[str, ...], str]:
     record = json.loads(record_json)
     specs = [entry["spec"] for entry in record["corpora"]]
+    whole = [s for d in heldout_documents(record, specs) for s in d if POOL_WORDS[0] <= len(s.split()) <= POOL_WORDS[1]]
     # Each corpus as a reader knows it, never a file's name ("valid").
-    return (tuple(_readable_sentences(heldout_documents(record, specs), count, seed)),
+    return (tuple(random.Random(seed).sample(whole, min(count, len(whole)))),
             "held-out text of " + ", ".join(corpus_label(spec) for spec in specs))
 
 

@@ -80,11 +80,6 @@ def _font_fixes(node: Any, path: str, out: dict) -> None:
                 _font_fixes(item, f"{path}[{i}]", out)
 
 
-def _axes(layout: dict) -> list[str]:
-    """The figure's axes and colour axes; the first x and y axes always (a theme styles them even when unset)."""
-    return ["xaxis", "yaxis", *(key for key in layout if re.fullmatch(r"[xy]axis\d+|coloraxis\d*", key))]
-
-
 def projector_figure(fig: go.Figure) -> go.Figure:
     """`fig` with every text at least MIN_FONT_PX and none a light grey, its base font BASE_FONT_PX in TEXT_COLOR, and
     unset axis and colour-bar text colours TEXT_COLOR, so no theme greys them; in place and idempotent."""
@@ -95,7 +90,8 @@ def projector_figure(fig: go.Figure) -> go.Figure:
         base["font.size"] = BASE_FONT_PX
     if not isinstance(font.get("color"), str) or too_light(font["color"]):
         base["font.color"] = TEXT_COLOR
-    for axis in _axes(layout):
+    # The axes and colour axes; the first x and y axes always (a theme styles them even when unset).
+    for axis in ["xaxis", "yaxis", *(key for key in layout if re.fullmatch(r"[xy]axis\d+|coloraxis\d*", key))]:
         if axis.startswith("coloraxis"):
             colorbar = (layout.get(axis) or {}).get("colorbar") or {}
             parts = {"colorbar.tickfont": colorbar.get("tickfont"),

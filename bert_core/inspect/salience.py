@@ -1,24 +1,14 @@
-"""Why a fine-tuned model decided: each token's salience, and what each attention head is worth to the answer.
+"""Why a fine-tuned model decided: each token's salience for one probability the model gives its own answer (its
+"target"), what each attention head is worth to it (kit.heads_masked, all heads in one batched pass), and the panel's
+figures with `salience_panel_data`, the one call a page makes (tokens, layers and heads count from 1 there). The
+targets and the method: docs/how-bert-computes.md, "Why a fine-tuned model decided".
 
-One number is explained, a probability the model gives its own answer (its "target"): labels, P(the predicted
-label); tags, P(the predicted tag) of one chosen word (at its first piece, as the tagger is trained); spans, P(start
-at the predicted start) and P(end at the predicted end), and for the heads' grid P(start) x P(end).
-
-Salience by **integrated gradients** (Sundararajan et al., 2017) on the embedding layer's output (as Captum's
-LayerIntegratedGradients on `bert.embeddings` reads it), along the straight path from a baseline input (BASELINE:
-[CLS] and [SEP] kept, so they get no salience) to the real one, by the trapezoid rule; a token's salience is its
-components' sum. By completeness the saliences add up to f(input) - f(baseline) (`gap` says how far), and since f
-is known at both ends of every step, each step's own error is known exactly: explain() starts at FIRST_STEPS equal
-steps and halves those whose error is over their share until the errors' sizes add up to at most GAP_LIMIT. The
-steps crowd where the path bends, and errors of opposite signs cannot cancel into a lucky pass (equal steps met the
-whole-path check at 16 steps by such luck, within 4.4%, where 32 then missed by 21%). **Gradient x input** is one
-gradient at the input times the same (input - baseline): one step of the same sum, on the same scale.
-
-The heads' grid switches each head off in turn (kit.heads_masked) and reports how the target's probability
-changes: all the heads in one batched forward pass, one row a head.
-
-The figures, and the one call a page makes for the whole panel, `salience_panel_data`, close the module (tokens,
-layers and heads count from 1 there).
+**Integrated gradients** (Sundararajan et al., 2017) on the embedding layer's output (as Captum's
+LayerIntegratedGradients on `bert.embeddings` reads it; Captum measured, not adopted: docs/benchmarks.md), by the
+trapezoid rule over steps refined where the path bends. Since f is known at both ends of every step, each step's own
+error is known exactly, and errors of opposite signs cannot cancel into a lucky pass (equal steps met the whole-path
+check at 16 steps by such luck, within 4.4%, where 32 then missed by 21%). **Gradient x input** is one step of the
+same sum, on the same scale.
 """
 
 from __future__ import annotations
@@ -240,15 +230,6 @@ def head_grid(model, ids: torch.Tensor, types: torch.Tensor, name: str, probabil
 MAX_ANSWER_TOKENS = 30   # the longest span the answer search considers, as answer_spans decodes
 
 
-def _check_kind(model, kind: str) -> None:
-    heads = {"labels": BertForSequenceClassification, "tags": BertForTokenClassification,
-             "spans": BertForQuestionAnswering}
-    if kind not in heads:
-        raise BertCoreError(f"the kind of fine-tuned model must be one of {', '.join(KINDS)}, got {kind!r}")
-    if not isinstance(model, heads[kind]):
-        raise BertCoreError(f"a {kind} explanation needs a {heads[kind].__name__}, got a {type(model).__name__}")
-
-
 def _names(model, label_names) -> list[str]:
     names = list(label_names or model.label_names or [])
     n = int(model.num_labels)
@@ -334,7 +315,11 @@ def explain(model, tokenizer, kind: str, text: str, text_b: str | None = None, w
 
     labels: `text` (and `text_b` for a pair task); tags: `text`, and `word` (from 0; default the first word tagged
     other than "O"); spans: `text` is the question and `text_b` the passage (cut to `max_length` tokens)."""
-    _check_kind(model, kind)
+    heads = dict(zip(KINDS, (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)))
+    if kind not in heads:
+        raise BertCoreError(f"the kind of fine-tuned model must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not isinstance(model, heads[kind]):
+        raise BertCoreError(f"a {kind} explanation needs a {heads[kind].__name__}, got a {type(model).__name__}")
     max_length = min(int(max_length), int(model.config.max_position_embeddings))
     if kind == "spans":
         ids, types, targets, answer, words, word = _span_targets(model, tokenizer, text, text_b, max_length)

@@ -12,11 +12,6 @@ from bert_core.inspect.kit import hidden_states
 from bert_core.inspect.word_maps import SENSE_SENTENCES, TIMELAPSE_WORDS, WordMap, pca_2d
 
 
-def _word_span(ids: list[int], word_ids: list[int]) -> int | None:
-    """Where `word_ids` first occur in `ids` (the sentence's pieces after [CLS]), or None."""
-    return next((i for i in range(1, len(ids) - len(word_ids) + 1) if ids[i:i + len(word_ids)] == word_ids), None)
-
-
 def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
     """PCA maps of `word`'s contextual vectors (the mean over its pieces) across `sentences`, one per layer."""
     if not isinstance(word, str) or not word.strip():
@@ -30,7 +25,9 @@ def word_map(model, tokenizer, word: str, sentences, labels=None) -> WordMap:
         if not sentence.strip():
             continue
         ids = encode_for_steps(model, tokenizer, sentence)[0]
-        start = _word_span(ids, word_ids) if word_ids else None
+        # Where the word's pieces first occur after [CLS], or None.
+        start = next((i for i in range(1, len(ids) - len(word_ids) + 1) if ids[i:i + len(word_ids)] == word_ids),
+                     None) if word_ids else None
         if start is None:
             skipped.append(sentence)
             continue
