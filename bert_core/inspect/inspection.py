@@ -260,16 +260,10 @@ def masking_rows(tokenizer, input_ids: Sequence[int], token_type_ids: Sequence[i
             for i in range(len(input_ids))]
 
 
-def decision_counts(decisions: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                    special_mask: torch.Tensor | None = None) -> dict:
-    """Count masking decisions over a batch and compare them with BERT's 15% and 80/10/10 targets."""
-    dec = torch.as_tensor(decisions)
-    valid = torch.ones_like(dec, dtype=torch.bool)
-    if attention_mask is not None:
-        valid &= torch.as_tensor(attention_mask).bool()
-    if special_mask is not None:
-        valid &= ~torch.as_tensor(special_mask).bool()
-    d = dec[valid]
+def decision_counts(decisions: torch.Tensor, special_mask: torch.Tensor) -> dict:
+    """Count masking decisions over a batch, specials and padding (`special_mask`, as mask_padded gives it) left
+    out, and compare them with BERT's 15% and 80/10/10 targets."""
+    d = decisions[~special_mask.bool()]
     total = int(d.numel())
     counts = {name: int((d == code).sum()) for name, code in (("masked", MASKED), ("random", RANDOM), ("kept", KEPT))}
     chosen = sum(counts.values())
@@ -303,7 +297,7 @@ def masking_stats(tokenizer, instances: Sequence[Sequence[int]], seed: int = 0, 
         raise BertCoreError("no instances to mask")
     ids, _, attention = padded_batch(tokenizer.pad_id, [(x, ()) for x in instances])
     result, special_mask = mask_padded(tokenizer, ids, attention, seed, mask_rate)
-    return {**decision_counts(result.decisions, attention, special_mask), "target_rate": mask_rate,
+    return {**decision_counts(result.decisions, special_mask), "target_rate": mask_rate,
             "instances": len(instances)}
 
 
