@@ -6,6 +6,7 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 
 import streamlit as st
 
+from bert_core.paths import REPO_ROOT
 from bert_core.app import app_drawing, app_models, app_sidebar
 
 WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line under it that wraps (a long link
@@ -47,7 +48,7 @@ left, right = st.columns([3, 2])
 with right:
     st.subheader("Walkthrough")
     for page, label, icon in app_drawing.NAVIGATION:
-        if page in WALKTHROUGH and (app_drawing.APP_ROOT / page).is_file():
+        if page in WALKTHROUGH and (REPO_ROOT / page).is_file():
             st.page_link(page, label=WALKTHROUGH[page][0], icon=icon)
             st.caption(WALKTHROUGH[page][1])
 with left:

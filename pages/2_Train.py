@@ -132,7 +132,6 @@ class Tab(NamedTuple):
     """This tab's run as the page reads it once a script run: its run (from its URL: a reload finds it again), the
     tab's role in it, and what the buttons may do with it."""
 
-    sid: str
     run: Any
     role: str | None
     job: Any
@@ -149,7 +148,7 @@ def _tab() -> Tab:
     active = run is not None and run.active
     phase = run.phase if run is not None else None
     has_model = job is not None and job.model_available
-    return Tab(app_tab.session_id(), run, role, job, role == runs.VIEWER, active, phase, has_model,
+    return Tab(run, role, job, role == runs.VIEWER, active, phase, has_model,
                has_model and not active and (phase == "finished" or run.released))
 
 
@@ -167,7 +166,7 @@ def _start(tab: Tab, notice, init_from_run=None) -> None:
     owner = tab.run is not None and tab.role == runs.OWNER
     if owner:
         app_state.RUNS.retire(tab.run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
-    new = app_state.RUNS.submit(spec, tab.sid, run_id=run_id, family_of=tab.run if owner else None)
+    new = app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id, family_of=tab.run if owner else None)
     app_tab.set_current_run(new)
     st.rerun()
 
@@ -250,7 +249,7 @@ def _after_buttons(tab: Tab) -> None:
             if st.button("Save", icon=":material/save:"):
                 try:
                     path = app_storage.save_run(tab.job.save, st.session_state.get("train_save_name", ""),
-                                                owner=tab.sid)
+                                                owner=app_tab.session_id())
                     where = "" if app_storage.public_mode() else f" (`{path}`)"
                     st.success(f"Saved as **{markdown(path.name)}**{where}. Pick *{app_models.SOURCE_SAVED}* in the "
                                "sidebar to open it later, or download it as a zip.")
@@ -297,11 +296,8 @@ def _status(viewer: bool, active: bool) -> None:
         return
     prog = trainer.progress
     history, evals = trainer.history, trainer.evals
-    st.progress(min(max(prog.fraction, 0.0), 1.0),
-                text=f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · "
-                     f"elapsed {jobs.format_duration(prog.elapsed_s)}"
-                     + (f" · time left {jobs.format_duration(app_tab.time_left(run))}" if run.active else "")
-                     + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
+    app_tab.progress_bar(run, f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · elapsed "
+                         f"{jobs.format_duration(prog.elapsed_s)}", left=run.active)
     last = history[-1] if history else None
     m = st.columns(5)
     m[0].metric("Loss", f"{last.loss:.3f}" if last else "–")
@@ -411,7 +407,7 @@ def _word_map_timelapse() -> None:
                "within each sense: the higher, the further apart the senses lie.")
 
 
-def _compare(sid: str, active: bool) -> None:
+def _compare(active: bool) -> None:
     """This tab's runs, one after another: overlay two to four of them (the legend names the knobs that differ),
     and start a copy of the current run with one knob changed."""
     run, role = app_tab.current_run()
@@ -459,7 +455,7 @@ def _compare(sid: str, active: bool) -> None:
             run_id = runs.new_token()
             spec = jobs.spec_with_change(run.spec, change.knob, change.after, runs.scratch_key(run_id))
             app_state.RUNS.retire(run.run_id)
-            new = app_state.RUNS.submit(spec, sid, run_id=run_id, family_of=run)
+            new = app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id, family_of=run)
             app_tab.set_current_run(new)
             st.session_state["train_show_settings"] = jobs.page_values_of(spec)
             st.rerun()
@@ -489,7 +485,7 @@ def main() -> None:
         st.query_params.pop("train_smoothing", None)
     else:
         app_widgets.sync_query("train_smoothing")
-    _compare(tab.sid, tab.active)
+    _compare(tab.active)
 
 
 main()

@@ -19,7 +19,7 @@ from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
 from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, run_panel
 from bert_core.app.url_settings import one_of
-from bert_core.serve import app_storage, finetune_runs, jobs, model_sources, runs
+from bert_core.serve import app_storage, finetune_runs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
 from bert_core.training.finetune import KIND_RATE_SCALE, finetune_learning_rate, load_task, split_task
@@ -356,12 +356,8 @@ def live(viewer: bool, busy: bool) -> None:
             st.info("Nothing of this race was kept: the server restarted before any of its models had ended. Run "
                     "it again.", icon=":material/history:")
         return
-    prog = comparison.progress
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
-    st.progress(min(max(prog.fraction, 0.0), 1.0),
-                text=f"{run.phase}" + (f": training {current}" if current else "") +
-                     f" · time left {jobs.format_duration(app_tab.time_left(run))}"
-                     + (f" · on {app_state.RUNS.device_of(run)}" if run.device else ""))
+    app_tab.progress_bar(run, f"{run.phase}" + (f": training {current}" if current else ""))
     names, primary = comparison.metric_names, comparison.primary
     metric = ("accuracy", "macro_f1")[primary]
     its, steps = KIND_PAGES[comparison.task_kind], comparison.config.max_steps

@@ -27,7 +27,6 @@ NAVIGATION = (
     ("pages/5_Fine-tune.py", "Fine-tune", ":material/label:"),
     ("pages/6_Export.py", "Export", ":material/download:"),
 )
-APP_ROOT = REPO_ROOT
 
 
 def navigation() -> None:
@@ -35,7 +34,7 @@ def navigation() -> None:
     with st.sidebar:
         try:
             for page, label, icon in NAVIGATION:
-                if (APP_ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
+                if (REPO_ROOT / page).is_file():  # the fine-tuning page may be absent in a trimmed install
                     st.page_link(page, label=label, icon=icon)
         except StreamlitPageNotFoundError:
             return  # a page run on its own (AppTest.from_file of one page): there is no app to link to

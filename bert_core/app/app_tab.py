@@ -14,6 +14,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from bert_core.app.app_drawing import script_frame
 from bert_core.app.app_state import LESSON_CLASSES, PACE, RUNS
+from bert_core.serve.jobs import format_duration
 from bert_core.serve.model_sources import checkpoints_beside_default
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE, RunJob
 from bert_core.serve.runs import OWNER, VIEWER, Run, new_token
@@ -37,11 +38,10 @@ def session_id() -> str:
     return ctx.session_id if ctx is not None else "no-session"
 
 
-RUN_PARAM, WATCH_PARAM = LINK_PARAMS[TRAIN_PAGE]   # the URL's run ids: the owner's, and a share link's
-FINETUNE_PARAM, FINETUNE_WATCH_PARAM = LINK_PARAMS[FINETUNE_PAGE]   # the same for the Fine-tune page's races
-# Each page's run in this tab: its URL keys, and where the session keeps the owner's and the share link's id.
-_TAB_RUN = {TRAIN_PAGE: (RUN_PARAM, WATCH_PARAM, "run_id", "watch_id"),
-            FINETUNE_PAGE: (FINETUNE_PARAM, FINETUNE_WATCH_PARAM, "ft_run_id", "ft_watch_id")}
+# Each page's run in this tab: its URL keys (the owner's id, a share link's), and where the session keeps them.
+_TAB_RUN = {page: (*LINK_PARAMS[page], f"{prefix}run_id", f"{prefix}watch_id")
+            for page, prefix in ((TRAIN_PAGE, ""), (FINETUNE_PAGE, "ft_"))}
+WATCH_PARAM = LINK_PARAMS[TRAIN_PAGE][1]   # a share link's run id: the lesson watches the teacher's run by it
 
 
 def attach_run(page: str = TRAIN_PAGE) -> None:
@@ -209,10 +209,14 @@ def current_job() -> RunJob | None:
 _SAY = {"info": st.info, "warning": st.warning, "error": st.error}
 
 
-def time_left(run: Run) -> float | None:
-    """Seconds until a training `run` ends, at its pace on this server now (server_load.Pace)."""
+def progress_bar(run: Run, said: str, left: bool = True) -> None:
+    """A training `run`'s progress: `said`, then (with `left`) its time left at its pace on this server now
+    (server_load.Pace), and where it trains."""
     progress = run.trainer.progress
-    return PACE.seconds_left(run.run_id, progress.fraction, progress.eta_s)
+    seconds = PACE.seconds_left(run.run_id, progress.fraction, progress.eta_s)
+    st.progress(min(max(progress.fraction, 0.0), 1.0), text=said
+                + (f" · time left {format_duration(seconds)}" if left else "")
+                + (f" · on {RUNS.device_of(run)}" if run.device else ""))
 
 
 def busy_caption(run: Run | None, noun: str = "run", place: tuple[int, float] | None = None) -> None:
