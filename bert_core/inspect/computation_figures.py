@@ -28,11 +28,6 @@ def _dims(n: int) -> list[str]:
     return [str(i + 1) for i in range(n)]
 
 
-def _reversed_rows(fig: go.Figure, rows: int) -> None:
-    for row in range(1, rows + 1):
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
-
-
 def _token_name(steps) -> str:
     return f"Token {steps.query + 1} “{steps.tokens[steps.query]}”"
 
@@ -86,7 +81,7 @@ def vectors_figure(steps) -> go.Figure:
             colorbar=dict(title="value", len=0.5, y=0.75), texttemplate="%{z:.2f}" if show_numbers else None,
             textfont=dict(size=FONT - 1),
             hovertemplate=f"{name} of %{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
-    _reversed_rows(fig, 3)
+    fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=f"component (the head's {d} dimensions)", row=3, col=1)
     height = 150 + 26 * (2 * s + 1)
     return _fonts(_layout(fig, f"Layer {steps.layer + 1}, head {steps.head + 1}: query, keys and values",
@@ -151,7 +146,7 @@ def context_figure(steps) -> go.Figure:
     start, end = steps.head * d + 0.5, (steps.head + 1) * d + 0.5  # this head's slice of the joined vector
     fig.add_shape(type="rect", x0=start - 1, x1=end - 1, y0=-0.5, y1=0.5, line=dict(color="#000", width=2),
                   row=2, col=1)
-    _reversed_rows(fig, 2)
+    fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="component", row=2, col=1)
     return _fonts(_layout(fig, f"{_token_name(steps)}: the weighted sum and what follows it",
                           height=260 + 24 * (len(labels) + 6)))
@@ -217,7 +212,7 @@ def embedding_parts_figure(parts, token: int) -> go.Figure:
     fig.add_trace(go.Heatmap(z=parts.normed[token][None], y=["LayerNorm"], x=dims, zmin=-zn, zmax=zn,
                              colorscale=VECTOR_SCALE, showscale=False,
                              hovertemplate="LayerNorm, component %{x}: %{z:.4f}<extra></extra>"), row=2, col=1)
-    _reversed_rows(fig, 2)
+    fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="component", row=2, col=1)
     segment = "A" if parts.token_type_ids[token] == 0 else "B"
     return _fonts(_layout(fig, f"Token {label}: its embeddings (position {token + 1}, segment {segment})",

@@ -137,7 +137,7 @@ def values_figure(steps) -> go.Figure:
             z=z, x=dims, y=y, zmin=-zmax, zmax=zmax, colorscale=cf.VECTOR_SCALE, showscale=row == 1,
             colorbar=dict(title="value", len=0.6, y=0.7), texttemplate=numbers, textfont=dict(size=cf.FONT - 1),
             hovertemplate=f"{what}%{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
-    cf._reversed_rows(fig, 2)
+    fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=f"component (the head's {steps.head_dim} numbers)", row=2, col=1)
     title = (f"Layer {steps.layer + 1}, head {steps.head + 1}: the values token {steps.query + 1} "
              f"“{steps.tokens[steps.query]}” mixes, and their weighted sum")
