@@ -33,7 +33,7 @@ PAGE_API = {"app.app_state", "app.app_drawing", "app.app_models", "app.app_sideb
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.built_in_text", "app.class_view", "app.lesson_classes",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
-            "inspect.layer_probes", "inspect.head_weights"}
+            "inspect.layer_probes", "inspect.head_weights", "inspect.syntax_heads", "data.treebank"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
