@@ -521,8 +521,8 @@ def side_by_side_figure(named: Sequence[tuple[str, AttentionResult]], layer: int
         tok = _token_labels(result.tokens)
         fig.add_trace(go.Heatmap(z=future_hidden(att, result.causal), x=tok, y=tok, coloraxis="coloraxis",
                                  hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>"), row=1, col=col)
-        fig.update_yaxes(autorange="reversed", tickfont=_DARK_TICKS, row=1, col=col)
-        fig.update_xaxes(tickangle=-60, tickfont=_DARK_TICKS, row=1, col=col)
+    fig.update_yaxes(autorange="reversed", tickfont=_DARK_TICKS)
+    fig.update_xaxes(tickangle=-60, tickfont=_DARK_TICKS)
     seq = max(len(result.tokens) for result, _ in panels)
     causal = any(result.causal for result, _ in panels)
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title="weight")))
@@ -681,9 +681,8 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
         fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", name=label, legendgroup=label, showlegend=False,
                                  line=dict(color=color), marker=dict(size=4)), row=row, col=2)
     fig.update_xaxes(title="step")
-    for row in range(1, len(kinds) + 1):
-        fig.update_yaxes(title="loss (nats)", row=row, col=1)
-        fig.update_yaxes(title="accuracy", range=[0, 1], row=row, col=2)
+    fig.update_yaxes(title="loss (nats)", col=1)
+    fig.update_yaxes(title="accuracy", range=[0, 1], col=2)
     fig = _layout(fig, "Runs compared", height=420 * len(kinds) + 60, legend="below")
     # The legend below the axes' "step" titles, not on them; room above the first row for its two-line titles
     # under the chart's own title (and the toolbar: clear_of_toolbar).
