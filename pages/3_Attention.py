@@ -4,8 +4,9 @@ two models side by side (BERT beside GPT) for the same text."""
 import numpy as np
 import streamlit as st
 
+from bert_core.data.treebank import UD_EWT_LABEL, UD_EWT_MB, fetch_treebank, local_treebank
 from bert_core.errors import BertCoreError
-from bert_core.inspect import figures, lesson_figures
+from bert_core.inspect import figures, lesson_figures, syntax_heads
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
@@ -65,6 +66,15 @@ if full.causal:
             "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
             "(their weight is exactly 0); a BERT's maps are full squares.")
 
+# Heads that follow syntax: measured once per model when asked for (What heads do); then the head picker names them.
+treebank, syntax = local_treebank(), None
+if treebank is not None and st.session_state.get("att_syntax"):
+    try:
+        with st.spinner("Reading the treebank's sentences through the model…"):
+            syntax = syntax_heads.treebank_syntax_heads(active.model, active.tokenizer, str(treebank))
+    except BertCoreError as exc:
+        app_drawing.show_error(exc)
+
 tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair, tab_nsp = st.tabs(
     ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs"])
 
@@ -76,7 +86,10 @@ with tab_model:
 with tab_head:
     h1, h2 = st.columns(2)
     h1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="att_layer")
-    h2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="att_head")
+    follows = [syntax_heads.head_label(syntax, st.session_state["att_layer"] - 1, h) if syntax else ""
+               for h in range(cfg.num_attention_heads)]
+    h2.selectbox("Head", list(range(1, cfg.num_attention_heads + 1)), key="att_head",
+                 format_func=lambda h: f"{h} · follows {follows[h - 1]}" if follows[h - 1] else str(h))
     layer, head = st.session_state["att_layer"] - 1, st.session_state["att_head"] - 1
     app_drawing.plotly(figures.head_view_figure(result, layer, head, labels[layer * cfg.num_attention_heads + head]),
                        f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
@@ -106,6 +119,27 @@ with tab_labels:
                    "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 2),
                    "evenness (0-1)": round(s.normalized_entropy, 2)} for s in summaries],
                  hide_index=True, width="stretch")
+    st.markdown("**Heads that follow syntax** (Clark et al. 2019): how often a head's strongest attention from a word "
+                "lands on that word's syntactic head, per relation, against always taking the word k places away.")
+    if treebank is None:
+        st.info(f"{UD_EWT_LABEL} is not on this server yet (about {UD_EWT_MB:g} MB, fetched once for every visitor).")
+        if st.button("Fetch it", key="att_fetch_ud", icon=":material/download:"):
+            try:
+                fetch_treebank()
+                st.rerun()
+            except (BertCoreError, OSError) as exc:
+                app_drawing.show_error(exc)
+    st.toggle("Find the heads that follow syntax (seconds, once per model)", key="att_syntax",
+              disabled=treebank is None)
+    if syntax is not None:
+        app_drawing.plotly(syntax_heads.syntax_heads_figure(syntax), "attention-syntax-heads", key="att_syntax_fig")
+        st.caption(f"Measured on {syntax.words:,} words of {syntax.sentences:,} sentences of {UD_EWT_LABEL} "
+                   f"({syntax.seconds:.1f} s; roots, which have no head word, not scored"
+                   + (f"; {syntax.skipped} sentences over {syntax_heads.MAX_PIECES} pieces left out" if syntax.skipped
+                      else "") + "). Attention to a word is the sum over its pieces, from a word the mean over its "
+                   "pieces; [CLS], [SEP] and the word itself are never its pick. A head is named in the Head view's "
+                   "picker when it is a relation's best head and beats the best offset by more than two standard "
+                   "errors (dark bars).")
 
 with tab_time:
     job = app_tab.current_job()

@@ -14,6 +14,7 @@ import torch
 from bert_core.data import treebank
 from bert_core.data.treebank import DependencySentence, fetch_treebank, local_treebank, parse_conllu, read_conllu
 from bert_core.errors import BertCoreError
+from bert_core.inspect import syntax_heads as syntax_heads_module
 from bert_core.inspect.syntax_heads import (
     OFFSETS,
     head_label,
@@ -204,3 +205,38 @@ def test_offline_the_fetch_says_so_and_leaves_nothing(tmp_path):
         fetch_treebank(tmp_path / "cache", url="http://127.0.0.1:9/en_ewt-ud-dev.conllu")
     assert local_treebank(tmp_path / "cache") is None
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_the_attention_page_fetches_measures_and_names_the_heads(tmp_path, monkeypatch):
+    """What heads do: the treebank absent, a Fetch button (offline: a message, no traceback); present, the toggle
+    draws the figure with how much it measured, and the Head view's picker names a head that follows a relation."""
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.serve import model_sources
+
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(SHIPPED / "bert-tiny-english"))
+    monkeypatch.setenv("BERT_CORE_CACHE", str(tmp_path))
+    monkeypatch.setattr(treebank, "UD_EWT", replace(treebank.UD_EWT, url="http://127.0.0.1:9/ud.conllu"))
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=300)
+    at.run()
+    at.switch_page("pages/3_Attention.py").run()
+    assert at.toggle(key="att_syntax").disabled and any(treebank.UD_EWT_LABEL in i.value for i in at.info)
+    at.button(key="att_fetch_ud").click().run()
+    assert not at.exception and any("could not download" in e.value for e in at.error)
+    # The treebank in the cache (here the 33 test sentences under its name): measured when toggled on.
+    (tmp_path / treebank.UD_EWT.filename).write_bytes(SENTENCES.read_bytes())
+    at.run()
+    at.toggle(key="att_syntax").set_value(True).run()
+    assert not at.exception and not at.error
+    assert any("Heads that follow syntax" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any("189 words of 33 sentences" in c.value for c in at.caption)
+    # On 33 sentences no tiny head has a clear lead, so none is named; given one that has (L1 H2 on objects four
+    # words from their verb, which no offset finds), the picker names it, and only it.
+    assert not [o for o in at.selectbox(key="att_head").options if "follows" in str(o)]
+    c = DependencySentence(("A", "cat", "saw", "the", "very", "big", "dog"), (2, 3, 0, 7, 6, 7, 3),
+                           ("det", "nsubj", "root", "det", "advmod", "amod", "obj"))
+    picks = np.array([[[2, 3, 2, 5, 6, 7, 6], [3, 3, 1, 7, 6, 7, 3]]] * 2)   # [2 layers, 2 heads, 7 words]
+    monkeypatch.setattr(syntax_heads_module, "treebank_syntax_heads",
+                        lambda *a: score([c], [picks], min_count=1))
+    at.selectbox(key="att_layer").set_value(1).run()
+    assert at.selectbox(key="att_head").options == ["1", "2 · follows obj 100% (offset 0%)"]

@@ -174,7 +174,7 @@ def syntax_heads(model, tokenizer, sentences: Sequence[DependencySentence],
 
 def treebank_syntax_heads(model, tokenizer, path: str) -> SyntaxHeads:
     """syntax_heads on a CoNLL-U file, kept with the model: a redraw is free."""
-    return kept(model, "syntax heads", path, lambda: syntax_heads(model, tokenizer, read_conllu(path)))
+    return kept(model, "syntax heads", path, lambda: syntax_heads(model, tokenizer, read_conllu(path), MIN_COUNT))
 
 
 def head_label(found: SyntaxHeads, layer: int, head: int) -> str:
