@@ -420,7 +420,7 @@ def _nsp_pairs(tokenizer):
 
 def test_b_to_a_is_the_share_one_pairs_attention_maps_give(tokenizer):
     from bert_core.inspect.inspection import attention_maps
-    from bert_core.inspect.pair_attention import b_to_a_attention
+    from bert_core.inspect.inspection import b_to_a_attention
 
     model = _model(tokenizer)
     pairs = _nsp_pairs(tokenizer)
@@ -442,7 +442,7 @@ def test_b_to_a_is_the_share_one_pairs_attention_maps_give(tokenizer):
 
 
 def test_b_to_a_needs_pairs_and_draws_both_panels(tokenizer):
-    from bert_core.inspect.pair_attention import b_to_a_attention
+    from bert_core.inspect.inspection import b_to_a_attention
 
     model = _model(tokenizer)
     single = tokenizer.encode_pair("the cat sat on the mat")

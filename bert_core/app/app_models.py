@@ -259,7 +259,7 @@ def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int
 
 @lazy_cache(st.cache_data, max_entries=16, show_spinner="Reading sentence pairs through every head…")
 def _pairs(key: str, _model, _tokenizer, _instances):
-    from bert_core.inspect.pair_attention import b_to_a_attention   # torch: not at the top (TORCH_FREE)
+    from bert_core.inspect.inspection import b_to_a_attention   # torch: not at the top (TORCH_FREE)
 
     return b_to_a_attention(_model, _tokenizer, _instances)
 
