@@ -16,13 +16,13 @@ from bert_core.inspect.inspection import (
     attention_maps,
     fill_mask,
     group_word_pieces,
+    guesses_for_instance,
     head_summaries,
     mask_example,
     masking_stats,
     unigram_top_k,
     word_text,
 )
-from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.training_step import take_one_step
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view

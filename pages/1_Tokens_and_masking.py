@@ -5,9 +5,8 @@ import streamlit as st
 from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
-from bert_core.inspect.inspection import encode_input, mask_example, masking_stats
+from bert_core.inspect.inspection import encode_input, guesses_for_instance, mask_example, masking_stats
 from bert_core.inspect.safe_text import markdown
-from bert_core.inspect.masked_guesses import guesses_for_instance
 from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
 from bert_core.app.url_settings import Within, one_of
 

@@ -25,7 +25,7 @@ PAGE_API = {"app.app_state", "app.app_drawing", "app.app_models", "app.app_sideb
             "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",
             "training.comparison", "inspect.generation", "serve.runs", "training.recipes", "training.plateau",
             "data.token_tags_data", "data.answer_spans_data", "training.token_tagging", "training.answer_spans",
-            "inspect.lesson", "inspect.lesson_figures", "inspect.masked_guesses", "inspect.training_step",
+            "inspect.lesson", "inspect.lesson_figures", "inspect.training_step",
             "serve.finetune_runs", "inspect.finetune_kinds", "training.finetune_race", "training.finetune_settings",
             "training.finetune_spec", "inspect.salience",
             "inspect.tricks", "data.task_downloads", "training.lesson_settings",

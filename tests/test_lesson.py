@@ -14,7 +14,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson, lesson_figures
 from bert_core.inspect.inspection import DECISION_NAMES, HeadSummary, mask_example, mask_padded, masking_stats
 from bert_core.inspect.kit import padded_batch
-from bert_core.inspect.masked_guesses import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
+from bert_core.inspect.inspection import CHOSEN, DecisionAccuracy, accuracy_by_decision, guesses_for_instance
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer

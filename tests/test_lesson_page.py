@@ -94,7 +94,7 @@ def test_the_tokens_and_masking_notices_are_those_of_the_model_on_the_page():
     text = _notice(at)
     data = app_models.toy_pretraining_data(active)
     from bert_core.inspect.inspection import masking_stats
-    from bert_core.inspect.masked_guesses import accuracy_by_decision
+    from bert_core.inspect.inspection import accuracy_by_decision
 
     instances = data.build_instances(0)[:app_models.DECISION_POOL]
     stats = masking_stats(active.tokenizer, [x.input_ids for x in instances], seed=3)

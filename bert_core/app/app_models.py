@@ -237,7 +237,7 @@ def toy_pretraining_data(active: ActiveModel):
 
 @lazy_cache(st.cache_data, max_entries=32, show_spinner="Asking the model for every chosen token…")
 def _accuracy(key: str, _model, _tokenizer, _pairs, seed: int, rate: float):
-    from bert_core.inspect.masked_guesses import accuracy_by_decision   # torch: not at the top (TORCH_FREE)
+    from bert_core.inspect.inspection import accuracy_by_decision   # torch: not at the top (TORCH_FREE)
 
     return accuracy_by_decision(_model, _tokenizer, _pairs, seed=seed, mask_rate=rate)
 
@@ -251,7 +251,7 @@ def _key(active: ActiveModel) -> str:
 
 def decision_accuracy(active: ActiveModel, pairs_name: str, instances, seed: int, rate: float):
     """The active model's right guesses by masking decision over the first DECISION_POOL of `instances` masked with
-    `seed` and `rate` (masked_guesses.accuracy_by_decision)."""
+    `seed` and `rate` (inspection.accuracy_by_decision)."""
     pairs = [(x.input_ids, x.token_type_ids) for x in instances[:DECISION_POOL]]
     return _accuracy(f"{_key(active)}:{pairs_name}:{len(pairs)}", active.model, active.tokenizer, pairs, int(seed),
                      float(rate))

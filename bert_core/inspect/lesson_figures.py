@@ -13,8 +13,7 @@ from bert_core.inspect import computation_figures
 from bert_core.inspect.figures import DECISION_COLORS, _layout, box_cells, shorten, wrap
 
 if TYPE_CHECKING:
-    from bert_core.inspect.masked_guesses import ChosenGuess, DecisionAccuracy
-    from bert_core.inspect.inspection import PairAttention
+    from bert_core.inspect.inspection import ChosenGuess, DecisionAccuracy, PairAttention
 
 RIGHT, WRONG = "✓", "✗"
 TOKEN_COLORS = {"special token": "#d9d9d9", "sentence A": "#cfe2f3", "sentence B": "#fde9c9"}
