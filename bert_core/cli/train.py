@@ -161,7 +161,7 @@ def _train(args, prepared: PreparedRun, dist_info) -> int:
     if trainer.state == "failed":
         advice = ""
         if trainer.diverged and trainer.last_checkpoint_step is not None:
-            lower = trainer.config.learning_rate / 10
+            lower = trainer.config.at(trainer.step).learning_rate / 10   # the rate in effect when it diverged
             advice = f" For example: python -m bert_core train --resume {shlex.quote(str(prepared.out))} --lr {lower:g}"
         print(f"error: {one_line(trainer.error)}{advice}", file=sys.stderr)
         return 1

@@ -52,6 +52,8 @@ def _argparse_kwargs(described: Setting, defaults: dict) -> dict:
         kwargs["type"] = limits_arg(described.kind, described.limits)
     elif callable(described.kind) and described.kind not in (int, float, str):
         kwargs["type"] = _checked(described.kind)
+    if described.repeat:
+        kwargs["action"] = "append"
     if described.choices is not None:
         kwargs["choices"] = list(described.choices)
     if described.metavar is not None:

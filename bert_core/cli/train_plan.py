@@ -23,7 +23,7 @@ from bert_core.training.run_settings import SIZE_FIELDS, flag, on_resume
 from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS
 from bert_core.training.train_config import TRAIN_SETTINGS
 from bert_core.training.distributed import resolve_device
-from bert_core.training.train_config import TrainConfig
+from bert_core.training.train_config import LIVE, TrainConfig, change_text
 from bert_core.training.trainer_checkpoint import check_trainer_state
 
 # On --resume, these options may change how the run goes on (they are None unless given, so that only what the
@@ -157,6 +157,18 @@ def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
     wsd, cosine or linear run goes on by its own shape over the new length (each has a form by time and by steps),
     and only a run counted by time ("time") becomes "linear" when given --steps."""
     changes = {name: getattr(args, name) for name in RESUMABLE if getattr(args, name) is not None}
+    step = int(state.get("step", 0))
+    if "changes" in changes:   # more changes, after those the run made (which --resume keeps, to go on exactly)
+        early = [c for c in changes["changes"] if c[0] < step]
+        if early:
+            raise BertCoreError(f"--change {change_text(early[0])} is before step {step}, where the saved run "
+                                "stands: a change on --resume goes on from there")
+        changes["changes"] = config.changes + tuple(changes["changes"])
+    for name in LIVE:
+        # A setting the run changed as it trained: its changes stay in effect, so the new value is one more change,
+        # at the saved step (the same as `--change STEP:...`); a run without changes takes it as before.
+        if name in changes and any(c[1] == name for c in config.changes):
+            changes["changes"] = (*changes.get("changes", config.changes), (step, name, changes.pop(name)))
     if args.max_steps is not None:
         changes.update(max_steps=args.max_steps, time_budget_s=None)
         if config.schedule == "time" and args.schedule is None:

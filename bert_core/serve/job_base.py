@@ -87,6 +87,16 @@ class JobBase:
     def _config_changed(self, cfg) -> None:
         """A job whose trainer lives elsewhere tells it of the extended config (nothing on a thread)."""
 
+    def change_setting(self, name: str, value):
+        """Change a setting of this pretraining run while it trains (Trainer.change: from its next update on, kept
+        in its record); returns the run's new config. BertCoreError, in words a page shows, when refused."""
+        if self.trainer is None or not self.busy or self.trainer.tuners:
+            raise BertCoreError("a setting changes while a pretraining run trains: start or resume it first")
+        return self._change(name, value)
+
+    def _change(self, name: str, value):
+        raise NotImplementedError
+
     def _check_saveable(self) -> None:
         if self.trainer is None:
             raise BertCoreError("nothing to save yet: start a training run first")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.job_base import JobBase, use_training_threads
-from bert_core.serve.train_spec import build_trainer
+from bert_core.serve.train_spec import build_trainer, change_setting
 from bert_core.training.train_spec import TrainSpec
 
 log = logging.getLogger("bert_core.app")
@@ -103,6 +103,9 @@ class TrainingJob(JobBase):
         model = model.to("cpu").eval()
         self._keep_snapshot(step, model)
         return model
+
+    def _change(self, name: str, value):
+        return change_setting(self.trainer, self.spec, name, value)
 
     def save(self, folder: str | Path) -> Path:
         self._check_saveable()

@@ -20,7 +20,7 @@ from bert_core.inspect.probes import (
 )
 from bert_core.serve import app_storage
 from bert_core.serve.model_sources import load_folder
-from bert_core.training.comparison import one_change, train_command
+from bert_core.training.comparison import one_change, train_command, with_changes
 from bert_core.training.train_spec import TrainSpec, validate_spec
 
 
@@ -147,6 +147,19 @@ def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = No
         trainer.config = trainer.config.replace(checkpoint_every_s=checkpoint_every_s)
         trainer.checkpoint_failures_fatal = False
     return trainer
+
+
+def change_setting(trainer, spec: TrainSpec | None, name: str, value):
+    """A page run's setting changed while it trains (Trainer.change): from its next update on, kept in its config,
+    and in the command its record holds (build_trainer's), so that the command repeats the run as it went. Returns
+    the run's new config."""
+    config = trainer.change(name, value)
+    if isinstance(spec, TrainSpec):
+        try:
+            trainer.metadata["commands"] = [train_command(with_changes(spec, config))]
+        except BertCoreError:
+            pass   # a run the command line cannot repeat keeps its record's words for why
+    return config
 
 
 def training_data_for(spec: TrainSpec, tokenizer):

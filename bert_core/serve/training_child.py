@@ -206,6 +206,10 @@ class TrainingChild:
                 # Tied weights share storage and safetensors refuses shared tensors: give each its own copy.
                 sd = {k: v.detach().to("cpu").clone() for k, v in trainer.model.state_dict().items()}
                 self.events.send(("reply", request, (trainer.step, to_bytes(sd)), None))
+            elif kind == "change":   # a setting changed while it trains: ("change", request, name, value, spec)
+                from bert_core.serve.train_spec import change_setting
+
+                self.events.send(("reply", request, change_setting(trainer, cmd[4], cmd[2], cmd[3]).to_dict(), None))
             elif kind == "save":
                 trainer.save(cmd[2])
                 self.events.send(("reply", request, str(cmd[2]), None))

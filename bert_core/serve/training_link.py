@@ -1,8 +1,9 @@
 """The server's end of a training process's pipes: starting it, commands, replies, and a pump thread for the rest.
 
 The protocol, one tuple a message. Server to child: ("init", sys.path, threads), ("builder", builder), then ("run",
-None), ("stop", None), ("quit", None), ("config", None, TrainConfig dict), ("weights", request) and ("save",
-request, folder). Child to server: (kind, request, payload, error) with kind "built", "event", "view", "results",
+None), ("stop", None), ("quit", None), ("config", None, TrainConfig dict), ("weights", request), ("save",
+request, folder) and ("change", request, setting, value, spec) (a setting changed while it trains; the reply is the
+new TrainConfig dict). Child to server: (kind, request, payload, error) with kind "built", "event", "view", "results",
 "phase", "failed", "alive" (a heartbeat, every HEARTBEAT_S from a thread of its own, so a stopped or frozen process
 falls silent even while its training step is long), or "reply" (to a request's id).
 """

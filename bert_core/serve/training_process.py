@@ -30,6 +30,7 @@ from bert_core.serve.training_child import run_on_fds
 from bert_core.serve.training_link import ChildLink
 from bert_core.serve.training_mirrors import TrainerProxy, restored_trainer
 from bert_core.training.race_view import RaceView
+from bert_core.training.train_config import TrainConfig
 
 log = logging.getLogger("bert_core.app")
 
@@ -185,6 +186,12 @@ class ProcessTrainingJob(ProcessModel, JobBase):
 
     def _config_changed(self, cfg) -> None:
         self._child.send(("config", None, cfg.to_dict()))
+
+    def _change(self, name: str, value):
+        # The child changes it at its own step (it may be steps ahead of the mirror) and answers with the config.
+        cfg = TrainConfig.from_dict(self._child.request("change", name, value, self.spec))
+        self.trainer.config = cfg
+        return cfg
 
     # -------------------------------------------------------------- the child's messages (on the pump thread)
 

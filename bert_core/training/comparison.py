@@ -19,7 +19,7 @@ from bert_core.model.config import ATTENTION_KINDS, PRESETS, BertConfig, feed_fo
 from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, flag
 from bert_core.training.setting import ALWAYS as ALWAYS_WRITTEN
 from bert_core.training.setting import NEVER, Setting
-from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig, default_recipe
+from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig, change_text, default_recipe
 from bert_core.training.train_spec import validate_spec
 
 
@@ -362,6 +362,14 @@ def corpus_argument(spec) -> str:
     return name if re.search(r"\.(txt|md|text)$", name) else f"{name}.txt"
 
 
+def with_changes(spec, config: TrainConfig):
+    """A page run's spec with the settings its run changed while it trained (`config.changes`): the spec whose
+    command repeats the run as it went."""
+    if not config.changes:
+        return spec
+    return dataclasses.replace(spec, train={**spec.train, "changes": config.changes})
+
+
 def train_command(spec, out: str | None = None, corpus: str | None = None) -> str:
     """The shell-quoted `python -m bert_core train ...` command that trains what `spec` trains, to the same held-out
     figures. `corpus` replaces `corpus_argument(spec)`; `out`: default runs/PRESET-CORPUS-seedN."""
@@ -421,6 +429,9 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
             raise BertCoreError(f"no `train` option for {field}; leave it at {getattr(recipe, field)}")
         if isinstance(value, bool):
             args.append(option if value else "--no-" + option[2:])
+        elif field == "changes":   # the settings changed while it trained, each a --change of its own
+            for change in value:
+                args += [option, change_text(change)]
         else:
             args += [option, _fmt(value)]
     if spec.heldout_fraction != HELDOUT_FRACTION:

@@ -261,7 +261,7 @@ class RunLoop(EventLog):
         self.optimizer.zero_grad(set_to_none=True)
         self.diverged = True
         self.error = (f"{self.run_name} stopped at step {self.step + 1}: the loss became {loss} (gradient norm "
-                      f"{grad_norm}). The learning rate ({self.config.learning_rate:g}) is probably too high; "
+                      f"{grad_norm}). The learning rate ({self._rate_now():g}) is probably too high; "
                       f"{self._after_divergence()}")
         log.error(self.error)
         return False
@@ -285,6 +285,10 @@ class RunLoop(EventLog):
 
     def _after_run(self, final: str) -> None:
         pass
+
+    def _rate_now(self) -> float:
+        """The peak learning rate of the update under way (the NaN guard's message names it)."""
+        return self.config.learning_rate
 
     def _after_divergence(self) -> str:
         """What the user should do after a non-finite loss (the end of the NaN guard's message)."""

@@ -144,6 +144,8 @@ class Setting:
     is the value the app always uses for a setting without a widget.
     `label`: the setting in a legend or a run list. `on_resume`: what --resume does with it. `command`: whether
     the command that repeats a page run writes it (`command_at`: where). `knob`: a comparison knob's face.
+    `live`: it may change while the run trains (`train --change STEP:FLAG=VALUE`, the Train page's *Change while it
+    trains*; TrainConfig.changes). `repeat`: the option may be given several times (its values make a list).
     """
 
     name: str = ""           # filled in from the field's name by `settings_of`
@@ -162,6 +164,8 @@ class Setting:
     command: str = IF_CHANGED
     command_at: int = 10**6
     knob: KnobFace | None = None
+    live: bool = False
+    repeat: bool = False
 
     @property
     def option(self) -> str | None:

@@ -27,6 +27,7 @@ from bert_core.training.setting import (
     as_float,
     described,
     is_finite_number,
+    is_whole_number,
     flipped,
     on_off,
     settings_of,
@@ -41,6 +42,27 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 # torch.compile of the training step (bert_core.training.compiled_step), by torch.compile's names for its modes:
 # "default" fuses kernels, "reduce-overhead" adds CUDA graphs on a GPU.
 COMPILE_MODES = ("off", "default", "reduce-overhead")
+
+
+def parse_change(text: str) -> tuple:
+    """`--change STEP:lr=VALUE` as the (step, setting, value) TrainConfig.changes holds; refused in words."""
+    step, colon, rest = str(text).partition(":")
+    key, equals, value = rest.partition("=")
+    if not colon or not equals:
+        raise BertCoreError(f"expected STEP:SETTING=VALUE, e.g. 120:lr=3e-4, got {text!r}")
+    if not step.strip().isdigit():
+        raise BertCoreError(f"the step must be a whole number >= 0, got {step!r}")
+    name = next((s.name for s in LIVE.values() if s.option == "--" + key.strip()), None)
+    if name is None:
+        raise BertCoreError(f"{key.strip()!r} cannot change while a run trains; use "
+                            f"{', '.join(change_key(n) for n in LIVE)}")
+    try:
+        number = LIVE[name].kind(value.strip())
+    except ValueError:
+        raise BertCoreError(f"{key.strip()} must be a number, got {value!r}") from None
+    if (why := LIVE[name].refusal(number)) is not None:
+        raise BertCoreError(why)
+    return int(step), name, number
 
 
 @dataclass(frozen=True)
@@ -67,7 +89,7 @@ class TrainConfig:
         1e-3, flag="--lr", help="peak learning rate (default: the size's recipe, which shrinks with width and depth; "
                                 "{learning_rate:g} for {preset})",
         kind=float, limits=POSITIVE, cli_at=16, label="learning rate", on_resume=CHANGES, command=ALWAYS,
-        command_at=2, widget=Widget("train_lr", "Peak learning rate", range=(1e-6, 1.0), format="%.5f",
+        command_at=2, live=True, widget=Widget("train_lr", "Peak learning rate", range=(1e-6, 1.0), format="%.5f",
                                     group="training"),
         knob=KnobFace(lambda v: f"{v:g}", as_float(0, None, "the learning rate"),
                       lambda current: (float(f"{current / 3:.1g}"), float(f"{current * 3:.1g}")), at=6))
@@ -216,17 +238,50 @@ class TrainConfig:
                     "80/10/10, to compare against it; default off)",
         kind=bool, cli_at=28, label="masking", on_resume=STAYS, command_at=19,
         knob=KnobFace(on_off("[MASK] only", "80/10/10"), as_bool, flipped, at=3, mlm_only=True))
+    # Settings changed while the run trains (the Train page's *Change while it trains*, `--change`): (step, setting,
+    # value) in step order; from update step + 1 on, the setting is the value (`at`). A change of the peak learning
+    # rate scales the schedule from there: the warmup and decay go on by their shape, to the new peak.
+    changes: tuple = described(
+        (), flag="--change", kind=parse_change, repeat=True, metavar="STEP:lr=VALUE", cli_at=17.5, on_resume=CHANGES,
+        command_at=27,
+        help="from update STEP + 1 on, train at peak learning rate VALUE (the schedule's warmup and decay go on, "
+             "scaled to the new peak), as the Train page's 'Change while it trains' does; repeat for several; on "
+             "--resume: more changes, from the saved step on")
 
     def __post_init__(self):
+        if isinstance(self.changes, (list, tuple)):   # JSON gives lists; a config keeps them in step order
+            object.__setattr__(self, "changes", tuple(sorted(
+                (tuple(c) if isinstance(c, (list, tuple)) else c for c in self.changes),
+                key=lambda c: c[0] if isinstance(c, tuple) and c and is_finite_number(c[0]) else 0)))
         _check(self)
+
+    def at(self, step: int) -> "TrainConfig":
+        """The config in effect for the update after `step` completed ones: each change made by then applied (this
+        config itself when there is none)."""
+        now = {name: value for when, name, value in self.changes if when <= step}
+        return self.replace(**now) if now else self
+
+    def changed(self, step: int, name: str, value) -> "TrainConfig":
+        """This config with setting `name` at `value` from update `step` + 1 on (a second change at the same step
+        replaces the first). Refused, in words a page shows, when the setting cannot change while a run trains,
+        the value is out of its limits, or it is the value in effect already."""
+        described = LIVE.get(name)
+        if described is None:
+            raise BertCoreError(f"{name.replace('_', ' ')} cannot change while a run trains (only "
+                                f"{', '.join(s.legend() for s in LIVE.values())} can)")
+        kept = tuple(c for c in self.changes if (c[0], c[1]) != (step, name))
+        before = getattr(self.replace(changes=kept).at(step), name)
+        if value == before:
+            raise BertCoreError(f"the {described.legend()} is {before:g} already")
+        return self.replace(changes=kept + ((step, name, value),))
 
     def replace(self, **changes) -> "TrainConfig":
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """JSON-able form, as stored in trainer_state.json."""
-        return dataclasses.asdict(self)
+        """JSON-able form, as stored in trainer_state.json (the changes as lists, as JSON reads them back)."""
+        return {**dataclasses.asdict(self), "changes": [list(change) for change in self.changes]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -238,6 +293,60 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def typed_change(name: str, text) -> float:
+    """A new value of a live setting as a visitor typed it on the Train page: a number within the page's range for
+    it (its widget's); refused in words the page shows."""
+    described = LIVE[name]
+    typed = str(text or "").strip()
+    if not typed:
+        raise BertCoreError(f"type the new {described.legend()}, a number such as 0.0003")
+    try:
+        value = described.kind(typed)
+    except ValueError:
+        raise BertCoreError(f"the {described.legend()} must be a number such as 0.0003, got {typed[:40]!r}") from None
+    low, high = described.page_range()
+    if not (is_finite_number(value) and low <= value <= high):
+        raise BertCoreError(f"the {described.legend()} must be between {low:g} and {high:g}, got {typed[:40]}")
+    return value
+
+
+def change_key(name: str) -> str:
+    """A live setting as a change names it: its flag's word ('learning_rate' -> 'lr')."""
+    return LIVE[name].option.removeprefix("--")
+
+
+def change_text(change: tuple) -> str:
+    """A change as `--change` takes it, its value exact: (120, 'learning_rate', 0.0003) -> '120:lr=0.0003'."""
+    step, name, value = change
+    return f"{step}:{change_key(name)}={value!r}"
+
+
+def change_labels(config: TrainConfig) -> list[tuple[int, str]]:
+    """Each change of a run as its charts mark it: (step, 'lr 0.001 → 0.0003 at step 120')."""
+    current = {name: getattr(config, name) for name in LIVE}
+    labels = []
+    for step, name, value in config.changes:
+        labels.append((step, f"{change_key(name)} {current[name]:g} → {value:g} at step {step}"))
+        current[name] = value
+    return labels
+
+
+def _check_changes(changes) -> str | None:
+    """Why a config's changes cannot be (a hand-edited trainer_state.json), or None."""
+    seen = set()
+    for change in changes:
+        if not (isinstance(change, tuple) and len(change) == 3 and is_whole_number(change[0]) and change[0] >= 0
+                and change[1] in LIVE):
+            return f"changes must be (step, setting, value) with a step >= 0 and a setting that may change " \
+                   f"({', '.join(LIVE)}), got {change!r}"[:300]
+        if (why := LIVE[change[1]].refusal(change[2])) is not None:
+            return f"a change at step {change[0]}: {why}"
+        if change[:2] in seen:
+            return f"two changes of {change_key(change[1])} at step {change[0]}: give one"
+        seen.add(change[:2])
+    return None
+
+
 def _check(config: TrainConfig) -> None:
     """Refuse a config that cannot train, naming the field and the value: each described setting by its description,
     then what holds between settings."""
@@ -245,6 +354,8 @@ def _check(config: TrainConfig) -> None:
         if not ok:
             raise BertCoreError(message)
 
+    need(isinstance(config.changes, tuple) and (why := _check_changes(config.changes)) is None,
+         why if isinstance(config.changes, tuple) else f"changes must be a list, got {config.changes!r}")
     for setting in TRAIN_SETTINGS:
         value = getattr(config, setting.name)
         if value is not None or setting.name not in _OPTIONAL:   # the run's length: steps or seconds
@@ -275,6 +386,8 @@ def _check(config: TrainConfig) -> None:
 # The run settings TrainConfig describes, in field order (bert_core.training.run_settings adds the run's own).
 TRAIN_SETTINGS = settings_of(TrainConfig)
 _OPTIONAL = {f.name for f in dataclasses.fields(TrainConfig) if "None" in str(f.type)}
+# The settings that may change while a run trains (`live` in their descriptions), by name.
+LIVE = {s.name: s for s in TRAIN_SETTINGS if s.live}
 
 
 def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,

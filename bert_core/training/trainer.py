@@ -134,9 +134,20 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
             # the loss turn NaN before the first timed save, there is a good state to resume from.
             self._checkpoint()
 
+    def change(self, name: str, value) -> TrainConfig:
+        """Change a setting that may change while the run trains (TrainConfig.changes) from the next update on, from
+        any thread; the change is kept in the config, so a save, a resume and the command that repeats the run
+        have it. Returns the new config; BertCoreError (in words a page shows) when refused."""
+        with self._step_lock:
+            self.config = self.config.changed(self.step, name, value)
+            return self.config
+
+    def _rate_now(self) -> float:
+        return self.config.at(self.step).learning_rate
+
     def _train_step(self) -> StepEvent | None:
         """One optimizer update over grad_accum micro-batches; returns None (and sets error) on a non-finite loss."""
-        cfg = self.config
+        cfg = self.config.at(self.step)   # the settings changed while it trains, in effect from their step on
         self.grow_if_due()
         t0 = time.perf_counter()
         batches = self.batches.next_micro_batches(cfg, self._fraction_done())

@@ -33,8 +33,9 @@ class TrainerGrowth:
         return False
 
     def _learning_rate(self) -> float:
-        """The rate of the next update: the schedule's, over each stage of a run that grows."""
-        cfg = self.config
+        """The rate of the next update: the schedule's, over each stage of a run that grows, to the peak in effect
+        (a peak changed while the run trains scales the schedule from its step on: TrainConfig.changes)."""
+        cfg = self.config.at(self.step)
         if self.grow_to is None or (self.growth is None and not self.growth_pending()):
             return cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
         p = self._fraction_done()
