@@ -133,6 +133,7 @@ with tab_labels:
               disabled=treebank is None)
     if syntax is not None:
         app_drawing.plotly(syntax_heads.syntax_heads_figure(syntax), "attention-syntax-heads", key="att_syntax_fig")
+        st.dataframe(syntax_heads.relation_rows(syntax), hide_index=True, width="stretch", height=260)
         st.caption(f"Measured on {syntax.words:,} words of {syntax.sentences:,} sentences of {UD_EWT_LABEL} "
                    f"({syntax.seconds:.1f} s; roots, which have no head word, not scored"
                    + (f"; {syntax.skipped} sentences over {syntax_heads.MAX_PIECES} pieces left out" if syntax.skipped

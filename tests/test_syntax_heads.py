@@ -21,6 +21,7 @@ from bert_core.inspect.syntax_heads import (
     offset_hits,
     predicted_heads,
     relation_groups,
+    relation_rows,
     score,
     syntax_heads,
     syntax_heads_figure,
@@ -149,7 +150,8 @@ def test_the_shipped_bert_read_in_batches_gives_what_its_one_sentence_attention_
         np.testing.assert_array_equal(alone, in_batch)
     assert sizes == [1, 1, 4, 1, 2, 1, 1, 1]
     fig = syntax_heads_figure(found)
-    assert list(fig.data[0].y)[0] == "all words" and len(fig.data[0].y) == len(found.relations) + 1
+    assert list(fig.data[0].y)[0] == "all words" and len(fig.data[0].y) == min(len(found.relations), 10) + 1
+    assert [row["relation"] for row in relation_rows(found)] == found.relations
     assert fig.layout.font.size >= 12
 
 

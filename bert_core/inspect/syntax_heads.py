@@ -32,6 +32,7 @@ MIN_COUNT = 100      # words a relation needs to be scored on its own (the paper
 OTHER = "other"
 MAX_PIECES = 128     # a longer sentence is left out (the paper's limit); EWT has few
 BATCH = 32
+FIGURE_RELATIONS = 10   # rows the figure draws (a projector's screen); the table beside it has every relation
 
 
 @dataclass
@@ -188,19 +189,32 @@ def head_label(found: SyntaxHeads, layer: int, head: int) -> str:
     return ", ".join(parts) + (f" +{len(names) - 2}" if len(names) > 2 else "")
 
 
-def syntax_heads_figure(found: SyntaxHeads) -> go.Figure:
-    """Per relation, commonest at the top: its best head's accuracy beside the best fixed offset's, each bar named
-    (which head, which offset)."""
-    rows = ["all words", *(f"{name} ({n:,})" for name, n in zip(found.relations, found.counts))]
+def relation_rows(found: SyntaxHeads) -> list[dict]:
+    """One row per relation, commonest first (the figure's numbers, and those it leaves out), for a table."""
+    rows = []
+    for r, name in enumerate(found.relations):
+        layer, head = found.best_head(r)
+        rows.append({"relation": name, "words": int(found.counts[r]), "best head": f"L{layer + 1} H{head + 1}",
+                     "its accuracy": round(float(found.accuracy[layer, head, r]), 3),
+                     "best offset": f"{found.baseline_offset[r]:+d}", "offset's accuracy": round(float(
+                         found.baseline[r]), 3), "clear lead": found.beats_baseline(r)})
+    return rows
+
+
+def syntax_heads_figure(found: SyntaxHeads, top: int = FIGURE_RELATIONS) -> go.Figure:
+    """Per relation, commonest at the top (the `top` commonest): its best head's accuracy beside the best fixed
+    offset's, each bar named (which head, which offset)."""
+    shown = range(min(top, len(found.relations)))
+    rows = ["all words", *(f"{found.relations[r]} ({found.counts[r]:,})" for r in shown)]
     best = [np.unravel_index(int(np.argmax(found.overall)), found.overall.shape)]
-    best += [found.best_head(r) for r in range(len(found.relations))]
-    heads = [float(found.overall.max()), *(found.accuracy[(*b, r)] for r, b in enumerate(best[1:]))]
-    offsets = [int(np.argmax(found.offset_overall)), *(OFFSETS.index(k) for k in found.baseline_offset)]
-    base = [float(found.offset_overall.max()), *found.baseline]
-    fig = go.Figure()
+    best += [found.best_head(r) for r in shown]
+    heads = [float(found.overall.max()), *(found.accuracy[(*b, r)] for r, b in zip(shown, best[1:]))]
+    offsets = [int(np.argmax(found.offset_overall)), *(OFFSETS.index(found.baseline_offset[r]) for r in shown)]
+    base = [float(found.offset_overall.max()), *(found.baseline[r] for r in shown)]
     # Pale: a best head that does not beat the offsets (by two standard errors), which the page does not name.
-    leads = [bool(found.overall.max() > found.offset_overall.max()), *map(found.beats_baseline,
-                                                                         range(len(found.relations)))]
+    b = float(found.offset_overall.max())
+    leads = [bool(found.overall.max() - b > 2 * np.sqrt(b * (1 - b) / found.words)), *map(found.beats_baseline, shown)]
+    fig = go.Figure()
     fig.add_bar(y=rows, x=heads, orientation="h", name="best head (pale: no clear lead on the offset)",
                 marker_color=[MODEL_COLOUR if lead else "#9ecae1" for lead in leads],
                 text=[f"L{layer + 1} H{head + 1}: {v:.0%}" for (layer, head), v in zip(best, heads)],
@@ -210,7 +224,9 @@ def syntax_heads_figure(found: SyntaxHeads) -> go.Figure:
                 hovertemplate="%{y}: always the word at offset %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=rows)
     fig.update_xaxes(range=[0, 1.18], tickformat=".0%", title="words whose strongest attention lands on their head")
-    title = (f"Heads that follow syntax: {found.words:,} words of {found.sentences:,} sentences, each relation's "
-             "best head against the word a fixed offset away")
-    return _fonts(_layout(fig, wrap(title, 90), height=120 + 42 * len(rows), legend="below", barmode="group",
-                          bargap=0.25))
+    title = (f"Heads that follow syntax: {found.words:,} words of {found.sentences:,} sentences; the "
+             f"{len(shown)} commonest of {len(found.relations)} relations, each one's best head against the word a "
+             "fixed offset away")
+    # Plotly shrinks a bar's outside text to the bar's thickness unless told not to: 12 px at least, every label.
+    return _fonts(_layout(fig, wrap(title, 100), height=150 + 40 * len(rows), legend="below", barmode="group",
+                          bargap=0.2, uniformtext=dict(minsize=12, mode="show")))
