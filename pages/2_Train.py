@@ -9,6 +9,7 @@ from bert_core.inspect import computation_figures, figures, lesson, tricks, word
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, run_panel
+from bert_core.app.live_change import change_box
 from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
@@ -471,6 +472,7 @@ def main() -> None:
     _settings(expanded=tab.run is None)
     _command_preview()
     _buttons(tab)
+    change_box(tab.run, tab.viewer, tab.active)
     _after_buttons(tab)
     st.divider()
     poll = app_state.poll_seconds() if tab.active else None

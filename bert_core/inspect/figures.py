@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from bert_core.data.objectives import MASK_RATE
 from bert_core.inspect.figure_floor import projector_figure
 from bert_core.training.comparison import KNOBS, run_labels
+from bert_core.training.train_config import change_labels
 
 if TYPE_CHECKING:  # inspection imports torch: the home page draws its figure before torch is loaded
     from bert_core.inspect.inspection import AttentionResult, HeadSummary, MaskingRow
@@ -223,6 +224,15 @@ def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
     return fig
 
 
+def mark_changes(fig: go.Figure, config: Any) -> go.Figure:
+    """A vertical line at each step where a setting was changed while the run trained (TrainConfig.changes), named
+    'lr 0.001 → 0.0003 at step 120'."""
+    for step, label in change_labels(config):
+        fig.add_vline(x=step, line=dict(color="#c0392b", dash="dash", width=1), annotation_text=label,
+                      annotation_position="top right", annotation_font_size=12)
+    return fig
+
+
 def task_name(causal: bool) -> str:
     """What a run's token predictions are called on every label: a GPT's are next-token ones, a BERT's masked-token
     (MLM) ones. One word for both would let a class read a GPT's figure as a BERT's."""
@@ -336,7 +346,8 @@ class LiveCharts(FigureCache):
         """`NAMES` -> figure for the trainer's history, evaluations and baselines as they are now."""
         history = trainer.history
         last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
-        key = (len(history), last, len(trainer.evals), float(smoothing), bool(trainer.growth))
+        key = (len(history), last, len(trainer.evals), float(smoothing), bool(trainer.growth),
+               trainer.config.changes)
         return self.get(trainer, key, lambda: self._build(trainer, smoothing))
 
     @staticmethod
@@ -350,6 +361,7 @@ class LiveCharts(FigureCache):
         built["learning-rate"] = rate_figure(history)
         for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
             mark_growth(fig, trainer.growth)
+            mark_changes(fig, trainer.config)
             clear_of_toolbar(fig)
         return built
 
