@@ -104,6 +104,13 @@ ESTIMATED = re.compile(r"estimated wait (?:(\d+)m )?(\d+)s")
 RESULTS = "Results"
 QUEUED = re.compile(r"Queued\W+(\d+) run\(s\) ahead")
 PREPARING = "Preparing: loading the corpus"
+
+
+def _start_answered(text: str) -> bool:
+    """Whether a status text answers a Train page's Start: queued with its place, preparing, or training."""
+    return bool(QUEUED.search(text) or PREPARING in text or PROGRESS.search(text))
+
+
 NAV_TIMEOUT_S = 120.0   # a page that has not settled by then is counted at this (a lower bound) and left
 TARGETS = {"viewer_p95_s": 3.0, "start_answer_s": 2.0, "memory_gb": 4.0}
 
@@ -123,8 +130,8 @@ class Record:
     timelines: dict[str, list] = field(default_factory=dict)  # session -> [(t, phase, step, run_key)]
     tokens: dict[str, list] = field(default_factory=dict)    # session -> tokens/s samples while running
     runs_window: list[float] = field(default_factory=lambda: [float("inf"), float("inf")])  # all 8 answered .. end
-    cpu_at_window: tuple = (0.0, 0.0, 0.0)
-    cpu_at_end: tuple = (0.0, 0.0, 0.0)
+    cpu_at_window: tuple = (0.0, 0.0, 0.0, 0.0)
+    cpu_at_end: tuple = (0.0, 0.0, 0.0, 0.0)
     teacher_start: float | None = None
     notes: list[str] = field(default_factory=list)       # a run's failure or the server's note on it
     race_starts: list[dict] = field(default_factory=list)    # the fine-tuners' presses, as `starts`
@@ -168,18 +175,23 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
-def _generator_cpu_s() -> float:
-    """CPU seconds of this process and its children (the Chromium pages, Playwright's driver) so far."""
+def _generator_cpu_s(server_pid: int) -> tuple[float, float]:
+    """CPU seconds so far of this process, and of its browsers (the Chromium pages, Playwright's driver). Not the
+    server: it is this process's child too, and was once counted here, so that the generator seemed to take 1.1
+    cores where it and its pages took half of one, the server the rest (the three together 'asked' 2.3 cores of 2)."""
     hz = os.sysconf("SC_CLK_TCK")
     own = os.times()
-    kids = sum(_cpu_ticks(pid) or 0 for pid in _descendants(os.getpid())) / hz
-    return own.user + own.system + kids
+    server = {server_pid, *_descendants(server_pid)}
+    # A browser's renderers come and go with its tabs: an ended one's time is in its parent's cutime + cstime.
+    kids = sum(_cpu_ticks(pid, reaped=True) or 0 for pid in _descendants(os.getpid()) if pid not in server) / hz
+    return own.user + own.system, kids
 
 
-def _cpu_ticks(pid: int) -> int | None:
+def _cpu_ticks(pid: int, reaped: bool = False) -> int | None:
+    """utime + stime of `pid` in clock ticks; `reaped`: and of its children that ended and were waited for."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
+        return int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -555,8 +567,8 @@ class ProtocolSession(Session):
         wid, disabled = self.buttons[label]
         loop = asyncio.get_running_loop()
         answer, notice = loop.create_future(), loop.create_future()
-        self.watchers = [(lambda s: bool(QUEUED.search(s) or PREPARING in s or PROGRESS.search(s)
-                                         or RACE_PREPARING in s or RACE_PROGRESS.search(s)), answer),
+        self.watchers = [(lambda s: _start_answered(s) or bool(RACE_PREPARING in s or RACE_PROGRESS.search(s)),
+                          answer),
                          (lambda s: s.startswith("Starting"), notice)]
         t0 = time.monotonic()
         self._waiting = loop.create_future()
@@ -590,6 +602,7 @@ class BrowserSession(Session):
         super().__init__(name, role, rec, server)
         self.browser = browser
         self._started_since, self._finished = False, []
+        self._answer: asyncio.Future | None = None   # when the frame that brings a Start's answer arrived
         self.ctx = None
         self.pg = None
         self.page = ""
@@ -615,6 +628,9 @@ class BrowserSession(Session):
         kind = msg.WhichOneof("type")
         if kind == "new_session" and not (msg.metadata.HasField("run") and msg.metadata.run.fragment_ids):
             self._started_since = True
+        elif kind == "delta" and self._answer is not None and not self._answer.done():
+            if _start_answered(payload.decode("utf-8", "replace")):   # whatever element carries it
+                self._answer.set_result(time.monotonic())
         elif (kind == "script_finished" and msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
               and self._started_since):
             self._finished.append(time.monotonic())
@@ -706,6 +722,7 @@ class BrowserSession(Session):
         main = self.pg.get_by_test_id("stMainBlockContainer")
         button = main.get_by_role("button", name="Start", exact=True)
         disabled = await button.is_disabled()
+        self._answer = asyncio.get_running_loop().create_future()
         t0 = time.monotonic()
         await button.click(timeout=60_000)
         result = dict(session=self.name, client=self.client, role=self.role, t0=t0, disabled=disabled)
@@ -716,6 +733,8 @@ class BrowserSession(Session):
                                   || /(running|preparing): step [\\d,]+ of/.test(t); }""",
                 timeout=120_000, polling=50)
             result["answer_s"] = time.monotonic() - t0
+            if self._answer.done():   # when the answer reached the page's websocket, before it was drawn: the
+                result["frame_s"] = self._answer.result() - t0   # server's part of the wait, as a protocol client's
         except Exception:  # noqa: BLE001 - timeout: never answered
             result["answer_s"] = None
         await self.observe()
@@ -827,13 +846,17 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int, n
         await _tour(s, rnd, TOUR[1:])
 
     async def teacher_part(s: Session):
-        await arrive(s)
-        await s.goto("Train")
-        window["start"] = rec.teacher_start = time.monotonic()
-        start = await s.press_start()
-        rec.starts.append(start)
-        answered.append(time.monotonic())
-        link = await s.share_link()
+        try:
+            await arrive(s)
+            await s.goto("Train")
+            window["start"] = rec.teacher_start = time.monotonic()
+            start = await s.press_start()
+            rec.starts.append(start)
+            answered.append(time.monotonic())
+            link = await s.share_link()
+        except Exception as exc:   # no link to share: the others, waiting for it, fail too rather than wait forever
+            shared.set_exception(RuntimeError(f"the teacher had no share link ({type(exc).__name__}: {exc})"[:300]))
+            raise
         shared.set_result(link)
         await s.stay(class_deadline() - time.monotonic())
 
@@ -847,7 +870,7 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int, n
         answered.append(time.monotonic())
         if len(answered) == n_trainers:
             rec.runs_window[0] = time.monotonic()
-            rec.cpu_at_window = server.cpu_s() + (_generator_cpu_s(),)
+            rec.cpu_at_window = server.cpu_s() + _generator_cpu_s(server.proc.pid)
         await _tour(s, rnd, TOUR, deadline=class_deadline())   # while its run is queued or training
         await s.goto("Train")     # and back to its run, even past the end: its last status is read fresh
         await s.stay(class_deadline() - time.monotonic())
@@ -891,7 +914,7 @@ async def classroom(server: Server, duration: float, browsers: int, seed: int, n
              + [_guard(s, finetuner_part(s)) for s in finetuners])
     await asyncio.gather(*parts)
     rec.runs_window[1] = time.monotonic()
-    rec.cpu_at_end = server.cpu_s() + (_generator_cpu_s(),)
+    rec.cpu_at_end = server.cpu_s() + _generator_cpu_s(server.proc.pid)
     # What each session ended on, then close everything.
     final = {s.name: dict(role=s.role, client=s.client, phase=s.phase, run=(s.run_id or "")[:6],
                           step=max(s.last_step.values()) if s.last_step else None) for s in everyone}
@@ -1009,7 +1032,9 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
         start_answer=dict(n=len(answers), p50=_pct(answers, 0.5), max=max(answers) if answers else None,
                           never=len(rec.starts) - len(answers),
                           answers=[(s["session"], s["client"], s.get("answer"), s.get("ahead"), s.get("answer_s"))
-                                   for s in rec.starts]),
+                                   for s in rec.starts],
+                          # a Chromium page's Start: the answer reached its websocket after (s), then was drawn
+                          chromium_frame_s=[(s["session"], s["frame_s"]) for s in rec.starts if "frame_s" in s]),
         queue_wait=dict(started=len(waits), waits=sorted(waits), still_queued_at_end=len(censored),
                         censored_at_least=sorted(censored)),
         tokens=dict(solo=solo_tps, solo_samples=solo_result.get("samples"), per_run=per_run),
@@ -1028,6 +1053,8 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
                  children_core_share=(rec.cpu_at_end[1] - rec.cpu_at_window[1]) / (end_w - start_w)
                  if end_w > start_w else None,
                  load_generator_core_share=(rec.cpu_at_end[2] - rec.cpu_at_window[2]) / (end_w - start_w)
+                 if end_w > start_w else None,
+                 browsers_core_share=(rec.cpu_at_end[3] - rec.cpu_at_window[3]) / (end_w - start_w)
                  if end_w > start_w else None),
         training_processes=dict(
             started_after_teacher_start_s=sorted(t - rec.teacher_start for t in server.training_started.values())
@@ -1065,9 +1092,9 @@ def table(r: dict) -> str:
         ("training tokens/s per run in the class / alone",
          "; ".join(f"{k}: {_f(v['tokens_per_s'], '{:,.0f}')} ({_f(v['vs_solo'], '{:.0%}')})"
                    for k, v in tk["per_run"].items() if v["tokens_per_s"]) or "–", "", None),
-        ("CPU in that window, in cores: web server / training processes / this load generator (+ Chromium)",
+        ("CPU in that window, in cores: web server / training processes / this load generator / its Chromium pages",
          f"{_f(r['cpu']['server_core_share'])} / {_f(r['cpu']['children_core_share'])} / "
-         f"{_f(r['cpu']['load_generator_core_share'])}", "", None),
+         f"{_f(r['cpu']['load_generator_core_share'])} / {_f(r['cpu'].get('browsers_core_share'))}", "", None),
         ("training processes started, s after the teacher's Start (most at once)",
          ", ".join(f"{t:.0f}" for t in r["training_processes"]["started_after_teacher_start_s"])
          + f" ({r['training_processes']['most_at_once']})", "", None),
