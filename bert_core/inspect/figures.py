@@ -227,7 +227,7 @@ def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
 def mark_changes(fig: go.Figure, config: Any) -> go.Figure:
     """A vertical line at each step where a setting was changed while the run trained (TrainConfig.changes), named
     'lr 0.001 → 0.0003 at step 120'."""
-    for step, label in change_labels(config):
+    for step, label in change_labels(config) if getattr(config, "changes", ()) else ():
         fig.add_vline(x=step, line=dict(color="#c0392b", dash="dash", width=1), annotation_text=label,
                       annotation_position="top right", annotation_font_size=12)
     return fig
@@ -347,7 +347,7 @@ class LiveCharts(FigureCache):
         history = trainer.history
         last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
         key = (len(history), last, len(trainer.evals), float(smoothing), bool(trainer.growth),
-               trainer.config.changes)
+               getattr(trainer.config, "changes", ()))
         return self.get(trainer, key, lambda: self._build(trainer, smoothing))
 
     @staticmethod
