@@ -10,14 +10,16 @@ from bert_core.app.app_drawing import show_error
 from bert_core.app.app_state import RUNS
 from bert_core.errors import BertCoreError
 from bert_core.training import comparison
-from bert_core.training.train_config import LIVE, change_labels, typed_change
+from bert_core.training.train_config import LIVE, TrainConfig, change_labels, typed_change
 
 
 def change_box(run, viewer: bool, active: bool) -> None:
     """The box under the buttons: while the tab's own run trains, a setting to change and its new value; once it
     has changes, their list and the command that repeats them. A viewer of a shared run sees nothing to steer."""
     trainer = run.job.trainer if run is not None and run.job is not None else None
-    if trainer is None or viewer or not (active or trainer.config.changes):
+    # A pretraining run's config (a stand-in run of the tests has none).
+    if trainer is None or viewer or not isinstance(trainer.config, TrainConfig) \
+            or not (active or trainer.config.changes):
         return
     with st.expander("Change while it trains", expanded=active, icon=":material/tune:"):
         if active:
