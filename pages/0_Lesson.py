@@ -329,10 +329,7 @@ def _live_run(p: Lesson) -> str | None:
     if run is None or role != runs.OWNER or gpt:
         if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
             try:
-                run_id = runs.new_token()
-                new = app_state.RUNS.submit(jobs.default_spec(), app_tab.session_id(), run_id=run_id)
-                app_tab.set_current_run(new)
-                st.rerun()
+                app_tab.start_run(jobs.default_spec(), runs.new_token())
             except BertCoreError as exc:
                 app_drawing.show_error(exc)
         st.caption("The Train page's defaults; the Train page shows the same run with all its charts.")

@@ -122,9 +122,7 @@ def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Tokens & masking · BERT explorer", layout="wide")
-    active = app_sidebar.sidebar()
-    st.title("Tokens & masking")
+    active = app_sidebar.open_page("Tokens & masking")
     st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about "
                 "15% of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a "
                 "random token and 10% are kept, so the model cannot rely on seeing `[MASK]`. Half the time B is "

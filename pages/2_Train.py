@@ -14,10 +14,8 @@ from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
 
-st.set_page_config(page_title="Train · BERT explorer", layout="wide")
-app_sidebar.sidebar()
+app_sidebar.open_page("Train", "Train a tiny BERT")
 app_state.warm_launcher()
-st.title("Train a tiny BERT")
 
 SETTINGS = jobs.PAGE_SETTINGS   # each widget's label, range, step, help and order: its setting's description
 
@@ -165,11 +163,7 @@ def _start(tab: Tab, notice, init_from_run=None) -> None:
                 icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
     owner = tab.run is not None and tab.role == runs.OWNER
-    if owner:
-        app_state.RUNS.retire(tab.run.run_id)  # the tab moves on: an idle run's process ends, its curves stay listed
-    new = app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id, family_of=tab.run if owner else None)
-    app_tab.set_current_run(new)
-    st.rerun()
+    app_tab.start_run(spec, run_id, family_of=tab.run if owner else None)
 
 
 def _forget(run) -> None:
@@ -455,11 +449,8 @@ def _compare(active: bool) -> None:
             change = changes[pick]
             run_id = runs.new_token()
             spec = jobs.spec_with_change(run.spec, change.knob, change.after, runs.scratch_key(run_id))
-            app_state.RUNS.retire(run.run_id)
-            new = app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id, family_of=run)
-            app_tab.set_current_run(new)
             st.session_state["train_show_settings"] = jobs.page_values_of(spec)
-            st.rerun()
+            app_tab.start_run(spec, run_id, family_of=run)
         except BertCoreError as exc:
             app_drawing.show_error(exc)
     if active:

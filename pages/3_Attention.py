@@ -13,9 +13,7 @@ from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_wid
 
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 
-st.set_page_config(page_title="Attention · BERT explorer", layout="wide")
-active = app_sidebar.sidebar()
-st.title("Attention")
+active = app_sidebar.open_page("Attention")
 st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
             "one attending token; its weights sum to 1.")
 if active is None:

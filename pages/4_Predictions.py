@@ -194,9 +194,7 @@ def _probe_history(active) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Predictions · BERT explorer", layout="wide")
-    active = app_sidebar.sidebar()
-    st.title("Predictions")
+    active = app_sidebar.open_page("Predictions")
     if active is None:
         st.stop()
     # Default sentences: a toy story for a model that has read only the toy grammar, else plain English the model

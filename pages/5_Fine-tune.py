@@ -324,9 +324,7 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
                 app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
             run_id = runs.new_token()
             spec = race_spec(run_id, values, page, others)
-            app_tab.set_current_run(app_state.RUNS.submit(spec, app_tab.session_id(), run_id=run_id),
-                                    FINETUNE_PAGE)
-            st.rerun()
+            app_tab.start_run(spec, run_id, FINETUNE_PAGE)
         app_tab.stop_button(b2, run, busy, viewer, notice, run_panel.FINETUNE_WORDS)
         app_tab.reset_button(b3, run, viewer, run_panel.FINETUNE_WORDS)
         # A race a server restart stopped part-way: its note says what it kept; Resume goes on from there.
@@ -451,10 +449,8 @@ def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Fine-tune · BERT explorer", page_icon="🎯", layout="wide")
-    active = app_sidebar.sidebar()
+    active = app_sidebar.open_page("Fine-tune", "Fine-tune: does pretraining pay?", page_icon="🎯")
     app_state.warm_launcher()
-    st.title("Fine-tune: does pretraining pay?")
     st.markdown(INTRO)
     if st.session_state.get("ft_from_lesson"):
         # Arrived from the lesson: the way back to the step it left, with this race reported there.

@@ -82,9 +82,7 @@ def _figures(record) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Export · BERT explorer", layout="wide")
-    active = app_sidebar.sidebar()
-    st.title("Export")
+    active = app_sidebar.open_page("Export")
     job = app_tab.current_job()
     live = active is not None and active.source == app_models.SOURCE_SESSION and job is not None and job.trainer
     record = run_record(active.config if active is not None else None, trainer=job.trainer if live else None,

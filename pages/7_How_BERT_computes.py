@@ -372,9 +372,7 @@ def _all_pairs(model, tok) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="How BERT computes · BERT explorer", layout="wide")
-    active = app_sidebar.sidebar()
-    st.title("How BERT computes")
+    active = app_sidebar.open_page("How BERT computes")
     st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
                 "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
                 "Every number comes from the active model's own forward pass.")

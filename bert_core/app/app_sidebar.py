@@ -68,6 +68,14 @@ def sidebar(navigation_drawn: bool = False) -> ActiveModel | None:
     return active
 
 
+def open_page(name: str, title: str | None = None, **config) -> ActiveModel | None:
+    """A page's start: its browser tab's title, the sidebar (returns the active model, or None) and its heading."""
+    st.set_page_config(page_title=f"{name} · BERT explorer", layout="wide", **config)
+    active = sidebar()
+    st.title(title or name)
+    return active
+
+
 def _sidebar_model_choice(source: str):
     """Draw the sidebar's input for a model of `source`'s kind; returns what `_load_sidebar_model` loads: a shipped
     checkpoint's folder, a server folder's path, a saved run's name, an upload, or None (this session's model)."""

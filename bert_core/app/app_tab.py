@@ -200,6 +200,15 @@ def other_models(active) -> dict[str, Path]:
     return {**found, **checkpoints_beside_default(exclude=active.path)}
 
 
+def start_run(spec, run_id: str, page: str = TRAIN_PAGE, family_of: Run | None = None) -> None:
+    """Submit `spec` as this tab's new run of `page` and redraw. The tab's run it follows (`family_of`) is retired:
+    the tab moves on, an idle run's process ends, its curves stay listed."""
+    if family_of is not None:
+        RUNS.retire(family_of.run_id)
+    set_current_run(RUNS.submit(spec, session_id(), run_id=run_id, family_of=family_of), page)
+    st.rerun()
+
+
 def current_job() -> RunJob | None:
     """The training job of this tab's run (its own or one it watches), once the run has started."""
     run, _ = current_run()
