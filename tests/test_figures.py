@@ -126,7 +126,7 @@ def test_live_charts_of_a_run_before_its_first_step_draw():
     from bert_core.training.run_loop import EventLog
 
     log = EventLog([], [])
-    log.baselines, log.config, log.growth = {}, SimpleNamespace(objective="mlm"), None
+    log.baselines, log.config, log.growth = {}, SimpleNamespace(objective="mlm", changes=()), None
     assert list(figures.LiveCharts().figures(log, 0.6)) == list(figures.LiveCharts.NAMES)
 
 
@@ -139,7 +139,7 @@ def test_live_charts_are_built_once_per_new_data_and_smoothing_and_shared():
     log = EventLog([_step(i, 10 - i * 0.1) for i in range(1, 21)],
                    [EvalEvent(step=0, mlm_loss=10.0, mlm_acc=0.0, perplexity=math.exp(10), nsp_acc=0.5)])
     # What a pretraining run's live view has beside its events (run_protocols.LiveView): a run that never grew.
-    log.baselines, log.config, log.growth = {"unigram": {"accuracy": 0.05}}, SimpleNamespace(objective="mlm"), None
+    log.baselines, log.config, log.growth = {"unigram": {"accuracy": 0.05}}, SimpleNamespace(objective="mlm", changes=()), None
     charts = figures.LiveCharts(keep=2)
     first = charts.figures(log, 0.6)
     assert list(first) == list(figures.LiveCharts.NAMES) and charts.builds == 1
@@ -341,7 +341,7 @@ def test_a_gpt_runs_figures_are_named_next_token_never_masked_or_mlm():
     assert "MLM accuracy (train)" in _words_of(figures.accuracy_figure(history, evals, baselines))
 
     class Config:
-        objective = "clm"
+        objective, changes = "clm", ()
 
     log = EventLog(history, evals)
     log.baselines, log.config, log.growth = baselines, Config(), None

@@ -17,7 +17,7 @@ WINGS = ("model", "data", "training", "inspect", "serve", "app", "cluster", "cor
 GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # What a page may import from bert_core: the UI helpers and the library's public modules. Not the CLI, not the
 # training process's internals, not the speed paths or the allocator.
-PAGE_API = {"app.app_state", "app.app_drawing", "app.app_models", "app.app_sidebar", "app.app_tab", "app.app_widgets",
+PAGE_API = {"app.app_state", "app.app_drawing", "app.live_change", "app.app_models", "app.app_sidebar", "app.app_tab", "app.app_widgets",
             "app.run_panel", "app.url_settings", "serve.app_storage", "serve.jobs", "serve.model_sources",
             "inspect.figures",
             "inspect.finetune_figures", "inspect.inspection", "app.export", "model.config", "errors",
@@ -129,7 +129,7 @@ def test_pages_import_only_ui_helpers_and_the_public_api():
 
 
 # The modules that call Streamlit. The job factory and everything the pages steer are not among them.
-STREAMLIT_SIDE = {"bert_core.app.app_drawing", "bert_core.app.app_models", "bert_core.app.app_state",
+STREAMLIT_SIDE = {"bert_core.app.app_drawing", "bert_core.app.app_models", "bert_core.app.app_state", "bert_core.app.live_change",
                   "bert_core.app.app_sidebar", "bert_core.app.app_tab", "bert_core.app.app_widgets"}
 
 

@@ -227,7 +227,7 @@ def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
 def mark_changes(fig: go.Figure, config: Any) -> go.Figure:
     """A vertical line at each step where a setting was changed while the run trained (TrainConfig.changes), named
     'lr 0.001 → 0.0003 at step 120'."""
-    for step, label in change_labels(config) if getattr(config, "changes", ()) else ():
+    for step, label in change_labels(config) if config.changes else ():
         fig.add_vline(x=step, line=dict(color="#c0392b", dash="dash", width=1), annotation_text=label,
                       annotation_position="top right", annotation_font_size=12)
     return fig
@@ -347,7 +347,7 @@ class LiveCharts(FigureCache):
         history = trainer.history
         last = (_get(history[-1], "step"), _get(history[-1], "elapsed_s")) if history else None
         key = (len(history), last, len(trainer.evals), float(smoothing), bool(trainer.growth),
-               getattr(trainer.config, "changes", ()))
+               trainer.config.changes)
         return self.get(trainer, key, lambda: self._build(trainer, smoothing))
 
     @staticmethod
@@ -359,7 +359,7 @@ class LiveCharts(FigureCache):
         if not causal:   # a GPT masks nothing: no figure of masking decisions, rather than an empty one
             built["accuracy-by-decision"] = decision_accuracy_figure(history, smoothing)
         built["learning-rate"] = rate_figure(history)
-        for fig in built.values():   # laid out before it is shared: the pages only read it (app_state.plotly)
+        for fig in built.values():   # laid out before it is shared: the pages only read it (app_drawing.plotly)
             mark_growth(fig, trainer.growth)
             mark_changes(fig, trainer.config)
             clear_of_toolbar(fig)

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from bert_core.errors import BertCoreError
 from bert_core.serve.job_base import use_training_threads
 from bert_core.serve.launcher import SERVER_PID_ENV
+from bert_core.serve.train_spec import change_setting
 from bert_core.serve.training_link import HEARTBEAT_S, Channel
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.pretraining_events import EvalEvent
@@ -207,8 +208,6 @@ class TrainingChild:
                 sd = {k: v.detach().to("cpu").clone() for k, v in trainer.model.state_dict().items()}
                 self.events.send(("reply", request, (trainer.step, to_bytes(sd)), None))
             elif kind == "change":   # a setting changed while it trains: ("change", request, name, value, spec)
-                from bert_core.serve.train_spec import change_setting
-
                 self.events.send(("reply", request, change_setting(trainer, cmd[4], cmd[2], cmd[3]).to_dict(), None))
             elif kind == "save":
                 trainer.save(cmd[2])
