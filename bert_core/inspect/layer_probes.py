@@ -115,9 +115,10 @@ def random_twin(model, seed: int = SEED):
 
 
 def layer_probes(model, tokenizer, data: TaggedSentences, fit: int = FIT_SENTENCES, test: int = TEST_SENTENCES,
-                 seed: int = SEED) -> LayerProbes:
+                 seed: int = SEED, random_model: bool = True) -> LayerProbes:
     """Probes per layer for part of speech (data.pos) and data's own tags, fitted on `fit` sentences drawn with
-    `seed` and scored on `test` others."""
+    `seed` and scored on `test` others. Without `random_model` the random twin is not read (its curves are NaN): a
+    run's probe snapshots score it once (inspect.word_class_timelapse)."""
     if data.pos is None:
         raise BertCoreError("the probes need a part-of-speech column: a CoNLL file of `word POS chunk` lines")
     if len(data.words) < fit + test:
@@ -131,13 +132,14 @@ def layer_probes(model, tokenizer, data: TaggedSentences, fit: int = FIT_SENTENC
     per_task += [control_tags(sample.words, tags, seed) for tags in per_task]
     started = time.perf_counter()
     trained, where = word_states(model, tokenizer, sample)
-    untrained, _ = word_states(random_twin(model, seed), tokenizer, sample)
+    untrained = word_states(random_twin(model, seed), tokenizer, sample)[0] if random_model else None
     read = time.perf_counter()
     held = torch.tensor([s >= fit for s, _ in where])
     labels = [torch.tensor([tags[s][w] for s, w in where]) for tags in per_task]
     fit_y, test_y = [y[~held] for y in labels], [y[held] for y in labels]
     on_model = probe_accuracy(trained[:, ~held], fit_y, trained[:, held], test_y)
-    on_random = probe_accuracy(untrained[:, ~held], fit_y[:2], untrained[:, held], test_y[:2])
+    on_random = (probe_accuracy(untrained[:, ~held], fit_y[:2], untrained[:, held], test_y[:2])
+                 if random_model else np.full_like(on_model[:2], np.nan))
     tasks = [TaskProbe(task=name, tags=len(set(labels[t].tolist())), accuracy=on_model[t], random_model=on_random[t],
                        control=on_model[t + 2],
                        majority=float((test_y[t] == fit_y[t].mode().values).double().mean()))

@@ -18,6 +18,7 @@ from bert_core.data.corpora import load_corpus, split_heldout
 from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
 from bert_core.inspect.built_in_text import TEXT
+from bert_core.inspect.word_class_timelapse import WordClassProbe, WordClassProber
 from bert_core.inspect.word_maps import WordMap
 from bert_core.paths import cache_dir, shared_data_dir
 from bert_core.training.train_spec import check_probe_sentences
@@ -206,6 +207,9 @@ class ProbeSnapshot:
     attention_tokens: list[str] | None
     attention: np.ndarray | None  # float16 [layers, heads, S, S] (half precision keeps the store small)
     word_maps: dict[str, WordMap] | None = None  # each built-in sense word's map (word_map_vectors)
+    # The part-of-speech probe per layer (word_class_timelapse); None: an English run without CoNLL-2000 here, a toy
+    # run (its words have no tags), or a record from before.
+    word_classes: WordClassProbe | None = None
 
 
 class ProbeStore:
@@ -214,7 +218,7 @@ class ProbeStore:
     needs."""
 
     def __init__(self, sentences=DEFAULT_PROBES, attention_sentence: str | None = DEFAULT_ATTENTION_PROBE,
-                 top_k: int = 5, max_snapshots: int = 32):
+                 top_k: int = 5, max_snapshots: int = 32, word_classes: bool = False):
         sentences = list(sentences)
         if not sentences and attention_sentence is None:
             raise BertCoreError("give at least one probe sentence or an attention sentence")
@@ -224,6 +228,8 @@ class ProbeStore:
         self.sentences, self.attention_sentence, self.top_k, self.max_snapshots = (sentences, attention_sentence,
                                                                                    top_k, max_snapshots)
         self._snapshots: list[ProbeSnapshot] = []
+        # Each snapshot fits the part-of-speech probes too (English-text runs: the toy corpus's words have no tags).
+        self.word_classes = WordClassProber() if word_classes else None
         self._lock = threading.Lock()
 
     def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
@@ -243,7 +249,8 @@ class ProbeStore:
             tokens, attention = result.tokens, result.attentions.astype(np.float16)
         # Every built-in word's map, made now: the weights of this step are not kept for later (Train page).
         return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens, attention=attention,
-                                      word_maps=word_map_vectors.snapshot_word_maps(model, tokenizer) or None))
+                                      word_maps=word_map_vectors.snapshot_word_maps(model, tokenizer) or None,
+                                      word_classes=self.word_classes(model, tokenizer) if self.word_classes else None))
 
     def add(self, snap: ProbeSnapshot) -> ProbeSnapshot:
         """Store a snapshot (taken here or received from a training process), thinning when full."""

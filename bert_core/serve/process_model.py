@@ -11,6 +11,7 @@ from typing import Any
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect.probes import ProbeStore
+from bert_core.inspect.word_class_timelapse import has_word_classes
 from bert_core.model.files import TRAINER_STATE, copy_checkpoint, is_whole_checkpoint, read_json
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.serve.model_sources import load_folder
@@ -167,6 +168,7 @@ def resumed_trainer(spec, folder: str, device: str | None = None):
     plan = run_plan(spec, tokenizer=BertTokenizer.load(folder))
     data = run_builder.load_data(plan)
     recorded = (read_json(Path(folder) / TRAINER_STATE).get("metadata") or {}).get("probes")
-    probes = ProbeStore(recorded["sentences"], recorded["attention_sentence"]) if spec.probes and recorded else None
+    probes = (ProbeStore(recorded["sentences"], recorded["attention_sentence"],
+                         word_classes=has_word_classes(spec.corpus)) if spec.probes and recorded else None)
     return Trainer.resume(folder, data.train, eval_data=data.eval, probes=probes, checkpoint_dir=folder,
                           config_overrides={"device": device} if device else None)

@@ -76,7 +76,8 @@ def probes_to_json(store) -> dict | None:
     for snap in store.snapshots():
         attention = None if snap.attention is None else snap.attention.astype("float32").round(3).tolist()
         snaps.append({"step": snap.step, "predictions": snap.predictions, "attention_tokens": snap.attention_tokens,
-                      "attention": attention, "word_maps": word_maps_to_json(snap.word_maps)})
+                      "attention": attention, "word_maps": word_maps_to_json(snap.word_maps),
+                      "word_classes": None if snap.word_classes is None else snap.word_classes.to_json()})
     return {"sentences": list(store.sentences), "attention_sentence": store.attention_sentence,
             "top_k": store.top_k, "max_snapshots": store.max_snapshots, "snapshots": snaps}
 

@@ -18,6 +18,7 @@ from bert_core.inspect.probes import (
     probes_for_corpus,
     probes_from_documents,
 )
+from bert_core.inspect.word_class_timelapse import has_word_classes
 from bert_core.serve import app_storage
 from bert_core.serve.model_sources import load_folder
 from bert_core.training.comparison import one_change, train_command, with_changes
@@ -126,7 +127,8 @@ def _probes(spec: TrainSpec, seed: int, heldout: dict):
     attention = spec.attention_probe or drawn.attention_sentence
     record = {"sentences": list(sentences), "attention_sentence": attention, "pair": list(drawn.pair),
               "source": drawn.source if not spec.probe_sentences else "the Train page's probe sentences"}
-    return (ProbeStore(sentences, attention) if spec.probes else None), record
+    store = ProbeStore(sentences, attention, word_classes=has_word_classes(spec.corpus)) if spec.probes else None
+    return store, record
 
 
 def build_trainer(spec: TrainSpec, callbacks=(), checkpoint_dir: str | None = None, checkpoint_every_s: float = 0.0):

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from bert_core.inspect.probes import ProbeSnapshot, ProbeStore
+from bert_core.inspect.word_class_timelapse import WordClassProbe
 from bert_core.inspect.word_maps import word_maps_from_json
 from bert_core.model.config import BertConfig
 from bert_core.model.files import TRAINER_STATE, read_json
@@ -100,5 +101,6 @@ def restored_trainer(folder: Path, probes: dict | None = None,
                                                      for p in snap["predictions"]],
                 attention_tokens=snap.get("attention_tokens"),
                 attention=None if attention is None else np.asarray(attention, dtype=np.float16),
-                word_maps=word_maps_from_json(snap.get("word_maps"))))
+                word_maps=word_maps_from_json(snap.get("word_maps")),
+                word_classes=WordClassProbe.from_json(snap.get("word_classes"))))
     return trainer
