@@ -77,7 +77,9 @@ def probe_accuracy(x_fit: torch.Tensor, y_fit: list[torch.Tensor], x_test: torch
     target_mean = onehot.mean(0)
     n, h = a.shape[1], a.shape[2]
     gram = a.transpose(1, 2) @ a + ridge * n * torch.eye(h, dtype=a.dtype)
-    w = torch.linalg.solve(gram, a.transpose(1, 2) @ (onehot - target_mean))   # [L, H, sum of tags]
+    # Cholesky, not torch.linalg.solve: the ridge makes the Gram matrix positive definite, and the batched LU solve
+    # failed on a 2-thread CPU (oneMKL's DLASWP "Parameter 6 was incorrect", then "Pivots given to lu_solve").
+    w = torch.cholesky_solve(a.transpose(1, 2) @ (onehot - target_mean), torch.linalg.cholesky(gram))   # [L, H, tags]
     scores = (b @ w + target_mean).split(sizes, dim=2)
     return np.stack([(s.argmax(2) == y).double().mean(1).numpy() for s, y in zip(scores, y_test)])
 
