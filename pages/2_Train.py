@@ -5,7 +5,9 @@ from typing import Any, NamedTuple
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect import computation_figures, figures, lesson, tricks, word_maps
+from bert_core.data.task_downloads import TASKS, fetch_task_csv
+from bert_core.inspect import computation_figures, figures, lesson, tricks, word_class_figures, word_maps
+from bert_core.inspect import word_class_timelapse as wct
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, run_panel
@@ -402,6 +404,49 @@ def _word_map_timelapse() -> None:
                "within each sense: the higher, the further apart the senses lie.")
 
 
+def _word_class_timelapse() -> None:
+    """What each layer knows at each probe snapshot of this run: the part-of-speech probe (as How BERT computes
+    fits it) made in the run at each snapshot, drawn against the step."""
+    job = app_tab.current_job()
+    trainer = job.trainer if job is not None else None
+    snaps = trainer.probes.snapshots() if trainer is not None and trainer.probes is not None else []
+    if not snaps:
+        return
+    st.subheader("What each layer knows, snapshot by snapshot")
+    timeline = wct.word_class_timeline(snaps)
+    if timeline is None and wct.toy_run(trainer.metadata):
+        st.caption("The toy corpus's made-up words have no parts of speech, so a toy run's snapshots fit no probes: "
+                   "train on English text to watch the layers learn word classes.")
+        return
+    if timeline is None:
+        if wct.conll_path() is not None:
+            st.caption("No snapshot of this run carries the probes yet: the next one will (they were taken before "
+                       "CoNLL-2000 was on this server, or the run was recorded before snapshots fitted them).")
+            return
+        st.info(f"At each snapshot a linear probe reads each word's part of speech off every layer, on sentences of "
+                f"{TASKS['conll2000'].label}, which is not on this server yet (about "
+                f"{TASKS['conll2000'].approx_mb:g} MB, fetched once for every visitor; a run never downloads it). "
+                "Fetched, the run's next snapshots fit the probes.")
+        if st.button("Fetch it", key="train_fetch_conll", icon=":material/download:"):
+            try:
+                fetch_task_csv("conll2000")
+            except (BertCoreError, OSError):
+                st.error("Could not fetch CoNLL-2000 from its public home: this server may be offline.")
+                return
+            st.rerun()
+        return
+    steps, accuracy, random_model, majority = timeline
+    st.markdown(wct.reading(steps, accuracy, random_model))
+    fig = figures.SHARED_FIGURES.get(trainer.probes, ("word classes", tuple(steps)), lambda: figures.laid_out(
+        word_class_figures.word_class_timeline_figure(steps, accuracy, random_model, majority)))
+    app_drawing.plotly(fig, "word-classes-timelapse", key="train_word_classes")
+    last = next(s.word_classes for s in reversed(snaps) if s.word_classes is not None)
+    st.caption(f"At each snapshot, a ridge probe per layer is fitted on {wct.SNAPSHOT_FIT} sentences of CoNLL-2000 "
+               f"(Wall Street Journal) and scored on {last.test_words:,} words of {wct.SNAPSHOT_TEST} others "
+               f"({last.seconds:.1f} s at the last snapshot); the random-init line is the same probe on a randomly "
+               "initialised model of this shape. How BERT computes fits it on more sentences, with a control task.")
+
+
 def _compare(active: bool) -> None:
     """This tab's runs, one after another: overlay two to four of them (the legend names the knobs that differ),
     and start a copy of the current run with one knob changed."""
@@ -471,6 +516,7 @@ def main() -> None:
     st.fragment(_status, run_every=poll)(tab.viewer, tab.active)
     st.fragment(_charts, run_every=charts_poll)(tab.active)
     st.fragment(_word_map_timelapse, run_every=charts_poll)()
+    st.fragment(_word_class_timelapse, run_every=charts_poll)()
     if tab.active:
         # A smoothing set while a run trains is for its live view: the URL keeps only an ended run's (written after
         # the charts, which return it to the default when the run ends), so that a reload of the finished run does

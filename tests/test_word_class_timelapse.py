@@ -2,6 +2,7 @@
 part-of-speech probe that layer_probes fits on the model at that step, none when CoNLL-2000 is not on the machine
 or the run is on the toy corpus, and the run's record keeps it across a restart."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -89,3 +90,63 @@ def test_the_timeline_and_its_reading_come_from_the_numbers():
     assert steps == [0, 400] and acc.shape == (2, 3) and majority == 0.14
     assert wct.reading(steps, acc, random_model) == ("Layer 1 knows word classes best: 78% of held-out words at "
                                                      "step 400; 35% at step 0; a random model of this shape 41%.")
+
+
+# ------------------------------------------------------------------------------------------ the Train page
+
+
+@pytest.mark.slow
+def test_the_train_page_says_why_a_run_has_no_probes_and_draws_them_when_its_snapshots_carry_them(tmp_path,
+                                                                                                 monkeypatch):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from bert_core.app import app_state
+    from bert_core.serve import model_sources
+    from tests.app_fixtures import train_nano_checkpoint
+    from tests.test_app import ROOT, TIMEOUT, _job, _small_run
+
+    def said(at):
+        return [e.value for e in (*at.caption, *at.info, *at.markdown)]
+
+    def titles(at):
+        return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+    monkeypatch.setenv(model_sources.CHECKPOINT_ENV, str(train_nano_checkpoint(tmp_path / "nano-toy")))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/2_Train.py").run()
+    _small_run(at, steps=4)                  # the toy corpus, a probe snapshot every 2 steps: 0, 2, 4
+    at.button[0].click().run()               # Start
+    job = _job()
+    try:
+        job.wait(TIMEOUT)
+        assert job.phase == "finished", job.error
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("made-up words have no parts of speech" in t for t in said(at)), said(at)
+        trainer = job.trainer
+        assert all(s.word_classes is None for s in trainer.probes.snapshots())     # the child fitted none
+        # An English run on a server without CoNLL-2000: the page offers the fetch, and the run never downloads.
+        trainer.metadata["corpora"] = ["wikitext-2"]
+        monkeypatch.setattr(wct, "conll_path", lambda: None)
+        at.run()
+        assert any("not on this server yet" in t for t in said(at)) and at.button(key="train_fetch_conll")
+        # Snapshots as an English run's child sends them: the figure, its reading and the random-init mark.
+        last = trainer.probes.snapshots()[-1]
+        for step, acc in ((6, (0.30, 0.35, 0.33)), (8, (0.52, 0.78, 0.70))):
+            trainer.probes.add(dataclasses.replace(last, step=step, word_classes=wct.WordClassProbe(
+                acc, (0.40, 0.41, 0.38), 0.14, 990, 0.3)))
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert "Part of speech read off each layer, snapshot by snapshot" in titles(at)
+        spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                    if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Part of speech"))
+        assert [t["name"] for t in spec["data"]] == ["embeddings", "layer 1", "layer 2",
+                                                     "random-init model (layer 1)", "always the commonest tag"]
+        assert spec["data"][1]["y"] == [0.35, 0.78] and spec["data"][3]["y"] == [0.41, 0.41]
+        assert any(t.startswith("Layer 1 knows word classes best: 78% of held-out words at step 8; 35% at step 6; "
+                                "a random model of this shape 41%.") for t in said(at)), said(at)
+    finally:
+        for run in app_state.RUNS.runs():
+            app_state.RUNS.discard(run.run_id, wait=30)

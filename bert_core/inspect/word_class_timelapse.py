@@ -110,3 +110,9 @@ def reading(steps, accuracy: np.ndarray, random_model: np.ndarray) -> str:
     first = f"; {accuracy[0, best]:.0%} at step {steps[0]:,}" if len(steps) > 1 else ""
     return (f"{layer_name(best).capitalize()} knows word classes best: {accuracy[-1, best]:.0%} of held-out words "
             f"at step {steps[-1]:,}{first}; a random model of this shape {random_model[best]:.0%}.")
+
+
+def toy_run(metadata: dict | None) -> bool:
+    """Whether a run's recorded corpora are all ones without word classes (the toy corpus)."""
+    corpora = (metadata or {}).get("corpora") or []
+    return bool(corpora) and not any(has_word_classes(c) for c in corpora)
