@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Callable
 
@@ -53,6 +54,7 @@ class JobBase:
         self.created = time.time()
         self._snapshot = None       # (step, model copy) for inspection while training goes on
         self._snapshot_at = 0.0     # when that copy was taken (time.monotonic)
+        self._taking = threading.Lock()   # held by the one page that takes a new copy (_shared_copy)
 
     busy: bool   # each kind's own (a live thread; a live child process that prepares or trains)
     rebuilds = False   # a live job starts again itself (only a kept race hands its Resume to a new job)
@@ -62,6 +64,27 @@ class JobBase:
         if self._snapshot is None:
             return False
         return self._snapshot[0] == step or (self.busy and time.monotonic() - self._snapshot_at < SNAPSHOT_EVERY_S)
+
+    def _shared_copy(self, take: Callable[[], Any]):
+        """The copy of the weights every page looking at this run shares: the held one while it serves, else a new
+        one that `take()` makes (and keeps, returning its model) on one page at a time. While one page takes it, the
+        others of a training run show the copy held (labelled with its step) rather than wait: in a class of viewers,
+        each page that found the copy old waited for the one before it to fetch the weights from the training
+        process, then fetched and built its own copy, and every cached computation keyed by the copy (the Attention
+        page's pair summary) was made again for each of them (docs/benchmarks.md, issue 74)."""
+        if self._snapshot_serves(self.trainer.step):
+            return self._snapshot[1]
+        held = self._snapshot
+        if not self._taking.acquire(blocking=False):
+            if held is not None and self.busy:
+                return held[1]
+            self._taking.acquire()   # the first copy of a run, or its last step's: the page waits for the one taken
+        try:
+            if self._snapshot is not held and self._snapshot_serves(self.trainer.step):
+                return self._snapshot[1]   # the page this one waited for took it
+            return take()
+        finally:
+            self._taking.release()
 
     def _keep_snapshot(self, step: int, model) -> None:
         self._snapshot, self._snapshot_at = (step, model), time.monotonic()

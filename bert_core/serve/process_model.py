@@ -54,8 +54,9 @@ class ProcessModel:
         """An eval-mode copy of the model, from the child, or after `release` from the released folder."""
         if self.trainer is None:
             return None
-        if self._snapshot_serves(self.trainer.step):
-            return self._snapshot[1]
+        return self._shared_copy(self._take_copy)
+
+    def _take_copy(self):
         with self._release_lock:   # not while the process is being ended
             if self.released is not None or not self._child.alive():
                 if self._snapshot is None and self.released is not None:

@@ -91,12 +91,12 @@ class TrainingJob(JobBase):
 
     def model_snapshot(self):
         """A frozen eval-mode copy: inspection must not flip the live model to eval or read half an update."""
-        trainer = self.trainer
-        if trainer is None:
+        if self.trainer is None:
             return None
-        step = trainer.step
-        if self._snapshot_serves(step):
-            return self._snapshot[1]
+        return self._shared_copy(self._take_copy)
+
+    def _take_copy(self):
+        trainer = self.trainer
         with trainer._step_lock:   # held during an update (run_loop.RunLoop): a copy of whole steps only
             step = trainer.step
             model = copy.deepcopy(trainer.model)

@@ -4,6 +4,7 @@ mirror is a training.race_view.RaceView). Torch-free at import."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -46,6 +47,7 @@ class TrainerProxy(EventLog):
         self._elapsed_at = None          # monotonic time of the last step event while running
         self._data_factory = data_factory
         self._data = None
+        self._data_lock = threading.Lock()
 
     @property
     def progress(self):
@@ -57,7 +59,11 @@ class TrainerProxy(EventLog):
     @property
     def data(self):
         if self._data is None and self._data_factory is not None:
-            self._data = self._data_factory(self.tokenizer)
+            # Built once for every page that asks at once: ten viewers opening the Attention page together each
+            # built it, sharing the GIL, and waited 12 s (docs/benchmarks.md, issue 74).
+            with self._data_lock:
+                if self._data is None:
+                    self._data = self._data_factory(self.tokenizer)
         return self._data
 
     def _receive(self, event, extra) -> None:
