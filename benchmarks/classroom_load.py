@@ -113,6 +113,7 @@ def _start_answered(text: str) -> bool:
 
 NAV_TIMEOUT_S = 120.0   # a page that has not settled by then is counted at this (a lower bound) and left
 TARGETS = {"viewer_p95_s": 3.0, "start_answer_s": 2.0, "memory_gb": 4.0}
+ROLES = {"viewers": ("viewer",), "trainers": ("trainer", "teacher"), "browsing": ("browse",)}   # the report's groups
 
 
 # ----------------------------------------------------------------------------------------------- the record
@@ -985,8 +986,12 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
                     timed_out=sum(1 for r in rows if r["role"] in role and r.get("timed_out")))
 
     by_client = {c: stats([r for r in during if r["client"] == c], ("viewer",)) for c in ("chromium", "protocol")}
-    by_page = {p: stats([r for r in during if r["page"] == p], ("viewer",)) for p in
-               ("Train", "Attention", "Predictions", "Home", "Tokens_and_masking")}
+    pages = ("Train", "Attention", "Predictions", "Home", "Tokens_and_masking")
+    by_page = {p: stats([r for r in during if r["page"] == p], ("viewer",)) for p in pages}
+    # Each page and role apart: a wait that only one page's script makes (a cached computation, a weight copy)
+    # shows as that page's tail, where the role's figures above mix it with the quick pages.
+    by_role_page = {role: {p: stats([r for r in during if r["page"] == p], roles) for p in pages}
+                    for role, roles in ROLES.items()}
     answers = [s["answer_s"] for s in rec.starts if s.get("answer_s") is not None]
     # Queue wait: from Start answered "queued" until the session's page first showed the run with a slot.
     waits, censored = [], []
@@ -1028,7 +1033,7 @@ def summarise(rec: Record, final: dict, solo_result: dict, server: Server, meta:
         settle=dict(viewers_during=stats(during, ("viewer",)), trainers_during=stats(during, ("trainer", "teacher")),
                     browse_during=stats(during, ("browse",)), all_before_runs=stats(before, ("viewer", "trainer",
                                                                                            "teacher", "browse")),
-                    viewers_by_client=by_client, viewers_by_page=by_page),
+                    viewers_by_client=by_client, viewers_by_page=by_page, by_role_page=by_role_page),
         start_answer=dict(n=len(answers), p50=_pct(answers, 0.5), max=max(answers) if answers else None,
                           never=len(rec.starts) - len(answers),
                           answers=[(s["session"], s["client"], s.get("answer"), s.get("ahead"), s.get("answer_s"))
@@ -1130,6 +1135,21 @@ def table(r: dict) -> str:
     return "\n".join(out)
 
 
+def page_table(r: dict) -> str:
+    """Settle p50 / p95 / max (s) of each page, by role, in the runs' window (the figures of summarise's
+    by_role_page); a run's JSON from before it has none."""
+    by = r["settle"].get("by_role_page")
+    if not by:
+        return ""
+    out = ["| page | " + " | ".join(f"{role} p50 / p95 / max (n)" for role in by) + " |",
+           "| --- |" + " --- |" * len(by)]
+    for page in next(iter(by.values())):
+        cells = [by[role][page] for role in by]
+        out.append(f"| {page or 'Home'} | " + " | ".join(
+            f"{_f(c['p50'])} / {_f(c['p95'])} / {_f(c['max'])} ({c['n']})" for c in cells) + " |")
+    return "\n".join(out)
+
+
 def _uptime() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[:3].__str__()
 
@@ -1211,6 +1231,7 @@ def _run(args, meta: dict, cluster) -> int:
     result["solo"] = {k: v for k, v in solo_result.items() if k != "start"}
     print(f"load average after: {' '.join(meta['loadavg_after'])}")
     print(table(result))
+    print("\npage settle in the runs' window, by page and role (s):\n" + page_table(result) + "\n")
     groups: dict[str, list] = {}
     for e in result["exceptions"]:
         groups.setdefault(e["text"].splitlines()[0], []).append(f"{e['session']}@{e['page']}")
