@@ -1,4 +1,4 @@
-"""The lesson: ten steps through the explorer in the order of its pages, each with a short explanation, one
+"""The lesson: twelve steps through the explorer in the order of its pages, each with a short explanation, one
 control, a figure, a "What to notice" line computed from the model in use, and a question. The step is in the URL
 (`?step=masking`), so a reload or a shared link opens the same step. Text and notices: bert_core.inspect.lesson."""
 
@@ -11,7 +11,9 @@ from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, lesson_figures
 from bert_core.inspect.attention_steps import attention_steps, with_temperature
-from bert_core.inspect.embeddings import embedding_parts, nearest_neighbours
+from bert_core.inspect.embeddings import embedding_parts, heldout_pool, nearest_neighbours
+from bert_core.inspect import feed_forward as ff
+from bert_core.inspect.layer_probes import conll_layer_probes
 from bert_core.inspect.inspection import (
     attention_maps,
     fill_mask,
@@ -28,6 +30,7 @@ from bert_core.inspect.training_step import take_one_step
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view
 from bert_core.app import lesson_classes
 from bert_core.app.url_settings import Within
+from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
@@ -125,7 +128,8 @@ def _go(to: int, lead_code: str | None) -> None:
     if lead_code is not None:
         app_state.LESSON_CLASSES.set_step(lead_code, STEPS[to].key)
     run, role = app_tab.current_run()
-    if STEPS[to].key in ("attention", "attends", "predictions", "masking", "fine-tune") and run is not None \
+    if STEPS[to].key in ("layers", "attention", "attends", "feed-forward", "predictions", "masking", "fine-tune") \
+            and run is not None \
             and role == runs.OWNER and run.phase == "finished":
         # After the live run, the next steps look at the model it trained (the sidebar's choice, changeable), and
         # the race fine-tunes it.
@@ -432,6 +436,55 @@ def _attends(p: Lesson) -> str | None:
     return lesson.notice_attends(steps, with_temperature(steps, 1 / steps.head_dim ** 0.5))
 
 
+def _feed_forward(p: Lesson) -> str | None:
+    active, config = p.active, p.active.config
+    app_widgets.follow_default("lesson_ffn_text", app_models.model_probes(active).attention_sentence)
+    text = _sentence("Sentence", "lesson_ffn_text")
+    if text is None:
+        return None
+    c1, c2 = st.columns([1, 3])
+    layer = _counted_from_1(c1, "Layer", "lesson_ffn_layer", config.num_hidden_layers, config.num_hidden_layers)
+    first = attention_steps(active.model, active.tokenizer, text, layer, 0, 0)
+    with c2:
+        token = app_widgets.token_picker("lesson_ffn_token", first.tokens, 2)
+    # The block's input is the attention block's output, the same for every head: the first head's steps carry it.
+    ffn = ff.feed_forward_steps(active.model, attention_steps(active.model, active.tokenizer, text, layer, 0, token))
+    app_drawing.plotly(ff.feed_forward_figure(ffn), "lesson-feed-forward", key="lesson_ffn_fig")
+    app_drawing.plotly(ff.gelu_figure(ffn, ffn.most_active), "lesson-feed-forward-activation",
+                       key="lesson_ffn_gelu")
+    sentences, source = heldout_pool((active.trainer_state or {}).get("metadata"))
+    with st.spinner("Reading the held-out text through the model (once per model and layer)…"):
+        units = ff.cached_unit_pool(active.model, active.tokenizer, sentences, source, layer)
+    firing = ff.unit_firing(units, ffn.most_active)
+    app_drawing.plotly(ff.unit_firing_figure(firing), "lesson-feed-forward-unit", key="lesson_ffn_unit")
+    return lesson.notice_feed_forward(ffn, firing, len(units.pool.tokens))
+
+
+def _layers(p: Lesson) -> str | None:
+    path = local_task_csv("conll2000")
+    if path is None:
+        task = TASKS["conll2000"]
+        st.info(f"This step reads sentences of {task.label}, which is not on this server yet (about "
+                f"{task.approx_mb:g} MB, fetched once for every visitor).")
+        if st.button("Fetch it", key="lesson_fetch_conll", icon=":material/download:"):
+            try:
+                with st.spinner(f"Fetching {task.label}…"):
+                    fetch_task_csv("conll2000")
+            except (BertCoreError, OSError):
+                st.error(f"Could not fetch {task.label} from its public home: this server may be offline. On a "
+                         "machine that is online, `python -m bert_core download conll2000` puts it in the cache.")
+                return None
+            st.rerun()
+        return None
+    with st.spinner("Reading 300 sentences through the model and a random one of its shape (once per model)…"):
+        probes = conll_layer_probes(p.active.model, p.active.tokenizer, str(path))
+    app_drawing.plotly(computation_figures.layer_probes_figure(probes), "lesson-layer-probes",
+                       key="lesson_probes_fig")
+    st.caption(f"Each word is read at its first word piece. Fitted in {probes.seconds_fit:.1f} s, after "
+               f"{probes.seconds_states:.1f} s reading the sentences through both models.")
+    return lesson.notice_layer_probes(probes)
+
+
 def _counted_from_1(column, label: str, key: str, most: int, default: int) -> int:
     """A layer or head box, counted from 1 as every figure and notice counts them, held to the model's range (a
     model with fewer layers, or a 0 from an old link); returns the index from 0."""
@@ -573,8 +626,8 @@ def _seen_model(p: Lesson) -> str:
 
 
 BODIES = {"tokens": _tokens, "embedding": _embedding, "masking": _masking, "step": _one_step, "run": _live_run,
-          "attention": _attention, "attends": _attends, "predictions": _predictions, "bert-or-gpt": _bert_or_gpt,
-          "fine-tune": _finetune}
+          "layers": _layers, "attention": _attention, "attends": _attends, "feed-forward": _feed_forward,
+          "predictions": _predictions, "bert-or-gpt": _bert_or_gpt, "fine-tune": _finetune}
 
 
 def _notice(p: Lesson) -> None:

@@ -216,8 +216,8 @@ def test_weight_names_say_which_token_position_or_layer():
 # ------------------------------------------------------------------------------------------------ the steps
 
 def test_the_steps_follow_the_pages_and_the_url_names_them():
-    assert lesson.STEP_KEYS == ("tokens", "embedding", "masking", "step", "run", "attention", "attends",
-                                "predictions", "bert-or-gpt", "fine-tune")
+    assert lesson.STEP_KEYS == ("tokens", "embedding", "masking", "step", "run", "layers", "attention", "attends",
+                                "feed-forward", "predictions", "bert-or-gpt", "fine-tune")
     assert lesson.step_index("masking") == 2 and lesson.step_index("3") == 2
     for junk in (None, "", "0", "99", "../etc", "<script>"):
         assert lesson.step_index(junk) == 0

@@ -92,6 +92,6 @@ def test_the_layer_probes_notice_names_each_layer_and_the_controls():
     assert "part of speech (40 tags): the embeddings 70%, layer 1 90%, layer 2 75%; best at layer 1, against 80% on " \
            "a random model of the same shape, 65% on the control task and 14% for always the commonest tag" in text
     assert "chunk (18 tags): the embeddings 60%, layer 1 70%, layer 2 90%; best at layer 2, against 50%" in text
-    assert "Training put 10 points or more above the random model" in text
+    assert "Each task's best layer is 10 points or more above the random model" in text
     flat = lesson.notice_layer_probes(_probes(0.0))
-    assert "The random model does as well or nearly (+0 points)" in flat
+    assert "The random model does as well or nearly (+0 points at a best layer)" in flat

@@ -225,6 +225,43 @@ def test_every_step_that_looks_at_a_model_names_it():
         assert any("Model in use (the sidebar's): **bert-tiny-english**" in str(c.value) for c in at.caption), key
 
 
+def test_the_feed_forward_step_draws_the_block_its_activation_and_a_unit_with_a_notice_from_the_model():
+    at = _lesson("feed-forward")
+    assert not at.exception, [e.value for e in at.exception]
+    bert = app_models.shipped_model("bert-tiny-english")
+    layers, hidden, units = bert.config.num_hidden_layers, bert.config.hidden_size, bert.config.intermediate_size
+    assert at.number_input(key="lesson_ffn_layer").value == layers and at.selectbox(key="lesson_ffn_token").value == 2
+    specs = [str(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(specs) == 3   # the block's strips, the activation with this token's units, where the top unit fires
+    assert f"Layer {layers}'s feed-forward block for token 3" in specs[0] and "fires most" in specs[2]
+    text = _notice(at)
+    assert text.startswith("Token 3 ") and f"layer {layers}: W1·x + b1 turns its {hidden} numbers into {units} units" \
+        in text and "tokens of the held-out text" in text
+    at.number_input(key="lesson_ffn_layer").set_value(1).run()
+    assert f"layer 1: W1·x + b1" in _notice(at) and "Layer 1's feed-forward block" in str(at.get("plotly_chart")[0].proto.spec)
+    assert any("Model in use (the sidebar's): **bert-tiny-english**" in str(c.value) for c in at.caption)
+
+
+def test_the_layers_step_fits_the_probes_on_the_model_and_offers_the_fetch_without_conll(monkeypatch):
+    from bert_core.data import task_downloads
+    if task_downloads.local_task_csv("conll2000") is None:
+        pytest.skip("CoNLL-2000 is not on this machine")
+    at = _lesson("layers")
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) == 1
+    text = _notice(at)
+    layers = app_models.shipped_model("bert-tiny-english").config.num_hidden_layers
+    assert text.startswith("Of ") and "held-out words in 100 sentences" in text
+    assert f"layer {layers} " in text and f"layer {layers + 1}" not in text and "a random model of the same shape" in text
+    monkeypatch.setattr(task_downloads, "local_task_csv", lambda *a, **k: None)
+    monkeypatch.setattr(task_downloads, "fetch_task_csv", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
+    at = _lesson("layers")
+    assert not at.exception and not at.get("plotly_chart")
+    assert any("not on this server yet" in str(i.value) for i in at.info)
+    at.button(key="lesson_fetch_conll").click().run()
+    assert not at.exception and any("python -m bert_core download conll2000" in str(e.value) for e in at.error)
+
+
 def test_the_attends_step_picks_its_layer_and_head_counted_from_1_and_names_them():
     at = _lesson("attends")
     bert = app_models.shipped_model("bert-tiny-english")

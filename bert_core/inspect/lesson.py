@@ -267,6 +267,50 @@ def notice_attends(steps, undivided) -> str:
                    f"{max(alike):.2f}).")
 
 
+def notice_feed_forward(ffn, firing=None, pool_tokens: int = 0) -> str:
+    """The feed-forward step, from feed_forward_steps (and unit_firing for its most active unit over a pool of
+    `pool_tokens` held-out tokens): how many units pass the activation, the one that fires most, what the block
+    adds and how much of x survives the LayerNorm."""
+    width, units, top = len(ffn.x), len(ffn.pre), ffn.most_active
+    above = int((ffn.pre > 0).sum())
+    act = ffn.activation.upper()
+    text = (f"Token {ffn.query + 1} “{ffn.tokens[ffn.query]}”, layer {ffn.layer + 1}: W1·x + b1 turns its {width} "
+            f"numbers into {units} units; {above} of the {units} are above 0 and {act} lets them through, the other "
+            f"{units - above} come out between {float(ffn.h[ffn.pre <= 0].min(initial=0)):.2f} and 0. Unit {top + 1} "
+            f"fires most ({float(ffn.h[top]):.2f}).")
+    if firing is not None and pool_tokens:
+        shown = ", ".join(f"“{t}”" for t in firing.tokens[:3])
+        text += (f" Over the {pool_tokens:,} tokens of the held-out text, unit {firing.unit + 1} fires most on "
+                 f"{shown}.")
+    length = lambda v: float(np.linalg.norm(v))   # noqa: E731
+    return text + (f" W2·h + b2 adds a vector {length(ffn.out):.2f} long to x ({length(ffn.x):.2f} long); after the "
+                   f"LayerNorm the layer's output is {length(ffn.normed):.2f} long, with a cosine similarity of "
+                   f"{_cosine(ffn.normed, ffn.x):.2f} to x.")
+
+
+def notice_layer_probes(probes) -> str:
+    """The what-each-layer-knows step, from layer_probes: for each task, its accuracy at the embeddings and after
+    each layer, and at its best layer against the random model, the control task and the commonest tag."""
+    def where(i: int) -> str:
+        return "the embeddings" if i == 0 else f"layer {i}"
+
+    parts = []
+    for t in probes.tasks:
+        b = t.best
+        by_layer = ", ".join(f"{where(i)} {a:.0%}" for i, a in enumerate(t.accuracy))
+        parts.append(f"{t.task} ({t.tags} tags): {by_layer}; best at {where(b)}, against {t.random_model[b]:.0%} "
+                     f"on a random model of the same shape, {t.control[b]:.0%} on the control task and "
+                     f"{t.majority:.0%} for always the commonest tag")
+    gain = min(t.accuracy[t.best] - t.random_model[t.best] for t in probes.tasks)
+    tail = (f" Each task's best layer is {gain * 100:.0f} points or more above the random model: training taught "
+            "the layers more than which word it is." if gain > 0.02 else
+            f" The random model does as well or nearly ({gain * 100:+.0f} points at a best layer): here the probe "
+            "reads mostly which word it is.")
+    return (f"Of {probes.test_words:,} held-out words in {probes.test_sentences} sentences (probes fitted on "
+            f"{probes.fit_words:,} words of {probes.fit_sentences} others), the share tagged right: "
+            + "; ".join(parts) + "." + tail)
+
+
 def _cosine(a, b) -> float:
     return float(np.dot(a, b) / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
