@@ -13,6 +13,7 @@ from bert_core.inspect import feed_forward as ff
 from bert_core.inspect.feed_forward import cached_unit_pool, feed_forward_steps, unit_firing, what_each_step_does
 from bert_core.inspect.grammar import NEXT_TOKEN, compare_pair
 from bert_core.inspect import head_weights as hw
+from bert_core.inspect import whole_pass as wpass
 from bert_core.inspect.inspection import is_causal
 from bert_core.inspect.layer_probes import conll_layer_probes, verdict
 from bert_core.inspect.built_in_text import MINIMAL_PAIRS
@@ -31,6 +32,10 @@ TEMPERATURES = Within(0.1, 5.0)   # the slider's range, and what a link's value 
 KEYS = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature", "hbc_lens", "hbc_word",
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
 WHY_TITLE = "Why a fine-tuned model decided"
+PASS_TITLE = "The whole pass"
+# The tab each block of the whole pass opens, and the heading in it to scroll to ("": the tabs themselves).
+OPENS = {wpass.EMBEDDINGS: ("Embeddings", ""), wpass.ATTENTION: ("Inside attention", ""),
+         wpass.FEED_FORWARD: ("Inside attention", "The feed-forward block"), wpass.HEAD: ("Each layer's guess", "")}
 
 
 def _init_widgets(active, examples, causal: bool) -> None:
@@ -41,12 +46,54 @@ def _init_widgets(active, examples, causal: bool) -> None:
         app_widgets.init_widget(key, default, cast)
     for key, default in (("hbc_a", examples.attention_sentence), ("hbc_pair_a", examples.grammar_pair[0]),
                          ("hbc_lens", examples.prompt if causal else examples.sentences[0]),
+                         ("hbc_pass", examples.prompt if causal else examples.sentences[0]),
                          ("hbc_pair_b", examples.grammar_pair[1])):   # the model's own, until someone types
         app_widgets.follow_default(key, default)
-    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs")
+    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs", "hbc_pass_block")
     # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
     st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
     st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
+
+
+def _open_block(key: str, text: str, position: int) -> None:
+    """A callback (it runs before the widgets are drawn, so it may set them): the tab that explains the block, its
+    layer picked, on the same text and token as the picture."""
+    kind, layer = wpass.opened_block(key)
+    s = st.session_state
+    s["hbc_tab"], s["_hbc_scroll"] = OPENS[kind]
+    s["_hbc_opened"] = s.get("_hbc_opened", 0) + 1
+    if layer is not None:
+        s["hbc_layer"] = layer + 1
+    if kind == wpass.HEAD:
+        s["hbc_lens"] = text
+    else:   # `[CLS] text [SEP]` there: the same pieces up to the followed token
+        s["hbc_a"], s["hbc_b"], s["hbc_token"], s["hbc_emb_token"] = text, "", position + 1, position
+
+
+def _clicked_block(text: str, position: int) -> None:
+    points = st.session_state["hbc_pass_fig"].selection.points
+    if points and points[0].get("customdata"):
+        _open_block(points[0]["customdata"], text, position)
+
+
+def _whole_pass_tab(active, causal: bool) -> None:
+    st.text_input("The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]",
+                  key="hbc_pass")
+    try:
+        wp = wpass.whole_pass(active.model, active.tokenizer, st.session_state["hbc_pass"])
+    except BertCoreError as exc:
+        app_drawing.show_error(exc)
+        return
+    where = (st.session_state["hbc_pass"], wp.position)
+    app_drawing.plotly(wpass.whole_pass_figure(wp), "whole-pass", key="hbc_pass_fig",
+                       on_select=lambda: _clicked_block(*where))
+    st.caption(wpass.caption(wp))
+    blocks = {b.key: b.name for b in wpass.blocks(wp)}
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    key = app_widgets.kept_choice(c1.selectbox, "Or pick a block", list(blocks), "hbc_pass_block",
+                                  format_func=blocks.get)
+    c2.button("Open its view", key="hbc_pass_open", on_click=_open_block, args=(key, *where),
+              icon=":material/open_in_new:")
 
 
 def _finished_race():
@@ -383,8 +430,10 @@ def main() -> None:
     examples = app_models.model_probes(active)
     _init_widgets(active, examples, causal)
     race_id, race, tuned = _finished_race()
-    attention_tab, lens_tab, embeddings_tab, grammar_tab, *why_tab = st.tabs(
-        ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", *([WHY_TITLE] if tuned else [])])
+    # Keyed and stateful, so that a block of the whole pass can open its tab.
+    attention_tab, lens_tab, embeddings_tab, grammar_tab, pass_tab, *why_tab = st.tabs(
+        ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", PASS_TITLE,
+         *([WHY_TITLE] if tuned else [])], key="hbc_tab", on_change="rerun")
     with attention_tab:
         steps = _attention_tab(model, tok, cfg, causal)
         if steps is not None:
@@ -397,10 +446,15 @@ def main() -> None:
         _embeddings_tab(active)
     with grammar_tab:
         _grammar_tab(model, tok, causal)
+    with pass_tab:
+        _whole_pass_tab(active, causal)
     if why_tab:
         with why_tab[0]:
             _why_fine_tuned(race_id, race, tuned)
     app_widgets.sync_query(*KEYS)
+    if "_hbc_scroll" in st.session_state:   # a block was just opened: bring its view into sight
+        app_drawing.script_frame(wpass.scroll_script(st.session_state.pop("_hbc_scroll"),
+                                                     st.session_state["_hbc_opened"]))
 
 
 main()

@@ -53,10 +53,12 @@ def _errors(at: AppTest) -> list[str]:
 def test_every_view_draws_on_bert_the_gpt_twin_and_a_trained_nano(folder, nano, monkeypatch):
     at = _open(nano if folder == "nano" else folder, monkeypatch)
     assert not at.error, _errors(at)
-    assert [t.label for t in at.tabs] == ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check"]
+    assert [t.label for t in at.tabs] == ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check",
+                                         "The whole pass"]
     # vectors, scores, context; the weights as matrices and q × k; the feed-forward block, its activation and a unit;
-    # lens table and lines; embedding parts and lengths; neighbours in context; neighbours; word map; grammar x2
-    assert len(at.get("plotly_chart")) == 17
+    # lens table and lines; embedding parts and lengths; neighbours in context; neighbours; word map; grammar x2;
+    # the whole pass
+    assert len(at.get("plotly_chart")) == 18
     assert at.selectbox(key="hbc_layer").options[0] == "1" and at.selectbox(key="hbc_head").options[0] == "1"
     assert at.selectbox(key="hbc_token").options[0].startswith("1 [CLS]")
     causal = "gpt" in str(folder)

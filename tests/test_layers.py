@@ -32,6 +32,7 @@ PAGE_API = {"app.app_state", "app.app_drawing", "app.live_change", "app.app_mode
             # How BERT computes (pages/7_How_BERT_computes.py) and a led class (pages/0_Lesson.py)
             "inspect.computation_figures", "inspect.attention_steps", "inspect.embeddings", "inspect.grammar",
             "inspect.built_in_text", "app.class_view", "app.lesson_classes",
+            "inspect.whole_pass",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
             "inspect.layer_probes", "inspect.head_weights", "inspect.syntax_heads", "data.treebank"}
 

@@ -53,7 +53,7 @@ def page_link(page: str, label: str, icon: str | None = None, **query: str) -> N
 EXPORT_WIDTH_PX = 1100   # the width of a downloaded chart, whatever the screen
 
 
-def plotly(fig, name: str, key: str | None = None) -> None:
+def plotly(fig, name: str, key: str | None = None, on_select=None) -> None:
     """Show a Plotly figure with the download-as-image toolbar configured (PNG, or SVG via the Export page). Every
     chart of the app is drawn here, so this is where a visitor's text in it is made inert (safe_text.safe_figure:
     a label `<a href=...>` is shown as those characters, never as a link), and its text is made large and dark
@@ -65,7 +65,9 @@ def plotly(fig, name: str, key: str | None = None) -> None:
     # The download is drawn at a fixed width, not the chart's width on this screen: a narrow column (or a phone)
     # would otherwise cut the legend and titles of the exported picture.
     config["toImageButtonOptions"].update(width=EXPORT_WIDTH_PX, height=fig.layout.height or 450)
-    st.plotly_chart(fig, config=config, key=key, width="stretch")
+    # `on_select`: a callback run when a point is clicked (it reads the selection from session state under `key`).
+    select = dict(on_select=on_select, selection_mode="points") if on_select is not None else {}
+    st.plotly_chart(fig, config=config, key=key, width="stretch", **select)
 
 
 def script_frame(html: str) -> None:
