@@ -5,7 +5,7 @@ from typing import Any, NamedTuple
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.data.task_downloads import TASKS, fetch_task_csv
+from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_class_figures, word_maps
 from bert_core.inspect import word_class_timelapse as wct
 from bert_core.inspect.safe_text import markdown, markdown_rows
@@ -419,7 +419,7 @@ def _word_class_timelapse() -> None:
                    "train on English text to watch the layers learn word classes.")
         return
     if timeline is None:
-        if wct.conll_path() is not None:
+        if local_task_csv("conll2000") is not None:
             st.caption("No snapshot of this run carries the probes yet: the next one will (they were taken before "
                        "CoNLL-2000 was on this server, or the run was recorded before snapshots fitted them).")
             return

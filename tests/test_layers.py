@@ -34,7 +34,9 @@ PAGE_API = {"app.app_state", "app.app_drawing", "app.live_change", "app.app_mode
             "inspect.built_in_text", "app.class_view", "app.lesson_classes",
             "inspect.whole_pass",
             "inspect.word_maps", "inspect.word_map_vectors", "inspect.safe_text", "inspect.feed_forward",
-            "inspect.layer_probes", "inspect.head_weights", "inspect.syntax_heads", "data.treebank"}
+            "inspect.layer_probes", "inspect.head_weights", "inspect.syntax_heads", "data.treebank",
+            # the Train page's what each layer knows, snapshot by snapshot
+            "inspect.word_class_timelapse", "inspect.word_class_figures"}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:

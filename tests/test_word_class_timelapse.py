@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from bert_core.inspect import word_class_timelapse as wct
+from bert_core.data.task_downloads import local_task_csv
+from bert_core.inspect import layer_probes as lp
 from bert_core.inspect.layer_probes import _read, layer_probes
 from bert_core.inspect.probes import ProbeStore
 from bert_core.model.checkpoint import load_checkpoint
@@ -20,7 +22,7 @@ from bert_core.training.train_spec import TrainSpec
 
 @pytest.fixture(scope="module")
 def conll():
-    path = wct.conll_path()
+    path = local_task_csv("conll2000")
     if path is None:
         pytest.skip("CoNLL-2000 is not on this machine (the shared data folder or the app's download)")
     return str(path)
@@ -53,7 +55,7 @@ def test_a_snapshot_carries_layer_probes_own_fit_on_the_model_at_that_step(conll
 
 
 def test_without_the_data_or_on_the_toy_corpus_a_snapshot_has_no_probes_and_no_error(tiny, monkeypatch):
-    monkeypatch.setattr(wct, "conll_path", lambda: None)
+    monkeypatch.setattr(lp, "local_task_csv", lambda name: None)
     snap = _store().snapshot(tiny.model, tiny.tokenizer, step=0)
     assert snap.word_classes is None and snap.predictions[0]
     assert wct.word_class_timeline([snap]) is None
@@ -129,7 +131,7 @@ def test_the_train_page_says_why_a_run_has_no_probes_and_draws_them_when_its_sna
         assert all(s.word_classes is None for s in trainer.probes.snapshots())     # the child fitted none
         # An English run on a server without CoNLL-2000: the page offers the fetch, and the run never downloads.
         trainer.metadata["corpora"] = ["wikitext-2"]
-        monkeypatch.setattr(wct, "conll_path", lambda: None)
+        monkeypatch.setattr("bert_core.data.task_downloads.local_task_csv", lambda *a, **k: None)
         at.run()
         assert any("not on this server yet" in t for t in said(at)) and at.button(key="train_fetch_conll")
         # Snapshots as an English run's child sends them: the figure, its reading and the random-init mark.

@@ -21,7 +21,10 @@ import torch
 
 from bert_core.data.token_tags_data import TaggedSentences, encode_tagged, read_conll
 from bert_core.errors import BertCoreError
+from bert_core.data.task_downloads import local_task_csv
+from bert_core.inspect import word_class_timelapse
 from bert_core.inspect.kit import device_of, hidden_states, kept
+from bert_core.inspect.word_class_timelapse import WordClassProbe
 from bert_core.model.bert import IGNORE_INDEX
 
 FIT_SENTENCES, TEST_SENTENCES = 200, 100   # about 4,700 words to fit on and 2,400 held out, from CoNLL-2000
@@ -165,6 +168,26 @@ def verdict(probes: LayerProbes) -> str:
     tail = ("Training taught the layers more than word identity gives." if min(gains) > 0.02 else
             "A random model does about as well: what the probe reads here is mostly which word it is.")
     return "; ".join(parts).capitalize() + ". " + tail
+
+
+def snapshot_word_classes(model, tokenizer, random_curves: dict) -> WordClassProbe | None:
+    """A run's probe snapshot of what each layer knows (inspect.word_class_timelapse): the part-of-speech probe on
+    `model` as it is now, on a capped sample; None when CoNLL-2000 is not on this machine (a run never downloads
+    it). `random_curves` (the run's) keeps the random model's curve per shape: scored once (again if the run grew)."""
+    path = local_task_csv("conll2000")     # the shared copy or the app's fetched one: never a download
+    if path is None:
+        return None
+    data, cap = _read(str(path)), (word_class_timelapse.SNAPSHOT_FIT, word_class_timelapse.SNAPSHOT_TEST)
+    started = time.perf_counter()
+    probes = layer_probes(model, tokenizer, data, *cap, random_model=False)
+    seconds = time.perf_counter() - started
+    shape = repr(model.config)     # a frozen dataclass: its sizes
+    if shape not in random_curves:
+        # What layer_probes reports as `random_model`: the probe on the seeded twin, as on How BERT computes.
+        random_curves[shape] = layer_probes(random_twin(model), tokenizer, data, *cap, random_model=False).tasks[0]
+    pos, random_pos = probes.tasks[0], random_curves[shape]
+    return WordClassProbe(tuple(map(float, pos.accuracy)), tuple(map(float, random_pos.accuracy)),
+                          float(pos.majority), probes.test_words, seconds)
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,7 +18,7 @@ from bert_core.data.corpora import load_corpus, split_heldout
 from bert_core.data.downloads import SOURCES
 from bert_core.errors import BertCoreError
 from bert_core.inspect.built_in_text import TEXT
-from bert_core.inspect.word_class_timelapse import WordClassProbe, WordClassProber
+from bert_core.inspect.word_class_timelapse import WordClassProbe
 from bert_core.inspect.word_maps import WordMap
 from bert_core.paths import cache_dir, shared_data_dir
 from bert_core.training.train_spec import check_probe_sentences
@@ -229,13 +229,14 @@ class ProbeStore:
                                                                                    top_k, max_snapshots)
         self._snapshots: list[ProbeSnapshot] = []
         # Each snapshot fits the part-of-speech probes too (English-text runs: the toy corpus's words have no tags).
-        self.word_classes = WordClassProber() if word_classes else None
+        # Kept: the random model's curve per shape, scored once per run (layer_probes.snapshot_word_classes).
+        self.word_classes: dict | None = {} if word_classes else None
         self._lock = threading.Lock()
 
     def snapshot(self, model, tokenizer, step: int) -> ProbeSnapshot:
         """Run the probes through `model` (its train/eval mode is restored), store and return the snapshot."""
         # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
-        from bert_core.inspect import inspection, word_map_vectors
+        from bert_core.inspect import inspection, layer_probes, word_map_vectors
 
         # A causal model cannot fill a [MASK] (inspection.CAUSAL_CANNOT_FILL): its snapshots keep the attention only.
         predictions = [
@@ -250,7 +251,8 @@ class ProbeStore:
         # Every built-in word's map, made now: the weights of this step are not kept for later (Train page).
         return self.add(ProbeSnapshot(step=step, predictions=predictions, attention_tokens=tokens, attention=attention,
                                       word_maps=word_map_vectors.snapshot_word_maps(model, tokenizer) or None,
-                                      word_classes=self.word_classes(model, tokenizer) if self.word_classes else None))
+                                      word_classes=None if self.word_classes is None else
+                                      layer_probes.snapshot_word_classes(model, tokenizer, self.word_classes)))
 
     def add(self, snap: ProbeSnapshot) -> ProbeSnapshot:
         """Store a snapshot (taken here or received from a training process), thinning when full."""

@@ -7,7 +7,6 @@ against the step. Torch-free at import (the server's mirror of a run reads these
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,41 +49,6 @@ class WordClassProbe:
 def has_word_classes(corpus: str) -> bool:
     """Whether a run on `corpus` fits the probes: English text does; the toy corpus's made-up words have no tags."""
     return str(corpus).strip().lower() != "toy"
-
-
-def conll_path():
-    """CoNLL-2000 on this machine (the shared copy or the app's fetched one), or None: never a download."""
-    from bert_core.data.task_downloads import local_task_csv
-
-    return local_task_csv("conll2000")
-
-
-class WordClassProber:
-    """Fits a snapshot's probes; keeps the random model's accuracies per shape, so each run scores them once."""
-
-    def __init__(self):
-        self._random: dict[str, np.ndarray] = {}
-
-    def __call__(self, model, tokenizer) -> WordClassProbe | None:
-        """The probe on `model` as it is now; None when CoNLL-2000 is not on this machine."""
-        path = conll_path()
-        if path is None:
-            return None
-        # Imported here, not at the top: they load torch, and the server imports this module without it.
-        from bert_core.inspect.layer_probes import _read, layer_probes, random_twin
-
-        data = _read(str(path))
-        started = time.perf_counter()
-        probes = layer_probes(model, tokenizer, data, SNAPSHOT_FIT, SNAPSHOT_TEST, random_model=False)
-        seconds = time.perf_counter() - started
-        pos = next(t for t in probes.tasks if t.task == TASK)
-        shape = repr(model.config)     # a frozen dataclass: its sizes (a run that grew has new ones)
-        if shape not in self._random:
-            # The random model's probe *is* its accuracy: layer_probes scores the twin of `model` (same seed) thus.
-            twin = layer_probes(random_twin(model), tokenizer, data, SNAPSHOT_FIT, SNAPSHOT_TEST, random_model=False)
-            self._random[shape] = next(t for t in twin.tasks if t.task == TASK).accuracy
-        return WordClassProbe(tuple(map(float, pos.accuracy)), tuple(map(float, self._random[shape])),
-                              float(pos.majority), probes.test_words, seconds)
 
 
 def word_class_timeline(snaps) -> tuple[list[int], np.ndarray, np.ndarray, float] | None:
