@@ -143,12 +143,16 @@ def test_a_following_student_sees_the_teachers_model_and_notice_on_every_step(se
         # (The run step itself shows the run, not a model line.)
         teacher.get_by_test_id("stSidebar").get_by_text("Model trained in this session").click()
         _settle(teacher)
+        _next(teacher, "layers")
+        _same(teacher, student, "layers", "held-out words in")
         _next(teacher, "attention")
         model, _ = _same(teacher, student, "attention", "of its attention")
         assert model.startswith("the class's run at step"), model
 
         _next(teacher, "attends")
         _same(teacher, student, "attends")
+        _next(teacher, "feed-forward")
+        _same(teacher, student, "feed-forward", "W1·x + b1 turns its")
         _next(teacher, "predictions")
         _same(teacher, student, "predictions", "top guess is")
         _next(teacher, "bert-or-gpt")

@@ -114,7 +114,8 @@ def test_the_lessons_race_pays_for_pretraining_on_a_busy_server(server, browser,
         page.get_by_role("button", name="Start the default run").click()
         page.get_by_text("Run finished", exact=False).first.wait_for(timeout=900_000)
         _settle(page)
-        for key in ("attention", "predictions", "bert-or-gpt", "fine-tune"):   # as a class goes: Next, Next...
+        for key in ("layers", "attention", "attends", "feed-forward", "predictions", "bert-or-gpt",
+                    "fine-tune"):   # as a class goes: Next, Next...
             _next(page, key)
             _no_exception(page, f"lesson: {key}")
         assert page.get_by_text("Model in use (the sidebar's): the model trained in this session", exact=False) \

@@ -150,50 +150,63 @@ def test_each_step_opens_at_its_top_counts_from_1_and_keeps_the_model_the_class_
         _opened(page, 5, "went under it at step")
         _shot(page, "lesson-5-run", screenshot_dirs)
 
-        # 6-10: the model the class trained, named on every step.
-        _next_step(page, "attention")
-        text = _opened(page, 6, "of its attention")
-        assert re.search(r"Head L[1-9]\d* H[1-9]\d* \(layer [1-9]\d*, head [1-9]\d*\)", text), text
+        # 6-12: the model the class trained, named on every step.
+        _next_step(page, "layers")
+        text = _opened(page, 6, "held-out words in")
+        assert "the embeddings" in text and "layer 2 " in text and "layer 3" not in text, text   # the nano's 2 layers
         _model_named(page, TRAINED, 6)
+        _shot(page, "lesson-5b-layers", screenshot_dirs)
+
+        _next_step(page, "attention")
+        text = _opened(page, 7, "of its attention")
+        assert re.search(r"Head L[1-9]\d* H[1-9]\d* \(layer [1-9]\d*, head [1-9]\d*\)", text), text
+        _model_named(page, TRAINED, 7)
         _shot(page, "lesson-6-attention", screenshot_dirs)
 
         _next_step(page, "attends")
         layer, head = (page.get_by_role("spinbutton", name=n) for n in ("Layer", "Head"))
         assert (layer.get_attribute("min"), layer.input_value(), head.get_attribute("min"), head.input_value()) == \
             ("1", "2", "1", "1")   # the nano model's last layer, its first head: counted from 1
-        text = _opened(page, 7, "layer 2, head 1:")
+        text = _opened(page, 8, "layer 2, head 1:")
         assert "The weighted sum of the" in text
         for title in ("its scores and weights", "and their weighted sum"):
             assert _plot(page, title)["title"].startswith("Layer 2, head 1"), title
         head.fill("2")
         head.press("Enter")
         _settle(page)
-        _opened(page, 7, "layer 2, head 2:")
+        _opened(page, 8, "layer 2, head 2:")
         assert _plot(page, "and their weighted sum")["title"].startswith("Layer 2, head 2")
-        _model_named(page, TRAINED, 7)
+        _model_named(page, TRAINED, 8)
         _shot(page, "lesson-7-attends", screenshot_dirs)
+
+        _next_step(page, "feed-forward")
+        assert page.get_by_role("spinbutton", name="Layer").input_value() == "2"   # the nano's last layer, from 1
+        text = _opened(page, 9, "layer 2: W1·x + b1 turns its 64 numbers into 256 units")
+        assert text.startswith("Token 3 "), text
+        _model_named(page, TRAINED, 9)
+        _shot(page, "lesson-7b-feed-forward", screenshot_dirs)
 
         # 8. The side trip to the shipped English model: drawn on this step, the lesson's model kept.
         _next_step(page, "predictions")
-        ours = _opened(page, 8, "top guess is")
-        _model_named(page, TRAINED, 8)
+        ours = _opened(page, 10, "top guess is")
+        _model_named(page, TRAINED, 10)
         page.get_by_text("Side trip: try your own sentences on the shipped English model", exact=False).click()
         _settle(page)
         assert _plot(page, "bert-tiny-english's guesses for the first [MASK]", timeout=60)
         page.get_by_text(f"The lesson's model is still {TRAINED}.", exact=False).first.wait_for(timeout=30_000)
         assert _notice_box(page).filter(has_text="top guess is").first.inner_text() == ours   # the lesson's model's
-        _model_named(page, TRAINED, 8)
+        _model_named(page, TRAINED, 10)
         _shot(page, "lesson-8-predictions", screenshot_dirs)
 
         _next_step(page, "bert-or-gpt")
-        text = _opened(page, 9, "GPT's [CLS] looks at 1 of the")
+        text = _opened(page, 11, "GPT's [CLS] looks at 1 of the")
         assert "(1 [CLS]), as only itself can be seen" in text, text
         _sidebar_model(page, SIDEBAR_TRAINED)
         _shot(page, "lesson-9-bert-or-gpt", screenshot_dirs)
 
         _next_step(page, "fine-tune")
-        _opened(page, 10, None)
-        _model_named(page, TRAINED, 10)
+        _opened(page, 12, None)
+        _model_named(page, TRAINED, 12)
         _shot(page, "lesson-10-fine-tune", screenshot_dirs, charts=False)
 
         # The race, on the Fine-tune page the step opens: the model the class trained, not the shipped one.
@@ -208,8 +221,8 @@ def test_each_step_opens_at_its_top_counts_from_1_and_keeps_the_model_the_class_
         page.get_by_role("link", name=re.compile("Back to the lesson")).click()
         page.wait_for_url(re.compile(r"step=fine-tune"), timeout=60_000)
         _settle(page)
-        text = _opened(page, 10, f"(it fine-tuned {TRAINED})")
-        _model_named(page, TRAINED, 10)
+        text = _opened(page, 12, f"(it fine-tuned {TRAINED})")
+        _model_named(page, TRAINED, 12)
 
         # The end: every line names the model its figures came from.
         page.get_by_role("heading", name="What this lesson showed").wait_for(timeout=30_000)
@@ -221,7 +234,8 @@ def test_each_step_opens_at_its_top_counts_from_1_and_keeps_the_model_the_class_
         expected = {"Tokens": "bert-tiny-english", "What an embedding is": "bert-tiny-english",
                     "Masking": "bert-tiny-english", "One training step": "a fresh nano BERT, the Train page's default",
                     "A live run": "the default run's nano BERT, as it trained", "Attention": TRAINED,
-                    "How one token attends": TRAINED, "Predictions": TRAINED,
+                    "How one token attends": TRAINED, "Predictions": TRAINED, "What each layer knows": TRAINED,
+                    "The feed-forward block": TRAINED,
                     "Predictions, side trip": "bert-tiny-english",
                     "BERT or GPT": "bert-tiny-english and gpt-tiny-english",
                     "Fine-tuning against a bag of words": TRAINED}

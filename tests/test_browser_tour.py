@@ -22,6 +22,8 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server_home,
 )
 from bert_core.inspect import lesson
+from bert_core.inspect.figure_floor import MIN_FONT_PX
+from tests.test_browser_head_weights import READ_CHART_TEXT
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
@@ -68,6 +70,15 @@ def _next(page, key: str) -> None:
     page.get_by_role("button", name="Next").click()
     page.wait_for_url(re.compile(rf"step={key}"), timeout=30_000)
     _settle(page)
+
+
+def _readable(page, title: str) -> None:
+    """The chart whose title holds `title`: no text under 12 px and none past the chart's edges."""
+    _plot(page, title)
+    texts = page.evaluate(READ_CHART_TEXT, title)
+    assert texts, title
+    assert not [x for x in texts if x["size"] < MIN_FONT_PX - 0.01], (title, texts)
+    assert not [x for x in texts if x["out"] > 1], (title, [x for x in texts if x["out"] > 1])
 
 
 def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
@@ -141,6 +152,20 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _no_exception(page, "lesson: run")
         _shoot(page, "lesson-5-run", screenshot_dirs)
 
+        # 4b. What each layer knows, on the model the run trained: the notice counts the held-out words the chart's
+        # title counts, and names the embeddings and each of the run's layers (counted from 1), no more.
+        _next(page, "layers")
+        text = _notice(page, "held-out words in")
+        words = re.match(r"Of ([\d,]+) held-out words", text).group(1)
+        probes = _plot(page, "What each layer knows")
+        assert f"linear probes on {words} held-out words" in probes["title"]
+        layers = probes["data"][0]["x"]   # "embeddings", "layer 1", ...: the model's own depth
+        assert all(f"{x} " in text for x in layers) and f"layer {len(layers)} " not in text, (layers, text)
+        _readable(page, "What each layer knows")
+        _answer(page, "layers")
+        _no_exception(page, "lesson: layers")
+        _shoot(page, "lesson-5b-layers", screenshot_dirs)
+
         # 5. Attention, now on the model the run trained: the named head's share is in its panel's label.
         _next(page, "attention")
         text = _notice(page, "of its attention")
@@ -166,6 +191,21 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         _answer(page, "attends")
         _shoot(page, "lesson-7-attends", screenshot_dirs)
 
+        # 5c. The feed-forward block: the notice's token, layer and units are the charts' (the run's last layer).
+        _next(page, "feed-forward")
+        text = _notice(page, "W1·x + b1 turns its")
+        token, layer, units = re.match(r"Token (\d+ “[^”]+”), layer (\d+): W1·x \+ b1 turns its \d+ numbers into (\d+)",
+                                       text).groups()
+        assert f"Layer {layer}'s feed-forward block for token {token}" in _plot(page, "feed-forward block for")["title"]
+        assert f"with this token's {units} units" in _plot(page, "with this token's")["title"]
+        unit = re.search(r"Unit (\d+) fires most", text).group(1)
+        assert _plot(page, f"unit {unit}: where it fires most")
+        for title in ("feed-forward block for", "with this token's", "where it fires most"):
+            _readable(page, title)
+        _answer(page, "feed-forward")
+        _no_exception(page, "lesson: feed-forward")
+        _shoot(page, "lesson-7b-feed-forward", screenshot_dirs)
+
         # 6. Predictions: the notice's top guess is the first bar.
         _next(page, "predictions")
         text = _notice(page, "top guess is")
@@ -190,7 +230,8 @@ def test_the_whole_lesson_on_the_defaults(server, browser, screenshot_dirs):
         # A reload opens the same step; Back goes one step back.
         page.reload()
         _settle(page)
-        assert "step=fine-tune" in page.url and page.get_by_text("Step 10 of 10", exact=False).count() == 1
+        last = f"Step {len(lesson.STEPS)} of {len(lesson.STEPS)}"
+        assert "step=fine-tune" in page.url and page.get_by_text(last, exact=False).count() == 1
         page.get_by_role("button", name="Back").click()
         page.wait_for_url(re.compile(r"step=bert-or-gpt"), timeout=30_000)
         _no_exception(page, "lesson: back")
