@@ -55,7 +55,7 @@ def word_class_timeline(snaps) -> tuple[list[int], np.ndarray, np.ndarray, float
     """(steps, [snapshots, L + 1] accuracy, the newest snapshot's random-model curve, its majority) over the
     snapshots that carry the probe and have the newest one's number of layers (a run that grew: since it grew);
     None when none does."""
-    probed = [(s.step, s.word_classes) for s in snaps if getattr(s, "word_classes", None) is not None]
+    probed = [(s.step, s.word_classes) for s in snaps if s.word_classes is not None]
     if not probed:
         return None
     depth = len(probed[-1][1].accuracy)
