@@ -67,7 +67,7 @@ def test_the_feed_forward_notice_is_the_models_numbers(tiny):
                            f"{above} of the 512 are above 0")
     assert f"the other {512 - above} come out between" in text
     assert f"Unit {ffn.most_active + 1} fires most ({ffn.h[ffn.most_active]:.2f})" in text
-    assert f"Over the {len(units.pool.tokens):,} tokens of the held-out text, unit {ffn.most_active + 1} fires most on " \
+    assert f"Over the {len(units.pool.tokens):,} tokens of the built-in sentences, unit {ffn.most_active + 1} fires most on " \
            f"“{firing.tokens[0]}”" in text
     assert f"{np.linalg.norm(ffn.out):.2f} long to x ({np.linalg.norm(ffn.x):.2f} long)" in text
     cosine = float(ffn.normed @ ffn.x / np.linalg.norm(ffn.normed) / np.linalg.norm(ffn.x))
@@ -95,3 +95,34 @@ def test_the_layer_probes_notice_names_each_layer_and_the_controls():
     assert "Each task's best layer is 10 points or more above the random model" in text
     flat = lesson.notice_layer_probes(_probes(0.0))
     assert "The random model does as well or nearly (+0 points at a best layer)" in flat
+
+
+def test_a_units_pool_is_read_while_another_session_reads_the_same_model(tiny):
+    # A class shares one model: the teacher's page and a student's read it in two threads at once. The pool's hook
+    # must take this thread's passes only.
+    import threading
+
+    from bert_core.inspect import feed_forward
+    from bert_core.inspect.kit import hidden_states
+
+    sentences, source = builtin_pool()
+    alone = unit_pool(tiny.model, tiny.tokenizer, sentences, source, 1).acts
+    stop = threading.Event()
+
+    ids = [tiny.tokenizer.encode("the dog saw the cat .")]
+
+    def other_session():   # a plain pass (attention_steps' own hooks are not thread-safe either: left as they are)
+        while not stop.is_set():
+            hidden_states(tiny.model, tiny.tokenizer, ids)
+
+    threads = [threading.Thread(target=other_session) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            units = feed_forward.unit_pool(tiny.model, tiny.tokenizer, sentences, source, 1)
+            assert np.allclose(units.acts, alone, rtol=1e-4, atol=1e-5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()

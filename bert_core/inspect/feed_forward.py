@@ -5,6 +5,7 @@ figures (units and components count from 1 on screen)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,8 +98,12 @@ def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
     if not 0 <= layer < model.config.num_hidden_layers:
         raise BertCoreError(f"layer {layer + 1} does not exist: the model has {model.config.num_hidden_layers} layers")
     seen: list[torch.Tensor] = []
+    # Only this thread's passes: a class's sessions share one model, and a student's page reading it at the same time
+    # put its own sentence's activations among the pool's (an IndexError in a two-browser lesson test).
+    reader = threading.get_ident()
     with hooked(model.bert.encoder.layer[layer].intermediate.register_forward_hook(
-            lambda module, args, output: seen.append(output.float().cpu()))):
+            lambda module, args, output: seen.append(output.float().cpu()) if threading.get_ident() == reader
+            else None)):
         pool = token_pool(model, tokenizer, sentences, source, batch=POOL_BATCH)
     acts = [seen[s // POOL_BATCH][s % POOL_BATCH, p] for s, p in zip(pool.sentence_of, pool.position_of)]
     return UnitPool(pool=pool, layer=layer, acts=torch.stack(acts).numpy())

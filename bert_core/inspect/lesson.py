@@ -280,8 +280,9 @@ def notice_feed_forward(ffn, firing=None, pool_tokens: int = 0) -> str:
             f"fires most ({float(ffn.h[top]):.2f}).")
     if firing is not None and pool_tokens:
         shown = ", ".join(f"“{t}”" for t in firing.tokens[:3])
-        text += (f" Over the {pool_tokens:,} tokens of the held-out text, unit {firing.unit + 1} fires most on "
-                 f"{shown}.")
+        # The pool is the model's held-out text, or the built-in sentences where that text cannot be read here.
+        pool = "the held-out text" if firing.source.startswith("held-out") else "the built-in sentences"
+        text += f" Over the {pool_tokens:,} tokens of {pool}, unit {firing.unit + 1} fires most on {shown}."
     length = lambda v: float(np.linalg.norm(v))   # noqa: E731
     return text + (f" W2·h + b2 adds a vector {length(ffn.out):.2f} long to x ({length(ffn.x):.2f} long); after the "
                    f"LayerNorm the layer's output is {length(ffn.normed):.2f} long, with a cosine similarity of "
