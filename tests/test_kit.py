@@ -1,6 +1,8 @@
 """The inspection kit (bert_core.inspect.kit): what every model class declares, the one eval-mode context and the one
 head switch."""
 
+import threading
+
 import pytest
 import torch
 
@@ -65,3 +67,35 @@ def test_a_batch_with_other_heads_off_in_each_row_matches_each_row_run_alone():
     assert not model.bert.encoder.layer[0].attention.output.dense._forward_pre_hooks   # removed on exit
     with pytest.raises(BertCoreError, match="head 99 does not exist"):
         heads_off(model, [(0, 98)])
+
+
+def test_a_pages_hooks_leave_a_strangers_pass_on_the_same_model_alone():
+    """A class's sessions share one model: while one page's view has heads switched off (hooks on the model), a pass
+    another page runs at the same time, on its own thread, is the plain model's. It got the other's heads off before
+    (kit.own)."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config()).eval()
+    x = torch.randint(5, 60, (1, 8))
+    with torch.no_grad():
+        plain = model(x).mlm_logits
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def page_with_heads_off():
+        with heads_off(model, [(0, 0), (1, 1)]), torch.no_grad():
+            seen["off"] = model(x).mlm_logits
+            inside.set()
+            assert done.wait(60)
+
+    def strangers_page():
+        assert inside.wait(60)
+        with torch.no_grad():
+            seen["stranger"] = model(x).mlm_logits
+        done.set()
+
+    threads = [threading.Thread(target=page_with_heads_off), threading.Thread(target=strangers_page)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not torch.allclose(seen["off"], plain)          # the heads were off for the page that switched them
+    assert torch.equal(seen["stranger"], plain)            # and on for everyone else

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, hooked, lm_head
+from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, hooked, lm_head, own
 from bert_core.inspect.inspection import encode_input
 from bert_core.model.bert import is_causal
 
@@ -123,9 +123,9 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
     seen: dict[str, torch.Tensor] = {}
 
     def keep(name):
-        return lambda module, args, output: seen.__setitem__(name, output)
+        return own(lambda module, args, output: seen.__setitem__(name, output))
 
-    handles = [attn.self.register_forward_pre_hook(lambda module, args: seen.update(hidden_in=args[0], mask=args[1])),
+    handles = [attn.self.register_forward_pre_hook(own(lambda module, args: seen.update(hidden_in=args[0], mask=args[1]))),
                *(module.register_forward_hook(keep(name)) for module, name in (
                    (attn.self.query, "q"), (attn.self.key, "k"), (attn.self.value, "v"), (attn.self, "self"),
                    (attn.output.dense, "projected"), (attn.output, "normed")))]

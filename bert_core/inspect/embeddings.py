@@ -16,7 +16,7 @@ from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.built_in_text import MINIMAL_PAIRS
-from bert_core.inspect.kit import as_batch, evaluating, hidden_states, hooked, kept
+from bert_core.inspect.kit import as_batch, evaluating, hidden_states, hooked, kept, own
 from bert_core.inspect.probes import heldout_documents, readable_offline
 from bert_core.inspect.word_maps import SENSE_SENTENCES
 
@@ -44,7 +44,7 @@ def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> Embedding
     emb = model.bert.embeddings
     seen = {}
     x, t = as_batch(model, ids, types)
-    with hooked(emb.register_forward_hook(lambda module, args, output: seen.__setitem__("out", output))), \
+    with hooked(emb.register_forward_hook(own(lambda module, args, output: seen.__setitem__("out", output)))), \
             evaluating(model):
         model.bert(x, torch.ones_like(x), t)
     with torch.inference_mode():

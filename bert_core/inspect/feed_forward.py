@@ -5,7 +5,6 @@ figures (units and components count from 1 on screen)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +19,7 @@ from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SC
 from bert_core.inspect.embeddings import TokenPool, token_pool
 from bert_core.inspect.inspection import group_word_pieces, word_text
 from bert_core.inspect.figures import _layout, shorten, wrap
-from bert_core.inspect.kit import hooked, kept
+from bert_core.inspect.kit import hooked, kept, own
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
@@ -98,12 +97,10 @@ def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
     if not 0 <= layer < model.config.num_hidden_layers:
         raise BertCoreError(f"layer {layer + 1} does not exist: the model has {model.config.num_hidden_layers} layers")
     seen: list[torch.Tensor] = []
-    # Only this thread's passes: a class's sessions share one model, and a student's page reading it at the same time
-    # put its own sentence's activations among the pool's (an IndexError in a two-browser lesson test).
-    reader = threading.get_ident()
+    # Only this thread's passes (kit.own): a student's page reading the same model at the same time put its own
+    # sentence's activations among the pool's (an IndexError in a two-browser lesson test).
     with hooked(model.bert.encoder.layer[layer].intermediate.register_forward_hook(
-            lambda module, args, output: seen.append(output.float().cpu()) if threading.get_ident() == reader
-            else None)):
+            own(lambda module, args, output: seen.append(output.float().cpu())))):
         pool = token_pool(model, tokenizer, sentences, source, batch=POOL_BATCH)
     acts = [seen[s // POOL_BATCH][s % POOL_BATCH, p] for s, p in zip(pool.sentence_of, pool.position_of)]
     return UnitPool(pool=pool, layer=layer, acts=torch.stack(acts).numpy())

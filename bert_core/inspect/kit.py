@@ -5,6 +5,7 @@ through the model (`model.lm_head`, declared by every model class in bert_core.m
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -69,9 +70,17 @@ def heads_masked(model, off: torch.Tensor):
             return (torch.where(keep.to(args[0].device), args[0], 0), *args[1:])
         return hook
 
-    with hooked(*(model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(zero(layer))
+    with hooked(*(model.bert.encoder.layer[layer].attention.output.dense.register_forward_pre_hook(own(zero(layer)))
                   for layer in range(off.shape[1]) if bool(off[:, layer].any()))):
         yield model
+
+
+def own(hook: Callable) -> Callable:
+    """`hook` acting on the passes of the thread that made it only: a class's sessions share one model, and a
+    hook another page's view put on it for its own pass would read (or change: heads switched off) a stranger's pass
+    run at the same time. A hook that returns None leaves a pass as it is."""
+    owner = threading.get_ident()
+    return lambda *args: hook(*args) if threading.get_ident() == owner else None
 
 
 @contextlib.contextmanager

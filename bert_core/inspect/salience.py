@@ -26,7 +26,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, NUMBERS_UP_TO, VECTOR_SCALE, WHAT_IF_COLOUR,
                                                    _fonts, token_labels)
 from bert_core.inspect.figures import _layout, wrap
-from bert_core.inspect.kit import as_batch, evaluating, heads_masked, hooked
+from bert_core.inspect.kit import as_batch, evaluating, heads_masked, hooked, own
 from bert_core.inspect.safe_text import markdown
 from bert_core.model.bert import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bert_core.training.token_tagging import split_words
@@ -109,7 +109,7 @@ def _forward(model, ids: torch.Tensor, types: torch.Tensor, rows: int, embedded:
     """The model on `rows` copies of one input; with `embedded` ([rows, S, H]) in place of its embedding layer's
     output (a hook on the model's own module: every layer after it runs as ever)."""
     x = ids.expand(rows, -1)
-    handles = [] if embedded is None else [model.bert.embeddings.register_forward_hook(lambda m, a, out: embedded)]
+    handles = [] if embedded is None else [model.bert.embeddings.register_forward_hook(own(lambda m, a, out: embedded))]
     with hooked(*handles):
         return model(x, torch.ones_like(x), types.expand(rows, -1))
 

@@ -16,7 +16,7 @@ from bert_core.inspect.attention_steps import lens_input, logit_lens
 from bert_core.inspect.computation_figures import FONT
 from bert_core.inspect.embeddings import embedding_parts
 from bert_core.inspect.figures import _layout, shorten
-from bert_core.inspect.kit import as_batch, evaluating, hooked
+from bert_core.inspect.kit import as_batch, evaluating, hooked, own
 from bert_core.model.bert import is_causal
 
 SHOWN_LAYERS = 12       # more layers than this: the first and last few drawn, the middle ones one row with a note
@@ -80,7 +80,7 @@ def whole_pass(model, tokenizer, text: str, top_k: int = TOP_GUESSES) -> WholePa
     seen: dict[tuple[str, int], torch.Tensor] = {}
 
     def keep(name: str, layer: int):
-        return lambda module, args, output: seen.__setitem__((name, layer), output[0, position].float())
+        return own(lambda module, args, output: seen.__setitem__((name, layer), output[0, position].float()))
 
     handles = []
     for i, block in enumerate(model.bert.encoder.layer):
