@@ -11,77 +11,31 @@ from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
 from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
 
+TABS = ("Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs")
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
 
-active = app_sidebar.open_page("Attention")
-st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
-            "one attending token; its weights sum to 1.")
-if active is None:
-    st.stop()
-
-# The default sentence: a toy story for a model that has read only the toy grammar, else a plain English sentence
-# whose every word is one piece of its vocabulary; it follows the model until the student types another.
-app_widgets.follow_default("att_a", app_models.model_probes(active).attention_sentence)
-app_widgets.init_widget("att_b", "")
-app_widgets.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
-app_widgets.init_widget("att_layer", 1, int)
-app_widgets.init_widget("att_head", 1, int)
-app_widgets.init_widget("att_measure", "[CLS]")
-app_widgets.init_widget("att_token", 1, int)
-app_widgets.init_widget("att_pair_layer", 1, int)
-app_widgets.init_widget("att_pair_head", "mean")
-app_widgets.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token", "att_other",
-                         "att_pair_layer", "att_pair_head")
-
-c1, c2 = st.columns(2)
-c1.text_area("Sentence A", key="att_a", height=80)
-c2.text_area("Sentence B (optional)", key="att_b", height=80)
-st.checkbox("Hide [CLS] and [SEP], renormalising each row over the other tokens", key="att_hide")
-
-cfg = active.config
-st.session_state["att_layer"] = min(max(int(st.session_state["att_layer"]), 1), cfg.num_hidden_layers)
-st.session_state["att_head"] = min(max(int(st.session_state["att_head"]), 1), cfg.num_attention_heads)
-
-try:
-    result = attention_maps(active.model, active.tokenizer, st.session_state["att_a"],
-                            st.session_state["att_b"] or None)
-except BertCoreError as exc:
-    app_drawing.show_error(exc)
-    st.stop()
-if result.truncated:
-    st.warning(f"The text is longer than the model's {cfg.max_position_embeddings} positions: it was truncated.")
-full = result
-if st.session_state["att_hide"]:
-    try:
-        result = hide_special_tokens(result)
-    except BertCoreError as exc:
-        app_drawing.show_error(exc)
-        st.stop()
-summaries = head_summaries(full)
-labels = [s.label for s in summaries]
-if full.causal:
-    st.info("A GPT-style (causal) model: each token attends only to itself and the tokens before it, so every map "
-            "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
-            "(their weight is exactly 0); a BERT's maps are full squares.")
-
-# Heads that follow syntax: measured once per model when asked for (What heads do); then the head picker names them.
-treebank, syntax = local_treebank(), None
-if treebank is not None and st.session_state.get("att_syntax"):
+def _syntax(active, treebank):
+    """The heads that follow syntax: measured once per model when asked for (What heads do), else None."""
+    if treebank is None or not st.session_state.get("att_syntax"):
+        return None
     try:
         with st.spinner("Reading the treebank's sentences through the model…"):
-            syntax = syntax_heads.treebank_syntax_heads(active.model, active.tokenizer, str(treebank))
+            return syntax_heads.treebank_syntax_heads(active.model, active.tokenizer, str(treebank))
     except BertCoreError as exc:
         app_drawing.show_error(exc)
+        return None
 
-tab_model, tab_head, tab_token, tab_labels, tab_time, tab_pair, tab_nsp = st.tabs(
-    ["Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs"])
 
-with tab_model:
+def _model_view(result, labels) -> None:
+    """Every head at once."""
     app_drawing.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
     st.caption("Rows: the attending token; columns: the token it attends to (labelled when they fit; hover over a "
                "cell for its tokens and weight). One colour scale for every head, from 0 to the largest weight.")
 
-with tab_head:
+
+def _head_view(active, result, labels, treebank) -> None:
+    """One head large; the picker names the heads that follow syntax once they are measured."""
+    cfg, syntax = active.config, _syntax(active, treebank)
     h1, h2 = st.columns(2)
     h1.selectbox("Layer", list(range(1, cfg.num_hidden_layers + 1)), key="att_layer")
     follows = [syntax_heads.head_label(syntax, st.session_state["att_layer"] - 1, h) if syntax else ""
@@ -92,7 +46,9 @@ with tab_head:
     app_drawing.plotly(figures.head_view_figure(result, layer, head, labels[layer * cfg.num_attention_heads + head]),
                        f"attention-L{layer + 1}-H{head + 1}", key="att_head_view")
 
-with tab_token:
+
+def _token_view(result) -> None:
+    """One token across every head: where it looks, or who looks at it."""
     t1, t2 = st.columns([3, 1])
     app_widgets.kept_choice(t1.selectbox, "Token", range(len(result.tokens)), "att_token",
                             min(1, len(result.tokens) - 1), format_func=lambda i: f"{i}: {result.tokens[i]}")
@@ -101,7 +57,10 @@ with tab_token:
     app_drawing.plotly(figures.token_view_figure(result, st.session_state["att_token"], direction),
                        "attention-token-view", key="att_token_view")
 
-with tab_labels:
+
+def _what_heads_do(active, full, summaries, treebank) -> None:
+    """Each head's measures and label, and the heads that follow syntax."""
+    syntax = _syntax(active, treebank)
     n_tokens = len(full.tokens)
     st.markdown("Each head's share of attention (averaged over the attending tokens) going to [CLS], to [SEP], "
                 "to the previous or next token or to itself, and how spread out it is. **Entropy** is in bits: "
@@ -140,7 +99,9 @@ with tab_labels:
                    "picker when it is a relation's best head and beats the best offset by more than two standard "
                    "errors (dark bars).")
 
-with tab_time:
+
+def _time_lapse(active, full) -> None:
+    """The probe sentence's attention at each snapshot of this session's run."""
     job = app_tab.current_job()
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = [s for s in (probes.snapshots() if probes is not None else []) if s.attention is not None]
@@ -165,7 +126,10 @@ with tab_time:
         app_drawing.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
                            f"attention-step{step}", key="att_time")
 
-with tab_pair:
+
+def _side_by_side(active, result) -> None:
+    """A second model's attention for the same text (BERT beside its GPT twin)."""
+    cfg = active.config
     others = app_tab.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
     if not others:
         st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
@@ -198,7 +162,9 @@ with tab_pair:
                        "why it can continue text and BERT can fill in blanks. A smaller model's layer or head is "
                        "clipped to its last.")
 
-with tab_nsp:
+
+def _b_to_a(active) -> None:
+    """Sentence B's attention on sentence A, for pairs that follow and random ones."""
     job = app_tab.current_job()
     trainer = job.trainer if job is not None else None   # a race's has no tokenizer or data of its own
     if trainer is not None and trainer.tokenizer is active.tokenizer and trainer.data is not None:
@@ -221,4 +187,74 @@ with tab_nsp:
             "it is random. A model trained with next-sentence prediction must tell the two apart; compare a run "
             "with NSP off (Train, *Try one change*).")
 
-app_widgets.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token")
+
+def main() -> None:
+    active = app_sidebar.open_page("Attention")
+    st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
+                "one attending token; its weights sum to 1.")
+    if active is None:
+        st.stop()
+
+    # The default sentence: a toy story for a model that has read only the toy grammar, else a plain English sentence
+    # whose every word is one piece of its vocabulary; it follows the model until the student types another.
+    app_widgets.follow_default("att_a", app_models.model_probes(active).attention_sentence)
+    app_widgets.init_widget("att_b", "")
+    app_widgets.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
+    app_widgets.init_widget("att_layer", 1, int)
+    app_widgets.init_widget("att_head", 1, int)
+    app_widgets.init_widget("att_measure", "[CLS]")
+    app_widgets.init_widget("att_token", 1, int)
+    app_widgets.init_widget("att_pair_layer", 1, int)
+    app_widgets.init_widget("att_pair_head", "mean")
+    app_widgets.init_widget("att_tab", TABS[0])
+    app_widgets.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token",
+                             "att_other", "att_pair_layer", "att_pair_head", "att_tab", "att_syntax")
+
+    c1, c2 = st.columns(2)
+    c1.text_area("Sentence A", key="att_a", height=80)
+    c2.text_area("Sentence B (optional)", key="att_b", height=80)
+    st.checkbox("Hide [CLS] and [SEP], renormalising each row over the other tokens", key="att_hide")
+
+    cfg = active.config
+    st.session_state["att_layer"] = min(max(int(st.session_state["att_layer"]), 1), cfg.num_hidden_layers)
+    st.session_state["att_head"] = min(max(int(st.session_state["att_head"]), 1), cfg.num_attention_heads)
+
+    try:
+        result = attention_maps(active.model, active.tokenizer, st.session_state["att_a"],
+                                st.session_state["att_b"] or None)
+    except BertCoreError as exc:
+        app_drawing.show_error(exc)
+        st.stop()
+    if result.truncated:
+        st.warning(f"The text is longer than the model's {cfg.max_position_embeddings} positions: it was truncated.")
+    full = result
+    if st.session_state["att_hide"]:
+        try:
+            result = hide_special_tokens(result)
+        except BertCoreError as exc:
+            app_drawing.show_error(exc)
+            st.stop()
+    summaries = head_summaries(full)
+    labels = [s.label for s in summaries]
+    if full.causal:
+        st.info("A GPT-style (causal) model: each token attends only to itself and the tokens before it, so every map "
+                "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
+                "(their weight is exactly 0); a BERT's maps are full squares.")
+    # Lazy tabs: only the open one runs. A class watching a run gets a new weight copy every few seconds, and the
+    # B → A tab's 128 pairs through every head (or the syntax measure) on each kept every viewer waiting.
+    if st.session_state["att_tab"] not in TABS:   # a mistyped ?att_tab=
+        st.session_state["att_tab"] = TABS[0]
+    tabs = st.tabs(TABS, key="att_tab", on_change="rerun")
+    treebank = local_treebank()
+    views = [lambda: _model_view(result, labels), lambda: _head_view(active, result, labels, treebank),
+             lambda: _token_view(result), lambda: _what_heads_do(active, full, summaries, treebank),
+             lambda: _time_lapse(active, full), lambda: _side_by_side(active, result), lambda: _b_to_a(active)]
+    for tab, view in zip(tabs, views):
+        if tab.open:
+            with tab:
+                view()
+    app_widgets.sync_query("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token",
+                           "att_tab")
+
+
+main()

@@ -172,6 +172,8 @@ def test_attention_bad_and_long_text_and_hidden_specials():
     _assert_clean(at)
     assert any("truncated" in t for t in _texts(at.warning))
     at.checkbox(key="att_hide").check().run()
+    at.session_state["att_tab"] = "Head view"   # a lazy tab: only the open one runs
+    at.run()
     at.selectbox(key="att_layer").set_value(2).run()
     at.selectbox(key="att_head").set_value(2).run()
     _assert_clean(at)
@@ -179,12 +181,17 @@ def test_attention_bad_and_long_text_and_hidden_specials():
 
 
 def test_attention_page_settings_come_from_and_go_to_the_url():
-    at = _open("pages/3_Attention.py", att_a="a dog ran", att_layer="2", att_head="2", att_hide="true")
+    at = _open("pages/3_Attention.py", att_a="a dog ran", att_layer="2", att_head="2", att_hide="true",
+               att_tab="Head view")
     _assert_clean(at)
     assert at.text_area(key="att_a").value == "a dog ran"
     assert at.selectbox(key="att_layer").value == 2 and at.checkbox(key="att_hide").value is True
     at.selectbox(key="att_head").set_value(1).run()
     assert at.query_params["att_head"] == ["1"] or at.query_params["att_head"] == "1"
+    assert at.query_params["att_tab"] in (["Head view"], "Head view")
+    # Lazy tabs: the link opened Head view, and no other tab's widgets or figures were made.
+    assert [c.key for c in at.selectbox] == ["att_layer", "att_head"], [c.key for c in at.selectbox]
+    assert len(at.get("plotly_chart")) == 1
 
 
 def test_tokens_page_typed_pair_and_drawn_pair():
@@ -275,7 +282,9 @@ def test_train_page_runs_a_real_training_and_other_pages_follow_it():
         _assert_clean(at)
         assert not at.error, (page, _texts(at.error))
         assert any("step 4" in c.value for c in at.sidebar.caption), page
-    at.switch_page("pages/3_Attention.py").run()
+    at.switch_page("pages/3_Attention.py")
+    at.session_state["att_tab"] = "Time-lapse"
+    at.run()
     assert at.select_slider(key="att_step").value == 4
     at.select_slider(key="att_step").set_value(0).run()
     _assert_clean(at)
@@ -563,7 +572,9 @@ def test_try_one_change_starts_a_run_differing_in_that_knob_and_the_overlay_name
     deadline = time.time() + TIMEOUT
     while getattr(first.job, "released", None) is None and time.time() < deadline:
         time.sleep(0.1)
-    at.switch_page("pages/3_Attention.py").run()
+    at.switch_page("pages/3_Attention.py")
+    at.session_state["att_tab"] = "Side by side"
+    at.run()
     _assert_clean(at)
     assert "run 1 of this tab" in at.selectbox(key="att_other").options
     at.selectbox(key="att_other").set_value("run 1 of this tab").run()

@@ -54,6 +54,8 @@ def test_the_attention_page_puts_the_gpt_beside_the_active_bert(racers, monkeypa
 
     save_run(lambda folder: shutil.copytree(racers[1], folder, dirs_exist_ok=True), "gpt toy", "someone", tmp_path)
     at = open_page("3_Attention.py", racers[0], monkeypatch, tmp_path)
+    at.session_state["att_tab"] = "Side by side"
+    at.run()
     # The checkpoints beside the active one (not the active one itself), then the app's saved runs.
     assert at.selectbox(key="att_other").options == ["gpt-nano", "saved: gpt-toy"]
     at.text_area(key="att_a").input("the farmer feeds the cows").run()

@@ -221,7 +221,9 @@ def test_the_attention_page_fetches_measures_and_names_the_heads(tmp_path, monke
     monkeypatch.setattr(treebank, "UD_EWT", replace(treebank.UD_EWT, url="http://127.0.0.1:9/ud.conllu"))
     at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=300)
     at.run()
-    at.switch_page("pages/3_Attention.py").run()
+    at.switch_page("pages/3_Attention.py")
+    at.session_state["att_tab"] = "What heads do"
+    at.run()
     assert at.toggle(key="att_syntax").disabled and any(treebank.UD_EWT_LABEL in i.value for i in at.info)
     at.button(key="att_fetch_ud").click().run()
     assert not at.exception and any("could not download" in e.value for e in at.error)
@@ -232,6 +234,8 @@ def test_the_attention_page_fetches_measures_and_names_the_heads(tmp_path, monke
     assert not at.exception and not at.error
     assert any("Heads that follow syntax" in c.proto.spec for c in at.get("plotly_chart"))
     assert any("189 words of 33 sentences" in c.value for c in at.caption)
+    at.session_state["att_tab"] = "Head view"
+    at.run()
     # On 33 sentences no tiny head has a clear lead, so none is named; given one that has (L1 H2 on objects four
     # words from their verb, which no offset finds), the picker names it, and only it.
     assert not [o for o in at.selectbox(key="att_head").options if "follows" in str(o)]
