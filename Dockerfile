@@ -29,11 +29,11 @@ ENV HOME=/home/user BERT_CORE_CACHE=/home/user/.cache/bert_core BERT_EXPLORER_PU
 # never keeps the cookie at all. The check guards nothing else here (no st.login; an upload's address holds its
 # session's random id); the origin check of the app's WebSocket (server.enableCORS) stays on.
 ENV STREAMLIT_SERVER_ENABLE_XSRF_PROTECTION=false
-# The real fine-tuning tasks, fetched now so that the Fine-tune page offers them at once. Each is tried and reported
-# on its own line; without a network at build time the image still builds, and the page fetches a task when it is
-# first picked.
-RUN python -m bert_core download polarity ag_news conll2000 \
- || echo "warning: not every fine-tuning task was fetched (see above); the Fine-tune page fetches a missing one on first use"
+# The real fine-tuning tasks and the treebank, fetched now so that the Fine-tune and Attention pages offer them at
+# once. Each is tried and reported on its own line; without a network at build time the image still builds, and a
+# page fetches a missing one when it is first asked for.
+RUN python -m bert_core download polarity ag_news conll2000 ud-english-ewt \
+ || echo "warning: not every task was fetched (see above); the pages fetch a missing one on first use"
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

@@ -30,7 +30,7 @@ from bert_core.inspect.training_step import take_one_step
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view
 from bert_core.app import lesson_classes
 from bert_core.app.url_settings import Within
-from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
+from bert_core.data.task_downloads import local_task_csv
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 
@@ -463,18 +463,8 @@ def _feed_forward(p: Lesson) -> str | None:
 def _layers(p: Lesson) -> str | None:
     path = local_task_csv("conll2000")
     if path is None:
-        task = TASKS["conll2000"]
-        st.info(f"This step reads sentences of {task.label}, which is not on this server yet (about "
-                f"{task.approx_mb:g} MB, fetched once for every visitor).")
-        if st.button("Fetch it", key="lesson_fetch_conll", icon=":material/download:"):
-            try:
-                with st.spinner(f"Fetching {task.label}…"):
-                    fetch_task_csv("conll2000")
-            except (BertCoreError, OSError):
-                st.error(f"Could not fetch {task.label} from its public home: this server may be offline. On a "
-                         "machine that is online, `python -m bert_core download conll2000` puts it in the cache.")
-                return None
-            st.rerun()
+        st.markdown("This step reads sentences of CoNLL-2000 (Wall Street Journal), tagged by word class.")
+        app_widgets.fetch_task_box("conll2000", "lesson_fetch_conll")
         return None
     with st.spinner("Reading 300 sentences through the model and a random one of its shape (once per model)…"):
         probes = conll_layer_probes(p.active.model, p.active.tokenizer, str(path))

@@ -5,7 +5,7 @@ from typing import Any, NamedTuple
 import streamlit as st
 
 from bert_core.errors import BertCoreError
-from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
+from bert_core.data.task_downloads import local_task_csv
 from bert_core.inspect import computation_figures, figures, lesson, tricks, word_class_figures, word_maps
 from bert_core.inspect import word_class_timelapse as wct
 from bert_core.inspect.safe_text import markdown, markdown_rows
@@ -423,17 +423,9 @@ def _word_class_timelapse() -> None:
             st.caption("No snapshot of this run carries the probes yet: the next one will (they were taken before "
                        "CoNLL-2000 was on this server, or the run was recorded before snapshots fitted them).")
             return
-        st.info(f"At each snapshot a linear probe reads each word's part of speech off every layer, on sentences of "
-                f"{TASKS['conll2000'].label}, which is not on this server yet (about "
-                f"{TASKS['conll2000'].approx_mb:g} MB, fetched once for every visitor; a run never downloads it). "
-                "Fetched, the run's next snapshots fit the probes.")
-        if st.button("Fetch it", key="train_fetch_conll", icon=":material/download:"):
-            try:
-                fetch_task_csv("conll2000")
-            except (BertCoreError, OSError):
-                st.error("Could not fetch CoNLL-2000 from its public home: this server may be offline.")
-                return
-            st.rerun()
+        st.markdown("At each snapshot a linear probe reads each word's part of speech off every layer, on sentences "
+                    "of CoNLL-2000. A run never downloads it; fetched, the run's next snapshots fit the probes.")
+        app_widgets.fetch_task_box("conll2000", "train_fetch_conll")
         return
     steps, accuracy, random_model, majority = timeline
     st.markdown(wct.reading(steps, accuracy, random_model))

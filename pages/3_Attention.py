@@ -4,7 +4,7 @@ two models side by side (BERT beside GPT) for the same text."""
 import numpy as np
 import streamlit as st
 
-from bert_core.data.treebank import UD_EWT_LABEL, UD_EWT_MB, fetch_treebank, local_treebank
+from bert_core.data.treebank import UD_EWT_HOME, UD_EWT_LABEL, UD_EWT_MB, UD_EWT_NAME, fetch_treebank, local_treebank
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures, syntax_heads
 from bert_core.inspect.safe_text import markdown
@@ -79,13 +79,8 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
     st.markdown("**Heads that follow syntax** (Clark et al. 2019): how often a head's strongest attention from a word "
                 "lands on that word's syntactic head, per relation, against always taking the word k places away.")
     if treebank is None:
-        st.info(f"{UD_EWT_LABEL} is not on this server yet (about {UD_EWT_MB:g} MB, fetched once for every visitor).")
-        if st.button("Fetch it", key="att_fetch_ud", icon=":material/download:"):
-            try:
-                fetch_treebank()
-                st.rerun()
-            except (BertCoreError, OSError) as exc:
-                app_drawing.show_error(exc)
+        app_widgets.fetch_box(UD_EWT_LABEL, UD_EWT_MB, "att_fetch_ud",
+                              lambda progress: fetch_treebank(progress=progress), UD_EWT_NAME, home=UD_EWT_HOME)
     st.toggle("Find the heads that follow syntax (seconds, once per model)", key="att_syntax",
               disabled=treebank is None)
     if syntax is not None:

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from bert_core.data.classification_data import csv_columns
-from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
+from bert_core.data.task_downloads import TASKS, local_task_csv
 from bert_core.errors import BertCoreError
 from bert_core.inspect import finetune_figures, finetune_kinds, lesson
 from bert_core.inspect.safe_text import markdown_rows
@@ -19,7 +19,7 @@ from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
 from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, run_panel
 from bert_core.app.url_settings import one_of
-from bert_core.serve import app_storage, finetune_runs, model_sources, runs
+from bert_core.serve import finetune_runs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.training import finetune_race
 from bert_core.training.finetune import KIND_RATE_SCALE, finetune_learning_rate, load_task, split_task
@@ -104,29 +104,6 @@ def seed_widgets(page: Choices) -> None:
 @st.cache_data(max_entries=8, show_spinner="Reading the data…")
 def _load(data: RaceData, upload: bytes | None):
     return load_task(data, upload)
-
-
-def _fetch_box(choice: str) -> None:
-    """Offer to fetch a real task that is not on this server yet, with progress; a failure is said on the page."""
-    task = TASKS[choice]
-    st.info(f"**{task.label}** is not on this server yet. It is fetched once (about {task.approx_mb:g} MB from "
-            f"[its public home]({task.home})) and kept for every visitor.", icon=":material/download:")
-    if st.button("Fetch it", key="ft_fetch_task", icon=":material/download:"):
-        bar = st.progress(0.0, text="Connecting…")
-
-        def report(done: int, total: int | None) -> None:
-            bar.progress(min(done / total, 1.0) if total else 0.0, text=f"{done / 1e6:.1f} MB"
-                         + (f" of {total / 1e6:.1f} MB" if total else ""))
-        try:
-            fetch_task_csv(choice, progress=report)
-        except (BertCoreError, OSError) as exc:
-            bar.empty()
-            # The download's own message names the cache folder: a visitor of a public server learns none of it.
-            st.error(f"Could not fetch {task.label} from its public home: this server may be offline, or the site "
-                     f"down. Instead, {KIND_PAGES[task.kind].fetch_instead}."
-                     + ("" if app_storage.public_mode() else f"\n\nDetails: {exc}"))
-            return
-        st.rerun()
 
 
 def on_data_change():
@@ -242,7 +219,8 @@ def _data():
     this server (its fetch box is shown); raises BertCoreError with what to fix."""
     choice = st.session_state["ft_data"]
     if choice in TASKS and local_task_csv(choice) is None:   # the shared copy, the cache, or the fetch box
-        _fetch_box(choice)
+        app_widgets.fetch_task_box(choice, "ft_fetch_task",
+                                   f"Instead, {KIND_PAGES[TASKS[choice].kind].fetch_instead}.")
         return None
     return _load(race_data(), _upload(choice).getvalue() if choice in UPLOADS else None)
 

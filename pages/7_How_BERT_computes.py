@@ -25,7 +25,7 @@ from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_wid
 from bert_core.app.url_settings import Within
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
-from bert_core.data.task_downloads import TASKS, fetch_task_csv, local_task_csv
+from bert_core.data.task_downloads import local_task_csv
 
 OWN_SENTENCES = "your own sentences"
 TEMPERATURES = Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
@@ -246,15 +246,7 @@ def _layer_probes(active) -> None:
                 "after the embeddings and after each layer, on sentences of CoNLL-2000 (Wall Street Journal).")
     path = local_task_csv("conll2000")
     if path is None:
-        st.info(f"{TASKS['conll2000'].label} is not on this server yet (about {TASKS['conll2000'].approx_mb:g} MB, "
-                "fetched once for every visitor).")
-        if st.button("Fetch it", key="hbc_fetch_conll", icon=":material/download:"):
-            try:
-                fetch_task_csv("conll2000")
-            except (BertCoreError, OSError):
-                st.error("Could not fetch CoNLL-2000 from its public home: this server may be offline.")
-                return
-            st.rerun()
+        app_widgets.fetch_task_box("conll2000", "hbc_fetch_conll")
         return
     if not st.toggle("Fit the probes (seconds, once per model)", key="hbc_probes"):
         return

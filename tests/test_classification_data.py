@@ -5,12 +5,12 @@ import pytest
 from bert_core.data.classification_data import (
     MAX_CSV_BYTES,
     ClassificationData,
-    clean_ag_news_text,
     csv_columns,
     encode_examples,
     load_classification_csv,
     split_train_val,
 )
+from bert_core.data.task_downloads import clean_ag_news_text
 from bert_core.data.batching import collate, eval_batches, train_batches
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import train_tokenizer

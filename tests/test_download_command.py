@@ -54,11 +54,17 @@ def test_all_fetched_exits_zero(monkeypatch, tmp_path, capsys):
     assert "error:" not in err
 
 
+def test_the_treebank_is_fetched_by_its_name(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(download, "fetch_treebank", lambda progress=None: tmp_path / "en_ewt-ud-dev.conllu")
+    assert main(["download", "ud-english-ewt"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"ud-english-ewt: {tmp_path / 'en_ewt-ud-dev.conllu'}"]
+
+
 def test_the_image_and_its_docs_name_the_same_tasks():
     """The Dockerfile's build-time download and docs/deployment.md's list of fetched tasks agree."""
     root = Path(__file__).resolve().parent.parent
     line = next(x for x in (root / "Dockerfile").read_text().splitlines() if "-m bert_core download" in x)
     names = line.split("download", 1)[1].split("\\")[0].split()
-    assert names and all(n in download.TASKS for n in names)
+    assert names and all(n in download.NAMES for n in names)
     docs = (root / "docs" / "deployment.md").read_text()
     assert f"python -m bert_core download {' '.join(names)}" in docs

@@ -3,6 +3,7 @@ view) or its default, kept across page switches, written back into the URL, and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -10,6 +11,9 @@ import streamlit as st
 from bert_core.inspect.computation_figures import token_labels
 from bert_core.inspect.figures import DEFAULT_SMOOTHING
 from bert_core.app.url_settings import LinkValueError, Within, one_of, url_value
+from bert_core.data import task_downloads
+from bert_core.errors import BertCoreError
+from bert_core.serve.app_storage import public_mode
 from bert_core.training.setting import Setting, as_bool
 
 SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
@@ -141,3 +145,38 @@ def setting_widgets(settings, group: str, where: Any = st, disabled=lambda setti
     for setting in settings:
         if setting.widget is not None and setting.widget.group == group:
             setting_widget(setting, where, disabled(setting), **words)
+
+
+def fetch_box(label: str, approx_mb: float, key: str, fetch: Callable, download: str, instead: str = "",
+              home: str | None = None) -> None:
+    """A public file a view needs that is not on this server yet (a task, a treebank): what it is and a *Fetch it*
+    button. `fetch(progress)` downloads it once for every visitor, with a progress bar; then the page reruns. A
+    failure is said on the page with what to do `instead`; the download's own message (it names the cache folder)
+    and the `python -m bert_core download` name only off a public server."""
+    where = f" from [its public home]({home})" if home else ""
+    st.info(f"**{label}** is not on this server yet. It is fetched once (about {approx_mb:g} MB{where}) and kept for "
+            "every visitor.", icon=":material/download:")
+    if not st.button("Fetch it", key=key, icon=":material/download:"):
+        return
+    bar = st.progress(0.0, text="Connecting…")
+
+    def report(done: int, total: int | None) -> None:
+        bar.progress(min(done / total, 1.0) if total else 0.0,
+                     text=f"{done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f} MB" if total else ""))
+    try:
+        fetch(report)
+    except (BertCoreError, OSError) as exc:
+        bar.empty()
+        admin = (f" On a machine that is online, `python -m bert_core download {download}` puts it in the cache."
+                 f"\n\nDetails: {exc}")
+        st.error(f"Could not fetch {label} from its public home: this server may be offline, or the site down."
+                 + (f" {instead}" if instead else "") + ("" if public_mode() else admin))
+        return
+    st.rerun()
+
+
+def fetch_task_box(name: str, key: str, instead: str = "") -> None:
+    """`fetch_box` for the fine-tuning task `name` (task_downloads.TASKS)."""
+    task = task_downloads.TASKS[name]
+    fetch_box(task.label, task.approx_mb, key, lambda progress: task_downloads.fetch_task_csv(name, progress=progress),
+              name, instead, task.home)

@@ -8,16 +8,17 @@ import sys
 from bert_core.cli.console import one_line
 from bert_core.data.downloads import SOURCES, fetch_corpus_text
 from bert_core.data.task_downloads import TASKS, fetch_task_csv
+from bert_core.data.treebank import UD_EWT_NAME, fetch_treebank
 from bert_core.errors import BertCoreError, is_disk_full
 from bert_core.model.files import disk_full_words
 from bert_core.paths import cache_dir
 
-NAMES = (*TASKS, *SOURCES)
+NAMES = (*TASKS, UD_EWT_NAME, *SOURCES)
 
 
 def add_parser(sub):
-    p = sub.add_parser("download", help="fetch corpora and fine-tuning tasks into the cache",
-                       description="Download, verify and cache the named corpora and fine-tuning tasks (once; "
+    p = sub.add_parser("download", help="fetch corpora, fine-tuning tasks and the treebank into the cache",
+                       description="Download, verify and cache the named corpora, fine-tuning tasks and treebank (once; "
                                    "later runs read the cache, or the shared data folder when it is there). "
                                    "Every name is tried, one line each (its cached file, or an error: line); the "
                                    f"exit status is 1 when any failed. Names: {', '.join(NAMES)}.")
@@ -35,6 +36,8 @@ def _progress(name: str):
 def _fetch(name: str):
     if name in TASKS:
         return fetch_task_csv(name, progress=_progress(name))
+    if name == UD_EWT_NAME:   # the treebank the Attention page finds the heads that follow syntax with
+        return fetch_treebank(progress=_progress(name))
     return fetch_corpus_text(name, progress=_progress(name))[1]
 
 

@@ -5,7 +5,6 @@ Rows with an empty text or label are an error naming them (a silent drop would h
 from __future__ import annotations
 
 import csv
-import html
 import io
 import math
 import random
@@ -18,6 +17,7 @@ from pathlib import Path
 from bert_core.data.batching import read_upload
 from bert_core.data.corpora import generate_toy_corpus
 from bert_core.data.splits import RowData, split_data
+from bert_core.data.task_downloads import clean_ag_news_text
 from bert_core.data.toy_grammar import TOPICS
 from bert_core.errors import BertCoreError
 
@@ -72,16 +72,6 @@ def _read_csv(path_or_bytes: str | Path | bytes, name: str) -> tuple[str, str, P
 
 def _is_int(cell: str) -> bool:
     return re.fullmatch(r"[+-]?\d+", cell.strip()) is not None
-
-
-def clean_ag_news_text(text: str) -> str:
-    """Undo AG News's escapes: `\\` for line breaks, `#39;`-style and HTML entities, stray <b> tags."""
-    text = re.sub(r"(?<![&\w])#(\d+);", r"&#\1;", text)  # the crawl lost the '&' of numeric entities
-    text = re.sub(r"(?<![&\w])quot;", "&quot;", text)
-    text = html.unescape(text)  # HTML5 rules map &#151; etc. through cp1252, as the crawl meant
-    text = re.sub(r"</?[A-Za-z][^<>]{0,500}>", " ", text)
-    text = text.replace("\\", " ")
-    return re.sub(r"\s+", " ", text).strip()
 
 
 def _headerless_columns(rows: list[list[str]]) -> list[str] | None:

@@ -6,19 +6,30 @@ from __future__ import annotations
 
 import csv
 import gzip
+import html
 import io
+import re
 import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bert_core.data.classification_data import clean_ag_news_text
 from bert_core.data.downloads import Progress, RemoteFile, cached_download, parquet_columns
 from bert_core.errors import BertCoreError
 from bert_core.model.files import write_text_atomic
 from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
+
+
+def clean_ag_news_text(text: str) -> str:
+    """Undo AG News's escapes: `\\` for line breaks, `#39;`-style and HTML entities, stray <b> tags."""
+    text = re.sub(r"(?<![&\w])#(\d+);", r"&#\1;", text)  # the crawl lost the '&' of numeric entities
+    text = re.sub(r"(?<![&\w])quot;", "&quot;", text)
+    text = html.unescape(text)  # HTML5 rules map &#151; etc. through cp1252, as the crawl meant
+    text = re.sub(r"</?[A-Za-z][^<>]{0,500}>", " ", text)
+    text = text.replace("\\", " ")
+    return re.sub(r"\s+", " ", text).strip()
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ UD_EWT = RemoteFile(url="https://raw.githubusercontent.com/UniversalDependencies
 UD_EWT_LABEL = "Universal Dependencies English EWT (release 2.16, development split, 2,001 sentences)"
 UD_EWT_HOME = "https://universaldependencies.org/treebanks/en_ewt/"
 UD_EWT_MB = 1.8
+UD_EWT_NAME = "ud-english-ewt"   # its name for `python -m bert_core download`
 
 _FETCHING = threading.Lock()   # thirty visitors pressing Fetch together make one download
 
