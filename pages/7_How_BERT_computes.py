@@ -33,6 +33,7 @@ KEYS = ("hbc_a", "hbc_b", "hbc_layer", "hbc_head", "hbc_token", "hbc_temperature
         "hbc_neighbour", "hbc_pair_a", "hbc_pair_b")
 WHY_TITLE = "Why a fine-tuned model decided"
 PASS_TITLE = "The whole pass"
+TABS = ("Inside attention", "Each layer's guess", "Embeddings", "Grammar check", PASS_TITLE)
 # The tab each block of the whole pass opens, and the heading in it to scroll to ("": the tabs themselves).
 OPENS = {wpass.EMBEDDINGS: ("Embeddings", ""), wpass.ATTENTION: ("Inside attention", ""),
          wpass.FEED_FORWARD: ("Inside attention", "The feed-forward block"), wpass.HEAD: ("Each layer's guess", "")}
@@ -49,7 +50,8 @@ def _init_widgets(active, examples, causal: bool) -> None:
                          ("hbc_pass", examples.prompt if causal else examples.sentences[0]),
                          ("hbc_pair_b", examples.grammar_pair[1])):   # the model's own, until someone types
         app_widgets.follow_default(key, default)
-    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs", "hbc_pass_block")
+    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs", "hbc_pass_block", "hbc_unit",
+                             "hbc_matrix", "hbc_key", "hbc_probes", "hbc_builtin", "hbc_tab")
     # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
     st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
     st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)
@@ -138,7 +140,15 @@ def _why_fine_tuned(run_id: str, race, tuned: dict) -> None:
                                race.config.max_length)
 
 
-def _attention_tab(model, tok, cfg, causal: bool):
+def _attention_tab(active, causal: bool) -> None:
+    """One token through one head, the head's weights as matrices, then the layer's feed-forward block."""
+    steps = _inside_attention(active.model, active.tokenizer, active.config, causal)
+    if steps is not None:
+        _weights_as_matrices(active.model, steps)
+        _feed_forward(active, steps)
+
+
+def _inside_attention(model, tok, cfg, causal: bool):
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="hbc_a", height=80)
     c2.text_area("Sentence B (optional)", key="hbc_b", height=80)
@@ -219,6 +229,12 @@ def _weights_as_matrices(model, steps) -> None:
     app_drawing.plotly(hw.products_figure(steps), "query-key-products", key="hbc_products")
     st.caption("As bertviz's neuron view draws it: each row sums to that key's score q·k, step 1 of the "
                "scores above.")
+
+
+def _layers_tab(active, examples, causal: bool) -> None:
+    """Each layer's guess (heads switched off too), then what each layer knows."""
+    _lens_tab(active, examples, causal)
+    _layer_probes(active)
 
 
 def _lens_tab(active, examples, causal: bool) -> None:
@@ -417,33 +433,25 @@ def main() -> None:
                 "Every number comes from the active model's own forward pass.")
     if active is None:
         st.stop()
-    model, tok, cfg = active.model, active.tokenizer, active.config
+    model, tok = active.model, active.tokenizer
     causal = is_causal(model)
     examples = app_models.model_probes(active)
     _init_widgets(active, examples, causal)
     race_id, race, tuned = _finished_race()
-    # Keyed and stateful, so that a block of the whole pass can open its tab.
-    attention_tab, lens_tab, embeddings_tab, grammar_tab, pass_tab, *why_tab = st.tabs(
-        ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check", PASS_TITLE,
-         *([WHY_TITLE] if tuned else [])], key="hbc_tab", on_change="rerun")
-    with attention_tab:
-        steps = _attention_tab(model, tok, cfg, causal)
-        if steps is not None:
-            _weights_as_matrices(model, steps)
-            _feed_forward(active, steps)
-    with lens_tab:
-        _lens_tab(active, examples, causal)
-        _layer_probes(active)
-    with embeddings_tab:
-        _embeddings_tab(active)
-    with grammar_tab:
-        _grammar_tab(model, tok, causal)
-    with pass_tab:
-        _whole_pass_tab(active, causal)
-    if why_tab:
-        with why_tab[0]:
-            _why_fine_tuned(race_id, race, tuned)
-    app_widgets.sync_query(*KEYS)
+    # Keyed and stateful, so that a block of the whole pass (or a link's ?hbc_tab=) can open its tab; lazy, so that
+    # only the open tab runs: together they read the text through the model a dozen times.
+    names = [*TABS, *([WHY_TITLE] if tuned else [])]
+    app_widgets.init_widget("hbc_tab", names[0])
+    if st.session_state["hbc_tab"] not in names:
+        st.session_state["hbc_tab"] = names[0]
+    views = [lambda: _attention_tab(active, causal), lambda: _layers_tab(active, examples, causal),
+             lambda: _embeddings_tab(active), lambda: _grammar_tab(model, tok, causal),
+             lambda: _whole_pass_tab(active, causal), lambda: _why_fine_tuned(race_id, race, tuned)]
+    for tab, view in zip(st.tabs(names, key="hbc_tab", on_change="rerun"), views):
+        if tab.open:
+            with tab:
+                view()
+    app_widgets.sync_query(*KEYS, "hbc_tab")
     if "_hbc_scroll" in st.session_state:   # a block was just opened: bring its view into sight
         app_drawing.script_frame(wpass.scroll_script(st.session_state.pop("_hbc_scroll"),
                                                      st.session_state["_hbc_opened"]))

@@ -1,12 +1,13 @@
 """In a real browser at a projector's 1280 x 720: every view of *How BERT computes* (inside attention with a
 temperature what-if, each layer's guess with a head switched off, the embeddings with their neighbours and the word
-map, the grammar check) draws, for BERT and for its GPT twin, on the shipped checkpoints and on models trained in
+map, the grammar check, the whole pass; the weights as matrices and the feed-forward block under inside attention)
+draws, for BERT and for its GPT twin, on the shipped checkpoints and on models trained in
 this session from the Train page. Each view is screenshotted at the projector's size (docs/screenshots/how-*.png
 with BERT_UPDATE_SCREENSHOTS=1) and the whole page once per tab for review (test-artifacts only). Last, after a
 short fine-tuning race on the Fine-tune page, the fifth tab explains a fine-tuned model's answer.
 
-A long check (`--long`): four models through four views, two of them trained first, and a race; four to six minutes
-on a loaded 2-core CPU."""
+A long check (`--long`): four models through five views, two of them trained first, and a race; five to eight
+minutes on a loaded 2-core CPU."""
 
 from __future__ import annotations
 
@@ -35,20 +36,25 @@ STEPS = 20   # a few steps of the Train page's default nano run: enough for a mo
 # Each tab and the charts it draws, by a part of their titles. The tabs hold the title's words for BERT and GPT
 # alike (the GPT twin's lens guesses "the next token", not "the [MASK]").
 VIEWS = {
-    "Inside attention": ("query, keys and values", "its scores and weights", "the weighted sum"),
+    "Inside attention": ("query, keys and values", "its scores and weights", "the weighted sum",
+                         "·x + b for token", "its query against every key",   # the weights as matrices
+                         "feed-forward block for", "with this token's", "where it fires most"),   # and the FFN
     "Each layer's guess": ("Each layer's guess", "The final answer's tokens", "The guess with heads off"),
     "Embeddings": ("its embeddings", "How long each part is", "Nearest in context to", "in the embedding table",
                    "layer by layer (PCA)"),
     "Grammar check": ("Prefers", "Each piece's log-probability"),
+    "The whole pass": ("The whole pass, following",),
 }
 # The chart each docs screenshot is scrolled to (its top at the window's top), by tab.
 SHOWN = {"Inside attention": "its scores and weights", "Each layer's guess": "Each layer's guess",
-         "Embeddings": "layer by layer (PCA)", "Grammar check": "Prefers"}
+         "Embeddings": "layer by layer (PCA)", "Grammar check": "Prefers", "The whole pass": "The whole pass"}
 SLUGS = {"Inside attention": "attention-steps", "Each layer's guess": "logit-lens", "Embeddings": "word-map",
-         "Grammar check": "grammar-check"}
+         "Grammar check": "grammar-check", "The whole pass": "whole-pass"}
 # The views that also go to docs/screenshots (README, docs/how-bert-computes.md), by model: the rest stay in
 # test-artifacts, looked over but not kept (the repository's size matters).
-DOCS = {"shipped-bert": set(VIEWS), "shipped-gpt": {"Inside attention"}, "session-bert": set(), "session-gpt": set()}
+# (test_browser_whole_pass shoots the whole pass's docs picture.)
+DOCS = {"shipped-bert": set(VIEWS) - {"The whole pass"}, "shipped-gpt": {"Inside attention"}, "session-bert": set(),
+        "session-gpt": set()}
 
 
 def _visible_titles(page) -> list[str]:

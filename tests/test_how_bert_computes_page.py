@@ -45,6 +45,14 @@ def _clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def _tab(at: AppTest, name: str) -> AppTest:
+    """Open the tab `name` (the tabs are lazy: only the open one runs)."""
+    at.session_state["hbc_tab"] = name
+    at.run()
+    _clean(at)
+    return at
+
+
 def _errors(at: AppTest) -> list[str]:
     return [str(e.value) for e in at.error]
 
@@ -55,16 +63,20 @@ def test_every_view_draws_on_bert_the_gpt_twin_and_a_trained_nano(folder, nano, 
     assert not at.error, _errors(at)
     assert [t.label for t in at.tabs] == ["Inside attention", "Each layer's guess", "Embeddings", "Grammar check",
                                          "The whole pass"]
-    # vectors, scores, context; the weights as matrices and q × k; the feed-forward block, its activation and a unit;
-    # lens table and lines; embedding parts and lengths; neighbours in context; neighbours; word map; grammar x2;
-    # the whole pass
-    assert len(at.get("plotly_chart")) == 18
+    # Inside attention: vectors, scores, context; the weights as matrices and q × k; the feed-forward block, its
+    # activation and a unit. Only the open tab runs.
+    assert len(at.get("plotly_chart")) == 8
     assert at.selectbox(key="hbc_layer").options[0] == "1" and at.selectbox(key="hbc_head").options[0] == "1"
     assert at.selectbox(key="hbc_token").options[0].startswith("1 [CLS]")
     causal = "gpt" in str(folder)
+    assert any("causal mask" in c.value for c in at.caption) == causal
+    # lens table and lines; embedding parts and lengths, neighbours in context, neighbours, word map; grammar x2;
+    # the whole pass
+    for name, charts in (("Embeddings", 5), ("Grammar check", 2), ("The whole pass", 1), ("Each layer's guess", 2)):
+        assert len(_tab(at, name).get("plotly_chart")) == charts, name
+        assert not at.error, (name, _errors(at))
     lens_label = at.text_input(key="hbc_lens").label
     assert ("next token" in lens_label) == causal and ("[MASK]" in lens_label) != causal
-    assert any("causal mask" in c.value for c in at.caption) == causal
 
 
 def test_pickers_and_the_temperature_what_if(monkeypatch):
@@ -86,7 +98,7 @@ def test_out_of_range_picks_from_a_link_are_clamped(monkeypatch):
 
 
 def test_switching_heads_off_shows_the_changed_guess(monkeypatch):
-    at = _open(SHIPPED / "bert-mini-english", monkeypatch)
+    at = _tab(_open(SHIPPED / "bert-mini-english", monkeypatch), "Each layer's guess")
     before = len(at.get("plotly_chart"))
     at.multiselect(key="hbc_off").set_value(["layer 4, head 1", "layer 4, head 2"]).run()
     _clean(at)
@@ -95,7 +107,7 @@ def test_switching_heads_off_shows_the_changed_guess(monkeypatch):
 
 
 def test_the_grammar_check_uses_a_builtin_pair_and_scores_them_all(monkeypatch):
-    at = _open(SHIPPED / "gpt-tiny-english", monkeypatch)
+    at = _tab(_open(SHIPPED / "gpt-tiny-english", monkeypatch), "Grammar check")
     at.selectbox(key="hbc_builtin").set_value(7).run()
     at.button[0].click().run()
     _clean(at)
@@ -108,15 +120,16 @@ def test_the_grammar_check_uses_a_builtin_pair_and_scores_them_all(monkeypatch):
 
 
 def test_bad_input_gets_a_message_not_a_traceback(monkeypatch):
-    at = _open(SHIPPED / "bert-tiny-english", monkeypatch)
+    at = _tab(_open(SHIPPED / "bert-tiny-english", monkeypatch), "Each layer's guess")
     at.text_input(key="hbc_lens").input("no blank here").run()
-    at.text_input(key="hbc_pair_b").input("   ").run()
     _clean(at)
-    errors = _errors(at)
-    assert any(markdown("no [MASK]") in e for e in errors) and any("empty" in e for e in errors)
-    at.text_area(key="hbc_a").input("").run()
+    assert any(markdown("no [MASK]") in e for e in _errors(at))
+    _tab(at, "Grammar check").text_input(key="hbc_pair_b").input("   ").run()
     _clean(at)
     assert any("empty" in e for e in _errors(at))
-    at.text_input(key="hbc_neighbour").input(" ").run()
+    _tab(at, "Inside attention").text_area(key="hbc_a").input("").run()
+    _clean(at)
+    assert any("empty" in e for e in _errors(at))
+    _tab(at, "Embeddings").text_input(key="hbc_neighbour").input(" ").run()
     _clean(at)
     assert any("type a word" in e for e in _errors(at))

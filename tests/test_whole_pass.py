@@ -137,9 +137,9 @@ def test_a_block_key_names_its_view_and_layer():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bert-mini-english", "gpt-tiny-english"])
 def test_the_picture_shows_and_a_block_opens_its_view_at_its_layer(name, monkeypatch):
-    from tests.test_how_bert_computes_page import _clean, _errors, _open
+    from tests.test_how_bert_computes_page import _clean, _errors, _open, _tab
 
-    at = _open(SHIPPED / name, monkeypatch)
+    at = _tab(_open(SHIPPED / name, monkeypatch), "The whole pass")
     assert not at.error, _errors(at)
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert sum("The whole pass, following" in t for t in titles) == 1
@@ -154,13 +154,13 @@ def test_the_picture_shows_and_a_block_opens_its_view_at_its_layer(name, monkeyp
     assert at.selectbox(key="hbc_token").value == wp.position + 1
     assert at.text_area(key="hbc_a").value == text
     assert "The feed-forward block" in [h.value for h in at.subheader]
-    at.selectbox(key="hbc_pass_block").set_value(HEAD).run()
+    _tab(at, "The whole pass").selectbox(key="hbc_pass_block").set_value(HEAD).run()
     at.text_input(key="hbc_pass").set_value(text.replace("cup", "glass")).run()
     at.button(key="hbc_pass_open").click().run()
     _clean(at)
     assert at.session_state["hbc_tab"] == "Each layer's guess"
     assert at.text_input(key="hbc_lens").value == text.replace("cup", "glass")
-    at.text_input(key="hbc_pass").set_value("[MASK]" if wp.causal else "no mask at all").run()
+    _tab(at, "The whole pass").text_input(key="hbc_pass").set_value("[MASK]" if wp.causal else "no mask at all").run()
     _clean(at)
     assert any("MASK" in e for e in _errors(at)), _errors(at)
 
