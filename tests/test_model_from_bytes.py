@@ -52,3 +52,24 @@ def test_the_copy_draws_no_random_initialisation():
     torch.manual_seed(1)
     pretraining_model_from_bytes(config, blob)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_copy_imports_nothing_more():
+    """Building a copy in a fresh process leaves torch._dynamo unimported: the initialisers it once ran on the meta
+    device imported it, a stall of seconds for the first page that took a live run's copy (issue 74)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from safetensors.torch import save\n"
+            "from bert_core.model.bert import pretraining_model\n"
+            "from bert_core.model.config import BertConfig\n"
+            "from bert_core.model.hf import pretraining_model_from_bytes\n"
+            "config = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, "
+            "max_position_embeddings=16)\n"
+            "blob = save({k: v.clone() for k, v in pretraining_model(config).state_dict().items()})\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "pretraining_model_from_bytes(config, blob)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done.stderr

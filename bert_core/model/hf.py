@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import (
@@ -36,12 +37,26 @@ FINETUNE_HEADS = (BertForSequenceClassification, BertForTokenClassification, Ber
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
+class _NoInit(TorchFunctionMode):
+    """Within it (on this thread only: torch's function modes are thread-local), the initialisers leave their
+    tensor as it is. On the meta device they would do no work, yet the first one imports torch._dynamo: 3 to 4 s
+    that the first page to take a live run's copy waited (issue 74)."""
+
+    SKIPPED = frozenset({"normal_", "uniform_", "zero_", "zeros_", "ones_", "fill_", "constant_", "trunc_normal_",
+                         "kaiming_uniform_", "xavier_uniform_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.SKIPPED:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
 def pretraining_model_from_bytes(config: BertConfig, blob: bytes) -> nn.Module:
     """A pretraining model of `config` holding the state dict that safetensors.torch.save wrote into `blob` (a
     training process's weights, sent to the server). Built on the meta device and given the blob's tensors as they
     are: a random initialisation that every weight then overwrote was most of the cost of the live run's copy that
     a class watching it shares (docs/benchmarks.md, issue 74)."""
-    with torch.device("meta"):
+    with torch.device("meta"), _NoInit():
         model = pretraining_model(config)
     tied = {}   # a parameter under several names (the decoder's weight and bias): one again after the load
     for name, param in model.named_parameters(remove_duplicate=False):
