@@ -252,6 +252,38 @@ def _visible_plots(page, title: str) -> list[dict]:
                         colors: (d.data || []).map(t => t.line && t.line.color)}))""", title)
 
 
+# Each visible text of the chart whose title holds `title`: its size, fill, characters, and how far it runs past
+# the chart's left or right edge (0 when inside).
+READ_CHART_TEXT = """(title) => {
+    const d = Array.from(document.querySelectorAll('.js-plotly-plot')).find(d => d.offsetParent !== null
+        && String((d.layout.title || {}).text || '').includes(title));
+    const box = d.getBoundingClientRect();
+    return Array.from(d.querySelectorAll('svg text')).filter(t => {
+        const r = t.getBoundingClientRect(); return r.width > 0 && r.height > 0 && t.textContent.trim() !== '';
+    }).map(t => { const r = t.getBoundingClientRect(), s = getComputedStyle(t);
+        return {size: parseFloat(s.fontSize), fill: s.fill, text: t.textContent.slice(0, 40),
+                out: Math.max(0, box.left - r.left, r.right - box.right)}; });
+}"""
+
+
+def _rgb(fill: str) -> str:
+    """'rgb(r, g, b)' (or rgba) as '#rrggbb'."""
+    parts = [float(x) for x in fill[fill.index("(") + 1:-1].split(",")[:3]]
+    return "#" + "".join(f"{round(v):02x}" for v in parts)
+
+
+def _chart_text(page, title: str) -> list[dict]:
+    """The visible texts of the chart titled `title`, having checked that a projector reads them all: none under
+    MIN_FONT_PX, none too light, none past the chart's edge."""
+    from bert_core.inspect.figure_floor import MIN_FONT_PX, too_light
+
+    texts = page.evaluate(READ_CHART_TEXT, title)
+    assert not [t for t in texts if t["size"] < MIN_FONT_PX - 0.01], (title, texts)
+    assert not [t for t in texts if t["fill"].startswith("rgb") and too_light(_rgb(t["fill"]))], (title, texts)
+    assert not [t for t in texts if t["out"] > 1], (title, [t for t in texts if t["out"] > 1])
+    return texts
+
+
 def _training_children(server_pid: int) -> set[int]:
     """Pids of the server's training processes (forked by its launcher, or spawned), read from /proc."""
     from bert_core.serve.launcher import training_processes

@@ -10,6 +10,7 @@ from bert_core.inspect.figure_floor import MIN_FONT_PX, too_light
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
     _no_exception,
     _open,
+    _rgb,
     _shoot,
     browser,
     chromium,
@@ -30,12 +31,6 @@ READ_TEXT = """() => Array.from(document.querySelectorAll('.js-plotly-plot svg t
     const r = t.getBoundingClientRect(); return r.width > 0 && r.height > 0 && t.textContent.trim() !== '';
 }).map(t => { const s = getComputedStyle(t);
     return {size: parseFloat(s.fontSize), fill: s.fill, text: t.textContent.slice(0, 40)}; })"""
-
-
-def _rgb(fill: str) -> str:
-    """'rgb(r, g, b)' (or rgba) as '#rrggbb'."""
-    parts = [float(x) for x in fill[fill.index("(") + 1:-1].split(",")[:3]]
-    return "#" + "".join(f"{round(v):02x}" for v in parts)
 
 
 def test_chart_text_is_at_least_12px_and_dark_at_1280x720(server, browser, screenshot_dirs):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bert_core.inspect.figure_floor import MIN_FONT_PX, too_light
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _chart_text,
     _settle,
     browser,
     chromium,
@@ -18,26 +18,11 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server,
     server_home,
 )
-from tests.test_browser_figure_text import _rgb
 from tests.test_browser_how_bert_computes import PAGE, PROJECTOR, _no_error_on_page, _shoot_chart, _wait_for_charts
 
 pytestmark = pytest.mark.slow
 
 CHARTS = {"·x + b for token": "weights-as-matrices", "its query against every key": "query-key-products"}
-
-# Each visible text of the chart whose title holds `title`: its size, fill, characters, and how far it runs past
-# the chart's left or right edge (0 when inside).
-READ_CHART_TEXT = """(title) => {
-    const d = Array.from(document.querySelectorAll('.js-plotly-plot')).find(d => d.offsetParent !== null
-        && String((d.layout.title || {}).text || '').includes(title));
-    const box = d.getBoundingClientRect();
-    return Array.from(d.querySelectorAll('svg text')).filter(t => {
-        const r = t.getBoundingClientRect(); return r.width > 0 && r.height > 0 && t.textContent.trim() !== '';
-    }).map(t => { const r = t.getBoundingClientRect(), s = getComputedStyle(t);
-        return {size: parseFloat(s.fontSize), fill: s.fill, text: t.textContent.slice(0, 40),
-                out: Math.max(0, box.left - r.left, r.right - box.right)}; });
-}"""
-
 
 @pytest.mark.parametrize("label", ["shipped-bert", "shipped-gpt"])
 def test_the_weights_as_matrices_draw_readable_and_unclipped(server, browser, screenshot_dirs, model_folder, label):
@@ -55,10 +40,6 @@ def test_the_weights_as_matrices_draw_readable_and_unclipped(server, browser, sc
         for title, slug in CHARTS.items():
             _shoot_chart(page, title, f"how-{slug}" if label == "shipped-bert" else f"how-{label}-{slug}",
                          screenshot_dirs if label == "shipped-bert" else screenshot_dirs[:1])
-            texts = page.evaluate(READ_CHART_TEXT, title)
-            assert len(texts) > 10, (title, texts)
-            assert not [t for t in texts if t["size"] < MIN_FONT_PX - 0.01], (title, texts)
-            assert not [t for t in texts if t["fill"].startswith("rgb") and too_light(_rgb(t["fill"]))], title
-            assert not [t for t in texts if t["out"] > 1], (title, [t for t in texts if t["out"] > 1])
+            assert len(_chart_text(page, title)) > 10, title
     finally:
         page.close()

@@ -11,12 +11,17 @@ minutes on a loaded 2-core CPU."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
+from bert_core.data.treebank import UD_EWT
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    _chart_text,
     _no_exception,
     _open,
     _settle,
@@ -27,6 +32,7 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     server,
     server_home,
 )
+from tests.test_syntax_heads import SENTENCES
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -143,6 +149,8 @@ def _every_view(page, label: str, dirs) -> None:
         drawn = _wait_for_charts(page, titles, where)
         assert drawn, where
         _no_error_on_page(page, where)
+        for title in titles:   # a projector reads every chart: nothing under 12 px, too light or past its edge
+            _chart_text(page, title)
         slug = SLUGS[tab]
         name = f"how-{slug}" if label == "shipped-bert" else f"how-{label}-{slug}"
         _shoot_chart(page, SHOWN[tab], name, dirs if tab in DOCS[label] else dirs[:1])
@@ -188,11 +196,46 @@ def test_every_view_draws_on_the_shipped_checkpoints(server, browser, screenshot
         page.close()
 
 
+def _probes_and_syntax_heads(page, label: str, dirs, cache: Path | None) -> None:
+    """The views that read text of their own, on the active model: what each layer knows (when this server has
+    CoNLL-2000), then on the Attention page the heads that follow syntax (when the test could put the treebank, its
+    33 hand-annotated sentences, in the server's cache)."""
+    page.get_by_role("tab", name="Each layer's guess").click()
+    _settle(page)
+    if page.get_by_role("button", name="Fetch it").count() == 0:
+        page.get_by_text("Fit the probes", exact=False).first.click()
+        _settle(page, timeout=300)
+        _wait_for_charts(page, ("What each layer knows",), f"{label}, layer probes", timeout=300)
+        _no_error_on_page(page, f"{label}, layer probes")
+        _chart_text(page, "What each layer knows")
+        _shoot_chart(page, "What each layer knows", f"how-{label}-layer-probes", dirs[:1])
+    if cache is None:
+        return
+    page.get_by_test_id("stSidebar").get_by_role("link", name="Attention").click()
+    page.wait_for_url(re.compile("Attention"), timeout=60_000)
+    _settle(page, timeout=300)
+    page.get_by_role("tab", name="What heads do").click()
+    _settle(page)
+    page.get_by_text("Find the heads that follow syntax").click()
+    _settle(page, timeout=300)
+    _wait_for_charts(page, ("Heads that follow syntax",), f"{label}, syntax heads", timeout=300)
+    _no_error_on_page(page, f"{label}, syntax heads")
+    _chart_text(page, "Heads that follow syntax")
+    _shoot_chart(page, "Heads that follow syntax", f"attention-{label}-syntax-heads", dirs[:1])
+
+
 @pytest.mark.parametrize("objective, label", [("mlm", "session-bert"), ("clm", "session-gpt")])
-def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, screenshot_dirs, objective, label):
-    """A nano BERT and a nano GPT twin, each trained a few steps from the Train page, every view; the toy BERT also
-    scores every built-in pair (does a toy run know any grammar?)."""
+def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, screenshot_dirs, server_home, objective,
+                                                             label):
+    """A nano BERT and a nano GPT twin, each trained a few steps from the Train page, every view, what each layer
+    knows and the heads that follow syntax; the toy BERT also scores every built-in pair (does a toy run know any
+    grammar?)."""
     base, _ = server
+    cache = None
+    if not (os.environ.get("BERT_CORE_CACHE") or os.environ.get("XDG_CACHE_HOME")):   # else not the test's own
+        cache = server_home / ".cache" / "bert_core"
+        cache.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SENTENCES, cache / UD_EWT.filename)
     context = browser.new_context(viewport=PROJECTOR)
     try:
         page = context.new_page()
@@ -200,6 +243,11 @@ def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, sc
         causal = page.get_by_text("The GPT twin's causal mask", exact=False).count() >= 1
         assert causal == (objective == "clm"), label
         _every_view(page, label, screenshot_dirs)
+        _probes_and_syntax_heads(page, label, screenshot_dirs, cache)
+        if objective == "mlm":   # back to How BERT computes for the grammar check
+            page.get_by_test_id("stSidebar").get_by_role("link", name="How BERT computes").click()
+            page.wait_for_url(re.compile(PAGE), timeout=60_000)
+            _settle(page, timeout=300)
         if objective == "mlm":
             page.get_by_role("tab", name="Grammar check").click()
             page.get_by_text("Score all", exact=False).first.click()

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+    READ_CHART_TEXT,
     _no_exception,
     _settle,
     _shoot,
@@ -23,7 +24,6 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
 )
 from bert_core.inspect import lesson
 from bert_core.inspect.figure_floor import MIN_FONT_PX
-from tests.test_browser_head_weights import READ_CHART_TEXT
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 
