@@ -11,7 +11,7 @@ from bert_core.inspect import word_class_timelapse as wct
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
 from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, run_panel
-from bert_core.app.live_change import change_box
+from bert_core.app.live_change import change_box, drawn_before_training
 from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
@@ -291,6 +291,8 @@ def _status(viewer: bool, active: bool) -> None:
         st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…",
                 icon=":material/hourglass_top:")
         return
+    if active and run.active and drawn_before_training(run):
+        st.rerun()   # the page was drawn while the run prepared: draw it whole once, its change box with it
     prog = trainer.progress
     history, evals = trainer.history, trainer.evals
     app_tab.progress_bar(run, f"{run.phase}: step {prog.step:,} of {trainer.config.max_steps or '∞'} · elapsed "

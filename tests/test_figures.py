@@ -426,3 +426,12 @@ def test_a_plain_figure_checks_what_is_set_on_it_afterwards():
         fig.update_layout(no_such_property=1)
     fig.update_layout(title="t")
     assert fig.to_dict()["layout"]["title"] == {"text": "t"}
+
+
+def test_a_change_is_named_on_the_plot_side_of_its_line():
+    """A change made at the run's latest step is named to the left of its line (to its right, the name ran off the
+    plot over the legend); one early in the run, to the right."""
+    config = SimpleNamespace(changes=((90, "learning_rate", 5e-4),), learning_rate=3e-3)
+    for last, anchor in ((100, "right"), (400, "left")):
+        (note,) = figures.mark_changes(go.Figure(go.Scatter(x=[0, last], y=[0, 1])), config, last).layout.annotations
+        assert note.xanchor == anchor and note.x == 90 and "at step 90" in note.text, (last, note)

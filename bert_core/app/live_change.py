@@ -13,10 +13,14 @@ from bert_core.training import comparison
 from bert_core.training.train_config import LIVE, TrainConfig, change_labels, typed_change
 
 
+DRAWN_WITH = "_live_change_drawn_with"   # the run whose trainer the page's last full draw knew (else None)
+
+
 def change_box(run, viewer: bool, active: bool) -> None:
     """The box under the buttons: while the tab's own run trains, a setting to change and its new value; once it
     has changes, their list and the command that repeats them. A viewer of a shared run sees nothing to steer."""
     trainer = run.job.trainer if run is not None and run.job is not None else None
+    st.session_state[DRAWN_WITH] = run.run_id if trainer is not None else None
     # A pretraining run's config (a stand-in run of the tests has none).
     if trainer is None or viewer or not isinstance(trainer.config, TrainConfig) \
             or not (active or trainer.config.changes):
@@ -37,6 +41,13 @@ def change_box(run, viewer: bool, active: bool) -> None:
         st.caption("The same run, its changes included, from the command line (`--change STEP:lr=VALUE` from update "
                    "STEP + 1 on); `--resume` of its checkpoint goes on with them too:")
         st.code(command, language="bash", wrap_lines=True)
+
+
+def drawn_before_training(run) -> bool:
+    """Whether the page was last drawn while `run` had no trainer yet (queued or preparing): only the polling
+    fragments have run since, so the box is missing until the whole page is drawn again (once)."""
+    trainer = run.job.trainer if run.job is not None else None
+    return trainer is not None and st.session_state.get(DRAWN_WITH) != run.run_id
 
 
 def _change_form(run, trainer) -> None:

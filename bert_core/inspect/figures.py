@@ -224,12 +224,14 @@ def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
     return fig
 
 
-def mark_changes(fig: go.Figure, config: Any) -> go.Figure:
+def mark_changes(fig: go.Figure, config: Any, last_step: int) -> go.Figure:
     """A vertical line at each step where a setting was changed while the run trained (TrainConfig.changes), named
-    'lr 0.001 → 0.0003 at step 120'."""
+    'lr 0.001 → 0.0003 at step 120': to the line's right in the first half of the `last_step` steps drawn, else to
+    its left (a change is made at the run's latest step, and its name ran off the plot over the legend)."""
     for step, label in change_labels(config) if config.changes else ():
+        side = "top right" if step < last_step / 2 else "top left"
         fig.add_vline(x=step, line=dict(color="#c0392b", dash="dash", width=1), annotation_text=label,
-                      annotation_position="top right", annotation_font_size=12)
+                      annotation_position=side, annotation_font_size=12)
     return fig
 
 
@@ -361,7 +363,7 @@ class LiveCharts(FigureCache):
         built["learning-rate"] = rate_figure(history)
         for fig in built.values():   # laid out before it is shared: the pages only read it (app_drawing.plotly)
             mark_growth(fig, trainer.growth)
-            mark_changes(fig, trainer.config)
+            mark_changes(fig, trainer.config, _get(history[-1], "step") if history else 0)
             clear_of_toolbar(fig)
         return built
 
