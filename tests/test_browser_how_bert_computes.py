@@ -175,10 +175,12 @@ def _train_in_this_tab(page, base: str, objective: str) -> None:
 
 
 @pytest.mark.parametrize("label", ["shipped-bert", "shipped-gpt"])
-def test_every_view_draws_on_the_shipped_checkpoints(server, browser, screenshot_dirs, model_folder, label):
+def test_every_view_draws_on_the_shipped_checkpoints(server, browser, screenshot_dirs, model_folder, server_home,
+                                                     label):
     """The shipped BERT the app opens by default (with a temperature what-if on the softmax) and its GPT twin
-    beside it (`?ckpt=gpt-...`), every view."""
+    beside it (`?ckpt=gpt-...`), every view, what each layer knows and the heads that follow syntax."""
     base, _ = server
+    cache = _treebank_in_cache(server_home)
     checkpoint = model_folder.name.replace("bert", "gpt") if label == "shipped-gpt" else None
     if checkpoint is not None and not (model_folder.parent / checkpoint / "config.json").is_file():
         pytest.skip(f"no GPT twin shipped beside {model_folder}")
@@ -192,8 +194,20 @@ def test_every_view_draws_on_the_shipped_checkpoints(server, browser, screenshot
         assert causal == (checkpoint is not None), label
         assert page.get_by_text("Orange is a what-if at temperature 0.5", exact=False).count() == 1
         _every_view(page, label, screenshot_dirs)
+        _probes_and_syntax_heads(page, label, screenshot_dirs, cache)
     finally:
         page.close()
+
+
+def _treebank_in_cache(server_home: Path) -> Path | None:
+    """The 33 hand-annotated test sentences as the treebank in the server's cache (its folder, or None where the
+    cache is a folder of this machine's, named by the environment, not the test's own)."""
+    if os.environ.get("BERT_CORE_CACHE") or os.environ.get("XDG_CACHE_HOME"):
+        return None
+    cache = server_home / ".cache" / "bert_core"
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SENTENCES, cache / UD_EWT.filename)
+    return cache
 
 
 def _probes_and_syntax_heads(page, label: str, dirs, cache: Path | None) -> None:
@@ -231,11 +245,7 @@ def test_every_view_draws_on_a_model_trained_in_this_session(server, browser, sc
     knows and the heads that follow syntax; the toy BERT also scores every built-in pair (does a toy run know any
     grammar?)."""
     base, _ = server
-    cache = None
-    if not (os.environ.get("BERT_CORE_CACHE") or os.environ.get("XDG_CACHE_HOME")):   # else not the test's own
-        cache = server_home / ".cache" / "bert_core"
-        cache.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(SENTENCES, cache / UD_EWT.filename)
+    cache = _treebank_in_cache(server_home)
     context = browser.new_context(viewport=PROJECTOR)
     try:
         page = context.new_page()
