@@ -2,7 +2,7 @@
 73): the learning rate changed while the run trains, marked on every live chart at its step with the command that
 repeats it; and what each layer knows at each probe snapshot of a run on English text, drawn against the step.
 Every chart's text is checked (none under 12 px, too light or past its edge). Screenshots: train-live-change.png
-and train-word-classes.png (test-artifacts).
+and train-word-classes.png (docs/screenshots with BERT_UPDATE_SCREENSHOTS=1).
 
 The word classes are a long check (`--long`: a run on English text with its probes, one to three minutes on a
 loaded 2-core CPU); the change is 20 to 40 s."""
@@ -68,7 +68,7 @@ def test_the_learning_rate_changed_as_the_run_trains_is_marked_on_its_charts(ser
         assert marked, titles
         for title in marked:
             _chart_text(page, title)
-        _shoot_chart(page, marked[0], "train-live-change", screenshot_dirs[:1])
+        _shoot_chart(page, marked[0], "train-live-change", screenshot_dirs)
         page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop").click()
         page.get_by_text("Run stopped at step").wait_for(timeout=60_000)
     finally:
@@ -93,6 +93,6 @@ def test_the_layers_learn_word_classes_snapshot_by_snapshot(server, browser, scr
         _no_error_on_page(page, "word classes")
         texts = _chart_text(page, WORD_CLASSES)
         assert any(t["text"].startswith("layer") for t in texts), texts
-        _shoot_chart(page, WORD_CLASSES, "train-word-classes", screenshot_dirs[:1])
+        _shoot_chart(page, WORD_CLASSES, "train-word-classes", screenshot_dirs)
     finally:
         page.close()
