@@ -56,9 +56,10 @@ def test_attention_heatmap_and_topk_bars_render(server, browser):
     try:
         _open(page, base, "Attention")
         page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=30_000)
-        page.get_by_role("tab", name="Head view").click()
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .heatmaplayer').length >= 2",
-                               timeout=30_000)
+        page.get_by_role("tab", name="Head view").click()   # a lazy tab: its heatmap is drawn once it is open
+        page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(d => "
+                               "d.offsetParent !== null && String((d.layout.title || {}).text).includes('Layer 1, "
+                               "head 1') && d.querySelector('.heatmaplayer'))", timeout=30_000)
         _no_exception(page, "attention")
         _open(page, base, "Predictions")
         page.wait_for_selector(".js-plotly-plot .barlayer .point", timeout=30_000)

@@ -76,7 +76,8 @@ def test_the_learning_rate_changed_as_the_run_trains_is_marked_on_its_charts(ser
 
 
 @pytest.mark.long
-def test_the_layers_learn_word_classes_snapshot_by_snapshot(server, browser, screenshot_dirs):
+@pytest.mark.parametrize("objective", ["mlm", "clm"])   # BERT and its GPT twin
+def test_the_layers_learn_word_classes_snapshot_by_snapshot(server, browser, screenshot_dirs, objective):
     shared = shared_data_dir()
     if shared is None or not (shared / SOURCES["tinyshakespeare"].shared_copy).is_file() \
             or local_task_csv("conll2000") is None:
@@ -85,7 +86,7 @@ def test_the_layers_learn_word_classes_snapshot_by_snapshot(server, browser, scr
     page = browser.new_page(viewport=PROJECTOR)
     try:
         _open(page, base, "Train", "?train_corpus=tinyshakespeare&train_steps=60&train_eval_every=30"
-                                   "&train_probe_every=20")
+                                   f"&train_probe_every=20&train_objective={objective}")
         _start(page)
         page.get_by_text("Run finished at step 60").wait_for(timeout=600_000)
         _settle(page)
@@ -93,6 +94,9 @@ def test_the_layers_learn_word_classes_snapshot_by_snapshot(server, browser, scr
         _no_error_on_page(page, "word classes")
         texts = _chart_text(page, WORD_CLASSES)
         assert any(t["text"].startswith("layer") for t in texts), texts
-        _shoot_chart(page, WORD_CLASSES, "train-word-classes", screenshot_dirs)
+        if objective == "mlm":
+            _shoot_chart(page, WORD_CLASSES, "train-word-classes", screenshot_dirs)
+        else:
+            _shoot_chart(page, WORD_CLASSES, "train-gpt-word-classes", screenshot_dirs[:1])
     finally:
         page.close()

@@ -13,6 +13,8 @@ SENTENCE = "the film was a long and rather dull story ."
 
 def test_the_why_tabs_inputs_survive_a_visit_to_another_page(monkeypatch, ended_race):  # noqa: F811
     at = _open(monkeypatch, ended_race)
+    at.session_state["hbc_tab"] = WHY   # lazy tabs: only the open one runs; the open tab is kept too
+    at.run()
     at.text_input(key="hbc_why_ft_sentence").input(SENTENCE).run()
     at.toggle(key="hbc_why_on").set_value(True).run()
     at.switch_page("pages/1_Tokens_and_masking.py").run()

@@ -46,6 +46,7 @@ class _NoInit(TorchFunctionMode):
                          "kaiming_uniform_", "xavier_uniform_"})
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        # A mode sees every callable torch dispatches, and not all have a name (a partial, a C++ overload).
         if getattr(func, "__name__", "") in self.SKIPPED:
             return args[0] if args else kwargs["tensor"]
         return func(*args, **(kwargs or {}))
