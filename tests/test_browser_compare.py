@@ -105,6 +105,9 @@ def test_bert_and_gpt_trained_on_toy_side_by_side_and_gpt_continues_text(server,
         sidebar.get_by_role("link", name="Predictions").click()
         _settle(page)
         page.get_by_role("heading", name="Continue the text").wait_for(timeout=30_000)
+        # The heading comes before the continuation: under load the table follows seconds later.
+        page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)
+        _settle(page)
         assert page.locator('[data-testid="stDataFrame"]').count() == 1   # one row per generated token
         _no_exception(page, "predictions (the GPT continues a text)")
         _shoot(page, "predictions-gpt-continues", screenshot_dirs)
