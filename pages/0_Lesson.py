@@ -10,7 +10,7 @@ import streamlit as st
 from bert_core.data.pretraining_data import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.inspect import computation_figures, figures, lesson, lesson_figures
-from bert_core.inspect.attention_steps import attention_steps, with_temperature
+from bert_core.inspect.attention_steps import attention_steps, encode_for_steps, with_temperature
 from bert_core.inspect.embeddings import embedding_parts, heldout_pool, nearest_neighbours
 from bert_core.inspect import feed_forward as ff
 from bert_core.inspect.layer_probes import conll_layer_probes
@@ -444,9 +444,9 @@ def _feed_forward(p: Lesson) -> str | None:
         return None
     c1, c2 = st.columns([1, 3])
     layer = _counted_from_1(c1, "Layer", "lesson_ffn_layer", config.num_hidden_layers, config.num_hidden_layers)
-    first = attention_steps(active.model, active.tokenizer, text, layer, 0, 0)
     with c2:
-        token = app_widgets.token_picker("lesson_ffn_token", first.tokens, 2)
+        token = app_widgets.token_picker("lesson_ffn_token", encode_for_steps(active.model, active.tokenizer, text)[2],
+                                         2)
     # The block's input is the attention block's output, the same for every head: the first head's steps carry it.
     ffn = ff.feed_forward_steps(active.model, attention_steps(active.model, active.tokenizer, text, layer, 0, token))
     app_drawing.plotly(ff.feed_forward_figure(ffn), "lesson-feed-forward", key="lesson_ffn_fig")

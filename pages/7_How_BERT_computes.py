@@ -50,8 +50,8 @@ def _init_widgets(active, examples, causal: bool) -> None:
                          ("hbc_pass", examples.prompt if causal else examples.sentences[0]),
                          ("hbc_pair_b", examples.grammar_pair[1])):   # the model's own, until someone types
         app_widgets.follow_default(key, default)
-    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs", "hbc_pass_block", "hbc_unit",
-                             "hbc_matrix", "hbc_key", "hbc_probes", "hbc_builtin", "hbc_tab")
+    app_widgets.persist_keys(*KEYS, "hbc_off", "hbc_emb_token", "hbc_own", "hbc_all_pairs", "hbc_pass_block",
+                             "hbc_unit", "hbc_matrix", "hbc_key", "hbc_probes", "hbc_builtin", "hbc_tab")
     # A URL or another model may hold a layer or head this model lacks: clamp to what it has.
     st.session_state["hbc_layer"] = min(max(int(st.session_state["hbc_layer"]), 1), cfg.num_hidden_layers)
     st.session_state["hbc_head"] = min(max(int(st.session_state["hbc_head"]), 1), cfg.num_attention_heads)

@@ -18,8 +18,8 @@ NAMES = (*TASKS, UD_EWT_NAME, *SOURCES)
 
 def add_parser(sub):
     p = sub.add_parser("download", help="fetch corpora, fine-tuning tasks and the treebank into the cache",
-                       description="Download, verify and cache the named corpora, fine-tuning tasks and treebank (once; "
-                                   "later runs read the cache, or the shared data folder when it is there). "
+                       description="Download, verify and cache the named corpora, fine-tuning tasks and treebank "
+                                   "(once; later runs read the cache, or the shared data folder when it is there). "
                                    "Every name is tried, one line each (its cached file, or an error: line); the "
                                    f"exit status is 1 when any failed. Names: {', '.join(NAMES)}.")
     p.add_argument("names", nargs="+", choices=NAMES, metavar="NAME", help=f"one or more of {', '.join(NAMES)}")

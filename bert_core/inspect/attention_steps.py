@@ -125,7 +125,8 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
     def keep(name):
         return own(lambda module, args, output: seen.__setitem__(name, output))
 
-    handles = [attn.self.register_forward_pre_hook(own(lambda module, args: seen.update(hidden_in=args[0], mask=args[1]))),
+    inputs = own(lambda module, args: seen.update(hidden_in=args[0], mask=args[1]))
+    handles = [attn.self.register_forward_pre_hook(inputs),
                *(module.register_forward_hook(keep(name)) for module, name in (
                    (attn.self.query, "q"), (attn.self.key, "k"), (attn.self.value, "v"), (attn.self, "self"),
                    (attn.output.dense, "projected"), (attn.output, "normed")))]
