@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from bert_core.errors import BertCoreError
 from bert_core.model.files import plain_file_mode
@@ -21,6 +22,7 @@ from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
 Progress = Callable[[int, "int | None"], None]
+T = TypeVar("T")
 CHUNK_BYTES = 1 << 16
 
 
@@ -127,12 +129,16 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
             tmp.unlink()
 
 
+def cache_path(cache_dir: str | Path | None, filename: str) -> Path:
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / filename
+
+
 def cached_download(remote: RemoteFile, cache_dir: str | Path | None = None, progress: Progress | None = None,
                     url: str | None = None, offline_hint: str | None = None) -> Path:
     """Path of `remote`'s file in the cache, downloaded on first use and checked against its pinned sha256, else
     against the digest recorded beside it by the first download (trusted on first use until pinned); a damaged or
     foreign file in the cache is fetched again."""
-    dest = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / remote.filename
+    dest = cache_path(cache_dir, remote.filename)
     recorded = dest.with_name(dest.name + ".sha256")
     expected = remote.sha256 or (recorded.read_text().strip() if recorded.is_file() else None) or None
     if dest.is_file() and expected is not None and sha256_of(dest) != expected:
@@ -142,6 +148,21 @@ def cached_download(remote: RemoteFile, cache_dir: str | Path | None = None, pro
         if remote.sha256 is None:
             recorded.write_text(digest + "\n")
     return dest
+
+
+def fetch_checked(remote: RemoteFile, label: str, check: Callable[[Path], T], cache_dir: str | Path | None = None,
+                  progress: Progress | None = None, url: str | None = None, offline_hint: str | None = None) -> T:
+    """`check` of `remote`'s cached download. A file that downloads whole but fails the check (an error page, when
+    the digest is not pinned) is removed with the digest it recorded: a visitor cannot delete a server's file, and
+    the next try fetches it again."""
+    raw = cached_download(remote, cache_dir, progress, url, offline_hint=offline_hint)
+    try:
+        return check(raw)
+    except BertCoreError as exc:
+        raw.unlink(missing_ok=True)
+        raw.with_name(raw.name + ".sha256").unlink(missing_ok=True)
+        raise BertCoreError(f"the file fetched for {label} was not what was expected ({exc}); it was removed, "
+                            "so fetching again starts afresh") from exc
 
 
 def fetch(name: str, cache_dir: str | Path | None = None, progress: Progress | None = None,

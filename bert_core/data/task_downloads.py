@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bert_core.data.downloads import Progress, RemoteFile, cached_download, parquet_columns
+from bert_core.data.downloads import Progress, RemoteFile, cache_path, fetch_checked, parquet_columns
 from bert_core.errors import BertCoreError
 from bert_core.model.files import write_text_atomic
-from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
 
@@ -142,7 +141,7 @@ def local_task_csv(name: str, cache_dir: str | Path | None = None, use_shared: b
     shared = shared_data_dir() if use_shared else None
     if shared is not None and (shared / task.shared_copy).is_file():
         return shared / task.shared_copy
-    converted = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / task.csv_name
+    converted = cache_path(cache_dir, task.csv_name)
     return converted if converted.is_file() else None
 
 
@@ -159,14 +158,6 @@ def _fetch(task: RemoteTask, cache_dir, progress: Progress | None, url: str | No
     instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
                if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
                "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
-    raw = cached_download(task.remote, cache_dir, progress, url, offline_hint=instead)
-    try:
-        text = task.convert(raw)
-    except BertCoreError as exc:
-        raw.unlink(missing_ok=True)  # a visitor cannot delete a server's file: the next try fetches it again
-        if task.remote.sha256 is None:
-            raw.with_name(raw.name + ".sha256").unlink(missing_ok=True)  # the digest it kept was this wrong file's
-        raise BertCoreError(f"the file fetched for {task.label} was not what was expected ({exc}); it was removed, "
-                            "so fetching again starts afresh") from exc
+    text = fetch_checked(task.remote, task.label, task.convert, cache_dir, progress, url, offline_hint=instead)
     # Whole or absent: a visitor never reads half a file, two writers never mix.
-    return write_text_atomic(raw.with_name(task.csv_name), text)
+    return write_text_atomic(cache_path(cache_dir, task.csv_name), text)

@@ -9,9 +9,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from bert_core.data.downloads import Progress, RemoteFile, cached_download
+from bert_core.data.downloads import Progress, RemoteFile, cache_path, fetch_checked
 from bert_core.errors import BertCoreError
-from bert_core.paths import cache_dir as default_cache_dir
 
 COLUMNS = 10   # ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC, separated by tabs
 
@@ -92,22 +91,18 @@ _FETCHING = threading.Lock()   # thirty visitors pressing Fetch together make on
 
 def local_treebank(cache_dir: str | Path | None = None) -> Path | None:
     """UD English EWT's file already in the cache, or None."""
-    path = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / UD_EWT.filename
+    path = cache_path(cache_dir, UD_EWT.filename)
     return path if path.is_file() else None
+
+
+def _conllu_file(path: Path) -> Path:
+    read_conllu(path)
+    return path
 
 
 def fetch_treebank(cache_dir: str | Path | None = None, progress: Progress | None = None,
                    url: str | None = None) -> Path:
-    """UD English EWT's file in the cache, downloaded and checked on first use. A file that downloads whole but is
-    not CoNLL-U (an error page, when the digest is not pinned) is removed, so the next try starts afresh."""
+    """UD English EWT's file in the cache, downloaded and checked on first use (a file that is not CoNLL-U removed)."""
     with _FETCHING:
-        raw = cached_download(UD_EWT, cache_dir, progress, url,
-                              offline_hint="download it on a machine that is online and copy it here")
-        try:
-            read_conllu(raw)
-        except BertCoreError as exc:
-            raw.unlink(missing_ok=True)
-            raw.with_name(raw.name + ".sha256").unlink(missing_ok=True)
-            raise BertCoreError(f"the file fetched for {UD_EWT_LABEL} was not what was expected ({exc}); it was "
-                                "removed, so fetching again starts afresh") from exc
-        return raw
+        return fetch_checked(UD_EWT, UD_EWT_LABEL, _conllu_file, cache_dir, progress, url,
+                             offline_hint="download it on a machine that is online and copy it here")
