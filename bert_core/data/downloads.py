@@ -14,7 +14,6 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from bert_core.errors import BertCoreError
 from bert_core.model.files import plain_file_mode
@@ -22,7 +21,6 @@ from bert_core.paths import cache_dir as default_cache_dir
 from bert_core.paths import shared_data_dir
 
 Progress = Callable[[int, "int | None"], None]
-T = TypeVar("T")
 CHUNK_BYTES = 1 << 16
 
 
@@ -64,7 +62,6 @@ SOURCES: dict[str, RemoteFile] = {
 
 
 def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -80,6 +77,7 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
     connection raises BertCoreError and leaves nothing at `dest`; `offline_hint` says what to use instead.
     """
     dest = Path(dest)
+    progress = progress or (lambda done, total: None)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     os.fchmod(fd, plain_file_mode())   # mkstemp's 0600 would keep a shared cache from every other user
@@ -93,17 +91,12 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: Pr
                     length = response.headers.get("Content-Length")
                     total = int(length) if length and length.isdigit() else None
                     h = hashlib.sha256()
-                    if progress:
-                        progress(0, total)
-                    while True:
-                        block = response.read(CHUNK_BYTES)
-                        if not block:
-                            break
+                    progress(0, total)
+                    for block in iter(lambda: response.read(CHUNK_BYTES), b""):
                         out.write(block)
                         h.update(block)
                         done += len(block)
-                        if progress:
-                            progress(done, total)
+                        progress(done, total)
             except urllib.error.HTTPError as exc:
                 raise BertCoreError(f"downloading {url} failed with HTTP {exc.code} ({exc.reason}); the file may have "
                                     "moved: use a local copy (pass its path) or the 'toy' corpus") from exc
@@ -150,14 +143,13 @@ def cached_download(remote: RemoteFile, cache_dir: str | Path | None = None, pro
     return dest
 
 
-def fetch_checked(remote: RemoteFile, label: str, check: Callable[[Path], T], cache_dir: str | Path | None = None,
-                  progress: Progress | None = None, url: str | None = None, offline_hint: str | None = None) -> T:
-    """`check` of `remote`'s cached download. A file that downloads whole but fails the check (an error page, when
-    the digest is not pinned) is removed with the digest it recorded: a visitor cannot delete a server's file, and
-    the next try fetches it again."""
+def fetch_checked(remote: RemoteFile, label: str, check: Callable, cache_dir: str | Path | None = None,
+                  progress: Progress | None = None, url: str | None = None, offline_hint: str | None = None) -> tuple:
+    """(path, `check(path)`) of `remote`'s cached download. One that fails the check (an error page, when the digest
+    is not pinned) is removed with its recorded digest: a visitor cannot delete a server's file, the next try can."""
     raw = cached_download(remote, cache_dir, progress, url, offline_hint=offline_hint)
     try:
-        return check(raw)
+        return raw, check(raw)
     except BertCoreError as exc:
         raw.unlink(missing_ok=True)
         raw.with_name(raw.name + ".sha256").unlink(missing_ok=True)

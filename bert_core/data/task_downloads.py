@@ -158,6 +158,6 @@ def _fetch(task: RemoteTask, cache_dir, progress: Progress | None, url: str | No
     instead = ("bring a local copy as a CoNLL file (finetune --conll FILE, or the page's Upload a CoNLL file)"
                if task.kind == "tags" else "fine-tune on the built-in toy topics or word-order task, or bring a "
                "local copy as a label,text CSV (finetune --csv FILE, or the page's Upload a CSV)")
-    text = fetch_checked(task.remote, task.label, task.convert, cache_dir, progress, url, offline_hint=instead)
+    raw, text = fetch_checked(task.remote, task.label, task.convert, cache_dir, progress, url, offline_hint=instead)
     # Whole or absent: a visitor never reads half a file, two writers never mix.
-    return write_text_atomic(cache_path(cache_dir, task.csv_name), text)
+    return write_text_atomic(raw.with_name(task.csv_name), text)

@@ -95,14 +95,9 @@ def local_treebank(cache_dir: str | Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
-def _conllu_file(path: Path) -> Path:
-    read_conllu(path)
-    return path
-
-
 def fetch_treebank(cache_dir: str | Path | None = None, progress: Progress | None = None,
                    url: str | None = None) -> Path:
     """UD English EWT's file in the cache, downloaded and checked on first use (a file that is not CoNLL-U removed)."""
     with _FETCHING:
-        return fetch_checked(UD_EWT, UD_EWT_LABEL, _conllu_file, cache_dir, progress, url,
-                             offline_hint="download it on a machine that is online and copy it here")
+        return fetch_checked(UD_EWT, UD_EWT_LABEL, read_conllu, cache_dir, progress, url,
+                             offline_hint="download it on a machine that is online and copy it here")[0]
