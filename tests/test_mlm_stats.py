@@ -6,7 +6,7 @@ import torch
 
 from bert_core.data.pretraining_data import KEPT, MASKED, NOT_CHOSEN, RANDOM
 from bert_core.model.bert import IGNORE_INDEX
-from bert_core.training.mlm_stats import MlmStats, batch_stats
+from bert_core.training.evaluation import MlmStats, batch_stats
 
 
 def test_batch_stats_count_by_decision_and_read_back_with_names():

@@ -102,7 +102,7 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
     """Evaluate a checkpoint on a text file; returns the figures and the unigram baseline as a dict: masked-token
     figures for a BERT, next-token ones (keys next_token_*, "objective": "clm") for a causal model."""
     # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
-    from bert_core.training.heldout_evaluation import evaluate_checkpoint_on_text
+    from bert_core.training.evaluation import evaluate_checkpoint_on_text
 
     return evaluate_checkpoint_on_text(checkpoint, text_file, seed=seed, batches=batches, batch_size=batch_size,
                                        seq_len=seq_len, mask_rate=mask_rate, device=device)

@@ -1,15 +1,11 @@
 """What a pretraining run reports to its watchers: a StepEvent per optimizer update and an EvalEvent per held-out
-evaluation, and how each is made from the figures of its step or evaluation. They are the run's event stream
-(run_loop.RunLoop keeps and hands them on) and the entries of trainer_state.json's "history" and "evals"."""
+evaluation (made from their figures by evaluation.step_event and eval_event). They are the run's event stream
+(run_loop.RunLoop keeps and hands them on) and the entries of trainer_state.json's "history" and "evals"; torch-free,
+so that the server reads them without it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: both load torch, and the server reads these events without it (TORCH_FREE)
-    from bert_core.training.evaluation import EvalResult
-    from bert_core.training.mlm_stats import MlmStats
 
 
 @dataclass
@@ -52,42 +48,3 @@ class GrowthEvent:
     from_size: tuple[int, int]   # (layers, hidden) before
     to_size: tuple[int, int]     # (layers, hidden) after
     model_config: dict           # the grown model's config.json (BertConfig.to_hf_dict)
-
-
-def step_loss(stats: MlmStats, nsp: bool) -> float:
-    """The loss an update minimised (MLM, plus NSP when the run has it): what the NaN guard and the event read."""
-    nsp_loss = stats.nsp_loss if nsp else None
-    return stats.mlm_loss + (nsp_loss or 0.0)
-
-
-def step_event(step: int, tokens_seen: int, lr: float, stats: MlmStats, nsp: bool, grad_norm: float,
-               tokens_per_s: float, elapsed_s: float) -> StepEvent:
-    """The StepEvent of the update that made `step` from its summed figures (`stats`, over every rank)."""
-    by_decision = stats.acc_by_decision()
-    return StepEvent(
-        step=step,
-        tokens_seen=tokens_seen,
-        lr=lr,
-        loss=step_loss(stats, nsp),
-        mlm_loss=stats.mlm_loss,
-        nsp_loss=stats.nsp_loss if nsp else None,
-        mlm_acc=stats.mlm_acc,
-        mlm_acc_masked=by_decision["masked"],
-        mlm_acc_random=by_decision["random"],
-        mlm_acc_kept=by_decision["kept"],
-        nsp_acc=stats.nsp_acc if nsp else None,
-        tokens_per_s=tokens_per_s,
-        grad_norm=grad_norm,
-        elapsed_s=elapsed_s,
-    )
-
-
-def eval_event(step: int, result: EvalResult, nsp: bool) -> EvalEvent:
-    """The EvalEvent of a held-out evaluation at `step` (no NSP figure for a run without NSP)."""
-    return EvalEvent(
-        step=step,
-        mlm_loss=result.mlm_loss,
-        mlm_acc=result.mlm_acc,
-        perplexity=result.perplexity,
-        nsp_acc=result.nsp_acc if nsp else None,
-    )

@@ -1,33 +1,139 @@
 """Pretraining loop (MLM + NSP) that can be watched, stopped, resumed exactly and run under torchrun.
 
-The Trainer is the loop and its bookkeeping; each part of an update is a collaborator of its own module: the batches
-(pretraining_batches), the forward and backward passes (gradient_accumulation), the optimizer and its schedule
-(optimization), held-out evaluation (heldout_evaluation), the events it reports (pretraining_events), checkpoint I/O
-(trainer_checkpoint), growing a run that starts small (trainer_growth), the dropout RNG (dropout_rng) and the torchrun
-job (distributed).
+The Trainer is the loop and its bookkeeping; each part of an update is a collaborator: the batches
+(pretraining_batches), the forward and backward passes, the optimizer and its schedule (optimization), held-out
+evaluation (evaluation), the events it reports (pretraining_events), checkpoint I/O (trainer_checkpoint), the torchrun
+job (distributed), and here the dropout RNG (DropoutRng) and growing a run that starts small (TrainerGrowth).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+import torch
+
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import is_causal
 from bert_core.model.config import BertConfig
+from bert_core.model.growth import grow_model
 from bert_core.training.distributed import current_dist, ddp_wrapped, resolve_device
-from bert_core.training.dropout_rng import DropoutRng
-from bert_core.training.gradient_accumulation import GradientAccumulator
-from bert_core.training.heldout_evaluation import HeldoutEvaluation
-from bert_core.training.optimization import Optimization
+from bert_core.training.evaluation import HeldoutEvaluation, step_event, step_loss
+from bert_core.training.optimization import GradientAccumulator, Optimization, lr_multiplier, stage_multiplier
 from bert_core.training.pretraining_batches import PretrainingBatches
-from bert_core.training.pretraining_events import StepEvent, step_event, step_loss
+from bert_core.training.pretraining_events import GrowthEvent, StepEvent
+from bert_core.training.recipes import seed_learning_rate
 from bert_core.training.run_loop import RunLoop
 from bert_core.training.train_config import TrainConfig
 from bert_core.training.trainer_checkpoint import TrainerCheckpointing
-from bert_core.training.trainer_growth import TrainerGrowth
+
+
+# A run's own random stream. Dropout draws from torch's global generator; the run keeps its own copy of that state so
+# that a stop/resume (even through a checkpoint) replays exactly the same dropout masks.
+def run_seed(seed: int, rank: int) -> int:
+    """The seed of a rank's stream: each rank of a torchrun job draws its own masks, the same ones for a seed."""
+    return seed * 1_000_003 + rank
+
+
+class DropoutRng:
+    """The torch (and CUDA) generator state of one run's rank, installed in torch's global generators while it runs."""
+
+    def __init__(self, seed: int, rank: int):
+        self.rank = rank
+        gen = torch.Generator().manual_seed(run_seed(seed, rank))
+        self.state: dict = {"torch": gen.get_state()}
+        if torch.cuda.is_available():
+            self.state["cuda"] = None  # seeded on first run from the config seed
+
+    @contextlib.contextmanager
+    def installed(self, seed: int):
+        """For the run, the run's state in torch's global generators; after it, the caller's state back in them."""
+        outer_rng = torch.get_rng_state()
+        outer_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self._install(seed)
+        try:
+            yield
+        finally:
+            self._capture()
+            torch.set_rng_state(outer_rng)
+            if outer_cuda is not None:
+                torch.cuda.set_rng_state_all(outer_cuda)
+
+    def current(self, running: bool) -> dict:
+        """The run's state now: the global generators' while it runs (they hold it then), else the kept copy."""
+        if not running:
+            return self.state
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return rng
+
+    def _install(self, seed: int) -> None:
+        torch.set_rng_state(self.state["torch"])
+        if torch.cuda.is_available():
+            cuda_state = self.state.get("cuda")
+            if cuda_state is None:
+                torch.cuda.manual_seed_all(run_seed(seed, self.rank))
+            else:
+                torch.cuda.set_rng_state_all(cuda_state)
+
+    def _capture(self) -> None:
+        self.state = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            self.state["cuda"] = torch.cuda.get_rng_state_all()
+
+
+class TrainerGrowth:
+    """Trainer's growth: `grow_to` (the size to grow into, None: the run does not grow) and `growth` (when it grew)."""
+
+    grow_to: BertConfig | None
+    growth: dict | None
+
+    def growth_pending(self) -> bool:
+        """Whether the model is still the small one of a run that grows (TrainConfig.grow_fraction)."""
+        if self.grow_to is None:
+            return False
+        c = self.model.config
+        return (c.hidden_size, c.num_hidden_layers) != (self.grow_to.hidden_size, self.grow_to.num_hidden_layers)
+
+    def grow_if_due(self) -> bool:
+        """Grow the model now if the run has reached its grow_fraction (each update checks first; *Step once* too,
+        before it notes the weights); True when it grew."""
+        if self.growth_pending() and self._fraction_done() >= self.config.grow_fraction:
+            self._grow()
+            return True
+        return False
+
+    def _learning_rate(self) -> float:
+        """The rate of the next update: the schedule's, over each stage of a run that grows, to the peak in effect
+        (a peak changed while the run trains scales the schedule from its step on: TrainConfig.changes)."""
+        cfg = self.config.at(self.step)
+        if self.grow_to is None or (self.growth is None and not self.growth_pending()):
+            return cfg.learning_rate * lr_multiplier(cfg, self.step, self._elapsed_now())
+        p = self._fraction_done()
+        if self.growth_pending():
+            c, target = self.model.config, self.grow_to
+            peak = seed_learning_rate(cfg.learning_rate, target.hidden_size, target.num_hidden_layers,
+                                      c.hidden_size, c.num_hidden_layers)
+            return peak * stage_multiplier(cfg, p / cfg.grow_fraction)
+        start = self.growth["fraction"] if self.growth else cfg.grow_fraction
+        return cfg.learning_rate * stage_multiplier(cfg, (p - start) / max(1.0 - start, 1e-9))
+
+    def _grow(self) -> None:
+        """Grow the small model to the run's size (bert_core.model.growth) and train on it with a new optimizer."""
+        small = self.model
+        before = (small.config.num_hidden_layers, small.config.hidden_size)
+        with self._step_lock:
+            self._set_model(grow_model(small, self.grow_to, seed=self.config.seed), self.optimization.on_gradients)
+            self.growth = {"step": self.step, "fraction": self._fraction_done(), "from_size": list(before),
+                           "to_size": [self.grow_to.num_hidden_layers, self.grow_to.hidden_size]}
+        event = GrowthEvent(step=self.step, fraction=self.growth["fraction"], from_size=before,
+                            to_size=tuple(self.growth["to_size"]), model_config=self.grow_to.to_hf_dict())
+        for callback in self.callbacks:
+            callback(event)
 
 
 class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
