@@ -1,15 +1,8 @@
 """Building a pretraining corpus from public collections (issue 60): duplicates, per-author caps, contamination
-with what the project evaluates on, held-out documents per source, token shards, and a report of every drop.
-
-The steps, in order, each a pure function of the documents and the seed:
-1. read and clean every source (bert_core.corpus.sources, cleaning); drop non-English books;
-2. drop whole documents seen before (same words), then repeated paragraphs, and a document that is mostly
-   repeated paragraphs (another edition of a book already read);
-3. drop every document that shares a NGRAM-word run with a reference text (the everyday-English set, WikiText-2
-   test, every file of the shared folder: see `default_references`, and what --against adds);
-4. cap each author's (group's) words, keeping books in a seeded order;
-5. hold out a seeded share of each source's words, by whole documents, a long one split at paragraphs first;
-6. tokenize once into uint16 shards (`ShardWriter`; bert_core.data.shards reads them) and write `report.json`.
+with what the project evaluates on, held-out documents per source, token shards, and a report of every drop. The
+steps (docs/corpus.md, "What the build does") are each a pure function of the documents and the seed: read and clean
+(bert_core.corpus.sources, cleaning), `_Screen` (duplicates, then contamination against `default_references`),
+`_cap_authors`, `heldout_pieces`, and `ShardWriter` (bert_core.data.shards reads its shards) with `report.json`.
 """
 
 from __future__ import annotations

@@ -86,15 +86,10 @@ ENGLISH_MIN_SHARE = 0.2
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def english_share(text: str, sample_words: int = 5000) -> float:
-    """The share of the first `sample_words` words that are common English function words (0 for no words)."""
+def is_english(text: str, sample_words: int = 5000) -> bool:
+    """Whether at least ENGLISH_MIN_SHARE of the first `sample_words` words are common English function words."""
     words = _WORD.findall(text[: sample_words * 12].lower())[:sample_words]
-    return sum(w in _ENGLISH for w in words) / len(words) if words else 0.0
-
-
-def is_english(text: str) -> bool:
-    """Whether the text reads as English by its share of English function words (see ENGLISH_MIN_SHARE)."""
-    return english_share(text) >= ENGLISH_MIN_SHARE
+    return bool(words) and sum(w in _ENGLISH for w in words) / len(words) >= ENGLISH_MIN_SHARE
 
 
 def normalized_words(text: str) -> list[str]:

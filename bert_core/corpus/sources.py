@@ -1,17 +1,8 @@
-"""Reading the public collections of issue 60 into documents: a folder or a bare git directory (as the `fetch`
-tool brings a GitHub repository) of one of the kinds below, each read into `SourceDocument` records.
-
-| kind | what the source holds | a document |
-| --- | --- | --- |
-| gutenberg | `<author>/<title>.txt` Project Gutenberg books (rcdm-uga/Gutenberg_Text) | a book |
-| reuters | `json-data/reut2-NNN.json` (mihaibogdan10/json-reuters-21578) | a story |
-| newsgroups | `20news-bydate-*/<group>/<n>` (spoddutur/spark-ml-dashboard) | a post |
-| bbc | `bbc/<topic>/NNN.txt` (dejanbatanjac/bbc-article-classify-bert) | an article |
-| nltk | `packages/corpora/<name>.zip` (nltk/nltk_data), the English running text in NLTK_CORPORA | a file |
-| text | any `*.txt` files | a file |
-
-A git directory is read with `git ls-tree` and `git cat-file --batch` (no work tree, nothing written); files its
-copy lacks (4 MiB and over, Git LFS) are counted as absent, never guessed.
+"""Reading the public collections of issue 60 into `SourceDocument` records: a folder or a bare git directory (as the
+`fetch` tool brings a GitHub repository) of one of KINDS, known by its file names (docs/corpus.md, "Sources"); a
+document is a book, a story, a post, an article or a file. A git directory is read with `git ls-tree` and
+`git cat-file --batch` (no work tree, nothing written); files its copy lacks (4 MiB and over, Git LFS) are counted as
+absent, never guessed.
 """
 
 from __future__ import annotations
@@ -163,7 +154,7 @@ _NLTK = re.compile(r"(?:^|/)packages/corpora/([^/]+)\.zip$")
 
 
 def detect_kind(tree: SourceTree) -> str:
-    """The kind of a source, from the names of its files (see the module's table)."""
+    """The kind of a source, from the names of its files."""
     paths = [f.path for f in tree.files()]
     for kind, pattern in (("reuters", _REUTERS), ("newsgroups", _NEWSGROUPS), ("bbc", _BBC), ("nltk", _NLTK)):
         if any(pattern.search(p) for p in paths):
