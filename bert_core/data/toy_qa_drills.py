@@ -1,19 +1,12 @@
-"""Drills for the toy QA stories: one kind of question at a time, on one-sentence-a-name passages.
+"""Drills for the toy QA stories: one kind of question at a time (ASKED), on one-sentence-a-name passages.
 
 Trained on the toy stories alone (answer_spans_data.toy_qa_task), the shipped models stay at 25-33% held-out exact
-match; drilled on one kind at a time first, in this order, each until it is learnt, they then read the stories at
-99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories"):
-
-    sentence  "What did tom do?"            -> "tom went to the barn"   (the stories never ask it)
-    where     "Where did tom go?"           -> "the barn"
-    happened  "What happened at the barn?"  -> "tom went to the barn"   (nor this)
-    who       "Who went to the barn?"       -> "tom"
-    what      "What did tom find?"          -> "a red stone"
-    finder    "Who found the red stone?"    -> "tom"
-
-`sentence` comes first because `where` alone is a gamble at some seeds, and clicks within a few hundred steps after
-it. A drill's names, places and finds are its own (not the stories'), so that a drill teaches reading, not the
-stories' answers. Seeded, and returned as SQuAD v1.1 (drill_squad; answer_spans_data.drill_data reads it).
+match; drilled on one kind at a time first, in DRILL_SHARES' order, each until it is learnt, they then read the
+stories at 99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories").
+`sentence` (which the stories never ask, nor `happened`) comes first because `where` alone is a gamble at some seeds,
+and clicks within a few hundred steps after it. A drill's names, places and finds are its own (not the stories'), so that a
+drill teaches reading, not the stories' answers. Seeded, and returned as SQuAD v1.1 (drill_squad;
+answer_spans_data.drill_data reads it).
 """
 
 from __future__ import annotations
