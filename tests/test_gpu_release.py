@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bert_core.serve import job_factory, jobs, runs, server_gpus, thread_job
-from bert_core.serve.process_model import ProcessModel
+from bert_core.serve.training_process import ProcessModel
 from bert_core.serve.run_registry import Run
 from bert_core.serve.server_gpus import ServerGpu
 from tests.stand_ins import Counter, Steps

@@ -146,7 +146,7 @@ def test_only_the_serving_wing_calls_streamlit():
 # stays small until a model is shown (training runs in child processes). Their torch imports sit inside functions.
 TORCH_FREE = (*sorted(STREAMLIT_SIDE), "bert_core.serve.jobs",
               "bert_core.serve.job_factory", "bert_core.serve.job_base", "bert_core.serve.thread_job",
-              "bert_core.serve.training_process", "bert_core.serve.process_model", "bert_core.serve.training_mirrors",
+              "bert_core.serve.training_process", "bert_core.serve.training_child", "bert_core.serve.training_mirrors",
               "bert_core.serve.runs", "bert_core.app.run_panel", "bert_core.serve.finetune_runs",
               "bert_core.training.finetune_spec", "bert_core.data.task_downloads", "bert_core.data.treebank",
               "bert_core.serve.model_sources",

@@ -11,7 +11,7 @@ import pytest
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.config import BertConfig
-from bert_core.serve.process_model import ProcessModel
+from bert_core.serve.training_process import ProcessModel
 
 
 class DeadJob(ProcessModel):

@@ -136,7 +136,7 @@ def _probes(path: Path) -> list[tuple[int, str]]:
                                     "serve/run_registry.py", "serve/runs.py", "serve/run_records.py",
                                     "serve/app_storage.py", "app/export.py", "serve/model_sources.py",
                                     "app/run_panel.py", "app/class_view.py", "serve/job_base.py",
-                                    "serve/thread_job.py", "serve/job_factory.py", "serve/process_model.py",
+                                    "serve/thread_job.py", "serve/job_factory.py", "serve/training_child.py",
                                     "serve/training_mirrors.py"])
 def test_the_queue_the_scheduler_and_the_jobs_read_the_protocols_without_probing(module):
     assert _probes(ROOT / "bert_core" / module) == []

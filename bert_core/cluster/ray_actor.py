@@ -15,9 +15,8 @@ from multiprocessing import Pipe
 from pathlib import Path, PurePosixPath
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.process_model import resumed_trainer
-from bert_core.serve.training_child import TrainingChild
-from bert_core.serve.training_link import HEARTBEAT_S, Channel
+from bert_core.serve.training_child import HEARTBEAT_S, Channel, TrainingChild
+from bert_core.serve.training_process import resumed_trainer
 from bert_core.training.run_loop import failure_message
 
 log = logging.getLogger("bert_core.app")

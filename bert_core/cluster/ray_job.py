@@ -18,7 +18,7 @@ from bert_core.cluster.ray_actor import ENDED, TrainingActor, folder_files, resu
 from bert_core.cluster.ray_cluster import (CLUSTER, GPU_TICKET, ClusterUnavailable, connect, cpus_per_run,
                                            gpus, slots, where)
 from bert_core.model.files import folder_built_beside
-from bert_core.serve.training_link import REPLY_TIMEOUT_S, ChildLink
+from bert_core.serve.training_child import REPLY_TIMEOUT_S, ChildLink
 from bert_core.serve.training_process import ProcessTrainingJob
 
 log = logging.getLogger("bert_core.app")

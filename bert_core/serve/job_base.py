@@ -10,9 +10,21 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.model.files import zip_checkpoint
-from bert_core.serve.runs import default_slots
 
 THREADS_ENV = "BERT_EXPLORER_TORCH_THREADS"        # intra-op threads for training in the app
+SLOTS_ENV = "BERT_EXPLORER_MAX_TRAININGS"          # runs preparing or training at once on one server
+
+
+def positive_env(name: str) -> int | None:
+    """`$name` as a whole number above 0; None when unset or anything else."""
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def default_slots(cores: int | None = None) -> int:
+    """`$BERT_EXPLORER_MAX_TRAININGS`, else one per core with one core left for the web server."""
+    cores = os.cpu_count() or 1 if cores is None else cores
+    return positive_env(SLOTS_ENV) or max(1, cores - 1)
 
 
 def training_threads() -> int:
@@ -20,11 +32,7 @@ def training_threads() -> int:
     cores but one (the web server's) shared out between the allowed concurrent trainings: one each by default.
     Oversubscribed OpenMP threads spin-wait: on a busy 2-core machine two threads ran a nano BERT's training 8x
     and a mini BERT's forward pass 35x slower."""
-    raw = os.environ.get(THREADS_ENV, "")
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    return max(1, ((os.cpu_count() or 1) - 1) // default_slots())
-
+    return positive_env(THREADS_ENV) or max(1, ((os.cpu_count() or 1) - 1) // default_slots())
 
 
 def use_training_threads(threads: int | None = None) -> None:
@@ -54,7 +62,7 @@ class JobBase:
         self.created = time.time()
         self._snapshot = None       # (step, model copy) for inspection while training goes on
         self._snapshot_at = 0.0     # when that copy was taken (time.monotonic)
-        self._taking = threading.Lock()   # held by the one page that takes a new copy (_shared_copy)
+        self._taking = threading.Lock()   # held by the one page that takes a new copy (model_snapshot)
 
     busy: bool   # each kind's own (a live thread; a live child process that prepares or trains)
     rebuilds = False   # a live job starts again itself (only a kept race hands its Resume to a new job)
@@ -65,13 +73,14 @@ class JobBase:
             return False
         return self._snapshot[0] == step or (self.busy and time.monotonic() - self._snapshot_at < SNAPSHOT_EVERY_S)
 
-    def _shared_copy(self, take: Callable[[], Any]):
-        """The copy of the weights every page looking at this run shares: the held one while it serves, else a new
-        one that `take()` makes (and keeps, returning its model) on one page at a time. While one page takes it, the
-        others of a training run show the copy held (labelled with its step) rather than wait: in a class of viewers,
-        each page that found the copy old waited for the one before it to fetch the weights from the training
-        process, then fetched and built its own copy, and every cached computation keyed by the copy (the Attention
-        page's pair summary) was made again for each of them (docs/benchmarks.md, issue 74)."""
+    def model_snapshot(self):
+        """The eval-mode copy of the weights every page looking at this run shares (None before it has a trainer):
+        inspection must not flip the live model to eval or read half an update. The held copy while it serves, else
+        a new one `_take_copy` makes on one page at a time; meanwhile the others of a training run show the copy held
+        rather than wait, since each page waiting in turn, then building its own copy and redoing every computation
+        keyed by it, was what a class of viewers paid (docs/benchmarks.md, issue 74)."""
+        if self.trainer is None:
+            return None
         if self._snapshot_serves(self.trainer.step):
             return self._snapshot[1]
         held = self._snapshot
@@ -82,9 +91,13 @@ class JobBase:
         try:
             if self._snapshot is not held and self._snapshot_serves(self.trainer.step):
                 return self._snapshot[1]   # the page this one waited for took it
-            return take()
+            return self._take_copy()
         finally:
             self._taking.release()
+
+    def _take_copy(self):
+        """A new copy, kept (`_keep_snapshot`), returning its model: each kind's own."""
+        raise NotImplementedError
 
     def _keep_snapshot(self, step: int, model) -> None:
         self._snapshot, self._snapshot_at = (step, model), time.monotonic()

@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 from bert_core.serve.finetune_runs import race_builder
 from bert_core.training.finetune_spec import FinetuneSpec
-from bert_core.serve.job_base import training_threads
+from bert_core.serve.job_base import default_slots, training_threads
 from bert_core.serve.run_protocols import RunJob
 from bert_core.serve.run_records import CHECKPOINT_EVERY_S, RunRecords
-from bert_core.serve.runs import default_slots, where_runs_train
+from bert_core.serve.runs import where_runs_train
 from bert_core.serve.server_gpus import detected_gpus
 from bert_core.serve.thread_job import TrainingJob
 from bert_core.serve.train_spec import build_trainer, training_data_for

@@ -6,7 +6,7 @@ one a run gets is `job_factory`'s.
 from __future__ import annotations
 
 from bert_core.serve.job_factory import PROCESS_ENV  # noqa: F401 - re-exported
-from bert_core.serve.runs import SLOTS_ENV as MAX_TRAININGS_ENV  # noqa: F401 - re-exported
+from bert_core.serve.job_base import SLOTS_ENV as MAX_TRAININGS_ENV  # noqa: F401 - re-exported
 
 # A Train-page run's spec and what the page makes it from (bert_core.training.train_spec), and what the server does
 # with it (bert_core.serve.train_spec); pages import them from here (tests/test_layers.py lists the modules a page may

@@ -11,7 +11,7 @@ and it hands back a `Process` where the server steers a `subprocess.Popen`, whic
 The launcher never runs a torch operation, so no OpenMP or BLAS pool holds a lock when it forks, and CUDA is first
 touched in the child. It exits as soon as the server has gone (its socket closes, or its pid ends); a training process
 sees that itself (BERT_SERVER_PID). Elsewhere, or with `BERT_EXPLORER_LAUNCHER=spawn`, each training process is a
-fresh interpreter (`training_link`). Protocol: SOCK_SEQPACKET, one JSON message a packet: {"id", "entry", "env"} with
+fresh interpreter (`training_child.ChildLink`). Protocol: SOCK_SEQPACKET, one JSON message a packet: {"id", "entry", "env"} with
 the child's two pipe ends attached (SCM_RIGHTS); answers {"id", "pid"} or {"id", "error"}, and {"exit": pid, "code"}
 when a child ends (negative: the signal, as in `subprocess`).
 """

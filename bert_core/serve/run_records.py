@@ -31,7 +31,7 @@ from typing import Any
 
 from bert_core.errors import is_disk_full, os_reason
 from bert_core.inspect.word_maps import word_maps_to_json
-from bert_core.model.files import is_whole_checkpoint
+from bert_core.model.files import TRAINER_STATE, is_whole_checkpoint
 from bert_core.serve.app_storage import runs_dir
 from bert_core.serve.finetune_runs import is_race_record
 
@@ -66,6 +66,16 @@ def _write_json(path: Path, obj: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The step of the whole checkpoint in `folder`; -1 when there is none, or it cannot be read."""
+    try:
+        if is_whole_checkpoint(folder):
+            return int(json.loads((Path(folder) / TRAINER_STATE).read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return -1
 
 
 def probes_to_json(store) -> dict | None:
@@ -185,9 +195,9 @@ class RunRecords:
                     raise FileNotFoundError("it had not started")
                 phase, note = "stopped", race_restart_note(done, training)
             return phase, note
-        if not is_whole_checkpoint(checkpoint):
+        step = checkpoint_step(checkpoint)
+        if step < 0:
             raise FileNotFoundError("no whole checkpoint")
-        step = int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"])
         if step == 0:
             raise FileNotFoundError("only the untrained weights of step 0")
         if phase not in ("finished", "stopped", "failed"):

@@ -14,7 +14,7 @@ from bert_core.errors import BertCoreError, is_disk_full, os_reason
 from bert_core.model.files import disk_free_mb
 from bert_core.serve.app_storage import without_paths
 from bert_core.serve.finetune_runs import KeptRaceJob
-from bert_core.serve.process_model import ProcessModel
+from bert_core.serve.training_process import ProcessModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE
 from bert_core.serve.run_records import CHECKPOINT, PROBES, RACE_FILE
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence

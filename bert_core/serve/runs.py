@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 from bert_core.serve.finetune_runs import restoring
+from bert_core.serve.job_base import SLOTS_ENV, default_slots
 from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
 from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
 from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
@@ -32,7 +33,6 @@ from bert_core.serve.server_gpus import detect_in_background, detected_gpus, dev
 
 log = logging.getLogger("bert_core.app")
 
-SLOTS_ENV = "BERT_EXPLORER_MAX_TRAININGS"     # runs preparing or training at once on one server
 TURN_ENV = "BERT_EXPLORER_TURN_S"             # longest stretch a run trains while others wait
 UNWATCHED_ENV = "BERT_EXPLORER_UNWATCHED_S"   # a run nobody has watched this long is stopped
 KEEP_ENV = "BERT_EXPLORER_KEEP_RUNS"          # ended runs the server keeps (oldest dropped first)
@@ -57,15 +57,6 @@ def _env_number(name: str, default: float, minimum: float) -> float:
     except ValueError:
         return default
     return value if minimum <= value < float("inf") else default
-
-
-def default_slots(cores: int | None = None) -> int:
-    """`$BERT_EXPLORER_MAX_TRAININGS`, else one per core with one core left for the web server."""
-    raw = os.environ.get(SLOTS_ENV, "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    cores = os.cpu_count() or 1 if cores is None else cores
-    return max(1, cores - 1)
 
 
 def new_token() -> str:

@@ -89,12 +89,6 @@ class TrainingJob(JobBase):
 
         return take_one_step(self.trainer)
 
-    def model_snapshot(self):
-        """A frozen eval-mode copy: inspection must not flip the live model to eval or read half an update."""
-        if self.trainer is None:
-            return None
-        return self._shared_copy(self._take_copy)
-
     def _take_copy(self):
         trainer = self.trainer
         with trainer._step_lock:   # held during an update (run_loop.RunLoop): a copy of whole steps only

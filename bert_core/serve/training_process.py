@@ -5,11 +5,12 @@ Python's GIL between them. In the server's process the trainer thread shares tha
 and the live charts' redraws, and lost 16% of its speed per step and a third over a whole run (measured in
 `docs/benchmarks.md`). In its own process it shares nothing but the cores.
 
-`ProcessTrainingJob` holds the job's state and talks to the child through a `training_link.ChildLink`; its model is
-`process_model.ProcessModel`'s, its live view a mirror fed by the pump (`training_mirrors`). The child
-(`training_child`) is never a fork of the server, so it inherits none of its threads: a fork of the warm launcher
-(`launcher`) on Linux, else a fresh interpreter running this module's `__main__` block. Pickled objects travel over
-two private pipes between our own two processes (nothing is unpickled from a file); weights as safetensors bytes.
+`ProcessTrainingJob` holds the job's state and talks to the child through a `training_child.ChildLink`; its model
+(`ProcessModel`) is fetched from the child, or read from the folder an ended run's process was released into; its
+live view is a mirror fed by the pump (`training_mirrors`). The child is never a fork of the server, so it inherits
+none of its threads: a fork of the warm launcher (`launcher`) on Linux, else a fresh interpreter running this
+module's `__main__` block. Pickled objects travel over two private pipes between our own two processes (nothing is
+unpickled from a file); weights as safetensors bytes. Torch-free at import.
 """
 
 from __future__ import annotations
@@ -19,20 +20,161 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.model.files import is_whole_checkpoint
+from bert_core.inspect.probes import ProbeStore
+from bert_core.inspect.word_class_timelapse import has_word_classes
+from bert_core.model.files import TRAINER_STATE, copy_checkpoint, is_whole_checkpoint, read_json
+from bert_core.model.tokenization import BertTokenizer
 from bert_core.serve.job_base import JobBase
-from bert_core.serve.process_model import ProcessModel
-from bert_core.serve.training_child import run_on_fds
-from bert_core.serve.training_link import ChildLink
+from bert_core.serve.model_sources import load_folder
+from bert_core.serve.run_records import checkpoint_step
+from bert_core.serve.train_spec import run_plan
+from bert_core.serve.training_child import REPLY_TIMEOUT_S, ChildLink, run_on_fds
 from bert_core.serve.training_mirrors import TrainerProxy, restored_trainer
 from bert_core.training.race_view import RaceView
 from bert_core.training.train_config import TrainConfig
 
 log = logging.getLogger("bert_core.app")
+
+
+class ProcessModel:
+    """ProcessTrainingJob's model (its `_child`, `released`, `_release_lock`, `_snapshot` and `_kept`)."""
+
+    @property
+    def model_available(self) -> bool:
+        if self.trainer is None:
+            return False
+        if self.released is not None:
+            return (self.released / "config.json").is_file()
+        return self._child.alive()
+
+    @property
+    def kept_step(self) -> int | None:
+        """The step of the model this run still has, live or released; None when it has none."""
+        if not self.model_available:
+            return None
+        if self.released is not None:
+            # Its folder does not change once released: read its step once, not at every page draw.
+            if self._kept is None or self._kept[0] != self.released:
+                self._kept = (self.released, checkpoint_step(self.released))
+            return self._kept[1] if self._kept[1] >= 0 else None
+        return self.trainer.step
+
+    def lost_message(self) -> str:
+        why = self.ended_note or self.error or "it was ended"
+        return (f"This run's model is lost: its training process ended ({why}) before its weights were written to "
+                "disk. Its curves are still here; start a new run to get a model.")
+
+    def _take_copy(self):
+        """A copy from the child, or after `release` from the released folder."""
+        with self._release_lock:   # not while the process is being ended
+            if self.released is not None or not self._child.alive():
+                if self._snapshot is None and self.released is not None:
+                    model, _, state = load_folder(self._released_folder())
+                    self._snapshot = int((state or {}).get("step", self.trainer.step)), model.eval()
+                return self._snapshot[1] if self._snapshot is not None else None
+            step, blob = self._child.request("weights")
+        # Imported here, not at the top: it loads torch, and the server imports this module without it (TORCH_FREE).
+        from bert_core.model.hf import pretraining_model_from_bytes
+
+        model = pretraining_model_from_bytes(self.trainer.model_config, blob)
+        model.eval()
+        self._keep_snapshot(step, model)
+        return model
+
+    def _released_folder(self) -> Path:
+        if self.released is None or not (self.released / "config.json").is_file():
+            raise BertCoreError("this run's checkpoint is no longer on the server (its scratch space was "
+                                "reclaimed); start a new run")
+        return self.released
+
+    def save(self, folder: str | Path) -> Path:
+        """Have the child write the checkpoint folder; after `release`, copy the released folder."""
+        self._check_saveable()
+        folder = Path(folder).expanduser().resolve()
+        with self._release_lock:
+            if self.released is not None:
+                copy_checkpoint(self._released_folder(), folder)
+                return folder
+            if not self._child.alive():
+                raise BertCoreError(self.lost_message())
+            self._child.request("save", str(folder))
+        return folder
+
+    def step_once(self):
+        """One more update of a stopped run, made by its process, for *Step once*."""
+        with self._release_lock:
+            if self.trainer is None or self.phase != "stopped":
+                raise BertCoreError("Step once takes the next update of a stopped run: stop the run first")
+            if self.released is not None or not self._child.alive():
+                raise BertCoreError("this run's training process has ended (its model is kept in a folder): "
+                                    "press Resume to bring it back, then Stop, then Step once")
+            return self._child.request("step")
+
+    def release(self, folder: str | Path) -> None:
+        """Write the checkpoint to `folder` and end the child: an ended run costs a folder, not a process."""
+        with self._release_lock:
+            if isinstance(self.trainer, RaceView):
+                self.close()   # a fine-tuning race's results, models included, are in the server already
+                return
+            if self.busy:  # still finishing its step (a loaded machine): let it stop, or its checkpoint is lost
+                self.stop(wait=REPLY_TIMEOUT_S)
+            folder = Path(folder).expanduser().resolve()
+            if self.trainer is not None and self._child.alive() and not self.busy:
+                self._child.request("save", str(folder))
+                self.released = folder
+                self._snapshot = None   # read back from the folder when someone looks (bounded memory per run)
+            elif self.trainer is not None and 0 < checkpoint_step(folder) >= (self.snapshot_step or 0):
+                # The process died, but a checkpoint it wrote on its way (bert_core.serve.run_records) is there and
+                # no newer copy is: the run keeps the model of that step, labelled with it. Not one of step 0: the
+                # weights before the first update are untrained, and offering to train on from them offers nothing.
+                self.released, self._snapshot = folder, None
+            self.close()
+
+    def park(self, folder: str | Path, device: str | None) -> bool:
+        """Free a stopped run's device (its CUDA context), resumable: its whole checkpoint goes to `folder` and its
+        process ends; start() goes on from there exactly (`resumed_trainer`). False when it was not parked."""
+        with self._release_lock:
+            if (self.phase != "stopped" or self.busy or not self._child.alive() or self.trainer is None
+                    or isinstance(self.trainer, RaceView)):
+                return False
+            folder = Path(folder).expanduser().resolve()
+            self._child.request("save", str(folder))
+            self.released, self._snapshot = folder, None   # saves, downloads and inspection read the folder meanwhile
+            self.parked, self._parked_on, self._resume_device = folder, device, None
+            process = self.process
+            self.close()
+            with self._changed:   # its pump has said its last: nothing of it can reach the next process's run
+                self._changed.wait_for(lambda: self._exited is process, timeout=REPLY_TIMEOUT_S)
+        return True
+
+    def resume_on(self, device: str | None) -> None:
+        """The queue's device for a parked run's next process (another than its own when its GPU failed)."""
+        if self.parked is not None:
+            self._resume_device = None if device == self._parked_on else device
+
+    def _parked_builder(self):
+        return partial(resumed_trainer, self.spec, str(self.parked), self._resume_device)
+
+
+def resumed_trainer(spec, folder: str, device: str | None = None):
+    """A parked run's Trainer in its new process: its first build's corpus and split, its recorded probes, then
+    `Trainer.resume` from `folder` (where it keeps writing its checkpoints); `device`: None for the checkpoint's."""
+    # Imported here, not at the top: they load torch, and the server imports this module without it (TORCH_FREE).
+    from bert_core.training import run_builder
+    from bert_core.training.trainer import Trainer
+
+    plan = run_plan(spec, tokenizer=BertTokenizer.load(folder))
+    data = run_builder.load_data(plan)
+    recorded = (read_json(Path(folder) / TRAINER_STATE).get("metadata") or {}).get("probes")
+    probes = (ProbeStore(recorded["sentences"], recorded["attention_sentence"],
+                         word_classes=has_word_classes(spec.corpus)) if spec.probes and recorded else None)
+    return Trainer.resume(folder, data.train, eval_data=data.eval, probes=probes, checkpoint_dir=folder,
+                          config_overrides={"device": device} if device else None)
 
 
 class ProcessTrainingJob(ProcessModel, JobBase):
