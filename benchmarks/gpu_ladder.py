@@ -90,7 +90,7 @@ def run_one(preset: str, budget: float, corpus: Path, device: str, extra: list[s
     """Train one size for `budget` seconds with its recipe (in this process) and return its curve."""
     from bert_core.cli.main import build_parser
     from bert_core.cli.train_plan import new_run_plan
-    from bert_core.cli.train_recipe import apply_recipe
+    from bert_core.cli.train_options import apply_recipe
     from bert_core.training.pretraining_events import StepEvent
     from bert_core.training.run_builder import build_run
     from bert_core.training.trainer_growth import unwrap

@@ -457,12 +457,12 @@ def test_a_killed_save_leaves_a_temporary_folder_that_the_next_save_removes(worl
 
 
 def test_an_unexpected_exception_is_one_internal_error_line(world, capsys, monkeypatch):
-    import bert_core.cli.main
+    import bert_core.cli.reading
 
     def boom(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(bert_core.cli.main, "fill_mask", boom)  # where the command looks it up
+    monkeypatch.setattr(bert_core.cli.reading, "fill_mask", boom)  # where the command looks it up
     code, err = run_cli(["fill-mask", "--checkpoint", str(world["ck"]), "a [MASK] b"], capsys)
     line = assert_one_error_line(code, err, ["internal error", "RuntimeError", "something broke", "report"])
     assert code == 1, line

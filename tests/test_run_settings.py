@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.cli import train_options, train_plan, train_recipe
+from bert_core.cli import train_options, train_plan
 from bert_core.data.objectives import MASK_RATE
 from bert_core.errors import BertCoreError
 from bert_core.model.tokenization import special_tokens_count
@@ -78,7 +78,7 @@ def test_describing_a_field_is_what_makes_its_flag_widget_and_resume_rule(monkey
     assert [s.name for s in new] == ["label_smoothing"] and new[0].option == "--label-smoothing"
     monkeypatch.setattr(run_settings, "SETTINGS", {**run_settings.SETTINGS, **{s.name: s for s in new}})
     monkeypatch.setattr(run_settings, "_SETTING_OF", {**run_settings._SETTING_OF, "--label-smoothing": "label_smoothing"})
-    real = train_recipe.train_defaults()
+    real = train_options.train_defaults()
     monkeypatch.setattr(train_options, "train_defaults", lambda: {**real, "label_smoothing": 0.0})
     actions = _options(_train_parser())
     flags = list(actions)
@@ -112,7 +112,7 @@ def test_the_tables_are_made_from_the_descriptions():
     assert set(train_spec.PAGE_TRAIN_FIELDS) == {s.name for s in TRAIN_SETTINGS if s.widget}
     assert train_spec.APP_TRAIN == {"eval_batches": 20, "device": "cpu"}
     assert set(train_plan.RESUMABLE) == {s.name for s in settings.values() if s.on_resume == CHANGES}
-    assert set(train_recipe.RECIPE_SETTINGS) == {f.name for f in dataclasses.fields(Recipe)} - {"preset", "device"}
+    assert set(train_options.RECIPE_SETTINGS) == {f.name for f in dataclasses.fields(Recipe)} - {"preset", "device"}
     # every comparison knob that is one config field is a described knob, with its label
     train_knobs = {name: k for name, k in comparison.KNOBS.items() if name in run_settings.TRAIN_FIELDS}
     assert {name: k.label for name, k in train_knobs.items()} == {s.name: s.label for s in TRAIN_SETTINGS if s.knob}

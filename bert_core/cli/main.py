@@ -1,4 +1,4 @@
-"""`python -m bert_core train | eval | fill-mask | bench | finetune | heldout`: the command-line face of bert_core.
+"""`python -m bert_core COMMAND`: the command-line face of bert_core, its parser and its one way to fail.
 
 User mistakes print one line `error: ...` and exit with status 2; progress goes to stderr, results to stdout
 (as JSON with --json).
@@ -8,90 +8,15 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import os
 import sys
 
-from bert_core.cli import (bench, corpus, download, everyday, export, finetune, generate, grow, heldout, score,
-                           train)
-from bert_core.cli.arguments import FRACTION, SEED, int_arg, path_arg
-from bert_core.cli.console import one_line, percent
-from bert_core.data.objectives import MASK_RATE
+from bert_core.cli import bench, corpus, download, finetune, from_checkpoint, reading, train
+from bert_core.cli.console import one_line
 from bert_core.errors import BertCoreError, is_disk_full
-from bert_core.inspect.grammar import trained_lm_head
-from bert_core.inspect.inspection import fill_mask
-from bert_core.model.checkpoint import load_checkpoint
-from bert_core.model.config import MAX_BATCH, MAX_SEQ_LEN
 from bert_core.model.files import disk_full_words
-from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.allocator import TRAINING_COMMANDS, keep_freed_memory
-from bert_core.training.heldout import evaluate_text_file
-
-
-def _add_eval(sub):
-    p = sub.add_parser("eval", help="evaluate a checkpoint on a text file (seeded masking)",
-                       description="Masked-token accuracy, MLM perplexity and NSP accuracy of a checkpoint on a "
-                                   "text file, with seeded masking, beside the unigram baseline.")
-    p.add_argument("--checkpoint", type=path_arg, required=True, help="checkpoint folder")
-    p.add_argument("--text-file", type=path_arg, required=True, help="plain text to evaluate on")
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the masking and NSP pairs")
-    p.add_argument("--batches", type=int_arg(1, 10**6), default=50, help="maximum number of batches to evaluate")
-    p.add_argument("--batch-size", type=int_arg(1, MAX_BATCH), default=32)
-    p.add_argument("--seq-len", type=int_arg(16, MAX_SEQ_LEN), default=None,
-                   help="default: the checkpoint's training length or 128 (at most its positions)")
-    p.add_argument("--mask-rate", type=FRACTION, default=MASK_RATE)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    return p
-
-
-def cmd_eval(args) -> int:
-    r = evaluate_text_file(args.checkpoint, args.text_file, seed=args.seed, batches=args.batches,
-                           batch_size=args.batch_size, seq_len=args.seq_len, mask_rate=args.mask_rate,
-                           device=args.device)
-    if args.json:
-        print(json.dumps(r, indent=1))
-        return 0
-    u = r["unigram_baseline"]
-    unigram = percent(u.get("accuracy"))
-    if r.get("objective") == "clm":
-        print(f"{r['text_file']}: {r['predicted_tokens']} next-token predictions in {r['sequences']} sequences "
-              "(a causal model: each position predicts the token after it, seeing only the tokens before)")
-        print(f"next-token accuracy   {percent(r['next_token_accuracy'])}   unigram baseline {unigram}")
-        print(f"next-token perplexity {r['perplexity']:.1f}   unigram baseline {u.get('perplexity', float('nan')):.1f}")
-        return 0
-    print(f"{r['text_file']}: {r['masked_tokens']} masked tokens in {r['sequences']} sequences (seed {r['seed']})")
-    print(f"masked-token accuracy {percent(r['masked_token_accuracy'])}   unigram baseline {unigram}")
-    print(f"MLM perplexity        {r['perplexity']:.1f}   unigram baseline {u.get('perplexity', float('nan')):.1f}")
-    print(f"NSP accuracy          {percent(r['nsp_accuracy'])}   chance 50%")
-    return 0
-
-
-
-def _add_fill_mask(sub):
-    p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
-                       description="Print the checkpoint's top-k candidates for every [MASK] in TEXT.")
-    p.add_argument("--checkpoint", type=path_arg, default=None, help="checkpoint folder (default: the shipped model)")
-    p.add_argument("text", help='text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
-    p.add_argument("--top-k", type=int_arg(1, 10**6), default=5, help="candidates per [MASK] (default 5)")
-    p.add_argument("--json", action="store_true")
-    return p
-
-
-def cmd_fill_mask(args) -> int:
-    folder = args.checkpoint or DEFAULT_CHECKPOINT
-    ckpt = load_checkpoint(folder, require_tokenizer=True)
-    trained_lm_head(ckpt.model)
-    predictions = fill_mask(ckpt.model, ckpt.tokenizer, args.text, top_k=args.top_k)
-    if args.json:
-        print(json.dumps([{"position": p.position, "candidates": [{"token": t, "prob": pr} for t, pr in p.candidates]}
-                          for p in predictions], indent=1))
-        return 0
-    for i, p in enumerate(predictions, 1):
-        cands = "  ".join(f"{t} {pr:.3f}" for t, pr in p.candidates)
-        print(f"[MASK] {i} (token {p.position}): {cands}")
-    return 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,9 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     # What every command's arguments have, set by those it concerns: its function (none: no command given), and
     # what it writes (a full disk's message names it).
     parser.set_defaults(func=None, out=None, resume=None)
-    modules = (bench, finetune, heldout, generate, grow, download, score, everyday, corpus, export)
-    for add, run in ((train.add_parser, train.run), (_add_eval, cmd_eval), (_add_fill_mask, cmd_fill_mask),
-                     *((m.add_parser, m.run) for m in modules)):   # in the order --help lists them
+    commands = ((train.add_parser, train.run), (reading.add_eval, reading.run_eval),
+                (reading.add_fill_mask, reading.run_fill_mask), (bench.add_parser, bench.run),
+                (finetune.add_parser, finetune.run), (from_checkpoint.add_heldout, from_checkpoint.run_heldout),
+                (reading.add_generate, reading.run_generate), (from_checkpoint.add_grow, from_checkpoint.run_grow),
+                (download.add_parser, download.run), (reading.add_score, reading.run_score),
+                (reading.add_everyday, reading.run_everyday), (corpus.add_parser, corpus.run),
+                (from_checkpoint.add_export, from_checkpoint.run_export))
+    for add, run in commands:   # in the order --help lists them
         add(sub).set_defaults(func=run)
     return parser
 

@@ -1,6 +1,5 @@
-"""`train`'s options as the run to build, each checked before anything is written: a new run's `RunPlan`
-(bert_core.training.run_builder) with its start checkpoint and tokenizer, or the saved run that --resume continues,
-with the changes its options ask for."""
+"""`train`'s options as the run to build, checked before anything is written: a new run's `RunPlan`
+(bert_core.training.run_builder), or the saved run that --resume continues with the changes its options ask for."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ from bert_core.model.tokenization import DEFAULT_MODEL_MAX_LENGTH, BertTokenizer
 from bert_core.training.run_builder import RunPlan, WarmStart, model_config, positions_to_copy, trained_length
 from bert_core.training.run_settings import SIZE_FIELDS, flag, on_resume
 from bert_core.training.setting import CHANGES, NEW_RUN_ONLY, STAYS
-from bert_core.training.train_config import TRAIN_SETTINGS
 from bert_core.training.distributed import resolve_device
-from bert_core.training.train_config import LIVE, TrainConfig, change_text
+from bert_core.training.train_config import LIVE, TRAIN_SETTINGS, TrainConfig, change_text
 from bert_core.training.trainer_checkpoint import check_trainer_state
 
 # On --resume, these options may change how the run goes on (they are None unless given, so that only what the
@@ -35,7 +33,7 @@ RESUMABLE = on_resume(CHANGES)
 @dataclass(frozen=True)
 class ResumePlan:
     """A saved run to continue: its trainer_state.json, the config to go on with and the changes that make it, its
-    tokenizer, and its model's config (Trainer.resume loads the weights again; the memory is better free meanwhile)."""
+    tokenizer and model config (not its weights: Trainer.resume loads them again, better free meanwhile)."""
 
     state: dict
     config: TrainConfig
@@ -51,24 +49,21 @@ def command_line(args) -> str:
 
 
 def check_training_size(model_config_, config: TrainConfig) -> None:
-    """Refuse, before any data is read, a model and batch whose training would not fit in memory (on CPU, where
-    weights, gradients, AdamW state and activations all live in this machine's memory)."""
+    """Refuse, before any data is read, a model and batch whose training on the CPU would not fit in memory."""
     if resolve_device(config.device).type == "cpu":
         model_config_.check_memory(training=True, batch_size=math.ceil(config.batch_size / config.grad_accum),
                                    seq_len=config.max_seq_length)
 
 
 def train_config(args) -> TrainConfig:
-    """A new run's TrainConfig: each field `train` has an option for takes the option's value (the options are
-    named by the fields), and the schedule follows --steps or --time-budget unless given."""
+    """A new run's TrainConfig: the options' values (named by its fields); the schedule by --steps or time."""
     given = {s.name: getattr(args, s.name) for s in TRAIN_SETTINGS if s.option}
     given["schedule"] = args.schedule or ("time" if args.max_steps is None else "linear")
     return TrainConfig(**given)
 
 
 def model_overrides(args) -> dict:
-    """The BertConfig fields a new run's options set beyond the preset's: dropout, the initial std, and the sizes
-    given one by one."""
+    """The BertConfig fields a new run's options set beyond the preset's: dropout, initial std, sizes given."""
     overrides = {"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout,
                  "initializer_range": args.initializer_range}
     overrides.update({name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None})
@@ -76,8 +71,8 @@ def model_overrides(args) -> dict:
 
 
 def warm_start(args, config: TrainConfig) -> WarmStart:
-    """The checkpoint --init-from names, checked against the run: the same kind of model, enough positions for
-    --seq-len, and memory to train it. It goes on with the run's --dropout."""
+    """The checkpoint --init-from names, checked against the run (the same kind of model, enough positions, memory
+    to train it); it goes on with the run's --dropout."""
     start = load_checkpoint(args.init_from, require_tokenizer=True)
     if start.trainer_state is not None:
         check_trainer_state(start.trainer_state, Path(args.init_from) / TRAINER_STATE)
@@ -111,8 +106,7 @@ def _positions_to_copy(args, trainer_state: dict | None) -> int:
 
 
 def new_run_plan(args) -> RunPlan:
-    """A new run's plan from its options (the recipe's values filled in), with its start checkpoint and tokenizer
-    loaded and checked."""
+    """A new run's plan from its options (the recipe's filled in), its start checkpoint and tokenizer checked."""
     if args.init_from is None and args.copy_positions is not None:
         raise BertCoreError("--copy-positions starts the untrained positions of an --init-from checkpoint: give "
                             "--init-from, or leave it out")
@@ -143,8 +137,7 @@ def new_run_plan(args) -> RunPlan:
 
 
 def _saved_settings(state: dict, config: TrainConfig, model_config_) -> dict:
-    """The settings of a saved run that shape its data or its model (STAYS), by setting name: the config's, and the
-    run's own from where the run keeps them."""
+    """The settings of a saved run that shape its data or its model (STAYS), by setting name."""
     meta = state.get("metadata", {})
     own = {"corpus": meta["corpora"], "heldout_fraction": meta["heldout"]["fraction"], "preset": meta.get("preset"),
            "shard_share": meta["heldout"].get("shard_share"),
@@ -180,8 +173,7 @@ def _resume_changes(args, state: dict, config: TrainConfig) -> dict:
 
 
 def resume_plan(args) -> ResumePlan:
-    """Load and check the run to resume. Options that shape the data or the model may be repeated but not
-    changed."""
+    """The run to resume, checked: options that shape the data or the model may be repeated, not changed."""
     ckpt = load_checkpoint(args.resume, require_tokenizer=True)
     if ckpt.trainer_state is None:
         raise BertCoreError(f"{args.resume} has no {TRAINER_STATE}, so training cannot resume from it; start a new run "
@@ -223,8 +215,8 @@ def check_same_heldout(folder, before: dict | None, now: dict) -> None:
 
 
 def check_enough_text(trainer) -> None:
-    """Build the first epoch's examples and the held-out batches now (the trainer reuses both), so that a corpus
-    too small to train on is refused before the output folder is touched."""
+    """Refuse a corpus too small to train on before the output folder is touched (the trainer reuses what this
+    builds: the first epoch's examples and the held-out batches)."""
     _ = trainer.data.batches_per_epoch
     if not trainer.heldout_batches():
         raise BertCoreError("the held-out part of the corpus is too short to make one evaluation batch: give more text "
