@@ -347,13 +347,10 @@ def heldout_pieces(words: list[int], fraction: float, seed: int) -> set[int]:
 def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: BuildSettings | None = None,
                  references: list[str] | None = None, overwrite: bool = False,
                  progress: Callable[[str], None] | None = None, against: list[str] = ()) -> dict:
-    """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report.
-
-    `references` None decontaminates against the defaults (`default_references` and WikiText-2's test split), a list
-    against those only; `against` adds more either way.
-
-    The folder is written under a temporary name and renamed at the end: a failed build leaves no half corpus and
-    never touches an existing one (`overwrite` replaces it only once the new one is complete)."""
+    """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report, decontaminated
+    against `references` (None: `default_references` and WikiText-2's test split) and `against`. The folder is written
+    under a temporary name and renamed at the end: a failed build leaves no half corpus and never touches an existing
+    one (`overwrite` replaces it only once the new one is complete)."""
     settings = settings or BuildSettings()
     say = progress or (lambda msg: None)
     if not sources:

@@ -23,9 +23,8 @@ _CREDITS = re.compile(r"^\s*(?:Produced by|E-?text prepared by|Transcribed by|Th
 
 
 def strip_gutenberg(text: str) -> tuple[str, bool]:
-    """(the book's text between the Gutenberg start and end markers, whether both markers were found).
-
-    Without markers the text comes back whole: a caller decides whether an unmarked file is a book at all."""
+    """(the book's text between the Gutenberg start and end markers, whether both were found); without them the text
+    comes back whole: a caller decides whether an unmarked file is a book at all."""
     start = _START.search(text)
     end = _END.search(text, start.end() if start else 0)
     if start is None or end is None:

@@ -71,11 +71,9 @@ def sha256_of(path: str | Path) -> str:
 
 def download(url: str, dest: str | Path, sha256: str | None = None, progress: Progress | None = None,
              timeout: float = 30.0, offline_hint: str | None = None) -> str:
-    """Download `url` to `dest` atomically (a temp file renamed only once complete and verified); return its sha256.
-
-    `progress(done_bytes, total_bytes_or_None)` is called as data arrives. A checksum mismatch or a cut
-    connection raises BertCoreError and leaves nothing at `dest`; `offline_hint` says what to use instead.
-    """
+    """Download `url` to `dest` atomically (a temp file renamed only once complete and verified), telling
+    `progress(done_bytes, total_bytes_or_None)`; return its sha256. A checksum mismatch or a cut connection raises
+    BertCoreError and leaves nothing at `dest`; `offline_hint` says what to use instead."""
     dest = Path(dest)
     progress = progress or (lambda done, total: None)
     dest.parent.mkdir(parents=True, exist_ok=True)
