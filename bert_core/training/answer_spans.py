@@ -12,7 +12,7 @@ confidence the app shows.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,7 @@ from bert_core.data.batching import eval_batches, train_batches
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import BertForQuestionAnswering
 from bert_core.training.finetune_results import Evaluation, Misclassified, StepLoss
-from bert_core.training.finetune_tasks import FinetuneTask
+from bert_core.training.finetune_tasks import FinetuneTask, evaluating
 
 SPAN_ANSWER_METRICS = ("exact match", "F1")
 
@@ -60,9 +60,6 @@ class AnswerSpans(FinetuneTask):
     def __init__(self, train: QAData, val: QAData, drills: tuple = ()):
         self.train_data, self.val_data = train, val
         self.drills = tuple(drills)  # toy_qa_drills.Drill: trained first, in order (the toy stories' curriculum)
-        self._pad_id = 0
-        self._train_features: list | None = None
-        self._val_features: list | None = None
         self._drill_features: list = []
 
     def with_data(self, train, val) -> "AnswerSpans":
@@ -72,23 +69,15 @@ class AnswerSpans(FinetuneTask):
         if not isinstance(model, BertForQuestionAnswering):
             raise BertCoreError(f"answer spans need a BertForQuestionAnswering, not a {type(model).__name__}")
 
+    def encode(self, data, tokenizer, max_length: int) -> list:
+        return encode_qa(data, tokenizer, max_length, doc_stride_for(max_length))
+
     def prepare(self, tokenizer, max_length: int) -> None:
-        self._pad_id = tokenizer.pad_id
-        stride = doc_stride_for(max_length)
-        self._train_features = encode_qa(self.train_data, tokenizer, max_length, stride)
-        same = self.val_data is self.train_data
-        self._val_features = (self._train_features if same else
-                              encode_qa(self.val_data, tokenizer, max_length, stride))
-        self._drill_features = [encode_qa(drill_data(drill), tokenizer, max_length, stride) for drill in self.drills]
+        super().prepare(tokenizer, max_length)
+        self._drill_features = [self.encode(drill_data(drill), tokenizer, max_length) for drill in self.drills]
 
     def drill_batches(self, index: int, batch_size: int, seed: int) -> Iterator:
         return train_batches(self._drill_features[index], batch_size, seed, self._pad_id)
-
-    def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        return train_batches(self._train_features, batch_size, seed, self._pad_id)
-
-    def eval_batches(self, batch_size: int) -> Iterable:
-        return eval_batches(self._val_features, batch_size, self._pad_id)
 
     def step_loss(self, model, batch) -> StepLoss:
         """The mean start and end cross-entropy; the score is the share of windows with both ends right."""
@@ -115,7 +104,7 @@ class AnswerSpans(FinetuneTask):
             ends.update(zip(indices, e))
             loss_sum += loss
             count += len(indices)
-        features = self._val_features
+        features = self._val_encoded
         order = range(len(features))
         answers = best_answers(self.val_data, features, [starts[i] for i in order], [ends[i] for i in order])
         texts = {qid: a["text"] for qid, a in answers.items()}
@@ -150,7 +139,6 @@ class Answer:
     passage_token: list[bool]  # which of `tokens` belong to the passage (the question and specials do not)
 
 
-@torch.no_grad()
 def answer_question(model, tokenizer, question: str, passage: str, max_length: int = 256) -> Answer:
     """`model`'s answer to `question` from `passage` (windows as in training, the best span over all of them)."""
     if not question.strip():
@@ -160,15 +148,13 @@ def answer_question(model, tokenizer, question: str, passage: str, max_length: i
     data = QAData([QAExample("typed", question, passage, [], [])], source="typed")
     features = encode_qa(data, tokenizer, max_length, doc_stride_for(max_length))
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     starts, ends = [], []
-    for batch in eval_batches(features, 8, tokenizer.pad_id):
-        batch = batch.to(device)
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-        starts += window_log_probs(out.start_logits, batch.attention_mask)
-        ends += window_log_probs(out.end_logits, batch.attention_mask)
-    model.train(was_training)
+    with evaluating(model):
+        for batch in eval_batches(features, 8, tokenizer.pad_id):
+            batch = batch.to(device)
+            out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+            starts += window_log_probs(out.start_logits, batch.attention_mask)
+            ends += window_log_probs(out.end_logits, batch.attention_mask)
     best = best_answers(data, features, starts, ends)["typed"]
     # The window the answer came from: the one whose offsets hold its first character (the first such window).
     window = next((i for i, f in enumerate(features)

@@ -44,7 +44,7 @@ from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
 from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, FinetuneStep
 from bert_core.training.finetune_settings import BUILT_IN_TASKS, SELECTION_FRACTION, FinetuneConfig
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
-from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, seeded, tokenizer_of
+from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, evaluating, seeded, tokenizer_of
 from bert_core.training.optimization import lr_multiplier
 from bert_core.training.precision import autocast_for
 from bert_core.training.run_builder import pretraining_rate_of
@@ -121,7 +121,6 @@ def save_classifier(result: FinetuneResult, folder) -> Path:
                            extra={RESULT_FILE: result.to_dict()})
 
 
-@torch.no_grad()
 def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_length: int = 128) -> list[float]:
     """Class probabilities for one text (or sentence pair), in label-id order."""
     if not text or not text.strip():
@@ -130,10 +129,8 @@ def classify_text(model, tokenizer, text: str, text_b: str | None = None, max_le
     device = next(model.parameters()).device
     ids = torch.tensor([enc["input_ids"]], device=device)
     types = torch.tensor([enc["token_type_ids"]], device=device)
-    was_training = model.training
-    model.eval()
-    logits = model(ids, torch.ones_like(ids), types).logits.float()
-    model.train(was_training)
+    with evaluating(model):
+        logits = model(ids, torch.ones_like(ids), types).logits.float()
     return logits.softmax(-1)[0].tolist()
 
 

@@ -26,6 +26,18 @@ from bert_core.training.finetune_results import LABEL_METRICS, Evaluation, StepL
 
 
 @contextlib.contextmanager
+def evaluating(model):
+    """`model` in eval mode without gradients for the block; its train/eval mode is put back after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
 def seeded(seed: int):
     """Run under a private copy of torch's global generator, seeded (a head's initialisation, a run's dropout
     masks), leaving the caller's intact."""
@@ -56,8 +68,8 @@ def tokenizer_of(folder: Path, config) -> BertTokenizer:
 
 
 class FinetuneTask(abc.ABC):
-    """One kind of fine-tuning with its training and validation data. Batches are anything with `.to(device)`; the
-    loop moves them and passes them back unopened."""
+    """One kind of fine-tuning with its training and validation data, encoded once by `prepare`. Batches are anything
+    with `.to(device)`; the loop moves them and passes them back unopened."""
 
     head: type = torch.nn.Module  # the model class this kind fine-tunes (sentence labels: what classifier_from_* build)
     kind = "labels"               # "labels", "tags" or "spans": what the app and the CLI show
@@ -65,6 +77,10 @@ class FinetuneTask(abc.ABC):
     primary = 0                   # which of the two figures ranks the runs of a race (0: accuracy, 1: macro_f1)
 
     label_names: list[str] | None = None   # the names a saved head's id2label holds (None: a head without labels)
+    eval_by_length = False                 # validation batches sorted by length (less padding)
+    _pad_id = 0
+    _train_encoded: list | None = None
+    _val_encoded: list | None = None
 
     def head_kwargs(self) -> dict:
         """What the head's constructor needs beside the config (e.g. the label count)."""
@@ -118,17 +134,25 @@ class FinetuneTask(abc.ABC):
     def check(self, model) -> None:
         """Raise BertCoreError when `model`'s head does not fit this data (called before anything runs)."""
 
-    @abc.abstractmethod
+    def encode(self, data, tokenizer, max_length: int) -> list:
+        """`data`'s examples encoded with the model's tokenizer, as the batches take them (a kind that batches its
+        own way overrides `prepare` and the batches instead)."""
+        raise NotImplementedError
+
     def prepare(self, tokenizer, max_length: int) -> None:
-        """Encode the training and validation examples with the model's tokenizer, once, before the first step."""
+        """Encode the training and validation examples, once, before the first step (one set given as both: once)."""
+        self._pad_id = tokenizer.pad_id
+        self._train_encoded = self.encode(self.train_data, tokenizer, max_length)
+        same = self.val_data is self.train_data
+        self._val_encoded = self._train_encoded if same else self.encode(self.val_data, tokenizer, max_length)
 
-    @abc.abstractmethod
     def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        """Endless seeded training batches (the same seed gives the same batches)."""
+        """batching.train_batches: endless seeded epochs (the same seed gives the same batches), padded per batch."""
+        return train_batches(self._train_encoded, batch_size, seed, self._pad_id)
 
-    @abc.abstractmethod
     def eval_batches(self, batch_size: int) -> Iterable:
-        """One pass over the validation examples."""
+        """One pass over the validation examples (batching.eval_batches)."""
+        return eval_batches(self._val_encoded, batch_size, self._pad_id, by_length=self.eval_by_length)
 
     @abc.abstractmethod
     def step_loss(self, model, batch) -> StepLoss:
@@ -142,13 +166,10 @@ class FinetuneTask(abc.ABC):
     def metrics(self, predictions: list, num_misclassified: int) -> Evaluation:
         """The figures of a validation pass from its `predict` outputs, keeping up to `num_misclassified` mistakes."""
 
-    @torch.no_grad()
     def evaluate(self, model, device, batch_size: int, num_misclassified: int = 0) -> Evaluation:
-        """`metrics` over one pass of `predict` in eval mode; the model's train/eval mode is put back after."""
-        was_training = model.training
-        model.eval()
-        predictions = [self.predict(model, batch.to(device)) for batch in self.eval_batches(batch_size)]
-        model.train(was_training)
+        """`metrics` over one pass of `predict` in eval mode."""
+        with evaluating(model):
+            predictions = [self.predict(model, batch.to(device)) for batch in self.eval_batches(batch_size)]
         return self.metrics(predictions, num_misclassified)
 
 
@@ -160,15 +181,13 @@ class SentenceLabels(FinetuneTask):
     with cross-entropy, scored by accuracy, macro-F1, the confusion matrix and the most confident mistakes."""
 
     head = BertForSequenceClassification
+    eval_by_length = True
 
     def __init__(self, train: ClassificationData, val: ClassificationData, pooling: str | None = None):
         if train.label_names != val.label_names:
             raise BertCoreError("train and validation sets have different label names; split one dataset")
         self.train_data, self.val_data = train, val
         self.pooling = pooling  # the heads' reading (model.POOLING_KINDS); None: each model's default
-        self._pad_id = 0
-        self._train_encoded: list | None = None
-        self._val_encoded: list | None = None
 
     split = staticmethod(split_train_val)
 
@@ -193,20 +212,9 @@ class SentenceLabels(FinetuneTask):
             raise BertCoreError(f"the classifier has {model.num_labels} outputs but the data has "
                                 f"{self.train_data.num_labels} labels")
 
-    def prepare(self, tokenizer, max_length: int) -> None:
-        """Tokenize both sets to `[CLS] a [SEP] (b [SEP])` (one set given as both is encoded once)."""
-        self._pad_id = tokenizer.pad_id
-        self._train_encoded = encode_examples(self.train_data, tokenizer, max_length)
-        same = self.val_data is self.train_data
-        self._val_encoded = self._train_encoded if same else encode_examples(self.val_data, tokenizer, max_length)
-
-    def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        """batching.train_batches: seeded epochs, length-grouped, padded per batch."""
-        return train_batches(self._train_encoded, batch_size, seed, self._pad_id)
-
-    def eval_batches(self, batch_size: int) -> Iterable:
-        """batching.eval_batches over the validation set, sorted by length."""
-        return eval_batches(self._val_encoded, batch_size, self._pad_id, by_length=True)
+    def encode(self, data, tokenizer, max_length: int) -> list:
+        """Each example as `[CLS] a [SEP] (b [SEP])`."""
+        return encode_examples(data, tokenizer, max_length)
 
     def step_loss(self, model, batch) -> StepLoss:
         """The classifier's cross-entropy over the batch's labels; the score is the batch's accuracy."""

@@ -9,13 +9,12 @@ and each part-of-speech tag's, most frequent training tag (baseline_runs.majorit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from bert_core.data.batching import eval_batches, train_batches
+from bert_core.data.batching import eval_batches
 from bert_core.data.token_tags_data import (
     TaggedSentences,
     encode_tagged,
@@ -28,7 +27,7 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, BertForTokenClassification
 from bert_core.training.baseline_runs import majority_tag_run
 from bert_core.training.finetune_results import Evaluation, StepLoss, confusion_matrix, macro_f1
-from bert_core.training.finetune_tasks import FinetuneTask
+from bert_core.training.finetune_tasks import FinetuneTask, evaluating
 
 SPAN_METRICS = ("token accuracy", "chunk F1")
 PLAIN_METRICS = ("token accuracy", "macro-F1 over tags")
@@ -49,9 +48,6 @@ class TokenTags(FinetuneTask):
         self.train_data, self.val_data = train, val
         self.metric_names = SPAN_METRICS if train.scheme == "iob" else PLAIN_METRICS
         self.primary = 1 if train.scheme == "iob" else 0  # chunk F1 ranks span taggers, as CoNLL ranked them
-        self._pad_id = 0
-        self._train_examples: list | None = None
-        self._val_examples: list | None = None
 
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_tags}
@@ -72,17 +68,8 @@ class TokenTags(FinetuneTask):
             raise BertCoreError(f"the tagger has {model.num_labels} outputs but the data has "
                                 f"{self.train_data.num_tags} tags")
 
-    def prepare(self, tokenizer, max_length: int) -> None:
-        self._pad_id = tokenizer.pad_id
-        self._train_examples = encode_tagged(self.train_data, tokenizer, max_length)
-        same = self.val_data is self.train_data
-        self._val_examples = self._train_examples if same else encode_tagged(self.val_data, tokenizer, max_length)
-
-    def train_batches(self, batch_size: int, seed: int) -> Iterator:
-        return train_batches(self._train_examples, batch_size, seed, self._pad_id)
-
-    def eval_batches(self, batch_size: int) -> Iterable:
-        return eval_batches(self._val_examples, batch_size, self._pad_id)
+    def encode(self, data, tokenizer, max_length: int) -> list:
+        return encode_tagged(data, tokenizer, max_length)
 
     def step_loss(self, model, batch) -> StepLoss:
         """Cross-entropy over the labelled pieces; the score is the batch's accuracy on them."""
@@ -108,7 +95,7 @@ class TokenTags(FinetuneTask):
             by_example.update(zip(indices, rows))
             loss_sum += loss
             count += n
-        predicted = words_predictions(self.val_data, self._val_examples, by_example)
+        predicted = words_predictions(self.val_data, self._val_encoded, by_example)
         return self.score_words(predicted, loss_sum / max(count, 1))
 
     def score_words(self, predicted: list[list[int]], loss: float) -> Evaluation:
@@ -148,7 +135,6 @@ def split_words(tokenizer, text: str) -> list[tuple[str, tuple[int, int]]]:
     return tokenizer.tokenizer.pre_tokenizer.pre_tokenize_str(text)
 
 
-@torch.no_grad()
 def tag_words(model, tokenizer, text_or_words, tag_names: list[str], max_length: int = 128) -> list[TaggedWord]:
     """Tag each word of a typed sentence (or of a list of words) with `model`: its most likely tag and that tag's
     probability. A sentence longer than `max_length` is split as the training data was."""
@@ -168,17 +154,15 @@ def tag_words(model, tokenizer, text_or_words, tag_names: list[str], max_length:
     one = TaggedSentences([words], [[0] * len(words)], list(tag_names), "plain")
     examples = encode_tagged(one, tokenizer, max_length)
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     best: dict[int, list[int]] = {}
     probs: list[float] = []
-    for e, batch in enumerate(eval_batches(examples, 1, tokenizer.pad_id)):
-        batch = batch.to(device)
-        p = model(batch.input_ids, batch.attention_mask, batch.token_type_ids).logits.float().softmax(-1)[0]
-        scored = batch.labels[0] != IGNORE_INDEX
-        top = p[scored].max(-1)
-        best[e] = top.indices.tolist()
-        probs += top.values.tolist()
-    model.train(was_training)
+    with evaluating(model):
+        for e, batch in enumerate(eval_batches(examples, 1, tokenizer.pad_id)):
+            batch = batch.to(device)
+            p = model(batch.input_ids, batch.attention_mask, batch.token_type_ids).logits.float().softmax(-1)[0]
+            scored = batch.labels[0] != IGNORE_INDEX
+            top = p[scored].max(-1)
+            best[e] = top.indices.tolist()
+            probs += top.values.tolist()
     tags = words_predictions(one, examples, best)[0]
     return [TaggedWord(w, tag_names[t], p, s, end) for w, t, p, (s, end) in zip(words, tags, probs, spans)]
