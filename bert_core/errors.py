@@ -2,10 +2,8 @@
 
 
 class BertCoreError(ValueError):
-    """A user-caused error whose message says what went wrong and what to do instead.
-
-    The CLI prints it as one line and exits with status 2; the app shows it on the page.
-    """
+    """A user-caused error whose message says what went wrong and what to do instead: the CLI prints it as one
+    line and exits with status 2; the app shows it on the page."""
 
 
 # What a full disk (or a spent quota) says: as an errno, or as the words an error message carries once it has crossed

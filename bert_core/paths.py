@@ -16,10 +16,7 @@ APP_DATA_ENV = "BERT_EXPLORER_DATA"
 
 
 def shared_data_dir() -> Path | None:
-    """Return the folder of shared real text (`$BERT_SHARED_DATA` or `../shared/data`), or None when absent.
-
-    The data is never committed to this repository; tests that need it skip when this returns None.
-    """
+    """The folder of shared real text (`$BERT_SHARED_DATA` or `../shared/data`, never committed), or None."""
     env = os.environ.get("BERT_SHARED_DATA")
     candidate = Path(env) if env else REPO_ROOT.parent / "shared" / "data"
     return candidate if candidate.is_dir() else None
@@ -36,7 +33,7 @@ def app_data_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Return the user cache folder for downloaded corpora (`$BERT_CORE_CACHE` overrides it)."""
+    """The user cache folder for downloads (`$BERT_CORE_CACHE` overrides it)."""
     env = os.environ.get("BERT_CORE_CACHE")
     if env:
         return Path(env)

@@ -21,7 +21,7 @@ from bert_core.cli.main import main
 from bert_core.data.shards import ShardStream, open_index
 from bert_core.errors import BertCoreError
 from bert_core.model import files as files_module
-from bert_core.model import hf, stored_weights
+from bert_core.model import checkpoint, hf
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "checkpoints" / "bert-tiny-english"
@@ -95,7 +95,7 @@ def test_a_full_disk_is_one_plain_line_in_every_command_that_writes(command, wor
                   TRAIN + ["--out", str(out)]),
         "resume": (lambda: monkeypatch.setattr(hf, "save_file", _os_disk_full()),
                    ["train", "--resume", str(ck), "--steps", "3"]),
-        "export": (lambda: monkeypatch.setattr(stored_weights, "save_file", _safetensors_disk_full),
+        "export": (lambda: monkeypatch.setattr(checkpoint, "save_file", _safetensors_disk_full),
                    ["export", "--checkpoint", str(ck), "--out", str(out), "--skip-eval"]),
         "grow": (lambda: monkeypatch.setattr(hf, "save_file", _safetensors_disk_full),
                  ["grow", "--checkpoint", str(ck), "--hidden-size", "128", "--layers", "4", "--out", str(out)]),

@@ -1,4 +1,4 @@
-"""`python -m bert_core export`: a folder whose weights are stored in float16 (bert_core.model.stored_weights)
+"""`python -m bert_core export`: a folder whose weights are stored in float16 (bert_core.model.checkpoint.store_checkpoint)
 loads as float32 here and in transformers, predicts what the float32 folder predicts, and re-measures the held-out
 figures its metrics.json records on the stored weights."""
 
@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from bert_core.cli.main import main
 from bert_core.errors import BertCoreError
 from bert_core.model.checkpoint import load_checkpoint
-from bert_core.model.stored_weights import stored_state
+from bert_core.model.checkpoint import stored_state
 from bert_core.paths import DEFAULT_CHECKPOINT
 
 TEXT = "the jury said the [MASK] was conducted fairly ."

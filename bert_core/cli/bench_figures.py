@@ -28,8 +28,7 @@ DATASHEET_TFLOPS = (
 
 
 def datasheet_tflops(device_name: str) -> float | None:
-    """The card's dense bf16 (fp16 where it has no bf16) datasheet peak in TFLOP/s; None for a card not listed, or
-    a CPU."""
+    """The card's dense bf16 (else fp16) datasheet peak in TFLOP/s; None for a card not listed, or a CPU."""
     name = device_name.lower()
     for piece, tflops in DATASHEET_TFLOPS:
         if piece in name:
@@ -65,8 +64,7 @@ def spread(times: list[float]) -> float:
 
 
 def utilisation(flops: float, step_s: float, matmul_gflops: float, peak_tflops: float | None) -> dict:
-    """A step's useful GFLOP/s, as a share of the measured matmul rate and of the datasheet peak (None when the card
-    is not listed)."""
+    """A step's useful GFLOP/s, and its share of the measured matmul rate and of the datasheet peak."""
     gflops = flops / step_s / 1e9
     return {"gflops": round(gflops, 3), "fraction_of_matmul": round(gflops / matmul_gflops, 3),
             "fraction_of_datasheet": round(gflops / (peak_tflops * 1e3), 3) if peak_tflops else None}

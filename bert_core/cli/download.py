@@ -42,8 +42,7 @@ def _fetch(name: str):
 
 
 def run(args) -> int:
-    """Carry out `python -m bert_core download`: every name is tried, so that one unreachable address (a build
-    without network for one host) does not keep the others from the cache."""
+    """Try every name, so that one unreachable host does not keep the others from the cache."""
     failed = 0
     for name in dict.fromkeys(args.names):
         try:

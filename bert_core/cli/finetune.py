@@ -1,5 +1,4 @@
-"""`python -m bert_core finetune`: the command line of bert_core.training.finetune (its options, the race it runs,
-the table it prints)."""
+"""`python -m bert_core finetune`: the command line of bert_core.training.finetune."""
 
 from __future__ import annotations
 
@@ -65,9 +64,8 @@ def data_kind(args) -> str:
 
 
 def config_from_args(args) -> FinetuneConfig:
-    """The FinetuneConfig a `finetune` command line asks for: the kind's defaults (KIND_DEFAULTS), then the flags
-    given (each stored under its field's name). Without --lr the rate is set from the model's size once its config
-    is read (_checked_models); without a budget, steps decide, not seconds: the same run on every machine."""
+    """The kind's defaults with the flags given. Without --lr the rate comes from the model's size
+    (_checked_models); without a budget, steps decide, not seconds: the same run on every machine."""
     given = {s.name: getattr(args, s.name) for s in CONFIG_SETTINGS if getattr(args, s.name) is not None}
     if "max_steps" not in given and "time_budget_s" not in given:
         given["max_steps"] = TOY_QA_STEPS if args.task == "toy-qa" else FINETUNE_STEPS
@@ -85,8 +83,7 @@ def format_confusion(confusion: list[list[int]], label_names: list[str]) -> str:
 
 
 def format_results(results: list[FinetuneResult]) -> str:
-    """The results table (each kind's two figures under their own names), then each run's confusion matrix
-    (sentence labels) or per-type F1 (span tags), as the CLI prints them."""
+    """The results table, then each run's confusion matrix (sentence labels) or per-type F1 (span tags)."""
     w = max(14, *(len(r.name) + 2 for r in results))
     first, second = results[0].metric_names
     cw = max(10, len(first) + 2, len(second) + 2)
@@ -260,9 +257,8 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
 
 
 def spec_from_args(args, folder: Path | None, config: FinetuneConfig, compares: dict[str, Path]) -> FinetuneSpec:
-    """The race a command line asks for, as the plain-data spec the Fine-tune page's races are made of: the same
-    builder (finetune_race.build_race) then makes both. Token tags always get their baselines (they take
-    seconds); sentence labels with --baseline."""
+    """The race a command line asks for, as the spec the Fine-tune page's races are made of (one builder for both).
+    Token tags always get their baselines (they take seconds); sentence labels with --baseline."""
     data = RaceData(task=args.task, csv=_str(args.csv), conll=_str(args.conll), squad=_str(args.squad),
                     text_columns=tuple(args.text_columns) if args.text_columns else None,
                     label_column=args.label_column, pair=args.pair, drop_empty=args.drop_empty,
@@ -280,8 +276,7 @@ def _str(path) -> str | None:
 
 
 def _results(race, task) -> list[FinetuneResult]:
-    """Run the race (the baseline lines first, then each model in turn, its progress on stderr) and return the
-    result of each run that ran (a stopped race's later runs have none); a failure raises BertCoreError."""
+    """Run the race, its progress on stderr; the result of each run that ran (a stopped race's later ones did not)."""
     for tuner in race.tuners:
         tuner.callbacks.append(_progress_printer(tuner.name, sys.stderr, task.metric_names))
     race.run()

@@ -1,6 +1,6 @@
 """The commands that write something new from a trained checkpoint: `grow` (a wider, deeper model to train on:
 bert_core.model.growth), `heldout` (the documents it held out, and its figures on them: bert_core.training.heldout)
-and `export` (a folder for sharing, its weights in float16: bert_core.model.stored_weights, with its held-out
+and `export` (a folder for sharing, its weights in float16: bert_core.model.checkpoint, with its held-out
 figures measured again on the stored weights)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 from bert_core.cli.arguments import SEED, int_arg, path_arg
 from bert_core.cli.console import percent
 from bert_core.errors import BertCoreError
+from bert_core.model.checkpoint import STORAGE_DTYPES, store_checkpoint
 from bert_core.model.config import PRESETS
 from bert_core.model.files import (CHECKPOINT_FILES, check_output_file, check_output_folder, folder_built_beside,
                                    read_json, write_json)
 from bert_core.model.growth import grow_checkpoint
-from bert_core.model.stored_weights import STORAGE_DTYPES, store_checkpoint
 from bert_core.training.finetune import checkpoint_pretraining_rate
 from bert_core.training.heldout import (heldout_split_record, reproducible_eval, select_corpora, update_metrics,
                                         write_heldout_text)

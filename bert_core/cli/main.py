@@ -90,8 +90,7 @@ def _setup_output() -> None:
 
 
 def _written(args, error: BaseException) -> str | None:
-    """What a command that met a full disk was writing: the file the system names, else the command's output (its
-    --out, or the run it resumes); None when neither is known."""
+    """What a command that met a full disk was writing: the file named, else its --out or --resume, else None."""
     named = error.filename if isinstance(error, OSError) else None
     if named is None and args is not None:
         named = args.out or args.resume

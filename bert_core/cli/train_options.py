@@ -36,9 +36,8 @@ _OWN_DEFAULTS = {"schedule": None, "checkpoint_every_s": 600.0, "vocab_size": 80
 
 def train_defaults(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
                    num_hidden_layers: int | None = None) -> dict:
-    """The value each `train` option takes when it is not given on a new run, by setting name: the recipe for the
-    model's size on this kind of machine, and the fixed defaults of the rest (the config's, for its settings but the
-    run's length)."""
+    """Each `train` option's value when a new run does not give it, by setting name: the recipe for the size on
+    this kind of machine, and the fixed defaults of the rest."""
     recipe = default_recipe(preset, device, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers)
     config = recipe["train_config"]
     fixed = {s.name: getattr(config, s.name) for s in TRAIN_SETTINGS if s.option and s.on_resume != LENGTHENS}
@@ -83,8 +82,8 @@ def recipe_size(args) -> tuple[str | None, int | None, int | None]:
 
 
 def apply_recipe(args) -> str:
-    """Give a new run's options that were not given their recipe or default values (in place); returns the log's
-    line on the recipe taken, and which of the user's flags replaced its values."""
+    """Fill in, in place, the options a new run did not give; returns the log's line on the recipe and the flags
+    that replaced its values."""
     args.objective = args.objective or "mlm"
     if not objective_has_nsp(args.objective):  # before the defaults: NSP is on by default for BERT only
         if args.nsp:

@@ -38,7 +38,7 @@ ACTIVATIONS = {"gelu": F.gelu, "gelu_new": _GELU_TANH, "gelu_pytorch_tanh": _GEL
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns. `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled positions."""
+    """What `BertForPreTraining` returns; `mlm_logits` is [B, S, V] when full, else [N, V] for the labelled rows."""
 
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
@@ -85,11 +85,8 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        embeddings = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(positions)[None]
-            + self.token_type_embeddings(token_type_ids)
-        )
+        embeddings = (self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
+                      + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.LayerNorm(embeddings))
 
 
@@ -125,9 +122,8 @@ class BertSelfAttention(nn.Module):
             context = self.dropout(probs) @ v
         else:
             probs = None
-            context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=additive_mask, dropout_p=self.dropout.p if self.training else 0.0
-            )
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask,
+                                                     dropout_p=self.dropout.p if self.training else 0.0)
         b, _, s, _ = context.shape
         return context.transpose(1, 2).reshape(b, s, -1), probs if output_attentions else None
 
@@ -238,10 +234,8 @@ def _check_inputs(config: BertConfig, input_ids, attention_mask, token_type_ids)
     if input_ids.dim() != 2:
         raise BertCoreError(f"input_ids must have shape [batch, sequence], got {tuple(input_ids.shape)}")
     if input_ids.shape[1] > config.max_position_embeddings:
-        raise BertCoreError(
-            f"sequence of {input_ids.shape[1]} tokens is longer than the model's "
-            f"{config.max_position_embeddings} positions; truncate it"
-        )
+        raise BertCoreError(f"sequence of {input_ids.shape[1]} tokens is longer than the model's "
+                            f"{config.max_position_embeddings} positions; truncate it")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if token_type_ids is None:
@@ -263,9 +257,8 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(config) if add_pooling_layer else None
 
     def additive_mask(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-        """Return the [B, 1, 1 or S, S] mask added to attention scores: 0 where allowed, a huge negative elsewhere.
-
-        None when nothing is masked (no padding, bidirectional): adding zeros changes nothing, and without a mask
+        """The [B, 1, 1 or S, S] mask added to attention scores: 0 where allowed, a huge negative elsewhere; None
+        when nothing is masked (no padding, bidirectional): adding zeros changes nothing, and without a mask
         scaled_dot_product_attention skips reading one (on one CPU core with dropout 0.1, one attention call at
         batch 32 x 4 heads x 128 tokens took 46 ms instead of 58 ms). The check costs a device sync on CUDA."""
         if self.config.attention != "causal" and bool(attention_mask.bool().all()):
@@ -276,8 +269,7 @@ class BertModel(nn.Module):
             allowed = allowed & torch.ones(s, s, dtype=torch.bool, device=attention_mask.device).tril()
         # Hugging Face uses the dtype's minimum rather than -inf, so a fully masked row gives uniform weights, not NaN.
         return torch.zeros(allowed.shape, dtype=dtype, device=attention_mask.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min
-        )
+            ~allowed, torch.finfo(dtype).min)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None,
                 output_attentions=False, output_hidden_states=False):
@@ -286,12 +278,8 @@ class BertModel(nn.Module):
         mask = self.additive_mask(attention_mask, hidden.dtype)
         sequence_output, all_hidden, all_probs = self.encoder(hidden, mask, output_attentions, output_hidden_states)
         pooled = self.pooler(sequence_output) if self.pooler is not None else None
-        return (
-            sequence_output,
-            pooled,
-            tuple(all_hidden) if all_hidden is not None else None,
-            tuple(all_probs) if all_probs is not None else None,
-        )
+        return (sequence_output, pooled, tuple(all_hidden) if all_hidden is not None else None,
+                tuple(all_probs) if all_probs is not None else None)
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -378,25 +366,17 @@ class BertForPreTraining(ModelParts, nn.Module):
         """Run the model; with labels, return losses too. `full_mlm_logits=None` means full only when labels is None."""
         if full_mlm_logits is None:
             full_mlm_logits = labels is None
-        sequence_output, pooled, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
+        sequence_output, pooled, hidden_states, attentions = self.bert(input_ids, attention_mask, token_type_ids,
+                                                                       output_attentions, output_hidden_states)
         mlm_logits, mlm_loss, positions = _lm_head(self.cls.predictions, sequence_output, labels, full_mlm_logits)
         nsp_loss = None
         nsp_logits = self.cls.seq_relationship(pooled)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        return PreTrainingOutput(
-            loss=sum(losses) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
-            mlm_logits=mlm_logits,
-            mlm_positions=positions,
-            nsp_logits=nsp_logits,
-            attentions=attentions,
-            hidden_states=hidden_states,
-        )
+        return PreTrainingOutput(loss=sum(losses) if losses else None, mlm_loss=mlm_loss, nsp_loss=nsp_loss,
+                                 mlm_logits=mlm_logits, mlm_positions=positions, nsp_logits=nsp_logits,
+                                 attentions=attentions, hidden_states=hidden_states)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -441,9 +421,8 @@ class BertLMHeadModel(ModelParts, nn.Module):
             raise BertCoreError("a next-token model has no next-sentence prediction; leave next_sentence_label out")
         if full_mlm_logits is None:
             full_mlm_logits = labels is None
-        sequence_output, _, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
+        sequence_output, _, hidden_states, attentions = self.bert(input_ids, attention_mask, token_type_ids,
+                                                                  output_attentions, output_hidden_states)
         targets = next_token_targets(labels) if labels is not None else None
         logits, loss, positions = _lm_head(self.cls.predictions, sequence_output, targets, full_mlm_logits)
         return PreTrainingOutput(loss=loss, mlm_loss=loss, mlm_logits=logits, mlm_positions=positions,
@@ -507,9 +486,8 @@ class BertForSequenceClassification(ModelParts, nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_attentions=False, output_hidden_states=False) -> ClassifierOutput:
-        sequence_output, pooled, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
+        sequence_output, pooled, hidden_states, attentions = self.bert(input_ids, attention_mask, token_type_ids,
+                                                                       output_attentions, output_hidden_states)
         if self.pooling == LAST_TOKEN_POOLING:
             mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
             rows = torch.arange(input_ids.shape[0], device=input_ids.device)
@@ -541,9 +519,8 @@ class BertForTokenClassification(ModelParts, nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_attentions=False, output_hidden_states=False) -> ClassifierOutput:
-        sequence_output, _, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
+        sequence_output, _, hidden_states, attentions = self.bert(input_ids, attention_mask, token_type_ids,
+                                                                  output_attentions, output_hidden_states)
         logits = self.classifier(self.dropout(sequence_output))  # [B, S, num_labels]
         loss = None
         if labels is not None:
@@ -568,9 +545,8 @@ class BertForQuestionAnswering(ModelParts, nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None, end_positions=None,
                 output_attentions=False, output_hidden_states=False) -> QuestionAnsweringOutput:
-        sequence_output, _, hidden_states, attentions = self.bert(
-            input_ids, attention_mask, token_type_ids, output_attentions, output_hidden_states
-        )
+        sequence_output, _, hidden_states, attentions = self.bert(input_ids, attention_mask, token_type_ids,
+                                                                  output_attentions, output_hidden_states)
         start_logits, end_logits = self.qa_outputs(sequence_output).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -82,19 +82,16 @@ class BertConfig:
     attention: str = "bidirectional"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name, limit in SIZE_LIMITS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise BertCoreError(f"{name} must be a positive whole number, got {value!r}")
-            if value > SIZE_LIMITS[name]:
-                raise BertCoreError(f"{name} is {value:,}, beyond any BERT (at most {SIZE_LIMITS[name]:,} here); "
+            if value > limit:
+                raise BertCoreError(f"{name} is {value:,}, beyond any BERT (at most {limit:,} here); "
                                     "check the size settings or the config.json")
         if self.hidden_size % self.num_attention_heads:
-            raise BertCoreError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                f"({self.num_attention_heads}): each head gets hidden_size / heads dimensions"
-            )
+            raise BertCoreError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                                f"({self.num_attention_heads}): each head gets hidden_size / heads dimensions")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -105,11 +102,11 @@ class BertConfig:
                 raise BertCoreError(f"{name} must be a positive finite number, got {value!r}")
         if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int) \
                 or not 0 <= self.pad_token_id < self.vocab_size:
-            raise BertCoreError(
-                f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})"
-            )
+            raise BertCoreError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size "
+                                f"({self.vocab_size})")
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
-            raise BertCoreError(f"hidden_act must be one of {', '.join(SUPPORTED_ACTIVATIONS)}, got {self.hidden_act!r}")
+            raise BertCoreError(f"hidden_act must be one of {', '.join(SUPPORTED_ACTIVATIONS)}, got "
+                                f"{self.hidden_act!r}")
         if self.attention not in ATTENTION_KINDS:
             raise BertCoreError(f"attention must be 'bidirectional' or 'causal', got {self.attention!r}")
         self.check_memory()
@@ -132,13 +129,11 @@ class BertConfig:
         limit = machine_memory_bytes()
         if limit is not None and need > MEMORY_FRACTION * limit:
             what = "training" if training else "loading"
-            raise BertCoreError(
-                f"this model has {params:,} parameters; {what} it needs about {_gb(need)}, more than "
-                f"{MEMORY_FRACTION:.0%} of this machine's {_gb(limit)} of memory: choose a smaller size (hidden_size "
-                f"{self.hidden_size}, {self.num_hidden_layers} layers, vocab_size {self.vocab_size:,}, "
-                f"max_position_embeddings {self.max_position_embeddings:,})"
-                + (" or a smaller batch / sequence length" if training and batch_size else "")
-            )
+            raise BertCoreError(f"this model has {params:,} parameters; {what} it needs about {_gb(need)}, more than "
+                                f"{MEMORY_FRACTION:.0%} of this machine's {_gb(limit)} of memory: choose a smaller "
+                                f"size (hidden_size {self.hidden_size}, {self.num_hidden_layers} layers, vocab_size "
+                                f"{self.vocab_size:,}, max_position_embeddings {self.max_position_embeddings:,})"
+                                + (" or a smaller batch / sequence length" if training and batch_size else ""))
 
     @property
     def head_dim(self) -> int:
@@ -171,13 +166,11 @@ class BertConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":
-        """Return the named size (nano, tiny, mini, small, medium, base) with intermediate = 4H, plus overrides."""
+        """The named size (nano, tiny, mini, small, medium, base) with intermediate = 4H, plus overrides."""
         if name not in PRESETS:
             raise BertCoreError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        sizes = dict(PRESETS[name])
-        sizes["intermediate_size"] = feed_forward_width(sizes["hidden_size"])
-        sizes.update(overrides)
-        return cls(**sizes)
+        sizes = PRESETS[name]
+        return cls(**{**sizes, "intermediate_size": feed_forward_width(sizes["hidden_size"]), **overrides})
 
     def to_hf_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -205,9 +198,7 @@ class BertConfig:
         """Write `config.json` into `folder`, with `extra` keys (e.g. labels)."""
         path = Path(folder) / "config.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        d = self.to_hf_dict()
-        d.update(extra or {})
-        path.write_text(json.dumps(d, indent=2) + "\n")
+        path.write_text(json.dumps({**self.to_hf_dict(), **(extra or {})}, indent=2) + "\n")
         return path
 
     @classmethod

@@ -43,8 +43,7 @@ def write_json(path, obj) -> None:
 
 
 def write_text_atomic(path, text: str) -> Path:
-    """Write a text file through a temporary sibling, so a failed write (full disk, read-only folder) leaves the
-    old file whole."""
+    """Write a text file through a temporary sibling, so that a failed write leaves the old file whole."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
@@ -63,7 +62,7 @@ def write_json_atomic(path, obj) -> Path:
 
 
 def write_error(path, e: BaseException) -> BertCoreError:
-    """The one-line message for a failed write: the path, the system's reason, and that nothing was replaced."""
+    """A failed write's message: the path, the system's reason, and that nothing was replaced."""
     if is_disk_full(e):
         return BertCoreError(f"{disk_full_words(path, e)}; nothing there was replaced: free some space, or choose a "
                              "folder on another disk")
@@ -84,8 +83,8 @@ def disk_free_mb(path) -> float | None:
 
 
 def disk_full_words(path, error: BaseException) -> str:
-    """'could not write PATH: the disk is full (No space left on device; 1.5 MB free there)': a full disk in plain
-    words, whichever library met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe)."""
+    """'could not write PATH: the disk is full (No space left on device; 1.5 MB free there)', whichever library
+    met it (an OSError, safetensors' SafetensorError, a message that crossed a pipe)."""
     chain = []
     while isinstance(error, BaseException) and len(chain) < 10:
         chain.append(error)
@@ -123,9 +122,8 @@ def is_checkpoint_folder(folder: str | Path) -> bool:
 
 
 def is_whole_checkpoint(folder: str | Path) -> bool:
-    """True when `folder` looks loadable without loading it: config.json is a JSON object, and model.safetensors is
-    whole (its header parses and its tensors end where the file ends), or a pytorch_model.bin is there and not
-    empty. A save cut short by a full disk fails this."""
+    """Whether `folder` looks loadable without loading it (a save cut short by a full disk does not): config.json
+    is a JSON object, and model.safetensors's tensors end where the file ends, or a pytorch_model.bin is not empty."""
     folder = Path(folder)
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -220,9 +218,8 @@ def plain_file_mode() -> int:
 
 
 def _honour_umask(folder: Path) -> None:
-    """Give everything in `folder` the modes a plain open() or mkdir() would: safetensors writes through a private
-    temporary file (0600), so without this a checkpoint in a shared folder or a container volume is unreadable to
-    every other user."""
+    """Give everything in `folder` the modes a plain open() or mkdir() would: safetensors writes 0600 files, which
+    every other user of a shared folder or a container volume could not read."""
     mask = _umask()
     for root, _dirs, names in os.walk(folder):
         os.chmod(root, 0o777 & ~mask)
@@ -233,8 +230,7 @@ def _honour_umask(folder: Path) -> None:
 
 
 def _discard(aside: Path, owned) -> list[str]:
-    """Remove a folder set aside: whole, or with `owned` only the files those patterns name (and the folders left
-    empty); returns what was left, the user's."""
+    """Remove a folder set aside: whole, or only what `owned` names; returns what was left, the user's."""
     if owned is None:
         shutil.rmtree(aside, ignore_errors=True)
         return []
@@ -249,10 +245,8 @@ def _discard(aside: Path, owned) -> list[str]:
 
 def replace_folder(tmp: Path, folder: Path, owned=None) -> None:
     """Move a finished temporary folder onto `folder`, keeping the old one whole until the new one is in place.
-
-    With `owned` (the names its writer writes, as for check_output_folder), an old `folder` holding anything else
-    is refused, and only what those names match is removed of it: the check before the work is not the only
-    thing between a user's file and rmtree (a build takes hours; a file may appear meanwhile)."""
+    With `owned` (as for check_output_folder), an old `folder` holding anything else is refused, and only what
+    `owned` names is removed of it: a build takes hours, and a user's file may appear meanwhile."""
     recover_folder(folder)
     aside = _aside_name(folder)
     if owned is not None and (folder.is_symlink() or folder.exists()):
@@ -290,8 +284,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_leftovers(folder: Path) -> None:
-    """Remove temporary folders that a killed save to `folder` left beside it (named .NAME.tmp-PID-xxxxxxxx, from a
-    process that no longer runs): the next save to the same place cleans up after the one that died."""
+    """Remove the temporary folders (.NAME.tmp-PID-xxxxxxxx) that a killed save to `folder` left beside it."""
     prefix = f".{folder.name}.tmp-"
     for path in folder.parent.glob(glob.escape(prefix) + "*"):
         found = re.fullmatch(r"(\d+)-[0-9a-f]{8}", path.name[len(prefix):])
@@ -300,8 +293,7 @@ def remove_leftovers(folder: Path) -> None:
 
 
 def _first_os_error(e: Exception) -> Exception:
-    """shutil.Error lists (source, target, "[Errno N] reason: path") for every file that failed: the first one as
-    an OSError with its errno and reason (no paths), so a full disk reads as one."""
+    """The first failure a shutil.Error lists, as an OSError with its errno, so that a full disk reads as one."""
     if not isinstance(e, shutil.Error) or not e.args or not isinstance(e.args[0], list) or not e.args[0]:
         return e
     found = re.match(r"\[Errno (\d+)\] ([^:]+)", str(e.args[0][0][-1]))
@@ -310,10 +302,9 @@ def _first_os_error(e: Exception) -> Exception:
 
 @contextlib.contextmanager
 def folder_built_beside(folder, errors: tuple[type[BaseException], ...] = (), owned=None) -> Iterator[Path]:
-    """Put a folder together in a temporary sibling of `folder` (the block writes into the path it is given) and
-    move it into place whole when the block ends (replace_folder, with `owned`). If anything fails midway an
-    existing `folder` is left as it was; a failed write (an OSError, one of `errors`, or whatever says the disk is
-    full) is a BertCoreError naming the path."""
+    """Yield a temporary sibling of `folder` to write into, moved into place whole when the block ends
+    (replace_folder). A failure leaves `folder` as it was; a failed write (an OSError, one of `errors`, a full
+    disk) is a BertCoreError naming the path."""
     given = Path(folder)
     folder = Path(os.path.abspath(given))  # "." and "dir/.." have no name to put a sibling beside
     if not folder.name:
@@ -348,8 +339,7 @@ _OUR_TEMPORARY = re.compile(r"\..+\.tmp(-\d+-[0-9a-f]{8})?")
 
 
 def _refuse_special(path: Path, raw: str, flag: str) -> Path:
-    """The resolved `path`, after refusing an empty path, the root, and the current or home folder (or one that
-    holds them): writing there could replace the user's own files."""
+    """The resolved `path`, once not empty, the root, or the current or home folder (or one holding them)."""
     if not raw.strip():
         raise BertCoreError(f"{flag} is empty; give the path to write to")
     resolved = path.expanduser().resolve()
@@ -362,8 +352,8 @@ def _refuse_special(path: Path, raw: str, flag: str) -> Path:
 
 
 def _require_writable(path: Path, flag: str) -> None:
-    """Refuse a destination whose nearest existing ancestor is a file or not writable, before any work is done.
-    (As root, access() allows everything but a read-only mount: a write that still fails is caught when saving.)"""
+    """Refuse a destination whose nearest existing ancestor is a file or not writable (as root, access() allows
+    all but a read-only mount: a write that still fails is caught when saving)."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -375,8 +365,7 @@ def _require_writable(path: Path, flag: str) -> None:
 
 
 def _owns(owned: frozenset, parts: tuple[str, ...], folder: bool = False) -> bool:
-    """Whether the patterns `owned` ("name", "sub/*.txt": one fnmatch pattern a path part) name the file at `parts`,
-    or with `folder`, a folder some of them lie in."""
+    """Whether the patterns `owned` ("sub/*.txt") name the file at `parts`, or with `folder`, a folder they lie in."""
     for pattern in owned:
         steps = pattern.split("/")
         if (len(steps) > len(parts) if folder else len(steps) == len(parts)) and all(
@@ -386,8 +375,8 @@ def _owns(owned: frozenset, parts: tuple[str, ...], folder: bool = False) -> boo
 
 
 def _made_by(owned, entry: Path, parts: tuple[str, ...]) -> str | None:
-    """"folder" or "file" when the writer of the patterns `owned` makes `entry` (at `parts` inside its folder), or
-    it is a temporary file of ours; None when it is the user's (a link always is)."""
+    """"folder" or "file" when `owned` names `entry` (at `parts`) or it is a temporary file of ours; None when it
+    is the user's (a link always is)."""
     if entry.is_symlink():
         return None
     if entry.is_dir():
@@ -401,8 +390,8 @@ def _foreign_entries(folder: Path, owned) -> list[str]:
 
 
 def _sort_out(folder: Path, owned, prefix: tuple[str, ...] = (), remove: bool = False) -> list[str]:
-    """The user's paths in `folder` (_foreign_entries); with `remove`, what `owned` names is removed, and the folders
-    left empty. The removal does not go through the check before the work: it is the last line of defence."""
+    """The user's paths in `folder`; with `remove`, what `owned` names is removed too (and folders left empty): the
+    last line of defence, whatever the check before the work found."""
     foreign = []
     for entry in sorted(folder.iterdir()):
         parts = (*prefix, entry.name)
@@ -430,14 +419,10 @@ def _foreign_error(where: str, foreign: list[str]) -> BertCoreError:
 
 def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", subfolders: tuple[str, ...] = (),
                         owned=CHECKPOINT_FILES, holds: str = "a checkpoint") -> Path:
-    """Check, before any work, that a writer may write `folder`; returns it as a Path. Every command's --out and
-    --overwrite go through here.
-
-    `owned` are the names the writer writes (fnmatch patterns of paths inside the folder, "shards/*.u16"); by
-    default a checkpoint's, also in each of `subfolders` (e.g. a classifier's from-scratch/). Refused: an empty
-    path, the root, the current or home folder, an existing file, and a folder holding anything else: the user's.
-    A folder that already holds what the writer writes (`holds`) is replaced only with `overwrite`.
-    """
+    """`folder` as a Path, once checked before any work that a writer may write it (every --out goes through here).
+    `owned`: fnmatch patterns of what the writer writes ("shards/*.u16"), also in each of `subfolders`. Refused: an
+    empty path, the root, the current or home folder, a file, a folder holding anything else (the user's), and
+    without `overwrite` one that already holds what the writer writes (`holds`)."""
     raw = str(folder)
     resolved = _refuse_special(Path(raw), raw, flag)
     path = Path(raw).expanduser()
@@ -458,13 +443,9 @@ def check_output_folder(folder, overwrite: bool = False, flag: str = "--out", su
 
 
 def check_output_file(file, overwrite: bool = False, flag: str = "--out") -> Path:
-    """Check, before any work, that a text file may be written at `file`; returns it as a Path.
-
-    Refused: an empty path, the root, the current or home folder, an existing folder, and an existing file
-    unless `overwrite`. What the writer replaces is the one file named, and only as text replaces text: a file
-    that is not plain UTF-8 text (a checkpoint's weights, a pickle, a zip, a device) was never written by it, and
-    `overwrite` leaves it alone. (A link is replaced itself; what it points to is not written.)
-    """
+    """`file` as a Path, once checked before any work that a text file may be written there. Refused: an empty
+    path, the root, the current or home folder, a folder, an existing file without `overwrite`, and even with it a
+    file that is not UTF-8 text (weights, a pickle, a device): never ours. A link is replaced, not written through."""
     raw = str(file)
     resolved = _refuse_special(Path(raw), raw, flag)
     path = Path(raw).expanduser()
@@ -496,9 +477,8 @@ MEMORY_FOLDER = "/dev/shm"   # a folder in memory on Linux: where a download is 
 
 
 def zip_checkpoint(save: Callable[[Path], Any]) -> bytes:
-    """Save a checkpoint folder with `save(folder)` into a temporary place and return it as zip bytes. When the
-    temporary folder's disk is full, it is put together in memory (/dev/shm) instead: a download is then the one
-    way to keep a model the server could not write."""
+    """The folder `save(folder)` writes, as zip bytes; put together in memory (/dev/shm) when the temporary
+    folder's disk is full: a download is then the one way to keep a model the server could not write."""
     try:
         return _zip_saved(save, None)
     except (OSError, BertCoreError) as exc:

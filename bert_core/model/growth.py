@@ -90,8 +90,7 @@ def _widen(name: str, w: torch.Tensor, factor: int, generator: torch.Generator) 
 
 def grow_state_dict(state: dict[str, torch.Tensor], small: BertConfig, hidden_size: int, num_hidden_layers: int,
                     seed: int = 0) -> tuple[dict[str, torch.Tensor], BertConfig]:
-    """(the grown state dict, its config) from a small model's Hugging Face state dict (BertForPreTraining,
-    BertLMHeadModel or a bare BertModel's keys alike)."""
+    """(the grown state dict, its config) from a small model's Hugging Face state dict (any pretraining class)."""
     big = grown_config(small, hidden_size, num_hidden_layers)
     factor = hidden_size // small.hidden_size
     generator = torch.Generator().manual_seed(seed)
@@ -131,9 +130,8 @@ def repeated_positions(table: torch.Tensor, trained_length: int) -> torch.Tensor
 
 
 def copy_trained_positions(model: torch.nn.Module, trained_length: int) -> int:
-    """Overwrite every position embedding from `trained_length` on with the trained ones repeated in order
-    (`repeated_positions`), in place; returns how many positions were overwritten (0 when the model has no more
-    positions than were trained)."""
+    """Overwrite, in place, the position embeddings from `trained_length` on with the trained ones repeated in
+    order; returns how many were overwritten."""
     table = model.bert.embeddings.position_embeddings.weight
     if trained_length >= table.shape[0]:   # nothing past the trained rows (a length below 1 raises below)
         return 0
@@ -147,11 +145,9 @@ GROWTH_RECORD = "growth.json"
 
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0,
                     pretraining_rate: float | None = None, heldout: dict | None = None) -> dict:
-    """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
-    return what was done (growth.json); `train --init-from out` trains it on. What the source recorded of its
-    weights' history goes along, since the grown folder has no trainer state: `pretraining_rate`, the highest rate
-    behind them, for the fine-tuning rule (grown_pretraining_rate), and `heldout`, the documents they never saw,
-    so that a run continuing the folder keeps them out of training and `heldout` can write them out."""
+    """Write the grown model of the checkpoint folder `source` (with its tokenizer) into `out`; returns growth.json.
+    Since `out` has no trainer state, the source's history goes along: `pretraining_rate` for the fine-tuning rule
+    (grown_pretraining_rate), and `heldout`, the documents a run continuing it must keep out of training."""
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
     config = grown_config(small.config, hidden_size, num_hidden_layers)
@@ -171,8 +167,7 @@ def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed:
 
 
 def growth_record(folder) -> dict:
-    """What `grow` recorded in a folder it wrote (growth.json); {} for any other folder or a record that cannot be
-    read."""
+    """What `grow` recorded in a folder it wrote (growth.json); {} for any other folder or an unreadable record."""
     path = Path(folder) / GROWTH_RECORD
     try:
         record = read_json(path) if path.is_file() else None

@@ -1,9 +1,6 @@
-"""Reading and writing Hugging Face BERT checkpoint folders (config.json + model.safetensors) with our model classes.
-
-A folder we save loads in `transformers.BertForPreTraining.from_pretrained(folder)` (or
-`BertForSequenceClassification`, `BertForTokenClassification`, `BertForQuestionAnswering`, or `BertLMHeadModel`
-for a causal model) as it is, and a Hugging Face BERT folder
-(e.g. a user's bert-base-uncased download, safetensors or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
+"""Hugging Face BERT folders (config.json + model.safetensors) read and written with our model classes: a folder we
+save loads in transformers' class of the same name as it is, and a Hugging Face BERT folder (a bert-base-uncased
+download; safetensors, or a `pytorch_model.bin` read with `weights_only=True`) loads into ours.
 """
 
 from __future__ import annotations
@@ -98,11 +95,12 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
 
 
 # Names used by older BERT checkpoints (TF conversions) for what is now LayerNorm.weight / LayerNorm.bias.
-_LEGACY = [(re.compile(r"LayerNorm\.gamma$"), "LayerNorm.weight"), (re.compile(r"LayerNorm\.beta$"), "LayerNorm.bias")]
+_LEGACY = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+_LEGACY_END = re.compile(r"LayerNorm\.(gamma|beta)$")
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    """Read a checkpoint's tensors: model.safetensors, else pytorch_model.bin with weights_only=True (no pickled code)."""
+    """A checkpoint's tensors: model.safetensors, else pytorch_model.bin with weights_only=True (no pickled code)."""
     folder = Path(folder)
     st_path, bin_path = folder / "model.safetensors", folder / "pytorch_model.bin"
     if st_path.is_file():
@@ -130,17 +128,11 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in state.items()):
         raise BertCoreError(f"the weights file in {folder} does not hold a dictionary of named tensors")
-    renamed = {}
-    for key, value in state.items():
-        for pattern, new in _LEGACY:
-            key = pattern.sub(new, key)
-        renamed[key] = value
-    return renamed
+    return {_LEGACY_END.sub(lambda m: _LEGACY[m.group(0)], key): value for key, value in state.items()}
 
 
 def _label_names(raw: dict, model_class) -> list[str] | None:
-    """The label (or tag) names a folder's config.json (`raw`) saved with `model_class` holds; None for a folder of
-    another kind."""
+    """The label (or tag) names in a config.json (`raw`) saved with `model_class`; None for another kind."""
     id2label = raw.get("id2label")
     if not id2label or raw.get("architectures") != [model_class.__name__]:
         return None
@@ -152,13 +144,10 @@ def _label_names(raw: dict, model_class) -> list[str] | None:
 
 def load_pretrained(folder: str | Path, model_class=None, num_labels: int | None = None,
                     strict_heads: bool = False, pooling: str | None = None) -> nn.Module:
-    """Load a checkpoint folder (ours or Hugging Face's) into `model_class`, in eval mode; by default the class the
-    folder is: BertLMHeadModel for a causal (is_decoder) model, else BertForPreTraining.
-
-    Encoder weights must all be present; head weights missing from the folder (a bare `BertModel` checkpoint, or
-    a fresh classifier on a pretraining checkpoint) keep their BERT initialisation unless `strict_heads` is set.
-    `pooling` picks a sentence classifier's reading (model.POOLING_KINDS; default: the folder's, else its kind's).
-    """
+    """A checkpoint folder (ours or Hugging Face's) loaded into `model_class` (default: the folder's pretraining
+    class), in eval mode. Encoder weights must all be there; missing head weights (a bare `BertModel` folder, a new
+    classifier) keep their initialisation unless `strict_heads`. `pooling`: a sentence classifier's reading
+    (model.POOLING_KINDS; default: the folder's, else its kind's)."""
     folder = require_checkpoint_folder(folder)
     config = BertConfig.load(folder)  # validated, its memory included, before any tensor is allocated
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))  # what BertConfig keeps not: the heads'

@@ -1,4 +1,5 @@
-"""WordPiece tokenizers the BERT way: trained here in seconds, or loaded from a BERT folder (tokenizer.json or vocab.txt)."""
+"""WordPiece tokenizers the BERT way: trained here in seconds, or loaded from a BERT folder (tokenizer.json or
+vocab.txt)."""
 
 from __future__ import annotations
 
@@ -28,16 +29,13 @@ def _bert_pipeline(tok: Tokenizer, lowercase: bool = True) -> None:
 
 
 def special_tokens_count(pair: bool) -> int:
-    """The special tokens an input holds beside its text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a
-    pair. Every budget of text tokens (an NSP pair, a question and its passage, a tagged sentence) is the length
-    less these."""
+    """The special tokens beside an input's text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a pair."""
     return 3 if pair else 2
 
 
 def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, int]:
-    """Fit `a` (and `b`) into `budget` tokens, HF's longest_first: the shorter side keeps up to half the budget,
-    the longer side gets the rest (on a tie A counts as the shorter, as the `tokenizers` library does it).
-    Returns the kept ids of each side and how many tokens were dropped."""
+    """(a, b, tokens dropped) fitted into `budget` tokens as HF's longest_first: the shorter side keeps up to half
+    the budget, the longer the rest (on a tie A counts as the shorter, as the `tokenizers` library does it)."""
     total = len(a) + (len(b) if b is not None else 0)
     if total <= budget:
         return list(a), (list(b) if b is not None else None), 0
@@ -55,28 +53,22 @@ def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[
 class BertTokenizer:
     """A BERT WordPiece tokenizer (wraps `tokenizers.Tokenizer`) with the special ids the data pipeline needs."""
 
-    def __init__(self, tokenizer: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH, do_lower_case: bool = True):
+    def __init__(self, tokenizer: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+                 do_lower_case: bool = True):
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
         if missing:
-            raise BertCoreError(
-                f"the tokenizer vocabulary lacks the special tokens {', '.join(missing)}; "
-                "use a BERT vocabulary (it must contain [PAD] [UNK] [CLS] [SEP] [MASK])"
-            )
+            raise BertCoreError(f"the tokenizer vocabulary lacks the special tokens {', '.join(missing)}; "
+                                "use a BERT vocabulary (it must contain [PAD] [UNK] [CLS] [SEP] [MASK])")
         self.tokenizer = tokenizer
         self.model_max_length = int(model_max_length)
         self.do_lower_case = bool(do_lower_case)
-        self.pad_id = tokenizer.token_to_id(PAD)
-        self.unk_id = tokenizer.token_to_id(UNK)
-        self.cls_id = tokenizer.token_to_id(CLS)
-        self.sep_id = tokenizer.token_to_id(SEP)
-        self.mask_id = tokenizer.token_to_id(MASK)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = map(tokenizer.token_to_id, SPECIAL_TOKENS)
         self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         # [unusedN] rows of Google's vocabularies are specials too: never a random replacement.
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        self.never_sample_ids = self.special_ids | frozenset(
-            i for t, i in vocab.items() if t.startswith("[unused") or (t.startswith("[") and t.endswith("]") and t.isupper())
-        )
+        self.never_sample_ids = self.special_ids | frozenset(i for t, i in vocab.items() if t.startswith("[unused") or (
+            t.startswith("[") and t.endswith("]") and t.isupper()))
         self._continuation = [False] * self.vocab_size
         for t, i in vocab.items():
             if t.startswith("##") and i < self.vocab_size:
@@ -140,7 +132,7 @@ class BertTokenizer:
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
-        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json (HF's BertTokenizerFast reads them)."""
+        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json (as HF writes them)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.tokenizer.save(str(folder / "tokenizer.json"))
@@ -181,14 +173,16 @@ class BertTokenizer:
             try:
                 tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
             except Exception as exc:  # the Rust side raises a plain Exception on bad JSON
-                raise BertCoreError(f"{folder / 'tokenizer.json'} could not be read ({exc}); re-save the tokenizer") from exc
+                raise BertCoreError(f"{folder / 'tokenizer.json'} could not be read ({exc}); re-save the "
+                                    "tokenizer") from exc
             if not isinstance(tok.model, models.WordPiece):
                 raise BertCoreError(f"{folder / 'tokenizer.json'} is not a WordPiece tokenizer; BERT needs WordPiece")
             return cls(tok, model_max_length=max_len, do_lower_case=lower)
         vocab_file = folder / "vocab.txt"
         if vocab_file.is_file():
             return cls(_tokenizer_from_vocab(vocab_file, lower), model_max_length=max_len, do_lower_case=lower)
-        raise BertCoreError(f"no tokenizer.json or vocab.txt in {folder}; point at a BERT checkpoint or tokenizer folder")
+        raise BertCoreError(f"no tokenizer.json or vocab.txt in {folder}; point at a BERT checkpoint or tokenizer "
+                            "folder")
 
 
 def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
@@ -210,7 +204,8 @@ def _tokenizer_from_vocab(vocab_file: Path, lowercase: bool) -> Tokenizer:
 
 
 def _tokenizer_from_vocab_dict(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##",
+                                     max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase)
     # As in HF's BertTokenizerFast: "[MASK]" typed in text is the mask token, not "[", "mask", "]".
     tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
@@ -222,10 +217,8 @@ def _tokenizer_from_vocab_dict(vocab: dict[str, int], lowercase: bool) -> Tokeni
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> BertTokenizer:
-    """Train an uncased BERT WordPiece tokenizer on `texts` with [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
-
-    The same texts always give the same vocabulary (see `learn_wordpiece_vocab`), so a seed fixes a whole run.
-    """
+    """An uncased BERT WordPiece tokenizer trained on `texts` ([PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4); the same
+    texts always give the same vocabulary (`learn_wordpiece_vocab`), so a seed fixes a whole run."""
     if vocab_size < len(SPECIAL_TOKENS) + 26:
         raise BertCoreError(f"vocab_size={vocab_size} is too small; use at least 100 (BERT uses 30522)")
     tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
@@ -238,10 +231,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency:
 
 
 def word_counts(texts: Iterable[str], tok: Tokenizer) -> Counter:
-    """How often each word occurs after BERT's normalizer and pre-tokenizer (lowercase, accents off, punctuation apart).
-
-    Both act within whitespace-separated chunks, so each distinct chunk goes through them once.
-    """
+    """How often each word occurs after BERT's normalizer and pre-tokenizer; both act within whitespace-separated
+    chunks, so each distinct chunk goes through them once."""
     raw: Counter = Counter()
     for text in texts:
         if text:
@@ -258,10 +249,9 @@ def learn_wordpiece_vocab(counts: dict[str, int], vocab_size: int, min_frequency
                           prefix: str = "##") -> list[str]:
     """WordPiece vocabulary by greedy pair merges, as the `tokenizers` WordPiece trainer builds it, but deterministic.
 
-    Start from every character (word-initial as is, inside a word with the "##" prefix), then repeatedly add the
-    merge of the most frequent adjacent pair (ties: the alphabetically first pair) until `vocab_size` or until no
-    pair occurs `min_frequency` times. The `tokenizers` trainer breaks ties by hash order, so the same text gave a
-    slightly different vocabulary on every run; here it gives the same one.
+    From every character ("##" inside a word), add the merge of the most frequent adjacent pair (ties: the
+    alphabetically first) until `vocab_size`, or no pair occurs `min_frequency` times. The `tokenizers` trainer
+    breaks ties by hash order, so the same text gave a slightly different vocabulary on every run.
     """
     words = sorted(counts.items())
     syms = [[w[0]] + [prefix + ch for ch in w[1:]] for w, _ in words]
