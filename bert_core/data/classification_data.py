@@ -164,10 +164,10 @@ def _label_ids(values: list[str], column: str, path: Path | None) -> tuple[list[
         except ValueError:
             floats = None
         if floats is not None and all(math.isfinite(f) for f in floats):
-            if any(f != round(f) for f in floats):
-                example = next(v for v, f in zip(distinct, floats) if f != round(f))
+            fractional = [v for v, f in zip(distinct, floats) if f != round(f)]
+            if fractional:
                 raise BertCoreError(
-                    f"the label column {column!r} holds continuous numbers (e.g. {example}), not classes. "
+                    f"the label column {column!r} holds continuous numbers (e.g. {fractional[0]}), not classes. "
                     "Fine-tuning here classifies categories: bin the values into classes, or choose another column."
                 )
             ordered = sorted(distinct, key=float)

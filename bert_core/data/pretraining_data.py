@@ -50,10 +50,10 @@ class NspInstance:
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Trim the longer of A and B, one token at a time from its front or back at random, until both fit (Google's)."""
+    """Trim the longer of A and B one token at a time until both fit, from its front or back at random as Google does,
+    so the model does not learn that text always ends mid-sentence."""
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        # Random side, as Google does, so the model does not learn that text always ends mid-sentence.
         if rng.random() < 0.5:
             del trunc[0]
         else:

@@ -123,9 +123,7 @@ def _column_index(tag_column: str | int, width: int, source: str) -> int:
 
 def _split_lines(text: str, source: str) -> tuple[list[list[tuple[int, list[str]]]], int, int]:
     """(sentences as (1-based line, fields) lists, the column count, -DOCSTART- lines skipped) of a CoNLL text."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     sentences: list[list[tuple[int, list[str]]]] = []
     current: list[tuple[int, list[str]]] = []
     width = 0
