@@ -7,7 +7,9 @@ the page shows within seconds of `streamlit run app.py`; the sidebar then loads 
 import streamlit as st
 
 from bert_core.paths import REPO_ROOT
-from bert_core.app import app_drawing, app_models, app_sidebar
+from bert_core.app import app_drawing, app_models, app_sidebar, page_copy
+
+WORDS = page_copy.WORDS["home"]
 
 WALKTHROUGH = {  # page -> (its link, what it teaches): a short link and a line under it that wraps (a long link
     # label is cut at the column's edge on a projector's 1280 x 720)
@@ -28,15 +30,7 @@ def _start_lesson() -> None:
 st.set_page_config(page_title="BERT explorer", layout="wide")
 app_drawing.navigation()
 st.title("BERT explorer")
-st.markdown(
-    "**BERT** (Devlin et al., 2018) is a stack of Transformer encoder layers that reads a whole sentence pair "
-    "at once, every token attending to every other. It learns English from raw text with two self-made "
-    "exercises: **masked-language modelling** (hide 15% of the word pieces and guess them back) and "
-    "**next-sentence prediction** (does sentence B really follow sentence A?). The vectors it learns this way "
-    "are then fine-tuned for tasks such as classifying text.\n\n"
-    "Here you can train a tiny BERT live on this computer's CPU (or its GPU, where it has one) and watch it learn: "
-    "its masking, its loss, its attention heads and its guesses."
-)
+st.markdown(WORDS["bert_devlin_et_al_2018_is"])
 
 lesson, where = st.columns([1, 3], vertical_alignment="center")
 if lesson.button("Start the lesson", type="primary", icon=":material/school:", key="home_lesson",
@@ -53,7 +47,8 @@ with right:
             st.caption(WALKTHROUGH[page][1])
 with left:
     figure = st.empty()
-from bert_core.inspect.figures import architecture_figure  # noqa: E402  (plotly and pandas: after the text is on screen)
+# plotly and pandas: after the text is on screen
+from bert_core.inspect.figures import architecture_figure  # noqa: E402
 
 config = app_models.quick_config()
 with figure.container():
@@ -69,5 +64,4 @@ with right:
         st.info("No model is active yet. Pick one in the sidebar, or train one on the Train page.")
     else:
         st.markdown(active.description)
-    st.caption("Choose the model in the sidebar once; every page uses it. The architecture picture shows its "
-               "sizes (letters when no model is loaded).")
+    st.caption(WORDS["choose_model_in_sidebar_once"])

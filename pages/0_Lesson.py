@@ -27,12 +27,14 @@ from bert_core.inspect.inspection import (
 )
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.training_step import take_one_step
-from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view
+from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, class_view, page_copy
 from bert_core.app import lesson_classes
 from bert_core.app.url_settings import Within
 from bert_core.data.task_downloads import local_task_csv
 from bert_core.serve import jobs, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
+
+WORDS = page_copy.WORDS["lesson"]
 
 STEPS = lesson.STEPS
 CLASSES = app_state.LESSON_CLASSES
@@ -184,17 +186,13 @@ def _header(p: Lesson, bad_teacher_link: bool, class_ended: bool) -> None:
     st.title("The lesson: how BERT learns")
     st.progress((p.index + 1) / len(STEPS), text=f"Step {p.index + 1} of {len(STEPS)}: **{p.step.title}**")
     if bad_teacher_link:
-        st.warning("This teacher's link opens no class on this server: a class's students' link never opens the "
-                   "teacher's view, and a restarted server forgets its classes.")
+        st.warning(WORDS["this_teacher_link_opens_no"])
     if class_ended and CLASSES.ended(p.follow_code):
         st.caption("The teacher's class of this link has ended on this server.")
     elif class_ended:
-        st.warning("This class link names no class on this server: check that the whole link was copied, or ask "
-                   "the teacher for the class link again.", icon=":material/link_off:")
+        st.warning(WORDS["this_class_link_names_no"], icon=":material/link_off:")
     if p.klass is not None:
-        st.toggle("Follow the teacher", key="lesson_follow_on",
-                  help="On: this page moves to the step the teacher is on and looks at the teacher's model and "
-                       "run. Off: move through the lesson yourself.")
+        st.toggle("Follow the teacher", key="lesson_follow_on", help=WORDS["on_this_page_moves_step"])
         _follow(p)
 
 
@@ -228,8 +226,7 @@ def _model_in_use(p: Lesson) -> None:
         whose = "the teacher's" if p.following and p.klass.model is not None else "the sidebar's"
         st.caption(lesson.model_in_use(p.model_name, active.tokenizer.vocab_size, active.causal, whose))
     if p.following and p.klass.model is None:
-        st.caption("The teacher's model (an upload, a saved run or a folder of theirs) cannot be opened here: this "
-                   "page looks at your sidebar's model.")
+        st.caption(WORDS["teacher_model_upload_saved"])
 
 
 def _sentence(label: str, key: str) -> str | None:
@@ -268,8 +265,7 @@ def _masking(p: Lesson) -> str | None:
     app_drawing.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
     stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_models.DECISION_POOL]], seed=seed)
     if active.causal:
-        st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
-                   "its guesses here.")
+        st.caption(WORDS["gpt_style_model_predicts"])
         return lesson.notice_masking(stats, None)
     guesses = guesses_for_instance(active.model, active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
     app_drawing.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
@@ -307,8 +303,7 @@ def _one_step(p: Lesson) -> str | None:
             CLASSES.set_step_record(p.lead_code, None)
     record = s.get("lesson_step_record")
     if record is None:
-        st.caption("The model is the Train page's default: a fresh `nano` BERT on the toy stories, the same "
-                   "seed, batches and schedule as the run of the next step.")
+        st.caption(WORDS["model_is_train_page_default"])
         return None
     app_drawing.show_step_record(record, "lesson_step")
     return lesson.notice_step(record, s["lesson_trainer"].tokenizer.vocab_size)
@@ -318,8 +313,7 @@ def _live_run(p: Lesson) -> str | None:
     if p.following:   # the teacher's run, watched through its view id: nobody in the class starts one of their own
         run = app_state.RUNS.by_view(p.klass.run)
         if run is None:
-            st.info("The teacher starts the default run on their screen: it appears here, live, when they do.",
-                    icon=":material/hourglass_top:")
+            st.info(WORDS["teacher_starts_default_run"], icon=":material/hourglass_top:")
             return None
         app_state.RUNS.attach(run, app_tab.session_id(), runs.VIEWER, app_tab.visitor_id())
         st.caption("The teacher's run, watched here as its share link shows it: the teacher starts and stops it.")
@@ -328,8 +322,7 @@ def _live_run(p: Lesson) -> str | None:
     run, role = app_tab.current_run()
     gpt = _is_gpt(run)
     if gpt:   # this step is about the default BERT run: a GPT run of the Train page is not it
-        st.info("Your last run on the Train page trains a GPT (next token); this step watches the default BERT "
-                "run. Start it here (your GPT run stays in *My runs*).", icon=":material/swap_horiz:")
+        st.info(WORDS["your_last_run_on_train_page"], icon=":material/swap_horiz:")
     if run is None or role != runs.OWNER or gpt:
         if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
             try:
@@ -346,8 +339,7 @@ def _watch(run, can_stop: bool) -> None:
     """The live run's loss against the unigram line and its notice, redrawn while it trains."""
     link, stop = st.columns([3, 1])
     with link:
-        app_drawing.page_link("pages/2_Train.py", "This run on the Train page, with every chart",
-                              ":material/open_in_new:")
+        app_drawing.page_link("pages/2_Train.py", WORDS["this_run_on_train_page_with"], ":material/open_in_new:")
     if can_stop and run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
                                                help="Stop the run here (the Train page can resume it)"):
         app_state.RUNS.stop(run.run_id, wait=10)
@@ -396,9 +388,7 @@ def _attention(p: Lesson) -> str | None:
     with st.expander("Does sentence B look back at sentence A? (the next-sentence signal, over 128 toy pairs)"):
         pairs = app_models.pair_attention(active, "toy:0", app_models.toy_pretraining_data(active).build_instances(0))
         app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "lesson-b-to-a", key="lesson_pairs_fig")
-        st.caption(f"Evenly spread, B's attention would put {pairs.uniform:.0%} on A. A model trained with "
-                   "next-sentence prediction has a reason to compare the two; the Attention page has this view for "
-                   "every model.")
+        st.caption(WORDS["evenly_spread_b_attention"].format(pairs=pairs))
     return lesson.notice_attention(summaries)
 
 
@@ -470,8 +460,7 @@ def _layers(p: Lesson) -> str | None:
         probes = conll_layer_probes(p.active.model, p.active.tokenizer, str(path))
     app_drawing.plotly(computation_figures.layer_probes_figure(probes), "lesson-layer-probes",
                        key="lesson_probes_fig")
-    st.caption(f"Each word is read at its first word piece. Fitted in {probes.seconds_fit:.1f} s, after "
-               f"{probes.seconds_states:.1f} s reading the sentences through both models.")
+    st.caption(WORDS["each_word_is_read_at_its"].format(probes=probes))
     return lesson.notice_layer_probes(probes)
 
 
@@ -500,8 +489,7 @@ def _guesses(model, text: str, title: str, name: str, key: str):
 def _predictions(p: Lesson) -> str | None:
     active = p.active
     if active.causal:
-        st.info("A GPT-style model continues text instead of filling blanks: pick a BERT in the sidebar for this "
-                "step (the Predictions page continues text with this one).")
+        st.info(WORDS["gpt_style_model_continues"])
         return None
     app_widgets.follow_default("lesson_pred_text", app_models.model_probes(active).sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
@@ -519,9 +507,7 @@ def _side_trip(p: Lesson) -> None:
     name = lesson.SHIPPED_ENGLISH
     if not st.toggle(f"Side trip: try your own sentences on the shipped English model, {name}",
                      key="lesson_pred_english",
-                     help=f"Shows {name}'s guesses here, beside the lesson's model: {name} was pretrained on "
-                          "5.6M words of real English. The sidebar's model, the next steps and the race do not "
-                          "change."):
+                     help=WORDS["shows_guesses_here_beside"].format(name=name)):
         return
     shipped = app_models.shipped_model(name)
     if shipped is None:
@@ -576,9 +562,7 @@ def _race(p: Lesson):
 def _finetune(p: Lesson) -> str | None:
     if not p.following and st.button(
             "Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
-            on_click=_to_race, args=(p.step.key,), help="Opens the Fine-tune page set to the word-order task, 200 "
-                                                        "training sentences, 300 steps a model and the bag of words "
-                                                        "beside them."):
+            on_click=_to_race, args=(p.step.key,), help=WORDS["opens_fine_tune_page_set"]):
         st.switch_page("pages/5_Fine-tune.py")
     run = _race(p)
     done = run is not None and not run.active and run.job is not None
@@ -591,11 +575,9 @@ def _finetune(p: Lesson) -> str | None:
     app_tab.busy_caption(run, "race")
     text = lesson.notice_finetune(results, _raced(run))
     if text is None and p.following:
-        st.caption("The teacher runs the lesson's race on the Fine-tune page: this step reports its figures "
-                   "once it has finished.")
+        st.caption(WORDS["teacher_runs_lesson_race_on"])
     elif text is None:
-        st.caption("There, press *Run the race*; its page has a way back here, and this step then reports your "
-                   "race.")
+        st.caption(WORDS["there_press_run_race_its"])
     return text
 
 
@@ -713,8 +695,7 @@ def _join() -> None:
     if go.button("Join", key="lesson_join_go", icon=":material/group_add:") and typed:
         code = lesson_classes.class_code(typed)
         if code is None:
-            st.error(f"A class code is {lesson_classes.CODE_LENGTH} letters and digits, like K7P3QX: check what "
-                     "you typed.")
+            st.error(WORDS["class_code_is_letters_and"].format(lesson_classes=lesson_classes))
         else:
             st.query_params["follow"] = code   # the class link's own way in: a wrong code says so there
             st.rerun()
@@ -723,8 +704,7 @@ def _join() -> None:
 def _teach(p: Lesson) -> None:
     lead_code = p.lead_code
     if lead_code is None:
-        st.caption("Lead a class: every student who opens the class link sees the step you are on, your model "
-                   "and your run, and moves when you press Next or Back (each can switch following off).")
+        st.caption(WORDS["lead_class_every_student_who"])
         if st.button("Lead a class", key="lesson_lead_go"):
             code, teacher = CLASSES.lead(p.step.key)
             s["lesson_lead"], s["lesson_teach"] = code, teacher
@@ -733,15 +713,13 @@ def _teach(p: Lesson) -> None:
         return
     links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"], lesson_classes.public_url(),
                                        lesson_classes.network_address())
-    st.markdown(f"**You are leading a class.** Put this on the projector: students scan the code, open the "
-                f"link, or type the class code **{lead_code}** under *Join a class* on this page.")
+    st.markdown(WORDS["you_are_leading_class_put"].format(lead_code=lead_code))
     qr, link = st.columns([1, 2], vertical_alignment="center")
     qr.image(lesson_classes.class_qr_png(links.students), caption=f"Class code {lead_code}", width=200)
     link.code(links.students, language=None)
     if links.note:
         st.warning(links.note)
-    st.markdown("Your own link, the teacher's (keep it to yourself: it leads the class and shows its "
-                "answers; this page's address holds it too):")
+    st.markdown(WORDS["your_own_link_teacher_keep"])
     st.code(links.teacher, language=None)
     if st.button("Stop leading", key="lesson_lead_stop"):
         CLASSES.close(lead_code)

@@ -7,8 +7,10 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures
 from bert_core.inspect.inspection import encode_input, guesses_for_instance, mask_example, masking_stats
 from bert_core.inspect.safe_text import markdown
-from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets, page_copy
 from bert_core.app.url_settings import Within, one_of
+
+WORDS = page_copy.WORDS["tokens"]
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
 PAIRS, SEEDS, RATES = Within(0, 1_000_000), Within(0, 2**31 - 1), Within(0.05, 0.5)
@@ -48,9 +50,9 @@ def _pair(active, data, data_name: str) -> tuple[list[int], list[int]]:
         instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
         instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
         label = "1: B is random" if instance.is_random_next else "0: B follows A"
-        st.markdown(f"Drawn from {data_name}. **NSP label {label}**. {instance.note}. "
-                    f"A = document {instance.a_span[0]}, sentences {instance.a_span[1]}–{instance.a_span[2] - 1}; "
-                    f"B = document {instance.b_span[0]}, sentences {instance.b_span[1]}–{instance.b_span[2] - 1}.")
+        st.markdown(WORDS["drawn_pair"].format(data_name=data_name, label=label, note=instance.note,
+                                               a=instance.a_span, a_last=instance.a_span[2] - 1, b=instance.b_span,
+                                               b_last=instance.b_span[2] - 1))
         return instance.input_ids, instance.token_type_ids
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="tm_a", height=70)
@@ -72,18 +74,13 @@ def _masked_pair(active, input_ids, token_type_ids, seed: int, rate: float) -> N
     tok = active.tokenizer
     rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
     app_drawing.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
-    st.caption("Red: replaced by [MASK]. Orange: replaced by a random token (original → replacement). Green: kept "
-               "as is but still predicted. Grey: not chosen. The model must predict every coloured token.")
+    st.caption(WORDS["red_replaced_by_mask_orange"])
     if not active.causal:
         guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
         app_drawing.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
-        right = sum(g.right for g in guesses)
-        st.caption(f"The active model's top guess at each chosen position, whatever it saw there: {right} of "
-                   f"{len(guesses)} right in this pair. A kept token can be copied from the input; a random one "
-                   "must be distrusted; a [MASK] must be read from the words around it.")
+        st.caption(WORDS["guesses_right"].format(right=sum(g.right for g in guesses), chosen=len(guesses)))
     else:
-        st.caption("A GPT-style model predicts the next token, not masked ones: pick a BERT in the sidebar to see "
-                   "its guess at each chosen position.")
+        st.caption(WORDS["gpt_style_model_predicts"])
     with st.expander("Token table: ids, segments, positions"):
         st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id,
                        "segment": "AB"[min(r.segment, 1)], "decision": r.decision, "model sees": r.shown}
@@ -101,8 +98,7 @@ def _accuracy(active, key: str, instances, seed: int, rate: float) -> None:
                f"{kept:.0%} right, [MASK]ed ones {masked:.0%}, random ones {accuracy['random'].accuracy:.0%}. "
                + ("Kept tokens are the easy ones: the answer is in the input. "
                   if kept > masked + 0.2 else
-                  "Kept tokens are barely easier than [MASK]ed ones here: this model has not yet learned to copy "
-                  "what it sees (a short run, or a model that trusts the input little). ")
+                  WORDS["kept_tokens_are_barely"])
                + ("A random token is the hardest: the input shows a wrong word."
                   if accuracy["random"].accuracy == min(a.accuracy for a in accuracy.values()) else
                   "A random token shows a wrong word: the model must learn not to trust it."))
@@ -114,19 +110,14 @@ def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
     pool = [x.input_ids for x in _instances(key, data, seed)[:512]]
     stats = masking_stats(active.tokenizer, pool, seed=seed, mask_rate=rate)
     app_drawing.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
-    st.caption(f"{stats['instances']} pairs from {data_name}: {stats['chosen']:,} of {stats['candidates']:,} "
-               f"non-special tokens chosen ({stats['chosen_share']:.1%}); of those {stats['masked_share']:.1%} "
-               f"[MASK], {stats['random_share']:.1%} random, {stats['kept_share']:.1%} kept.")
+    st.caption(WORDS["pairs_from_non_special"].format(stats=stats, data_name=data_name))
     if not active.causal:
         _accuracy(active, key, _instances(key, data, seed), seed, rate)
 
 
 def main() -> None:
     active = app_sidebar.open_page("Tokens & masking")
-    st.markdown("BERT reads `[CLS] sentence A [SEP] sentence B [SEP]` as WordPiece tokens. In pretraining, about "
-                "15% of the tokens are chosen for prediction: 80% of those are replaced by `[MASK]`, 10% by a "
-                "random token and 10% are kept, so the model cannot rely on seeing `[MASK]`. Half the time B is "
-                "the real next sentence; otherwise it comes from elsewhere (the NSP label).")
+    st.markdown(WORDS["bert_reads_cls_sentence_sep"])
     if active is None:
         st.stop()
     _init_widgets()

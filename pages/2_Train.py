@@ -10,11 +10,13 @@ from bert_core.inspect import computation_figures, figures, lesson, tricks, word
 from bert_core.inspect import word_class_timelapse as wct
 from bert_core.inspect.safe_text import markdown, markdown_rows
 from bert_core.model.config import PRESETS, feed_forward_width
-from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, run_panel
+from bert_core.app import app_drawing, app_models, app_sidebar, app_state, app_tab, app_widgets, page_copy, run_panel
 from bert_core.app.live_change import change_box, drawn_before_training
 from bert_core.app.url_settings import one_of
 from bert_core.serve import app_storage, jobs, runs
 from bert_core.training import comparison, lesson_settings, plateau, recipes
+
+WORDS = page_copy.WORDS["train"]
 
 app_sidebar.open_page("Train", "Train a tiny BERT")
 app_state.warm_launcher()
@@ -57,12 +59,10 @@ def _probe_editor() -> None:
     p1, p2 = st.columns([3, 2])
     p1.text_area("Sentences the model fills in while it trains (one per line, each with [MASK])",
                  key="train_probes", height=120,
-                 help="Drawn from the held-out part of the corpus (text the model never trains on), a content word "
-                      "masked. Edit them or add your own before Start.")
+                 help=WORDS["drawn_from_held_out_part"])
     p2.text_input("Sentence for the attention time-lapse", key="train_att_probe")
     where = f"the {markdown(drawn.source)}" if drawn else "the held-out part of the corpus, when the run starts"
-    p2.caption(f"Drawn from {where}. Each probe snapshot records the model's top guesses for every [MASK] and the "
-               "attention of this sentence (the Predictions and Attention pages replay them).")
+    p2.caption(WORDS["drawn_from_each_probe"].format(where=where))
 
 
 def _settings(expanded: bool) -> None:
@@ -122,8 +122,7 @@ def _command_preview() -> None:
         except BertCoreError as exc:
             st.caption(f"The equivalent command line appears once the settings are valid: {exc}")
             return
-        st.caption("`python -m bert_core train` with these settings trains the same model (the same data, "
-                   "initial weights and updates, so the same held-out figures). Run it in this project's folder:")
+        st.caption(WORDS["python_m_bert_core_train"])
         st.code(command, language="bash", wrap_lines=True)
         if choice in ("upload", "paste"):
             st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
@@ -161,8 +160,7 @@ def _start(tab: Tab, notice, init_from_run=None) -> None:
         notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
         init_from = jobs.save_start_weights(init_from_run, folder_key)
     spec = jobs.page_spec(st.session_state, jobs.page_corpus(st.session_state, folder_key), init_from)
-    notice.info("Starting: a training process is loading the corpus and training the tokenizer…",
-                icon=":material/hourglass_top:")
+    notice.info(WORDS["starting_training_process_is"], icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
     owner = tab.run is not None and tab.role == runs.OWNER
     app_tab.start_run(spec, run_id, family_of=tab.run if owner else None)
@@ -181,10 +179,7 @@ def _buttons(tab: Tab) -> None:
     b1, b2, b3, b4, b5, b6 = st.columns([1, 1, 1.1, 1, 1.5, 1.2])   # Step once last: the tests count buttons by place
     notice = st.empty()  # what a pressed button is doing, shown before the work starts
     if viewer:
-        st.info("**You are watching a shared run.** Its curves, probes and progress update here, and the Attention "
-                "and Predictions pages inspect its current model (pick *Model trained in this session* in the "
-                "sidebar). Only the person who started it can stop, resume or reset it. *Start* trains a run of your "
-                "own.", icon=":material/groups:")
+        st.info(WORDS["you_are_watching_shared_run"], icon=":material/groups:")
     cannot_step = viewer or phase != "stopped" or tab.weights_only or not tab.has_model
     try:
         if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
@@ -192,13 +187,11 @@ def _buttons(tab: Tab) -> None:
             _start(tab, notice)
         app_tab.stop_button(b2, run, active, viewer, notice, run_panel.TRAIN_WORDS)
         if b3.button("Resume", icon=":material/resume:", disabled=cannot_step,
-                     help="Continue a stopped run exactly where it stopped (same learning-rate schedule). A finished "
-                          "run has nothing left to resume: its learning rate has decayed to zero."):
+                     help=WORDS["continue_stopped_run_exactly"]):
             app_state.RUNS.resume(run.run_id)
             st.rerun()
         if b6.button("Step once", icon=":material/skip_next:", disabled=cannot_step,
-                     help="Take the next update of this stopped run and see it: the batch and its masks, the loss, "
-                          "each part's gradient and the weights that moved most. Resume goes on from there."):
+                     help=WORDS["take_next_update_this"]):
             notice.info("Taking one step…", icon=":material/hourglass_top:")
             st.session_state["train_step_record"] = (run.run_id, job.step_once())
             notice.empty()
@@ -212,14 +205,9 @@ def _buttons(tab: Tab) -> None:
                 notice.empty()
         if tab.weights_only and not viewer:
             with st.container(border=True):
-                what = (f"**This run has finished** its {job.trainer.step:,} steps, and its learning rate has "
-                        "decayed to zero, so *Resume* has nothing to continue." if phase == "finished" else
-                        f"**This run's training process has ended**; its model of step {job.kept_step:,} is kept, "
-                        "but the run cannot be resumed.")
-                st.markdown(
-                    f"{what} To train it further, start **a new run from these weights**: the same model and "
-                    "tokenizer, with the settings above (steps, learning rate, corpus) and a fresh optimizer and "
-                    "learning-rate schedule, warmup included. Its curves start again at step 0, from these weights.")
+                what = (WORDS["this_run_has_finished_its"].format(job=job) if phase == "finished" else
+                        WORDS["this_run_training_process"].format(job=job))
+                st.markdown(WORDS["train_it_further_start_new"].format(what=what))
                 if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
                              icon=":material/fast_forward:", key="train_continue"):
                     _start(tab, notice, init_from_run=job)
@@ -241,8 +229,7 @@ def _after_buttons(tab: Tab) -> None:
     if tab.has_model and not tab.viewer:
         with st.expander("Save this run on the server"):
             st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
-                          help="Letters, digits, '-' and '_'; the app makes the folder name from it, and never "
-                               "replaces a run saved by someone else (it adds -2, -3...).")
+                          help=WORDS["letters_digits_and_app_makes"])
             if st.button("Save", icon=":material/save:"):
                 try:
                     path = app_storage.save_run(tab.job.save, st.session_state.get("train_save_name", ""),
@@ -264,9 +251,7 @@ def _status(viewer: bool, active: bool) -> None:
     """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
     run, _ = app_tab.current_run()
     if run is None:
-        st.info("Choose settings and press **Start**. Training runs in the background: you can visit the other "
-                "pages meanwhile (pick *Model trained in this session* in the sidebar), and a reload comes back to "
-                "the same run.")
+        st.info(WORDS["choose_settings_and_press"])
         st.caption(app_state.RUNS.where())
         return
     if app_tab.run_status(run, run_panel.TRAIN_WORDS, viewer):   # note, lost record, queue, failure
@@ -275,8 +260,7 @@ def _status(viewer: bool, active: bool) -> None:
     if job is not None and job.trainer is not None and not job.model_available and not run.active:
         st.warning(job.lost_message(), icon=":material/report:")
     elif run.phase == "failed" and job is not None and job.kept_step is not None and job.trainer is not None:
-        st.info(f"The model of step {job.kept_step:,}, the last checkpoint its process wrote, is kept: pick "
-                "*Model trained in this session* in the sidebar to inspect it, or train on from its weights.")
+        st.info(WORDS["model_step_last_checkpoint"].format(job=job))
     if run.release_failed and job is not None and job.model_available:
         st.warning(run.release_failed, icon=":material/hard_drive:")
     silent = job.silent_s() if job is not None else 0.0
@@ -288,8 +272,7 @@ def _status(viewer: bool, active: bool) -> None:
     if trainer is None:
         if run.phase in ("cancelled", "failed", "stopped"):
             return
-        st.info("Preparing: loading the corpus, training the tokenizer, building NSP pairs…",
-                icon=":material/hourglass_top:")
+        st.info(WORDS["preparing_loading_corpus"], icon=":material/hourglass_top:")
         return
     if active and run.active and drawn_before_training(run):
         st.rerun()   # the page was drawn while the run prepared: draw it whole once, its change box with it
@@ -311,8 +294,7 @@ def _status(viewer: bool, active: bool) -> None:
     if stuck:
         st.warning(f"**Still on the unigram plateau.** {stuck[0].upper()}{stuck[1:]}", icon=":material/trending_flat:")
     if run.phase in ("finished", "stopped") and not run.active and job.model_available:
-        st.success(f"Run {run.phase} at step {trainer.step:,}. Pick *Model trained in this session* in the "
-                   "sidebar to inspect it on the other pages.")
+        st.success(WORDS["run_at_step_pick_model"].format(run=run, trainer=trainer))
     if active and not run.active:
         # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
         # whole page so that the buttons, the save box and the charts follow, however short the run was.
@@ -329,9 +311,7 @@ def _charts(active: bool) -> None:
     run, _ = app_tab.current_run()
     smoothing = app_widgets.smoothing_slider(
         "train_smoothing", view=(run.run_id, run.active),
-        help="Moving average over steps (as in TensorBoard): each batch is small, so per-step values are noisy. "
-             "The raw values stay faint behind the line; 0 shows them alone. Held-out evaluations are never "
-             "smoothed. A run that ends draws at the default again.")
+        help=WORDS["moving_average_over_steps_as"])
     if active:
         st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
     charts = figures.LIVE_CHARTS.figures(trainer, smoothing)   # built once for everyone watching this run
@@ -349,12 +329,10 @@ def _charts(active: bool) -> None:
     store = trainer.probes
     snaps = store.snapshots() if store is not None else []
     if snaps and causal:
-        st.caption("A GPT cannot fill a [MASK] (it reads only the tokens before each position), so its probe "
-                   "snapshots keep the attention of the time-lapse sentence only: the Attention page replays it.")
+        st.caption(WORDS["gpt_cannot_fill_mask_it"])
     elif snaps:
         st.subheader(f"Probe sentences (snapshot at step {snaps[-1].step:,})")
-        st.caption("Held-out sentences: the model never trains on them. Its three best guesses for each [MASK], "
-                   "now and at the snapshot before.")
+        st.caption(WORDS["held_out_sentences_model"])
         previous = snaps[-2] if len(snaps) > 1 else None
         rows = []
         for i, sentence in enumerate(store.sentences):
@@ -381,8 +359,7 @@ def _word_map_timelapse() -> None:
     word = app_widgets.kept_choice(st.radio, "Word", word_maps.TIMELAPSE_WORDS, "train_map_word", horizontal=True)
     timeline = word_maps.word_map_timelapse(snaps, word)
     if not timeline:
-        st.caption(f"This run's snapshots hold no map of “{word}”: its tokenizer does not find the word in three of "
-                   "the built-in sentences, or the run was recorded before snapshots kept maps.")
+        st.caption(WORDS["this_run_snapshots_hold_no"].format(word=word))
         return
     steps = [step for step, _ in timeline]
     # The slider follows the newest snapshot until the user moves it back to an older one.
@@ -391,10 +368,9 @@ def _word_map_timelapse() -> None:
         st.session_state["train_map_step"] = steps[-1]
     st.session_state["train_map_newest"] = steps[-1]
     step = st.select_slider("Training step", steps, key="train_map_step") if len(steps) > 1 else steps[0]
-    st.caption("The same map as on *How BERT computes* (its built-in sentences, two senses), made from the model "
-               "as it was at each probe snapshot. At step 0 the dots sit where the random weights put them; watch "
-               "whether the two colours pull apart as the run goes on, and in which layers first.")
-    # Built once for everyone watching this run, at each snapshot (figures.SHARED_FIGURES): a class redraws them every poll.
+    st.caption(WORDS["same_map_as_on_how_bert"])
+    # Built once for everyone watching this run, at each snapshot (figures.SHARED_FIGURES): a class redraws them
+    # every poll.
     shown = (word, step, steps[-1])
     word_map = figures.SHARED_FIGURES.get(store, ("map", *shown), lambda: figures.laid_out(
         computation_figures.word_map_figure(timeline[steps.index(step)][1], step=step)))
@@ -402,8 +378,7 @@ def _word_map_timelapse() -> None:
         computation_figures.separation_timeline_figure(word, *word_maps.separation_by_step(timeline), step=step)))
     app_drawing.plotly(word_map, "word-map-timelapse", key="train_map")
     app_drawing.plotly(separation, "word-map-separation", key="train_map_separation")
-    st.caption("Separation: the distance between the two senses' centres on a layer's map over the mean spread "
-               "within each sense: the higher, the further apart the senses lie.")
+    st.caption(WORDS["separation_distance_between"])
 
 
 def _word_class_timelapse() -> None:
@@ -417,16 +392,13 @@ def _word_class_timelapse() -> None:
     st.subheader("What each layer knows, snapshot by snapshot")
     timeline = wct.word_class_timeline(snaps)
     if timeline is None and wct.toy_run(trainer.metadata):
-        st.caption("The toy corpus's made-up words have no parts of speech, so a toy run's snapshots fit no probes: "
-                   "train on English text to watch the layers learn word classes.")
+        st.caption(WORDS["toy_corpus_made_up_words"])
         return
     if timeline is None:
         if local_task_csv("conll2000") is not None:
-            st.caption("No snapshot of this run carries the probes yet: the next one will (they were taken before "
-                       "CoNLL-2000 was on this server, or the run was recorded before snapshots fitted them).")
+            st.caption(WORDS["no_snapshot_this_run_carries"])
             return
-        st.markdown("At each snapshot a linear probe reads each word's part of speech off every layer, on sentences "
-                    "of CoNLL-2000. A run never downloads it; fetched, the run's next snapshots fit the probes.")
+        st.markdown(WORDS["at_each_snapshot_linear"])
         app_widgets.fetch_task_box("conll2000", "train_fetch_conll")
         return
     steps, accuracy, random_model, majority = timeline
@@ -435,10 +407,7 @@ def _word_class_timelapse() -> None:
         word_class_figures.word_class_timeline_figure(steps, accuracy, random_model, majority)))
     app_drawing.plotly(fig, "word-classes-timelapse", key="train_word_classes")
     last = next(s.word_classes for s in reversed(snaps) if s.word_classes is not None)
-    st.caption(f"At each snapshot, a ridge probe per layer is fitted on {wct.SNAPSHOT_FIT} sentences of CoNLL-2000 "
-               f"(Wall Street Journal) and scored on {last.test_words:,} words of {wct.SNAPSHOT_TEST} others "
-               f"({last.seconds:.1f} s at the last snapshot); the random-init line is the same probe on a randomly "
-               "initialised model of this shape. How BERT computes fits it on more sentences, with a control task.")
+    st.caption(WORDS["at_each_snapshot_ridge_probe"].format(wct=wct, last=last))
 
 
 def _compare(active: bool) -> None:
@@ -468,14 +437,10 @@ def _compare(active: bool) -> None:
                                                       smoothing=st.session_state.get("train_smoothing", 0.0)),
                            "compare-runs")
     else:
-        st.caption("Every run this tab starts joins this list. Start a second one (below, or with other settings "
-                   "above) to overlay their curves.")
+        st.caption(WORDS["every_run_this_tab_starts"])
     with st.expander("What each change bought when we measured it", icon=":material/science:"):
         st.table(tricks.trick_rows(jobs.default_spec(), every, [names[r.run_id] for r in every]), hide_index=True)
-        st.caption("Each row is one change from the page's defaults (the toy corpus, nano, 2,000 steps), trained to "
-                   "the end with seeds 0, 1 and 2: held-out masked-token accuracy at the end. *Your run* is this "
-                   "tab's latest run of that change, with anything else in which it differs from the defaults: "
-                   "start the defaults, then one change at a time (below), to see your own figures beside them.")
+        st.caption(WORDS["each_row_is_one_change_from"])
     changes = comparison.suggested_changes(run.spec)
     if not changes:
         return

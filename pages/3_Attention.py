@@ -9,7 +9,9 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect import figures, lesson_figures, syntax_heads
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.inspection import AttentionResult, attention_maps, head_summaries, hide_special_tokens
-from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets, page_copy
+
+WORDS = page_copy.WORDS["attention"]
 
 TABS = ("Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs")
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
@@ -29,8 +31,7 @@ def _syntax(active, treebank):
 def _model_view(result, labels) -> None:
     """Every head at once."""
     app_drawing.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
-    st.caption("Rows: the attending token; columns: the token it attends to (labelled when they fit; hover over a "
-               "cell for its tokens and weight). One colour scale for every head, from 0 to the largest weight.")
+    st.caption(WORDS["rows_attending_token_columns"])
 
 
 def _head_view(active, result, labels, treebank) -> None:
@@ -62,12 +63,7 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
     """Each head's measures and label, and the heads that follow syntax."""
     syntax = _syntax(active, treebank)
     n_tokens = len(full.tokens)
-    st.markdown("Each head's share of attention (averaged over the attending tokens) going to [CLS], to [SEP], "
-                "to the previous or next token or to itself, and how spread out it is. **Entropy** is in bits: "
-                f"0 bits = all of a token's attention on one token; with these {n_tokens} tokens, "
-                f"log2({n_tokens}) = {np.log2(n_tokens):.2f} bits = spread evenly over all of them. **Evenness** is "
-                "the entropy divided by that maximum (0 to 1, 1 = spread evenly); the grid's *entropy* colour "
-                "shows it. Measured with the special tokens present.")
+    st.markdown(WORDS["head_measures"].format(n_tokens=n_tokens, most_bits=np.log2(n_tokens)))
     st.selectbox("Colour by", list(figures.HEAD_MEASURES), key="att_measure")
     app_drawing.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
                        key="att_summary")
@@ -76,8 +72,7 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
                    "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 2),
                    "evenness (0-1)": round(s.normalized_entropy, 2)} for s in summaries],
                  hide_index=True, width="stretch")
-    st.markdown("**Heads that follow syntax** (Clark et al. 2019): how often a head's strongest attention from a word "
-                "lands on that word's syntactic head, per relation, against always taking the word k places away.")
+    st.markdown(WORDS["heads_that_follow_syntax"])
     if treebank is None:
         app_widgets.fetch_box(UD_EWT_LABEL, UD_EWT_MB, "att_fetch_ud",
                               lambda progress: fetch_treebank(progress=progress), UD_EWT_NAME, home=UD_EWT_HOME)
@@ -86,13 +81,9 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
     if syntax is not None:
         app_drawing.plotly(syntax_heads.syntax_heads_figure(syntax), "attention-syntax-heads", key="att_syntax_fig")
         st.dataframe(syntax_heads.relation_rows(syntax), hide_index=True, width="stretch", height=260)
-        st.caption(f"Measured on {syntax.words:,} words of {syntax.sentences:,} sentences of {UD_EWT_LABEL} "
-                   f"({syntax.seconds:.1f} s; roots, which have no head word, not scored"
-                   + (f"; {syntax.skipped} sentences over {syntax_heads.MAX_PIECES} pieces left out" if syntax.skipped
-                      else "") + "). Attention to a word is the sum over its pieces, from a word the mean over its "
-                   "pieces; [CLS], [SEP] and the word itself are never its pick. A head is named in the Head view's "
-                   "picker when it is a relation's best head and beats the best offset by more than two standard "
-                   "errors (dark bars).")
+        skipped = f"; {syntax.skipped} sentences over {syntax_heads.MAX_PIECES} pieces left out" if syntax.skipped \
+            else ""
+        st.caption(WORDS["syntax_measured"].format(syntax=syntax, treebank=UD_EWT_LABEL, skipped=skipped))
 
 
 def _time_lapse(active, full) -> None:
@@ -101,9 +92,7 @@ def _time_lapse(active, full) -> None:
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = [s for s in (probes.snapshots() if probes is not None else []) if s.attention is not None]
     if active.source != app_models.SOURCE_SESSION or not snaps:
-        st.info("The time-lapse replays the attention of a fixed probe sentence at the snapshots taken while "
-                "training in this session: train on the Train page (with probe snapshots on), then pick "
-                "*Model trained in this session* in the sidebar.")
+        st.info(WORDS["time_lapse_replays_attention"])
     else:
         steps = [s.step for s in snaps]
         step = st.select_slider("Training step", steps, value=steps[-1], key="att_step")
@@ -115,9 +104,7 @@ def _time_lapse(active, full) -> None:
         snap_labels = [s.label for s in head_summaries(snap_result)]
         if st.session_state["att_hide"]:
             snap_result = hide_special_tokens(snap_result)
-        st.caption(f"Probe sentence (held out): “{markdown(probes.attention_sentence)}” at step {step:,}. The "
-                   "colour scale is the same at every step, from 0 to 1: at step 0 every head spreads its attention "
-                   "evenly (pale), and colour appears as heads learn where to look.")
+        st.caption(WORDS["time_lapse_step"].format(sentence=markdown(probes.attention_sentence), step=step))
         app_drawing.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
                            f"attention-step{step}", key="att_time")
 
@@ -127,9 +114,7 @@ def _side_by_side(active, result) -> None:
     cfg = active.config
     others = app_tab.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
     if not others:
-        st.info("Side by side draws a second model's attention for the same text next to this one's. It needs "
-                "another checkpoint folder beside the shipped one (checkpoints/gpt-tiny-english, the GPT-style "
-                "twin of the shipped BERT, or any checkpoint you save there).")
+        st.info(WORDS["side_by_side_draws_second"])
     else:
         p1, p2, p3 = st.columns([2, 1, 1])
         app_widgets.kept_choice(p1.selectbox, "Beside this model", others, "att_other")
@@ -152,10 +137,7 @@ def _side_by_side(active, result) -> None:
             app_drawing.plotly(figures.side_by_side_figure(
                 [(this, result), (st.session_state["att_other"], other)], st.session_state["att_pair_layer"] - 1,
                 None if head == "mean" else int(head) - 1), "attention-side-by-side", key="att_pair")
-            st.caption("Each model reads the text with its own tokenizer. A BERT attends in both directions (a full "
-                       "square); a GPT-style model only to itself and earlier tokens (a lower triangle): that is "
-                       "why it can continue text and BERT can fill in blanks. A smaller model's layer or head is "
-                       "clipped to its last.")
+            st.caption(WORDS["each_model_reads_text_with"])
 
 
 def _b_to_a(active) -> None:
@@ -174,19 +156,14 @@ def _b_to_a(active) -> None:
         app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "attention-b-to-a", key="att_nsp")
         diff = pairs.difference
         layer, head = np.unravel_index(int(np.nanargmax(np.abs(diff))), diff.shape)
-        st.caption(
-            f"Each cell: the share of sentence B's attention (its word pieces, [CLS] and [SEP] left out) that lands "
-            f"on sentence A, averaged over {pairs.pairs_follow + pairs.pairs_random} pairs from {data_name}. Spread "
-            f"evenly it would be {pairs.uniform:.0%}. The largest gap between the panels is L{layer + 1} "
-            f"H{head + 1}: {pairs.follows[layer, head]:.0%} when B follows A, {pairs.random[layer, head]:.0%} when "
-            "it is random. A model trained with next-sentence prediction must tell the two apart; compare a run "
-            "with NSP off (Train, *Try one change*).")
+        st.caption(WORDS["b_to_a"].format(count=pairs.pairs_follow + pairs.pairs_random, data_name=data_name,
+                                          uniform=pairs.uniform, layer=layer + 1, head=head + 1,
+                                          follows=pairs.follows[layer, head], random=pairs.random[layer, head]))
 
 
 def main() -> None:
     active = app_sidebar.open_page("Attention")
-    st.markdown("Each head turns every token into a weighted mix of the tokens it attends to. A row of a heatmap is "
-                "one attending token; its weights sum to 1.")
+    st.markdown(WORDS["each_head_turns_every_token"])
     if active is None:
         st.stop()
 
@@ -232,9 +209,7 @@ def main() -> None:
     summaries = head_summaries(full)
     labels = [s.label for s in summaries]
     if full.causal:
-        st.info("A GPT-style (causal) model: each token attends only to itself and the tokens before it, so every map "
-                "is a lower triangle. The grey cells above the diagonal are the later tokens the causal mask hides "
-                "(their weight is exactly 0); a BERT's maps are full squares.")
+        st.info(WORDS["gpt_style_causal_model_each"])
     # Lazy tabs: only the open one runs. A class watching a run gets a new weight copy every few seconds, and the
     # B → A tab's 128 pairs through every head (or the syntax measure) on each kept every viewer waiting.
     if st.session_state["att_tab"] not in TABS:   # a mistyped ?att_tab=

@@ -19,8 +19,10 @@ from bert_core.inspect.inspection import (
     unigram_top_k,
     word_text,
 )
-from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets, page_copy
 from bert_core.app.url_settings import Within
+
+WORDS = page_copy.WORDS["predictions"]
 
 # The numbers' ranges: their widgets', and what a link's value is held to.
 TEMPERATURES, TOP_KS, SEEDS, LENGTHS = (Within(0.1, 2.0), Within(0, 1000),
@@ -45,8 +47,7 @@ def _generation_widgets(examples, note: str) -> None:
              format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
     sampled = st.session_state["gen_strategy"] == "sample"
     g2.slider("Temperature", *TEMPERATURES, step=0.1, key="gen_temperature", disabled=not sampled,
-              help="Sampling divides the scores by it: below 1 the likely tokens get likelier, above 1 the choice "
-                   "spreads out.")
+              help=WORDS["sampling_divides_scores_by"])
     g3.number_input("Top-k (0 = all tokens)", *TOP_KS, key="gen_top_k", disabled=not sampled)
     g4.number_input("Seed", *SEEDS, key="gen_seed", disabled=not sampled,
                     help="The same seed draws the same text.")
@@ -68,11 +69,9 @@ def _continue_text(active, examples, note: str) -> None:
         app_drawing.show_error(exc)
     else:
         if out.truncated_prompt:
-            st.warning(f"The text is longer than the model's positions: its first {out.truncated_prompt} word "
-                       "pieces were left out.")
+            st.warning(WORDS["prompt_cut"].format(out=out))
         st.markdown(f"{markdown(state['gen_prompt'].strip())} **{markdown(out.text)}**")
-        st.caption(f"Stopped: {out.stopped}. Each row is one new token, the probability the model gave it, and "
-                   "the other tokens it weighed at that step.")
+        st.caption(WORDS["stopped_each_row_is_one_new"].format(out=out))
         st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")
     app_widgets.sync_query(*GEN_KEYS)
 
@@ -112,8 +111,7 @@ def _fill_in(active, note: str) -> list:
     try:
         encoded = encode_input(tok, st.session_state["pred_text"], max_length=max_len)
         if encoded.truncated:
-            st.warning(f"The text is longer than the model's {max_len} positions: {encoded.dropped_tokens} word "
-                       "pieces at the end were cut off.")
+            st.warning(WORDS["text_cut"].format(max_len=max_len, encoded=encoded))
         preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
     except BertCoreError as exc:
         app_drawing.show_error(exc)
@@ -133,8 +131,7 @@ def _other_model(active, preds: list) -> None:
     with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
         others = app_tab.other_models(active)
         if not others:
-            st.caption("Train a second run on the Train page (e.g. with *Try one change*), save a run, or put a "
-                       "checkpoint beside the shipped one, and it can be set beside this model here.")
+            st.caption(WORDS["train_second_run_on_train"])
             return
         if not preds:   # the text's fault is said once, above: the other model reads the same text
             st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
@@ -166,9 +163,7 @@ def _next_sentence(active) -> None:
     n2.text_input("Sentence B", key="nsp_b")
     try:
         p = predict_nsp(active.model, active.tokenizer, st.session_state["nsp_a"], st.session_state["nsp_b"])
-        st.metric("P(B follows A)", f"{p:.1%}",
-                  help="The NSP head's probability for class 0 (B is the real next sentence). Chance is 50%: "
-                       "pretraining draws B at random half the time.")
+        st.metric("P(B follows A)", f"{p:.1%}", help=WORDS["nsp_head_probability_for"])
         st.progress(p)
     except BertCoreError as exc:
         app_drawing.show_error(exc)
@@ -180,17 +175,14 @@ def _probe_history(active) -> None:
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = probes.snapshots() if probes is not None else []
     if active.source != app_models.SOURCE_SESSION or not snaps:
-        st.info("Probe sentences are filled in at snapshots while a model trains in this session. Train one on the "
-                "Train page and pick *Model trained in this session* to see its guesses evolve.")
+        st.info(WORDS["probe_sentences_are_filled"])
         return
     sentence = st.selectbox("Probe sentence", list(range(len(probes.sentences))),
                             format_func=lambda i: probes.sentences[i], key="pred_probe")
     history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
     app_drawing.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
                        key="pred_history")
-    st.caption(f"The candidates that were ever among the model's top 3 at a snapshot (special tokens left out), "
-               f"at most {figures.HISTORY_CANDIDATES}; a gap means the word was outside that snapshot's top "
-               f"{probes.top_k}.")
+    st.caption(WORDS["candidates_that_were_ever"].format(figures=figures, probes=probes))
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from bert_core.inspect.safe_text import markdown_rows
 from bert_core.inspect.salience import salience_panel_data
 from bert_core.paths import shared_data_dir
 from bert_core.inspect.finetune_kinds import KIND_PAGES, SIZES, UPLOADED
-from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, run_panel
+from bert_core.app import app_drawing, app_sidebar, app_state, app_tab, app_widgets, page_copy, run_panel
 from bert_core.app.url_settings import one_of
 from bert_core.serve import finetune_runs, model_sources, runs
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
@@ -26,14 +26,9 @@ from bert_core.training.finetune import KIND_RATE_SCALE, finetune_learning_rate,
 from bert_core.training.finetune_settings import PAGE_SETTINGS, PAGE_WIDGETS, FinetuneConfig, page_settings
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 
-INTRO = (
-    "BERT's promise is *pretrain once, fine-tune cheaply*. Here the active model gets a small head and is trained "
-    "on a small labelled set, in one of the three ways the BERT paper fine-tuned: **a label per sentence** (a "
-    "classifier on [CLS]), **a tag per word** (a classifier on every word's first WordPiece: chunks, parts of "
-    "speech) or **an answer span** (a start and an end score on every token of a passage). Then **the same "
-    "architecture from scratch** (random weights, same tokenizer) gets the same data and the same number of steps, "
-    "and their validation curves are drawn on one chart. **The race:** add a second pretrained model (e.g. the "
-    "GPT-style checkpoint beside the BERT) and the baselines a student who knows some ML will ask about.")
+WORDS = page_copy.WORDS["finetune"]
+
+INTRO = WORDS["bert_promise_is_pretrain"]
 FIRST = next(iter(KIND_PAGES))
 
 
@@ -151,17 +146,9 @@ def data_box(page: Choices):
     if choice == "upload_conll":
         st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
                          "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll",
-                         help="For example CoNLL-2000's chunks (the choice above fetches them) or CoNLL-2003's "
-                              "named entities; the second column is read as parts of speech, the last as the "
-                              "tags.")
+                         help=WORDS["for_example_conll_2000"])
     if choice == "toy_qa":
-        st.checkbox("Drills first, then the stories", key="ft_drills",
-                    help="One kind of question at a time on one-sentence-a-name passages (what did tom do?, "
-                         "where did tom go?, what happened at the barn?, who went to the barn?, what did tom "
-                         "find?, who found the red stone?), each until learnt or its share of the budget (and "
-                         "what the drills before it left unused) is spent, with its own schedule; then the "
-                         "stories for the rest. Validation is on held-out stories only. Without the drills "
-                         "the shipped models stay near 30%.")
+        st.checkbox("Drills first, then the stories", key="ft_drills", help=WORDS["one_kind_question_at_time_on"])
     if choice == "upload_squad":
         st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
                          "to 100 MB)", type=["json"], key="ft_upload_squad")
@@ -194,9 +181,7 @@ def settings_box(page: Choices, expanded: bool) -> dict:
         app_widgets.kept_choice(r1.selectbox, "Also fine-tune from", [None, *others], "ft_second",
                                 format_func=lambda n: "(no second model)" if n is None else n,
                                 placeholder="(no second model)",
-                                help="A checkpoint beside the shipped one, e.g. the GPT-style model: same data, budget "
-                                   "and seed. A GPT-style model's classifier reads the last token, not [CLS], which "
-                                   "under causal attention sees only itself.")
+                                help=WORDS["checkpoint_beside_shipped"])
         r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
     return others
 
@@ -280,9 +265,7 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
     b1, b2, b3 = st.columns(3)
     notice = st.empty()  # what a pressed button is doing, shown before the work starts
     if viewer:
-        st.info("**You are watching a shared race.** Its curves, queue place and results update here. Only the "
-                "person who started it can stop or reset it; the button starts a race of your own.",
-                icon=":material/groups:")
+        st.info(WORDS["you_are_watching_shared_race"], icon=":material/groups:")
     racing = bool(st.session_state.get("ft_second") or st.session_state.get("ft_baseline"))
     start_label = "Run the race" if racing else "Fine-tune both"
     try:
@@ -296,8 +279,7 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
             values = {key: st.session_state[key] for key in PAGE_WIDGETS}
             split_task(data, values["ft_train"], values["ft_val"], values["ft_seed"])  # size errors, now
             FinetuneConfig(**page_settings(values))  # and config errors, before any process starts
-            notice.info("Starting: a training process is loading PyTorch and reading the model and the data (a few "
-                        "seconds)…", icon=":material/hourglass_top:")
+            notice.info(WORDS["starting_training_process_is"], icon=":material/hourglass_top:")
             if run is not None and not viewer:
                 app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
             run_id = runs.new_token()
@@ -329,8 +311,7 @@ def live(viewer: bool, busy: bool) -> None:
         return
     if not comparison.tuners:   # a race read back after a restart that had ended none of its models
         if not finetune_runs.can_resume(run):   # else its note says what it kept, and Resume is offered
-            st.info("Nothing of this race was kept: the server restarted before any of its models had ended. Run "
-                    "it again.", icon=":material/history:")
+            st.info(WORDS["nothing_this_race_was_kept"], icon=":material/history:")
         return
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     app_tab.progress_bar(run, f"{run.phase}" + (f": training {current}" if current else ""))
@@ -414,8 +395,7 @@ def _try_your_own(results: dict, comparison, run_id: str) -> None:
 def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
     """On request (integrated gradients take about a second): why one fine-tuned model answered as it did."""
     if not st.toggle("Why? Each token's share of the answer, and each attention head's", key="ft_why",
-                     help="Integrated gradients on the word embeddings, beside gradient × input, and every head "
-                          "switched off in turn: for one model and the input above. It takes about a second."):
+                     help=WORDS["integrated_gradients_on_word"]):
         return
     tuned = {n: r for n, r in results.items() if r.model is not None and r.tokenizer is not None}
     if explained is None or not tuned:
@@ -436,8 +416,7 @@ def main() -> None:
                               f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
                               ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
     if active is not None and active.config.attention == "causal":
-        st.caption("The active model is GPT-style (causal): its classifier reads the last token (the final [SEP]), "
-                   "as GPT-1 did, because under causal attention [CLS] sees only itself.")
+        st.caption(WORDS["active_model_is_gpt_style"])
     page = choices(active)
     seed_widgets(page)
     # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`)
@@ -477,8 +456,7 @@ def main() -> None:
             _draw(KIND_PAGES[comparison.task_kind].result_blocks(results))
             _try_your_own(results, comparison, run.run_id)
     elif run is None:
-        st.info(f"Choose the kind of task, the data and the budget, then press **{start_label}**. Each model trains "
-                "for the same number of steps, one after the other.")
+        st.info(WORDS["choose_kind_task_data_and"].format(start_label=start_label))
         st.caption(app_state.RUNS.where())
 
 

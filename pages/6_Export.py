@@ -6,7 +6,7 @@ import streamlit as st
 
 from bert_core.errors import BertCoreError
 from bert_core.inspect import figures
-from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets, page_copy
 from bert_core.app.url_settings import one_of
 from bert_core.app.export import (
     checkpoint_saver,
@@ -18,6 +18,7 @@ from bert_core.app.export import (
     shared_data_notes,
 )
 
+WORDS = page_copy.WORDS["export_page"]
 
 
 def _data(active, job, live: bool, record) -> None:
@@ -26,8 +27,7 @@ def _data(active, job, live: bool, record) -> None:
     c1, c2, c3 = st.columns(3)
     if record.history:
         c1.download_button(f"Loss history ({history_label(record.history)}, CSV)", rows_to_csv(record.history),
-                           "loss_history.csv", "text/csv", help="Long runs keep every 2nd, 4th, ... step evenly "
-                           "over the run, and the newest (TrainConfig.history_limit)")
+                           "loss_history.csv", "text/csv", help=WORDS["long_runs_keep_every_2nd_4th"])
     else:
         c1.caption("No training history recorded for this model.")
     if record.evals:
@@ -42,17 +42,13 @@ def _data(active, job, live: bool, record) -> None:
         st.code("\n".join(record.commands), language="bash")
         notes = shared_data_notes(record.commands)
         if notes:
-            st.caption("They name files of the project's shared data folder (`../shared/data`, beside a developer's "
-                       "clone), which a fresh clone does not have: put each file there, or change its path in the "
-                       "command.\n\n" + "\n\n".join(notes))
+            st.caption("\n\n".join([WORDS["shared_data_files"], *notes]))
 
 
 def _bundle(active, job, live: bool, record) -> None:
     # One zip with everything: built on request (it saves the checkpoint), kept for this model and step only.
     which = (active.source, str(active.path), active.step)
-    if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:",
-                 help="The checkpoint folder (loads in Hugging Face transformers), the history as CSV, the "
-                      "configuration, the command that repeats the run, and the curves as Plotly JSON/HTML"):
+    if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:", help=WORDS["checkpoint_folder_loads_in"]):
         try:
             with st.spinner("Saving the checkpoint and the figures…"):
                 save = job.save if live else checkpoint_saver(active.model, active.tokenizer, active.trainer_state)
@@ -71,11 +67,9 @@ def _figures(record) -> None:
     app_widgets.init_widget("image_format", "png", one_of(("png", "svg"), "not png or svg"))
     st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
              horizontal=True)
-    st.markdown("Every chart in the explorer has a toolbar (top right, on hover); its camera button saves the chart "
-                "in this format. The curves of the active model:")
+    st.markdown(WORDS["every_chart_in_explorer_has"])
     if record.history:
-        smoothing = app_widgets.smoothing_slider(
-            "exp_smoothing", help="Moving average over steps (as in TensorBoard); 0 shows the raw values alone.")
+        smoothing = app_widgets.smoothing_slider("exp_smoothing", help=WORDS["moving_average_over_steps_as"])
         history, evals, baselines = record.history, record.evals, record.baselines
         app_drawing.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
         app_drawing.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
@@ -93,9 +87,7 @@ def main() -> None:
         _data(active, job, live, record)
     _figures(record)
     st.subheader("Share a view")
-    st.markdown("Each page keeps its settings (text, layer, head, k, training settings…) in the address bar. Copy "
-                "the address of a page once it shows what you want, and whoever opens the link sees the same view "
-                "(the model itself must be available on their server: the shipped checkpoint or the same folder).")
+    st.markdown(WORDS["each_page_keeps_its_settings"])
     app_widgets.sync_query("image_format", "exp_smoothing")
 
 

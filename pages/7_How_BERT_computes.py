@@ -21,11 +21,13 @@ from bert_core.inspect.finetune_figures import RUN_LABELS
 from bert_core.inspect.safe_text import markdown
 from bert_core.inspect.salience import salience_panel_data
 from bert_core.inspect.word_map_vectors import word_map
-from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets
+from bert_core.app import app_drawing, app_models, app_sidebar, app_tab, app_widgets, page_copy
 from bert_core.app.url_settings import Within
 from bert_core.inspect.finetune_kinds import KIND_PAGES
 from bert_core.serve.finetune_runs import FINETUNE_PAGE
 from bert_core.data.task_downloads import local_task_csv
+
+WORDS = page_copy.WORDS["how_bert_computes"]
 
 OWN_SENTENCES = "your own sentences"
 TEMPERATURES = Within(0.1, 5.0)   # the slider's range, and what a link's value is held to
@@ -79,8 +81,7 @@ def _clicked_block(text: str, position: int) -> None:
 
 
 def _whole_pass_tab(active, causal: bool) -> None:
-    st.text_input("The start of a text (the model guesses the next token)" if causal else "Text with a [MASK]",
-                  key="hbc_pass")
+    st.text_input(WORDS["start_text_model_guesses"] if causal else "Text with a [MASK]", key="hbc_pass")
     try:
         wp = wpass.whole_pass(active.model, active.tokenizer, st.session_state["hbc_pass"])
     except BertCoreError as exc:
@@ -164,8 +165,7 @@ def _inside_attention(model, tok, cfg, causal: bool):
     p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
                  format_func=lambda i: f"{i} {tokens[i - 1]}")
     p4.slider("Temperature (a what-if)", *TEMPERATURES, step=0.1, key="hbc_temperature",
-              help="A what-if: the softmax of the scores divided by this. Below 1 the head attends more "
-                   "sharply, above 1 more evenly. The model itself always uses 1.")
+              help=WORDS["what_if_softmax_scores"])
     layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))
     try:
         steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
@@ -174,24 +174,20 @@ def _inside_attention(model, tok, cfg, causal: bool):
         app_drawing.show_error(exc)
         return
     temperature = float(st.session_state["hbc_temperature"])
-    st.markdown(f"The hidden state of token **{query + 1} {markdown(tokens[query])}** enters layer "
-                f"{layer + 1}. Head {head + 1} turns it into a **query**, and every token into a **key** "
-                f"and a **value**, each {steps.head_dim} numbers long.")
+    st.markdown(WORDS["query_key_value"].format(number=query + 1, token=markdown(tokens[query]), layer=layer + 1,
+                                                head=head + 1, size=steps.head_dim))
     app_drawing.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
     what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
     if causal:
-        st.caption("The GPT twin's causal mask: a token may look only at itself and the tokens before it, "
-                   "so the later ones get a huge negative score and a weight of 0.")
+        st.caption(WORDS["gpt_twin_causal_mask_token"])
     app_drawing.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
     if what_if is not None:
-        st.info(f"Orange is a what-if at temperature {temperature:g}: the model never uses one. "
-                "The blue bars are its real weights.")
+        st.info(WORDS["orange_is_what_if_at"].format(temperature=temperature))
     gap = float(abs(steps.probs - steps.model_probs).max())
     st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
                f"page (largest difference from the model's own weights: {gap:.1e}).")
     app_drawing.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
-    st.caption("The black box marks this head's share of the joined vector. The LayerNorm's output goes on "
-               "to the layer's feed-forward block, below.")
+    st.caption(WORDS["black_box_marks_this_head"])
     return steps
 
 
@@ -214,8 +210,7 @@ def _feed_forward(active, steps) -> None:
 
 def _weights_as_matrices(model, steps) -> None:
     st.subheader("The weights as matrices")
-    st.markdown("Where the query, keys and values come from: the head's rows of the layer's projection matrix "
-                "times a token's hidden state, plus a bias. Hover a cell for its number.")
+    st.markdown(WORDS["where_query_keys_and_values"])
     c1, c2 = st.columns(2)
     name = app_widgets.kept_choice(c1.radio, "Matrix", list(hw.PROJECTIONS), "hbc_matrix", horizontal=True,
                                    format_func=lambda n: f"{hw.PROJECTIONS[n][0]} ({n})")
@@ -227,8 +222,7 @@ def _weights_as_matrices(model, steps) -> None:
     app_drawing.plotly(hw.projection_figure(hw.head_projection(model, steps, name, token)), "weights-as-matrices",
                        key="hbc_matrix_fig")
     app_drawing.plotly(hw.products_figure(steps), "query-key-products", key="hbc_products")
-    st.caption("As bertviz's neuron view draws it: each row sums to that key's score q·k, step 1 of the "
-               "scores above.")
+    st.caption(WORDS["as_bertviz_neuron_view_draws"])
 
 
 def _layers_tab(active, examples, causal: bool) -> None:
@@ -258,8 +252,7 @@ def _lens_tab(active, examples, causal: bool) -> None:
 
 def _layer_probes(active) -> None:
     st.subheader("What each layer knows")
-    st.markdown("A linear probe per layer reads each word's part of speech and chunk tag off the hidden state "
-                "after the embeddings and after each layer, on sentences of CoNLL-2000 (Wall Street Journal).")
+    st.markdown(WORDS["linear_probe_per_layer_reads"])
     path = local_task_csv("conll2000")
     if path is None:
         app_widgets.fetch_task_box("conll2000", "hbc_fetch_conll")
@@ -274,12 +267,7 @@ def _layer_probes(active) -> None:
         return
     st.markdown(verdict(probes))
     app_drawing.plotly(cf.layer_probes_figure(probes), "layer-probes", key="hbc_probes_fig")
-    st.caption(f"Each word is read at its first WordPiece. Fitted on {probes.fit_words:,} words of "
-               f"{probes.fit_sentences} sentences and scored on {probes.test_words:,} words of "
-               f"{probes.test_sentences} others, by ridge regression in closed form ({probes.seconds_fit:.1f} s; "
-               f"{probes.seconds_states:.1f} s to read the sentences through both models). The control task gives "
-               "each word type a fixed random tag (Hewitt and Liang, 2019): a probe can only memorise it, so the "
-               "selectivity, real accuracy minus control, is what the layer adds to knowing the word.")
+    st.caption(WORDS["each_word_is_read_at_its"].format(probes=probes))
 
 
 def _heads_off(active) -> None:
@@ -320,10 +308,8 @@ def _embedding_parts(active) -> None:
     near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"], token, pool, k=5)
     app_drawing.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
                        key="hbc_context_near")
-    st.caption(f"The token picked above, against every token of {len(pool.sentences)} sentences "
-               f"({len(pool.tokens):,} tokens) from the {source}; hover a cell for its sentence. After the "
-               "embeddings a token's neighbours share its spelling; layer by layer, more share its role in "
-               "the sentence.")
+    st.caption(WORDS["contextual_neighbours"].format(sentences=len(pool.sentences), tokens=len(pool.tokens),
+                                                     source=source))
 
 
 def _word_map(model, tok) -> None:
@@ -343,17 +329,14 @@ def _word_map(model, tok) -> None:
         app_drawing.show_error(exc)
         return
     app_drawing.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
-    st.caption("Each dot is the word's vector in one sentence, projected onto the two directions along which "
-               "the vectors differ most (PCA, per panel). Do the two senses pull apart in the later layers?")
+    st.caption(WORDS["each_dot_is_word_vector_in"])
     if wmap.skipped:
         st.caption(f"Left out ({len(wmap.skipped)}), the word not found: "
                    + "; ".join(map(markdown, wmap.skipped[:5])))
 
 
 def _embeddings_tab(active) -> None:
-    st.markdown("Before any layer, each token becomes the sum of three learned vectors: one for the token, one for "
-                "its position, one for its segment (sentence A or B). A LayerNorm then rescales the sum. "
-                "The sentence is the one on *Inside attention*.")
+    st.markdown(WORDS["before_any_layer_each_token"])
     _embedding_parts(active)
     st.subheader("Nearest neighbours in the embedding table")
     st.text_input("A word", key="hbc_neighbour")
@@ -374,11 +357,8 @@ def _use_pair(index: int) -> None:
 
 
 def _grammar_tab(model, tok, causal: bool) -> None:
-    method = ("the sum of each next token's log-probability (the GPT twin), the closing [SEP] included"
-              if causal else "the pseudo-log-likelihood: each piece masked in turn, its log-probability summed "
-                             "(Salazar et al., 2020)")
-    st.markdown(f"Which sentence does the model find likelier? Each is scored by {method}. Natural logs: closer "
-                "to 0 is likelier.")
+    method = (WORDS["sum_each_next_token_log"] if causal else WORDS["pseudo_log_likelihood_each"])
+    st.markdown(WORDS["which_sentence_does_model"].format(method=method))
     pick = st.selectbox("A built-in pair (good sentence first)", list(range(len(MINIMAL_PAIRS))), key="hbc_builtin",
                         format_func=lambda i: f"{MINIMAL_PAIRS[i].category}: {MINIMAL_PAIRS[i].rule}")
     st.button("Use this pair", on_click=_use_pair, args=(pick,))
@@ -394,8 +374,7 @@ def _grammar_tab(model, tok, causal: bool) -> None:
         s1.metric("Score of A", f"{comparison.a.score:.2f}")
         s2.metric("Score of B", f"{comparison.b.score:.2f}")
         verdict = "neither" if comparison.preferred == "tie" else comparison.preferred.upper()
-        s3.metric("Prefers", verdict, help="By the difference of the two scores, in nats; each nat is a factor "
-                                           "of e (about 2.7) in likelihood.")
+        s3.metric("Prefers", verdict, help=WORDS["by_difference_two_scores_in"])
         app_drawing.plotly(cf.shares_figure(comparison), "grammar-shares", key="hbc_shares")
         app_drawing.plotly(cf.sentence_tokens_figure(comparison), "grammar-tokens", key="hbc_tokens")
         if comparison.a.method == NEXT_TOKEN:
@@ -407,8 +386,7 @@ def _grammar_tab(model, tok, causal: bool) -> None:
 
 def _all_pairs(model, tok) -> None:
     st.checkbox(f"Score all {len(MINIMAL_PAIRS)} built-in pairs", key="hbc_all_pairs",
-                help="Pick *Model trained in this session* in the sidebar to ask whether a toy run knows any "
-                     "grammar.")
+                help=WORDS["pick_model_trained_in_this"])
     if not st.session_state.get("hbc_all_pairs"):
         return
     rows = []
@@ -428,9 +406,7 @@ def _all_pairs(model, tok) -> None:
 
 def main() -> None:
     active = app_sidebar.open_page("How BERT computes")
-    st.markdown("What happens between the text and the answer: one token through one attention head, the guess "
-                "forming layer by layer, what an embedding is, and whether the model knows good English from bad. "
-                "Every number comes from the active model's own forward pass.")
+    st.markdown(WORDS["what_happens_between_text"])
     if active is None:
         st.stop()
     model, tok = active.model, active.tokenizer

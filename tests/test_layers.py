@@ -19,7 +19,7 @@ GROUND = {"bert_core", "bert_core.errors", "bert_core.paths"}
 # training process's internals, not the speed paths or the allocator.
 PAGE_API = {"app.app_state", "app.app_drawing", "app.live_change", "app.app_models", "app.app_sidebar", "app.app_tab", "app.app_widgets",
             "app.run_panel", "app.url_settings", "serve.app_storage", "serve.jobs", "serve.model_sources",
-            "inspect.figures",
+            "inspect.figures", "app.page_copy",
             "inspect.finetune_figures", "inspect.inspection", "app.export", "model.config", "errors",
             "data.classification_data", "training.finetune", "paths", "data.corpora", "data.toy_grammar",
             "model.tokenization", "data.pretraining_data", "training.trainer", "training.evaluation", "inspect.probes",

@@ -33,6 +33,9 @@ from bert_core.serve.model_sources import (
     shipped_checkpoints,
 )
 from bert_core.serve.runs import VIEWER
+from bert_core.app import page_copy
+
+WORDS = page_copy.WORDS["app_models"]
 
 
 SOURCE_SHIPPED = "Shipped checkpoint"
@@ -85,8 +88,7 @@ def _shipped_model(path: Path | None = None):
     path = path or default_checkpoint()
     if not path.is_dir():
         where = path.name if public_mode() else path   # a visitor of a public server learns none of its folders
-        return None, (f"The shipped checkpoint is not here yet (`{where}`). Train a model on the **Train** page "
-                      "and pick *Model trained in this session*, or give a checkpoint folder.")
+        return None, WORDS["shipped_checkpoint_is_not"].format(where=where)
     return _active(SOURCE_SHIPPED, path, path, path.name)
 
 
@@ -113,13 +115,11 @@ def waiting_model_note(phase: str | None) -> str:
     """What the sidebar's *Model trained in this session* says before the tab's run has a model: a run that is
     queued or preparing (loading its corpus, training its tokenizer) is named as such, with what it will offer,
     never as "no model has been trained" (issue #64)."""
-    offer = ("Its model appears here from its first step and follows the run as it trains; once it ends, its final "
-             "model stays here for the other pages.")
+    offer = WORDS["its_model_appears_here_from"]
     if phase == "queued":
         return f"**This tab's run is waiting for a slot** (see the Train page). {offer}"
     if phase == "preparing":
-        return (f"**This tab's run is preparing**: loading its corpus and training its tokenizer (see the Train "
-                f"page). {offer}")
+        return WORDS["this_tab_run_is_preparing"].format(offer=offer)
     if phase in ("cancelled", "failed", "stopped"):
         return (f"This tab's run {'was cancelled' if phase == 'cancelled' else phase} before its first step, so it "
                 "has no model: start a new one on the **Train** page.")
@@ -145,11 +145,10 @@ def _session_model():
     if step == trainer.step:
         older = ""
     elif job.busy:   # a copy shared by everyone looking at the run while it trains (job_base.SNAPSHOT_EVERY_S)
-        older = (f"; the weights of step {step:,}, its copy of the last {SNAPSHOT_EVERY_S:.0f} s, shared by "
-                 f"everyone watching while it trains (it is at step {trainer.step:,})")
+        older = WORDS["weights_step_its_copy_last"].format(step=step, SNAPSHOT_EVERY_S=SNAPSHOT_EVERY_S,
+                                                           trainer=trainer)
     else:
-        older = (f"; the weights of step {step:,}, the last copy the server holds (the run reached step "
-                 f"{trainer.step:,} and its later weights are lost)")
+        older = WORDS["weights_step_last_copy"].format(step=step, trainer=trainer)
     desc = (f"{whose} on {markdown(spec.corpus_label) if spec else 'a corpus'}: step {step:,}"
             f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
             f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")
@@ -173,8 +172,7 @@ def _saved_model(name: str | None):
 
 def _uploaded_model(upload):
     if upload is None:
-        return None, ("Upload a zip of a checkpoint folder (config.json, model.safetensors and tokenizer files), "
-                      "such as the one the Train page's download gives.")
+        return None, WORDS["upload_zip_checkpoint_folder"]
 
     # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
     known = st.session_state.get("_model_upload_folder")

@@ -30,6 +30,9 @@ from bert_core.app.run_panel import (
     visitor_rows,
     waiting,
 )
+from bert_core.app import page_copy
+
+WORDS = page_copy.WORDS["app_tab"]
 
 
 def session_id() -> str:
@@ -89,14 +92,12 @@ def missing_run_note(page: str, token: str, other_page: str | None = None) -> st
     if RUNS.was_dropped(token):
         return ("The race of this link is gone: a race's results stay on the server while someone looks at them, "
                 f"and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it again here." if race else
-                "The run of this link was dropped: the server keeps only its latest ended runs. Save a run you want "
-                "to keep (Train page, *Save this run on the server*).")
+                WORDS["run_this_link_was_dropped"])
     if RUNS.was_lost(token):
         return ("The run of this link was lost when the server restarted: it had not written its first checkpoint "
                 f"yet. Start a new {'race' if race else 'run'} on the {page} page.")
     what = "race" if race else "run"
-    return (f"This link names no {what} on this server: check that the whole link was copied, or start a new "
-            f"{what} on the {page} page (*My runs* lists the ones this browser started or watched).")
+    return WORDS["this_link_names_no_on_this"].format(what=what, page=page)
 
 
 def note_class_run() -> None:
@@ -137,16 +138,13 @@ def my_runs_list() -> None:
     content would still be on the page, where its words ("preparing") mix with the page's own."""
     rows = visitor_rows(RUNS.visited(visitor_id()))
     if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
-                     help="The runs this browser started or watched, with their links, after a reload and when you "
-                          "come back (as long as the server keeps them)."):
+                     help=WORDS["runs_this_browser_started_or"]):
         return
     if not rows:
         st.caption("None yet: the runs this browser starts or watches are listed here.")
         return
     st.markdown(rows_markdown(rows))
-    st.caption("Only this browser's runs: the ones it started, and the ones it watched through a share link. "
-               "*Reset* on the Train page removes a run from this list; an ended run stays until the server drops "
-               "it.")
+    st.caption(WORDS["only_this_browser_runs_ones"])
 
 
 def reset_note(run: Run) -> str:
@@ -155,8 +153,7 @@ def reset_note(run: Run) -> str:
     trainer = run.trainer
     step = trainer.step if trainer is not None else 0
     what = f"{run.phase} at step {step:,}" if step else run.phase
-    return (f"**The run was reset** ({what}): its model is gone, and it is no longer listed in *My runs*. A run "
-            "saved with *Save this run on the server* stays under the sidebar's *A saved run*.")
+    return WORDS["run_was_reset_its_model_is"].format(what=what)
 
 
 def current_run(page: str = TRAIN_PAGE) -> tuple[Run | None, str | None]:

@@ -15,11 +15,14 @@ from bert_core.inspect.safe_text import markdown
 from bert_core.serve.jobs import format_duration
 from bert_core.serve.run_protocols import FINETUNE_PAGE, TRAIN_PAGE
 from bert_core.serve.run_registry import OWNER
+from bert_core.app import page_copy
+
+WORDS = page_copy.WORDS["run_panel"]
 
 
 @dataclass(frozen=True)
 class PanelWords:
-    """How a page names its run in the panel."""
+    """How a page names its run in the panel (each page's words: page_copy.json's run_panel)."""
 
     page: str           # run_protocols' page name: which of the tab's runs, and which share link
     noun: str           # "run", "race"
@@ -40,30 +43,9 @@ class PanelWords:
         return f"{base_url.split('?')[0]}?{LINK_PARAMS[self.page][1]}={view_id}"
 
 
-TRAIN_WORDS = PanelWords(
-    page=TRAIN_PAGE, noun="run", whose="yours", doing="Training",
-    paused="Its turn was up, so it paused at step {step:,} and continues where it stopped when its turn comes "
-           "again. ",
-    stop_help="Stop the run at the next step (a queued run that has not started is cancelled)",
-    stopping="Stopping: the run ends after the step it is on…",
-    reset_help="Forget this tab's run and its model: it leaves *My runs* too, and its link stops working. To keep a "
-               "model, save it on the server (or download it) first.",
-    share_caption="Everyone who opens this link watches this run live: its curves, probes and progress, and on the "
-                  "Attention and Predictions pages its current model, each with their own sentences. They cannot "
-                  "stop, reset or resume it. Your own address bar holds the run's private link (`?run=...`): "
-                  "reloading or reopening it brings you back to this run.")
+TRAIN_WORDS = PanelWords(page=TRAIN_PAGE, **WORDS["train"])
 
-FINETUNE_WORDS = PanelWords(
-    page=FINETUNE_PAGE, noun="race", whose="this race", doing="Fine-tuning",
-    paused="Its turn was up, so it paused after the model it was training; it goes on with the next one when its "
-           "turn comes again. ",
-    stop_help="Stop the model in training after its current step and skip the rest (a queued race that has not "
-              "started is cancelled)",
-    stopping="Stopping: the model in training ends after the step it is on…",
-    reset_help="Forget this tab's race and its models: it leaves *My runs* too, and its link stops working.",
-    share_caption="Everyone who opens this link watches this race live, and then tries its fine-tuned models on "
-                  "their own sentences. They cannot stop or reset it. Your own address bar holds the race's private "
-                  "link (`?ft=...`): reloading or reopening it brings you back here.")
+FINETUNE_WORDS = PanelWords(page=FINETUNE_PAGE, **WORDS["finetune"])
 
 
 @dataclass(frozen=True)
