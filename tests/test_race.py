@@ -13,11 +13,10 @@ from bert_core.errors import BertCoreError
 from bert_core.model.bert import LAST_TOKEN_POOLING, BertForPreTraining, BertLMHeadModel
 from bert_core.model.config import BertConfig
 from bert_core.model.hf import load_pretrained, save_pretrained
-from bert_core.training.bag_of_words import fit_bag_of_words, load_bag_of_words
 from bert_core.training.finetune import result_probabilities
 from tests.page_races import build_comparison
 from bert_core.data.classification_data import toy_topic_task
-from bert_core.training.baseline_runs import BASELINE_NAME, bag_of_words_run
+from bert_core.training.baseline_runs import BASELINE_NAME, bag_of_words_run, fit_bag_of_words, load_bag_of_words
 from bert_core.training.finetune_settings import FinetuneConfig
 
 SETTINGS = dict(train=240, val=80, seed=0, budget=30, lr=1e-3, batch=16, maxlen=32)

@@ -38,7 +38,7 @@ from bert_core.model.growth import grown_pretraining_rate
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
-from bert_core.training.bag_of_words import BagOfWordsClassifier
+from bert_core.training.baseline_runs import BagOfWordsClassifier
 from bert_core.training.distributed import resolve_device
 from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
 from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, FinetuneStep

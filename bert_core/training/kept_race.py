@@ -18,7 +18,7 @@ from bert_core.model.checkpoint import save_checkpoint
 from bert_core.model.files import read_json, replace_folder, write_text_atomic
 from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import BertTokenizer
-from bert_core.training.bag_of_words import BAG_OF_WORDS_FILE, BagOfWordsClassifier, load_bag_of_words
+from bert_core.training.baseline_runs import BAG_OF_WORDS_FILE, BagOfWordsClassifier, load_bag_of_words
 from bert_core.training.finetune import race_task
 from bert_core.training.finetune_settings import FinetuneConfig
 from bert_core.training.finetune_checkpoint import checkpoint_of
