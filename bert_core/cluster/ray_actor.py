@@ -15,7 +15,7 @@ from multiprocessing import Pipe
 from pathlib import Path, PurePosixPath
 
 from bert_core.errors import BertCoreError
-from bert_core.serve.training_child import HEARTBEAT_S, Channel, TrainingChild
+from bert_core.serve.training_child import HEARTBEAT_S, Channel, TrainingChild, run_child
 from bert_core.serve.training_process import resumed_trainer
 from bert_core.training.run_loop import failure_message
 
@@ -127,15 +127,11 @@ class TrainingActor:
         threading.Thread(target=self._main, name="bert-ray-training", daemon=True).start()
 
     def _main(self) -> None:
-        child = self._child
         try:
-            threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
-            builder = child.receive_setup()
-            if child.build(builder):
-                child.serve()
+            run_child(self._child)
         finally:
-            child.end()
-            child.events.send(ENDED)
+            self._child.end()
+            self._child.events.send(ENDED)
 
     def send(self, message: tuple) -> None:
         self._commands.send(message)

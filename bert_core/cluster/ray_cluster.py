@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.paths import REPO_ROOT
+from bert_core.serve.job_base import positive_env
 from bert_core.serve.job_factory import RAY_ADDRESS_ENV, ray_address
-from bert_core.serve.server_gpus import DEFAULT_GPU_RUNS, ServerGpu, gpu_runs_setting
+from bert_core.serve.launcher import repo_pythonpath
+from bert_core.serve.server_gpus import ServerGpu, gpu_runs
 
 log = logging.getLogger("bert_core.app")
 
@@ -32,13 +33,7 @@ GPU_TICKET = 0.001       # the share of a GPU a run's actor asks Ray for: enough
 
 
 def cpus_per_run() -> int:
-    raw = os.environ.get(RAY_CPUS_ENV, "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
-
-
-def gpu_runs() -> int:
-    setting = gpu_runs_setting()
-    return DEFAULT_GPU_RUNS if setting is None else setting
+    return positive_env(RAY_CPUS_ENV) or 1
 
 
 CONNECT_TIMEOUT_S = 30.0   # how long a run or a page waits for the cluster to answer (ray.init retries for minutes)
@@ -98,10 +93,9 @@ class ClusterConnection:
         raise refused
 
     def _init(self, ray, address: str) -> None:
-        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
         try:
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+                     runtime_env={"env_vars": {"PYTHONPATH": repo_pythonpath()}})
         except BaseException as exc:  # noqa: BLE001 - kept for the caller, which says it plainly and logs it whole
             self._error = exc
             return

@@ -90,10 +90,10 @@ class RayLink(ChildLink):
                 _ACTOR = ray.remote(TrainingActor)
             # No CPU held (the server's queue is the limit, ray_cluster says why); a token GPU share, with which Ray
             # gives the actor its GPU.
+            on_node = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(self.node_id, soft=False)
             self.process = self._commands = ActorProcess(_ACTOR.options(
                 num_cpus=0, num_gpus=GPU_TICKET if self._on_gpu else 0, max_restarts=0, max_task_retries=0,
-                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-            ).remote())
+                scheduling_strategy=on_node).remote())
         except BaseException as exc:
             CLUSTER.remove(self._name)
             if isinstance(exc, Exception) and not isinstance(exc, ClusterUnavailable):

@@ -1,8 +1,9 @@
 """Training processes forked from a warm interpreter, instead of a fresh `python` that imports torch each time.
 
-A fresh interpreter spends about 3 CPU-seconds importing torch and the trainer before its first step (docs/benchmarks.md,
-"Starting a run"): thirty Starts in a minute on a class server would spend a minute and a half of both cores on imports.
-So on Linux the server keeps one launcher that has imported them once and forks each training process from it.
+A fresh interpreter spends about 3 CPU-seconds importing torch and the trainer before its first step
+(docs/benchmarks.md, "Starting a run"): thirty Starts in a minute on a class server would spend a minute and a half
+of both cores on imports. So on Linux the server keeps one launcher that has imported them once and forks each
+training process from it.
 
 Why not multiprocessing's forkserver: each of its children re-runs the server's `__main__` (Streamlit's console script,
 so an import of Streamlit a start; Python 3.11's `set_forkserver_preload(["__main__"])` never receives the main path),
@@ -11,9 +12,9 @@ and it hands back a `Process` where the server steers a `subprocess.Popen`, whic
 The launcher never runs a torch operation, so no OpenMP or BLAS pool holds a lock when it forks, and CUDA is first
 touched in the child. It exits as soon as the server has gone (its socket closes, or its pid ends); a training process
 sees that itself (BERT_SERVER_PID). Elsewhere, or with `BERT_EXPLORER_LAUNCHER=spawn`, each training process is a
-fresh interpreter (`training_child.ChildLink`). Protocol: SOCK_SEQPACKET, one JSON message a packet: {"id", "entry", "env"} with
-the child's two pipe ends attached (SCM_RIGHTS); answers {"id", "pid"} or {"id", "error"}, and {"exit": pid, "code"}
-when a child ends (negative: the signal, as in `subprocess`).
+fresh interpreter (`training_child.ChildLink`). Protocol: SOCK_SEQPACKET, one JSON message a packet: {"id", "entry",
+"env"} with the child's two pipe ends attached (SCM_RIGHTS); answers {"id", "pid"} or {"id", "error"}, and {"exit":
+pid, "code"} when a child ends (negative: the signal, as in `subprocess`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def _pidfds() -> bool:
         return True
     except OSError:   # a kernel before 5.3 (ENOSYS); Python 3.10+ on Linux has pidfd_open and send_fds
         return False
+
+
+def repo_pythonpath(env=os.environ) -> str:
+    """`env`'s PYTHONPATH with the repository first: a process started from anywhere imports this bert_core."""
+    return os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
 
 
 class LaunchedProcess:
@@ -198,7 +204,7 @@ class Launcher:
         # Should anything ask torch.cuda.is_available() before a fork, ask NVML rather than the CUDA driver: a driver
         # initialised in the launcher cannot be used by its forks ("Cannot re-initialize CUDA in forked subprocess").
         env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = repo_pythonpath(env)
         try:
             self._proc = subprocess.Popen([sys.executable, "-m", LAUNCHER_MODULE, str(theirs.fileno()),
                                            str(os.getpid()), ",".join(self._preload)],
@@ -254,16 +260,9 @@ def training_processes(server_pid: int) -> set[int]:
     return found
 
 
-_LAUNCHER: Launcher | None = None
-_LAUNCHER_LOCK = threading.Lock()
-
-
+@functools.lru_cache(maxsize=1)
 def launcher() -> Launcher:
-    global _LAUNCHER
-    with _LAUNCHER_LOCK:
-        if _LAUNCHER is None:
-            _LAUNCHER = Launcher()
-        return _LAUNCHER
+    return Launcher()
 
 
 # ------------------------------------------------------------------------------------------ the launcher process

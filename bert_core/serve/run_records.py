@@ -154,9 +154,9 @@ class RunRecords:
             return False   # a test's stand-in spec, which holds no plain data
         record = {"format": FORMAT, "run_id": run.run_id, "view_id": run.view_id, "family": run.family,
                   "page": run.spec.page, "name": run.name, "created": run.created,
-                  "spec": dataclasses.asdict(run.spec), "phase": phase,
-                  "note": run.note, "ended": run.job and (run.job.error or run.job.ended_note), "step": step, "cancelled": run.cancelled,
-                  "visitors": dict(run.visitors)}
+                  "spec": dataclasses.asdict(run.spec), "phase": phase, "note": run.note,
+                  "ended": run.job and (run.job.error or run.job.ended_note), "step": step,
+                  "cancelled": run.cancelled, "visitors": dict(run.visitors)}
         folder = self.folder_for(run.run_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -321,8 +321,9 @@ def release_failure(exc: BaseException, folder: Path | None) -> str:
         ask = ("make the server's state folder writable by the user it runs as" if isinstance(exc, PermissionError)
                else "look at the server's log")
     return (f"**This run's model is not on disk yet:** {why}. Its training process is kept alive to hold the "
-            "model, so nothing is lost while the server runs, but a server restart would lose it: download it now (*Prepare download*), or ask the "
-            f"operator to {ask}. The server tries to write it again every {RELEASE_RETRY_S / 60:g} min.")
+            "model, so nothing is lost while the server runs, but a server restart would lose it: download it now "
+            f"(*Prepare download*), or ask the operator to {ask}. The server tries to write it again every "
+            f"{RELEASE_RETRY_S / 60:g} min.")
 
 
 def end_job(run: Run, wait: float) -> None:

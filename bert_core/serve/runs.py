@@ -2,9 +2,8 @@
 page) alike: runs that outlive the browser tab, one fair queue for the CPU and GPU, and runs a whole class can watch. No
 Streamlit here: `bert_core.app.app_state` drives a `RunStore`, and so do tests.
 
-A run has two random 128-bit tokens: `run_id`, the owner's (`?run=...`: a reload finds the run again, and its holder
-may stop, resume or reset it), and `view_id`, the share link's (`?watch=...`: watch and inspect, change nothing).
-Nobody can guess a token, so nobody reaches another person's run.
+A run has two random 128-bit tokens, so nobody can guess another person's run: `run_id`, the owner's (`?run=...`:
+stop, resume, reset), and `view_id`, the share link's (`?watch=...`: watch and inspect, change nothing).
 
 The policy, with each setting and default, is docs/deployment.md's: `slots` runs at once (GPU shares first), a
 first-come queue, turns of `turn_s` while anyone waits (so one long run cannot keep a class waiting; a race yields
@@ -45,7 +44,7 @@ RESTORE_WAIT_S = 30.0   # a link opened while a restarted server reads its runs 
 
 ACTIVE_PHASES = ("preparing", "running")
 
-# Run, OWNER and VIEWER live with the registry; they are this module's names too, as the pages and app_state use them.
+# Run, OWNER and VIEWER live with the registry, SLOTS_ENV and default_slots with the jobs; the pages use them here.
 __all__ = ["SLOTS_ENV", "TURN_ENV", "UNWATCHED_ENV", "KEEP_ENV", "STALL_ENV", "DEFAULT_TURN_S",
            "DEFAULT_UNWATCHED_S", "DEFAULT_KEEP", "DEFAULT_STALL_S", "SILENT_S", "OWNER", "VIEWER", "ACTIVE_PHASES",
            "Run", "RunStore", "default_slots", "new_token", "scratch_key"]
@@ -91,7 +90,7 @@ def sharing_policy(where: str, slots: int, turn_s: float, unwatched_s: float, ke
 
 
 def _restore_recorded(records, registry: RunRegistry, restore_job, done: threading.Event) -> None:
-    """Restore the recorded runs into `registry` (on a thread of its own); `done` is set however it went."""
+    """Restore the recorded runs into `registry`; `done` is set however it went."""
     try:
         restored, lost = restore_runs(records, registry, restore_job)
         if restored or lost:
@@ -104,14 +103,12 @@ def _restore_recorded(records, registry: RunRegistry, restore_job, done: threadi
 
 class RunStore(RunRegistry):
     """Every training run of one server process (the `RunRegistry` of them and their watchers), and what its owner
-    and the pages do with it. It shares its lock with the queue for the slots and its turns (`RunQueue`), and the pass
-    the server makes over them by itself (`RunScheduler`).
+    and the pages do with it; its lock is shared with the queue (`RunQueue`) and the scheduler's pass (`RunScheduler`).
 
-    `job_factory(run)` makes the run's job (job_factory.JobFactory) when it first gets a slot. `is_alive(session_id)`:
-    whether a browser session is still open (None: cannot tell). `release_folder(run)`: where an ended run's
-    checkpoint goes before its process ends (None: keep the job). `records` (run_records.RunRecords) keeps each run's
-    record on disk, and `restore_job(record, checkpoint, phase, note, probes)` rebuilds an earlier server process's
-    run from there, on a thread of its own as the store starts (a link asked for meanwhile waits for it).
+    `job_factory(run)` makes the run's job at its first slot; `is_alive(session_id)`: whether a browser session is
+    still open (None: cannot tell); `release_folder(run)`: where an ended run's checkpoint goes before its process
+    ends (None: keep the job). `records` keeps each run's record on disk, and `restore_job(record, checkpoint, phase,
+    note, probes)` rebuilds an earlier server's run from there as the store starts (a link asked for meanwhile waits).
     """
 
     def __init__(self, job_factory: Callable[[Run], Any], slots: Callable[[], int] = default_slots,
@@ -144,11 +141,8 @@ class RunStore(RunRegistry):
         else:
             self._restored.set()
 
-    # -------------------------------------------------------------- lookups
-
     def get(self, run_id: str | None) -> Run | None:
-        """The run with this owner id, if the server still has it (a link opened as the server starts waits for
-        the recorded runs to be read back)."""
+        """The run with this owner id (waiting for the recorded runs to be read back as the server starts)."""
         return self._found(super().get, run_id)
 
     def by_view(self, view_id: str | None) -> Run | None:
@@ -167,7 +161,6 @@ class RunStore(RunRegistry):
         return self._queue.busy_count()
 
     def slots(self) -> int:
-        """How many runs may prepare or train at once (at least one)."""
         return self._queue.slots()
 
     def stall_s(self) -> float:
@@ -181,19 +174,15 @@ class RunStore(RunRegistry):
         return self._where(caps, [g for g in self._gpus() if caps.get(g.device)])
 
     def device_of(self, run: Run) -> str:
-        """Where `run` trains, as a page says it ('the GPU (NVIDIA H100 80GB HBM3)', 'the CPU'); '' before it has
-        had a slot."""
+        """Where `run` trains, as a page says it (server_gpus.device_label); '' before its first slot."""
         return device_label(run.device, self._gpus()) if run.device else ""
 
     def policy(self) -> str:
         return sharing_policy(self.where(), self.slots(), self._queue.turn_s, self.unwatched_s(), self.keep)
 
-    # -------------------------------------------------------------- owner actions
-
     def submit(self, spec: Any, session_id: str, run_id: str | None = None, family_of: Run | None = None,
                name: str = "", visitor: str | None = None) -> Run:
-        """A new run of `spec` owned by `session_id`, started now or queued; `family_of`: the run it follows in its
-        tab's list."""
+        """A new run of `spec` owned by `session_id`, started now or queued; `family_of`: the run it follows."""
         run_id = run_id or new_token()
         run = Run(run_id=run_id, view_id=new_token(), family=family_of.family if family_of else run_id,
                   spec=spec, name=name, queued=True)
@@ -237,15 +226,14 @@ class RunStore(RunRegistry):
         return run
 
     def change(self, run_id: str, name: str, value):
-        """Its owner's change of a setting while the run trains (Trainer.change), from its next update on; returns
-        the run's new config. Only the owner's token reaches it, as for Stop."""
+        """Its owner's change of a setting while the run trains (Trainer.change); returns the run's new config."""
         run = self._owned(run_id)
         if run.job is None or not run.active:
             raise BertCoreError("this run is not training: a setting changes while it trains")
         return run.job.change_setting(name, value)
 
     def resume(self, run_id: str) -> Run:
-        """Continue a stopped run where it stopped: at once if a slot is free, else queued."""
+        """Continue a stopped run where it stopped, queued for a slot."""
         run = self._owned(run_id)
         with self._lock:
             job = run.job
@@ -264,7 +252,7 @@ class RunStore(RunRegistry):
         return run
 
     def discard(self, run_id: str, wait: float = 5.0) -> None:
-        """Its owner's Reset: stop it, end its process, drop it from the store and from disk."""
+        """Its owner's Reset: end its process, drop it from the store and from disk."""
         with self._lock:
             run = self.pop(run_id)
             if run is None:
@@ -291,8 +279,6 @@ class RunStore(RunRegistry):
         """This browser's "My runs": what it started (OWNER) or opened the link of (VIEWER), newest first."""
         self._restored.wait(RESTORE_WAIT_S)
         return super().visited(visitor)
-
-    # -------------------------------------------------------------- the scheduler
 
     def schedule(self) -> None:
         self._scheduler.schedule()

@@ -58,9 +58,10 @@ class ServerGpu:
     runs: int
 
 
-def gpu_runs_setting() -> int | None:
+def gpu_runs() -> int:
+    """Runs that share one GPU at once: `$BERT_EXPLORER_GPU_RUNS` (0 included), else DEFAULT_GPU_RUNS."""
     raw = os.environ.get(GPU_RUNS_ENV, "").strip()
-    return int(raw) if raw.isdigit() else None
+    return int(raw) if raw.isdigit() else DEFAULT_GPU_RUNS
 
 
 def _probe() -> list[dict]:
@@ -78,11 +79,10 @@ def _probe() -> list[dict]:
 
 
 def server_gpus(probe=_probe) -> list[ServerGpu]:
-    per_gpu = gpu_runs_setting()
+    per_gpu = gpu_runs()
     if per_gpu == 0:
         return []
     found = probe()
-    per_gpu = DEFAULT_GPU_RUNS if per_gpu is None else per_gpu
     several = len(found) > 1
     return [ServerGpu(f"cuda:{i}" if several else "cuda", g["name"], int(g.get("memory_mb") or 0), per_gpu)
             for i, g in enumerate(found)]
@@ -134,12 +134,6 @@ def failed_gpus() -> dict[str, str]:
 def usable(gpus) -> list:
     failed = failed_gpus()
     return [gpu for gpu in gpus if gpu.device not in failed]
-
-
-def forget_failures() -> None:
-    """A test's clean start (a server needs a restart for it)."""
-    with _FAILED_LOCK:
-        _FAILED.clear()
 
 
 def device_label(device: str | None, gpus=()) -> str:

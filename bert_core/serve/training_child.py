@@ -26,9 +26,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
-from bert_core.paths import REPO_ROOT
 from bert_core.serve.job_base import use_training_threads
-from bert_core.serve.launcher import SERVER_PID_ENV, START_TIMEOUT_S, fork_available, launcher
+from bert_core.serve.launcher import SERVER_PID_ENV, START_TIMEOUT_S, fork_available, launcher, repo_pythonpath
 from bert_core.serve.train_spec import change_setting
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.pretraining_events import EvalEvent
@@ -130,8 +129,7 @@ class ChildLink:
                 env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
                 env.pop(SERVER_PID_ENV, None)
                 # `-m bert_core...` must resolve wherever the server was started from (sys.path arrives only later).
-                package_root = str(REPO_ROOT)
-                env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+                env["PYTHONPATH"] = repo_pythonpath(env)
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", CHILD_MODULE, str(cmd_read), str(evt_write)],
                     pass_fds=(cmd_read, evt_write), env=env, stdin=subprocess.DEVNULL)
@@ -228,7 +226,11 @@ def run_on_fds(commands_fd: int, events_fd: int) -> None:
 
 
 def child_main(commands: Channel, events: Channel) -> None:
-    child = TrainingChild(commands, events)
+    run_child(TrainingChild(commands, events))
+
+
+def run_child(child: "TrainingChild") -> None:
+    """The child's life: a heartbeat thread, its setup, the build, then its commands until it quits."""
     threading.Thread(target=child.heartbeat, name="bert-heartbeat", daemon=True).start()
     builder = child.receive_setup()
     if child.build(builder):
