@@ -28,6 +28,17 @@ def _dims(n: int) -> list[str]:
     return [str(i + 1) for i in range(n)]
 
 
+def layer_names(count: int) -> list[str]:
+    """"embeddings", "layer 1", ...: the hidden states after the embeddings and after each of `count - 1` layers."""
+    return ["embeddings", *[f"layer {i}" for i in range(1, count)]]
+
+
+def _strip(z, y, x, zmax: float, **options) -> go.Heatmap:
+    """Vectors as rows of cells, a component a column, on the signed scale (zero white) from -zmax to zmax."""
+    return go.Heatmap(**{"z": z, "y": y, "x": x, "zmin": -zmax, "zmax": zmax, "colorscale": VECTOR_SCALE,
+                         "hovertemplate": "%{y}, component %{x}: %{z:.4f}<extra></extra>", **options})
+
+
 def _token_name(steps) -> str:
     return f"Token {steps.query + 1} “{steps.tokens[steps.query]}”"
 
@@ -76,11 +87,10 @@ def vectors_figure(steps) -> go.Figure:
     show_numbers = d <= NUMBERS_UP_TO
     for row, (z, y, name) in enumerate(((steps.q[None], [labels[steps.query]], "query"), (steps.k, labels, "key"),
                                         (steps.v, labels, "value")), start=1):
-        fig.add_trace(go.Heatmap(
-            z=z, x=dims, y=y, zmin=-zmax, zmax=zmax, colorscale=VECTOR_SCALE, showscale=row == 1,
-            colorbar=dict(title="value", len=0.5, y=0.75), texttemplate="%{z:.2f}" if show_numbers else None,
-            textfont=dict(size=FONT - 1),
-            hovertemplate=f"{name} of %{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
+        fig.add_trace(_strip(z, y, dims, zmax, showscale=row == 1, colorbar=dict(title="value", len=0.5, y=0.75),
+                             texttemplate="%{z:.2f}" if show_numbers else None, textfont=dict(size=FONT - 1),
+                             hovertemplate=f"{name} of %{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"),
+                      row=row, col=1)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=f"component (the head's {d} dimensions)", row=3, col=1)
     height = 150 + 26 * (2 * s + 1)
@@ -130,19 +140,15 @@ def context_figure(steps) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, row_heights=[len(labels) + 1, 5], vertical_spacing=0.16,
                         subplot_titles=(f"4. weight × value, and their sum: head {steps.head + 1}'s output",
                                         "5. heads joined → output projection → + residual → LayerNorm"))
-    fig.add_trace(go.Heatmap(z=np.vstack([weighted, steps.context[None]]), y=[*labels, "sum (the context)"],
-                             x=_dims(d), zmin=-zmax_head, zmax=zmax_head,
-                             colorscale=VECTOR_SCALE, showscale=False,
-                             texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None, textfont=dict(size=FONT - 1),
-                             hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(_strip(np.vstack([weighted, steps.context[None]]), [*labels, "sum (the context)"], _dims(d),
+                         zmax_head, showscale=False, texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None,
+                         textfont=dict(size=FONT - 1)), row=1, col=1)
     rows = [("heads joined", steps.heads_joined), ("projected", steps.projected),
             ("input to the layer", steps.hidden_in[steps.query]), ("+ residual", steps.residual),
             ("LayerNorm", steps.normed)]
     zmax = _symmetric(*(r for _, r in rows))
-    fig.add_trace(go.Heatmap(z=np.stack([r for _, r in rows]), y=[n for n, _ in rows],
-                             x=_dims(len(steps.normed)), zmin=-zmax, zmax=zmax,
-                             colorscale=VECTOR_SCALE, colorbar=dict(title="value", len=0.35, y=0.15),
-                             hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=2, col=1)
+    fig.add_trace(_strip(np.stack([r for _, r in rows]), [n for n, _ in rows], _dims(len(steps.normed)), zmax,
+                         colorbar=dict(title="value", len=0.35, y=0.15)), row=2, col=1)
     start, end = steps.head * d + 0.5, (steps.head + 1) * d + 0.5  # this head's slice of the joined vector
     fig.add_shape(type="rect", x0=start - 1, x1=end - 1, y0=-0.5, y1=0.5, line=dict(color="#000", width=2),
                   row=2, col=1)
@@ -155,7 +161,7 @@ def context_figure(steps) -> go.Figure:
 def lens_figure(lens) -> go.Figure:
     """Each layer's top guesses as cells (darker likelier), the embeddings at the top, the answer at the bottom."""
     k = len(lens.top[0])
-    rows = ["embeddings", *[f"layer {i}" for i in range(1, lens.num_layers + 1)]]
+    rows = layer_names(lens.num_layers + 1)
     z = np.array([[p for _, p in row] for row in lens.top])
     text = [[f"{t}<br>{p:.0%}" for t, p in row] for row in lens.top]
     fig = go.Figure(go.Heatmap(z=z, x=[f"guess {i + 1}" for i in range(k)], y=rows, text=text,
@@ -169,7 +175,7 @@ def lens_figure(lens) -> go.Figure:
 
 def lens_lines_figure(lens) -> go.Figure:
     """The last layer's top tokens' probability through the layers."""
-    x = ["embeddings", *[f"layer {i}" for i in range(1, lens.num_layers + 1)]]
+    x = layer_names(lens.num_layers + 1)
     fig = go.Figure()
     for i, token in enumerate(lens.tracked):
         fig.add_trace(go.Scatter(x=x, y=lens.tracked_probs[:, i], mode="lines+markers", name=token,
@@ -205,13 +211,10 @@ def embedding_parts_figure(parts, token: int) -> go.Figure:
                         subplot_titles=("token + position + segment = sum",
                                         "LayerNorm of the sum (what layer 1 reads)"))
     dims = _dims(parts.word.shape[1])
-    fig.add_trace(go.Heatmap(z=np.stack([r for _, r in rows]), y=[n for n, _ in rows], x=dims, zmin=-zmax,
-                             zmax=zmax, colorscale=VECTOR_SCALE, colorbar=dict(title="value", len=0.6, y=0.7),
-                             hovertemplate="%{y}, component %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
-    zn = _symmetric(parts.normed[token])
-    fig.add_trace(go.Heatmap(z=parts.normed[token][None], y=["LayerNorm"], x=dims, zmin=-zn, zmax=zn,
-                             colorscale=VECTOR_SCALE, showscale=False,
-                             hovertemplate="LayerNorm, component %{x}: %{z:.4f}<extra></extra>"), row=2, col=1)
+    fig.add_trace(_strip(np.stack([r for _, r in rows]), [n for n, _ in rows], dims, zmax,
+                         colorbar=dict(title="value", len=0.6, y=0.7)), row=1, col=1)
+    fig.add_trace(_strip(parts.normed[token][None], ["LayerNorm"], dims, _symmetric(parts.normed[token]),
+                         showscale=False), row=2, col=1)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="component", row=2, col=1)
     segment = "A" if parts.token_type_ids[token] == 0 else "B"
@@ -277,9 +280,8 @@ def separation_timeline_figure(word: str, steps: Sequence[int], separations: np.
                                step: int | None = None) -> go.Figure:
     """How far apart a word's senses lie on each layer's map at each probe snapshot; a dotted line at `step`."""
     fig = go.Figure()
-    for layer in range(separations.shape[1]):
-        fig.add_trace(go.Scatter(x=list(steps), y=separations[:, layer], mode="lines+markers",
-                                 name="embeddings" if layer == 0 else f"layer {layer}",
+    for layer, name in enumerate(layer_names(separations.shape[1])):
+        fig.add_trace(go.Scatter(x=list(steps), y=separations[:, layer], mode="lines+markers", name=name,
                                  line=dict(color=DISTINCT_COLORS[layer % 10])))
     if step is not None:
         fig.add_vline(x=step, line=dict(dash="dot", color="#7f7f7f"))
@@ -337,7 +339,7 @@ def pairs_summary_figure(rows: Sequence[dict]) -> go.Figure:
 
 def contextual_neighbours_figure(cn) -> go.Figure:
     """A token's nearest pool tokens, a column a layer and a row a rank, coloured by cosine; sentences on hover."""
-    layers = ["embeddings", *[f"layer {i}" for i in range(1, len(cn.by_layer))]]
+    layers = layer_names(len(cn.by_layer))
     k = max(len(row) for row in cn.by_layer)
     z = np.array([[row[r][2] for row in cn.by_layer] for r in range(k)])
     text = [[row[r][0] for row in cn.by_layer] for r in range(k)]
@@ -357,7 +359,7 @@ def layer_probes_figure(probes) -> go.Figure:
     tasks = probes.tasks
     fig = make_subplots(rows=1, cols=len(tasks), shared_yaxes=True, horizontal_spacing=0.06,
                         subplot_titles=[f"{t.task} ({t.tags} tags)" for t in tasks])
-    x = ["embeddings", *[f"layer {i}" for i in range(1, len(tasks[0].accuracy))]]
+    x = layer_names(len(tasks[0].accuracy))
     for col, t in enumerate(tasks, start=1):
         for name, y, style in (
                 ("selectivity (model − control)", t.selectivity, None),

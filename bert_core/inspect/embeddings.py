@@ -154,7 +154,8 @@ def token_pool(model, tokenizer, sentences, source: str = "", batch: int = 32) -
 
 def cached_token_pool(model, tokenizer, sentences, source: str = "") -> TokenPool:
     """token_pool, kept with the model (kit.kept): a page redraws without encoding the pool again."""
-    return kept(model, "token pool", (source, tuple(sentences)), lambda: token_pool(model, tokenizer, sentences, source))
+    return kept(model, "token pool", (source, tuple(sentences)),
+                lambda: token_pool(model, tokenizer, sentences, source))
 
 
 @dataclass

@@ -454,7 +454,8 @@ def head_view_figure(result: AttentionResult, layer: int, head: int, label: str 
     att = result.attentions[layer, head]
     labels = _token_labels(result.tokens)
     fig = go.Figure(go.Heatmap(
-        z=future_hidden(att, result.causal), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=float(max(att.max(), 1e-6)),
+        z=future_hidden(att, result.causal), x=labels, y=labels, colorscale="Blues", zmin=0,
+        zmax=float(max(att.max(), 1e-6)),
         hovertemplate="%{y} attends to %{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="weight"),
     ))
     size = max(420, min(900, 24 * len(labels) + 160))

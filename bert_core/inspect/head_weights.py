@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.computation_figures import (FONT, NUMBERS_UP_TO, VECTOR_SCALE, _dims, _fonts, _symmetric,
+from bert_core.inspect.computation_figures import (FONT, NUMBERS_UP_TO, _dims, _fonts, _strip, _symmetric,
                                                    _token_name, token_labels)
 from bert_core.inspect.figures import _layout, wrap
 
@@ -71,21 +71,16 @@ def projection_figure(p: HeadProjection) -> go.Figure:
                         subplot_titles=(f"x: token {label} entering layer {p.layer + 1}", f"{symbol}: {d} × {hidden}",
                                         "+ b", f"= {short}"))
     dims, components = _dims(d), _dims(hidden)
-    zx = _symmetric(p.x)
-    fig.add_trace(go.Heatmap(z=p.x[None], x=components, y=["x"], zmin=-zx, zmax=zx, colorscale=VECTOR_SCALE,
-                             showscale=False, hovertemplate="x, number %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
-    zw = _symmetric(p.weight)
-    fig.add_trace(go.Heatmap(
-        z=p.weight, x=components, y=dims, zmin=-zw, zmax=zw, colorscale=VECTOR_SCALE,
-        customdata=p.weight * p.x[None, :], colorbar=dict(title=symbol, len=0.6, y=0.4),
-        hovertemplate=f"{symbol} row %{{y}}, column %{{x}}: %{{z:.4f}}<br>× x's number %{{x}} = "
-                      f"%{{customdata:.4f}}<extra></extra>"), row=2, col=1)
+    fig.add_trace(_strip(p.x[None], ["x"], components, _symmetric(p.x), showscale=False,
+                         hovertemplate="x, number %{x}: %{z:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(_strip(p.weight, dims, components, _symmetric(p.weight), customdata=p.weight * p.x[None, :],
+                         colorbar=dict(title=symbol, len=0.6, y=0.4),
+                         hovertemplate=f"{symbol} row %{{y}}, column %{{x}}: %{{z:.4f}}<br>× x's number %{{x}} = "
+                                       f"%{{customdata:.4f}}<extra></extra>"), row=2, col=1)
     for col, (name, z) in enumerate((("b", p.bias), (short, p.result)), start=2):
-        zc = _symmetric(z)
-        fig.add_trace(go.Heatmap(z=z[:, None], x=[name], y=dims, zmin=-zc, zmax=zc, colorscale=VECTOR_SCALE,
-                                 showscale=False, texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None,
-                                 textfont=dict(size=FONT - 1),
-                                 hovertemplate=f"{name}, dimension %{{y}}: %{{z:.4f}}<extra></extra>"), row=2, col=col)
+        fig.add_trace(_strip(z[:, None], dims, [name], _symmetric(z), showscale=False,
+                             texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None, textfont=dict(size=FONT - 1),
+                             hovertemplate=f"{name}, dimension %{{y}}: %{{z:.4f}}<extra></extra>"), row=2, col=col)
     fig.update_xaxes(ticks="")   # the theme's tick marks would hang off the strips like stray dashes
     fig.update_yaxes(ticks="")
     fig.update_yaxes(autorange="reversed", row=2)
@@ -106,21 +101,18 @@ def products_figure(steps) -> go.Figure:
     d, s = steps.head_dim, len(labels)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.86, 0.14], shared_yaxes=True, horizontal_spacing=0.02,
                         subplot_titles=("q × k, dimension by dimension", "sum = q·k"))
-    zp = _symmetric(products)
     qk = np.stack([np.broadcast_to(steps.q, products.shape), steps.k], axis=-1)
-    fig.add_trace(go.Heatmap(
-        z=products, x=_dims(d), y=labels, zmin=-zp, zmax=zp, colorscale=VECTOR_SCALE, customdata=qk,
-        colorbar=dict(title="q × k", len=0.8), texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None,
-        textfont=dict(size=FONT - 1),
-        hovertemplate="key %{y}, dimension %{x}: q %{customdata[0]:.4f} × k %{customdata[1]:.4f} = "
-                      "%{z:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(_strip(products, labels, _dims(d), _symmetric(products), customdata=qk,
+                         colorbar=dict(title="q × k", len=0.8), textfont=dict(size=FONT - 1),
+                         texttemplate="%{z:.2f}" if d <= NUMBERS_UP_TO else None,
+                         hovertemplate="key %{y}, dimension %{x}: q %{customdata[0]:.4f} × k %{customdata[1]:.4f} = "
+                                       "%{z:.4f}<extra></extra>"), row=1, col=1)
     sums = products.sum(axis=1)
     zs = 2 * _symmetric(sums)   # at most a mid red or blue: the numbers on the cells stay readable
     hidden = ["" if a else " (hidden by the mask: its weight is 0)" for a in steps.allowed]
-    fig.add_trace(go.Heatmap(z=sums[:, None], x=["q·k"], y=labels, zmin=-zs, zmax=zs, colorscale=VECTOR_SCALE,
-                             showscale=False, texttemplate="%{z:.2f}", textfont=dict(size=FONT - 1),
-                             customdata=np.array(hidden)[:, None],
-                             hovertemplate="key %{y}: q·k = %{z:.4f}%{customdata}<extra></extra>"), row=1, col=2)
+    fig.add_trace(_strip(sums[:, None], labels, ["q·k"], zs, showscale=False, texttemplate="%{z:.2f}",
+                         textfont=dict(size=FONT - 1), customdata=np.array(hidden)[:, None],
+                         hovertemplate="key %{y}: q·k = %{z:.4f}%{customdata}<extra></extra>"), row=1, col=2)
     # A hidden key's products washed pale, as the scores figure greys it; its sum stays dark enough to read.
     for start, end in _runs(~steps.allowed):
         fig.add_shape(type="rect", xref="x domain", x0=0, x1=1, y0=start - 0.5, y1=end - 0.5,

@@ -156,14 +156,12 @@ def layer_probes(model, tokenizer, data: TaggedSentences, fit: int = FIT_SENTENC
 
 def verdict(probes: LayerProbes) -> str:
     """Which layer knows most of each task, in a sentence from the numbers."""
-    def where(i: int) -> str:
-        return "the embeddings" if i == 0 else f"layer {i}"
     parts = []
     for t in probes.tasks:
         b = t.best
-        parts.append(f"{t.task} is read best from {where(b)} ({t.accuracy[b]:.0%} of held-out words; a random "
-                     f"model of the same shape {t.random_model[b]:.0%}, always the commonest tag {t.majority:.0%}; "
-                     f"selectivity {t.selectivity[b] * 100:.0f} points)")
+        parts.append(f"{t.task} is read best from {word_class_timelapse.layer_name(b)} ({t.accuracy[b]:.0%} of "
+                     f"held-out words; a random model of the same shape {t.random_model[b]:.0%}, always the commonest "
+                     f"tag {t.majority:.0%}; selectivity {t.selectivity[b] * 100:.0f} points)")
     gains = [t.accuracy[t.best] - t.random_model[t.best] for t in probes.tasks]
     tail = ("Training taught the layers more than word identity gives." if min(gains) > 0.02 else
             "A random model does about as well: what the probe reads here is mostly which word it is.")

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bert_core.inspect.safe_text import markdown
+from bert_core.inspect.word_class_timelapse import layer_name
 
 
 @dataclass(frozen=True)
@@ -292,16 +293,13 @@ def notice_feed_forward(ffn, firing=None, pool_tokens: int = 0) -> str:
 def notice_layer_probes(probes) -> str:
     """The what-each-layer-knows step, from layer_probes: for each task, its accuracy at the embeddings and after
     each layer, and at its best layer against the random model, the control task and the commonest tag."""
-    def where(i: int) -> str:
-        return "the embeddings" if i == 0 else f"layer {i}"
-
     parts = []
     for t in probes.tasks:
         b = t.best
-        by_layer = ", ".join(f"{where(i)} {a:.0%}" for i, a in enumerate(t.accuracy))
-        parts.append(f"{t.task} ({t.tags} tags): {by_layer}; best at {where(b)}, against {t.random_model[b]:.0%} "
-                     f"on a random model of the same shape, {t.control[b]:.0%} on the control task and "
-                     f"{t.majority:.0%} for always the commonest tag")
+        by_layer = ", ".join(f"{layer_name(i)} {a:.0%}" for i, a in enumerate(t.accuracy))
+        parts.append(f"{t.task} ({t.tags} tags): {by_layer}; best at {layer_name(b)}, against "
+                     f"{t.random_model[b]:.0%} on a random model of the same shape, {t.control[b]:.0%} on the "
+                     f"control task and {t.majority:.0%} for always the commonest tag")
     gain = min(t.accuracy[t.best] - t.random_model[t.best] for t in probes.tasks)
     tail = (f" Each task's best layer is {gain * 100:.0f} points or more above the random model: training taught "
             "the layers more than which word it is." if gain > 0.02 else

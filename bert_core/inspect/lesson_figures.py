@@ -132,10 +132,10 @@ def values_figure(steps) -> go.Figure:
                                         f"5. the weighted sum: what token {steps.query + 1} takes from this head"))
     for row, (z, y, what) in enumerate(((steps.v, labels, "value of "), (steps.context[None], ["weighted sum"], "")),
                                        start=1):
-        fig.add_trace(go.Heatmap(
-            z=z, x=dims, y=y, zmin=-zmax, zmax=zmax, colorscale=cf.VECTOR_SCALE, showscale=row == 1,
-            colorbar=dict(title="value", len=0.6, y=0.7), texttemplate=numbers, textfont=dict(size=cf.FONT - 1),
-            hovertemplate=f"{what}%{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
+        fig.add_trace(cf._strip(z, y, dims, zmax, showscale=row == 1, colorbar=dict(title="value", len=0.6, y=0.7),
+                                texttemplate=numbers, textfont=dict(size=cf.FONT - 1),
+                                hovertemplate=f"{what}%{{y}}, component %{{x}}: %{{z:.4f}}<extra></extra>"),
+                      row=row, col=1)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=f"component (the head's {steps.head_dim} numbers)", row=2, col=1)
     title = (f"Layer {steps.layer + 1}, head {steps.head + 1}: the values token {steps.query + 1} "

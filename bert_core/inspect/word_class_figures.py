@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from bert_core.inspect.computation_figures import _fonts
+from bert_core.inspect.computation_figures import _fonts, layer_names
 from bert_core.inspect.figures import DISTINCT_COLORS, SERIES_COLORS, _layout
 
 
@@ -17,14 +17,13 @@ def word_class_timeline_figure(steps: Sequence[int], accuracy: np.ndarray, rando
     """A line a layer (the embeddings first) of [snapshots, L + 1] `accuracy` against `steps`; dashed, the random
     model of the same shape at its best layer; dotted, always guessing the commonest tag."""
     fig = go.Figure()
-    for layer in range(accuracy.shape[1]):
-        name = "embeddings" if layer == 0 else f"layer {layer}"
+    names = layer_names(accuracy.shape[1])
+    for layer, name in enumerate(names):
         fig.add_trace(go.Scatter(x=list(steps), y=accuracy[:, layer].tolist(), mode="lines+markers", name=name,
                                  line=dict(color=DISTINCT_COLORS[layer % 10]),
                                  hovertemplate=f"{name}, step %{{x:,}}: %{{y:.1%}}<extra></extra>"))
     best = int(np.argmax(random_model))
-    where = "embeddings" if best == 0 else f"layer {best}"
-    for y, name, dash in ((float(random_model[best]), f"random-init model ({where})", "dash"),
+    for y, name, dash in ((float(random_model[best]), f"random-init model ({names[best]})", "dash"),
                           (majority, "always the commonest tag", "dot")):
         fig.add_trace(go.Scatter(x=[steps[0], steps[-1]], y=[y, y], mode="lines", name=name,
                                  line=dict(color=SERIES_COLORS["baseline"], dash=dash),

@@ -14,7 +14,6 @@ import numpy as np
 # Fewer sentences than How BERT computes fits on (200 + 100): a snapshot holds the training up while it is taken.
 # 100 + 50 are about 2,400 words to fit on and 1,000 held out; about 0.3 s for the tiny on a CPU thread.
 SNAPSHOT_FIT, SNAPSHOT_TEST = 100, 50
-TASK = "part of speech"
 
 
 @dataclass(frozen=True)
