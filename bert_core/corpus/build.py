@@ -220,8 +220,9 @@ class ShardWriter:
         return index
 
 
-def _text_key(words: list[str]) -> int:
-    return int.from_bytes(hashlib.blake2b(" ".join(words).encode(), digest_size=8).digest(), "little")
+def _hash64(text: str) -> int:
+    """A stable 64-bit hash: a text's key for duplicates, a seed drawn from a build's seed and a name."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 class _Screen:
@@ -255,7 +256,7 @@ class _Screen:
             return False
         normalized = [normalized_words(p) for p in doc.paragraphs]
         flat = [w for p in normalized for w in p]
-        key = _text_key(flat)
+        key = _hash64(" ".join(flat))
         reason = "empty after cleaning" if not flat else "duplicate document" if key in self.seen_docs else None
         if reason:
             self.drop(doc.source, reason, words)
@@ -263,7 +264,7 @@ class _Screen:
         self.seen_docs.add(key)
         kept, repeated_words, keys = [], 0, []
         for para, norm in zip(doc.paragraphs, normalized):
-            k = _text_key(norm) if len(norm) >= settings.dedup_min_words else None
+            k = _hash64(" ".join(norm)) if len(norm) >= settings.dedup_min_words else None
             if k in self.seen_paragraphs:
                 repeated_words += len(para.split())
                 continue
@@ -307,10 +308,6 @@ def _capped(docs: list[dict], cap: int, seed: int) -> tuple[list[dict], list[dic
     return sorted(kept, key=lambda d: d["offset"]), dropped
 
 
-def _seed_of(seed: int, name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest(), "little")
-
-
 # A source's held-out share of words may exceed the asked share by this much of it (0.01 asked: 1% to 1.25%).
 HELDOUT_TOLERANCE = 0.25
 
@@ -347,10 +344,10 @@ def heldout_pieces(words: list[int], fraction: float, seed: int) -> set[int]:
 def build_corpus(sources: list[str], out: str | Path, tokenizer, settings: BuildSettings | None = None,
                  references: list[str] | None = None, overwrite: bool = False,
                  progress: Callable[[str], None] | None = None, against: list[str] = ()) -> dict:
-    """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report, decontaminated
-    against `references` (None: `default_references` and WikiText-2's test split) and `against`. The folder is written
-    under a temporary name and renamed at the end: a failed build leaves no half corpus and never touches an existing
-    one (`overwrite` replaces it only once the new one is complete)."""
+    """Build the corpus of `sources` (`[KIND:]PATH` each) into the new folder `out` and return its report,
+    decontaminated against `references` (None: `default_references` and WikiText-2's test split) and `against`. The
+    folder is written under a temporary name and renamed at the end: a failed build leaves no half corpus and never
+    touches an existing one (`overwrite` replaces it only once the new one is complete)."""
     settings = settings or BuildSettings()
     say = progress or (lambda msg: None)
     if not sources:
@@ -397,7 +394,7 @@ def _cap_authors(docs: list[dict], name: str, settings: BuildSettings, screen: _
         groups.setdefault(d["group"], []).append(d)
     kept = []
     for g in sorted(groups):
-        k, dropped = _capped(groups[g], settings.author_cap_words, _seed_of(settings.seed, g))
+        k, dropped = _capped(groups[g], settings.author_cap_words, _hash64(f"{settings.seed}:{g}"))
         kept.extend(k)
         for d in dropped:
             screen.drop(name, "over its author's cap", d["words"])
@@ -449,7 +446,8 @@ def _build_into(work: Path, trees, tokenizer, settings: BuildSettings, refs: lis
                     continue
                 stage.seek(d["offset"])
                 pieces += [(d, s, sum(len(p.split()) for p in s)) for s in sections(json.loads(stage.readline()), most)]
-            held = heldout_pieces([n for _, _, n in pieces], settings.heldout_fraction, _seed_of(settings.seed, name))
+            seed = _hash64(f"{settings.seed}:{name}")
+            held = heldout_pieces([n for _, _, n in pieces], settings.heldout_fraction, seed)
             say(f"tokenizing {name}: {len(docs)} documents in {len(pieces)} pieces")
             words = {"train": 0, "heldout": 0}
             heldout_text = []

@@ -21,9 +21,8 @@ from bert_core.errors import BertCoreError
 
 KINDS = ("gutenberg", "reuters", "newsgroups", "bbc", "nltk", "text")
 
-# NLTK's English running text that is not already elsewhere in the project: Brown and CoNLL-2000 are evaluated
-# on, movie reviews and sentence polarity are the polarity task's sources, Gutenberg and Shakespeare repeat the
-# Gutenberg source, state_union and abc are already in ../shared/data. Each maps to the members read as text.
+# NLTK's English running text not already elsewhere in the project (docs/corpus.md says why each other is left out),
+# each mapped to the members read as text.
 NLTK_CORPORA = {
     "webtext": r"webtext/[^/]+\.txt$",
     "inaugural": r"inaugural/[^/]+\.txt$",

@@ -214,11 +214,9 @@ class ShardStream(BatchStream):
         rows = plan[j * self.batch_size:(j + 1) * self.batch_size]
         cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
         if not self.nsp:
-            out = []
-            for row in rows:
-                text, span = self._part(row, 0, self.window)
-                out.append(NspInstance([cls, *text, sep], [0] * (len(text) + 2), False, span, (span[0], span[2], span[2])))
-            return out
+            windows = [self._part(row, 0, self.window) for row in rows]
+            return [NspInstance([cls, *text, sep], [0] * (len(text) + 2), False, span, (span[0], span[2], span[2]))
+                    for text, span in windows]
         half = self.window // 2
         not_next = (torch.rand(len(rows), generator=generator) < 0.5).tolist()
         others = torch.randint(len(plan), (len(rows),), generator=generator).tolist()

@@ -4,8 +4,8 @@ Trained on the toy stories alone (answer_spans_data.toy_qa_task), the shipped mo
 match; drilled on one kind at a time first, in DRILL_SHARES' order, each until it is learnt, they then read the
 stories at 99-100% (docs/benchmarks.md, "A curriculum: one kind of question at a time, then the stories").
 `sentence` (which the stories never ask, nor `happened`) comes first because `where` alone is a gamble at some seeds,
-and clicks within a few hundred steps after it. A drill's names, places and finds are its own (not the stories'), so that a
-drill teaches reading, not the stories' answers. Seeded, and returned as SQuAD v1.1 (drill_squad;
+and clicks within a few hundred steps after it. A drill's names, places and finds are its own (not the stories'), so
+that a drill teaches reading, not the stories' answers. Seeded, and returned as SQuAD v1.1 (drill_squad;
 answer_spans_data.drill_data reads it).
 """
 
