@@ -5,7 +5,9 @@ figures (units and components count from 1 on screen)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -23,6 +25,7 @@ from bert_core.inspect.kit import hooked, kept, own
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
+STEPS = json.loads(Path(__file__).with_name("view_text.json").read_text(encoding="utf-8"))["feed_forward"]["steps"]
 CONTEXT_CHARS = 64    # a sentence beside its bar: the marked token kept in view, the rest cut with "…"
 
 
@@ -68,18 +71,10 @@ def feed_forward_steps(model, steps) -> FeedForwardSteps:
 
 def what_each_step_does(ffn: FeedForwardSteps) -> list[str]:
     """A sentence a step, with this token's numbers (the token escaped for Markdown)."""
-    width, units, top = len(ffn.x), len(ffn.pre), ffn.most_active
-    return [f"**1. The input x**: the attention block's LayerNorm output for "
-            f"“{markdown(ffn.tokens[ffn.query])}”, {width} numbers.",
-            f"**2. W1·x + b1**: each of the {units} units weighs all {width} numbers of x and adds its bias: "
-            f"{units} numbers, {int((ffn.pre > 0).sum())} of them above 0.",
-            f"**3. {ffn.activation.upper()}** lets a positive number through about as it is and squashes a negative "
-            f"one to nearly 0 (never below {float(ffn.curve[1].min()):.2f}): the units above 0 carry on; unit "
-            f"{top + 1} fires most ({ffn.h[top]:.2f}).",
-            f"**4. W2·h + b2** mixes the {units} units back into {width} numbers: what the block adds to x.",
-            "**5. + x, then LayerNorm**: the residual keeps what attention computed and adds the block's part; the "
-            "LayerNorm rescales the sum to mean 0 and variance 1 (then its own weight and bias). This is the "
-            "layer's output: the next layer's input (after the last layer, what the prediction head reads)."]
+    return [step.format(token=markdown(ffn.tokens[ffn.query]), width=len(ffn.x), units=len(ffn.pre),
+                        above=int((ffn.pre > 0).sum()), activation=ffn.activation.upper(),
+                        lowest=float(ffn.curve[1].min()), top=ffn.most_active + 1, most=ffn.h[ffn.most_active])
+            for step in STEPS]
 
 
 @dataclass

@@ -13,9 +13,11 @@ same sum, on the same scale.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -38,6 +40,7 @@ ROWS_PER_PASS = 64   # rows of the path (or heads) in one forward pass: bounded 
 BASELINE = ("the same input with [PAD] at every token but [CLS] and [SEP] (the sentence with its words taken out), "
             "positions and segments unchanged")
 KINDS = ("labels", "tags", "spans")
+TEXT = json.loads(Path(__file__).with_name("view_text.json").read_text(encoding="utf-8"))["salience"]
 
 
 @dataclass
@@ -381,22 +384,13 @@ class SaliencePanel:
 
 
 def _ig_caption(e: Explanation) -> str:
-    parts = [f"{markdown(s.target.name)}: {s.value:.1%} at the input, {s.baseline_value:.1%} at the baseline; the "
-             f"saliences add up to {float(s.integrated.sum()) * 100:+.2f} points of the "
-             f"{(s.value - s.baseline_value) * 100:+.2f} (completeness gap {s.gap:.1%})" for s in e.saliences]
+    parts = [TEXT["target"].format(name=markdown(s.target.name), value=s.value, baseline=s.baseline_value,
+                                   total=float(s.integrated.sum()) * 100, change=(s.value - s.baseline_value) * 100,
+                                   gap=s.gap) for s in e.saliences]
     steps = e.saliences[0].steps
-    if steps == FIRST_STEPS:
-        how = (f"{steps} equal steps (enough: their trapezoids' errors add up to under {GAP_LIMIT:.0%} of the "
-               "change)")
-    else:
-        how = (f"{steps} steps ({FIRST_STEPS} equal ones to begin with, each halved while its own error was over "
-               f"its share, until the errors added up to under {GAP_LIMIT:.0%} of the change: the steps crowd "
-               "where the path bends)")
-    return (f"Blue: integrated gradients, {how}, along the straight line from a baseline to "
-            f"this input, on the word embeddings. The baseline: {BASELINE}. A token's bar is its share of the "
-            "change in probability from the baseline to the input. " + "; ".join(parts) + ". Orange: gradient × "
-            "input, one gradient at the input times the same difference: cheap, and misleading where the model is "
-            "saturated (a flat probability has a small gradient however much a token mattered).")
+    how = TEXT["equal_steps" if steps == FIRST_STEPS else "refined_steps"].format(steps=steps, first=FIRST_STEPS,
+                                                                                  gap=GAP_LIMIT)
+    return TEXT["integrated"].format(how=how, baseline=BASELINE, parts="; ".join(parts))
 
 
 def salience_panel_data(model, tokenizer, kind: str, text: str, text_b: str | None = None, word: int | None = None,
@@ -412,10 +406,6 @@ def salience_panel_data(model, tokenizer, kind: str, text: str, text_b: str | No
     else:
         summary = (f"The model's answer: **{markdown(e.answer) or '(nothing)'}** (start {first.value:.0%}, end "
                    f"{e.saliences[1].value:.0%}).")
-    grid_caption = ("Each cell switches one head off (its output set to zero, the others on) and shows how "
-                    f"{markdown(e.heads.name)} changes, in percentage points. Red: the answer gets likelier without "
-                    "the head; blue: the head was helping it. Most heads matter little alone: a model spreads its "
-                    "work.")
     return SaliencePanel(summary=summary, explanation=e, figures=[
         ("salience", salience_figure(e), _ig_caption(e)),
-        ("salience-heads", head_grid_figure(e), grid_caption)])
+        ("salience-heads", head_grid_figure(e), TEXT["heads"].format(name=markdown(e.heads.name)))])
