@@ -163,24 +163,16 @@ def _figures(args, config: BertConfig, device, kept: bool, times: dict, warm: di
     ceiling = matmul.gflops()
     peak = datasheet_tflops(_machine(device)) if device.type == "cuda" else None
     flops = useful_flops(config, args.batch_size, args.seq_len, masked)
-    result = {
-        "machine": f"{_machine(device)}, torch {torch.__version__}",
-        "device": device.type,
-        "precision": computes_in(device, args.precision),
-        "compiled": args.compile != "off",
-        "compile_mode": args.compile,
-        "config": f"{args.preset} (L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}), "
-                  f"vocab {config.vocab_size}, seq {args.seq_len}, batch {args.batch_size}, "
-                  f"{args.mask_rate:.0%} masked",
-        "freed_memory_kept": kept,
-        "matmul_gflops": round(ceiling, 1),
-        "matmul_spread": round(spread(matmul.times), 3),
-        "datasheet_tflops": peak,
-        "memory_gbps": round(memory.gbps(), 1),
-        "memory_spread": round(spread(memory.times), 3),
-        "useful_gflop_per_step": round(flops / 1e9, 4),
-        "flops_formula": FLOPS_FORMULA,
-    }
+    size = f"L{config.num_hidden_layers} H{config.hidden_size} A{config.num_attention_heads}"
+    result = {"machine": f"{_machine(device)}, torch {torch.__version__}", "device": device.type,
+              "precision": computes_in(device, args.precision), "compiled": args.compile != "off",
+              "compile_mode": args.compile,
+              "config": f"{args.preset} ({size}), vocab {config.vocab_size}, seq {args.seq_len}, "
+                        f"batch {args.batch_size}, {args.mask_rate:.0%} masked",
+              "freed_memory_kept": kept, "matmul_gflops": round(ceiling, 1),
+              "matmul_spread": round(spread(matmul.times), 3), "datasheet_tflops": peak,
+              "memory_gbps": round(memory.gbps(), 1), "memory_spread": round(spread(memory.times), 3),
+              "useful_gflop_per_step": round(flops / 1e9, 4), "flops_formula": FLOPS_FORMULA}
     for name, ts in times.items():   # each model's median step, tokens/s, spread, compile time and utilisation
         med = statistics.median(ts)
         tokens_per_s = args.batch_size * args.seq_len / med

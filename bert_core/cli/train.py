@@ -283,23 +283,12 @@ def final_metrics(trainer, heldout_by_corpus: dict, wall_s: float) -> dict:
                    "next_token_loss": final.get("mlm_loss")}
     else:
         heldout = {"masked_token_accuracy": final.get("mlm_acc"), "mlm_loss": final.get("mlm_loss")}
-    return {
-        "heldout": {**heldout, "perplexity": final.get("perplexity"), "nsp_accuracy": final.get("nsp_acc"),
-                    "step": final.get("step")},
-        "baselines": _baselines(trainer),
-        "per_corpus": _per_corpus(trainer, heldout_by_corpus),
-        "heldout_split": trainer.metadata.get("heldout"),
-        "steps": trainer.step,
-        "tokens_seen": trainer.tokens_seen,
-        "growth": trainer.growth,
-        "training_time_s": trainer.elapsed_s,
-        "wall_time_s": wall_s,
-        "world_size": trainer.dist.world_size,
-        "device": str(trainer.device),
-        "machine": _machine(),
-        "train_config": cfg.to_dict(),
-        "commands": trainer.metadata.get("commands", []),
-    }
+    heldout.update(perplexity=final.get("perplexity"), nsp_accuracy=final.get("nsp_acc"), step=final.get("step"))
+    return {"heldout": heldout, "baselines": _baselines(trainer), "per_corpus": _per_corpus(trainer, heldout_by_corpus),
+            "heldout_split": trainer.metadata.get("heldout"), "steps": trainer.step,
+            "tokens_seen": trainer.tokens_seen, "growth": trainer.growth, "training_time_s": trainer.elapsed_s,
+            "wall_time_s": wall_s, "world_size": trainer.dist.world_size, "device": str(trainer.device),
+            "machine": _machine(), "train_config": cfg.to_dict(), "commands": trainer.metadata.get("commands", [])}
 
 
 def metrics_text(m: dict) -> str:
