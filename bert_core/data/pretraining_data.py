@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -153,9 +154,7 @@ def _far_start(rng: random.Random, n: int, a_start: int, a_end: int):
 def _contiguous_instances(docs, kept, d, max_num_tokens, short_seq_prob, rng, cls_id, sep_id, out):
     """NSP off: cut document `d` into single segments of contiguous text, each filled to the target length."""
     flat = [t for seg in docs[d] for t in seg]
-    starts = [0]
-    for seg in docs[d]:
-        starts.append(starts[-1] + len(seg))
+    starts = [0, *itertools.accumulate(len(seg) for seg in docs[d])]
     pos = 0
     while pos < len(flat):
         target = max_num_tokens
@@ -483,18 +482,12 @@ class PretrainingData(BatchStream):
                          mask_only)
         self.corpus = corpus
         # Tokenise every sentence once, in one parallel call, then cut back into documents.
-        flat = tokenizer.encode_batch(list(corpus.texts()))
-        self.token_docs: list[list[list[int]]] = []
-        pos = 0
-        for doc in corpus.documents:
-            self.token_docs.append(flat[pos: pos + len(doc)])
-            pos += len(doc)
-        if not any(len(s) for d in self.token_docs for s in d):
-            raise BertCoreError(f"corpus {corpus.name!r} has no tokens; give it some text")
+        sentences = iter(tokenizer.encode_batch(list(corpus.texts())))
+        self.token_docs = [list(itertools.islice(sentences, len(doc))) for doc in corpus.documents]
         all_ids = torch.tensor([t for d in self.token_docs for s in d for t in s], dtype=torch.long)
-        # Over the training text, for the unigram baseline.
-        self.token_counts = torch.zeros(tokenizer.vocab_size, dtype=torch.long).scatter_add_(
-            0, all_ids, torch.ones_like(all_ids))
+        if not all_ids.numel():
+            raise BertCoreError(f"corpus {corpus.name!r} has no tokens; give it some text")
+        self.token_counts = torch.bincount(all_ids, minlength=tokenizer.vocab_size)   # for the unigram baseline
         self.num_tokens = int(all_ids.numel())
         self._instances_epoch: int | None = None
         self._instances: list[NspInstance] = []
