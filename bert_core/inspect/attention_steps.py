@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, hooked, lm_head, own
+from bert_core.inspect.kit import as_batch, check_head, evaluating, heads_off, hooked, lm_head, numpy32, own
 from bert_core.inspect.inspection import encode_input
 from bert_core.model.bert import is_causal
 
@@ -150,17 +150,14 @@ def attention_steps(model, tokenizer, a: str, layer: int, head: int, query: int,
     normed = torch.nn.functional.layer_norm(residual, residual.shape, attn.output.LayerNorm.weight.float(),
                                             attn.output.LayerNorm.bias.float(), attn.output.LayerNorm.eps)
 
-    def arr(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy().astype(np.float32)
-
     return AttentionSteps(
         tokens=list(tokens), layer=layer, head=head, query=query, head_dim=d, causal=is_causal(model),
-        hidden_in=arr(hidden_in), q=arr(q[query]), k=arr(k), v=arr(v), scores=arr(scores), scaled=arr(scaled),
-        allowed=arr(mask_row) == 0, masked=arr(masked), probs=arr(probs),
-        model_probs=arr(model_probs[0, head, query].float()), context=arr(probs @ v),
-        model_context=arr(heads_joined[cut]), heads_joined=arr(heads_joined),
-        projected=arr(seen["projected"][0, query].float()), residual=arr(residual), normed=arr(normed),
-        model_normed=arr(seen["normed"][0, query].float()))
+        hidden_in=numpy32(hidden_in), q=numpy32(q[query]), k=numpy32(k), v=numpy32(v), scores=numpy32(scores),
+        scaled=numpy32(scaled), allowed=numpy32(mask_row) == 0, masked=numpy32(masked), probs=numpy32(probs),
+        model_probs=numpy32(model_probs[0, head, query]), context=numpy32(probs @ v),
+        model_context=numpy32(heads_joined[cut]), heads_joined=numpy32(heads_joined),
+        projected=numpy32(seen["projected"][0, query]), residual=numpy32(residual), normed=numpy32(normed),
+        model_normed=numpy32(seen["normed"][0, query]))
 
 
 def with_temperature(steps: AttentionSteps, temperature: float) -> np.ndarray:

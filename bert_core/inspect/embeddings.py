@@ -16,7 +16,7 @@ from bert_core.data.corpora import corpus_label
 from bert_core.errors import BertCoreError
 from bert_core.inspect.attention_steps import encode_for_steps
 from bert_core.inspect.built_in_text import MINIMAL_PAIRS
-from bert_core.inspect.kit import as_batch, evaluating, hidden_states, hooked, kept, own
+from bert_core.inspect.kit import as_batch, evaluating, hidden_states, hooked, kept, numpy32, own
 from bert_core.inspect.probes import heldout_documents, readable_offline
 from bert_core.inspect.word_maps import SENSE_SENTENCES
 
@@ -32,10 +32,6 @@ class EmbeddingParts:
     summed: np.ndarray        # [S, H]
     normed: np.ndarray        # [S, H] LayerNorm(summed), computed here
     model_output: np.ndarray  # [S, H] the embedding layer's output
-
-
-def _arr(t: torch.Tensor) -> np.ndarray:
-    return t.detach().float().cpu().numpy()
 
 
 def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> EmbeddingParts:
@@ -54,9 +50,9 @@ def embedding_parts(model, tokenizer, a: str, b: str | None = None) -> Embedding
         summed = word + position + segment
         ln = emb.LayerNorm
         normed = torch.nn.functional.layer_norm(summed, summed.shape[-1:], ln.weight.float(), ln.bias.float(), ln.eps)
-    return EmbeddingParts(tokens=list(tokens), token_type_ids=list(types), word=_arr(word), position=_arr(position),
-                          segment=_arr(segment), summed=_arr(summed), normed=_arr(normed),
-                          model_output=_arr(seen["out"][0]))
+    return EmbeddingParts(tokens=list(tokens), token_type_ids=list(types), word=numpy32(word),
+                          position=numpy32(position), segment=numpy32(segment), summed=numpy32(summed),
+                          normed=numpy32(normed), model_output=numpy32(seen["out"][0]))
 
 
 def nearest_neighbours(model, tokenizer, word: str, k: int = 10) -> list[tuple[str, float]]:

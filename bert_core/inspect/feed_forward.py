@@ -21,7 +21,7 @@ from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SC
 from bert_core.inspect.embeddings import TokenPool, token_pool
 from bert_core.inspect.inspection import group_word_pieces, word_text
 from bert_core.inspect.figures import _layout, shorten, wrap
-from bert_core.inspect.kit import hooked, kept, own
+from bert_core.inspect.kit import check_head, hooked, kept, numpy32, own
 from bert_core.inspect.safe_text import markdown
 
 POOL_BATCH = 32    # token_pool's batch: which captured batch a pool sentence's activations sit in
@@ -63,10 +63,9 @@ def feed_forward_steps(model, steps) -> FeedForwardSteps:
         normed = F.layer_norm(out + x, x.shape, norm.weight.float(), norm.bias.float(), norm.eps)
         grid = torch.linspace(min(-4.0, float(pre.min())), max(4.0, float(pre.max())), 201, device=x.device)
         curve = torch.stack([grid, act(grid)])
-    arr = lambda t: t.cpu().numpy().astype(np.float32)  # noqa: E731
     return FeedForwardSteps(tokens=steps.tokens, layer=steps.layer, query=steps.query,
-                            activation=str(model.config.hidden_act), x=arr(x), pre=arr(pre), h=arr(h), out=arr(out),
-                            residual=arr(out + x), normed=arr(normed), curve=arr(curve))
+                            activation=str(model.config.hidden_act), x=numpy32(x), pre=numpy32(pre), h=numpy32(h),
+                            out=numpy32(out), residual=numpy32(out + x), normed=numpy32(normed), curve=numpy32(curve))
 
 
 def what_each_step_does(ffn: FeedForwardSteps) -> list[str]:
@@ -89,8 +88,7 @@ class UnitPool:
 def unit_pool(model, tokenizer, sentences, source: str, layer: int) -> UnitPool:
     """The pool's tokens (embeddings.token_pool) with layer `layer`'s feed-forward activations, hooked as the pool
     is read: one pass over the sentences."""
-    if not 0 <= layer < model.config.num_hidden_layers:
-        raise BertCoreError(f"layer {layer + 1} does not exist: the model has {model.config.num_hidden_layers} layers")
+    check_head(model, layer, 0)
     seen: list[torch.Tensor] = []
     # Only this thread's passes (kit.own): a student's page reading the same model at the same time put its own
     # sentence's activations among the pool's (an IndexError in a two-browser lesson test).

@@ -17,6 +17,7 @@ from bert_core.errors import BertCoreError
 from bert_core.inspect.computation_figures import (FONT, NUMBERS_UP_TO, _dims, _fonts, _strip, _symmetric,
                                                    _token_name, token_labels)
 from bert_core.inspect.figures import _layout, wrap
+from bert_core.inspect.kit import numpy32
 
 PROJECTIONS = {"query": ("W_Q", "q"), "key": ("W_K", "k"), "value": ("W_V", "v")}
 
@@ -49,9 +50,8 @@ def head_projection(model, steps, name: str, token: int) -> HeadProjection:
         weight, bias = linear.weight[cut].float(), linear.bias[cut].float()
         x = torch.as_tensor(steps.hidden_in[token], device=weight.device)
         result = F.linear(x, weight, bias)
-    arr = lambda t: t.detach().cpu().numpy().astype(np.float32)  # noqa: E731
     return HeadProjection(name=name, layer=steps.layer, head=steps.head, token=token, tokens=steps.tokens,
-                          weight=arr(weight), x=arr(x), bias=arr(bias), result=arr(result))
+                          weight=numpy32(weight), x=numpy32(x), bias=numpy32(bias), result=numpy32(result))
 
 
 def query_key_products(steps) -> np.ndarray:

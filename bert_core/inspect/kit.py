@@ -9,6 +9,7 @@ import threading
 import weakref
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from bert_core.errors import BertCoreError
@@ -32,6 +33,11 @@ def evaluating(model, grad: bool = False):
 
 def device_of(model) -> torch.device:
     return next(model.parameters()).device
+
+
+def numpy32(t: torch.Tensor) -> np.ndarray:
+    """A tensor as a float32 numpy array on the CPU: what a look's results hold."""
+    return t.detach().float().cpu().numpy()
 
 
 def as_batch(model, *rows: Sequence[int]) -> list[torch.Tensor]:
