@@ -7,6 +7,7 @@ function removes is what a model should not spend its budget learning to predict
 
 from __future__ import annotations
 
+import itertools
 import re
 
 # The markers of the Gutenberg licence around a book's text, in the styles used from 1990s to today's files.
@@ -113,12 +114,6 @@ def newsgroup_body(post: str) -> str:
     i = 0
     while i < len(lines) and lines[i].strip() and (_HEADER.match(lines[i]) or lines[i][:1] in " \t"):
         i += 1  # header lines, and their continuation lines that start with white space
-    body = []
-    for ln in lines[i:]:
-        if ln.rstrip() == "--":
-            break
-        s = ln.strip()
-        if s.startswith((">", "|", ":")) or _QUOTE_INTRO.search(s):
-            continue
-        body.append(ln)
-    return "\n".join(body)
+    body = itertools.takewhile(lambda ln: ln.rstrip() != "--", lines[i:])
+    return "\n".join(ln for ln in body
+                     if not ln.strip().startswith((">", "|", ":")) and not _QUOTE_INTRO.search(ln.strip()))

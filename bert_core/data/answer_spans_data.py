@@ -286,11 +286,7 @@ def _toy_story(rng: random.Random) -> tuple[str, str, list[tuple[str, str, str, 
                           .format(n=name, p=place), ("thing", c)))
         questions.append((rng.choice(["Who went to the {p}?", "Who visited the {p}?"]).format(p=place), ("name", c)))
         questions.append((f"Who found {named}?", ("finder", c) if ("finder", c) in writer.spans else ("name", c)))
-    out = []
-    for question, key in questions:
-        answer, start = writer.spans[key]
-        out.append((question, answer, start))
-    return topic, writer.text, out
+    return topic, writer.text, [(question, *writer.spans[key]) for question, key in questions]
 
 
 def toy_qa_task(seed: int = 0, num_stories: int = 600, drills: bool = True) -> QAData:

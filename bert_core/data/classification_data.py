@@ -347,11 +347,8 @@ def toy_topic_task(seed: int = 0, num_examples: int = 3000) -> ClassificationDat
     topic_of = _topic_words()
     texts, labels = [], []
     for story in stories:
-        votes: dict[str, int] = {}
-        for sentence in story:
-            for word in re.findall(r"[a-z]+", sentence.lower()):
-                if word in topic_of:
-                    votes[topic_of[word]] = votes.get(topic_of[word], 0) + 1
+        votes = Counter(topic_of[word] for sentence in story for word in re.findall(r"[a-z]+", sentence.lower())
+                        if word in topic_of)
         middle = story[1:-1] or story
         texts.append(rng.choice(middle))
         labels.append(names.index(max(votes, key=votes.get)))

@@ -180,10 +180,8 @@ def shakespeare_documents(text: str, speeches_per_document: int = 20) -> list[li
             if speaker:
                 sentences[0] = f"{speaker} {sentences[0]}"
             speeches.append(sentences)
-    docs = []
-    for i in range(0, len(speeches), speeches_per_document):
-        docs.append([s for sp in speeches[i: i + speeches_per_document] for s in sp])
-    return docs
+    return [[s for speech in speeches[i: i + speeches_per_document] for s in speech]
+            for i in range(0, len(speeches), speeches_per_document)]
 
 
 def corpus_from_text(text: str, name: str = "pasted") -> Corpus:

@@ -192,11 +192,8 @@ def brown_text_from_zip(path: str | Path) -> str:
         with zipfile.ZipFile(path) as z:
             for member in sorted(n for n in z.namelist() if _BROWN_FILE.search(n)):
                 raw = z.read(member).decode("utf-8", errors="replace")
-                sentences = []
-                for line in raw.split("\n"):
-                    words = [w.rsplit("/", 1)[0] for w in line.split()]
-                    if words:
-                        sentences.append(" ".join(words).replace("``", '"').replace("''", '"'))
+                sentences = [" ".join(w.rsplit("/", 1)[0] for w in line.split()).replace("``", '"').replace("''", '"')
+                             for line in raw.split("\n") if line.split()]
                 if sentences:
                     docs.append("\n".join(sentences))
     except zipfile.BadZipFile as exc:
