@@ -58,25 +58,11 @@ class MlmStats:
     def to_tensor(self, device=None) -> torch.Tensor:
         return torch.tensor(astuple(self), dtype=torch.float64, device=device)
 
-    @property
-    def mlm_loss(self) -> float:
-        return self.mlm_loss_sum / max(self.masked, 1.0)
-
-    @property
-    def mlm_acc(self) -> float | None:
-        return _ratio(self.correct, self.masked)
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(min(self.mlm_loss, 700.0))
-
-    @property
-    def nsp_loss(self) -> float:
-        return self.nsp_loss_sum / max(self.sequences, 1.0)
-
-    @property
-    def nsp_acc(self) -> float | None:
-        return _ratio(self.nsp_correct, self.sequences)
+    mlm_loss = property(lambda self: self.mlm_loss_sum / max(self.masked, 1.0))
+    mlm_acc = property(lambda self: _ratio(self.correct, self.masked))
+    perplexity = property(lambda self: math.exp(min(self.mlm_loss, 700.0)))
+    nsp_loss = property(lambda self: self.nsp_loss_sum / max(self.sequences, 1.0))
+    nsp_acc = property(lambda self: _ratio(self.nsp_correct, self.sequences))
 
     def acc_by_decision(self) -> dict[str, float | None]:
         """Accuracy on the tokens of each masking decision: {"masked": ..., "random": ..., "kept": ...}."""
@@ -118,41 +104,24 @@ def batch_stats(mlm_logits: torch.Tensor, labels: torch.Tensor, decisions: torch
 
 def step_loss(stats: MlmStats, nsp: bool) -> float:
     """The loss an update minimised (MLM, plus NSP when the run has it): what the NaN guard and the event read."""
-    nsp_loss = stats.nsp_loss if nsp else None
-    return stats.mlm_loss + (nsp_loss or 0.0)
+    return stats.mlm_loss + (stats.nsp_loss if nsp else 0.0)
 
 
 def step_event(step: int, tokens_seen: int, lr: float, stats: MlmStats, nsp: bool, grad_norm: float,
                tokens_per_s: float, elapsed_s: float) -> StepEvent:
     """The StepEvent of the update that made `step` from its summed figures (`stats`, over every rank)."""
     by_decision = stats.acc_by_decision()
-    return StepEvent(
-        step=step,
-        tokens_seen=tokens_seen,
-        lr=lr,
-        loss=step_loss(stats, nsp),
-        mlm_loss=stats.mlm_loss,
-        nsp_loss=stats.nsp_loss if nsp else None,
-        mlm_acc=stats.mlm_acc,
-        mlm_acc_masked=by_decision["masked"],
-        mlm_acc_random=by_decision["random"],
-        mlm_acc_kept=by_decision["kept"],
-        nsp_acc=stats.nsp_acc if nsp else None,
-        tokens_per_s=tokens_per_s,
-        grad_norm=grad_norm,
-        elapsed_s=elapsed_s,
-    )
+    return StepEvent(step=step, tokens_seen=tokens_seen, lr=lr, loss=step_loss(stats, nsp), mlm_loss=stats.mlm_loss,
+                     nsp_loss=stats.nsp_loss if nsp else None, mlm_acc=stats.mlm_acc,
+                     mlm_acc_masked=by_decision["masked"], mlm_acc_random=by_decision["random"],
+                     mlm_acc_kept=by_decision["kept"], nsp_acc=stats.nsp_acc if nsp else None,
+                     tokens_per_s=tokens_per_s, grad_norm=grad_norm, elapsed_s=elapsed_s)
 
 
 def eval_event(step: int, result: EvalResult, nsp: bool) -> EvalEvent:
     """The EvalEvent of a held-out evaluation at `step` (no NSP figure for a run without NSP)."""
-    return EvalEvent(
-        step=step,
-        mlm_loss=result.mlm_loss,
-        mlm_acc=result.mlm_acc,
-        perplexity=result.perplexity,
-        nsp_acc=result.nsp_acc if nsp else None,
-    )
+    return EvalEvent(step=step, mlm_loss=result.mlm_loss, mlm_acc=result.mlm_acc, perplexity=result.perplexity,
+                     nsp_acc=result.nsp_acc if nsp else None)
 
 
 @dataclass
@@ -180,8 +149,7 @@ def evaluate(model, batches, device=None, precision: str = "bf16") -> EvalResult
         raise BertCoreError("no evaluation batches: the held-out text is too short to build one")
     was_training = model.training
     model.eval()
-    device = device or next(model.parameters()).device
-    device = torch.device(device)
+    device = torch.device(device or next(model.parameters()).device)
     autocast = autocast_for(device, precision)
     totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=device)
     has_nsp = True
@@ -202,16 +170,10 @@ def evaluate(model, batches, device=None, precision: str = "bf16") -> EvalResult
     stats = MlmStats.from_tensor(totals)
     if stats.masked == 0:
         raise BertCoreError("the evaluation batches hold no masked tokens; use more text or a higher mask rate")
-    return EvalResult(
-        mlm_loss=stats.mlm_loss,
-        mlm_acc=stats.mlm_acc,
-        perplexity=stats.perplexity,
-        nsp_acc=stats.nsp_acc if has_nsp else None,
-        num_masked=int(stats.masked),
-        num_sequences=int(stats.sequences),
-        acc_by_decision=stats.acc_by_decision(),
-        objective="clm" if is_causal(model) else "mlm",
-    )
+    return EvalResult(mlm_loss=stats.mlm_loss, mlm_acc=stats.mlm_acc, perplexity=stats.perplexity,
+                      nsp_acc=stats.nsp_acc if has_nsp else None, num_masked=int(stats.masked),
+                      num_sequences=int(stats.sequences), acc_by_decision=stats.acc_by_decision(),
+                      objective="clm" if is_causal(model) else "mlm")
 
 
 def unigram_baseline_for(data, batches) -> dict:

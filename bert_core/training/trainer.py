@@ -38,6 +38,14 @@ def run_seed(seed: int, rank: int) -> int:
     return seed * 1_000_003 + rank
 
 
+def global_rng_state() -> dict:
+    """torch's global generator state now, and CUDA's where there is a GPU."""
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
 class DropoutRng:
     """The torch (and CUDA) generator state of one run's rank, installed in torch's global generators while it runs."""
 
@@ -51,39 +59,24 @@ class DropoutRng:
     @contextlib.contextmanager
     def installed(self, seed: int):
         """For the run, the run's state in torch's global generators; after it, the caller's state back in them."""
-        outer_rng = torch.get_rng_state()
-        outer_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        self._install(seed)
+        outer = global_rng_state()
+        torch.set_rng_state(self.state["torch"])
+        if torch.cuda.is_available():
+            if self.state.get("cuda") is None:
+                torch.cuda.manual_seed_all(run_seed(seed, self.rank))
+            else:
+                torch.cuda.set_rng_state_all(self.state["cuda"])
         try:
             yield
         finally:
-            self._capture()
-            torch.set_rng_state(outer_rng)
-            if outer_cuda is not None:
-                torch.cuda.set_rng_state_all(outer_cuda)
+            self.state = global_rng_state()
+            torch.set_rng_state(outer["torch"])
+            if "cuda" in outer:
+                torch.cuda.set_rng_state_all(outer["cuda"])
 
     def current(self, running: bool) -> dict:
         """The run's state now: the global generators' while it runs (they hold it then), else the kept copy."""
-        if not running:
-            return self.state
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        return rng
-
-    def _install(self, seed: int) -> None:
-        torch.set_rng_state(self.state["torch"])
-        if torch.cuda.is_available():
-            cuda_state = self.state.get("cuda")
-            if cuda_state is None:
-                torch.cuda.manual_seed_all(run_seed(seed, self.rank))
-            else:
-                torch.cuda.set_rng_state_all(cuda_state)
-
-    def _capture(self) -> None:
-        self.state = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            self.state["cuda"] = torch.cuda.get_rng_state_all()
+        return global_rng_state() if running else self.state
 
 
 class TrainerGrowth:
@@ -189,31 +182,12 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         self.optimizer = self.optimization.optimizer
         self.gradients = GradientAccumulator(self.model, ddp, self.device, self.dist, self.optimization)
 
-    @property
-    def is_main(self) -> bool:
-        """Whether this process is rank 0, the one that saves checkpoints."""
-        return self.dist.is_main
-
-    @property
-    def model_config(self):
-        """The model's BertConfig as it is now (a growing run's changes size once), as its mirror in the server
-        keeps it (serve.training_mirrors.TrainerProxy.model_config)."""
-        return self.model.config
-
-    @property
-    def history_limit(self) -> int:
-        """How many step events `history` keeps before it thins them (TrainConfig.history_limit)."""
-        return self.config.history_limit
-
-    @property
-    def data(self):
-        """The training data (its position moves with the run)."""
-        return self.batches.data
-
-    @property
-    def eval_data(self):
-        """The held-out data the evaluations read (None: no evaluations)."""
-        return self.evaluation.eval_data
+    is_main = property(lambda self: self.dist.is_main)   # rank 0, the one process that saves checkpoints
+    # The model's BertConfig as it is now (a growing run's changes size once), as its server mirror keeps it.
+    model_config = property(lambda self: self.model.config)
+    history_limit = property(lambda self: self.config.history_limit)   # step events kept before they are thinned
+    data = property(lambda self: self.batches.data)   # the training data (its position moves with the run)
+    eval_data = property(lambda self: self.evaluation.eval_data)   # the held-out data (None: no evaluations)
 
     @property
     def baselines(self) -> dict:
