@@ -44,7 +44,7 @@ def test_the_server_and_the_cli_import_no_cluster_and_no_ray(tmp_path):
 
 def test_the_cluster_package_itself_loads_neither_ray_nor_torch(tmp_path):
     """Ray is loaded by a run made on a cluster, not by importing the plug-in (the factory's slots ask it first)."""
-    loaded = _modules_after("import bert_core.cluster.ray_job, bert_core.cluster.ray_actor", tmp_path)
+    loaded = _modules_after("import bert_core.cluster.ray_job", tmp_path)
     assert "ray" not in loaded and "torch" not in loaded
 
 
