@@ -100,8 +100,10 @@ def _object(value, where: str, source: str) -> dict:
     return value
 
 
-def _answer_span(context: str, text: str, start: int, where: str, source: str) -> tuple[str, int]:
+def _answer_span(context: str, answer, where: str, source: str) -> tuple[str, int]:
     """(text, start) of an answer checked against its context; surrounding whitespace on either side is forgiven."""
+    answer = _object(answer, where, source)
+    text, start = _get(answer, "text", str, where, source), _get(answer, "answer_start", int, where, source)
     if not text.strip():
         raise BertCoreError(f"{source}: {where} has an empty answer text; give the answer's words.")
     if not 0 <= start < len(context):
@@ -169,17 +171,10 @@ def parse_squad(obj_or_text, source: str = "<json>") -> QAData:
                 if not answers:
                     raise BertCoreError(f"{source}: {where_q} has no answers; a SQuAD v1.1 question needs at least "
                                         "one (mark it is_impossible if it is a SQuAD v2 unanswerable question).")
-                texts, starts = [], []
-                for k, answer in enumerate(answers):
-                    where_k = f"{where_q}.answers[{k}]"
-                    answer = _object(answer, where_k, source)
-                    text = _get(answer, "text", str, where_k, source)
-                    start = _get(answer, "answer_start", int, where_k, source)
-                    text, start = _answer_span(context, text, start, where_k, source)
-                    texts.append(text)
-                    starts.append(start)
-                examples.append(QAExample(id=qid, question=question, context=context, answers=texts,
-                                          answer_starts=starts, title=title))
+                spans = [_answer_span(context, answer, f"{where_q}.answers[{k}]", source)
+                         for k, answer in enumerate(answers)]
+                examples.append(QAExample(id=qid, question=question, context=context, answers=[t for t, _ in spans],
+                                          answer_starts=[s for _, s in spans], title=title))
                 asked = True
             passages += asked
     if not examples:
