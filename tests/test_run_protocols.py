@@ -131,7 +131,7 @@ def _probes(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("module", ["serve/run_queue.py", "serve/run_scheduler.py", "serve/jobs.py",
+@pytest.mark.parametrize("module", ["serve/run_scheduler.py", "serve/jobs.py",
                                     "serve/finetune_runs.py", "serve/training_process.py", "serve/train_spec.py",
                                     "serve/run_registry.py", "serve/runs.py", "serve/run_records.py",
                                     "serve/app_storage.py", "app/export.py", "serve/model_sources.py",

@@ -1,4 +1,4 @@
-"""A server's GPUs (bert_core.serve.server_gpus) and the queue's device slots (bert_core.serve.run_queue): runs
+"""A server's GPUs (bert_core.serve.server_gpus) and the queue's device slots (bert_core.serve.run_registry): runs
 take a GPU slot while one is free and the CPU's after, keep their device across turns, and the pages say where a
 run trains. Stand-in GPUs and jobs everywhere but the last tests, which train on a real CUDA GPU (skipped
 without one)."""
@@ -13,8 +13,7 @@ import torch
 
 from bert_core.errors import BertCoreError
 from bert_core.serve import job_factory, jobs, runs, server_gpus
-from bert_core.serve.run_queue import RunQueue
-from bert_core.serve.run_registry import Run
+from bert_core.serve.run_registry import Run, RunQueue
 from bert_core.serve.server_gpus import ServerGpu
 from tests.race_stand_ins import builder_of, race_spec
 from tests.stand_ins import Steps

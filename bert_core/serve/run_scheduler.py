@@ -17,8 +17,7 @@ from bert_core.serve.finetune_runs import KeptRaceJob
 from bert_core.serve.training_process import ProcessModel
 from bert_core.serve.run_protocols import FINETUNE_PAGE
 from bert_core.serve.run_records import CHECKPOINT, PROBES, RACE_FILE
-from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
-from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
+from bert_core.serve.run_registry import OWNER, SILENT_S, VIEWER, Run, RunQueue, RunRegistry, run_silence
 from bert_core.serve.server_gpus import failed_gpus, is_gpu_fault, mark_failed
 
 log = logging.getLogger("bert_core.app")

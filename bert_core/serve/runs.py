@@ -25,8 +25,7 @@ from typing import Any, Callable
 from bert_core.errors import BertCoreError
 from bert_core.serve.finetune_runs import restoring
 from bert_core.serve.job_base import SLOTS_ENV, default_slots
-from bert_core.serve.run_queue import SILENT_S, RunQueue, run_silence
-from bert_core.serve.run_registry import OWNER, VIEWER, Run, RunRegistry
+from bert_core.serve.run_registry import OWNER, SILENT_S, VIEWER, Run, RunQueue, RunRegistry, run_silence
 from bert_core.serve.run_scheduler import RunScheduler, end_job, restore_runs
 from bert_core.serve.server_gpus import detect_in_background, detected_gpus, device_label
 
