@@ -1,4 +1,4 @@
-"""mlm_stats: the named sums that a training step and a held-out evaluation both report, against a hand count."""
+"""evaluation.MlmStats: the named sums that a training step and a held-out evaluation both report, by hand count."""
 
 import math
 

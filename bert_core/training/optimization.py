@@ -145,7 +145,7 @@ class GradientAccumulator:
         n_masked_global, n_seq_global = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0)
         world = self.dist.world_size
         forward = self.ddp if self.ddp is not None else self.model
-        # One vector of sums on the device (mlm_stats.MlmStats), read back once per step: no host sync per
+        # One vector of sums on the device (evaluation.MlmStats), read back once per step: no host sync per
         # micro-batch on a GPU.
         totals = torch.zeros(MlmStats.size(), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(batches):

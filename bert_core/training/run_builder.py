@@ -175,7 +175,8 @@ def load_shard_data(plan: RunPlan, folder, tokenizer, world_size: int = 1) -> Ru
     train = ShardStream(folder, "train", batch_size=cfg.batch_size * world_size, **common)
     heldout_batches = ShardStream(folder, "heldout", batch_size=cfg.batch_size, weights={}, **common)
     built = index.get("settings", {})
-    record = {"seed": int(built.get("seed", 0)), "fraction": float(built.get("heldout_fraction", plan.heldout_fraction)),
+    record = {"seed": int(built.get("seed", 0)),
+              "fraction": float(built.get("heldout_fraction", plan.heldout_fraction)),
               "method": "the documents `corpus build` held out of each source (its index.json and heldout/)",
               "shards": str(folder), "corpora": [{"spec": spec} for spec in plan.corpora]}
     # Each source's held-out documents, for its own figures in metrics.json.

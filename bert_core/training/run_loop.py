@@ -119,6 +119,7 @@ class RunLoop(EventLog):
     times_only_steps = False
     rerunnable = True     # may run() continue after a stop (the Trainer), or is a run done once (the Finetuner)
     run_name = "training"
+    history_limit = 0     # step events kept before they are thinned (0: all)
 
     def __init__(self, callbacks: Sequence[Callable[[Any], None]] = ()):
         super().__init__()  # the lock also guards `state` for readers in other threads
@@ -134,9 +135,7 @@ class RunLoop(EventLog):
 
     # ------------------------------------------------------------------ observation (thread-safe)
 
-    @property
-    def state(self) -> str:
-        return self._state
+    state = property(lambda self: self._state)
 
     @property
     def progress(self):
@@ -150,10 +149,6 @@ class RunLoop(EventLog):
     def pause(self) -> None:
         """End a turn on a shared server: a run stops at its next step, and run() goes on from there."""
         self.stop()
-
-    @property
-    def history_limit(self) -> int:
-        return 0
 
     # ------------------------------------------------------------------ the loop
 
