@@ -377,10 +377,6 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     # The command leaves out what the CLI's recipe for this size sets the same (bert_core.training.recipes).
     recipe = default_recipe(spec.preset, hidden_size=spec.model_overrides.get("hidden_size"),
                             num_hidden_layers=spec.model_overrides.get("num_hidden_layers"))["train_config"]
-    unknown = [k for k in spec.train if k not in TRAIN_FLAGS]
-    if unknown:
-        raise BertCoreError(f"no `train` option for {', '.join(unknown)} yet "
-                            "(bert_core.training.comparison.TRAIN_FLAGS)")
     args = ["python", "-m", "bert_core", "train", "--corpus", corpus or corpus_argument(spec)]
     if spec.init_from:
         args += ["--init-from", str(spec.init_from)]
@@ -408,11 +404,6 @@ def train_command(spec, out: str | None = None, corpus: str | None = None) -> st
     args += ["--dropout", _fmt(hidden)]
     if config.max_steps is not None and config.time_budget_s is not None:
         raise BertCoreError("the command line takes --steps or --time-budget, not both")
-    drift = [f.name for f in dataclasses.fields(config) if f.name not in TRAIN_FLAGS
-             and getattr(config, f.name) != getattr(recipe, f.name)]
-    if drift:
-        raise BertCoreError(f"no `train` option for {', '.join(drift)} yet "
-                            "(bert_core.training.comparison.TRAIN_FLAGS)")
     cli_schedule = "linear" if config.max_steps is not None else "time"
     inert = set() if config.short_seq_length else {"short_seq_fraction", "short_seq_batch_size"}
     if not config.grow_fraction:
