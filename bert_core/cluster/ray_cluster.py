@@ -204,7 +204,6 @@ CLUSTER = ClusterSlots()
 
 
 # The plug-in's answers to the server's queue (job_factory.PLUGINS): its slots, its GPUs, and where its runs train.
-
 def slots() -> int:
     return CLUSTER.slots()
 

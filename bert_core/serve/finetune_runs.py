@@ -93,6 +93,8 @@ def restoring(restore_pretraining):
 
 # The page's built-in data by its widget's names, as the spec names them (the CLI's names).
 PAGE_TASKS = {"toy": "toy", "toy_order": "toy-order", "toy_qa": "toy-qa"}
+
+
 def keep_upload(folder: Path, data: bytes, name: str) -> str:
     """Write an upload into the race's record folder, where its process and a restarted server read it; returns its
     path. The file's own name goes in the spec, never in a path."""

@@ -1,8 +1,7 @@
 """Which job trains a run, and what builds its training: for the server's run store (`JobFactory`) and for tests and
-benchmarks that start a job themselves (`pretraining_job`, `finetune_job`). A job kind is a maker in JOB_KINDS:
-"process" (`training_process.ProcessTrainingJob`, the default) or "thread" (`thread_job.TrainingJob`); a plug-in kind
-is a module in PLUGINS, imported only when chosen ("ray": `bert_core.cluster`, when `$BERT_EXPLORER_RAY_ADDRESS` is
-set). Each implements run_protocols.RunJob, with the same builders. No Streamlit, no torch, no plug-in at import.
+benchmarks that start a job themselves (`pretraining_job`, `finetune_job`). A job kind is a maker in JOB_KINDS, each a
+run_protocols.RunJob with the same builders: "process" (the default), "thread", or a plug-in module in PLUGINS,
+imported only when chosen ("ray", when `$BERT_EXPLORER_RAY_ADDRESS` is set). No Streamlit, no torch at import.
 """
 
 from __future__ import annotations
@@ -92,10 +91,9 @@ def pretraining_job(session_id: str, spec: TrainSpec, checkpoint_dir: str | Path
     """A Train-page run's job. `checkpoint_dir`: where it writes the server's safety-net checkpoints (run_records);
     `device`: its slot's (None: the spec's own). The spec the run keeps stays as the page made it."""
     built = spec if device is None else replace(spec, train={**spec.train, "device": device})
-    builder = partial(build_trainer, built)
-    if checkpoint_dir is not None:
-        builder = partial(build_trainer, built, checkpoint_dir=str(checkpoint_dir),
-                          checkpoint_every_s=CHECKPOINT_EVERY_S)
+    safety_net = {} if checkpoint_dir is None else {"checkpoint_dir": str(checkpoint_dir),
+                                                    "checkpoint_every_s": CHECKPOINT_EVERY_S}
+    builder = partial(build_trainer, built, **safety_net)
     return JOB_KINDS[kind or job_kind()](session_id, builder, spec, partial(training_data_for, spec), device=device)
 
 

@@ -134,7 +134,6 @@ def load_folder(folder: str | Path) -> tuple[Any, Any, dict | None]:
     return model, tokenizer, state
 
 
-
 def _corpora(recorded) -> str:
     names = list(dict.fromkeys(markdown(corpus_label(c)) for c in recorded or ()))   # a file's name: Markdown
     if not names:
