@@ -393,14 +393,10 @@ def encode_qa(data: QAData, tokenizer, max_length: int = 256, doc_stride: int = 
                 start_pos, end_pos = prefix + answer[0] - begin, prefix + answer[1] - begin
             else:
                 start_pos = end_pos = 0
-            features.append(QAFeature(
-                example=index,
-                input_ids=[cls_id, *q_ids, sep_id, *ctx_ids[begin:end], sep_id],
-                token_type_ids=[0] * prefix + [1] * (end - begin + 1),
-                offsets=[None] * prefix + list(ctx_offsets[begin:end]) + [None],
-                start_position=start_pos,
-                end_position=end_pos,
-            ))
+            features.append(QAFeature(example=index, input_ids=[cls_id, *q_ids, sep_id, *ctx_ids[begin:end], sep_id],
+                                      token_type_ids=[0] * prefix + [1] * (end - begin + 1),
+                                      offsets=[None] * prefix + list(ctx_offsets[begin:end]) + [None],
+                                      start_position=start_pos, end_position=end_pos))
             if end >= len(ctx_ids):
                 break
             begin = end - doc_stride

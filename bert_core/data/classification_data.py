@@ -216,17 +216,10 @@ def load_classification_csv(
     labels, names = _label_ids(raw_labels, columns[label_index], path)
     if ag_news:
         notes.append("AG News format: headerless class,title,description; title and description joined")
-    return ClassificationData(
-        texts=texts_a,
-        labels=labels,
-        label_names=names,
-        texts_b=texts_b if (as_pair and len(text_indices) == 2) else None,
-        source=name,
-        text_columns=tuple(columns[i] for i in text_indices),
-        label_column=columns[label_index],
-        dropped_rows=len(empty_lines),
-        notes=notes,
-    )
+    return ClassificationData(texts=texts_a, labels=labels, label_names=names,
+                              texts_b=texts_b if (as_pair and len(text_indices) == 2) else None, source=name,
+                              text_columns=tuple(columns[i] for i in text_indices), label_column=columns[label_index],
+                              dropped_rows=len(empty_lines), notes=notes)
 
 
 def _table(text: str, name: str) -> tuple[list[str], list[tuple[int, list[str]]], list[str] | None]:

@@ -38,26 +38,19 @@ SOURCES: dict[str, RemoteFile] = {
     # The char-rnn copy; the shared folder's tinyshakespeare/input.txt is the same file (checksum computed from it).
     "tinyshakespeare": RemoteFile(
         url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-        filename="tinyshakespeare.txt",
-        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-        shared_copy="tinyshakespeare/input.txt",
-    ),
+        filename="tinyshakespeare.txt", sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        shared_copy="tinyshakespeare/input.txt"),
     # WikiText-2 raw, training split, as Hugging Face serves it (the original S3 zip is gone). Not pinned: this
     # machine has no internet, so the digest could not be computed. The first online download records its
     # sha256 beside the file and later loads check against that; confirm it and pin it here.
     "wikitext-2": RemoteFile(
         url="https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-2-raw-v1/"
             "train-00000-of-00001.parquet",
-        filename="wikitext-2-raw-v1-train.parquet",
-        sha256=None,
-    ),
+        filename="wikitext-2-raw-v1-train.parquet", sha256=None),
     # NLTK's tagged Brown corpus (500 texts); converted to one sentence per line. Not pinned, as above.
     "brown": RemoteFile(
         url="https://raw.githubusercontent.com/nltk/nltk_data/gh-pages/packages/corpora/brown.zip",
-        filename="brown.zip",
-        sha256=None,
-        shared_copy="brown/brown.txt",
-    ),
+        filename="brown.zip", sha256=None, shared_copy="brown/brown.txt"),
 }
 
 

@@ -216,13 +216,9 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
         )
     by_name = isinstance(tag_column, str) and not tag_column.strip().isdigit()
     column = _column_index(tag_column, width, source)
-    values: Counter = Counter()
-    where: dict[str, int] = {}
-    for sentence in sentences:
-        for number, fields in sentence:
-            tag = fields[column]
-            values[tag] += 1
-            where.setdefault(tag, number)
+    tag_lines = [(number, fields[column]) for sentence in sentences for number, fields in sentence]
+    values = Counter(tag for _, tag in tag_lines)
+    where = {tag: number for number, tag in reversed(tag_lines)}   # each tag's first line
     if len(values) < 2:
         only = next(iter(values))
         raise BertCoreError(
@@ -236,9 +232,7 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
         )
     wants_iob = by_name and tag_column.strip().lower() == "chunk"
     scheme = "plain" if by_name and not wants_iob else _scheme_of(values, where, column, wants_iob, source)
-    names = sorted(values)
-    if "O" in values:
-        names = ["O"] + [n for n in names if n != "O"]
+    names = sorted(values, key=lambda name: (name != "O", name))   # "O" first
     index = {n: i for i, n in enumerate(names)}
     words = [[fields[0] for _, fields in s] for s in sentences]
     tag_strings = [[fields[column] for _, fields in s] for s in sentences]
@@ -252,16 +246,8 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
         if iob1:
             notes.append(f"{iob1} chunk(s) open with I- (IOB1 style); kept as written: span scoring reads them "
                          "the conlleval way, so IOB1 and IOB2 score alike")
-    return TaggedSentences(
-        words=words,
-        tags=[[index[t] for t in s] for s in tag_strings],
-        tag_names=names,
-        scheme=scheme,
-        pos=pos,
-        source=source,
-        notes=notes,
-        tag_column=column + 1,
-    )
+    return TaggedSentences(words=words, tags=[[index[t] for t in s] for s in tag_strings], tag_names=names,
+                           scheme=scheme, pos=pos, source=source, notes=notes, tag_column=column + 1)
 
 
 def split_sentences(data: TaggedSentences, train_size: int | None = None, val_size: int | None = None, *,
