@@ -433,9 +433,7 @@ class FinetuneComparison:
         self._started = False
         self._running = False
 
-    @property
-    def step(self) -> int:
-        return sum(t.step for t in self.tuners)
+    step = property(lambda self: sum(t.step for t in self.tuners))
 
     @property
     def state(self) -> str:

@@ -197,9 +197,7 @@ class SentenceLabels(FinetuneTask):
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_labels, **({"pooling": self.pooling} if self.pooling else {})}
 
-    @property
-    def label_names(self) -> list[str]:
-        return list(self.train_data.label_names)
+    label_names = property(lambda self: list(self.train_data.label_names))
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """The bag-of-words line (TF-IDF + logistic regression) on the same split."""

@@ -71,9 +71,7 @@ class RaceView:
         self.tuners, self.state, self.error = summary["tuners"], summary["state"], summary["error"]
         self._progress = summary.get("progress")
 
-    @property
-    def step(self) -> int:
-        return sum(t.step for t in self.tuners)
+    step = property(lambda self: sum(t.step for t in self.tuners))
 
     @property
     def progress(self) -> Progress:

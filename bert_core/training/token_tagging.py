@@ -52,9 +52,7 @@ class TokenTags(FinetuneTask):
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_tags}
 
-    @property
-    def label_names(self) -> list[str]:
-        return list(self.train_data.tag_names)
+    label_names = property(lambda self: list(self.train_data.tag_names))
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """Each word's most frequent training tag, and each part-of-speech tag's when the data has that column."""
