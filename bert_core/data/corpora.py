@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -141,7 +142,7 @@ _WIKI_HEADING = re.compile(r"^ ?(= ){2,}.*(= ?){2,}$")
 
 def _looks_like_wikitext(text: str) -> bool:
     head = text[:200_000].split("\n")
-    return sum(1 for ln in head if _WIKI_TITLE.match(ln)) >= 1 and sum(1 for ln in head if _WIKI_HEADING.match(ln)) >= 1
+    return any(_WIKI_TITLE.match(ln) for ln in head) and any(_WIKI_HEADING.match(ln) for ln in head)
 
 
 def wikitext_documents(text: str) -> list[list[str]]:
@@ -315,9 +316,7 @@ def load_corpus(spec: str, *, seed: int = 0, cache_dir: str | Path | None = None
         return Corpus(name=key.lower(), documents=_DOCUMENTS[key.lower()](text), source=where)
     path = Path(key).expanduser()
     if path.exists():
-        corpus = corpus_from_file(path)
-        corpus.source = str(path)
-        return corpus
+        return dataclasses.replace(corpus_from_file(path), source=str(path))
     raise BertCoreError(
         f"unknown corpus {key!r}: use one of {', '.join(NAMED_CORPORA)} or a path to an existing UTF-8 text file"
     )

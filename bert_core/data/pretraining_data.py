@@ -567,14 +567,9 @@ def _merge(corpora, name: str):
 def _heldout_record(corpus, heldout) -> dict:
     held = {tuple(d) for d in heldout.documents}
     indices = [i for i, d in enumerate(corpus.documents) if tuple(d) in held]
-    return {
-        "name": corpus.name,
-        "source": str(heldout.source),
-        "documents": len(corpus.documents),
-        "heldout_documents": len(heldout.documents),
-        "heldout_sentences": heldout.num_sentences,
-        "heldout_document_indices": indices,
-    }
+    return {"name": corpus.name, "source": str(heldout.source), "documents": len(corpus.documents),
+            "heldout_documents": len(heldout.documents), "heldout_sentences": heldout.num_sentences,
+            "heldout_document_indices": indices}
 
 
 def _rank0_tokenizer(train):
