@@ -19,7 +19,7 @@ from bert_core.model.config import ATTENTION_KINDS, PRESETS, BertConfig, feed_fo
 from bert_core.training.run_settings import SETTINGS, SIZE_FIELDS, flag
 from bert_core.training.setting import ALWAYS as ALWAYS_WRITTEN
 from bert_core.training.setting import NEVER, Setting
-from bert_core.training.train_config import TRAIN_SETTINGS, TrainConfig, change_text, default_recipe
+from bert_core.training.train_config import TRAIN_DEFAULTS, TRAIN_SETTINGS, TrainConfig, change_text, default_recipe
 from bert_core.training.train_spec import validate_spec
 
 
@@ -50,9 +50,7 @@ class KnobChange:
     label: str
 
 
-# Each config field's default, by name: what a spec that leaves a setting out trains with.
-_TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig)}
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig)}   # as train_config.TRAIN_DEFAULTS
 
 
 def _with_train(spec, **changes):
@@ -151,7 +149,7 @@ def _attention_parse(value):
 def _train_knob(setting: Setting) -> Knob:
     """The knob of a TrainConfig setting described as one (its `knob`: bert_core.training.train_config)."""
     name, face = setting.name, setting.knob
-    return Knob(name, setting.legend(), lambda spec: spec.train.get(name, _TRAIN_DEFAULTS[name]),
+    return Knob(name, setting.legend(), lambda spec: spec.train.get(name, TRAIN_DEFAULTS[name]),
                 lambda spec, v: _with_train(spec, **{name: v}), face.show, face.parse, face.suggestions)
 
 
@@ -211,7 +209,7 @@ def other_differences(spec_a, spec_b) -> list[str]:
     knob_fields = {*(s.name for s in TRAIN_SETTINGS if s.knob), "corpus", "preset"}
     pairs = {}
     for name in {*spec_a.train, *spec_b.train}:
-        default = _TRAIN_DEFAULTS.get(name)
+        default = TRAIN_DEFAULTS.get(name)
         pairs[name] = (spec_a.train.get(name, default), spec_b.train.get(name, default))
     for name in {*spec_a.model_overrides, *spec_b.model_overrides}:
         default = _MODEL_DEFAULTS.get(name)

@@ -8,8 +8,6 @@ settings before torch loads.
 
 from __future__ import annotations
 
-import dataclasses
-
 from bert_core.model.config import PRESETS
 from bert_core.training.recipes import (
     GROW_FROM,
@@ -20,7 +18,7 @@ from bert_core.training.recipes import (
     preset_for_size,
 )
 from bert_core.training.run_settings import page_settings
-from bert_core.training.train_config import TrainConfig
+from bert_core.training.train_config import TRAIN_DEFAULTS
 
 # The defaults train nano on the toy corpus past 50% held-out masked-token accuracy (unigram baseline ~8%) in
 # under 30 seconds of one core, measured through this page on three seeds (benchmarks/app_bench.py --skip ...
@@ -32,8 +30,6 @@ LESSON = {"corpus": "toy", "vocab_size": 2000, "preset": "nano", "nsp": True, "s
           "intermediate_size": 256}
 # Real text has more words to learn, and its runs are longer: evaluations and probe snapshots further apart.
 REAL_TEXT = {"vocab_size": 8000, "eval_every": 250, "probe_every": 250}
-# The config's defaults: what a setting the page shows starts from when neither the lesson nor the recipe sets it.
-_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int | None = None,
@@ -55,8 +51,8 @@ def lesson_settings(corpus: str = "toy", preset: str = "nano", hidden_size: int 
     if corpus != "toy":
         settings.update(REAL_TEXT)
     for name in shown:   # a setting shown that neither sets starts from the config's default
-        if name not in settings and name in _CONFIG_DEFAULTS:
-            settings[name] = _CONFIG_DEFAULTS[name]
+        if name not in settings and name in TRAIN_DEFAULTS:
+            settings[name] = TRAIN_DEFAULTS[name]
     return settings
 
 

@@ -388,6 +388,8 @@ TRAIN_SETTINGS = settings_of(TrainConfig)
 _OPTIONAL = {f.name for f in dataclasses.fields(TrainConfig) if "None" in str(f.type)}
 # The settings that may change while a run trains (`live` in their descriptions), by name.
 LIVE = {s.name: s for s in TRAIN_SETTINGS if s.live}
+# Each field's default, by name: what a spec that leaves a setting out trains with.
+TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def default_recipe(preset: str | None = None, device: str = "cpu", hidden_size: int | None = None,
