@@ -395,9 +395,8 @@ class BatchStream:
         self.mask_rate, self.seed, self.nsp, self.objective = float(mask_rate), int(seed), bool(nsp), objective
         self.whole_word_masking, self.mask_only = bool(whole_word_masking), bool(mask_only)
         vocab_size = tokenizer.vocab_size
-        allowed = torch.ones(vocab_size, dtype=torch.bool)
-        allowed[torch.tensor(sorted(tokenizer.never_sample_ids), dtype=torch.long)] = False
-        self.candidate_ids = torch.nonzero(allowed).squeeze(1)
+        never = tokenizer.never_sample_ids
+        self.candidate_ids = torch.tensor([i for i in range(vocab_size) if i not in never], dtype=torch.long)
         self._special = torch.zeros(vocab_size, dtype=torch.bool)
         self._special[torch.tensor(sorted(tokenizer.special_ids - {tokenizer.unk_id}))] = True
         self._continuation = torch.tensor(tokenizer.continuation_table(), dtype=torch.bool) if whole_word_masking else None
