@@ -1,7 +1,5 @@
-"""BERT (Devlin et al., 2019) in one file, with the module names of Hugging Face's `modeling_bert.py`.
-
-Because every module and attribute is named as in Hugging Face, `BertForPreTraining().state_dict()` has exactly
-Hugging Face's keys, and weights move between the two without a conversion table.
+"""BERT (Devlin et al., 2019) in one file, with the module names of Hugging Face's `modeling_bert.py`, so that
+`BertForPreTraining().state_dict()` has exactly Hugging Face's keys and weights move without a conversion table.
 
 The architecture is the paper's: learned position embeddings, a LayerNorm on the embeddings, post-LN blocks
 (LayerNorm after each residual addition), exact (erf) GELU, a tanh pooler on [CLS], and an MLM head of
@@ -394,10 +392,9 @@ def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
 
 
 class BertLMHeadModel(ModelParts, nn.Module):
-    """GPT in BERT's house: the same encoder with causal attention (each token sees itself and the tokens before
-    it), no pooler, and the LM head predicting the next token; Hugging Face's `BertLMHeadModel` with
-    `is_decoder=True`, key for key. It returns a PreTrainingOutput whose `mlm_*` fields hold the next-token loss and
-    logits (the same head, `cls.predictions`), so the Trainer and the evaluation run it as they run MLM."""
+    """GPT in BERT's house: the same encoder with causal attention, no pooler, and the LM head predicting the next
+    token; Hugging Face's `BertLMHeadModel` with `is_decoder=True`, key for key. Its PreTrainingOutput's `mlm_*`
+    fields hold the next-token loss and logits, so the Trainer and the evaluation run it as they run MLM."""
 
     lm_head = property(lambda self: self.cls.predictions)
 
@@ -414,9 +411,8 @@ class BertLMHeadModel(ModelParts, nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, next_sentence_label=None,
                 output_attentions=False, output_hidden_states=False, full_mlm_logits=None) -> PreTrainingOutput:
-        """Run the model. `labels` follow Hugging Face (usually input_ids with padding set to IGNORE_INDEX); the
-        loss is over next_token_targets(labels). Logits are [B, S, V], or with `full_mlm_logits=False` only the rows
-        of positions that have a target, as BertForPreTraining's sparse MLM logits."""
+        """`labels` as Hugging Face's (input_ids, padding IGNORE_INDEX); the loss is over next_token_targets(labels).
+        Logits are [B, S, V], or with `full_mlm_logits=False` the rows of positions that have a target."""
         if next_sentence_label is not None:
             raise BertCoreError("a next-token model has no next-sentence prediction; leave next_sentence_label out")
         if full_mlm_logits is None:
@@ -430,8 +426,7 @@ class BertLMHeadModel(ModelParts, nn.Module):
 
 
 def pretraining_model(config: BertConfig) -> nn.Module:
-    """A fresh pretraining model of the kind `config` describes: BertLMHeadModel (next token) for causal attention,
-    else BertForPreTraining (masked LM + NSP)."""
+    """A fresh BertLMHeadModel for causal attention, else BertForPreTraining."""
     return BertLMHeadModel(config) if config.attention == "causal" else BertForPreTraining(config)
 
 
@@ -563,8 +558,7 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
 
 
 def _depth(name: str, num_layers: int) -> int:
-    """How far from the input a parameter sits: the embeddings 0, encoder layer i at i + 1, the rest (pooler and
-    heads) at num_layers + 1."""
+    """How far from the input a parameter sits: embeddings 0, encoder layer i at i + 1, pooler and heads above."""
     if ".embeddings." in f".{name}":
         return 0
     m = _LAYER_INDEX.search(name)
@@ -573,11 +567,8 @@ def _depth(name: str, num_layers: int) -> int:
 
 def param_groups(model: nn.Module, weight_decay: float = 0.01, layer_decay: float = 1.0) -> list[dict]:
     """AdamW parameter groups as in BERT: weight decay on weight matrices, none on biases and LayerNorm weights.
-
-    With `layer_decay` < 1 (layer-wise learning-rate decay, Howard and Ruder 2018; Clark et al. 2020 for ELECTRA),
-    each group's "lr_scale" is layer_decay ** (distance from the top): the heads train at the full rate, each layer
-    below at `layer_decay` times the one above, the embeddings least. The optimizer's users multiply the scheduled
-    rate by it."""
+    With `layer_decay` < 1 (layer-wise learning-rate decay, Howard and Ruder 2018; Clark et al. 2020), each group's
+    "lr_scale", by which the optimizer's users multiply the scheduled rate, is layer_decay ** (distance from top)."""
     num_layers = model.config.num_hidden_layers
     groups: dict[tuple[bool, int], list] = {}
     for name, param in model.named_parameters():  # shared (tied) parameters appear once
