@@ -75,11 +75,6 @@ class _Story:
         """The hero as a subject: mostly the pronoun, sometimes the name again."""
         return self.name if self.rng.random() < 0.25 else self.he
 
-    def thing(self, plural=None):
-        sing, plur = self.rng.choice(self.things)
-        plural = self.rng.random() < 0.5 if plural is None else plural
-        return plur if plural else sing
-
     def verb(self, third_person: bool, topical_p=0.8):
         pool = self.verbs if self.rng.random() < topical_p else COMMON_VERBS
         base, s = self.rng.choice(pool)
@@ -134,7 +129,7 @@ class _Story:
         return ["on", self.rng.choice(DAYS), self.subject(), self.verb(True), *self.np(), "in", "the", self.place_(), "."]
 
     def possessive(self):
-        thing = self.pet[0] if self.rng.random() < 0.5 else self.thing(False)
+        thing = self.pet[0] if self.rng.random() < 0.5 else self.rng.choice(self.things)[0]
         return [self.subject(), self.rng.choice(["likes", "loves", "needs"]), self.his, self.adjective_of[thing],
                 thing, "more", "than", "anything", "."]
 
