@@ -11,7 +11,7 @@ checkpoint on a text file (heldout.evaluate_text_file hands them over from here)
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, astuple, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -54,9 +54,6 @@ class MlmStats:
     @staticmethod
     def size() -> int:
         return len(fields(MlmStats))
-
-    def to_tensor(self, device=None) -> torch.Tensor:
-        return torch.tensor(astuple(self), dtype=torch.float64, device=device)
 
     mlm_loss = property(lambda self: self.mlm_loss_sum / max(self.masked, 1.0))
     mlm_acc = property(lambda self: _ratio(self.correct, self.masked))
