@@ -76,11 +76,8 @@ def batch_stats(mlm_logits: torch.Tensor, labels: torch.Tensor, decisions: torch
                 nsp_logits: torch.Tensor | None = None, nsp_labels: torch.Tensor | None = None,
                 nsp_loss_sum: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """One batch's MlmStats as a float64 vector on the logits' device (add them up, then `MlmStats.from_tensor`).
-
-    `mlm_logits` are the sparse logits, one row per predicted position of `labels` (row-major, labels !=
-    IGNORE_INDEX); `decisions` are the masking decisions of every position (pretraining_data's MASKED, RANDOM,
-    KEPT). Without NSP labels the NSP sums are zero.
-    """
+    `mlm_logits`: the sparse logits, one row per predicted position of `labels` (row-major); `decisions`: every
+    position's masking decision (pretraining_data's MASKED, RANDOM, KEPT). Without NSP labels the NSP sums are zero."""
     with torch.no_grad():
         positions = labels != IGNORE_INDEX
         targets = labels[positions]
@@ -140,8 +137,7 @@ class EvalResult:
 
 
 def evaluate(model, batches, device=None, precision: str = "bf16") -> EvalResult:
-    """Evaluate `model` (BertForPreTraining, or BertLMHeadModel on next-token batches) on fixed batches; restores
-    the model's train/eval mode afterwards."""
+    """Evaluate `model` (BertForPreTraining, or BertLMHeadModel on next-token batches) on fixed batches."""
     if not batches:
         raise BertCoreError("no evaluation batches: the held-out text is too short to build one")
     was_training = model.training

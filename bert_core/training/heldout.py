@@ -110,9 +110,7 @@ def evaluate_text_file(checkpoint, text_file, seed=0, batches=50, batch_size=32,
 
 def reproducible_eval(checkpoint: str | Path, corpus_loader=None) -> dict:
     """Run `heldout` then `eval` (default settings) on a checkpoint: the figures and the two commands that give them.
-
-    `train` stores this under "eval" in metrics.json, so the published figures are the ones a reader reproduces.
-    """
+    `train` stores this under "eval" in metrics.json, so the published figures are the ones a reader reproduces."""
     with tempfile.TemporaryDirectory() as tmp:
         text_file = Path(tmp) / "heldout.txt"
         info = write_heldout_text(checkpoint, text_file, corpus_loader)

@@ -24,11 +24,9 @@ MAX_SKIPPED_UPDATES = 20
 
 
 def lr_multiplier(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
-    """Fraction of the peak learning rate for the update that follows `step` completed updates.
-
-    Step-based schedules use update number step+1 for warmup (so the first update is not wasted at lr 0) and
-    never reach exactly zero; time-based progress reaches zero when elapsed_s equals the budget.
-    """
+    """Fraction of the peak learning rate for the update that follows `step` completed updates. Step-based schedules
+    use update number step+1 for warmup (so the first update is not wasted at lr 0) and never reach exactly zero;
+    time-based progress reaches zero when elapsed_s equals the budget."""
     if config.schedule == "constant":
         return 1.0
     if config.schedule == "time" or config.max_steps is None:

@@ -73,9 +73,7 @@ def history_stride(step: int, limit: int) -> int:
 
 def append_thinned(history: list, event, limit: int) -> None:
     """Append `event` to `history` in place, keeping the steps that are multiples of `history_stride` and the newest.
-
-    Depends only on the step numbers, so a resumed run thins exactly as an uninterrupted one.
-    """
+    Depends only on the step numbers, so a resumed run thins exactly as an uninterrupted one."""
     stride = history_stride(event.step, limit)
     if history and history[-1].step % stride:
         history.pop()  # the previous newest, kept only while it was the newest
