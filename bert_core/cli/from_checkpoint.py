@@ -144,10 +144,6 @@ def _measure_again(out: Path, skip: bool):
     return check
 
 
-def _accuracy_key(figures: dict) -> str:
-    return "next_token_accuracy" if figures.get("objective") == "clm" else "masked_token_accuracy"
-
-
 def run_export(args) -> int:
     same = Path(args.out).expanduser().resolve() == Path(args.checkpoint).expanduser().resolve()
     if same and not args.overwrite:
@@ -162,7 +158,7 @@ def run_export(args) -> int:
     before = record.get("eval_before")
     if before and record.get("eval_measured_on") == "the stored weights":
         after = read_json(Path(out) / "metrics.json")["eval"]
-        key = _accuracy_key(after)
+        key = "next_token_accuracy" if after.get("objective") == "clm" else "masked_token_accuracy"
         print(f"held-out {key.replace('_', ' ')}: {percent(before.get(key))} before, {percent(after.get(key))} "
               f"stored; perplexity {before.get('perplexity', float('nan')):.3f} before, "
               f"{after.get('perplexity', float('nan')):.3f} stored")
