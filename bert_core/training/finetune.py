@@ -359,7 +359,6 @@ class Finetuner(FinetuneCheckpointing, RunLoop):
             weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
             self._best = (score, self.step, weights)
 
-
     def _stage_over(self) -> bool:
         """Whether the drill in training is learnt (MASTERY_STEPS) or at its deadline (_enter_stage)."""
         stage, (step, seconds) = self._stage_config, self._stage_origin

@@ -132,7 +132,6 @@ def page_settings() -> tuple[Setting, ...]:
     return tuple(sorted((s for s in SETTINGS.values() if s.widget), key=lambda s: s.name in TRAIN_FIELDS))
 
 
-
 def app_values() -> dict:
     """The values the app always uses for the config's settings that have no widget (it trains on its CPU)."""
     return {s.name: s.app for s in TRAIN_SETTINGS if s.app is not None}

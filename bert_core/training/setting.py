@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from bert_core.errors import BertCoreError
 
+
 @dataclass(frozen=True)
 class Limits:
     """The values a number may take, as `train` and the config check them: from `low` to `high` (None: no top),
