@@ -128,7 +128,9 @@ def test_a_run_on_the_cluster_trains_to_the_same_weights_as_a_training_process(c
     assert isinstance(on_ray, RunJob)
     try:
         on_ray.start()
-        assert on_ray.busy and on_ray.node_id in {w.node_id for w in workers}
+        assert on_ray.busy   # placed on a node by the thread that makes its actor (a start never waits for it)
+        _until(lambda: on_ray.node_id is not None, 30, "its node")
+        assert on_ray.node_id in {w.node_id for w in workers}
         here.start()
         assert on_ray.wait(TIMEOUT) and here.wait(TIMEOUT)
         assert on_ray.phase == here.phase == "finished", (on_ray.error, here.error)

@@ -213,7 +213,6 @@ class RayLink(ChildLink):
         self._on_gpu = on_gpu
         self._training = training
         self.node_id: str | None = None   # the cluster node the run's actor is on
-        self.lost: str | None = None      # why the actor ended, when neither it nor the server ended it
         self.heard = False                # the actor has said something: it was placed and started
         self._writing = threading.Lock()  # the pump's checkpoints and a save's reply write the same folder
 
@@ -316,18 +315,6 @@ class RayTrainingJob(ProcessTrainingJob):
         """A parked run's new actor resumes from its checkpoint's files, sent with the builder."""
         return partial(resumed_from_files, folder_files(self.parked), str(self.parked), self.spec,
                        self._resume_device)
-
-    def _child_gone(self, process) -> None:
-        super()._child_gone(process)
-        lost = self._child.lost
-        if lost is None or self._killed is not None:
-            return
-        with self._changed:
-            if self.phase == "failed":
-                self.error = lost
-                if self.trainer is not None:
-                    self.trainer.error = self.error
-            self._changed.notify_all()
 
 
 def make_job(session_id, builder, spec=None, data_factory=None, device=None) -> RayTrainingJob:

@@ -89,6 +89,7 @@ class ChildLink:
         self._replies: dict[int, list] = {}
         self._ids = itertools.count(1)
         self.last_heard: float | None = None   # monotonic time of the child's latest message (heartbeats included)
+        self.lost: str | None = None   # why it ended when neither it nor the server ended it (a cluster's lost node)
 
     def alive(self) -> bool:
         return self.starting or (self.process is not None and self.process.poll() is None)
@@ -222,11 +223,8 @@ class ChildLink:
 
 
 def run_on_fds(commands_fd: int, events_fd: int) -> None:
-    child_main(Channel(Connection(commands_fd, writable=False)), Channel(Connection(events_fd, readable=False)))
-
-
-def child_main(commands: Channel, events: Channel) -> None:
-    run_child(TrainingChild(commands, events))
+    commands = Channel(Connection(commands_fd, writable=False))
+    run_child(TrainingChild(commands, Channel(Connection(events_fd, readable=False))))
 
 
 def run_child(child: "TrainingChild") -> None:

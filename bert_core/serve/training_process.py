@@ -390,7 +390,7 @@ class ProcessTrainingJob(ProcessModel, JobBase):
             elif phase in ("preparing", "running") and self._closing:
                 phase = "stopped"
             elif phase in ("preparing", "running"):
-                error = f"the training process exited unexpectedly (exit code {code})"
+                error = self._child.lost or f"the training process exited unexpectedly (exit code {code})"
                 phase, unexpected = "failed", True
             if self.trainer is not None and self.trainer.state in ("running", "idle"):
                 # The mirror's clock runs while its state says running: a dead process's run has stopped. Stopped
