@@ -183,18 +183,6 @@ def _scheme_of(values: Counter, where: dict[str, int], column: int, by_name: boo
     )
 
 
-def _iob1_chunk_starts(sentences: list[list[str]]) -> int:
-    """How many chunks open with I- (IOB1's way: B- only between two chunks of the same type)."""
-    count = 0
-    for tags in sentences:
-        prev = "O"
-        for tag in tags:
-            if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
-                count += 1
-            prev = tag
-    return count
-
-
 def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text>") -> TaggedSentences:
     """Sentences of a CoNLL text (a token a line, a blank line between sentences). `tag_column` "chunk" takes the last
     column and needs IOB tags (IOB1 or IOB2, kept as written); "pos" the second, as plain tags; a 1-based column
@@ -242,7 +230,8 @@ def parse_conll(text: str, tag_column: str | int = "chunk", source: str = "<text
     if docstarts:
         notes.append(f"skipped {docstarts} -DOCSTART- line(s)")
     if scheme == "iob":
-        iob1 = _iob1_chunk_starts(tag_strings)
+        # Chunks that open with I- (IOB1's way: B- only between two chunks of the same type).
+        iob1 = sum(tags[start].startswith("I-") for tags in tag_strings for _, start, _ in iob_spans(tags))
         if iob1:
             notes.append(f"{iob1} chunk(s) open with I- (IOB1 style); kept as written: span scoring reads them "
                          "the conlleval way, so IOB1 and IOB2 score alike")
