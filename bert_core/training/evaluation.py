@@ -4,8 +4,8 @@ causal (GPT-style) model the same figures over next-token predictions at every p
 Figures only mean something beside baselines, so this module also gives the unigram baseline (always predict
 the training corpus's most frequent token; its perplexity is that of the unigram distribution) for the same
 masked tokens. Also here: the step's and evaluation's sums (MlmStats, batch_stats: summed on the device, read back
-once), a run's HeldoutEvaluation (fixed batches, baselines, an EvalEvent each time) and `eval`'s figures for a
-checkpoint on a text file (heldout.evaluate_text_file hands them over from here).
+once) and the events made of them (step_event, eval_event), a run's HeldoutEvaluation (fixed batches, baselines, an
+EvalEvent each time) and `eval`'s figures for a checkpoint on a text file (heldout.evaluate_text_file's work).
 """
 
 from __future__ import annotations
