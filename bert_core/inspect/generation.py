@@ -93,13 +93,7 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
     banned = torch.zeros(vocab, dtype=torch.bool)
     banned[[i for i in (tokenizer.pad_id, tokenizer.cls_id, tokenizer.mask_id) if i < vocab]] = True
     with evaluating(model):
-        while True:
-            if len(result.steps) >= max_new_tokens:
-                result.stopped = STOP_LENGTH
-                break
-            if len(ids) >= limit:
-                result.stopped = STOP_POSITIONS
-                break
+        while len(result.steps) < max_new_tokens and len(ids) < limit:
             x = torch.tensor([ids], dtype=torch.long, device=device)
             logits = model(x, full_mlm_logits=True).mlm_logits[0, -1].cpu()
             probs = next_token_distribution(logits, strategy, temperature, top_k, banned)
@@ -113,6 +107,7 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 20, strategy: 
             if chosen == tokenizer.sep_id:
                 result.stopped = STOP_END
                 break
+    result.stopped = result.stopped or (STOP_LENGTH if len(result.steps) >= max_new_tokens else STOP_POSITIONS)
     result.text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
     return result
 
