@@ -271,8 +271,3 @@ class ProbeStore:
     def __len__(self) -> int:
         with self._lock:
             return len(self._snapshots)
-
-    def latest(self) -> ProbeSnapshot | None:
-        """The most recent snapshot, or None before the first."""
-        with self._lock:
-            return self._snapshots[-1] if self._snapshots else None
