@@ -260,9 +260,11 @@ def training_processes(server_pid: int) -> set[int]:
     return found
 
 
-@functools.lru_cache(maxsize=1)
+_LAUNCHER = Launcher()   # one per server process; its process starts at the first launch (or warm)
+
+
 def launcher() -> Launcher:
-    return Launcher()
+    return _LAUNCHER
 
 
 # ------------------------------------------------------------------------------------------ the launcher process
