@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 
 from bert_core.errors import BertCoreError
-from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, VECTOR_SCALE, WHAT_IF_COLOUR, _dims, _fonts,
+from bert_core.inspect.computation_figures import (FONT, MODEL_COLOUR, WHAT_IF_COLOUR, _dims, _fonts, _strip,
                                                    _symmetric)
 from bert_core.inspect.embeddings import TokenPool, token_pool
 from bert_core.inspect.inspection import group_word_pieces, word_text
@@ -144,10 +144,8 @@ def feed_forward_figure(ffn) -> go.Figure:
                         subplot_titles=[f"{i}. {name}: {len(z)} {'units' if i in (2, 3) else 'numbers'}"
                                         for i, (name, z) in enumerate(rows, 1)])
     for row, (name, z) in enumerate(rows, start=1):
-        zmax = _symmetric(z)
-        fig.add_trace(go.Heatmap(z=z[None], x=_dims(len(z)), y=[""], zmin=-zmax, zmax=zmax, name=name,
-                                 colorscale=VECTOR_SCALE, showscale=False,
-                                 hovertemplate=f"{name}, number %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
+        fig.add_trace(_strip(z[None], [""], _dims(len(z)), _symmetric(z), name=name, showscale=False,
+                             hovertemplate=f"{name}, number %{{x}}: %{{z:.4f}}<extra></extra>"), row=row, col=1)
     fig.update_xaxes(nticks=10)
     fig.update_yaxes(showticklabels=False)
     token = f"token {ffn.query + 1} “{ffn.tokens[ffn.query]}”"
