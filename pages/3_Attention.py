@@ -15,6 +15,10 @@ WORDS = page_copy.WORDS["attention"]
 
 TABS = ("Model view", "Head view", "Token view", "What heads do", "Time-lapse", "Side by side", "B → A over pairs")
 TIME_LAPSE_ZMAX = 1.0  # one colour scale for every step of the time-lapse
+# Each widget's first value, and how a link's text reads as one (the sentence follows the model: main).
+WIDGETS = {"att_b": ("", str), "att_hide": (False, lambda v: str(v).lower() in ("1", "true")), "att_layer": (1, int),
+           "att_head": (1, int), "att_measure": ("[CLS]", str), "att_token": (1, int), "att_pair_layer": (1, int),
+           "att_pair_head": ("mean", str), "att_tab": (TABS[0], str)}
 
 def _syntax(active, treebank):
     """The heads that follow syntax: measured once per model when asked for (What heads do), else None."""
@@ -170,17 +174,9 @@ def main() -> None:
     # The default sentence: a toy story for a model that has read only the toy grammar, else a plain English sentence
     # whose every word is one piece of its vocabulary; it follows the model until the student types another.
     app_widgets.follow_default("att_a", app_models.model_probes(active).attention_sentence)
-    app_widgets.init_widget("att_b", "")
-    app_widgets.init_widget("att_hide", False, lambda v: str(v).lower() in ("1", "true"))
-    app_widgets.init_widget("att_layer", 1, int)
-    app_widgets.init_widget("att_head", 1, int)
-    app_widgets.init_widget("att_measure", "[CLS]")
-    app_widgets.init_widget("att_token", 1, int)
-    app_widgets.init_widget("att_pair_layer", 1, int)
-    app_widgets.init_widget("att_pair_head", "mean")
-    app_widgets.init_widget("att_tab", TABS[0])
-    app_widgets.persist_keys("att_a", "att_b", "att_hide", "att_layer", "att_head", "att_measure", "att_token",
-                             "att_other", "att_pair_layer", "att_pair_head", "att_tab", "att_syntax")
+    for key, (default, cast) in WIDGETS.items():
+        app_widgets.init_widget(key, default, cast)
+    app_widgets.persist_keys("att_a", *WIDGETS, "att_other", "att_syntax")
 
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="att_a", height=80)
