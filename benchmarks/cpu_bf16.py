@@ -4,7 +4,7 @@ the two precisions alternated in one process, medians (docs/benchmarks.md, "bf16
     .venv/bin/python benchmarks/cpu_bf16.py                  # 2 threads, the sizes the Train page offers
     .venv/bin/python benchmarks/cpu_bf16.py --threads 1 --rounds 15
 
-It times what `train` runs (training.precision.autocast_for decides the same way), whether or not this CPU has
+It times what `train` runs (training.distributed.autocast_for decides the same way), whether or not this CPU has
 bfloat16 instructions, so it also shows what a CPU without them would lose: there the project trains in fp32.
 Batch 32, vocabulary 8,192 (the shipped tokenizer's), 15% of the tokens masked, NSP on, no dropout (the recipes').
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bert_core.model.bert import BertForPreTraining  # noqa: E402
 from bert_core.model.config import BertConfig  # noqa: E402
-from bert_core.training.precision import cpu_has_bf16  # noqa: E402
+from bert_core.training.distributed import cpu_has_bf16  # noqa: E402
 
 CASES = [("nano", 64), ("tiny", 64), ("tiny", 128), ("mini", 128), ("small", 128)]
 

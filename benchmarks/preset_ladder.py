@@ -1,6 +1,6 @@
 """The preset ladder: every size trained with its recipe (bert_core.training.recipes) for fixed budgets on one
 machine, then scored at the [MASK]ed positions of its held-out documents, against the unigram line. Each row says
-the precision its training computed in (training.precision: bf16 on a CPU with bfloat16 instructions).
+the precision its training computed in (training.distributed: bf16 on a CPU with bfloat16 instructions).
 
 Each run is `python -m bert_core train --corpus C --preset P --time-budget B --out DIR` (the CLI's defaults and
 nothing else), then `heldout` and `eval --json` on the documents it held out. The result goes to
@@ -67,7 +67,7 @@ def run_one(preset: str, budget: float, corpus: Path, device: str, work: Path) -
     scored = subprocess.run(py + ["eval", "--checkpoint", str(out), "--text-file", str(held), "--json",
                                   "--device", device], cwd=ROOT, check=True, capture_output=True, text=True)
     r = json.loads(scored.stdout)
-    from bert_core.training.precision import computes_in
+    from bert_core.training.distributed import computes_in
 
     row = {"preset": preset, "device": device, "precision": computes_in(device), "budget_s": budget,
            "steps": metrics["steps"],

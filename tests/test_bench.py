@@ -23,7 +23,7 @@ def test_bench_reports_both_models_and_the_ratio(capsys):
     # auto picks the GPU where there is one, and autocasts as `train` does (a CPU: bf16 where it has the instructions)
     import torch
 
-    from bert_core.training.precision import computes_in
+    from bert_core.training.distributed import computes_in
 
     on_gpu = torch.cuda.is_available()
     assert result["device"] == ("cuda" if on_gpu else "cpu")
@@ -36,11 +36,11 @@ def test_bench_on_a_cpu_follows_train_s_precision(monkeypatch):
     import pytest
     import torch
 
-    from bert_core.training import precision
+    from bert_core.training import distributed
 
     if torch.cuda.is_available():
         pytest.skip("auto would pick the GPU")
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(distributed, "cpu_has_bf16", lambda: True)
     parser = argparse.ArgumentParser()
     bench.add_parser(parser.add_subparsers(dest="cmd"))
     common = ["bench", "--preset", "nano", "--vocab-size", "300", "--seq-len", "16", "--batch-size", "2",

@@ -39,7 +39,7 @@ def _train(toy_files, out: Path, batch_size: int, nproc: int | None, own_tokeniz
         "-m", "bert_core", "train", "--corpus", str(toy_files / "toy.txt"),
         "--preset", "nano", "--seq-len", "32", "--batch-size", str(batch_size), "--steps", str(steps), "--lr", "1e-2",
         "--dropout", "0", "--device", "cpu", "--eval-batches", "1", "--checkpoint-every", "0", "--out", str(out),
-        # fp32: on a CPU with bfloat16 instructions training autocasts to bf16 (training.precision), whose rounding
+        # fp32: on a CPU with bfloat16 instructions training autocasts to bf16 (training.distributed), whose rounding
         # differs between a batch of 2b and two of b; what is checked here is DDP's averaging, to 1e-5.
         "--precision", "fp32",
     ]

@@ -1,4 +1,4 @@
-"""Which precision a run computes in (bert_core.training.precision): bf16 autocast on a CPU with bfloat16
+"""Which precision a run computes in (bert_core.training.distributed): bf16 autocast on a CPU with bfloat16
 instructions, fp32 on others, and the same for a fine-tuning run's training steps (its validation stays fp32)."""
 
 import pytest
@@ -10,7 +10,7 @@ from bert_core.model.bert import BertForPreTraining
 from bert_core.model.checkpoint import save_pretrained
 from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import train_tokenizer
-from bert_core.training import precision
+from bert_core.training import distributed
 from bert_core.training.finetune import classifier_from_checkpoint, finetune
 from bert_core.training.finetune_settings import FinetuneConfig
 
@@ -20,24 +20,24 @@ SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_in
 
 
 def test_the_cpu_flags_decide():
-    assert precision.bf16_in_cpuinfo(ZEN4) and precision.bf16_in_cpuinfo(SAPPHIRE)
-    assert not precision.bf16_in_cpuinfo(SKYLAKE)  # AVX-512 alone emulates bfloat16: slower than fp32
-    assert not precision.bf16_in_cpuinfo("") and not precision.bf16_in_cpuinfo("flags\t: avx512_bf16x\n")
-    assert isinstance(precision.cpu_has_bf16(), bool)  # this machine's answer, read once
+    assert distributed.bf16_in_cpuinfo(ZEN4) and distributed.bf16_in_cpuinfo(SAPPHIRE)
+    assert not distributed.bf16_in_cpuinfo(SKYLAKE)  # AVX-512 alone emulates bfloat16: slower than fp32
+    assert not distributed.bf16_in_cpuinfo("") and not distributed.bf16_in_cpuinfo("flags\t: avx512_bf16x\n")
+    assert isinstance(distributed.cpu_has_bf16(), bool)  # this machine's answer, read once
 
 
 @pytest.mark.parametrize("has_bf16", [True, False])
 def test_computes_in_and_autocast_for(monkeypatch, has_bf16):
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(distributed, "cpu_has_bf16", lambda: has_bf16)
     cpu = "bf16" if has_bf16 else "fp32"
-    assert precision.computes_in("cpu", "bf16") == cpu
-    assert precision.computes_in("cpu", "fp16") == "fp32" and precision.computes_in("cpu", "fp32") == "fp32"
-    assert precision.computes_in("cuda", "fp16") == "fp16" and precision.computes_in("cuda", "fp32") == "fp32"
+    assert distributed.computes_in("cpu", "bf16") == cpu
+    assert distributed.computes_in("cpu", "fp16") == "fp32" and distributed.computes_in("cpu", "fp32") == "fp32"
+    assert distributed.computes_in("cuda", "fp16") == "fp16" and distributed.computes_in("cuda", "fp32") == "fp32"
     linear = torch.nn.Linear(8, 8)
-    with precision.autocast_for(torch.device("cpu"), "bf16"):
+    with distributed.autocast_for(torch.device("cpu"), "bf16"):
         out = linear(torch.randn(2, 8))
     assert out.dtype == (torch.bfloat16 if has_bf16 else torch.float32)
-    with precision.autocast_for("cpu", "fp32"):
+    with distributed.autocast_for("cpu", "fp32"):
         assert linear(torch.randn(2, 8)).dtype == torch.float32
 
 
@@ -64,7 +64,7 @@ def _run(checkpoint, used: list, **changes):
 
 @pytest.mark.parametrize("has_bf16", [True, False])
 def test_finetuning_steps_follow_the_precision_and_validation_stays_fp32(checkpoint, monkeypatch, has_bf16):
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(distributed, "cpu_has_bf16", lambda: has_bf16)
     used_bf16, used_fp32 = [], []
     a = _run(checkpoint, used_bf16)
     b = _run(checkpoint, used_fp32, precision="fp32")
@@ -85,7 +85,7 @@ def test_the_eval_command_scores_in_fp32_on_any_cpu(monkeypatch, tmp_path):
     """`eval` reproduces the figures in a checkpoint's metrics.json, which were computed in fp32 on a CPU."""
     from bert_core.training.heldout import evaluate_text_file
 
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(distributed, "cpu_has_bf16", lambda: True)
     text = tmp_path / "text.txt"
     text.write_text("\n\n".join(f"the cat sat on mat number {i}.\nit was a fine mat." for i in range(40)) + "\n")
     folder = tmp_path / "model"

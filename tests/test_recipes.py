@@ -83,9 +83,9 @@ def test_precision_falls_back_to_fp32_on_a_cpu_and_says_so(tmp_path, toy_file, c
 @pytest.mark.parametrize("has_bf16", [True, False])
 def test_bf16_on_a_cpu_follows_its_instructions_and_the_log_says_which(tmp_path, toy_file, capsys, monkeypatch,
                                                                        has_bf16):
-    from bert_core.training import precision
+    from bert_core.training import distributed
 
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(distributed, "cpu_has_bf16", lambda: has_bf16)
     a, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "bf16", name="bf16")
     err = capsys.readouterr().err
     b, _ = _train(tmp_path, toy_file, "--batch-size", "4", "--precision", "fp32", name="fp32")

@@ -6,7 +6,7 @@ medians, and each model's useful FLOP/s (bench_figures.FLOPS_FORMULA: the same c
 needs) as a share of a large matmul sampled between the steps of the same run and, on a GPU the table knows, of
 its datasheet peak (MFU). A memory-bandwidth probe is sampled there too, and the spread of each set of timings is
 printed: on a shared machine, a busy neighbour shows up there, and the run says so.
-Both train under the autocast `train` would use (training.precision: bf16 by default on a CUDA GPU, `--device
+Both train under the autocast `train` would use (training.distributed: bf16 by default on a CUDA GPU, `--device
 cuda` or auto when one is visible, and on a CPU with bfloat16 instructions; fp32 on other CPUs, or with
 `--precision fp32`), and the ceiling is a large matmul in that precision: the fraction printed is of what the
 device reaches on dense math, not its datasheet peak. On a GPU the timings wait for it (torch.cuda.synchronize).
@@ -44,8 +44,7 @@ from bert_core.model.config import MAX_BATCH, MAX_SEQ_LEN, PRESETS, BertConfig
 from bert_core.training.allocator import keep_freed_memory
 from bert_core.training.compiled_step import CompiledTraining
 from bert_core.training.train_config import COMPILE_MODES
-from bert_core.training.distributed import DistInfo, resolve_device
-from bert_core.training.precision import autocast_for, computes_in
+from bert_core.training.distributed import DistInfo, autocast_for, computes_in, resolve_device
 
 # Warm-up steps a compiled run takes at least: the first compiles forward and backward, and with CUDA graphs the
 # next ones record them, so no timed step includes either.

@@ -33,11 +33,10 @@ from bert_core.data.pretraining_data import PretrainingData
 from bert_core.errors import BertCoreError
 from bert_core.model.files import check_output_folder, write_json_atomic
 from bert_core.model.growth import growth_record
-from bert_core.training.distributed import init_distributed, shutdown_distributed
+from bert_core.training.distributed import computes_in, init_distributed, shutdown_distributed
 from bert_core.training.evaluation import evaluate, unigram_baseline_for
 from bert_core.training.heldout import reproducible_eval
 from bert_core.training.plateau import plateau_warning
-from bert_core.training.precision import computes_in
 from bert_core.training.pretraining_events import EvalEvent, GrowthEvent, StepEvent
 from bert_core.training.run_builder import BuiltRun, build_run, check_shards_exclude, resume_run
 from bert_core.training.train_config import TrainConfig

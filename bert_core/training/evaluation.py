@@ -22,8 +22,7 @@ from bert_core.data.pretraining_data import DECISION_KEYS, KEPT, MASKED, RANDOM,
 from bert_core.errors import BertCoreError
 from bert_core.model.bert import IGNORE_INDEX, is_causal
 from bert_core.model.checkpoint import load_checkpoint
-from bert_core.training.distributed import resolve_device
-from bert_core.training.precision import autocast_for
+from bert_core.training.distributed import autocast_for, resolve_device
 from bert_core.training.pretraining_events import EvalEvent, StepEvent
 from bert_core.training.train_config import TrainConfig
 
@@ -242,7 +241,7 @@ def evaluate_checkpoint_on_text(checkpoint, text_file, seed: int, batches: int, 
     data = PretrainingData(corpus, ckpt.tokenizer, max_seq_length=seq_len, batch_size=batch_size,
                            mask_rate=mask_rate, seed=seed, **objective_settings("clm" if causal else "mlm"))
     eval_batches = data.eval_batches(batches, seed=seed)
-    # On a CPU in fp32 even where bf16 autocast would be faster (training.precision): the figures a checkpoint's
+    # On a CPU in fp32 even where bf16 autocast would be faster (training.distributed): the figures a checkpoint's
     # metrics.json quotes were computed so there, and `eval` reproduces them.
     result = evaluate(ckpt.model.to(dev), eval_batches, device=dev, precision="bf16" if dev.type == "cuda" else "fp32")
     counts_list = _field(state, "metadata", "unigram_counts")

@@ -39,14 +39,13 @@ from bert_core.model.hf import load_pretrained
 from bert_core.model.tokenization import train_tokenizer
 from bert_core.training.answer_spans import AnswerSpans
 from bert_core.training.baseline_runs import BagOfWordsClassifier
-from bert_core.training.distributed import resolve_device
+from bert_core.training.distributed import autocast_for, resolve_device
 from bert_core.training.finetune_checkpoint import FinetuneCheckpointing
 from bert_core.training.finetune_results import FinetuneEval, FinetuneResult, FinetuneStage, FinetuneStep
 from bert_core.training.finetune_settings import BUILT_IN_TASKS, SELECTION_FRACTION, FinetuneConfig
 from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 from bert_core.training.finetune_tasks import FinetuneTask, SentenceLabels, evaluating, seeded, tokenizer_of
 from bert_core.training.optimization import lr_multiplier
-from bert_core.training.precision import autocast_for
 from bert_core.training.run_builder import pretraining_rate_of
 from bert_core.training.run_loop import Progress, RunLoop
 from bert_core.training.token_tagging import TokenTags

@@ -14,9 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bert_core.model.bert import IGNORE_INDEX, adamw
 from bert_core.training.compiled_step import CompiledTraining
-from bert_core.training.distributed import DistInfo, all_reduce
+from bert_core.training.distributed import DistInfo, all_reduce, autocast_for
 from bert_core.training.evaluation import MlmStats, batch_stats
-from bert_core.training.precision import autocast_for
 from bert_core.training.train_config import WSD_DECAY_FRACTION, TrainConfig
 
 # Consecutive fp16 updates the loss scaler may skip (an overflow halves its scale) before the run counts as diverged.

@@ -210,7 +210,7 @@ class TrainConfig:
         kind=float, limits=NON_NEGATIVE, metavar="SECONDS", cli_at=43, on_resume=CHANGES, command=NEVER)
     device: str = described("auto", help="auto | cpu | cuda (default auto)", kind=str, cli_at=44, app="cpu",
                             on_resume=CHANGES, command=ALWAYS, command_at=17)
-    # A CPU without bfloat16 instructions emulates it, slower than fp32, so it trains in fp32 (training.precision).
+    # A CPU without bfloat16 instructions emulates it, slower than fp32, so it trains in fp32 (training.distributed).
     precision: str = described(
         "bf16", help="mixed precision: bf16 (default; on a CUDA GPU, and on a CPU with bfloat16 instructions), fp16 "
                      "with a loss scaler (a CUDA GPU), or fp32; other CPUs always train in fp32",
