@@ -60,9 +60,8 @@ NEXT_STEPS = WORDS["next_steps"]
 
 def model_in_use(name: str, vocab_size: int, causal: bool, whose: str = "the sidebar's") -> str:
     """The line that names the model a step looks at (the sidebar's, or the teacher's a student follows)."""
-    kind = "GPT-style (next token)" if causal else "BERT"
-    return (f"Model in use ({whose}): **{markdown(name)}**, a {kind} with a vocabulary of {vocab_size:,} word pieces. "
-            "A model knows only the words of the text it was pretrained on.")
+    return WORDS["model_in_use"].format(whose=whose, name=markdown(name), vocab=vocab_size,
+                                        kind="GPT-style (next token)" if causal else "BERT")
 
 
 def class_run_name(step: int | None) -> str:
@@ -131,9 +130,7 @@ def notice_tokens(words: Sequence[str], pieces_by_word: Sequence[Sequence[str]],
 
 def notice_masking(stats: Mapping, accuracy: Mapping | None) -> str:
     """The masking step: the shares over a batch and, for a model that fills blanks, its accuracy by decision."""
-    text = (f"Over {stats['instances']:,} pairs, {stats['chosen_share']:.1%} of the tokens were chosen; of those "
-            f"{stats['masked_share']:.1%} became [MASK], {stats['random_share']:.1%} a random token and "
-            f"{stats['kept_share']:.1%} stayed.")
+    text = WORDS["masking"].format_map(stats)
     acc = {d: a.accuracy for d, a in (accuracy or {}).items() if a.count}
     if not acc:
         return text
@@ -232,10 +229,8 @@ def notice_embedding(parts, token: int, neighbours: Sequence[tuple[str, float]] 
     repeated word's two embeddings are (another position); the token's nearest rows in the embedding table."""
     name = parts.tokens[token]
     length = lambda v: float(np.linalg.norm(v))   # noqa: E731
-    text = (f"Token {token + 1} “{name}”: its token vector is {length(parts.word[token]):.2f} long, its position "
-            f"vector {length(parts.position[token]):.2f}, its segment vector {length(parts.segment[token]):.2f}; "
-            f"the sum, {length(parts.summed[token]):.2f} long, is {length(parts.normed[token]):.2f} after the "
-            "LayerNorm.")
+    text = WORDS["embedding"].format(number=token + 1, name=name, **{
+        part: length(getattr(parts, part)[token]) for part in ("word", "position", "segment", "summed", "normed")})
     repeated = next(((i, j) for i in range(len(parts.tokens)) for j in range(i + 1, len(parts.tokens))
                      if parts.tokens[i] == parts.tokens[j] and not parts.tokens[i].startswith("[")), None)
     if repeated is not None:
@@ -301,10 +296,7 @@ def notice_layer_probes(probes) -> str:
                      f"{t.random_model[b]:.0%} on a random model of the same shape, {t.control[b]:.0%} on the "
                      f"control task and {t.majority:.0%} for always the commonest tag")
     gain = min(t.accuracy[t.best] - t.random_model[t.best] for t in probes.tasks)
-    tail = (f" Each task's best layer is {gain * 100:.0f} points or more above the random model: training taught "
-            "the layers more than which word it is." if gain > 0.02 else
-            f" The random model does as well or nearly ({gain * 100:+.0f} points at a best layer): here the probe "
-            "reads mostly which word it is.")
+    tail = WORDS["probes_gain" if gain > 0.02 else "probes_no_gain"].format(points=gain * 100)
     return (f"Of {probes.test_words:,} held-out words in {probes.test_sentences} sentences (probes fitted on "
             f"{probes.fit_words:,} words of {probes.fit_sentences} others), the share tagged right: "
             + "; ".join(parts) + "." + tail)
