@@ -156,16 +156,6 @@ def caption(wp: WholePass) -> str:
             f"The head reads the last ‖h‖ ({wp.ffn_after[-1]:.2f}).")
 
 
-def attention_shapes(sizes: dict[str, int]) -> str:
-    return (f"attention: {sizes['heads']} heads × {sizes['head_dim']}, {sizes['hidden']} → {sizes['hidden']}"
-            "<br>+ residual, LayerNorm")
-
-
-def feed_forward_shapes(sizes: dict[str, int]) -> str:
-    return (f"feed-forward {sizes['hidden']} → {sizes['intermediate']} → {sizes['hidden']} (GELU)"
-            "<br>+ residual, LayerNorm")
-
-
 def whole_pass_figure(wp: WholePass) -> go.Figure:
     """The pass top to bottom: a row a stage, a layer a row (its attention block left, its feed-forward block
     right); each openable box carries an invisible point whose customdata is its Block.key (a click selects it)."""
@@ -177,8 +167,11 @@ def whole_pass_figure(wp: WholePass) -> go.Figure:
     rows.append((1, [(0, 1, Block("", None, f"{len(wp.tokens)} pieces: {shorten(pieces, 70)} · followed: "
                                             f"{followed(wp)}"), 0)]))
     rows.append((1, [(0, 1, by_key[EMBEDDINGS], 0)]))
-    rows.append((1.3, [(0.12, 0.555, Block("", None, attention_shapes(wp.sizes)), -1),
-                       (0.565, 1, Block("", None, feed_forward_shapes(wp.sizes)), -1)]))
+    s = wp.sizes   # a header row: each block's shapes
+    attention = f"attention: {s['heads']} heads × {s['head_dim']}, {s['hidden']} → {s['hidden']}"
+    feed_forward = f"feed-forward {s['hidden']} → {s['intermediate']} → {s['hidden']} (GELU)"
+    rows.append((1.3, [(0.12, 0.555, Block("", None, f"{attention}<br>+ residual, LayerNorm"), -1),
+                       (0.565, 1, Block("", None, f"{feed_forward}<br>+ residual, LayerNorm"), -1)]))
     for layer in shown_layers(wp.num_layers):
         if layer is None:
             hidden = [i for i in range(wp.num_layers) if i not in shown_layers(wp.num_layers)]
