@@ -12,9 +12,6 @@ from bert_core.inspect.figure_floor import projector_figure
 from bert_core.inspect.figures import clear_of_toolbar, plotly_config
 from bert_core.inspect.safe_text import markdown, safe_figure
 from bert_core.paths import REPO_ROOT
-from bert_core.app import page_copy
-
-WORDS = page_copy.WORDS["app_drawing"]
 
 
 # The sidebar's page list, in teaching order. Streamlit would name the main script's entry after its file ("app");
@@ -135,4 +132,6 @@ def show_step_record(record, key: str) -> None:
         st.markdown(f"**The {len(record.changes)} weights that moved most**")
         st.dataframe([{"weight": c.name, "change": f"{c.change:+.2e}", "gradient": f"{c.gradient:+.3g}"}
                       for c in record.changes], hide_index=True, width="stretch")
-        st.caption(WORDS["nearly_every_weight_moves"])
+        st.caption("Nearly every weight moves, even those that played no part in this batch: AdamW's weight "
+                   "decay shrinks every weight a little, and the output layer shares the word embeddings, so every "
+                   "token's embedding gets a gradient.")

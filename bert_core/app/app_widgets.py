@@ -15,9 +15,6 @@ from bert_core.data import task_downloads
 from bert_core.errors import BertCoreError
 from bert_core.serve.app_storage import public_mode
 from bert_core.training.setting import Setting, as_bool
-from bert_core.app import page_copy
-
-WORDS = page_copy.WORDS["app_widgets"]
 
 SMOOTHING = Within(0.0, 0.99)   # the smoothing slider's range (figures.ema's weight)
 
@@ -43,7 +40,8 @@ def query_default(name: str, default, cast=str):
         return url_value(raw, cast)
     except LinkValueError as exc:
         # A toast: the reading happens before the page draws, and on pages that draw it after their sidebar.
-        st.toast(WORDS["link_was_not_used_page_shows"].format(name=name, exc=exc), icon=":material/link_off:")
+        st.toast(f"The link's `{name}` was not used ({exc}): the page shows its default.",
+                 icon=":material/link_off:")
         return default
 
 
@@ -156,8 +154,8 @@ def fetch_box(label: str, approx_mb: float, key: str, fetch: Callable, download:
     failure is said on the page with what to do `instead`; the download's own message (it names the cache folder)
     and the `python -m bert_core download` name only off a public server."""
     where = f" from [its public home]({home})" if home else ""
-    st.info(WORDS["is_not_on_this_server_yet_it"].format(label=label, approx_mb=approx_mb, where=where),
-            icon=":material/download:")
+    st.info(f"**{label}** is not on this server yet. It is fetched once (about {approx_mb:g} MB{where}) and kept for "
+            "every visitor.", icon=":material/download:")
     if not st.button("Fetch it", key=key, icon=":material/download:"):
         return
     bar = st.progress(0.0, text="Connecting…")
@@ -169,7 +167,8 @@ def fetch_box(label: str, approx_mb: float, key: str, fetch: Callable, download:
         fetch(report)
     except (BertCoreError, OSError) as exc:
         bar.empty()
-        admin = WORDS["on_machine_that_is_online"].format(download=download, exc=exc)
+        admin = (f" On a machine that is online, `python -m bert_core download {download}` puts it in the cache."
+                 f"\n\nDetails: {exc}")
         st.error(f"Could not fetch {label} from its public home: this server may be offline, or the site down."
                  + (f" {instead}" if instead else "") + ("" if public_mode() else admin))
         return

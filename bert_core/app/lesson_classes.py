@@ -28,9 +28,6 @@ from urllib.parse import urlsplit
 import segno
 
 from bert_core.serve.runs import new_token
-from bert_core.app import page_copy
-
-WORDS = page_copy.WORDS["lesson_classes"]
 
 MAX_CLASSES = 500
 MAX_SEATS = 300      # students a class counts (a lecture hall); the seat seen longest ago goes first
@@ -379,7 +376,9 @@ def class_links(page_url: str | None, code: str, teacher: str, public_url: str |
             where = (f" On this computer's network the page is at `{page.scheme or 'http'}://{lan_address}{port}"
                      f"{page.path}` (if the server listens on the network: `--server.address 0.0.0.0`): open it "
                      "there and lead the class from that address." if lan_address else "")
-            note = WORDS["this_address_names_your_own"].format(page=page, where=where, PUBLIC_URL_ENV=PUBLIC_URL_ENV)
+            note = (f"This address names your own computer ({page.hostname}): students' devices cannot open it."
+                    f"{where} Or the server's operator sets `{PUBLIC_URL_ENV}` to the address students reach it "
+                    "by.")
     return ClassLinks(f"{base}?follow={code}", f"{base}?teach={teacher}", note)
 
 

@@ -11,9 +11,6 @@ from bert_core.app.app_state import RUNS
 from bert_core.errors import BertCoreError
 from bert_core.training import comparison
 from bert_core.training.train_config import LIVE, TrainConfig, change_labels, typed_change
-from bert_core.app import page_copy
-
-WORDS = page_copy.WORDS["live_change"]
 
 
 DRAWN_WITH = "_live_change_drawn_with"   # the run whose trainer the page's last full draw knew (else None)
@@ -41,7 +38,8 @@ def change_box(run, viewer: bool, active: bool) -> None:
         except BertCoreError as exc:
             st.caption(f"No equivalent command line: {exc}")
             return
-        st.caption(WORDS["same_run_its_changes"])
+        st.caption("The same run, its changes included, from the command line (`--change STEP:lr=VALUE` from update "
+                   "STEP + 1 on); `--resume` of its checkpoint goes on with them too:")
         st.code(command, language="bash", wrap_lines=True)
 
 
@@ -53,7 +51,8 @@ def drawn_before_training(run) -> bool:
 
 
 def _change_form(run, trainer) -> None:
-    st.caption(WORDS["change_peak_learning_rate"])
+    st.caption("Change the **peak learning rate** of this run from its next update on, and watch the curves answer. "
+               "The schedule keeps its shape: its warmup and decay go on, scaled to the new peak.")
     c1, c2, c3 = st.columns([1.4, 1.6, 1.2])
     name = c1.selectbox("Setting", list(LIVE), format_func=lambda n: LIVE[n].widget.label, key="train_live_setting")
     now = getattr(trainer.config.at(trainer.step), name)
