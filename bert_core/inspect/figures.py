@@ -207,13 +207,6 @@ def _plain_figure(traces: list[dict]) -> go.Figure:
     return fig
 
 
-def _baseline_line(fig: go.Figure, y: float | None, position: str, causal: bool = False) -> None:
-    if y is not None:
-        fig.add_hline(y=y, line=dict(color=SERIES_COLORS["baseline"], dash="dash"),
-                      annotation_text=f"unigram baseline ({'next token' if causal else 'MLM'})",
-                      annotation_position=position)
-
-
 def mark_growth(fig: go.Figure, growth: Mapping | None) -> go.Figure:
     """A vertical line at the step a run that started small grew to its full size (Trainer.growth), named."""
     if growth:
@@ -242,10 +235,13 @@ def task_name(causal: bool) -> str:
 
 
 def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), held=(), baseline=None) -> go.Figure:
-    """Training lines `train` (smoothed), held-out lines `held` dotted, and the unigram baseline's (y, place)."""
+    """Training lines `train` (smoothed), held-out lines `held` dotted, the unigram `baseline` (y, place, causal)."""
     fig = _plain_figure(_line_traces(history, train, smoothing=smoothing)
                         + _line_traces(evals, held, "lines+markers", "dot"))
-    _baseline_line(fig, *(baseline or (None, "")))
+    y_line, place, causal = baseline or (None, "", False)
+    if y_line is not None:
+        fig.add_hline(y=y_line, line=dict(color=SERIES_COLORS["baseline"], dash="dash"), annotation_position=place,
+                      annotation_text=f"unigram baseline ({'next token' if causal else 'MLM'})")
     return _layout(fig, title, xaxis=dict(title="step"), yaxis=y)
 
 
