@@ -93,7 +93,6 @@ def run_one(preset: str, budget: float, corpus: Path, device: str, extra: list[s
     from bert_core.cli.train_options import apply_recipe
     from bert_core.training.pretraining_events import StepEvent
     from bert_core.training.run_builder import build_run
-    from bert_core.training.trainer_growth import unwrap
 
     with tempfile.TemporaryDirectory() as tmp:
         argv = ["train", "--corpus", str(corpus), "--preset", preset, "--time-budget", f"{budget:g}",
@@ -105,7 +104,7 @@ def run_one(preset: str, budget: float, corpus: Path, device: str, extra: list[s
 
         def score(elapsed_s: float, step: int) -> None:
             t = time.perf_counter()
-            point = ref["scorer"](unwrap(ref["trainer"].model))
+            point = ref["scorer"](ref["trainer"].model)
             curve.append({"elapsed_s": round(elapsed_s, 2), "step": step, **point,
                           "eval_s": round(time.perf_counter() - t, 3)})
 
@@ -129,7 +128,7 @@ def run_one(preset: str, budget: float, corpus: Path, device: str, extra: list[s
     return {"preset": preset, "device": trainer.device.type, "budget_s": budget, "recipe": recipe,
             "batch": f"{cfg.batch_size} x {cfg.max_seq_length}", "compile": getattr(cfg, "compile", "off"),
             "steps": trainer.step, "training_s": round(trainer.elapsed_s, 1), "setup_s": round(setup_s, 1),
-            "parameters": sum(p.numel() for p in unwrap(trainer.model).parameters()),
+            "parameters": sum(p.numel() for p in trainer.model.parameters()),
             "unigram_accuracy": scorer.unigram, "masked_accuracy": curve[-1]["masked_accuracy"], "curve": curve}
 
 
