@@ -435,3 +435,75 @@ def test_a_change_is_named_on_the_plot_side_of_its_line():
     for last, anchor in ((100, "right"), (400, "left")):
         (note,) = figures.mark_changes(go.Figure(go.Scatter(x=[0, last], y=[0, 1])), config, last).layout.annotations
         assert note.xanchor == anchor and note.x == 90 and "at step 90" in note.text, (last, note)
+
+
+BELOW_LEGEND = ("masking", "runs compared", "tokens", "guesses", "scores", "heads off", "word map", "layer probes",
+                "salience", "syntax heads")
+
+
+def _below_legend_figure(name: str) -> go.Figure:
+    """A figure whose legend is below its plot (BELOW_LEGEND), at a small size: one line of masking, four tokens, a
+    guess, two layers to probe, a short sentence's salience, one relation, two runs compared."""
+    from bert_core.inspect import computation_figures as cf
+    from bert_core.inspect import lesson_figures, salience, syntax_heads
+    from bert_core.inspect.inspection import ChosenGuess
+    from bert_core.training.train_spec import TrainSpec
+
+    rows = [MaskingRow(0, "[CLS]", 2, 0, "not chosen", "[CLS]", 2), MaskingRow(1, "cat", 7, 0, "[MASK]", "[MASK]", 4)]
+    guesses = [ChosenGuess(position=1, token="cat", shown="[MASK]", decision="[MASK]", guess="dog",
+                           guess_probability=0.2, original_probability=0.1)]
+    tokens = ["[CLS]", "a", "cat", "[SEP]"]
+    steps = SimpleNamespace(tokens=tokens, allowed=np.array([True, True, False, False]), head_dim=16, causal=True,
+                            scores=np.arange(4.0), scaled=np.arange(4.0) / 4, probs=np.array([.2, .8, 0, 0]),
+                            query=1, layer=0, head=0)
+    task = SimpleNamespace(task="chunk", tags=3, accuracy=np.array([.5, .6]), random_model=np.array([.4, .4]),
+                           control=np.array([.3, .3]), selectivity=np.array([.2, .3]))
+    wmap = SimpleNamespace(word="bank", points=np.random.default_rng(0).random((2, 3, 2)), explained=np.ones(2),
+                           labels=["river", "money", "money"], sentences=["a", "b", "c"])
+    explained = SimpleNamespace(tokens=tokens, answer="label 1", saliences=[SimpleNamespace(
+        target=SimpleNamespace(name="P(label 1)"), integrated=np.ones(4), gradient_x_input=np.ones(4))])
+    found = SimpleNamespace(relations=["det"], counts=np.array([5]), words=5, sentences=1,
+                            overall=np.array([[0.6, 0.2]]), accuracy=np.array([[[0.6], [0.2]]]),
+                            offset_overall=np.array([0.1, 0.4]), baseline=np.array([0.4]), baseline_offset=[-1],
+                            best_head=lambda r: (0, 0), beats_baseline=lambda r: True)
+    history = [[_step(i, 9 - i * 0.1) for i in range(1, 6)] for _ in range(2)]
+    evals = [[EvalEvent(step=5, mlm_loss=8.0, mlm_acc=acc, perplexity=math.exp(8), nsp_acc=None)] for acc in (.2, .3)]
+    build = {
+        "masking": lambda: figures.masking_figure(rows),
+        "runs compared": lambda: figures.overlay_figure([TrainSpec(), TrainSpec()], history, evals, names=["a", "b"]),
+        "tokens": lambda: lesson_figures.tokens_figure(tokens, [0] * 4),
+        "guesses": lambda: lesson_figures.guesses_figure(guesses),
+        "scores": lambda: cf.scores_figure(steps, 2.0, np.array([.4, .6, 0, 0])),
+        "heads off": lambda: cf.heads_off_figure(SimpleNamespace(before=[("dog", .3)], after=[("cat", .2)],
+                                                                 heads=[(0, 1)])),
+        "word map": lambda: cf.word_map_figure(wmap),
+        "layer probes": lambda: cf.layer_probes_figure(SimpleNamespace(tasks=[task], test_words=30)),
+        "salience": lambda: salience.salience_figure(explained),
+        "syntax heads": lambda: syntax_heads.syntax_heads_figure(found)}
+    return build[name]()
+
+
+@pytest.mark.parametrize("name", BELOW_LEGEND)
+def test_a_legend_below_sits_at_the_figures_foot_under_the_axis_title(name):
+    """A legend placed at a share of the plot's height (y=-0.12) lay over a short plot's tick labels and axis
+    title: it is anchored to the figure's foot instead, the bottom margin holding the labels, title and legend."""
+    fig = _below_legend_figure(name)
+    legend = fig.layout.legend
+    assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom"), name
+    shown = [t for t in fig.data if t.showlegend is not False and t.name]
+    ticks = [a for a in fig.select_xaxes() if a.visible is not False and a.showticklabels is not False]
+    need = (figures.TICK_LABELS_PX if ticks else 0) + (figures.AXIS_TITLE_PX if any(a.title.text for a in ticks)
+                                                        else 0) + (figures.LEGEND_ROW_PX if len(shown) > 1 else 0)
+    assert fig.layout.margin.b >= need, (name, fig.layout.margin.b, need)
+
+
+def test_a_legend_below_grows_the_figure_not_shrinks_the_plot():
+    fig = go.Figure([go.Bar(x=[1, 2], y=["a", "b"], orientation="h", name=n) for n in ("one", "two")])
+    fig.update_xaxes(title="probability")
+    figures._layout(fig, "short", height=200, legend="below")
+    room = figures.TICK_LABELS_PX + figures.AXIS_TITLE_PX + figures.LEGEND_ROW_PX
+    assert fig.layout.margin.b == room and fig.layout.height - fig.layout.margin.t - fig.layout.margin.b == 200 - 100
+    many = go.Figure([go.Scatter(x=[0], y=[0], name=f"a long name for a run, number {i}") for i in range(12)])
+    assert figures._layout(many, "many", legend="below").layout.margin.b >= 2 * figures.LEGEND_ROW_PX  # two rows
+    beside = figures._layout(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in "ab"]), "right", height=200)
+    assert (beside.layout.height, beside.layout.margin.b) == (200, figures.BOTTOM_PX)

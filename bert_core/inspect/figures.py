@@ -145,13 +145,75 @@ def unigram_baseline_values(baselines: Mapping | None) -> dict:
     return out
 
 
+# The room a legend below the plot takes, at the 13 px base font (figure_floor.BASE_FONT_PX), measured in Chromium.
+BOTTOM_PX = 50          # the bottom margin of a figure without a legend below
+LEGEND_ROW_PX = 30      # a horizontal legend's row of one-line entries, its padding included
+LEGEND_LINE_PX = 17     # each further line of a row whose entry is wrapped (`<br>`)
+LEGEND_ROW_WIDTH = 1000  # the width a legend's rows are counted at: a full-width chart's, less its side margins
+TICK_LABELS_PX = 24     # an x axis's upright tick labels under the plot
+AXIS_TITLE_PX = 32      # an x axis's title under its tick labels, its standoff included
+CHAR_PX = 7             # a character of 13 px text, on average
+
+
+def _legend_rows_px(fig: go.Figure) -> int:
+    """The height of `fig`'s horizontal legend, its entries packed into rows of LEGEND_ROW_WIDTH; 0 when it shows
+    none. Plotly shows a legend unless told not to once two traces could be in it."""
+    names = [str(t.name) for t in fig.data if t.showlegend is not False and t.name]
+    if fig.layout.showlegend is False or not names or (fig.layout.showlegend is None and len(fig.data) < 2):
+        return 0
+    rows = [[0, 1]]   # each row's width and lines
+    for name in names:
+        parts = name.split("<br>")
+        item = 40 + CHAR_PX * max(map(len, parts))   # the symbol and its gaps, then the longest line
+        if rows[-1][0] and rows[-1][0] + item > LEGEND_ROW_WIDTH:
+            rows.append([0, 1])
+        rows[-1] = [rows[-1][0] + item, max(rows[-1][1], len(parts))]
+    return sum(LEGEND_ROW_PX + LEGEND_LINE_PX * (n - 1) for _, n in rows)
+
+
+def _axis_foot_px(fig: go.Figure) -> int:
+    """What the lowest row of x axes draws under its plots: tick labels (taller when slanted, by the longest
+    label of the traces on the axis) and the axis title."""
+    axes = {axis.plotly_name: axis for axis in fig.select_xaxes()}
+    low = {}   # the bottom of each x axis's plot, as a share of the figure's plotting height
+    for name, axis in axes.items():
+        y_name = "yaxis" + (axis.anchor[1:] if axis.anchor and axis.anchor.startswith("y") else name[5:])
+        domain = fig.layout[y_name].domain if y_name in fig.layout else None
+        low[name] = domain[0] if domain else 0.0
+    need = 0
+    for name, axis in axes.items():
+        if axis.visible is False or low[name] > min(low.values()):
+            continue
+        px = 0
+        if axis.showticklabels is not False:
+            px = TICK_LABELS_PX
+            if axis.tickangle not in (None, 0, "auto"):   # a slanted label stands as high as its length allows
+                ref = "x" + name[5:]
+                labels = [str(v) for t in fig.data if (t.xaxis or "x") == ref and t.x is not None for v in t.x]
+                px += round(CHAR_PX * max(map(len, labels), default=0) * abs(math.sin(math.radians(axis.tickangle))))
+        if axis.title.text:
+            px += AXIS_TITLE_PX
+        need = max(need, px)
+    return need
+
+
 def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right", **kw) -> go.Figure:
-    """Title, height and margins; the legend right (one entry a line, overlapping nothing) or below."""
+    """Title, height and margins; the legend right (one entry a line, overlapping nothing) or below: at the
+    figure's foot, under the lowest axes' tick labels and title, the bottom margin holding all three and the
+    height grown by as much, so the plot keeps the size `height` gives it."""
     # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
     # live training view pays four times per redraw.
-    place = (dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top") if legend == "right"
-             else dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top"))
-    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=50), legend=place, **kw)
+    bottom = BOTTOM_PX
+    if legend == "right":
+        place = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
+    else:
+        # Anchored to the container, not the plot: a fraction of the plot's height (y=-0.12) put a short plot's
+        # legend over its tick labels and axis title. Plotly's automargin still grows the margin should a narrow
+        # chart wrap the legend into more rows than counted here, so it never overlaps, the plot a little shorter.
+        place = dict(orientation="h", x=0, xanchor="left", yref="container", y=0, yanchor="bottom")
+        bottom = max(BOTTOM_PX, _axis_foot_px(fig) + _legend_rows_px(fig))
+        height += bottom - BOTTOM_PX
+    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=bottom), legend=place, **kw)
     return fig
 
 
@@ -695,7 +757,7 @@ def overlay_figure(specs: Sequence[Any], histories: Sequence[Sequence[Any]], eva
     fig.update_yaxes(title="loss (nats)", col=1)
     fig.update_yaxes(title="accuracy", range=[0, 1], col=2)
     fig = _layout(fig, "Runs compared", height=420 * len(kinds) + 60, legend="below")
-    # The legend below the axes' "step" titles, not on them; room above the first row for its two-line titles
-    # under the chart's own title (and the toolbar: clear_of_toolbar).
-    fig.update_layout(legend=dict(y=-0.22 / len(kinds)), margin_t=TOOLBAR_PX + TITLE_PX + 50)
+    # Room above the first row for its two-line titles under the chart's own title (and the toolbar:
+    # clear_of_toolbar); the legend is below the axes' "step" titles already (_layout).
+    fig.update_layout(margin_t=TOOLBAR_PX + TITLE_PX + 50)
     return fig

@@ -230,7 +230,4 @@ def syntax_heads_figure(found: SyntaxHeads, top: int = FIGURE_RELATIONS) -> go.F
     # Plotly shrinks a bar's outside text to the bar's thickness unless told not to: 12 px at least, every label.
     fig = _layout(fig, wrap(title, 100), height=160 + 38 * len(rows), legend="below", barmode="group", bargap=0.2,
                   uniformtext=dict(minsize=12, mode="show"))
-    # The legend at the figure's foot, under the axis title: placed on the plot's height, a short plot (a treebank
-    # with few relations) had it over the axis's tick labels.
-    fig.update_layout(legend=dict(yref="container", y=0, yanchor="bottom"), margin=dict(b=80))
     return _fonts(fig)
