@@ -1,6 +1,7 @@
 """What the browser tests share: `streamlit run app.py` on a free port, driven by headless Chromium through
-Playwright, and helpers to wait for a page, read it and screenshot it. Each test module that imports these
-fixtures gets its own server and browser (module scope), so the modules run in parallel on pytest-xdist workers.
+Playwright, and helpers to wait for a page, read it and screenshot it. tests/conftest.py registers this module as a
+plugin, so a test module asks for the fixtures by name and imports only the helpers it calls. Each test module gets
+its own server and browser (module scope), so the modules run in parallel on pytest-xdist workers.
 
 Screenshots go under $BERT_SCREENSHOT_DIR (default test-artifacts/screenshots; also docs/screenshots when
 BERT_UPDATE_SCREENSHOTS=1). Uses the system's Chromium (/usr/bin/chromium); never downloads a browser. Skips

@@ -6,6 +6,11 @@ import torch
 
 from bert_core.paths import shared_data_dir
 
+# The browser tests' fixtures (chromium, browser, server, model_folder, screenshot_dirs, server_home) for every
+# module that names them, registered once here rather than imported into each test file. Importing the module
+# starts nothing: playwright is imported, and the app server started, only inside a fixture a test asks for.
+pytest_plugins = ["tests.browser_support"]
+
 # The app's run records (bert_core.serve.run_records) go to a folder of this test session's own, not beside the
 # repository's runs folder, where a later session's in-process app would read them back.
 os.environ.setdefault("BERT_EXPLORER_STATE_DIR", tempfile.mkdtemp(prefix="bert-explorer-state-"))

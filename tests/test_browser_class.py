@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+from tests.browser_support import (
     FEEDBACK_S,
     UNWATCHED_S,
     _no_exception,
@@ -18,12 +18,6 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     _shoot,
     _trace_lengths,
     _training_children,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # a long check (`--long`): minutes of a shared run; AppTest and test_runs check its parts

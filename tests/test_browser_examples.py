@@ -11,16 +11,7 @@ import json
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _settle,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _no_exception, _settle
 from tests.test_browser_how_bert_computes import PROJECTOR
 from tests.test_plain_examples import FILE_NAMES, SHIPPED_NAMES, SPEAKER, plain_sentence
 

@@ -7,18 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bert_core.inspect.figure_floor import MIN_FONT_PX, too_light
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _open,
-    _rgb,
-    _shoot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _no_exception, _open, _rgb, _shoot
 
 pytestmark = pytest.mark.slow
 

@@ -9,20 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bert_core.paths import shared_data_dir
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    FEEDBACK_S,
-    _no_exception,
-    _open,
-    _settle,
-    _shoot,
-    _visible_plots,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import FEEDBACK_S, _no_exception, _open, _settle, _shoot, _visible_plots
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): the tagger and QA views in a browser; the pages' AppTests are in the suite
 

@@ -14,17 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.app_server import free_port, start_app_server
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _open,
-    _settle,
-    _shoot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    stop_server,
-)
+from tests.browser_support import _no_exception, _open, _settle, _shoot, stop_server
 
 pytestmark = pytest.mark.slow
 

@@ -20,18 +20,7 @@ from pathlib import Path
 import pytest
 
 from bert_core.data.treebank import UD_EWT
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _chart_text,
-    _no_exception,
-    _open,
-    _settle,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _chart_text, _no_exception, _open, _settle
 from tests.test_syntax_heads import SENTENCES
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]

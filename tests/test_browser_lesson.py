@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
+from tests.browser_support import (
     DEFAULT_RUN_TARGET,
     FEEDBACK_S,
-    PAGES,
     ROOT,
     _filled_value,
     _metric,
@@ -23,12 +22,6 @@ from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them 
     _trace_lengths,
     _visible_plots,
     _words,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # long checks (`--long`): the README's walkthrough on its defaults, a promise measured as a user presses it

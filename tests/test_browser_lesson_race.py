@@ -18,18 +18,7 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _metric,
-    _no_exception,
-    _settle,
-    _shoot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _metric, _no_exception, _settle, _shoot
 from tests.test_browser_tour import _notice, _plot   # a step's notice, and a chart by its title
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]

@@ -14,17 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _settle,
-    _shoot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _no_exception, _settle, _shoot
 from tests.test_browser_lesson_race import _busy, _next   # the load generator; Next, pressed again if swallowed
 from tests.test_browser_tour import _plot
 from bert_core.inspect import lesson

@@ -9,23 +9,7 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    FEEDBACK_S,
-    PAGES,
-    ROOT,
-    _make_decoy,
-    _no_exception,
-    _open,
-    _settle,
-    _shoot,
-    _snapshot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import PAGES, ROOT, _make_decoy, _no_exception, _open, _settle, _shoot, _snapshot
 
 pytestmark = pytest.mark.slow  # a file of 10 s or more: it runs first (conftest.py); -m "not slow" leaves it out
 

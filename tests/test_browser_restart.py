@@ -15,17 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.app_server import free_port, start_app_server
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _open,
-    _settle,
-    _shoot,
-    _trace_lengths,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-)
+from tests.browser_support import _no_exception, _open, _settle, _shoot, _trace_lengths
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # a long check (`--long`): a server restarted under a browser; test_faults restarts one in the suite
 

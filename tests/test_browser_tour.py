@@ -10,18 +10,7 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    READ_CHART_TEXT,
-    _no_exception,
-    _settle,
-    _shoot,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import READ_CHART_TEXT, _no_exception, _settle, _shoot
 from bert_core.inspect import lesson
 from bert_core.inspect.figure_floor import MIN_FONT_PX
 

@@ -16,17 +16,7 @@ import pytest
 from bert_core.data.downloads import SOURCES
 from bert_core.data.task_downloads import local_task_csv
 from bert_core.paths import shared_data_dir
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _chart_text,
-    _open,
-    _settle,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _chart_text, _open, _settle
 from tests.test_browser_how_bert_computes import PROJECTOR, _no_error_on_page, _shoot_chart, _wait_for_charts
 
 pytestmark = pytest.mark.slow

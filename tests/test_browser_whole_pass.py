@@ -9,16 +9,7 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _chart_text,
-    _settle,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _chart_text, _settle
 from tests.test_browser_how_bert_computes import PAGE, PROJECTOR, _no_error_on_page, _shoot_chart, _wait_for_charts
 
 pytestmark = pytest.mark.slow

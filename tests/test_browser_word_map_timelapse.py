@@ -9,17 +9,7 @@ import time
 
 import pytest
 
-from tests.browser_support import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    _no_exception,
-    _open,
-    _settle,
-    browser,
-    chromium,
-    model_folder,
-    screenshot_dirs,
-    server,
-    server_home,
-)
+from tests.browser_support import _no_exception, _open, _settle
 
 pytestmark = pytest.mark.slow
 
