@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks.space_image_checks import other_site, upload_in_frame
 from tests.app_server import free_port, start_app_server
-from tests.browser_support import CHROMIUM_ARGS, chromium, screenshot_dirs, stop_server  # noqa: F401 (fixtures)
+from tests.browser_support import CHROMIUM_ARGS, stop_server
 
 pytestmark = pytest.mark.slow
 
