@@ -27,10 +27,9 @@ SPEC = jobs.TrainSpec(vocab_size=300, train=dict(max_steps=120, batch_size=4, ma
 
 
 @pytest.fixture(autouse=True)
-def _no_failed_gpus():
-    server_gpus._FAILED.clear()   # a server forgets a failed GPU only when it restarts
-    yield
-    server_gpus._FAILED.clear()
+def _no_failed_gpus(monkeypatch):
+    # A server forgets a failed GPU only when it restarts: each test gets a server's fresh record.
+    monkeypatch.setattr(server_gpus, "_FAILED", {})
 
 
 def _until(condition, what: str, wait_s: float = 120):

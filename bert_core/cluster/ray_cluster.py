@@ -11,7 +11,6 @@ hands it its GPU). A dead node leaves the count. Torch-free; `ray` is imported o
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter

@@ -1,7 +1,8 @@
 """Which job trains a run, and what builds its training: for the server's run store (`JobFactory`) and for tests and
 benchmarks that start a job themselves (`pretraining_job`, `finetune_job`). A job kind is a maker in JOB_KINDS, each a
-run_protocols.RunJob with the same builders: "process" (the default), "thread", or a plug-in module in PLUGINS,
-imported only when chosen ("ray", when `$BERT_EXPLORER_RAY_ADDRESS` is set). No Streamlit, no torch at import.
+run_protocols.RunJob with the same builders: "process" (`training_process.ProcessTrainingJob`, the default), "thread"
+(`thread_job.TrainingJob`), or a plug-in module in PLUGINS, imported only when chosen ("ray", when
+`$BERT_EXPLORER_RAY_ADDRESS` is set). No Streamlit, no torch at import.
 """
 
 from __future__ import annotations

@@ -225,14 +225,15 @@ class RunStore(RunRegistry):
         return run
 
     def change(self, run_id: str, name: str, value):
-        """Its owner's change of a setting while the run trains (Trainer.change); returns the run's new config."""
+        """Its owner's change of a setting while the run trains (Trainer.change), from its next update on; returns
+        the run's new config. Only the owner's token reaches it, as for Stop."""
         run = self._owned(run_id)
         if run.job is None or not run.active:
             raise BertCoreError("this run is not training: a setting changes while it trains")
         return run.job.change_setting(name, value)
 
     def resume(self, run_id: str) -> Run:
-        """Continue a stopped run where it stopped, queued for a slot."""
+        """Continue a stopped run where it stopped: at once if a slot is free, else queued."""
         run = self._owned(run_id)
         with self._lock:
             job = run.job
