@@ -30,7 +30,7 @@ def _start_lesson() -> None:
 st.set_page_config(page_title="BERT explorer", layout="wide")
 app_drawing.navigation()
 st.title("BERT explorer")
-st.markdown(WORDS["bert_devlin_et_al_2018_is"])
+st.markdown(WORDS["intro"])
 
 lesson, where = st.columns([1, 3], vertical_alignment="center")
 if lesson.button("Start the lesson", type="primary", icon=":material/school:", key="home_lesson",
@@ -64,4 +64,4 @@ with right:
         st.info("No model is active yet. Pick one in the sidebar, or train one on the Train page.")
     else:
         st.markdown(active.description)
-    st.caption(WORDS["choose_model_in_sidebar_once"])
+    st.caption(WORDS["model_choice_caption"])

@@ -186,13 +186,13 @@ def _header(p: Lesson, bad_teacher_link: bool, class_ended: bool) -> None:
     st.title("The lesson: how BERT learns")
     st.progress((p.index + 1) / len(STEPS), text=f"Step {p.index + 1} of {len(STEPS)}: **{p.step.title}**")
     if bad_teacher_link:
-        st.warning(WORDS["this_teacher_link_opens_no"])
+        st.warning(WORDS["unknown_teacher_link"])
     if class_ended and CLASSES.ended(p.follow_code):
         st.caption("The teacher's class of this link has ended on this server.")
     elif class_ended:
-        st.warning(WORDS["this_class_link_names_no"], icon=":material/link_off:")
+        st.warning(WORDS["unknown_class_link"], icon=":material/link_off:")
     if p.klass is not None:
-        st.toggle("Follow the teacher", key="lesson_follow_on", help=WORDS["on_this_page_moves_step"])
+        st.toggle("Follow the teacher", key="lesson_follow_on", help=WORDS["follow_teacher_help"])
         _follow(p)
 
 
@@ -226,7 +226,7 @@ def _model_in_use(p: Lesson) -> None:
         whose = "the teacher's" if p.following and p.klass.model is not None else "the sidebar's"
         st.caption(lesson.model_in_use(p.model_name, active.tokenizer.vocab_size, active.causal, whose))
     if p.following and p.klass.model is None:
-        st.caption(WORDS["teacher_model_upload_saved"])
+        st.caption(WORDS["teacher_model_unavailable"])
 
 
 def _sentence(label: str, key: str) -> str | None:
@@ -265,7 +265,7 @@ def _masking(p: Lesson) -> str | None:
     app_drawing.plotly(figures.masking_figure(rows), "lesson-masking", key="lesson_masking_fig")
     stats = masking_stats(active.tokenizer, [x.input_ids for x in instances[:app_models.DECISION_POOL]], seed=seed)
     if active.causal:
-        st.caption(WORDS["gpt_style_model_predicts"])
+        st.caption(WORDS["gpt_has_no_masked_guesses"])
         return lesson.notice_masking(stats, None)
     guesses = guesses_for_instance(active.model, active.tokenizer, pair.input_ids, pair.token_type_ids, seed=seed)
     app_drawing.plotly(lesson_figures.guesses_figure(guesses), "lesson-guesses", key="lesson_guesses_fig")
@@ -303,7 +303,7 @@ def _one_step(p: Lesson) -> str | None:
             CLASSES.set_step_record(p.lead_code, None)
     record = s.get("lesson_step_record")
     if record is None:
-        st.caption(WORDS["model_is_train_page_default"])
+        st.caption(WORDS["default_run_caption"])
         return None
     app_drawing.show_step_record(record, "lesson_step")
     return lesson.notice_step(record, s["lesson_trainer"].tokenizer.vocab_size)
@@ -313,7 +313,7 @@ def _live_run(p: Lesson) -> str | None:
     if p.following:   # the teacher's run, watched through its view id: nobody in the class starts one of their own
         run = app_state.RUNS.by_view(p.klass.run)
         if run is None:
-            st.info(WORDS["teacher_starts_default_run"], icon=":material/hourglass_top:")
+            st.info(WORDS["waiting_for_teacher_run"], icon=":material/hourglass_top:")
             return None
         app_state.RUNS.attach(run, app_tab.session_id(), runs.VIEWER, app_tab.visitor_id())
         st.caption("The teacher's run, watched here as its share link shows it: the teacher starts and stops it.")
@@ -322,7 +322,7 @@ def _live_run(p: Lesson) -> str | None:
     run, role = app_tab.current_run()
     gpt = _is_gpt(run)
     if gpt:   # this step is about the default BERT run: a GPT run of the Train page is not it
-        st.info(WORDS["your_last_run_on_train_page"], icon=":material/swap_horiz:")
+        st.info(WORDS["your_run_is_gpt"], icon=":material/swap_horiz:")
     if run is None or role != runs.OWNER or gpt:
         if st.button("Start the default run", icon=":material/play_arrow:", type="primary", key="lesson_run_go"):
             try:
@@ -339,7 +339,7 @@ def _watch(run, can_stop: bool) -> None:
     """The live run's loss against the unigram line and its notice, redrawn while it trains."""
     link, stop = st.columns([3, 1])
     with link:
-        app_drawing.page_link("pages/2_Train.py", WORDS["this_run_on_train_page_with"], ":material/open_in_new:")
+        app_drawing.page_link("pages/2_Train.py", WORDS["train_page_link"], ":material/open_in_new:")
     if can_stop and run.active and stop.button("Stop", icon=":material/stop:", key="lesson_run_stop",
                                                help="Stop the run here (the Train page can resume it)"):
         app_state.RUNS.stop(run.run_id, wait=10)
@@ -388,7 +388,7 @@ def _attention(p: Lesson) -> str | None:
     with st.expander("Does sentence B look back at sentence A? (the next-sentence signal, over 128 toy pairs)"):
         pairs = app_models.pair_attention(active, "toy:0", app_models.toy_pretraining_data(active).build_instances(0))
         app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "lesson-b-to-a", key="lesson_pairs_fig")
-        st.caption(WORDS["evenly_spread_b_attention"].format(pairs=pairs))
+        st.caption(WORDS["b_to_a_even_share"].format(uniform=pairs.uniform))
     return lesson.notice_attention(summaries)
 
 
@@ -460,7 +460,7 @@ def _layers(p: Lesson) -> str | None:
         probes = conll_layer_probes(p.active.model, p.active.tokenizer, str(path))
     app_drawing.plotly(computation_figures.layer_probes_figure(probes), "lesson-layer-probes",
                        key="lesson_probes_fig")
-    st.caption(WORDS["each_word_is_read_at_its"].format(probes=probes))
+    st.caption(WORDS["probe_timing_caption"].format(fit_s=probes.seconds_fit, read_s=probes.seconds_states))
     return lesson.notice_layer_probes(probes)
 
 
@@ -489,7 +489,7 @@ def _guesses(model, text: str, title: str, name: str, key: str):
 def _predictions(p: Lesson) -> str | None:
     active = p.active
     if active.causal:
-        st.info(WORDS["gpt_style_model_continues"])
+        st.info(WORDS["gpt_fills_no_blanks"])
         return None
     app_widgets.follow_default("lesson_pred_text", app_models.model_probes(active).sentences[0])
     text = st.text_input("Text with [MASK]", key="lesson_pred_text")
@@ -507,7 +507,7 @@ def _side_trip(p: Lesson) -> None:
     name = lesson.SHIPPED_ENGLISH
     if not st.toggle(f"Side trip: try your own sentences on the shipped English model, {name}",
                      key="lesson_pred_english",
-                     help=WORDS["shows_guesses_here_beside"].format(name=name)):
+                     help=WORDS["real_english_model_help"].format(name=name)):
         return
     shipped = app_models.shipped_model(name)
     if shipped is None:
@@ -562,7 +562,7 @@ def _race(p: Lesson):
 def _finetune(p: Lesson) -> str | None:
     if not p.following and st.button(
             "Run the lesson's race", icon=":material/label:", type="primary", key="lesson_race_go",
-            on_click=_to_race, args=(p.step.key,), help=WORDS["opens_fine_tune_page_set"]):
+            on_click=_to_race, args=(p.step.key,), help=WORDS["open_race_help"]):
         st.switch_page("pages/5_Fine-tune.py")
     run = _race(p)
     done = run is not None and not run.active and run.job is not None
@@ -575,9 +575,9 @@ def _finetune(p: Lesson) -> str | None:
     app_tab.busy_caption(run, "race")
     text = lesson.notice_finetune(results, _raced(run))
     if text is None and p.following:
-        st.caption(WORDS["teacher_runs_lesson_race_on"])
+        st.caption(WORDS["teacher_runs_race"])
     elif text is None:
-        st.caption(WORDS["there_press_run_race_its"])
+        st.caption(WORDS["run_race_hint"])
     return text
 
 
@@ -695,7 +695,7 @@ def _join() -> None:
     if go.button("Join", key="lesson_join_go", icon=":material/group_add:") and typed:
         code = lesson_classes.class_code(typed)
         if code is None:
-            st.error(WORDS["class_code_is_letters_and"].format(lesson_classes=lesson_classes))
+            st.error(WORDS["bad_class_code"].format(length=lesson_classes.CODE_LENGTH))
         else:
             st.query_params["follow"] = code   # the class link's own way in: a wrong code says so there
             st.rerun()
@@ -704,7 +704,7 @@ def _join() -> None:
 def _teach(p: Lesson) -> None:
     lead_code = p.lead_code
     if lead_code is None:
-        st.caption(WORDS["lead_class_every_student_who"])
+        st.caption(WORDS["lead_class_caption"])
         if st.button("Lead a class", key="lesson_lead_go"):
             code, teacher = CLASSES.lead(p.step.key)
             s["lesson_lead"], s["lesson_teach"] = code, teacher
@@ -713,13 +713,13 @@ def _teach(p: Lesson) -> None:
         return
     links = lesson_classes.class_links(st.context.url, lead_code, s["lesson_teach"], lesson_classes.public_url(),
                                        lesson_classes.network_address())
-    st.markdown(WORDS["you_are_leading_class_put"].format(lead_code=lead_code))
+    st.markdown(WORDS["leading_class_banner"].format(lead_code=lead_code))
     qr, link = st.columns([1, 2], vertical_alignment="center")
     qr.image(lesson_classes.class_qr_png(links.students), caption=f"Class code {lead_code}", width=200)
     link.code(links.students, language=None)
     if links.note:
         st.warning(links.note)
-    st.markdown(WORDS["your_own_link_teacher_keep"])
+    st.markdown(WORDS["teacher_link_label"])
     st.code(links.teacher, language=None)
     if st.button("Stop leading", key="lesson_lead_stop"):
         CLASSES.close(lead_code)

@@ -50,9 +50,11 @@ def _pair(active, data, data_name: str) -> tuple[list[int], list[int]]:
         instances = _instances(f"{id(data)}:{data_name}", data, int(st.session_state["tm_pair_seed"]) // 50)
         instance = instances[int(st.session_state["tm_pair_seed"]) % min(50, len(instances))]
         label = "1: B is random" if instance.is_random_next else "0: B follows A"
-        st.markdown(WORDS["drawn_pair"].format(data_name=data_name, label=label, note=instance.note,
-                                               a=instance.a_span, a_last=instance.a_span[2] - 1, b=instance.b_span,
-                                               b_last=instance.b_span[2] - 1))
+        a_doc, a_first, a_end = instance.a_span
+        b_doc, b_first, b_end = instance.b_span
+        st.markdown(WORDS["drawn_pair_caption"].format(data_name=data_name, label=label, note=instance.note,
+                                                       a_doc=a_doc, a_first=a_first, a_last=a_end - 1,
+                                                       b_doc=b_doc, b_first=b_first, b_last=b_end - 1))
         return instance.input_ids, instance.token_type_ids
     c1, c2 = st.columns(2)
     c1.text_area("Sentence A", key="tm_a", height=70)
@@ -74,13 +76,13 @@ def _masked_pair(active, input_ids, token_type_ids, seed: int, rate: float) -> N
     tok = active.tokenizer
     rows = mask_example(tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
     app_drawing.plotly(figures.masking_figure(rows), "masking", key="tm_masking")
-    st.caption(WORDS["red_replaced_by_mask_orange"])
+    st.caption(WORDS["mask_colours_legend"])
     if not active.causal:
         guesses = guesses_for_instance(active.model, tok, input_ids, token_type_ids, seed=seed, mask_rate=rate)
         app_drawing.plotly(lesson_figures.guesses_figure(guesses), "masked-guesses", key="tm_guesses")
-        st.caption(WORDS["guesses_right"].format(right=sum(g.right for g in guesses), chosen=len(guesses)))
+        st.caption(WORDS["guesses_right_caption"].format(right=sum(g.right for g in guesses), chosen=len(guesses)))
     else:
-        st.caption(WORDS["gpt_style_model_predicts"])
+        st.caption(WORDS["gpt_cannot_guess_masks"])
     with st.expander("Token table: ids, segments, positions"):
         st.dataframe([{"position": r.position, "token": r.token, "id": r.token_id,
                        "segment": "AB"[min(r.segment, 1)], "decision": r.decision, "model sees": r.shown}
@@ -98,7 +100,7 @@ def _accuracy(active, key: str, instances, seed: int, rate: float) -> None:
                f"{kept:.0%} right, [MASK]ed ones {masked:.0%}, random ones {accuracy['random'].accuracy:.0%}. "
                + ("Kept tokens are the easy ones: the answer is in the input. "
                   if kept > masked + 0.2 else
-                  WORDS["kept_tokens_are_barely"])
+                  WORDS["kept_tokens_not_easier"])
                + ("A random token is the hardest: the input shows a wrong word."
                   if accuracy["random"].accuracy == min(a.accuracy for a in accuracy.values()) else
                   "A random token shows a wrong word: the model must learn not to trust it."))
@@ -110,14 +112,17 @@ def _large_batch(active, data, data_name: str, seed: int, rate: float) -> None:
     pool = [x.input_ids for x in _instances(key, data, seed)[:512]]
     stats = masking_stats(active.tokenizer, pool, seed=seed, mask_rate=rate)
     app_drawing.plotly(figures.decision_counts_figure(stats), "masking-counts", key="tm_counts")
-    st.caption(WORDS["pairs_from_non_special"].format(stats=stats, data_name=data_name))
+    st.caption(WORDS["batch_masking_caption"].format(
+        pairs=stats["instances"], data_name=data_name, chosen=stats["chosen"], candidates=stats["candidates"],
+        chosen_share=stats["chosen_share"], masked_share=stats["masked_share"], random_share=stats["random_share"],
+        kept_share=stats["kept_share"]))
     if not active.causal:
         _accuracy(active, key, _instances(key, data, seed), seed, rate)
 
 
 def main() -> None:
     active = app_sidebar.open_page("Tokens & masking")
-    st.markdown(WORDS["bert_reads_cls_sentence_sep"])
+    st.markdown(WORDS["input_and_masking_intro"])
     if active is None:
         st.stop()
     _init_widgets()

@@ -59,10 +59,10 @@ def _probe_editor() -> None:
     p1, p2 = st.columns([3, 2])
     p1.text_area("Sentences the model fills in while it trains (one per line, each with [MASK])",
                  key="train_probes", height=120,
-                 help=WORDS["drawn_from_held_out_part"])
+                 help=WORDS["probe_sentences_help"])
     p2.text_input("Sentence for the attention time-lapse", key="train_att_probe")
     where = f"the {markdown(drawn.source)}" if drawn else "the held-out part of the corpus, when the run starts"
-    p2.caption(WORDS["drawn_from_each_probe"].format(where=where))
+    p2.caption(WORDS["probe_sentences_caption"].format(where=where))
 
 
 def _settings(expanded: bool) -> None:
@@ -122,7 +122,7 @@ def _command_preview() -> None:
         except BertCoreError as exc:
             st.caption(f"The equivalent command line appears once the settings are valid: {exc}")
             return
-        st.caption(WORDS["python_m_bert_core_train"])
+        st.caption(WORDS["cli_command_caption"])
         st.code(command, language="bash", wrap_lines=True)
         if choice in ("upload", "paste"):
             st.caption(f"Save your text as `{comparison.corpus_argument(spec)}` there first.")
@@ -160,7 +160,7 @@ def _start(tab: Tab, notice, init_from_run=None) -> None:
         notice.info("Saving this run's model and starting a new run from it…", icon=":material/hourglass_top:")
         init_from = jobs.save_start_weights(init_from_run, folder_key)
     spec = jobs.page_spec(st.session_state, jobs.page_corpus(st.session_state, folder_key), init_from)
-    notice.info(WORDS["starting_training_process_is"], icon=":material/hourglass_top:")
+    notice.info(WORDS["run_starting"], icon=":material/hourglass_top:")
     st.session_state.pop("train_zip", None)  # the previous run's download is not this run's
     owner = tab.run is not None and tab.role == runs.OWNER
     app_tab.start_run(spec, run_id, family_of=tab.run if owner else None)
@@ -179,7 +179,7 @@ def _buttons(tab: Tab) -> None:
     b1, b2, b3, b4, b5, b6 = st.columns([1, 1, 1.1, 1, 1.5, 1.2])   # Step once last: the tests count buttons by place
     notice = st.empty()  # what a pressed button is doing, shown before the work starts
     if viewer:
-        st.info(WORDS["you_are_watching_shared_run"], icon=":material/groups:")
+        st.info(WORDS["watching_shared_run"], icon=":material/groups:")
     cannot_step = viewer or phase != "stopped" or tab.weights_only or not tab.has_model
     try:
         if b1.button("Start", icon=":material/play_arrow:", disabled=active and not viewer, type="primary",
@@ -187,11 +187,11 @@ def _buttons(tab: Tab) -> None:
             _start(tab, notice)
         app_tab.stop_button(b2, run, active, viewer, notice, run_panel.TRAIN_WORDS)
         if b3.button("Resume", icon=":material/resume:", disabled=cannot_step,
-                     help=WORDS["continue_stopped_run_exactly"]):
+                     help=WORDS["resume_help"]):
             app_state.RUNS.resume(run.run_id)
             st.rerun()
         if b6.button("Step once", icon=":material/skip_next:", disabled=cannot_step,
-                     help=WORDS["take_next_update_this"]):
+                     help=WORDS["step_once_help"]):
             notice.info("Taking one step…", icon=":material/hourglass_top:")
             st.session_state["train_step_record"] = (run.run_id, job.step_once())
             notice.empty()
@@ -205,9 +205,9 @@ def _buttons(tab: Tab) -> None:
                 notice.empty()
         if tab.weights_only and not viewer:
             with st.container(border=True):
-                what = (WORDS["this_run_has_finished_its"].format(job=job) if phase == "finished" else
-                        WORDS["this_run_training_process"].format(job=job))
-                st.markdown(WORDS["train_it_further_start_new"].format(what=what))
+                what = (WORDS["weights_only_finished"].format(steps=job.trainer.step) if phase == "finished" else
+                        WORDS["weights_only_process_ended"].format(step=job.kept_step))
+                st.markdown(WORDS["train_on_from_weights"].format(what=what))
                 if st.button(f"Train on from these weights ({int(st.session_state['train_steps']):,} more steps)",
                              icon=":material/fast_forward:", key="train_continue"):
                     _start(tab, notice, init_from_run=job)
@@ -229,7 +229,7 @@ def _after_buttons(tab: Tab) -> None:
     if tab.has_model and not tab.viewer:
         with st.expander("Save this run on the server"):
             st.text_input("Name", key="train_save_name", max_chars=60, placeholder="e.g. nano-toy-no-nsp",
-                          help=WORDS["letters_digits_and_app_makes"])
+                          help=WORDS["run_name_help"])
             if st.button("Save", icon=":material/save:"):
                 try:
                     path = app_storage.save_run(tab.job.save, st.session_state.get("train_save_name", ""),
@@ -251,7 +251,7 @@ def _status(viewer: bool, active: bool) -> None:
     """Progress and the latest numbers, redrawn every poll (cheap), and the page redrawn when the run ends."""
     run, _ = app_tab.current_run()
     if run is None:
-        st.info(WORDS["choose_settings_and_press"])
+        st.info(WORDS["run_start_hint"])
         st.caption(app_state.RUNS.where())
         return
     if app_tab.run_status(run, run_panel.TRAIN_WORDS, viewer):   # note, lost record, queue, failure
@@ -260,7 +260,7 @@ def _status(viewer: bool, active: bool) -> None:
     if job is not None and job.trainer is not None and not job.model_available and not run.active:
         st.warning(job.lost_message(), icon=":material/report:")
     elif run.phase == "failed" and job is not None and job.kept_step is not None and job.trainer is not None:
-        st.info(WORDS["model_step_last_checkpoint"].format(job=job))
+        st.info(WORDS["failed_run_model_kept"].format(step=job.kept_step))
     if run.release_failed and job is not None and job.model_available:
         st.warning(run.release_failed, icon=":material/hard_drive:")
     silent = job.silent_s() if job is not None else 0.0
@@ -272,7 +272,7 @@ def _status(viewer: bool, active: bool) -> None:
     if trainer is None:
         if run.phase in ("cancelled", "failed", "stopped"):
             return
-        st.info(WORDS["preparing_loading_corpus"], icon=":material/hourglass_top:")
+        st.info(WORDS["run_preparing"], icon=":material/hourglass_top:")
         return
     if active and run.active and drawn_before_training(run):
         st.rerun()   # the page was drawn while the run prepared: draw it whole once, its change box with it
@@ -294,7 +294,7 @@ def _status(viewer: bool, active: bool) -> None:
     if stuck:
         st.warning(f"**Still on the unigram plateau.** {stuck[0].upper()}{stuck[1:]}", icon=":material/trending_flat:")
     if run.phase in ("finished", "stopped") and not run.active and job.model_available:
-        st.success(WORDS["run_at_step_pick_model"].format(run=run, trainer=trainer))
+        st.success(WORDS["run_ended_pick_model"].format(phase=run.phase, step=trainer.step))
     if active and not run.active:
         # The page was drawn while the run was going (this fragment polls only then) and it has ended: redraw the
         # whole page so that the buttons, the save box and the charts follow, however short the run was.
@@ -311,7 +311,7 @@ def _charts(active: bool) -> None:
     run, _ = app_tab.current_run()
     smoothing = app_widgets.smoothing_slider(
         "train_smoothing", view=(run.run_id, run.active),
-        help=WORDS["moving_average_over_steps_as"])
+        help=WORDS["smoothing_help"])
     if active:
         st.caption(f"The charts redraw every {app_state.chart_poll_seconds():g} s while the run goes on.")
     charts = figures.LIVE_CHARTS.figures(trainer, smoothing)   # built once for everyone watching this run
@@ -329,10 +329,10 @@ def _charts(active: bool) -> None:
     store = trainer.probes
     snaps = store.snapshots() if store is not None else []
     if snaps and causal:
-        st.caption(WORDS["gpt_cannot_fill_mask_it"])
+        st.caption(WORDS["gpt_snapshot_note"])
     elif snaps:
         st.subheader(f"Probe sentences (snapshot at step {snaps[-1].step:,})")
-        st.caption(WORDS["held_out_sentences_model"])
+        st.caption(WORDS["held_out_guesses_caption"])
         previous = snaps[-2] if len(snaps) > 1 else None
         rows = []
         for i, sentence in enumerate(store.sentences):
@@ -359,7 +359,7 @@ def _word_map_timelapse() -> None:
     word = app_widgets.kept_choice(st.radio, "Word", word_maps.TIMELAPSE_WORDS, "train_map_word", horizontal=True)
     timeline = word_maps.word_map_timelapse(snaps, word)
     if not timeline:
-        st.caption(WORDS["this_run_snapshots_hold_no"].format(word=word))
+        st.caption(WORDS["word_map_missing"].format(word=word))
         return
     steps = [step for step, _ in timeline]
     # The slider follows the newest snapshot until the user moves it back to an older one.
@@ -368,7 +368,7 @@ def _word_map_timelapse() -> None:
         st.session_state["train_map_step"] = steps[-1]
     st.session_state["train_map_newest"] = steps[-1]
     step = st.select_slider("Training step", steps, key="train_map_step") if len(steps) > 1 else steps[0]
-    st.caption(WORDS["same_map_as_on_how_bert"])
+    st.caption(WORDS["word_map_timelapse_caption"])
     # Built once for everyone watching this run, at each snapshot (figures.SHARED_FIGURES): a class redraws them
     # every poll.
     shown = (word, step, steps[-1])
@@ -378,7 +378,7 @@ def _word_map_timelapse() -> None:
         computation_figures.separation_timeline_figure(word, *word_maps.separation_by_step(timeline), step=step)))
     app_drawing.plotly(word_map, "word-map-timelapse", key="train_map")
     app_drawing.plotly(separation, "word-map-separation", key="train_map_separation")
-    st.caption(WORDS["separation_distance_between"])
+    st.caption(WORDS["separation_caption"])
 
 
 def _word_class_timelapse() -> None:
@@ -392,13 +392,13 @@ def _word_class_timelapse() -> None:
     st.subheader("What each layer knows, snapshot by snapshot")
     timeline = wct.word_class_timeline(snaps)
     if timeline is None and wct.toy_run(trainer.metadata):
-        st.caption(WORDS["toy_corpus_made_up_words"])
+        st.caption(WORDS["toy_run_has_no_probes"])
         return
     if timeline is None:
         if local_task_csv("conll2000") is not None:
-            st.caption(WORDS["no_snapshot_this_run_carries"])
+            st.caption(WORDS["probes_not_yet"])
             return
-        st.markdown(WORDS["at_each_snapshot_linear"])
+        st.markdown(WORDS["word_classes_intro"])
         app_widgets.fetch_task_box("conll2000", "train_fetch_conll")
         return
     steps, accuracy, random_model, majority = timeline
@@ -407,7 +407,8 @@ def _word_class_timelapse() -> None:
         word_class_figures.word_class_timeline_figure(steps, accuracy, random_model, majority)))
     app_drawing.plotly(fig, "word-classes-timelapse", key="train_word_classes")
     last = next(s.word_classes for s in reversed(snaps) if s.word_classes is not None)
-    st.caption(WORDS["at_each_snapshot_ridge_probe"].format(wct=wct, last=last))
+    st.caption(WORDS["snapshot_probe_caption"].format(fit=wct.SNAPSHOT_FIT, test_words=last.test_words,
+                                                      test=wct.SNAPSHOT_TEST, seconds=last.seconds))
 
 
 def _compare(active: bool) -> None:
@@ -437,10 +438,10 @@ def _compare(active: bool) -> None:
                                                       smoothing=st.session_state.get("train_smoothing", 0.0)),
                            "compare-runs")
     else:
-        st.caption(WORDS["every_run_this_tab_starts"])
+        st.caption(WORDS["my_runs_overlay_hint"])
     with st.expander("What each change bought when we measured it", icon=":material/science:"):
         st.table(tricks.trick_rows(jobs.default_spec(), every, [names[r.run_id] for r in every]), hide_index=True)
-        st.caption(WORDS["each_row_is_one_change_from"])
+        st.caption(WORDS["one_change_table_caption"])
     changes = comparison.suggested_changes(run.spec)
     if not changes:
         return

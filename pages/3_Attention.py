@@ -35,7 +35,7 @@ def _syntax(active, treebank):
 def _model_view(result, labels) -> None:
     """Every head at once."""
     app_drawing.plotly(figures.model_view_figure(result, labels), "attention-model-view", key="att_model")
-    st.caption(WORDS["rows_attending_token_columns"])
+    st.caption(WORDS["heatmap_caption"])
 
 
 def _head_view(active, result, labels, treebank) -> None:
@@ -67,7 +67,7 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
     """Each head's measures and label, and the heads that follow syntax."""
     syntax = _syntax(active, treebank)
     n_tokens = len(full.tokens)
-    st.markdown(WORDS["head_measures"].format(n_tokens=n_tokens, most_bits=np.log2(n_tokens)))
+    st.markdown(WORDS["head_measures_intro"].format(n_tokens=n_tokens, most_bits=np.log2(n_tokens)))
     st.selectbox("Colour by", list(figures.HEAD_MEASURES), key="att_measure")
     app_drawing.plotly(figures.head_summary_figure(summaries, st.session_state["att_measure"]), "attention-heads",
                        key="att_summary")
@@ -76,7 +76,7 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
                    "self": round(s.to_self, 3), "entropy (bits)": round(s.entropy, 2),
                    "evenness (0-1)": round(s.normalized_entropy, 2)} for s in summaries],
                  hide_index=True, width="stretch")
-    st.markdown(WORDS["heads_that_follow_syntax"])
+    st.markdown(WORDS["syntax_heads_intro"])
     if treebank is None:
         app_widgets.fetch_box(UD_EWT_LABEL, UD_EWT_MB, "att_fetch_ud",
                               lambda progress: fetch_treebank(progress=progress), UD_EWT_NAME, home=UD_EWT_HOME)
@@ -87,7 +87,9 @@ def _what_heads_do(active, full, summaries, treebank) -> None:
         st.dataframe(syntax_heads.relation_rows(syntax), hide_index=True, width="stretch", height=260)
         skipped = f"; {syntax.skipped} sentences over {syntax_heads.MAX_PIECES} pieces left out" if syntax.skipped \
             else ""
-        st.caption(WORDS["syntax_measured"].format(syntax=syntax, treebank=UD_EWT_LABEL, skipped=skipped))
+        st.caption(WORDS["syntax_heads_caption"].format(words=syntax.words, sentences=syntax.sentences,
+                                                        treebank=UD_EWT_LABEL, seconds=syntax.seconds,
+                                                        skipped=skipped))
 
 
 def _time_lapse(active, full) -> None:
@@ -96,7 +98,7 @@ def _time_lapse(active, full) -> None:
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = [s for s in (probes.snapshots() if probes is not None else []) if s.attention is not None]
     if active.source != app_models.SOURCE_SESSION or not snaps:
-        st.info(WORDS["time_lapse_replays_attention"])
+        st.info(WORDS["timelapse_needs_run"])
     else:
         steps = [s.step for s in snaps]
         step = st.select_slider("Training step", steps, value=steps[-1], key="att_step")
@@ -108,7 +110,7 @@ def _time_lapse(active, full) -> None:
         snap_labels = [s.label for s in head_summaries(snap_result)]
         if st.session_state["att_hide"]:
             snap_result = hide_special_tokens(snap_result)
-        st.caption(WORDS["time_lapse_step"].format(sentence=markdown(probes.attention_sentence), step=step))
+        st.caption(WORDS["timelapse_step_caption"].format(sentence=markdown(probes.attention_sentence), step=step))
         app_drawing.plotly(figures.model_view_figure(snap_result, snap_labels, zmax=TIME_LAPSE_ZMAX),
                            f"attention-step{step}", key="att_time")
 
@@ -118,7 +120,7 @@ def _side_by_side(active, result) -> None:
     cfg = active.config
     others = app_tab.other_models(active)   # e.g. this tab's run with NSP off, the GPT twin
     if not others:
-        st.info(WORDS["side_by_side_draws_second"])
+        st.info(WORDS["compare_needs_checkpoint"])
     else:
         p1, p2, p3 = st.columns([2, 1, 1])
         app_widgets.kept_choice(p1.selectbox, "Beside this model", others, "att_other")
@@ -141,7 +143,7 @@ def _side_by_side(active, result) -> None:
             app_drawing.plotly(figures.side_by_side_figure(
                 [(this, result), (st.session_state["att_other"], other)], st.session_state["att_pair_layer"] - 1,
                 None if head == "mean" else int(head) - 1), "attention-side-by-side", key="att_pair")
-            st.caption(WORDS["each_model_reads_text_with"])
+            st.caption(WORDS["compare_tokenizers_caption"])
 
 
 def _b_to_a(active) -> None:
@@ -160,14 +162,14 @@ def _b_to_a(active) -> None:
         app_drawing.plotly(lesson_figures.pair_attention_figure(pairs), "attention-b-to-a", key="att_nsp")
         diff = pairs.difference
         layer, head = np.unravel_index(int(np.nanargmax(np.abs(diff))), diff.shape)
-        st.caption(WORDS["b_to_a"].format(count=pairs.pairs_follow + pairs.pairs_random, data_name=data_name,
-                                          uniform=pairs.uniform, layer=layer + 1, head=head + 1,
-                                          follows=pairs.follows[layer, head], random=pairs.random[layer, head]))
+        st.caption(WORDS["b_to_a_caption"].format(count=pairs.pairs_follow + pairs.pairs_random, data_name=data_name,
+                                                  uniform=pairs.uniform, layer=layer + 1, head=head + 1,
+                                                  follows=pairs.follows[layer, head], random=pairs.random[layer, head]))
 
 
 def main() -> None:
     active = app_sidebar.open_page("Attention")
-    st.markdown(WORDS["each_head_turns_every_token"])
+    st.markdown(WORDS["head_view_intro"])
     if active is None:
         st.stop()
 
@@ -205,7 +207,7 @@ def main() -> None:
     summaries = head_summaries(full)
     labels = [s.label for s in summaries]
     if full.causal:
-        st.info(WORDS["gpt_style_causal_model_each"])
+        st.info(WORDS["causal_triangle_note"])
     # Lazy tabs: only the open one runs. A class watching a run gets a new weight copy every few seconds, and the
     # B → A tab's 128 pairs through every head (or the syntax measure) on each kept every viewer waiting.
     if st.session_state["att_tab"] not in TABS:   # a mistyped ?att_tab=

@@ -47,7 +47,7 @@ def _generation_widgets(examples, note: str) -> None:
              format_func={"greedy": "greedy (most likely)", "sample": "sampled"}.get)
     sampled = st.session_state["gen_strategy"] == "sample"
     g2.slider("Temperature", *TEMPERATURES, step=0.1, key="gen_temperature", disabled=not sampled,
-              help=WORDS["sampling_divides_scores_by"])
+              help=WORDS["sampling_temperature_help"])
     g3.number_input("Top-k (0 = all tokens)", *TOP_KS, key="gen_top_k", disabled=not sampled)
     g4.number_input("Seed", *SEEDS, key="gen_seed", disabled=not sampled,
                     help="The same seed draws the same text.")
@@ -69,9 +69,9 @@ def _continue_text(active, examples, note: str) -> None:
         app_drawing.show_error(exc)
     else:
         if out.truncated_prompt:
-            st.warning(WORDS["prompt_cut"].format(out=out))
+            st.warning(WORDS["prompt_cut"].format(left_out=out.truncated_prompt))
         st.markdown(f"{markdown(state['gen_prompt'].strip())} **{markdown(out.text)}**")
-        st.caption(WORDS["stopped_each_row_is_one_new"].format(out=out))
+        st.caption(WORDS["generation_caption"].format(stopped=out.stopped))
         st.dataframe(generation.step_rows(out), hide_index=True, width="stretch")
     app_widgets.sync_query(*GEN_KEYS)
 
@@ -111,7 +111,7 @@ def _fill_in(active, note: str) -> list:
     try:
         encoded = encode_input(tok, st.session_state["pred_text"], max_length=max_len)
         if encoded.truncated:
-            st.warning(WORDS["text_cut"].format(max_len=max_len, encoded=encoded))
+            st.warning(WORDS["text_cut"].format(max_len=max_len, dropped=encoded.dropped_tokens))
         preds = predict_masks(active.model, tok, encoded, st.session_state["pred_k"])
     except BertCoreError as exc:
         app_drawing.show_error(exc)
@@ -131,7 +131,7 @@ def _other_model(active, preds: list) -> None:
     with st.expander("The same text with another model (e.g. an earlier run of this tab, NSP off)"):
         others = app_tab.other_models(active)
         if not others:
-            st.caption(WORDS["train_second_run_on_train"])
+            st.caption(WORDS["compare_needs_model"])
             return
         if not preds:   # the text's fault is said once, above: the other model reads the same text
             st.caption("Once the text above has a [MASK] the model can fill, the other model fills it here too.")
@@ -163,7 +163,7 @@ def _next_sentence(active) -> None:
     n2.text_input("Sentence B", key="nsp_b")
     try:
         p = predict_nsp(active.model, active.tokenizer, st.session_state["nsp_a"], st.session_state["nsp_b"])
-        st.metric("P(B follows A)", f"{p:.1%}", help=WORDS["nsp_head_probability_for"])
+        st.metric("P(B follows A)", f"{p:.1%}", help=WORDS["nsp_help"])
         st.progress(p)
     except BertCoreError as exc:
         app_drawing.show_error(exc)
@@ -175,14 +175,14 @@ def _probe_history(active) -> None:
     probes = job.trainer.probes if job is not None and job.trainer is not None else None
     snaps = probes.snapshots() if probes is not None else []
     if active.source != app_models.SOURCE_SESSION or not snaps:
-        st.info(WORDS["probe_sentences_are_filled"])
+        st.info(WORDS["history_needs_run"])
         return
     sentence = st.selectbox("Probe sentence", list(range(len(probes.sentences))),
                             format_func=lambda i: probes.sentences[i], key="pred_probe")
     history = [(s.step, s.predictions[sentence][0]) for s in snaps if s.predictions and s.predictions[sentence]]
     app_drawing.plotly(figures.topk_history_figure(history, f"“{probes.sentences[sentence]}”"), "probe-history",
                        key="pred_history")
-    st.caption(WORDS["candidates_that_were_ever"].format(figures=figures, probes=probes))
+    st.caption(WORDS["history_caption"].format(most=figures.HISTORY_CANDIDATES, top_k=probes.top_k))
 
 
 def main() -> None:

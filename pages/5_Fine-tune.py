@@ -28,7 +28,7 @@ from bert_core.training.finetune_spec import FinetuneSpec, RaceData
 
 WORDS = page_copy.WORDS["finetune"]
 
-INTRO = WORDS["bert_promise_is_pretrain"]
+INTRO = WORDS["finetune_intro"]
 FIRST = next(iter(KIND_PAGES))
 
 
@@ -146,9 +146,9 @@ def data_box(page: Choices):
     if choice == "upload_conll":
         st.file_uploader("A UTF-8 CoNLL file: one `word ... tag` a line, a blank line between sentences (up to "
                          "50 MB)", type=["txt", "conll", "tsv", "iob", "bio"], key="ft_upload_conll",
-                         help=WORDS["for_example_conll_2000"])
+                         help=WORDS["tag_file_help"])
     if choice == "toy_qa":
-        st.checkbox("Drills first, then the stories", key="ft_drills", help=WORDS["one_kind_question_at_time_on"])
+        st.checkbox("Drills first, then the stories", key="ft_drills", help=WORDS["drills_help"])
     if choice == "upload_squad":
         st.file_uploader("A SQuAD v1.1 JSON file: passages, questions and answers with their `answer_start` (up "
                          "to 100 MB)", type=["json"], key="ft_upload_squad")
@@ -181,7 +181,7 @@ def settings_box(page: Choices, expanded: bool) -> dict:
         app_widgets.kept_choice(r1.selectbox, "Also fine-tune from", [None, *others], "ft_second",
                                 format_func=lambda n: "(no second model)" if n is None else n,
                                 placeholder="(no second model)",
-                                help=WORDS["checkpoint_beside_shipped"])
+                                help=WORDS["compare_model_help"])
         r2.checkbox(kp.baseline_label, key="ft_baseline", help=kp.baseline_help, disabled=not kp.has_baseline)
     return others
 
@@ -265,7 +265,7 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
     b1, b2, b3 = st.columns(3)
     notice = st.empty()  # what a pressed button is doing, shown before the work starts
     if viewer:
-        st.info(WORDS["you_are_watching_shared_race"], icon=":material/groups:")
+        st.info(WORDS["watching_shared_race"], icon=":material/groups:")
     racing = bool(st.session_state.get("ft_second") or st.session_state.get("ft_baseline"))
     start_label = "Run the race" if racing else "Fine-tune both"
     try:
@@ -279,7 +279,7 @@ def buttons(page: Choices, run, viewer: bool, busy: bool, data, others: dict) ->
             values = {key: st.session_state[key] for key in PAGE_WIDGETS}
             split_task(data, values["ft_train"], values["ft_val"], values["ft_seed"])  # size errors, now
             FinetuneConfig(**page_settings(values))  # and config errors, before any process starts
-            notice.info(WORDS["starting_training_process_is"], icon=":material/hourglass_top:")
+            notice.info(WORDS["race_starting"], icon=":material/hourglass_top:")
             if run is not None and not viewer:
                 app_state.RUNS.discard(run.run_id)   # a new race replaces this tab's last one (its models held memory)
             run_id = runs.new_token()
@@ -311,7 +311,7 @@ def live(viewer: bool, busy: bool) -> None:
         return
     if not comparison.tuners:   # a race read back after a restart that had ended none of its models
         if not finetune_runs.can_resume(run):   # else its note says what it kept, and Resume is offered
-            st.info(WORDS["nothing_this_race_was_kept"], icon=":material/history:")
+            st.info(WORDS["race_lost"], icon=":material/history:")
         return
     current = next((t.name for t in comparison.tuners if t.state == "running"), None)
     app_tab.progress_bar(run, f"{run.phase}" + (f": training {current}" if current else ""))
@@ -395,7 +395,7 @@ def _try_your_own(results: dict, comparison, run_id: str) -> None:
 def _why(its, results: dict, explained, max_length: int, run_id: str) -> None:
     """On request (integrated gradients take about a second): why one fine-tuned model answered as it did."""
     if not st.toggle("Why? Each token's share of the answer, and each attention head's", key="ft_why",
-                     help=WORDS["integrated_gradients_on_word"]):
+                     help=WORDS["explain_help"]):
         return
     tuned = {n: r for n, r in results.items() if r.model is not None and r.tokenizer is not None}
     if explained is None or not tuned:
@@ -416,7 +416,7 @@ def main() -> None:
                               f"{lesson.step_index(st.session_state['ft_from_lesson']) + 1}: fine-tuning)",
                               ":material/arrow_back:", step=st.session_state["ft_from_lesson"])
     if active is not None and active.config.attention == "causal":
-        st.caption(WORDS["active_model_is_gpt_style"])
+        st.caption(WORDS["gpt_classifier_note"])
     page = choices(active)
     seed_widgets(page)
     # This tab's race: a run of the server's one queue, found from the URL (`?ft=`, a share link's `?ftwatch=`)
@@ -456,7 +456,7 @@ def main() -> None:
             _draw(KIND_PAGES[comparison.task_kind].result_blocks(results))
             _try_your_own(results, comparison, run.run_id)
     elif run is None:
-        st.info(WORDS["choose_kind_task_data_and"].format(start_label=start_label))
+        st.info(WORDS["race_start_hint"].format(start_label=start_label))
         st.caption(app_state.RUNS.where())
 
 

@@ -27,7 +27,7 @@ def _data(active, job, live: bool, record) -> None:
     c1, c2, c3 = st.columns(3)
     if record.history:
         c1.download_button(f"Loss history ({history_label(record.history)}, CSV)", rows_to_csv(record.history),
-                           "loss_history.csv", "text/csv", help=WORDS["long_runs_keep_every_2nd_4th"])
+                           "loss_history.csv", "text/csv", help=WORDS["history_csv_help"])
     else:
         c1.caption("No training history recorded for this model.")
     if record.evals:
@@ -48,7 +48,7 @@ def _data(active, job, live: bool, record) -> None:
 def _bundle(active, job, live: bool, record) -> None:
     # One zip with everything: built on request (it saves the checkpoint), kept for this model and step only.
     which = (active.source, str(active.path), active.step)
-    if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:", help=WORDS["checkpoint_folder_loads_in"]):
+    if st.button("Prepare run bundle (zip)", icon=":material/folder_zip:", help=WORDS["bundle_help"]):
         try:
             with st.spinner("Saving the checkpoint and the figures…"):
                 save = job.save if live else checkpoint_saver(active.model, active.tokenizer, active.trainer_state)
@@ -67,9 +67,9 @@ def _figures(record) -> None:
     app_widgets.init_widget("image_format", "png", one_of(("png", "svg"), "not png or svg"))
     st.radio("Format of the camera button on every chart's toolbar", ["png", "svg"], key="image_format",
              horizontal=True)
-    st.markdown(WORDS["every_chart_in_explorer_has"])
+    st.markdown(WORDS["chart_images_intro"])
     if record.history:
-        smoothing = app_widgets.smoothing_slider("exp_smoothing", help=WORDS["moving_average_over_steps_as"])
+        smoothing = app_widgets.smoothing_slider("exp_smoothing", help=WORDS["export_smoothing_help"])
         history, evals, baselines = record.history, record.evals, record.baselines
         app_drawing.plotly(figures.loss_figure(history, evals, baselines, smoothing), "loss", key="exp_loss")
         app_drawing.plotly(figures.accuracy_figure(history, evals, baselines, smoothing), "accuracy", key="exp_acc")
@@ -87,7 +87,7 @@ def main() -> None:
         _data(active, job, live, record)
     _figures(record)
     st.subheader("Share a view")
-    st.markdown(WORDS["each_page_keeps_its_settings"])
+    st.markdown(WORDS["share_links_intro"])
     app_widgets.sync_query("image_format", "exp_smoothing")
 
 

@@ -81,7 +81,7 @@ def _clicked_block(text: str, position: int) -> None:
 
 
 def _whole_pass_tab(active, causal: bool) -> None:
-    st.text_input(WORDS["start_text_model_guesses"] if causal else "Text with a [MASK]", key="hbc_pass")
+    st.text_input(WORDS["causal_text_label"] if causal else "Text with a [MASK]", key="hbc_pass")
     try:
         wp = wpass.whole_pass(active.model, active.tokenizer, st.session_state["hbc_pass"])
     except BertCoreError as exc:
@@ -165,7 +165,7 @@ def _inside_attention(model, tok, cfg, causal: bool):
     p3.selectbox("Query token", list(range(1, len(tokens) + 1)), key="hbc_token",
                  format_func=lambda i: f"{i} {tokens[i - 1]}")
     p4.slider("Temperature (a what-if)", *TEMPERATURES, step=0.1, key="hbc_temperature",
-              help=WORDS["what_if_softmax_scores"])
+              help=WORDS["what_if_temperature_help"])
     layer, head, query = (int(st.session_state[k]) - 1 for k in ("hbc_layer", "hbc_head", "hbc_token"))
     try:
         steps = attention_steps(model, tok, st.session_state["hbc_a"], layer, head, query,
@@ -174,20 +174,20 @@ def _inside_attention(model, tok, cfg, causal: bool):
         app_drawing.show_error(exc)
         return
     temperature = float(st.session_state["hbc_temperature"])
-    st.markdown(WORDS["query_key_value"].format(number=query + 1, token=markdown(tokens[query]), layer=layer + 1,
-                                                head=head + 1, size=steps.head_dim))
+    st.markdown(WORDS["query_key_value_intro"].format(number=query + 1, token=markdown(tokens[query]),
+                                                      layer=layer + 1, head=head + 1, size=steps.head_dim))
     app_drawing.plotly(cf.vectors_figure(steps), "attention-vectors", key="hbc_vectors")
     what_if = with_temperature(steps, temperature) if temperature != 1.0 else None
     if causal:
-        st.caption(WORDS["gpt_twin_causal_mask_token"])
+        st.caption(WORDS["causal_mask_caption"])
     app_drawing.plotly(cf.scores_figure(steps, temperature, what_if), "attention-scores", key="hbc_scores")
     if what_if is not None:
-        st.info(WORDS["orange_is_what_if_at"].format(temperature=temperature))
+        st.info(WORDS["what_if_note"].format(temperature=temperature))
     gap = float(abs(steps.probs - steps.model_probs).max())
     st.caption(f"Step 3 is exactly row {query + 1} of layer {layer + 1}, head {head + 1} on the Attention "
                f"page (largest difference from the model's own weights: {gap:.1e}).")
     app_drawing.plotly(cf.context_figure(steps), "attention-context", key="hbc_context")
-    st.caption(WORDS["black_box_marks_this_head"])
+    st.caption(WORDS["joined_heads_caption"])
     return steps
 
 
@@ -210,7 +210,7 @@ def _feed_forward(active, steps) -> None:
 
 def _weights_as_matrices(model, steps) -> None:
     st.subheader("The weights as matrices")
-    st.markdown(WORDS["where_query_keys_and_values"])
+    st.markdown(WORDS["projections_intro"])
     c1, c2 = st.columns(2)
     name = app_widgets.kept_choice(c1.radio, "Matrix", list(hw.PROJECTIONS), "hbc_matrix", horizontal=True,
                                    format_func=lambda n: f"{hw.PROJECTIONS[n][0]} ({n})")
@@ -222,7 +222,7 @@ def _weights_as_matrices(model, steps) -> None:
     app_drawing.plotly(hw.projection_figure(hw.head_projection(model, steps, name, token)), "weights-as-matrices",
                        key="hbc_matrix_fig")
     app_drawing.plotly(hw.products_figure(steps), "query-key-products", key="hbc_products")
-    st.caption(WORDS["as_bertviz_neuron_view_draws"])
+    st.caption(WORDS["neuron_view_caption"])
 
 
 def _layers_tab(active, examples, causal: bool) -> None:
@@ -252,7 +252,7 @@ def _lens_tab(active, examples, causal: bool) -> None:
 
 def _layer_probes(active) -> None:
     st.subheader("What each layer knows")
-    st.markdown(WORDS["linear_probe_per_layer_reads"])
+    st.markdown(WORDS["layer_probes_intro"])
     path = local_task_csv("conll2000")
     if path is None:
         app_widgets.fetch_task_box("conll2000", "hbc_fetch_conll")
@@ -267,7 +267,9 @@ def _layer_probes(active) -> None:
         return
     st.markdown(verdict(probes))
     app_drawing.plotly(cf.layer_probes_figure(probes), "layer-probes", key="hbc_probes_fig")
-    st.caption(WORDS["each_word_is_read_at_its"].format(probes=probes))
+    st.caption(WORDS["probe_method_caption"].format(
+        fit_words=probes.fit_words, fit_sentences=probes.fit_sentences, test_words=probes.test_words,
+        test_sentences=probes.test_sentences, fit_s=probes.seconds_fit, read_s=probes.seconds_states))
 
 
 def _heads_off(active) -> None:
@@ -308,8 +310,8 @@ def _embedding_parts(active) -> None:
     near_in_context = contextual_neighbours(model, tok, st.session_state["hbc_a"], token, pool, k=5)
     app_drawing.plotly(cf.contextual_neighbours_figure(near_in_context), "contextual-neighbours",
                        key="hbc_context_near")
-    st.caption(WORDS["contextual_neighbours"].format(sentences=len(pool.sentences), tokens=len(pool.tokens),
-                                                     source=source))
+    st.caption(WORDS["neighbours_caption"].format(sentences=len(pool.sentences), tokens=len(pool.tokens),
+                                                  source=source))
 
 
 def _word_map(model, tok) -> None:
@@ -329,14 +331,14 @@ def _word_map(model, tok) -> None:
         app_drawing.show_error(exc)
         return
     app_drawing.plotly(cf.word_map_figure(wmap), "word-map", key="hbc_map")
-    st.caption(WORDS["each_dot_is_word_vector_in"])
+    st.caption(WORDS["word_senses_caption"])
     if wmap.skipped:
         st.caption(f"Left out ({len(wmap.skipped)}), the word not found: "
                    + "; ".join(map(markdown, wmap.skipped[:5])))
 
 
 def _embeddings_tab(active) -> None:
-    st.markdown(WORDS["before_any_layer_each_token"])
+    st.markdown(WORDS["embeddings_intro"])
     _embedding_parts(active)
     st.subheader("Nearest neighbours in the embedding table")
     st.text_input("A word", key="hbc_neighbour")
@@ -357,8 +359,8 @@ def _use_pair(index: int) -> None:
 
 
 def _grammar_tab(model, tok, causal: bool) -> None:
-    method = (WORDS["sum_each_next_token_log"] if causal else WORDS["pseudo_log_likelihood_each"])
-    st.markdown(WORDS["which_sentence_does_model"].format(method=method))
+    method = (WORDS["gpt_score_method"] if causal else WORDS["bert_score_method"])
+    st.markdown(WORDS["grammar_scores_intro"].format(method=method))
     pick = st.selectbox("A built-in pair (good sentence first)", list(range(len(MINIMAL_PAIRS))), key="hbc_builtin",
                         format_func=lambda i: f"{MINIMAL_PAIRS[i].category}: {MINIMAL_PAIRS[i].rule}")
     st.button("Use this pair", on_click=_use_pair, args=(pick,))
@@ -374,7 +376,7 @@ def _grammar_tab(model, tok, causal: bool) -> None:
         s1.metric("Score of A", f"{comparison.a.score:.2f}")
         s2.metric("Score of B", f"{comparison.b.score:.2f}")
         verdict = "neither" if comparison.preferred == "tie" else comparison.preferred.upper()
-        s3.metric("Prefers", verdict, help=WORDS["by_difference_two_scores_in"])
+        s3.metric("Prefers", verdict, help=WORDS["verdict_help"])
         app_drawing.plotly(cf.shares_figure(comparison), "grammar-shares", key="hbc_shares")
         app_drawing.plotly(cf.sentence_tokens_figure(comparison), "grammar-tokens", key="hbc_tokens")
         if comparison.a.method == NEXT_TOKEN:
@@ -386,7 +388,7 @@ def _grammar_tab(model, tok, causal: bool) -> None:
 
 def _all_pairs(model, tok) -> None:
     st.checkbox(f"Score all {len(MINIMAL_PAIRS)} built-in pairs", key="hbc_all_pairs",
-                help=WORDS["pick_model_trained_in_this"])
+                help=WORDS["grammar_toy_run_help"])
     if not st.session_state.get("hbc_all_pairs"):
         return
     rows = []
@@ -406,7 +408,7 @@ def _all_pairs(model, tok) -> None:
 
 def main() -> None:
     active = app_sidebar.open_page("How BERT computes")
-    st.markdown(WORDS["what_happens_between_text"])
+    st.markdown(WORDS["tour_intro"])
     if active is None:
         st.stop()
     model, tok = active.model, active.tokenizer

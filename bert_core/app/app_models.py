@@ -88,7 +88,7 @@ def _shipped_model(path: Path | None = None):
     path = path or default_checkpoint()
     if not path.is_dir():
         where = path.name if public_mode() else path   # a visitor of a public server learns none of its folders
-        return None, WORDS["shipped_checkpoint_is_not"].format(where=where)
+        return None, WORDS["shipped_checkpoint_missing"].format(where=where)
     return _active(SOURCE_SHIPPED, path, path, path.name)
 
 
@@ -115,11 +115,11 @@ def waiting_model_note(phase: str | None) -> str:
     """What the sidebar's *Model trained in this session* says before the tab's run has a model: a run that is
     queued or preparing (loading its corpus, training its tokenizer) is named as such, with what it will offer,
     never as "no model has been trained" (issue #64)."""
-    offer = WORDS["its_model_appears_here_from"]
+    offer = WORDS["session_model_offer"]
     if phase == "queued":
         return f"**This tab's run is waiting for a slot** (see the Train page). {offer}"
     if phase == "preparing":
-        return WORDS["this_tab_run_is_preparing"].format(offer=offer)
+        return WORDS["tab_run_preparing"].format(offer=offer)
     if phase in ("cancelled", "failed", "stopped"):
         return (f"This tab's run {'was cancelled' if phase == 'cancelled' else phase} before its first step, so it "
                 "has no model: start a new one on the **Train** page.")
@@ -145,10 +145,9 @@ def _session_model():
     if step == trainer.step:
         older = ""
     elif job.busy:   # a copy shared by everyone looking at the run while it trains (job_base.SNAPSHOT_EVERY_S)
-        older = WORDS["weights_step_its_copy_last"].format(step=step, SNAPSHOT_EVERY_S=SNAPSHOT_EVERY_S,
-                                                           trainer=trainer)
+        older = WORDS["older_weights_shared"].format(step=step, every_s=SNAPSHOT_EVERY_S, now=trainer.step)
     else:
-        older = WORDS["weights_step_last_copy"].format(step=step, trainer=trainer)
+        older = WORDS["older_weights_lost"].format(step=step, reached=trainer.step)
     desc = (f"{whose} on {markdown(spec.corpus_label) if spec else 'a corpus'}: step {step:,}"
             f" ({job.phase}{older}); {model.config.num_hidden_layers} layers, hidden size "
             f"{model.config.hidden_size}, {model.config.num_attention_heads} heads.")
@@ -172,7 +171,7 @@ def _saved_model(name: str | None):
 
 def _uploaded_model(upload):
     if upload is None:
-        return None, WORDS["upload_zip_checkpoint_folder"]
+        return None, WORDS["upload_help"]
 
     # Every rerun of every page passes through here: unpack (and hash) a given upload once, not at each rerun.
     known = st.session_state.get("_model_upload_folder")

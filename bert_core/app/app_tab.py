@@ -92,12 +92,12 @@ def missing_run_note(page: str, token: str, other_page: str | None = None) -> st
     if RUNS.was_dropped(token):
         return ("The race of this link is gone: a race's results stay on the server while someone looks at them, "
                 f"and go {RUNS.unwatched_s() / 60:g} min after the last look. Run it again here." if race else
-                WORDS["run_this_link_was_dropped"])
+                WORDS["run_link_dropped"])
     if RUNS.was_lost(token):
         return ("The run of this link was lost when the server restarted: it had not written its first checkpoint "
                 f"yet. Start a new {'race' if race else 'run'} on the {page} page.")
     what = "race" if race else "run"
-    return WORDS["this_link_names_no_on_this"].format(what=what, page=page)
+    return WORDS["unknown_run_link"].format(what=what, page=page)
 
 
 def note_class_run() -> None:
@@ -138,13 +138,13 @@ def my_runs_list() -> None:
     content would still be on the page, where its words ("preparing") mix with the page's own."""
     rows = visitor_rows(RUNS.visited(visitor_id()))
     if not st.toggle("My runs" + (f" · {len(rows)}" if rows else ""), key="my_runs_show",
-                     help=WORDS["runs_this_browser_started_or"]):
+                     help=WORDS["my_runs_help"]):
         return
     if not rows:
         st.caption("None yet: the runs this browser starts or watches are listed here.")
         return
     st.markdown(rows_markdown(rows))
-    st.caption(WORDS["only_this_browser_runs_ones"])
+    st.caption(WORDS["my_runs_caption"])
 
 
 def reset_note(run: Run) -> str:
@@ -153,7 +153,7 @@ def reset_note(run: Run) -> str:
     trainer = run.trainer
     step = trainer.step if trainer is not None else 0
     what = f"{run.phase} at step {step:,}" if step else run.phase
-    return WORDS["run_was_reset_its_model_is"].format(what=what)
+    return WORDS["run_was_reset"].format(what=what)
 
 
 def current_run(page: str = TRAIN_PAGE) -> tuple[Run | None, str | None]:
