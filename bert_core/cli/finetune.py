@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shlex
@@ -14,8 +13,8 @@ from bert_core.cli.train import stop_on_signals
 from bert_core.cli.train_options import add_options
 from bert_core.data.task_downloads import TASKS
 from bert_core.errors import BertCoreError
-from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING, POOLING_KINDS
-from bert_core.model.config import PRESETS, BertConfig
+from bert_core.model.bert import LAST_TOKEN_POOLING, MEAN_POOLING
+from bert_core.model.config import BertConfig
 from bert_core.model.files import check_output_folder, require_checkpoint_folder
 from bert_core.paths import DEFAULT_CHECKPOINT
 from bert_core.training.finetune import (
@@ -257,8 +256,9 @@ def _checked_models(args, config: FinetuneConfig, compares: dict[str, Path]) -> 
 
 
 def spec_from_args(args, folder: Path | None, config: FinetuneConfig, compares: dict[str, Path]) -> FinetuneSpec:
-    """The race a command line asks for, as the spec the Fine-tune page's races are made of (one builder for both).
-    Token tags always get their baselines (they take seconds); sentence labels with --baseline."""
+    """The race a command line asks for, as the plain-data spec the Fine-tune page's races are made of: the same
+    builder (finetune_race.build_race) then makes both. Token tags always get their baselines (they take
+    seconds); sentence labels with --baseline."""
     data = RaceData(task=args.task, csv=_str(args.csv), conll=_str(args.conll), squad=_str(args.squad),
                     text_columns=tuple(args.text_columns) if args.text_columns else None,
                     label_column=args.label_column, pair=args.pair, drop_empty=args.drop_empty,
@@ -276,7 +276,8 @@ def _str(path) -> str | None:
 
 
 def _results(race, task) -> list[FinetuneResult]:
-    """Run the race, its progress on stderr; the result of each run that ran (a stopped race's later ones did not)."""
+    """Run the race (the baseline lines first, then each model in turn, its progress on stderr) and return the
+    result of each run that ran (a stopped race's later runs have none); a failure raises BertCoreError."""
     for tuner in race.tuners:
         tuner.callbacks.append(_progress_printer(tuner.name, sys.stderr, task.metric_names))
     race.run()

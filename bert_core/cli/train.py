@@ -174,9 +174,11 @@ def _train(args, prepared: PreparedRun, dist_info) -> int:
 
 @contextlib.contextmanager
 def stop_on_signals(trainer, world_size: int = 1, keeping: str = "writing a checkpoint") -> Iterator[list[int]]:
-    """While the block runs, SIGINT or SIGTERM (a scheduler's end of a job) stops the run at the end of its step,
-    `keeping` a checkpoint `--resume` goes on from exactly; a second signal acts as before. The yielded list receives
-    the signal. Under torchrun the default stays: each process would stop at its own step."""
+    """While the block runs, Ctrl-C (SIGINT) or SIGTERM (`kill`, a scheduler's end of a job) stops the run at the end
+    of its step with a checkpoint that `--resume` goes on from exactly, instead of losing everything since the last
+    periodic one; a second signal acts as it did before (Ctrl-C interrupts at once). The list it yields receives
+    the signal caught. A run of several processes (torchrun) keeps the default: each would stop at its own step.
+    `keeping`: what the stop keeps, as the line printed at the signal says it (`finetune` keeps its models)."""
     caught: list[int] = []
     if world_size > 1 or threading.current_thread() is not threading.main_thread():
         yield caught

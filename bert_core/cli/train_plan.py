@@ -49,7 +49,8 @@ def command_line(args) -> str:
 
 
 def check_training_size(model_config_, config: TrainConfig) -> None:
-    """Refuse, before any data is read, a model and batch whose training on the CPU would not fit in memory."""
+    """Refuse, before any data is read, a model and batch whose training would not fit in memory (on CPU, where
+    weights, gradients, AdamW state and activations all live in this machine's memory)."""
     if resolve_device(config.device).type == "cpu":
         model_config_.check_memory(training=True, batch_size=math.ceil(config.batch_size / config.grad_accum),
                                    seq_len=config.max_seq_length)

@@ -424,6 +424,7 @@ def _best_in_feature(feature: QAFeature, starts: list[float], ends: list[float],
         top_starts = heapq.nlargest(n_best, context, key=lambda i: starts[i])
         top_ends = heapq.nlargest(n_best, context, key=lambda i: ends[i])
         pairs = ((s, e) for s in top_starts for e in top_ends if s <= e < s + max_answer_tokens)
+    # max() keeps the first of equal scores, so a tie goes to the pair met first (as the loop it replaced did).
     return max(((starts[s] + ends[e], s, e) for s, e in pairs), key=lambda found: found[0], default=None)
 
 

@@ -392,9 +392,10 @@ def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
 
 
 class BertLMHeadModel(ModelParts, nn.Module):
-    """GPT in BERT's house: the same encoder with causal attention, no pooler, and the LM head predicting the next
-    token; Hugging Face's `BertLMHeadModel` with `is_decoder=True`, key for key. Its PreTrainingOutput's `mlm_*`
-    fields hold the next-token loss and logits, so the Trainer and the evaluation run it as they run MLM."""
+    """GPT in BERT's house: the same encoder with causal attention (each token sees itself and the tokens before
+    it), no pooler, and the LM head predicting the next token; Hugging Face's `BertLMHeadModel` with
+    `is_decoder=True`, key for key. It returns a PreTrainingOutput whose `mlm_*` fields hold the next-token loss and
+    logits (the same head, `cls.predictions`), so the Trainer and the evaluation run it as they run MLM."""
 
     lm_head = property(lambda self: self.cls.predictions)
 
@@ -567,8 +568,11 @@ def _depth(name: str, num_layers: int) -> int:
 
 def param_groups(model: nn.Module, weight_decay: float = 0.01, layer_decay: float = 1.0) -> list[dict]:
     """AdamW parameter groups as in BERT: weight decay on weight matrices, none on biases and LayerNorm weights.
-    With `layer_decay` < 1 (layer-wise learning-rate decay, Howard and Ruder 2018; Clark et al. 2020), each group's
-    "lr_scale", by which the optimizer's users multiply the scheduled rate, is layer_decay ** (distance from top)."""
+
+    With `layer_decay` < 1 (layer-wise learning-rate decay, Howard and Ruder 2018; Clark et al. 2020 for ELECTRA),
+    each group's "lr_scale" is layer_decay ** (distance from the top): the heads train at the full rate, each layer
+    below at `layer_decay` times the one above, the embeddings least. The optimizer's users multiply the scheduled
+    rate by it."""
     num_layers = model.config.num_hidden_layers
     groups: dict[tuple[bool, int], list] = {}
     for name, param in model.named_parameters():  # shared (tied) parameters appear once

@@ -131,7 +131,8 @@ class Checkpoint:
 
 
 def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -> Checkpoint:
-    """A checkpoint folder's model, tokenizer and trainer state; `require_tokenizer` for whatever reads text."""
+    """Load model (safetensors), tokenizer and trainer state from a checkpoint folder; with `require_tokenizer`, a
+    folder without one is refused (every command that reads text needs the tokenizer the model was trained with)."""
     folder = Path(folder)
     recover_folder(folder)
     require_checkpoint_folder(folder)
@@ -157,12 +158,14 @@ def load_checkpoint(folder, model_class=None, require_tokenizer: bool = False) -
 # what training moved each weight by (docs/shipped-model.md; the shipped tiny folders are stored so, the minis in
 # bfloat16). Loaders compute in float32: ours copy into float32 parameters, and the folder's config says
 # `"dtype": "float32"` for transformers 5, which otherwise loads in the weights' dtype.
+#
 # The dtypes a folder's weights can be stored in; a name is also what transformers' config "dtype" takes.
 # float16 keeps 3 more significant bits than bfloat16 and is the default; bfloat16 keeps float32's range, for weights
 # beyond float16's 65,504 (and the minis, which a GPU run packaged in bfloat16: storing them again changes nothing).
 STORAGE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 COMPUTE_DTYPE = "float32"   # what every loader should compute in: the folder's config says so
-# Files a stored folder leaves out: a run would not resume exactly from rounded weights.
+# Files a stored folder leaves out: optimizer state resumes a run, and a run would not resume exactly from rounded
+# weights (`train --init-from` starts from a stored folder instead).
 LEFT_OUT = frozenset({OPTIMIZER_TENSORS, OPTIMIZER_META})
 
 

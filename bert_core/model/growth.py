@@ -145,9 +145,11 @@ GROWTH_RECORD = "growth.json"
 
 def grow_checkpoint(source, out, hidden_size: int, num_hidden_layers: int, seed: int = 0,
                     pretraining_rate: float | None = None, heldout: dict | None = None) -> dict:
-    """Write the grown model of the checkpoint folder `source` (with its tokenizer) into `out`; returns growth.json.
-    Since `out` has no trainer state, the source's history goes along: `pretraining_rate` for the fine-tuning rule
-    (grown_pretraining_rate), and `heldout`, the documents a run continuing it must keep out of training."""
+    """Write the grown model of the checkpoint folder `source` (with its tokenizer) into the new folder `out`, and
+    return what was done (growth.json); `train --init-from out` trains it on. What the source recorded of its
+    weights' history goes along, since the grown folder has no trainer state: `pretraining_rate`, the highest rate
+    behind them, for the fine-tuning rule (grown_pretraining_rate), and `heldout`, the documents they never saw,
+    so that a run continuing the folder keeps them out of training and `heldout` can write them out."""
     ckpt = load_checkpoint(source, require_tokenizer=True)
     small = ckpt.model
     config = grown_config(small.config, hidden_size, num_hidden_layers)

@@ -96,7 +96,7 @@ def save_pretrained(model: nn.Module, folder: str | Path, tokenizer=None, label_
 
 # Names used by older BERT checkpoints (TF conversions) for what is now LayerNorm.weight / LayerNorm.bias.
 _LEGACY = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
-_LEGACY_END = re.compile(r"LayerNorm\.(gamma|beta)$")
+_LEGACY_END = re.compile("(?:" + "|".join(map(re.escape, _LEGACY)) + ")$")   # from its keys: the two cannot disagree
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:

@@ -29,7 +29,9 @@ def _bert_pipeline(tok: Tokenizer, lowercase: bool = True) -> None:
 
 
 def special_tokens_count(pair: bool) -> int:
-    """The special tokens beside an input's text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a pair."""
+    """The special tokens beside an input's text: [CLS] a [SEP] (2), or [CLS] a [SEP] b [SEP] (3) for a pair.
+    Every budget of text tokens (an NSP pair, a question and its passage, a tagged sentence) is the length less
+    these."""
     return 3 if pair else 2
 
 
@@ -62,13 +64,17 @@ class BertTokenizer:
         self.tokenizer = tokenizer
         self.model_max_length = int(model_max_length)
         self.do_lower_case = bool(do_lower_case)
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = map(tokenizer.token_to_id, SPECIAL_TOKENS)
+        self.pad_id = tokenizer.token_to_id(PAD)
+        self.unk_id = tokenizer.token_to_id(UNK)
+        self.cls_id = tokenizer.token_to_id(CLS)
+        self.sep_id = tokenizer.token_to_id(SEP)
+        self.mask_id = tokenizer.token_to_id(MASK)
         self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         # [unusedN] rows of Google's vocabularies are specials too: never a random replacement.
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        self.never_sample_ids = self.special_ids | frozenset(i for t, i in vocab.items() if t.startswith("[unused") or (
-            t.startswith("[") and t.endswith("]") and t.isupper()))
+        self.never_sample_ids = self.special_ids | frozenset(i for t, i in vocab.items() if t.startswith("[unused")
+                                                             or (t.startswith("[") and t.endswith("]") and t.isupper()))
         self._continuation = [False] * self.vocab_size
         for t, i in vocab.items():
             if t.startswith("##") and i < self.vocab_size:

@@ -58,7 +58,10 @@ class CompiledTraining:
         self.encoder = model.bert.encoder   # the model itself: a DistributedDataParallel wrapper is held beside it
         self._compiled: dict[str, object] = {}
 
-    modes = property(lambda self: tuple(self._compiled))   # the modes this encoder has been compiled in so far
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this encoder has been compiled in so far."""
+        return tuple(self._compiled)
 
     def compiled(self, mode: str):
         """The encoder's forward, compiled in `mode` (made once per mode)."""

@@ -31,7 +31,10 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
 
-    is_main = property(lambda self: self.rank == 0)   # rank 0: the one process that saves checkpoints and reports
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0, the one process that saves checkpoints and reports."""
+        return self.rank == 0
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

@@ -54,11 +54,25 @@ class MlmStats:
     def size() -> int:
         return len(fields(MlmStats))
 
-    mlm_loss = property(lambda self: self.mlm_loss_sum / max(self.masked, 1.0))
-    mlm_acc = property(lambda self: _ratio(self.correct, self.masked))
-    perplexity = property(lambda self: math.exp(min(self.mlm_loss, 700.0)))
-    nsp_loss = property(lambda self: self.nsp_loss_sum / max(self.sequences, 1.0))
-    nsp_acc = property(lambda self: _ratio(self.nsp_correct, self.sequences))
+    @property
+    def mlm_loss(self) -> float:
+        return self.mlm_loss_sum / max(self.masked, 1.0)
+
+    @property
+    def mlm_acc(self) -> float | None:
+        return _ratio(self.correct, self.masked)
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(min(self.mlm_loss, 700.0))
+
+    @property
+    def nsp_loss(self) -> float:
+        return self.nsp_loss_sum / max(self.sequences, 1.0)
+
+    @property
+    def nsp_acc(self) -> float | None:
+        return _ratio(self.nsp_correct, self.sequences)
 
     def acc_by_decision(self) -> dict[str, float | None]:
         """Accuracy on the tokens of each masking decision: {"masked": ..., "random": ..., "kept": ...}."""

@@ -431,7 +431,9 @@ class FinetuneComparison:
         self._started = False
         self._running = False
 
-    step = property(lambda self: sum(t.step for t in self.tuners))
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.tuners)
 
     @property
     def state(self) -> str:

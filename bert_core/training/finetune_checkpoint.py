@@ -50,7 +50,9 @@ class FinetuneCheckpointing:
     _resumed: dict | None = None          # the state of the checkpoint run() goes on from, until it does
     _last_checkpoint: float | None = None
 
-    checkpointing = property(lambda self: self.checkpoint_dir is not None and not self.config.keep_best)
+    @property
+    def checkpointing(self) -> bool:
+        return self.checkpoint_dir is not None and not self.config.keep_best
 
     def _checkpoint_if_due(self) -> None:
         """At the end of a step: write a checkpoint when `checkpoint_every_s` has passed since the last one (or

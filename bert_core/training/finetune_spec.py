@@ -84,7 +84,9 @@ class FinetuneSpec:
         """How long the whole race holds a slot, as its budget says (preparing and evaluating not counted)."""
         return self.budget_s * max(1, self.models)
 
-    corpus_label = property(lambda self: self.data_label)
+    @property
+    def corpus_label(self) -> str:
+        return self.data_label
 
     @property
     def task_label(self) -> str:

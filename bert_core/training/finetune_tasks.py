@@ -137,7 +137,7 @@ class FinetuneTask(abc.ABC):
     def encode(self, data, tokenizer, max_length: int) -> list:
         """`data`'s examples encoded with the model's tokenizer, as the batches take them (a kind that batches its
         own way overrides `prepare` and the batches instead)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines neither encode nor its own prepare and batch makers")
 
     def prepare(self, tokenizer, max_length: int) -> None:
         """Encode the training and validation examples, once, before the first step (one set given as both: once)."""
@@ -197,7 +197,9 @@ class SentenceLabels(FinetuneTask):
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_labels, **({"pooling": self.pooling} if self.pooling else {})}
 
-    label_names = property(lambda self: list(self.train_data.label_names))
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.train_data.label_names)
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """The bag-of-words line (TF-IDF + logistic regression) on the same split."""

@@ -71,7 +71,9 @@ class RaceView:
         self.tuners, self.state, self.error = summary["tuners"], summary["state"], summary["error"]
         self._progress = summary.get("progress")
 
-    step = property(lambda self: sum(t.step for t in self.tuners))
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.tuners)
 
     @property
     def progress(self) -> Progress:

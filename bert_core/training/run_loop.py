@@ -133,7 +133,9 @@ class RunLoop(EventLog):
 
     # ------------------------------------------------------------------ observation (thread-safe)
 
-    state = property(lambda self: self._state)
+    @property
+    def state(self) -> str:
+        return self._state
 
     @property
     def progress(self):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
 
 from bert_core.data.batching import eval_batches
@@ -52,7 +51,9 @@ class TokenTags(FinetuneTask):
     def head_kwargs(self) -> dict:
         return {"num_labels": self.train_data.num_tags}
 
-    label_names = property(lambda self: list(self.train_data.tag_names))
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.train_data.tag_names)
 
     def baselines(self, seed: int, num_misclassified: int = 20, callbacks=()) -> list:
         """Each word's most frequent training tag, and each part-of-speech tag's when the data has that column."""

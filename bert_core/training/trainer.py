@@ -182,12 +182,31 @@ class Trainer(TrainerGrowth, TrainerCheckpointing, RunLoop):
         self.optimizer = self.optimization.optimizer
         self.gradients = GradientAccumulator(self.model, ddp, self.device, self.dist, self.optimization)
 
-    is_main = property(lambda self: self.dist.is_main)   # rank 0, the one process that saves checkpoints
-    # The model's BertConfig as it is now (a growing run's changes size once), as its server mirror keeps it.
-    model_config = property(lambda self: self.model.config)
-    history_limit = property(lambda self: self.config.history_limit)   # step events kept before they are thinned
-    data = property(lambda self: self.batches.data)   # the training data (its position moves with the run)
-    eval_data = property(lambda self: self.evaluation.eval_data)   # the held-out data (None: no evaluations)
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0, the one process that saves checkpoints."""
+        return self.dist.is_main
+
+    @property
+    def model_config(self) -> BertConfig:
+        """The model's BertConfig as it is now (a growing run's changes size once), as its server mirror keeps it
+        (serve.training_mirrors.TrainerProxy.model_config)."""
+        return self.model.config
+
+    @property
+    def history_limit(self) -> int:
+        """Step events kept before they are thinned (TrainConfig.history_limit)."""
+        return self.config.history_limit
+
+    @property
+    def data(self):
+        """The training data (its position moves with the run)."""
+        return self.batches.data
+
+    @property
+    def eval_data(self):
+        """The held-out data (None: no evaluations)."""
+        return self.evaluation.eval_data
 
     @property
     def baselines(self) -> dict:

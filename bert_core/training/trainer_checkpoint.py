@@ -119,12 +119,19 @@ class TrainerCheckpointing:
             rng = self.rng.current(running=self._state == "running")
             with self._lock:
                 return {
-                    "format": 1, "step": self.step, "tokens_seen": self.tokens_seen, "elapsed_s": self._elapsed_now(),
-                    "state": self._state, "train_config": self.config.to_dict(),
+                    "format": 1,
+                    "step": self.step,
+                    "tokens_seen": self.tokens_seen,
+                    "elapsed_s": self._elapsed_now(),
+                    "state": self._state,
+                    "train_config": self.config.to_dict(),
                     "history": [dataclasses.asdict(e) for e in self._history],
-                    "evals": [dataclasses.asdict(e) for e in self._evals], "baselines": self.baselines,
+                    "evals": [dataclasses.asdict(e) for e in self._evals],
+                    "baselines": self.baselines,
                     **self.batches.state_dict(),  # "data_state", "short_data_state"
-                    "rng": rng_state_to_json(rng), "world_size": self.dist.world_size, "metadata": self.metadata,
+                    "rng": rng_state_to_json(rng),
+                    "world_size": self.dist.world_size,
+                    "metadata": self.metadata,
                     # The size a run that starts small grows to, and when it grew (None: not yet).
                     "growth": ({"to": self.grow_to.to_hf_dict(), "grown": self.growth}
                                if self.grow_to is not None else None),
