@@ -507,3 +507,7 @@ def test_a_legend_below_grows_the_figure_not_shrinks_the_plot():
     assert figures._layout(many, "many", legend="below").layout.margin.b >= 2 * figures.LEGEND_ROW_PX  # two rows
     beside = figures._layout(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in "ab"]), "right", height=200)
     assert (beside.layout.height, beside.layout.margin.b) == (200, figures.BOTTOM_PX)
+    # An axis title given to _layout itself counts as one set before it.
+    named = go.Figure([go.Bar(x=[1, 2], y=["a", "b"], orientation="h", name=n) for n in ("one", "two")])
+    figures._layout(named, "short", height=200, legend="below", xaxis=dict(title="probability"))
+    assert named.layout.margin.b == room

@@ -203,6 +203,7 @@ def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right"
     height grown by as much, so the plot keeps the size `height` gives it."""
     # No explicit template: Streamlit applies its own theme, and naming one costs ~15 ms per figure, which the
     # live training view pays four times per redraw.
+    fig.update_layout(**kw)   # first: a legend below is placed under the axes, titles included, that `kw` sets
     bottom = BOTTOM_PX
     if legend == "right":
         place = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
@@ -213,7 +214,7 @@ def _layout(fig: go.Figure, title: str, height: int = 340, legend: str = "right"
         place = dict(orientation="h", x=0, xanchor="left", yref="container", y=0, yanchor="bottom")
         bottom = max(BOTTOM_PX, _axis_foot_px(fig) + _legend_rows_px(fig))
         height += bottom - BOTTOM_PX
-    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=bottom), legend=place, **kw)
+    fig.update_layout(title=title, height=height, margin=dict(l=60, r=20, t=50, b=bottom), legend=place)
     return fig
 
 
