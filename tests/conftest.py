@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,8 +14,12 @@ from bert_core.paths import shared_data_dir
 pytest_plugins = ["tests.browser_support"]
 
 # The app's run records (bert_core.serve.run_records) go to a folder of this test session's own, not beside the
-# repository's runs folder, where a later session's in-process app would read them back.
-os.environ.setdefault("BERT_EXPLORER_STATE_DIR", tempfile.mkdtemp(prefix="bert-explorer-state-"))
+# repository's runs folder, where a later session's in-process app would read them back. The process that made it
+# (xdist's workers and the servers the tests start inherit it) removes it when it exits: one left behind by every
+# session filled /tmp.
+if "BERT_EXPLORER_STATE_DIR" not in os.environ:
+    os.environ["BERT_EXPLORER_STATE_DIR"] = _state_dir = tempfile.mkdtemp(prefix="bert-explorer-state-")
+    atexit.register(shutil.rmtree, _state_dir, ignore_errors=True)
 
 
 @pytest.fixture
