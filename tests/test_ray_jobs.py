@@ -120,6 +120,32 @@ def test_a_checkpoint_from_the_cluster_replaces_the_folder_whole_and_names_stay_
     assert not (tmp_path / "escape").exists()
 
 
+@pytest.mark.skipif(os.name != "posix", reason="the sweep asks after processes by pid (POSIX)")
+def test_a_new_actor_removes_the_node_folders_a_killed_actor_left(tmp_path, monkeypatch):
+    """A killed actor (a stall, a discarded run, its server gone) never reaches its own clean-up; its checkpoint folder
+    stays on the node until the next actor there removes it. Only folders named by a process that has ended go."""
+    import tempfile
+
+    from bert_core.cluster import ray_job
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = tmp_path / f"bert-ray-checkpoint-{ended.pid}-abc"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"x")
+    mine = Path(ray_job.node_folder("checkpoint"))
+    save = Path(ray_job.node_folder("save"))
+    assert mine.name.startswith(f"bert-ray-checkpoint-{os.getpid()}-") and save.parent == tmp_path
+    unnamed = tmp_path / "bert-ray-checkpoint-pnmhh2sb"     # before folders were named by their process
+    other = tmp_path / f"someone-else-{ended.pid}-abc"
+    for folder in (unnamed, other):
+        folder.mkdir()
+    ray_job.remove_dead_actors_folders()
+    assert not dead.exists()
+    assert all(folder.is_dir() for folder in (mine, save, unnamed, other))
+
+
 def test_a_run_on_the_cluster_trains_to_the_same_weights_as_a_training_process(cluster, tmp_path):
     local, workers = cluster
     spec = _spec()

@@ -10,6 +10,7 @@ Ray-free at import.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import tempfile
@@ -70,6 +71,29 @@ def folder_files(folder: str | Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def node_folder(kind: str) -> str:
+    """A new folder in the node's temporary directory for a checkpoint or a save, named by this process: an actor
+    that is killed (its run stalled or discarded, its server gone) never removes its own; the next actor here does
+    (`remove_dead_actors_folders`)."""
+    return tempfile.mkdtemp(prefix=f"bert-ray-{kind}-{os.getpid()}-")
+
+
+def remove_dead_actors_folders() -> None:
+    """Remove the `node_folder`s whose process has ended; a folder whose name gives no process is left alone."""
+    if os.name != "posix":
+        return   # os.kill(pid, 0) asks after a process only on POSIX (on Windows it ends it)
+    for folder in Path(tempfile.gettempdir()).glob("bert-ray-*-*-*"):
+        pid = folder.name.split("-")[3]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass   # alive, another user's
+
+
 class ClusterChild(TrainingChild):
     """TrainingChild on a node: no server pid to watch; checkpoints and saves travel back as bytes."""
 
@@ -92,7 +116,7 @@ class ClusterChild(TrainingChild):
         trainer = self.trainer
         if not self.comparison and trainer.checkpoint_dir is not None:
             self._server_folder = str(trainer.checkpoint_dir)
-            self._local = tempfile.mkdtemp(prefix="bert-ray-checkpoint-")
+            self._local = node_folder("checkpoint")
             trainer.checkpoint_dir = self._local
         return True
 
@@ -123,7 +147,7 @@ class ClusterChild(TrainingChild):
             super().handle(cmd)
             return
         # A save is written on this node and its files go back in the reply; the server writes them where it asked.
-        folder = tempfile.mkdtemp(prefix="bert-ray-save-")
+        folder = node_folder("save")
         try:
             self.trainer.save(folder)
             self.events.send(("reply", cmd[1], folder_files(folder), None))
@@ -138,6 +162,7 @@ class TrainingActor:
     """Each method returns at once or within `events`' short wait, so Ray runs them in the order they were sent."""
 
     def __init__(self):
+        remove_dead_actors_folders()
         (commands, self._commands), (self._events, events) = Pipe(duplex=False), Pipe(duplex=False)
         self._commands, self._events = Channel(self._commands), Channel(self._events)
         self._child = ClusterChild(Channel(commands), Channel(events))
