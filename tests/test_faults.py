@@ -166,6 +166,7 @@ def test_a_restarted_server_brings_back_its_ended_and_training_runs(tmp_path):
         assert len(back.trainer.probes.snapshots()) == probes > 0
         assert back.job.model_snapshot() is not None and back.job.snapshot_step == back.trainer.step == 8
         stopped = second.get(ids["going"])
+        assert stopped is not None, f"the training run came back without its stop's checkpoint:\n{out.stderr[-6000:]}"
         assert stopped.phase == "stopped" and stopped.job.model_available
         assert stopped.note.startswith("stopped by a server restart at step ") and not stopped.released  # Resume
         assert stopped.job.model_snapshot() is not None and stopped.job.snapshot_step == stopped.trainer.step >= 3

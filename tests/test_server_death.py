@@ -151,3 +151,30 @@ def test_the_launcher_ends_with_its_server_though_a_fork_of_the_server_holds_its
         assert not left, f"the launcher was alive {GONE_S:.0f} s after its server was killed"
     finally:
         _end([holder, *pids.values()])
+
+
+def test_an_orphan_whose_run_never_stops_logs_where_its_threads_are_and_ends(tmp_path):
+    """The last resort: a run that does not stop within ORPHAN_GRACE_S of its server's end (a step or a write that
+    never returns) ends its process, and the log says where each thread was, for whoever reads it."""
+    script = textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        from bert_core.serve import training_child
+
+        class NeverStops:
+            def stop(self):
+                pass
+
+        def stuck_in_a_step():
+            threading.Event().wait()
+
+        training_child.ORPHAN_GRACE_S = 0.5
+        threading.Thread(target=stuck_in_a_step, daemon=True).start()
+        child = training_child.TrainingChild(commands=None, events=None)
+        child.trainer = NeverStops()
+        child.orphaned()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=START_S)
+    assert out.returncode == 1, out.stderr
+    assert "the run did not stop within 0.5 s of the server's end" in out.stderr
+    assert "in stuck_in_a_step" in out.stderr and "in orphaned" in out.stderr

@@ -13,6 +13,7 @@ falls silent even while its training step is long), or "reply" (to a request's i
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import logging
 import os
@@ -296,7 +297,11 @@ class TrainingChild:
             os._exit(0)   # nothing trained, nothing to keep; downloads and caches are written whole or not at all
         trainer.stop()
         time.sleep(ORPHAN_GRACE_S)
-        os._exit(1)   # the stop did not end the process (a step or a write that never returns)
+        # The stop did not end the process (a step or a write that never returns): the log says where each thread
+        # was, then the process ends without its stop's checkpoint.
+        log.error("the run did not stop within %g s of the server's end; its threads:", ORPHAN_GRACE_S)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
 
     def receive_setup(self):
         _, path, threads = self.commands.recv()
