@@ -110,12 +110,16 @@ def test_loss_figure_draws_train_heldout_and_unigram_baseline():
              EvalEvent(step=20, mlm_loss=8.0, mlm_acc=0.1, perplexity=math.exp(8), nsp_acc=0.6)]
     fig = figures.loss_figure(history, evals, {"unigram": {"accuracy": 0.05, "perplexity": math.exp(6.5)}})
     names = [t.name for t in fig.data]
-    assert names == ["total loss (train)", "mlm loss (train)", "nsp loss (train)", "MLM loss (held-out)"]
+    assert names == ["total loss (train)", "MLM loss (train)", "NSP loss (train)", "MLM loss (held-out)",
+                     "unigram baseline (MLM)"]
     assert list(fig.data[0].y) == [e.loss for e in history]
     assert list(fig.data[3].x) == [0, 20]
-    assert fig.layout.shapes[0].y0 == pytest.approx(6.5)
+    # The baseline is named in the legend, across every step drawn, and no label lies on the curves.
+    assert list(fig.data[4].x) == [0, 20] and list(fig.data[4].y) == pytest.approx([6.5, 6.5])
+    assert not fig.layout.annotations
     acc = figures.accuracy_figure(history, evals, {"unigram": {"accuracy": 0.05}})
-    assert acc.layout.shapes[0].y0 == pytest.approx(0.05)
+    assert acc.data[-1].name == "unigram baseline (MLM)" and list(acc.data[-1].y) == pytest.approx([0.05, 0.05])
+    assert not acc.layout.annotations
     split = figures.decision_accuracy_figure(history)
     assert [t.name for t in split.data] == ["shown as [MASK]", "replaced by a random token", "kept unchanged"]
 

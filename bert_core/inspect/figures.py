@@ -298,25 +298,27 @@ def task_name(causal: bool) -> str:
 
 
 def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), held=(), baseline=None) -> go.Figure:
-    """Training lines `train` (smoothed), held-out lines `held` dotted, the unigram `baseline` (y, place, causal)."""
-    fig = _plain_figure(_line_traces(history, train, smoothing=smoothing)
-                        + _line_traces(evals, held, "lines+markers", "dot"))
-    y_line, place, causal = baseline or (None, "", False)
+    """Training lines `train` (smoothed), held-out lines `held` dotted, the unigram `baseline` (y, causal) dashed."""
+    traces = _line_traces(history, train, smoothing=smoothing) + _line_traces(evals, held, "lines+markers", "dot")
+    y_line, causal = baseline or (None, False)
     if y_line is not None:
-        fig.add_hline(y=y_line, line=dict(color=SERIES_COLORS["baseline"], dash="dash"), annotation_position=place,
-                      annotation_text=f"unigram baseline ({'next token' if causal else 'MLM'})")
-    return _layout(fig, title, xaxis=dict(title="step"), yaxis=y)
+        # A line of the legend, not a label on the chart: the label sat on the curves as they reached the baseline.
+        last = max((x for trace in traces for x in trace["x"]), default=0)
+        traces.append(dict(type="scatter", x=[0, max(last, 1)], y=[y_line, y_line], mode="lines",
+                           name=f"unigram baseline ({'next token' if causal else 'MLM'})",
+                           line=dict(color=SERIES_COLORS["baseline"], dash="dash")))
+    return _layout(_plain_figure(traces), title, xaxis=dict(title="step"), yaxis=y)
 
 
 def loss_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
                 smoothing: float = 0.0, causal: bool = False) -> go.Figure:
     """Training and held-out loss per step and the unigram baseline; `causal`: a GPT's, with no NSP."""
-    parts = (("loss", "total", "total"), ("mlm_loss", "next-token" if causal else "mlm", "mlm")) \
-        + (() if causal else (("nsp_loss", "nsp", "nsp"),))
+    parts = (("loss", "total", "total"), ("mlm_loss", task_name(causal), "mlm")) \
+        + (() if causal else (("nsp_loss", "NSP", "nsp"),))
     return _curves(f"Loss ({'GPT: next token' if causal else 'BERT: masked tokens'})", dict(title="loss (nats)"),
                    history, [(key, f"{label} loss (train)", SERIES_COLORS[color]) for key, label, color in parts],
                    smoothing, evals, [("mlm_loss", f"{task_name(causal)} loss (held-out)", SERIES_COLORS["eval"])],
-                   (unigram_baseline_values(baselines).get("loss"), "top right", causal))
+                   (unigram_baseline_values(baselines).get("loss"), causal))
 
 
 def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines: Mapping | None = None,
@@ -329,7 +331,7 @@ def accuracy_figure(history: Sequence[Any], evals: Sequence[Any] = (), baselines
                    [("mlm_acc", f"{task} accuracy (train)", SERIES_COLORS["mlm"]), *nsp("train", "nsp")], smoothing,
                    evals, [("mlm_acc", f"{task} accuracy (held-out)", SERIES_COLORS["eval"]),
                            *nsp("held-out", "eval_nsp")],
-                   (unigram_baseline_values(baselines).get("accuracy"), "bottom right", causal))
+                   (unigram_baseline_values(baselines).get("accuracy"), causal))
 
 
 def decision_accuracy_figure(history: Sequence[Any], smoothing: float = 0.0) -> go.Figure:
