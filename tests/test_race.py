@@ -182,3 +182,7 @@ def test_the_level_line_spans_the_curves():
     fig = accuracy_curves_figure({"tfidf": [FinetuneEval(0, 0.3, 0.8, 0.75, 0.5)], "pretrained": curve})
     level = next(t for t in fig.data if t.name == "TF-IDF + logistic regression")
     assert list(level.x) == [0, 12.5] and list(level.y) == [0.8, 0.8] and level.line.dash == "dash"
+    # Always guessing the largest class is a line of the legend too, never a label on the chart.
+    with_chance = accuracy_curves_figure({"pretrained": curve}, chance=0.25)
+    chance = next(t for t in with_chance.data if t.name == "majority class")
+    assert list(chance.x) == [0, 12.5] and list(chance.y) == [0.25, 0.25] and not with_chance.layout.annotations

@@ -58,8 +58,10 @@ def accuracy_curves_figure(runs: Mapping[str, Sequence], x: str = "elapsed_s", c
             name=RUN_LABELS.get(name, name), line=dict(color=_color(name, i), width=3),
             hovertemplate=f"{RUN_LABELS.get(name, name)}<br>%{{x:.1f}}<br>{label_of_metric} %{{y:.1%}}<extra></extra>"))
     if chance is not None:
-        fig.add_hline(y=chance, line=dict(color="#7f7f7f", dash="dash"), annotation_text="majority class",
-                      annotation_position="bottom right")
+        # A line of the legend, as the baselines are: a label on the chart lay where a curve near chance ran.
+        fig.add_trace(go.Scatter(x=[0, max(ends, default=0) or 1], y=[chance, chance], mode="lines",
+                                 name="majority class", line=dict(color="#7f7f7f", dash="dash"),
+                                 hovertemplate=f"majority class<br>{label_of_metric} {chance:.1%}<extra></extra>"))
     if len(stages) > 1:
         for stage in stages:
             fig.add_vline(x=_value(stage, x), line=dict(color="#9e9e9e", width=1, dash="dot"),
