@@ -178,3 +178,34 @@ def test_an_orphan_whose_run_never_stops_logs_where_its_threads_are_and_ends(tmp
     assert out.returncode == 1, out.stderr
     assert "the run did not stop within 0.5 s of the server's end" in out.stderr
     assert "in stuck_in_a_step" in out.stderr and "in orphaned" in out.stderr
+
+
+def test_a_server_gone_between_a_steps_event_and_its_commands_stops_the_run_once():
+    """The server dies after the child sent a step's event (the send succeeds) and before it reads its commands: the
+    command pipe's end reads as "quit" once, and the run is told to stop at its step. Before, the child's drain read
+    "quit" again forever inside the step's callback, so the run never reached its stop's checkpoint and the orphan
+    was ended by the grace without it (test_faults' restart test, failing about once in a hundred under load)."""
+    from bert_core.serve.training_child import TrainingChild
+
+    class ServerGone:
+        reads = 0
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            return True   # a pipe whose writer has closed is always readable
+
+        def recv(self):
+            ServerGone.reads += 1
+            if ServerGone.reads > 10:
+                raise AssertionError("the child went on reading its commands after the server's end")
+            raise EOFError
+
+    class Training:
+        state, stops = "running", 0
+
+        def stop(self):
+            Training.stops += 1
+
+    child = TrainingChild(commands=ServerGone(), events=None)
+    child.trainer = Training()
+    child.drain()
+    assert child.quit and Training.stops == 1 and ServerGone.reads == 1

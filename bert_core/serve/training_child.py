@@ -434,7 +434,9 @@ class TrainingChild:
             return ("quit", None)  # the server is gone: stop, nobody is watching
 
     def drain(self) -> None:
-        while (cmd := self.next_command(0)) is not None:
+        # Until a quit: once the server has gone, every read is "quit" again, and a drain that read on would hold the
+        # run between two steps for good (its stop's checkpoint never written; the orphan ended by the grace).
+        while not self.quit and (cmd := self.next_command(0)) is not None:
             if cmd[0] != "run":  # already running
                 self.handle(cmd)
 
