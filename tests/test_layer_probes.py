@@ -9,7 +9,8 @@ import torch
 
 from bert_core.data.token_tags_data import TaggedSentences
 from bert_core.inspect.computation_figures import layer_probes_figure
-from bert_core.inspect.layer_probes import control_tags, conll_layer_probes, layer_probes, probe_accuracy, verdict
+from bert_core.inspect.layer_probes import (control_tags, conll_layer_probes, layer_probes, probe_accuracy,
+                                            random_twin, verdict)
 from bert_core.model.bert import BertForPreTraining
 from bert_core.model.checkpoint import load_checkpoint
 from bert_core.model.config import BertConfig
@@ -59,6 +60,27 @@ def _made_up_sentences(count: int) -> TaggedSentences:
         pos.append(shape)
         chunks.append([0 if p == "VBD" else (1 if p == "DT" else 2) for p in shape])
     return TaggedSentences(words=words, tags=chunks, pos=pos, tag_names=["B-VP", "B-NP", "I-NP"], scheme="iob")
+
+
+def test_twins_built_at_once_on_two_threads_are_the_seeds_twin():
+    """Two pages build the random twin at the same moment (a teacher and a student on one step): each gets the
+    seed's weights. Before, they drew from torch's one global generator in turn and both differed from it."""
+    import threading
+
+    model = BertForPreTraining(BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                          intermediate_size=64))
+    expected = random_twin(model).state_dict()
+    built = [None] * 4
+
+    def build(i):
+        built[i] = random_twin(model).state_dict()
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in range(len(built))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(twin[k], expected[k]) for twin in built for k in expected)
 
 
 def test_a_tiny_model_gets_a_curve_for_every_layer_and_a_selectivity():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -112,9 +113,14 @@ def word_states(model, tokenizer, data: TaggedSentences) -> tuple[torch.Tensor, 
     return torch.cat(states, 1), where
 
 
+# torch's global generator is the process's, not a thread's: two pages building a twin at once (a class's students
+# on one step) drew each other's numbers, and each saw another "random model" figure.
+_TWIN_LOCK = threading.Lock()
+
+
 def random_twin(model, seed: int = SEED):
     """A model of the same class and shape, freshly initialised (seeded; the global random state left as it was)."""
-    with torch.random.fork_rng(devices=[]):
+    with _TWIN_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return type(model)(model.config).to(device_of(model))
 
