@@ -24,7 +24,7 @@ from typing import Any, Callable
 from bert_core.cluster.ray_cluster import (CLUSTER, GPU_TICKET, ClusterUnavailable, connect, cpus_per_run,
                                            gpus, slots, where)
 from bert_core.errors import BertCoreError
-from bert_core.model.files import folder_built_beside
+from bert_core.model.files import folder_built_beside, pid_alive
 from bert_core.serve.training_child import HEARTBEAT_S, REPLY_TIMEOUT_S, Channel, ChildLink, TrainingChild, run_child
 from bert_core.serve.training_process import ProcessTrainingJob, resumed_trainer
 from bert_core.training.run_loop import failure_message
@@ -80,18 +80,10 @@ def node_folder(kind: str) -> str:
 
 def remove_dead_actors_folders() -> None:
     """Remove the `node_folder`s whose process has ended; a folder whose name gives no process is left alone."""
-    if os.name != "posix":
-        return   # os.kill(pid, 0) asks after a process only on POSIX (on Windows it ends it)
     for folder in Path(tempfile.gettempdir()).glob("bert-ray-*-*-*"):
         pid = folder.name.split("-")[3]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if pid.isdigit() and folder.is_dir() and not folder.is_symlink() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            pass   # alive, another user's
 
 
 class ClusterChild(TrainingChild):

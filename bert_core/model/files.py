@@ -271,8 +271,10 @@ def replace_folder(tmp: Path, folder: Path, owned=None) -> None:
             log.warning("%s holds files that bert_core did not write (%s): they were kept there", aside, _shown(left))
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` may still run, so that a folder named by it is left alone. Asked only on POSIX: on
+    Windows os.kill(pid, 0) ends the process, so there every pid counts as alive."""
+    if pid == os.getpid() or os.name != "posix":
         return True  # this process's own save may be under way in another thread
     try:
         os.kill(pid, 0)
@@ -288,7 +290,7 @@ def remove_leftovers(folder: Path) -> None:
     prefix = f".{folder.name}.tmp-"
     for path in folder.parent.glob(glob.escape(prefix) + "*"):
         found = re.fullmatch(r"(\d+)-[0-9a-f]{8}", path.name[len(prefix):])
-        if found and path.is_dir() and not path.is_symlink() and not _pid_alive(int(found.group(1))):
+        if found and path.is_dir() and not path.is_symlink() and not pid_alive(int(found.group(1))):
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from bert_core.errors import BertCoreError, is_disk_full, os_reason
-from bert_core.model.files import is_checkpoint_folder, is_whole_checkpoint, replace_folder
+from bert_core.model.files import is_checkpoint_folder, is_whole_checkpoint, pid_alive, replace_folder
 from bert_core.paths import app_data_dir
 
 log = logging.getLogger("bert_core.app")
@@ -285,16 +285,6 @@ def enforce_scratch_cap(keep: Path | None = None) -> list[Path]:
     return _drop_oldest(folders, _env_mb(SCRATCH_CAP_ENV, DEFAULT_SCRATCH_CAP_MB), keep=keep)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 STALE_STAGING_S = 3600.0   # a save's staging folder this old belongs to a server that died while saving
 
 
@@ -321,7 +311,7 @@ def sweep_dead_servers() -> list[Path]:
         return removed
     for folder in base.glob("server-*"):
         pid = folder.name.removeprefix("server-")
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
