@@ -303,7 +303,7 @@ def _curves(title: str, y: dict, history, train, smoothing: float, evals=(), hel
     y_line, causal = baseline or (None, False)
     if y_line is not None:
         # A line of the legend, not a label on the chart: the label sat on the curves as they reached the baseline.
-        last = max((x for trace in traces for x in trace["x"]), default=0)
+        last = max((trace["x"][-1] for trace in traces), default=0)   # steps: each trace's last is its largest
         traces.append(dict(type="scatter", x=[0, max(last, 1)], y=[y_line, y_line], mode="lines",
                            name=f"unigram baseline ({'next token' if causal else 'MLM'})",
                            line=dict(color=SERIES_COLORS["baseline"], dash="dash")))
